@@ -1,0 +1,156 @@
+"""The exception hierarchy shared by every part of flask-authflow.
+
+Each error carries a stable machine-readable ``code`` and the HTTP ``status`` the
+views answer with; ``message`` is safe to show to the client (it never contains
+secrets, key material or whether an account exists).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+__all__ = [
+    "AuthFlowError",
+    "ConfigurationError",
+    "MissingExtraError",
+    "StoreUnavailable",
+    "AuditWriteError",
+    "SessionError",
+    "SessionDataTooLarge",
+    "AuthnError",
+    "InvalidInput",
+    "PasswordTooLong",
+    "LoginNotStarted",
+    "AccountLocked",
+    "IssuanceError",
+    "KeyStoreError",
+    "TokenVerificationError",
+]
+
+
+class AuthFlowError(Exception):
+    """Base class of every error raised by flask-authflow."""
+
+    code: str = "authflow_error"
+    status: int = 400
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message if message is not None else self.default_message()
+        super().__init__(self.message)
+
+    @classmethod
+    def default_message(cls) -> str:
+        return (cls.__doc__ or cls.__name__).strip().splitlines()[0]
+
+    def to_dict(self) -> dict[str, str]:
+        """The JSON error body: ``{"error": code, "message": message}``."""
+        return {"error": self.code, "message": self.message}
+
+
+class ConfigurationError(AuthFlowError):
+    """The configuration is unsafe or invalid."""
+
+    code = "configuration_error"
+    status = 500
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is missing; the message names the pip extra to install."""
+
+    def __init__(self, extra: str, module: str) -> None:
+        super().__init__(
+            f"{module!r} is not installed: install it with  pip install 'flask-authflow[{extra}]'"
+        )
+        self.extra = extra
+
+
+class StoreUnavailable(AuthFlowError):
+    """A store needed for a security decision could not be reached; the request is denied."""
+
+    code = "store_unavailable"
+    status = 503
+
+
+class AuditWriteError(StoreUnavailable):
+    """The audit row could not be written, so the operation was refused."""
+
+    code = "audit_unavailable"
+
+
+class SessionError(AuthFlowError):
+    """The session could not be used."""
+
+    code = "session_error"
+
+
+class SessionDataTooLarge(SessionError):
+    """Custom session data is over its size limit."""
+
+    code = "session_data_too_large"
+    status = 413
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"custom session data is {size} bytes; the limit is {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class AuthnError(AuthFlowError):
+    """A login operation could not be carried out."""
+
+    code = "authn_error"
+    status = 401
+
+
+class InvalidInput(AuthnError):
+    """The request's input is malformed."""
+
+    code = "invalid_input"
+    status = 400
+
+
+class PasswordTooLong(InvalidInput):
+    """The password is longer than allowed."""
+
+    code = "password_too_long"
+
+
+class LoginNotStarted(AuthnError):
+    """There is no login in progress on this session."""
+
+    code = "login_not_started"
+
+
+class AccountLocked(AuthnError):
+    """The account is locked."""
+
+    code = "locked"
+    status = 403
+
+    def __init__(self, until: datetime) -> None:
+        super().__init__(f"account locked until {until.isoformat()}")
+        self.until = until
+
+
+class IssuanceError(AuthFlowError):
+    """A token could not be minted."""
+
+    code = "issuance_error"
+
+
+class KeyStoreError(AuthFlowError):
+    """The issuer key store is unusable (missing, malformed or unsafe)."""
+
+    code = "key_store_error"
+    status = 500
+
+
+class TokenVerificationError(AuthFlowError):
+    """A JWT failed verification; ``reason`` names the failing check."""
+
+    code = "invalid_token"
+    status = 401
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
