@@ -1,0 +1,193 @@
+"""The reference app of flask-authflow: the spec's reference wiring, plus HTML pages.
+
+Start it (SQLite in ``examples/reference/instance/``)::
+
+    flask --app examples/reference/app.py run
+
+Configure it from the environment with the ``FLASK_`` prefix, e.g.
+``FLASK_AUTHFLOW_SIGNING_KEY``, ``FLASK_AUTHFLOW_DATABASE_URL``. Started with no
+signing key at all, it creates a development key in its instance folder (mode 0600),
+says so, and serves plain-HTTP cookies to loopback clients only.
+
+Routes (JSON / plain text, as the spec's reference wiring):
+
+* ``GET /`` 200 text; ``GET /dashboard`` 200 when authenticated, else 401;
+* ``POST /login`` JSON ``{"username", "password"[, "tenant"]}``: 200 when
+  authenticated or a next factor is named; 401 invalid credentials / step-up / error;
+  403 locked (the text names the lock end);
+* ``POST /logout``; ``GET /metrics`` (Prometheus text).
+
+HTML pages: ``GET /login`` (form), ``GET /account`` (protected), both posting with a
+CSRF token kept in the session.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+from flask import Flask, Response, abort, redirect, render_template, request, url_for
+
+from flask_authflow import (
+    AuthFlow,
+    AuthFlowError,
+    Authenticated,
+    FactorRequired,
+    InvalidCredential,
+    InvalidCredentials,
+    Locked,
+    StepUpRequired,
+    current_session,
+    get_state,
+    login_required,
+    safe_next,
+)
+
+authflow = AuthFlow()
+
+DEV_KEY_FILE = "dev-signing-key"
+
+
+def _development_key(app: Flask) -> str:
+    """Read or create the development signing key in the instance folder (0600)."""
+    path = Path(app.instance_path) / DEV_KEY_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(48))
+        print(f" * flask-authflow: created a development signing key in {path}", file=sys.stderr)
+    else:
+        print(f" * flask-authflow: using the development signing key in {path}", file=sys.stderr)
+    print(
+        " * flask-authflow: development mode: cookies without Secure, loopback clients only. "
+        "Set FLASK_AUTHFLOW_SIGNING_KEY for anything else.",
+        file=sys.stderr,
+    )
+    return path.read_text().strip()
+
+
+def _text(body: str, status: int = 200) -> Response:
+    return Response(body + "\n", status=status, mimetype="text/plain")
+
+
+def _csrf_token() -> str:
+    token = current_session.get("_csrf")
+    if not isinstance(token, str):
+        token = secrets.token_urlsafe(32)
+        current_session["_csrf"] = token
+    return token
+
+
+def _check_csrf() -> None:
+    expected = current_session.get("_csrf")
+    supplied = request.form.get("csrf_token", "")
+    if not isinstance(expected, str) or not hmac.compare_digest(expected.encode(), supplied.encode()):
+        abort(400, description="the form has expired or did not come from this site: reload the page")
+
+
+def _outcome_text(outcome: Any) -> tuple[str, int]:
+    """The spec's reference mapping of login outcomes to text and status."""
+    match outcome:
+        case Authenticated():
+            return "authenticated", 200
+        case FactorRequired(kind=kind):
+            return f"next factor required: {kind.value}", 200
+        case Locked(until=until):
+            return f"account locked until {until.isoformat()}", 403
+        case StepUpRequired():
+            return "step-up required", 401
+        case InvalidCredentials() | InvalidCredential():
+            return "invalid credentials", 401
+    return "login error", 401
+
+
+def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str | None = None) -> Flask:
+    """Build the reference app; ``test_config`` overrides the environment."""
+    app = Flask(__name__, instance_relative_config=True, instance_path=instance_path)
+    app.config.from_prefixed_env()
+    if test_config:
+        app.config.update(test_config)
+    if not app.config.get("AUTHFLOW_SIGNING_KEY"):
+        app.config["AUTHFLOW_SIGNING_KEY"] = _development_key(app)
+        app.config.setdefault("AUTHFLOW_COOKIE_SECURE", False)
+        app.config.setdefault("AUTHFLOW_ALLOW_INSECURE_LOOPBACK", True)
+    app.config.setdefault("AUTHFLOW_LOGIN_VIEW", "login_page")
+    authflow.init_app(app)
+
+    @app.get("/")
+    def index() -> Response:
+        return _text("flask-authflow reference app: POST /login, GET /dashboard, POST /logout, GET /metrics")
+
+    @app.get("/dashboard")
+    @login_required
+    def dashboard() -> Response:
+        return _text(f"dashboard of user {current_session.user_id} in tenant {current_session.tenant}")
+
+    @app.post("/login")
+    def login() -> Response:
+        if not request.is_json:
+            return _login_form_post()
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):
+            return _text("the body must be a JSON object {username, password}", 400)
+        username, password, tenant = body.get("username"), body.get("password"), body.get("tenant")
+        if not isinstance(username, str) or not isinstance(password, str):
+            return _text("username and password are required strings", 400)
+        if tenant is not None and not isinstance(tenant, str):
+            return _text("tenant must be a string", 400)
+        try:
+            outcome = authflow.login_with_password(username, password, tenant=tenant)
+        except AuthFlowError as error:
+            return _text(f"login error: {error.message}", 401)
+        text, status = _outcome_text(outcome)
+        return _text(text, status)
+
+    @app.get("/login")
+    def login_page() -> str:
+        return render_template(
+            "login.html", csrf_token=_csrf_token(), next=safe_next(request.args.get("next")), error=None
+        )
+
+    def _login_form_post() -> Response:
+        _check_csrf()
+        username = request.form.get("username", "")
+        password = request.form.get("password", "")
+        target = safe_next(request.form.get("next")) or url_for("account")
+        try:
+            outcome = authflow.login_with_password(username, password)
+        except AuthFlowError as error:
+            text, status = f"login error: {error.message}", 401
+        else:
+            if isinstance(outcome, Authenticated):
+                return redirect(target)  # type: ignore[return-value]
+            text, status = _outcome_text(outcome)
+        page = render_template(
+            "login.html", csrf_token=_csrf_token(), next=safe_next(request.form.get("next")), error=text
+        )
+        return Response(page, status=status, mimetype="text/html")
+
+    @app.get("/account")
+    @login_required
+    def account() -> str:
+        return render_template("account.html", session=current_session, csrf_token=_csrf_token())
+
+    @app.post("/logout")
+    def logout() -> Response:
+        if not request.is_json and request.form:
+            _check_csrf()
+            authflow.logout()
+            return redirect(url_for("login_page"))  # type: ignore[return-value]
+        authflow.logout()
+        return _text("logged out")
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        body = get_state().counters.render_prometheus()
+        return Response(body, mimetype="text/plain; version=0.0.4")
+
+    return app

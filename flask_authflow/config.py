@@ -1,0 +1,252 @@
+"""The ``AUTHFLOW_*`` configuration keys: defaults, coercion, and refusal of unsafe values.
+
+Every key is documented in ``docs/config.rst``. :func:`load_config` reads them from a
+Flask config (after ``setdefault``), turns strings from the environment into the
+right types (``timedelta``, lists, bytes), and raises :class:`ConfigurationError`
+with a message that names the key and says what to set whenever a value is unsafe:
+a short signing key, a non-Secure cookie outside debug/testing, SameSite=None without
+Secure, or an unknown ``AUTHFLOW_`` key (typo protection).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from .errors import ConfigurationError
+
+__all__ = ["DEFAULTS", "AuthFlowConfig", "load_config", "MIN_SIGNING_KEY_BYTES", "coerce_key"]
+
+MIN_SIGNING_KEY_BYTES = 32
+
+#: Every key flask-authflow reads, with its default. ``None`` means "not set".
+DEFAULTS: dict[str, Any] = {
+    "AUTHFLOW_SIGNING_KEY": None,
+    "AUTHFLOW_PREVIOUS_SIGNING_KEYS": [],
+    "AUTHFLOW_SESSION_ENCRYPTION_KEY": None,
+    "AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS": [],
+    "AUTHFLOW_SESSION_TTL": timedelta(hours=12),
+    "AUTHFLOW_SESSION_IDLE_TIMEOUT": timedelta(hours=1),
+    "AUTHFLOW_SESSION_STORE": "sql",
+    "AUTHFLOW_CUSTOM_DATA_LIMIT": 64 * 1024,
+    "AUTHFLOW_COOKIE_NAME": "authflow_session",
+    "AUTHFLOW_COOKIE_SECURE": True,
+    "AUTHFLOW_COOKIE_SAMESITE": "Lax",
+    "AUTHFLOW_COOKIE_DOMAIN": None,
+    "AUTHFLOW_COOKIE_PATH": "/",
+    "AUTHFLOW_ALLOW_INSECURE_LOOPBACK": False,
+    "AUTHFLOW_DATABASE_URL": None,
+    "AUTHFLOW_TRUSTED_PROXIES": ["127.0.0.0/8", "::1/128"],
+    "AUTHFLOW_DEFAULT_TENANT": "default",
+    "AUTHFLOW_LOGIN_VIEW": None,
+    "AUTHFLOW_FRESHNESS": timedelta(minutes=10),
+    "AUTHFLOW_LOCKOUT_MAX_FAILURES": 5,
+    "AUTHFLOW_LOCKOUT_WINDOW": timedelta(hours=1),
+    "AUTHFLOW_LOCKOUT_DURATION": timedelta(minutes=15),
+    "AUTHFLOW_ARGON2_TIME_COST": 3,
+    "AUTHFLOW_ARGON2_MEMORY_COST": 64 * 1024,
+    "AUTHFLOW_ARGON2_PARALLELISM": 4,
+    "AUTHFLOW_MAX_CONCURRENT_HASHES": 2 * (os.cpu_count() or 1),
+    "AUTHFLOW_ISSUER": None,
+    "AUTHFLOW_ISSUER_KEY_STORE": "memory",
+    "AUTHFLOW_ISSUER_BASE_URL": None,
+    "AUTHFLOW_ISSUER_MAX_LIFETIME": timedelta(hours=1),
+    "AUTHFLOW_ISSUER_ALGORITHM": "ES256",
+    "AUTHFLOW_ISSUER_URL_PREFIX": "",
+}
+
+_DURATIONS = {key for key, value in DEFAULTS.items() if isinstance(value, timedelta)}
+_INTEGERS = {
+    "AUTHFLOW_CUSTOM_DATA_LIMIT",
+    "AUTHFLOW_LOCKOUT_MAX_FAILURES",
+    "AUTHFLOW_ARGON2_TIME_COST",
+    "AUTHFLOW_ARGON2_MEMORY_COST",
+    "AUTHFLOW_ARGON2_PARALLELISM",
+    "AUTHFLOW_MAX_CONCURRENT_HASHES",
+}
+_BOOLEANS = {"AUTHFLOW_COOKIE_SECURE", "AUTHFLOW_ALLOW_INSECURE_LOOPBACK"}
+_LISTS = {
+    "AUTHFLOW_PREVIOUS_SIGNING_KEYS",
+    "AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS",
+    "AUTHFLOW_TRUSTED_PROXIES",
+}
+
+
+def coerce_key(name: str, value: str | bytes) -> bytes:
+    """A secret key from config: bytes as they are, text as UTF-8 (its length is what counts)."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise ConfigurationError(f"{name} must be a string or bytes, not {type(value).__name__}")
+
+
+def _duration(name: str, value: Any) -> timedelta:
+    if isinstance(value, timedelta):
+        result = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        result = timedelta(seconds=value)
+    elif isinstance(value, str) and value.strip().isdigit():
+        result = timedelta(seconds=int(value))
+    else:
+        raise ConfigurationError(f"{name} must be a timedelta or a number of seconds, got {value!r}")
+    if result <= timedelta(0):
+        raise ConfigurationError(f"{name} must be positive, got {result}")
+    return result
+
+
+def _integer(name: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be an integer, got {value!r}")
+    try:
+        result = int(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{name} must be an integer, got {value!r}") from None
+    if result <= 0:
+        raise ConfigurationError(f"{name} must be positive, got {result}")
+    return result
+
+
+def _boolean(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name} must be True or False, got {value!r}")
+
+
+def _string_list(name: str, value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    if isinstance(value, bytes):
+        return [value]
+    if isinstance(value, Sequence):
+        return list(value)
+    raise ConfigurationError(f"{name} must be a list (or a comma-separated string), got {value!r}")
+
+
+@dataclass(frozen=True)
+class AuthFlowConfig:
+    """The validated configuration of one app (``app.extensions["authflow"].config``)."""
+
+    values: Mapping[str, Any] = field(repr=False)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def signing_key(self) -> bytes:
+        return bytes(self.values["AUTHFLOW_SIGNING_KEY"])
+
+    @property
+    def previous_signing_keys(self) -> list[bytes]:
+        return list(self.values["AUTHFLOW_PREVIOUS_SIGNING_KEYS"])
+
+    def __repr__(self) -> str:
+        return "AuthFlowConfig(<secrets hidden>)"
+
+
+def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool) -> AuthFlowConfig:
+    """Apply defaults with ``setdefault``, coerce types and refuse unsafe settings."""
+    for key, default in DEFAULTS.items():
+        config.setdefault(key, list(default) if isinstance(default, list) else default)
+
+    unknown = sorted(k for k in config if k.startswith("AUTHFLOW_") and k not in DEFAULTS)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown configuration key(s) {', '.join(unknown)}: check the spelling against docs/config.rst"
+        )
+
+    values: dict[str, Any] = {key: config[key] for key in DEFAULTS}
+    for key in _DURATIONS:
+        values[key] = _duration(key, values[key])
+    for key in _INTEGERS:
+        values[key] = _integer(key, values[key])
+    for key in _BOOLEANS:
+        values[key] = _boolean(key, values[key])
+    for key in _LISTS:
+        values[key] = _string_list(key, values[key])
+
+    raw_key = values["AUTHFLOW_SIGNING_KEY"]
+    if raw_key is None or raw_key in ("", b""):
+        raise ConfigurationError(
+            "AUTHFLOW_SIGNING_KEY is not set: set it to a random secret of at least "
+            f"{MIN_SIGNING_KEY_BYTES} bytes, e.g. the output of "
+            "python -c 'import secrets; print(secrets.token_urlsafe(48))', "
+            "loaded from your secrets store and the same on every process and restart"
+        )
+    signing_key = coerce_key("AUTHFLOW_SIGNING_KEY", raw_key)
+    if len(signing_key) < MIN_SIGNING_KEY_BYTES:
+        raise ConfigurationError(
+            f"AUTHFLOW_SIGNING_KEY is {len(signing_key)} bytes: set it to at least "
+            f"{MIN_SIGNING_KEY_BYTES} random bytes (python -c 'import secrets; print(secrets.token_urlsafe(48))')"
+        )
+    values["AUTHFLOW_SIGNING_KEY"] = signing_key
+    previous = [coerce_key("AUTHFLOW_PREVIOUS_SIGNING_KEYS", k) for k in values["AUTHFLOW_PREVIOUS_SIGNING_KEYS"]]
+    for old in previous:
+        if len(old) < MIN_SIGNING_KEY_BYTES:
+            raise ConfigurationError(
+                f"an entry of AUTHFLOW_PREVIOUS_SIGNING_KEYS is shorter than {MIN_SIGNING_KEY_BYTES} bytes: "
+                "remove it (it could never have been a valid signing key)"
+            )
+    values["AUTHFLOW_PREVIOUS_SIGNING_KEYS"] = previous
+
+    enc = values["AUTHFLOW_SESSION_ENCRYPTION_KEY"]
+    if enc is not None:
+        enc_key = coerce_key("AUTHFLOW_SESSION_ENCRYPTION_KEY", enc)
+        if len(enc_key) != 32:
+            raise ConfigurationError(
+                "AUTHFLOW_SESSION_ENCRYPTION_KEY must be exactly 32 bytes (AES-256): "
+                "set it to secrets.token_bytes(32), or leave it unset to derive it from the signing key"
+            )
+        values["AUTHFLOW_SESSION_ENCRYPTION_KEY"] = enc_key
+    prev_enc = [
+        coerce_key("AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS", k)
+        for k in values["AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS"]
+    ]
+    if any(len(k) != 32 for k in prev_enc):
+        raise ConfigurationError("every AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS entry must be 32 bytes")
+    values["AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS"] = prev_enc
+
+    secure = values["AUTHFLOW_COOKIE_SECURE"]
+    if not secure and not (debug or testing or values["AUTHFLOW_ALLOW_INSECURE_LOOPBACK"]):
+        raise ConfigurationError(
+            "AUTHFLOW_COOKIE_SECURE=False is refused outside debug/testing: session cookies must only "
+            "travel over HTTPS. Set AUTHFLOW_COOKIE_SECURE=True (the default) in production, or for a "
+            "plain-HTTP development server on 127.0.0.1 set AUTHFLOW_ALLOW_INSECURE_LOOPBACK=True "
+            "(requests from other addresses are then refused)"
+        )
+
+    samesite = values["AUTHFLOW_COOKIE_SAMESITE"]
+    if samesite not in ("Lax", "Strict", "None"):
+        raise ConfigurationError(
+            f"AUTHFLOW_COOKIE_SAMESITE must be 'Lax' (default), 'Strict' or 'None', got {samesite!r}"
+        )
+    if samesite == "None" and not secure:
+        raise ConfigurationError("AUTHFLOW_COOKIE_SAMESITE='None' requires AUTHFLOW_COOKIE_SECURE=True")
+
+    if values["AUTHFLOW_SESSION_IDLE_TIMEOUT"] > values["AUTHFLOW_SESSION_TTL"]:
+        raise ConfigurationError(
+            "AUTHFLOW_SESSION_IDLE_TIMEOUT is longer than AUTHFLOW_SESSION_TTL: set it to at most the TTL"
+        )
+    if values["AUTHFLOW_SESSION_STORE"] not in ("sql", "memory"):
+        raise ConfigurationError("AUTHFLOW_SESSION_STORE must be 'sql' (default) or 'memory'")
+    if values["AUTHFLOW_CUSTOM_DATA_LIMIT"] > 64 * 1024:
+        raise ConfigurationError("AUTHFLOW_CUSTOM_DATA_LIMIT may not exceed 65536 bytes (the spec's limit)")
+    if values["AUTHFLOW_ARGON2_MEMORY_COST"] < 19 * 1024 and not testing:
+        raise ConfigurationError(
+            "AUTHFLOW_ARGON2_MEMORY_COST below 19456 KiB is weaker than OWASP's minimum for Argon2id: "
+            "raise it (default 65536), or only lower it with TESTING=True"
+        )
+    if values["AUTHFLOW_ISSUER_ALGORITHM"] not in ("ES256", "RS256"):
+        raise ConfigurationError("AUTHFLOW_ISSUER_ALGORITHM must be 'ES256' (default) or 'RS256'")
+    if values["AUTHFLOW_ISSUER_MAX_LIFETIME"] > timedelta(days=1):
+        raise ConfigurationError("AUTHFLOW_ISSUER_MAX_LIFETIME over 1 day is refused: keep workload tokens short")
+    return AuthFlowConfig(values=values)

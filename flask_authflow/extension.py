@@ -1,0 +1,298 @@
+"""``AuthFlow``: the one object that wires flask-authflow into a Flask app.
+
+Like Flask-SQLAlchemy, the extension object holds no per-app state: ``init_app``
+validates the configuration, builds the stores, the session interface and the
+login service, and keeps them in ``app.extensions["authflow"]`` (an
+:class:`AuthFlowState`), so one ``AuthFlow()`` can serve several apps.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flask import Flask, Response, current_app, g, jsonify, request
+from werkzeug.local import LocalProxy
+
+from .audit.client_ip import TrustedProxies
+from .audit.context import audit_context
+from .audit.sinks import AuthCounters
+from .authn.factors.password import PasswordHasher
+from .authn.lockout import LockoutPolicy
+from .authn.outcomes import FactorCredential, FactorKind, FactorOutcome, FactorRequired, LoginOutcome
+from .authn.service import AuthnService
+from .clock import Clock, SystemClock
+from .config import AuthFlowConfig, load_config
+from .errors import AuthFlowError, ConfigurationError
+from .session.crypto import SessionCrypto, derive_key
+from .session.interface import AuthFlowSessionInterface
+from .session.model import AuthSession
+from .session.stores import MemorySessionStore, SessionStore
+
+__all__ = ["AuthFlow", "AuthFlowState", "get_state", "current_session", "current_auth_session", "error_response"]
+
+EXTENSION_KEY = "authflow"
+
+
+@dataclass
+class AuthFlowState:
+    """Everything flask-authflow built for one app."""
+
+    config: AuthFlowConfig
+    clock: Clock
+    session_store: SessionStore
+    session_interface: AuthFlowSessionInterface
+    backend: Any
+    service: AuthnService
+    trusted_proxies: TrustedProxies
+    counters: AuthCounters
+    hasher: PasswordHasher
+    issuer: Any = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"<AuthFlowState store={type(self.session_store).__name__} backend={type(self.backend).__name__}>"
+
+
+def get_state(app: Flask | None = None) -> AuthFlowState:
+    """The :class:`AuthFlowState` of ``app`` (default: the current app)."""
+    target = app if app is not None else current_app
+    try:
+        state = target.extensions[EXTENSION_KEY]
+    except KeyError:
+        raise RuntimeError(
+            "flask-authflow is not initialised on this app: call AuthFlow(app) or authflow.init_app(app)"
+        ) from None
+    assert isinstance(state, AuthFlowState)
+    return state
+
+
+def _default_database_url(app: Flask) -> str:
+    instance = Path(app.instance_path)
+    instance.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{instance / 'authflow.db'}"
+
+
+def _wants_json() -> bool:
+    if request.is_json:
+        return True
+    best = request.accept_mimetypes.best_match(["application/json", "text/html", "text/plain"])
+    return best == "application/json" and request.accept_mimetypes[best] > request.accept_mimetypes["text/html"]
+
+
+def error_response(error: AuthFlowError) -> Response:
+    """The response for a typed error: JSON for JSON clients, plain text otherwise."""
+    if _wants_json():
+        response = jsonify(error.to_dict())
+    else:
+        response = Response(f"{error.message}\n", mimetype="text/plain")
+    response.status_code = error.status
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+class AuthFlow:
+    """The flask-authflow extension.
+
+    :param app: the app to initialise now (or call :meth:`init_app` later).
+    :param backend: identity/factor/attempt/audit store; default: ``SqlAlchemyBackend``
+        on ``AUTHFLOW_DATABASE_URL`` (SQLite in the instance folder when unset).
+    :param session_store: where sessions live; default per ``AUTHFLOW_SESSION_STORE``.
+    :param clock: the clock every part uses (a ``MockClock`` in tests).
+    :param hasher: the Argon2id hasher; default from the ``AUTHFLOW_ARGON2_*`` keys.
+    """
+
+    def __init__(
+        self,
+        app: Flask | None = None,
+        *,
+        backend: Any = None,
+        session_store: SessionStore | None = None,
+        clock: Clock | None = None,
+        hasher: PasswordHasher | None = None,
+    ) -> None:
+        self._backend = backend
+        self._session_store = session_store
+        self._clock = clock
+        self._hasher = hasher
+        if app is not None:
+            self.init_app(app)
+
+    # --- wiring --------------------------------------------------------------------------
+
+    def init_app(self, app: Flask) -> None:
+        """Validate configuration and install sessions, login, audit and CLI on ``app``."""
+        if EXTENSION_KEY in app.extensions:
+            raise RuntimeError(
+                "flask-authflow is already initialised on this app; call init_app once per app"
+            )
+        config = load_config(app.config, debug=app.debug, testing=app.testing)
+        clock = self._clock or SystemClock()
+        hasher = self._hasher or PasswordHasher(
+            time_cost=config["AUTHFLOW_ARGON2_TIME_COST"],
+            memory_cost=config["AUTHFLOW_ARGON2_MEMORY_COST"],
+            parallelism=config["AUTHFLOW_ARGON2_PARALLELISM"],
+            max_concurrent=config["AUTHFLOW_MAX_CONCURRENT_HASHES"],
+        )
+        try:
+            trusted = TrustedProxies(config["AUTHFLOW_TRUSTED_PROXIES"])
+        except ValueError as exc:
+            raise ConfigurationError(f"AUTHFLOW_TRUSTED_PROXIES: {exc}") from exc
+
+        database_url = config["AUTHFLOW_DATABASE_URL"] or _default_database_url(app)
+        backend = self._backend
+        if backend is None:
+            from .stores.sqlalchemy.backend import SqlAlchemyBackend
+
+            backend = SqlAlchemyBackend(database_url, hasher=hasher, clock=clock)
+        session_store = self._session_store or self._build_session_store(config, database_url, backend, clock)
+
+        counters = AuthCounters()
+        service = AuthnService(
+            backend,
+            backend,
+            hasher=hasher,
+            lockout=LockoutPolicy(
+                max_failures=config["AUTHFLOW_LOCKOUT_MAX_FAILURES"],
+                window=config["AUTHFLOW_LOCKOUT_WINDOW"],
+                lock_duration=config["AUTHFLOW_LOCKOUT_DURATION"],
+            ),
+            clock=clock,
+            counters=counters,
+        )
+        interface = AuthFlowSessionInterface(
+            session_store,
+            config.signing_key,
+            previous_signing_keys=config.previous_signing_keys,
+            ttl=config["AUTHFLOW_SESSION_TTL"],
+            idle_timeout=config["AUTHFLOW_SESSION_IDLE_TIMEOUT"],
+            cookie_name=config["AUTHFLOW_COOKIE_NAME"],
+            secure=config["AUTHFLOW_COOKIE_SECURE"],
+            samesite=config["AUTHFLOW_COOKIE_SAMESITE"],
+            cookie_domain=config["AUTHFLOW_COOKIE_DOMAIN"],
+            cookie_path=config["AUTHFLOW_COOKIE_PATH"],
+            clock=clock,
+            custom_limit=config["AUTHFLOW_CUSTOM_DATA_LIMIT"],
+        )
+        state = AuthFlowState(
+            config=config,
+            clock=clock,
+            session_store=session_store,
+            session_interface=interface,
+            backend=backend,
+            service=service,
+            trusted_proxies=trusted,
+            counters=counters,
+            hasher=hasher,
+        )
+        app.extensions[EXTENSION_KEY] = state
+        app.session_interface = interface
+        app.register_error_handler(AuthFlowError, error_response)
+        app.before_request(_before_request)
+
+        from .cli import authflow_cli
+
+        app.cli.add_command(authflow_cli)
+
+        if config["AUTHFLOW_ISSUER"]:
+            from .issuer_wiring import install_issuer
+
+            install_issuer(app, state)
+
+    @staticmethod
+    def _build_session_store(
+        config: AuthFlowConfig, database_url: str, backend: Any, clock: Clock
+    ) -> SessionStore:
+        if config["AUTHFLOW_SESSION_STORE"] == "memory":
+            return MemorySessionStore(clock=clock)
+        from .stores.sqlalchemy.session_store import SqlAlchemySessionStore
+
+        key = config["AUTHFLOW_SESSION_ENCRYPTION_KEY"] or derive_key(config.signing_key, b"authflow.at-rest")
+        previous = list(config["AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS"])
+        if config["AUTHFLOW_SESSION_ENCRYPTION_KEY"] is None:
+            previous += [derive_key(old, b"authflow.at-rest") for old in config.previous_signing_keys]
+        crypto = SessionCrypto(key, previous_keys=previous)
+        engine = getattr(backend, "engine", None) or database_url
+        return SqlAlchemySessionStore(engine, crypto=crypto, clock=clock)
+
+    # --- request-time helpers on the current app ----------------------------------------------
+
+    @property
+    def state(self) -> AuthFlowState:
+        """The :class:`AuthFlowState` of the current app."""
+        return get_state()
+
+    @property
+    def service(self) -> AuthnService:
+        """The :class:`AuthnService` of the current app."""
+        return get_state().service
+
+    def login_with_password(
+        self, identifier: str, password: str, *, tenant: str | None = None
+    ) -> LoginOutcome | FactorOutcome:
+        """Begin a login and verify the password in one call, as ``POST /login`` does.
+
+        Returns the ``begin_login`` outcome when it is not ``FactorRequired(PASSWORD)``
+        (locked, step-up), else the ``verify_factor`` outcome.
+        """
+        state = get_state()
+        session = current_auth_session()
+        handle = state.service.with_audit_context(audit_context())
+        tenant_name = tenant or state.config["AUTHFLOW_DEFAULT_TENANT"]
+        with FactorCredential.password(password) as credential:
+            begun = handle.begin_login(identifier, tenant_name, session)
+            if not (isinstance(begun, FactorRequired) and begun.kind is FactorKind.PASSWORD):
+                return begun
+            return handle.verify_factor(credential, session)
+
+    def logout(self) -> None:
+        """Log the current session out (audited; id rotated; cookie cleared)."""
+        state = get_state()
+        state.service.with_audit_context(audit_context()).logout(current_auth_session())
+
+
+def current_auth_session() -> AuthSession:
+    """The current request's :class:`AuthSession` (``flask.session`` under flask-authflow)."""
+    from flask import session
+
+    obj = session._get_current_object()  # type: ignore[attr-defined]
+    if not isinstance(obj, AuthSession):
+        raise RuntimeError("the session is not a flask-authflow session: is AuthFlow initialised on this app?")
+    return obj
+
+
+def _is_loopback(address: str | None) -> bool:
+    if not address:
+        return False
+    try:
+        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _before_request() -> Response | None:
+    state = get_state()
+    config = state.config
+    if (
+        not config["AUTHFLOW_COOKIE_SECURE"]
+        and config["AUTHFLOW_ALLOW_INSECURE_LOOPBACK"]
+        and not (current_app.debug or current_app.testing)
+        and not _is_loopback(request.remote_addr)
+    ):
+        return error_response(
+            ConfigurationError(
+                "this server sends session cookies without Secure and only answers on loopback: "
+                "set AUTHFLOW_COOKIE_SECURE=True and serve over HTTPS"
+            )
+        )
+    session = current_auth_session()
+    if session.binding_mismatch and not g.get("_authflow_mismatch_counted"):
+        g._authflow_mismatch_counted = True
+        state.counters.increment("binding_mismatches")
+    return None
+
+
+#: The current request's :class:`AuthSession`, typed (like ``flask_login.current_user``).
+current_session: AuthSession = LocalProxy(current_auth_session)  # type: ignore[assignment]

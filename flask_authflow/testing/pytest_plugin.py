@@ -1,0 +1,208 @@
+"""The flask-authflow pytest plugin (registered under the ``pytest11`` entry point).
+
+Fixtures:
+
+``mock_clock``
+    A :class:`~flask_authflow.clock.MockClock` (shared by ``authflow_app``).
+``authflow_hasher``
+    A fast Argon2id profile for tests (still Argon2id, still verified; only cheaper).
+``authflow_app``
+    Your ``app`` fixture if you define one, else a minimal app with in-memory stores.
+``authflow_client``
+    ``authflow_app.test_client()``.
+``login_client``
+    A factory: ``login_client("alice", tenant="acme")`` returns a test client whose
+    session went through the real login (password verified, audited, id rotated); the
+    user is created with a random password first if it does not exist.
+``logged_in_client``
+    ``login_client()`` for the user named by ``@pytest.mark.authflow_user("bob", tenant=...)``,
+    default ``"alice"``.
+``mail_outbox``
+    A list that collects the messages the app sends through flask-authflow.
+``local_idp``
+    A :class:`~flask_authflow.testing.fixture.LocalIdpFixture` (RSA-2048) for
+    ``https://issuer.test``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:  # the plugin loads in every pytest run: import the library only when used
+    from flask import Flask
+    from flask.testing import FlaskClient
+
+    from ..authn.factors.password import PasswordHasher
+    from ..clock import MockClock
+
+__all__ = ["Outbox", "SentMessage", "login_test_client"]
+
+TEST_USER_AGENT = "flask-authflow-tests/1.0"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "authflow_user(username, tenant=None): the user logged_in_client logs in as"
+    )
+
+
+@dataclass(frozen=True)
+class SentMessage:
+    """One message the app sent (e-mail OTP codes and the like)."""
+
+    to: str
+    subject: str
+    body: str
+
+
+@dataclass
+class Outbox:
+    """A mail sender that keeps messages in memory, for assertions."""
+
+    messages: list[SentMessage] = field(default_factory=list)
+
+    def send(self, to: str, subject: str, body: str) -> None:
+        self.messages.append(SentMessage(to=to, subject=subject, body=body))
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def __getitem__(self, index: int) -> SentMessage:
+        return self.messages[index]
+
+
+def login_test_client(
+    app: Flask, username: str, *, tenant: str | None = None, password: str | None = None
+) -> FlaskClient:
+    """A test client logged in as ``username`` through the real login path.
+
+    If the user does not exist it is created with ``password`` (or a random one). Only
+    password logins are completed here: a user with further factors gets
+    ``RuntimeError`` naming the factor, rather than a bypass.
+    """
+    from ..audit.context import AuditContext
+    from ..authn.outcomes import Authenticated, FactorCredential, FactorRequired
+    from ..extension import get_state
+    from ..session.model import AuthSession
+
+    state = get_state(app)
+    tenant_name = tenant or str(state.config["AUTHFLOW_DEFAULT_TENANT"])
+    secret = password or secrets.token_urlsafe(16)
+    with app.app_context():
+        if state.backend.find_user(tenant_name, username) is None:
+            state.backend.create_user(tenant_name, username, secret)
+        elif password is None:
+            raise RuntimeError(f"user {username!r} exists: pass its password to log in")
+    client = app.test_client()
+    client.environ_base["HTTP_USER_AGENT"] = TEST_USER_AGENT
+    with client.session_transaction(environ_base=client.environ_base) as session:
+        assert isinstance(session, AuthSession)
+        handle = state.service.with_audit_context(AuditContext.unknown())
+        begun = handle.begin_login(username, tenant_name, session)
+        if not isinstance(begun, FactorRequired):
+            raise RuntimeError(f"login of {username!r} did not start: {begun!r}")
+        outcome = handle.verify_factor(FactorCredential.password(secret), session)
+        if not isinstance(outcome, Authenticated):
+            raise RuntimeError(f"login of {username!r} needs more than a password: {outcome!r}")
+    return client
+
+
+@pytest.fixture
+def mock_clock() -> MockClock:
+    """A clock that moves only when the test says so."""
+    from ..clock import MockClock
+
+    return MockClock()
+
+
+@pytest.fixture
+def authflow_hasher() -> PasswordHasher:
+    """Argon2id with minimal cost parameters: real hashing, fast tests."""
+    from ..authn.factors.password import PasswordHasher
+
+    return PasswordHasher.fast_for_tests()
+
+
+@pytest.fixture
+def authflow_app(request: pytest.FixtureRequest, mock_clock: MockClock, authflow_hasher: PasswordHasher) -> Flask:
+    """The app under test: your ``app`` fixture, or a minimal in-memory app."""
+    from flask import Flask
+
+    try:
+        app = request.getfixturevalue("app")
+    except pytest.FixtureLookupError:
+        app = None
+    if app is not None:
+        assert isinstance(app, Flask)
+        return app
+
+    from ..extension import AuthFlow
+    from ..session.stores import MemorySessionStore
+    from ..stores.memory import InMemoryBackend
+
+    app = Flask("authflow_test_app")
+    app.config.update(
+        TESTING=True,
+        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
+        AUTHFLOW_SESSION_STORE="memory",
+    )
+    AuthFlow(
+        app,
+        backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
+        session_store=MemorySessionStore(clock=mock_clock),
+        clock=mock_clock,
+        hasher=authflow_hasher,
+    )
+    return app
+
+
+@pytest.fixture
+def authflow_client(authflow_app: Flask) -> FlaskClient:
+    """A test client of ``authflow_app``."""
+    client = authflow_app.test_client()
+    client.environ_base["HTTP_USER_AGENT"] = TEST_USER_AGENT
+    return client
+
+
+@pytest.fixture
+def login_client(authflow_app: Flask) -> Callable[..., FlaskClient]:
+    """Factory of logged-in test clients: ``login_client("alice", tenant=None, password=None)``."""
+
+    def make(username: str = "alice", *, tenant: str | None = None, password: str | None = None) -> FlaskClient:
+        return login_test_client(authflow_app, username, tenant=tenant, password=password)
+
+    return make
+
+
+@pytest.fixture
+def logged_in_client(request: pytest.FixtureRequest, login_client: Callable[..., FlaskClient]) -> FlaskClient:
+    """A test client already Authenticated (``@pytest.mark.authflow_user`` names the user)."""
+    marker = request.node.get_closest_marker("authflow_user")
+    args: tuple[Any, ...] = marker.args if marker else ()
+    kwargs: dict[str, Any] = dict(marker.kwargs) if marker else {}
+    return login_client(*args, **kwargs)
+
+
+@pytest.fixture
+def mail_outbox(authflow_app: Flask) -> Outbox:
+    """Collects what the app sends through ``state.extras["mail_sender"]``."""
+    from ..extension import get_state
+
+    outbox = Outbox()
+    get_state(authflow_app).extras["mail_sender"] = outbox
+    return outbox
+
+
+@pytest.fixture
+def local_idp() -> Any:
+    """A fresh in-process issuer (RSA-2048) for ``https://issuer.test``."""
+    from .fixture import LocalIdpFixture
+
+    return LocalIdpFixture("https://issuer.test")

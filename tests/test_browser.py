@@ -1,0 +1,80 @@
+"""The reference app's HTML pages in a real headless Chromium (Debian's chromium + chromium-driver)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.parts import missing_part
+from tests.test_reference_app import live_server  # noqa: F401 - the real server fixture
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if not chromium or not driver_path:
+        missing_part("headless Chromium and ChromeDriver are not installed (Debian: chromium chromium-driver)")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        missing_part("selenium is not installed (pip install -e '.[dev]')")
+        raise
+    profile = tempfile.mkdtemp(prefix="authflow-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(chromium)
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--window-size=900,700",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=str(driver_path)), options=options)
+    driver.set_page_load_timeout(20)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_login_page_sign_in_and_out_in_chromium(browser: Any, live_server: str, tmp_path: Path) -> None:  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    browser.get(live_server + "/account")
+    assert "/login" in browser.current_url  # redirected, with a safe next
+    browser.find_element(By.ID, "username").send_keys("alice")
+    browser.find_element(By.ID, "password").send_keys("not-her-password")
+    browser.find_element(By.ID, "submit").click()
+    assert "invalid credentials" in browser.find_element(By.ID, "error").text
+
+    browser.find_element(By.ID, "username").send_keys("alice")
+    browser.find_element(By.ID, "password").send_keys("wonderland-42")
+    browser.find_element(By.ID, "submit").click()
+    assert browser.current_url.endswith("/account")
+    assert "Signed in as user" in browser.find_element(By.ID, "whoami").text
+    cookie = browser.get_cookie("authflow_session")
+    assert cookie is not None and cookie["httpOnly"] is True and cookie["sameSite"] == "Lax"
+    assert browser.execute_script("return document.cookie").find("authflow_session") == -1
+    browser.save_screenshot(str(tmp_path / "account.png"))
+
+    browser.find_element(By.ID, "logout").click()
+    assert "/login" in browser.current_url
+    browser.get(live_server + "/account")
+    assert "/login" in browser.current_url

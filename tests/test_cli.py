@@ -1,0 +1,114 @@
+"""The ``flask authflow`` command group: users, passwords and sessions."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+from flask import Flask
+
+from flask_authflow import AuthFlow, InMemoryBackend, get_state
+from flask_authflow.session.stores import MemorySessionStore
+from flask_authflow.testing.pytest_plugin import login_test_client
+
+
+@pytest.fixture
+def app(mock_clock, authflow_hasher) -> Flask:
+    app = Flask(__name__)
+    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
+    AuthFlow(
+        app,
+        backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
+        session_store=MemorySessionStore(clock=mock_clock),
+        clock=mock_clock,
+        hasher=authflow_hasher,
+    )
+
+    @app.get("/who")
+    def who() -> str:
+        from flask_authflow import current_session
+
+        return current_session.state.value
+
+    return app
+
+
+def test_create_user_from_stdin_then_login(app: Flask) -> None:
+    runner = app.test_cli_runner()
+    result = runner.invoke(args=["authflow", "create-user", "Alice", "--password-stdin"], input="s3cret-pass\n")
+    assert result.exit_code == 0, result.output
+    assert "created user 'alice'" in result.output
+    assert "s3cret-pass" not in result.output
+    client = login_test_client(app, "alice", password="s3cret-pass")
+    assert client.get("/who").text == "authenticated"
+
+
+def test_create_user_prompts_with_confirmation(app: Flask) -> None:
+    runner = app.test_cli_runner()
+    result = runner.invoke(args=["authflow", "create-user", "bob", "--tenant", "acme"], input="pw-one\npw-one\n")
+    assert result.exit_code == 0, result.output
+    with app.app_context():
+        assert get_state(app).backend.find_user("acme", "bob") is not None
+        assert get_state(app).backend.find_user("default", "bob") is None
+
+
+def test_create_user_mismatched_confirmation_fails(app: Flask) -> None:
+    result = app.test_cli_runner().invoke(args=["authflow", "create-user", "bob"], input="one\ntwo\none\none\n")
+    assert "do not match" in result.output.lower() or "don't match" in result.output.lower()
+
+
+def test_password_is_never_an_argument(app: Flask) -> None:
+    result = app.test_cli_runner().invoke(args=["authflow", "create-user", "carol", "--password", "x"])
+    assert result.exit_code != 0
+    assert "No such option" in result.output
+
+
+def test_duplicate_user_is_a_clean_error(app: Flask) -> None:
+    runner = app.test_cli_runner()
+    runner.invoke(args=["authflow", "create-user", "dave", "--password-stdin"], input="first-pass\n")
+    again = runner.invoke(args=["authflow", "create-user", "DAVE", "--password-stdin"], input="second-pass\n")
+    assert again.exit_code == 1
+    assert "Error" in again.output
+    assert "Traceback" not in again.output
+
+
+def test_empty_password_refused(app: Flask) -> None:
+    result = app.test_cli_runner().invoke(args=["authflow", "create-user", "erin", "--password-stdin"], input="\n")
+    assert result.exit_code != 0
+    assert "empty" in result.output
+
+
+def test_set_password_revokes_sessions(app: Flask) -> None:
+    runner = app.test_cli_runner()
+    runner.invoke(args=["authflow", "create-user", "frank", "--password-stdin"], input="old-password\n")
+    client = login_test_client(app, "frank", password="old-password")
+    assert client.get("/who").text == "authenticated"
+    result = runner.invoke(args=["authflow", "set-password", "frank", "--password-stdin"], input="new-password\n")
+    assert result.exit_code == 0, result.output
+    assert "1 session(s) revoked" in result.output
+    assert client.get("/who").text == "guest"
+    assert login_test_client(app, "frank", password="new-password").get("/who").text == "authenticated"
+
+
+def test_set_password_unknown_user(app: Flask) -> None:
+    result = app.test_cli_runner().invoke(args=["authflow", "set-password", "nobody", "--password-stdin"], input="x-pass\n")
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+
+
+def test_sessions_list_and_revoke(app: Flask) -> None:
+    runner = app.test_cli_runner()
+    runner.invoke(args=["authflow", "create-user", "gina", "--password-stdin"], input="gina-password\n")
+    first = login_test_client(app, "gina", password="gina-password")
+    second = login_test_client(app, "gina", password="gina-password")
+    listing = runner.invoke(args=["authflow", "sessions", "list", "--user", "gina"])
+    assert listing.exit_code == 0, listing.output
+    assert "2 session(s)" in listing.output
+    assert "authenticated" in listing.output
+    revoke = runner.invoke(args=["authflow", "sessions", "revoke", "--user", "gina"])
+    assert "2 session(s) revoked" in revoke.output
+    assert first.get("/who").text == "guest"
+    assert second.get("/who").text == "guest"
+    unknown = runner.invoke(args=["authflow", "sessions", "list", "--user", "nobody"])
+    assert unknown.exit_code == 1
+    assert "no user 'nobody'" in unknown.output

@@ -1,0 +1,137 @@
+"""Configuration: defaults, coercion, and refusal of unsafe settings at init_app."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from flask import Flask
+
+from flask_authflow.config import DEFAULTS, load_config
+from flask_authflow.errors import ConfigurationError
+
+KEY = "k" * 32
+
+
+def _load(debug: bool = False, testing: bool = False, **overrides: object):
+    config: dict[str, object] = {"AUTHFLOW_SIGNING_KEY": KEY, **overrides}
+    return load_config(config, debug=debug, testing=testing), config
+
+
+def test_defaults_are_applied_with_setdefault() -> None:
+    cfg, raw = _load()
+    assert cfg["AUTHFLOW_SESSION_TTL"] == timedelta(hours=12)
+    assert cfg["AUTHFLOW_SESSION_IDLE_TIMEOUT"] == timedelta(hours=1)
+    assert cfg["AUTHFLOW_COOKIE_NAME"] == "authflow_session"
+    assert cfg["AUTHFLOW_COOKIE_SECURE"] is True
+    assert cfg["AUTHFLOW_COOKIE_SAMESITE"] == "Lax"
+    assert cfg["AUTHFLOW_LOCKOUT_MAX_FAILURES"] == 5
+    assert cfg["AUTHFLOW_LOCKOUT_DURATION"] == timedelta(minutes=15)
+    assert set(DEFAULTS) <= set(raw)  # written back into app.config, as setdefault does
+
+
+def test_existing_values_win_over_defaults() -> None:
+    cfg, _ = _load(AUTHFLOW_SESSION_TTL=timedelta(hours=2), AUTHFLOW_SESSION_IDLE_TIMEOUT=600)
+    assert cfg["AUTHFLOW_SESSION_TTL"] == timedelta(hours=2)
+    assert cfg["AUTHFLOW_SESSION_IDLE_TIMEOUT"] == timedelta(minutes=10)
+
+
+def test_environment_strings_are_coerced() -> None:
+    cfg, _ = _load(
+        AUTHFLOW_SESSION_TTL="7200",
+        AUTHFLOW_COOKIE_SECURE="true",
+        AUTHFLOW_TRUSTED_PROXIES="10.0.0.0/8, 192.168.0.0/16",
+        AUTHFLOW_LOCKOUT_MAX_FAILURES="3",
+    )
+    assert cfg["AUTHFLOW_SESSION_TTL"] == timedelta(hours=2)
+    assert cfg["AUTHFLOW_TRUSTED_PROXIES"] == ["10.0.0.0/8", "192.168.0.0/16"]
+    assert cfg["AUTHFLOW_LOCKOUT_MAX_FAILURES"] == 3
+
+
+def test_text_key_counts_in_bytes() -> None:
+    cfg, _ = _load()
+    assert cfg.signing_key == KEY.encode()
+    assert "kkkk" not in repr(cfg)
+
+
+@pytest.mark.parametrize("key", [None, "", "short", "x" * 31, b"\x00" * 31])
+def test_short_or_missing_signing_key_is_refused(key: object) -> None:
+    with pytest.raises(ConfigurationError, match="AUTHFLOW_SIGNING_KEY"):
+        load_config({"AUTHFLOW_SIGNING_KEY": key}, debug=False, testing=False)
+
+
+def test_signing_key_of_wrong_type_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="AUTHFLOW_SIGNING_KEY"):
+        load_config({"AUTHFLOW_SIGNING_KEY": 12345678901234567890123456789012345}, debug=False, testing=False)
+
+
+def test_short_previous_key_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="AUTHFLOW_PREVIOUS_SIGNING_KEYS"):
+        _load(AUTHFLOW_PREVIOUS_SIGNING_KEYS=["x" * 10])
+
+
+def test_insecure_cookie_refused_outside_debug_and_testing() -> None:
+    with pytest.raises(ConfigurationError, match="AUTHFLOW_COOKIE_SECURE=False.*AUTHFLOW_ALLOW_INSECURE_LOOPBACK"):
+        _load(AUTHFLOW_COOKIE_SECURE=False)
+
+
+@pytest.mark.parametrize(
+    ("debug", "testing", "loopback"), [(True, False, False), (False, True, False), (False, False, True)]
+)
+def test_insecure_cookie_allowed_in_debug_testing_or_loopback_opt_out(
+    debug: bool, testing: bool, loopback: bool
+) -> None:
+    cfg, _ = _load(
+        debug=debug, testing=testing, AUTHFLOW_COOKIE_SECURE=False, AUTHFLOW_ALLOW_INSECURE_LOOPBACK=loopback
+    )
+    assert cfg["AUTHFLOW_COOKIE_SECURE"] is False
+
+
+def test_unknown_prefixed_key_is_refused_as_typo() -> None:
+    with pytest.raises(ConfigurationError, match="AUTHFLOW_SESION_TTL"):
+        _load(AUTHFLOW_SESION_TTL=5)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("AUTHFLOW_COOKIE_SAMESITE", "lax", "SAMESITE"),
+        ("AUTHFLOW_SESSION_TTL", "soon", "timedelta"),
+        ("AUTHFLOW_SESSION_TTL", timedelta(0), "positive"),
+        ("AUTHFLOW_SESSION_IDLE_TIMEOUT", timedelta(days=2), "IDLE_TIMEOUT"),
+        ("AUTHFLOW_LOCKOUT_MAX_FAILURES", "many", "integer"),
+        ("AUTHFLOW_LOCKOUT_MAX_FAILURES", True, "integer"),
+        ("AUTHFLOW_COOKIE_SECURE", "perhaps", "True or False"),
+        ("AUTHFLOW_SESSION_STORE", "redis", "SESSION_STORE"),
+        ("AUTHFLOW_CUSTOM_DATA_LIMIT", 100_000, "65536"),
+        ("AUTHFLOW_ARGON2_MEMORY_COST", 1024, "OWASP"),
+        ("AUTHFLOW_SESSION_ENCRYPTION_KEY", "x" * 16, "32 bytes"),
+        ("AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS", ["x" * 16], "32 bytes"),
+        ("AUTHFLOW_ISSUER_ALGORITHM", "HS256", "ES256"),
+        ("AUTHFLOW_ISSUER_MAX_LIFETIME", timedelta(days=2), "1 day"),
+        ("AUTHFLOW_TRUSTED_PROXIES", 42, "list"),
+    ],
+)
+def test_invalid_values_name_the_key(key: str, value: object, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        _load(**{key: value})
+
+
+def test_samesite_none_requires_secure() -> None:
+    with pytest.raises(ConfigurationError, match="requires AUTHFLOW_COOKIE_SECURE"):
+        _load(debug=True, AUTHFLOW_COOKIE_SAMESITE="None", AUTHFLOW_COOKIE_SECURE=False)
+
+
+def test_weak_argon2_allowed_only_when_testing() -> None:
+    cfg, _ = _load(testing=True, AUTHFLOW_ARGON2_MEMORY_COST=8)
+    assert cfg["AUTHFLOW_ARGON2_MEMORY_COST"] == 8
+
+
+def test_init_app_refuses_unsafe_config_with_message() -> None:
+    from flask_authflow import AuthFlow
+
+    app = Flask(__name__)
+    app.config["AUTHFLOW_SIGNING_KEY"] = "too-short"
+    with pytest.raises(ConfigurationError, match="at least 32"):
+        AuthFlow(app)
+    assert "authflow" not in app.extensions

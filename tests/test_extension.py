@@ -1,0 +1,130 @@
+"""AuthFlow wiring: init_app, per-app state, error responses, the insecure-loopback guard."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+from flask import Flask, session
+
+from flask_authflow import AuthFlow, AuthSession, current_session, get_state
+from flask_authflow.errors import AuthFlowError, StoreUnavailable
+from flask_authflow.session.stores import MemorySessionStore
+from flask_authflow.stores.memory import InMemoryBackend
+
+
+def _app(**config: object) -> Flask:
+    app = Flask(__name__)
+    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), **config)
+    return app
+
+
+def test_direct_and_factory_forms_both_install_state(tmp_path, authflow_hasher) -> None:
+    direct = _app(AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'a.db'}")
+    AuthFlow(direct, hasher=authflow_hasher)
+    ext = AuthFlow(hasher=authflow_hasher)
+    one = _app(AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'b.db'}")
+    two = _app(AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'c.db'}")
+    ext.init_app(one)
+    ext.init_app(two)
+    assert get_state(direct) is not get_state(one) is not get_state(two)
+    assert get_state(one).backend is not get_state(two).backend
+    with one.app_context():
+        assert ext.state is get_state(one)
+
+
+def test_second_init_app_is_refused(authflow_hasher) -> None:
+    app = _app(AUTHFLOW_SESSION_STORE="memory")
+    ext = AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    with pytest.raises(RuntimeError, match="already initialised"):
+        ext.init_app(app)
+    with pytest.raises(RuntimeError, match="already initialised"):
+        AuthFlow(app)
+
+
+def test_get_state_without_init_names_the_fix() -> None:
+    with Flask(__name__).app_context(), pytest.raises(RuntimeError, match="AuthFlow\\(app\\)"):
+        get_state()
+
+
+def test_default_database_is_sqlite_in_instance_folder(tmp_path, authflow_hasher) -> None:
+    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
+    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
+    AuthFlow(app, hasher=authflow_hasher)
+    with app.app_context():
+        get_state(app).backend.create_user("default", "alice", "correct horse battery")
+    assert (tmp_path / "instance" / "authflow.db").exists()
+
+
+def test_flask_session_is_the_auth_session(authflow_app, authflow_client) -> None:
+    @authflow_app.get("/probe")
+    def probe() -> str:
+        assert isinstance(session._get_current_object(), AuthSession)
+        assert current_session.is_guest
+        return current_session.state.value
+
+    assert authflow_client.get("/probe").text == "guest"
+
+
+def test_typed_errors_become_json_or_text_never_500(authflow_app, authflow_client) -> None:
+    @authflow_app.get("/boom")
+    def boom() -> str:
+        raise StoreUnavailable()
+
+    as_json = authflow_client.get("/boom", headers={"Accept": "application/json"})
+    assert as_json.status_code == 503
+    assert as_json.json == {"error": "store_unavailable", "message": StoreUnavailable().message}
+    assert as_json.headers["Cache-Control"] == "no-store"
+    as_text = authflow_client.get("/boom")
+    assert as_text.status_code == 503
+    assert as_text.mimetype == "text/plain"
+
+
+def test_custom_data_over_limit_is_413_not_500(authflow_app, authflow_client) -> None:
+    @authflow_app.post("/big")
+    def big() -> str:
+        current_session["blob"] = "x" * (70 * 1024)
+        return "stored"
+
+    response = authflow_client.post("/big", headers={"Accept": "application/json"})
+    assert response.status_code == 413
+    assert response.json["error"] == "session_data_too_large"
+
+
+def test_insecure_loopback_mode_refuses_non_loopback_peers(authflow_hasher) -> None:
+    app = Flask(__name__)
+    app.config.update(
+        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
+        AUTHFLOW_COOKIE_SECURE=False,
+        AUTHFLOW_ALLOW_INSECURE_LOOPBACK=True,
+        AUTHFLOW_SESSION_STORE="memory",
+    )
+    AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+
+    @app.get("/")
+    def index() -> str:
+        return "ok"
+
+    client = app.test_client()
+    assert client.get("/", environ_base={"REMOTE_ADDR": "127.0.0.1"}).status_code == 200
+    assert client.get("/", environ_base={"REMOTE_ADDR": "::1"}).status_code == 200
+    refused = client.get("/", environ_base={"REMOTE_ADDR": "203.0.113.9"})
+    assert refused.status_code == 500
+    assert "AUTHFLOW_COOKIE_SECURE=True" in refused.text
+    spoofed = client.get("/", environ_base={"REMOTE_ADDR": "203.0.113.9"}, headers={"X-Forwarded-For": "127.0.0.1"})
+    assert spoofed.status_code == 500
+
+
+def test_every_error_class_has_code_and_status() -> None:
+    import flask_authflow.errors as errors
+
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        if isinstance(cls, type) and issubclass(cls, AuthFlowError):
+            assert cls.code and 400 <= cls.status < 600, name
+
+
+def test_memory_store_option(authflow_hasher) -> None:
+    app = _app(AUTHFLOW_SESSION_STORE="memory")
+    AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    assert isinstance(get_state(app).session_store, MemorySessionStore)
