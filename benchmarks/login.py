@@ -5,7 +5,7 @@ Prints medians over N runs, with the production Argon2id profile (t=3, m=64 MiB,
 * one ``argon2.PasswordHasher.verify`` (the floor),
 * a successful login through ``AuthnService`` (begin_login + verify_factor),
 * a successful ``POST /login`` through Flask (session layer, audit, SQLite store),
-* the overheads (login − verify),
+* the overheads (login - verify),
 * unknown user vs wrong password (must be within 10 %).
 
     .venv/bin/python benchmarks/login.py [--runs 21]
@@ -26,9 +26,9 @@ import argon2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flask import Flask  # noqa: E402
+from flask import Flask
 
-from flask_authflow import (  # noqa: E402
+from flask_authflow import (
     AuditContext,
     AuthFlow,
     AuthnService,
@@ -38,30 +38,32 @@ from flask_authflow import (  # noqa: E402
     LockoutPolicy,
     PasswordHasher,
 )
-from flask_authflow.session.model import new_guest_record  # noqa: E402
+from flask_authflow.session.model import new_guest_record
 
 PASSWORD = "correct horse battery staple"
 
 
-def median_ms(fn: Callable[[], object], runs: int) -> float:
-    fn()  # warm up
-    samples = []
+def interleaved_medians(variants: dict[str, Callable[[], object]], runs: int) -> dict[str, float]:
+    """Median milliseconds of each variant, measured round-robin so that drift in the
+    machine's speed (Argon2 with 64 MiB is memory-bound and noisy) hits all alike."""
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for fn in variants.values():
+        fn()  # warm up
     for _ in range(runs):
-        started = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
+        for name, fn in variants.items():
+            started = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - started) * 1000)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument("--runs", type=int, default=31)
     args = parser.parse_args()
 
     raw = argon2.PasswordHasher.from_parameters(argon2.profiles.RFC_9106_LOW_MEMORY)
     stored = raw.hash(PASSWORD)
-    verify_ms = median_ms(lambda: raw.verify(stored, PASSWORD), args.runs)
-
     hasher = PasswordHasher()
     backend = InMemoryBackend(hasher=hasher).with_user_password("alice", "default", PASSWORD)
     service = AuthnService(backend, backend, hasher=hasher, lockout=LockoutPolicy(max_failures=10**9))
@@ -71,11 +73,6 @@ def main() -> None:
         session = AuthSession(new_guest_record(service.clock.now()), new=True, request_fingerprint="fp")
         handle.begin_login(identifier, tenant, session)
         return handle.verify_factor(FactorCredential.password(password), session)
-
-    service_ms = median_ms(lambda: login("alice", PASSWORD), args.runs)
-    wrong_ms = median_ms(lambda: login("alice", "wrong password"), args.runs)
-    unknown_ms = median_ms(lambda: login("nobody", PASSWORD), args.runs)
-    tenant_ms = median_ms(lambda: login("alice", PASSWORD, "elsewhere"), args.runs)
 
     workdir = Path(tempfile.mkdtemp(prefix="authflow-bench-"))
     app = Flask("login_bench")
@@ -98,16 +95,32 @@ def main() -> None:
     def post() -> None:
         response = client.post("/login", json={})
         assert response.text == "Authenticated", response.text
-        client._cookies.clear()  # noqa: SLF001 - each login starts as a fresh guest
+        client._cookies.clear()
 
-    http_ms = median_ms(post, args.runs)
+    medians = interleaved_medians(
+        {
+            "verify": lambda: raw.verify(stored, PASSWORD),
+            "service": lambda: login("alice", PASSWORD),
+            "http": post,
+            "wrong": lambda: login("alice", "wrong password"),
+            "unknown": lambda: login("nobody", PASSWORD),
+            "tenant": lambda: login("alice", PASSWORD, "elsewhere"),
+        },
+        args.runs,
+    )
+    verify_ms, service_ms, http_ms = medians["verify"], medians["service"], medians["http"]
+    wrong_ms, unknown_ms, tenant_ms = medians["wrong"], medians["unknown"], medians["tenant"]
 
-    print(f"Argon2id verify (t=3, m=64 MiB, p=4)      {verify_ms:8.2f} ms")
-    print(f"login via AuthnService (memory)            {service_ms:8.2f} ms   overhead {service_ms - verify_ms:+.2f} ms")
-    print(f"POST /login via Flask (SQLite stores)      {http_ms:8.2f} ms   overhead {http_ms - verify_ms:+.2f} ms")
-    print(f"wrong password                             {wrong_ms:8.2f} ms")
-    print(f"unknown user                               {unknown_ms:8.2f} ms   ratio {unknown_ms / wrong_ms:.3f}x wrong password")
-    print(f"wrong tenant                               {tenant_ms:8.2f} ms   ratio {tenant_ms / wrong_ms:.3f}x wrong password")
+    rows = [
+        ("Argon2id verify (t=3, m=64 MiB, p=4)", verify_ms, ""),
+        ("login via AuthnService (memory)", service_ms, f"overhead {service_ms - verify_ms:+.2f} ms"),
+        ("POST /login via Flask (SQLite stores)", http_ms, f"overhead {http_ms - verify_ms:+.2f} ms"),
+        ("wrong password", wrong_ms, ""),
+        ("unknown user", unknown_ms, f"ratio {unknown_ms / wrong_ms:.3f}x wrong password"),
+        ("wrong tenant", tenant_ms, f"ratio {tenant_ms / wrong_ms:.3f}x wrong password"),
+    ]
+    for label, value, note in rows:
+        print(f"{label:<42} {value:8.2f} ms   {note}")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def _environ_for(app: Flask, path: str, cookie_header: str | None) -> dict[str, 
 
 
 def _cookie_header(client: Any) -> str:
-    return "; ".join(f"{c.key}={c.value}" for c in client._cookies.values())  # noqa: SLF001
+    return "; ".join(f"{c.key}={c.value}" for c in client._cookies.values())
 
 
 def measure(app: Flask, environ: dict[str, Any], requests: int, expect: bytes) -> float:

@@ -7,7 +7,10 @@ history and ``ps`` output. Commands print no secret or key material.
 
 from __future__ import annotations
 
+import json
 import sys
+from datetime import timedelta
+from typing import Any
 
 import click
 from flask.cli import AppGroup
@@ -64,7 +67,8 @@ def set_password(username: str, tenant: str | None, password_stdin: bool) -> Non
     password = _read_password(password_stdin, confirm=True)
     tenant_name = _tenant(tenant)
     try:
-        user = state.backend.set_password(tenant_name, username, password)
+        state.backend.set_password(tenant_name, username, password)
+        user = state.backend.find_user(tenant_name, username)
         revoked = state.session_store.delete_user_sessions(tenant_name, user.user_id)
     except AuthFlowError as error:
         _fail(error)
@@ -120,3 +124,72 @@ def sessions_revoke(username: str, tenant: str | None) -> None:
         _fail(error)
         return
     click.echo(f"{count} session(s) revoked")
+
+
+def _issuer() -> Any:
+    issuer = get_state().issuer
+    if issuer is None:
+        raise click.ClickException(
+            "the local issuer is off: set AUTHFLOW_ISSUER (and AUTHFLOW_ISSUER_KEY_STORE)"
+        )
+    return issuer
+
+
+@authflow_cli.command("rotate-key")
+@click.option("--algorithm", type=click.Choice(["ES256", "RS256"]), default="ES256", show_default=True)
+@click.option("--kid", help="Key id for the new key (default: its RFC 7638 thumbprint).")
+def rotate_key(algorithm: str, kid: str | None) -> None:
+    """Generate a signing key, persist it and make it current (the old one stays in the JWKS)."""
+    from .issuer import LocalIdpSigningKey
+
+    issuer = _issuer()
+    try:
+        key = (
+            LocalIdpSigningKey.generate_es256()
+            if algorithm == "ES256"
+            else LocalIdpSigningKey.generate_rs256()
+        )
+        if kid is not None:
+            key = key.with_key_id(kid)
+        issuer.rotate_signing_key(key)
+    except AuthFlowError as error:
+        _fail(error)
+        return
+    click.echo(
+        f"new current key {key.kid} ({key.algorithm}); the JWKS now has {len(issuer.jwks()['keys'])} key(s)"
+    )
+
+
+def _parse_claim(text: str) -> tuple[str, Any]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise click.BadParameter(f"{text!r} is not k=v", param_hint="--claim")
+    try:
+        return name, json.loads(value)
+    except ValueError:
+        return name, value
+
+
+@authflow_cli.command("mint")
+@click.option("--sub", "subject", required=True, help="Subject of the token.")
+@click.option("--aud", "audiences", required=True, multiple=True, help="Audience (repeat for several).")
+@click.option(
+    "--ttl", type=click.IntRange(min=1), default=300, show_default=True, help="Lifetime in seconds."
+)
+@click.option("--claim", "claims", multiple=True, help="Extra claim k=v (v parsed as JSON when it is JSON).")
+def mint(subject: str, audiences: tuple[str, ...], ttl: int, claims: tuple[str, ...]) -> None:
+    """Mint a token with the current key and print it."""
+    from .issuer import MintClaims
+
+    issuer = _issuer()
+    try:
+        exp = issuer.clock.now() + timedelta(seconds=ttl)
+        request = MintClaims(subject, exp).with_audiences(audiences)
+        for item in claims:
+            name, value = _parse_claim(item)
+            request = request.with_custom_claim(name, value)
+        token = issuer.mint(request)
+    except AuthFlowError as error:
+        _fail(error)
+        return
+    click.echo(token)

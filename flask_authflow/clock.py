@@ -8,17 +8,17 @@ token lifetimes, JWKS debounce) asks a :class:`Clock` instead of calling
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "SystemClock", "MockClock", "utc"]
+__all__ = ["Clock", "MockClock", "SystemClock", "utc"]
 
 
 def utc(value: datetime) -> datetime:
     """Return ``value`` as an aware UTC datetime; naive values are taken as UTC."""
     if value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 @runtime_checkable
@@ -34,7 +34,7 @@ class SystemClock:
     __slots__ = ()
 
     def now(self) -> datetime:
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
 
     def __repr__(self) -> str:
         return "SystemClock()"
@@ -44,7 +44,7 @@ class MockClock:
     """A clock that only moves when told to; thread-safe."""
 
     def __init__(self, start: datetime | None = None) -> None:
-        self._now = utc(start) if start is not None else datetime(2026, 1, 1, tzinfo=timezone.utc)
+        self._now = utc(start) if start is not None else datetime(2026, 1, 1, tzinfo=UTC)
         self._lock = threading.Lock()
 
     def now(self) -> datetime:

@@ -18,7 +18,7 @@ from typing import Any
 
 from .errors import ConfigurationError
 
-__all__ = ["DEFAULTS", "AuthFlowConfig", "load_config", "MIN_SIGNING_KEY_BYTES", "coerce_key"]
+__all__ = ["DEFAULTS", "MIN_SIGNING_KEY_BYTES", "AuthFlowConfig", "coerce_key", "load_config"]
 
 MIN_SIGNING_KEY_BYTES = 32
 
@@ -186,10 +186,13 @@ def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool)
     if len(signing_key) < MIN_SIGNING_KEY_BYTES:
         raise ConfigurationError(
             f"AUTHFLOW_SIGNING_KEY is {len(signing_key)} bytes: set it to at least "
-            f"{MIN_SIGNING_KEY_BYTES} random bytes (python -c 'import secrets; print(secrets.token_urlsafe(48))')"
+            f"{MIN_SIGNING_KEY_BYTES} random bytes "
+            "(python -c 'import secrets; print(secrets.token_urlsafe(48))')"
         )
     values["AUTHFLOW_SIGNING_KEY"] = signing_key
-    previous = [coerce_key("AUTHFLOW_PREVIOUS_SIGNING_KEYS", k) for k in values["AUTHFLOW_PREVIOUS_SIGNING_KEYS"]]
+    previous = [
+        coerce_key("AUTHFLOW_PREVIOUS_SIGNING_KEYS", k) for k in values["AUTHFLOW_PREVIOUS_SIGNING_KEYS"]
+    ]
     for old in previous:
         if len(old) < MIN_SIGNING_KEY_BYTES:
             raise ConfigurationError(
@@ -248,5 +251,7 @@ def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool)
     if values["AUTHFLOW_ISSUER_ALGORITHM"] not in ("ES256", "RS256"):
         raise ConfigurationError("AUTHFLOW_ISSUER_ALGORITHM must be 'ES256' (default) or 'RS256'")
     if values["AUTHFLOW_ISSUER_MAX_LIFETIME"] > timedelta(days=1):
-        raise ConfigurationError("AUTHFLOW_ISSUER_MAX_LIFETIME over 1 day is refused: keep workload tokens short")
+        raise ConfigurationError(
+            "AUTHFLOW_ISSUER_MAX_LIFETIME over 1 day is refused: keep workload tokens short"
+        )
     return AuthFlowConfig(values=values)

@@ -17,9 +17,10 @@ from urllib.parse import urlsplit
 from flask import Response, current_app, redirect, request, url_for
 
 from .errors import AuthnError
-from .extension import current_auth_session, error_response, get_state
+from .extension import current_auth_session, get_state
+from .http import error_response
 
-__all__ = ["login_required", "fresh_login_required", "safe_next", "Unauthenticated", "StepUpNeeded"]
+__all__ = ["StepUpNeeded", "Unauthenticated", "fresh_login_required", "login_required", "safe_next"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

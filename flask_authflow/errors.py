@@ -10,21 +10,28 @@ from __future__ import annotations
 from datetime import datetime
 
 __all__ = [
-    "AuthFlowError",
-    "ConfigurationError",
-    "MissingExtraError",
-    "StoreUnavailable",
-    "AuditWriteError",
-    "SessionError",
-    "SessionDataTooLarge",
-    "AuthnError",
-    "InvalidInput",
-    "PasswordTooLong",
-    "LoginNotStarted",
     "AccountLocked",
+    "AuditWriteError",
+    "AuthFlowError",
+    "AuthnError",
+    "ConfigurationError",
+    "DuplicateKeyId",
+    "InvalidInput",
     "IssuanceError",
     "KeyStoreError",
+    "LoginNotStarted",
+    "MissingExtraError",
+    "PasswordTooLong",
+    "SessionDataTooLarge",
+    "SessionDecryptError",
+    "SessionError",
+    "SessionRecordError",
+    "SigningKeyError",
+    "StoreUnavailable",
     "TokenVerificationError",
+    "UnknownKeyId",
+    "UserExists",
+    "UserNotFound",
 ]
 
 
@@ -154,3 +161,56 @@ class TokenVerificationError(AuthFlowError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class UnknownKeyId(TokenVerificationError):
+    """The token's ``kid`` names no key in the JWK set (a relying party may refresh once)."""
+
+    code = "unknown_kid"
+
+    def __init__(self, kid: str | None) -> None:
+        super().__init__("unknown kid")
+        self.kid = kid
+
+
+class SigningKeyError(AuthFlowError):
+    """A signing key is invalid or unsafe (weak size, bad key id, unsupported type)."""
+
+    code = "signing_key_error"
+    status = 500
+
+
+class DuplicateKeyId(KeyStoreError):
+    """The key store already holds a key with this ``kid``; rotation refused."""
+
+    code = "duplicate_kid"
+
+    def __init__(self, kid: str) -> None:
+        super().__init__(f"the key store already holds a key with kid {kid!r}")
+        self.kid = kid
+
+
+class SessionDecryptError(SessionError):
+    """A stored session record could not be decrypted (wrong key, tampered or moved)."""
+
+    code = "session_decrypt_error"
+
+
+class SessionRecordError(SessionError):
+    """A stored session record could not be decoded (unknown schema or malformed data)."""
+
+    code = "session_record_error"
+
+
+class UserExists(AuthnError):
+    """A user with this identifier already exists in the tenant."""
+
+    code = "user_exists"
+    status = 409
+
+
+class UserNotFound(AuthnError):
+    """No user with this identifier exists in the tenant (administrative operations only)."""
+
+    code = "user_not_found"
+    status = 404

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, Response, current_app, g, jsonify, request
+from flask import Flask, Response, current_app, g, request
 from werkzeug.local import LocalProxy
 
 from .audit.client_ip import TrustedProxies
@@ -26,12 +26,13 @@ from .authn.service import AuthnService
 from .clock import Clock, SystemClock
 from .config import AuthFlowConfig, load_config
 from .errors import AuthFlowError, ConfigurationError
+from .http import error_response
 from .session.crypto import SessionCrypto, derive_key
 from .session.interface import AuthFlowSessionInterface
 from .session.model import AuthSession
 from .session.stores import MemorySessionStore, SessionStore
 
-__all__ = ["AuthFlow", "AuthFlowState", "get_state", "current_session", "current_auth_session", "error_response"]
+__all__ = ["AuthFlow", "AuthFlowState", "current_auth_session", "current_session", "get_state"]
 
 EXTENSION_KEY = "authflow"
 
@@ -53,7 +54,9 @@ class AuthFlowState:
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __repr__(self) -> str:
-        return f"<AuthFlowState store={type(self.session_store).__name__} backend={type(self.backend).__name__}>"
+        return (
+            f"<AuthFlowState store={type(self.session_store).__name__} backend={type(self.backend).__name__}>"
+        )
 
 
 def get_state(app: Flask | None = None) -> AuthFlowState:
@@ -73,24 +76,6 @@ def _default_database_url(app: Flask) -> str:
     instance = Path(app.instance_path)
     instance.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{instance / 'authflow.db'}"
-
-
-def _wants_json() -> bool:
-    if request.is_json:
-        return True
-    best = request.accept_mimetypes.best_match(["application/json", "text/html", "text/plain"])
-    return best == "application/json" and request.accept_mimetypes[best] > request.accept_mimetypes["text/html"]
-
-
-def error_response(error: AuthFlowError) -> Response:
-    """The response for a typed error: JSON for JSON clients, plain text otherwise."""
-    if _wants_json():
-        response = jsonify(error.to_dict())
-    else:
-        response = Response(f"{error.message}\n", mimetype="text/plain")
-    response.status_code = error.status
-    response.headers["Cache-Control"] = "no-store"
-    return response
 
 
 class AuthFlow:
@@ -191,15 +176,17 @@ class AuthFlow:
         app.session_interface = interface
         app.register_error_handler(AuthFlowError, error_response)
         app.before_request(_before_request)
+        app.after_request(lambda response: interface.save_early(app, response))
 
         from .cli import authflow_cli
 
         app.cli.add_command(authflow_cli)
 
         if config["AUTHFLOW_ISSUER"]:
-            from .issuer_wiring import install_issuer
-
-            install_issuer(app, state)
+            state.issuer = build_issuer(config, database_url, backend, clock)
+            app.register_blueprint(
+                state.issuer.blueprint(url_prefix=config["AUTHFLOW_ISSUER_URL_PREFIX"] or None)
+            )
 
     @staticmethod
     def _build_session_store(
@@ -253,13 +240,57 @@ class AuthFlow:
         state.service.with_audit_context(audit_context()).logout(current_auth_session())
 
 
+def build_issuer(config: AuthFlowConfig, database_url: str, backend: Any, clock: Clock) -> Any:
+    """The app's :class:`LocalIdp` on the key store named by ``AUTHFLOW_ISSUER_KEY_STORE``.
+
+    An empty store gets one new key of ``AUTHFLOW_ISSUER_ALGORITHM``; a file store that
+    exists but is damaged raises :class:`KeyStoreError` at start-up rather than
+    silently starting over with a new key.
+    """
+    from .issuer import FileLocalIdpKeyStore, LocalIdp, LocalIdpSigningKey, MemoryLocalIdpKeyStore
+
+    def new_key() -> LocalIdpSigningKey:
+        if config["AUTHFLOW_ISSUER_ALGORITHM"] == "RS256":
+            return LocalIdpSigningKey.generate_rs256()
+        return LocalIdpSigningKey.generate_es256()
+
+    spec = str(config["AUTHFLOW_ISSUER_KEY_STORE"])
+    store: Any
+    if spec == "memory":
+        store = MemoryLocalIdpKeyStore.with_current(new_key())
+    elif spec.startswith("file:") and len(spec) > len("file:"):
+        directory = spec[len("file:") :]
+        store = FileLocalIdpKeyStore(directory)
+        if not store.is_initialized():
+            store = FileLocalIdpKeyStore.initialize(directory, new_key())
+    elif spec == "sql":
+        from .stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
+
+        store = SqlAlchemyLocalIdpKeyStore(getattr(backend, "engine", None) or database_url, clock=clock)
+        store.ensure_current(new_key)
+    else:
+        raise ConfigurationError(
+            f"AUTHFLOW_ISSUER_KEY_STORE={spec!r}: use 'memory', 'file:<directory>' or 'sql'"
+        )
+    idp = (
+        LocalIdp.from_key_store(str(config["AUTHFLOW_ISSUER"]), store)
+        .with_clock(clock)
+        .with_max_lifetime(config["AUTHFLOW_ISSUER_MAX_LIFETIME"])
+    )
+    if config["AUTHFLOW_ISSUER_BASE_URL"]:
+        idp = idp.with_base_url(str(config["AUTHFLOW_ISSUER_BASE_URL"]))
+    return idp
+
+
 def current_auth_session() -> AuthSession:
     """The current request's :class:`AuthSession` (``flask.session`` under flask-authflow)."""
     from flask import session
 
     obj = session._get_current_object()  # type: ignore[attr-defined]
     if not isinstance(obj, AuthSession):
-        raise RuntimeError("the session is not a flask-authflow session: is AuthFlow initialised on this app?")
+        raise RuntimeError(
+            "the session is not a flask-authflow session: is AuthFlow initialised on this app?"
+        )
     return obj
 
 
@@ -290,7 +321,7 @@ def _before_request() -> Response | None:
     session = current_auth_session()
     if session.binding_mismatch and not g.get("_authflow_mismatch_counted"):
         g._authflow_mismatch_counted = True
-        state.counters.increment("binding_mismatches")
+        state.counters.binding_mismatch()
     return None
 
 

@@ -15,7 +15,7 @@ def postgres_server() -> Iterator[PostgresServer]:
     """A real PostgreSQL server on 127.0.0.1, started once for the whole run."""
     try:
         server = start_postgres()
-    except Exception as exc:  # noqa: BLE001 - any failure to start is a missing part
+    except Exception as exc:
         missing_part(f"could not start PostgreSQL: {exc}")
         raise
     yield server

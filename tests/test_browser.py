@@ -21,7 +21,9 @@ def browser() -> Iterator[Any]:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_path = shutil.which("chromedriver")
     if not chromium or not driver_path:
-        missing_part("headless Chromium and ChromeDriver are not installed (Debian: chromium chromium-driver)")
+        missing_part(
+            "headless Chromium and ChromeDriver are not installed (Debian: chromium chromium-driver)"
+        )
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service

@@ -35,7 +35,9 @@ def app(mock_clock, authflow_hasher) -> Flask:
 
 def test_create_user_from_stdin_then_login(app: Flask) -> None:
     runner = app.test_cli_runner()
-    result = runner.invoke(args=["authflow", "create-user", "Alice", "--password-stdin"], input="s3cret-pass\n")
+    result = runner.invoke(
+        args=["authflow", "create-user", "Alice", "--password-stdin"], input="s3cret-pass\n"
+    )
     assert result.exit_code == 0, result.output
     assert "created user 'alice'" in result.output
     assert "s3cret-pass" not in result.output
@@ -45,7 +47,9 @@ def test_create_user_from_stdin_then_login(app: Flask) -> None:
 
 def test_create_user_prompts_with_confirmation(app: Flask) -> None:
     runner = app.test_cli_runner()
-    result = runner.invoke(args=["authflow", "create-user", "bob", "--tenant", "acme"], input="pw-one\npw-one\n")
+    result = runner.invoke(
+        args=["authflow", "create-user", "bob", "--tenant", "acme"], input="pw-one\npw-one\n"
+    )
     assert result.exit_code == 0, result.output
     with app.app_context():
         assert get_state(app).backend.find_user("acme", "bob") is not None
@@ -53,7 +57,9 @@ def test_create_user_prompts_with_confirmation(app: Flask) -> None:
 
 
 def test_create_user_mismatched_confirmation_fails(app: Flask) -> None:
-    result = app.test_cli_runner().invoke(args=["authflow", "create-user", "bob"], input="one\ntwo\none\none\n")
+    result = app.test_cli_runner().invoke(
+        args=["authflow", "create-user", "bob"], input="one\ntwo\none\none\n"
+    )
     assert "do not match" in result.output.lower() or "don't match" in result.output.lower()
 
 
@@ -73,7 +79,9 @@ def test_duplicate_user_is_a_clean_error(app: Flask) -> None:
 
 
 def test_empty_password_refused(app: Flask) -> None:
-    result = app.test_cli_runner().invoke(args=["authflow", "create-user", "erin", "--password-stdin"], input="\n")
+    result = app.test_cli_runner().invoke(
+        args=["authflow", "create-user", "erin", "--password-stdin"], input="\n"
+    )
     assert result.exit_code != 0
     assert "empty" in result.output
 
@@ -83,7 +91,9 @@ def test_set_password_revokes_sessions(app: Flask) -> None:
     runner.invoke(args=["authflow", "create-user", "frank", "--password-stdin"], input="old-password\n")
     client = login_test_client(app, "frank", password="old-password")
     assert client.get("/who").text == "authenticated"
-    result = runner.invoke(args=["authflow", "set-password", "frank", "--password-stdin"], input="new-password\n")
+    result = runner.invoke(
+        args=["authflow", "set-password", "frank", "--password-stdin"], input="new-password\n"
+    )
     assert result.exit_code == 0, result.output
     assert "1 session(s) revoked" in result.output
     assert client.get("/who").text == "guest"
@@ -91,7 +101,9 @@ def test_set_password_revokes_sessions(app: Flask) -> None:
 
 
 def test_set_password_unknown_user(app: Flask) -> None:
-    result = app.test_cli_runner().invoke(args=["authflow", "set-password", "nobody", "--password-stdin"], input="x-pass\n")
+    result = app.test_cli_runner().invoke(
+        args=["authflow", "set-password", "nobody", "--password-stdin"], input="x-pass\n"
+    )
     assert result.exit_code == 1
     assert "Traceback" not in result.output
 

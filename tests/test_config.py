@@ -71,7 +71,9 @@ def test_short_previous_key_is_refused() -> None:
 
 
 def test_insecure_cookie_refused_outside_debug_and_testing() -> None:
-    with pytest.raises(ConfigurationError, match="AUTHFLOW_COOKIE_SECURE=False.*AUTHFLOW_ALLOW_INSECURE_LOOPBACK"):
+    with pytest.raises(
+        ConfigurationError, match=r"AUTHFLOW_COOKIE_SECURE=False.*AUTHFLOW_ALLOW_INSECURE_LOOPBACK"
+    ):
         _load(AUTHFLOW_COOKIE_SECURE=False)
 
 

@@ -111,7 +111,9 @@ def test_insecure_loopback_mode_refuses_non_loopback_peers(authflow_hasher) -> N
     refused = client.get("/", environ_base={"REMOTE_ADDR": "203.0.113.9"})
     assert refused.status_code == 500
     assert "AUTHFLOW_COOKIE_SECURE=True" in refused.text
-    spoofed = client.get("/", environ_base={"REMOTE_ADDR": "203.0.113.9"}, headers={"X-Forwarded-For": "127.0.0.1"})
+    spoofed = client.get(
+        "/", environ_base={"REMOTE_ADDR": "203.0.113.9"}, headers={"X-Forwarded-For": "127.0.0.1"}
+    )
     assert spoofed.status_code == 500
 
 

@@ -33,9 +33,9 @@ from typing import Any
 from flask import Flask, Response, abort, redirect, render_template, request, url_for
 
 from flask_authflow import (
+    Authenticated,
     AuthFlow,
     AuthFlowError,
-    Authenticated,
     FactorRequired,
     InvalidCredential,
     InvalidCredentials,

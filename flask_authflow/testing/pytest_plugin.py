@@ -29,9 +29,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -131,7 +129,9 @@ def authflow_hasher() -> PasswordHasher:
 
 
 @pytest.fixture
-def authflow_app(request: pytest.FixtureRequest, mock_clock: MockClock, authflow_hasher: PasswordHasher) -> Flask:
+def authflow_app(
+    request: pytest.FixtureRequest, mock_clock: MockClock, authflow_hasher: PasswordHasher
+) -> Flask:
     """The app under test: your ``app`` fixture, or a minimal in-memory app."""
     from flask import Flask
 
@@ -175,7 +175,9 @@ def authflow_client(authflow_app: Flask) -> FlaskClient:
 def login_client(authflow_app: Flask) -> Callable[..., FlaskClient]:
     """Factory of logged-in test clients: ``login_client("alice", tenant=None, password=None)``."""
 
-    def make(username: str = "alice", *, tenant: str | None = None, password: str | None = None) -> FlaskClient:
+    def make(
+        username: str = "alice", *, tenant: str | None = None, password: str | None = None
+    ) -> FlaskClient:
         return login_test_client(authflow_app, username, tenant=tenant, password=password)
 
     return make

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, MetaData, create_engine, event
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.pool import StaticPool
 
-__all__ = ["Base", "metadata", "resolve_engine", "EngineSource"]
+__all__ = ["Base", "EngineSource", "metadata", "resolve_engine"]
 
 metadata = MetaData(
     naming_convention={
@@ -59,9 +59,9 @@ def resolve_engine(source: EngineSource) -> Engine:
             event.listen(engine, "connect", _sqlite_pragmas)
             return engine
         return create_engine(source, pool_pre_ping=True)
-    engine = getattr(source, "engine", None)  # Flask-SQLAlchemy's db.engine (needs an app context)
-    if isinstance(engine, Engine):
-        return engine
+    db_engine = getattr(source, "engine", None)  # Flask-SQLAlchemy's db.engine (needs an app context)
+    if isinstance(db_engine, Engine):
+        return db_engine
     raise TypeError(
         "expected a SQLAlchemy Engine, a database URL, or a Flask-SQLAlchemy db object, "
         f"got {type(source).__name__}"

@@ -1,0 +1,154 @@
+"""The issuer example: flask-authflow's local token issuer behind access-controlled routes.
+
+Start it (SQLite + a file key store in ``examples/issuer/instance/``)::
+
+    flask --app examples/issuer/app.py run --port 5001
+
+Routes:
+
+* ``GET /.well-known/openid-configuration`` and ``GET /jwks.json``: the issuer blueprint
+  (public, cacheable);
+* ``POST /login`` JSON ``{"username", "password"}`` and ``POST /logout``: a session,
+  as in the reference app;
+* ``POST /issue`` JSON ``{"audience": str, "ttl": int seconds (optional)}``: mints a
+  token whose subject is the caller's user id. Only for an authenticated session; the
+  audience must be on ``ISSUER_AUDIENCES``; the lifetime is at most
+  ``ISSUER_MAX_TTL`` seconds (and never over ``AUTHFLOW_ISSUER_MAX_LIFETIME``);
+* ``POST /admin/rotate`` JSON ``{"algorithm": "ES256"|"RS256" (optional)}``: rotates
+  the signing key. Only for a user named in ``ISSUER_OPERATORS`` whose login is at
+  most 5 minutes old (``fresh_login_required``), so a stolen long-lived session cannot
+  rotate keys;
+* ``GET /``: an HTML page with the issuer's current key id and endpoints.
+
+Every route answers typed JSON errors (``{"error", "message"}``), never a 500.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from flask import Flask, Response, jsonify, render_template, request
+
+from flask_authflow import (
+    Authenticated,
+    AuthFlow,
+    AuthFlowError,
+    InvalidInput,
+    current_session,
+    fresh_login_required,
+    get_state,
+    login_required,
+)
+from flask_authflow.issuer import LocalIdpSigningKey, MintClaims
+
+authflow = AuthFlow()
+
+
+class Forbidden(AuthFlowError):
+    """Only an issuer operator may do this."""
+
+    code = "forbidden"
+    status = 403
+
+
+def _development_key(app: Flask) -> str:
+    path = Path(app.instance_path) / "dev-signing-key"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(48))
+        print(f" * flask-authflow: created a development signing key in {path}", file=sys.stderr)
+    return path.read_text().strip()
+
+
+def _json_body() -> dict[str, Any]:
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise InvalidInput("the body must be a JSON object")
+    return body
+
+
+def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str | None = None) -> Flask:
+    """Build the issuer example; ``test_config`` overrides the environment."""
+    app = Flask(__name__, instance_relative_config=True, instance_path=instance_path)
+    app.config.from_prefixed_env()
+    if test_config:
+        app.config.update(test_config)
+    if not app.config.get("AUTHFLOW_SIGNING_KEY"):
+        app.config["AUTHFLOW_SIGNING_KEY"] = _development_key(app)
+        app.config.setdefault("AUTHFLOW_COOKIE_SECURE", False)
+        app.config.setdefault("AUTHFLOW_ALLOW_INSECURE_LOOPBACK", True)
+    app.config.setdefault("AUTHFLOW_ISSUER", "http://127.0.0.1:5001")
+    app.config.setdefault("AUTHFLOW_ISSUER_KEY_STORE", f"file:{Path(app.instance_path) / 'issuer-keys'}")
+    app.config.setdefault("ISSUER_AUDIENCES", ["https://api.example"])
+    app.config.setdefault("ISSUER_OPERATORS", [])
+    app.config.setdefault("ISSUER_MAX_TTL", 900)
+    authflow.init_app(app)
+
+    @app.get("/")
+    def index() -> str:
+        issuer = get_state().issuer
+        return render_template("issuer.html", issuer=issuer, audiences=app.config["ISSUER_AUDIENCES"])
+
+    @app.post("/login")
+    def login() -> tuple[Response, int]:
+        body = _json_body()
+        username, password = body.get("username"), body.get("password")
+        if not isinstance(username, str) or not isinstance(password, str):
+            raise InvalidInput("username and password are required strings")
+        outcome = authflow.login_with_password(username, password)
+        if isinstance(outcome, Authenticated):
+            return jsonify(status="authenticated"), 200
+        return jsonify(error="invalid_credentials", message="invalid credentials"), 401
+
+    @app.post("/logout")
+    def logout() -> Response:
+        authflow.logout()
+        return jsonify(status="logged_out")
+
+    @app.post("/issue")
+    @login_required
+    def issue() -> Response:
+        body = _json_body()
+        audience = body.get("audience")
+        ttl = body.get("ttl", 300)
+        if not isinstance(audience, str) or audience not in app.config["ISSUER_AUDIENCES"]:
+            raise InvalidInput(f"audience must be one of {', '.join(app.config['ISSUER_AUDIENCES'])}")
+        if (
+            not isinstance(ttl, int)
+            or isinstance(ttl, bool)
+            or not 1 <= ttl <= int(app.config["ISSUER_MAX_TTL"])
+        ):
+            raise InvalidInput(f"ttl must be an integer from 1 to {app.config['ISSUER_MAX_TTL']} seconds")
+        issuer = get_state().issuer
+        exp = issuer.clock.now() + timedelta(seconds=ttl)
+        claims = MintClaims(str(current_session.user_id), exp).with_audience(audience)
+        token = issuer.mint(claims.with_custom_claim("tenant", current_session.tenant))
+        return jsonify(token=token, kid=issuer.current_kid, expires_in=ttl)
+
+    @app.post("/admin/rotate")
+    @fresh_login_required(timedelta(minutes=5))
+    def rotate() -> Response:
+        state = get_state()
+        user = state.backend.get_user(str(current_session.tenant), str(current_session.user_id))
+        if user is None or user.identifier not in app.config["ISSUER_OPERATORS"]:
+            raise Forbidden()
+        body = request.get_json(silent=True) or {}
+        algorithm = body.get("algorithm", "ES256") if isinstance(body, dict) else None
+        if algorithm not in ("ES256", "RS256"):
+            raise InvalidInput("algorithm must be ES256 or RS256")
+        key = (
+            LocalIdpSigningKey.generate_es256()
+            if algorithm == "ES256"
+            else LocalIdpSigningKey.generate_rs256()
+        )
+        state.issuer.rotate_signing_key(key)
+        return jsonify(kid=key.kid, algorithm=algorithm, jwks_keys=len(state.issuer.jwks()["keys"]))
+
+    return app

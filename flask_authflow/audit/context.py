@@ -1,0 +1,103 @@
+"""Who is asking: the request facts every audit row carries.
+
+:func:`audit_context` cannot fail. A row with ``ip_source="unknown"`` is better than a
+login refused because a header was odd, and better than a row whose address an
+attacker chose.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .client_ip import IpSource, TrustedProxies
+
+__all__ = ["MAX_USER_AGENT", "AuditContext", "audit_context", "resolve_audit_context"]
+
+#: User agents are cut to this many characters in audit rows.
+MAX_USER_AGENT = 512
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
+_G_KEY = "_authflow_audit_context"
+_LOOPBACK = TrustedProxies.loopback_only()
+
+
+@dataclass(frozen=True, slots=True)
+class AuditContext:
+    """Client address (and its source), user agent and request id of one request."""
+
+    client_ip: str | None
+    ip_source: IpSource
+    user_agent: str | None
+    request_id: str
+
+    @classmethod
+    def unknown(cls) -> AuditContext:
+        """Outside a request (CLI, background job): nothing known, a fresh request id."""
+        return cls(client_ip=None, ip_source="unknown", user_agent=None, request_id=uuid.uuid4().hex)
+
+
+def _clean_user_agent(value: Any) -> str | None:
+    if not isinstance(value, str) or not value:
+        return None
+    # Control characters would let a client forge line breaks in text logs.
+    cleaned = "".join(ch if ch.isprintable() else "?" for ch in value[:MAX_USER_AGENT])
+    return cleaned
+
+
+def _environ_of(source: Any) -> Mapping[str, Any]:
+    if isinstance(source, Mapping):
+        return source
+    environ = getattr(source, "environ", None)
+    return environ if isinstance(environ, Mapping) else {}
+
+
+def resolve_audit_context(environ_or_request: Any, trusted: TrustedProxies | None = None) -> AuditContext:
+    """Build the context from a WSGI environ or a request object; never raises."""
+    try:
+        trusted = trusted if isinstance(trusted, TrustedProxies) else _LOOPBACK
+        environ = _environ_of(environ_or_request)
+        peer = environ.get("REMOTE_ADDR")
+        forwarded = environ.get("HTTP_X_FORWARDED_FOR")
+        client_ip, source = trusted.resolve(
+            peer if isinstance(peer, str) else None,
+            [forwarded] if isinstance(forwarded, str) else [],
+        )
+        incoming_id = environ.get("HTTP_X_REQUEST_ID")
+        if (
+            isinstance(incoming_id, str)
+            and _REQUEST_ID.fullmatch(incoming_id)
+            and trusted.is_trusted(peer if isinstance(peer, str) else None)
+        ):
+            request_id = incoming_id
+        else:
+            request_id = uuid.uuid4().hex
+        return AuditContext(
+            client_ip=client_ip,
+            ip_source=source,
+            user_agent=_clean_user_agent(environ.get("HTTP_USER_AGENT")),
+            request_id=request_id,
+        )
+    except Exception:  # noqa: BLE001 - the extractor cannot fail, by contract
+        return AuditContext.unknown()
+
+
+def audit_context() -> AuditContext:
+    """The context of the current request, resolved once and kept on ``flask.g``."""
+    try:
+        from flask import current_app, g, has_request_context, request
+
+        if not has_request_context():
+            return AuditContext.unknown()
+        cached = g.get(_G_KEY)
+        if isinstance(cached, AuditContext):
+            return cached
+        state = current_app.extensions.get("authflow")
+        trusted = getattr(state, "trusted_proxies", None)
+        ctx = resolve_audit_context(request.environ, trusted if isinstance(trusted, TrustedProxies) else None)
+        setattr(g, _G_KEY, ctx)
+        return ctx
+    except Exception:  # noqa: BLE001 - the extractor cannot fail, by contract
+        return AuditContext.unknown()

@@ -1,0 +1,166 @@
+"""Audit rows, where they go, and the login counters.
+
+A login that cannot be audited does not happen: sinks raise
+:class:`~flask_authflow.errors.AuditWriteError` and the service refuses the operation
+rather than lose the row silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import AuditWriteError
+
+__all__ = [
+    "COUNTER_HELP",
+    "AuditRecord",
+    "AuditSink",
+    "AuthCounters",
+    "MemoryAuditSink",
+    "hash_session_id",
+]
+
+
+def hash_session_id(sid: str | None) -> str | None:
+    """SHA-256 (hex) of a session id: rows can be correlated, but a leaked log cannot be replayed."""
+    if sid is None:
+        return None
+    return hashlib.sha256(sid.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One audit row.
+
+    ``event`` is ``login_begin``, ``factor_verify``, ``step_up_begin`` or ``logout``;
+    ``status`` is ``started``, ``success``, ``failure``, ``locked`` or ``error``.
+    ``user_id`` is ``None`` when the identifier matched no account. ``session_id`` is the
+    SHA-256 of the session id the client holds after the operation.
+    """
+
+    time: datetime
+    event: str
+    status: str
+    tenant: str | None = None
+    user_id: str | None = None
+    identifier: str | None = None
+    session_id: str | None = None
+    factor: str | None = None
+    client_ip: str | None = None
+    ip_source: str = "unknown"
+    user_agent: str | None = None
+    request_id: str | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@runtime_checkable
+class AuditSink(Protocol):
+    """Somewhere audit rows are written durably."""
+
+    def write(self, record: AuditRecord) -> None:
+        """Store ``record`` or raise :class:`AuditWriteError`."""
+        ...
+
+
+class MemoryAuditSink:
+    """Audit rows in a list (tests and development); ``broken``/``fail_next`` simulate outages."""
+
+    def __init__(self) -> None:
+        self._rows: list[AuditRecord] = []
+        self._lock = threading.Lock()
+        self._fail_next = 0
+        #: While true, every write fails.
+        self.broken = False
+
+    def fail_next(self, count: int = 1) -> None:
+        """Make the next ``count`` writes fail."""
+        with self._lock:
+            self._fail_next = count
+
+    def write(self, record: AuditRecord) -> None:
+        with self._lock:
+            if self.broken or self._fail_next > 0:
+                self._fail_next = max(0, self._fail_next - 1)
+                raise AuditWriteError()
+            self._rows.append(record)
+
+    @property
+    def records(self) -> list[AuditRecord]:
+        with self._lock:
+            return list(self._rows)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rows.clear()
+
+
+#: Counter name (without prefix and ``_total``) → help text.
+COUNTER_HELP: dict[str, str] = {
+    "login_attempts": "Credential checks attempted (each verify_factor call).",
+    "login_successes": "Logins that reached Authenticated (including step-ups).",
+    "login_failures": "Credential checks refused (invalid credential, no login in progress, locked).",
+    "lockouts": "Locks set by the lockout policy.",
+    "session_binding_mismatches": "Sessions reset because the request fingerprint did not match.",
+    "jwks_refreshes": "Provider JWK set refreshes.",
+}
+
+
+class AuthCounters:
+    """Thread-safe monotonic counters, exposed in Prometheus text format."""
+
+    prefix = "authflow_"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, int] = dict.fromkeys(COUNTER_HELP, 0)
+
+    def increment(self, name: str, amount: int = 1) -> None:
+        if name not in self._values:
+            raise KeyError(f"unknown counter {name!r}")
+        if amount < 0:
+            raise ValueError("counters only go up")
+        with self._lock:
+            self._values[name] += amount
+
+    def attempt(self) -> None:
+        self.increment("login_attempts")
+
+    def success(self) -> None:
+        self.increment("login_successes")
+
+    def failure(self) -> None:
+        self.increment("login_failures")
+
+    def lock(self) -> None:
+        self.increment("lockouts")
+
+    def binding_mismatch(self) -> None:
+        self.increment("session_binding_mismatches")
+
+    def jwks_refresh(self) -> None:
+        self.increment("jwks_refreshes")
+
+    def snapshot(self) -> dict[str, int]:
+        """A consistent copy of every counter."""
+        with self._lock:
+            return dict(self._values)
+
+    def render_prometheus(self) -> str:
+        """Prometheus text exposition format 0.0.4 (serve as ``text/plain; version=0.0.4``)."""
+        lines: list[str] = []
+        for name, value in self.snapshot().items():
+            metric = f"{self.prefix}{name}_total"
+            lines.append(f"# HELP {metric} {COUNTER_HELP[name]}")
+            lines.append(f"# TYPE {metric} counter")
+            lines.append(f"{metric} {value}")
+        return "\n".join(lines) + "\n"
+
+    def __repr__(self) -> str:
+        return f"AuthCounters({self.snapshot()!r})"

@@ -1,0 +1,124 @@
+"""What the login service needs from storage, as protocols.
+
+One object may implement all four (``InMemoryBackend`` and ``SqlAlchemyBackend`` do);
+the service then uses it for everything. Every method that a security decision
+depends on raises :class:`~flask_authflow.errors.StoreUnavailable` when the store
+cannot answer, and the service refuses the attempt (fail closed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol, runtime_checkable
+
+from ..audit.sinks import AuditRecord, AuditSink
+from .outcomes import FactorKind
+
+__all__ = [
+    "AttemptKey",
+    "AttemptStore",
+    "AuditRecord",
+    "AuditSink",
+    "FactorConfig",
+    "FactorStore",
+    "FailureCount",
+    "IdentityStore",
+    "UserRecord",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class UserRecord:
+    """A local account. ``identifier`` is normalised; ``user_id`` never changes."""
+
+    user_id: str
+    tenant: str
+    identifier: str
+    created_at: datetime
+    disabled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FactorConfig:
+    """An enrolled factor. ``secret`` (a hash or key) is kept out of ``repr``."""
+
+    user_id: str
+    kind: FactorKind
+    created_at: datetime
+    secret: str = field(repr=False, default="")
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptKey:
+    """What failures are counted against: (tenant, normalised identifier, factor name)."""
+
+    tenant: str
+    subject: str
+    factor: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailureCount:
+    """The result of counting one failure: failures in the window, and the lock it caused."""
+
+    failures: int
+    locked_until: datetime | None = None
+
+
+@runtime_checkable
+class IdentityStore(Protocol):
+    """Users, looked up by (tenant, normalised identifier)."""
+
+    def find_user(self, tenant: str, identifier: str) -> UserRecord | None: ...
+
+    def get_user(self, tenant: str, user_id: str) -> UserRecord | None: ...
+
+    def create_user(self, tenant: str, identifier: str, password: str | None = None) -> UserRecord: ...
+
+    def list_users(self, tenant: str | None = None) -> list[UserRecord]: ...
+
+
+@runtime_checkable
+class FactorStore(Protocol):
+    """Enrolled factors and password hashes."""
+
+    def get_password_hash(self, tenant: str, user_id: str) -> str | None: ...
+
+    def set_password_hash(self, tenant: str, user_id: str, password_hash: str) -> None: ...
+
+    def required_factors(self, tenant: str, user_id: str) -> list[FactorKind]:
+        """Factors a login must pass, in order: password first, then enrolled second factors."""
+        ...
+
+    def list_factors(self, tenant: str, user_id: str) -> list[FactorConfig]: ...
+
+
+@runtime_checkable
+class AttemptStore(Protocol):
+    """Attempt log and lockout counters; every update is atomic across threads and processes."""
+
+    def locked_until(self, tenant: str, subject: str, now: datetime) -> datetime | None:
+        """The latest active lock on any factor of ``subject``, or ``None``."""
+        ...
+
+    def register_failure(
+        self,
+        key: AttemptKey,
+        *,
+        now: datetime,
+        window: timedelta,
+        max_failures: int,
+        lock_duration: timedelta,
+        client_ip: str | None = None,
+    ) -> FailureCount:
+        """Log the failure and count it; the failure that reaches ``max_failures`` sets the lock."""
+        ...
+
+    def register_success(self, key: AttemptKey, *, now: datetime, client_ip: str | None = None) -> None:
+        """Log the success and reset the failure counter of ``key``."""
+        ...
+
+    def set_lock(self, key: AttemptKey, until: datetime) -> None: ...
+
+    def clear_lock(self, tenant: str, subject: str) -> None: ...

@@ -1,0 +1,320 @@
+"""Where the local issuer keeps its signing keys.
+
+A key store hands out :class:`LoadedKeys` from one consistent read and rotates
+atomically: the new key becomes current and the previous current becomes
+historical, or nothing changes at all. Three implementations ship:
+
+* :class:`MemoryLocalIdpKeyStore` - tests and development (a restart loses keys),
+* :class:`FileLocalIdpKeyStore` - a directory, crash-safe, for one machine,
+* :class:`~flask_authflow.stores.sqlalchemy.keystore.SqlAlchemyLocalIdpKeyStore`
+  - a database table, for several machines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final, Protocol, runtime_checkable
+
+from ..errors import DuplicateKeyId, KeyStoreError, SigningKeyError
+from .keys import LoadedKeys, LocalIdpSigningKey, validate_kid
+
+__all__ = ["FileLocalIdpKeyStore", "LocalIdpKeyStore", "MemoryLocalIdpKeyStore"]
+
+
+@runtime_checkable
+class LocalIdpKeyStore(Protocol):
+    """Persistence of issuer keys.
+
+    ``load_all`` must return what one consistent read saw (never a current key
+    from one rotation and historical keys from another). ``rotate`` must make
+    ``new_current`` current and demote the previous current in one atomic step,
+    and refuse a ``kid`` the store already holds with :class:`DuplicateKeyId`.
+    Both raise :class:`KeyStoreError` when the store is unusable.
+    """
+
+    def load_all(self) -> LoadedKeys: ...
+
+    def rotate(self, new_current: LocalIdpSigningKey) -> None: ...
+
+
+class MemoryLocalIdpKeyStore:
+    """An in-process key store for tests and development; a restart loses the keys."""
+
+    def __init__(self, loaded: LoadedKeys | None = None) -> None:
+        self._lock = threading.Lock()
+        self._loaded = loaded
+
+    @classmethod
+    def with_current(cls, key: LocalIdpSigningKey) -> MemoryLocalIdpKeyStore:
+        """A store whose only key is ``key``."""
+        return cls(LoadedKeys(key))
+
+    def load_all(self) -> LoadedKeys:
+        with self._lock:
+            if self._loaded is None:
+                raise KeyStoreError("the memory key store holds no key yet; rotate() one in")
+            return self._loaded
+
+    def rotate(self, new_current: LocalIdpSigningKey) -> None:
+        if not isinstance(new_current, LocalIdpSigningKey):
+            raise KeyStoreError("rotate() needs a LocalIdpSigningKey")
+        with self._lock:
+            if self._loaded is None:
+                self._loaded = LoadedKeys(new_current)
+                return
+            if new_current.kid in self._loaded.kids():
+                raise DuplicateKeyId(new_current.kid)
+            self._loaded = LoadedKeys(new_current, self._loaded.all_keys)
+
+    def __repr__(self) -> str:
+        loaded = self._loaded
+        current = loaded.current.kid if loaded is not None else None
+        return f"<MemoryLocalIdpKeyStore current={current!r}>"
+
+
+_CURRENT: Final = "current.kid"
+_HISTORICAL: Final = "historical"
+_LOCK: Final = ".lock"
+_TMP_PREFIX: Final = ".tmp-"
+_MAX_PEM_BYTES: Final = 64 * 1024
+_MAX_KID_FILE_BYTES: Final = 128
+_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_new_file(path: Path, data: bytes) -> None:
+    """Create ``path`` (0600, must not exist) with ``data`` and fsync it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # umask cannot widen it, but be explicit
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FileLocalIdpKeyStore:
+    """Keys in a directory: ``historical/<kid>.pem`` for every key plus ``current.kid``.
+
+    Layout::
+
+        <directory>/            0700
+          current.kid           0600  the current key's kid and a newline
+          historical/           0700
+            <kid>.pem           0600  PKCS#8 private key, one per key (the current one too)
+          .lock                 0600  serialises rotations between processes (flock)
+
+    Rotation writes the new PEM to a temporary file, fsyncs it and renames it into
+    ``historical/``, then replaces ``current.kid`` the same way and fsyncs the
+    directory. A crash at any point therefore leaves either the old or the new
+    current key, never a pointer to a missing or partial file. Loading refuses
+    key files readable by group or others, and a ``current.kid`` that is not a
+    plain key id (so it cannot point outside ``historical/``).
+
+    The algorithm is inferred from the key: RSA → RS256, P-256 → ES256,
+    P-384 → ES384, Ed25519 → EdDSA. POSIX only (uses ``flock``).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self._dir = Path(directory)
+        self._historical = self._dir / _HISTORICAL
+        self._thread_lock = threading.Lock()
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    @classmethod
+    def initialize(cls, directory: str | os.PathLike[str], key: LocalIdpSigningKey) -> FileLocalIdpKeyStore:
+        """Create a new store in ``directory`` (created 0700 if missing) with ``key`` current.
+
+        Refuses a directory that already holds a store.
+        """
+        store = cls(directory)
+        try:
+            store._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(store._dir, 0o700)
+            store._historical.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(store._historical, 0o700)
+        except OSError as exc:
+            raise KeyStoreError(f"cannot create the key store directory: {exc.strerror}") from exc
+        with store._locked():
+            if os.path.lexists(store._dir / _CURRENT):
+                raise KeyStoreError(f"{store._dir} already holds a key store")
+            store._rotate_locked(key, initial=True)
+        return store
+
+    def is_initialized(self) -> bool:
+        return os.path.lexists(self._dir / _CURRENT)
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def _read_current_kid(self) -> str:
+        path = self._dir / _CURRENT
+        try:
+            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        except FileNotFoundError as exc:
+            raise KeyStoreError(f"{path} is missing: the key store is not initialized") from exc
+        except OSError as exc:
+            raise KeyStoreError(f"cannot open {path}: {exc.strerror} (symlinks are refused)") from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise KeyStoreError(f"{path} is not a regular file")
+            raw = os.read(fd, _MAX_KID_FILE_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(raw) > _MAX_KID_FILE_BYTES:
+            raise KeyStoreError(f"{path} is too long to hold a key id")
+        try:
+            text = raw.decode("ascii")
+        except UnicodeDecodeError as exc:
+            raise KeyStoreError(f"{path} does not hold a valid key id") from exc
+        if text.endswith("\n"):
+            text = text[:-1]
+        try:
+            return validate_kid(text)
+        except SigningKeyError as exc:
+            raise KeyStoreError(f"{path} does not hold a valid key id") from exc
+
+    def _read_key(self, kid: str) -> LocalIdpSigningKey:
+        path = self._historical / f"{kid}.pem"
+        try:
+            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        except FileNotFoundError as exc:
+            raise KeyStoreError(f"key file {path} is missing") from exc
+        except OSError as exc:
+            raise KeyStoreError(
+                f"cannot open key file {path}: {exc.strerror} (symlinks are refused)"
+            ) from exc
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise KeyStoreError(f"key file {path} is not a regular file")
+            if info.st_mode & 0o077:
+                raise KeyStoreError(
+                    f"key file {path} is accessible by group or others "
+                    f"(mode {stat.S_IMODE(info.st_mode):04o}); run chmod 600"
+                )
+            data = os.read(fd, _MAX_PEM_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(data) > _MAX_PEM_BYTES:
+            raise KeyStoreError(f"key file {path} is too large")
+        try:
+            return LocalIdpSigningKey.from_pem(data, kid=kid)
+        except SigningKeyError as exc:
+            raise KeyStoreError(f"key file {path} is unusable: {exc.message}") from exc
+
+    def _list_kids(self) -> list[str]:
+        try:
+            info = os.stat(self._historical)
+            names = os.listdir(self._historical)
+        except FileNotFoundError as exc:
+            raise KeyStoreError(f"{self._historical} is missing: the key store is not initialized") from exc
+        except OSError as exc:
+            raise KeyStoreError(f"cannot read {self._historical}: {exc.strerror}") from exc
+        if info.st_mode & 0o022:
+            raise KeyStoreError(f"{self._historical} is writable by group or others; run chmod 700")
+        kids = []
+        for name in names:
+            if name.startswith("."):
+                continue  # temporary files of an interrupted rotation
+            if not name.endswith(".pem"):
+                continue
+            kid = name[: -len(".pem")]
+            try:
+                kids.append(validate_kid(kid))
+            except SigningKeyError as exc:
+                raise KeyStoreError(f"unexpected file {name!r} in {self._historical}") from exc
+        return sorted(kids)
+
+    def load_all(self) -> LoadedKeys:
+        """Read every key; the current one is named by ``current.kid``.
+
+        Rotations only ever add files, so reading the pointer before and after the
+        directory listing and getting the same answer proves a consistent view.
+        """
+        for _ in range(10):
+            current_kid = self._read_current_kid()
+            kids = self._list_kids()
+            if current_kid not in kids:
+                raise KeyStoreError(
+                    f"current.kid names {current_kid!r} but historical/{current_kid}.pem is missing"
+                )
+            keys = {kid: self._read_key(kid) for kid in kids}
+            if self._read_current_kid() == current_kid:
+                current = keys.pop(current_kid)
+                return LoadedKeys(current, keys.values())
+        raise KeyStoreError("the key store kept changing while being read")
+
+    # -- rotating ----------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._thread_lock:
+            try:
+                fd = os.open(self._dir / _LOCK, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise KeyStoreError(f"cannot open the key store lock: {exc.strerror}") from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)  # releases the flock
+
+    def rotate(self, new_current: LocalIdpSigningKey) -> None:
+        """Make ``new_current`` current; the previous current stays as historical."""
+        if not isinstance(new_current, LocalIdpSigningKey):
+            raise KeyStoreError("rotate() needs a LocalIdpSigningKey")
+        with self._locked():
+            self._rotate_locked(new_current, initial=False)
+
+    def _rotate_locked(self, key: LocalIdpSigningKey, *, initial: bool) -> None:
+        if not initial:
+            self._read_current_kid()  # refuse to rotate an uninitialized or corrupt store
+        kids = self._list_kids()
+        if key.kid in kids:
+            raise DuplicateKeyId(key.kid)
+        self._remove_stale_temp_files()
+        try:
+            # 1. the PEM, under its final name, fully on disk
+            tmp = self._historical / f"{_TMP_PREFIX}{secrets.token_hex(8)}"
+            _write_new_file(tmp, key.private_pem())
+            os.rename(tmp, self._historical / f"{key.kid}.pem")
+            _fsync_dir(self._historical)
+            # 2. the pointer, replaced atomically
+            tmp = self._dir / f"{_TMP_PREFIX}{secrets.token_hex(8)}"
+            _write_new_file(tmp, f"{key.kid}\n".encode("ascii"))
+            os.replace(tmp, self._dir / _CURRENT)
+            _fsync_dir(self._dir)
+        except OSError as exc:
+            raise KeyStoreError(f"rotation failed: {exc.strerror}") from exc
+
+    def _remove_stale_temp_files(self) -> None:
+        # Only called under the lock, so every temp file belongs to a crashed rotation.
+        for folder in (self._dir, self._historical):
+            for name in os.listdir(folder):
+                if name.startswith(_TMP_PREFIX):
+                    with contextlib.suppress(OSError):
+                        os.unlink(folder / name)
+
+    def __repr__(self) -> str:
+        return f"<FileLocalIdpKeyStore {str(self._dir)!r}>"

@@ -1,0 +1,74 @@
+"""The two public routes of the local issuer: discovery and the JWK set.
+
+Use ``app.register_blueprint(idp.blueprint())`` on its own, or let the AuthFlow
+extension mount it; the standalone views :func:`openid_configuration` and
+:func:`jwks` find the issuer either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from flask import Blueprint, Response, current_app, jsonify
+from flask.sansio.blueprints import BlueprintSetupState
+
+from ..errors import ConfigurationError
+from .idp import LocalIdp
+
+__all__ = ["CACHE_CONTROL", "current_issuer", "jwks", "make_blueprint", "openid_configuration"]
+
+#: Both documents are public and change only on rotation; five minutes of caching
+#: keeps load off the app while rotation stays visible quickly (the previous key
+#: stays published, so cached copies keep verifying).
+CACHE_CONTROL: Final = "public, max-age=300"
+_APP_KEY: Final = "authflow_issuer"
+
+
+def current_issuer() -> LocalIdp:
+    """The LocalIdp of the current app: a blueprint-bound one, else the extension's."""
+    bound = current_app.extensions.get(_APP_KEY)
+    if isinstance(bound, LocalIdp):
+        return bound
+    state: Any = current_app.extensions.get("authflow")
+    issuer = state.get("issuer") if isinstance(state, dict) else getattr(state, "issuer", None)
+    if isinstance(issuer, LocalIdp):
+        return issuer
+    raise ConfigurationError("no LocalIdp is configured for this app (register idp.blueprint() or AuthFlow)")
+
+
+def _json(document: dict[str, Any]) -> Response:
+    response = jsonify(document)
+    response.headers["Cache-Control"] = CACHE_CONTROL
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+def openid_configuration() -> Response:
+    """``GET /.well-known/openid-configuration``: RFC 8414 metadata with ``jwks_uri``.
+
+    ``jwks_uri`` comes from the configured base URL, never from request headers.
+    """
+    return _json(current_issuer().discovery_document())
+
+
+def jwks() -> Response:
+    """``GET /jwks.json``: the public keys (current and historical)."""
+    return _json(current_issuer().jwks())
+
+
+def make_blueprint(idp: LocalIdp, url_prefix: str | None = None) -> Blueprint:
+    """The ``authflow_issuer`` blueprint bound to ``idp``."""
+    bp = Blueprint(_APP_KEY, __name__, url_prefix=url_prefix)
+    bp.add_url_rule(
+        "/.well-known/openid-configuration", "openid_configuration", openid_configuration, methods=["GET"]
+    )
+    bp.add_url_rule("/jwks.json", "jwks", jwks, methods=["GET"])
+
+    def bind(state: BlueprintSetupState) -> None:
+        existing = state.app.extensions.get(_APP_KEY)
+        if existing is not None and existing is not idp:
+            raise ConfigurationError("another LocalIdp is already bound to this app")
+        state.app.extensions[_APP_KEY] = idp
+
+    bp.record_once(bind)
+    return bp

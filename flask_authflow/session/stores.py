@@ -1,0 +1,284 @@
+"""Where session records live: the :class:`SessionStore` protocol and the in-memory store.
+
+Also the wire format persistent stores use for a record (:func:`serialize_record`):
+versioned JSON, with the application's custom data in Flask's tagged JSON so that
+``flask.session`` values round-trip exactly as with Flask's own cookie session.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from ..clock import Clock, SystemClock, utc
+from ..errors import SessionRecordError
+from .model import AuthState, InvalidTransition, SessionRecord, custom_serializer
+
+__all__ = ["RECORD_SCHEMA", "MemorySessionStore", "SessionStore", "deserialize_record", "serialize_record"]
+
+#: Version of the serialised record layout written by :func:`serialize_record`.
+RECORD_SCHEMA = 1
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Persistence of session records, keyed by session id.
+
+    A store never interprets the record beyond the index columns it needs (tenant,
+    user id, expiry); persistent stores encrypt the record at rest.
+    Every method raises :class:`~flask_authflow.errors.StoreUnavailable` when the
+    backing service cannot be reached (callers fail closed).
+    """
+
+    def load(self, sid: str) -> SessionRecord | None:
+        """The record with this id, or ``None`` if unknown or expired."""
+        ...
+
+    def save(self, record: SessionRecord, expires_at: datetime) -> None:
+        """Insert or replace the record; it must be gone (``load`` → ``None``) after ``expires_at``."""
+        ...
+
+    def delete(self, sid: str) -> None:
+        """Remove the record (no error if it is already gone)."""
+        ...
+
+    def list_user_sessions(self, tenant: str, user_id: str) -> list[SessionRecord]:
+        """Live sessions of one user (any state other than Guest)."""
+        ...
+
+    def delete_user_sessions(self, tenant: str, user_id: str) -> int:
+        """Revoke every session of one user; returns how many were removed."""
+        ...
+
+
+# --- in-memory store ------------------------------------------------------------------------------
+
+
+def _detached(record: SessionRecord) -> SessionRecord:
+    """A copy whose mutable parts (custom data, flow) share nothing with ``record``.
+
+    Records are immutable, but their ``custom`` and ``flow`` mappings hold mutable
+    values (lists, dicts). Without the copy a view that mutates a nested value would
+    change the stored session without saving it, bypassing the size limit and the
+    dirty flag. Records with no custom data and no flow (the common authenticated
+    session) are returned as they are: nothing to copy, nothing to pay.
+    """
+    if not record.custom and not record.flow:
+        return record
+    return replace(
+        record,
+        custom=copy.deepcopy(dict(record.custom)) if record.custom else {},
+        flow=copy.deepcopy(dict(record.flow)) if record.flow else record.flow,
+    )
+
+
+class MemorySessionStore:
+    """Session records in a dict of this process (tests, development, one-process apps).
+
+    Thread-safe. Records are kept until their expiry and dropped lazily (on access) and
+    in bulk every ``purge_every`` saves, so abandoned guest sessions do not accumulate.
+    Nothing survives a restart and nothing is shared between processes: use
+    :class:`~flask_authflow.stores.sqlalchemy.session_store.SqlAlchemySessionStore`
+    when the app runs more than one worker.
+    """
+
+    def __init__(self, *, clock: Clock | None = None, purge_every: int = 1024) -> None:
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._lock = threading.Lock()
+        self._records: dict[str, tuple[SessionRecord, datetime]] = {}
+        self._by_user: dict[tuple[str, str], set[str]] = {}
+        self._purge_every = max(1, purge_every)
+        self._saves = 0
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._records)
+
+    def _unindex(self, record: SessionRecord) -> None:
+        # Caller holds the lock.
+        if record.tenant is None or record.user_id is None:
+            return
+        key = (record.tenant, record.user_id)
+        sids = self._by_user.get(key)
+        if sids is not None:
+            sids.discard(record.sid)
+            if not sids:
+                del self._by_user[key]
+
+    def _remove(self, sid: str) -> SessionRecord | None:
+        # Caller holds the lock.
+        entry = self._records.pop(sid, None)
+        if entry is None:
+            return None
+        self._unindex(entry[0])
+        return entry[0]
+
+    def load(self, sid: str) -> SessionRecord | None:
+        now = self._clock.now()
+        with self._lock:
+            entry = self._records.get(sid)
+            if entry is None:
+                return None
+            record, expires_at = entry
+            if expires_at <= now:
+                self._remove(sid)
+                return None
+        return _detached(record)
+
+    def save(self, record: SessionRecord, expires_at: datetime) -> None:
+        stored = _detached(record)
+        expires_at = utc(expires_at)
+        with self._lock:
+            self._remove(record.sid)
+            self._records[record.sid] = (stored, expires_at)
+            if record.tenant is not None and record.user_id is not None:
+                self._by_user.setdefault((record.tenant, record.user_id), set()).add(record.sid)
+            self._saves += 1
+            purge = self._saves % self._purge_every == 0
+        if purge:
+            self.purge_expired()
+
+    def delete(self, sid: str) -> None:
+        with self._lock:
+            self._remove(sid)
+
+    def list_user_sessions(self, tenant: str, user_id: str) -> list[SessionRecord]:
+        now = self._clock.now()
+        with self._lock:
+            sids = sorted(self._by_user.get((tenant, user_id), ()))
+            found = [self._records[sid] for sid in sids]
+        return [_detached(rec) for rec, exp in found if exp > now and rec.state is not AuthState.GUEST]
+
+    def delete_user_sessions(self, tenant: str, user_id: str) -> int:
+        now = self._clock.now()
+        removed = 0
+        with self._lock:
+            for sid in list(self._by_user.get((tenant, user_id), ())):
+                entry = self._records.get(sid)
+                self._remove(sid)
+                if entry is not None and entry[1] > now:
+                    removed += 1
+        return removed
+
+    def purge_expired(self) -> int:
+        """Drop every expired record now; returns how many were dropped."""
+        now = self._clock.now()
+        with self._lock:
+            expired = [sid for sid, (_rec, exp) in self._records.items() if exp <= now]
+            for sid in expired:
+                self._remove(sid)
+        return len(expired)
+
+    def __repr__(self) -> str:
+        return f"<MemorySessionStore sessions={len(self)}>"
+
+
+# --- wire format for persistent stores ------------------------------------------------------------
+
+
+def _dt(value: datetime | None) -> str | None:
+    return None if value is None else utc(value).isoformat()
+
+
+def _parse_dt(value: Any) -> datetime:
+    if not isinstance(value, str):
+        raise SessionRecordError("malformed session record: bad timestamp")
+    return utc(datetime.fromisoformat(value))
+
+
+def _parse_opt_dt(value: Any) -> datetime | None:
+    return None if value is None else _parse_dt(value)
+
+
+def serialize_record(record: SessionRecord) -> bytes:
+    """Encode ``record`` as versioned JSON (UTF-8) for a persistent store.
+
+    Custom data and the ceremony state go through Flask's tagged JSON serializer so
+    tuples, bytes, datetimes, ``Markup`` and flashed messages keep their types.
+    """
+    doc: dict[str, Any] = {
+        "v": RECORD_SCHEMA,
+        "sid": record.sid,
+        "state": record.state.value,
+        "created_at": _dt(record.created_at),
+        "last_seen_at": _dt(record.last_seen_at),
+        "tenant": record.tenant,
+        "user_id": record.user_id,
+        "factors_pending": list(record.factors_pending),
+        "factors_passed": list(record.factors_passed),
+        "login_started_at": _dt(record.login_started_at),
+        "authenticated_at": _dt(record.authenticated_at),
+        "auth_method": record.auth_method,
+        "fingerprint": record.fingerprint,
+        "flow": None if record.flow is None else custom_serializer.dumps(dict(record.flow)),
+        "custom": custom_serializer.dumps(dict(record.custom)) if record.custom else None,
+    }
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _opt_str(doc: Mapping[str, Any], name: str) -> str | None:
+    value = doc.get(name)
+    if value is not None and not isinstance(value, str):
+        raise SessionRecordError(f"malformed session record: bad {name}")
+    return value
+
+
+def _str_tuple(doc: Mapping[str, Any], name: str) -> tuple[str, ...]:
+    value = doc.get(name)
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise SessionRecordError(f"malformed session record: bad {name}")
+    return tuple(value)
+
+
+def deserialize_record(data: bytes) -> SessionRecord:
+    """Decode what :func:`serialize_record` wrote.
+
+    :raises SessionRecordError: unknown schema version or malformed content (the
+        caller treats the session as absent).
+    """
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SessionRecordError("malformed session record: not JSON") from exc
+    if not isinstance(doc, dict):
+        raise SessionRecordError("malformed session record: not an object")
+    if doc.get("v") != RECORD_SCHEMA:
+        raise SessionRecordError(f"unknown session record schema {doc.get('v')!r}")
+    try:
+        sid = doc["sid"]
+        if not isinstance(sid, str) or not sid:
+            raise SessionRecordError("malformed session record: bad sid")
+        flow_raw = _opt_str(doc, "flow")
+        custom_raw = _opt_str(doc, "custom")
+        flow = None if flow_raw is None else custom_serializer.loads(flow_raw)
+        custom = {} if custom_raw is None else custom_serializer.loads(custom_raw)
+        if (flow is not None and not isinstance(flow, dict)) or not isinstance(custom, dict):
+            raise SessionRecordError("malformed session record: bad flow or custom data")
+        return SessionRecord(
+            sid=sid,
+            state=AuthState(doc.get("state")),
+            created_at=_parse_dt(doc.get("created_at")),
+            last_seen_at=_parse_dt(doc.get("last_seen_at")),
+            tenant=_opt_str(doc, "tenant"),
+            user_id=_opt_str(doc, "user_id"),
+            factors_pending=_str_tuple(doc, "factors_pending"),
+            factors_passed=_str_tuple(doc, "factors_passed"),
+            login_started_at=_parse_opt_dt(doc.get("login_started_at")),
+            authenticated_at=_parse_opt_dt(doc.get("authenticated_at")),
+            auth_method=_opt_str(doc, "auth_method"),
+            fingerprint=_opt_str(doc, "fingerprint"),
+            flow=flow,
+            custom=custom,
+        )
+    except SessionRecordError:
+        raise
+    except InvalidTransition as exc:  # the record breaks an invariant of the state machine
+        raise SessionRecordError("malformed session record: invalid state") from exc
+    except (KeyError, ValueError, TypeError) as exc:
+        # A bad enum value, a bad ISO date or bad tagged JSON.
+        raise SessionRecordError("malformed session record") from exc

@@ -1,0 +1,35 @@
+"""Blinker signals sent by flask-authflow, like Flask's own signals.
+
+Connect with ``token_minted.connect(receiver)``; receivers get the sender and
+keyword arguments. Signals never carry secrets (no tokens, passwords or keys).
+
+* ``login_succeeded``, ``login_failed``, ``factor_verified``, ``session_revoked``:
+  sent by the login and session parts.
+* ``key_rotated``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after a
+  rotation, with ``previous_kid`` and ``new_kid``.
+* ``token_minted``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after each
+  mint, with ``kid``, ``algorithm`` and ``claims`` (the payload, not the token).
+"""
+
+from __future__ import annotations
+
+from blinker import Namespace
+
+__all__ = [
+    "authflow_signals",
+    "factor_verified",
+    "key_rotated",
+    "login_failed",
+    "login_succeeded",
+    "session_revoked",
+    "token_minted",
+]
+
+authflow_signals = Namespace()
+
+login_succeeded = authflow_signals.signal("login-succeeded")
+login_failed = authflow_signals.signal("login-failed")
+factor_verified = authflow_signals.signal("factor-verified")
+session_revoked = authflow_signals.signal("session-revoked")
+key_rotated = authflow_signals.signal("key-rotated")
+token_minted = authflow_signals.signal("token-minted")

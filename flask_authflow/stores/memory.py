@@ -1,0 +1,282 @@
+"""Everything the login service stores, in process memory (tests and development).
+
+One lock guards all state, so every counter update is atomic across threads. Nothing
+survives a restart: use :class:`~flask_authflow.stores.sqlalchemy.backend.SqlAlchemyBackend`
+for anything real.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import deque
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from ..audit.sinks import AuditRecord
+from ..authn.factors.password import PasswordHasher
+from ..authn.identifiers import check_tenant, normalise_identifier
+from ..authn.outcomes import FactorKind
+from ..authn.stores import AttemptKey, FactorConfig, FailureCount, UserRecord
+from ..clock import Clock, SystemClock
+from ..errors import AuditWriteError, StoreUnavailable, UserExists, UserNotFound
+
+__all__ = ["AttemptLogEntry", "InMemoryBackend", "LockState", "count_failure"]
+
+#: Order of second factors after the password (when several are enrolled).
+_FACTOR_ORDER = {kind: index for index, kind in enumerate(FactorKind)}
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptLogEntry:
+    """One authentication attempt, as kept in the attempt log."""
+
+    at: datetime
+    tenant: str
+    subject: str
+    factor: str
+    success: bool
+    client_ip: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LockState:
+    """Failure counter of one (tenant, subject, factor)."""
+
+    failures: int = 0
+    window_start: datetime | None = None
+    locked_until: datetime | None = None
+
+
+def count_failure(
+    state: LockState, *, now: datetime, window: timedelta, max_failures: int, lock_duration: timedelta
+) -> tuple[LockState, FailureCount]:
+    """The lockout arithmetic: count in the current window, lock (and restart counting) at the threshold."""
+    if state.window_start is None or state.window_start <= now - window:
+        failures, start = 1, now
+    else:
+        failures, start = state.failures + 1, state.window_start
+    if failures >= max_failures:
+        until = now + lock_duration
+        return LockState(0, None, until), FailureCount(failures, until)
+    return LockState(failures, start, state.locked_until), FailureCount(failures, None)
+
+
+class InMemoryBackend:
+    """Identity, factor, attempt and audit store in one object.
+
+    :param hasher: hashes passwords given to :meth:`with_user_password` /
+        :meth:`create_user` (default: Argon2id with the RFC 9106 low-memory profile).
+    """
+
+    def __init__(
+        self,
+        *,
+        hasher: PasswordHasher | None = None,
+        clock: Clock | None = None,
+        max_attempt_log: int = 100_000,
+    ) -> None:
+        self._hasher = hasher
+        self.clock: Clock = clock or SystemClock()
+        self._lock = threading.RLock()
+        self._users: dict[tuple[str, str], UserRecord] = {}
+        self._users_by_id: dict[str, UserRecord] = {}
+        self._factors: dict[str, dict[FactorKind, FactorConfig]] = {}
+        self._locks: dict[AttemptKey, LockState] = {}
+        self._attempts: deque[AttemptLogEntry] = deque(maxlen=max_attempt_log)
+        self._audit: list[AuditRecord] = []
+        self._fail_writes = 0
+        #: While true, the attempt store raises StoreUnavailable (tests of fail-closed).
+        self.attempts_unavailable = False
+
+    @property
+    def hasher(self) -> PasswordHasher:
+        """The hasher, created on first use (the default one precomputes a 64 MiB dummy hash)."""
+        with self._lock:
+            if self._hasher is None:
+                self._hasher = PasswordHasher()
+            return self._hasher
+
+    def __repr__(self) -> str:
+        return f"<InMemoryBackend users={len(self._users)} audit_rows={len(self._audit)}>"
+
+    # --- identities --------------------------------------------------------------------------
+
+    def with_user_password(self, username: str, tenant: str, password: str) -> InMemoryBackend:
+        """Add a user with a password (Argon2id); returns ``self`` for chaining."""
+        self.create_user(tenant, username, password)
+        return self
+
+    def create_user(self, tenant: str, identifier: str, password: str | None = None) -> UserRecord:
+        tenant = check_tenant(tenant)
+        identifier = normalise_identifier(identifier)
+        password_hash = self.hasher.hash(password) if password is not None else None
+        now = self.clock.now()
+        with self._lock:
+            if (tenant, identifier) in self._users:
+                raise UserExists()
+            user = UserRecord(uuid.uuid4().hex, tenant, identifier, now)
+            self._users[(tenant, identifier)] = user
+            self._users_by_id[user.user_id] = user
+            self._factors[user.user_id] = {}
+            if password_hash is not None:
+                self._factors[user.user_id][FactorKind.PASSWORD] = FactorConfig(
+                    user.user_id, FactorKind.PASSWORD, now, password_hash
+                )
+            return user
+
+    def set_password(self, tenant: str, identifier: str, password: str) -> None:
+        user = self.find_user(tenant, normalise_identifier(identifier))
+        if user is None:
+            raise UserNotFound()
+        self.set_password_hash(tenant, user.user_id, self.hasher.hash(password))
+
+    def set_disabled(self, tenant: str, identifier: str, disabled: bool = True) -> None:
+        with self._lock:
+            user = self._users.get((tenant, normalise_identifier(identifier)))
+            if user is None:
+                raise UserNotFound()
+            updated = replace(user, disabled=disabled)
+            self._users[(tenant, user.identifier)] = updated
+            self._users_by_id[user.user_id] = updated
+
+    def find_user(self, tenant: str, identifier: str) -> UserRecord | None:
+        with self._lock:
+            return self._users.get((tenant, identifier))
+
+    def get_user(self, tenant: str, user_id: str) -> UserRecord | None:
+        with self._lock:
+            user = self._users_by_id.get(user_id)
+        return user if user is not None and user.tenant == tenant else None
+
+    def list_users(self, tenant: str | None = None) -> list[UserRecord]:
+        with self._lock:
+            users = list(self._users.values())
+        return sorted(
+            (u for u in users if tenant is None or u.tenant == tenant), key=lambda u: (u.tenant, u.identifier)
+        )
+
+    # --- factors -----------------------------------------------------------------------------
+
+    def _user_factors(self, tenant: str, user_id: str) -> dict[FactorKind, FactorConfig]:
+        user = self._users_by_id.get(user_id)
+        if user is None or user.tenant != tenant:
+            return {}
+        return self._factors.get(user_id, {})
+
+    def get_password_hash(self, tenant: str, user_id: str) -> str | None:
+        with self._lock:
+            config = self._user_factors(tenant, user_id).get(FactorKind.PASSWORD)
+            return config.secret if config is not None else None
+
+    def set_password_hash(self, tenant: str, user_id: str, password_hash: str) -> None:
+        self.enroll_factor(tenant, user_id, FactorKind.PASSWORD, password_hash)
+
+    def enroll_factor(self, tenant: str, user_id: str, kind: FactorKind, secret: str) -> None:
+        """Add or replace a factor configuration (second factors register here)."""
+        now = self.clock.now()
+        with self._lock:
+            user = self._users_by_id.get(user_id)
+            if user is None or user.tenant != tenant:
+                raise UserNotFound()
+            existing = self._factors[user_id].get(kind)
+            created = existing.created_at if existing is not None else now
+            self._factors[user_id][kind] = FactorConfig(user_id, kind, created, secret)
+
+    def required_factors(self, tenant: str, user_id: str) -> list[FactorKind]:
+        with self._lock:
+            configs = list(self._user_factors(tenant, user_id).values())
+        kinds = [c.kind for c in sorted(configs, key=lambda c: (c.created_at, _FACTOR_ORDER[c.kind]))]
+        if FactorKind.PASSWORD in kinds:
+            kinds.remove(FactorKind.PASSWORD)
+            kinds.insert(0, FactorKind.PASSWORD)
+        return kinds
+
+    def list_factors(self, tenant: str, user_id: str) -> list[FactorConfig]:
+        with self._lock:
+            return list(self._user_factors(tenant, user_id).values())
+
+    # --- attempts and lockout ----------------------------------------------------------------
+
+    def _check_available(self) -> None:
+        if self.attempts_unavailable:
+            raise StoreUnavailable("the attempt store is unavailable")
+
+    def locked_until(self, tenant: str, subject: str, now: datetime) -> datetime | None:
+        with self._lock:
+            self._check_available()
+            ends = [
+                state.locked_until
+                for key, state in self._locks.items()
+                if key.tenant == tenant
+                and key.subject == subject
+                and state.locked_until is not None
+                and state.locked_until > now
+            ]
+        return max(ends) if ends else None
+
+    def register_failure(
+        self,
+        key: AttemptKey,
+        *,
+        now: datetime,
+        window: timedelta,
+        max_failures: int,
+        lock_duration: timedelta,
+        client_ip: str | None = None,
+    ) -> FailureCount:
+        with self._lock:
+            self._check_available()
+            state, result = count_failure(
+                self._locks.get(key, LockState()),
+                now=now,
+                window=window,
+                max_failures=max_failures,
+                lock_duration=lock_duration,
+            )
+            self._locks[key] = state
+            self._attempts.append(AttemptLogEntry(now, key.tenant, key.subject, key.factor, False, client_ip))
+            return result
+
+    def register_success(self, key: AttemptKey, *, now: datetime, client_ip: str | None = None) -> None:
+        with self._lock:
+            self._check_available()
+            state = self._locks.get(key)
+            if state is not None:
+                self._locks[key] = LockState(0, None, state.locked_until)
+            self._attempts.append(AttemptLogEntry(now, key.tenant, key.subject, key.factor, True, client_ip))
+
+    def set_lock(self, key: AttemptKey, until: datetime) -> None:
+        with self._lock:
+            self._check_available()
+            self._locks[key] = replace(self._locks.get(key, LockState()), locked_until=until)
+
+    def clear_lock(self, tenant: str, subject: str) -> None:
+        with self._lock:
+            self._check_available()
+            for key in [k for k in self._locks if k.tenant == tenant and k.subject == subject]:
+                del self._locks[key]
+
+    @property
+    def attempt_log(self) -> list[AttemptLogEntry]:
+        with self._lock:
+            return list(self._attempts)
+
+    # --- audit -------------------------------------------------------------------------------
+
+    def fail_next_write(self, count: int = 1) -> None:
+        """Make the next ``count`` audit writes fail with AuditWriteError."""
+        with self._lock:
+            self._fail_writes = count
+
+    def write(self, record: AuditRecord) -> None:
+        with self._lock:
+            if self._fail_writes > 0:
+                self._fail_writes -= 1
+                raise AuditWriteError()
+            self._audit.append(record)
+
+    @property
+    def audit_rows(self) -> list[AuditRecord]:
+        with self._lock:
+            return list(self._audit)

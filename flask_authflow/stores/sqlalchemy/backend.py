@@ -1,0 +1,527 @@
+"""Users, factors, attempt counters and audit rows in a SQL database (SQLAlchemy 2.x).
+
+Failure counting is one transaction per failure: ``INSERT ... ON CONFLICT DO NOTHING``
+makes sure the counter row exists, then ``UPDATE ... SET failures = failures + 1``
+(with the window restart in a ``CASE``) increments it in the database. On PostgreSQL
+the UPDATE takes the row lock and re-reads the committed value, on SQLite the first
+write takes the database lock, so two threads or two machines failing at once can
+never lose a count. Every database error becomes :class:`StoreUnavailable` (or
+:class:`AuditWriteError` for audit rows): a login is refused, never waved through.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    Row,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    and_,
+    case,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+
+from ...audit.sinks import AuditRecord
+from ...authn.factors.password import PasswordHasher
+from ...authn.identifiers import check_tenant, normalise_identifier
+from ...authn.outcomes import FactorKind
+from ...authn.stores import AttemptKey, FactorConfig, FailureCount, UserRecord
+from ...clock import Clock, SystemClock, utc
+from ...errors import AuditWriteError, StoreUnavailable, UserExists, UserNotFound
+from .base import EngineSource, metadata, resolve_engine
+
+__all__ = [
+    "SqlAlchemyBackend",
+    "attempts_table",
+    "audit_table",
+    "factors_table",
+    "lockouts_table",
+    "users_table",
+]
+
+_Id = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrements INTEGER PRIMARY KEY only
+_Time = DateTime(timezone=True)
+
+users_table = Table(
+    "authflow_users",
+    metadata,
+    Column("user_id", String(32), primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("identifier", String(254), nullable=False),
+    Column("created_at", _Time, nullable=False),
+    Column("disabled", Boolean, nullable=False, default=False),
+    UniqueConstraint("tenant", "identifier", name="uq_authflow_users_tenant_identifier"),
+)
+
+factors_table = Table(
+    "authflow_factors",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("user_id", String(32), ForeignKey("authflow_users.user_id", ondelete="CASCADE"), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("secret", Text, nullable=False),
+    Column("created_at", _Time, nullable=False),
+)
+# One password per user; other kinds (several security keys) may repeat.
+Index(
+    "uq_authflow_factors_password",
+    factors_table.c.user_id,
+    factors_table.c.kind,
+    unique=True,
+    sqlite_where=factors_table.c.kind == "password",
+    postgresql_where=factors_table.c.kind == "password",
+)
+Index("ix_authflow_factors_user", factors_table.c.user_id)
+
+attempts_table = Table(
+    "authflow_attempts",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("at", _Time, nullable=False),
+    Column("tenant", String(128), nullable=False),
+    Column("subject", String(300), nullable=False),
+    Column("factor", String(32), nullable=False),
+    Column("success", Boolean, nullable=False),
+    Column("client_ip", String(45)),
+)
+Index("ix_authflow_attempts_subject", attempts_table.c.tenant, attempts_table.c.subject, attempts_table.c.at)
+
+lockouts_table = Table(
+    "authflow_lockouts",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("subject", String(300), primary_key=True),
+    Column("factor", String(32), primary_key=True),
+    Column("failures", Integer, nullable=False, default=0),
+    Column("window_start", _Time),
+    Column("locked_until", _Time),
+)
+
+audit_table = Table(
+    "authflow_audit",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("time", _Time, nullable=False),
+    Column("event", String(32), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("tenant", String(128)),
+    Column("user_id", String(32)),
+    Column("identifier", String(254)),
+    Column("session_id", String(64)),
+    Column("factor", String(32)),
+    Column("client_ip", String(45)),
+    Column("ip_source", String(16), nullable=False),
+    Column("user_agent", String(512)),
+    Column("request_id", String(128)),
+    Column("reason", String(64)),
+)
+Index("ix_authflow_audit_time", audit_table.c.time)
+
+_TABLES = [users_table, factors_table, attempts_table, lockouts_table, audit_table]
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    return utc(value) if value is not None else None
+
+
+def _user(row: Row[Any]) -> UserRecord:
+    return UserRecord(
+        user_id=row.user_id,
+        tenant=row.tenant,
+        identifier=row.identifier,
+        created_at=utc(row.created_at),
+        disabled=bool(row.disabled),
+    )
+
+
+class SqlAlchemyBackend:
+    """Identity, factor, attempt and audit store on SQLite or PostgreSQL.
+
+    :param engine_source: an ``Engine``, a database URL, or a Flask-SQLAlchemy ``db``.
+    :param hasher: hashes passwords given to :meth:`create_user` / :meth:`set_password`.
+    :param create_tables: create the ``authflow_*`` tables if missing (use migrations in production).
+    """
+
+    def __init__(
+        self,
+        engine_source: EngineSource,
+        *,
+        hasher: PasswordHasher | None = None,
+        clock: Clock | None = None,
+        create_tables: bool = True,
+    ) -> None:
+        self._owns_engine = isinstance(engine_source, str)
+        self.engine: Engine = resolve_engine(engine_source)
+        self._hasher = hasher
+        self.clock: Clock = clock or SystemClock()
+        if create_tables:
+            metadata.create_all(self.engine, tables=_TABLES)
+
+    @property
+    def hasher(self) -> PasswordHasher:
+        if self._hasher is None:
+            self._hasher = PasswordHasher()
+        return self._hasher
+
+    def close(self) -> None:
+        """Dispose of the engine if this backend created it from a URL."""
+        if self._owns_engine:
+            self.engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"<SqlAlchemyBackend {self.engine.url.render_as_string(hide_password=True)}>"
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        """One transaction; database failures become StoreUnavailable (fail closed)."""
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except IntegrityError:
+            raise
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable("the authentication database is unavailable") from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """A connection for reads only (no transaction bookkeeping: the login path is latency-bound)."""
+        try:
+            with self.engine.connect() as conn:
+                yield conn
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable("the authentication database is unavailable") from exc
+
+    # --- identities --------------------------------------------------------------------------
+
+    def with_user_password(self, username: str, tenant: str, password: str) -> SqlAlchemyBackend:
+        self.create_user(tenant, username, password)
+        return self
+
+    def create_user(self, tenant: str, identifier: str, password: str | None = None) -> UserRecord:
+        """Add a user (and their password); :class:`UserExists` if the identifier is taken."""
+        tenant = check_tenant(tenant)
+        identifier = normalise_identifier(identifier)
+        password_hash = self.hasher.hash(password) if password is not None else None
+        user = UserRecord(uuid.uuid4().hex, tenant, identifier, utc(self.clock.now()))
+        try:
+            with self._tx() as conn:
+                conn.execute(
+                    insert(users_table).values(
+                        user_id=user.user_id,
+                        tenant=tenant,
+                        identifier=identifier,
+                        created_at=user.created_at,
+                        disabled=False,
+                    )
+                )
+                if password_hash is not None:
+                    conn.execute(
+                        insert(factors_table).values(
+                            user_id=user.user_id,
+                            kind=FactorKind.PASSWORD.value,
+                            secret=password_hash,
+                            created_at=user.created_at,
+                        )
+                    )
+        except IntegrityError as exc:
+            raise UserExists() from exc
+        return user
+
+    def set_password(self, tenant: str, identifier: str, password: str) -> None:
+        """Replace (or set) the password of an existing user; :class:`UserNotFound` otherwise."""
+        user = self.find_user(check_tenant(tenant), normalise_identifier(identifier))
+        if user is None:
+            raise UserNotFound()
+        self.set_password_hash(user.tenant, user.user_id, self.hasher.hash(password))
+
+    def set_disabled(self, tenant: str, identifier: str, disabled: bool = True) -> None:
+        with self._tx() as conn:
+            result = conn.execute(
+                update(users_table)
+                .where(
+                    users_table.c.tenant == tenant,
+                    users_table.c.identifier == normalise_identifier(identifier),
+                )
+                .values(disabled=disabled)
+            )
+        if result.rowcount == 0:
+            raise UserNotFound()
+
+    def find_user(self, tenant: str, identifier: str) -> UserRecord | None:
+        with self._read() as conn:
+            row = conn.execute(
+                select(users_table).where(
+                    users_table.c.tenant == tenant, users_table.c.identifier == identifier
+                )
+            ).first()
+        return _user(row) if row is not None else None
+
+    def get_user(self, tenant: str, user_id: str) -> UserRecord | None:
+        with self._read() as conn:
+            row = conn.execute(
+                select(users_table).where(users_table.c.tenant == tenant, users_table.c.user_id == user_id)
+            ).first()
+        return _user(row) if row is not None else None
+
+    def list_users(self, tenant: str | None = None) -> list[UserRecord]:
+        query = select(users_table).order_by(users_table.c.tenant, users_table.c.identifier)
+        if tenant is not None:
+            query = query.where(users_table.c.tenant == tenant)
+        with self._read() as conn:
+            return [_user(row) for row in conn.execute(query)]
+
+    # --- factors -----------------------------------------------------------------------------
+
+    def _factor_query(self, tenant: str, user_id: str) -> Any:
+        return (
+            select(factors_table)
+            .join(users_table, users_table.c.user_id == factors_table.c.user_id)
+            .where(users_table.c.tenant == tenant, factors_table.c.user_id == user_id)
+            .order_by(factors_table.c.created_at, factors_table.c.id)
+        )
+
+    def get_password_hash(self, tenant: str, user_id: str) -> str | None:
+        query = self._factor_query(tenant, user_id).where(factors_table.c.kind == FactorKind.PASSWORD.value)
+        with self._read() as conn:
+            row = conn.execute(query).first()
+        return str(row.secret) if row is not None else None
+
+    def set_password_hash(self, tenant: str, user_id: str, password_hash: str) -> None:
+        now = utc(self.clock.now())
+        owned = select(users_table.c.user_id).where(
+            users_table.c.tenant == tenant, users_table.c.user_id == user_id
+        )
+        for _ in range(2):  # a concurrent first insert wins the unique index; then we update
+            try:
+                with self._tx() as conn:
+                    if conn.execute(owned).first() is None:
+                        raise UserNotFound()
+                    result = conn.execute(
+                        update(factors_table)
+                        .where(
+                            factors_table.c.user_id == user_id,
+                            factors_table.c.kind == FactorKind.PASSWORD.value,
+                        )
+                        .values(secret=password_hash)
+                    )
+                    if result.rowcount == 0:
+                        conn.execute(
+                            insert(factors_table).values(
+                                user_id=user_id,
+                                kind=FactorKind.PASSWORD.value,
+                                secret=password_hash,
+                                created_at=now,
+                            )
+                        )
+                return
+            except IntegrityError:
+                continue
+        raise StoreUnavailable("could not store the password hash")
+
+    def enroll_factor(self, tenant: str, user_id: str, kind: FactorKind, secret: str) -> None:
+        """Add a factor configuration (second factors register here)."""
+        if kind is FactorKind.PASSWORD:
+            self.set_password_hash(tenant, user_id, secret)
+            return
+        if self.get_user(tenant, user_id) is None:
+            raise UserNotFound()
+        with self._tx() as conn:
+            conn.execute(
+                insert(factors_table).values(
+                    user_id=user_id, kind=kind.value, secret=secret, created_at=utc(self.clock.now())
+                )
+            )
+
+    def list_factors(self, tenant: str, user_id: str) -> list[FactorConfig]:
+        with self._read() as conn:
+            rows = conn.execute(self._factor_query(tenant, user_id)).all()
+        configs: list[FactorConfig] = []
+        for row in rows:
+            try:
+                kind = FactorKind(row.kind)
+            except ValueError:
+                continue  # a kind this version does not know cannot be verified: skip it
+            configs.append(FactorConfig(row.user_id, kind, utc(row.created_at), row.secret))
+        return configs
+
+    def required_factors(self, tenant: str, user_id: str) -> list[FactorKind]:
+        query = (
+            select(factors_table.c.kind)
+            .join(users_table, users_table.c.user_id == factors_table.c.user_id)
+            .where(users_table.c.tenant == tenant, factors_table.c.user_id == user_id)
+            .order_by(factors_table.c.created_at, factors_table.c.id)
+        )
+        with self._read() as conn:
+            names = [row.kind for row in conn.execute(query)]
+        kinds: list[FactorKind] = []
+        for name in names:
+            try:
+                kind = FactorKind(name)
+            except ValueError:
+                continue
+            if kind not in kinds:
+                kinds.append(kind)
+        if FactorKind.PASSWORD in kinds:
+            kinds.remove(FactorKind.PASSWORD)
+            kinds.insert(0, FactorKind.PASSWORD)
+        return kinds
+
+    # --- attempts and lockout ----------------------------------------------------------------
+
+    @staticmethod
+    def _key(key: AttemptKey) -> Any:
+        t = lockouts_table.c
+        return and_(t.tenant == key.tenant, t.subject == key.subject, t.factor == key.factor)
+
+    def _ensure_counter(self, conn: Connection, key: AttemptKey) -> None:
+        values = {"tenant": key.tenant, "subject": key.subject, "factor": key.factor, "failures": 0}
+        dialect = conn.dialect.name
+        if dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            conn.execute(pg_insert(lockouts_table).values(**values).on_conflict_do_nothing())
+        elif dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            conn.execute(sqlite_insert(lockouts_table).values(**values).on_conflict_do_nothing())
+        else:  # pragma: no cover - other databases: a savepoint absorbs the duplicate
+            try:
+                with conn.begin_nested():
+                    conn.execute(insert(lockouts_table).values(**values))
+            except IntegrityError:
+                pass
+
+    def locked_until(self, tenant: str, subject: str, now: datetime) -> datetime | None:
+        t = lockouts_table.c
+        query = select(func.max(t.locked_until)).where(
+            t.tenant == tenant, t.subject == subject, t.locked_until > utc(now)
+        )
+        with self._read() as conn:
+            value = conn.execute(query).scalar()
+        return _aware(value)
+
+    def register_failure(
+        self,
+        key: AttemptKey,
+        *,
+        now: datetime,
+        window: timedelta,
+        max_failures: int,
+        lock_duration: timedelta,
+        client_ip: str | None = None,
+    ) -> FailureCount:
+        now = utc(now)
+        t = lockouts_table.c
+        restart = or_(t.window_start.is_(None), t.window_start <= now - window)
+        locked: datetime | None = None
+        with self._tx() as conn:
+            self._ensure_counter(conn, key)
+            failures = conn.execute(
+                update(lockouts_table)
+                .where(self._key(key))
+                .values(
+                    failures=case((restart, 1), else_=t.failures + 1),
+                    window_start=case((restart, literal(now, _Time)), else_=t.window_start),
+                )
+                .returning(t.failures)
+            ).scalar_one()
+            if failures >= max_failures:
+                # Lock, and start counting afresh once the lock ends.
+                locked = now + lock_duration
+                conn.execute(
+                    update(lockouts_table)
+                    .where(self._key(key))
+                    .values(failures=0, window_start=None, locked_until=locked)
+                )
+            conn.execute(
+                insert(attempts_table).values(
+                    at=now,
+                    tenant=key.tenant,
+                    subject=key.subject,
+                    factor=key.factor,
+                    success=False,
+                    client_ip=client_ip,
+                )
+            )
+        return FailureCount(int(failures), locked)
+
+    def register_success(self, key: AttemptKey, *, now: datetime, client_ip: str | None = None) -> None:
+        now = utc(now)
+        with self._tx() as conn:
+            conn.execute(update(lockouts_table).where(self._key(key)).values(failures=0, window_start=None))
+            conn.execute(
+                insert(attempts_table).values(
+                    at=now,
+                    tenant=key.tenant,
+                    subject=key.subject,
+                    factor=key.factor,
+                    success=True,
+                    client_ip=client_ip,
+                )
+            )
+
+    def set_lock(self, key: AttemptKey, until: datetime) -> None:
+        with self._tx() as conn:
+            self._ensure_counter(conn, key)
+            conn.execute(update(lockouts_table).where(self._key(key)).values(locked_until=utc(until)))
+
+    def clear_lock(self, tenant: str, subject: str) -> None:
+        t = lockouts_table.c
+        with self._tx() as conn:
+            conn.execute(delete(lockouts_table).where(t.tenant == tenant, t.subject == subject))
+
+    def failure_count(self, key: AttemptKey) -> int:
+        """Failures counted in the current window (for tests and operators)."""
+        with self._read() as conn:
+            value = conn.execute(select(lockouts_table.c.failures).where(self._key(key))).scalar()
+        return int(value or 0)
+
+    def attempt_count(self, tenant: str, subject: str, *, success: bool | None = None) -> int:
+        t = attempts_table.c
+        query = (
+            select(func.count()).select_from(attempts_table).where(t.tenant == tenant, t.subject == subject)
+        )
+        if success is not None:
+            query = query.where(t.success == success)
+        with self._read() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    # --- audit -------------------------------------------------------------------------------
+
+    def write(self, record: AuditRecord) -> None:
+        values = record.to_dict()
+        values["time"] = utc(record.time)
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(audit_table).values(**values))
+        except SQLAlchemyError as exc:
+            raise AuditWriteError() from exc
+
+    @property
+    def audit_rows(self) -> list[AuditRecord]:
+        columns = [c for c in audit_table.c if c.name != "id"]
+        with self._read() as conn:
+            rows = conn.execute(select(*columns).order_by(audit_table.c.id)).all()
+        return [AuditRecord(**{**row._asdict(), "time": utc(row.time)}) for row in rows]

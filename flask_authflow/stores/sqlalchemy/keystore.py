@@ -1,0 +1,196 @@
+"""The local issuer's keys in a SQL table, for issuers running on several machines.
+
+Table ``authflow_issuer_keys`` (kid, pem, alg, is_current, created_at). A partial
+unique index allows one row with ``is_current`` true, so two processes rotating
+at once cannot both end up current; on PostgreSQL rotations also take a table
+lock that serialises rotators without blocking readers.
+
+The PEM column holds unencrypted private keys: restrict access to this table as
+you would to a key file.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Engine,
+    Index,
+    String,
+    Table,
+    Text,
+    insert,
+    inspect,
+    select,
+    text,
+    true,
+    update,
+)
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.orm import Mapped, mapped_column
+
+from ...clock import Clock, SystemClock
+from ...errors import DuplicateKeyId, KeyStoreError, SigningKeyError
+from ...issuer.keys import LoadedKeys, LocalIdpSigningKey
+from .base import Base, EngineSource, resolve_engine
+
+__all__ = ["IssuerKeyRow", "SqlAlchemyLocalIdpKeyStore"]
+
+_RETRIES = 30
+
+
+class IssuerKeyRow(Base):
+    """One issuer signing key; exactly one row is current."""
+
+    __tablename__ = "authflow_issuer_keys"
+
+    kid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    pem: Mapped[str] = mapped_column(Text, nullable=False)
+    alg: Mapped[str] = mapped_column(String(16), nullable=False)
+    is_current: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+    __table_args__ = (
+        Index(
+            "uq_authflow_issuer_keys_one_current",
+            "is_current",
+            unique=True,
+            postgresql_where=text("is_current"),
+            sqlite_where=text("is_current"),
+        ),
+    )
+
+
+_table: Table = IssuerKeyRow.__table__  # type: ignore[assignment]
+
+
+class SqlAlchemyLocalIdpKeyStore:
+    """A :class:`~flask_authflow.issuer.LocalIdpKeyStore` over SQLAlchemy.
+
+    ``engine_source`` is an Engine, a URL or a Flask-SQLAlchemy ``db``. The table
+    is created on first use if missing (only this table).
+    """
+
+    def __init__(self, engine_source: EngineSource, *, clock: Clock | None = None) -> None:
+        self._engine: Engine = resolve_engine(engine_source)
+        self._owns_engine = isinstance(engine_source, str)
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._ready = False
+        self._ready_lock = threading.Lock()
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def create_table(self) -> None:
+        """Create ``authflow_issuer_keys`` and its index if they do not exist."""
+        with self._ready_lock:
+            if self._ready:
+                return
+            try:
+                Base.metadata.create_all(self._engine, tables=[_table], checkfirst=True)
+            except SQLAlchemyError as exc:
+                # Another process may have created it between the check and the CREATE.
+                try:
+                    exists = inspect(self._engine).has_table(_table.name)
+                except SQLAlchemyError:
+                    exists = False
+                if not exists:
+                    raise KeyStoreError(f"cannot create {_table.name}: {type(exc).__name__}") from exc
+            self._ready = True
+
+    def is_initialized(self) -> bool:
+        """Whether the table holds a current key."""
+        self.create_table()
+        try:
+            with self._engine.connect() as conn:
+                row = conn.execute(select(_table.c.kid).where(_table.c.is_current == true())).first()
+        except SQLAlchemyError as exc:
+            raise KeyStoreError(f"cannot read {_table.name}: {type(exc).__name__}") from exc
+        return row is not None
+
+    def ensure_current(self, factory: Callable[[], LocalIdpSigningKey]) -> LoadedKeys:
+        """Load the keys, first storing ``factory()`` as current if the table is empty."""
+        if not self.is_initialized():
+            try:
+                self.rotate(factory())
+            except DuplicateKeyId:
+                pass
+        return self.load_all()
+
+    def load_all(self) -> LoadedKeys:
+        """Every key, from a single SELECT (one consistent snapshot)."""
+        self.create_table()
+        try:
+            with self._engine.connect() as conn:
+                rows = conn.execute(
+                    select(_table.c.kid, _table.c.pem, _table.c.alg, _table.c.is_current).order_by(
+                        _table.c.created_at.desc(), _table.c.kid
+                    )
+                ).all()
+        except SQLAlchemyError as exc:
+            raise KeyStoreError(f"cannot read {_table.name}: {type(exc).__name__}") from exc
+        current: list[LocalIdpSigningKey] = []
+        historical: list[LocalIdpSigningKey] = []
+        for kid, pem, alg, is_current in rows:
+            try:
+                key = LocalIdpSigningKey.from_pem(pem, algorithm=alg, kid=kid)
+            except SigningKeyError as exc:
+                raise KeyStoreError(f"issuer key {kid!r} is unusable: {exc.message}") from exc
+            (current if is_current else historical).append(key)
+        if len(current) != 1:
+            raise KeyStoreError(
+                f"{_table.name} must hold exactly one current key, found {len(current)}"
+                + ("; store a key with rotate()" if not rows else "")
+            )
+        return LoadedKeys(current[0], historical)
+
+    def rotate(self, new_current: LocalIdpSigningKey) -> None:
+        """Insert ``new_current`` as current and demote the previous one, in one transaction."""
+        if not isinstance(new_current, LocalIdpSigningKey):
+            raise KeyStoreError("rotate() needs a LocalIdpSigningKey")
+        self.create_table()
+        pem = new_current.private_pem().decode("ascii")
+        is_pg = self._engine.dialect.name == "postgresql"
+        last: Exception | None = None
+        for attempt in range(_RETRIES):
+            try:
+                with self._engine.begin() as conn:
+                    if is_pg:
+                        # Serialises rotators; plain SELECTs (load_all) are not blocked.
+                        conn.execute(text(f"LOCK TABLE {_table.name} IN SHARE ROW EXCLUSIVE MODE"))
+                    # Write first: on SQLite this takes the write lock before any read,
+                    # so concurrent rotators queue instead of failing on a stale snapshot.
+                    conn.execute(update(_table).where(_table.c.is_current == true()).values(is_current=False))
+                    if conn.execute(select(_table.c.kid).where(_table.c.kid == new_current.kid)).first():
+                        raise DuplicateKeyId(new_current.kid)
+                    conn.execute(
+                        insert(_table).values(
+                            kid=new_current.kid,
+                            pem=pem,
+                            alg=new_current.algorithm,
+                            is_current=True,
+                            created_at=self._clock.now(),
+                        )
+                    )
+                return
+            except DBAPIError as exc:
+                # Lock timeouts, serialization failures or the one-current index firing
+                # under a race: the transaction rolled back, so try again.
+                last = exc
+                time.sleep(min(0.5, 0.01 * (attempt + 1)) * random.random())  # noqa: S311 - jitter only
+        raise KeyStoreError(f"rotation failed after {_RETRIES} attempts: {type(last).__name__}")
+
+    def dispose(self) -> None:
+        """Close pooled connections of an engine this store created from a URL."""
+        if self._owns_engine:
+            self._engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"<SqlAlchemyLocalIdpKeyStore {self._engine.url.render_as_string(hide_password=True)!r}>"

@@ -1,0 +1,257 @@
+"""Session records in a SQL database (SQLite by default, PostgreSQL for several machines).
+
+Each row holds the record encrypted with :class:`~flask_authflow.session.crypto.SessionCrypto`;
+the only clear columns are the ones queries need (tenant, user, state, expiry). The row key
+is the SHA-256 of the session id, never the id itself, so a reader of the database (a
+backup, a replica) cannot replay a session cookie, and the envelope's associated data is
+that same key, so a ciphertext copied to another row does not decrypt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import (
+    Column,
+    Connection,
+    DateTime,
+    Dialect,
+    Index,
+    LargeBinary,
+    String,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.types import TypeDecorator
+
+from ...clock import Clock, SystemClock, utc
+from ...errors import SessionDecryptError, SessionRecordError, StoreUnavailable
+from ...session.crypto import SessionCrypto
+from ...session.model import AuthState, SessionRecord
+from ...session.stores import deserialize_record, serialize_record
+from .base import EngineSource, metadata, resolve_engine
+
+__all__ = ["SqlAlchemySessionStore", "sessions_table", "sid_hash"]
+
+log = logging.getLogger("flask_authflow.session")
+
+T = TypeVar("T")
+
+
+class _UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every dialect.
+
+    PostgreSQL stores ``timestamptz``; SQLite has no time zones, so values are stored as
+    naive UTC there and made aware again on the way out. Comparisons in SQL stay correct
+    on both because every value written is UTC.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = utc(value)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else utc(value)
+
+
+sessions_table = Table(
+    "authflow_sessions",
+    metadata,
+    Column("sid_hash", String(64), primary_key=True),
+    Column("tenant", String(255), nullable=True),
+    Column("user_id", String(255), nullable=True),
+    Column("state", String(32), nullable=False),
+    Column("expires_at", _UTCDateTime(), nullable=False, index=True),
+    Column("updated_at", _UTCDateTime(), nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    Index("ix_authflow_sessions_tenant_user_id", "tenant", "user_id"),
+)
+
+
+_LOAD_QUERY = select(sessions_table.c.data).where(
+    and_(
+        sessions_table.c.sid_hash == bindparam("key"),
+        sessions_table.c.expires_at > bindparam("now", type_=_UTCDateTime()),
+    )
+)
+
+
+def sid_hash(sid: str) -> str:
+    """The row key of a session: hex SHA-256 of its id (the id itself is never stored)."""
+    return hashlib.sha256(sid.encode("utf-8")).hexdigest()
+
+
+class SqlAlchemySessionStore:
+    """A :class:`~flask_authflow.session.stores.SessionStore` on SQLAlchemy.
+
+    :param engine_source: an :class:`~sqlalchemy.engine.Engine`, a database URL, or a
+        Flask-SQLAlchemy ``db``.
+    :param crypto: seals each record at rest (use a key of its own, not the cookie
+        signing key; :func:`~flask_authflow.session.crypto.derive_key` can derive one).
+    :param clock: the time used for expiry.
+    :param create_tables: create ``authflow_sessions`` if it does not exist (turn off
+        when the schema is managed by migrations).
+
+    Every database failure is raised as :class:`~flask_authflow.errors.StoreUnavailable`
+    so callers fail closed. A row that does not decrypt or decode (wrong key, tampering)
+    is treated as absent and logged without any session data.
+    """
+
+    def __init__(
+        self,
+        engine_source: EngineSource,
+        *,
+        crypto: SessionCrypto,
+        clock: Clock | None = None,
+        create_tables: bool = True,
+    ) -> None:
+        if not isinstance(crypto, SessionCrypto):
+            raise TypeError("crypto must be a SessionCrypto")
+        self.engine = resolve_engine(engine_source)
+        self._crypto = crypto
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        if create_tables:
+            self.create_tables()
+
+    def create_tables(self) -> None:
+        """Create the sessions table (and its indexes) if missing."""
+        with self._guard():
+            metadata.create_all(self.engine, tables=[sessions_table])
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except (DBAPIError, PoolTimeoutError) as exc:
+            # The message of the driver error may contain SQL and parameters: keep it out.
+            log.warning("session store unavailable: %s", type(exc).__name__)
+            raise StoreUnavailable("the session store is unavailable") from exc
+
+    def _run(self, work: Callable[[Connection], T]) -> T:
+        with self._guard(), self.engine.begin() as conn:
+            return work(conn)
+
+    # --- record <-> row ---------------------------------------------------------------------
+
+    def _open(self, key: str, data: Any, expected_sid: str | None = None) -> SessionRecord | None:
+        try:
+            record = deserialize_record(self._crypto.decrypt(key, bytes(data)))
+        except (SessionDecryptError, SessionRecordError) as exc:
+            log.warning("session row %s… unreadable (%s); treated as absent", key[:8], type(exc).__name__)
+            return None
+        if sid_hash(record.sid) != key or (expected_sid is not None and record.sid != expected_sid):
+            log.warning("session row %s… holds another session's record; treated as absent", key[:8])
+            return None
+        return record
+
+    # --- SessionStore -----------------------------------------------------------------------
+
+    def load(self, sid: str) -> SessionRecord | None:
+        key = sid_hash(sid)
+        params = {"key": key, "now": self._clock.now()}
+        # The hot path of every request: one pre-built statement (SQLAlchemy caches its
+        # compiled form) on a plain connection, no explicit transaction for a single read.
+        with self._guard(), self.engine.connect() as conn:
+            data = conn.execute(_LOAD_QUERY, params).scalar_one_or_none()
+        if data is None:
+            return None
+        return self._open(key, data, expected_sid=sid)
+
+    def save(self, record: SessionRecord, expires_at: datetime) -> None:
+        key = sid_hash(record.sid)
+        values: dict[str, Any] = {
+            "tenant": record.tenant,
+            "user_id": record.user_id,
+            "state": record.state.value,
+            "expires_at": utc(expires_at),
+            "updated_at": self._clock.now(),
+            "data": self._crypto.encrypt(key, serialize_record(record)),
+        }
+        self._run(lambda conn: self._upsert(conn, key, values))
+
+    def _upsert(self, conn: Connection, key: str, values: dict[str, Any]) -> None:
+        name = conn.dialect.name
+        if name in ("sqlite", "postgresql"):
+            dialect_insert = sqlite.insert if name == "sqlite" else postgresql.insert
+            stmt = dialect_insert(sessions_table).values(sid_hash=key, **values)
+            conn.execute(stmt.on_conflict_do_update(index_elements=["sid_hash"], set_=values))
+            return
+        # Any other dialect: update, then insert; a concurrent insert wins the race and
+        # is overwritten by the retried update (last writer wins, as with the upsert).
+        where = sessions_table.c.sid_hash == key
+        if conn.execute(update(sessions_table).where(where).values(**values)).rowcount:
+            return
+        try:
+            with conn.begin_nested():
+                conn.execute(insert(sessions_table).values(sid_hash=key, **values))
+        except IntegrityError:
+            conn.execute(update(sessions_table).where(where).values(**values))
+
+    def delete(self, sid: str) -> None:
+        stmt = delete(sessions_table).where(sessions_table.c.sid_hash == sid_hash(sid))
+        self._run(lambda conn: conn.execute(stmt))
+
+    def list_user_sessions(self, tenant: str, user_id: str) -> list[SessionRecord]:
+        now = self._clock.now()
+        query = (
+            select(sessions_table.c.sid_hash, sessions_table.c.data)
+            .where(
+                and_(
+                    sessions_table.c.tenant == tenant,
+                    sessions_table.c.user_id == user_id,
+                    sessions_table.c.expires_at > now,
+                )
+            )
+            .order_by(sessions_table.c.sid_hash)
+        )
+        rows = self._run(lambda conn: conn.execute(query).all())
+        records = []
+        for key, data in rows:
+            record = self._open(key, data)
+            # The clear index columns are not authenticated: trust the decrypted record.
+            if (
+                record is not None
+                and record.tenant == tenant
+                and record.user_id == user_id
+                and record.state is not AuthState.GUEST
+            ):
+                records.append(record)
+        return records
+
+    def delete_user_sessions(self, tenant: str, user_id: str) -> int:
+        """Delete every row of the user; returns how many live sessions were revoked."""
+        of_user = and_(sessions_table.c.tenant == tenant, sessions_table.c.user_id == user_id)
+        now = self._clock.now()
+
+        def work(conn: Connection) -> int:
+            live = conn.execute(delete(sessions_table).where(of_user, sessions_table.c.expires_at > now))
+            conn.execute(delete(sessions_table).where(of_user))  # expired leftovers too
+            return int(live.rowcount)
+
+        return self._run(work)
+
+    def purge_expired(self) -> int:
+        """Delete every expired row now; returns how many were deleted."""
+        stmt = delete(sessions_table).where(sessions_table.c.expires_at <= self._clock.now())
+        return int(self._run(lambda conn: conn.execute(stmt).rowcount))
+
+    def __repr__(self) -> str:
+        return f"<SqlAlchemySessionStore {self.engine.url.render_as_string(hide_password=True)}>"

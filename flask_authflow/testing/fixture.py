@@ -1,0 +1,264 @@
+"""An in-process token issuer for tests.
+
+:class:`LocalIdpFixture` wraps a :class:`~flask_authflow.issuer.LocalIdp` with an
+in-memory key store (so it signs exactly as production does) and adds what tests
+need: a generated RSA-2048 key by default, extra or historical keys, a shared
+:class:`~flask_authflow.jose.JwksHandle`, a lifetime cap and issuance listeners.
+
+Builder methods configure the fixture in place and return it, so one
+``jwks_handle()`` stays valid for the fixture's whole life.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final, Protocol, runtime_checkable
+
+from ..clock import Clock, SystemClock
+from ..errors import ConfigurationError, IssuanceError
+from ..issuer.claims import MintClaims
+from ..issuer.idp import LocalIdp
+from ..issuer.keys import SIGNING_ALGORITHMS, LoadedKeys, LocalIdpSigningKey
+from ..issuer.keystores import MemoryLocalIdpKeyStore
+from ..jose import JwksHandle, JwtVerifier
+
+__all__ = ["IssuanceEvent", "IssuanceListener", "LocalIdpFixture", "MockIssuanceListener"]
+
+_FIXTURE_RSA_BITS: Final = 2048  # fast to generate; production keys default to 3072
+_TRUST_DOMAIN_RE: Final = re.compile(r"[a-z0-9._-]{1,255}")
+_PATH_SEGMENT_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,255}")
+
+
+@dataclass(frozen=True, slots=True)
+class IssuanceEvent:
+    """One token minted by a fixture: who issued it, with which key, and its claims."""
+
+    issuer: str
+    key_id: str
+    algorithm: str
+    claims: Mapping[str, Any]
+
+
+@runtime_checkable
+class IssuanceListener(Protocol):
+    """Receives an :class:`IssuanceEvent` each time the fixture mints a token."""
+
+    def on_issuance(self, event: IssuanceEvent) -> None: ...
+
+
+class MockIssuanceListener:
+    """Records every :class:`IssuanceEvent`; thread-safe, for assertions."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: list[IssuanceEvent] = []
+
+    def on_issuance(self, event: IssuanceEvent) -> None:
+        with self._lock:
+            self._events.append(event)
+
+    @property
+    def events(self) -> list[IssuanceEvent]:
+        """A copy of the events so far, oldest first."""
+        with self._lock:
+            return list(self._events)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._events.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._events)
+
+    def __repr__(self) -> str:
+        return f"<MockIssuanceListener events={len(self)}>"
+
+
+class LocalIdpFixture:
+    """A test issuer: ``LocalIdpFixture("https://issuer.test")`` has a fresh RSA-2048 key (RS256).
+
+    No lifetime cap unless :meth:`with_max_ttl` sets one (then a longer mint
+    raises :class:`IssuanceError`). The store is re-read only on demand.
+    """
+
+    def __init__(
+        self, issuer: str, key: LocalIdpSigningKey | None = None, *, clock: Clock | None = None
+    ) -> None:
+        self._issuer = issuer
+        self._handle = JwksHandle()
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._max_ttl: timedelta | None = None
+        self._extra_jwks: list[Mapping[str, Any]] = []
+        self._listeners: list[IssuanceListener] = []
+        first = key if key is not None else LocalIdpSigningKey.generate_rsa("RS256", _FIXTURE_RSA_BITS)
+        self._idp = self._build(LoadedKeys(first))
+
+    @classmethod
+    def with_algorithm(cls, issuer: str, algorithm: str, *, clock: Clock | None = None) -> LocalIdpFixture:
+        """A fixture with a fresh key for ``algorithm`` (RS256, RS384, RS512, ES256, ...)."""
+        if algorithm not in SIGNING_ALGORITHMS:
+            raise ConfigurationError(
+                f"unsupported fixture algorithm {algorithm!r}; use one of {sorted(SIGNING_ALGORITHMS)}"
+            )
+        if algorithm == "ES256":
+            key = LocalIdpSigningKey.generate_es256()
+        elif algorithm == "ES384":
+            key = LocalIdpSigningKey.generate_es384()
+        elif algorithm == "EdDSA":
+            key = LocalIdpSigningKey.generate_ed25519()
+        else:
+            key = LocalIdpSigningKey.generate_rsa(algorithm, _FIXTURE_RSA_BITS)
+        return cls(issuer, key, clock=clock)
+
+    @classmethod
+    def with_signing_key(
+        cls, issuer: str, key: LocalIdpSigningKey, *, clock: Clock | None = None
+    ) -> LocalIdpFixture:
+        """A fixture signing with ``key`` (stable signatures across runs)."""
+        return cls(issuer, key, clock=clock)
+
+    def _build(self, loaded: LoadedKeys) -> LocalIdp:
+        idp = (
+            LocalIdp(self._issuer, MemoryLocalIdpKeyStore(loaded), loaded, jwks_handle=self._handle)
+            .with_clock(self._clock)
+            .with_max_lifetime(self._max_ttl)
+            .with_reload_interval(None)
+        )
+        for jwk in self._extra_jwks:
+            idp.with_extra_public_jwk(jwk)
+        return idp
+
+    # -- builders (in place) -----------------------------------------------------------------------
+
+    def with_historical_signing_key(self, key: LocalIdpSigningKey) -> LocalIdpFixture:
+        """Publish ``key`` as a historical key (verifies old tokens, never signs)."""
+        loaded = self._idp.loaded_keys()
+        self._idp = self._build(LoadedKeys(loaded.current, (*loaded.historical, key)))
+        return self
+
+    def with_extra_public_jwk(self, jwk: Mapping[str, Any]) -> LocalIdpFixture:
+        """Publish a public JWK the fixture has no private key for."""
+        self._idp.with_extra_public_jwk(jwk)
+        self._extra_jwks.append(dict(jwk))
+        return self
+
+    def rotate_signing_key(self, new_key: LocalIdpSigningKey) -> LocalIdpFixture:
+        """Sign with ``new_key`` from now on; the old key stays in the JWKS."""
+        self._idp.rotate_signing_key(new_key)
+        return self
+
+    def with_max_ttl(self, ttl: timedelta) -> LocalIdpFixture:
+        """Refuse to mint tokens living longer than ``ttl`` (:class:`IssuanceError`)."""
+        self._idp.with_max_lifetime(ttl)
+        self._max_ttl = ttl
+        return self
+
+    def with_issuance_listener(self, listener: IssuanceListener) -> LocalIdpFixture:
+        """Call ``listener.on_issuance(event)`` after every mint."""
+        if not isinstance(listener, IssuanceListener):
+            raise ConfigurationError("a listener needs an on_issuance(event) method")
+        self._listeners.append(listener)
+        return self
+
+    def with_key_id(self, kid: str) -> LocalIdpFixture:
+        """Give the current key the ``kid`` ``kid`` (instead of its thumbprint)."""
+        loaded = self._idp.loaded_keys()
+        self._idp = self._build(LoadedKeys(loaded.current.with_key_id(kid), loaded.historical))
+        return self
+
+    def with_clock(self, clock: Clock) -> LocalIdpFixture:
+        """Take ``iat`` and expiry checks from ``clock``."""
+        self._clock = clock
+        self._idp.with_clock(clock)
+        return self
+
+    # -- use ---------------------------------------------------------------------------------------
+
+    @property
+    def issuer(self) -> str:
+        return self._issuer
+
+    @property
+    def idp(self) -> LocalIdp:
+        """The underlying :class:`LocalIdp` (e.g. to mount ``idp.blueprint()``)."""
+        return self._idp
+
+    @property
+    def current_kid(self) -> str:
+        return self._idp.current_kid
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def mint(self, claims: MintClaims) -> str:
+        """Sign ``claims``; listeners see the final claims (with ``iss``, ``iat``, ``jti``)."""
+        minted = self._idp.mint_with_details(claims)
+        if self._listeners:
+            event = IssuanceEvent(
+                issuer=self._issuer,
+                key_id=minted.key_id,
+                algorithm=minted.algorithm,
+                claims=dict(minted.claims),
+            )
+            for listener in list(self._listeners):
+                listener.on_issuance(event)
+        return minted.token
+
+    def mint_jwt_svid(
+        self,
+        trust_domain: str,
+        service: str,
+        tenant: str,
+        audience: str | Iterable[str],
+        ttl: timedelta,
+    ) -> str:
+        """A JWT-SVID for ``spiffe://<trust_domain>/<service>/<tenant>``; audience required."""
+        if not isinstance(trust_domain, str) or _TRUST_DOMAIN_RE.fullmatch(trust_domain) is None:
+            raise IssuanceError("trust domain must be lowercase letters, digits, '.', '-' or '_'")
+        for what, segment in (("service", service), ("tenant", tenant)):
+            if (
+                not isinstance(segment, str)
+                or _PATH_SEGMENT_RE.fullmatch(segment) is None
+                or segment in (".", "..")
+            ):
+                raise IssuanceError(f"{what} must be a SPIFFE path segment (letters, digits, '.', '-', '_')")
+        if isinstance(audience, str):
+            audiences = [audience]
+        elif isinstance(audience, Iterable):
+            audiences = list(audience)
+        else:
+            audiences = []
+        if not audiences or not all(isinstance(a, str) and a for a in audiences):
+            raise IssuanceError("a JWT-SVID needs at least one non-empty audience")
+        if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
+            raise IssuanceError("ttl must be a positive timedelta")
+        claims = MintClaims(f"spiffe://{trust_domain}/{service}/{tenant}", self._clock.now() + ttl)
+        return self.mint(claims.with_audiences(audiences))
+
+    def jwks_handle(self) -> JwksHandle:
+        """The shared, lock-guarded JWK set; rotation and builders update it in place."""
+        return self._handle
+
+    def jwks(self) -> dict[str, Any]:
+        return self._idp.jwks()
+
+    def verifier_algorithms(self) -> list[str]:
+        """The algorithms a verifier of this fixture's tokens should allow."""
+        algs = self._idp.signing_algorithms()
+        for key in self._handle.snapshot().keys:
+            if key.alg is not None and key.alg not in algs:
+                algs.append(key.alg)
+        return algs
+
+    def verifier(self) -> JwtVerifier:
+        """A :class:`JwtVerifier` over :meth:`jwks_handle` with :meth:`verifier_algorithms`."""
+        return JwtVerifier(self._handle, clock=self._clock).with_algorithms(self.verifier_algorithms())
+
+    def __repr__(self) -> str:
+        return f"<LocalIdpFixture issuer={self._issuer!r} kid={self.current_kid!r}>"

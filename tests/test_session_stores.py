@@ -1,0 +1,432 @@
+"""Session stores: the in-memory store and the SQLAlchemy store (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, select, update
+
+from flask_authflow.clock import MockClock
+from flask_authflow.errors import SessionDecryptError, SessionRecordError, StoreUnavailable
+from flask_authflow.session.crypto import SessionCrypto
+from flask_authflow.session.model import (
+    AuthState,
+    SessionRecord,
+    begin_flow,
+    new_guest_record,
+    pass_factor,
+    start_login,
+)
+from flask_authflow.session.stores import (
+    RECORD_SCHEMA,
+    MemorySessionStore,
+    SessionStore,
+    deserialize_record,
+    serialize_record,
+)
+from flask_authflow.stores.sqlalchemy.session_store import SqlAlchemySessionStore, sessions_table, sid_hash
+from tests.parts import free_port
+
+KEY = bytes(range(32))
+OTHER_KEY = bytes(range(100, 132))
+MARKER = "plaintext-marker-7f3a"
+
+StoreFactory = Callable[[MockClock], SessionStore]
+
+
+def user_record(
+    clock: MockClock, user: str = "alice", tenant: str = "acme", **custom: object
+) -> SessionRecord:
+    now = clock.now()
+    record = start_login(new_guest_record(now), tenant=tenant, user_id=user, factors=["password"], now=now)
+    record = pass_factor(record, "password", now=now)
+    return replace(record, fingerprint="fp", custom=custom)
+
+
+class StoreContract:
+    """What every SessionStore must do; subclasses provide ``make_store``."""
+
+    @pytest.fixture
+    def clock(self) -> MockClock:
+        return MockClock()
+
+    @pytest.fixture
+    def store(self, make_store: StoreFactory, clock: MockClock) -> SessionStore:
+        return make_store(clock)
+
+    def test_is_a_session_store(self, store: SessionStore) -> None:
+        assert isinstance(store, SessionStore)
+
+    def test_save_and_load(self, store: SessionStore, clock: MockClock) -> None:
+        record = begin_flow(user_record(clock, cart=["apple", ("pear", 2)], note=MARKER), {"nonce": "n"})
+        store.save(record, clock.now() + timedelta(hours=1))
+        loaded = store.load(record.sid)
+        assert loaded == record
+        assert loaded is not None and loaded.custom["cart"][1] == ("pear", 2)
+
+    def test_load_unknown(self, store: SessionStore) -> None:
+        assert store.load("no-such-session-id-000000000000000000000000") is None
+
+    def test_save_replaces(self, store: SessionStore, clock: MockClock) -> None:
+        record = user_record(clock, n=1)
+        store.save(record, clock.now() + timedelta(hours=1))
+        store.save(replace(record, custom={"n": 2}), clock.now() + timedelta(hours=1))
+        loaded = store.load(record.sid)
+        assert loaded is not None and loaded.custom == {"n": 2}
+        assert [r.sid for r in store.list_user_sessions("acme", "alice")] == [record.sid]
+
+    def test_save_moves_the_user_index(self, store: SessionStore, clock: MockClock) -> None:
+        record = user_record(clock)
+        store.save(record, clock.now() + timedelta(hours=1))
+        as_guest = replace(new_guest_record(clock.now(), sid=record.sid), custom={"k": 1})
+        store.save(as_guest, clock.now() + timedelta(hours=1))
+        assert store.list_user_sessions("acme", "alice") == []
+        assert store.delete_user_sessions("acme", "alice") == 0
+        assert store.load(record.sid) == as_guest
+
+    def test_delete(self, store: SessionStore, clock: MockClock) -> None:
+        record = user_record(clock)
+        store.save(record, clock.now() + timedelta(hours=1))
+        store.delete(record.sid)
+        assert store.load(record.sid) is None
+        store.delete(record.sid)  # already gone: no error
+        store.delete("never-existed")
+
+    def test_expiry(self, store: SessionStore, clock: MockClock) -> None:
+        record = user_record(clock)
+        store.save(record, clock.now() + timedelta(minutes=10))
+        clock.advance(timedelta(minutes=10) - timedelta(seconds=1))
+        assert store.load(record.sid) == record
+        clock.advance(timedelta(seconds=1))
+        assert store.load(record.sid) is None
+        assert store.list_user_sessions("acme", "alice") == []
+
+    def test_list_user_sessions(self, store: SessionStore, clock: MockClock) -> None:
+        a1, a2 = user_record(clock), user_record(clock)
+        other_tenant = user_record(clock, tenant="globex")
+        bob = user_record(clock, user="bob")
+        expired = user_record(clock)
+        guest = replace(new_guest_record(clock.now()), custom={"k": 1})
+        for record in (a1, a2, other_tenant, bob, guest):
+            store.save(record, clock.now() + timedelta(hours=1))
+        store.save(expired, clock.now() + timedelta(minutes=1))
+        clock.advance(timedelta(minutes=2))
+        assert {r.sid for r in store.list_user_sessions("acme", "alice")} == {a1.sid, a2.sid}
+        assert [r.sid for r in store.list_user_sessions("acme", "bob")] == [bob.sid]
+        assert [r.sid for r in store.list_user_sessions("globex", "alice")] == [other_tenant.sid]
+        assert store.list_user_sessions("acme", "nobody") == []
+
+    def test_delete_user_sessions(self, store: SessionStore, clock: MockClock) -> None:
+        a1, a2, bob = user_record(clock), user_record(clock), user_record(clock, user="bob")
+        other_tenant = user_record(clock, tenant="globex")
+        expired = user_record(clock)
+        for record in (a1, a2, bob, other_tenant):
+            store.save(record, clock.now() + timedelta(hours=2))
+        store.save(expired, clock.now() + timedelta(minutes=1))
+        clock.advance(timedelta(minutes=5))
+        assert store.delete_user_sessions("acme", "alice") == 2  # live sessions only
+        assert getattr(store, "purge_expired")() == 0  # noqa: B009 - the expired row went too
+        assert store.load(a1.sid) is None and store.load(a2.sid) is None
+        assert store.load(bob.sid) == bob
+        assert store.load(other_tenant.sid) == other_tenant
+        assert store.delete_user_sessions("acme", "alice") == 0
+
+    def test_purge_expired(self, store: SessionStore, clock: MockClock) -> None:
+        live = user_record(clock)
+        store.save(live, clock.now() + timedelta(hours=2))
+        for _ in range(3):
+            store.save(user_record(clock, user="gone"), clock.now() + timedelta(hours=1))
+        purge = getattr(store, "purge_expired")  # noqa: B009 - not part of the protocol
+        assert purge() == 0
+        clock.advance(timedelta(hours=1))
+        assert purge() == 3
+        assert purge() == 0
+        assert store.load(live.sid) == live
+
+    def test_saved_record_does_not_alias_callers_data(self, store: SessionStore, clock: MockClock) -> None:
+        cart: list[str] = ["apple"]
+        record = user_record(clock, cart=cart)
+        store.save(record, clock.now() + timedelta(hours=1))
+        cart.append("mutated after save")
+        loaded = store.load(record.sid)
+        assert loaded is not None and loaded.custom["cart"] == ["apple"]
+        loaded.custom["cart"].append("mutated after load")
+        again = store.load(record.sid)
+        assert again is not None and again.custom["cart"] == ["apple"]
+
+
+class TestMemorySessionStore(StoreContract):
+    @pytest.fixture
+    def make_store(self) -> StoreFactory:
+        return lambda clock: MemorySessionStore(clock=clock)
+
+    def test_expired_records_are_dropped_in_bulk(self) -> None:
+        clock = MockClock()
+        store = MemorySessionStore(clock=clock, purge_every=10)
+        for _ in range(9):
+            store.save(user_record(clock), clock.now() + timedelta(minutes=1))
+        clock.advance(timedelta(minutes=5))
+        assert len(store) == 9
+        store.save(user_record(clock), clock.now() + timedelta(minutes=1))  # 10th save purges
+        assert len(store) == 1
+
+    def test_thread_safety(self) -> None:
+        clock = MockClock()
+        store = MemorySessionStore(clock=clock)
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                for _ in range(200):
+                    record = user_record(clock)
+                    store.save(record, clock.now() + timedelta(hours=1))
+                    assert store.load(record.sid) == record
+                    store.list_user_sessions("acme", "alice")
+                    store.delete(record.sid)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert len(store) == 0
+        assert store.list_user_sessions("acme", "alice") == []
+
+    def test_repr(self) -> None:
+        assert repr(MemorySessionStore()) == "<MemorySessionStore sessions=0>"
+
+
+class TestSqlAlchemySessionStore(StoreContract):
+    @pytest.fixture
+    def make_store(self, database_url: str) -> Iterator[StoreFactory]:
+        made: list[SqlAlchemySessionStore] = []
+
+        def make(clock: MockClock, crypto: SessionCrypto | None = None) -> SqlAlchemySessionStore:
+            store = SqlAlchemySessionStore(database_url, crypto=crypto or SessionCrypto(KEY), clock=clock)
+            made.append(store)
+            return store
+
+        yield make
+        for store in made:
+            store.engine.dispose()
+
+    @staticmethod
+    def raw_rows(engine: Engine) -> list[dict[str, object]]:
+        with engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(select(sessions_table))]
+
+    def test_encrypted_at_rest(self, store: SqlAlchemySessionStore, clock: MockClock) -> None:
+        record = user_record(clock, note=MARKER)
+        store.save(record, clock.now() + timedelta(hours=1))
+        (row,) = self.raw_rows(store.engine)
+        assert row["sid_hash"] == hashlib.sha256(record.sid.encode()).hexdigest() == sid_hash(record.sid)
+        assert (row["tenant"], row["user_id"], row["state"]) == ("acme", "alice", "authenticated")
+        data = bytes(row["data"])  # type: ignore[call-overload]
+        assert MARKER.encode() not in data
+        assert record.sid.encode() not in data
+        for value in row.values():
+            assert record.sid not in str(value)
+            assert MARKER not in str(value)
+        # sealed for this row's key: it opens under that associated data only
+        assert deserialize_record(SessionCrypto(KEY).decrypt(sid_hash(record.sid), data)) == record
+        with pytest.raises(SessionDecryptError):
+            SessionCrypto(KEY).decrypt(sid_hash("another-session-id"), data)
+
+    def test_row_moved_to_another_session_is_absent(
+        self, store: SqlAlchemySessionStore, clock: MockClock
+    ) -> None:
+        victim, attacker = user_record(clock, note="victim"), user_record(clock, user="mallory")
+        for record in (victim, attacker):
+            store.save(record, clock.now() + timedelta(hours=1))
+        with store.engine.begin() as conn:
+            data = conn.execute(
+                select(sessions_table.c.data).where(sessions_table.c.sid_hash == sid_hash(victim.sid))
+            ).scalar_one()
+            conn.execute(
+                update(sessions_table)
+                .where(sessions_table.c.sid_hash == sid_hash(attacker.sid))
+                .values(data=data)
+            )
+        assert store.load(attacker.sid) is None
+        assert store.load(victim.sid) == victim
+
+    def test_tampered_row_is_absent_and_logged(
+        self, store: SqlAlchemySessionStore, clock: MockClock, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        record = user_record(clock, note=MARKER)
+        store.save(record, clock.now() + timedelta(hours=1))
+        (row,) = self.raw_rows(store.engine)
+        data = bytearray(row["data"])  # type: ignore[call-overload]
+        data[-1] ^= 0x01
+        with store.engine.begin() as conn:
+            conn.execute(update(sessions_table).values(data=bytes(data)))
+        with caplog.at_level(logging.WARNING, logger="flask_authflow.session"):
+            assert store.load(record.sid) is None
+            assert store.list_user_sessions("acme", "alice") == []
+        assert "unreadable" in caplog.text
+        assert record.sid not in caplog.text and MARKER not in caplog.text
+
+    def test_tampered_index_columns_do_not_change_listing(
+        self, store: SqlAlchemySessionStore, clock: MockClock
+    ) -> None:
+        record = user_record(clock)
+        store.save(record, clock.now() + timedelta(hours=1))
+        with store.engine.begin() as conn:
+            conn.execute(update(sessions_table).values(user_id="bob"))
+        assert store.list_user_sessions("acme", "bob") == []
+
+    def test_wrong_key_is_absent(
+        self, make_store: Callable[..., SqlAlchemySessionStore], clock: MockClock
+    ) -> None:
+        writer = make_store(clock, SessionCrypto(KEY))
+        record = user_record(clock)
+        writer.save(record, clock.now() + timedelta(hours=1))
+        assert make_store(clock, SessionCrypto(OTHER_KEY)).load(record.sid) is None
+
+    def test_previous_at_rest_key_still_reads(
+        self, make_store: Callable[..., SqlAlchemySessionStore], clock: MockClock
+    ) -> None:
+        record = user_record(clock)
+        make_store(clock, SessionCrypto(KEY)).save(record, clock.now() + timedelta(hours=1))
+        rotated = make_store(clock, SessionCrypto(OTHER_KEY).with_previous_key(KEY))
+        assert rotated.load(record.sid) == record
+        rotated.save(record, clock.now() + timedelta(hours=1))  # re-sealed under the new key
+        assert make_store(clock, SessionCrypto(OTHER_KEY)).load(record.sid) == record
+
+    def test_create_tables_is_idempotent(
+        self, make_store: Callable[..., SqlAlchemySessionStore], clock: MockClock
+    ) -> None:
+        first = make_store(clock)
+        record = user_record(clock)
+        first.save(record, clock.now() + timedelta(hours=1))
+        assert make_store(clock).load(record.sid) == record
+
+    def test_repr_hides_password(self, store: SqlAlchemySessionStore) -> None:
+        assert "SqlAlchemySessionStore" in repr(store)
+        assert KEY.hex() not in repr(store)
+
+
+# --- store down -----------------------------------------------------------------------------------
+
+
+def dead_urls(tmp_path: Path) -> list[str]:
+    return [
+        f"sqlite:///{tmp_path / 'missing-dir' / 'nested' / 'authflow.db'}",
+        f"postgresql+psycopg://authflow@127.0.0.1:{free_port()}/authflow?connect_timeout=2",
+    ]
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["sqlite-missing-dir", "postgresql-dead-port"])
+def test_store_down_raises_store_unavailable(tmp_path: Path, which: int) -> None:
+    url = dead_urls(tmp_path)[which]
+    clock = MockClock()
+    with pytest.raises(StoreUnavailable):
+        SqlAlchemySessionStore(url, crypto=SessionCrypto(KEY), clock=clock)
+    store = SqlAlchemySessionStore(url, crypto=SessionCrypto(KEY), clock=clock, create_tables=False)
+    record = user_record(clock)
+    calls: list[Callable[[], object]] = [
+        lambda: store.load(record.sid),
+        lambda: store.save(record, clock.now() + timedelta(hours=1)),
+        lambda: store.delete(record.sid),
+        lambda: store.list_user_sessions("acme", "alice"),
+        lambda: store.delete_user_sessions("acme", "alice"),
+        store.purge_expired,
+    ]
+    try:
+        for call in calls:
+            with pytest.raises(StoreUnavailable):
+                call()
+    finally:
+        store.engine.dispose()
+
+
+def test_store_down_after_start(database_url: str) -> None:
+    clock = MockClock()
+    store = SqlAlchemySessionStore(database_url, crypto=SessionCrypto(KEY), clock=clock)
+    record = user_record(clock)
+    store.save(record, clock.now() + timedelta(hours=1))
+    with store.engine.begin() as conn:
+        sessions_table.drop(conn)  # the database no longer serves the table
+    try:
+        with pytest.raises(StoreUnavailable):
+            store.load(record.sid)
+    finally:
+        store.engine.dispose()
+
+
+def test_sql_store_needs_a_session_crypto() -> None:
+    with pytest.raises(TypeError):
+        SqlAlchemySessionStore("sqlite://", crypto=KEY)  # type: ignore[arg-type]
+
+
+# --- record serialisation -------------------------------------------------------------------------
+
+
+def test_serialize_round_trip_every_state() -> None:
+    clock = MockClock()
+    now = clock.now()
+    guest = new_guest_record(now)
+    authenticating = start_login(guest, tenant="t", user_id="u", factors=["password", "totp"], now=now)
+    records = [
+        guest,
+        replace(guest, custom={"k": [1, 2]}),
+        authenticating,
+        begin_flow(pass_factor(authenticating, "password", now=now), {"a": "b"}),
+        replace(user_record(clock), last_seen_at=now + timedelta(minutes=3)),
+    ]
+    for record in records:
+        data = serialize_record(record)
+        assert json.loads(data)["v"] == RECORD_SCHEMA
+        assert deserialize_record(data) == record
+
+
+def _doc(**changes: object) -> bytes:
+    doc = json.loads(serialize_record(user_record(MockClock())))
+    doc.update(changes)
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"not json",
+        b"\xff\xfe",
+        b"[]",
+        b"null",
+        _doc(v=RECORD_SCHEMA + 1),
+        _doc(v=None),
+        _doc(state="superuser"),
+        _doc(sid=""),
+        _doc(sid=5),
+        _doc(created_at="yesterday"),
+        _doc(created_at=None),
+        _doc(factors_pending="password"),
+        _doc(factors_pending=["totp"]),  # authenticated with a pending factor
+        _doc(user_id=None),
+        _doc(user_id=7),
+        _doc(custom="{not tagged json"),
+        _doc(custom='"a string"'),
+        _doc(flow="[1, 2]"),
+    ],
+)
+def test_deserialize_rejects_malformed(data: bytes) -> None:
+    with pytest.raises(SessionRecordError):
+        deserialize_record(data)
+
+
+def test_deserialized_state_is_typed() -> None:
+    record = deserialize_record(serialize_record(user_record(MockClock())))
+    assert record.state is AuthState.AUTHENTICATED
+    assert record.created_at.tzinfo is not None

@@ -1,0 +1,98 @@
+"""The in-memory backend against the store contract, plus its test switches."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from flask_authflow.authn.stores import AttemptKey
+from flask_authflow.clock import MockClock
+from flask_authflow.errors import AuditWriteError, StoreUnavailable, UserNotFound
+from flask_authflow.stores.memory import InMemoryBackend
+from tests.authn_support import fast_hasher
+from tests.store_contract import T0, WINDOW, StoreContract
+
+
+@pytest.fixture
+def clock() -> MockClock:
+    return MockClock()
+
+
+@pytest.fixture
+def backend(clock: MockClock) -> InMemoryBackend:
+    return InMemoryBackend(hasher=fast_hasher(), clock=clock)
+
+
+class TestMemoryBackend(StoreContract):
+    pass
+
+
+def test_with_user_password_chains_and_hashes(backend: InMemoryBackend) -> None:
+    assert backend.with_user_password("a", "t", "pw").with_user_password("b", "t", "pw") is backend
+    user = backend.find_user("t", "a")
+    assert user is not None
+    stored = backend.get_password_hash("t", user.user_id)
+    assert stored is not None and stored.startswith("$argon2id$") and "pw" not in stored
+    assert "pw" not in repr(backend)
+
+
+def test_default_hasher_is_argon2id_default_profile() -> None:
+    backend = InMemoryBackend()
+    assert backend.hasher.parameters.memory_cost == 65536
+
+
+def test_switches(backend: InMemoryBackend) -> None:
+    from tests.store_contract import AuditRecord
+
+    key = AttemptKey("t", "a", "password")
+    backend.attempts_unavailable = True
+    for call in (
+        lambda: backend.locked_until("t", "a", T0),
+        lambda: backend.register_failure(key, now=T0, **WINDOW),
+        lambda: backend.register_success(key, now=T0),
+        lambda: backend.set_lock(key, T0),
+        lambda: backend.clear_lock("t", "a"),
+    ):
+        with pytest.raises(StoreUnavailable):
+            call()
+    backend.attempts_unavailable = False
+    backend.fail_next_write()
+    row = AuditRecord(time=T0, event="logout", status="success")
+    with pytest.raises(AuditWriteError):
+        backend.write(row)
+    backend.write(row)
+    assert backend.audit_rows == [row]
+
+
+def test_attempt_log(backend: InMemoryBackend) -> None:
+    key = AttemptKey("t", "a", "password")
+    backend.register_failure(key, now=T0, client_ip="203.0.113.1", **WINDOW)
+    backend.register_success(key, now=T0 + timedelta(seconds=1))
+    log = backend.attempt_log
+    assert [(e.success, e.client_ip) for e in log] == [(False, "203.0.113.1"), (True, None)]
+
+
+def test_disable_unknown_user(backend: InMemoryBackend) -> None:
+    with pytest.raises(UserNotFound):
+        backend.set_disabled("t", "nobody")
+
+
+def test_failure_counting_is_atomic_under_threads(backend: InMemoryBackend) -> None:
+    key = AttemptKey("t", "a", "password")
+    locks: list[object] = []
+    policy = {"window": timedelta(hours=1), "max_failures": 7, "lock_duration": timedelta(minutes=1)}
+
+    def hammer() -> None:
+        for _ in range(50):
+            if backend.register_failure(key, now=T0, **policy).locked_until is not None:
+                locks.append(1)
+
+    threads = [threading.Thread(target=hammer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(locks) == 400 // 7
+    assert len(backend.attempt_log) == 400
