@@ -114,12 +114,16 @@ class AuthFlow:
                 "flask-authflow is already initialised on this app; call init_app once per app"
             )
         config = load_config(app.config, debug=app.debug, testing=app.testing)
-        clock = self._clock or SystemClock()
-        hasher = self._hasher or PasswordHasher(
-            time_cost=config["AUTHFLOW_ARGON2_TIME_COST"],
-            memory_cost=config["AUTHFLOW_ARGON2_MEMORY_COST"],
-            parallelism=config["AUTHFLOW_ARGON2_PARALLELISM"],
-            max_concurrent=config["AUTHFLOW_MAX_CONCURRENT_HASHES"],
+        clock = self._clock if self._clock is not None else SystemClock()
+        hasher = (
+            self._hasher
+            if self._hasher is not None
+            else PasswordHasher(
+                time_cost=config["AUTHFLOW_ARGON2_TIME_COST"],
+                memory_cost=config["AUTHFLOW_ARGON2_MEMORY_COST"],
+                parallelism=config["AUTHFLOW_ARGON2_PARALLELISM"],
+                max_concurrent=config["AUTHFLOW_MAX_CONCURRENT_HASHES"],
+            )
         )
         try:
             trusted = TrustedProxies(config["AUTHFLOW_TRUSTED_PROXIES"])
@@ -132,7 +136,11 @@ class AuthFlow:
             from .stores.sqlalchemy.backend import SqlAlchemyBackend
 
             backend = SqlAlchemyBackend(database_url, hasher=hasher, clock=clock)
-        session_store = self._session_store or self._build_session_store(config, database_url, backend, clock)
+        session_store = (
+            self._session_store
+            if self._session_store is not None  # an empty store is falsy (it has __len__)
+            else self._build_session_store(config, database_url, backend, clock)
+        )
 
         counters = AuthCounters()
         service = AuthnService(

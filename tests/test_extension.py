@@ -130,3 +130,92 @@ def test_memory_store_option(authflow_hasher) -> None:
     app = _app(AUTHFLOW_SESSION_STORE="memory")
     AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
     assert isinstance(get_state(app).session_store, MemorySessionStore)
+
+
+class _FlakyStore(MemorySessionStore):
+    """A memory store whose writes fail while ``down`` is set (a database outage)."""
+
+    down = False
+
+    def save(self, record, expires_at):  # type: ignore[no-untyped-def]
+        if self.down:
+            raise StoreUnavailable("session store down")
+        super().save(record, expires_at)
+
+    def delete(self, sid):  # type: ignore[no-untyped-def]
+        if self.down:
+            raise StoreUnavailable("session store down")
+        super().delete(sid)
+
+
+def test_store_outage_on_save_is_503_and_keeps_nothing(authflow_hasher, mock_clock) -> None:
+    from flask_authflow.testing import login_test_client
+
+    store = _FlakyStore(clock=mock_clock)
+    app = _app()
+    AuthFlow(
+        app,
+        backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
+        session_store=store,
+        clock=mock_clock,
+        hasher=authflow_hasher,
+    )
+
+    @app.post("/remember")
+    def remember() -> str:
+        current_session["note"] = "kept?"
+        return "stored"
+
+    @app.get("/note")
+    def note() -> str:
+        return f"{current_session.state.value}:{current_session.get('note')}"
+
+    client = login_test_client(app, "alice")
+    store.down = True
+    failed = client.post("/remember", headers={"Accept": "application/json"})
+    assert failed.status_code == 503
+    assert failed.json["error"] == "store_unavailable"
+    assert "Set-Cookie" not in failed.headers
+    store.down = False
+    assert client.get("/note").text == "authenticated:None"
+
+
+def test_logout_during_outage_fails_closed(authflow_hasher, mock_clock) -> None:
+    from flask_authflow.testing import login_test_client
+
+    store = _FlakyStore(clock=mock_clock)
+    app = _app()
+    authflow = AuthFlow(
+        app,
+        backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
+        session_store=store,
+        clock=mock_clock,
+        hasher=authflow_hasher,
+    )
+
+    @app.post("/logout")
+    def logout() -> str:
+        authflow.logout()
+        return "logged out"
+
+    client = login_test_client(app, "alice")
+    store.down = True
+    response = client.post("/logout")
+    assert response.status_code == 503  # the user is told the logout did not happen
+    assert response.text != "logged out"
+
+
+def test_binding_mismatch_is_counted(authflow_app, login_client) -> None:
+    @authflow_app.get("/state")
+    def state_view() -> str:
+        return current_session.state.value
+
+    client = login_client("alice")
+    assert client.get("/state").text == "authenticated"
+    stolen = authflow_app.test_client()
+    stolen.set_cookie("authflow_session", client.get_cookie("authflow_session").value)
+    stolen.environ_base["HTTP_USER_AGENT"] = "curl/8.0"
+    assert stolen.get("/state").text == "guest"
+    counters = get_state(authflow_app).counters.snapshot()
+    assert counters["session_binding_mismatches"] == 1
+    assert client.get("/state").text == "authenticated"  # the real holder keeps the session

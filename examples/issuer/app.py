@@ -76,7 +76,12 @@ def _json_body() -> dict[str, Any]:
 
 def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str | None = None) -> Flask:
     """Build the issuer example; ``test_config`` overrides the environment."""
-    app = Flask(__name__, instance_relative_config=True, instance_path=instance_path)
+    app = Flask(
+        __name__,
+        instance_relative_config=True,
+        # beside this file, however the app is imported (flask --app path, or as a module)
+        instance_path=instance_path or str(Path(__file__).resolve().parent / "instance"),
+    )
     app.config.from_prefixed_env()
     if test_config:
         app.config.update(test_config)

@@ -146,13 +146,18 @@ class AuthnService:
     ) -> None:
         self.identity_store = identity_store
         self.factor_store = factor_store
-        attempts = attempt_store or next(
-            (s for s in (identity_store, factor_store) if isinstance(s, AttemptStore)), None
+        # ``is None``, not ``or``: a store or sink may define __len__ and be falsy when empty.
+        attempts = (
+            attempt_store
+            if attempt_store is not None
+            else next((s for s in (identity_store, factor_store) if isinstance(s, AttemptStore)), None)
         )
         if attempts is None:
             raise ConfigurationError("AuthnService needs an attempt store (for lockout counting)")
-        sink = audit_sink or next(
-            (s for s in (identity_store, factor_store) if isinstance(s, AuditSink)), None
+        sink = (
+            audit_sink
+            if audit_sink is not None
+            else next((s for s in (identity_store, factor_store) if isinstance(s, AuditSink)), None)
         )
         if sink is None:
             raise ConfigurationError("AuthnService needs an audit sink")
