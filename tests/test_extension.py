@@ -137,10 +137,10 @@ class _FlakyStore(MemorySessionStore):
 
     down = False
 
-    def save(self, record, expires_at):  # type: ignore[no-untyped-def]
+    def save(self, record, expires_at, *, replaces=()):  # type: ignore[no-untyped-def]
         if self.down:
             raise StoreUnavailable("session store down")
-        super().save(record, expires_at)
+        super().save(record, expires_at, replaces=replaces)
 
     def delete(self, sid):  # type: ignore[no-untyped-def]
         if self.down:

@@ -22,6 +22,7 @@ from flask_authflow.session.model import (
     SessionRecord,
     begin_flow,
     new_guest_record,
+    new_session_id,
     pass_factor,
     start_login,
 )
@@ -91,6 +92,18 @@ class StoreContract:
         assert store.list_user_sessions("acme", "alice") == []
         assert store.delete_user_sessions("acme", "alice") == 0
         assert store.load(record.sid) == as_guest
+
+    def test_save_replacing_rotated_ids(self, store: SessionStore, clock: MockClock) -> None:
+        before = user_record(clock)
+        other = user_record(clock, user="bob")
+        store.save(before, clock.now() + timedelta(hours=1))
+        store.save(other, clock.now() + timedelta(hours=1))
+        rotated = replace(before, sid=new_session_id())
+        store.save(rotated, clock.now() + timedelta(hours=1), replaces=[before.sid, "never-existed"])
+        assert store.load(before.sid) is None  # the pre-rotation id is dead
+        assert store.load(rotated.sid) == rotated
+        assert store.load(other.sid) == other  # nobody else's session is touched
+        assert [r.sid for r in store.list_user_sessions("acme", "alice")] == [rotated.sid]
 
     def test_delete(self, store: SessionStore, clock: MockClock) -> None:
         record = user_record(clock)

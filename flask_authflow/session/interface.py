@@ -393,10 +393,10 @@ class AuthFlowSessionInterface(SessionInterface):
 
     def _persist(self, session: RequestSession, response: Response) -> None:
         now = self._clock.now()
-        for dead in session.dead_sids:
-            self.store.delete(dead)
         record = session.record
         if record.state is AuthState.GUEST and not record.custom and not record.flow:
+            for dead in session.dead_sids:
+                self.store.delete(dead)
             # Nothing worth keeping: no row, no cookie.
             if session.loaded_sid == record.sid:
                 self.store.delete(record.sid)
@@ -407,11 +407,13 @@ class AuthFlowSessionInterface(SessionInterface):
             record = replace(record, last_seen_at=now)
             expires_at = self.expires_at(record)
             if expires_at <= now:  # the absolute lifetime ran out during the request
+                for dead in session.dead_sids:
+                    self.store.delete(dead)
                 self.store.delete(record.sid)
                 if session.cookie_sent:
                     self._delete_cookie(response)
                 return
-            self.store.save(record, expires_at)
+            self.store.save(record, expires_at, replaces=session.dead_sids)
         else:  # only a re-signature: the stored record is unchanged
             expires_at = self.expires_at(record)
         response.set_cookie(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -39,8 +39,13 @@ class SessionStore(Protocol):
         """The record with this id, or ``None`` if unknown or expired."""
         ...
 
-    def save(self, record: SessionRecord, expires_at: datetime) -> None:
-        """Insert or replace the record; it must be gone (``load`` → ``None``) after ``expires_at``."""
+    def save(self, record: SessionRecord, expires_at: datetime, *, replaces: Sequence[str] = ()) -> None:
+        """Insert or replace the record; it must be gone (``load`` → ``None``) after ``expires_at``.
+
+        ``replaces`` lists earlier ids of this session (before a rotation): they are
+        deleted in the same atomic step, so no moment exists where both ids work and
+        a persistent store pays for one commit, not two.
+        """
         ...
 
     def delete(self, sid: str) -> None:
@@ -130,10 +135,12 @@ class MemorySessionStore:
                 return None
         return _detached(record)
 
-    def save(self, record: SessionRecord, expires_at: datetime) -> None:
+    def save(self, record: SessionRecord, expires_at: datetime, *, replaces: Sequence[str] = ()) -> None:
         stored = _detached(record)
         expires_at = utc(expires_at)
         with self._lock:
+            for old in replaces:
+                self._remove(old)
             self._remove(record.sid)
             self._records[record.sid] = (stored, expires_at)
             if record.tenant is not None and record.user_id is not None:

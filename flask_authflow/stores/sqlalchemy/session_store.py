@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -175,7 +175,7 @@ class SqlAlchemySessionStore:
             return None
         return self._open(key, data, expected_sid=sid)
 
-    def save(self, record: SessionRecord, expires_at: datetime) -> None:
+    def save(self, record: SessionRecord, expires_at: datetime, *, replaces: Sequence[str] = ()) -> None:
         key = sid_hash(record.sid)
         values: dict[str, Any] = {
             "tenant": record.tenant,
@@ -185,7 +185,14 @@ class SqlAlchemySessionStore:
             "updated_at": self._clock.now(),
             "data": self._crypto.encrypt(key, serialize_record(record)),
         }
-        self._run(lambda conn: self._upsert(conn, key, values))
+        old_keys = [sid_hash(old) for old in replaces]
+
+        def work(conn: Connection) -> None:
+            if old_keys:
+                conn.execute(delete(sessions_table).where(sessions_table.c.sid_hash.in_(old_keys)))
+            self._upsert(conn, key, values)
+
+        self._run(work)
 
     def _upsert(self, conn: Connection, key: str, values: dict[str, Any]) -> None:
         name = conn.dialect.name
