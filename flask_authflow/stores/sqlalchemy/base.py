@@ -13,6 +13,8 @@ from sqlalchemy import Engine, MetaData, create_engine, event
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.pool import StaticPool
 
+from ...errors import MissingExtraError
+
 __all__ = ["Base", "EngineSource", "metadata", "resolve_engine"]
 
 metadata = MetaData(
@@ -58,7 +60,12 @@ def resolve_engine(source: EngineSource) -> Engine:
             engine = create_engine(source, **kwargs)
             event.listen(engine, "connect", _sqlite_pragmas)
             return engine
-        return create_engine(source, pool_pre_ping=True)
+        try:
+            return create_engine(source, pool_pre_ping=True)
+        except ModuleNotFoundError as exc:
+            if source.startswith("postgresql"):
+                raise MissingExtraError("postgres", exc.name or "psycopg") from exc
+            raise
     db_engine = getattr(source, "engine", None)  # Flask-SQLAlchemy's db.engine (needs an app context)
     if isinstance(db_engine, Engine):
         return db_engine
