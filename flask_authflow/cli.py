@@ -136,13 +136,19 @@ def _issuer() -> Any:
 
 
 @authflow_cli.command("rotate-key")
-@click.option("--algorithm", type=click.Choice(["ES256", "RS256"]), default="ES256", show_default=True)
+@click.option(
+    "--algorithm",
+    type=click.Choice(["ES256", "RS256"]),
+    help="Algorithm of the new key (default: AUTHFLOW_ISSUER_ALGORITHM).",
+)
 @click.option("--kid", help="Key id for the new key (default: its RFC 7638 thumbprint).")
-def rotate_key(algorithm: str, kid: str | None) -> None:
+def rotate_key(algorithm: str | None, kid: str | None) -> None:
     """Generate a signing key, persist it and make it current (the old one stays in the JWKS)."""
     from .issuer import LocalIdpSigningKey
 
     issuer = _issuer()
+    # Relying parties pin the algorithm they were told about: keep it unless asked.
+    algorithm = algorithm or str(get_state().config["AUTHFLOW_ISSUER_ALGORITHM"])
     try:
         key = (
             LocalIdpSigningKey.generate_es256()

@@ -25,7 +25,7 @@ from .authn.outcomes import FactorCredential, FactorKind, FactorOutcome, FactorR
 from .authn.service import AuthnService
 from .clock import Clock, SystemClock
 from .config import AuthFlowConfig, load_config
-from .errors import AuthFlowError, ConfigurationError
+from .errors import AuthFlowError, ConfigurationError, KeyStoreError
 from .http import error_response
 from .session.crypto import SessionCrypto, derive_key
 from .session.interface import AuthFlowSessionInterface
@@ -169,6 +169,9 @@ class AuthFlow:
             clock=clock,
             custom_limit=config["AUTHFLOW_CUSTOM_DATA_LIMIT"],
         )
+        # Built before anything is installed on the app: a refused store spec or a
+        # damaged key store leaves the app untouched, so init_app can be retried.
+        issuer = build_issuer(config, database_url, backend, clock) if config["AUTHFLOW_ISSUER"] else None
         state = AuthFlowState(
             config=config,
             clock=clock,
@@ -179,6 +182,7 @@ class AuthFlow:
             trusted_proxies=trusted,
             counters=counters,
             hasher=hasher,
+            issuer=issuer,
         )
         app.extensions[EXTENSION_KEY] = state
         app.session_interface = interface
@@ -190,11 +194,8 @@ class AuthFlow:
 
         app.cli.add_command(authflow_cli)
 
-        if config["AUTHFLOW_ISSUER"]:
-            state.issuer = build_issuer(config, database_url, backend, clock)
-            app.register_blueprint(
-                state.issuer.blueprint(url_prefix=config["AUTHFLOW_ISSUER_URL_PREFIX"] or None)
-            )
+        if issuer is not None:
+            app.register_blueprint(issuer.blueprint(url_prefix=config["AUTHFLOW_ISSUER_URL_PREFIX"] or None))
 
     @staticmethod
     def _build_session_store(
@@ -270,6 +271,14 @@ def build_issuer(config: AuthFlowConfig, database_url: str, backend: Any, clock:
         directory = spec[len("file:") :]
         store = FileLocalIdpKeyStore(directory)
         if not store.is_initialized():
+            historical = store.directory / "historical"
+            if historical.is_dir() and any(historical.glob("*.pem")):
+                # Keys without a current.kid: damaged, not new. Starting over would
+                # orphan every token signed so far.
+                raise KeyStoreError(
+                    f"{store.directory / 'current.kid'} is missing but {historical} holds keys: "
+                    "restore current.kid (the kid of the key to sign with) instead of starting over"
+                )
             store = FileLocalIdpKeyStore.initialize(directory, new_key())
     elif spec == "sql":
         from .stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore

@@ -20,6 +20,7 @@ import pytest
 from flask import Flask
 
 from flask_authflow import AuthFlow, InMemoryBackend, get_state
+from flask_authflow.authn.factors.password import PasswordHasher
 from flask_authflow.clock import MockClock
 from flask_authflow.errors import ConfigurationError, IssuanceError, KeyStoreError
 from flask_authflow.issuer import (
@@ -34,24 +35,36 @@ from flask_authflow.session.stores import MemorySessionStore
 
 ISS = "https://issuer.example"
 AUD = "api://wiring"
+FAST_ARGON2 = {
+    "AUTHFLOW_ARGON2_TIME_COST": 1,
+    "AUTHFLOW_ARGON2_MEMORY_COST": 8,
+    "AUTHFLOW_ARGON2_PARALLELISM": 1,
+}
+
+
+def base_config(**extra: Any) -> dict[str, Any]:
+    return {
+        "TESTING": True,
+        "AUTHFLOW_SIGNING_KEY": secrets.token_bytes(32),
+        "AUTHFLOW_SESSION_STORE": "memory",
+        "AUTHFLOW_ISSUER": ISS,
+        **FAST_ARGON2,
+        **extra,
+    }
+
+
+def fast_backend() -> InMemoryBackend:
+    return InMemoryBackend(hasher=PasswordHasher.fast_for_tests())
 
 
 def make_app(clock: Any = None, *, backend: Any = "memory", **config: Any) -> Flask:
     """An app with the issuer on; in-memory users and sessions unless ``backend=None``."""
     clock = clock or MockClock()
     app = Flask(__name__)
-    app.config.update(
-        {
-            "TESTING": True,
-            "AUTHFLOW_SIGNING_KEY": secrets.token_bytes(32),
-            "AUTHFLOW_SESSION_STORE": "memory",
-            "AUTHFLOW_ISSUER": ISS,
-            **config,
-        }
-    )
+    app.config.update(base_config(**config))
     kwargs: dict[str, Any] = {"clock": clock}
     if backend == "memory":
-        kwargs["backend"] = InMemoryBackend(clock=clock)
+        kwargs["backend"] = InMemoryBackend(hasher=PasswordHasher.fast_for_tests(), clock=clock)
         kwargs["session_store"] = MemorySessionStore(clock=clock)
     elif backend is not None:
         kwargs["backend"] = backend
@@ -104,8 +117,10 @@ def mint_and_verify(app: Flask, path: str = "/jwks.json") -> dict[str, Any]:
 
 def test_issuer_off_by_default_mounts_nothing() -> None:
     app = Flask(__name__)
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), AUTHFLOW_SESSION_STORE="memory")
-    AuthFlow(app, backend=InMemoryBackend())
+    config = base_config()
+    del config["AUTHFLOW_ISSUER"]
+    app.config.update(config)
+    AuthFlow(app, backend=fast_backend())
     assert get_state(app).issuer is None
     assert "authflow_issuer" not in app.blueprints
     client = app.test_client()
@@ -202,21 +217,15 @@ def test_max_lifetime_in_seconds_and_its_ceiling() -> None:
 @pytest.mark.parametrize("spec", ["file:", "disk", "sql:", "FILE:/tmp/x", "memory ", "", "sqlite:///x.db"])
 def test_bad_store_spec_names_the_key(spec: str) -> None:
     app = Flask(__name__)
-    app.config.update(
-        TESTING=True,
-        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
-        AUTHFLOW_SESSION_STORE="memory",
-        AUTHFLOW_ISSUER=ISS,
-        AUTHFLOW_ISSUER_KEY_STORE=spec,
-    )
+    app.config.update(base_config(AUTHFLOW_ISSUER_KEY_STORE=spec))
     with pytest.raises(ConfigurationError, match="AUTHFLOW_ISSUER_KEY_STORE") as info:
-        AuthFlow(app, backend=InMemoryBackend())
+        AuthFlow(app, backend=fast_backend())
     assert "file:<directory>" in info.value.message
     # A refused configuration leaves the app untouched, so it can be fixed and retried.
     assert "authflow" not in app.extensions
     assert "authflow_issuer" not in app.blueprints
     app.config["AUTHFLOW_ISSUER_KEY_STORE"] = "memory"
-    AuthFlow(app, backend=InMemoryBackend())
+    AuthFlow(app, backend=fast_backend())
     assert get_state(app).issuer is not None
 
 
@@ -337,15 +346,9 @@ def test_damaged_file_store_fails_init_app_without_a_new_key(
     before = _files(directory)
     modes = {p: stat.S_IMODE(p.stat().st_mode) for p in directory.rglob("*") if not p.is_symlink()}
     app = Flask(__name__)
-    app.config.update(
-        TESTING=True,
-        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
-        AUTHFLOW_SESSION_STORE="memory",
-        AUTHFLOW_ISSUER=ISS,
-        AUTHFLOW_ISSUER_KEY_STORE=f"file:{directory}",
-    )
+    app.config.update(base_config(AUTHFLOW_ISSUER_KEY_STORE=f"file:{directory}"))
     with pytest.raises(KeyStoreError, match=message):
-        AuthFlow(app, backend=InMemoryBackend())
+        AuthFlow(app, backend=fast_backend())
     assert _files(directory) == before  # nothing written: no silent new key
     assert {p: stat.S_IMODE(p.stat().st_mode) for p in modes} == modes  # nothing "repaired" either
     assert "authflow" not in app.extensions

@@ -15,12 +15,16 @@ Routes:
   audience must be on ``ISSUER_AUDIENCES``; the lifetime is at most
   ``ISSUER_MAX_TTL`` seconds (and never over ``AUTHFLOW_ISSUER_MAX_LIFETIME``);
 * ``POST /admin/rotate`` JSON ``{"algorithm": "ES256"|"RS256" (optional)}``: rotates
-  the signing key. Only for a user named in ``ISSUER_OPERATORS`` whose login is at
+  the signing key. Only for a user of the default tenant named in ``ISSUER_OPERATORS`` whose login is at
   most 5 minutes old (``fresh_login_required``), so a stolen long-lived session cannot
   rotate keys;
 * ``GET /``: an HTML page with the issuer's current key id and endpoints.
 
 Every route answers typed JSON errors (``{"error", "message"}``), never a 500.
+
+Tests that move time pass ``create_app(..., clock=MockClock())``: the clock belongs to
+the ``AuthFlow`` object, so such an app gets its own ``AuthFlow(clock=clock)`` instead
+of the module-level one.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from flask_authflow import (
     get_state,
     login_required,
 )
+from flask_authflow.clock import Clock
 from flask_authflow.issuer import LocalIdpSigningKey, MintClaims
 
 authflow = AuthFlow()
@@ -74,8 +79,17 @@ def _json_body() -> dict[str, Any]:
     return body
 
 
-def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str | None = None) -> Flask:
-    """Build the issuer example; ``test_config`` overrides the environment."""
+def create_app(
+    test_config: dict[str, Any] | None = None,
+    *,
+    instance_path: str | None = None,
+    clock: Clock | None = None,
+) -> Flask:
+    """Build the issuer example; ``test_config`` overrides the environment.
+
+    ``clock`` (a ``MockClock`` in tests) is used by sessions, freshness checks and the
+    issuer; without it the module-level ``authflow`` (wall clock) is used.
+    """
     app = Flask(
         __name__,
         instance_relative_config=True,
@@ -94,7 +108,8 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
     app.config.setdefault("ISSUER_AUDIENCES", ["https://api.example"])
     app.config.setdefault("ISSUER_OPERATORS", [])
     app.config.setdefault("ISSUER_MAX_TTL", 900)
-    authflow.init_app(app)
+    extension = authflow if clock is None else AuthFlow(clock=clock)
+    extension.init_app(app)
 
     @app.get("/")
     def index() -> str:
@@ -107,14 +122,14 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
         username, password = body.get("username"), body.get("password")
         if not isinstance(username, str) or not isinstance(password, str):
             raise InvalidInput("username and password are required strings")
-        outcome = authflow.login_with_password(username, password)
+        outcome = extension.login_with_password(username, password)
         if isinstance(outcome, Authenticated):
             return jsonify(status="authenticated"), 200
         return jsonify(error="invalid_credentials", message="invalid credentials"), 401
 
     @app.post("/logout")
     def logout() -> Response:
-        authflow.logout()
+        extension.logout()
         return jsonify(status="logged_out")
 
     @app.post("/issue")
@@ -142,10 +157,19 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
     def rotate() -> Response:
         state = get_state()
         user = state.backend.get_user(str(current_session.tenant), str(current_session.user_id))
-        if user is None or user.identifier not in app.config["ISSUER_OPERATORS"]:
+        # Operators are named users of the default tenant: a same-named user in another
+        # tenant is somebody else.
+        operator_tenant = state.config["AUTHFLOW_DEFAULT_TENANT"]
+        if (
+            user is None
+            or user.tenant != operator_tenant
+            or user.identifier not in app.config["ISSUER_OPERATORS"]
+        ):
             raise Forbidden()
-        body = request.get_json(silent=True) or {}
-        algorithm = body.get("algorithm", "ES256") if isinstance(body, dict) else None
+        # The body is optional, but one that is there must be a JSON object: a
+        # malformed request must not rotate with defaults it did not ask for.
+        body = _json_body() if request.get_data() else {}
+        algorithm = body.get("algorithm", "ES256")
         if algorithm not in ("ES256", "RS256"):
             raise InvalidInput("algorithm must be ES256 or RS256")
         key = (

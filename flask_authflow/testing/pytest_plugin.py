@@ -107,8 +107,10 @@ def login_test_client(
         if not isinstance(begun, FactorRequired):
             raise RuntimeError(f"login of {username!r} did not start: {begun!r}")
         outcome = handle.verify_factor(FactorCredential.password(secret), session)
-        if not isinstance(outcome, Authenticated):
+        if isinstance(outcome, FactorRequired):
             raise RuntimeError(f"login of {username!r} needs more than a password: {outcome!r}")
+        if not isinstance(outcome, Authenticated):
+            raise RuntimeError(f"login of {username!r} failed (wrong password?): {outcome!r}")
     return client
 
 
@@ -137,7 +139,9 @@ def authflow_app(
 
     try:
         app = request.getfixturevalue("app")
-    except pytest.FixtureLookupError:
+    except pytest.FixtureLookupError as exc:
+        if exc.argname != "app":
+            raise  # the user's app fixture exists but is broken: never swap in another app
         app = None
     if app is not None:
         assert isinstance(app, Flask)
