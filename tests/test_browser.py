@@ -58,25 +58,39 @@ def browser() -> Iterator[Any]:
 
 def test_login_page_sign_in_and_out_in_chromium(browser: Any, live_server: str, tmp_path: Path) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 15)
+
+    def submit_and_wait(button_id: str) -> None:
+        """Click, then wait until the browser has left the old page (no race with the load)."""
+        old_page = browser.find_element(By.TAG_NAME, "html")
+        browser.find_element(By.ID, button_id).click()
+        wait.until(ec.staleness_of(old_page))
 
     browser.get(live_server + "/account")
     assert "/login" in browser.current_url  # redirected, with a safe next
     browser.find_element(By.ID, "username").send_keys("alice")
     browser.find_element(By.ID, "password").send_keys("not-her-password")
-    browser.find_element(By.ID, "submit").click()
-    assert "invalid credentials" in browser.find_element(By.ID, "error").text
+    submit_and_wait("submit")
+    error = wait.until(ec.presence_of_element_located((By.ID, "error")))
+    assert "invalid credentials" in error.text
 
     browser.find_element(By.ID, "username").send_keys("alice")
     browser.find_element(By.ID, "password").send_keys("wonderland-42")
-    browser.find_element(By.ID, "submit").click()
-    assert browser.current_url.endswith("/account")
-    assert "Signed in as user" in browser.find_element(By.ID, "whoami").text
+    submit_and_wait("submit")
+    wait.until(ec.url_contains("/account"))
+    assert "Signed in as user" in wait.until(ec.presence_of_element_located((By.ID, "whoami"))).text
     cookie = browser.get_cookie("authflow_session")
     assert cookie is not None and cookie["httpOnly"] is True and cookie["sameSite"] == "Lax"
+    logged_in_value = cookie["value"]
     assert browser.execute_script("return document.cookie").find("authflow_session") == -1
     browser.save_screenshot(str(tmp_path / "account.png"))
 
-    browser.find_element(By.ID, "logout").click()
-    assert "/login" in browser.current_url
+    submit_and_wait("logout")
+    wait.until(ec.url_contains("/login"))
     browser.get(live_server + "/account")
-    assert "/login" in browser.current_url
+    wait.until(ec.url_contains("/login"))
+    after = browser.get_cookie("authflow_session")  # the login form's CSRF token lives in a guest session
+    assert after is None or after["value"] != logged_in_value
