@@ -207,7 +207,12 @@ def authflow(store: str, database_url: str | None) -> tuple[Flask, dict[str, Any
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=4000)
-    parser.add_argument("--postgres", help="a PostgreSQL URL to add our SQL store on PostgreSQL")
+    parser.add_argument(
+        "--postgres",
+        default="auto",
+        help="PostgreSQL URL for our SQL store on PostgreSQL; 'auto' starts a throwaway server "
+        "with initdb/pg_ctl (as the tests do); 'off' leaves it out",
+    )
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="authflow-bench-"))
 
@@ -219,8 +224,19 @@ def main() -> None:
         "authflow (memory store)": lambda: authflow("memory", None),
         "authflow (SQLite store)": lambda: authflow("sql", f"sqlite:///{workdir / 'af.db'}"),
     }
-    if args.postgres:
-        contenders["authflow (PostgreSQL store)"] = lambda: authflow("sql", args.postgres)
+    server = None
+    postgres_url = None if args.postgres == "off" else args.postgres
+    if args.postgres == "auto":
+        from tests.parts import start_postgres
+
+        try:
+            server = start_postgres()
+            postgres_url = server.new_database()
+        except BaseException as exc:  # noqa: BLE001 - pytest's skip is a BaseException
+            print(f"(PostgreSQL left out: {exc})")
+            postgres_url = None
+    if postgres_url:
+        contenders["authflow (PostgreSQL store)"] = lambda: authflow("sql", postgres_url)
 
     results: dict[str, float] = {}
     for name, build in contenders.items():
@@ -228,6 +244,8 @@ def main() -> None:
         results[name] = measure(app, environ, args.requests, b"ok")
         print(f"{name:<32} {results[name]:>10.0f} req/s", flush=True)
 
+    if server is not None:
+        server.stop()
     print()
     peers = [n for n in results if not n.startswith("authflow")]
     for ours in (n for n in results if n.startswith("authflow")):
