@@ -81,7 +81,7 @@ def test_login_page_sign_in_and_out_in_chromium(browser: Any, live_server: str, 
     browser.find_element(By.ID, "password").send_keys("wonderland-42")
     submit_and_wait("submit")
     wait.until(ec.url_contains("/account"))
-    assert "Signed in as user" in wait.until(ec.presence_of_element_located((By.ID, "whoami"))).text
+    assert "Signed in as user alice" in wait.until(ec.presence_of_element_located((By.ID, "whoami"))).text
     cookie = browser.get_cookie("authflow_session")
     assert cookie is not None and cookie["httpOnly"] is True and cookie["sameSite"] == "Lax"
     logged_in_value = cookie["value"]

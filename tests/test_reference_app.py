@@ -167,7 +167,7 @@ def test_html_login_flow_and_safe_next(client: FlaskClient) -> None:
     assert ok.status_code == 302
     assert ok.headers["Location"] == "/account"
     account = client.get("/account", headers={"Accept": "text/html"})
-    assert "Signed in as user" in account.text
+    assert "Signed in as user <strong>alice</strong>" in account.text
 
 
 def test_browser_is_redirected_to_login_page(client: FlaskClient) -> None:

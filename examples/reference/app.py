@@ -179,7 +179,8 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
     @app.get("/account")
     @login_required
     def account() -> str:
-        return render_template("account.html", session=current_session, csrf_token=_csrf_token())
+        user = get_state().backend.get_user(str(current_session.tenant), str(current_session.user_id))
+        return render_template("account.html", session=current_session, user=user, csrf_token=_csrf_token())
 
     @app.post("/logout")
     def logout() -> Response:
