@@ -15,7 +15,9 @@ from typing import Any
 import click
 from flask.cli import AppGroup
 
-from .errors import AuthFlowError
+from .audit.sinks import hash_session_id
+from .authn.identifiers import check_tenant, normalise_identifier
+from .errors import AuthFlowError, UserNotFound
 from .extension import get_state
 
 __all__ = ["authflow_cli"]
@@ -25,7 +27,10 @@ authflow_cli = AppGroup("authflow", help="Manage flask-authflow users, sessions 
 
 def _read_password(password_stdin: bool, *, confirm: bool) -> str:
     if password_stdin:
-        password = sys.stdin.readline().rstrip("\r\n")
+        try:
+            password = sys.stdin.readline().rstrip("\r\n")
+        except UnicodeDecodeError:
+            raise click.UsageError("the password on standard input is not valid UTF-8") from None
     else:
         password = click.prompt("Password", hide_input=True, confirmation_prompt=confirm)
     if not password:
@@ -68,8 +73,11 @@ def set_password(username: str, tenant: str | None, password_stdin: bool) -> Non
     tenant_name = _tenant(tenant)
     try:
         state.backend.set_password(tenant_name, username, password)
-        user = state.backend.find_user(tenant_name, username)
-        revoked = state.session_store.delete_user_sessions(tenant_name, user.user_id)
+        # The store keys users by the normalised identifier ("Alice" is "alice").
+        user = state.backend.find_user(check_tenant(tenant_name), normalise_identifier(username))
+        if user is None:
+            raise UserNotFound()
+        revoked = state.session_store.delete_user_sessions(user.tenant, user.user_id)
     except AuthFlowError as error:
         _fail(error)
         return
@@ -82,7 +90,10 @@ def sessions() -> None:
 
 
 def _find_user_id(username: str, tenant: str) -> str:
-    user = get_state().backend.find_user(tenant, username)
+    try:
+        user = get_state().backend.find_user(check_tenant(tenant), normalise_identifier(username))
+    except AuthFlowError as error:
+        raise click.ClickException(error.message) from None
     if user is None:
         raise click.ClickException(f"no user {username!r} in tenant {tenant!r}")
     return str(user.user_id)
@@ -93,8 +104,6 @@ def _find_user_id(username: str, tenant: str) -> str:
 @click.option("--tenant", help="Tenant of the user (default: AUTHFLOW_DEFAULT_TENANT).")
 def sessions_list(username: str, tenant: str | None) -> None:
     """List the live sessions of a user (ids are shown hashed, never usable)."""
-    import hashlib
-
     tenant_name = _tenant(tenant)
     state = get_state()
     try:
@@ -103,7 +112,7 @@ def sessions_list(username: str, tenant: str | None) -> None:
         _fail(error)
         return
     for record in records:
-        digest = hashlib.sha256(record.sid.encode()).hexdigest()[:16]
+        digest = str(hash_session_id(record.sid))[:16]
         click.echo(
             f"{digest}  {record.state.value:<16} created {record.created_at.isoformat()}  "
             f"last seen {record.last_seen_at.isoformat()}"

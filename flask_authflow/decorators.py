@@ -96,7 +96,7 @@ def fresh_login_required(max_age: timedelta | None = None) -> Callable[[F], F]:
             if not session.is_authenticated:
                 return _deny(Unauthenticated())
             state = get_state()
-            limit = max_age or state.config["AUTHFLOW_FRESHNESS"]
+            limit = max_age if max_age is not None else state.config["AUTHFLOW_FRESHNESS"]
             authenticated_at = session.authenticated_at
             if authenticated_at is None or state.clock.now() - authenticated_at > limit:
                 return error_response(StepUpNeeded())

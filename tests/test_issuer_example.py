@@ -317,8 +317,11 @@ def test_rotate_access_control(app: Flask) -> None:
     # Persisted in the file store: a restart of the same instance would sign with it.
     current = Path(app.instance_path) / "issuer-keys" / "current.kid"
     assert current.read_text() == f"{body['kid']}\n"
-    # No body at all is fine: ES256.
-    assert root.post("/admin/rotate").get_json()["jwks_keys"] == 3
+    # No body (or a form post from another page) rotates nothing; an empty JSON object means ES256.
+    assert_json_error(root.post("/admin/rotate"), 400, "invalid_input")
+    assert_json_error(root.post("/admin/rotate", data={"algorithm": "ES256"}), 400, "invalid_input")
+    assert len(jwks(app)["keys"]) == 2
+    assert root.post("/admin/rotate", json={}).get_json()["jwks_keys"] == 3
 
 
 def test_rotate_needs_a_login_at_most_five_minutes_old(make_app: Callable[..., Flask]) -> None:

@@ -73,7 +73,9 @@ def test_login_dashboard_logout_and_dead_cookie(client: FlaskClient) -> None:
     assert client.get("/dashboard").status_code == 200
     old_cookie = client.get_cookie("authflow_session")
     assert old_cookie is not None
-    assert client.post("/logout").status_code == 200
+    assert client.post("/logout").status_code == 400  # neither JSON nor a CSRF-carrying form: refused
+    assert client.get("/dashboard").status_code == 200  # ... and nothing happened
+    assert client.post("/logout", json={}).status_code == 200
     assert client.get("/dashboard").status_code == 401
     replay = client.application.test_client()
     replay.set_cookie("authflow_session", old_cookie.value)

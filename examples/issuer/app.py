@@ -73,7 +73,10 @@ def _development_key(app: Flask) -> str:
 
 
 def _json_body() -> dict[str, Any]:
-    body = request.get_json(silent=True)
+    try:
+        body = request.get_json(silent=True)
+    except RecursionError:  # nested deeper than the JSON parser goes
+        body = None
     if not isinstance(body, dict):
         raise InvalidInput("the body must be a JSON object")
     return body
@@ -108,8 +111,16 @@ def create_app(
     app.config.setdefault("ISSUER_AUDIENCES", ["https://api.example"])
     app.config.setdefault("ISSUER_OPERATORS", [])
     app.config.setdefault("ISSUER_MAX_TTL", 900)
+    app.config.setdefault("MAX_CONTENT_LENGTH", 64 * 1024)  # request bodies are small: refuse huge ones (413)
     extension = authflow if clock is None else AuthFlow(clock=clock)
     extension.init_app(app)
+
+    @app.errorhandler(AuthFlowError)
+    def json_error(error: AuthFlowError) -> tuple[Response, int]:
+        # A JSON API: typed JSON errors whatever the client's Accept header says.
+        response = jsonify(error.to_dict())
+        response.headers["Cache-Control"] = "no-store"
+        return response, error.status
 
     @app.get("/")
     def index() -> str:
@@ -168,7 +179,7 @@ def create_app(
             raise Forbidden()
         # The body is optional, but one that is there must be a JSON object: a
         # malformed request must not rotate with defaults it did not ask for.
-        body = _json_body() if request.get_data() else {}
+        body = _json_body()  # JSON only: a form post from another page cannot rotate keys
         algorithm = body.get("algorithm", "ES256")
         if algorithm not in ("ES256", "RS256"):
             raise InvalidInput("algorithm must be ES256 or RS256")

@@ -122,6 +122,7 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
         app.config.setdefault("AUTHFLOW_COOKIE_SECURE", False)
         app.config.setdefault("AUTHFLOW_ALLOW_INSECURE_LOOPBACK", True)
     app.config.setdefault("AUTHFLOW_LOGIN_VIEW", "login_page")
+    app.config.setdefault("MAX_CONTENT_LENGTH", 64 * 1024)  # login bodies are small: refuse huge ones (413)
     authflow.init_app(app)
 
     @app.get("/")
@@ -137,7 +138,10 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
     def login() -> Response:
         if not request.is_json:
             return _login_form_post()
-        body = request.get_json(silent=True)
+        try:
+            body = request.get_json(silent=True)
+        except RecursionError:  # nested deeper than the JSON parser goes: not a login
+            body = None
         if not isinstance(body, dict):
             return _text("the body must be a JSON object {username, password}", 400)
         username, password, tenant = body.get("username"), body.get("password"), body.get("tenant")
@@ -184,12 +188,15 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
 
     @app.post("/logout")
     def logout() -> Response:
-        if not request.is_json and request.form:
-            _check_csrf()
+        # A JSON request cannot be sent cross-site without a CORS preflight; anything
+        # else is a form and must carry the CSRF token (SameSite=Lax covers cross-site,
+        # the token covers same-site attackers too).
+        if request.is_json:
             authflow.logout()
-            return redirect(url_for("login_page"))  # type: ignore[return-value]
+            return _text("logged out")
+        _check_csrf()
         authflow.logout()
-        return _text("logged out")
+        return redirect(url_for("login_page"))  # type: ignore[return-value]
 
     @app.get("/metrics")
     def metrics() -> Response:

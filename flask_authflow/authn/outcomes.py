@@ -21,6 +21,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import TypeAlias
 
+from ..errors import InvalidInput
+
 __all__ = [
     "Authenticated",
     "FactorCredential",
@@ -104,7 +106,10 @@ class FactorCredential:
         if not isinstance(kind, FactorKind):
             raise TypeError("kind must be a FactorKind")
         if isinstance(secret, str):
-            buffer = bytearray(secret.encode("utf-8"))
+            try:
+                buffer = bytearray(secret.encode("utf-8"))
+            except UnicodeEncodeError:  # lone surrogates (JSON "\\ud800"): no password has them
+                raise InvalidInput("the secret is not valid Unicode text") from None
         elif isinstance(secret, bytes | bytearray):
             buffer = bytearray(secret)
         else:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from .. import signals
 from ..audit.context import AuditContext
 from ..audit.sinks import AuditRecord, AuthCounters, hash_session_id
 from ..clock import Clock, SystemClock
@@ -278,8 +279,6 @@ class AuthnRequest:
         for name in pending.counters:
             counters.increment(name)
         if pending.signals:
-            from .. import signals
-
             app = _sender()
             sender = app if app is not None else self.service
             for name, kwargs in pending.signals:

@@ -355,6 +355,14 @@ class AuthFlowSessionInterface(SessionInterface):
         session = flask_session._get_current_object()  # type: ignore[attr-defined]
         if not isinstance(session, RequestSession) or session.saved:
             return response
+        if session.store_failed and session.modified:
+            # The store could not even be read, so this change (a login, a logout) can
+            # not be kept: answer 503 rather than a success that did not happen.
+            log.warning("session changes discarded: the session store was unavailable")
+            session.saved = True
+            failed = error_response(StoreUnavailable())
+            failed.vary.add("Cookie")
+            return failed
         try:
             self.save_session(app, session, response)
         except StoreUnavailable as exc:

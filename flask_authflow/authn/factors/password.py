@@ -18,7 +18,7 @@ import argon2
 from argon2.exceptions import InvalidHashError, VerificationError
 from argon2.profiles import RFC_9106_LOW_MEMORY
 
-from ...errors import ConfigurationError, PasswordTooLong
+from ...errors import ConfigurationError, InvalidInput, PasswordTooLong
 from ..outcomes import FactorCredential, FactorKind
 from ..stores import FactorStore
 
@@ -33,7 +33,10 @@ Secret = str | bytes | bytearray
 
 def _encode(password: Secret) -> bytes:
     if isinstance(password, str):
-        data = password.encode("utf-8")
+        try:
+            data = password.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: not text a user can type
+            raise InvalidInput("the password is not valid Unicode text") from None
     elif isinstance(password, bytes | bytearray):
         data = bytes(password)
     else:

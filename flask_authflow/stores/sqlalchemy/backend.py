@@ -21,7 +21,6 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
-    DateTime,
     ForeignKey,
     Index,
     Integer,
@@ -50,7 +49,7 @@ from ...authn.outcomes import FactorKind
 from ...authn.stores import AttemptKey, FactorConfig, FailureCount, UserRecord
 from ...clock import Clock, SystemClock, utc
 from ...errors import AuditWriteError, StoreUnavailable, UserExists, UserNotFound
-from .base import EngineSource, metadata, resolve_engine
+from .base import EngineSource, UTCDateTime, metadata, resolve_engine
 
 __all__ = [
     "SqlAlchemyBackend",
@@ -62,7 +61,7 @@ __all__ = [
 ]
 
 _Id = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrements INTEGER PRIMARY KEY only
-_Time = DateTime(timezone=True)
+_Time = UTCDateTime()
 
 users_table = Table(
     "authflow_users",

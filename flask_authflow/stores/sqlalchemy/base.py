@@ -7,15 +7,18 @@ Flask-SQLAlchemy.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, MetaData, create_engine, event
+from sqlalchemy import DateTime, Dialect, Engine, MetaData, create_engine, event
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.pool import StaticPool
+from sqlalchemy.types import TypeDecorator
 
+from ...clock import utc
 from ...errors import MissingExtraError
 
-__all__ = ["Base", "EngineSource", "metadata", "resolve_engine"]
+__all__ = ["Base", "EngineSource", "UTCDateTime", "metadata", "resolve_engine"]
 
 metadata = MetaData(
     naming_convention={
@@ -26,6 +29,27 @@ metadata = MetaData(
         "pk": "pk_%(table_name)s",
     }
 )
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every dialect: the one time column type of every table.
+
+    PostgreSQL stores ``timestamptz``; SQLite has no time zones, so values are stored as
+    naive UTC there and made aware again on the way out. Comparisons in SQL stay correct
+    on both because every value written is converted to UTC first.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = utc(value)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else utc(value)
 
 
 class Base(DeclarativeBase):

@@ -19,7 +19,6 @@ from datetime import datetime
 
 from sqlalchemy import (
     Boolean,
-    DateTime,
     Engine,
     Index,
     String,
@@ -38,7 +37,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from ...clock import Clock, SystemClock
 from ...errors import DuplicateKeyId, KeyStoreError, SigningKeyError
 from ...issuer.keys import LoadedKeys, LocalIdpSigningKey
-from .base import Base, EngineSource, resolve_engine
+from .base import Base, EngineSource, UTCDateTime, resolve_engine
 
 __all__ = ["IssuerKeyRow", "SqlAlchemyLocalIdpKeyStore"]
 
@@ -54,7 +53,7 @@ class IssuerKeyRow(Base):
     pem: Mapped[str] = mapped_column(Text, nullable=False)
     alg: Mapped[str] = mapped_column(String(16), nullable=False)
     is_current: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
 
     __table_args__ = (
         Index(

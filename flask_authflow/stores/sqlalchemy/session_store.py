@@ -19,8 +19,6 @@ from typing import Any, TypeVar
 from sqlalchemy import (
     Column,
     Connection,
-    DateTime,
-    Dialect,
     Index,
     LargeBinary,
     String,
@@ -33,43 +31,20 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from ...clock import Clock, SystemClock, utc
 from ...errors import SessionDecryptError, SessionRecordError, StoreUnavailable
 from ...session.crypto import SessionCrypto
 from ...session.model import AuthState, SessionRecord
 from ...session.stores import deserialize_record, serialize_record
-from .base import EngineSource, metadata, resolve_engine
+from .base import EngineSource, UTCDateTime, metadata, resolve_engine
 
 __all__ = ["SqlAlchemySessionStore", "sessions_table", "sid_hash"]
 
 log = logging.getLogger("flask_authflow.session")
 
 T = TypeVar("T")
-
-
-class _UTCDateTime(TypeDecorator[datetime]):
-    """Aware UTC datetimes on every dialect.
-
-    PostgreSQL stores ``timestamptz``; SQLite has no time zones, so values are stored as
-    naive UTC there and made aware again on the way out. Comparisons in SQL stay correct
-    on both because every value written is UTC.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        value = utc(value)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        return None if value is None else utc(value)
 
 
 sessions_table = Table(
@@ -79,8 +54,8 @@ sessions_table = Table(
     Column("tenant", String(255), nullable=True),
     Column("user_id", String(255), nullable=True),
     Column("state", String(32), nullable=False),
-    Column("expires_at", _UTCDateTime(), nullable=False, index=True),
-    Column("updated_at", _UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False, index=True),
+    Column("updated_at", UTCDateTime(), nullable=False),
     Column("data", LargeBinary, nullable=False),
     Index("ix_authflow_sessions_tenant_user_id", "tenant", "user_id"),
 )
@@ -89,7 +64,7 @@ sessions_table = Table(
 _LOAD_QUERY = select(sessions_table.c.data).where(
     and_(
         sessions_table.c.sid_hash == bindparam("key"),
-        sessions_table.c.expires_at > bindparam("now", type_=_UTCDateTime()),
+        sessions_table.c.expires_at > bindparam("now", type_=UTCDateTime()),
     )
 )
 
@@ -149,7 +124,7 @@ class SqlAlchemySessionStore:
     def _guard(self) -> Iterator[None]:
         try:
             yield
-        except (DBAPIError, PoolTimeoutError) as exc:
+        except SQLAlchemyError as exc:  # driver errors, pool time-outs, anything from the engine
             # The message of the driver error may contain SQL and parameters: keep it out.
             log.warning("session store unavailable: %s", type(exc).__name__)
             raise StoreUnavailable("the session store is unavailable") from exc
