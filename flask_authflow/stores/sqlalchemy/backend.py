@@ -155,6 +155,22 @@ def _user(row: Row[Any]) -> UserRecord:
     )
 
 
+def _log_attempt(
+    conn: Connection, key: AttemptKey, *, now: datetime, success: bool, client_ip: str | None
+) -> None:
+    """One row of the attempt log, in the caller's transaction (with the counter change)."""
+    conn.execute(
+        insert(attempts_table).values(
+            at=now,
+            tenant=key.tenant,
+            subject=key.subject,
+            factor=key.factor,
+            success=success,
+            client_ip=client_ip,
+        )
+    )
+
+
 class SqlAlchemyBackend:
     """Identity, factor, attempt and audit store on SQLite or PostgreSQL.
 
@@ -454,32 +470,14 @@ class SqlAlchemyBackend:
                     .where(self._key(key))
                     .values(failures=0, window_start=None, locked_until=locked)
                 )
-            conn.execute(
-                insert(attempts_table).values(
-                    at=now,
-                    tenant=key.tenant,
-                    subject=key.subject,
-                    factor=key.factor,
-                    success=False,
-                    client_ip=client_ip,
-                )
-            )
+            _log_attempt(conn, key, now=now, success=False, client_ip=client_ip)
         return FailureCount(int(failures), locked)
 
     def register_success(self, key: AttemptKey, *, now: datetime, client_ip: str | None = None) -> None:
         now = utc(now)
         with self._tx() as conn:
             conn.execute(update(lockouts_table).where(self._key(key)).values(failures=0, window_start=None))
-            conn.execute(
-                insert(attempts_table).values(
-                    at=now,
-                    tenant=key.tenant,
-                    subject=key.subject,
-                    factor=key.factor,
-                    success=True,
-                    client_ip=client_ip,
-                )
-            )
+            _log_attempt(conn, key, now=now, success=True, client_ip=client_ip)
 
     def set_lock(self, key: AttemptKey, until: datetime) -> None:
         with self._tx() as conn:
