@@ -18,7 +18,7 @@ from flask import Response, current_app, redirect, request, url_for
 
 from .errors import AuthnError
 from .extension import current_auth_session, get_state
-from .http import error_response
+from .responses import error_response
 
 __all__ = ["StepUpNeeded", "Unauthenticated", "fresh_login_required", "login_required", "safe_next"]
 

@@ -26,7 +26,7 @@ from .authn.service import AuthnService
 from .clock import Clock, SystemClock
 from .config import AuthFlowConfig, load_config
 from .errors import AuthFlowError, ConfigurationError, KeyStoreError
-from .http import error_response
+from .responses import error_response
 from .session.crypto import SessionCrypto, derive_key
 from .session.interface import AuthFlowSessionInterface
 from .session.model import AuthSession

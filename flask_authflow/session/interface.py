@@ -31,7 +31,7 @@ from itsdangerous import Signer
 
 from ..clock import Clock, SystemClock
 from ..errors import ConfigurationError, SessionDataTooLarge, StoreUnavailable
-from ..http import error_response
+from ..responses import error_response
 from .crypto import derive_key
 from .model import CUSTOM_DATA_LIMIT, AuthSession, AuthState, SessionRecord, new_guest_record
 from .stores import SessionStore
