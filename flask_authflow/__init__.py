@@ -38,11 +38,24 @@ from .errors import (
     TokenVerificationError,
 )
 from .extension import AuthFlow, AuthFlowState, current_session, get_state
+from .issuer import (
+    FileLocalIdpKeyStore,
+    LoadedKeys,
+    LocalIdp,
+    LocalIdpKeyStore,
+    LocalIdpSigningKey,
+    MemoryLocalIdpKeyStore,
+    MintClaims,
+)
+from .jose import JwksHandle, JwtVerifier, VerifiedClaims
 from .session.crypto import SessionCrypto
 from .session.interface import AuthFlowSessionInterface
 from .session.model import AuthSession, AuthState
 from .session.stores import MemorySessionStore, SessionStore
 from .stores.memory import InMemoryBackend
+from .stores.sqlalchemy.backend import SqlAlchemyBackend
+from .stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
+from .stores.sqlalchemy.session_store import SqlAlchemySessionStore
 
 __version__ = "0.7.0"
 
@@ -65,16 +78,25 @@ __all__ = [
     "FactorKind",
     "FactorOutcome",
     "FactorRequired",
+    "FileLocalIdpKeyStore",
     "InMemoryBackend",
     "InvalidCredential",
     "InvalidCredentials",
     "InvalidInput",
     "IssuanceError",
+    "JwksHandle",
+    "JwtVerifier",
     "KeyStoreError",
+    "LoadedKeys",
+    "LocalIdp",
+    "LocalIdpKeyStore",
+    "LocalIdpSigningKey",
     "Locked",
     "LockoutPolicy",
     "LoginOutcome",
+    "MemoryLocalIdpKeyStore",
     "MemorySessionStore",
+    "MintClaims",
     "MockClock",
     "PasswordHasher",
     "PasswordTooLong",
@@ -82,11 +104,15 @@ __all__ = [
     "SessionDataTooLarge",
     "SessionError",
     "SessionStore",
+    "SqlAlchemyBackend",
+    "SqlAlchemyLocalIdpKeyStore",
+    "SqlAlchemySessionStore",
     "StepUpRequired",
     "StoreUnavailable",
     "SystemClock",
     "TokenVerificationError",
     "TrustedProxies",
+    "VerifiedClaims",
     "__version__",
     "audit_context",
     "current_session",
