@@ -7,7 +7,7 @@ For ES256 (P-256) and RS256 (RSA-2048) it prints tokens per second for
 work (same claims: iss, sub, aud, exp, iat, jti; verification checks signature,
 exp, aud and iss), then the ratios ours / peer. "raw" is the floor: JSON +
 base64url + one cryptography sign/verify call with no library around it.
-Each figure is the best of five 0.3 s windows, interleaved across contestants so
+Each figure is the best of seven 0.4 s windows, interleaved across contestants so
 machine noise hits everyone alike; the run takes ~30 s.
 """
 
@@ -33,8 +33,8 @@ from flask_authflow.issuer import LocalIdp, LocalIdpSigningKey, MemoryLocalIdpKe
 
 ISSUER = "https://issuer.bench"
 AUDIENCE = "bench-api"
-WINDOW = 0.3
-ROUNDS = 5
+WINDOW = 0.4
+ROUNDS = 7
 
 
 def window(fn: Callable[[], Any]) -> float:
