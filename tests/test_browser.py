@@ -57,17 +57,32 @@ def browser() -> Iterator[Any]:
 
 
 def test_login_page_sign_in_and_out_in_chromium(browser: Any, live_server: str, tmp_path: Path) -> None:  # noqa: F811
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     wait = WebDriverWait(browser, 15)
 
+    def new_document_loaded(driver: Any) -> bool:
+        try:
+            return bool(
+                driver.execute_script(
+                    "return window.__authflowOldPage === undefined && document.readyState === 'complete'"
+                )
+            )
+        except WebDriverException:  # the old document went away mid-call: not loaded yet
+            return False
+
     def submit_and_wait(button_id: str) -> None:
-        """Click, then wait until the browser has left the old page (no race with the load)."""
-        old_page = browser.find_element(By.TAG_NAME, "html")
+        """Click, then wait for a new, fully loaded document (no race with the navigation).
+
+        A marker set on the old page's window disappears with it; Chromium's own
+        staleness checks can fail with "node does not belong to the document" instead.
+        """
+        browser.execute_script("window.__authflowOldPage = true")
         browser.find_element(By.ID, button_id).click()
-        wait.until(ec.staleness_of(old_page))
+        wait.until(new_document_loaded)
 
     browser.get(live_server + "/account")
     assert "/login" in browser.current_url  # redirected, with a safe next
