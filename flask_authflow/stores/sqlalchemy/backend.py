@@ -30,6 +30,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     and_,
+    bindparam,
     case,
     delete,
     func,
@@ -153,6 +154,26 @@ def _user(row: Row[Any]) -> UserRecord:
         created_at=utc(row.created_at),
         disabled=bool(row.disabled),
     )
+
+
+# The login path's reads, built once: constructing a select() costs more than running
+# it on SQLite, and SQLAlchemy caches the compiled form of a reused statement.
+_FIND_USER = select(users_table).where(
+    users_table.c.tenant == bindparam("tenant"), users_table.c.identifier == bindparam("identifier")
+)
+_USER_FACTORS = (
+    select(factors_table)
+    .join(users_table, users_table.c.user_id == factors_table.c.user_id)
+    .where(users_table.c.tenant == bindparam("tenant"), factors_table.c.user_id == bindparam("user_id"))
+    .order_by(factors_table.c.created_at, factors_table.c.id)
+)
+_FACTOR_KINDS = _USER_FACTORS.with_only_columns(factors_table.c.kind)
+_PASSWORD_HASH = _USER_FACTORS.where(factors_table.c.kind == FactorKind.PASSWORD.value)
+_ACTIVE_LOCK = select(func.max(lockouts_table.c.locked_until)).where(
+    lockouts_table.c.tenant == bindparam("tenant"),
+    lockouts_table.c.subject == bindparam("subject"),
+    lockouts_table.c.locked_until > bindparam("now", type_=UTCDateTime()),
+)
 
 
 def _log_attempt(
@@ -286,11 +307,7 @@ class SqlAlchemyBackend:
 
     def find_user(self, tenant: str, identifier: str) -> UserRecord | None:
         with self._read() as conn:
-            row = conn.execute(
-                select(users_table).where(
-                    users_table.c.tenant == tenant, users_table.c.identifier == identifier
-                )
-            ).first()
+            row = conn.execute(_FIND_USER, {"tenant": tenant, "identifier": identifier}).first()
         return _user(row) if row is not None else None
 
     def get_user(self, tenant: str, user_id: str) -> UserRecord | None:
@@ -318,9 +335,8 @@ class SqlAlchemyBackend:
         )
 
     def get_password_hash(self, tenant: str, user_id: str) -> str | None:
-        query = self._factor_query(tenant, user_id).where(factors_table.c.kind == FactorKind.PASSWORD.value)
         with self._read() as conn:
-            row = conn.execute(query).first()
+            row = conn.execute(_PASSWORD_HASH, {"tenant": tenant, "user_id": user_id}).first()
         return str(row.secret) if row is not None else None
 
     def set_password_hash(self, tenant: str, user_id: str, password_hash: str) -> None:
@@ -382,14 +398,8 @@ class SqlAlchemyBackend:
         return configs
 
     def required_factors(self, tenant: str, user_id: str) -> list[FactorKind]:
-        query = (
-            select(factors_table.c.kind)
-            .join(users_table, users_table.c.user_id == factors_table.c.user_id)
-            .where(users_table.c.tenant == tenant, factors_table.c.user_id == user_id)
-            .order_by(factors_table.c.created_at, factors_table.c.id)
-        )
         with self._read() as conn:
-            names = [row.kind for row in conn.execute(query)]
+            names = [row.kind for row in conn.execute(_FACTOR_KINDS, {"tenant": tenant, "user_id": user_id})]
         kinds: list[FactorKind] = []
         for name in names:
             try:
@@ -429,12 +439,10 @@ class SqlAlchemyBackend:
                 pass
 
     def locked_until(self, tenant: str, subject: str, now: datetime) -> datetime | None:
-        t = lockouts_table.c
-        query = select(func.max(t.locked_until)).where(
-            t.tenant == tenant, t.subject == subject, t.locked_until > utc(now)
-        )
         with self._read() as conn:
-            value = conn.execute(query).scalar()
+            value = conn.execute(
+                _ACTIVE_LOCK, {"tenant": tenant, "subject": subject, "now": utc(now)}
+            ).scalar()
         return _aware(value)
 
     def register_failure(
