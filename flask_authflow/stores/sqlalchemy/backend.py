@@ -174,6 +174,17 @@ _ACTIVE_LOCK = select(func.max(lockouts_table.c.locked_until)).where(
     lockouts_table.c.subject == bindparam("subject"),
     lockouts_table.c.locked_until > bindparam("now", type_=UTCDateTime()),
 )
+_AUDIT_INSERT = insert(audit_table)
+_RESET_COUNTER = (
+    update(lockouts_table)
+    .where(
+        lockouts_table.c.tenant == bindparam("key_tenant"),
+        lockouts_table.c.subject == bindparam("key_subject"),
+        lockouts_table.c.factor == bindparam("key_factor"),
+    )
+    .values(failures=0, window_start=None)
+)
+_ATTEMPT_INSERT = insert(attempts_table)
 
 
 def _log_attempt(
@@ -181,14 +192,15 @@ def _log_attempt(
 ) -> None:
     """One row of the attempt log, in the caller's transaction (with the counter change)."""
     conn.execute(
-        insert(attempts_table).values(
-            at=now,
-            tenant=key.tenant,
-            subject=key.subject,
-            factor=key.factor,
-            success=success,
-            client_ip=client_ip,
-        )
+        _ATTEMPT_INSERT,
+        {
+            "at": now,
+            "tenant": key.tenant,
+            "subject": key.subject,
+            "factor": key.factor,
+            "success": success,
+            "client_ip": client_ip,
+        },
     )
 
 
@@ -484,7 +496,10 @@ class SqlAlchemyBackend:
     def register_success(self, key: AttemptKey, *, now: datetime, client_ip: str | None = None) -> None:
         now = utc(now)
         with self._tx() as conn:
-            conn.execute(update(lockouts_table).where(self._key(key)).values(failures=0, window_start=None))
+            conn.execute(
+                _RESET_COUNTER,
+                {"key_tenant": key.tenant, "key_subject": key.subject, "key_factor": key.factor},
+            )
             _log_attempt(conn, key, now=now, success=True, client_ip=client_ip)
 
     def set_lock(self, key: AttemptKey, until: datetime) -> None:
@@ -520,7 +535,7 @@ class SqlAlchemyBackend:
         values["time"] = utc(record.time)
         try:
             with self.engine.begin() as conn:
-                conn.execute(insert(audit_table).values(**values))
+                conn.execute(_AUDIT_INSERT, values)
         except SQLAlchemyError as exc:
             raise AuditWriteError() from exc
 
