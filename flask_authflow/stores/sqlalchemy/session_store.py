@@ -69,6 +69,20 @@ _LOAD_QUERY = select(sessions_table.c.data).where(
 )
 
 
+def _native_upsert(dialect_insert: Any) -> Any:
+    """INSERT … ON CONFLICT (sid_hash) DO UPDATE, built once; values come as parameters."""
+    stmt = dialect_insert(sessions_table)
+    updated = {c.name: stmt.excluded[c.name] for c in sessions_table.c if c.name != "sid_hash"}
+    return stmt.on_conflict_do_update(index_elements=["sid_hash"], set_=updated)
+
+
+#: Dialects with a native upsert; others update, then insert.
+_UPSERTS: dict[str, Any] = {
+    "sqlite": _native_upsert(sqlite.insert),
+    "postgresql": _native_upsert(postgresql.insert),
+}
+
+
 def sid_hash(sid: str) -> str:
     """The row key of a session: hex SHA-256 of its id (the id itself is never stored)."""
     return hashlib.sha256(sid.encode("utf-8")).hexdigest()
@@ -180,10 +194,9 @@ class SqlAlchemySessionStore:
 
     def _upsert(self, conn: Connection, key: str, values: dict[str, Any]) -> None:
         name = conn.dialect.name
-        if name in ("sqlite", "postgresql"):
-            dialect_insert = sqlite.insert if name == "sqlite" else postgresql.insert
-            stmt = dialect_insert(sessions_table).values(sid_hash=key, **values)
-            conn.execute(stmt.on_conflict_do_update(index_elements=["sid_hash"], set_=values))
+        upsert = _UPSERTS.get(name)
+        if upsert is not None:
+            conn.execute(upsert, {"sid_hash": key, **values})
             return
         # Any other dialect: update, then insert; a concurrent insert wins the race and
         # is overwritten by the retried update (last writer wins, as with the upsert).
