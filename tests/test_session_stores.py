@@ -24,6 +24,7 @@ from flask_authflow.session.model import (
     new_guest_record,
     new_session_id,
     pass_factor,
+    sid_hash,
     start_login,
 )
 from flask_authflow.session.stores import (
@@ -33,7 +34,7 @@ from flask_authflow.session.stores import (
     deserialize_record,
     serialize_record,
 )
-from flask_authflow.stores.sqlalchemy.session_store import SqlAlchemySessionStore, sessions_table, sid_hash
+from flask_authflow.stores.sqlalchemy.session_store import SqlAlchemySessionStore, sessions_table
 from tests.parts import free_port
 
 KEY = bytes(range(32))

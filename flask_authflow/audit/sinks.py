@@ -7,13 +7,13 @@ rather than lose the row silently.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import AuditWriteError
+from ..session.model import sid_hash
 
 __all__ = [
     "COUNTER_HELP",
@@ -27,9 +27,7 @@ __all__ = [
 
 def hash_session_id(sid: str | None) -> str | None:
     """SHA-256 (hex) of a session id: rows can be correlated, but a leaked log cannot be replayed."""
-    if sid is None:
-        return None
-    return hashlib.sha256(sid.encode("utf-8")).hexdigest()
+    return None if sid is None else sid_hash(sid)
 
 
 @dataclass(frozen=True, slots=True)

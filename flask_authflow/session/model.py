@@ -13,6 +13,7 @@ required factor is still to be verified (enforced in ``SessionRecord.__post_init
 from __future__ import annotations
 
 import enum
+import hashlib
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -40,6 +41,7 @@ __all__ = [
     "new_session_id",
     "pass_factor",
     "reset_to_guest",
+    "sid_hash",
     "start_login",
     "step_up",
 ]
@@ -71,6 +73,15 @@ class InvalidTransition(SessionError):
 def new_session_id() -> str:
     """A fresh 256-bit session id from the OS CSPRNG (43 URL-safe characters)."""
     return secrets.token_urlsafe(32)
+
+
+def sid_hash(sid: str) -> str:
+    """Hex SHA-256 of a session id: what stores key rows by and audit rows record.
+
+    Rows can be correlated with a session, but a leaked database or log cannot be
+    replayed as a cookie.
+    """
+    return hashlib.sha256(sid.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -338,14 +338,6 @@ class SqlAlchemyBackend:
 
     # --- factors -----------------------------------------------------------------------------
 
-    def _factor_query(self, tenant: str, user_id: str) -> Any:
-        return (
-            select(factors_table)
-            .join(users_table, users_table.c.user_id == factors_table.c.user_id)
-            .where(users_table.c.tenant == tenant, factors_table.c.user_id == user_id)
-            .order_by(factors_table.c.created_at, factors_table.c.id)
-        )
-
     def get_password_hash(self, tenant: str, user_id: str) -> str | None:
         with self._read() as conn:
             row = conn.execute(_PASSWORD_HASH, {"tenant": tenant, "user_id": user_id}).first()
@@ -399,7 +391,7 @@ class SqlAlchemyBackend:
 
     def list_factors(self, tenant: str, user_id: str) -> list[FactorConfig]:
         with self._read() as conn:
-            rows = conn.execute(self._factor_query(tenant, user_id)).all()
+            rows = conn.execute(_USER_FACTORS, {"tenant": tenant, "user_id": user_id}).all()
         configs: list[FactorConfig] = []
         for row in rows:
             try:

@@ -9,7 +9,6 @@ that same key, so a ciphertext copied to another row does not decrypt.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -36,11 +35,11 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from ...clock import Clock, SystemClock, utc
 from ...errors import SessionDecryptError, SessionRecordError, StoreUnavailable
 from ...session.crypto import SessionCrypto
-from ...session.model import AuthState, SessionRecord
+from ...session.model import AuthState, SessionRecord, sid_hash
 from ...session.stores import deserialize_record, serialize_record
 from .base import EngineSource, UTCDateTime, metadata, resolve_engine
 
-__all__ = ["SqlAlchemySessionStore", "sessions_table", "sid_hash"]
+__all__ = ["SqlAlchemySessionStore", "sessions_table"]
 
 log = logging.getLogger("flask_authflow.session")
 
@@ -81,11 +80,6 @@ _UPSERTS: dict[str, Any] = {
     "sqlite": _native_upsert(sqlite.insert),
     "postgresql": _native_upsert(postgresql.insert),
 }
-
-
-def sid_hash(sid: str) -> str:
-    """The row key of a session: hex SHA-256 of its id (the id itself is never stored)."""
-    return hashlib.sha256(sid.encode("utf-8")).hexdigest()
 
 
 class SqlAlchemySessionStore:
