@@ -8,7 +8,6 @@ login service, and keeps them in ``app.extensions["authflow"]`` (an
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from flask import Flask, Response, current_app, g, request
 from werkzeug.local import LocalProxy
 
-from .audit.client_ip import TrustedProxies
+from .audit.client_ip import TrustedProxies, parse_ip
 from .audit.context import audit_context
 from .audit.sinks import AuthCounters
 from .authn.factors.password import PasswordHasher
@@ -312,12 +311,9 @@ def current_auth_session() -> AuthSession:
 
 
 def _is_loopback(address: str | None) -> bool:
-    if not address:
-        return False
-    try:
-        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
+    """The peer is on this machine (the audit layer's strict parser: scope ids, IPv4-mapped)."""
+    ip = parse_ip(address)
+    return ip is not None and ip.is_loopback
 
 
 def _before_request() -> Response | None:

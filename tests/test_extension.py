@@ -108,6 +108,8 @@ def test_insecure_loopback_mode_refuses_non_loopback_peers(authflow_hasher) -> N
     client = app.test_client()
     assert client.get("/", environ_base={"REMOTE_ADDR": "127.0.0.1"}).status_code == 200
     assert client.get("/", environ_base={"REMOTE_ADDR": "::1"}).status_code == 200
+    assert client.get("/", environ_base={"REMOTE_ADDR": "::ffff:127.0.0.1"}).status_code == 200
+    assert client.get("/", environ_base={"REMOTE_ADDR": "::ffff:203.0.113.9"}).status_code == 500
     refused = client.get("/", environ_base={"REMOTE_ADDR": "203.0.113.9"})
     assert refused.status_code == 500
     assert "AUTHFLOW_COOKIE_SECURE=True" in refused.text
