@@ -28,16 +28,28 @@ from .errors import (
     AuthFlowError,
     AuthnError,
     ConfigurationError,
+    DuplicateKeyId,
     InvalidInput,
+    InvalidTransition,
     IssuanceError,
     KeyStoreError,
+    LoginNotStarted,
+    MissingExtraError,
     PasswordTooLong,
     SessionDataTooLarge,
+    SessionDecryptError,
     SessionError,
+    SessionRecordError,
+    SigningKeyError,
+    StepUpNeeded,
     StoreUnavailable,
     TokenVerificationError,
+    Unauthenticated,
+    UnknownKeyId,
+    UserExists,
+    UserNotFound,
 )
-from .extension import AuthFlow, AuthFlowState, current_session, get_state
+from .extension import AuthFlow
 from .issuer import (
     FileLocalIdpKeyStore,
     LoadedKeys,
@@ -48,10 +60,12 @@ from .issuer import (
     MintClaims,
 )
 from .jose import JwksHandle, JwtVerifier, VerifiedClaims
+from .mail import MailSender
 from .session.crypto import SessionCrypto
 from .session.interface import AuthFlowSessionInterface
 from .session.model import AuthSession, AuthState
 from .session.stores import MemorySessionStore, SessionStore
+from .state import AuthBackend, AuthFlowState, current_session, get_state
 from .stores.memory import InMemoryBackend
 from .stores.sqlalchemy.backend import SqlAlchemyBackend
 from .stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
@@ -63,6 +77,7 @@ __all__ = [
     "AccountLocked",
     "AuditContext",
     "AuditWriteError",
+    "AuthBackend",
     "AuthFlow",
     "AuthFlowError",
     "AuthFlowSessionInterface",
@@ -74,6 +89,7 @@ __all__ = [
     "AuthnService",
     "Clock",
     "ConfigurationError",
+    "DuplicateKeyId",
     "FactorCredential",
     "FactorKind",
     "FactorOutcome",
@@ -83,6 +99,7 @@ __all__ = [
     "InvalidCredential",
     "InvalidCredentials",
     "InvalidInput",
+    "InvalidTransition",
     "IssuanceError",
     "JwksHandle",
     "JwtVerifier",
@@ -93,25 +110,36 @@ __all__ = [
     "LocalIdpSigningKey",
     "Locked",
     "LockoutPolicy",
+    "LoginNotStarted",
     "LoginOutcome",
+    "MailSender",
     "MemoryLocalIdpKeyStore",
     "MemorySessionStore",
     "MintClaims",
+    "MissingExtraError",
     "MockClock",
     "PasswordHasher",
     "PasswordTooLong",
     "SessionCrypto",
     "SessionDataTooLarge",
+    "SessionDecryptError",
     "SessionError",
+    "SessionRecordError",
     "SessionStore",
+    "SigningKeyError",
     "SqlAlchemyBackend",
     "SqlAlchemyLocalIdpKeyStore",
     "SqlAlchemySessionStore",
+    "StepUpNeeded",
     "StepUpRequired",
     "StoreUnavailable",
     "SystemClock",
     "TokenVerificationError",
     "TrustedProxies",
+    "Unauthenticated",
+    "UnknownKeyId",
+    "UserExists",
+    "UserNotFound",
     "VerifiedClaims",
     "__version__",
     "audit_context",

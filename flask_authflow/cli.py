@@ -18,7 +18,7 @@ from flask.cli import AppGroup
 from .audit.sinks import hash_session_id
 from .authn.identifiers import check_tenant, normalise_identifier
 from .errors import AuthFlowError, UserNotFound
-from .extension import get_state
+from .state import get_state
 
 __all__ = ["authflow_cli"]
 
@@ -39,7 +39,7 @@ def _read_password(password_stdin: bool, *, confirm: bool) -> str:
 
 
 def _tenant(tenant: str | None) -> str:
-    return tenant or str(get_state().config["AUTHFLOW_DEFAULT_TENANT"])
+    return tenant or get_state().config.default_tenant
 
 
 def _fail(error: AuthFlowError) -> None:
@@ -157,7 +157,7 @@ def rotate_key(algorithm: str | None, kid: str | None) -> None:
 
     issuer = _issuer()
     # Relying parties pin the algorithm they were told about: keep it unless asked.
-    algorithm = algorithm or str(get_state().config["AUTHFLOW_ISSUER_ALGORITHM"])
+    algorithm = algorithm or get_state().config.issuer_algorithm
     try:
         key = (
             LocalIdpSigningKey.generate_es256()

@@ -11,7 +11,7 @@ Secure, or an unknown ``AUTHFLOW_`` key (typo protection).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -49,11 +49,18 @@ DEFAULTS: dict[str, Any] = {
     "AUTHFLOW_ARGON2_TIME_COST": 3,
     "AUTHFLOW_ARGON2_MEMORY_COST": 64 * 1024,
     "AUTHFLOW_ARGON2_PARALLELISM": 4,
+    "AUTHFLOW_ARGON2_MAX_TIME_COST": 10,
+    "AUTHFLOW_ARGON2_MAX_MEMORY_COST": 256 * 1024,
+    "AUTHFLOW_ARGON2_MAX_PARALLELISM": 16,
     "AUTHFLOW_MAX_CONCURRENT_HASHES": 2 * (os.cpu_count() or 1),
+    "AUTHFLOW_AUDIT_SPOOL_PATH": None,
     "AUTHFLOW_ISSUER": None,
-    "AUTHFLOW_ISSUER_KEY_STORE": "memory",
+    "AUTHFLOW_ISSUER_KEY_STORE": "sql",
+    "AUTHFLOW_ISSUER_KEY_ENCRYPTION_KEY": None,
+    "AUTHFLOW_PREVIOUS_ISSUER_KEY_ENCRYPTION_KEYS": [],
     "AUTHFLOW_ISSUER_BASE_URL": None,
     "AUTHFLOW_ISSUER_MAX_LIFETIME": timedelta(hours=1),
+    "AUTHFLOW_ISSUER_JWKS_MAX_AGE": timedelta(minutes=5),
     "AUTHFLOW_ISSUER_ALGORITHM": "ES256",
     "AUTHFLOW_ISSUER_URL_PREFIX": "",
 }
@@ -66,11 +73,15 @@ _INTEGERS = {
     "AUTHFLOW_ARGON2_MEMORY_COST",
     "AUTHFLOW_ARGON2_PARALLELISM",
     "AUTHFLOW_MAX_CONCURRENT_HASHES",
+    "AUTHFLOW_ARGON2_MAX_TIME_COST",
+    "AUTHFLOW_ARGON2_MAX_MEMORY_COST",
+    "AUTHFLOW_ARGON2_MAX_PARALLELISM",
 }
 _BOOLEANS = {"AUTHFLOW_COOKIE_SECURE", "AUTHFLOW_ALLOW_INSECURE_LOOPBACK"}
 _LISTS = {
     "AUTHFLOW_PREVIOUS_SIGNING_KEYS",
     "AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS",
+    "AUTHFLOW_PREVIOUS_ISSUER_KEY_ENCRYPTION_KEYS",
     "AUTHFLOW_TRUSTED_PROXIES",
 }
 
@@ -132,25 +143,77 @@ def _string_list(name: str, value: Any) -> list[Any]:
     raise ConfigurationError(f"{name} must be a list (or a comma-separated string), got {value!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AuthFlowConfig:
-    """The validated configuration of one app (``app.extensions["authflow"].config``)."""
+    """The validated configuration of one app (``get_state(app).config``).
 
-    values: Mapping[str, Any] = field(repr=False)
+    One typed attribute per ``AUTHFLOW_*`` key: the key's name without the prefix, in
+    lower case (``AUTHFLOW_SESSION_TTL`` → ``config.session_ttl``). Secrets are kept out
+    of ``repr``.
+    """
 
-    def __getitem__(self, key: str) -> Any:
-        return self.values[key]
+    signing_key: bytes = field(repr=False)
+    previous_signing_keys: tuple[bytes, ...] = field(repr=False)
+    session_encryption_key: bytes | None = field(repr=False)
+    previous_session_encryption_keys: tuple[bytes, ...] = field(repr=False)
+    session_ttl: timedelta
+    session_idle_timeout: timedelta
+    session_store: str
+    custom_data_limit: int
+    cookie_name: str
+    cookie_secure: bool
+    cookie_samesite: str
+    cookie_domain: str | None
+    cookie_path: str
+    allow_insecure_loopback: bool
+    database_url: str | None
+    trusted_proxies: tuple[str, ...]
+    default_tenant: str
+    login_view: str | None
+    freshness: timedelta
+    lockout_max_failures: int
+    lockout_window: timedelta
+    lockout_duration: timedelta
+    argon2_time_cost: int
+    argon2_memory_cost: int
+    argon2_parallelism: int
+    argon2_max_time_cost: int
+    argon2_max_memory_cost: int
+    argon2_max_parallelism: int
+    max_concurrent_hashes: int
+    audit_spool_path: str | None
+    issuer: str | None
+    issuer_key_store: str
+    issuer_key_encryption_key: bytes | None = field(repr=False)
+    previous_issuer_key_encryption_keys: tuple[bytes, ...] = field(repr=False)
+    issuer_base_url: str | None
+    issuer_max_lifetime: timedelta
+    issuer_jwks_max_age: timedelta
+    issuer_algorithm: str
+    issuer_url_prefix: str
 
-    @property
-    def signing_key(self) -> bytes:
-        return bytes(self.values["AUTHFLOW_SIGNING_KEY"])
 
-    @property
-    def previous_signing_keys(self) -> list[bytes]:
-        return list(self.values["AUTHFLOW_PREVIOUS_SIGNING_KEYS"])
+def attribute_name(key: str) -> str:
+    """The :class:`AuthFlowConfig` attribute of an ``AUTHFLOW_*`` key."""
+    return key.removeprefix("AUTHFLOW_").lower()
 
-    def __repr__(self) -> str:
-        return "AuthFlowConfig(<secrets hidden>)"
+
+def _aes_keys(values: dict[str, Any], what: str) -> None:
+    """Check ``AUTHFLOW_<what>_ENCRYPTION_KEY`` and its previous keys: AES-256 keys of 32 bytes."""
+    name = f"AUTHFLOW_{what}_ENCRYPTION_KEY"
+    previous_name = f"AUTHFLOW_PREVIOUS_{what}_ENCRYPTION_KEYS"
+    if values[name] is not None:
+        key = coerce_key(name, values[name])
+        if len(key) != 32:
+            raise ConfigurationError(
+                f"{name} must be exactly 32 bytes (AES-256): set it to secrets.token_bytes(32), "
+                "or leave it unset to derive it from the signing key"
+            )
+        values[name] = key
+    previous = tuple(coerce_key(previous_name, k) for k in values[previous_name])
+    if any(len(k) != 32 for k in previous):
+        raise ConfigurationError(f"every {previous_name} entry must be 32 bytes")
+    values[previous_name] = previous
 
 
 def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool) -> AuthFlowConfig:
@@ -201,22 +264,8 @@ def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool)
             )
     values["AUTHFLOW_PREVIOUS_SIGNING_KEYS"] = previous
 
-    enc = values["AUTHFLOW_SESSION_ENCRYPTION_KEY"]
-    if enc is not None:
-        enc_key = coerce_key("AUTHFLOW_SESSION_ENCRYPTION_KEY", enc)
-        if len(enc_key) != 32:
-            raise ConfigurationError(
-                "AUTHFLOW_SESSION_ENCRYPTION_KEY must be exactly 32 bytes (AES-256): "
-                "set it to secrets.token_bytes(32), or leave it unset to derive it from the signing key"
-            )
-        values["AUTHFLOW_SESSION_ENCRYPTION_KEY"] = enc_key
-    prev_enc = [
-        coerce_key("AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS", k)
-        for k in values["AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS"]
-    ]
-    if any(len(k) != 32 for k in prev_enc):
-        raise ConfigurationError("every AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS entry must be 32 bytes")
-    values["AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS"] = prev_enc
+    _aes_keys(values, "SESSION")
+    _aes_keys(values, "ISSUER_KEY")
 
     secure = values["AUTHFLOW_COOKIE_SECURE"]
     if not secure and not (debug or testing or values["AUTHFLOW_ALLOW_INSECURE_LOOPBACK"]):
@@ -248,10 +297,21 @@ def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool)
             "AUTHFLOW_ARGON2_MEMORY_COST below 19456 KiB is weaker than OWASP's minimum for Argon2id: "
             "raise it (default 65536), or only lower it with TESTING=True"
         )
+    for param in ("TIME_COST", "MEMORY_COST", "PARALLELISM"):
+        if values[f"AUTHFLOW_ARGON2_{param}"] > values[f"AUTHFLOW_ARGON2_MAX_{param}"]:
+            raise ConfigurationError(
+                f"AUTHFLOW_ARGON2_{param} is above AUTHFLOW_ARGON2_MAX_{param}: every new hash would be "
+                f"refused at login; raise AUTHFLOW_ARGON2_MAX_{param} or lower AUTHFLOW_ARGON2_{param}"
+            )
     if values["AUTHFLOW_ISSUER_ALGORITHM"] not in ("ES256", "RS256"):
         raise ConfigurationError("AUTHFLOW_ISSUER_ALGORITHM must be 'ES256' (default) or 'RS256'")
     if values["AUTHFLOW_ISSUER_MAX_LIFETIME"] > timedelta(days=1):
         raise ConfigurationError(
             "AUTHFLOW_ISSUER_MAX_LIFETIME over 1 day is refused: keep workload tokens short"
         )
-    return AuthFlowConfig(values=values)
+    values["AUTHFLOW_PREVIOUS_SIGNING_KEYS"] = tuple(values["AUTHFLOW_PREVIOUS_SIGNING_KEYS"])
+    values["AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS"] = tuple(
+        values["AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS"]
+    )
+    values["AUTHFLOW_TRUSTED_PROXIES"] = tuple(values["AUTHFLOW_TRUSTED_PROXIES"])
+    return AuthFlowConfig(**{attribute_name(key): value for key, value in values.items()})

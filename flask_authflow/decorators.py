@@ -16,27 +16,13 @@ from urllib.parse import urlsplit
 
 from flask import Response, current_app, redirect, request, url_for
 
-from .errors import AuthnError
-from .extension import current_auth_session, get_state
+from .errors import AuthnError, StepUpNeeded, Unauthenticated
 from .responses import error_response
+from .state import current_auth_session, get_state
 
-__all__ = ["StepUpNeeded", "Unauthenticated", "fresh_login_required", "login_required", "safe_next"]
+__all__ = ["fresh_login_required", "login_required", "safe_next"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class Unauthenticated(AuthnError):
-    """Authentication required."""
-
-    code = "unauthenticated"
-    status = 401
-
-
-class StepUpNeeded(AuthnError):
-    """This action needs a recent authentication: verify your password again."""
-
-    code = "step_up_required"
-    status = 401
 
 
 def safe_next(target: str | None) -> str | None:
@@ -66,7 +52,7 @@ def _wants_html() -> bool:
 
 
 def _deny(error: AuthnError) -> Response:
-    login_view = get_state().config["AUTHFLOW_LOGIN_VIEW"]
+    login_view = get_state().config.login_view
     if login_view and _wants_html():
         return cast(Response, redirect(url_for(login_view, next=request.full_path.rstrip("?"))))
     return error_response(error)
@@ -96,7 +82,7 @@ def fresh_login_required(max_age: timedelta | None = None) -> Callable[[F], F]:
             if not session.is_authenticated:
                 return _deny(Unauthenticated())
             state = get_state()
-            limit = max_age if max_age is not None else state.config["AUTHFLOW_FRESHNESS"]
+            limit = max_age if max_age is not None else state.config.freshness
             authenticated_at = session.authenticated_at
             if authenticated_at is None or state.clock.now() - authenticated_at > limit:
                 return error_response(StepUpNeeded())

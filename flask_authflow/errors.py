@@ -17,6 +17,7 @@ __all__ = [
     "ConfigurationError",
     "DuplicateKeyId",
     "InvalidInput",
+    "InvalidTransition",
     "IssuanceError",
     "KeyStoreError",
     "LoginNotStarted",
@@ -27,8 +28,10 @@ __all__ = [
     "SessionError",
     "SessionRecordError",
     "SigningKeyError",
+    "StepUpNeeded",
     "StoreUnavailable",
     "TokenVerificationError",
+    "Unauthenticated",
     "UnknownKeyId",
     "UserExists",
     "UserNotFound",
@@ -90,6 +93,13 @@ class SessionError(AuthFlowError):
     code = "session_error"
 
 
+class InvalidTransition(SessionError):
+    """The requested state change is not allowed from the session's current state."""
+
+    code = "invalid_transition"
+    status = 409
+
+
 class SessionDataTooLarge(SessionError):
     """Custom session data is over its size limit."""
 
@@ -120,6 +130,20 @@ class PasswordTooLong(InvalidInput):
     """The password is longer than allowed."""
 
     code = "password_too_long"
+
+
+class Unauthenticated(AuthnError):
+    """Authentication required."""
+
+    code = "unauthenticated"
+    status = 401
+
+
+class StepUpNeeded(AuthnError):
+    """This action needs a recent authentication: verify your password again."""
+
+    code = "step_up_required"
+    status = 401
 
 
 class LoginNotStarted(AuthnError):

@@ -8,12 +8,10 @@ login service, and keeps them in ``app.extensions["authflow"]`` (an
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, current_app, g, request
-from werkzeug.local import LocalProxy
 
 from .audit.client_ip import TrustedProxies, parse_ip
 from .audit.context import audit_context
@@ -25,50 +23,14 @@ from .authn.service import AuthnService
 from .clock import Clock, SystemClock
 from .config import AuthFlowConfig, load_config
 from .errors import AuthFlowError, ConfigurationError, KeyStoreError
+from .issuer.idp import LocalIdp
 from .responses import error_response
 from .session.crypto import SessionCrypto, derive_key
 from .session.interface import AuthFlowSessionInterface
-from .session.model import AuthSession
 from .session.stores import MemorySessionStore, SessionStore
+from .state import EXTENSION_KEY, AuthFlowState, current_auth_session, current_session, get_state
 
 __all__ = ["AuthFlow", "AuthFlowState", "current_auth_session", "current_session", "get_state"]
-
-EXTENSION_KEY = "authflow"
-
-
-@dataclass
-class AuthFlowState:
-    """Everything flask-authflow built for one app."""
-
-    config: AuthFlowConfig
-    clock: Clock
-    session_store: SessionStore
-    session_interface: AuthFlowSessionInterface
-    backend: Any
-    service: AuthnService
-    trusted_proxies: TrustedProxies
-    counters: AuthCounters
-    hasher: PasswordHasher
-    issuer: Any = None
-    extras: dict[str, Any] = field(default_factory=dict)
-
-    def __repr__(self) -> str:
-        return (
-            f"<AuthFlowState store={type(self.session_store).__name__} backend={type(self.backend).__name__}>"
-        )
-
-
-def get_state(app: Flask | None = None) -> AuthFlowState:
-    """The :class:`AuthFlowState` of ``app`` (default: the current app)."""
-    target = app if app is not None else current_app
-    try:
-        state = target.extensions[EXTENSION_KEY]
-    except KeyError:
-        raise RuntimeError(
-            "flask-authflow is not initialised on this app: call AuthFlow(app) or authflow.init_app(app)"
-        ) from None
-    assert isinstance(state, AuthFlowState)
-    return state
 
 
 def _default_database_url(app: Flask) -> str:
@@ -118,18 +80,18 @@ class AuthFlow:
             self._hasher
             if self._hasher is not None
             else PasswordHasher(
-                time_cost=config["AUTHFLOW_ARGON2_TIME_COST"],
-                memory_cost=config["AUTHFLOW_ARGON2_MEMORY_COST"],
-                parallelism=config["AUTHFLOW_ARGON2_PARALLELISM"],
-                max_concurrent=config["AUTHFLOW_MAX_CONCURRENT_HASHES"],
+                time_cost=config.argon2_time_cost,
+                memory_cost=config.argon2_memory_cost,
+                parallelism=config.argon2_parallelism,
+                max_concurrent=config.max_concurrent_hashes,
             )
         )
         try:
-            trusted = TrustedProxies(config["AUTHFLOW_TRUSTED_PROXIES"])
+            trusted = TrustedProxies(config.trusted_proxies)
         except ValueError as exc:
             raise ConfigurationError(f"AUTHFLOW_TRUSTED_PROXIES: {exc}") from exc
 
-        database_url = config["AUTHFLOW_DATABASE_URL"] or _default_database_url(app)
+        database_url = config.database_url or _default_database_url(app)
         backend = self._backend
         if backend is None:
             from .stores.sqlalchemy.backend import SqlAlchemyBackend
@@ -147,9 +109,9 @@ class AuthFlow:
             backend,
             hasher=hasher,
             lockout=LockoutPolicy(
-                max_failures=config["AUTHFLOW_LOCKOUT_MAX_FAILURES"],
-                window=config["AUTHFLOW_LOCKOUT_WINDOW"],
-                lock_duration=config["AUTHFLOW_LOCKOUT_DURATION"],
+                max_failures=config.lockout_max_failures,
+                window=config.lockout_window,
+                lock_duration=config.lockout_duration,
             ),
             clock=clock,
             counters=counters,
@@ -158,19 +120,19 @@ class AuthFlow:
             session_store,
             config.signing_key,
             previous_signing_keys=config.previous_signing_keys,
-            ttl=config["AUTHFLOW_SESSION_TTL"],
-            idle_timeout=config["AUTHFLOW_SESSION_IDLE_TIMEOUT"],
-            cookie_name=config["AUTHFLOW_COOKIE_NAME"],
-            secure=config["AUTHFLOW_COOKIE_SECURE"],
-            samesite=config["AUTHFLOW_COOKIE_SAMESITE"],
-            cookie_domain=config["AUTHFLOW_COOKIE_DOMAIN"],
-            cookie_path=config["AUTHFLOW_COOKIE_PATH"],
+            ttl=config.session_ttl,
+            idle_timeout=config.session_idle_timeout,
+            cookie_name=config.cookie_name,
+            secure=config.cookie_secure,
+            samesite=config.cookie_samesite,
+            cookie_domain=config.cookie_domain,
+            cookie_path=config.cookie_path,
             clock=clock,
-            custom_limit=config["AUTHFLOW_CUSTOM_DATA_LIMIT"],
+            custom_limit=config.custom_data_limit,
         )
         # Built before anything is installed on the app: a refused store spec or a
         # damaged key store leaves the app untouched, so init_app can be retried.
-        issuer = build_issuer(config, database_url, backend, clock) if config["AUTHFLOW_ISSUER"] else None
+        issuer = build_issuer(config.issuer, config, database_url, backend, clock) if config.issuer else None
         state = AuthFlowState(
             config=config,
             clock=clock,
@@ -194,19 +156,19 @@ class AuthFlow:
         app.cli.add_command(authflow_cli)
 
         if issuer is not None:
-            app.register_blueprint(issuer.blueprint(url_prefix=config["AUTHFLOW_ISSUER_URL_PREFIX"] or None))
+            app.register_blueprint(issuer.blueprint(url_prefix=config.issuer_url_prefix or None))
 
     @staticmethod
     def _build_session_store(
         config: AuthFlowConfig, database_url: str, backend: Any, clock: Clock
     ) -> SessionStore:
-        if config["AUTHFLOW_SESSION_STORE"] == "memory":
+        if config.session_store == "memory":
             return MemorySessionStore(clock=clock)
         from .stores.sqlalchemy.session_store import SqlAlchemySessionStore
 
-        key = config["AUTHFLOW_SESSION_ENCRYPTION_KEY"] or derive_key(config.signing_key, b"authflow.at-rest")
-        previous = list(config["AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS"])
-        if config["AUTHFLOW_SESSION_ENCRYPTION_KEY"] is None:
+        key = config.session_encryption_key or derive_key(config.signing_key, b"authflow.at-rest")
+        previous = list(config.previous_session_encryption_keys)
+        if config.session_encryption_key is None:
             previous += [derive_key(old, b"authflow.at-rest") for old in config.previous_signing_keys]
         crypto = SessionCrypto(key, previous_keys=previous)
         engine = getattr(backend, "engine", None) or database_url
@@ -235,7 +197,7 @@ class AuthFlow:
         state = get_state()
         session = current_auth_session()
         handle = state.service.with_audit_context(audit_context())
-        tenant_name = tenant or state.config["AUTHFLOW_DEFAULT_TENANT"]
+        tenant_name = tenant or state.config.default_tenant
         with FactorCredential.password(password) as credential:
             begun = handle.begin_login(identifier, tenant_name, session)
             if not (isinstance(begun, FactorRequired) and begun.kind is FactorKind.PASSWORD):
@@ -248,7 +210,9 @@ class AuthFlow:
         state.service.with_audit_context(audit_context()).logout(current_auth_session())
 
 
-def build_issuer(config: AuthFlowConfig, database_url: str, backend: Any, clock: Clock) -> Any:
+def build_issuer(
+    issuer: str, config: AuthFlowConfig, database_url: str, backend: Any, clock: Clock
+) -> LocalIdp:
     """The app's :class:`LocalIdp` on the key store named by ``AUTHFLOW_ISSUER_KEY_STORE``.
 
     An empty store gets one new key of ``AUTHFLOW_ISSUER_ALGORITHM``; a file store that
@@ -258,11 +222,11 @@ def build_issuer(config: AuthFlowConfig, database_url: str, backend: Any, clock:
     from .issuer import FileLocalIdpKeyStore, LocalIdp, LocalIdpSigningKey, MemoryLocalIdpKeyStore
 
     def new_key() -> LocalIdpSigningKey:
-        if config["AUTHFLOW_ISSUER_ALGORITHM"] == "RS256":
+        if config.issuer_algorithm == "RS256":
             return LocalIdpSigningKey.generate_rs256()
         return LocalIdpSigningKey.generate_es256()
 
-    spec = str(config["AUTHFLOW_ISSUER_KEY_STORE"])
+    spec = config.issuer_key_store
     store: Any
     if spec == "memory":
         store = MemoryLocalIdpKeyStore.with_current(new_key())
@@ -289,25 +253,11 @@ def build_issuer(config: AuthFlowConfig, database_url: str, backend: Any, clock:
             f"AUTHFLOW_ISSUER_KEY_STORE={spec!r}: use 'memory', 'file:<directory>' or 'sql'"
         )
     idp = (
-        LocalIdp.from_key_store(str(config["AUTHFLOW_ISSUER"]), store)
-        .with_clock(clock)
-        .with_max_lifetime(config["AUTHFLOW_ISSUER_MAX_LIFETIME"])
+        LocalIdp.from_key_store(issuer, store).with_clock(clock).with_max_lifetime(config.issuer_max_lifetime)
     )
-    if config["AUTHFLOW_ISSUER_BASE_URL"]:
-        idp = idp.with_base_url(str(config["AUTHFLOW_ISSUER_BASE_URL"]))
+    if config.issuer_base_url:
+        idp = idp.with_base_url(config.issuer_base_url)
     return idp
-
-
-def current_auth_session() -> AuthSession:
-    """The current request's :class:`AuthSession` (``flask.session`` under flask-authflow)."""
-    from flask import session
-
-    obj = session._get_current_object()  # type: ignore[attr-defined]
-    if not isinstance(obj, AuthSession):
-        raise RuntimeError(
-            "the session is not a flask-authflow session: is AuthFlow initialised on this app?"
-        )
-    return obj
 
 
 def _is_loopback(address: str | None) -> bool:
@@ -320,8 +270,8 @@ def _before_request() -> Response | None:
     state = get_state()
     config = state.config
     if (
-        not config["AUTHFLOW_COOKIE_SECURE"]
-        and config["AUTHFLOW_ALLOW_INSECURE_LOOPBACK"]
+        not config.cookie_secure
+        and config.allow_insecure_loopback
         and not (current_app.debug or current_app.testing)
         and not _is_loopback(request.remote_addr)
     ):
@@ -336,7 +286,3 @@ def _before_request() -> Response | None:
         g._authflow_mismatch_counted = True
         state.counters.binding_mismatch()
     return None
-
-
-#: The current request's :class:`AuthSession`, typed (like ``flask_login.current_user``).
-current_session: AuthSession = LocalProxy(current_auth_session)  # type: ignore[assignment]

@@ -85,7 +85,7 @@ def test_local_idp_mints_verifiable_tokens(local_idp):
 
 def test_mail_outbox_is_the_app_mail_sender(mail_outbox, authflow_app):
     assert isinstance(mail_outbox, Outbox)
-    sender = get_state(authflow_app).extras["mail_sender"]
+    sender = get_state(authflow_app).mail_sender
     assert sender is mail_outbox
     sender.send("a@example.org", "code", "12345678")
     assert len(mail_outbox) == 1 and mail_outbox[0].body == "12345678"

@@ -170,7 +170,7 @@ def create_app(
         user = state.backend.get_user(str(current_session.tenant), str(current_session.user_id))
         # Operators are named users of the default tenant: a same-named user in another
         # tenant is somebody else.
-        operator_tenant = state.config["AUTHFLOW_DEFAULT_TENANT"]
+        operator_tenant = state.config.default_tenant
         if (
             user is None
             or user.tenant != operator_tenant

@@ -1,20 +1,15 @@
 """The local token issuer: keys, key stores, claims and :class:`LocalIdp`.
 
-The SQL key store lives in :mod:`flask_authflow.stores.sqlalchemy.keystore` (it
-needs SQLAlchemy tables); it is re-exported here lazily.
+The SQL key store lives in :mod:`flask_authflow.stores.sqlalchemy.keystore` (it needs
+SQLAlchemy tables, a layer above this package) and is exported from ``flask_authflow``.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
 
 from .claims import REGISTERED_CLAIMS, MintClaims
 from .idp import DEFAULT_MAX_LIFETIME, DEFAULT_RELOAD_INTERVAL, LocalIdp, MintedToken
 from .keys import SIGNING_ALGORITHMS, LoadedKeys, LocalIdpSigningKey
 from .keystores import FileLocalIdpKeyStore, LocalIdpKeyStore, MemoryLocalIdpKeyStore
-
-if TYPE_CHECKING:
-    from ..stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
 
 __all__ = [
     "DEFAULT_MAX_LIFETIME",
@@ -29,13 +24,5 @@ __all__ = [
     "MemoryLocalIdpKeyStore",
     "MintClaims",
     "MintedToken",
-    "SqlAlchemyLocalIdpKeyStore",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name == "SqlAlchemyLocalIdpKeyStore":
-        from ..stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
-
-        return SqlAlchemyLocalIdpKeyStore
-    raise AttributeError(name)

@@ -24,7 +24,7 @@ from flask.json.tag import TaggedJSONSerializer
 from flask.sessions import SessionMixin
 from werkzeug.datastructures import CallbackDict
 
-from ..errors import SessionDataTooLarge, SessionError
+from ..errors import InvalidTransition, SessionDataTooLarge
 
 __all__ = [
     "CUSTOM_DATA_LIMIT",
@@ -61,13 +61,6 @@ class AuthState(enum.Enum):
     AUTHENTICATING = "authenticating"
     AUTHENTICATED = "authenticated"
     PENDING_WORKFLOW = "pending_workflow"
-
-
-class InvalidTransition(SessionError):
-    """The requested state change is not allowed from the session's current state."""
-
-    code = "invalid_transition"
-    status = 409
 
 
 def new_session_id() -> str:

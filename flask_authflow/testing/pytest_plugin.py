@@ -87,11 +87,11 @@ def login_test_client(
     """
     from ..audit.context import AuditContext
     from ..authn.outcomes import Authenticated, FactorCredential, FactorRequired
-    from ..extension import get_state
     from ..session.model import AuthSession
+    from ..state import get_state
 
     state = get_state(app)
-    tenant_name = tenant or str(state.config["AUTHFLOW_DEFAULT_TENANT"])
+    tenant_name = tenant or state.config.default_tenant
     secret = password or secrets.token_urlsafe(16)
     with app.app_context():
         if state.backend.find_user(tenant_name, username) is None:
@@ -198,11 +198,11 @@ def logged_in_client(request: pytest.FixtureRequest, login_client: Callable[...,
 
 @pytest.fixture
 def mail_outbox(authflow_app: Flask) -> Outbox:
-    """Collects what the app sends through ``state.extras["mail_sender"]``."""
-    from ..extension import get_state
+    """Collects what the app sends through its :class:`~flask_authflow.mail.MailSender`."""
+    from ..state import get_state
 
     outbox = Outbox()
-    get_state(authflow_app).extras["mail_sender"] = outbox
+    get_state(authflow_app).mail_sender = outbox
     return outbox
 
 
