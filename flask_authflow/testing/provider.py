@@ -1,0 +1,810 @@
+"""An in-process OpenID Connect provider for tests (no network, no real provider).
+
+:class:`TestOpenIDProvider` is a small Flask app that answers like an OpenID
+provider: discovery, ``/authorize`` (automatic consent for the subject chosen with
+:meth:`~TestOpenIDProvider.login_as`), ``/token``, ``/jwks``, ``/userinfo`` and
+``/end_session``. It can rotate its signing key, send a back-channel logout token
+to your app, and produce faulty tokens on purpose (:data:`Tamper`) for negative
+tests. Mount :meth:`~TestOpenIDProvider.requests_adapter` on a ``requests``
+session (or pass it to the federation ``HttpClient``) to reach it in-process::
+
+    provider = TestOpenIDProvider()
+    provider.register_client("app", "secret", ["https://app.test/auth/callback/op"])
+    provider.login_as("alice", email="alice@example.com", email_verified=True)
+    session = requests.Session()
+    session.mount(provider.base_url, provider.requests_adapter())
+
+Tokens are signed with :class:`~flask_authflow.issuer.keys.LocalIdpSigningKey`
+(the library's own signing path); nothing here is meant for production.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
+from urllib.parse import parse_qsl, unquote_plus, urlencode, urlsplit, urlunsplit
+
+from cryptography.hazmat.primitives import hashes, hmac, serialization
+from flask import Flask, Response, jsonify, request
+from flask.testing import FlaskClient
+
+from ..clock import Clock, SystemClock
+from ..errors import ConfigurationError, TokenVerificationError
+from ..issuer.keys import LocalIdpSigningKey
+from ..jose import JwksHandle, JwtVerifier, b64url_encode, parse_public_jwk
+
+if TYPE_CHECKING:
+    import requests
+    import requests.adapters
+
+__all__ = [
+    "BACKCHANNEL_LOGOUT_EVENT",
+    "BackchannelLogoutResult",
+    "RegisteredClient",
+    "Tamper",
+    "TestOpenIDProvider",
+]
+
+BACKCHANNEL_LOGOUT_EVENT: Final = "http://schemas.openid.net/event/backchannel-logout"
+
+#: Ways to spoil the next token on purpose (negative tests of a relying party).
+Tamper = Literal[
+    "wrong_iss",  # iss of another issuer
+    "iss_trailing_slash",  # iss + "/"
+    "iss_case",  # iss with the host upper-cased
+    "wrong_aud",  # aud without the client id
+    "aud_array_no_azp",  # aud = [client, other], no azp
+    "wrong_azp",  # aud = [client, other], azp = other
+    "wrong_nonce",  # nonce that the RP did not send
+    "no_nonce",  # nonce left out
+    "expired",  # exp one hour in the past
+    "old_iat",  # iat (and auth_time) one day in the past
+    "alg_none",  # unsigned, alg "none"
+    "hs256_public_key",  # HS256 keyed with the provider's public key PEM (key confusion)
+    "missing_kid",  # no kid in the header
+    "unknown_kid",  # a kid the JWKS does not have
+    "bad_signature",  # signature of other bytes
+    "no_sub",  # sub left out
+    "logout_nonce",  # logout token carrying a nonce (forbidden)
+    "logout_no_events",  # logout token without events
+    "logout_wrong_event",  # logout token with another event
+    "logout_no_sub_sid",  # logout token with neither sub nor sid
+    "logout_oversize",  # logout token larger than 8 KiB
+    "logout_typ_jwt",  # logout token with typ "JWT" instead of "logout+jwt"
+    "userinfo_wrong_sub",  # userinfo answering another sub
+]
+_TAMPERS: Final = frozenset(get_args(Tamper))
+
+_SIGNING_TAMPERS: Final = frozenset(
+    {"alg_none", "hs256_public_key", "missing_kid", "unknown_kid", "bad_signature"}
+)
+_RSA_BITS: Final = 2048  # fast to generate; a test provider only
+_TOKEN_LIFETIME: Final = 300
+_CODE_LIFETIME: Final = 60
+
+
+def _new_key(algorithm: str) -> LocalIdpSigningKey:
+    if algorithm == "ES256":
+        return LocalIdpSigningKey.generate_es256()
+    if algorithm in ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"):
+        return LocalIdpSigningKey.generate_rsa(algorithm, _RSA_BITS)
+    raise ConfigurationError(f"the test provider signs with RS*/PS* or ES256, not {algorithm!r}")
+
+
+def _s256(verifier: str) -> str:
+    return b64url_encode(hashlib.sha256(verifier.encode("ascii")).digest())
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredClient:
+    """A client (relying party) the provider knows."""
+
+    client_id: str
+    client_secret: str
+    redirect_uris: tuple[str, ...]
+    post_logout_redirect_uris: tuple[str, ...] = ()
+    backchannel_logout_uri: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BackchannelLogoutResult:
+    """What the app answered to a back-channel logout POST, and the token sent."""
+
+    status_code: int
+    body: str
+    headers: Mapping[str, str]
+    logout_token: str
+
+
+@dataclass(slots=True)
+class _Grant:
+    client_id: str
+    redirect_uri: str
+    code_challenge: str
+    nonce: str | None
+    scope: tuple[str, ...]
+    sub: str
+    claims: dict[str, Any]
+    sid: str
+    auth_time: int
+    expires_at: float
+    tamper: frozenset[str] = field(default_factory=frozenset)
+
+
+class TestOpenIDProvider:
+    """An OpenID provider served in-process; ``TestOpenIDProvider()`` answers at ``https://op.test``.
+
+    ``algorithm`` picks the ID-token signing algorithm (``RS256`` default, ``ES256``).
+    All state lives in memory and is guarded by one lock.
+    """
+
+    __test__ = False  # not a pytest test class despite its name
+
+    def __init__(
+        self,
+        issuer: str = "https://op.test",
+        *,
+        algorithm: str = "RS256",
+        clock: Clock | None = None,
+        token_lifetime: int = _TOKEN_LIFETIME,
+    ) -> None:
+        parts = urlsplit(issuer)
+        if parts.scheme not in ("https", "http") or not parts.netloc or parts.query or parts.fragment:
+            raise ConfigurationError("the issuer must be an absolute http(s) URL without query or fragment")
+        self._issuer = (
+            issuer.rstrip("/") if parts.path not in ("", "/") else f"{parts.scheme}://{parts.netloc}"
+        )
+        self._prefix = urlsplit(self._issuer).path
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._token_lifetime = token_lifetime
+        self._lock = threading.Lock()
+        self._key = _new_key(algorithm)
+        self._published: list[LocalIdpSigningKey] = [self._key]
+        self._clients: dict[str, RegisteredClient] = {}
+        self._codes: dict[str, _Grant] = {}
+        self._access_tokens: dict[str, _Grant] = {}
+        self._refresh_tokens: dict[str, _Grant] = {}
+        self._subject: tuple[str, dict[str, Any]] | None = None
+        self._next_tamper: frozenset[str] = frozenset()
+        self._sid = secrets.token_urlsafe(16)
+        self.end_session_requests: list[dict[str, str]] = []
+        self.app = self._build_app()
+
+    # -- set-up ------------------------------------------------------------------------------------
+
+    @property
+    def issuer(self) -> str:
+        return self._issuer
+
+    @property
+    def base_url(self) -> str:
+        """Where to mount :meth:`requests_adapter` (scheme and host, with a trailing slash)."""
+        parts = urlsplit(self._issuer)
+        return f"{parts.scheme}://{parts.netloc}/"
+
+    @property
+    def discovery_url(self) -> str:
+        return f"{self._issuer}/.well-known/openid-configuration"
+
+    @property
+    def current_kid(self) -> str:
+        return self._key.kid
+
+    @property
+    def algorithm(self) -> str:
+        return self._key.algorithm
+
+    @property
+    def session_id(self) -> str:
+        """The ``sid`` of the provider's current browser session (put into ID tokens)."""
+        return self._sid
+
+    def register_client(
+        self,
+        client_id: str,
+        client_secret: str,
+        redirect_uris: Iterable[str],
+        *,
+        post_logout_redirect_uris: Iterable[str] = (),
+        backchannel_logout_uri: str | None = None,
+    ) -> RegisteredClient:
+        """Register (or replace) a client; redirect URIs are matched exactly."""
+        if not client_id or not client_secret:
+            raise ConfigurationError("a client needs a client_id and a client_secret")
+        uris = tuple(redirect_uris)
+        if not uris or isinstance(redirect_uris, str):
+            raise ConfigurationError("redirect_uris must be a non-empty list of URLs")
+        client = RegisteredClient(
+            client_id,
+            client_secret,
+            uris,
+            tuple(post_logout_redirect_uris),
+            backchannel_logout_uri,
+        )
+        with self._lock:
+            self._clients[client_id] = client
+        return client
+
+    def login_as(self, sub: str, **claims: Any) -> None:
+        """Sign in ``sub`` with ``claims`` at the provider: the following authorize requests consent for them.
+
+        A new login starts a new provider session (a new ``sid``).
+        """
+        if not isinstance(sub, str) or not sub:
+            raise ConfigurationError("sub must be a non-empty string")
+        with self._lock:
+            self._subject = (sub, dict(claims))
+            self._sid = secrets.token_urlsafe(16)
+
+    def logout(self) -> None:
+        """End the provider session: authorize answers ``error=login_required`` until :meth:`login_as`."""
+        with self._lock:
+            self._subject = None
+
+    def tamper_next(self, *tamper: Tamper) -> None:
+        """Spoil the tokens (ID token, userinfo) of the next authorization code issued."""
+        unknown = sorted(set(tamper) - _TAMPERS)
+        if unknown:
+            raise ConfigurationError(f"unknown tamper options {unknown!r}")
+        with self._lock:
+            self._next_tamper = frozenset(tamper)
+
+    def rotate_key(self, algorithm: str | None = None, *, keep_old: bool = True) -> str:
+        """Sign with a fresh key from now on; the old one stays in the JWKS unless ``keep_old=False``.
+
+        Returns the new ``kid``.
+        """
+        new = _new_key(algorithm if algorithm is not None else self._key.algorithm)
+        with self._lock:
+            self._published = [*self._published, new] if keep_old else [new]
+            self._key = new
+        return new.kid
+
+    # -- tokens ------------------------------------------------------------------------------------
+
+    def jwks(self) -> dict[str, Any]:
+        with self._lock:
+            return {"keys": [key.public_jwk() for key in self._published]}
+
+    def verifier(self) -> JwtVerifier:
+        """A :class:`JwtVerifier` over a JWKS snapshot; allows RS256, ES256 and the keys' algorithms."""
+        jwks = self.jwks()
+        handle = JwksHandle()
+        handle.replace_keys(parse_public_jwk(jwk) for jwk in jwks["keys"])
+        algs = sorted({"RS256", "ES256"} | {jwk["alg"] for jwk in jwks["keys"]})
+        return JwtVerifier(handle, clock=self._clock).with_algorithms(algs)
+
+    def discovery_document(self) -> dict[str, Any]:
+        iss = self._issuer
+        return {
+            "issuer": iss,
+            "authorization_endpoint": f"{iss}/authorize",
+            "token_endpoint": f"{iss}/token",
+            "jwks_uri": f"{iss}/jwks",
+            "userinfo_endpoint": f"{iss}/userinfo",
+            "end_session_endpoint": f"{iss}/end_session",
+            "response_types_supported": ["code"],
+            "response_modes_supported": ["query"],
+            "grant_types_supported": ["authorization_code", "refresh_token"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["RS256", "ES256"],
+            "scopes_supported": ["openid", "profile", "email", "offline_access"],
+            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+            "code_challenge_methods_supported": ["S256"],
+            "claims_supported": ["sub", "iss", "aud", "exp", "iat", "auth_time", "nonce", "sid", "email"],
+            "backchannel_logout_supported": True,
+            "backchannel_logout_session_supported": True,
+            "frontchannel_logout_supported": False,
+            "authorization_response_iss_parameter_supported": True,
+        }
+
+    def sign(
+        self,
+        claims: Mapping[str, Any],
+        *,
+        typ: str = "JWT",
+        tamper: Iterable[Tamper] = (),
+        header: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Sign ``claims`` as a compact JWS with the current key, spoiled as ``tamper`` says."""
+        bad = frozenset(tamper)
+        key = self._key
+        head: dict[str, Any] = {"alg": key.algorithm, "kid": key.kid, "typ": typ}
+        if "missing_kid" in bad:
+            del head["kid"]
+        if "unknown_kid" in bad:
+            head["kid"] = "unknown-" + secrets.token_hex(6)
+        if "alg_none" in bad:
+            head = {"alg": "none", "typ": typ}
+        elif "hs256_public_key" in bad:
+            head["alg"] = "HS256"
+        if header:
+            head.update(header)
+        signing_input = (
+            b64url_encode(json.dumps(head, separators=(",", ":")).encode())
+            + "."
+            + b64url_encode(json.dumps(dict(claims), separators=(",", ":")).encode())
+        ).encode("ascii")
+        if "alg_none" in bad:
+            return signing_input.decode("ascii") + "."
+        if "hs256_public_key" in bad:
+            pem = key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+            mac = hmac.HMAC(pem, hashes.SHA256())
+            mac.update(signing_input)
+            signature = mac.finalize()
+        elif "bad_signature" in bad:
+            signature = key.sign(signing_input + b"x")
+        else:
+            signature = key.sign(signing_input)
+        return signing_input.decode("ascii") + "." + b64url_encode(signature)
+
+    def _now(self) -> int:
+        return int(self._clock.now().timestamp())
+
+    def _issuer_claim(self, bad: frozenset[str]) -> str:
+        if "wrong_iss" in bad:
+            return "https://evil.test"
+        if "iss_trailing_slash" in bad:
+            return self._issuer + "/"
+        if "iss_case" in bad:
+            parts = urlsplit(self._issuer)
+            return urlunsplit((parts.scheme, parts.netloc.upper(), parts.path, "", ""))
+        return self._issuer
+
+    def id_token(
+        self,
+        client_id: str,
+        sub: str,
+        *,
+        nonce: str | None = None,
+        claims: Mapping[str, Any] | None = None,
+        sid: str | None = None,
+        auth_time: int | None = None,
+        tamper: Iterable[Tamper] = (),
+    ) -> str:
+        """An ID token for ``client_id`` (used by ``/token``; call it directly for negative tests)."""
+        bad = frozenset(tamper)
+        now = self._now()
+        iat = now - 86400 if "old_iat" in bad else now
+        payload: dict[str, Any] = dict(claims or {})
+        payload.update(
+            {
+                "iss": self._issuer_claim(bad),
+                "sub": sub,
+                "aud": client_id,
+                "iat": iat,
+                "exp": now - 3600 if "expired" in bad else now + self._token_lifetime,
+                "auth_time": auth_time if auth_time is not None and "old_iat" not in bad else iat,
+                "sid": sid if sid is not None else self._sid,
+            }
+        )
+        if "wrong_aud" in bad:
+            payload["aud"] = "another-client"
+        elif "aud_array_no_azp" in bad:
+            payload["aud"] = [client_id, "another-client"]
+        elif "wrong_azp" in bad:
+            payload["aud"] = [client_id, "another-client"]
+            payload["azp"] = "another-client"
+        if "no_sub" in bad:
+            del payload["sub"]
+        if "wrong_nonce" in bad:
+            payload["nonce"] = secrets.token_urlsafe(16)
+        elif nonce is not None and "no_nonce" not in bad:
+            payload["nonce"] = nonce
+        return self.sign(
+            payload,
+            tamper=bad & {"alg_none", "hs256_public_key", "missing_kid", "unknown_kid", "bad_signature"},
+        )
+
+    def logout_token(
+        self,
+        client_id: str,
+        *,
+        sub: str | None = None,
+        sid: str | None = None,
+        tamper: Iterable[Tamper] = (),
+    ) -> str:
+        """A back-channel logout token (typ ``logout+jwt``) for ``client_id``, naming ``sub``/``sid``."""
+        bad = frozenset(tamper)
+        if sub is None and sid is None and "logout_no_sub_sid" not in bad:
+            raise ConfigurationError("a logout token names a sub, a sid or both")
+        now = self._now()
+        iat = now - 86400 if "old_iat" in bad else now
+        payload: dict[str, Any] = {
+            "iss": self._issuer_claim(bad),
+            "aud": "another-client" if "wrong_aud" in bad else client_id,
+            "iat": iat,
+            "exp": now - 3600 if "expired" in bad else now + 120,
+            "jti": secrets.token_urlsafe(16),
+            "events": {BACKCHANNEL_LOGOUT_EVENT: {}},
+        }
+        if "logout_no_sub_sid" not in bad:
+            if sub is not None:
+                payload["sub"] = sub
+            if sid is not None:
+                payload["sid"] = sid
+        if "logout_nonce" in bad:
+            payload["nonce"] = secrets.token_urlsafe(8)
+        if "logout_no_events" in bad:
+            del payload["events"]
+        elif "logout_wrong_event" in bad:
+            payload["events"] = {"http://schemas.openid.net/event/other": {}}
+        if "logout_oversize" in bad:
+            payload["padding"] = "x" * 9000
+        typ = "JWT" if "logout_typ_jwt" in bad else "logout+jwt"
+        return self.sign(payload, typ=typ, tamper=bad & _SIGNING_TAMPERS)
+
+    def send_backchannel_logout(
+        self,
+        target: FlaskClient | str | None = None,
+        *,
+        client_id: str | None = None,
+        sub: str | None = None,
+        sid: str | None = None,
+        tamper: Iterable[Tamper] = (),
+        logout_token: str | None = None,
+        session: requests.Session | None = None,
+    ) -> BackchannelLogoutResult:
+        """POST a logout token to the client's ``backchannel_logout_uri``.
+
+        ``target`` is a Flask test client of the app (the POST goes to the path of the
+        registered URI), a URL (posted with ``requests``, or ``session`` when given), or
+        ``None`` for the registered URI through ``requests``. ``client_id`` may be left
+        out when exactly one client is registered. ``logout_token`` overrides the token.
+        """
+        client = self._client_for(client_id)
+        token = (
+            logout_token
+            if logout_token is not None
+            else self.logout_token(client.client_id, sub=sub, sid=sid, tamper=tamper)
+        )
+        body = {"logout_token": token}
+        if isinstance(target, FlaskClient):
+            if client.backchannel_logout_uri is None:
+                raise ConfigurationError(f"client {client.client_id!r} has no backchannel_logout_uri")
+            parts = urlsplit(client.backchannel_logout_uri)
+            path = parts.path + (f"?{parts.query}" if parts.query else "")
+            resp = target.post(path, data=body, base_url=f"{parts.scheme}://{parts.netloc}")
+            return BackchannelLogoutResult(
+                resp.status_code, resp.get_data(as_text=True), dict(resp.headers), token
+            )
+        url = target if target is not None else client.backchannel_logout_uri
+        if url is None:
+            raise ConfigurationError(f"client {client.client_id!r} has no backchannel_logout_uri")
+        import requests as requests_module  # optional dependency: only needed here
+
+        poster = session if session is not None else requests_module.Session()
+        answer = poster.post(url, data=body, timeout=10, allow_redirects=False)
+        return BackchannelLogoutResult(answer.status_code, answer.text, dict(answer.headers), token)
+
+    def _client_for(self, client_id: str | None) -> RegisteredClient:
+        with self._lock:
+            if client_id is None:
+                if len(self._clients) != 1:
+                    raise ConfigurationError("name the client_id: the provider has several (or no) clients")
+                return next(iter(self._clients.values()))
+            client = self._clients.get(client_id)
+        if client is None:
+            raise ConfigurationError(f"unknown client {client_id!r}")
+        return client
+
+    # -- HTTP --------------------------------------------------------------------------------------
+
+    def requests_adapter(self) -> requests.adapters.BaseAdapter:
+        """A ``requests`` adapter serving this provider in-process (mount it on :attr:`base_url`)."""
+        return _make_wsgi_adapter(self.app)
+
+    def _build_app(self) -> Flask:
+        app = Flask(f"{__name__}.{id(self)}")
+        prefix = self._prefix
+        app.add_url_rule(f"{prefix}/.well-known/openid-configuration", "discovery", self._discovery)
+        app.add_url_rule(f"{prefix}/authorize", "authorize", self._authorize, methods=["GET"])
+        app.add_url_rule(f"{prefix}/token", "token", self._token, methods=["POST"])
+        app.add_url_rule(f"{prefix}/jwks", "jwks", self._jwks_view)
+        app.add_url_rule(f"{prefix}/userinfo", "userinfo", self._userinfo, methods=["GET", "POST"])
+        app.add_url_rule(f"{prefix}/end_session", "end_session", self._end_session, methods=["GET", "POST"])
+        return app
+
+    def _discovery(self) -> Response:
+        return jsonify(self.discovery_document())
+
+    def _jwks_view(self) -> Response:
+        resp = jsonify(self.jwks())
+        resp.headers["Cache-Control"] = "max-age=0"
+        return resp
+
+    @staticmethod
+    def _error(status: int, error: str, description: str) -> Response:
+        resp = jsonify({"error": error, "error_description": description})
+        resp.status_code = status
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+
+    def _authorize(self) -> Response:
+        args = request.args
+        client_id = args.get("client_id", "")
+        redirect_uri = args.get("redirect_uri", "")
+        with self._lock:
+            client = self._clients.get(client_id)
+        if client is None:
+            return self._error(400, "invalid_client", "unknown client_id")
+        if redirect_uri not in client.redirect_uris:
+            # Never redirect to an unregistered URI (open redirect).
+            return self._error(400, "invalid_request", "redirect_uri is not registered for this client")
+        state = args.get("state")
+
+        def back(**params: str) -> Response:
+            query = dict(params)
+            if state is not None:
+                query["state"] = state
+            query["iss"] = self._issuer
+            sep = "&" if urlsplit(redirect_uri).query else "?"
+            return _redirect(redirect_uri + sep + urlencode(query))
+
+        if args.get("response_type") != "code":
+            return back(error="unsupported_response_type", error_description="only response_type=code")
+        scope = tuple(args.get("scope", "").split())
+        if "openid" not in scope:
+            return back(error="invalid_scope", error_description="scope must include openid")
+        challenge = args.get("code_challenge", "")
+        if args.get("code_challenge_method") != "S256" or not 43 <= len(challenge) <= 128:
+            return back(error="invalid_request", error_description="PKCE with S256 is required")
+        with self._lock:
+            subject = self._subject
+            tamper, self._next_tamper = self._next_tamper, frozenset()
+            sid = self._sid
+        if subject is None:
+            return back(error="login_required", error_description="call provider.login_as(sub) first")
+        now = self._now()
+        grant = _Grant(
+            client_id=client_id,
+            redirect_uri=redirect_uri,
+            code_challenge=challenge,
+            nonce=args.get("nonce"),
+            scope=scope,
+            sub=subject[0],
+            claims=dict(subject[1]),
+            sid=sid,
+            auth_time=now,
+            expires_at=time.monotonic() + _CODE_LIFETIME,
+            tamper=tamper,
+        )
+        code = secrets.token_urlsafe(32)
+        with self._lock:
+            self._codes[code] = grant
+        return back(code=code)
+
+    def _authenticate_client(self) -> RegisteredClient | Response:
+        auth = request.headers.get("Authorization", "")
+        client_id: str | None
+        secret: str | None
+        if auth[:6].lower() == "basic ":
+            try:
+                decoded = base64.b64decode(auth[6:].strip(), validate=True).decode("utf-8")
+                raw_id, sep, raw_secret = decoded.partition(":")
+            except (ValueError, UnicodeDecodeError):
+                return self._invalid_client()
+            if not sep:
+                return self._invalid_client()
+            client_id, secret = unquote_plus(raw_id), unquote_plus(raw_secret)
+            if "client_secret" in request.form:
+                return self._error(400, "invalid_request", "one client authentication method only")
+        else:
+            client_id = request.form.get("client_id")
+            secret = request.form.get("client_secret")
+        if not client_id or secret is None:
+            return self._invalid_client()
+        with self._lock:
+            client = self._clients.get(client_id)
+        if client is None or not secrets.compare_digest(
+            client.client_secret.encode("utf-8"), secret.encode("utf-8")
+        ):
+            return self._invalid_client()
+        return client
+
+    def _invalid_client(self) -> Response:
+        resp = self._error(401, "invalid_client", "client authentication failed")
+        resp.headers["WWW-Authenticate"] = 'Basic realm="op"'
+        return resp
+
+    def _token(self) -> Response:
+        client = self._authenticate_client()
+        if isinstance(client, Response):
+            return client
+        grant_type = request.form.get("grant_type")
+        if grant_type == "refresh_token":
+            with self._lock:
+                grant = self._refresh_tokens.get(request.form.get("refresh_token", ""))
+            if grant is None or grant.client_id != client.client_id:
+                return self._error(400, "invalid_grant", "unknown refresh token")
+            return self._token_response(grant, with_id_token=True)
+        if grant_type != "authorization_code":
+            return self._error(400, "unsupported_grant_type", "authorization_code or refresh_token")
+        with self._lock:
+            grant = self._codes.pop(request.form.get("code", ""), None)  # single use
+        if grant is None or grant.expires_at < time.monotonic():
+            return self._error(400, "invalid_grant", "unknown, used or expired code")
+        if grant.client_id != client.client_id:
+            return self._error(400, "invalid_grant", "code issued to another client")
+        if request.form.get("redirect_uri") != grant.redirect_uri:
+            return self._error(400, "invalid_grant", "redirect_uri differs from the authorize request")
+        verifier = request.form.get("code_verifier", "")
+        if not 43 <= len(verifier) <= 128 or not secrets.compare_digest(
+            _s256(verifier).encode("ascii"), grant.code_challenge.encode("ascii", "replace")
+        ):
+            return self._error(400, "invalid_grant", "PKCE verification failed")
+        return self._token_response(grant, with_id_token=True)
+
+    def _token_response(self, grant: _Grant, *, with_id_token: bool) -> Response:
+        access = secrets.token_urlsafe(32)
+        body: dict[str, Any] = {
+            "access_token": access,
+            "token_type": "Bearer",
+            "expires_in": self._token_lifetime,
+            "scope": " ".join(grant.scope),
+        }
+        if with_id_token:
+            body["id_token"] = self.id_token(
+                grant.client_id,
+                grant.sub,
+                nonce=grant.nonce,
+                claims=grant.claims,
+                sid=grant.sid,
+                auth_time=grant.auth_time,
+                tamper=grant.tamper,  # type: ignore[arg-type]
+            )
+        with self._lock:
+            self._access_tokens[access] = grant
+            if "offline_access" in grant.scope:
+                refresh = secrets.token_urlsafe(32)
+                self._refresh_tokens[refresh] = grant
+                body["refresh_token"] = refresh
+        resp = jsonify(body)
+        resp.headers["Cache-Control"] = "no-store"
+        resp.headers["Pragma"] = "no-cache"
+        return resp
+
+    def _userinfo(self) -> Response:
+        auth = request.headers.get("Authorization", "")
+        token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        with self._lock:
+            grant = self._access_tokens.get(token) if token else None
+        if grant is None:
+            resp = self._error(401, "invalid_token", "missing or unknown access token")
+            resp.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+            return resp
+        claims = dict(grant.claims)
+        claims["sub"] = "someone-else" if "userinfo_wrong_sub" in grant.tamper else grant.sub
+        return jsonify(claims)
+
+    def _end_session(self) -> Response:
+        params = request.values
+        hint = params.get("id_token_hint")
+        post_logout = params.get("post_logout_redirect_uri")
+        state = params.get("state")
+        client_id = params.get("client_id")
+        if hint:
+            try:
+                verified = self.verifier().verify(
+                    hint, client_id or _unverified_aud(hint), issuer=self._issuer, leeway=timedelta(days=1)
+                )
+            except (TokenVerificationError, ValueError):
+                return self._error(400, "invalid_request", "id_token_hint does not verify")
+            aud = verified.aud
+            if client_id is None and len(aud) == 1:
+                client_id = aud[0]
+        if post_logout is not None:
+            if client_id is None:
+                return self._error(
+                    400, "invalid_request", "post_logout_redirect_uri needs a hint or client_id"
+                )
+            with self._lock:
+                client = self._clients.get(client_id)
+            if client is None or post_logout not in client.post_logout_redirect_uris:
+                return self._error(400, "invalid_request", "post_logout_redirect_uri is not registered")
+        record = {k: v for k, v in params.items()}
+        with self._lock:
+            self.end_session_requests.append(record)
+            self._subject = None
+        if post_logout is None:
+            return Response("signed out", mimetype="text/plain")
+        sep = "&" if urlsplit(post_logout).query else "?"
+        target = post_logout + (sep + urlencode({"state": state}) if state is not None else "")
+        return _redirect(target)
+
+    def __repr__(self) -> str:
+        return f"<TestOpenIDProvider issuer={self._issuer!r} kid={self._key.kid!r}>"
+
+
+def _redirect(location: str) -> Response:
+    resp = Response(status=302)
+    resp.headers["Location"] = location
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+def _unverified_aud(token: str) -> str:
+    """The first ``aud`` of a token before verification (only to choose what to verify against)."""
+    payload = token.split(".")[1] if token.count(".") == 2 else ""
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError("malformed id_token_hint") from exc
+    aud = claims.get("aud") if isinstance(claims, dict) else None
+    if isinstance(aud, list) and aud and isinstance(aud[0], str):
+        return aud[0]
+    if isinstance(aud, str) and aud:
+        return aud
+    raise ValueError("id_token_hint has no aud")
+
+
+def _make_wsgi_adapter(app: Flask) -> requests.adapters.BaseAdapter:
+    import io
+
+    import requests
+    import requests.adapters
+    from requests.structures import CaseInsensitiveDict
+    from requests.utils import get_encoding_from_headers
+
+    class _WsgiAdapter(requests.adapters.BaseAdapter):
+        """Serves a WSGI app in-process: the request never touches a socket."""
+
+        def send(
+            self,
+            request: requests.PreparedRequest,
+            stream: bool = False,
+            timeout: float | tuple[float, float] | tuple[float, None] | None = None,
+            verify: bool | str = True,
+            cert: bytes | str | tuple[bytes | str, bytes | str] | None = None,
+            proxies: Mapping[str, str] | None = None,
+        ) -> requests.Response:
+            url = request.url or ""
+            parts = urlsplit(url)
+            body = request.body
+            data = body.encode("utf-8") if isinstance(body, str) else (body or b"")
+            headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
+            with app.test_client() as client:
+                answer = client.open(
+                    parts.path or "/",
+                    base_url=f"{parts.scheme}://{parts.netloc}",
+                    query_string=parts.query,
+                    method=request.method or "GET",
+                    headers=headers,
+                    data=data,
+                )
+                content = answer.get_data()
+                status = answer.status_code
+                reason = answer.status.partition(" ")[2]
+                resp_headers: Sequence[tuple[str, str]] = list(answer.headers.items())
+            response = requests.Response()
+            response.status_code = status
+            response.reason = reason
+            response.headers = CaseInsensitiveDict(dict(resp_headers))
+            response.encoding = get_encoding_from_headers(response.headers)
+            response._content = content
+            response._content_consumed = True  # type: ignore[attr-defined]
+            response.raw = io.BytesIO(content)
+            response.url = url
+            response.request = request
+            response.connection = self  # type: ignore[assignment]
+            return response
+
+        def close(self) -> None:
+            return None
+
+    return _WsgiAdapter()
+
+
+def query_params(url: str) -> dict[str, str]:
+    """The query parameters of ``url`` as a dict (last one wins); handy for redirect assertions."""
+    return dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
