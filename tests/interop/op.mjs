@@ -1,0 +1,135 @@
+// A real OpenID provider for the interop tests: panva's oidc-provider (v9) on 127.0.0.1.
+//
+// Usage: node op.mjs <port>            (or OP_PORT=<port> node op.mjs)
+//
+// Environment (one client, registered twice: "<id>" signs ID tokens with RS256, "<id>-es256" with ES256):
+//   OP_CLIENT_ID, OP_CLIENT_SECRET                    client credentials (client_secret_basic)
+//   OP_REDIRECT_URIS, OP_POST_LOGOUT_REDIRECT_URIS    comma-separated lists
+//   OP_BACKCHANNEL_LOGOUT_URI                         where the provider POSTs logout tokens (optional)
+//
+// Test-only admin route: POST /__admin/rotate?keep_old=1 replaces the RS256 and ES256 signing keys (the
+// old ones stay published after the new ones when keep_old=1) and answers {"kids": [...]}, the new
+// published kids, newest first. Grants and sessions survive (the memory adapter is module-wide).
+//
+// Development only: devInteractions (login with any name and password), cookies over http and a fetch
+// that may reach loopback addresses. Never run this outside tests.
+
+import { randomBytes } from 'node:crypto';
+import http from 'node:http';
+
+import { exportJWK, generateKeyPair } from 'jose';
+import Provider from 'oidc-provider';
+
+const port = Number(process.argv[2] ?? process.env.OP_PORT);
+if (!Number.isInteger(port) || port <= 0 || port > 65535) {
+  console.error('usage: node op.mjs <port>');
+  process.exit(2);
+}
+const issuer = `http://127.0.0.1:${port}`;
+
+const list = (name) => (process.env[name] ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+const clientId = process.env.OP_CLIENT_ID ?? 'reference-app';
+const clientSecret = process.env.OP_CLIENT_SECRET ?? 'reference-app-secret-0123456789abcdef';
+const redirectUris = list('OP_REDIRECT_URIS');
+const postLogoutRedirectUris = list('OP_POST_LOGOUT_REDIRECT_URIS');
+const backchannelLogoutUri = process.env.OP_BACKCHANNEL_LOGOUT_URI || undefined;
+if (redirectUris.length === 0) {
+  console.error('OP_REDIRECT_URIS is required');
+  process.exit(2);
+}
+
+function clientFor(id, alg) {
+  const client = {
+    client_id: id,
+    client_secret: clientSecret,
+    token_endpoint_auth_method: 'client_secret_basic',
+    redirect_uris: redirectUris,
+    post_logout_redirect_uris: postLogoutRedirectUris,
+    response_types: ['code'],
+    grant_types: ['authorization_code', 'refresh_token'],
+    id_token_signed_response_alg: alg,
+  };
+  if (backchannelLogoutUri) {
+    client.backchannel_logout_uri = backchannelLogoutUri;
+    client.backchannel_logout_session_required = true;
+  }
+  return client;
+}
+
+async function signingKey(alg, options) {
+  const { privateKey } = await generateKeyPair(alg, { extractable: true, ...options });
+  const jwk = await exportJWK(privateKey);
+  return { ...jwk, alg, use: 'sig', kid: `${alg.toLowerCase()}-${randomBytes(6).toString('hex')}` };
+}
+
+async function freshKeys() {
+  return [await signingKey('RS256', { modulusLength: 2048 }), await signingKey('ES256')];
+}
+
+const cookieKeys = [randomBytes(32).toString('hex')];
+
+function build(keys) {
+  const provider = new Provider(issuer, {
+    clients: [clientFor(clientId, 'RS256'), clientFor(`${clientId}-es256`, 'ES256')],
+    jwks: { keys },
+    cookies: { keys: cookieKeys },
+    pkce: { required: () => true },
+    scopes: ['openid', 'offline_access', 'email', 'profile'],
+    claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['name'] },
+    features: {
+      devInteractions: { enabled: true },
+      backchannelLogout: { enabled: true },
+      rpInitiatedLogout: { enabled: true },
+    },
+    // Any login name is an account; its claims derive from the name.
+    async findAccount(_ctx, sub) {
+      return {
+        accountId: sub,
+        async claims() {
+          return { sub, email: `${sub}@example.com`, email_verified: true, name: sub };
+        },
+      };
+    },
+    // The default fetch refuses loopback and private addresses (SSRF guard); the tests' relying party
+    // listens on 127.0.0.1, so drop the guard's dispatcher here, for this test provider only.
+    fetch(url, options) {
+      const { dispatcher: _dropped, ...rest } = options;
+      return globalThis.fetch(url, rest);
+    },
+  });
+  provider.on('backchannel.error', (err, client) => {
+    console.error(`backchannel logout to ${client.clientId} failed: ${err.message}`);
+  });
+  provider.on('server_error', (_ctx, err) => {
+    console.error(`server_error: ${err.stack}`);
+  });
+  return provider;
+}
+
+let keys = await freshKeys();
+let current = build(keys);
+
+const server = http.createServer(async (req, res) => {
+  const url = new URL(req.url, issuer);
+  if (url.pathname === '/__admin/rotate') {
+    if (req.method !== 'POST') {
+      res.writeHead(405).end();
+      return;
+    }
+    const fresh = await freshKeys();
+    keys = url.searchParams.get('keep_old') === '1' ? [...fresh, ...keys] : fresh;
+    current = build(keys);
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ kids: keys.map((k) => k.kid), signing: fresh.map((k) => k.kid) }));
+    return;
+  }
+  current.callback()(req, res);
+});
+
+server.listen(port, '127.0.0.1', () => {
+  console.log(`oidc-provider listening on ${issuer}`);
+});
+
+const stop = () => server.close(() => process.exit(0));
+process.on('SIGTERM', stop);
+process.on('SIGINT', stop);

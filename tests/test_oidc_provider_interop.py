@@ -1,0 +1,238 @@
+"""Interop with a real, certified OpenID provider: panva's ``oidc-provider`` on 127.0.0.1.
+
+The tests act as the relying party with plain ``requests`` (authorize with PKCE S256, the
+provider's development login and consent pages, the token exchange) and check what comes back
+with our own verifier (:class:`flask_authflow.jose.JwtVerifier`): RS256 and ES256 ID tokens, key
+rotation between two logins, RP-initiated logout and the back-channel logout token it POSTs.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+import requests
+
+from flask_authflow.errors import TokenVerificationError, UnknownKeyId
+from flask_authflow.jose import JwksHandle, JwtVerifier, VerifiedClaims, b64url_encode, parse_public_jwk
+from flask_authflow.testing.provider import BACKCHANNEL_LOGOUT_EVENT
+from tests import oidc_parts
+from tests.oidc_parts import FinalRedirect, OidcProviderProcess, drive_login, drive_logout
+
+pytestmark = [pytest.mark.http, pytest.mark.node]
+
+oidc_op = oidc_parts.oidc_op  # the session-scoped fixture
+
+
+def _pkce() -> tuple[str, str]:
+    import hashlib
+
+    verifier = secrets.token_urlsafe(48)
+    return verifier, b64url_encode(hashlib.sha256(verifier.encode()).digest())
+
+
+def _verifier(op: OidcProviderProcess) -> JwtVerifier:
+    jwks = requests.get(op.discovery()["jwks_uri"], timeout=5).json()
+    handle = JwksHandle()
+    handle.replace_keys(parse_public_jwk(k) for k in jwks["keys"])
+    return JwtVerifier(handle).with_algorithms(["RS256", "ES256"])
+
+
+def _header(token: str) -> dict[str, Any]:
+    head = token.split(".")[0]
+    result: dict[str, Any] = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+    return result
+
+
+class Login:
+    """One relying-party login against the real provider, done by hand."""
+
+    def __init__(
+        self, op: OidcProviderProcess, client_id: str, user: str, scope: str = "openid email"
+    ) -> None:
+        self.op = op
+        self.client_id = client_id
+        self.browser = requests.Session()
+        self.state = secrets.token_urlsafe(16)
+        self.nonce = secrets.token_urlsafe(16)
+        self.verifier, challenge = _pkce()
+        params = {
+            "response_type": "code",
+            "client_id": client_id,
+            "redirect_uri": op.redirect_uri,
+            "scope": scope,
+            "state": self.state,
+            "nonce": self.nonce,
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+        }
+        self.authorize_url = f"{op.discovery()['authorization_endpoint']}?{urlencode(params)}"
+        self.callback: FinalRedirect = drive_login(self.authorize_url, user, self.browser, issuer=op.issuer)
+
+    def exchange(self, verifier: str | None = None) -> requests.Response:
+        return requests.post(
+            self.op.discovery()["token_endpoint"],
+            data={
+                "grant_type": "authorization_code",
+                "code": self.callback.code,
+                "redirect_uri": self.op.redirect_uri,
+                "code_verifier": verifier if verifier is not None else self.verifier,
+            },
+            auth=(self.client_id, self.op.client_secret),
+            timeout=10,
+        )
+
+    def id_token(self) -> str:
+        resp = self.exchange()
+        assert resp.status_code == 200, resp.text
+        token: str = resp.json()["id_token"]
+        return token
+
+
+def test_discovery_from_the_real_provider(oidc_op: OidcProviderProcess) -> None:
+    doc = oidc_op.discovery()
+    assert doc["issuer"] == oidc_op.issuer
+    for name in (
+        "authorization_endpoint",
+        "token_endpoint",
+        "jwks_uri",
+        "userinfo_endpoint",
+        "end_session_endpoint",
+    ):
+        assert doc[name].startswith(oidc_op.issuer + "/"), name
+    assert doc["code_challenge_methods_supported"] == ["S256"]
+    assert doc["backchannel_logout_supported"] is True
+    assert doc["authorization_response_iss_parameter_supported"] is True
+    assert {"RS256", "ES256"} <= set(doc["id_token_signing_alg_values_supported"])
+    keys = requests.get(doc["jwks_uri"], timeout=5).json()["keys"]
+    assert {k["alg"] for k in keys} >= {"RS256", "ES256"}
+    assert all("d" not in k for k in keys)
+
+
+@pytest.mark.parametrize(("client", "alg"), [("reference-app", "RS256"), ("reference-app-es256", "ES256")])
+def test_full_login_and_id_token_verification(oidc_op: OidcProviderProcess, client: str, alg: str) -> None:
+    login = Login(oidc_op, client, "alice")
+    assert login.callback.url.startswith(oidc_op.redirect_uri + "?")
+    assert login.callback.state == login.state
+    assert login.callback.iss == oidc_op.issuer  # RFC 9207
+    token = login.id_token()
+    claims: VerifiedClaims = _verifier(oidc_op).verify(token, client, issuer=oidc_op.issuer)
+    assert claims.alg == alg
+    assert claims.sub == "alice"
+    assert claims.claims["nonce"] == login.nonce
+    assert isinstance(claims.claims["sid"], str)
+    with pytest.raises(TokenVerificationError, match="audience"):
+        _verifier(oidc_op).verify(token, "another-client", issuer=oidc_op.issuer)
+
+
+def test_the_provider_refuses_a_wrong_pkce_verifier_and_a_reused_code(oidc_op: OidcProviderProcess) -> None:
+    login = Login(oidc_op, oidc_op.client_id, "bob")
+    wrong, _ = _pkce()
+    bad = login.exchange(wrong)
+    assert bad.status_code == 400
+    assert bad.json()["error"] == "invalid_grant"
+    assert login.exchange().status_code == 200  # the right verifier still redeems it once
+    again = login.exchange()
+    assert again.status_code == 400
+    assert again.json()["error"] == "invalid_grant"
+
+
+def test_the_provider_requires_pkce(oidc_op: OidcProviderProcess) -> None:
+    params = {
+        "response_type": "code",
+        "client_id": oidc_op.client_id,
+        "redirect_uri": oidc_op.redirect_uri,
+        "scope": "openid",
+        "state": "s1",
+        "nonce": "n1",
+    }
+    url = f"{oidc_op.discovery()['authorization_endpoint']}?{urlencode(params)}"
+    resp = requests.get(url, allow_redirects=False, timeout=5)
+    assert resp.is_redirect
+    location = resp.headers["Location"]
+    assert location.startswith(oidc_op.redirect_uri + "?")
+    assert "error=invalid_request" in location
+    assert "code=" not in location
+
+
+def test_userinfo_with_the_access_token(oidc_op: OidcProviderProcess) -> None:
+    login = Login(oidc_op, oidc_op.client_id, "carol")
+    tokens = login.exchange().json()
+    info = requests.get(
+        oidc_op.discovery()["userinfo_endpoint"],
+        headers={"Authorization": f"Bearer {tokens['access_token']}"},
+        timeout=5,
+    )
+    assert info.status_code == 200
+    assert info.json()["sub"] == "carol"
+    assert info.json()["email"] == "carol@example.com"  # scope claims come from userinfo
+
+
+def test_key_rotation_between_two_logins(oidc_op: OidcProviderProcess) -> None:
+    first = Login(oidc_op, oidc_op.client_id, "dave").id_token()
+    first_kid = _header(first)["kid"]
+    new_kids = oidc_op.rotate_keys(keep_old=True)
+    second = Login(oidc_op, oidc_op.client_id, "dave").id_token()
+    second_kid = _header(second)["kid"]
+    assert second_kid != first_kid
+    assert second_kid in new_kids
+    verifier = _verifier(oidc_op)  # fetched after the rotation: old and new keys
+    assert verifier.verify(first, oidc_op.client_id, issuer=oidc_op.issuer).sub == "dave"
+    assert verifier.verify(second, oidc_op.client_id, issuer=oidc_op.issuer).sub == "dave"
+    # A verifier that only knew the old JWKS meets an unknown kid (and must refresh).
+    old_only = JwksHandle()
+    old_only.replace_keys(
+        parse_public_jwk(k)
+        for k in requests.get(oidc_op.discovery()["jwks_uri"], timeout=5).json()["keys"]
+        if k["kid"] not in new_kids
+    )
+    with pytest.raises(UnknownKeyId):
+        JwtVerifier(old_only).with_algorithms(["RS256", "ES256"]).verify(second, oidc_op.client_id)
+    # Dropping the old keys: the first token no longer verifies against the fresh JWKS.
+    oidc_op.rotate_keys(keep_old=False)
+    with pytest.raises(UnknownKeyId):
+        _verifier(oidc_op).verify(first, oidc_op.client_id, issuer=oidc_op.issuer)
+
+
+def test_rp_initiated_logout_and_the_backchannel_logout_token(oidc_op: OidcProviderProcess) -> None:
+    assert oidc_op.receiver is not None
+    before = len(oidc_op.receiver.tokens)
+    login = Login(oidc_op, oidc_op.client_id, "erin")
+    id_token = login.id_token()
+    sid = _verifier(oidc_op).verify(id_token, oidc_op.client_id).claims["sid"]
+    params = {
+        "id_token_hint": id_token,
+        "post_logout_redirect_uri": oidc_op.post_logout_redirect_uri,
+        "state": "bye-123",
+    }
+    end_session = f"{oidc_op.discovery()['end_session_endpoint']}?{urlencode(params)}"
+    back = drive_logout(end_session, login.browser, issuer=oidc_op.issuer)
+    assert back.url.startswith(oidc_op.post_logout_redirect_uri)
+    assert back.state == "bye-123"
+
+    tokens = oidc_op.receiver.wait_for(before + 1)
+    assert len(tokens) == before + 1
+    logout_token = tokens[-1]
+    assert _header(logout_token)["typ"] == "logout+jwt"
+    claims = _verifier(oidc_op).verify(logout_token, oidc_op.client_id, issuer=oidc_op.issuer).claims
+    assert claims["events"] == {BACKCHANNEL_LOGOUT_EVENT: {}}
+    assert claims["sub"] == "erin"
+    assert claims["sid"] == sid
+    assert "nonce" not in claims
+    assert isinstance(claims["jti"], str)
+
+
+def test_end_session_refuses_an_unregistered_post_logout_redirect(oidc_op: OidcProviderProcess) -> None:
+    login = Login(oidc_op, oidc_op.client_id, "frank")
+    params = {
+        "id_token_hint": login.id_token(),
+        "post_logout_redirect_uri": "http://127.0.0.1:9/evil",
+    }
+    end_session = f"{oidc_op.discovery()['end_session_endpoint']}?{urlencode(params)}"
+    resp = login.browser.get(end_session, allow_redirects=False, timeout=5)
+    assert resp.status_code == 400
+    assert "evil" not in resp.headers.get("Location", "")
