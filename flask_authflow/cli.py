@@ -159,11 +159,7 @@ def rotate_key(algorithm: str | None, kid: str | None) -> None:
     # Relying parties pin the algorithm they were told about: keep it unless asked.
     algorithm = algorithm or get_state().config.issuer_algorithm
     try:
-        key = (
-            LocalIdpSigningKey.generate_es256()
-            if algorithm == "ES256"
-            else LocalIdpSigningKey.generate_rs256()
-        )
+        key = LocalIdpSigningKey.generate(algorithm)
         if kid is not None:
             key = key.with_key_id(kid)
         issuer.rotate_signing_key(key)

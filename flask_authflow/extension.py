@@ -22,8 +22,8 @@ from .authn.outcomes import FactorCredential, FactorKind, FactorOutcome, FactorR
 from .authn.service import AuthnService
 from .clock import Clock, SystemClock
 from .config import AuthFlowConfig, load_config
-from .errors import AuthFlowError, ConfigurationError, KeyStoreError
-from .issuer.idp import LocalIdp
+from .errors import AuthFlowError, ConfigurationError
+from .issuer.wiring import build_issuer
 from .responses import error_response
 from .session.crypto import SessionCrypto, derive_key
 from .session.interface import AuthFlowSessionInterface
@@ -208,56 +208,6 @@ class AuthFlow:
         """Log the current session out (audited; id rotated; cookie cleared)."""
         state = get_state()
         state.service.with_audit_context(audit_context()).logout(current_auth_session())
-
-
-def build_issuer(
-    issuer: str, config: AuthFlowConfig, database_url: str, backend: Any, clock: Clock
-) -> LocalIdp:
-    """The app's :class:`LocalIdp` on the key store named by ``AUTHFLOW_ISSUER_KEY_STORE``.
-
-    An empty store gets one new key of ``AUTHFLOW_ISSUER_ALGORITHM``; a file store that
-    exists but is damaged raises :class:`KeyStoreError` at start-up rather than
-    silently starting over with a new key.
-    """
-    from .issuer import FileLocalIdpKeyStore, LocalIdp, LocalIdpSigningKey, MemoryLocalIdpKeyStore
-
-    def new_key() -> LocalIdpSigningKey:
-        if config.issuer_algorithm == "RS256":
-            return LocalIdpSigningKey.generate_rs256()
-        return LocalIdpSigningKey.generate_es256()
-
-    spec = config.issuer_key_store
-    store: Any
-    if spec == "memory":
-        store = MemoryLocalIdpKeyStore.with_current(new_key())
-    elif spec.startswith("file:") and len(spec) > len("file:"):
-        directory = spec[len("file:") :]
-        store = FileLocalIdpKeyStore(directory)
-        if not store.is_initialized():
-            historical = store.directory / "historical"
-            if historical.is_dir() and any(historical.glob("*.pem")):
-                # Keys without a current.kid: damaged, not new. Starting over would
-                # orphan every token signed so far.
-                raise KeyStoreError(
-                    f"{store.directory / 'current.kid'} is missing but {historical} holds keys: "
-                    "restore current.kid (the kid of the key to sign with) instead of starting over"
-                )
-            store = FileLocalIdpKeyStore.initialize(directory, new_key())
-    elif spec == "sql":
-        from .stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
-
-        store = SqlAlchemyLocalIdpKeyStore(getattr(backend, "engine", None) or database_url, clock=clock)
-        store.ensure_current(new_key)
-    else:
-        raise ConfigurationError(
-            f"AUTHFLOW_ISSUER_KEY_STORE={spec!r}: use 'memory', 'file:<directory>' or 'sql'"
-        )
-    idp = (
-        LocalIdp.from_key_store(issuer, store).with_clock(clock).with_max_lifetime(config.issuer_max_lifetime)
-    )
-    if config.issuer_base_url:
-        idp = idp.with_base_url(config.issuer_base_url)
-    return idp
 
 
 def _is_loopback(address: str | None) -> bool:

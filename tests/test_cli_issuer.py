@@ -15,6 +15,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,9 @@ FAST_ARGON2 = {
 
 
 def make_app(**config: Any) -> Flask:
-    app = Flask(__name__)
+    # Each app gets its own instance folder: the default issuer key store is the SQL
+    # store in the app's database, which must not be shared between tests.
+    app = Flask(__name__, instance_path=tempfile.mkdtemp(prefix="authflow-cli-"))
     app.config.update(
         {
             "TESTING": True,

@@ -48,6 +48,8 @@ def base_config(**extra: Any) -> dict[str, Any]:
         "AUTHFLOW_SIGNING_KEY": secrets.token_bytes(32),
         "AUTHFLOW_SESSION_STORE": "memory",
         "AUTHFLOW_ISSUER": ISS,
+        # Tests of the wiring use the throwaway memory store unless they name another.
+        "AUTHFLOW_ISSUER_KEY_STORE": "memory",
         **FAST_ARGON2,
         **extra,
     }
@@ -149,6 +151,25 @@ def test_memory_store_mounts_the_issuer_blueprint() -> None:
     claims = mint_and_verify(app)
     assert claims["iss"] == ISS and claims["sub"] == "svc"
     assert claims["iat"] == int(clock.now().timestamp())
+
+
+def test_default_key_store_is_sql_in_the_apps_database(tmp_path: Path) -> None:
+    """Issue 6 point 5: without AUTHFLOW_ISSUER_KEY_STORE the keys live in the app's
+    database, so a second app (another worker, a CLI run) signs with the same key."""
+    from flask_authflow.stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
+
+    config = base_config()
+    del config["AUTHFLOW_ISSUER_KEY_STORE"]
+    config["AUTHFLOW_DATABASE_URL"] = f"sqlite:///{tmp_path / 'app.db'}"
+    apps = []
+    for _ in range(2):
+        app = Flask(__name__, instance_path=str(tmp_path))
+        app.config.update(config)
+        AuthFlow(app, backend=fast_backend())
+        apps.append(app)
+    first, second = (issuer_of(app) for app in apps)
+    assert isinstance(first.key_store, SqlAlchemyLocalIdpKeyStore)
+    assert first.current_kid == second.current_kid
 
 
 def test_memory_store_keys_die_with_the_app() -> None:

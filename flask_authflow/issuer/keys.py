@@ -134,6 +134,22 @@ class LocalIdpSigningKey:
     # -- constructors ------------------------------------------------------------------------------
 
     @classmethod
+    def generate(cls, algorithm: str, *, rsa_bits: int = 3072) -> LocalIdpSigningKey:
+        """A fresh key for ``algorithm``: the one place that maps an algorithm to a key type.
+
+        ES256 → P-256, ES384 → P-384, EdDSA → Ed25519, RS*/PS* → RSA of ``rsa_bits``.
+        """
+        if algorithm == "ES256":
+            return cls.generate_es256()
+        if algorithm == "ES384":
+            return cls.generate_es384()
+        if algorithm == "EdDSA":
+            return cls.generate_ed25519()
+        if algorithm in _RSA_HASHES:
+            return cls.generate_rsa(algorithm, rsa_bits)
+        raise SigningKeyError(f"cannot generate a key for {algorithm!r}")
+
+    @classmethod
     def generate_es256(cls) -> LocalIdpSigningKey:
         """A fresh P-256 key for ES256 (the issuer's default algorithm)."""
         return cls(ec.generate_private_key(ec.SECP256R1()), algorithm="ES256")

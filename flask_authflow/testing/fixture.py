@@ -105,14 +105,7 @@ class LocalIdpFixture:
             raise ConfigurationError(
                 f"unsupported fixture algorithm {algorithm!r}; use one of {sorted(SIGNING_ALGORITHMS)}"
             )
-        if algorithm == "ES256":
-            key = LocalIdpSigningKey.generate_es256()
-        elif algorithm == "ES384":
-            key = LocalIdpSigningKey.generate_es384()
-        elif algorithm == "EdDSA":
-            key = LocalIdpSigningKey.generate_ed25519()
-        else:
-            key = LocalIdpSigningKey.generate_rsa(algorithm, _FIXTURE_RSA_BITS)
+        key = LocalIdpSigningKey.generate(algorithm, rsa_bits=_FIXTURE_RSA_BITS)
         return cls(issuer, key, clock=clock)
 
     @classmethod

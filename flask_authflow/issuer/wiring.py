@@ -1,0 +1,61 @@
+"""Build the app's :class:`LocalIdp` from the typed configuration (called by ``init_app``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..clock import Clock
+from ..config import AuthFlowConfig
+from ..errors import ConfigurationError, KeyStoreError
+from .idp import LocalIdp
+from .keys import LocalIdpSigningKey
+from .keystores import FileLocalIdpKeyStore, MemoryLocalIdpKeyStore
+
+__all__ = ["build_issuer"]
+
+
+def build_issuer(
+    issuer: str, config: AuthFlowConfig, database_url: str, backend: Any, clock: Clock
+) -> LocalIdp:
+    """The app's :class:`LocalIdp` on the key store named by ``AUTHFLOW_ISSUER_KEY_STORE``.
+
+    An empty store gets one new key of ``AUTHFLOW_ISSUER_ALGORITHM``; a file store that
+    exists but is damaged raises :class:`KeyStoreError` at start-up rather than
+    silently starting over with a new key.
+    """
+
+    def new_key() -> LocalIdpSigningKey:
+        return LocalIdpSigningKey.generate(config.issuer_algorithm)
+
+    spec = config.issuer_key_store
+    store: Any
+    if spec == "memory":
+        store = MemoryLocalIdpKeyStore.with_current(new_key())
+    elif spec.startswith("file:") and len(spec) > len("file:"):
+        directory = spec[len("file:") :]
+        store = FileLocalIdpKeyStore(directory)
+        if not store.is_initialized():
+            historical = store.directory / "historical"
+            if historical.is_dir() and any(historical.glob("*.pem")):
+                # Keys without a current.kid: damaged, not new. Starting over would
+                # orphan every token signed so far.
+                raise KeyStoreError(
+                    f"{store.directory / 'current.kid'} is missing but {historical} holds keys: "
+                    "restore current.kid (the kid of the key to sign with) instead of starting over"
+                )
+            store = FileLocalIdpKeyStore.initialize(directory, new_key())
+    elif spec == "sql":
+        from ..stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
+
+        store = SqlAlchemyLocalIdpKeyStore(getattr(backend, "engine", None) or database_url, clock=clock)
+        store.ensure_current(new_key)
+    else:
+        raise ConfigurationError(
+            f"AUTHFLOW_ISSUER_KEY_STORE={spec!r}: use 'memory', 'file:<directory>' or 'sql'"
+        )
+    idp = (
+        LocalIdp.from_key_store(issuer, store).with_clock(clock).with_max_lifetime(config.issuer_max_lifetime)
+    )
+    if config.issuer_base_url:
+        idp = idp.with_base_url(config.issuer_base_url)
+    return idp
