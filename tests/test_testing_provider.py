@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +18,9 @@ from flask_authflow.jose import b64url_encode
 from flask_authflow.testing import TestOpenIDProvider
 from flask_authflow.testing.provider import BACKCHANNEL_LOGOUT_EVENT, query_params
 
+pytest_plugins = ["pytester"]
+
+DOCS_TESTING = Path(__file__).resolve().parent.parent / "docs" / "testing.rst"
 CLIENT = "app"
 SECRET = "s3cret"
 REDIRECT = "https://app.test/auth/callback/op"
@@ -602,3 +607,50 @@ def test_logout_token_needs_sub_or_sid(provider: TestOpenIDProvider) -> None:
 def test_adapter_serves_no_other_host(provider: TestOpenIDProvider, http: requests.Session) -> None:
     resp = http.get("https://op.test/nothing-here")
     assert resp.status_code == 404
+
+
+# -- the documented example, run as a user's suite ------------------------------------------------
+
+
+def _docs_example() -> str:
+    text = DOCS_TESTING.read_text()
+    section = text.split("Testing federated login: the in-process OpenID provider", 1)[1]
+    block = section.split(".. code-block:: python\n", 1)[1]
+    lines = []
+    for line in block.splitlines():
+        if line and not line.startswith("    "):
+            break
+        lines.append(line)
+    return textwrap.dedent("\n".join(lines))
+
+
+def test_documented_example_runs_with_the_plugin_fixture(pytester: pytest.Pytester) -> None:
+    example = _docs_example()
+    assert "def test_sign_in(oidc_provider)" in example
+    pytester.makepyfile(test_docs_example=example)
+    result = pytester.runpytest("--strict-markers", "-p", "no:cacheprovider", "-W", "error")
+    result.assert_outcomes(passed=3)
+
+
+def test_plugin_fixture_is_a_fresh_provider_per_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_fresh="""
+from flask_authflow.testing import TestOpenIDProvider
+
+seen = []
+
+def test_one(oidc_provider, mock_clock):
+    assert isinstance(oidc_provider, TestOpenIDProvider)
+    assert oidc_provider.issuer == "https://op.test"
+    assert oidc_provider.client().client_id == "test-client"
+    assert oidc_provider.client().backchannel_logout_uri.endswith("/backchannel-logout/test-op")
+    token = oidc_provider.id_token("test-client", "alice")
+    assert oidc_provider.verifier().verify(token, "test-client").iat == int(mock_clock.now().timestamp())
+    seen.append(oidc_provider.current_kid)
+
+def test_two(oidc_provider):
+    assert oidc_provider.current_kid not in seen
+"""
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-W", "error")
+    result.assert_outcomes(passed=2)

@@ -487,6 +487,10 @@ class TestOpenIDProvider:
         answer = poster.post(url, data=body, timeout=10, allow_redirects=False)
         return BackchannelLogoutResult(answer.status_code, answer.text, dict(answer.headers), token)
 
+    def client(self, client_id: str | None = None) -> RegisteredClient:
+        """A registered client (``client_id`` may be left out when there is exactly one)."""
+        return self._client_for(client_id)
+
     def _client_for(self, client_id: str | None) -> RegisteredClient:
         with self._lock:
             if client_id is None:
@@ -503,6 +507,10 @@ class TestOpenIDProvider:
     def requests_adapter(self) -> requests.adapters.BaseAdapter:
         """A ``requests`` adapter serving this provider in-process (mount it on :attr:`base_url`)."""
         return _make_wsgi_adapter(self.app)
+
+    def http_adapters(self) -> dict[str, requests.adapters.BaseAdapter]:
+        """``{base_url: adapter}``: what an ``HttpClient(adapters=...)`` or ``Session.mount`` needs."""
+        return {self.base_url: self.requests_adapter()}
 
     def _build_app(self) -> Flask:
         app = Flask(f"{__name__}.{id(self)}")

@@ -212,3 +212,26 @@ def local_idp() -> Any:
     from .fixture import LocalIdpFixture
 
     return LocalIdpFixture("https://issuer.test")
+
+
+@pytest.fixture
+def oidc_provider(mock_clock: MockClock) -> Any:
+    """An in-process OpenID provider (:class:`~flask_authflow.testing.provider.TestOpenIDProvider`).
+
+    It answers at ``https://op.test`` (reach it through ``oidc_provider.http_adapters()``) and
+    knows one client, ``test-client`` / ``test-secret``, whose redirect, post-logout and
+    back-channel logout URIs are those of a provider named ``test-op`` on the Flask test
+    client's host (``http://localhost``). Tokens take their time from ``mock_clock``.
+    Call ``oidc_provider.login_as("alice", email=...)`` before an authorization request.
+    """
+    from .provider import TestOpenIDProvider
+
+    provider = TestOpenIDProvider("https://op.test", clock=mock_clock)
+    provider.register_client(
+        "test-client",
+        "test-secret",
+        ["http://localhost/auth/callback/test-op"],
+        post_logout_redirect_uris=["http://localhost/"],
+        backchannel_logout_uri="http://localhost/auth/backchannel-logout/test-op",
+    )
+    return provider
