@@ -333,6 +333,20 @@ def test_reload_waits_for_the_interval(tmp_path: Path, clock: MockClock) -> None
     assert b.reload() is False
 
 
+def test_periodic_reload_follows_the_injected_clock(tmp_path: Path, clock: MockClock) -> None:
+    """Issue 6 point 16: the 5 s reload interval is measured on the issuer's clock."""
+    FileLocalIdpKeyStore.initialize(tmp_path / "keys", LocalIdpSigningKey.generate_es256())
+    a = LocalIdp.from_key_store(ISS, FileLocalIdpKeyStore(tmp_path / "keys"))
+    b = LocalIdp.from_key_store(ISS, FileLocalIdpKeyStore(tmp_path / "keys")).with_clock(clock)
+    old = b.current_kid
+    a.rotate_signing_key(LocalIdpSigningKey.generate_es256())
+    clock.advance(timedelta(seconds=4.9))
+    assert parts(b.mint(claims()))[0]["kid"] == old
+    clock.advance(timedelta(seconds=0.2))  # 5.1 s on the clock, no real time passed
+    assert parts(b.mint(claims()))[0]["kid"] == a.current_kid
+    assert {k["kid"] for k in b.jwks()["keys"]} == {old, a.current_kid}
+
+
 def test_store_failure_during_reload_keeps_serving(
     key: LocalIdpSigningKey, clock: MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -12,7 +12,6 @@ import logging
 import math
 import secrets
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -111,7 +110,7 @@ class LocalIdp:
         self._extra_keys: list[VerificationKey] = []
         self._handle = jwks_handle if jwks_handle is not None else JwksHandle()
         self._lock = threading.Lock()  # serialises rotation, reload and reconfiguration
-        self._state = _KeyState(loaded, time.monotonic())
+        self._state = _KeyState(loaded, self._ticks())
         self._install(loaded)
 
     @classmethod
@@ -151,8 +150,9 @@ class LocalIdp:
         return self
 
     def with_clock(self, clock: Clock) -> LocalIdp:
-        """Read ``iat``/``exp`` checks from ``clock`` (a MockClock in tests)."""
+        """Read ``iat``/``exp`` checks and reload timing from ``clock`` (a MockClock in tests)."""
         self._clock = clock
+        self._state = _KeyState(self._state.loaded, self._ticks())
         return self
 
     def with_max_lifetime(self, lifetime: timedelta | None) -> LocalIdp:
@@ -372,7 +372,7 @@ class LocalIdp:
     def _reload_locked(self) -> bool:
         loaded = self._store.load_all()
         if loaded.kids() == self._state.loaded.kids():
-            self._state = _KeyState(self._state.loaded, time.monotonic())
+            self._state = _KeyState(self._state.loaded, self._ticks())
             return False
         self._install(loaded)
         return True
@@ -380,20 +380,24 @@ class LocalIdp:
     def _current_state(self) -> _KeyState:
         state = self._state
         interval = self._reload_interval
-        if interval is None or time.monotonic() - state.checked_at < interval:
+        if interval is None or self._ticks() - state.checked_at < interval:
             return state
         # One thread re-reads; the others keep minting with the keys they have.
         if not self._lock.acquire(blocking=False):
             return state
         try:
-            if time.monotonic() - self._state.checked_at >= interval:
+            if self._ticks() - self._state.checked_at >= interval:
                 self._reload_locked()
         except KeyStoreError as exc:
             log.warning("issuer %s could not re-read its key store: %s", self._issuer, exc.message)
-            self._state = _KeyState(self._state.loaded, time.monotonic())
+            self._state = _KeyState(self._state.loaded, self._ticks())
         finally:
             self._lock.release()
         return self._state
+
+    def _ticks(self) -> float:
+        """Seconds on the injected clock: reload timing follows a MockClock in tests."""
+        return self._clock.now().timestamp()
 
     def _install(self, loaded: LoadedKeys) -> None:
         """Publish ``loaded`` in the JWKS, then make its current key the signer (lock held)."""
@@ -401,7 +405,7 @@ class LocalIdp:
         own = set(loaded.kids())
         keys.extend(k for k in self._extra_keys if k.kid not in own)
         self._handle.replace_keys(keys)
-        self._state = _KeyState(loaded, time.monotonic())
+        self._state = _KeyState(loaded, self._ticks())
 
     def __repr__(self) -> str:
         return f"<LocalIdp issuer={self._issuer!r} kid={self._state.loaded.current.kid!r}>"
