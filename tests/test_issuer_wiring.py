@@ -416,3 +416,17 @@ def test_sql_store_with_a_custom_backend_uses_the_database_url(
     assert (tmp_path / "keys.db").exists()
     assert issuer_of(first).current_kid == issuer_of(second).current_kid
     assert mint_and_verify(second)["iss"] == ISS
+
+
+@pytest.mark.parametrize("prefix", ["/idp", "/auth/issuer"])
+def test_discovery_jwks_uri_honours_the_url_prefix(prefix: str) -> None:
+    """Issue 6 point 14: the advertised jwks_uri answers 200 through the app."""
+    app = make_app(AUTHFLOW_ISSUER_URL_PREFIX=prefix)
+    client = app.test_client()
+    discovery = client.get(f"{prefix}/.well-known/openid-configuration")
+    assert discovery.status_code == 200
+    jwks_uri = discovery.get_json()["jwks_uri"]
+    assert jwks_uri == f"{ISS}{prefix}/jwks.json"
+    served = client.get(jwks_uri.removeprefix(ISS))
+    assert served.status_code == 200
+    assert served.get_json() == issuer_of(app).jwks()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..clock import Clock
 from ..config import AuthFlowConfig
@@ -58,4 +59,9 @@ def build_issuer(
     )
     if config.issuer_base_url:
         idp = idp.with_base_url(config.issuer_base_url)
+    elif config.issuer_url_prefix:
+        # The blueprint answers under the prefix at the app's root: advertise that route
+        # on the issuer's origin (AUTHFLOW_ISSUER_BASE_URL covers other mount points).
+        origin = urlsplit(issuer)
+        idp = idp.with_base_url(f"{origin.scheme}://{origin.netloc}/{config.issuer_url_prefix.strip('/')}")
     return idp
