@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import requests
 from flask import Flask, request
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from flask_authflow.errors import ConfigurationError, TokenVerificationError, UnknownKeyId
 from flask_authflow.jose import b64url_encode
@@ -654,3 +656,87 @@ def test_two(oidc_provider):
     )
     result = pytester.runpytest("-p", "no:cacheprovider", "-W", "error")
     result.assert_outcomes(passed=2)
+
+
+# -- odd input never gives a 500 ------------------------------------------------------------------
+
+
+def test_non_ascii_code_verifier_is_invalid_grant_not_500(
+    provider: TestOpenIDProvider, http: requests.Session
+) -> None:
+    _, challenge = _pkce()
+    code = _code(http, provider, challenge)
+    resp = _exchange(http, provider, code, "\u00e9" * 50)
+    assert resp.status_code == 400
+    assert resp.json()["error"] == "invalid_grant"
+
+
+def test_non_ascii_code_challenge_is_refused_at_authorize(
+    provider: TestOpenIDProvider, http: requests.Session
+) -> None:
+    resp = _authorize(http, provider, "\u00e9" * 50)
+    assert resp.status_code == 302
+    assert query_params(resp.headers["Location"])["error"] == "invalid_request"
+
+
+def test_end_session_hint_with_an_empty_audience_is_400(
+    provider: TestOpenIDProvider, http: requests.Session
+) -> None:
+    hint = provider.sign({"iss": provider.issuer, "sub": "alice", "aud": [""], "exp": 2**31})
+    resp = http.get(
+        f"{provider.issuer}/end_session",
+        params={"id_token_hint": hint, "post_logout_redirect_uri": POST_LOGOUT},
+        allow_redirects=False,
+    )
+    assert resp.status_code == 400
+
+
+ODD = st.text(min_size=0, max_size=80)
+HEADER_TEXT = st.text(
+    st.characters(min_codepoint=32, max_codepoint=255, exclude_characters="\x7f"), max_size=80
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    path=st.sampled_from(["/authorize", "/token", "/userinfo", "/end_session", "/jwks"]),
+    method=st.sampled_from(["GET", "POST"]),
+    params=st.dictionaries(
+        st.sampled_from(
+            [
+                "client_id",
+                "redirect_uri",
+                "response_type",
+                "scope",
+                "code_challenge",
+                "code_challenge_method",
+                "grant_type",
+                "code",
+                "code_verifier",
+                "refresh_token",
+                "client_secret",
+                "id_token_hint",
+                "post_logout_redirect_uri",
+                "state",
+            ]
+        ),
+        ODD,
+    ),
+    authorization=st.one_of(
+        st.none(), HEADER_TEXT.map(lambda t: "Basic " + t), HEADER_TEXT.map(lambda t: "Bearer " + t)
+    ),
+)
+def test_odd_requests_never_get_a_500(
+    provider: TestOpenIDProvider,
+    path: str,
+    method: str,
+    params: dict[str, str],
+    authorization: str | None,
+) -> None:
+    client = provider.app.test_client()
+    headers = {} if authorization is None else {"Authorization": authorization}
+    if method == "GET":
+        resp = client.get(path, query_string=params, headers=headers)
+    else:
+        resp = client.post(path, data=params, headers=headers)
+    assert resp.status_code < 500

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import secrets
 import threading
 import time
@@ -37,7 +38,7 @@ from flask import Flask, Response, jsonify, request
 from flask.testing import FlaskClient
 
 from ..clock import Clock, SystemClock
-from ..errors import ConfigurationError, TokenVerificationError
+from ..errors import ConfigurationError, SigningKeyError, TokenVerificationError
 from ..issuer.keys import LocalIdpSigningKey
 from ..jose import JwksHandle, JwtVerifier, b64url_encode, parse_public_jwk
 
@@ -92,15 +93,18 @@ _CODE_LIFETIME: Final = 60
 
 
 def _new_key(algorithm: str) -> LocalIdpSigningKey:
-    if algorithm == "ES256":
-        return LocalIdpSigningKey.generate_es256()
-    if algorithm in ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"):
-        return LocalIdpSigningKey.generate_rsa(algorithm, _RSA_BITS)
-    raise ConfigurationError(f"the test provider signs with RS*/PS* or ES256, not {algorithm!r}")
+    try:
+        return LocalIdpSigningKey.generate(algorithm, rsa_bits=_RSA_BITS)
+    except SigningKeyError as exc:
+        raise ConfigurationError(f"the test provider cannot sign with {algorithm!r}") from exc
 
 
 def _s256(verifier: str) -> str:
     return b64url_encode(hashlib.sha256(verifier.encode("ascii")).digest())
+
+
+#: RFC 7636 §4.1: the verifier (and an S256 challenge) use only these characters.
+_PKCE_RE: Final = re.compile(r"[A-Za-z0-9\-._~]{43,128}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -565,7 +569,7 @@ class TestOpenIDProvider:
         if "openid" not in scope:
             return back(error="invalid_scope", error_description="scope must include openid")
         challenge = args.get("code_challenge", "")
-        if args.get("code_challenge_method") != "S256" or not 43 <= len(challenge) <= 128:
+        if args.get("code_challenge_method") != "S256" or _PKCE_RE.fullmatch(challenge) is None:
             return back(error="invalid_request", error_description="PKCE with S256 is required")
         with self._lock:
             subject = self._subject
@@ -647,8 +651,8 @@ class TestOpenIDProvider:
         if request.form.get("redirect_uri") != grant.redirect_uri:
             return self._error(400, "invalid_grant", "redirect_uri differs from the authorize request")
         verifier = request.form.get("code_verifier", "")
-        if not 43 <= len(verifier) <= 128 or not secrets.compare_digest(
-            _s256(verifier).encode("ascii"), grant.code_challenge.encode("ascii", "replace")
+        if _PKCE_RE.fullmatch(verifier) is None or not secrets.compare_digest(
+            _s256(verifier).encode("ascii"), grant.code_challenge.encode("ascii")
         ):
             return self._error(400, "invalid_grant", "PKCE verification failed")
         return self._token_response(grant, with_id_token=True)
@@ -706,7 +710,7 @@ class TestOpenIDProvider:
                 verified = self.verifier().verify(
                     hint, client_id or _unverified_aud(hint), issuer=self._issuer, leeway=timedelta(days=1)
                 )
-            except (TokenVerificationError, ValueError):
+            except (TokenVerificationError, ConfigurationError, ValueError):
                 return self._error(400, "invalid_request", "id_token_hint does not verify")
             aud = verified.aud
             if client_id is None and len(aud) == 1:
@@ -749,7 +753,7 @@ def _unverified_aud(token: str) -> str:
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError("malformed id_token_hint") from exc
     aud = claims.get("aud") if isinstance(claims, dict) else None
-    if isinstance(aud, list) and aud and isinstance(aud[0], str):
+    if isinstance(aud, list) and aud and isinstance(aud[0], str) and aud[0]:
         return aud[0]
     if isinstance(aud, str) and aud:
         return aud
