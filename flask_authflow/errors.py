@@ -7,6 +7,7 @@ secrets, key material or whether an account exists).
 
 from __future__ import annotations
 
+import enum
 from datetime import datetime
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "SigningKeyError",
     "StepUpNeeded",
     "StoreUnavailable",
+    "TokenCheck",
     "TokenVerificationError",
     "Unauthenticated",
     "UnknownKeyId",
@@ -176,14 +178,34 @@ class KeyStoreError(AuthFlowError):
     status = 500
 
 
+class TokenCheck(enum.StrEnum):
+    """The check a JWT failed (``TokenVerificationError.reason``; federation reuses it)."""
+
+    MALFORMED = "malformed"
+    HEADER = "header"  # crit, zip, enc (a JWE), a bad kid member
+    ALGORITHM = "algorithm"
+    UNKNOWN_KID = "unknown_kid"
+    SIGNATURE = "signature"
+    EXPIRED = "expired"
+    NOT_YET_VALID = "not_yet_valid"
+    ISSUED_AT = "issued_at"
+    AUDIENCE = "audience"
+    ISSUER = "issuer"
+    SUBJECT = "subject"
+    JWT_ID = "jwt_id"
+    AZP = "azp"
+    NONCE = "nonce"
+    CLAIM = "claim"  # another claim has the wrong type
+
+
 class TokenVerificationError(AuthFlowError):
-    """A JWT failed verification; ``reason`` names the failing check."""
+    """A JWT failed verification: ``reason`` is the failed :class:`TokenCheck`, ``message`` the detail."""
 
     code = "invalid_token"
     status = 401
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
+    def __init__(self, message: str, reason: TokenCheck = TokenCheck.MALFORMED) -> None:
+        super().__init__(message)
         self.reason = reason
 
 
@@ -193,7 +215,7 @@ class UnknownKeyId(TokenVerificationError):
     code = "unknown_kid"
 
     def __init__(self, kid: str | None) -> None:
-        super().__init__("unknown kid")
+        super().__init__("unknown kid", TokenCheck.UNKNOWN_KID)
         self.kid = kid
 
 

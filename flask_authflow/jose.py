@@ -38,6 +38,7 @@ from .clock import Clock, SystemClock
 from .errors import (
     ConfigurationError,
     SigningKeyError,
+    TokenCheck,
     TokenVerificationError,
     UnknownKeyId,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "JwksHandle",
     "JwksSnapshot",
     "JwtVerifier",
+    "TokenCheck",
     "VerificationKey",
     "VerifiedClaims",
     "b64url_decode",
@@ -527,14 +529,17 @@ def _parse_header(segment: str) -> tuple[Mapping[str, Any], str, str | None]:
     header = _json_object(segment, "header")
     alg = header.get("alg")
     if not isinstance(alg, str):
-        raise TokenVerificationError("missing alg")
+        raise TokenVerificationError("missing alg", TokenCheck.ALGORITHM)
     if "crit" in header:
         # We implement no critical extensions (RFC 7515 §4.1.11), so any is fatal;
         # this also refuses unencoded payloads (b64=false, RFC 7797).
-        raise TokenVerificationError("unsupported critical header")
+        raise TokenVerificationError("unsupported critical header", TokenCheck.HEADER)
+    if "zip" in header or "enc" in header:
+        # Compressed payloads (a decompression bomb) and JWEs are never accepted.
+        raise TokenVerificationError("unsupported zip or enc header", TokenCheck.HEADER)
     kid = header.get("kid")
     if kid is not None and not isinstance(kid, str):
-        raise TokenVerificationError("invalid kid")
+        raise TokenVerificationError("invalid kid", TokenCheck.HEADER)
     result = (MappingProxyType(header), alg, kid)
     if len(_HEADER_CACHE) >= _MEMO_SIZE:
         _HEADER_CACHE.clear()
@@ -546,10 +551,10 @@ def _numeric_date(claims: Mapping[str, Any], name: str) -> int | None:
     value = claims.get(name)
     if value is None:
         if name in claims:
-            raise TokenVerificationError(f"invalid {name} claim")
+            raise TokenVerificationError(f"invalid {name} claim", TokenCheck.CLAIM)
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise TokenVerificationError(f"invalid {name} claim")
+        raise TokenVerificationError(f"invalid {name} claim", TokenCheck.CLAIM)
     return math.floor(value)
 
 
@@ -690,14 +695,14 @@ class JwtVerifier:
 
         header, alg, kid = _parse_header(header_b64)
         if alg not in allowed:
-            raise TokenVerificationError("algorithm not allowed")
+            raise TokenVerificationError("algorithm not allowed", TokenCheck.ALGORITHM)
         selected = self._select_key(kid, alg)
         try:
             signature = b64url_decode(signature_b64)
         except (ValueError, binascii.Error, UnicodeError) as exc:
             raise TokenVerificationError("malformed token: signature is not base64url") from exc
         if not selected.check(f"{header_b64}.{payload_b64}".encode("ascii"), signature):
-            raise TokenVerificationError("bad signature")
+            raise TokenVerificationError("bad signature", TokenCheck.SIGNATURE)
 
         claims = _json_object(payload_b64, "payload")
         return _check_claims(header, claims, kid, alg, audiences, issuer, skew, now)
@@ -711,7 +716,7 @@ class JwtVerifier:
             # Without a kid only an unambiguous set is acceptable.
             usable = [k for k in snapshot.keys if k.accepts(alg)]
             if len(usable) != 1:
-                raise TokenVerificationError("missing kid")
+                raise TokenVerificationError("missing kid", TokenCheck.UNKNOWN_KID)
             key = usable[0]
         else:
             candidates = snapshot.by_kid.get(kid)
@@ -721,7 +726,7 @@ class JwtVerifier:
                 if key.accepts(alg):
                     break
             else:
-                raise TokenVerificationError("key does not match algorithm")
+                raise TokenVerificationError("key does not match algorithm", TokenCheck.ALGORITHM)
         selected = _Selected(key, _signature_checker(alg, key))
         if len(snapshot._selected) < _MEMO_SIZE:
             snapshot._selected[(kid, alg)] = selected
@@ -744,16 +749,16 @@ def _check_claims(
 ) -> VerifiedClaims:
     raw_exp = claims.get("exp")
     if raw_exp is None:
-        raise TokenVerificationError("missing exp claim")
+        raise TokenVerificationError("missing exp claim", TokenCheck.CLAIM)
     exp = _numeric_date(claims, "exp")
     if exp is None or now >= raw_exp + skew:
-        raise TokenVerificationError("token expired")
+        raise TokenVerificationError("token expired", TokenCheck.EXPIRED)
     nbf = _numeric_date(claims, "nbf") if "nbf" in claims else None
     if nbf is not None and now + skew < claims["nbf"]:
-        raise TokenVerificationError("token not yet valid")
+        raise TokenVerificationError("token not yet valid", TokenCheck.NOT_YET_VALID)
     iat = _numeric_date(claims, "iat") if "iat" in claims else None
     if iat is not None and claims["iat"] > now + skew:
-        raise TokenVerificationError("iat in the future")
+        raise TokenVerificationError("iat in the future", TokenCheck.ISSUED_AT)
 
     raw_aud = claims.get("aud")
     if isinstance(raw_aud, str):
@@ -761,23 +766,23 @@ def _check_claims(
     elif isinstance(raw_aud, list) and raw_aud and all(isinstance(a, str) for a in raw_aud):
         aud = tuple(raw_aud)
     elif raw_aud is None:
-        raise TokenVerificationError("missing aud claim")
+        raise TokenVerificationError("missing aud claim", TokenCheck.AUDIENCE)
     else:
-        raise TokenVerificationError("invalid aud claim")
+        raise TokenVerificationError("invalid aud claim", TokenCheck.AUDIENCE)
     if (audiences not in aud) if isinstance(audiences, str) else audiences.isdisjoint(aud):
-        raise TokenVerificationError("audience mismatch")
+        raise TokenVerificationError("audience mismatch", TokenCheck.AUDIENCE)
 
     iss = claims.get("iss")
     if iss is not None and not isinstance(iss, str):
-        raise TokenVerificationError("invalid iss claim")
+        raise TokenVerificationError("invalid iss claim", TokenCheck.ISSUER)
     if issuer is not None and iss != issuer:
-        raise TokenVerificationError("issuer mismatch")
+        raise TokenVerificationError("issuer mismatch", TokenCheck.ISSUER)
     sub = claims.get("sub")
     if sub is not None and not isinstance(sub, str):
-        raise TokenVerificationError("invalid sub claim")
+        raise TokenVerificationError("invalid sub claim", TokenCheck.SUBJECT)
     jti = claims.get("jti")
     if jti is not None and not isinstance(jti, str):
-        raise TokenVerificationError("invalid jti claim")
+        raise TokenVerificationError("invalid jti claim", TokenCheck.JWT_ID)
 
     return VerifiedClaims(
         sub=sub,

@@ -18,6 +18,7 @@ from flask_authflow.clock import MockClock
 from flask_authflow.errors import (
     ConfigurationError,
     SigningKeyError,
+    TokenCheck,
     TokenVerificationError,
     UnknownKeyId,
 )
@@ -646,3 +647,55 @@ def test_key_without_alg_accepts_any_matching_algorithm(
     assert v.verify(make(ps), AUD).alg == "PS256"
     with pytest.raises(TokenVerificationError, match="algorithm not allowed"):
         v.verify(make(rsa_key.with_algorithm("RS512")), AUD)
+
+
+# -- typed rejection reasons (issue 6 point 19) and zip/enc (point 9) --------------------------------
+
+
+def _reason_cases(ec_key: LocalIdpSigningKey, rsa_key: LocalIdpSigningKey) -> list[tuple[str, TokenCheck]]:
+    signed = make(ec_key)
+    head, body, _ = signed.split(".")
+    other = LocalIdpSigningKey.generate_es256().with_key_id("ec-1")
+    return [
+        ("not-a-jwt", TokenCheck.MALFORMED),
+        (f"{head}.{body}.%%%", TokenCheck.MALFORMED),
+        (make(ec_key, header={"alg": "ES256", "kid": "ec-1", "zip": "DEF"}), TokenCheck.HEADER),
+        (make(ec_key, header={"alg": "ES256", "kid": "ec-1", "enc": "A256GCM"}), TokenCheck.HEADER),
+        (make(ec_key, header={"alg": "ES256", "kid": "ec-1", "crit": ["exp"]}), TokenCheck.HEADER),
+        (make(ec_key, header={"alg": "ES256", "kid": 7}), TokenCheck.HEADER),
+        (make(ec_key, header={"kid": "ec-1"}), TokenCheck.ALGORITHM),
+        (make(ec_key, header={"alg": "HS256", "kid": "ec-1"}), TokenCheck.ALGORITHM),
+        (make(ec_key, header={"alg": "ES256", "kid": "nobody"}), TokenCheck.UNKNOWN_KID),
+        (make(ec_key, header={"alg": "RS256", "kid": "ec-1"}), TokenCheck.ALGORITHM),
+        (make(other), TokenCheck.SIGNATURE),
+        (make(ec_key, claims(exp=T - 3600)), TokenCheck.EXPIRED),
+        (make(ec_key, claims(nbf=T + 3600)), TokenCheck.NOT_YET_VALID),
+        (make(ec_key, claims(iat=T + 3600, exp=T + 7200)), TokenCheck.ISSUED_AT),
+        (make(ec_key, claims(aud="api://other")), TokenCheck.AUDIENCE),
+        (make(ec_key, claims(aud=...)), TokenCheck.AUDIENCE),
+        (make(ec_key, claims(iss="https://evil.test")), TokenCheck.ISSUER),
+        (make(ec_key, claims(sub=5)), TokenCheck.SUBJECT),
+        (make(ec_key, claims(jti=5)), TokenCheck.JWT_ID),
+        (make(ec_key, claims(exp=...)), TokenCheck.CLAIM),
+        (make(ec_key, claims(exp="soon")), TokenCheck.CLAIM),
+    ]
+
+
+def test_each_rejection_names_its_check(
+    verifier: JwtVerifier, ec_key: LocalIdpSigningKey, rsa_key: LocalIdpSigningKey
+) -> None:
+    for token, reason in _reason_cases(ec_key, rsa_key):
+        with pytest.raises(TokenVerificationError) as info:
+            verifier.verify(token, AUD, issuer=ISS)
+        assert info.value.reason is reason, (token, info.value.message)
+        assert info.value.message  # the human text is kept next to the typed reason
+
+
+@pytest.mark.parametrize("member", [{"zip": "DEF"}, {"enc": "A256GCM"}, {"zip": "DEF", "enc": "A128GCM"}])
+def test_zip_and_enc_headers_are_refused(
+    verifier: JwtVerifier, ec_key: LocalIdpSigningKey, member: dict[str, str]
+) -> None:
+    token = make(ec_key, header={"alg": "ES256", "kid": "ec-1", **member})
+    with pytest.raises(TokenVerificationError, match="zip or enc") as info:
+        verifier.verify(token, AUD)
+    assert info.value.reason is TokenCheck.HEADER
