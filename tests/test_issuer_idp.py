@@ -222,6 +222,8 @@ def test_mint_with_header(idp: LocalIdp, key: LocalIdpSigningKey, clock: MockClo
         {"jwk": {"kty": "EC"}},
         {"x5u": "https://evil.test/cert"},
         {"x5c": ["AAAA"]},
+        {"zip": "DEF"},  # issue 6 point 9: never a compressed payload
+        {"enc": "A256GCM"},  # nor a JWE header
         {"typ": ""},
         {"typ": 5},
         {"": "empty"},

@@ -53,7 +53,7 @@ CORE_METADATA_FIELDS: Final = frozenset(
         "subject_types_supported",
     }
 )
-_FORBIDDEN_HEADER_FIELDS: Final = frozenset({"crit", "b64", "jwk", "jku", "x5u", "x5c"})
+_FORBIDDEN_HEADER_FIELDS: Final = frozenset({"crit", "b64", "jwk", "jku", "x5u", "x5c", "zip", "enc"})
 _MAX_HEADER_BYTES: Final = 1024
 _JSON_SEPARATORS: Final = (",", ":")
 
@@ -283,8 +283,8 @@ class LocalIdp:
         """Like :meth:`mint` with extra JWS header fields (``typ`` may be replaced).
 
         ``alg`` and ``kid``, when given, must equal the current key's; the
-        ``crit``, ``b64`` and key-carrying fields (``jwk``, ``jku``, ``x5u``,
-        ``x5c``) are refused.
+        ``crit``, ``b64``, ``zip``, ``enc`` and key-carrying fields (``jwk``,
+        ``jku``, ``x5u``, ``x5c``) are refused.
         """
         return self._mint(claims, header).token
 
