@@ -740,3 +740,15 @@ def test_odd_requests_never_get_a_500(
     else:
         resp = client.post(path, data=params, headers=headers)
     assert resp.status_code < 500
+
+
+def test_adapter_supports_streamed_reads_with_a_size_cap(
+    provider: TestOpenIDProvider, http: requests.Session
+) -> None:
+    resp = http.get(provider.discovery_url, stream=True)
+    first = resp.raw.read(10, decode_content=True)
+    rest = b"".join(resp.raw.stream(64, decode_content=True))
+    assert json.loads(first + rest)["issuer"] == provider.issuer
+    streamed = http.get(provider.discovery_url, stream=True)
+    assert json.loads(b"".join(streamed.iter_content(16)))["issuer"] == provider.issuer
+    resp.close()

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import re
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
@@ -760,9 +761,28 @@ def _unverified_aud(token: str) -> str:
     raise ValueError("id_token_hint has no aud")
 
 
-def _make_wsgi_adapter(app: Flask) -> requests.adapters.BaseAdapter:
-    import io
+class _RawBody:
+    """The in-memory body as ``response.raw``: the urllib3 reading calls clients use (size caps)."""
 
+    def __init__(self, content: bytes) -> None:
+        self._buffer = io.BytesIO(content)
+        self.closed = False
+
+    def read(self, amt: int | None = None, decode_content: bool | None = None, **_: Any) -> bytes:
+        return self._buffer.read(amt)
+
+    def stream(self, amt: int = 65536, decode_content: bool | None = None) -> Iterator[bytes]:
+        while chunk := self._buffer.read(amt):
+            yield chunk
+
+    def release_conn(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _make_wsgi_adapter(app: Flask) -> requests.adapters.BaseAdapter:
     import requests
     import requests.adapters
     from requests.structures import CaseInsensitiveDict
@@ -805,7 +825,7 @@ def _make_wsgi_adapter(app: Flask) -> requests.adapters.BaseAdapter:
             response.encoding = get_encoding_from_headers(response.headers)
             response._content = content
             response._content_consumed = True  # type: ignore[attr-defined]
-            response.raw = io.BytesIO(content)
+            response.raw = _RawBody(content)
             response.url = url
             response.request = request
             response.connection = self  # type: ignore[assignment]
