@@ -382,3 +382,67 @@ def test_sql_concurrent_rotation_from_two_engines(database_url: str) -> None:
     assert current == 1
     for e in engines:
         e.dispose()
+
+
+# -- the algorithm survives a reload (issue 6 point 13) and unsafe folders (point 4) -------------------
+
+ALL_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"]
+
+
+def _generate(algorithm: str) -> LocalIdpSigningKey:
+    return LocalIdpSigningKey.generate(algorithm, rsa_bits=2048)
+
+
+@pytest.mark.parametrize("algorithm", ALL_ALGORITHMS)
+def test_file_store_keeps_the_algorithm(tmp_path: Path, algorithm: str) -> None:
+    first = _generate(algorithm)
+    store = FileLocalIdpKeyStore.initialize(tmp_path / "keys", first)
+    second = _generate(algorithm)
+    store.rotate(second)
+    loaded = FileLocalIdpKeyStore(tmp_path / "keys").load_all()
+    assert loaded.current.algorithm == algorithm
+    assert [k.algorithm for k in loaded.all_keys] == [algorithm, algorithm]
+    assert loaded.current == second
+
+
+@pytest.mark.parametrize("algorithm", ALL_ALGORITHMS)
+def test_memory_store_keeps_the_algorithm(algorithm: str) -> None:
+    store = MemoryLocalIdpKeyStore.with_current(_generate(algorithm))
+    store.rotate(_generate(algorithm))
+    assert {k.algorithm for k in store.load_all().all_keys} == {algorithm}
+
+
+@pytest.mark.parametrize("algorithm", ALL_ALGORITHMS)
+def test_sql_store_keeps_the_algorithm(
+    tmp_path: Path, sql_stores: Callable[[Any], SqlAlchemyLocalIdpKeyStore], algorithm: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'keys.db'}"
+    sql_stores(url).ensure_current(lambda: _generate(algorithm))
+    sql_stores(url).rotate(_generate(algorithm))
+    assert {k.algorithm for k in sql_stores(url).load_all().all_keys} == {algorithm}
+
+
+def test_file_store_reads_the_old_layout_without_an_algorithm_line(tmp_path: Path) -> None:
+    store = FileLocalIdpKeyStore.initialize(tmp_path / "keys", es().with_key_id("old"))
+    pem = store.directory / "historical" / "old.pem"
+    pem.write_bytes(es().with_key_id("old").private_pem())  # what older versions wrote
+    assert pem.read_bytes().startswith(b"-----BEGIN")
+    assert store.load_all().current.algorithm == "ES256"
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o757])
+def test_store_folder_writable_by_others_refused(file_store: FileLocalIdpKeyStore, mode: int) -> None:
+    os.chmod(file_store.directory, mode)
+    try:
+        with pytest.raises(KeyStoreError, match="writable by group or others"):
+            file_store.load_all()
+    finally:
+        os.chmod(file_store.directory, 0o700)
+
+
+def test_symlinked_historical_refused(file_store: FileLocalIdpKeyStore, tmp_path: Path) -> None:
+    real = tmp_path / "elsewhere"
+    (file_store.directory / "historical").rename(real)
+    (file_store.directory / "historical").symlink_to(real)
+    with pytest.raises(KeyStoreError, match="symlink"):
+        file_store.load_all()

@@ -111,6 +111,25 @@ def _write_new_file(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
+_ALG_LINE_PREFIX: Final = b"alg: "
+
+
+def _split_algorithm_line(data: bytes) -> tuple[str | None, bytes]:
+    """``(algorithm, pem)`` from a key file: ``alg: <name>`` then the PEM.
+
+    Files written before the algorithm was stored hold only the PEM (``None``:
+    inferred from the key).
+    """
+    if not data.startswith(_ALG_LINE_PREFIX):
+        return None, data
+    line, _, pem = data.partition(b"\n")
+    try:
+        algorithm = line[len(_ALG_LINE_PREFIX) :].decode("ascii").strip()
+    except UnicodeDecodeError as exc:
+        raise KeyStoreError("a key file has an unreadable algorithm line") from exc
+    return algorithm, pem
+
+
 class FileLocalIdpKeyStore:
     """Keys in a directory: ``historical/<kid>.pem`` for every key plus ``current.kid``.
 
@@ -119,7 +138,7 @@ class FileLocalIdpKeyStore:
         <directory>/            0700
           current.kid           0600  the current key's kid and a newline
           historical/           0700
-            <kid>.pem           0600  PKCS#8 private key, one per key (the current one too)
+            <kid>.pem           0600  "alg: <algorithm>" line + PKCS#8 private key, one per key
           .lock                 0600  serialises rotations between processes (flock)
 
     Rotation writes the new PEM to a temporary file, fsyncs it and renames it into
@@ -129,8 +148,11 @@ class FileLocalIdpKeyStore:
     key files readable by group or others, and a ``current.kid`` that is not a
     plain key id (so it cannot point outside ``historical/``).
 
-    The algorithm is inferred from the key: RSA → RS256, P-256 → ES256,
-    P-384 → ES384, Ed25519 → EdDSA. POSIX only (uses ``flock``).
+    Each key file starts with its algorithm (``alg: PS256``); files written
+    without that line (older versions) get it inferred: RSA → RS256, P-256 →
+    ES256, P-384 → ES384, Ed25519 → EdDSA. The directory and ``historical/``
+    must not be writable by group or others, and ``historical/`` must not be a
+    symlink. POSIX only (uses ``flock``).
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
@@ -218,19 +240,25 @@ class FileLocalIdpKeyStore:
             os.close(fd)
         if len(data) > _MAX_PEM_BYTES:
             raise KeyStoreError(f"key file {path} is too large")
+        algorithm, pem = _split_algorithm_line(data)
         try:
-            return LocalIdpSigningKey.from_pem(data, kid=kid)
+            return LocalIdpSigningKey.from_pem(pem, kid=kid, algorithm=algorithm)
         except SigningKeyError as exc:
             raise KeyStoreError(f"key file {path} is unusable: {exc.message}") from exc
 
     def _list_kids(self) -> list[str]:
         try:
+            top = os.lstat(self._dir)
+            if stat.S_ISLNK(os.lstat(self._historical).st_mode):
+                raise KeyStoreError(f"{self._historical} is a symlink; the key store refuses it")
             info = os.stat(self._historical)
             names = os.listdir(self._historical)
         except FileNotFoundError as exc:
             raise KeyStoreError(f"{self._historical} is missing: the key store is not initialized") from exc
         except OSError as exc:
             raise KeyStoreError(f"cannot read {self._historical}: {exc.strerror}") from exc
+        if top.st_mode & 0o022:
+            raise KeyStoreError(f"{self._dir} is writable by group or others; run chmod 700")
         if info.st_mode & 0o022:
             raise KeyStoreError(f"{self._historical} is writable by group or others; run chmod 700")
         kids = []
@@ -297,7 +325,7 @@ class FileLocalIdpKeyStore:
         try:
             # 1. the PEM, under its final name, fully on disk
             tmp = self._historical / f"{_TMP_PREFIX}{secrets.token_hex(8)}"
-            _write_new_file(tmp, key.private_pem())
+            _write_new_file(tmp, _ALG_LINE_PREFIX + key.algorithm.encode("ascii") + b"\n" + key.private_pem())
             os.rename(tmp, self._historical / f"{key.kid}.pem")
             _fsync_dir(self._historical)
             # 2. the pointer, replaced atomically
