@@ -160,6 +160,7 @@ def start_oidc_provider(
     backchannel_logout_uri: str | None = None,
     *,
     port: int | None = None,
+    keep_ssrf_guard: bool = False,
 ) -> OidcProviderProcess:
     """Start ``node op.mjs`` on 127.0.0.1 (a free port unless given) and wait until it listens."""
     reason = oidc_provider_ready()
@@ -175,6 +176,7 @@ def start_oidc_provider(
             "OP_POST_LOGOUT_REDIRECT_URIS": ",".join(post_logout_redirect_uris),
             "OP_BACKCHANNEL_LOGOUT_URI": backchannel_logout_uri or "",
             "NODE_ENV": "test",
+            "OP_KEEP_SSRF_GUARD": "1" if keep_ssrf_guard else "0",
         }
     )
     log = tempfile.TemporaryFile()  # a file, not a pipe: a full pipe would block node

@@ -21,7 +21,14 @@ from flask_authflow.errors import TokenVerificationError, UnknownKeyId
 from flask_authflow.jose import JwksHandle, JwtVerifier, VerifiedClaims, b64url_encode, parse_public_jwk
 from flask_authflow.testing.provider import BACKCHANNEL_LOGOUT_EVENT
 from tests import oidc_parts
-from tests.oidc_parts import FinalRedirect, OidcProviderProcess, drive_login, drive_logout
+from tests.oidc_parts import (
+    FinalRedirect,
+    OidcProviderProcess,
+    drive_login,
+    drive_logout,
+    start_backchannel_receiver,
+    start_oidc_provider,
+)
 
 pytestmark = [pytest.mark.http, pytest.mark.node]
 
@@ -210,6 +217,9 @@ def test_rp_initiated_logout_and_the_backchannel_logout_token(oidc_op: OidcProvi
         "state": "bye-123",
     }
     end_session = f"{oidc_op.discovery()['end_session_endpoint']}?{urlencode(params)}"
+    page = login.browser.get(end_session, allow_redirects=False, timeout=5)
+    assert page.status_code == 200  # the confirmation page: nothing is posted before "yes"
+    assert oidc_op.receiver.wait_for(before + 1, timeout=0.3) == oidc_op.receiver.tokens[:before]
     back = drive_logout(end_session, login.browser, issuer=oidc_op.issuer)
     assert back.url.startswith(oidc_op.post_logout_redirect_uri)
     assert back.state == "bye-123"
@@ -236,3 +246,26 @@ def test_end_session_refuses_an_unregistered_post_logout_redirect(oidc_op: OidcP
     resp = login.browser.get(end_session, allow_redirects=False, timeout=5)
     assert resp.status_code == 400
     assert "evil" not in resp.headers.get("Location", "")
+
+
+def test_without_the_fetch_override_the_ssrf_guard_blocks_the_loopback_post() -> None:
+    """Why op.mjs replaces ``fetch``: with oidc-provider's guard kept, no logout token reaches 127.0.0.1."""
+    receiver = start_backchannel_receiver()
+    rp = "http://127.0.0.1:9"
+    op = start_oidc_provider([f"{rp}/cb"], [f"{rp}/out"], receiver.url, keep_ssrf_guard=True)
+    try:
+        login = Login(op, op.client_id, "grace")
+        params = {
+            "id_token_hint": login.id_token(),
+            "post_logout_redirect_uri": op.post_logout_redirect_uri,
+            "state": "s",
+        }
+        end_session = f"{op.discovery()['end_session_endpoint']}?{urlencode(params)}"
+        back = drive_logout(end_session, login.browser, issuer=op.issuer)
+        assert back.state == "s"  # the logout itself still completes
+        assert receiver.wait_for(1, timeout=1.0) == []
+        assert "backchannel logout to reference-app failed" in op.output()
+        assert "special-use IP address" in op.output()
+    finally:
+        op.stop()
+        receiver.stop()

@@ -6,6 +6,7 @@
 //   OP_CLIENT_ID, OP_CLIENT_SECRET                    client credentials (client_secret_basic)
 //   OP_REDIRECT_URIS, OP_POST_LOGOUT_REDIRECT_URIS    comma-separated lists
 //   OP_BACKCHANNEL_LOGOUT_URI                         where the provider POSTs logout tokens (optional)
+//   OP_KEEP_SSRF_GUARD=1                              keep oidc-provider's SSRF guard (refuses loopback)
 //
 // Test-only admin route: POST /__admin/rotate?keep_old=1 replaces the RS256 and ES256 signing keys (the
 // old ones stay published after the new ones when keep_old=1) and answers {"kids": [...]}, the new
@@ -36,6 +37,13 @@ const backchannelLogoutUri = process.env.OP_BACKCHANNEL_LOGOUT_URI || undefined;
 if (redirectUris.length === 0) {
   console.error('OP_REDIRECT_URIS is required');
   process.exit(2);
+}
+
+const keepSsrfGuard = process.env.OP_KEEP_SSRF_GUARD === '1';
+
+function fetchWithoutSsrfGuard(url, options) {
+  const { dispatcher: _dropped, ...rest } = options;
+  return globalThis.fetch(url, rest);
 }
 
 function clientFor(id, alg) {
@@ -91,14 +99,15 @@ function build(keys) {
       };
     },
     // The default fetch refuses loopback and private addresses (SSRF guard); the tests' relying party
-    // listens on 127.0.0.1, so drop the guard's dispatcher here, for this test provider only.
-    fetch(url, options) {
-      const { dispatcher: _dropped, ...rest } = options;
-      return globalThis.fetch(url, rest);
-    },
+    // listens on 127.0.0.1, so drop the guard's dispatcher here, for this test provider only
+    // (OP_KEEP_SSRF_GUARD=1 keeps it, to show that the guard is what blocks the POST).
+    ...(keepSsrfGuard ? {} : { fetch: fetchWithoutSsrfGuard }),
   });
-  provider.on('backchannel.error', (err, client) => {
-    console.error(`backchannel logout to ${client.clientId} failed: ${err.message}`);
+  provider.on('backchannel.error', (_ctx, err, client) => {
+    console.error(`backchannel logout to ${client.clientId} failed: ${err.message} (${err.cause?.message ?? ''})`);
+  });
+  provider.on('backchannel.success', (_ctx, client) => {
+    console.error(`backchannel logout to ${client.clientId} sent`);
   });
   provider.on('server_error', (_ctx, err) => {
     console.error(`server_error: ${err.stack}`);
