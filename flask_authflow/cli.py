@@ -141,6 +141,15 @@ def _issuer() -> Any:
         raise click.ClickException(
             "the local issuer is off: set AUTHFLOW_ISSUER (and AUTHFLOW_ISSUER_KEY_STORE)"
         )
+    from .issuer import MemoryLocalIdpKeyStore
+
+    if isinstance(issuer.key_store, MemoryLocalIdpKeyStore):
+        # Each CLI run would get its own throwaway key: no server would ever see it.
+        raise click.ClickException(
+            "AUTHFLOW_ISSUER_KEY_STORE='memory' keeps keys in this process only: this command "
+            "would use a throwaway key that no server ever sees. Use 'sql' (the default) or "
+            "'file:<directory>'"
+        )
     return issuer
 
 

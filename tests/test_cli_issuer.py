@@ -398,3 +398,15 @@ def test_flask_cli_subprocess_mints_with_the_issuer_example(tmp_path: Path) -> N
     key = pyjwt.PyJWK(jwks["keys"][0]).key
     assert pyjwt.decode(token, key, algorithms=["ES256"], audience=AUD, issuer=ISS)["tier"] == 3
     assert "BEGIN" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [("rotate-key",), ("rotate-key", "--kid", "k2"), ("mint", "--sub", "svc", "--aud", "api://x")]
+)
+def test_memory_key_store_is_refused_by_the_cli(args: tuple[str, ...]) -> None:
+    """Issue 6 point 5: a CLI run on the memory store would use a throwaway key."""
+    app = make_app(AUTHFLOW_ISSUER=ISS, AUTHFLOW_ISSUER_KEY_STORE="memory")
+    before = issuer_of(app).current_kid
+    result = run(app, *args)
+    assert_clean_error(result, "memory", "throwaway key")
+    assert issuer_of(app).current_kid == before
