@@ -139,10 +139,10 @@ class _FlakyStore(MemorySessionStore):
 
     down = False
 
-    def save(self, record, expires_at, *, replaces=()):  # type: ignore[no-untyped-def]
+    def save(self, record, expires_at, *, replaces=(), existing=False):  # type: ignore[no-untyped-def]
         if self.down:
             raise StoreUnavailable("session store down")
-        super().save(record, expires_at, replaces=replaces)
+        return super().save(record, expires_at, replaces=replaces, existing=existing)
 
     def delete(self, sid):  # type: ignore[no-untyped-def]
         if self.down:

@@ -51,12 +51,19 @@ class SpyStore(MemorySessionStore):
             raise StoreUnavailable()
         return super().load(sid)
 
-    def save(self, record: SessionRecord, expires_at: datetime, *, replaces: Sequence[str] = ()) -> None:
+    def save(
+        self,
+        record: SessionRecord,
+        expires_at: datetime,
+        *,
+        replaces: Sequence[str] = (),
+        existing: bool = False,
+    ) -> bool:
         if self.down or self.down_on_save:
             raise StoreUnavailable()
         self.saves += 1
         self.deletes.extend(replaces)  # deleted in the same atomic step as the save
-        super().save(record, expires_at, replaces=replaces)
+        return super().save(record, expires_at, replaces=replaces, existing=existing)
 
     def delete(self, sid: str) -> None:
         if self.down or self.down_on_save:
@@ -367,7 +374,7 @@ def test_guest_without_data_sets_no_cookie_and_stores_nothing(client: FlaskClien
     response = client.get("/")
     assert response.get_json()["state"] == "guest"
     assert set_cookies(response) == []
-    assert store.saves == 0 and len(store) == 0
+    assert store.saves == 0 and store.count() == 0
 
 
 def test_unmodified_session_sets_no_cookie_and_writes_nothing(app: Flask, store: SpyStore) -> None:
@@ -399,7 +406,7 @@ def test_flashed_messages_round_trip(client: FlaskClient, store: SpyStore) -> No
     assert client.get("/flashes").get_json() == [["info", "hello"]]
     # Consuming the last message leaves an empty guest: row and cookie go away.
     assert client.get_cookie(COOKIE) is None
-    assert len(store) == 0
+    assert store.count() == 0
     assert client.get("/flashes").get_json() == []
 
 
@@ -411,12 +418,12 @@ def test_guest_emptied_of_data_is_deleted(client: FlaskClient, store: SpyStore) 
     assert header.startswith(f"{COOKIE}=;")
     assert "Expires=Thu, 01 Jan 1970" in header
     assert sid in store.deletes
-    assert len(store) == 0
+    assert store.count() == 0
 
 
 def test_guest_with_a_flow_is_stored(client: FlaskClient, store: SpyStore) -> None:
     client.post("/flow")
-    assert len(store) == 1
+    assert store.count() == 1
     record = store.load(sid_of(cookie_value(client)))
     assert record is not None and record.flow == {"state": "s", "nonce": "n"}
 
@@ -604,7 +611,7 @@ def test_logout_clears_the_cookie_and_the_old_cookie_is_dead(app: Flask, store: 
     assert header.startswith(f"{COOKIE}=;") and "Expires=Thu, 01 Jan 1970" in header
     assert "HttpOnly" in header and "Path=/" in header
     assert store.load(sid_of(before)) is None
-    assert len(store) == 0
+    assert store.count() == 0
     assert state(client)["state"] == "guest"
     assert raw_get(app, before).get_json()["state"] == "guest"
 
@@ -783,11 +790,14 @@ def test_store_down_on_save_of_a_change_fails_closed(app: Flask, store: SpyStore
     calls: list[str] = []
     original_save = store.save
 
-    def save(record: SessionRecord, expires_at: datetime, *, replaces: Sequence[str] = ()) -> None:
+    def save(
+        record: SessionRecord, expires_at: datetime, *, replaces: Sequence[str] = (), existing: bool = False
+    ) -> bool:
         calls.append(record.sid)
         if len(calls) == 1:
             raise StoreUnavailable()
-        original_save(record, expires_at, replaces=replaces)  # the store is back for any later attempt
+        # the store is back for any later attempt
+        return original_save(record, expires_at, replaces=replaces, existing=existing)
 
     store.save = save  # type: ignore[method-assign]
     response = client.post("/login")
@@ -817,7 +827,9 @@ def test_oversized_nested_change_falls_back_to_the_stored_data(client: FlaskClie
     client.post("/cart")
     sid = sid_of(cookie_value(client))
     response = client.post("/grow")
-    assert response.status_code == 200
+    # nothing is dropped silently: the request answers 413 (issue 6, point 12)
+    assert response.status_code == 413
+    assert b"custom session data is" in response.data
     assert state(client)["custom"] == {"cart": []}
     record = store.load(sid)
     assert record is not None and record.custom == {"cart": []}
@@ -826,8 +838,8 @@ def test_oversized_nested_change_falls_back_to_the_stored_data(client: FlaskClie
 def test_oversized_change_with_a_login_keeps_the_login_and_drops_the_data(client: FlaskClient) -> None:
     client.post("/cart")
     response = client.post("/login-and-grow")
-    assert response.status_code == 200
-    body = state(client)
+    assert response.status_code == 413  # the data is refused, said so ...
+    body = state(client)  # ... and the login is kept
     assert body["state"] == "authenticated"
     assert body["custom"] == {}
 

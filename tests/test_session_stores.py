@@ -100,7 +100,7 @@ class StoreContract:
         store.save(before, clock.now() + timedelta(hours=1))
         store.save(other, clock.now() + timedelta(hours=1))
         rotated = replace(before, sid=new_session_id())
-        store.save(rotated, clock.now() + timedelta(hours=1), replaces=[before.sid, "never-existed"])
+        assert store.save(rotated, clock.now() + timedelta(hours=1), replaces=[before.sid]) is True
         assert store.load(before.sid) is None  # the pre-rotation id is dead
         assert store.load(rotated.sid) == rotated
         assert store.load(other.sid) == other  # nobody else's session is touched
@@ -188,9 +188,9 @@ class TestMemorySessionStore(StoreContract):
         for _ in range(9):
             store.save(user_record(clock), clock.now() + timedelta(minutes=1))
         clock.advance(timedelta(minutes=5))
-        assert len(store) == 9
+        assert store.count() == 9
         store.save(user_record(clock), clock.now() + timedelta(minutes=1))  # 10th save purges
-        assert len(store) == 1
+        assert store.count() == 1
 
     def test_thread_safety(self) -> None:
         clock = MockClock()
@@ -214,7 +214,7 @@ class TestMemorySessionStore(StoreContract):
         for thread in threads:
             thread.join()
         assert errors == []
-        assert len(store) == 0
+        assert store.count() == 0
         assert store.list_user_sessions("acme", "alice") == []
 
     def test_repr(self) -> None:

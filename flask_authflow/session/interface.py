@@ -27,7 +27,8 @@ from typing import Any
 
 from flask import Flask, Request, Response
 from flask.sessions import SessionInterface, SessionMixin
-from itsdangerous import Signer
+from itsdangerous import BadData, Signer
+from itsdangerous.encoding import base64_decode, base64_encode
 
 from ..clock import Clock, SystemClock
 from ..errors import ConfigurationError, SessionDataTooLarge, StoreUnavailable
@@ -121,9 +122,32 @@ class RequestSession(AuthSession):
         #: already saved by :meth:`AuthFlowSessionInterface.save_early` for this request.
         self.saved = False
 
+    @property
+    def state_unread(self) -> AuthState:
+        """The state, read without marking the session used (for the interface)."""
+        return self._record.state
+
     def rebind(self, fingerprint: str) -> None:
         """Re-bind to ``fingerprint`` (same User-Agent, fingerprint key of the current signing key)."""
         self._record = replace(self._record, fingerprint=fingerprint)
+
+
+_B64URL_RE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _canonical_b64(text: str) -> bool:
+    """``text`` is the one canonical unpadded base64url spelling of its bytes.
+
+    A decoder accepts ``=`` padding and ignores the unused low bits of the last
+    character, so several spellings decode to the same signature; only the one the
+    signer writes is accepted.
+    """
+    if not _B64URL_RE.fullmatch(text):
+        return False
+    try:
+        return base64_encode(base64_decode(text)).decode("ascii") == text
+    except BadData:  # undecodable input
+        return False
 
 
 def _check_signing_key(key: bytes, what: str) -> bytes:
@@ -272,7 +296,7 @@ class AuthFlowSessionInterface(SessionInterface):
         if not raw or len(raw) > MAX_COOKIE_LENGTH or not raw.isascii():
             return None
         value, sep, signature = raw.rpartition(".")
-        if not sep or not _SID_RE.fullmatch(value) or not signature:
+        if not sep or not _SID_RE.fullmatch(value) or not _canonical_b64(signature):
             return None
         for slot in self._slots:
             if slot.signer.verify_signature(value, signature):
@@ -371,22 +395,27 @@ class AuthFlowSessionInterface(SessionInterface):
             if session.accessed:
                 failed.vary.add("Cookie")
             return failed
-        session.saved = True
+        # Not marked saved: ``after_request`` handlers registered before init_app run
+        # after this one, and what they change is written by the final save_session.
         return response
 
     def save_session(self, app: Flask, session: SessionMixin, response: Response) -> None:
         if not isinstance(session, RequestSession) or session.saved:
             return
+        used = session.used
         if session.accessed:
             response.vary.add("Cookie")
+        if used and session.state_unread is not AuthState.GUEST and "Cache-Control" not in response.headers:
+            response.headers["Cache-Control"] = "private, no-store"
         if session.store_failed:
             if session.modified:
                 log.warning("session changes discarded: the session store was unavailable")
             return
-        if not (session.modified or session.force_write or session.resign):
+        # The last-seen refresh and a re-signature happen only for requests that looked
+        # at the session: views that never do (JWKS, discovery, static) cost nothing.
+        if not (session.modified or (used and (session.force_write or session.resign))):
             return
-        if session.modified:
-            self._enforce_size(session)
+        too_large = self._enforce_size(session) if session.modified else None
         try:
             self._persist(session, response)
         except StoreUnavailable:
@@ -398,6 +427,16 @@ class AuthFlowSessionInterface(SessionInterface):
             # for the error response; that attempt must not persist the change either.
             session.store_failed = True
             raise
+        # What was written is the new baseline: a later change in this request (an
+        # ``after_request`` handler running after save_early) is written again.
+        session.modified = session.force_write = session.resign = False
+        if too_large is not None:
+            # Nothing is dropped silently: the response says the data was refused.
+            refused = error_response(too_large)
+            response.status_code = refused.status_code
+            response.set_data(refused.get_data())
+            response.content_type = refused.content_type
+            response.headers["Cache-Control"] = refused.headers["Cache-Control"]
 
     def _persist(self, session: RequestSession, response: Response) -> None:
         now = self._clock.now()
@@ -421,9 +460,24 @@ class AuthFlowSessionInterface(SessionInterface):
                 if session.cookie_sent:
                     self._delete_cookie(response)
                 return
-            self.store.save(record, expires_at, replaces=session.dead_sids)
+            existing = session.loaded_sid == record.sid
+            replaces = () if existing or session.loaded_sid is None else (session.loaded_sid,)
+            if not self.store.save(record, expires_at, replaces=replaces, existing=existing):
+                # The session was deleted (logout elsewhere, revoked, password changed)
+                # after this request loaded it: it stays deleted and this client is a Guest.
+                log.info("session revoked during the request; not saved, cookie cleared")
+                session.saved = True
+                if session.cookie_sent:
+                    self._delete_cookie(response)
+                return
+            session.loaded_sid = record.sid
+            session.dead_sids.clear()
         else:  # only a re-signature: the stored record is unchanged
             expires_at = self.expires_at(record)
+        if response.cache_control.public:
+            # A response that sets a session cookie is never public: a shared cache
+            # would hand this cookie to other users.
+            response.headers["Cache-Control"] = "private, no-store"
         response.set_cookie(
             self.cookie_name,
             self.sign_sid(record.sid),
@@ -445,7 +499,7 @@ class AuthFlowSessionInterface(SessionInterface):
             samesite=self.samesite,
         )
 
-    def _enforce_size(self, session: RequestSession) -> None:
+    def _enforce_size(self, session: RequestSession) -> SessionDataTooLarge | None:
         """Keep oversized custom data out of the store.
 
         Assignments are checked when they happen; this catches nested mutation
@@ -457,6 +511,7 @@ class AuthFlowSessionInterface(SessionInterface):
         try:
             session.check_size()
         except SessionDataTooLarge as exc:
+            refused = exc
             log.warning(
                 "custom session data is %d bytes, over the %d-byte limit; changes to it discarded",
                 exc.size,
@@ -476,6 +531,8 @@ class AuthFlowSessionInterface(SessionInterface):
                 session.check_size()
             except SessionDataTooLarge:
                 dict.clear(session)
+            return refused
+        return None
 
     def __repr__(self) -> str:
         return (

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -273,6 +273,7 @@ class AuthSession(CallbackDict[str, Any], SessionMixin):
             assert isinstance(data, AuthSession)
             data.modified = True
             data.accessed = True
+            data.used = True
 
         self._record = record
         self._sid_factory = sid_factory
@@ -280,6 +281,10 @@ class AuthSession(CallbackDict[str, Any], SessionMixin):
         self.new = new
         self.modified = False
         self.accessed = False
+        #: the session's content was read or changed in this request. Unlike ``accessed``
+        #: (which Flask sets on any touch of the ``flask.session`` proxy, extension hooks
+        #: included) this decides the last-seen refresh and ``Cache-Control``.
+        self.used = False
         #: ids this session had earlier in the request; the interface deletes them at save.
         self.dead_sids: list[str] = []
         #: set when the binding check failed for this request (for metrics / audit).
@@ -312,6 +317,44 @@ class AuthSession(CallbackDict[str, Any], SessionMixin):
             self[key] = default
         return self[key]
 
+    # Reading custom data marks the session accessed (as Flask's own session does), so a
+    # response that depends on it gets ``Vary: Cookie`` and the caching headers.
+    def __getitem__(self, key: str) -> Any:
+        self.accessed = self.used = True
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.accessed = self.used = True
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.accessed = self.used = True
+        return super().__contains__(key)
+
+    def __iter__(self) -> Iterator[str]:
+        self.accessed = self.used = True
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self.accessed = self.used = True
+        return super().__len__()
+
+    def keys(self) -> Any:
+        self.accessed = self.used = True
+        return super().keys()
+
+    def items(self) -> Any:
+        self.accessed = self.used = True
+        return super().items()
+
+    def values(self) -> Any:
+        self.accessed = self.used = True
+        return super().values()
+
+    def __ior__(self, other: Any) -> Any:  # type: ignore[misc]  # ``session |= {...}`` is capped too
+        self.update(other)
+        return self
+
     def _check_size(self, data: Mapping[str, Any]) -> None:
         size = _custom_size(data)
         if size > self._custom_limit:
@@ -324,7 +367,7 @@ class AuthSession(CallbackDict[str, Any], SessionMixin):
     # --- typed read access -----------------------------------------------------------------
 
     def _touch(self) -> None:
-        self.accessed = True
+        self.accessed = self.used = True
 
     @property
     def record(self) -> SessionRecord:

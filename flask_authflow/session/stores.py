@@ -39,12 +39,29 @@ class SessionStore(Protocol):
         """The record with this id, or ``None`` if unknown or expired."""
         ...
 
-    def save(self, record: SessionRecord, expires_at: datetime, *, replaces: Sequence[str] = ()) -> None:
-        """Insert or replace the record; it must be gone (``load`` → ``None``) after ``expires_at``.
+    def save(
+        self,
+        record: SessionRecord,
+        expires_at: datetime,
+        *,
+        replaces: Sequence[str] = (),
+        existing: bool = False,
+    ) -> bool:
+        """Write the record; it must be gone (``load`` → ``None``) after ``expires_at``.
 
-        ``replaces`` lists earlier ids of this session (before a rotation): they are
-        deleted in the same atomic step, so no moment exists where both ids work and
-        a persistent store pays for one commit, not two.
+        A deleted session is revoked, and no save may bring it back:
+
+        * ``existing=True`` (the record was loaded from this store under ``record.sid``):
+          update the live row only. If the row is gone (logout, ``sessions revoke``, a
+          password change, expiry) nothing is written and ``False`` is returned. Between
+          two live writers of one row the last one wins (ordinary updates).
+        * ``existing=False``: ``record.sid`` is a brand-new id. ``replaces`` lists the
+          earlier ids of this session that the store holds (before a rotation): they are
+          deleted in the same atomic step as the insert, so no moment exists where both
+          ids work. If any of them is already gone (revoked), nothing is written and
+          ``False`` is returned.
+
+        :returns: ``True`` if the record was written, ``False`` if the session was revoked.
         """
         ...
 
@@ -100,7 +117,11 @@ class MemorySessionStore:
         self._purge_every = max(1, purge_every)
         self._saves = 0
 
-    def __len__(self) -> int:
+    def count(self) -> int:
+        """How many records the store holds (expired ones not yet dropped included).
+
+        A method, not ``__len__``: an empty store must stay truthy (``if store:``).
+        """
         with self._lock:
             return len(self._records)
 
@@ -135,12 +156,32 @@ class MemorySessionStore:
                 return None
         return _detached(record)
 
-    def save(self, record: SessionRecord, expires_at: datetime, *, replaces: Sequence[str] = ()) -> None:
+    def _live(self, sid: str, now: datetime) -> bool:
+        # Caller holds the lock.
+        entry = self._records.get(sid)
+        return entry is not None and entry[1] > now
+
+    def save(
+        self,
+        record: SessionRecord,
+        expires_at: datetime,
+        *,
+        replaces: Sequence[str] = (),
+        existing: bool = False,
+    ) -> bool:
         stored = _detached(record)
         expires_at = utc(expires_at)
+        now = self._clock.now()
         with self._lock:
-            for old in replaces:
-                self._remove(old)
+            if existing:
+                if not self._live(record.sid, now):
+                    return False  # revoked (or expired): never re-created
+            else:
+                olds = [old for old in dict.fromkeys(replaces) if old != record.sid]
+                if not all(self._live(old, now) for old in olds):
+                    return False  # an earlier id was revoked: the rotation creates nothing
+                for old in olds:
+                    self._remove(old)
             self._remove(record.sid)
             self._records[record.sid] = (stored, expires_at)
             if record.tenant is not None and record.user_id is not None:
@@ -149,6 +190,7 @@ class MemorySessionStore:
             purge = self._saves % self._purge_every == 0
         if purge:
             self.purge_expired()
+        return True
 
     def delete(self, sid: str) -> None:
         with self._lock:
@@ -182,7 +224,7 @@ class MemorySessionStore:
         return len(expired)
 
     def __repr__(self) -> str:
-        return f"<MemorySessionStore sessions={len(self)}>"
+        return f"<MemorySessionStore sessions={self.count()}>"
 
 
 # --- wire format for persistent stores ------------------------------------------------------------

@@ -82,6 +82,10 @@ _UPSERTS: dict[str, Any] = {
 }
 
 
+class _Revoked(Exception):
+    """Raised inside a save transaction to roll it back: an id in ``replaces`` was gone."""
+
+
 class SqlAlchemySessionStore:
     """A :class:`~flask_authflow.session.stores.SessionStore` on SQLAlchemy.
 
@@ -167,7 +171,21 @@ class SqlAlchemySessionStore:
             return None
         return self._open(key, data, expected_sid=sid)
 
-    def save(self, record: SessionRecord, expires_at: datetime, *, replaces: Sequence[str] = ()) -> None:
+    def save(
+        self,
+        record: SessionRecord,
+        expires_at: datetime,
+        *,
+        replaces: Sequence[str] = (),
+        existing: bool = False,
+    ) -> bool:
+        """Write ``record`` under the contract of :meth:`SessionStore.save`.
+
+        An existing session is an ``UPDATE … WHERE sid_hash = ? AND expires_at > now``:
+        a deleted (revoked) row is never re-created. A rotation deletes the live rows of
+        ``replaces`` and inserts the new id in one transaction, rolled back if one of
+        them was already gone.
+        """
         key = sid_hash(record.sid)
         values: dict[str, Any] = {
             "tenant": record.tenant,
@@ -177,14 +195,32 @@ class SqlAlchemySessionStore:
             "updated_at": self._clock.now(),
             "data": self._crypto.encrypt(key, serialize_record(record)),
         }
-        old_keys = [sid_hash(old) for old in replaces]
+        now = values["updated_at"]
+        if existing:
+            stmt = (
+                update(sessions_table)
+                .where(sessions_table.c.sid_hash == key, sessions_table.c.expires_at > now)
+                .values(**values)
+            )
+            return bool(self._run(lambda conn: conn.execute(stmt).rowcount))
+        old_keys = sorted({sid_hash(old) for old in replaces} - {key})
 
-        def work(conn: Connection) -> None:
+        def work(conn: Connection) -> bool:
             if old_keys:
-                conn.execute(delete(sessions_table).where(sessions_table.c.sid_hash.in_(old_keys)))
+                gone = conn.execute(
+                    delete(sessions_table).where(
+                        sessions_table.c.sid_hash.in_(old_keys), sessions_table.c.expires_at > now
+                    )
+                )
+                if gone.rowcount != len(old_keys):
+                    raise _Revoked
             self._upsert(conn, key, values)
+            return True
 
-        self._run(work)
+        try:
+            return self._run(work)
+        except _Revoked:  # the transaction was rolled back: nothing deleted, nothing inserted
+            return False
 
     def _upsert(self, conn: Connection, key: str, values: dict[str, Any]) -> None:
         name = conn.dialect.name
