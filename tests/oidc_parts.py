@@ -98,6 +98,28 @@ def start_backchannel_receiver() -> BackchannelReceiver:
 
 
 @dataclass
+class ServedApp:
+    """A WSGI app served on 127.0.0.1 by a real HTTP server in a thread (for the provider to reach)."""
+
+    url: str
+    server: BaseWSGIServer
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def serve_app(app: Flask) -> ServedApp:
+    """Serve ``app`` on a free 127.0.0.1 port; start the provider afterwards with the app's URLs."""
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    return ServedApp(f"http://127.0.0.1:{server.port}", server, thread)
+
+
+@dataclass
 class OidcProviderProcess:
     """A running ``op.mjs``: its issuer, the client it knows and how to rotate its keys."""
 

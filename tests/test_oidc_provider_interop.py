@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 
 import pytest
 import requests
+from flask import Flask, request
 
 from flask_authflow.errors import TokenVerificationError, UnknownKeyId
 from flask_authflow.jose import JwksHandle, JwtVerifier, VerifiedClaims, b64url_encode, parse_public_jwk
@@ -26,6 +27,7 @@ from tests.oidc_parts import (
     OidcProviderProcess,
     drive_login,
     drive_logout,
+    serve_app,
     start_backchannel_receiver,
     start_oidc_provider,
 )
@@ -269,3 +271,87 @@ def test_without_the_fetch_override_the_ssrf_guard_blocks_the_loopback_post() ->
     finally:
         op.stop()
         receiver.stop()
+
+
+def test_a_relying_party_on_loopback_is_signed_out_by_the_providers_post() -> None:
+    """A minimal RP served on 127.0.0.1: login via its callback, then the provider's POST ends its session.
+
+    The RP here is a stand-in written with plain ``requests``; it shows the harness (``serve_app``
+    then ``start_oidc_provider`` with the app's URLs) that the reference app's end-to-end test uses.
+    """
+    sessions: dict[str, str] = {}  # sid at the provider -> sub, the RP's "signed-in" table
+    rp = Flask("loopback-rp")
+    config: dict[str, Any] = {}
+
+    @rp.get("/auth/callback/op")
+    def callback() -> tuple[str, int]:
+        op: OidcProviderProcess = config["op"]
+        if request.args.get("state") != config["state"] or request.args.get("iss") != op.issuer:
+            return "bad state or iss", 400
+        tokens = requests.post(
+            op.discovery()["token_endpoint"],
+            data={
+                "grant_type": "authorization_code",
+                "code": request.args["code"],
+                "redirect_uri": op.redirect_uri,
+                "code_verifier": config["verifier"],
+            },
+            auth=(op.client_id, op.client_secret),
+            timeout=10,
+        ).json()
+        claims = _verifier(op).verify(tokens["id_token"], op.client_id, issuer=op.issuer).claims
+        if claims.get("nonce") != config["nonce"]:
+            return "bad nonce", 400
+        sessions[claims["sid"]] = claims["sub"]
+        return f"hello {claims['sub']}", 200
+
+    @rp.post("/auth/backchannel-logout/op")
+    def backchannel() -> tuple[str, int]:
+        op: OidcProviderProcess = config["op"]
+        try:
+            claims = _verifier(op).verify(request.form["logout_token"], op.client_id, issuer=op.issuer).claims
+        except TokenVerificationError:
+            return "", 400
+        if BACKCHANNEL_LOGOUT_EVENT not in claims.get("events", {}) or "nonce" in claims:
+            return "", 400
+        sessions.pop(claims["sid"], None)
+        return "", 200
+
+    served = serve_app(rp)
+    op = start_oidc_provider(
+        [f"{served.url}/auth/callback/op"],
+        [f"{served.url}/signed-out"],
+        f"{served.url}/auth/backchannel-logout/op",
+    )
+    try:
+        config["op"] = op
+        verifier, challenge = _pkce()
+        config.update(verifier=verifier, state=secrets.token_urlsafe(8), nonce=secrets.token_urlsafe(8))
+        params = {
+            "response_type": "code",
+            "client_id": op.client_id,
+            "redirect_uri": op.redirect_uri,
+            "scope": "openid",
+            "state": config["state"],
+            "nonce": config["nonce"],
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+        }
+        browser = requests.Session()
+        authorize = f"{op.discovery()['authorization_endpoint']}?{urlencode(params)}"
+        back = drive_login(authorize, "heidi", browser, issuer=op.issuer)
+        landed = browser.get(back.url, timeout=10)  # the browser follows to the RP's callback
+        assert landed.status_code == 200
+        assert landed.text == "hello heidi"
+        assert list(sessions.values()) == ["heidi"]
+
+        # Sign out at the provider (the RP's id_token_hint is not needed for this check).
+        end_session = f"{op.discovery()['end_session_endpoint']}?" + urlencode(
+            {"client_id": op.client_id, "post_logout_redirect_uri": op.post_logout_redirect_uri}
+        )
+        drive_logout(end_session, browser, issuer=op.issuer)
+        assert sessions == {}
+        assert "backchannel logout to reference-app sent" in op.output()
+    finally:
+        op.stop()
+        served.stop()
