@@ -383,7 +383,12 @@ def test_sql_store_keeps_the_key_across_two_app_instances(
 ) -> None:
     from flask_authflow.stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
 
-    config = {"AUTHFLOW_DATABASE_URL": database_url, "AUTHFLOW_ISSUER_KEY_STORE": "sql"}
+    # One signing key: the issuer keys are sealed under a key derived from it.
+    config = {
+        "AUTHFLOW_DATABASE_URL": database_url,
+        "AUTHFLOW_ISSUER_KEY_STORE": "sql",
+        "AUTHFLOW_SIGNING_KEY": secrets.token_bytes(32),
+    }
     first = make_app(backend=None, **config)
     disposing(first)
     store = issuer_of(first).key_store
@@ -409,9 +414,12 @@ def test_sql_store_with_a_custom_backend_uses_the_database_url(
     tmp_path: Path, disposing: Callable[[Flask], Flask]
 ) -> None:
     url = f"sqlite:///{tmp_path / 'keys.db'}"
-    first = make_app(AUTHFLOW_DATABASE_URL=url, AUTHFLOW_ISSUER_KEY_STORE="sql")
+    signing = secrets.token_bytes(32)
+    first = make_app(AUTHFLOW_DATABASE_URL=url, AUTHFLOW_ISSUER_KEY_STORE="sql", AUTHFLOW_SIGNING_KEY=signing)
     disposing(first)
-    second = make_app(AUTHFLOW_DATABASE_URL=url, AUTHFLOW_ISSUER_KEY_STORE="sql")
+    second = make_app(
+        AUTHFLOW_DATABASE_URL=url, AUTHFLOW_ISSUER_KEY_STORE="sql", AUTHFLOW_SIGNING_KEY=signing
+    )
     disposing(second)
     assert (tmp_path / "keys.db").exists()
     assert issuer_of(first).current_kid == issuer_of(second).current_kid

@@ -8,11 +8,33 @@ from urllib.parse import urlsplit
 from ..clock import Clock
 from ..config import AuthFlowConfig
 from ..errors import ConfigurationError, KeyStoreError
+from ..session.crypto import SessionCrypto, derive_key
 from .idp import LocalIdp
 from .keys import LocalIdpSigningKey
 from .keystores import FileLocalIdpKeyStore, MemoryLocalIdpKeyStore
 
-__all__ = ["build_issuer"]
+__all__ = ["ISSUER_KEY_PURPOSE", "build_issuer", "issuer_key_crypto"]
+
+
+#: HKDF purpose of the issuer-key encryption key derived from the signing key.
+ISSUER_KEY_PURPOSE = b"authflow.issuer-keys-at-rest"
+
+
+def issuer_key_crypto(config: AuthFlowConfig) -> SessionCrypto:
+    """AES-256-GCM for issuer private keys in the SQL store.
+
+    ``AUTHFLOW_ISSUER_KEY_ENCRYPTION_KEY`` when set, else a key derived from the signing
+    key (HKDF, its own purpose). Previous keys stay accepted for reading:
+    ``AUTHFLOW_PREVIOUS_ISSUER_KEY_ENCRYPTION_KEYS``, plus, when the key is derived,
+    keys derived from ``AUTHFLOW_PREVIOUS_SIGNING_KEYS``.
+    """
+    previous = list(config.previous_issuer_key_encryption_keys)
+    if config.issuer_key_encryption_key is not None:
+        key = config.issuer_key_encryption_key
+    else:
+        key = derive_key(config.signing_key, ISSUER_KEY_PURPOSE)
+        previous += [derive_key(old, ISSUER_KEY_PURPOSE) for old in config.previous_signing_keys]
+    return SessionCrypto(key, previous)
 
 
 def build_issuer(
@@ -48,7 +70,9 @@ def build_issuer(
     elif spec == "sql":
         from ..stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
 
-        store = SqlAlchemyLocalIdpKeyStore(getattr(backend, "engine", None) or database_url, clock=clock)
+        store = SqlAlchemyLocalIdpKeyStore(
+            getattr(backend, "engine", None) or database_url, clock=clock, crypto=issuer_key_crypto(config)
+        )
         store.ensure_current(new_key)
     else:
         raise ConfigurationError(

@@ -5,12 +5,18 @@ unique index allows one row with ``is_current`` true, so two processes rotating
 at once cannot both end up current; on PostgreSQL rotations also take a table
 lock that serialises rotators without blocking readers.
 
-The PEM column holds unencrypted private keys: restrict access to this table as
-you would to a key file.
+With a ``crypto`` (:class:`~flask_authflow.session.crypto.SessionCrypto`; the app
+passes one keyed by ``AUTHFLOW_ISSUER_KEY_ENCRYPTION_KEY`` or a key derived from the
+signing key) the ``pem`` column holds ``enc1:`` + base64 of an AES-256-GCM envelope
+whose associated data is the kid, so a sealed key copied onto another row does not
+open. Rows written unencrypted (older versions) are still read and are sealed on the
+first read that has a ``crypto``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import random
 import threading
 import time
@@ -35,13 +41,15 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Mapped, mapped_column
 
 from ...clock import Clock, SystemClock
-from ...errors import DuplicateKeyId, KeyStoreError, SigningKeyError
+from ...errors import DuplicateKeyId, KeyStoreError, SessionDecryptError, SigningKeyError
 from ...issuer.keys import LoadedKeys, LocalIdpSigningKey
+from ...session.crypto import SessionCrypto
 from .base import Base, EngineSource, UTCDateTime, resolve_engine
 
 __all__ = ["IssuerKeyRow", "SqlAlchemyLocalIdpKeyStore"]
 
 _RETRIES = 30
+_SEALED_PREFIX = "enc1:"
 
 
 class IssuerKeyRow(Base):
@@ -76,8 +84,11 @@ class SqlAlchemyLocalIdpKeyStore:
     is created on first use if missing (only this table).
     """
 
-    def __init__(self, engine_source: EngineSource, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self, engine_source: EngineSource, *, clock: Clock | None = None, crypto: SessionCrypto | None = None
+    ) -> None:
         self._engine: Engine = resolve_engine(engine_source)
+        self._crypto = crypto
         self._owns_engine = isinstance(engine_source, str)
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._ready = False
@@ -137,12 +148,17 @@ class SqlAlchemyLocalIdpKeyStore:
             raise KeyStoreError(f"cannot read {_table.name}: {type(exc).__name__}") from exc
         current: list[LocalIdpSigningKey] = []
         historical: list[LocalIdpSigningKey] = []
-        for kid, pem, alg, is_current in rows:
+        unsealed: list[str] = []
+        for kid, stored, alg, is_current in rows:
+            if not stored.startswith(_SEALED_PREFIX):
+                unsealed.append(kid)
             try:
-                key = LocalIdpSigningKey.from_pem(pem, algorithm=alg, kid=kid)
+                key = LocalIdpSigningKey.from_pem(self._open(kid, stored), algorithm=alg, kid=kid)
             except SigningKeyError as exc:
                 raise KeyStoreError(f"issuer key {kid!r} is unusable: {exc.message}") from exc
             (current if is_current else historical).append(key)
+        if unsealed and self._crypto is not None:
+            self._seal_rows({k.kid: k for k in (*current, *historical) if k.kid in unsealed})
         if len(current) != 1:
             raise KeyStoreError(
                 f"{_table.name} must hold exactly one current key, found {len(current)}"
@@ -155,7 +171,7 @@ class SqlAlchemyLocalIdpKeyStore:
         if not isinstance(new_current, LocalIdpSigningKey):
             raise KeyStoreError("rotate() needs a LocalIdpSigningKey")
         self.create_table()
-        pem = new_current.private_pem().decode("ascii")
+        pem = self._seal(new_current)
         is_pg = self._engine.dialect.name == "postgresql"
         last: Exception | None = None
         for attempt in range(_RETRIES):
@@ -185,6 +201,42 @@ class SqlAlchemyLocalIdpKeyStore:
                 last = exc
                 time.sleep(min(0.5, 0.01 * (attempt + 1)) * random.random())  # noqa: S311 - jitter only
         raise KeyStoreError(f"rotation failed after {_RETRIES} attempts: {type(last).__name__}")
+
+    def _seal(self, key: LocalIdpSigningKey) -> str:
+        pem = key.private_pem()
+        if self._crypto is None:
+            return pem.decode("ascii")
+        return _SEALED_PREFIX + base64.b64encode(self._crypto.encrypt(key.kid, pem)).decode("ascii")
+
+    def _open(self, kid: str, stored: str) -> bytes:
+        if not stored.startswith(_SEALED_PREFIX):
+            return stored.encode("utf-8")  # written unencrypted by an older version
+        if self._crypto is None:
+            raise KeyStoreError(
+                f"issuer key {kid!r} is encrypted: set AUTHFLOW_ISSUER_KEY_ENCRYPTION_KEY "
+                "(or the signing key it was derived from)"
+            )
+        try:
+            blob = base64.b64decode(stored[len(_SEALED_PREFIX) :], validate=True)
+            return self._crypto.decrypt(kid, blob)
+        except (binascii.Error, SessionDecryptError) as exc:
+            raise KeyStoreError(
+                f"issuer key {kid!r} does not decrypt: wrong or missing "
+                "AUTHFLOW_ISSUER_KEY_ENCRYPTION_KEY / AUTHFLOW_PREVIOUS_ISSUER_KEY_ENCRYPTION_KEYS"
+            ) from exc
+
+    def _seal_rows(self, keys: dict[str, LocalIdpSigningKey]) -> None:
+        """Encrypt rows written unencrypted (the migration path); best effort."""
+        try:
+            with self._engine.begin() as conn:
+                for kid, key in keys.items():
+                    conn.execute(
+                        update(_table)
+                        .where(_table.c.kid == kid, ~_table.c.pem.startswith(_SEALED_PREFIX))
+                        .values(pem=self._seal(key))
+                    )
+        except SQLAlchemyError:
+            pass  # still readable as it is; the next load tries again
 
     def dispose(self) -> None:
         """Close pooled connections of an engine this store created from a URL."""
