@@ -93,9 +93,9 @@ class _DownStore(MemorySessionStore):
         self._check()
         return super().load(sid)
 
-    def save(self, record, expires_at, *, replaces=()):  # type: ignore[no-untyped-def]
+    def save(self, record, expires_at, *, replaces=(), existing=False):  # type: ignore[no-untyped-def]
         self._check()
-        super().save(record, expires_at, replaces=replaces)
+        return super().save(record, expires_at, replaces=replaces, existing=existing)
 
     def delete(self, sid):  # type: ignore[no-untyped-def]
         self._check()
