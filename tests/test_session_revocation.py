@@ -476,7 +476,7 @@ def test_or_operator_in_a_view_answers_413() -> None:
     assert state(client)["custom"] == {}
 
 
-def test_nested_growth_in_a_late_after_request_answers_413() -> None:
+def test_nested_growth_after_an_assignment_answers_413() -> None:
     clock = MockClock()
     app = make_app(AuthFlowSessionInterface(MemorySessionStore(clock=clock), KEY, clock=clock), clock)
 
@@ -489,6 +489,25 @@ def test_nested_growth_in_a_late_after_request_answers_413() -> None:
     response = client_for(app).post("/nested")
     assert response.status_code == 413
     assert b"custom session data is" in response.data
+
+
+def test_nested_growth_of_stored_data_without_modified_answers_413() -> None:
+    clock = MockClock()
+    store = MemorySessionStore(clock=clock)
+    app = make_app(AuthFlowSessionInterface(store, KEY, clock=clock), clock)
+
+    @app.post("/append")
+    def append() -> str:
+        session["cart"].append(BIG)  # nested: the dict never hears about it
+        return "ok"
+
+    client = client_for(app)
+    assert client.post("/cart").status_code == 200
+    sid = sid_of(cookie_value(client))
+    response = client.post("/append")
+    assert response.status_code == 413
+    record = store.load(sid)
+    assert record is not None and record.custom == {"cart": []}
 
 
 # --- point 16 ---------------------------------------------------------------------------------------

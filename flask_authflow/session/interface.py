@@ -413,6 +413,15 @@ class AuthFlowSessionInterface(SessionInterface):
             return
         # The last-seen refresh and a re-signature happen only for requests that looked
         # at the session: views that never do (JWKS, discovery, static) cost nothing.
+        if used and not session.modified and dict.__len__(session):
+            # A nested change without ``session.modified`` is not saved (as with Flask's
+            # own session); one that grew the data past the cap is not dropped silently.
+            try:
+                session.check_size()
+            except SessionDataTooLarge as exc:
+                log.warning("custom session data grew to %d bytes in place; not saved", exc.size)
+                self._refuse(response, exc)
+                return
         if not (session.modified or (used and (session.force_write or session.resign))):
             return
         too_large = self._enforce_size(session) if session.modified else None
@@ -432,11 +441,16 @@ class AuthFlowSessionInterface(SessionInterface):
         session.modified = session.force_write = session.resign = False
         if too_large is not None:
             # Nothing is dropped silently: the response says the data was refused.
-            refused = error_response(too_large)
-            response.status_code = refused.status_code
-            response.set_data(refused.get_data())
-            response.content_type = refused.content_type
-            response.headers["Cache-Control"] = refused.headers["Cache-Control"]
+            self._refuse(response, too_large)
+
+    @staticmethod
+    def _refuse(response: Response, error: SessionDataTooLarge) -> None:
+        """Turn ``response`` into the 413 of ``error`` (the view's body is replaced)."""
+        refused = error_response(error)
+        response.status_code = refused.status_code
+        response.set_data(refused.get_data())
+        response.content_type = refused.content_type
+        response.headers["Cache-Control"] = refused.headers["Cache-Control"]
 
     def _persist(self, session: RequestSession, response: Response) -> None:
         now = self._clock.now()
