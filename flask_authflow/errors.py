@@ -22,6 +22,7 @@ __all__ = [
     "IssuanceError",
     "KeyStoreError",
     "LoginNotStarted",
+    "LoopbackOnly",
     "MissingExtraError",
     "PasswordTooLong",
     "SessionDataTooLarge",
@@ -64,6 +65,13 @@ class ConfigurationError(AuthFlowError):
 
     code = "configuration_error"
     status = 500
+
+
+class LoopbackOnly(AuthFlowError):
+    """This development server only answers clients on this machine."""
+
+    code = "loopback_only"
+    status = 403
 
 
 class MissingExtraError(ImportError):

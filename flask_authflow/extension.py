@@ -8,6 +8,7 @@ login service, and keeps them in ``app.extensions["authflow"]`` (an
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,15 @@ from .authn.outcomes import FactorCredential, FactorKind, FactorOutcome, FactorR
 from .authn.service import AuthnService
 from .clock import Clock, SystemClock
 from .config import AuthFlowConfig, load_config
-from .errors import AuthFlowError, ConfigurationError
+from .errors import AuthFlowError, ConfigurationError, LoopbackOnly
 from .issuer.wiring import build_issuer
 from .responses import error_response
 from .session.crypto import SessionCrypto, derive_key
 from .session.interface import AuthFlowSessionInterface
 from .session.stores import MemorySessionStore, SessionStore
 from .state import EXTENSION_KEY, AuthFlowState, current_auth_session, current_session, get_state
+
+log = logging.getLogger("flask_authflow")
 
 __all__ = ["AuthFlow", "AuthFlowState", "current_auth_session", "current_session", "get_state"]
 
@@ -211,9 +214,24 @@ class AuthFlow:
 
 
 def _is_loopback(address: str | None) -> bool:
-    """The peer is on this machine (the audit layer's strict parser: scope ids, IPv4-mapped)."""
+    """The address is on this machine (the audit layer's strict parser: scope ids, IPv4-mapped)."""
     ip = parse_ip(address)
     return ip is not None and ip.is_loopback
+
+
+def _is_loopback_request() -> bool:
+    """The TCP peer and every ``X-Forwarded-For`` hop are loopback addresses.
+
+    A proxy on this machine that forwards a remote client (``X-Forwarded-For:
+    203.0.113.9``) does not make that client local; a malformed hop counts as remote.
+    """
+    if not _is_loopback(request.remote_addr):
+        return False
+    for header in request.headers.getlist("X-Forwarded-For"):
+        for hop in header.split(","):
+            if not _is_loopback(hop.strip()):
+                return False
+    return True
 
 
 def _before_request() -> Response | None:
@@ -223,14 +241,15 @@ def _before_request() -> Response | None:
         not config.cookie_secure
         and config.allow_insecure_loopback
         and not (current_app.debug or current_app.testing)
-        and not _is_loopback(request.remote_addr)
+        and not _is_loopback_request()
     ):
-        return error_response(
-            ConfigurationError(
-                "this server sends session cookies without Secure and only answers on loopback: "
-                "set AUTHFLOW_COOKIE_SECURE=True and serve over HTTPS"
-            )
+        # Cookies without Secure may only travel on this machine. The client is told no
+        # more than that; the operator reads what to set in the log.
+        log.warning(
+            "refused a non-loopback client: cookies are sent without Secure "
+            "(set AUTHFLOW_COOKIE_SECURE=True and serve over HTTPS)"
         )
+        return error_response(LoopbackOnly())
     session = current_auth_session()
     if session.binding_mismatch and not g.get("_authflow_mismatch_counted"):
         g._authflow_mismatch_counted = True

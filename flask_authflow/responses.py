@@ -1,12 +1,43 @@
-"""Turning typed errors into HTTP responses (JSON for JSON clients, text otherwise)."""
+"""Turning typed errors into HTTP responses (JSON for JSON clients, text otherwise).
+
+A server-side failure (status 5xx) never shows its own message to the client: messages
+of configuration and store errors can name paths, file modes or hosts. The client gets
+a generic text and the request id; the real message is logged with that id.
+"""
 
 from __future__ import annotations
 
-from flask import Response, jsonify, request
+import logging
+import uuid
+
+from flask import Response, g, has_request_context, jsonify, request
 
 from .errors import AuthFlowError
 
-__all__ = ["error_response", "wants_json"]
+__all__ = ["AUDIT_CONTEXT_KEY", "SERVER_ERROR_MESSAGE", "error_response", "request_id", "wants_json"]
+
+log = logging.getLogger("flask_authflow")
+
+#: Where the request's :class:`~flask_authflow.audit.context.AuditContext` is kept on ``flask.g``.
+AUDIT_CONTEXT_KEY = "_authflow_audit_context"
+_FALLBACK_ID_KEY = "_authflow_error_request_id"
+#: What a client sees of a 5xx error (followed by the request id).
+SERVER_ERROR_MESSAGE = "the service could not complete the request; try again later"
+
+
+def request_id() -> str:
+    """The current request's id: the audit context's, else one made for this error."""
+    if not has_request_context():
+        return uuid.uuid4().hex
+    ctx = g.get(AUDIT_CONTEXT_KEY)
+    known = getattr(ctx, "request_id", None)
+    if isinstance(known, str):
+        return known
+    fallback = g.get(_FALLBACK_ID_KEY)
+    if not isinstance(fallback, str):
+        fallback = uuid.uuid4().hex
+        setattr(g, _FALLBACK_ID_KEY, fallback)
+    return fallback
 
 
 def wants_json() -> bool:
@@ -20,11 +51,24 @@ def wants_json() -> bool:
 
 
 def error_response(error: AuthFlowError) -> Response:
-    """The response for a typed error: ``{"error": code, "message": ...}`` or plain text, never cached."""
+    """The response for a typed error: ``{"error": code, "message": ...}`` or plain text, never cached.
+
+    For a 5xx status the message is replaced by :data:`SERVER_ERROR_MESSAGE` and the
+    request id (the body also carries ``"request_id"``); the real message is logged.
+    """
+    body = error.to_dict()
+    if error.status >= 500:
+        rid = request_id()
+        log.error("%s (%s) answered %d, request id %s", error.code, error.message, error.status, rid)
+        body = {
+            "error": error.code,
+            "message": f"{SERVER_ERROR_MESSAGE} (request id {rid})",
+            "request_id": rid,
+        }
     if wants_json():
-        response = jsonify(error.to_dict())
+        response = jsonify(body)
     else:
-        response = Response(f"{error.message}\n", mimetype="text/plain")
+        response = Response(f"{body['message']}\n", mimetype="text/plain")
     response.status_code = error.status
     response.headers["Cache-Control"] = "no-store"
     return response

@@ -8,7 +8,8 @@ import pytest
 from flask import Flask, session
 
 from flask_authflow import AuthFlow, AuthSession, current_session, get_state
-from flask_authflow.errors import AuthFlowError, StoreUnavailable
+from flask_authflow.errors import AuthFlowError, ConfigurationError, InvalidInput, StoreUnavailable
+from flask_authflow.responses import SERVER_ERROR_MESSAGE
 from flask_authflow.session.stores import MemorySessionStore
 from flask_authflow.stores.memory import InMemoryBackend
 
@@ -73,11 +74,49 @@ def test_typed_errors_become_json_or_text_never_500(authflow_app, authflow_clien
 
     as_json = authflow_client.get("/boom", headers={"Accept": "application/json"})
     assert as_json.status_code == 503
-    assert as_json.json == {"error": "store_unavailable", "message": StoreUnavailable().message}
+    body = as_json.json
+    assert body["error"] == "store_unavailable"
+    assert body["message"] == f"{SERVER_ERROR_MESSAGE} (request id {body['request_id']})"
     assert as_json.headers["Cache-Control"] == "no-store"
     as_text = authflow_client.get("/boom")
     assert as_text.status_code == 503
     assert as_text.mimetype == "text/plain"
+    assert as_text.text.startswith(SERVER_ERROR_MESSAGE)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        StoreUnavailable("sqlite file /srv/app/instance/authflow.db is mode 0644"),
+        ConfigurationError("AUTHFLOW_ISSUER_KEY_STORE=file:/etc/authflow/keys is writable by others"),
+    ],
+)
+def test_5xx_never_shows_the_internal_message(authflow_app, authflow_client, error, caplog) -> None:
+    @authflow_app.get("/boom")
+    def boom() -> str:
+        raise error
+
+    with caplog.at_level("ERROR", logger="flask_authflow"):
+        for accept in ("application/json", "text/html"):
+            response = authflow_client.get(
+                "/boom", headers={"Accept": accept, "X-Request-Id": "rid-from-proxy"}
+            )
+            assert response.status_code >= 500
+            assert "/srv" not in response.text and "/etc" not in response.text and "0644" not in response.text
+            assert "writable" not in response.text
+            assert SERVER_ERROR_MESSAGE in response.text
+    # Operators find the real message in the log, under the id the client was shown.
+    rid = response.text.rsplit("request id ", 1)[1].rstrip(")\n")
+    assert any(error.message in r.getMessage() and rid in r.getMessage() for r in caplog.records)
+
+
+def test_4xx_keeps_its_message(authflow_app, authflow_client) -> None:
+    @authflow_app.get("/bad")
+    def bad() -> str:
+        raise InvalidInput("the username is empty")
+
+    response = authflow_client.get("/bad", headers={"Accept": "application/json"})
+    assert response.status_code == 400 and response.json["message"] == "the username is empty"
 
 
 def test_custom_data_over_limit_is_413_not_500(authflow_app, authflow_client) -> None:
@@ -109,14 +148,25 @@ def test_insecure_loopback_mode_refuses_non_loopback_peers(authflow_hasher) -> N
     assert client.get("/", environ_base={"REMOTE_ADDR": "127.0.0.1"}).status_code == 200
     assert client.get("/", environ_base={"REMOTE_ADDR": "::1"}).status_code == 200
     assert client.get("/", environ_base={"REMOTE_ADDR": "::ffff:127.0.0.1"}).status_code == 200
-    assert client.get("/", environ_base={"REMOTE_ADDR": "::ffff:203.0.113.9"}).status_code == 500
+    assert client.get("/", environ_base={"REMOTE_ADDR": "::ffff:203.0.113.9"}).status_code == 403
     refused = client.get("/", environ_base={"REMOTE_ADDR": "203.0.113.9"})
-    assert refused.status_code == 500
-    assert "AUTHFLOW_COOKIE_SECURE=True" in refused.text
+    assert refused.status_code == 403
+    assert "only answers clients on this machine" in refused.text
+    assert "AUTHFLOW_" not in refused.text  # configuration details stay in the log
     spoofed = client.get(
         "/", environ_base={"REMOTE_ADDR": "203.0.113.9"}, headers={"X-Forwarded-For": "127.0.0.1"}
     )
-    assert spoofed.status_code == 500
+    assert spoofed.status_code == 403
+    # A proxy on this machine forwarding a remote client does not make the client local.
+    for hops in ("203.0.113.9", "127.0.0.1, 203.0.113.9", "203.0.113.9, 127.0.0.1", "not-an-ip"):
+        proxied = client.get(
+            "/", environ_base={"REMOTE_ADDR": "127.0.0.1"}, headers={"X-Forwarded-For": hops}
+        )
+        assert proxied.status_code == 403, hops
+    local_chain = client.get(
+        "/", environ_base={"REMOTE_ADDR": "127.0.0.1"}, headers={"X-Forwarded-For": "127.0.0.1, ::1"}
+    )
+    assert local_chain.status_code == 200
 
 
 def test_every_error_class_has_code_and_status() -> None:

@@ -19,6 +19,7 @@ from flask_authflow.authn.factors.password import PasswordHasher
 from flask_authflow.authn.outcomes import FactorCredential
 from flask_authflow.errors import InvalidInput, StoreUnavailable
 from flask_authflow.issuer.keys import LocalIdpSigningKey
+from flask_authflow.responses import SERVER_ERROR_MESSAGE
 from flask_authflow.session.stores import MemorySessionStore
 from flask_authflow.stores.memory import InMemoryBackend
 from flask_authflow.stores.sqlalchemy.base import metadata
@@ -143,7 +144,8 @@ def test_logout_while_the_store_cannot_be_read_is_503_not_a_fake_success(
     response = client.post("/logout", headers={"Accept": "application/json"})
     # Before the fix: 200 "logged out", while the session stayed valid in the store.
     assert response.status_code == 503
-    assert response.json == {"error": "store_unavailable", "message": StoreUnavailable().message}
+    assert response.json["error"] == "store_unavailable"
+    assert response.json["message"].startswith(SERVER_ERROR_MESSAGE)
     assert response.headers["Cache-Control"] == "no-store"
     store.down = False
     assert client.get("/state").text == "authenticated"  # nothing happened, and the client was told so

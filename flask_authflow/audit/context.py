@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..responses import AUDIT_CONTEXT_KEY
 from .client_ip import IpSource, TrustedProxies
 
 __all__ = ["MAX_USER_AGENT", "AuditContext", "audit_context", "resolve_audit_context"]
@@ -20,7 +21,7 @@ __all__ = ["MAX_USER_AGENT", "AuditContext", "audit_context", "resolve_audit_con
 #: User agents are cut to this many characters in audit rows.
 MAX_USER_AGENT = 512
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
-_G_KEY = "_authflow_audit_context"
+_G_KEY = AUDIT_CONTEXT_KEY
 _LOOPBACK = TrustedProxies.loopback_only()
 
 
