@@ -11,7 +11,7 @@ Secure, or an unknown ``AUTHFLOW_`` key (typo protection).
 from __future__ import annotations
 
 import os
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -216,6 +216,25 @@ def _aes_keys(values: dict[str, Any], what: str) -> None:
     values[previous_name] = previous
 
 
+def _check_cookie_prefix(values: Mapping[str, Any]) -> None:
+    """``__Host-`` and ``__Secure-`` cookie names carry rules browsers enforce: refuse breaking them."""
+    name = values["AUTHFLOW_COOKIE_NAME"]
+    if not isinstance(name, str):
+        raise ConfigurationError(f"AUTHFLOW_COOKIE_NAME must be a string, got {name!r}")
+    if name.startswith(("__Host-", "__Secure-")) and not values["AUTHFLOW_COOKIE_SECURE"]:
+        raise ConfigurationError(
+            f"AUTHFLOW_COOKIE_NAME={name!r} needs AUTHFLOW_COOKIE_SECURE=True: browsers drop such a cookie "
+            "without Secure"
+        )
+    if name.startswith("__Host-") and (
+        values["AUTHFLOW_COOKIE_PATH"] != "/" or values["AUTHFLOW_COOKIE_DOMAIN"]
+    ):
+        raise ConfigurationError(
+            f"AUTHFLOW_COOKIE_NAME={name!r} needs AUTHFLOW_COOKIE_PATH='/' and no AUTHFLOW_COOKIE_DOMAIN: "
+            "a __Host- cookie is bound to one host and the whole site (browsers drop it otherwise)"
+        )
+
+
 def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool) -> AuthFlowConfig:
     """Apply defaults with ``setdefault``, coerce types and refuse unsafe settings."""
     for key, default in DEFAULTS.items():
@@ -284,6 +303,7 @@ def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool)
     if samesite == "None" and not secure:
         raise ConfigurationError("AUTHFLOW_COOKIE_SAMESITE='None' requires AUTHFLOW_COOKIE_SECURE=True")
 
+    _check_cookie_prefix(values)
     if values["AUTHFLOW_SESSION_IDLE_TIMEOUT"] > values["AUTHFLOW_SESSION_TTL"]:
         raise ConfigurationError(
             "AUTHFLOW_SESSION_IDLE_TIMEOUT is longer than AUTHFLOW_SESSION_TTL: set it to at most the TTL"

@@ -91,7 +91,7 @@ class AuthFlow:
         )
         try:
             trusted = TrustedProxies(config.trusted_proxies)
-        except ValueError as exc:
+        except (ValueError, ConfigurationError) as exc:
             raise ConfigurationError(f"AUTHFLOW_TRUSTED_PROXIES: {exc}") from exc
 
         database_url = config.database_url or _default_database_url(app)

@@ -137,3 +137,61 @@ def test_init_app_refuses_unsafe_config_with_message() -> None:
     with pytest.raises(ConfigurationError, match="at least 32"):
         AuthFlow(app)
     assert "authflow" not in app.extensions
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"AUTHFLOW_COOKIE_NAME": "__Host-authflow", "AUTHFLOW_COOKIE_PATH": "/app"},
+            "AUTHFLOW_COOKIE_PATH='/'",
+        ),
+        (
+            {"AUTHFLOW_COOKIE_NAME": "__Host-authflow", "AUTHFLOW_COOKIE_DOMAIN": "example.com"},
+            "no AUTHFLOW_COOKIE_DOMAIN",
+        ),
+        (
+            {"AUTHFLOW_COOKIE_NAME": "__Host-authflow", "AUTHFLOW_COOKIE_SECURE": False},
+            "AUTHFLOW_COOKIE_SECURE=True",
+        ),
+        (
+            {"AUTHFLOW_COOKIE_NAME": "__Secure-authflow", "AUTHFLOW_COOKIE_SECURE": False},
+            "AUTHFLOW_COOKIE_SECURE=True",
+        ),
+    ],
+)
+def test_cookie_name_prefixes_keep_their_browser_rules(settings: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        _load(debug=True, **settings)
+
+
+def test_host_prefixed_cookie_is_accepted_and_set_host_only() -> None:
+    from flask_authflow import AuthFlow, InMemoryBackend, MemorySessionStore, current_session
+
+    cfg, _ = _load(AUTHFLOW_COOKIE_NAME="__Host-authflow")
+    assert cfg.cookie_name == "__Host-authflow" and cfg.cookie_path == "/" and cfg.cookie_domain is None
+    app = Flask(__name__)
+    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="k" * 32, AUTHFLOW_COOKIE_NAME="__Host-authflow")
+    AuthFlow(app, backend=InMemoryBackend(), session_store=MemorySessionStore())
+
+    @app.get("/put")
+    def put() -> str:
+        current_session["x"] = 1
+        return "ok"
+
+    header = app.test_client().get("/put", base_url="https://localhost").headers["Set-Cookie"]
+    assert header.startswith("__Host-authflow=") and "Secure" in header and "Path=/" in header
+    assert "Domain" not in header
+
+
+@pytest.mark.parametrize(
+    "proxies", ["0.0.0.0/0", "::/0", "::ffff:0:0/96", "0.0.0.0/1, 128.0.0.0/1", ["10.0.0.0/8", "::/0"]]
+)
+def test_trusted_proxies_that_cover_everything_are_refused(proxies: object) -> None:
+    from flask_authflow import AuthFlow, InMemoryBackend, MemorySessionStore
+
+    app = Flask(__name__)
+    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="k" * 32, AUTHFLOW_TRUSTED_PROXIES=proxies)
+    with pytest.raises(ConfigurationError, match=r"AUTHFLOW_TRUSTED_PROXIES: .*cover every IPv"):
+        AuthFlow(app, backend=InMemoryBackend(), session_store=MemorySessionStore())
+    assert "authflow" not in app.extensions

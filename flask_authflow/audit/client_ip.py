@@ -44,12 +44,27 @@ def parse_ip(value: str | None) -> IpAddress | None:
     return address
 
 
+def _refuse_everything(networks: list[IpNetwork]) -> None:
+    """Raise when the networks, merged, cover a whole address family."""
+    for version in (4, 6):
+        family = [n for n in networks if n.version == version]
+        merged = ipaddress.collapse_addresses(family)  # type: ignore[type-var]
+        if any(net.prefixlen == 0 for net in merged):
+            everything = "0.0.0.0/0" if version == 4 else "::/0"
+            raise ConfigurationError(
+                f"the trusted proxies cover every IPv{version} address ({everything}): any client could "
+                "then forge its address in X-Forwarded-For; list only your reverse proxies' addresses"
+            )
+
+
 class TrustedProxies:
     """The address ranges whose ``X-Forwarded-For`` entries are believed.
 
     :param cidrs: networks (``"10.0.0.0/8"``) or single addresses; a comma-separated
         string is accepted too. Host bits set in a network are an error (a typo such as
-        ``10.0.0.1/8`` must not silently trust a whole /8).
+        ``10.0.0.1/8`` must not silently trust a whole /8). A list that covers every
+        address of a family (``0.0.0.0/0``, ``::/0``, ``::ffff:0:0/96``, or halves that
+        add up to it) is refused: it would let any client write its own address.
     """
 
     __slots__ = ("_networks",)
@@ -70,6 +85,7 @@ class TrustedProxies:
                 prefix = max(0, network.prefixlen - 96)
                 networks.append(ipaddress.ip_network(f"{mapped}/{prefix}", strict=False))
             networks.append(network)
+        _refuse_everything(networks)
         self._networks: tuple[IpNetwork, ...] = tuple(networks)
 
     @classmethod
