@@ -47,6 +47,7 @@ def rsa_keys() -> list[LocalIdpSigningKey]:
 class Served:
     url: str
     server: BaseWSGIServer
+    idp: LocalIdp  # the served issuer (with_base_url returns a new one)
 
 
 @pytest.fixture
@@ -56,14 +57,14 @@ def serve() -> Iterator[Callable[[LocalIdp], Served]]:
 
     def start(idp: LocalIdp) -> Served:
         app = Flask(__name__)
-        app.register_blueprint(idp.blueprint())
         server = make_server("127.0.0.1", 0, app, threaded=True)
         url = f"http://127.0.0.1:{server.port}"
-        idp.with_base_url(url)
+        idp = idp.with_base_url(url)
+        app.register_blueprint(idp.blueprint())
         thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         thread.start()
         running.append((server, thread))
-        return Served(url, server)
+        return Served(url, server, idp)
 
     yield start
     for server, thread in running:
@@ -164,6 +165,7 @@ def test_local_idp_tokens_interop_across_rotation(
     first = LocalIdpSigningKey.generate_es256()
     idp = LocalIdp.from_key_store("https://issuer.interop", MemoryLocalIdpKeyStore.with_current(first))
     served = serve(idp)
+    idp = served.idp
     jwks_url = f"{served.url}/jwks.json"
     discovery = json.loads(urllib.request.urlopen(f"{served.url}/.well-known/openid-configuration").read())
     assert discovery["jwks_uri"] == jwks_url

@@ -175,9 +175,9 @@ def test_default_max_lifetime_is_one_hour(idp: LocalIdp) -> None:
     idp.mint(claims(60))
     with pytest.raises(IssuanceError, match="lifetime"):
         idp.mint(claims(60 + 1 / 60))
-    idp.with_max_lifetime(timedelta(hours=2))
+    idp = idp.with_max_lifetime(timedelta(hours=2))
     idp.mint(claims(119))
-    idp.with_max_lifetime(None)
+    idp = idp.with_max_lifetime(None)
     idp.mint(claims(60 * 24 * 30))
 
 
@@ -282,8 +282,8 @@ def test_rotation_persists_before_swapping(key: LocalIdpSigningKey) -> None:
 
 
 def test_no_window_where_a_minted_token_does_not_verify(idp: LocalIdp) -> None:
+    idp = idp.with_clock(MockClock(datetime.now(UTC)))
     verifier = JwtVerifier(idp.jwks_handle()).with_algorithms(["ES256"])
-    idp.with_clock(MockClock(datetime.now(UTC)))
     stop = threading.Event()
     failures: list[BaseException] = []
 
@@ -314,7 +314,7 @@ def test_rotation_by_another_process_is_picked_up(tmp_path: Path, clock: MockClo
     FileLocalIdpKeyStore.initialize(tmp_path / "keys", first)
     a = LocalIdp.from_key_store(ISS, FileLocalIdpKeyStore(tmp_path / "keys")).with_clock(clock)
     b = LocalIdp.from_key_store(ISS, FileLocalIdpKeyStore(tmp_path / "keys")).with_clock(clock)
-    b.with_reload_interval(timedelta(0))
+    b = b.with_reload_interval(timedelta(0))
     new = LocalIdpSigningKey.generate_es256()
     a.rotate_signing_key(new)
     token = b.mint(claims())
@@ -386,7 +386,9 @@ def test_issuer_must_be_a_url(issuer: Any, key: LocalIdpSigningKey) -> None:
 
 
 def test_discovery_document(idp: LocalIdp) -> None:
-    idp.with_metadata_field("service_documentation", "https://docs.test").with_metadata_field("x_tier", ["a"])
+    idp = idp.with_metadata_field("service_documentation", "https://docs.test").with_metadata_field(
+        "x_tier", ["a"]
+    )
     doc = idp.discovery_document()
     assert doc == {
         "issuer": ISS,
@@ -428,7 +430,7 @@ def test_metadata_must_be_json(idp: LocalIdp) -> None:
 
 
 def test_base_url(idp: LocalIdp) -> None:
-    idp.with_base_url("https://public.example/idp/")
+    idp = idp.with_base_url("https://public.example/idp/")
     assert idp.discovery_document()["jwks_uri"] == "https://public.example/idp/jwks.json"
     assert idp.discovery_document()["issuer"] == ISS
     for bad in ["public.example", "javascript:alert(1)", "https://x/?a=b", ""]:
@@ -438,7 +440,7 @@ def test_base_url(idp: LocalIdp) -> None:
 
 def test_extra_public_jwk(idp: LocalIdp, key: LocalIdpSigningKey) -> None:
     extra = LocalIdpSigningKey.generate_es256().with_key_id("next")
-    idp.with_extra_public_jwk(extra.public_jwk())
+    idp = idp.with_extra_public_jwk(extra.public_jwk())
     assert [k["kid"] for k in idp.jwks()["keys"]] == [key.kid, "next"]
     with pytest.raises(ConfigurationError):
         idp.with_extra_public_jwk(extra.public_jwk())
@@ -507,3 +509,33 @@ def test_signal_names_exist() -> None:
         "token_minted",
     ):
         assert hasattr(getattr(signals, name), "send")
+
+
+def test_builders_return_a_new_issuer_and_leave_the_original_unchanged(
+    idp: LocalIdp, clock: MockClock
+) -> None:
+    """Issue 6 point 20: every with_* builder returns a new value."""
+    extra = LocalIdpSigningKey.generate_es256().with_key_id("next")
+    before_doc, before_jwks = idp.discovery_document(), idp.jwks()
+    other_clock = MockClock(NOW + timedelta(days=1))
+    built = {
+        "base_url": idp.with_base_url("https://public.example/idp"),
+        "metadata": idp.with_metadata_field("x_tier", "gold"),
+        "clock": idp.with_clock(other_clock),
+        "max_lifetime": idp.with_max_lifetime(timedelta(hours=3)),
+        "reload": idp.with_reload_interval(None),
+        "extra": idp.with_extra_public_jwk(extra.public_jwk()),
+    }
+    for name, new in built.items():
+        assert new is not idp, name
+    assert built["base_url"].jwks_uri == "https://public.example/idp/jwks.json"
+    assert built["metadata"].discovery_document()["x_tier"] == "gold"
+    assert built["clock"].clock is other_clock
+    assert built["max_lifetime"].max_lifetime == timedelta(hours=3)
+    assert "next" in [k["kid"] for k in built["extra"].jwks()["keys"]]
+    # The original is unchanged by every builder above.
+    assert idp.discovery_document() == before_doc
+    assert idp.jwks() == before_jwks
+    assert idp.clock is clock
+    assert idp.max_lifetime == timedelta(hours=1)
+    assert idp.jwks_uri == f"{ISS}/jwks.json"

@@ -80,7 +80,7 @@ def test_spoofed_host_does_not_change_jwks_uri(app: Flask, headers: dict[str, st
 
 
 def test_base_url_and_prefix(idp: LocalIdp) -> None:
-    idp.with_base_url("https://public.example/auth")
+    idp = idp.with_base_url("https://public.example/auth")
     app = Flask(__name__)
     app.register_blueprint(idp.blueprint(url_prefix="/auth"))
     client = app.test_client()

@@ -87,9 +87,11 @@ class LocalIdp:
     """An in-process token issuer backed by a :class:`LocalIdpKeyStore`.
 
     Build it with :meth:`from_key_store` and configure it with the ``with_*``
-    methods (they configure this instance and return it, for chaining) before
-    serving requests. Minting is thread-safe; rotation publishes the new JWKS
-    *before* the new key signs anything, so every minted token always verifies.
+    methods: each returns a new issuer and leaves this one unchanged. The copies
+    share the key store; they share the JWK set handle only when one was passed
+    in (``jwks_handle``: an explicit publication point), else each has its own.
+    Minting is thread-safe; rotation publishes the new JWKS *before* the new key
+    signs anything, so every minted token always verifies.
     """
 
     def __init__(
@@ -108,6 +110,7 @@ class LocalIdp:
         self._max_lifetime: timedelta | None = DEFAULT_MAX_LIFETIME
         self._reload_interval: float | None = DEFAULT_RELOAD_INTERVAL.total_seconds()
         self._extra_keys: list[VerificationKey] = []
+        self._shared_handle = jwks_handle is not None
         self._handle = jwks_handle if jwks_handle is not None else JwksHandle()
         self._lock = threading.Lock()  # serialises rotation, reload and reconfiguration
         self._state = _KeyState(loaded, self._ticks())
@@ -126,14 +129,27 @@ class LocalIdp:
 
     # -- configuration -----------------------------------------------------------------------------
 
+    def _copy(self) -> LocalIdp:
+        """A new issuer with this one's settings (the builders change the copy)."""
+        clone = object.__new__(LocalIdp)
+        clone.__dict__.update(self.__dict__)
+        clone._metadata = dict(self._metadata)
+        clone._extra_keys = list(self._extra_keys)
+        clone._lock = threading.Lock()
+        if not self._shared_handle:
+            clone._handle = JwksHandle()
+            clone._install(self._state.loaded)
+        return clone
+
     def with_base_url(self, url: str) -> LocalIdp:
         """Advertise ``jwks_uri`` under ``url`` (where the blueprint is mounted, e.g. behind a proxy).
 
         The request's ``Host`` or ``X-Forwarded-Host`` is never used: an attacker
         controls those and could point relying parties at their own keys.
         """
-        self._base_url = _check_url(url, "base URL").rstrip("/")
-        return self
+        clone = self._copy()
+        clone._base_url = _check_url(url, "base URL").rstrip("/")
+        return clone
 
     def with_metadata_field(self, name: str, value: Any) -> LocalIdp:
         """Append an adopter field to the discovery document (core fields are fixed)."""
@@ -144,23 +160,27 @@ class LocalIdp:
                 f"discovery field {name!r} is set by the issuer and cannot be overridden"
             )
         try:
-            self._metadata[name] = json.loads(json.dumps(value, allow_nan=False))
+            copied = json.loads(json.dumps(value, allow_nan=False))
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"metadata field {name!r} is not JSON-serialisable") from exc
-        return self
+        clone = self._copy()
+        clone._metadata[name] = copied
+        return clone
 
     def with_clock(self, clock: Clock) -> LocalIdp:
         """Read ``iat``/``exp`` checks and reload timing from ``clock`` (a MockClock in tests)."""
-        self._clock = clock
-        self._state = _KeyState(self._state.loaded, self._ticks())
-        return self
+        clone = self._copy()
+        clone._clock = clock
+        clone._state = _KeyState(clone._state.loaded, clone._ticks())
+        return clone
 
     def with_max_lifetime(self, lifetime: timedelta | None) -> LocalIdp:
         """Refuse tokens living longer than ``lifetime`` (default 1 hour; ``None``: no cap)."""
         if lifetime is not None and (not isinstance(lifetime, timedelta) or lifetime <= timedelta(0)):
             raise ConfigurationError("max lifetime must be a positive timedelta or None")
-        self._max_lifetime = lifetime
-        return self
+        clone = self._copy()
+        clone._max_lifetime = lifetime
+        return clone
 
     def with_reload_interval(self, interval: timedelta | None) -> LocalIdp:
         """Re-read the store at most this often (default 5 s; ``None``: only on :meth:`reload`).
@@ -170,8 +190,9 @@ class LocalIdp:
         """
         if interval is not None and (not isinstance(interval, timedelta) or interval < timedelta(0)):
             raise ConfigurationError("reload interval must be a non-negative timedelta or None")
-        self._reload_interval = None if interval is None else interval.total_seconds()
-        return self
+        clone = self._copy()
+        clone._reload_interval = None if interval is None else interval.total_seconds()
+        return clone
 
     def with_extra_public_jwk(self, jwk: Mapping[str, Any]) -> LocalIdp:
         """Also publish a public key that is not in the store (e.g. a pre-announced next key)."""
@@ -185,9 +206,10 @@ class LocalIdp:
             taken = {*self._state.loaded.kids(), *(k.kid for k in self._extra_keys)}
             if key.kid in taken:
                 raise ConfigurationError(f"kid {key.kid!r} is already published")
-            self._extra_keys.append(key)
-            self._install(self._state.loaded)
-        return self
+            clone = self._copy()
+        clone._extra_keys.append(key)
+        clone._install(clone._state.loaded)
+        return clone
 
     # -- accessors ---------------------------------------------------------------------------------
 

@@ -123,7 +123,7 @@ class LocalIdpFixture:
             .with_reload_interval(None)
         )
         for jwk in self._extra_jwks:
-            idp.with_extra_public_jwk(jwk)
+            idp = idp.with_extra_public_jwk(jwk)
         return idp
 
     # -- builders (in place) -----------------------------------------------------------------------
@@ -136,7 +136,7 @@ class LocalIdpFixture:
 
     def with_extra_public_jwk(self, jwk: Mapping[str, Any]) -> LocalIdpFixture:
         """Publish a public JWK the fixture has no private key for."""
-        self._idp.with_extra_public_jwk(jwk)
+        self._idp = self._idp.with_extra_public_jwk(jwk)
         self._extra_jwks.append(dict(jwk))
         return self
 
@@ -147,7 +147,7 @@ class LocalIdpFixture:
 
     def with_max_ttl(self, ttl: timedelta) -> LocalIdpFixture:
         """Refuse to mint tokens living longer than ``ttl`` (:class:`IssuanceError`)."""
-        self._idp.with_max_lifetime(ttl)
+        self._idp = self._idp.with_max_lifetime(ttl)
         self._max_ttl = ttl
         return self
 
@@ -167,7 +167,7 @@ class LocalIdpFixture:
     def with_clock(self, clock: Clock) -> LocalIdpFixture:
         """Take ``iat`` and expiry checks from ``clock``."""
         self._clock = clock
-        self._idp.with_clock(clock)
+        self._idp = self._idp.with_clock(clock)
         return self
 
     # -- use ---------------------------------------------------------------------------------------
