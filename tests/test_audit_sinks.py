@@ -90,3 +90,58 @@ def test_counters_refuse_unknown_names_and_negative_steps() -> None:
         counters.increment("nope")
     with pytest.raises(ValueError):
         counters.increment("login_attempts", -1)
+
+
+@pytest.mark.parametrize("separator", ["\n", "\r", "\u2028", "\u2029", "\u0085", "\x0b", "\x1e", "\x00"])
+def test_line_separators_are_escaped_in_audit_rows(separator: str) -> None:
+    forged = f"curl/8{separator}2026-01-01 login_begin success user=admin"
+    record = AuditRecord(
+        time=datetime(2026, 1, 1, tzinfo=UTC),
+        event="login_begin",
+        status="failure",
+        tenant=f"acme{separator}",
+        user_agent=forged,
+        reason=f"bad{separator}",
+    )
+    for value in (record.user_agent, record.tenant, record.reason):
+        assert value is not None
+        assert separator not in value and len(value.splitlines()) == 1
+        assert f"\\u{ord(separator):04x}" in value
+    sink = MemoryAuditSink()
+    sink.write(record)
+    assert (
+        "\n".join(str(v) for v in sink.records[0].to_dict().values()).count("\n") == len(record.to_dict()) - 1
+    )
+
+
+def test_escaping_is_unambiguous_and_leaves_printable_text_alone() -> None:
+    plain = AuditRecord(
+        time=datetime(2026, 1, 1, tzinfo=UTC), event="logout", status="success", reason="new_login"
+    )
+    assert plain.reason == "new_login"
+    # A literal backslash-u sequence cannot pass for an escaped separator.
+    literal = AuditRecord(time=plain.time, event="logout", status="success", reason="a\\u2028b")
+    real = AuditRecord(time=plain.time, event="logout", status="success", reason="a\u2028b")
+    assert literal.reason != real.reason
+    assert literal.reason == "a\\\\u2028b" and real.reason == "a\\u2028b"
+
+
+def test_login_with_a_separator_in_the_user_agent_stores_an_escaped_row() -> None:
+    from flask import Flask
+
+    from flask_authflow import AuthFlow, InMemoryBackend, MemorySessionStore, PasswordHasher
+
+    backend = InMemoryBackend(hasher=PasswordHasher(time_cost=1, memory_cost=8, parallelism=1))
+    backend.create_user("default", "alice", "correct horse battery")
+    app = Flask(__name__)
+    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="k" * 32)
+    authflow = AuthFlow(app, backend=backend, session_store=MemorySessionStore())
+
+    @app.post("/login")
+    def login() -> str:
+        authflow.login_with_password("alice", "wrong password")
+        return "done"
+
+    app.test_client().post("/login", headers={"User-Agent": "evil\u2028forged row"})
+    rows = [r for r in backend.audit_rows if r.user_agent]
+    assert rows and all("\u2028" not in r.user_agent for r in rows)

@@ -34,6 +34,13 @@ def test_normalise(raw: str, expected: str) -> None:
         "a" * 255,
         "ali\x00ce",
         "ali\nce",
+        "ali\rce",
+        "ali\u2028ce",  # LINE SEPARATOR
+        "ali\u2029ce",  # PARAGRAPH SEPARATOR
+        "ali\u0085ce",  # NEXT LINE (NEL)
+        "ali\x0bce",  # vertical tab
+        "ali\x0cce",  # form feed
+        "ali\x1cce",  # file separator (str.splitlines breaks on it)
         "ali\u200bce",  # zero-width space (format character)
         "ali\u202ece",  # right-to-left override
         "a" * 5000,

@@ -21,6 +21,7 @@ __all__ = [
     "AuditSink",
     "AuthCounters",
     "MemoryAuditSink",
+    "escape_text",
     "hash_session_id",
 ]
 
@@ -28,6 +29,34 @@ __all__ = [
 def hash_session_id(sid: str | None) -> str | None:
     """SHA-256 (hex) of a session id: rows can be correlated, but a leaked log cannot be replayed."""
     return None if sid is None else sid_hash(sid)
+
+
+def escape_text(value: str) -> str:
+    """``value`` with every non-printable character written as ``\\uXXXX`` (and ``\\`` as ``\\\\``).
+
+    Controls (CR, LF, NEL U+0085), line and paragraph separators (U+2028, U+2029) and
+    other invisible characters cannot then forge a line or a field in a text log or an
+    export of the audit trail. Printable text, the common case, is returned as it is.
+    """
+    if value.isprintable() and "\\" not in value:
+        return value
+    return "".join("\\\\" if ch == "\\" else ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in value)
+
+
+_TEXT_FIELDS = (
+    "event",
+    "status",
+    "tenant",
+    "user_id",
+    "identifier",
+    "session_id",
+    "factor",
+    "client_ip",
+    "ip_source",
+    "user_agent",
+    "request_id",
+    "reason",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +82,15 @@ class AuditRecord:
     user_agent: str | None = None
     request_id: str | None = None
     reason: str | None = None
+
+    def __post_init__(self) -> None:
+        # Every text field is escaped once, here, so no sink can store a forged line.
+        for name in _TEXT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, str):
+                escaped = escape_text(value)
+                if escaped is not value:
+                    object.__setattr__(self, name, escaped)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

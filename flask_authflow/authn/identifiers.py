@@ -19,9 +19,11 @@ MAX_TENANT_LENGTH = 128
 
 
 def _has_control(value: str) -> bool:
-    # Category C: controls, format characters (zero-width joiners...), surrogates,
-    # private use and unassigned code points; none belongs in an identifier.
-    return any(unicodedata.category(ch).startswith("C") for ch in value)
+    # Category C: controls (CR, LF, NEL), format characters (zero-width joiners...),
+    # surrogates, private use and unassigned code points; Zl and Zp: the line and
+    # paragraph separators U+2028 and U+2029, which break lines like LF does. None
+    # belongs in an identifier.
+    return any((cat := unicodedata.category(ch)).startswith("C") or cat in ("Zl", "Zp") for ch in value)
 
 
 def normalise_identifier(value: str) -> str:
