@@ -235,6 +235,18 @@ def test_login_test_client_creates_and_logs_in(plain_app: Flask) -> None:
     assert _authenticated(login_test_client(plain_app, "carol", password="carol-pass-1"))
 
 
+@pytest.mark.parametrize("spelling", ["Erin", " erin ", "ERIN", "\uff25rin"])
+def test_login_test_client_normalises_the_identifier_like_a_login(plain_app: Flask, spelling: str) -> None:
+    with plain_app.app_context():
+        get_state(plain_app).backend.create_user("default", "erin", "erin-pass-1")
+    # Before the fix: "Erin" was not found, so the plugin tried to create it and failed.
+    assert _authenticated(login_test_client(plain_app, spelling, password="erin-pass-1"))
+    with pytest.raises(RuntimeError, match="exists: pass its password"):
+        login_test_client(plain_app, spelling)
+    with plain_app.app_context():
+        assert [u.identifier for u in get_state(plain_app).backend.list_users("default")].count("erin") == 1
+
+
 def test_login_test_client_refuses_an_existing_user_without_a_password(plain_app: Flask) -> None:
     with plain_app.app_context():
         get_state(plain_app).backend.create_user("default", "dave", "dave-pass-1")

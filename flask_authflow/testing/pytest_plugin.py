@@ -86,6 +86,7 @@ def login_test_client(
     ``RuntimeError`` naming the factor, rather than a bypass.
     """
     from ..audit.context import AuditContext
+    from ..authn.identifiers import normalise_identifier
     from ..authn.outcomes import Authenticated, FactorCredential, FactorRequired
     from ..session.model import AuthSession
     from ..state import get_state
@@ -94,7 +95,8 @@ def login_test_client(
     tenant_name = tenant or state.config.default_tenant
     secret = password or secrets.token_urlsafe(16)
     with app.app_context():
-        if state.backend.find_user(tenant_name, username) is None:
+        # Looked up the way a login looks it up: "Alice" is the user "alice".
+        if state.backend.find_user(tenant_name, normalise_identifier(username)) is None:
             state.backend.create_user(tenant_name, username, secret)
         elif password is None:
             raise RuntimeError(f"user {username!r} exists: pass its password to log in")
