@@ -12,32 +12,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
-from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from ..errors import KeyStoreError, SigningKeyError
 from ..jose import MIN_RSA_BITS, b64url_encode, jwk_thumbprint, load_private_key_pem, public_jwk
+from ..jose.algorithms import SIGNING_ALGORITHMS as JOSE_SIGNING_ALGORITHMS
+from ..jose.algorithms import signer
 
 __all__ = ["SIGNING_ALGORITHMS", "LoadedKeys", "LocalIdpSigningKey", "validate_kid"]
 
 _KID_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
-_RSA_HASHES: Final[dict[str, type[hashes.HashAlgorithm]]] = {
-    "RS256": hashes.SHA256,
-    "RS384": hashes.SHA384,
-    "RS512": hashes.SHA512,
-    "PS256": hashes.SHA256,
-    "PS384": hashes.SHA384,
-    "PS512": hashes.SHA512,
-}
-_EC_ALGS: Final[dict[str, tuple[type[ec.EllipticCurve], type[hashes.HashAlgorithm], int]]] = {
-    "ES256": (ec.SECP256R1, hashes.SHA256, 32),
-    "ES384": (ec.SECP384R1, hashes.SHA384, 48),
-}
-
-#: Algorithms a local issuer key can sign with.
-SIGNING_ALGORITHMS: Final = frozenset({*_RSA_HASHES, *_EC_ALGS, "EdDSA"})
+#: Algorithms a local issuer key can sign with (the JOSE layer's signing table).
+SIGNING_ALGORITHMS: Final = JOSE_SIGNING_ALGORITHMS
 
 
 def validate_kid(kid: object) -> str:
@@ -98,38 +86,8 @@ class LocalIdpSigningKey:
 
     @staticmethod
     def _make_signer(key: SigningPrivateKey, alg: str) -> Any:
-        """Bind the signing call once; minting is hot, so no per-call branching."""
-        if alg in _RSA_HASHES:
-            if not isinstance(key, rsa.RSAPrivateKey):
-                raise SigningKeyError(f"{alg} needs an RSA key")
-            digest = _RSA_HASHES[alg]()
-            pad: padding.AsymmetricPadding = (
-                padding.PKCS1v15()
-                if alg.startswith("RS")
-                else padding.PSS(mgf=padding.MGF1(_RSA_HASHES[alg]()), salt_length=digest.digest_size)
-            )
-            rsa_key = key
-
-            def sign_rsa(data: bytes) -> bytes:
-                return rsa_key.sign(data, pad, digest)
-
-            return sign_rsa
-        if alg in _EC_ALGS:
-            curve, hash_cls, size = _EC_ALGS[alg]
-            if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, curve):
-                raise SigningKeyError(f"{alg} needs an EC key on {curve.name}")
-            ecdsa = ec.ECDSA(hash_cls())
-            ec_key = key
-
-            def sign_ec(data: bytes) -> bytes:
-                # JWS wants the raw r || s form (RFC 7518 §3.4), not DER.
-                r, s = decode_dss_signature(ec_key.sign(data, ecdsa))
-                return r.to_bytes(size, "big") + s.to_bytes(size, "big")
-
-            return sign_ec
-        if not isinstance(key, ed25519.Ed25519PrivateKey):
-            raise SigningKeyError("EdDSA needs an Ed25519 key")
-        return key.sign
+        """Bind the signing call once (the JOSE layer's entry for ``alg``); minting is hot."""
+        return signer(alg, key)
 
     # -- constructors ------------------------------------------------------------------------------
 
@@ -145,7 +103,7 @@ class LocalIdpSigningKey:
             return cls.generate_es384()
         if algorithm == "EdDSA":
             return cls.generate_ed25519()
-        if algorithm in _RSA_HASHES:
+        if algorithm[:2] in ("RS", "PS") and algorithm in SIGNING_ALGORITHMS:
             return cls.generate_rsa(algorithm, rsa_bits)
         raise SigningKeyError(f"cannot generate a key for {algorithm!r}")
 
@@ -169,7 +127,7 @@ class LocalIdpSigningKey:
         """A fresh RSA key for ``algorithm`` (RS256/384/512, PS256/384/512); refuses < 2048 bits."""
         if isinstance(bits, bool) or not isinstance(bits, int) or bits < MIN_RSA_BITS:
             raise SigningKeyError(f"RSA keys must have at least {MIN_RSA_BITS} bits")
-        if algorithm not in _RSA_HASHES:
+        if not (algorithm[:2] in ("RS", "PS") and algorithm in SIGNING_ALGORITHMS):
             raise SigningKeyError(f"{algorithm!r} is not an RSA algorithm")
         return cls(rsa.generate_private_key(public_exponent=65537, key_size=bits), algorithm=algorithm)
 

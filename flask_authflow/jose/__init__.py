@@ -1,0 +1,59 @@
+"""JOSE plumbing: key loading, shared JWK sets and the one JWT verification path.
+
+Every signature check in flask-authflow goes through :class:`JwtVerifier` so that
+there is exactly one place to audit. It is deliberately strict and generic:
+
+* the caller names the accepted algorithms (no default, never ``none`` or HMAC),
+* the key is picked by ``kid`` from a :class:`JwksHandle` and must match the
+  algorithm's key type (and curve),
+* ``exp`` is required; ``nbf``, ``iat``, ``aud`` and (optionally) ``iss`` are
+  checked with a clock-skew allowance taken from an injected :class:`Clock`,
+* anything malformed raises :class:`TokenVerificationError` (its ``reason`` is a
+  :class:`TokenCheck`) and nothing else.
+
+Protocol-specific rules (an OIDC ``nonce``, ``azp``, logout ``events``) belong to
+the callers, which layer them on top of :class:`VerifiedClaims`.
+
+The package: :mod:`.algorithms` (the algorithm table, base64url, one signature check
+per algorithm), :mod:`.keys` (PEM and JWK keys), :mod:`.jwks` (snapshots and the shared
+handle) and :mod:`.verify` (the verifier).
+"""
+
+from __future__ import annotations
+
+from ..errors import TokenCheck
+from .algorithms import SUPPORTED_ALGORITHMS, b64url_decode, b64url_encode
+from .jwks import JwksHandle, JwksSnapshot
+from .keys import (
+    KID_PATTERN,
+    MIN_RSA_BITS,
+    PrivateKey,
+    PublicKey,
+    VerificationKey,
+    jwk_thumbprint,
+    load_private_key_pem,
+    parse_public_jwk,
+    public_jwk,
+)
+from .verify import MAX_TOKEN_LENGTH, JwtVerifier, VerifiedClaims
+
+__all__ = [
+    "KID_PATTERN",
+    "MAX_TOKEN_LENGTH",
+    "MIN_RSA_BITS",
+    "SUPPORTED_ALGORITHMS",
+    "JwksHandle",
+    "JwksSnapshot",
+    "JwtVerifier",
+    "PrivateKey",
+    "PublicKey",
+    "TokenCheck",
+    "VerificationKey",
+    "VerifiedClaims",
+    "b64url_decode",
+    "b64url_encode",
+    "jwk_thumbprint",
+    "load_private_key_pem",
+    "parse_public_jwk",
+    "public_jwk",
+]

@@ -1,0 +1,189 @@
+"""JWS algorithms: the table of accepted algorithms, strict base64url, and one signature check
+per algorithm, built once per key."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
+from joserfc.jws import JWSRegistry
+
+from ..errors import SigningKeyError
+
+if TYPE_CHECKING:
+    from .keys import VerificationKey
+
+
+# alg -> (kty, allowed curves or None).  Only asymmetric algorithms: HMAC with a
+# public key is the classic key-confusion attack, and ``none`` is no signature.
+_ALG_KEY_TYPES: Final[Mapping[str, tuple[str, frozenset[str] | None]]] = MappingProxyType(
+    {
+        "RS256": ("RSA", None),
+        "RS384": ("RSA", None),
+        "RS512": ("RSA", None),
+        "PS256": ("RSA", None),
+        "PS384": ("RSA", None),
+        "PS512": ("RSA", None),
+        "ES256": ("EC", frozenset({"P-256"})),
+        "ES384": ("EC", frozenset({"P-384"})),
+        "EdDSA": ("OKP", frozenset({"Ed25519", "Ed448"})),
+        "Ed25519": ("OKP", frozenset({"Ed25519"})),
+    }
+)
+
+#: Every algorithm :class:`JwtVerifier` can be told to accept.
+SUPPORTED_ALGORITHMS: Final = frozenset(_ALG_KEY_TYPES)
+
+
+# -- base64url ---------------------------------------------------------------------------------------
+
+
+def b64url_encode(data: bytes) -> str:
+    """Base64url without padding, as JWS compact serialisation wants."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+_TO_STANDARD_ALPHABET: Final = bytes.maketrans(b"-_", b"+/")
+# Last characters whose unused low bits are zero, for 2 and 3 leftover characters.
+_CANONICAL_LAST: Final = {2: frozenset(b"AQgw"), 1: frozenset(b"AEIMQUYcgkosw048")}
+
+
+def b64url_decode(data: str) -> bytes:
+    """Strict base64url decoding: no padding, no ``+``/``/``, no stray bits.
+
+    Strictness matters: a lenient decoder accepts many spellings of one signature,
+    which makes tokens malleable.
+    """
+    raw = data.encode("ascii")  # UnicodeEncodeError for non-ASCII input: callers map it
+    pad = -len(raw) % 4
+    if pad == 3 or b"=" in raw or b"+" in raw or b"/" in raw:
+        raise ValueError("invalid base64url")
+    if pad and raw[-1] not in _CANONICAL_LAST[pad]:
+        raise ValueError("non-canonical base64url")
+    return binascii.a2b_base64(raw.translate(_TO_STANDARD_ALPHABET) + b"=" * pad, strict_mode=True)
+
+
+class _Selected(NamedTuple):
+    key: VerificationKey
+    check: Callable[[bytes, bytes], bool]
+
+
+_HASHES: Final[Mapping[str, type[hashes.HashAlgorithm]]] = MappingProxyType(
+    {"256": hashes.SHA256, "384": hashes.SHA384, "512": hashes.SHA512}
+)
+
+
+#: Algorithms a local key can sign with (the verify side accepts these and ``Ed25519``).
+SIGNING_ALGORITHMS: Final = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"}
+)
+# EC algorithm -> (curve, width of r and of s in bytes).
+_EC_SHAPES: Final[Mapping[str, tuple[type[ec.EllipticCurve], int]]] = MappingProxyType(
+    {"ES256": (ec.SECP256R1, 32), "ES384": (ec.SECP384R1, 48)}
+)
+
+
+def _rsa_padding(alg: str) -> tuple[padding.AsymmetricPadding, hashes.HashAlgorithm]:
+    """The padding and hash of an RS*/PS* algorithm, shared by signing and verification."""
+    hash_cls = _HASHES[alg[2:]]
+    digest = hash_cls()
+    pad: padding.AsymmetricPadding = (
+        padding.PKCS1v15()
+        if alg[0] == "R"
+        else padding.PSS(mgf=padding.MGF1(hash_cls()), salt_length=digest.digest_size)
+    )
+    return pad, digest
+
+
+def signer(alg: str, key: Any) -> Callable[[bytes], bytes]:
+    """A ``sign(signing_input) -> signature`` for ``alg`` with the private ``key``, bound once.
+
+    The JWS form of the signature: raw ``r || s`` of fixed width for ECDSA (RFC 7518
+    §3.4). Raises :class:`~flask_authflow.errors.SigningKeyError` when the key does
+    not suit the algorithm.
+    """
+    if alg not in SIGNING_ALGORITHMS:
+        raise SigningKeyError(f"unsupported signing algorithm {alg!r}")
+    if alg[:2] in ("RS", "PS"):
+        if not isinstance(key, rsa.RSAPrivateKey):
+            raise SigningKeyError(f"{alg} needs an RSA key")
+        pad, digest = _rsa_padding(alg)
+        rsa_key = key
+
+        def sign_rsa(data: bytes) -> bytes:
+            return rsa_key.sign(data, pad, digest)
+
+        return sign_rsa
+    if alg in _EC_SHAPES:
+        curve, size = _EC_SHAPES[alg]
+        if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, curve):
+            raise SigningKeyError(f"{alg} needs an EC key on {curve.name}")
+        ecdsa = ec.ECDSA(_HASHES[alg[2:]]())
+        ec_key = key
+
+        def sign_ec(data: bytes) -> bytes:
+            r, s = decode_dss_signature(ec_key.sign(data, ecdsa))
+            return r.to_bytes(size, "big") + s.to_bytes(size, "big")
+
+        return sign_ec
+    if not isinstance(key, ed25519.Ed25519PrivateKey):
+        raise SigningKeyError("EdDSA needs an Ed25519 key")
+    sign_eddsa: Callable[[bytes], bytes] = key.sign
+    return sign_eddsa
+
+
+def _signature_checker(alg: str, key: VerificationKey) -> Callable[[bytes, bytes], bool]:
+    """A ``check(signing_input, signature) -> bool`` for ``alg`` over ``key``, built once per key.
+
+    joserfc parsed the key and validates here, once, that it suits the algorithm
+    (type, curve, ``use``, ``alg``); the per-token work is then one
+    :mod:`cryptography` call with pre-built padding and hash objects (what
+    joserfc's own algorithm classes do, without their per-call lookups).
+    """
+    JWSRegistry.algorithms[alg].check_key(key.key)  # raises on a mismatch; accepts() ran first
+    public: Any = key.key.public_key
+    if alg[:2] in ("RS", "PS"):
+        pad, digest = _rsa_padding(alg)
+
+        def check_rsa(message: bytes, signature: bytes) -> bool:
+            try:
+                public.verify(signature, message, pad, digest)
+            except InvalidSignature:
+                return False
+            return True
+
+        return check_rsa
+    if alg in _EC_SHAPES:
+        size = _EC_SHAPES[alg][1]
+        ecdsa = ec.ECDSA(_HASHES[alg[2:]]())
+
+        def check_ec(message: bytes, signature: bytes) -> bool:
+            # JWS carries raw r || s of fixed width (RFC 7518 §3.4); anything else is invalid.
+            if len(signature) != 2 * size:
+                return False
+            der = encode_dss_signature(
+                int.from_bytes(signature[:size], "big"), int.from_bytes(signature[size:], "big")
+            )
+            try:
+                public.verify(der, message, ecdsa)
+            except InvalidSignature:
+                return False
+            return True
+
+        return check_ec
+
+    def check_eddsa(message: bytes, signature: bytes) -> bool:
+        try:
+            public.verify(signature, message)
+        except InvalidSignature:
+            return False
+        return True
+
+    return check_eddsa
