@@ -100,9 +100,13 @@ def test_jwks_handle_is_shared_and_updated_in_place(fixture: LocalIdpFixture, cl
 
 def test_with_historical_signing_key(fixture: LocalIdpFixture, clock: MockClock) -> None:
     old = LocalIdpSigningKey.generate_es256()
+    original = fixture
     handle = fixture.jwks_handle()
-    fixture.with_historical_signing_key(old)
-    assert fixture.jwks_handle() is handle
+    fixture = fixture.with_historical_signing_key(old)
+    # A builder returns a new fixture with its own handle; the original is unchanged.
+    assert fixture is not original and fixture.jwks_handle() is not handle
+    assert [k.kid for k in handle.snapshot().keys] == [original.current_kid]
+    assert [k["kid"] for k in original.jwks()["keys"]] == [original.current_kid]
     kids = [k["kid"] for k in fixture.jwks()["keys"]]
     assert kids == [fixture.current_kid, old.kid]
     # Tokens signed by the historical key still verify; new tokens use the current key.
@@ -113,36 +117,39 @@ def test_with_historical_signing_key(fixture: LocalIdpFixture, clock: MockClock)
 
 def test_with_extra_public_jwk(fixture: LocalIdpFixture, clock: MockClock) -> None:
     outsider = LocalIdpSigningKey.generate_es256().with_key_id("outsider")
-    fixture.with_extra_public_jwk(outsider.public_jwk())
+    fixture = fixture.with_extra_public_jwk(outsider.public_jwk())
     assert "outsider" in [k["kid"] for k in fixture.jwks()["keys"]]
     assert "ES256" in fixture.verifier_algorithms()
     other = LocalIdpFixture.with_signing_key(ISS, outsider, clock=clock)
     assert fixture.verifier().verify(other.mint(claims()), "api").kid == "outsider"
     # It survives builders that rebuild the issuer.
-    fixture.with_key_id("renamed")
+    fixture = fixture.with_key_id("renamed")
     assert "outsider" in [k["kid"] for k in fixture.jwks()["keys"]]
 
 
 def test_with_key_id(fixture: LocalIdpFixture, rsa_key: LocalIdpSigningKey) -> None:
-    handle = fixture.jwks_handle()
-    fixture.with_key_id("test-key-1")
+    original = fixture
+    original_kid = fixture.current_kid
+    fixture = fixture.with_key_id("test-key-1")
     assert fixture.current_kid == "test-key-1"
     assert header(fixture.mint(claims()))["kid"] == "test-key-1"
-    assert [k.kid for k in handle.snapshot().keys] == ["test-key-1"]
+    assert [k.kid for k in fixture.jwks_handle().snapshot().keys] == ["test-key-1"]
+    assert original.current_kid == original_kid  # the original is unchanged
+    assert header(original.mint(claims()))["kid"] == original_kid
     with pytest.raises(Exception, match="invalid key id"):
         fixture.with_key_id("../x")
 
 
 def test_with_max_ttl(fixture: LocalIdpFixture) -> None:
     fixture.mint(claims(60 * 24))  # no cap by default
-    fixture.with_max_ttl(timedelta(minutes=10))
+    fixture = fixture.with_max_ttl(timedelta(minutes=10))
     fixture.mint(claims(10))
     with pytest.raises(IssuanceError, match="lifetime"):
         fixture.mint(claims(11))
     with pytest.raises(IssuanceError, match="lifetime"):
         fixture.mint_jwt_svid("example.org", "svc", "t", "api", timedelta(minutes=11))
     # The cap survives a rebuild.
-    fixture.with_key_id("again")
+    fixture = fixture.with_key_id("again")
     with pytest.raises(IssuanceError):
         fixture.mint(claims(11))
 
@@ -189,7 +196,7 @@ def test_mint_jwt_svid_validation(
 def test_issuance_listener(fixture: LocalIdpFixture) -> None:
     listener = MockIssuanceListener()
     assert isinstance(listener, IssuanceListener)
-    fixture.with_issuance_listener(listener)
+    fixture = fixture.with_issuance_listener(listener)
     fixture.mint(claims())
     fixture.mint_jwt_svid("example.org", "svc", "t", "api", timedelta(minutes=1))
     events = listener.events
@@ -209,7 +216,7 @@ def test_issuance_listener(fixture: LocalIdpFixture) -> None:
 
 def test_failed_mint_emits_no_event(fixture: LocalIdpFixture) -> None:
     listener = MockIssuanceListener()
-    fixture.with_issuance_listener(listener)
+    fixture = fixture.with_issuance_listener(listener)
     with pytest.raises(IssuanceError):
         fixture.mint(MintClaims("svc", NOW - timedelta(seconds=1)))
     assert listener.events == []
@@ -222,7 +229,7 @@ def test_listener_must_have_on_issuance(fixture: LocalIdpFixture) -> None:
 
 def test_mock_listener_is_thread_safe(fixture: LocalIdpFixture) -> None:
     listener = MockIssuanceListener()
-    fixture.with_issuance_listener(listener)
+    fixture = fixture.with_issuance_listener(listener)
     threads = [threading.Thread(target=lambda: [fixture.mint(claims()) for _ in range(20)]) for _ in range(4)]
     for t in threads:
         t.start()
@@ -253,9 +260,25 @@ def test_mock_clock_drives_times(fixture: LocalIdpFixture, clock: MockClock) -> 
     with pytest.raises(TokenVerificationError, match="expired"):
         fixture.verifier().verify(token, "api")
     later = MockClock(NOW + timedelta(hours=1))
-    fixture.with_clock(later)
+    fixture = fixture.with_clock(later)
     assert payload(fixture.mint(claims(61)))["iat"] == int(later.now().timestamp())
 
 
 def test_repr(fixture: LocalIdpFixture) -> None:
     assert ISS in repr(fixture) and "PRIVATE" not in repr(fixture)
+
+
+def test_builders_leave_the_original_fixture_unchanged(fixture: LocalIdpFixture, clock: MockClock) -> None:
+    listener = MockIssuanceListener()
+    capped = fixture.with_max_ttl(timedelta(minutes=1)).with_issuance_listener(listener)
+    later = MockClock(clock.now() + timedelta(minutes=2))
+    moved = fixture.with_clock(later)
+    assert capped is not fixture and moved is not fixture
+    fixture.mint(claims(30))  # no cap on the original
+    assert len(listener) == 0  # and no listener
+    with pytest.raises(IssuanceError):
+        capped.mint(claims(30))
+    capped.mint(claims(1))
+    assert len(listener) == 1
+    assert payload(moved.mint(claims()))["iat"] == int(later.now().timestamp())
+    assert payload(fixture.mint(claims()))["iat"] == int(clock.now().timestamp())

@@ -126,49 +126,64 @@ class LocalIdpFixture:
             idp = idp.with_extra_public_jwk(jwk)
         return idp
 
-    # -- builders (in place) -----------------------------------------------------------------------
+    # -- builders (each returns a new fixture; the original is unchanged) --------------------------
+
+    def _derive(
+        self,
+        loaded: LoadedKeys | None = None,
+        *,
+        max_ttl: timedelta | object | None = ...,
+        extra_jwk: Mapping[str, Any] | None = None,
+        listener: IssuanceListener | None = None,
+        clock: Clock | None = None,
+    ) -> LocalIdpFixture:
+        """A copy with the given changes, its own JWKS handle and its own issuer."""
+        copy = object.__new__(type(self))
+        copy._issuer = self._issuer
+        copy._handle = JwksHandle()
+        copy._clock = clock if clock is not None else self._clock
+        copy._max_ttl = self._max_ttl if max_ttl is ... else max_ttl  # type: ignore[assignment]
+        copy._extra_jwks = [*self._extra_jwks, *([dict(extra_jwk)] if extra_jwk is not None else [])]
+        copy._listeners = [*self._listeners, *([listener] if listener is not None else [])]
+        copy._idp = copy._build(loaded if loaded is not None else self._idp.loaded_keys())
+        return copy
 
     def with_historical_signing_key(self, key: LocalIdpSigningKey) -> LocalIdpFixture:
         """Publish ``key`` as a historical key (verifies old tokens, never signs)."""
         loaded = self._idp.loaded_keys()
-        self._idp = self._build(LoadedKeys(loaded.current, (*loaded.historical, key)))
-        return self
+        return self._derive(LoadedKeys(loaded.current, (*loaded.historical, key)))
 
     def with_extra_public_jwk(self, jwk: Mapping[str, Any]) -> LocalIdpFixture:
         """Publish a public JWK the fixture has no private key for."""
-        self._idp = self._idp.with_extra_public_jwk(jwk)
-        self._extra_jwks.append(dict(jwk))
-        return self
+        return self._derive(extra_jwk=jwk)
 
     def rotate_signing_key(self, new_key: LocalIdpSigningKey) -> LocalIdpFixture:
-        """Sign with ``new_key`` from now on; the old key stays in the JWKS."""
+        """Sign with ``new_key`` from now on; the old key stays in the JWKS.
+
+        Not a builder: this fixture rotates, and its shared :meth:`jwks_handle` is
+        updated in place, so verifiers built on it follow. Returns ``self``.
+        """
         self._idp.rotate_signing_key(new_key)
         return self
 
     def with_max_ttl(self, ttl: timedelta) -> LocalIdpFixture:
         """Refuse to mint tokens living longer than ``ttl`` (:class:`IssuanceError`)."""
-        self._idp = self._idp.with_max_lifetime(ttl)
-        self._max_ttl = ttl
-        return self
+        return self._derive(max_ttl=ttl)
 
     def with_issuance_listener(self, listener: IssuanceListener) -> LocalIdpFixture:
         """Call ``listener.on_issuance(event)`` after every mint."""
         if not isinstance(listener, IssuanceListener):
             raise ConfigurationError("a listener needs an on_issuance(event) method")
-        self._listeners.append(listener)
-        return self
+        return self._derive(listener=listener)
 
     def with_key_id(self, kid: str) -> LocalIdpFixture:
         """Give the current key the ``kid`` ``kid`` (instead of its thumbprint)."""
         loaded = self._idp.loaded_keys()
-        self._idp = self._build(LoadedKeys(loaded.current.with_key_id(kid), loaded.historical))
-        return self
+        return self._derive(LoadedKeys(loaded.current.with_key_id(kid), loaded.historical))
 
     def with_clock(self, clock: Clock) -> LocalIdpFixture:
         """Take ``iat`` and expiry checks from ``clock``."""
-        self._clock = clock
-        self._idp = self._idp.with_clock(clock)
-        return self
+        return self._derive(clock=clock)
 
     # -- use ---------------------------------------------------------------------------------------
 
