@@ -6,7 +6,9 @@ Prints medians over N runs, with the production Argon2id profile (t=3, m=64 MiB,
 * a successful login through ``AuthnService`` (begin_login + verify_factor),
 * a successful ``POST /login`` through Flask (session layer, audit, SQLite store),
 * the overheads (login - verify),
-* unknown user vs wrong password (must be within 10 %).
+* unknown user vs wrong password (must be within 10 %),
+* 50 parallel wrong guesses at lockout threshold 5: how many Argon2 verifications ran
+  (must be at most 5), on the memory and SQLite backends.
 
     .venv/bin/python benchmarks/login.py [--runs 21]
 """
@@ -18,8 +20,10 @@ import secrets
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -164,5 +168,57 @@ def main() -> None:
         print(f"  {label:<56} {fast_medians[name] - base:6.2f} ms")
 
 
+class _CountingHasher(PasswordHasher):
+    """The production profile, counting every Argon2 verification."""
+
+    def __init__(self) -> None:
+        super().__init__(max_concurrent=64)
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def _verify(self, hash: str, data: bytes) -> bool:
+        with self._lock:
+            self.count += 1
+        return super()._verify(hash, data)
+
+
+def parallel_guesses(backend_factory: Callable[[PasswordHasher], Any], attempts: int = 50) -> tuple[int, int]:
+    """(Argon2 verifications, attempts answered Locked) for ``attempts`` parallel wrong guesses."""
+    hasher = _CountingHasher()
+    backend = backend_factory(hasher)
+    backend.create_user("default", "alice", PASSWORD)
+    hasher.count = 0
+    service = AuthnService(backend, backend, hasher=hasher, lockout=LockoutPolicy(max_failures=5))
+    barrier = threading.Barrier(attempts)
+
+    def guess(i: int) -> object:
+        barrier.wait()
+        session = AuthSession(new_guest_record(service.clock.now()), new=True, request_fingerprint="fp")
+        handle = service.with_audit_context(AuditContext.unknown())
+        begun = handle.begin_login("alice", "default", session)
+        if type(begun).__name__ == "Locked":
+            return begun
+        with FactorCredential.password(f"wrong-{i}") as credential:
+            return handle.verify_factor(credential, session)
+
+    with ThreadPoolExecutor(max_workers=attempts) as pool:
+        outcomes = list(pool.map(guess, range(attempts)))
+    return hasher.count, sum(type(o).__name__ == "Locked" for o in outcomes)
+
+
+def main_parallel(workdir: Path) -> None:
+    print("Parallel guessing (50 concurrent wrong passwords, lockout threshold 5, production Argon2id):")
+    for label, factory in (
+        ("memory backend", lambda h: InMemoryBackend(hasher=h)),
+        ("SQLite backend", lambda h: SqlAlchemyBackend(f"sqlite:///{workdir / 'parallel.db'}", hasher=h)),
+    ):
+        verified, locked = parallel_guesses(factory)
+        verdict = "PASS" if verified <= 5 else "FAIL"
+        print(
+            f"  {label:<20} {verified:3d} Argon2 verifications, {locked:2d} answered Locked  {verdict}"
+        )
+
+
 if __name__ == "__main__":
     main()
+    main_parallel(Path(tempfile.mkdtemp(prefix="authflow-bench-")))

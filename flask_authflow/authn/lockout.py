@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..errors import ConfigurationError, StoreUnavailable
-from .stores import AttemptKey, AttemptStore, FailureCount
+from .stores import AttemptKey, AttemptStore, FailureCount, Reservation
 
 __all__ = ["Lockout", "LockoutPolicy"]
 
@@ -55,8 +55,35 @@ class Lockout:
         except Exception as exc:
             raise _guard(exc) from exc
 
+    def reserve(self, tenant: str, subject: str, factor: str, now: datetime) -> Reservation:
+        """Reserve one credential check before running it (see :meth:`AttemptStore.reserve_attempt`)."""
+        try:
+            return self.store.reserve_attempt(
+                AttemptKey(tenant, subject, factor),
+                now=now,
+                window=self.policy.window,
+                max_failures=self.policy.max_failures,
+                lock_duration=self.policy.lock_duration,
+            )
+        except Exception as exc:
+            raise _guard(exc) from exc
+
+    def release(self, tenant: str, subject: str, factor: str, token: str) -> None:
+        """Give a reservation back (the check did not happen, or its result was refused)."""
+        try:
+            self.store.release_attempt(AttemptKey(tenant, subject, factor), token)
+        except Exception as exc:
+            raise _guard(exc) from exc
+
     def failure(
-        self, tenant: str, subject: str, factor: str, now: datetime, client_ip: str | None = None
+        self,
+        tenant: str,
+        subject: str,
+        factor: str,
+        now: datetime,
+        client_ip: str | None = None,
+        *,
+        reservation: str | None = None,
     ) -> FailureCount:
         """Count one failure; ``locked_until`` is set on the result if it reached the threshold."""
         try:
@@ -67,15 +94,25 @@ class Lockout:
                 max_failures=self.policy.max_failures,
                 lock_duration=self.policy.lock_duration,
                 client_ip=client_ip,
+                reservation=reservation,
             )
         except Exception as exc:
             raise _guard(exc) from exc
 
     def success(
-        self, tenant: str, subject: str, factor: str, now: datetime, client_ip: str | None = None
+        self,
+        tenant: str,
+        subject: str,
+        factor: str,
+        now: datetime,
+        client_ip: str | None = None,
+        *,
+        reservation: str | None = None,
     ) -> None:
         """Log the success and reset the counter of this factor."""
         try:
-            self.store.register_success(AttemptKey(tenant, subject, factor), now=now, client_ip=client_ip)
+            self.store.register_success(
+                AttemptKey(tenant, subject, factor), now=now, client_ip=client_ip, reservation=reservation
+            )
         except Exception as exc:
             raise _guard(exc) from exc

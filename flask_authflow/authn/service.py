@@ -444,16 +444,19 @@ class AuthnRequest:
 
         snapshot = _Snapshot.take(session)
         pending = _Pending(counters=["login_attempts"])
+        lockout = svc.lockout
+        reservation: str | None = None
         try:
-            until = svc.lockout.locked_until(tenant, subject, now)
-            if until is not None:
-                session.transition(abandon)
-                pending.rows.append(row("locked", "locked"))
-                pending.counters.append("login_failures")
-                pending.signals.append(
-                    ("login_failed", {"tenant": tenant, "identifier": identifier, "reason": "locked"})
+            # Reserve the attempt before any credential check: the store grants at most
+            # ``max_failures`` checks in flight and in the window, atomically, so a burst
+            # of parallel guesses cannot buy more Argon2 verifications than the policy allows.
+            reserved = lockout.reserve(tenant, subject, expected, now)
+            reservation = reserved.token
+            outcome: FactorOutcome
+            if reservation is None:
+                outcome = self._locked(
+                    session, pending, row, abandon, tenant, identifier, reserved.locked_until or now, "locked"
                 )
-                outcome: FactorOutcome = Locked(until)
             else:
                 if verifier is None or kind_name != expected:
                     ok, reason = (
@@ -464,8 +467,17 @@ class AuthnRequest:
                     checked = _guard_store(lambda: verifier.verify(tenant, user_id, credential, now))
                     ok = checked and not phantom
                     reason = "unknown_identifier" if phantom else "invalid_credential"
-                if ok:
-                    svc.lockout.success(tenant, subject, expected, now, self.ctx.client_ip)
+                # A lock set while this check ran (by a parallel failure) wins over a success.
+                locked_now = lockout.locked_until(tenant, subject, now) if ok else None
+                if locked_now is not None:
+                    token, reservation = reservation, None
+                    lockout.release(tenant, subject, expected, token)
+                    outcome = self._locked(
+                        session, pending, row, abandon, tenant, identifier, locked_now, "locked_during_check"
+                    )
+                elif ok:
+                    token, reservation = reservation, None
+                    lockout.success(tenant, subject, expected, now, self.ctx.client_ip, reservation=token)
 
                     def advance(r: SessionRecord) -> SessionRecord:
                         after = pass_factor(r, expected, now=now)
@@ -486,7 +498,10 @@ class AuthnRequest:
                         pending.rows.append(row("success", "next_factor"))
                         outcome = FactorRequired(FactorKind(after.factors_pending[0]))
                 else:
-                    result = svc.lockout.failure(tenant, subject, expected, now, self.ctx.client_ip)
+                    token, reservation = reservation, None
+                    result = lockout.failure(
+                        tenant, subject, expected, now, self.ctx.client_ip, reservation=token
+                    )
                     session.transition(abandon)
                     pending.counters.append("login_failures")
                     if result.locked_until is not None:
@@ -513,8 +528,36 @@ class AuthnRequest:
             code = exc.code
             self._refuse(session, snapshot, exc, lambda: row("error", code))
             raise
+        finally:
+            if reservation is not None:
+                # The check did not complete (a store or verifier error): give the slot back.
+                # If even that fails, the reservation expires by itself (RESERVATION_TTL).
+                try:
+                    lockout.release(tenant, subject, expected, reservation)
+                except StoreUnavailable:
+                    pass
         self._commit(session, snapshot, pending)
         return outcome
+
+    def _locked(
+        self,
+        session: AuthSession,
+        pending: _Pending,
+        row: Callable[[str, str | None], AuditRecord],
+        abandon: Callable[[SessionRecord], SessionRecord],
+        tenant: str,
+        identifier: str | None,
+        until: datetime,
+        reason: str,
+    ) -> Locked:
+        """Refuse the attempt as locked: no credential check was counted for it."""
+        session.transition(abandon)
+        pending.rows.append(row("locked", reason))
+        pending.counters.append("login_failures")
+        pending.signals.append(
+            ("login_failed", {"tenant": tenant, "identifier": identifier, "reason": "locked"})
+        )
+        return Locked(until)
 
     def begin_step_up(self, session: AuthSession) -> StepUpRequired:
         """Ask an Authenticated session to re-verify its first factor (refreshes ``authenticated_at``).

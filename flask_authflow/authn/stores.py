@@ -23,7 +23,9 @@ __all__ = [
     "FactorConfig",
     "FactorStore",
     "FailureCount",
+    "RESERVATION_TTL",
     "IdentityStore",
+    "Reservation",
     "UserRecord",
 ]
 
@@ -66,6 +68,27 @@ class FailureCount:
     locked_until: datetime | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """The answer to :meth:`AttemptStore.reserve_attempt`.
+
+    ``token`` is set when the attempt may run (settle it with ``register_failure`` or
+    ``register_success``, or give it back with ``release_attempt``); otherwise
+    ``locked_until`` says until when the subject is refused.
+    """
+
+    token: str | None
+    locked_until: datetime | None = None
+
+    @property
+    def granted(self) -> bool:
+        return self.token is not None
+
+
+#: A reservation older than this no longer counts (its process died mid-attempt).
+RESERVATION_TTL = timedelta(minutes=1)
+
+
 @runtime_checkable
 class IdentityStore(Protocol):
     """Users, looked up by (tenant, normalised identifier)."""
@@ -102,6 +125,29 @@ class AttemptStore(Protocol):
         """The latest active lock on any factor of ``subject``, or ``None``."""
         ...
 
+    def reserve_attempt(
+        self,
+        key: AttemptKey,
+        *,
+        now: datetime,
+        window: timedelta,
+        max_failures: int,
+        lock_duration: timedelta,
+    ) -> Reservation:
+        """Reserve one attempt before the credential is checked, atomically (one statement or a row lock).
+
+        Granted only while no lock is active on the subject and the failures counted in
+        the window plus the reservations in flight (younger than :data:`RESERVATION_TTL`)
+        stay below ``max_failures``; otherwise refused with the end of the lock (or, while
+        attempts are in flight, ``now + lock_duration``). So N parallel guesses run at most
+        ``max_failures`` credential checks, across threads and processes.
+        """
+        ...
+
+    def release_attempt(self, key: AttemptKey, token: str) -> None:
+        """Give a reservation back without counting anything (the attempt did not happen)."""
+        ...
+
     def register_failure(
         self,
         key: AttemptKey,
@@ -111,12 +157,16 @@ class AttemptStore(Protocol):
         max_failures: int,
         lock_duration: timedelta,
         client_ip: str | None = None,
+        reservation: str | None = None,
     ) -> FailureCount:
-        """Log the failure and count it; the failure that reaches ``max_failures`` sets the lock."""
+        """Log the failure and count it (settling ``reservation`` in the same step); the failure
+        that reaches ``max_failures`` sets the lock."""
         ...
 
-    def register_success(self, key: AttemptKey, *, now: datetime, client_ip: str | None = None) -> None:
-        """Log the success and reset the failure counter of ``key``."""
+    def register_success(
+        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
+    ) -> None:
+        """Log the success, reset the failure counter of ``key`` and settle ``reservation``."""
         ...
 
     def set_lock(self, key: AttemptKey, until: datetime) -> None: ...

@@ -17,7 +17,7 @@ from ..audit.sinks import AuditRecord
 from ..authn.factors.password import PasswordHasher
 from ..authn.identifiers import check_tenant, normalise_identifier
 from ..authn.outcomes import FactorKind
-from ..authn.stores import AttemptKey, FactorConfig, FailureCount, UserRecord
+from ..authn.stores import RESERVATION_TTL, AttemptKey, FactorConfig, FailureCount, Reservation, UserRecord
 from ..clock import Clock, SystemClock
 from ..errors import AuditWriteError, StoreUnavailable, UserExists, UserNotFound
 
@@ -83,6 +83,8 @@ class InMemoryBackend:
         self._users_by_id: dict[str, UserRecord] = {}
         self._factors: dict[str, dict[FactorKind, FactorConfig]] = {}
         self._locks: dict[AttemptKey, LockState] = {}
+        # Attempts reserved and not yet settled: key -> {token: reserved at}.
+        self._reservations: dict[AttemptKey, dict[str, datetime]] = {}
         self._attempts: deque[AttemptLogEntry] = deque(maxlen=max_attempt_log)
         self._audit: list[AuditRecord] = []
         self._fail_writes = 0
@@ -205,15 +207,59 @@ class InMemoryBackend:
     def locked_until(self, tenant: str, subject: str, now: datetime) -> datetime | None:
         with self._lock:
             self._check_available()
-            ends = [
-                state.locked_until
-                for key, state in self._locks.items()
-                if key.tenant == tenant
-                and key.subject == subject
-                and state.locked_until is not None
-                and state.locked_until > now
-            ]
+            return self._active_lock(tenant, subject, now)
+
+    def _active_lock(self, tenant: str, subject: str, now: datetime) -> datetime | None:
+        # Caller holds the lock.
+        ends = [
+            state.locked_until
+            for key, state in self._locks.items()
+            if key.tenant == tenant
+            and key.subject == subject
+            and state.locked_until is not None
+            and state.locked_until > now
+        ]
         return max(ends) if ends else None
+
+    def reserve_attempt(
+        self,
+        key: AttemptKey,
+        *,
+        now: datetime,
+        window: timedelta,
+        max_failures: int,
+        lock_duration: timedelta,
+    ) -> Reservation:
+        with self._lock:
+            self._check_available()
+            until = self._active_lock(key.tenant, key.subject, now)
+            if until is not None:
+                return Reservation(None, until)
+            live = {t: at for t, at in self._reservations.get(key, {}).items() if at > now - RESERVATION_TTL}
+            state = self._locks.get(key, LockState())
+            in_window = (
+                state.failures if state.window_start is not None and state.window_start > now - window else 0
+            )
+            if in_window + len(live) >= max_failures:
+                return Reservation(None, now + lock_duration)
+            token = uuid.uuid4().hex
+            live[token] = now
+            self._reservations[key] = live
+            return Reservation(token)
+
+    def _settle(self, key: AttemptKey, token: str | None) -> None:
+        # Caller holds the lock.
+        if token is not None:
+            pending = self._reservations.get(key)
+            if pending is not None:
+                pending.pop(token, None)
+                if not pending:
+                    del self._reservations[key]
+
+    def release_attempt(self, key: AttemptKey, token: str) -> None:
+        with self._lock:
+            self._check_available()
+            self._settle(key, token)
 
     def register_failure(
         self,
@@ -224,9 +270,11 @@ class InMemoryBackend:
         max_failures: int,
         lock_duration: timedelta,
         client_ip: str | None = None,
+        reservation: str | None = None,
     ) -> FailureCount:
         with self._lock:
             self._check_available()
+            self._settle(key, reservation)
             state, result = count_failure(
                 self._locks.get(key, LockState()),
                 now=now,
@@ -238,9 +286,12 @@ class InMemoryBackend:
             self._attempts.append(AttemptLogEntry(now, key.tenant, key.subject, key.factor, False, client_ip))
             return result
 
-    def register_success(self, key: AttemptKey, *, now: datetime, client_ip: str | None = None) -> None:
+    def register_success(
+        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
+    ) -> None:
         with self._lock:
             self._check_available()
+            self._settle(key, reservation)
             state = self._locks.get(key)
             if state is not None:
                 self._locks[key] = LockState(0, None, state.locked_until)
@@ -256,6 +307,8 @@ class InMemoryBackend:
             self._check_available()
             for key in [k for k in self._locks if k.tenant == tenant and k.subject == subject]:
                 del self._locks[key]
+            for key in [k for k in self._reservations if k.tenant == tenant and k.subject == subject]:
+                del self._reservations[key]
 
     @property
     def attempt_log(self) -> list[AttemptLogEntry]:

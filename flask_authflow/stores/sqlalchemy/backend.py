@@ -47,7 +47,7 @@ from ...audit.sinks import AuditRecord
 from ...authn.factors.password import PasswordHasher
 from ...authn.identifiers import check_tenant, normalise_identifier
 from ...authn.outcomes import FactorKind
-from ...authn.stores import AttemptKey, FactorConfig, FailureCount, UserRecord
+from ...authn.stores import RESERVATION_TTL, AttemptKey, FactorConfig, FailureCount, Reservation, UserRecord
 from ...clock import Clock, SystemClock, utc
 from ...errors import AuditWriteError, StoreUnavailable, UserExists, UserNotFound
 from .base import EngineSource, UTCDateTime, metadata, resolve_engine
@@ -119,6 +119,23 @@ lockouts_table = Table(
     Column("locked_until", _Time),
 )
 
+#: Attempts reserved before a credential check and not yet settled (see reserve_attempt).
+reservations_table = Table(
+    "authflow_attempt_reservations",
+    metadata,
+    Column("token", String(32), primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("subject", String(300), nullable=False),
+    Column("factor", String(32), nullable=False),
+    Column("reserved_at", _Time, nullable=False),
+)
+Index(
+    "ix_authflow_attempt_reservations_key",
+    reservations_table.c.tenant,
+    reservations_table.c.subject,
+    reservations_table.c.factor,
+)
+
 audit_table = Table(
     "authflow_audit",
     metadata,
@@ -139,7 +156,7 @@ audit_table = Table(
 )
 Index("ix_authflow_audit_time", audit_table.c.time)
 
-_TABLES = [users_table, factors_table, attempts_table, lockouts_table, audit_table]
+_TABLES = [users_table, factors_table, attempts_table, lockouts_table, reservations_table, audit_table]
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -449,6 +466,62 @@ class SqlAlchemyBackend:
             ).scalar()
         return _aware(value)
 
+    def reserve_attempt(
+        self,
+        key: AttemptKey,
+        *,
+        now: datetime,
+        window: timedelta,
+        max_failures: int,
+        lock_duration: timedelta,
+    ) -> Reservation:
+        """Reserve under the counter row's lock: the UPDATE that opens the transaction takes
+        the row lock on PostgreSQL and the database write lock on SQLite, so concurrent
+        reservations for one key, from any process, are decided one after the other."""
+        now = utc(now)
+        t = lockouts_table.c
+        r = reservations_table.c
+        of_key = and_(r.tenant == key.tenant, r.subject == key.subject, r.factor == key.factor)
+        with self._tx() as conn:
+            self._ensure_counter(conn, key)
+            failures, window_start = conn.execute(
+                update(lockouts_table)
+                .where(self._key(key))
+                .values(failures=t.failures)
+                .returning(t.failures, t.window_start)
+            ).one()
+            until = _aware(
+                conn.execute(
+                    _ACTIVE_LOCK, {"tenant": key.tenant, "subject": key.subject, "now": now}
+                ).scalar()
+            )
+            if until is not None:
+                return Reservation(None, until)
+            conn.execute(delete(reservations_table).where(of_key, r.reserved_at <= now - RESERVATION_TTL))
+            in_flight = conn.execute(
+                select(func.count()).select_from(reservations_table).where(of_key)
+            ).scalar_one()
+            start = _aware(window_start)
+            in_window = int(failures) if start is not None and start > now - window else 0
+            if in_window + int(in_flight) >= max_failures:
+                return Reservation(None, now + lock_duration)
+            token = uuid.uuid4().hex
+            conn.execute(
+                insert(reservations_table).values(
+                    token=token, tenant=key.tenant, subject=key.subject, factor=key.factor, reserved_at=now
+                )
+            )
+        return Reservation(token)
+
+    @staticmethod
+    def _settle(conn: Connection, token: str | None) -> None:
+        if token is not None:
+            conn.execute(delete(reservations_table).where(reservations_table.c.token == token))
+
+    def release_attempt(self, key: AttemptKey, token: str) -> None:
+        with self._tx() as conn:
+            self._settle(conn, token)
+
     def register_failure(
         self,
         key: AttemptKey,
@@ -458,6 +531,7 @@ class SqlAlchemyBackend:
         max_failures: int,
         lock_duration: timedelta,
         client_ip: str | None = None,
+        reservation: str | None = None,
     ) -> FailureCount:
         now = utc(now)
         t = lockouts_table.c
@@ -465,6 +539,7 @@ class SqlAlchemyBackend:
         locked: datetime | None = None
         with self._tx() as conn:
             self._ensure_counter(conn, key)
+            self._settle(conn, reservation)
             failures = conn.execute(
                 update(lockouts_table)
                 .where(self._key(key))
@@ -485,9 +560,12 @@ class SqlAlchemyBackend:
             _log_attempt(conn, key, now=now, success=False, client_ip=client_ip)
         return FailureCount(int(failures), locked)
 
-    def register_success(self, key: AttemptKey, *, now: datetime, client_ip: str | None = None) -> None:
+    def register_success(
+        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
+    ) -> None:
         now = utc(now)
         with self._tx() as conn:
+            self._settle(conn, reservation)
             conn.execute(
                 _RESET_COUNTER,
                 {"key_tenant": key.tenant, "key_subject": key.subject, "key_factor": key.factor},
@@ -501,8 +579,10 @@ class SqlAlchemyBackend:
 
     def clear_lock(self, tenant: str, subject: str) -> None:
         t = lockouts_table.c
+        r = reservations_table.c
         with self._tx() as conn:
             conn.execute(delete(lockouts_table).where(t.tenant == tenant, t.subject == subject))
+            conn.execute(delete(reservations_table).where(r.tenant == tenant, r.subject == subject))
 
     def failure_count(self, key: AttemptKey) -> int:
         """Failures counted in the current window (for tests and operators)."""

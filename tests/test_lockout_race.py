@@ -1,0 +1,230 @@
+"""Lockout holds under parallel requests: an attempt is reserved before Argon2 runs.
+
+Before the fix the lock was checked before the verify and the failure counted after it,
+so a burst of N guesses got N verifications (50 parallel attempts at threshold 5: the
+correct password was accepted after 37 recorded failures). Now at most ``max_failures``
+credential checks can be in flight or counted in the window, on every store, across
+threads and across processes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flask_authflow.audit.context import AuditContext
+from flask_authflow.authn.factors.password import PasswordHasher
+from flask_authflow.authn.outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
+from flask_authflow.authn.service import AuthnService
+from flask_authflow.clock import MockClock
+from flask_authflow.session.model import AuthSession, new_guest_record
+from flask_authflow.stores.memory import InMemoryBackend
+from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+
+CTX = AuditContext(client_ip="203.0.113.7", ip_source="peer", user_agent="race", request_id="race")
+RIGHT = "correct horse battery staple"
+ATTEMPTS = 50
+THRESHOLD = 5
+
+
+class CountingHasher(PasswordHasher):
+    """A cheap Argon2id hasher that counts every verification and can hold it in flight."""
+
+    def __init__(self, hold: float = 0.0) -> None:
+        super().__init__(time_cost=1, memory_cost=8, parallelism=1, max_concurrent=64)
+        self.hold = hold
+        self.gate: threading.Event | None = None
+        self.started = 0
+        self._count_lock = threading.Lock()
+
+    def _verify(self, hash: str, data: bytes) -> bool:
+        with self._count_lock:
+            self.started += 1
+        if self.gate is not None:
+            self.gate.wait(10)
+        elif self.hold:
+            time.sleep(self.hold)
+        return super()._verify(hash, data)
+
+
+def attempt(service: AuthnService, clock: MockClock, password: str) -> Any:
+    session = AuthSession(new_guest_record(clock.now()), new=True, request_fingerprint="fp")
+    handle = service.with_audit_context(CTX)
+    begun = handle.begin_login("alice", "acme", session)
+    if isinstance(begun, Locked):
+        return begun
+    with FactorCredential.password(password) as credential:
+        return handle.verify_factor(credential, session)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def backend_and_hasher(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[Any, CountingHasher]]:
+    clock = MockClock()
+    hasher = CountingHasher()
+    backend: Any
+    if request.param == "memory":
+        backend = InMemoryBackend(hasher=hasher, clock=clock)
+    else:
+        backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'race.db'}", hasher=hasher, clock=clock)
+    backend.create_user("acme", "alice", RIGHT)
+    hasher.started = 0
+    yield backend, hasher
+    if request.param == "sqlite":
+        backend.close()
+
+
+def _service(backend: Any, hasher: PasswordHasher) -> tuple[AuthnService, MockClock]:
+    from flask_authflow.authn.lockout import LockoutPolicy
+
+    clock = backend._clock if hasattr(backend, "_clock") else MockClock()
+    return AuthnService(
+        backend, backend, hasher=hasher, lockout=LockoutPolicy(max_failures=THRESHOLD), clock=clock
+    ), clock
+
+
+def test_attempts_in_flight_hold_back_the_rest(backend_and_hasher: tuple[Any, CountingHasher]) -> None:
+    """Five guesses are held inside Argon2; every other attempt, the correct one too, is refused at once."""
+    backend, hasher = backend_and_hasher
+    service, clock = _service(backend, hasher)
+    hasher.gate = threading.Event()
+    with ThreadPoolExecutor(max_workers=THRESHOLD) as pool:
+        held = [pool.submit(attempt, service, clock, f"wrong-{i}") for i in range(THRESHOLD)]
+        deadline = time.monotonic() + 10
+        while hasher.started < THRESHOLD and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert hasher.started == THRESHOLD
+        # The rest arrive while five checks are in flight: refused without running Argon2.
+        correct_during = attempt(service, clock, RIGHT)
+        others = [attempt(service, clock, f"late-{i}") for i in range(ATTEMPTS - THRESHOLD - 1)]
+        assert isinstance(correct_during, Locked)
+        assert all(isinstance(outcome, Locked) for outcome in others)
+        assert hasher.started == THRESHOLD
+        hasher.gate.set()
+        results = [future.result(timeout=20) for future in held]
+    # The five held guesses fail; the last one reaching the threshold sets the lock.
+    assert sum(isinstance(r, Locked) for r in results) == 1
+    assert sum(isinstance(r, InvalidCredential) for r in results) == THRESHOLD - 1
+    hasher.gate = None
+    assert isinstance(attempt(service, clock, RIGHT), Locked)
+    assert hasher.started == THRESHOLD  # the correct password never reached Argon2 while locked
+
+
+def test_fifty_parallel_guesses_run_at_most_five_verifications(
+    backend_and_hasher: tuple[Any, CountingHasher],
+) -> None:
+    backend, hasher = backend_and_hasher
+    service, clock = _service(backend, hasher)
+    hasher.hold = 0.02
+    barrier = threading.Barrier(ATTEMPTS)
+
+    def one(i: int) -> Any:
+        barrier.wait(10)
+        return attempt(service, clock, f"wrong-{i}")
+
+    with ThreadPoolExecutor(max_workers=ATTEMPTS) as pool:
+        outcomes = list(pool.map(one, range(ATTEMPTS)))
+    assert hasher.started <= THRESHOLD
+    assert sum(not isinstance(o, Locked) for o in outcomes) <= THRESHOLD
+    hasher.hold = 0.0
+    assert isinstance(attempt(service, clock, RIGHT), Locked)
+    assert hasher.started <= THRESHOLD
+
+
+def test_a_lock_set_while_the_correct_password_is_checked_wins() -> None:
+    """The lock is re-checked before a success becomes Authenticated."""
+    from datetime import timedelta
+
+    from flask_authflow.authn.stores import AttemptKey
+
+    clock = MockClock()
+    hasher = CountingHasher()
+    backend = InMemoryBackend(hasher=hasher, clock=clock)
+    backend.create_user("acme", "alice", RIGHT)
+    service, clock = _service(backend, hasher)
+    hasher.gate = threading.Event()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        correct = pool.submit(attempt, service, clock, RIGHT)
+        deadline = time.monotonic() + 10
+        while hasher.started < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        # While Argon2 runs, the account is locked (a parallel failure on another
+        # factor, another process, or an operator).
+        backend.set_lock(AttemptKey("acme", "alice", "totp"), clock.now() + timedelta(minutes=15))
+        hasher.gate.set()
+        outcome = correct.result(timeout=20)
+    assert isinstance(outcome, Locked)
+    assert any(r.reason == "locked_during_check" for r in backend.audit_rows)
+
+
+def test_a_reservation_is_given_back_when_the_check_fails_with_an_error() -> None:
+    clock = MockClock()
+    hasher = CountingHasher()
+    backend = InMemoryBackend(hasher=hasher, clock=clock)
+    backend.create_user("acme", "alice", RIGHT)
+    service, clock = _service(backend, hasher)
+
+    class Boom(Exception):
+        pass
+
+    def explode(*args: Any, **kwargs: Any) -> bool:
+        raise Boom
+
+    real = hasher._verify
+    hasher._verify = explode  # type: ignore[method-assign]
+    for _ in range(THRESHOLD * 2):
+        with pytest.raises(Exception):  # noqa: B017 - StoreUnavailable from the guarded verify
+            attempt(service, clock, RIGHT)
+    hasher._verify = real  # type: ignore[method-assign]
+    # No slot leaked: the correct password still gets its check.
+    assert isinstance(attempt(service, clock, RIGHT), Authenticated)
+
+
+def _process_burst(url: str, count: int, start: Any, verifications: Any) -> None:
+    clock = MockClock()
+    hasher = CountingHasher(hold=0.02)
+    backend = SqlAlchemyBackend(url, hasher=hasher, clock=clock)
+    service, _ = _service(backend, hasher)
+    start.wait(20)
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        list(pool.map(lambda i: attempt(service, clock, f"wrong-{i}"), range(count)))
+    with verifications.get_lock():
+        verifications.value += hasher.started
+    backend.close()
+
+
+@pytest.mark.postgres
+def test_several_processes_on_postgresql_run_at_most_five_verifications(postgres_server: Any) -> None:
+    url = postgres_server.new_database()
+    clock = MockClock()
+    setup = SqlAlchemyBackend(url, hasher=CountingHasher(), clock=clock)
+    setup.create_user("acme", "alice", RIGHT)
+    context = multiprocessing.get_context("spawn")
+    start = context.Event()
+    verifications = context.Value("i", 0)
+    processes = [
+        context.Process(target=_process_burst, args=(url, 10, start, verifications)) for _ in range(5)
+    ]
+    for process in processes:
+        process.start()
+    time.sleep(1.5)  # let every process import and connect before the burst
+    start.set()
+    for process in processes:
+        process.join(60)
+        assert process.exitcode == 0
+    assert 1 <= verifications.value <= THRESHOLD
+    hasher = CountingHasher()
+    checker = SqlAlchemyBackend(url, hasher=hasher, clock=clock)
+    service, clock = _service(checker, hasher)
+    assert isinstance(attempt(service, clock, RIGHT), Locked)
+    assert hasher.started == 0
+    checker.close()
+    setup.close()
