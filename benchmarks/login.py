@@ -214,9 +214,7 @@ def main_parallel(workdir: Path) -> None:
     ):
         verified, locked = parallel_guesses(factory)
         verdict = "PASS" if verified <= 5 else "FAIL"
-        print(
-            f"  {label:<20} {verified:3d} Argon2 verifications, {locked:2d} answered Locked  {verdict}"
-        )
+        print(f"  {label:<20} {verified:3d} Argon2 verifications, {locked:2d} answered Locked  {verdict}")
 
 
 if __name__ == "__main__":

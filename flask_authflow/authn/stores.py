@@ -16,6 +16,7 @@ from ..audit.sinks import AuditRecord, AuditSink
 from .outcomes import FactorKind
 
 __all__ = [
+    "RESERVATION_TTL",
     "AttemptKey",
     "AttemptStore",
     "AuditRecord",
@@ -23,7 +24,6 @@ __all__ = [
     "FactorConfig",
     "FactorStore",
     "FailureCount",
-    "RESERVATION_TTL",
     "IdentityStore",
     "Reservation",
     "UserRecord",
