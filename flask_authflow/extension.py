@@ -87,6 +87,9 @@ class AuthFlow:
                 memory_cost=config.argon2_memory_cost,
                 parallelism=config.argon2_parallelism,
                 max_concurrent=config.max_concurrent_hashes,
+                max_time_cost=config.argon2_max_time_cost,
+                max_memory_cost=config.argon2_max_memory_cost,
+                max_parallelism=config.argon2_max_parallelism,
             )
         )
         try:

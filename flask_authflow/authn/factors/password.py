@@ -7,6 +7,7 @@ queues instead of allocating 64 MiB per request until the process runs out of me
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import threading
@@ -23,6 +24,8 @@ from ..outcomes import FactorCredential, FactorKind
 from ..stores import FactorStore
 
 __all__ = ["MAX_PASSWORD_BYTES", "PasswordHasher", "PasswordVerifier"]
+
+log = logging.getLogger("flask_authflow.authn")
 
 #: Longest password accepted, in UTF-8 bytes. Refused before any hashing so a huge
 #: body cannot be used to burn CPU.
@@ -52,6 +55,10 @@ class PasswordHasher:
     :param time_cost, memory_cost, parallelism, hash_len, salt_len: Argon2 parameters
         (``memory_cost`` in KiB).
     :param max_concurrent: how many hashes may run at once (default 2 x CPU count).
+    :param max_time_cost, max_memory_cost, max_parallelism: ceilings for a *stored* hash
+        (defaults t=10, 256 MiB, p=16). A hash asking for more (a planted or corrupted
+        row) is refused without being computed: verifying it would let one row pin
+        gigabytes of memory or minutes of CPU per login attempt.
     """
 
     def __init__(
@@ -63,7 +70,15 @@ class PasswordHasher:
         hash_len: int = RFC_9106_LOW_MEMORY.hash_len,
         salt_len: int = RFC_9106_LOW_MEMORY.salt_len,
         max_concurrent: int | None = None,
+        max_time_cost: int = 10,
+        max_memory_cost: int = 256 * 1024,
+        max_parallelism: int = 16,
     ) -> None:
+        if time_cost > max_time_cost or memory_cost > max_memory_cost or parallelism > max_parallelism:
+            raise ConfigurationError("the Argon2 parameters exceed the ceilings for stored hashes")
+        self.max_time_cost = max_time_cost
+        self.max_memory_cost = max_memory_cost
+        self.max_parallelism = max_parallelism
         if max_concurrent is None:
             max_concurrent = 2 * (os.cpu_count() or 1)
         if max_concurrent < 1:
@@ -109,12 +124,28 @@ class PasswordHasher:
         with self._slot():
             return self._argon.hash(data)
 
+    def over_ceiling(self, hash: str) -> bool:
+        """True if ``hash`` asks for more time, memory or parallelism than the ceilings allow."""
+        try:
+            params = argon2.extract_parameters(hash)
+        except (InvalidHashError, ValueError):
+            return False  # not a parsable hash: verify() treats it as broken
+        return (
+            params.time_cost > self.max_time_cost
+            or params.memory_cost > self.max_memory_cost
+            or params.parallelism > self.max_parallelism
+        )
+
     def verify(self, hash: str, password: Secret) -> bool:
-        """True if ``password`` matches ``hash``; False on mismatch or a malformed hash."""
+        """True if ``password`` matches ``hash``; False on mismatch, a malformed hash, or a
+        hash over the ceilings (refused without computing it, and logged)."""
         data = _encode(password)
         if not isinstance(hash, str) or not hash.startswith("$argon2id$"):
             # Still spend the time, so a broken row is not distinguishable by timing.
             self._verify(self._dummy_hash, data)
+            return False
+        if self.over_ceiling(hash):
+            log.warning("stored Argon2 hash exceeds the configured ceilings; refused without computing it")
             return False
         return self._verify(hash, data)
 
