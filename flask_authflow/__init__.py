@@ -5,6 +5,7 @@ This module only re-exports the public API; each name lives in the module of its
 
 from .audit.client_ip import TrustedProxies
 from .audit.context import AuditContext, audit_context
+from .authn.accounts import AccountAdmin
 from .authn.factors.password import PasswordHasher
 from .authn.lockout import LockoutPolicy
 from .authn.outcomes import (
@@ -76,6 +77,7 @@ from .stores.sqlalchemy.session_store import SqlAlchemySessionStore
 __version__ = "0.7.0"
 
 __all__ = [
+    "AccountAdmin",
     "AccountLocked",
     "AuditContext",
     "AuditWriteError",

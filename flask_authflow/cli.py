@@ -18,7 +18,7 @@ from flask.cli import AppGroup
 from .audit.sinks import hash_session_id
 from .authn.identifiers import check_tenant, normalise_identifier
 from .errors import AuthFlowError, UserNotFound
-from .state import get_state
+from .state import account_admin, get_state
 
 __all__ = ["authflow_cli"]
 
@@ -68,16 +68,12 @@ def create_user(username: str, tenant: str | None, password_stdin: bool) -> None
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
 def set_password(username: str, tenant: str | None, password_stdin: bool) -> None:
     """Set a new password for USERNAME; the user's sessions are revoked."""
-    state = get_state()
     password = _read_password(password_stdin, confirm=True)
-    tenant_name = _tenant(tenant)
     try:
-        state.backend.set_password(tenant_name, username, password)
-        # The store keys users by the normalised identifier ("Alice" is "alice").
-        user = state.backend.find_user(check_tenant(tenant_name), normalise_identifier(username))
+        revoked = account_admin().set_password(_tenant(tenant), username, password)
+        user = get_state().backend.find_user(check_tenant(_tenant(tenant)), normalise_identifier(username))
         if user is None:
             raise UserNotFound()
-        revoked = state.session_store.delete_user_sessions(user.tenant, user.user_id)
     except AuthFlowError as error:
         _fail(error)
         return
@@ -213,3 +209,50 @@ def mint(subject: str, audiences: tuple[str, ...], ttl: int, claims: tuple[str, 
         _fail(error)
         return
     click.echo(token)
+
+
+@authflow_cli.group("users")
+def users() -> None:
+    """Disable, enable or delete users (disabling and deleting end their sessions)."""
+
+
+@users.command("disable")
+@click.argument("username")
+@click.option("--tenant", help="Tenant of the user (default: AUTHFLOW_DEFAULT_TENANT).")
+def users_disable(username: str, tenant: str | None) -> None:
+    """Disable USERNAME: logins fail and every session of the user ends now."""
+    try:
+        revoked = account_admin().disable(_tenant(tenant), username)
+    except AuthFlowError as error:
+        _fail(error)
+        return
+    click.echo(f"user {normalise_identifier(username)!r} disabled; {revoked} session(s) revoked")
+
+
+@users.command("enable")
+@click.argument("username")
+@click.option("--tenant", help="Tenant of the user (default: AUTHFLOW_DEFAULT_TENANT).")
+def users_enable(username: str, tenant: str | None) -> None:
+    """Allow USERNAME to log in again."""
+    try:
+        account_admin().enable(_tenant(tenant), username)
+    except AuthFlowError as error:
+        _fail(error)
+        return
+    click.echo(f"user {normalise_identifier(username)!r} enabled")
+
+
+@users.command("delete")
+@click.argument("username")
+@click.option("--tenant", help="Tenant of the user (default: AUTHFLOW_DEFAULT_TENANT).")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def users_delete(username: str, tenant: str | None, yes: bool) -> None:
+    """Delete USERNAME with its factors; its sessions end now (audit rows stay)."""
+    if not yes:
+        click.confirm(f"delete user {username!r} and end their sessions?", abort=True)
+    try:
+        revoked = account_admin().delete(_tenant(tenant), username)
+    except AuthFlowError as error:
+        _fail(error)
+        return
+    click.echo(f"user {normalise_identifier(username)!r} deleted; {revoked} session(s) revoked")

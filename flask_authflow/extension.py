@@ -17,6 +17,7 @@ from flask import Flask, Response, current_app, g, request
 from .audit.client_ip import TrustedProxies, parse_ip
 from .audit.context import audit_context
 from .audit.sinks import AuthCounters
+from .authn.accounts import AccountAdmin
 from .authn.factors.password import PasswordHasher
 from .authn.lockout import LockoutPolicy
 from .authn.outcomes import FactorCredential, FactorKind, FactorOutcome, FactorRequired, LoginOutcome
@@ -29,7 +30,14 @@ from .responses import error_response
 from .session.crypto import SessionCrypto, derive_key
 from .session.interface import AuthFlowSessionInterface
 from .session.stores import MemorySessionStore, SessionStore
-from .state import EXTENSION_KEY, AuthFlowState, current_auth_session, current_session, get_state
+from .state import (
+    EXTENSION_KEY,
+    AuthFlowState,
+    account_admin,
+    current_auth_session,
+    current_session,
+    get_state,
+)
 
 log = logging.getLogger("flask_authflow")
 
@@ -191,6 +199,12 @@ class AuthFlow:
     def service(self) -> AuthnService:
         """The :class:`AuthnService` of the current app."""
         return get_state().service
+
+    @property
+    def accounts(self) -> AccountAdmin:
+        """Account administration on the current app: ``disable``, ``enable``, ``delete`` and
+        ``set_password`` each revoke the user's sessions (see :class:`AccountAdmin`)."""
+        return account_admin()
 
     def login_with_password(
         self, identifier: str, password: str, *, tenant: str | None = None

@@ -18,9 +18,10 @@ from werkzeug.local import LocalProxy
 
 from .audit.client_ip import TrustedProxies
 from .audit.sinks import AuthCounters
+from .authn.accounts import AccountAdmin
 from .authn.factors.password import PasswordHasher
 from .authn.service import AuthnService
-from .authn.stores import AttemptStore, AuditSink, FactorStore, IdentityStore
+from .authn.stores import AttemptStore, AuditSink, FactorStore, IdentityStore, UserRecord
 from .clock import Clock
 from .config import AuthFlowConfig
 from .mail import MailSender
@@ -35,6 +36,7 @@ __all__ = [
     "EXTENSION_KEY",
     "AuthBackend",
     "AuthFlowState",
+    "account_admin",
     "current_auth_session",
     "current_session",
     "get_state",
@@ -55,6 +57,8 @@ class AuthBackend(IdentityStore, FactorStore, AttemptStore, AuditSink, Protocol)
     def set_password(self, tenant: str, identifier: str, password: str) -> None: ...
 
     def set_disabled(self, tenant: str, identifier: str, disabled: bool = True) -> None: ...
+
+    def delete_user(self, tenant: str, identifier: str) -> UserRecord: ...
 
 
 @dataclass(eq=False)
@@ -92,6 +96,13 @@ def get_state(app: Flask | None = None) -> AuthFlowState:
         ) from None
     assert isinstance(state, AuthFlowState)
     return state
+
+
+def account_admin(app: Flask | None = None) -> AccountAdmin:
+    """The :class:`AccountAdmin` of ``app`` (default: the current app)."""
+    target = app if app is not None else current_app._get_current_object()  # type: ignore[attr-defined]
+    state = get_state(target)
+    return AccountAdmin(state.backend, state.session_store, sender=target)
 
 
 def current_auth_session() -> AuthSession:

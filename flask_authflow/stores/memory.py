@@ -142,6 +142,18 @@ class InMemoryBackend:
             self._users[(tenant, user.identifier)] = updated
             self._users_by_id[user.user_id] = updated
 
+    def delete_user(self, tenant: str, identifier: str) -> UserRecord:
+        """Remove the user, its factors and its lockout counters (audit rows stay)."""
+        with self._lock:
+            user = self._users.pop((tenant, normalise_identifier(identifier)), None)
+            if user is None:
+                raise UserNotFound()
+            self._users_by_id.pop(user.user_id, None)
+            self._factors.pop(user.user_id, None)
+            for key in [k for k in self._locks if k.tenant == tenant and k.subject == user.identifier]:
+                del self._locks[key]
+            return user
+
     def find_user(self, tenant: str, identifier: str) -> UserRecord | None:
         with self._lock:
             return self._users.get((tenant, identifier))

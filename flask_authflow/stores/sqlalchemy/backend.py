@@ -334,6 +334,22 @@ class SqlAlchemyBackend:
         if result.rowcount == 0:
             raise UserNotFound()
 
+    def delete_user(self, tenant: str, identifier: str) -> UserRecord:
+        """Remove the user, its factors and its lockout counters in one transaction (audit rows stay)."""
+        user = self.find_user(check_tenant(tenant), normalise_identifier(identifier))
+        if user is None:
+            raise UserNotFound()
+        lock = lockouts_table.c
+        with self._tx() as conn:
+            conn.execute(delete(factors_table).where(factors_table.c.user_id == user.user_id))
+            conn.execute(
+                delete(lockouts_table).where(lock.tenant == user.tenant, lock.subject == user.identifier)
+            )
+            gone = conn.execute(delete(users_table).where(users_table.c.user_id == user.user_id))
+        if gone.rowcount == 0:
+            raise UserNotFound()
+        return user
+
     def find_user(self, tenant: str, identifier: str) -> UserRecord | None:
         with self._read() as conn:
             row = conn.execute(_FIND_USER, {"tenant": tenant, "identifier": identifier}).first()
