@@ -16,6 +16,7 @@ import click
 from flask.cli import AppGroup
 
 from .audit.sinks import hash_session_id
+from .audit.spool import SpoolAuditSink
 from .authn.identifiers import check_tenant, normalise_identifier
 from .errors import AuthFlowError, UserNotFound
 from .state import account_admin, get_state
@@ -256,3 +257,23 @@ def users_delete(username: str, tenant: str | None, yes: bool) -> None:
         _fail(error)
         return
     click.echo(f"user {normalise_identifier(username)!r} deleted; {revoked} session(s) revoked")
+
+
+@authflow_cli.group("audit")
+def audit() -> None:
+    """Audit trail maintenance."""
+
+
+@audit.command("replay-spool")
+def audit_replay_spool() -> None:
+    """Move audit rows spooled while the audit store was down into the store."""
+    state = get_state()
+    spool = state.service.audit_fallback
+    if not isinstance(spool, SpoolAuditSink):
+        raise click.ClickException("this app has no audit spool file")
+    try:
+        moved = spool.replay(state.backend)
+    except AuthFlowError as error:
+        left = len(spool.records())
+        raise click.ClickException(f"{error.message}; {left} row(s) remain in {spool.path}") from None
+    click.echo(f"{moved} audit row(s) moved from {spool.path}")

@@ -17,6 +17,7 @@ from flask import Flask, Response, current_app, g, request
 from .audit.client_ip import TrustedProxies, parse_ip
 from .audit.context import audit_context
 from .audit.sinks import AuthCounters
+from .audit.spool import SpoolAuditSink
 from .authn.accounts import AccountAdmin
 from .authn.factors.password import PasswordHasher
 from .authn.lockout import LockoutPolicy
@@ -129,6 +130,9 @@ class AuthFlow:
             ),
             clock=clock,
             counters=counters,
+            audit_fallback=SpoolAuditSink(
+                config.audit_spool_path or Path(app.instance_path) / "authflow-audit-spool.jsonl"
+            ),
         )
         interface = AuthFlowSessionInterface(
             session_store,

@@ -32,15 +32,17 @@ def hash_session_id(sid: str | None) -> str | None:
 
 
 def escape_text(value: str) -> str:
-    """``value`` with every non-printable character written as ``\\uXXXX`` (and ``\\`` as ``\\\\``).
+    """``value`` with every non-printable character written as ``\\uXXXX``.
 
     Controls (CR, LF, NEL U+0085), line and paragraph separators (U+2028, U+2029) and
     other invisible characters cannot then forge a line or a field in a text log or an
-    export of the audit trail. Printable text, the common case, is returned as it is.
+    export of the audit trail. The result is printable, so escaping is idempotent: a row
+    read back from a store or the spool is not escaped twice. Printable text, the common
+    case, is returned as it is.
     """
-    if value.isprintable() and "\\" not in value:
+    if value.isprintable():
         return value
-    return "".join("\\\\" if ch == "\\" else ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in value)
+    return "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in value)
 
 
 _TEXT_FIELDS = (
@@ -145,6 +147,8 @@ COUNTER_HELP: dict[str, str] = {
     "lockouts": "Locks set by the lockout policy.",
     "session_binding_mismatches": "Sessions reset because the request fingerprint did not match.",
     "jwks_refreshes": "Provider JWK set refreshes.",
+    "audit_fallback_writes": "Audit rows written to the spool file because the audit store failed.",
+    "audit_lost_writes": "Audit rows that neither the audit store nor the spool file could take.",
 }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -84,6 +85,8 @@ STEP_UP_KEY = "step_up"
 
 T = TypeVar("T")
 
+log = logging.getLogger("flask_authflow.authn")
+
 
 def _guard_store(call: Callable[[], T]) -> T:
     """Run a store call; anything but a clean answer becomes StoreUnavailable (fail closed)."""
@@ -144,8 +147,11 @@ class AuthnService:
         lockout: LockoutPolicy | None = None,
         clock: Clock | None = None,
         counters: AuthCounters | None = None,
+        audit_fallback: AuditSink | None = None,
     ) -> None:
         self.identity_store = identity_store
+        #: Where a logout's audit row goes when the audit sink fails (a logout always succeeds).
+        self.audit_fallback = audit_fallback
         self.factor_store = factor_store
         # ``is None``, not ``or``: a store or sink may define __len__ and be falsy when empty.
         attempts = (
@@ -275,6 +281,10 @@ class AuthnRequest:
         except AuditWriteError:
             snapshot.restore(session)
             raise
+        self._release(pending)
+
+    def _release(self, pending: _Pending) -> None:
+        """Count and signal an operation whose rows are written."""
         counters = self.service.counters
         for name in pending.counters:
             counters.increment(name)
@@ -610,7 +620,6 @@ class AuthnRequest:
     def logout(self, session: AuthSession) -> None:
         """Back to Guest: everything dropped, session id rotated."""
         now = self.service.clock.now()
-        snapshot = _Snapshot.take(session)
         user_id, tenant = session.user_id, session.tenant
         session.clear()
         pending = _Pending(
@@ -620,7 +629,31 @@ class AuthnRequest:
             pending.signals.append(
                 ("session_revoked", {"user_id": user_id, "tenant": tenant, "reason": "logout"})
             )
-        self._commit(session, snapshot, pending)
+        try:
+            self._write(pending.rows)
+        except AuditWriteError:
+            # Logging out is the safe direction: the session ends whatever the audit
+            # store says. The row goes to the durable fallback, and the failure is
+            # counted and logged, never dropped silently.
+            self._fallback(pending.rows)
+        self._release(pending)
+
+    def _fallback(self, rows: list[AuditRecord]) -> None:
+        counters = self.service.counters
+        fallback = self.service.audit_fallback
+        for row in rows:
+            try:
+                if fallback is None:
+                    raise AuditWriteError("no audit fallback is configured")
+                fallback.write(row)
+            except Exception:  # noqa: BLE001 - every failure is logged and counted below
+                counters.increment("audit_lost_writes")
+                log.error(
+                    "audit row of a logout lost: the audit store and its fallback both failed (%s)", row
+                )
+            else:
+                counters.increment("audit_fallback_writes")
+                log.warning("audit store failed; logout row written to the fallback %r", fallback)
 
     def __repr__(self) -> str:
         return f"<AuthnRequest request_id={self.ctx.request_id}>"
