@@ -336,7 +336,7 @@ class TestSqlAlchemySessionStore(StoreContract):
 
 def dead_urls(tmp_path: Path) -> list[str]:
     return [
-        f"sqlite:///{tmp_path / 'missing-dir' / 'nested' / 'authflow.db'}",
+        f"sqlite:///{tmp_path / 'authflow.db'}",
         f"postgresql+psycopg://authflow@127.0.0.1:{free_port()}/authflow?connect_timeout=2",
     ]
 
@@ -345,9 +345,12 @@ def dead_urls(tmp_path: Path) -> list[str]:
 def test_store_down_raises_store_unavailable(tmp_path: Path, which: int) -> None:
     url = dead_urls(tmp_path)[which]
     clock = MockClock()
+    store = SqlAlchemySessionStore(url, crypto=SessionCrypto(KEY), clock=clock, create_tables=False)
+    if which == 0:  # the database file turns into something SQLite cannot open
+        (tmp_path / "authflow.db").unlink()
+        (tmp_path / "authflow.db").mkdir()
     with pytest.raises(StoreUnavailable):
         SqlAlchemySessionStore(url, crypto=SessionCrypto(KEY), clock=clock)
-    store = SqlAlchemySessionStore(url, crypto=SessionCrypto(KEY), clock=clock, create_tables=False)
     record = user_record(clock)
     calls: list[Callable[[], object]] = [
         lambda: store.load(record.sid),

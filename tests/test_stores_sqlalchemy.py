@@ -126,8 +126,10 @@ def test_lock_fires_exactly_once_per_threshold_under_concurrency(database_url: s
 
 
 def test_unreachable_database_fails_closed(tmp_path: Path, clock: MockClock) -> None:
-    missing = f"sqlite:///{tmp_path / 'no-such-dir' / 'db.sqlite'}"
-    store = SqlAlchemyBackend(missing, hasher=fast_hasher(), clock=clock, create_tables=False)
+    path = tmp_path / "db.sqlite"
+    store = SqlAlchemyBackend(f"sqlite:///{path}", hasher=fast_hasher(), clock=clock, create_tables=False)
+    path.unlink()
+    path.mkdir()  # the database turns into something SQLite cannot open
     try:
         service = AuthnService(store, store, clock=clock)
         session = new_session(clock)

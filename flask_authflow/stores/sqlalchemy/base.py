@@ -7,18 +7,25 @@ Flask-SQLAlchemy.
 
 from __future__ import annotations
 
+import logging
+import os
+import stat
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import DateTime, Dialect, Engine, MetaData, create_engine, event
+from sqlalchemy import URL, DateTime, Dialect, Engine, MetaData, create_engine, event, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
 from ...clock import utc
-from ...errors import MissingExtraError
+from ...errors import ConfigurationError, MissingExtraError
 
-__all__ = ["Base", "EngineSource", "UTCDateTime", "metadata", "resolve_engine"]
+__all__ = ["Base", "EngineSource", "UTCDateTime", "metadata", "resolve_engine", "secure_sqlite_file"]
+
+log = logging.getLogger("flask_authflow.stores")
 
 metadata = MetaData(
     naming_convention={
@@ -71,11 +78,81 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def secure_sqlite_file(path: Path) -> None:
+    """Make sure the SQLite database file at ``path`` is readable by its owner only.
+
+    The folder must exist and be writable. The file holds password hashes, sealed
+    sessions and issuer keys: a new file is created
+    0600 before SQLite opens it (SQLite gives its -wal and -shm files the same mode); an
+    existing file readable or writable by others is tightened when this process owns it,
+    else start-up is refused.
+    """
+    folder = path.parent
+    if not folder.is_dir():
+        raise ConfigurationError(
+            f"AUTHFLOW_DATABASE_URL: the folder of the SQLite database {path} does not exist: create it "
+            "or point AUTHFLOW_DATABASE_URL at an existing, writable folder"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigurationError(
+            f"AUTHFLOW_DATABASE_URL: the folder {folder} is not writable: SQLite needs to create its journal "
+            "there; point AUTHFLOW_DATABASE_URL at a writable location"
+        )
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise ConfigurationError(
+            f"AUTHFLOW_DATABASE_URL: cannot create the SQLite database {path} ({exc.strerror})"
+        ) from None
+    else:
+        os.close(fd)
+    for file in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
+        try:
+            info = file.stat()
+        except FileNotFoundError:
+            continue
+        if stat.S_IMODE(info.st_mode) & 0o077 == 0:
+            continue
+        if info.st_uid != os.geteuid():
+            raise ConfigurationError(
+                f"AUTHFLOW_DATABASE_URL: {file} is readable by other users and not owned by this process: "
+                f"run chmod 600 {file}"
+            )
+        os.chmod(file, 0o600)
+        log.warning("tightened %s to mode 0600 (it holds password hashes and keys)", file)
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise ConfigurationError(
+            f"AUTHFLOW_DATABASE_URL: the SQLite database {path} is not readable and writable by this process"
+        )
+
+
+def _checked_url(source: str) -> URL:
+    try:
+        url = make_url(source)
+    except ArgumentError:
+        raise ConfigurationError(
+            "AUTHFLOW_DATABASE_URL is not a database URL: use e.g. sqlite:////path/to/authflow.db "
+            "or postgresql+psycopg://user@host/dbname"
+        ) from None
+    return url
+
+
 def resolve_engine(source: EngineSource) -> Engine:
-    """Turn an engine, a URL string or a Flask-SQLAlchemy ``db`` into an :class:`Engine`."""
+    """Turn an engine, a URL string or a Flask-SQLAlchemy ``db`` into an :class:`Engine`.
+
+    A URL that does not parse or names an unknown driver, and a SQLite file in a folder
+    this process cannot write, raise :class:`~flask_authflow.errors.ConfigurationError`
+    naming ``AUTHFLOW_DATABASE_URL``.
+    """
     if isinstance(source, Engine):
         return source
     if isinstance(source, str):
+        url = _checked_url(source)
+        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+            if not (url.query.get("mode") == "memory" or str(url.database).startswith("file:")):
+                secure_sqlite_file(Path(str(url.database)).expanduser().absolute())
         if source.startswith("sqlite"):
             kwargs: dict[str, Any] = {}
             if source in ("sqlite://", "sqlite:///:memory:"):
@@ -90,6 +167,11 @@ def resolve_engine(source: EngineSource) -> Engine:
             if source.startswith("postgresql"):
                 raise MissingExtraError("postgres", exc.name or "psycopg") from exc
             raise
+        except (NoSuchModuleError, ArgumentError) as exc:
+            raise ConfigurationError(
+                f"AUTHFLOW_DATABASE_URL names a database SQLAlchemy cannot use ({type(exc).__name__}): "
+                "use a sqlite:/// or postgresql+psycopg:// URL"
+            ) from None
     db_engine = getattr(source, "engine", None)  # Flask-SQLAlchemy's db.engine (needs an app context)
     if isinstance(db_engine, Engine):
         return db_engine

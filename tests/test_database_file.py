@@ -1,0 +1,86 @@
+"""The SQLite database holds hashes and keys: created 0600, tightened, or refused; bad URLs named."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from flask import Flask
+
+from flask_authflow import AuthFlow, ConfigurationError, PasswordHasher, get_state
+from flask_authflow.stores.sqlalchemy import base
+from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_default_database_is_created_0600(tmp_path: Path) -> None:
+    previous = os.umask(0o022)  # the usual umask, under which SQLite alone would make 0644
+    try:
+        _default_database_is_private(tmp_path)
+    finally:
+        os.umask(previous)
+
+
+def _default_database_is_private(tmp_path: Path) -> None:
+    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
+    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="k" * 32)
+    AuthFlow(app, hasher=PasswordHasher.fast_for_tests())
+    with app.app_context():
+        get_state(app).backend.create_user("default", "alice", "correct horse battery staple")
+    db = tmp_path / "instance" / "authflow.db"
+    assert mode(db) == 0o600
+    for sibling in (Path(f"{db}-wal"), Path(f"{db}-shm")):
+        if sibling.exists():
+            assert mode(sibling) & 0o077 == 0, sibling
+    get_state(app).backend.close()  # type: ignore[attr-defined]
+
+
+def test_an_existing_world_readable_database_is_tightened(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "old.db"
+    db.write_bytes(b"")
+    db.chmod(0o644)
+    backend = SqlAlchemyBackend(f"sqlite:///{db}", hasher=PasswordHasher.fast_for_tests())
+    assert mode(db) == 0o600
+    assert "tightened" in caplog.text
+    backend.close()
+
+
+def test_a_database_owned_by_someone_else_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "theirs.db"
+    db.write_bytes(b"")
+    db.chmod(0o644)
+    real_uid = os.geteuid()
+    monkeypatch.setattr(base.os, "geteuid", lambda: real_uid + 1)  # as if another user owned the file
+    with pytest.raises(ConfigurationError, match=rf"AUTHFLOW_DATABASE_URL: .*chmod 600 {db}"):
+        SqlAlchemyBackend(f"sqlite:///{db}", hasher=PasswordHasher.fast_for_tests())
+    assert mode(db) == 0o644  # untouched
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "not a url",
+        "nosuchdb://host/db",
+        "sqlite:////proc/definitely/not/here/authflow.db",
+    ],
+)
+def test_bad_database_urls_are_configuration_errors(tmp_path: Path, url: str) -> None:
+    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
+    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="k" * 32, AUTHFLOW_DATABASE_URL=url)
+    with pytest.raises(ConfigurationError, match="AUTHFLOW_DATABASE_URL"):
+        AuthFlow(app, hasher=PasswordHasher.fast_for_tests())
+    assert "authflow" not in app.extensions
+
+
+def test_a_database_path_under_a_file_is_a_configuration_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigurationError, match="AUTHFLOW_DATABASE_URL"):
+        SqlAlchemyBackend(f"sqlite:///{blocker / 'authflow.db'}", hasher=PasswordHasher.fast_for_tests())
