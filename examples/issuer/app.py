@@ -36,7 +36,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, Response, jsonify, render_template, request
+from flask import Flask, Response, abort, jsonify, render_template, request
 
 from flask_authflow import (
     Authenticated,
@@ -102,7 +102,9 @@ def create_app(
     app.config.from_prefixed_env()
     if test_config:
         app.config.update(test_config)
-    if not app.config.get("AUTHFLOW_SIGNING_KEY"):
+    # Only a key that is absent switches to the development key: an empty
+    # FLASK_AUTHFLOW_SIGNING_KEY is a mistake, and init_app refuses it with a message.
+    if app.config.get("AUTHFLOW_SIGNING_KEY") is None:
         app.config["AUTHFLOW_SIGNING_KEY"] = _development_key(app)
         app.config.setdefault("AUTHFLOW_COOKIE_SECURE", False)
         app.config.setdefault("AUTHFLOW_ALLOW_INSECURE_LOOPBACK", True)
@@ -111,7 +113,8 @@ def create_app(
     app.config.setdefault("ISSUER_AUDIENCES", ["https://api.example"])
     app.config.setdefault("ISSUER_OPERATORS", [])
     app.config.setdefault("ISSUER_MAX_TTL", 900)
-    app.config.setdefault("MAX_CONTENT_LENGTH", 64 * 1024)  # request bodies are small: refuse huge ones (413)
+    if app.config.get("MAX_CONTENT_LENGTH") is None:  # Flask presets None, so setdefault would not do it
+        app.config["MAX_CONTENT_LENGTH"] = 64 * 1024  # request bodies are small: refuse huge ones (413)
     extension = authflow if clock is None else AuthFlow(clock=clock)
     extension.init_app(app)
 
@@ -121,6 +124,15 @@ def create_app(
         response = jsonify(error.to_dict())
         response.headers["Cache-Control"] = "no-store"
         return response, error.status
+
+    @app.before_request
+    def refuse_oversized_bodies() -> None:
+        # Werkzeug enforces MAX_CONTENT_LENGTH only when a view reads the body; refuse a
+        # declared oversized body before anything else runs (a view that never reads it,
+        # or answers 401 first, must not be a way to make the server accept 50 MB).
+        limit = app.config["MAX_CONTENT_LENGTH"]
+        if request.content_length is not None and request.content_length > limit:
+            abort(413)
 
     @app.get("/")
     def index() -> str:

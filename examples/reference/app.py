@@ -90,6 +90,11 @@ def _check_csrf() -> None:
         abort(400, description="the form has expired or did not come from this site: reload the page")
 
 
+def _rotate_csrf() -> None:
+    """A new CSRF token after login: a token planted or seen before login is worthless after it."""
+    current_session.pop("_csrf", None)
+
+
 def _outcome_text(outcome: Any) -> tuple[str, int]:
     """The spec's reference mapping of login outcomes to text and status."""
     match outcome:
@@ -117,13 +122,25 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
     app.config.from_prefixed_env()
     if test_config:
         app.config.update(test_config)
-    if not app.config.get("AUTHFLOW_SIGNING_KEY"):
+    # Only a key that is absent switches to the development key: an empty
+    # FLASK_AUTHFLOW_SIGNING_KEY is a mistake, and init_app refuses it with a message.
+    if app.config.get("AUTHFLOW_SIGNING_KEY") is None:
         app.config["AUTHFLOW_SIGNING_KEY"] = _development_key(app)
         app.config.setdefault("AUTHFLOW_COOKIE_SECURE", False)
         app.config.setdefault("AUTHFLOW_ALLOW_INSECURE_LOOPBACK", True)
     app.config.setdefault("AUTHFLOW_LOGIN_VIEW", "login_page")
-    app.config.setdefault("MAX_CONTENT_LENGTH", 64 * 1024)  # login bodies are small: refuse huge ones (413)
+    if app.config.get("MAX_CONTENT_LENGTH") is None:  # Flask presets None, so setdefault would not do it
+        app.config["MAX_CONTENT_LENGTH"] = 64 * 1024  # login bodies are small: refuse huge ones (413)
     authflow.init_app(app)
+
+    @app.before_request
+    def refuse_oversized_bodies() -> None:
+        # Werkzeug enforces MAX_CONTENT_LENGTH only when a view reads the body; refuse a
+        # declared oversized body before anything else runs (a view that never reads it,
+        # or answers 401 first, must not be a way to make the server accept 50 MB).
+        limit = app.config["MAX_CONTENT_LENGTH"]
+        if request.content_length is not None and request.content_length > limit:
+            abort(413)
 
     @app.get("/")
     def index() -> Response:
@@ -153,6 +170,8 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
             outcome = authflow.login_with_password(username, password, tenant=tenant)
         except AuthFlowError as error:
             return _text(f"login error: {error.message}", 401)
+        if isinstance(outcome, Authenticated):
+            _rotate_csrf()
         text, status = _outcome_text(outcome)
         return _text(text, status)
 
@@ -173,6 +192,7 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
             text, status = f"login error: {error.message}", 401
         else:
             if isinstance(outcome, Authenticated):
+                _rotate_csrf()
                 return redirect(target)  # type: ignore[return-value]
             text, status = _outcome_text(outcome)
         page = render_template(
