@@ -124,23 +124,6 @@ def test_dummy_hash_uses_the_same_parameters() -> None:
     hasher.dummy_verify("anything")  # returns nothing, raises nothing
 
 
-def test_dummy_verify_costs_as_much_as_a_real_verify() -> None:
-    hasher = PasswordHasher(time_cost=2, memory_cost=8 * 1024, parallelism=1)
-    stored = hasher.hash("pw")
-
-    def timed(fn: Any) -> float:
-        best = float("inf")
-        for _ in range(5):
-            start = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - start)
-        return best
-
-    real = timed(lambda: hasher.verify(stored, "wrong"))
-    dummy = timed(lambda: hasher.dummy_verify("wrong"))
-    assert 0.6 < dummy / real < 1.6
-
-
 @pytest.mark.parametrize(
     "kwargs",
     [
