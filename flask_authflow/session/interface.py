@@ -27,11 +27,11 @@ from typing import Any
 
 from flask import Flask, Request, Response
 from flask.sessions import SessionInterface, SessionMixin
-from itsdangerous import BadData, Signer
-from itsdangerous.encoding import base64_decode, base64_encode
+from itsdangerous import Signer
 
 from ..clock import Clock, SystemClock
 from ..errors import ConfigurationError, SessionDataTooLarge, StoreUnavailable
+from ..jose.algorithms import b64url_decode
 from ..responses import error_response
 from .crypto import derive_key
 from .model import CUSTOM_DATA_LIMIT, AuthSession, AuthState, SessionRecord, new_guest_record
@@ -121,6 +121,9 @@ class RequestSession(AuthSession):
         self.loaded_sid: str | None = None if new else record.sid
         #: already saved by :meth:`AuthFlowSessionInterface.save_early` for this request.
         self.saved = False
+        #: (response, used) when save_early completed: the final save_session has nothing
+        #: left to do unless the response was replaced or the session used or changed since.
+        self.early: tuple[Response, bool] | None = None
 
     @property
     def state_unread(self) -> AuthState:
@@ -132,9 +135,6 @@ class RequestSession(AuthSession):
         self._record = replace(self._record, fingerprint=fingerprint)
 
 
-_B64URL_RE = re.compile(r"[A-Za-z0-9_-]+")
-
-
 def _canonical_b64(text: str) -> bool:
     """``text`` is the one canonical unpadded base64url spelling of its bytes.
 
@@ -142,12 +142,11 @@ def _canonical_b64(text: str) -> bool:
     character, so several spellings decode to the same signature; only the one the
     signer writes is accepted.
     """
-    if not _B64URL_RE.fullmatch(text):
-        return False
     try:
-        return base64_encode(base64_decode(text)).decode("ascii") == text
-    except BadData:  # undecodable input
+        b64url_decode(text)  # the JOSE layer's strict decoder: no padding, no stray bits
+    except (ValueError, UnicodeError):
         return False
+    return True
 
 
 def _check_signing_key(key: bytes, what: str) -> bytes:
@@ -397,12 +396,17 @@ class AuthFlowSessionInterface(SessionInterface):
             return failed
         # Not marked saved: ``after_request`` handlers registered before init_app run
         # after this one, and what they change is written by the final save_session.
+        session.early = (response, session.used)
         return response
 
     def save_session(self, app: Flask, session: SessionMixin, response: Response) -> None:
         if not isinstance(session, RequestSession) or session.saved:
             return
         used = session.used
+        if session.early == (response, used) and not (
+            session.modified or session.force_write or session.resign
+        ):
+            return  # save_early already did all of it, and nothing changed since on this response
         if session.accessed:
             response.vary.add("Cookie")
         if used and session.state_unread is not AuthState.GUEST and "Cache-Control" not in response.headers:
