@@ -438,3 +438,17 @@ def test_discovery_jwks_uri_honours_the_url_prefix(prefix: str) -> None:
     served = client.get(jwks_uri.removeprefix(ISS))
     assert served.status_code == 200
     assert served.get_json() == issuer_of(app).jwks()
+
+
+def test_jwks_max_age_comes_from_the_config() -> None:
+    app = make_app(AUTHFLOW_ISSUER_JWKS_MAX_AGE=timedelta(minutes=1))
+    client = app.test_client()
+    for path in ("/jwks.json", "/.well-known/openid-configuration"):
+        assert client.get(path).headers["Cache-Control"] == "public, max-age=60"
+    assert issuer_of(app).jwks_max_age == timedelta(minutes=1)
+    # The builder returns a new issuer and validates its input.
+    idp = issuer_of(app)
+    assert idp.with_jwks_max_age(timedelta(0)).jwks_max_age == timedelta(0)
+    assert idp.jwks_max_age == timedelta(minutes=1)
+    with pytest.raises(ConfigurationError):
+        idp.with_jwks_max_age(timedelta(seconds=-1))

@@ -41,6 +41,8 @@ log = logging.getLogger("flask_authflow.issuer")
 
 #: Longest token lifetime :meth:`LocalIdp.mint` accepts unless configured otherwise.
 DEFAULT_MAX_LIFETIME: Final = timedelta(hours=1)
+#: How long relying parties may cache the JWKS and discovery documents.
+DEFAULT_JWKS_MAX_AGE: Final = timedelta(minutes=5)
 #: How often a LocalIdp re-reads its key store to see rotations made by other processes.
 DEFAULT_RELOAD_INTERVAL: Final = timedelta(seconds=5)
 #: Discovery fields the issuer owns; ``with_metadata_field`` cannot replace them.
@@ -108,6 +110,7 @@ class LocalIdp:
         self._base_url = issuer.rstrip("/")
         self._metadata: dict[str, Any] = {}
         self._max_lifetime: timedelta | None = DEFAULT_MAX_LIFETIME
+        self._jwks_max_age = DEFAULT_JWKS_MAX_AGE
         self._reload_interval: float | None = DEFAULT_RELOAD_INTERVAL.total_seconds()
         self._extra_keys: list[VerificationKey] = []
         self._shared_handle = jwks_handle is not None
@@ -181,6 +184,19 @@ class LocalIdp:
         clone = self._copy()
         clone._max_lifetime = lifetime
         return clone
+
+    def with_jwks_max_age(self, max_age: timedelta) -> LocalIdp:
+        """How long relying parties may cache the JWKS and discovery documents (default 5 min)."""
+        if not isinstance(max_age, timedelta) or max_age < timedelta(0):
+            raise ConfigurationError("the JWKS max-age must be a timedelta of zero or more")
+        clone = self._copy()
+        clone._jwks_max_age = max_age
+        return clone
+
+    @property
+    def jwks_max_age(self) -> timedelta:
+        """The ``Cache-Control: max-age`` of the JWKS and discovery responses."""
+        return self._jwks_max_age
 
     def with_reload_interval(self, interval: timedelta | None) -> LocalIdp:
         """Re-read the store at most this often (default 5 s; ``None``: only on :meth:`reload`).

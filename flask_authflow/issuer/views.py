@@ -17,7 +17,8 @@ from .idp import LocalIdp
 
 __all__ = ["CACHE_CONTROL", "current_issuer", "jwks", "make_blueprint", "openid_configuration"]
 
-#: Both documents are public and change only on rotation; five minutes of caching
+#: The default Cache-Control of both documents (``LocalIdp.with_jwks_max_age`` sets
+#: another): they are public and change only on rotation; five minutes of caching
 #: keeps load off the app while rotation stays visible quickly (the previous key
 #: stays published, so cached copies keep verifying).
 CACHE_CONTROL: Final = "public, max-age=300"
@@ -36,9 +37,9 @@ def current_issuer() -> LocalIdp:
     raise ConfigurationError("no LocalIdp is configured for this app (register idp.blueprint() or AuthFlow)")
 
 
-def _json(document: dict[str, Any]) -> Response:
+def _json(document: dict[str, Any], max_age: int) -> Response:
     response = jsonify(document)
-    response.headers["Cache-Control"] = CACHE_CONTROL
+    response.headers["Cache-Control"] = f"public, max-age={max_age}"
     response.headers["X-Content-Type-Options"] = "nosniff"
     return response
 
@@ -48,12 +49,14 @@ def openid_configuration() -> Response:
 
     ``jwks_uri`` comes from the configured base URL, never from request headers.
     """
-    return _json(current_issuer().discovery_document())
+    issuer = current_issuer()
+    return _json(issuer.discovery_document(), int(issuer.jwks_max_age.total_seconds()))
 
 
 def jwks() -> Response:
     """``GET /jwks.json``: the public keys (current and historical)."""
-    return _json(current_issuer().jwks())
+    issuer = current_issuer()
+    return _json(issuer.jwks(), int(issuer.jwks_max_age.total_seconds()))
 
 
 def make_blueprint(idp: LocalIdp, url_prefix: str | None = None) -> Blueprint:

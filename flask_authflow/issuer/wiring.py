@@ -79,7 +79,10 @@ def build_issuer(
             f"AUTHFLOW_ISSUER_KEY_STORE={spec!r}: use 'memory', 'file:<directory>' or 'sql'"
         )
     idp = (
-        LocalIdp.from_key_store(issuer, store).with_clock(clock).with_max_lifetime(config.issuer_max_lifetime)
+        LocalIdp.from_key_store(issuer, store)
+        .with_clock(clock)
+        .with_max_lifetime(config.issuer_max_lifetime)
+        .with_jwks_max_age(config.issuer_jwks_max_age)
     )
     if config.issuer_base_url:
         idp = idp.with_base_url(config.issuer_base_url)
