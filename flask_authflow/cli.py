@@ -154,17 +154,57 @@ def _issuer() -> Any:
     help="Algorithm of the new key (default: AUTHFLOW_ISSUER_ALGORITHM).",
 )
 @click.option("--kid", help="Key id for the new key (default: its RFC 7638 thumbprint).")
-def rotate_key(algorithm: str | None, kid: str | None) -> None:
-    """Generate a signing key, persist it and make it current (the old one stays in the JWKS)."""
+@click.option(
+    "--stage", "step", flag_value="stage", help="Publish a new key in the JWKS without signing with it."
+)
+@click.option(
+    "--activate",
+    "step",
+    flag_value="activate",
+    help="Sign with the staged key (published for >= the max-age).",
+)
+@click.option(
+    "--prune", "step", flag_value="prune", help="Unpublish retired keys whose tokens have all expired."
+)
+@click.option(
+    "--force", is_flag=True, help="Skip the wait: activate early, or rotate at once without staging."
+)
+def rotate_key(algorithm: str | None, kid: str | None, step: str | None, force: bool) -> None:
+    """Rotate the issuer's signing key.
+
+    The safe procedure relying parties can follow: ``--stage`` publishes the next key;
+    after AUTHFLOW_ISSUER_JWKS_MAX_AGE, ``--activate`` (or plain ``rotate-key``) signs
+    with it; later ``--prune`` removes retired keys whose longest token has expired.
+    Plain ``rotate-key`` with nothing staged is refused unless ``--force`` (a new key
+    that signs at once: relying parties with a cached JWKS must refetch).
+    """
     from .issuer import LocalIdpSigningKey
 
     issuer = _issuer()
-    # Relying parties pin the algorithm they were told about: keep it unless asked.
-    algorithm = algorithm or get_state().config.issuer_algorithm
     try:
-        key = LocalIdpSigningKey.generate(algorithm)
+        if step == "prune":
+            pruned = issuer.prune_retired_keys()
+            click.echo(f"pruned {len(pruned)} retired key(s){': ' + ', '.join(pruned) if pruned else ''}")
+            return
+        staged = issuer.rotation_state().staged_kid
+        if step == "activate" or (step is None and staged is not None):
+            new_kid = issuer.activate_staged_key(force=force)
+            click.echo(f"new current key {new_kid}; the JWKS has {len(issuer.jwks()['keys'])} key(s)")
+            return
+        # Relying parties pin the algorithm they were told about: keep it unless asked.
+        key = LocalIdpSigningKey.generate(algorithm or get_state().config.issuer_algorithm)
         if kid is not None:
             key = key.with_key_id(kid)
+        if step == "stage":
+            issuer.stage_signing_key(key)
+            wait = issuer.jwks_max_age
+            click.echo(f"staged key {key.kid} ({key.algorithm}); activate it with rotate-key after {wait}")
+            return
+        if not force:
+            raise click.ClickException(
+                "nothing is staged: run rotate-key --stage, wait AUTHFLOW_ISSUER_JWKS_MAX_AGE, then "
+                "rotate-key (or --force to sign with a new key at once)"
+            )
         issuer.rotate_signing_key(key)
     except AuthFlowError as error:
         _fail(error)

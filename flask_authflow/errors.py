@@ -25,6 +25,7 @@ __all__ = [
     "LoopbackOnly",
     "MissingExtraError",
     "PasswordTooLong",
+    "RotationRefused",
     "SessionDataTooLarge",
     "SessionDecryptError",
     "SessionError",
@@ -184,6 +185,13 @@ class KeyStoreError(AuthFlowError):
 
     code = "key_store_error"
     status = 500
+
+
+class RotationRefused(KeyStoreError):
+    """The key rotation step is refused in the store's current state (nothing was changed)."""
+
+    code = "rotation_refused"
+    status = 409
 
 
 class TokenCheck(enum.StrEnum):

@@ -153,7 +153,7 @@ def verify_with_node(jwks: dict[str, Any], tokens: list[str]) -> list[dict[str, 
 
 def test_rotate_key_prints_kid_and_jwks_size_never_key_material(app: Flask, key_dir: Path) -> None:
     old = issuer_of(app).current_kid
-    result = run(app, "rotate-key")
+    result = run(app, "rotate-key", "--force")
     assert result.exit_code == 0, result.output
     new = issuer_of(app).current_kid
     assert new != old
@@ -170,7 +170,7 @@ def test_rotate_key_prints_kid_and_jwks_size_never_key_material(app: Flask, key_
 
 
 def test_rotate_key_rs256_with_kid(app: Flask) -> None:
-    result = run(app, "rotate-key", "--algorithm", "RS256", "--kid", "rsa-2026")
+    result = run(app, "rotate-key", "--force", "--algorithm", "RS256", "--kid", "rsa-2026")
     assert result.exit_code == 0, result.output
     assert result.output == "new current key rsa-2026 (RS256); the JWKS now has 2 key(s)\n"
     assert "BEGIN" not in result.output
@@ -184,16 +184,16 @@ def test_rotate_key_rs256_with_kid(app: Flask) -> None:
 def test_rotate_key_defaults_to_the_configured_algorithm() -> None:
     app = make_app(AUTHFLOW_ISSUER=ISS, AUTHFLOW_ISSUER_ALGORITHM="RS256")
     assert issuer_of(app).algorithm == "RS256"
-    result = run(app, "rotate-key", "--kid", "next")
+    result = run(app, "rotate-key", "--force", "--kid", "next")
     assert result.exit_code == 0, result.output
     assert "(RS256)" in result.output
     assert issuer_of(app).algorithm == "RS256"
 
 
 def test_rotate_key_duplicate_kid_is_a_clean_error(app: Flask, key_dir: Path) -> None:
-    assert run(app, "rotate-key", "--kid", "k-2026-05").exit_code == 0
+    assert run(app, "rotate-key", "--force", "--kid", "k-2026-05").exit_code == 0
     files = sorted(p.name for p in (key_dir / "historical").iterdir())
-    again = run(app, "rotate-key", "--kid", "k-2026-05")
+    again = run(app, "rotate-key", "--force", "--kid", "k-2026-05")
     assert_clean_error(again, "k-2026-05")
     assert issuer_of(app).current_kid == "k-2026-05"
     assert len(served_jwks(app)["keys"]) == 2
@@ -203,7 +203,7 @@ def test_rotate_key_duplicate_kid_is_a_clean_error(app: Flask, key_dir: Path) ->
 @pytest.mark.parametrize("kid", ["../current", "a/b", "has.dot", "x" * 65, "", "nul\x00"])
 def test_rotate_key_bad_kid_is_a_clean_error(app: Flask, key_dir: Path, kid: str) -> None:
     before = issuer_of(app).current_kid
-    result = run(app, "rotate-key", "--kid", kid)
+    result = run(app, "rotate-key", "--force", "--kid", kid)
     assert_clean_error(result)
     assert "key id" in result.output.lower() or "kid" in result.output.lower()
     assert issuer_of(app).current_kid == before
@@ -212,7 +212,7 @@ def test_rotate_key_bad_kid_is_a_clean_error(app: Flask, key_dir: Path, kid: str
 
 
 def test_rotate_key_unknown_algorithm_is_a_usage_error(app: Flask) -> None:
-    result = run(app, "rotate-key", "--algorithm", "HS256")
+    result = run(app, "rotate-key", "--force", "--algorithm", "HS256")
     assert result.exit_code == 2
     assert "Traceback" not in result.output
     assert len(served_jwks(app)["keys"]) == 1
@@ -248,7 +248,7 @@ def test_minted_token_verifies_with_authflow_pyjwt_and_node_jose(app: Flask) -> 
 
 def test_mint_tokens_before_and_after_rotation_verify_everywhere(app: Flask) -> None:
     before = mint(app, "--sub", "a", "--aud", AUD)
-    assert run(app, "rotate-key", "--kid", "second").exit_code == 0
+    assert run(app, "rotate-key", "--force", "--kid", "second").exit_code == 0
     after = mint(app, "--sub", "b", "--aud", AUD)
     assert header(after)["kid"] == "second" and header(before)["kid"] != "second"
     assert [verify_with_pyjwt(app, t)["sub"] for t in (before, after)] == ["a", "b"]
@@ -401,7 +401,12 @@ def test_flask_cli_subprocess_mints_with_the_issuer_example(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    "args", [("rotate-key",), ("rotate-key", "--kid", "k2"), ("mint", "--sub", "svc", "--aud", "api://x")]
+    "args",
+    [
+        ("rotate-key", "--force"),
+        ("rotate-key", "--force", "--kid", "k2"),
+        ("mint", "--sub", "svc", "--aud", "api://x"),
+    ],
 )
 def test_memory_key_store_is_refused_by_the_cli(args: tuple[str, ...]) -> None:
     """Issue 6 point 5: a CLI run on the memory store would use a throwaway key."""

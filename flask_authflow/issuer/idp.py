@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 from ..clock import Clock, SystemClock
-from ..errors import ConfigurationError, IssuanceError, KeyStoreError
+from ..errors import ConfigurationError, IssuanceError, KeyStoreError, RotationRefused
 from ..jose import MAX_TOKEN_LENGTH, JwksHandle, JwtVerifier, VerificationKey, b64url_encode, parse_public_jwk
 from ..signals import key_rotated, token_minted
 from .claims import MintClaims
 from .keys import LoadedKeys, LocalIdpSigningKey
-from .keystores import LocalIdpKeyStore
+from .keystores import LocalIdpKeyStore, RotationState, StagedRotationStore
 
 if TYPE_CHECKING:
     from flask import Blueprint
@@ -43,6 +43,8 @@ log = logging.getLogger("flask_authflow.issuer")
 DEFAULT_MAX_LIFETIME: Final = timedelta(hours=1)
 #: How long relying parties may cache the JWKS and discovery documents.
 DEFAULT_JWKS_MAX_AGE: Final = timedelta(minutes=5)
+#: Extra time a retired key stays published, for verifiers whose clocks run behind.
+PRUNE_SKEW: Final = timedelta(seconds=60)
 #: How often a LocalIdp re-reads its key store to see rotations made by other processes.
 DEFAULT_RELOAD_INTERVAL: Final = timedelta(seconds=5)
 #: Discovery fields the issuer owns; ``with_metadata_field`` cannot replace them.
@@ -397,6 +399,86 @@ class LocalIdp:
             "issuer %s rotated its signing key from %s to %s", self._issuer, previous.current.kid, new_key.kid
         )
         key_rotated.send(self, previous_kid=previous.current.kid, new_kid=loaded.current.kid)
+
+    # -- staged rotation (what relying parties caching the JWKS can follow) --------------------------
+
+    def _staged_store(self) -> StagedRotationStore:
+        if not isinstance(self._store, StagedRotationStore):
+            raise KeyStoreError(f"{type(self._store).__name__} does not support staged rotation")
+        return self._store
+
+    def rotation_state(self) -> RotationState:
+        """The staged key (if any) and when each former key stopped signing."""
+        return self._staged_store().rotation_state()
+
+    def stage_signing_key(self, next_key: LocalIdpSigningKey) -> None:
+        """Publish ``next_key`` in the JWKS without signing with it (step 1 of a rotation).
+
+        Relying parties pick it up within :attr:`jwks_max_age`; :meth:`activate_staged_key`
+        then switches signing to it. One key can be staged at a time.
+        """
+        if not isinstance(next_key, LocalIdpSigningKey):
+            raise ConfigurationError("stage_signing_key() needs a LocalIdpSigningKey")
+        store = self._staged_store()
+        with self._lock:
+            store.stage(next_key, self._clock.now())  # persist first
+            self._install(self._store.load_all())
+        log.info("issuer %s staged key %s", self._issuer, next_key.kid)
+
+    def activate_staged_key(self, *, force: bool = False) -> str:
+        """Sign with the staged key from now on (step 2); returns its ``kid``.
+
+        Refused while the staged key has been published for less than
+        :attr:`jwks_max_age` (a relying party could still hold a JWKS without it),
+        unless ``force``. The previous key stays published, with its retirement time.
+        """
+        store = self._staged_store()
+        now = self._clock.now()
+        with self._lock:
+            state = store.rotation_state()
+            if state.staged_kid is None or state.staged_at is None:
+                raise RotationRefused("no staged key: publish one first (flask authflow rotate-key --stage)")
+            ready = state.staged_at + self._jwks_max_age
+            if now < ready and not force:
+                raise RotationRefused(
+                    f"key {state.staged_kid} was staged at {state.staged_at.isoformat()}; relying "
+                    f"parties may cache the JWKS for {self._jwks_max_age}, so activate it at or after "
+                    f"{ready.isoformat()} (or force it)"
+                )
+            previous = self._state.loaded.current.kid
+            kid = store.activate(now)
+            loaded = self._store.load_all()
+            self._install(loaded)
+        log.info("issuer %s activated key %s (previous %s)", self._issuer, kid, previous)
+        key_rotated.send(self, previous_kid=previous, new_kid=kid)
+        return kid
+
+    def prune_retired_keys(self) -> list[str]:
+        """Unpublish retired keys whose longest token has expired (step 3); returns their kids.
+
+        A key retired at ``t`` signed tokens living at most :attr:`max_lifetime`, so it is
+        kept until ``t + max_lifetime + 60 s`` (the verifier's clock skew). Without a
+        lifetime cap, or without a recorded retirement time, a key is never pruned.
+        """
+        store = self._staged_store()
+        lifetime = self._max_lifetime
+        if lifetime is None:
+            return []
+        now = self._clock.now()
+        with self._lock:
+            state = store.rotation_state()
+            current = self._store.load_all()
+            expired = [
+                kid
+                for kid, at in state.retired_at.items()
+                if kid in current.kids() and kid != current.current.kid and at + lifetime + PRUNE_SKEW <= now
+            ]
+            if expired:
+                store.prune(expired)
+                self._install(self._store.load_all())
+        if expired:
+            log.info("issuer %s pruned retired keys %s", self._issuer, ", ".join(expired))
+        return expired
 
     def reload(self) -> bool:
         """Re-read the store now; returns whether the key set changed.

@@ -14,18 +14,27 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import secrets
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
-from ..errors import DuplicateKeyId, KeyStoreError, SigningKeyError
+from ..errors import DuplicateKeyId, KeyStoreError, RotationRefused, SigningKeyError
 from .keys import LoadedKeys, LocalIdpSigningKey, validate_kid
 
-__all__ = ["FileLocalIdpKeyStore", "LocalIdpKeyStore", "MemoryLocalIdpKeyStore"]
+__all__ = [
+    "FileLocalIdpKeyStore",
+    "LocalIdpKeyStore",
+    "MemoryLocalIdpKeyStore",
+    "RotationState",
+    "StagedRotationStore",
+]
 
 
 @runtime_checkable
@@ -44,12 +53,96 @@ class LocalIdpKeyStore(Protocol):
     def rotate(self, new_current: LocalIdpSigningKey) -> None: ...
 
 
+@dataclass(frozen=True)
+class RotationState:
+    """The staged-rotation bookkeeping of a key store.
+
+    ``staged_kid`` names a key published in the JWKS but not yet signing (staged at
+    ``staged_at``); ``retired_at`` says when each former current key stopped signing.
+    A historical key missing from ``retired_at`` (demoted by an immediate rotation
+    before this was recorded) is never pruned automatically.
+    """
+
+    staged_kid: str | None = None
+    staged_at: datetime | None = None
+    retired_at: Mapping[str, datetime] = field(default_factory=dict)
+
+
+@runtime_checkable
+class StagedRotationStore(Protocol):
+    """A key store that supports staged rotation (all three shipped stores do).
+
+    ``stage`` adds a key that is published (it loads as historical) but does not sign;
+    ``activate`` makes the staged key current and records when the previous current
+    retired, atomically; ``prune`` removes historical keys. Each persists before it
+    returns and raises :class:`KeyStoreError` when refused or when the store is unusable.
+    """
+
+    def rotation_state(self) -> RotationState: ...
+
+    def stage(self, key: LocalIdpSigningKey, at: datetime) -> None: ...
+
+    def activate(self, at: datetime) -> str: ...
+
+    def prune(self, kids: Collection[str]) -> None: ...
+
+
+def _check_prunable(loaded: LoadedKeys, state: RotationState, kids: Collection[str]) -> None:
+    for kid in kids:
+        if kid == loaded.current.kid or kid == state.staged_kid:
+            raise RotationRefused(f"key {kid!r} is current or staged and cannot be pruned")
+        if kid not in loaded.kids():
+            raise RotationRefused(f"no key {kid!r} in the store")
+
+
 class MemoryLocalIdpKeyStore:
     """An in-process key store for tests and development; a restart loses the keys."""
 
     def __init__(self, loaded: LoadedKeys | None = None) -> None:
         self._lock = threading.Lock()
         self._loaded = loaded
+        self._rotation = RotationState()
+
+    def rotation_state(self) -> RotationState:
+        with self._lock:
+            return self._rotation
+
+    def stage(self, key: LocalIdpSigningKey, at: datetime) -> None:
+        with self._lock:
+            loaded = self._require()
+            if self._rotation.staged_kid is not None:
+                raise RotationRefused(
+                    f"key {self._rotation.staged_kid!r} is already staged: activate it first"
+                )
+            if key.kid in loaded.kids():
+                raise DuplicateKeyId(key.kid)
+            self._loaded = LoadedKeys(loaded.current, (*loaded.historical, key))
+            self._rotation = RotationState(key.kid, at, self._rotation.retired_at)
+
+    def activate(self, at: datetime) -> str:
+        with self._lock:
+            loaded = self._require()
+            staged = self._rotation.staged_kid
+            if staged is None:
+                raise RotationRefused("no staged key to activate")
+            new = next(k for k in loaded.historical if k.kid == staged)
+            rest = [loaded.current, *(k for k in loaded.historical if k.kid != staged)]
+            self._loaded = LoadedKeys(new, rest)
+            self._rotation = RotationState(None, None, {**self._rotation.retired_at, loaded.current.kid: at})
+            return staged
+
+    def prune(self, kids: Collection[str]) -> None:
+        with self._lock:
+            loaded = self._require()
+            _check_prunable(loaded, self._rotation, kids)
+            self._loaded = LoadedKeys(loaded.current, (k for k in loaded.historical if k.kid not in kids))
+            retired = {k: v for k, v in self._rotation.retired_at.items() if k not in kids}
+            self._rotation = RotationState(self._rotation.staged_kid, self._rotation.staged_at, retired)
+
+    def _require(self) -> LoadedKeys:
+        if self._loaded is None:
+            raise KeyStoreError("the memory key store holds no key yet; rotate() one in")
+        return self._loaded
 
     @classmethod
     def with_current(cls, key: LocalIdpSigningKey) -> MemoryLocalIdpKeyStore:
@@ -80,6 +173,7 @@ class MemoryLocalIdpKeyStore:
 
 
 _CURRENT: Final = "current.kid"
+_ROTATION: Final = "rotation.json"
 _HISTORICAL: Final = "historical"
 _LOCK: Final = ".lock"
 _TMP_PREFIX: Final = ".tmp-"
@@ -318,23 +412,101 @@ class FileLocalIdpKeyStore:
     def _rotate_locked(self, key: LocalIdpSigningKey, *, initial: bool) -> None:
         if not initial:
             self._read_current_kid()  # refuse to rotate an uninitialized or corrupt store
-        kids = self._list_kids()
-        if key.kid in kids:
+        self._add_key_locked(key)
+        self._replace_locked(_CURRENT, f"{key.kid}\n".encode("ascii"), "rotation")
+
+    def _add_key_locked(self, key: LocalIdpSigningKey) -> None:
+        """Write the PEM under its final name, fully on disk (published from then on)."""
+        if key.kid in self._list_kids():
             raise DuplicateKeyId(key.kid)
         self._remove_stale_temp_files()
         try:
-            # 1. the PEM, under its final name, fully on disk
             tmp = self._historical / f"{_TMP_PREFIX}{secrets.token_hex(8)}"
             _write_new_file(tmp, _ALG_LINE_PREFIX + key.algorithm.encode("ascii") + b"\n" + key.private_pem())
             os.rename(tmp, self._historical / f"{key.kid}.pem")
             _fsync_dir(self._historical)
-            # 2. the pointer, replaced atomically
+        except OSError as exc:
+            raise KeyStoreError(f"writing key {key.kid} failed: {exc.strerror}") from exc
+
+    def _replace_locked(self, name: str, data: bytes, what: str) -> None:
+        """Replace ``name`` in the store folder atomically (temp file, fsync, rename)."""
+        try:
             tmp = self._dir / f"{_TMP_PREFIX}{secrets.token_hex(8)}"
-            _write_new_file(tmp, f"{key.kid}\n".encode("ascii"))
-            os.replace(tmp, self._dir / _CURRENT)
+            _write_new_file(tmp, data)
+            os.replace(tmp, self._dir / name)
             _fsync_dir(self._dir)
         except OSError as exc:
-            raise KeyStoreError(f"rotation failed: {exc.strerror}") from exc
+            raise KeyStoreError(f"{what} failed: {exc.strerror}") from exc
+
+    # -- staged rotation ---------------------------------------------------------------------------
+
+    def rotation_state(self) -> RotationState:
+        """The staged key and retirement times (``rotation.json``), consistent with ``current.kid``."""
+        path = self._dir / _ROTATION
+        try:
+            doc: Any = json.loads(path.read_bytes()) if path.exists() else {}
+        except (OSError, ValueError) as exc:
+            raise KeyStoreError(f"{path} is unreadable: restore it or remove it") from exc
+        if not isinstance(doc, dict):
+            raise KeyStoreError(f"{path} is not a JSON object")
+        try:
+            staged = doc.get("staged")
+            retired = {
+                validate_kid(k): datetime.fromisoformat(v) for k, v in dict(doc.get("retired", {})).items()
+            }
+            staged_kid = validate_kid(staged["kid"]) if staged else None
+            staged_at = datetime.fromisoformat(staged["at"]) if staged else None
+        except (KeyError, TypeError, ValueError, SigningKeyError) as exc:
+            raise KeyStoreError(f"{path} is malformed") from exc
+        if staged_kid is not None and staged_kid == self._read_current_kid():
+            staged_kid, staged_at = None, None  # activation finished but crashed before the bookkeeping
+        return RotationState(staged_kid, staged_at, retired)
+
+    def _write_rotation_locked(self, state: RotationState) -> None:
+        doc = {
+            "staged": (
+                {"kid": state.staged_kid, "at": state.staged_at.isoformat()}
+                if state.staged_kid is not None and state.staged_at is not None
+                else None
+            ),
+            "retired": {kid: at.isoformat() for kid, at in state.retired_at.items()},
+        }
+        self._replace_locked(
+            _ROTATION, json.dumps(doc, sort_keys=True).encode("ascii"), "rotation bookkeeping"
+        )
+
+    def stage(self, key: LocalIdpSigningKey, at: datetime) -> None:
+        if not isinstance(key, LocalIdpSigningKey):
+            raise KeyStoreError("stage() needs a LocalIdpSigningKey")
+        with self._locked():
+            state = self.rotation_state()
+            if state.staged_kid is not None:
+                raise RotationRefused(f"key {state.staged_kid!r} is already staged: activate it first")
+            self._add_key_locked(key)
+            self._write_rotation_locked(RotationState(key.kid, at, state.retired_at))
+
+    def activate(self, at: datetime) -> str:
+        with self._locked():
+            state = self.rotation_state()
+            if state.staged_kid is None:
+                raise RotationRefused("no staged key to activate")
+            previous = self._read_current_kid()
+            self._replace_locked(_CURRENT, f"{state.staged_kid}\n".encode("ascii"), "activation")
+            self._write_rotation_locked(RotationState(None, None, {**state.retired_at, previous: at}))
+            return state.staged_kid
+
+    def prune(self, kids: Collection[str]) -> None:
+        with self._locked():
+            state = self.rotation_state()
+            _check_prunable(self.load_all(), state, kids)
+            try:
+                for kid in kids:
+                    os.unlink(self._historical / f"{validate_kid(kid)}.pem")
+                _fsync_dir(self._historical)
+            except OSError as exc:
+                raise KeyStoreError(f"pruning failed: {exc.strerror}") from exc
+            retired = {k: v for k, v in state.retired_at.items() if k not in kids}
+            self._write_rotation_locked(RotationState(state.staged_kid, state.staged_at, retired))
 
     def _remove_stale_temp_files(self) -> None:
         # Only called under the lock, so every temp file belongs to a crashed rotation.

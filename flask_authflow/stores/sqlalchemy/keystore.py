@@ -20,16 +20,20 @@ import binascii
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
+from typing import TypeVar
 
 from sqlalchemy import (
     Boolean,
+    Connection,
     Engine,
     Index,
     String,
     Table,
     Text,
+    delete,
+    false,
     insert,
     inspect,
     select,
@@ -41,12 +45,15 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Mapped, mapped_column
 
 from ...clock import Clock, SystemClock
-from ...errors import DuplicateKeyId, KeyStoreError, SessionDecryptError, SigningKeyError
+from ...errors import DuplicateKeyId, KeyStoreError, RotationRefused, SessionDecryptError, SigningKeyError
 from ...issuer.keys import LoadedKeys, LocalIdpSigningKey
+from ...issuer.keystores import RotationState
 from ...session.crypto import SessionCrypto
 from .base import Base, EngineSource, UTCDateTime, resolve_engine
 
-__all__ = ["IssuerKeyRow", "SqlAlchemyLocalIdpKeyStore"]
+__all__ = ["IssuerKeyRow", "IssuerKeyScheduleRow", "SqlAlchemyLocalIdpKeyStore"]
+
+T = TypeVar("T")
 
 _RETRIES = 30
 _SEALED_PREFIX = "enc1:"
@@ -77,6 +84,19 @@ class IssuerKeyRow(Base):
 _table: Table = IssuerKeyRow.__table__  # type: ignore[assignment]
 
 
+class IssuerKeyScheduleRow(Base):
+    """Staged-rotation bookkeeping: when a key was staged, or when it stopped signing."""
+
+    __tablename__ = "authflow_issuer_key_schedule"
+
+    kid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    staged_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+_schedule: Table = IssuerKeyScheduleRow.__table__  # type: ignore[assignment]
+
+
 class SqlAlchemyLocalIdpKeyStore:
     """A :class:`~flask_authflow.issuer.LocalIdpKeyStore` over SQLAlchemy.
 
@@ -104,7 +124,7 @@ class SqlAlchemyLocalIdpKeyStore:
             if self._ready:
                 return
             try:
-                Base.metadata.create_all(self._engine, tables=[_table], checkfirst=True)
+                Base.metadata.create_all(self._engine, tables=[_table, _schedule], checkfirst=True)
             except SQLAlchemyError as exc:
                 # Another process may have created it between the check and the CREATE.
                 try:
@@ -201,6 +221,93 @@ class SqlAlchemyLocalIdpKeyStore:
                 last = exc
                 time.sleep(min(0.5, 0.01 * (attempt + 1)) * random.random())  # noqa: S311 - jitter only
         raise KeyStoreError(f"rotation failed after {_RETRIES} attempts: {type(last).__name__}")
+
+    # -- staged rotation ---------------------------------------------------------------------------
+
+    def _write(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work`` in one write transaction, serialised like :meth:`rotate` (retried on races)."""
+        self.create_table()
+        is_pg = self._engine.dialect.name == "postgresql"
+        last: Exception | None = None
+        for attempt in range(_RETRIES):
+            try:
+                with self._engine.begin() as conn:
+                    if is_pg:
+                        conn.execute(text(f"LOCK TABLE {_table.name} IN SHARE ROW EXCLUSIVE MODE"))
+                    else:  # take SQLite's write lock before reading
+                        conn.execute(update(_table).where(false()).values(is_current=False))
+                    return work(conn)
+            except DBAPIError as exc:
+                last = exc
+                time.sleep(min(0.5, 0.01 * (attempt + 1)) * random.random())  # noqa: S311 - jitter only
+        raise KeyStoreError(f"key store write failed after {_RETRIES} attempts: {type(last).__name__}")
+
+    @staticmethod
+    def _state(conn: Connection) -> RotationState:
+        rows = conn.execute(select(_schedule.c.kid, _schedule.c.staged_at, _schedule.c.retired_at)).all()
+        staged = [(kid, at) for kid, at, _ in rows if at is not None]
+        retired = {kid: at for kid, _, at in rows if at is not None}
+        kid, at = staged[0] if staged else (None, None)
+        return RotationState(kid, at, retired)
+
+    def rotation_state(self) -> RotationState:
+        self.create_table()
+        try:
+            with self._engine.connect() as conn:
+                return self._state(conn)
+        except SQLAlchemyError as exc:
+            raise KeyStoreError(f"cannot read {_schedule.name}: {type(exc).__name__}") from exc
+
+    def stage(self, key: LocalIdpSigningKey, at: datetime) -> None:
+        if not isinstance(key, LocalIdpSigningKey):
+            raise KeyStoreError("stage() needs a LocalIdpSigningKey")
+        pem = self._seal(key)
+
+        def work(conn: Connection) -> None:
+            state = self._state(conn)
+            if state.staged_kid is not None:
+                raise RotationRefused(f"key {state.staged_kid!r} is already staged: activate it first")
+            if conn.execute(select(_table.c.kid).where(_table.c.kid == key.kid)).first():
+                raise DuplicateKeyId(key.kid)
+            conn.execute(
+                insert(_table).values(
+                    kid=key.kid, pem=pem, alg=key.algorithm, is_current=False, created_at=self._clock.now()
+                )
+            )
+            conn.execute(insert(_schedule).values(kid=key.kid, staged_at=at, retired_at=None))
+
+        self._write(work)
+
+    def activate(self, at: datetime) -> str:
+        def work(conn: Connection) -> str:
+            staged = self._state(conn).staged_kid
+            if staged is None:
+                raise RotationRefused("no staged key to activate")
+            previous = conn.execute(select(_table.c.kid).where(_table.c.is_current == true())).scalar_one()
+            conn.execute(update(_table).where(_table.c.is_current == true()).values(is_current=False))
+            conn.execute(update(_table).where(_table.c.kid == staged).values(is_current=True))
+            conn.execute(delete(_schedule).where(_schedule.c.kid.in_([staged, previous])))
+            conn.execute(insert(_schedule).values(kid=previous, staged_at=None, retired_at=at))
+            return str(staged)
+
+        return self._write(work)
+
+    def prune(self, kids: Collection[str]) -> None:
+        wanted = list(kids)
+
+        def work(conn: Connection) -> None:
+            current = conn.execute(select(_table.c.kid).where(_table.c.is_current == true())).scalar_one()
+            staged = self._state(conn).staged_kid
+            present = set(conn.execute(select(_table.c.kid).where(_table.c.kid.in_(wanted))).scalars())
+            for kid in wanted:
+                if kid in (current, staged):
+                    raise RotationRefused(f"key {kid!r} is current or staged and cannot be pruned")
+                if kid not in present:
+                    raise RotationRefused(f"no key {kid!r} in the store")
+            conn.execute(delete(_table).where(_table.c.kid.in_(wanted)))
+            conn.execute(delete(_schedule).where(_schedule.c.kid.in_(wanted)))
+
+        self._write(work)
 
     def _seal(self, key: LocalIdpSigningKey) -> str:
         pem = key.private_pem()
