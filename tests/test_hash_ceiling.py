@@ -85,7 +85,8 @@ def test_login_against_a_planted_hash_is_an_audited_invalid_credential() -> None
     assert isinstance(outcome, InvalidCredential)
     assert hasher.computed == 0
     row = backend.audit_rows[-1]
-    assert (row.event, row.status, row.reason) == ("factor_verify", "failure", "invalid_credential")
+    assert (row.event, row.status, row.reason) == ("factor_verify", "failure", "hash_over_ceiling")
+    assert [(e.subject, e.success) for e in backend.attempt_log] == [("alice", False)]
 
 
 def test_init_app_passes_the_configured_ceilings() -> None:

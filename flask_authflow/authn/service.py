@@ -49,7 +49,7 @@ from ..session.model import (
     reset_to_guest,
     start_login,
 )
-from .factors.base import FactorVerifier
+from .factors.base import FactorVerifier, Refused
 from .factors.password import PasswordHasher, PasswordVerifier
 from .identifiers import check_tenant, normalise_identifier
 from .lockout import Lockout, LockoutPolicy
@@ -475,8 +475,14 @@ class AuthnRequest:
                     )
                 else:
                     checked = _guard_store(lambda: verifier.verify(tenant, user_id, credential, now))
-                    ok = checked and not phantom
-                    reason = "unknown_identifier" if phantom else "invalid_credential"
+                    ok = bool(checked) and not phantom
+                    reason = (
+                        "unknown_identifier"
+                        if phantom
+                        else checked.reason
+                        if isinstance(checked, Refused)
+                        else "invalid_credential"
+                    )
                 # A lock set while this check ran (by a parallel failure) wins over a success.
                 locked_now = lockout.locked_until(tenant, subject, now) if ok else None
                 if locked_now is not None:

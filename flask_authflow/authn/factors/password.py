@@ -22,6 +22,7 @@ from argon2.profiles import RFC_9106_LOW_MEMORY
 from ...errors import ConfigurationError, InvalidInput, PasswordTooLong
 from ..outcomes import FactorCredential, FactorKind
 from ..stores import FactorStore
+from .base import Refused
 
 __all__ = ["MAX_PASSWORD_BYTES", "PasswordHasher", "PasswordVerifier"]
 
@@ -190,12 +191,18 @@ class PasswordVerifier:
         if len(credential) > MAX_PASSWORD_BYTES:
             raise PasswordTooLong(f"passwords are limited to {MAX_PASSWORD_BYTES} bytes")
 
-    def verify(self, tenant: str, user_id: str, credential: FactorCredential, now: datetime) -> bool:
+    def verify(
+        self, tenant: str, user_id: str, credential: FactorCredential, now: datetime
+    ) -> bool | Refused:
         stored = self.store.get_password_hash(tenant, user_id)
         secret = credential.secret_bytes()
         if stored is None:
             self.hasher.dummy_verify(secret)
             return False
+        if self.hasher.over_ceiling(stored):
+            # Never computed: a planted hash must not cost gigabytes or minutes per login.
+            log.warning("stored Argon2 hash exceeds the configured ceilings; refused without computing it")
+            return Refused("hash_over_ceiling")
         if not self.hasher.verify(stored, secret):
             return False
         if self.hasher.needs_rehash(stored):
