@@ -228,3 +228,102 @@ def test_several_processes_on_postgresql_run_at_most_five_verifications(postgres
     assert hasher.started == 0
     checker.close()
     setup.close()
+
+
+def test_fifty_parallel_with_the_correct_password_among_them(
+    backend_and_hasher: tuple[Any, CountingHasher],
+) -> None:
+    """The correct password is one of the 50: it succeeds only if it was among the five checked."""
+    backend, hasher = backend_and_hasher
+    service, clock = _service(backend, hasher)
+    hasher.hold = 0.02
+    barrier = threading.Barrier(ATTEMPTS)
+    passwords = [RIGHT if i == ATTEMPTS // 2 else f"wrong-{i}" for i in range(ATTEMPTS)]
+
+    def one(password: str) -> Any:
+        barrier.wait(10)
+        return attempt(service, clock, password)
+
+    with ThreadPoolExecutor(max_workers=ATTEMPTS) as pool:
+        outcomes = list(pool.map(one, passwords))
+    assert hasher.started <= THRESHOLD
+    assert sum(isinstance(o, Authenticated) for o in outcomes) <= 1
+    if not isinstance(outcomes[ATTEMPTS // 2], Authenticated):
+        # Refused because five wrong guesses held every slot (or locked it while it ran):
+        # those five were counted, so the account is locked and stays locked.
+        assert isinstance(outcomes[ATTEMPTS // 2], Locked)
+        hasher.hold = 0.0
+        before = hasher.started
+        assert isinstance(attempt(service, clock, RIGHT), Locked)
+        assert hasher.started == before
+
+
+def test_an_unknown_identifier_is_reserved_and_locked_the_same_way(
+    backend_and_hasher: tuple[Any, CountingHasher],
+) -> None:
+    """No oracle: parallel guesses on an identifier with no account run the same bounded checks."""
+    backend, hasher = backend_and_hasher
+    service, clock = _service(backend, hasher)
+    hasher.hold = 0.02
+    barrier = threading.Barrier(ATTEMPTS)
+
+    def one(i: int) -> Any:
+        barrier.wait(10)
+        session = AuthSession(new_guest_record(clock.now()), new=True, request_fingerprint="fp")
+        handle = service.with_audit_context(CTX)
+        begun = handle.begin_login("mallory", "acme", session)
+        if isinstance(begun, Locked):
+            return begun
+        with FactorCredential.password(f"guess-{i}") as credential:
+            return handle.verify_factor(credential, session)
+
+    with ThreadPoolExecutor(max_workers=ATTEMPTS) as pool:
+        outcomes = list(pool.map(one, range(ATTEMPTS)))
+    assert 1 <= hasher.started <= THRESHOLD  # the dummy hash is verified, as for a real account
+    assert sum(isinstance(o, Locked) for o in outcomes) >= ATTEMPTS - THRESHOLD
+    assert not any(isinstance(o, Authenticated) for o in outcomes)
+
+
+def test_the_store_down_at_reservation_refuses_without_argon2() -> None:
+    from flask_authflow.errors import StoreUnavailable
+
+    clock = MockClock()
+    hasher = CountingHasher()
+    backend = InMemoryBackend(hasher=hasher, clock=clock)
+    backend.create_user("acme", "alice", RIGHT)
+    hasher.started = 0
+    service, clock = _service(backend, hasher)
+    session = AuthSession(new_guest_record(clock.now()), new=True, request_fingerprint="fp")
+    handle = service.with_audit_context(CTX)
+    handle.begin_login("alice", "acme", session)
+    backend.attempts_unavailable = True
+    with FactorCredential.password(RIGHT) as credential, pytest.raises(StoreUnavailable):
+        handle.verify_factor(credential, session)
+    assert hasher.started == 0
+    assert not session.is_authenticated
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_crashed_processs_reservations_expire(kind: str, tmp_path: Path) -> None:
+    """Reservations never settled (the process died mid-check) stop counting after RESERVATION_TTL."""
+    from datetime import timedelta
+
+    from flask_authflow.authn.stores import RESERVATION_TTL, AttemptKey
+
+    clock = MockClock()
+    backend: Any = (
+        InMemoryBackend(hasher=CountingHasher(), clock=clock)
+        if kind == "memory"
+        else SqlAlchemyBackend(f"sqlite:///{tmp_path / 'ttl.db'}", hasher=CountingHasher(), clock=clock)
+    )
+    key = AttemptKey("acme", "alice", "password")
+    policy = {"window": timedelta(hours=1), "max_failures": THRESHOLD, "lock_duration": timedelta(minutes=15)}
+    granted = [backend.reserve_attempt(key, now=clock.now(), **policy) for _ in range(THRESHOLD)]
+    assert all(r.granted for r in granted)
+    assert not backend.reserve_attempt(key, now=clock.now(), **policy).granted
+    clock.advance(RESERVATION_TTL - timedelta(seconds=1))
+    assert not backend.reserve_attempt(key, now=clock.now(), **policy).granted
+    clock.advance(timedelta(seconds=2))
+    assert backend.reserve_attempt(key, now=clock.now(), **policy).granted
+    if kind == "sqlite":
+        backend.close()
