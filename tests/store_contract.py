@@ -128,6 +128,32 @@ class StoreContract:
         assert backend.locked_until("acme", "alice", T0) is None
         assert backend.register_failure(key, now=T0, **WINDOW).failures == 1
 
+    def test_delete_user_removes_factors_counters_and_reservations(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        bob = backend.create_user("acme", "bob", "pw")
+        key = AttemptKey("acme", "alice", "password")
+        backend.write(
+            AuditRecord(time=T0, event="login", status="success", tenant="acme", user_id=alice.user_id)
+        )
+        backend.register_failure(key, now=T0, **WINDOW)
+        for _ in range(4):  # in flight: 5 of 5 used
+            assert backend.reserve_attempt(key, now=T0, **WINDOW).granted
+        assert not backend.reserve_attempt(key, now=T0, **WINDOW).granted
+        backend.register_failure(AttemptKey("acme", "bob", "password"), now=T0, **WINDOW)
+        assert backend.delete_user("acme", " ALICE ") == alice
+        assert backend.find_user("acme", "alice") is None
+        assert backend.get_user("acme", alice.user_id) is None
+        assert backend.get_password_hash("acme", alice.user_id) is None
+        with pytest.raises(UserNotFound):
+            backend.delete_user("acme", "alice")
+        # A new account under the same name inherits no counter and no reservation.
+        backend.create_user("acme", "alice", "pw")
+        assert all(backend.reserve_attempt(key, now=T0, **WINDOW).granted for _ in range(5))
+        # Other users and the audit trail are untouched.
+        assert backend.find_user("acme", "bob") == bob
+        assert backend.register_failure(AttemptKey("acme", "bob", "password"), now=T0, **WINDOW).failures == 2
+        assert [r.user_id for r in backend.audit_rows] == [alice.user_id]
+
     def test_audit_roundtrip(self, backend: Any) -> None:
         row = AuditRecord(
             time=T0,

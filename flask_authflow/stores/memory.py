@@ -143,7 +143,7 @@ class InMemoryBackend:
             self._users_by_id[user.user_id] = updated
 
     def delete_user(self, tenant: str, identifier: str) -> UserRecord:
-        """Remove the user, its factors and its lockout counters (audit rows stay)."""
+        """Remove the user, its factors, its lockout counters and reservations (audit rows stay)."""
         with self._lock:
             user = self._users.pop((tenant, normalise_identifier(identifier)), None)
             if user is None:
@@ -152,6 +152,8 @@ class InMemoryBackend:
             self._factors.pop(user.user_id, None)
             for key in [k for k in self._locks if k.tenant == tenant and k.subject == user.identifier]:
                 del self._locks[key]
+            for key in [k for k in self._reservations if k.tenant == tenant and k.subject == user.identifier]:
+                del self._reservations[key]
             return user
 
     def find_user(self, tenant: str, identifier: str) -> UserRecord | None:

@@ -335,7 +335,9 @@ class SqlAlchemyBackend:
             raise UserNotFound()
 
     def delete_user(self, tenant: str, identifier: str) -> UserRecord:
-        """Remove the user, its factors and its lockout counters in one transaction (audit rows stay)."""
+        """Remove the user, factors, lockout counters and reservations in one transaction.
+
+        Audit rows stay."""
         user = self.find_user(check_tenant(tenant), normalise_identifier(identifier))
         if user is None:
             raise UserNotFound()
@@ -344,6 +346,10 @@ class SqlAlchemyBackend:
             conn.execute(delete(factors_table).where(factors_table.c.user_id == user.user_id))
             conn.execute(
                 delete(lockouts_table).where(lock.tenant == user.tenant, lock.subject == user.identifier)
+            )
+            held = reservations_table.c
+            conn.execute(
+                delete(reservations_table).where(held.tenant == user.tenant, held.subject == user.identifier)
             )
             gone = conn.execute(delete(users_table).where(users_table.c.user_id == user.user_id))
         if gone.rowcount == 0:
