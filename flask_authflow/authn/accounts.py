@@ -69,8 +69,10 @@ class AccountAdmin:
     def delete(self, tenant: str, identifier: str) -> int:
         """Delete the account, its factors and counters, and end its sessions (audit rows stay)."""
         user = self._user(tenant, identifier)
-        # Sessions first: a crash between the two leaves a user without sessions, never
-        # sessions of a deleted user.
+        # Disable, revoke, then delete: no login can start a new session between the
+        # revocation and the deletion, and a crash at any step leaves at worst a
+        # disabled user without sessions, never sessions of a deleted user.
+        self.backend.set_disabled(user.tenant, user.identifier, True)
         count = self._revoke(user, "user_deleted")
         self.backend.delete_user(user.tenant, user.identifier)
         return count
