@@ -55,6 +55,10 @@ class AccountAdmin:
         )
         return count
 
+    def create_user(self, tenant: str, identifier: str, password: str | None = None) -> UserRecord:
+        """Create a user (with ``password``, or none for a passwordless account)."""
+        return self.backend.create_user(check_tenant(tenant), identifier, password)
+
     def disable(self, tenant: str, identifier: str) -> int:
         """Disable the account (logins fail like a wrong password) and end its sessions."""
         user = self._user(tenant, identifier)

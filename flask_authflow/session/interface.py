@@ -302,14 +302,18 @@ class AuthFlowSessionInterface(SessionInterface):
                 return value, slot
         return None
 
-    def _guest(self, now: datetime, fingerprint: str, *, cookie_sent: bool) -> RequestSession:
-        return RequestSession(
+    def _guest(
+        self, now: datetime, fingerprint: str, *, cookie_sent: bool, user_agent: str
+    ) -> RequestSession:
+        session = RequestSession(
             new_guest_record(now),
             new=True,
             request_fingerprint=fingerprint,
             custom_limit=self.custom_limit,
             cookie_sent=cookie_sent,
         )
+        session.request_user_agent = user_agent
+        return session
 
     # --- SessionInterface -------------------------------------------------------------------
 
@@ -318,21 +322,25 @@ class AuthFlowSessionInterface(SessionInterface):
         user_agent = request.headers.get("User-Agent", "")
         raw = request.cookies.get(self.cookie_name)
         if raw is None:
-            return self._guest(now, self._current.fingerprint(user_agent), cookie_sent=False)
+            return self._guest(
+                now, self._current.fingerprint(user_agent), cookie_sent=False, user_agent=user_agent
+            )
         verified = self._verify_cookie(raw)
         if verified is None:
-            return self._guest(now, self._current.fingerprint(user_agent), cookie_sent=True)
+            return self._guest(
+                now, self._current.fingerprint(user_agent), cookie_sent=True, user_agent=user_agent
+            )
         sid, slot = verified
         current_fp = self._current.fingerprint(user_agent)
         try:
             record = self.store.load(sid)
         except StoreUnavailable:
             log.warning("session store unavailable; request served as a guest, session not saved")
-            session = self._guest(now, current_fp, cookie_sent=True)
+            session = self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
             session.store_failed = True
             return session
         if record is None or record.sid != sid or now >= self.expires_at(record):
-            return self._guest(now, current_fp, cookie_sent=True)
+            return self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
 
         request_fp = current_fp if slot is self._current else slot.fingerprint(user_agent)
         if record.fingerprint is None:
@@ -343,7 +351,7 @@ class AuthFlowSessionInterface(SessionInterface):
             # Probably a stolen cookie (or a browser update): the stored session is
             # left alone for its legitimate holder; this client starts over.
             log.warning("session binding mismatch; request served as a new guest session")
-            session = self._guest(now, current_fp, cookie_sent=True)
+            session = self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
             session.binding_mismatch = True
             return session
 
@@ -354,6 +362,7 @@ class AuthFlowSessionInterface(SessionInterface):
             custom_limit=self.custom_limit,
             cookie_sent=True,
         )
+        session.request_user_agent = user_agent
         if slot is not self._current:
             session.resign = True
             if record.fingerprint is not None:

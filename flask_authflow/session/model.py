@@ -28,14 +28,17 @@ from ..errors import InvalidTransition, SessionDataTooLarge
 
 __all__ = [
     "CUSTOM_DATA_LIMIT",
+    "DEVICE_MAX_LENGTH",
     "AuthSession",
     "AuthState",
     "InvalidTransition",
     "SessionRecord",
     "begin_flow",
+    "clean_user_agent",
     "clear_flow",
     "complete_login",
     "custom_serializer",
+    "describe_device",
     "fail_login",
     "new_guest_record",
     "new_session_id",
@@ -63,6 +66,55 @@ class AuthState(enum.Enum):
     PENDING_WORKFLOW = "pending_workflow"
 
 
+#: Longest User-Agent kept as a session's ``device`` (the rest is cut).
+DEVICE_MAX_LENGTH = 256
+
+_BROWSERS = (
+    ("Edg/", "Edge"),
+    ("OPR/", "Opera"),
+    ("Firefox/", "Firefox"),
+    ("Chromium/", "Chromium"),
+    ("Chrome/", "Chrome"),
+    ("Safari/", "Safari"),
+    ("curl/", "curl"),
+)
+_SYSTEMS = (
+    ("Android", "Android"),
+    ("iPhone", "iPhone"),
+    ("iPad", "iPad"),
+    ("Windows", "Windows"),
+    ("Mac OS X", "macOS"),
+    ("CrOS", "ChromeOS"),
+    ("Linux", "Linux"),
+)
+
+
+def clean_user_agent(user_agent: str | None) -> str | None:
+    """``user_agent`` as a session keeps it: printable ASCII only, spaces collapsed, at most
+    :data:`DEVICE_MAX_LENGTH` characters; ``None`` when nothing printable is left."""
+    if not user_agent:
+        return None
+    text = "".join(ch if " " <= ch <= "~" else " " for ch in user_agent[: DEVICE_MAX_LENGTH * 4])
+    text = " ".join(text.split())[:DEVICE_MAX_LENGTH]
+    return text or None
+
+
+def describe_device(device: str | None) -> str:
+    """A short label for a session's ``device`` ("Firefox on Linux"), or ``"unknown device"``.
+
+    A best-effort reading of the User-Agent for people, never a security signal.
+    """
+    if not device:
+        return "unknown device"
+    browser = next((name for token, name in _BROWSERS if token in device), None)
+    system = next((name for token, name in _SYSTEMS if token in device), None)
+    if browser and system:
+        return f"{browser} on {system}"
+    if browser or system:
+        return str(browser or system)
+    return device.split(" ", 1)[0][:40]
+
+
 def new_session_id() -> str:
     """A fresh 256-bit session id from the OS CSPRNG (43 URL-safe characters)."""
     return secrets.token_urlsafe(32)
@@ -87,6 +139,10 @@ class SessionRecord:
     :param factors_pending: factor names still to verify, in order.
     :param factors_passed: factor names verified during this login.
     :param fingerprint: HMAC of the User-Agent, bound at the first move out of Guest.
+    :param device: the User-Agent seen at that same moment, cleaned and cut to
+        :data:`DEVICE_MAX_LENGTH` characters, for "your sessions" pages and the CLI
+        (:func:`describe_device` turns it into a short label). Display only: the binding
+        check uses ``fingerprint``.
     :param flow: intermediate state of a longer ceremony (PKCE verifier, CSRF state,
         nonce of a federated login); cleared when the ceremony ends.
     :param custom: application data (``flask.session`` items), at most 64 KiB.
@@ -104,6 +160,7 @@ class SessionRecord:
     authenticated_at: datetime | None = None
     auth_method: str | None = None
     fingerprint: str | None = None
+    device: str | None = None
     flow: Mapping[str, Any] | None = None
     custom: Mapping[str, Any] = field(default_factory=dict)
 
@@ -189,6 +246,7 @@ def fail_login(record: SessionRecord, *, now: datetime) -> SessionRecord:
         new_guest_record(now, sid=record.sid),
         created_at=record.created_at,
         fingerprint=record.fingerprint,
+        device=record.device,
         custom=record.custom,
     )
 
@@ -278,6 +336,8 @@ class AuthSession(CallbackDict[str, Any], SessionMixin):
         self._record = record
         self._sid_factory = sid_factory
         self.request_fingerprint = request_fingerprint
+        #: the request's User-Agent (recorded as ``device`` when the session leaves Guest).
+        self.request_user_agent: str | None = None
         self.new = new
         self.modified = False
         self.accessed = False
@@ -443,7 +503,9 @@ class AuthSession(CallbackDict[str, Any], SessionMixin):
         before = self.record
         after = change(before)
         if after.state is not AuthState.GUEST and before.state is AuthState.GUEST:
-            after = replace(after, fingerprint=self.request_fingerprint)
+            after = replace(
+                after, fingerprint=self.request_fingerprint, device=clean_user_agent(self.request_user_agent)
+            )
         if _auth_identity(before) != _auth_identity(after):
             self.dead_sids.append(before.sid)
             after = replace(after, sid=self._sid_factory())

@@ -264,6 +264,7 @@ def serialize_record(record: SessionRecord) -> bytes:
         "authenticated_at": _dt(record.authenticated_at),
         "auth_method": record.auth_method,
         "fingerprint": record.fingerprint,
+        "device": record.device,
         "flow": None if record.flow is None else custom_serializer.dumps(dict(record.flow)),
         "custom": custom_serializer.dumps(dict(record.custom)) if record.custom else None,
     }
@@ -321,6 +322,7 @@ def deserialize_record(data: bytes) -> SessionRecord:
             authenticated_at=_parse_opt_dt(doc.get("authenticated_at")),
             auth_method=_opt_str(doc, "auth_method"),
             fingerprint=_opt_str(doc, "fingerprint"),
+            device=_opt_str(doc, "device"),
             flow=flow,
             custom=custom,
         )
