@@ -7,10 +7,12 @@ the session layer never re-creates a revoked session (see :doc:`/sessions`).
 
 from __future__ import annotations
 
+import hmac
 from typing import Protocol
 
 from .. import signals
 from ..errors import UserNotFound
+from ..session.model import sid_hash
 from ..session.stores import SessionStore
 from .identifiers import check_tenant, normalise_identifier
 from .stores import IdentityStore, UserRecord
@@ -45,15 +47,54 @@ class AccountAdmin:
             raise UserNotFound()
         return user
 
-    def _revoke(self, user: UserRecord, reason: str) -> int:
-        count = self.session_store.delete_user_sessions(user.tenant, user.user_id)
+    def _revoke(self, user: UserRecord, reason: str, keep_sid: str | None = None) -> int:
+        if keep_sid is None:
+            count = self.session_store.delete_user_sessions(user.tenant, user.user_id)
+        else:
+            count = self._revoke_others(user.tenant, user.user_id, keep_sid)
+        self._signal(user.tenant, user.user_id, reason)
+        return count
+
+    def _signal(self, tenant: str, user_id: str, reason: str) -> None:
         signals.session_revoked.send(
             self.sender if self.sender is not None else self,
-            user_id=user.user_id,
-            tenant=user.tenant,
+            user_id=user_id,
+            tenant=tenant,
             reason=reason,
         )
+
+    def _revoke_others(self, tenant: str, user_id: str, keep_sid: str) -> int:
+        count = 0
+        for record in self.session_store.list_user_sessions(tenant, user_id):
+            if record.sid != keep_sid:
+                self.session_store.delete(record.sid)
+                count += 1
         return count
+
+    def revoke_sessions(
+        self, tenant: str, user_id: str, *, keep_sid: str | None = None, reason: str = "revoked"
+    ) -> int:
+        """End every session of the user, except ``keep_sid`` when given ("log out all other
+        sessions"); returns how many ended."""
+        if keep_sid is None:
+            count = self.session_store.delete_user_sessions(tenant, user_id)
+        else:
+            count = self._revoke_others(tenant, user_id, keep_sid)
+        self._signal(tenant, user_id, reason)
+        return count
+
+    def revoke_session(
+        self, tenant: str, user_id: str, session_hash: str, *, reason: str = "revoked"
+    ) -> bool:
+        """End the one session of this user whose id hashes to ``session_hash`` (the id pages
+        and the CLI show, :func:`~flask_authflow.session.model.sid_hash`); ``False`` when the
+        user has no such session. A session of another user is never touched."""
+        for record in self.session_store.list_user_sessions(tenant, user_id):
+            if hmac.compare_digest(sid_hash(record.sid), session_hash):
+                self.session_store.delete(record.sid)
+                self._signal(tenant, user_id, reason)
+                return True
+        return False
 
     def create_user(self, tenant: str, identifier: str, password: str | None = None) -> UserRecord:
         """Create a user (with ``password``, or none for a passwordless account)."""
@@ -81,8 +122,11 @@ class AccountAdmin:
         self.backend.delete_user(user.tenant, user.identifier)
         return count
 
-    def set_password(self, tenant: str, identifier: str, password: str) -> int:
-        """Set a new password and end every session of the user."""
+    def set_password(
+        self, tenant: str, identifier: str, password: str, *, keep_sid: str | None = None
+    ) -> int:
+        """Set a new password and end every session of the user, except ``keep_sid`` when
+        given (the session of a user who changes their own password); returns how many ended."""
         user = self._user(tenant, identifier)
         self.backend.set_password(user.tenant, user.identifier, password)
-        return self._revoke(user, "password_changed")
+        return self._revoke(user, "password_changed", keep_sid)
