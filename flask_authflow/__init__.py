@@ -24,6 +24,7 @@ from .authn.service import AuthnService
 from .clock import Clock, MockClock, SystemClock
 from .decorators import fresh_login_required, login_required, safe_next
 from .errors import (
+    AccountDisabled,
     AccountLocked,
     AuditWriteError,
     AuthFlowError,
@@ -38,6 +39,7 @@ from .errors import (
     LoopbackOnly,
     MissingExtraError,
     PasswordTooLong,
+    PermissionDenied,
     RotationRefused,
     SessionDataTooLarge,
     SessionDecryptError,
@@ -74,12 +76,15 @@ from .stores.memory import InMemoryBackend
 from .stores.sqlalchemy.backend import SqlAlchemyBackend
 from .stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
 from .stores.sqlalchemy.session_store import SqlAlchemySessionStore
+from .users import AnonymousUser, UserMixin, current_user
 
 __version__ = "0.7.0"
 
 __all__ = [
     "AccountAdmin",
+    "AccountDisabled",
     "AccountLocked",
+    "AnonymousUser",
     "AuditContext",
     "AuditWriteError",
     "AuthBackend",
@@ -126,6 +131,7 @@ __all__ = [
     "MockClock",
     "PasswordHasher",
     "PasswordTooLong",
+    "PermissionDenied",
     "RotationRefused",
     "SessionCrypto",
     "SessionDataTooLarge",
@@ -147,11 +153,13 @@ __all__ = [
     "Unauthenticated",
     "UnknownKeyId",
     "UserExists",
+    "UserMixin",
     "UserNotFound",
     "VerifiedClaims",
     "__version__",
     "audit_context",
     "current_session",
+    "current_user",
     "fresh_login_required",
     "get_state",
     "login_required",

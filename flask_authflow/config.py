@@ -42,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
     "AUTHFLOW_TRUSTED_PROXIES": ["127.0.0.0/8", "::1/128"],
     "AUTHFLOW_DEFAULT_TENANT": "default",
     "AUTHFLOW_LOGIN_VIEW": None,
+    "AUTHFLOW_STEP_UP_VIEW": None,
+    "AUTHFLOW_VIEWS": False,
     "AUTHFLOW_FRESHNESS": timedelta(minutes=10),
     "AUTHFLOW_LOCKOUT_MAX_FAILURES": 5,
     "AUTHFLOW_LOCKOUT_WINDOW": timedelta(hours=1),
@@ -77,7 +79,7 @@ _INTEGERS = {
     "AUTHFLOW_ARGON2_MAX_MEMORY_COST",
     "AUTHFLOW_ARGON2_MAX_PARALLELISM",
 }
-_BOOLEANS = {"AUTHFLOW_COOKIE_SECURE", "AUTHFLOW_ALLOW_INSECURE_LOOPBACK"}
+_BOOLEANS = {"AUTHFLOW_COOKIE_SECURE", "AUTHFLOW_ALLOW_INSECURE_LOOPBACK", "AUTHFLOW_VIEWS"}
 _LISTS = {
     "AUTHFLOW_PREVIOUS_SIGNING_KEYS",
     "AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS",
@@ -170,6 +172,8 @@ class AuthFlowConfig:
     trusted_proxies: tuple[str, ...]
     default_tenant: str
     login_view: str | None
+    step_up_view: str | None
+    views: bool
     freshness: timedelta
     lockout_max_failures: int
     lockout_window: timedelta

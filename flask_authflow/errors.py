@@ -11,6 +11,7 @@ import enum
 from datetime import datetime
 
 __all__ = [
+    "AccountDisabled",
     "AccountLocked",
     "AuditWriteError",
     "AuthFlowError",
@@ -25,6 +26,7 @@ __all__ = [
     "LoopbackOnly",
     "MissingExtraError",
     "PasswordTooLong",
+    "PermissionDenied",
     "RotationRefused",
     "SessionDataTooLarge",
     "SessionDecryptError",
@@ -155,6 +157,20 @@ class StepUpNeeded(AuthnError):
 
     code = "step_up_required"
     status = 401
+
+
+class AccountDisabled(AuthnError):
+    """The account is disabled: no session can be established for it."""
+
+    code = "account_disabled"
+    status = 403
+
+
+class PermissionDenied(AuthnError):
+    """You are signed in, but not allowed to do this."""
+
+    code = "permission_denied"
+    status = 403
 
 
 class LoginNotStarted(AuthnError):

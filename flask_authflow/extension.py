@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from flask import Flask, Response, current_app, g, request
 
@@ -21,11 +21,26 @@ from .audit.spool import SpoolAuditSink
 from .authn.accounts import AccountAdmin
 from .authn.factors.password import PasswordHasher
 from .authn.lockout import LockoutPolicy
-from .authn.outcomes import FactorCredential, FactorKind, FactorOutcome, FactorRequired, LoginOutcome
+from .authn.outcomes import (
+    Authenticated,
+    FactorCredential,
+    FactorKind,
+    FactorOutcome,
+    FactorRequired,
+    LoginOutcome,
+)
 from .authn.service import AuthnService
 from .clock import Clock, SystemClock
 from .config import AuthFlowConfig, load_config
-from .errors import AuthFlowError, ConfigurationError, LoopbackOnly
+from .decorators import denial_response
+from .errors import (
+    AuthFlowError,
+    ConfigurationError,
+    LoopbackOnly,
+    PermissionDenied,
+    StepUpNeeded,
+    Unauthenticated,
+)
 from .issuer.wiring import build_issuer
 from .responses import error_response
 from .session.crypto import SessionCrypto, derive_key
@@ -33,16 +48,54 @@ from .session.interface import AuthFlowSessionInterface
 from .session.stores import MemorySessionStore, SessionStore
 from .state import (
     EXTENSION_KEY,
+    AuthFlowHooks,
     AuthFlowState,
+    DenialHandler,
+    PluginWiring,
+    UserLoader,
     account_admin,
+    active_plugin_wiring,
     current_auth_session,
     current_session,
     get_state,
 )
+from .stores.memory import InMemoryBackend
+from .users import current_user
 
 log = logging.getLogger("flask_authflow")
 
+UserLoaderT = TypeVar("UserLoaderT", bound=UserLoader)
+DenialHandlerT = TypeVar("DenialHandlerT", bound=DenialHandler)
+
 __all__ = ["AuthFlow", "AuthFlowState", "current_auth_session", "current_session", "get_state"]
+
+
+def _test_database_url(config: AuthFlowConfig, wiring: PluginWiring) -> str | None:
+    """The database an app built during a test uses, or ``None`` for the configured one.
+
+    Memory wiring: a private in-memory SQLite (for anything that still wants SQL, such as
+    the issuer's key store). SQL wiring: the configured URL, unless it is a SQLite file
+    outside the test's temporary folder, which is refused; none configured: a file in it.
+    """
+    if wiring.stores == "memory":
+        return "sqlite://"
+    url = config.database_url
+    if url is None:
+        return f"sqlite:///{wiring.tmp_path / 'authflow.db'}"
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    database = parsed.database
+    if parsed.get_backend_name() == "sqlite" and database not in (None, "", ":memory:"):
+        path = Path(str(database)).expanduser().resolve()
+        if not path.is_relative_to(wiring.tmp_path.resolve()):
+            raise ConfigurationError(
+                f"AUTHFLOW_DATABASE_URL points at {path}, outside this test's temporary folder "
+                f"({wiring.tmp_path}): the test would write into that database. Use "
+                "f\"sqlite:///{tmp_path}/test.db\" in the test's config, or the plugin's default "
+                "in-memory stores (remove the authflow_stores marker)"
+            )
+    return None
 
 
 def _default_database_url(app: Flask) -> str:
@@ -75,22 +128,52 @@ class AuthFlow:
         self._session_store = session_store
         self._clock = clock
         self._hasher = hasher
+        self._hooks = AuthFlowHooks()
+        #: The ready-made pages (``authflow.views.register(app)``; see :doc:`/views`).
+        self.views = ViewsRegistrar()
         if app is not None:
             self.init_app(app)
 
     # --- wiring --------------------------------------------------------------------------
 
-    def init_app(self, app: Flask) -> None:
-        """Validate configuration and install sessions, login, audit and CLI on ``app``."""
+    def init_app(
+        self,
+        app: Flask,
+        *,
+        clock: Clock | None = None,
+        hasher: PasswordHasher | None = None,
+        backend: Any = None,
+        session_store: SessionStore | None = None,
+    ) -> None:
+        """Validate configuration and install sessions, login, audit and CLI on ``app``.
+
+        The keyword arguments override, for this app, those given to the constructor: an
+        application factory passes the test's ``mock_clock`` here
+        (``authflow.init_app(app, clock=clock)``). No application context is needed.
+        """
         if EXTENSION_KEY in app.extensions:
             raise RuntimeError(
                 "flask-authflow is already initialised on this app; call init_app once per app"
             )
+        clock = clock if clock is not None else self._clock
+        hasher = hasher if hasher is not None else self._hasher
+        backend = backend if backend is not None else self._backend
+        session_store = session_store if session_store is not None else self._session_store
         config = load_config(app.config, debug=app.debug, testing=app.testing)
-        clock = self._clock if self._clock is not None else SystemClock()
+        wiring = active_plugin_wiring()
+        database_override: str | None = None
+        if wiring is not None:
+            clock = clock if clock is not None else wiring.clock
+            hasher = hasher if hasher is not None else wiring.hasher
+            database_override = _test_database_url(config, wiring)
+            if wiring.stores == "memory":
+                backend = backend if backend is not None else InMemoryBackend(hasher=hasher, clock=clock)
+                if session_store is None:
+                    session_store = MemorySessionStore(clock=clock)
+        clock = clock if clock is not None else SystemClock()
         hasher = (
-            self._hasher
-            if self._hasher is not None
+            hasher
+            if hasher is not None
             else PasswordHasher(
                 time_cost=config.argon2_time_cost,
                 memory_cost=config.argon2_memory_cost,
@@ -106,15 +189,17 @@ class AuthFlow:
         except (ValueError, ConfigurationError) as exc:
             raise ConfigurationError(f"AUTHFLOW_TRUSTED_PROXIES: {exc}") from exc
 
-        database_url = config.database_url or _default_database_url(app)
-        backend = self._backend
+        database_url = database_override or config.database_url or _default_database_url(app)
         if backend is None:
             from .stores.sqlalchemy.backend import SqlAlchemyBackend
 
             backend = SqlAlchemyBackend(database_url, hasher=hasher, clock=clock)
+        bind = getattr(backend, "bind_app", None)
+        if callable(bind):  # a backend on a Flask-SQLAlchemy db resolves its engine for this app
+            bind(app)
         session_store = (
-            self._session_store
-            if self._session_store is not None  # an empty store is falsy (it has __len__)
+            session_store
+            if session_store is not None  # an empty store is falsy (it has __len__)
             else self._build_session_store(config, database_url, backend, clock)
         )
 
@@ -131,7 +216,9 @@ class AuthFlow:
             clock=clock,
             counters=counters,
             audit_fallback=SpoolAuditSink(
-                config.audit_spool_path or Path(app.instance_path) / "authflow-audit-spool.jsonl"
+                config.audit_spool_path
+                or (wiring.tmp_path if wiring is not None else Path(app.instance_path))
+                / "authflow-audit-spool.jsonl"
             ),
         )
         interface = AuthFlowSessionInterface(
@@ -162,10 +249,15 @@ class AuthFlow:
             counters=counters,
             hasher=hasher,
             issuer=issuer,
+            hooks=self._hooks,
         )
         app.extensions[EXTENSION_KEY] = state
         app.session_interface = interface
-        app.register_error_handler(AuthFlowError, error_response)
+        app.register_error_handler(AuthFlowError, denial_response)
+        app.register_error_handler(Unauthenticated, denial_response)
+        app.register_error_handler(StepUpNeeded, denial_response)
+        app.register_error_handler(PermissionDenied, denial_response)
+        app.context_processor(_template_context)
         app.before_request(_before_request)
         app.after_request(lambda response: interface.save_early(app, response))
 
@@ -175,6 +267,8 @@ class AuthFlow:
 
         if issuer is not None:
             app.register_blueprint(issuer.blueprint(url_prefix=config.issuer_url_prefix or None))
+        if config.views:
+            self.views.register(app)
 
     @staticmethod
     def _build_session_store(
@@ -191,6 +285,35 @@ class AuthFlow:
         crypto = SessionCrypto(key, previous_keys=previous)
         engine = getattr(backend, "engine", None) or database_url
         return SqlAlchemySessionStore(engine, crypto=crypto, clock=clock)
+
+    # --- the application's callbacks ---------------------------------------------------------
+
+    def user_loader(self, loader: UserLoaderT) -> UserLoaderT:
+        """Register ``loader(tenant, user_id)``: the application's user object, or ``None``.
+
+        ``current_user`` is what it returns for the session's user (loaded once per
+        request). With a loader, :func:`~flask_authflow.login_required` also refuses a
+        session whose user the loader no longer finds.
+        """
+        self._hooks.user_loader = loader
+        return loader
+
+    def unauthorized_handler(self, handler: DenialHandlerT) -> DenialHandlerT:
+        """Register the response to a request that needs a login and has none
+        (as Flask-Login's ``unauthorized_handler``). Without one, the denial raises
+        :class:`~flask_authflow.errors.Unauthenticated`, which ``@app.errorhandler(Unauthenticated)``
+        or ``@app.errorhandler(401)`` can answer (default: a redirect to
+        ``AUTHFLOW_LOGIN_VIEW`` for browsers, a 401 JSON or text error otherwise)."""
+        self._hooks.unauthorized_handler = handler
+        return handler
+
+    def step_up_handler(self, handler: DenialHandlerT) -> DenialHandlerT:
+        """Register the response to a request whose login is too old for
+        :func:`~flask_authflow.fresh_login_required` (Flask-Login's ``needs_refresh_handler``).
+        Without one, :class:`~flask_authflow.errors.StepUpNeeded` is raised (default: a
+        redirect to the step-up view for browsers, ``{"error": "step_up_required"}`` otherwise)."""
+        self._hooks.step_up_handler = handler
+        return handler
 
     # --- request-time helpers on the current app ----------------------------------------------
 
@@ -228,10 +351,54 @@ class AuthFlow:
                 return begun
             return handle.verify_factor(credential, session)
 
+    def login_user(
+        self,
+        user_id: str,
+        tenant: str | None = None,
+        *,
+        method: str = "external",
+        skip_factors: bool = False,
+    ) -> Authenticated | FactorRequired:
+        """Log the user in on the current session after the application checked who it is
+        (sign-up, a magic link): see :meth:`AuthnRequest.establish
+        <flask_authflow.authn.service.AuthnRequest.establish>`.
+
+        Returns ``Authenticated``, or ``FactorRequired`` when the user has enrolled factors
+        beyond the password (never skipped unless ``skip_factors=True``, which is audited).
+
+        :raises UserNotFound: no such user. :raises AccountDisabled: the account is disabled.
+        """
+        state = get_state()
+        handle = state.service.with_audit_context(audit_context())
+        return handle.establish(
+            current_auth_session(),
+            tenant or state.config.default_tenant,
+            user_id,
+            method=method,
+            skip_factors=skip_factors,
+        )
+
     def logout(self) -> None:
         """Log the current session out (audited; id rotated; cookie cleared)."""
         state = get_state()
         state.service.with_audit_context(audit_context()).logout(current_auth_session())
+
+
+class ViewsRegistrar:
+    """``authflow.views``: registers the ready-made pages (the ``authflow_views`` blueprint)."""
+
+    def register(self, app: Flask, *, url_prefix: str | None = None) -> None:
+        """Register the ``authflow_views`` blueprint on ``app`` (once; ``AUTHFLOW_VIEWS = True``
+        does the same at ``init_app``)."""
+        from .views import VIEWS_BLUEPRINT, register_views
+
+        if VIEWS_BLUEPRINT in app.blueprints:
+            return
+        register_views(app, url_prefix=url_prefix)
+
+
+def _template_context() -> dict[str, Any]:
+    return {"current_user": current_user, "current_session": current_session}
 
 
 def _is_loopback(address: str | None) -> bool:

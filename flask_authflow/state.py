@@ -10,8 +10,10 @@ to import another to find the state.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from flask import Flask, current_app
 from werkzeug.local import LocalProxy
@@ -35,8 +37,11 @@ if TYPE_CHECKING:
 __all__ = [
     "EXTENSION_KEY",
     "AuthBackend",
+    "AuthFlowHooks",
     "AuthFlowState",
+    "PluginWiring",
     "account_admin",
+    "active_plugin_wiring",
     "current_auth_session",
     "current_session",
     "get_state",
@@ -61,6 +66,23 @@ class AuthBackend(IdentityStore, FactorStore, AttemptStore, AuditSink, Protocol)
     def delete_user(self, tenant: str, identifier: str) -> UserRecord: ...
 
 
+#: ``user_loader(tenant, user_id)`` returns the application's user object or ``None``.
+UserLoader = Callable[[str, str], Any]
+#: A denial handler returns the response to send (``unauthorized_handler``, ``step_up_handler``).
+DenialHandler = Callable[[], Any]
+
+
+@dataclass(eq=False)
+class AuthFlowHooks:
+    """The application's callbacks, registered on :class:`~flask_authflow.AuthFlow` with its
+    decorators (``@authflow.user_loader`` ...). One object is shared by every app the
+    extension serves, so a hook registered after ``init_app`` still applies."""
+
+    user_loader: UserLoader | None = None
+    unauthorized_handler: DenialHandler | None = None
+    step_up_handler: DenialHandler | None = None
+
+
 @dataclass(eq=False)
 class AuthFlowState:
     """Everything flask-authflow built for one app (``app.extensions["authflow"]``)."""
@@ -78,11 +100,47 @@ class AuthFlowState:
     issuer: LocalIdp | None = None
     #: Where e-mail (one-time codes) goes; the pytest plugin's ``mail_outbox`` replaces it.
     mail_sender: MailSender | None = None
+    #: The application's callbacks (user loader, denial handlers).
+    hooks: AuthFlowHooks = field(default_factory=AuthFlowHooks)
 
     def __repr__(self) -> str:
         return (
             f"<AuthFlowState store={type(self.session_store).__name__} backend={type(self.backend).__name__}>"
         )
+
+
+@dataclass(frozen=True, eq=False)
+class PluginWiring:
+    """What the pytest plugin asks ``init_app`` to use for apps built during a test.
+
+    ``stores="memory"`` (the default) puts users, sessions and issuer keys in memory;
+    ``"sql"`` keeps the configured SQL stores but refuses a SQLite file outside
+    ``tmp_path`` (and uses one inside it when no database is configured).
+    """
+
+    clock: Clock
+    hasher: PasswordHasher
+    tmp_path: Path
+    stores: str = "memory"
+
+
+_plugin_wiring: list[PluginWiring] = []
+
+
+def active_plugin_wiring() -> PluginWiring | None:
+    """The wiring of the running test, if the pytest plugin set one."""
+    return _plugin_wiring[-1] if _plugin_wiring else None
+
+
+def push_plugin_wiring(wiring: PluginWiring) -> None:
+    """Start applying ``wiring`` to ``init_app`` (the plugin's autouse fixture)."""
+    _plugin_wiring.append(wiring)
+
+
+def pop_plugin_wiring() -> None:
+    """Stop applying the wiring pushed last."""
+    if _plugin_wiring:
+        _plugin_wiring.pop()
 
 
 def get_state(app: Flask | None = None) -> AuthFlowState:

@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "stores/": 5,
     # per-app state, then the wiring and what uses it
     "state": 6,
+    "users": 6,  # current_user: reads the state's hooks and backend
     "issuer/wiring": 6,  # builds the app's issuer on the store its config names (stores/)
     "extension": 7,
     "decorators": 7,

@@ -20,9 +20,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -31,12 +32,14 @@ from ..audit.context import AuditContext
 from ..audit.sinks import AuditRecord, AuthCounters, hash_session_id
 from ..clock import Clock, SystemClock
 from ..errors import (
+    AccountDisabled,
     AuditWriteError,
     AuthFlowError,
     ConfigurationError,
     InvalidInput,
     LoginNotStarted,
     StoreUnavailable,
+    UserNotFound,
 )
 from ..session.model import (
     AuthSession,
@@ -44,6 +47,7 @@ from ..session.model import (
     SessionRecord,
     begin_flow,
     clear_flow,
+    complete_login,
     fail_login,
     pass_factor,
     reset_to_guest,
@@ -82,6 +86,10 @@ PHANTOM_PREFIX = "unknown:"
 LOGIN_IDENTIFIER_KEY = "login_identifier"
 #: Key of the session flow that names the factor a step-up waits for (see session.model).
 STEP_UP_KEY = "step_up"
+
+#: What ``login_user(method=...)`` accepts: a short lowercase label ("signup", "magic_link",
+#: "oidc:google"), stored in the session and the audit row.
+_METHOD_RE = re.compile(r"[a-z0-9][a-z0-9_.:-]{0,63}")
 
 T = TypeVar("T")
 
@@ -574,6 +582,137 @@ class AuthnRequest:
             ("login_failed", {"tenant": tenant, "identifier": identifier, "reason": "locked"})
         )
         return Locked(until)
+
+    def establish(
+        self,
+        session: AuthSession,
+        tenant: str,
+        user_id: str,
+        *,
+        method: str,
+        skip_factors: bool = False,
+    ) -> Authenticated | FactorRequired:
+        """Log ``user_id`` in on ``session`` after the application proved who it is some other
+        way (sign-up, a magic link, a federated login): ``method`` names that way.
+
+        The session goes through the state machine like any login: a login of another
+        user on it ends first (audited), the id rotates, the User-Agent binding is set,
+        the audit row carries ``method``, and ``login_succeeded`` is sent. ``method``
+        stands in for the password only: factors beyond the password that the user has
+        enrolled stay required (the outcome is ``FactorRequired``, continued with
+        :meth:`verify_factor`) unless ``skip_factors`` is true, which is audited
+        (reason ``factors_skipped``).
+
+        :raises UserNotFound: no such user. :raises AccountDisabled: the account is
+            disabled. :raises InvalidInput: ``method`` is not a short lowercase label.
+        """
+        svc = self.service
+        now = svc.clock.now()
+        if not isinstance(method, str) or not _METHOD_RE.fullmatch(method):
+            error: AuthFlowError = InvalidInput(
+                "method must be a short lowercase label such as 'signup', 'magic_link' or 'oidc:google'"
+            )
+            raise error
+        try:
+            tenant = check_tenant(tenant)
+        except InvalidInput as exc:
+            code = exc.code
+            self._refuse(session, None, exc, lambda: self._row("login", "error", session, now, reason=code))
+            raise
+        snapshot = _Snapshot.take(session)
+        pending = _Pending()
+        try:
+            user = _guard_store(lambda: svc.identity_store.get_user(tenant, user_id))
+            if user is None or user.disabled:
+                error = UserNotFound() if user is None else AccountDisabled()
+                reason = error.code
+                self._refuse(
+                    session, None, error,
+                    lambda: self._row(
+                        "login", "refused", session, now,
+                        tenant=tenant, user_id=user_id if user is not None else None,
+                        factor=method, reason=reason,
+                    ),
+                )  # fmt: skip
+                raise error
+            enrolled = _guard_store(lambda: svc.factor_store.required_factors(tenant, user.user_id))
+            remaining = [kind.value for kind in enrolled if kind is not FactorKind.PASSWORD]
+            skipped = skip_factors and bool(remaining)
+            if skip_factors:
+                remaining = []
+            if session.state in (
+                AuthState.AUTHENTICATED,
+                AuthState.PENDING_WORKFLOW,
+                AuthState.AUTHENTICATING,
+            ):
+                old_user, old_tenant, old_state = session.user_id, session.tenant, session.state
+                session.transition(lambda r: reset_to_guest(r, now=now))
+                if old_state is not AuthState.AUTHENTICATING:
+                    pending.rows.append(
+                        self._row(
+                            "logout", "success", session, now,
+                            tenant=old_tenant, user_id=old_user, reason="new_login",
+                        )
+                    )  # fmt: skip
+                    pending.signals.append(
+                        (
+                            "session_revoked",
+                            {"user_id": old_user, "tenant": old_tenant, "reason": "new_login"},
+                        )
+                    )
+            identity_flow = {LOGIN_IDENTIFIER_KEY: user.identifier}
+            outcome: Authenticated | FactorRequired
+            if remaining:
+                session.transition(
+                    lambda r: begin_flow(
+                        replace(
+                            start_login(r, tenant=tenant, user_id=user.user_id, factors=remaining, now=now),
+                            factors_passed=(method,),
+                            auth_method=method,
+                        ),
+                        identity_flow,
+                    )
+                )
+                pending.rows.append(
+                    self._row(
+                        "login", "next_factor", session, now,
+                        tenant=tenant, user_id=user.user_id, identifier=user.identifier, factor=method,
+                    )
+                )  # fmt: skip
+                outcome = FactorRequired(FactorKind(remaining[0]))
+            else:
+                session.transition(
+                    lambda r: complete_login(r, tenant=tenant, user_id=user.user_id, method=method, now=now)
+                )
+                pending.rows.append(
+                    self._row(
+                        "login", "success", session, now,
+                        tenant=tenant, user_id=user.user_id, identifier=user.identifier, factor=method,
+                        reason="factors_skipped" if skipped else None,
+                    )
+                )  # fmt: skip
+                pending.counters.append("login_successes")
+                pending.signals.append(
+                    (
+                        "login_succeeded",
+                        {"user_id": user.user_id, "tenant": tenant, "step_up": False, "method": method},
+                    )
+                )
+                outcome = Authenticated(user.user_id, tenant)
+        except AuditWriteError:
+            snapshot.restore(session)
+            raise
+        except StoreUnavailable as exc:
+            code = exc.code
+            self._refuse(
+                session, snapshot, exc,
+                lambda: self._row(
+                    "login", "error", session, now, tenant=tenant, user_id=user_id, reason=code
+                ),
+            )  # fmt: skip
+            raise
+        self._commit(session, snapshot, pending)
+        return outcome
 
     def begin_step_up(self, session: AuthSession) -> StepUpRequired:
         """Ask an Authenticated session to re-verify its first factor (refreshes ``authenticated_at``).

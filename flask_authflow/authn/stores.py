@@ -40,6 +40,23 @@ class UserRecord:
     created_at: datetime
     disabled: bool = False
 
+    # What Flask-Login's UserMixin answers, so ``current_user`` works the same without a
+    # user loader (then ``current_user`` is this record).
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def is_active(self) -> bool:
+        return not self.disabled
+
+    @property
+    def is_anonymous(self) -> bool:
+        return False
+
+    def get_id(self) -> str:
+        return self.user_id
+
 
 @dataclass(frozen=True, slots=True)
 class FactorConfig:

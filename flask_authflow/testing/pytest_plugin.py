@@ -1,5 +1,13 @@
 """The flask-authflow pytest plugin (registered under the ``pytest11`` entry point).
 
+Apps initialised during a test are wired for tests: unless the test is marked
+``@pytest.mark.authflow_stores("sql")`` or ``("app")``, or the ini option
+``authflow_autowire = false`` is set, ``init_app`` uses the test's ``mock_clock``, the fast
+hasher and in-memory stores (whatever the app's factory configured), so tests never write
+into a development database and ``mock_clock.advance()`` reaches the app. With
+``authflow_stores("sql")`` the configured SQL stores are used, but a SQLite file outside
+``tmp_path`` is refused. Values passed explicitly to ``AuthFlow(...)``/``init_app(...)`` win.
+
 Fixtures:
 
 ``mock_clock``
@@ -27,7 +35,7 @@ Fixtures:
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,10 +53,52 @@ __all__ = ["Outbox", "SentMessage", "login_test_client"]
 TEST_USER_AGENT = "flask-authflow-tests/1.0"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini(
+        "authflow_autowire",
+        "wire apps initialised during a test with mock_clock, the fast hasher and in-memory "
+        "stores (default true)",
+        type="bool",
+        default=True,
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "authflow_user(username, tenant=None): the user logged_in_client logs in as"
     )
+    config.addinivalue_line(
+        "markers",
+        "authflow_stores(kind): 'memory' (default), 'sql' (the configured SQL stores; a SQLite file "
+        "must be inside tmp_path) or 'app' (no wiring at all: the app's own clock, hasher and stores)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _authflow_wiring(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Wire every app initialised during the test (see the module docstring)."""
+    marker = request.node.get_closest_marker("authflow_stores")
+    kind = str(marker.args[0]) if marker and marker.args else None
+    if kind not in (None, "memory", "sql", "app"):
+        raise pytest.UsageError(f"authflow_stores({kind!r}): use 'memory', 'sql' or 'app'")
+    if kind == "app" or (kind is None and not request.config.getini("authflow_autowire")):
+        yield
+        return
+    from ..state import PluginWiring, pop_plugin_wiring, push_plugin_wiring
+
+    tmp_path = request.getfixturevalue("tmp_path")
+    push_plugin_wiring(
+        PluginWiring(
+            clock=request.getfixturevalue("mock_clock"),
+            hasher=request.getfixturevalue("authflow_hasher"),
+            tmp_path=tmp_path,
+            stores=kind or "memory",
+        )
+    )
+    try:
+        yield
+    finally:
+        pop_plugin_wiring()
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+from flask import has_app_context
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -49,8 +50,8 @@ from ...authn.identifiers import check_tenant, normalise_identifier
 from ...authn.outcomes import FactorKind
 from ...authn.stores import RESERVATION_TTL, AttemptKey, FactorConfig, FailureCount, Reservation, UserRecord
 from ...clock import Clock, SystemClock, utc
-from ...errors import AuditWriteError, StoreUnavailable, UserExists, UserNotFound
-from .base import EngineSource, UTCDateTime, metadata, resolve_engine
+from ...errors import AuditWriteError, ConfigurationError, StoreUnavailable, UserExists, UserNotFound
+from .base import EngineSource, UTCDateTime, add_tables_to, is_flask_sqlalchemy, metadata, resolve_engine
 
 __all__ = [
     "SqlAlchemyBackend",
@@ -238,11 +239,49 @@ class SqlAlchemyBackend:
         create_tables: bool = True,
     ) -> None:
         self._owns_engine = isinstance(engine_source, str)
-        self.engine: Engine = resolve_engine(engine_source)
         self._hasher = hasher
         self.clock: Clock = clock or SystemClock()
+        self._create_tables = create_tables
+        self._engine: Engine | None = None
+        self._db: Any = None
+        if is_flask_sqlalchemy(engine_source) and not has_app_context():
+            # SqlAlchemyBackend(db) at import time, as with Flask-SQLAlchemy's own models:
+            # the tables join db.metadata now (so db.create_all() and Alembic /
+            # Flask-Migrate autogenerate see them); the engine is db.engine of the app
+            # that AuthFlow.init_app binds (bind_app), inside that app's context.
+            self._db = engine_source
+            add_tables_to(engine_source.metadata)
+            return
+        if is_flask_sqlalchemy(engine_source):
+            add_tables_to(engine_source.metadata)
+        self._engine = resolve_engine(engine_source)
         if create_tables:
-            metadata.create_all(self.engine, tables=_TABLES)
+            metadata.create_all(self._engine, tables=_TABLES)
+
+    @property
+    def engine(self) -> Engine:
+        """The engine (for a Flask-SQLAlchemy ``db``: ``db.engine`` of the bound app)."""
+        if self._engine is None:
+            raise ConfigurationError(
+                "this SqlAlchemyBackend(db) is not bound to an app yet: call db.init_app(app) and then "
+                "authflow.init_app(app) (which binds it), or build it inside an app context"
+            )
+        return self._engine
+
+    def bind_app(self, app: Any) -> None:
+        """Resolve a Flask-SQLAlchemy ``db``'s engine for ``app`` (``AuthFlow.init_app`` calls it;
+        no application context is needed). A backend on an engine or URL ignores it."""
+        if self._db is None or self._engine is not None:
+            return
+        if "sqlalchemy" not in app.extensions:
+            raise ConfigurationError(
+                "SqlAlchemyBackend(db): Flask-SQLAlchemy is not initialised on this app; call "
+                "db.init_app(app) before authflow.init_app(app)"
+            )
+        with app.app_context():
+            self._engine = resolve_engine(self._db)
+        if self._create_tables:
+            metadata.create_all(self._engine, tables=_TABLES)
 
     @property
     def hasher(self) -> PasswordHasher:
@@ -256,7 +295,9 @@ class SqlAlchemyBackend:
             self.engine.dispose()
 
     def __repr__(self) -> str:
-        return f"<SqlAlchemyBackend {self.engine.url.render_as_string(hide_password=True)}>"
+        if self._engine is None:
+            return "<SqlAlchemyBackend (Flask-SQLAlchemy db, not bound yet)>"
+        return f"<SqlAlchemyBackend {self._engine.url.render_as_string(hide_password=True)}>"
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:

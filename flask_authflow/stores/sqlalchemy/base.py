@@ -23,7 +23,16 @@ from sqlalchemy.types import TypeDecorator
 from ...clock import utc
 from ...errors import ConfigurationError, MissingExtraError
 
-__all__ = ["Base", "EngineSource", "UTCDateTime", "metadata", "resolve_engine", "secure_sqlite_file"]
+__all__ = [
+    "Base",
+    "EngineSource",
+    "UTCDateTime",
+    "add_tables_to",
+    "is_flask_sqlalchemy",
+    "metadata",
+    "resolve_engine",
+    "secure_sqlite_file",
+]
 
 log = logging.getLogger("flask_authflow.stores")
 
@@ -66,6 +75,29 @@ class Base(DeclarativeBase):
 
 
 EngineSource = Any  # Engine | str | flask_sqlalchemy.SQLAlchemy
+
+
+def is_flask_sqlalchemy(source: object) -> bool:
+    """``source`` looks like a Flask-SQLAlchemy ``db`` (the extension object, not an engine)."""
+    # Looked up on the class: db.engines is a property that needs an app context.
+    return not isinstance(source, Engine | str) and all(
+        hasattr(type(source), name) for name in ("init_app", "engines", "create_all")
+    )
+
+
+def add_tables_to(target: MetaData) -> None:
+    """Copy every ``authflow_*`` table into ``target`` (an application's metadata, such as
+    Flask-SQLAlchemy's ``db.metadata``), so Alembic / Flask-Migrate autogenerate sees them.
+
+    Tables ``target`` already has are left alone; the copies have the same names and
+    columns, so the stores work on either.
+    """
+    # The tables are defined by the modules of the stores: import them all first.
+    from . import backend, keystore, session_store  # noqa: F401
+
+    for table in metadata.sorted_tables:
+        if table.name not in target.tables:
+            table.to_metadata(target)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
