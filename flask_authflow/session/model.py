@@ -40,9 +40,11 @@ __all__ = [
     "custom_serializer",
     "describe_device",
     "fail_login",
+    "federation_key",
     "new_guest_record",
     "new_session_id",
     "pass_factor",
+    "record_federation_key",
     "reset_to_guest",
     "sid_hash",
     "start_login",
@@ -115,6 +117,26 @@ def describe_device(device: str | None) -> str:
     return device.split(" ", 1)[0][:40]
 
 
+def federation_key(issuer: str, provider_sid: str) -> str:
+    """The index key of a provider session: SHA-256 of ``issuer`` and ``sid`` (hex).
+
+    Stores keep it beside the record so a back-channel logout for (issuer, sid) finds
+    the local sessions without reading every record.
+    """
+    return hashlib.sha256(f"{issuer}\n{provider_sid}".encode()).hexdigest()
+
+
+def record_federation_key(record: SessionRecord) -> str | None:
+    """:func:`federation_key` of a record established by a federated login with a ``sid``."""
+    fed = record.federation
+    if not fed or record.state is AuthState.GUEST:
+        return None
+    issuer, provider_sid = fed.get("issuer"), fed.get("sid")
+    if not issuer or not provider_sid:
+        return None
+    return federation_key(issuer, provider_sid)
+
+
 def new_session_id() -> str:
     """A fresh 256-bit session id from the OS CSPRNG (43 URL-safe characters)."""
     return secrets.token_urlsafe(32)
@@ -146,6 +168,10 @@ class SessionRecord:
     :param flow: intermediate state of a longer ceremony (PKCE verifier, CSRF state,
         nonce of a federated login); cleared when the ceremony ends.
     :param custom: application data (``flask.session`` items), at most 64 KiB.
+    :param federation: for a session established by a federated login: the provider
+        name, its issuer, the user's ``sub``, the provider session ``sid`` (when the ID
+        token has one) and the ID token (the hint for RP-initiated logout). Stores index
+        (issuer, sid) so a back-channel logout finds the session (:func:`federation_key`).
     """
 
     sid: str
@@ -161,6 +187,7 @@ class SessionRecord:
     auth_method: str | None = None
     fingerprint: str | None = None
     device: str | None = None
+    federation: Mapping[str, str] | None = None
     flow: Mapping[str, Any] | None = None
     custom: Mapping[str, Any] = field(default_factory=dict)
 
@@ -259,12 +286,14 @@ def complete_login(
     method: str,
     now: datetime,
     pending_workflow: bool = False,
+    federation: Mapping[str, str] | None = None,
 ) -> SessionRecord:
     """A ceremony that authenticates in one step (federated login) → Authenticated or PendingWorkflow."""
     if record.state is AuthState.AUTHENTICATED:
         raise InvalidTransition("already authenticated; log out first")
     return replace(
         record,
+        federation=dict(federation) if federation else None,
         state=AuthState.PENDING_WORKFLOW if pending_workflow else AuthState.AUTHENTICATED,
         tenant=tenant,
         user_id=user_id,

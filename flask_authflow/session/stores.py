@@ -17,7 +17,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..clock import Clock, SystemClock, utc
 from ..errors import SessionRecordError
-from .model import AuthState, InvalidTransition, SessionRecord, custom_serializer
+from .model import (
+    AuthState,
+    InvalidTransition,
+    SessionRecord,
+    custom_serializer,
+    federation_key,
+    record_federation_key,
+)
 
 __all__ = ["RECORD_SCHEMA", "MemorySessionStore", "SessionStore", "deserialize_record", "serialize_record"]
 
@@ -77,6 +84,11 @@ class SessionStore(Protocol):
         """Revoke every session of one user; returns how many were removed."""
         ...
 
+    def delete_federated_sessions(self, issuer: str, provider_sid: str) -> int:
+        """Revoke every session established by a federated login of the provider session
+        (``issuer``, ``sid``) (a back-channel logout); returns how many were removed."""
+        ...
+
 
 # --- in-memory store ------------------------------------------------------------------------------
 
@@ -114,6 +126,7 @@ class MemorySessionStore:
         self._lock = threading.Lock()
         self._records: dict[str, tuple[SessionRecord, datetime]] = {}
         self._by_user: dict[tuple[str, str], set[str]] = {}
+        self._by_federation: dict[str, set[str]] = {}
         self._purge_every = max(1, purge_every)
         self._saves = 0
 
@@ -127,6 +140,13 @@ class MemorySessionStore:
 
     def _unindex(self, record: SessionRecord) -> None:
         # Caller holds the lock.
+        fed_key = record_federation_key(record)
+        if fed_key is not None:
+            fed_sids = self._by_federation.get(fed_key)
+            if fed_sids is not None:
+                fed_sids.discard(record.sid)
+                if not fed_sids:
+                    del self._by_federation[fed_key]
         if record.tenant is None or record.user_id is None:
             return
         key = (record.tenant, record.user_id)
@@ -186,6 +206,9 @@ class MemorySessionStore:
             self._records[record.sid] = (stored, expires_at)
             if record.tenant is not None and record.user_id is not None:
                 self._by_user.setdefault((record.tenant, record.user_id), set()).add(record.sid)
+            fed_key = record_federation_key(record)
+            if fed_key is not None:
+                self._by_federation.setdefault(fed_key, set()).add(record.sid)
             self._saves += 1
             purge = self._saves % self._purge_every == 0
         if purge:
@@ -208,6 +231,17 @@ class MemorySessionStore:
         removed = 0
         with self._lock:
             for sid in list(self._by_user.get((tenant, user_id), ())):
+                entry = self._records.get(sid)
+                self._remove(sid)
+                if entry is not None and entry[1] > now:
+                    removed += 1
+        return removed
+
+    def delete_federated_sessions(self, issuer: str, provider_sid: str) -> int:
+        now = self._clock.now()
+        removed = 0
+        with self._lock:
+            for sid in list(self._by_federation.get(federation_key(issuer, provider_sid), ())):
                 entry = self._records.get(sid)
                 self._remove(sid)
                 if entry is not None and entry[1] > now:
@@ -265,6 +299,7 @@ def serialize_record(record: SessionRecord) -> bytes:
         "auth_method": record.auth_method,
         "fingerprint": record.fingerprint,
         "device": record.device,
+        "federation": dict(record.federation) if record.federation else None,
         "flow": None if record.flow is None else custom_serializer.dumps(dict(record.flow)),
         "custom": custom_serializer.dumps(dict(record.custom)) if record.custom else None,
     }
@@ -274,6 +309,17 @@ def serialize_record(record: SessionRecord) -> bytes:
 def _opt_str(doc: Mapping[str, Any], name: str) -> str | None:
     value = doc.get(name)
     if value is not None and not isinstance(value, str):
+        raise SessionRecordError(f"malformed session record: bad {name}")
+    return value
+
+
+def _str_map(doc: Mapping[str, Any], name: str) -> dict[str, str] | None:
+    value = doc.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
         raise SessionRecordError(f"malformed session record: bad {name}")
     return value
 
@@ -323,6 +369,7 @@ def deserialize_record(data: bytes) -> SessionRecord:
             auth_method=_opt_str(doc, "auth_method"),
             fingerprint=_opt_str(doc, "fingerprint"),
             device=_opt_str(doc, "device"),
+            federation=_str_map(doc, "federation"),
             flow=flow,
             custom=custom,
         )

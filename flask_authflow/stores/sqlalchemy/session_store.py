@@ -26,7 +26,9 @@ from sqlalchemy import (
     bindparam,
     delete,
     insert,
+    inspect,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -35,7 +37,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from ...clock import Clock, SystemClock, utc
 from ...errors import SessionDecryptError, SessionRecordError, StoreUnavailable
 from ...session.crypto import SessionCrypto
-from ...session.model import AuthState, SessionRecord, sid_hash
+from ...session.model import AuthState, SessionRecord, federation_key, record_federation_key, sid_hash
 from ...session.stores import deserialize_record, serialize_record
 from .base import EngineSource, UTCDateTime, metadata, resolve_engine
 
@@ -56,7 +58,10 @@ sessions_table = Table(
     Column("expires_at", UTCDateTime(), nullable=False, index=True),
     Column("updated_at", UTCDateTime(), nullable=False),
     Column("data", LargeBinary, nullable=False),
+    # federation_key(issuer, sid) of a federated login: back-channel logout looks it up.
+    Column("federation_key", String(64), nullable=True),
     Index("ix_authflow_sessions_tenant_user_id", "tenant", "user_id"),
+    Index("ix_authflow_sessions_federation_key", "federation_key"),
 )
 
 
@@ -128,9 +133,23 @@ class SqlAlchemySessionStore:
             self.create_tables()
 
     def create_tables(self) -> None:
-        """Create the sessions table (and its indexes) if missing."""
+        """Create the sessions table (and its indexes) if missing.
+
+        A table created by an earlier version lacks the ``federation_key`` column: it is
+        added (with its index) so existing development databases keep working.
+        """
         with self._guard():
             metadata.create_all(self.engine, tables=[sessions_table])
+            columns = {column["name"] for column in inspect(self.engine).get_columns("authflow_sessions")}
+            if "federation_key" not in columns:
+                with self.engine.begin() as conn:
+                    conn.execute(text("ALTER TABLE authflow_sessions ADD COLUMN federation_key VARCHAR(64)"))
+                    conn.execute(
+                        text(
+                            "CREATE INDEX IF NOT EXISTS ix_authflow_sessions_federation_key "
+                            "ON authflow_sessions (federation_key)"
+                        )
+                    )
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
@@ -194,6 +213,7 @@ class SqlAlchemySessionStore:
             "expires_at": utc(expires_at),
             "updated_at": self._clock.now(),
             "data": self._crypto.encrypt(key, serialize_record(record)),
+            "federation_key": record_federation_key(record),
         }
         now = values["updated_at"]
         if existing:
@@ -278,6 +298,18 @@ class SqlAlchemySessionStore:
         def work(conn: Connection) -> int:
             live = conn.execute(delete(sessions_table).where(of_user, sessions_table.c.expires_at > now))
             conn.execute(delete(sessions_table).where(of_user))  # expired leftovers too
+            return int(live.rowcount)
+
+        return self._run(work)
+
+    def delete_federated_sessions(self, issuer: str, provider_sid: str) -> int:
+        """Delete the rows of every session of the provider session (``issuer``, ``sid``)."""
+        of_sid = sessions_table.c.federation_key == federation_key(issuer, provider_sid)
+        now = self._clock.now()
+
+        def work(conn: Connection) -> int:
+            live = conn.execute(delete(sessions_table).where(of_sid, sessions_table.c.expires_at > now))
+            conn.execute(delete(sessions_table).where(of_sid))
             return int(live.rowcount)
 
         return self._run(work)
