@@ -10,10 +10,12 @@ Secure, or an unknown ``AUTHFLOW_`` key (typo protection).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any
 
 from .errors import ConfigurationError
@@ -65,6 +67,8 @@ DEFAULTS: dict[str, Any] = {
     "AUTHFLOW_ISSUER_JWKS_MAX_AGE": timedelta(minutes=5),
     "AUTHFLOW_ISSUER_ALGORITHM": "ES256",
     "AUTHFLOW_ISSUER_URL_PREFIX": "",
+    "AUTHFLOW_OAUTH_PROVIDERS": {},
+    "AUTHFLOW_OAUTH_URL_PREFIX": "/auth",
 }
 
 _DURATIONS = {key for key, value in DEFAULTS.items() if isinstance(value, timedelta)}
@@ -195,6 +199,8 @@ class AuthFlowConfig:
     issuer_jwks_max_age: timedelta
     issuer_algorithm: str
     issuer_url_prefix: str
+    oauth_providers: Mapping[str, Mapping[str, Any]]
+    oauth_url_prefix: str
 
 
 def attribute_name(key: str) -> str:
@@ -239,10 +245,36 @@ def _check_cookie_prefix(values: Mapping[str, Any]) -> None:
         )
 
 
+def _oauth_providers(value: Any) -> Mapping[str, Mapping[str, Any]]:
+    """``AUTHFLOW_OAUTH_PROVIDERS``: a dict of dicts (a JSON object from the environment).
+
+    Each entry's settings are checked when the extension builds the provider.
+    """
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ConfigurationError("AUTHFLOW_OAUTH_PROVIDERS is not valid JSON") from None
+    if not isinstance(value, Mapping) or not all(
+        isinstance(name, str) and isinstance(entry, Mapping) for name, entry in value.items()
+    ):
+        raise ConfigurationError(
+            'AUTHFLOW_OAUTH_PROVIDERS must be a dict of dicts: {"name": {"discovery_url": ..., ...}}'
+        )
+    return MappingProxyType({name: MappingProxyType(dict(entry)) for name, entry in value.items()})
+
+
 def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool) -> AuthFlowConfig:
     """Apply defaults with ``setdefault``, coerce types and refuse unsafe settings."""
     for key, default in DEFAULTS.items():
-        config.setdefault(key, list(default) if isinstance(default, list) else default)
+        config.setdefault(
+            key,
+            list(default)
+            if isinstance(default, list)
+            else dict(default)
+            if isinstance(default, dict)
+            else default,
+        )
 
     unknown = sorted(k for k in config if k.startswith("AUTHFLOW_") and k not in DEFAULTS)
     if unknown:
@@ -338,4 +370,8 @@ def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool)
         values["AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS"]
     )
     values["AUTHFLOW_TRUSTED_PROXIES"] = tuple(values["AUTHFLOW_TRUSTED_PROXIES"])
+    values["AUTHFLOW_OAUTH_PROVIDERS"] = _oauth_providers(values["AUTHFLOW_OAUTH_PROVIDERS"])
+    prefix = values["AUTHFLOW_OAUTH_URL_PREFIX"]
+    if not isinstance(prefix, str) or (prefix and (not prefix.startswith("/") or prefix.endswith("/"))):
+        raise ConfigurationError("AUTHFLOW_OAUTH_URL_PREFIX must be a path such as '/auth' (or '')")
     return AuthFlowConfig(**{attribute_name(key): value for key, value in values.items()})

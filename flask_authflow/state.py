@@ -81,6 +81,8 @@ class AuthFlowHooks:
     user_loader: UserLoader | None = None
     unauthorized_handler: DenialHandler | None = None
     step_up_handler: DenialHandler | None = None
+    #: ``claims_mapper(identity)`` maps a federated identity to a local user (see :doc:`/federation`).
+    claims_mapper: Callable[[Any], Any] | None = None
 
 
 @dataclass(eq=False)
@@ -102,6 +104,8 @@ class AuthFlowState:
     mail_sender: MailSender | None = None
     #: The application's callbacks (user loader, denial handlers).
     hooks: AuthFlowHooks = field(default_factory=AuthFlowHooks)
+    #: Federated login (a ``FederationService``) when OpenID providers are configured.
+    federation: Any = None
 
     def __repr__(self) -> str:
         return (

@@ -22,7 +22,7 @@ import hmac
 import logging
 import re
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeVar
@@ -89,7 +89,7 @@ STEP_UP_KEY = "step_up"
 
 #: What ``login_user(method=...)`` accepts: a short lowercase label ("signup", "magic_link",
 #: "oidc:google"), stored in the session and the audit row.
-_METHOD_RE = re.compile(r"[a-z0-9][a-z0-9_.:-]{0,63}")
+_METHOD_RE = re.compile(r"[a-z0-9][a-z0-9_.:-]{0,31}")  # the audit column holds 32
 
 T = TypeVar("T")
 
@@ -591,6 +591,8 @@ class AuthnRequest:
         *,
         method: str,
         skip_factors: bool = False,
+        pending_workflow: bool = False,
+        federation: Mapping[str, str] | None = None,
     ) -> Authenticated | FactorRequired:
         """Log ``user_id`` in on ``session`` after the application proved who it is some other
         way (sign-up, a magic link, a federated login): ``method`` names that way.
@@ -601,7 +603,9 @@ class AuthnRequest:
         stands in for the password only: factors beyond the password that the user has
         enrolled stay required (the outcome is ``FactorRequired``, continued with
         :meth:`verify_factor`) unless ``skip_factors`` is true, which is audited
-        (reason ``factors_skipped``).
+        (reason ``factors_skipped``). ``pending_workflow`` ends in PendingWorkflow instead
+        of Authenticated (a federated step of a longer ceremony, such as a sign-up);
+        ``federation`` is kept on the session (see ``SessionRecord.federation``).
 
         :raises UserNotFound: no such user. :raises AccountDisabled: the account is
             disabled. :raises InvalidInput: ``method`` is not a short lowercase label.
@@ -669,6 +673,7 @@ class AuthnRequest:
                             start_login(r, tenant=tenant, user_id=user.user_id, factors=remaining, now=now),
                             factors_passed=(method,),
                             auth_method=method,
+                            federation=dict(federation) if federation else None,
                         ),
                         identity_flow,
                     )
@@ -682,22 +687,31 @@ class AuthnRequest:
                 outcome = FactorRequired(FactorKind(remaining[0]))
             else:
                 session.transition(
-                    lambda r: complete_login(r, tenant=tenant, user_id=user.user_id, method=method, now=now)
+                    lambda r: complete_login(
+                        r,
+                        tenant=tenant,
+                        user_id=user.user_id,
+                        method=method,
+                        now=now,
+                        pending_workflow=pending_workflow,
+                        federation=federation,
+                    )
                 )
                 pending.rows.append(
                     self._row(
-                        "login", "success", session, now,
+                        "login", "pending_workflow" if pending_workflow else "success", session, now,
                         tenant=tenant, user_id=user.user_id, identifier=user.identifier, factor=method,
                         reason="factors_skipped" if skipped else None,
                     )
                 )  # fmt: skip
-                pending.counters.append("login_successes")
-                pending.signals.append(
-                    (
-                        "login_succeeded",
-                        {"user_id": user.user_id, "tenant": tenant, "step_up": False, "method": method},
+                if not pending_workflow:
+                    pending.counters.append("login_successes")
+                    pending.signals.append(
+                        (
+                            "login_succeeded",
+                            {"user_id": user.user_id, "tenant": tenant, "step_up": False, "method": method},
+                        )
                     )
-                )
                 outcome = Authenticated(user.user_id, tenant)
         except AuditWriteError:
             snapshot.restore(session)
@@ -713,6 +727,28 @@ class AuthnRequest:
             raise
         self._commit(session, snapshot, pending)
         return outcome
+
+    def record_event(
+        self,
+        event: str,
+        status: str,
+        session: AuthSession,
+        *,
+        tenant: str | None = None,
+        user_id: str | None = None,
+        factor: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Write one audit row for an operation outside the login methods above (a
+        federated callback that failed, a back-channel logout).
+
+        :raises AuditWriteError: the row could not be written.
+        """
+        now = self.service.clock.now()
+        row = self._row(
+            event, status, session, now, tenant=tenant, user_id=user_id, factor=factor, reason=reason
+        )
+        self._write([row])
 
     def begin_step_up(self, session: AuthSession) -> StepUpRequired:
         """Ask an Authenticated session to re-verify its first factor (refreshes ``authenticated_at``).

@@ -20,6 +20,7 @@ from ..authn.outcomes import FactorKind
 from ..authn.stores import RESERVATION_TTL, AttemptKey, FactorConfig, FailureCount, Reservation, UserRecord
 from ..clock import Clock, SystemClock
 from ..errors import AuditWriteError, StoreUnavailable, UserExists, UserNotFound
+from ..federation.links import IdentityLink
 
 __all__ = ["AttemptLogEntry", "InMemoryBackend", "LockState", "count_failure"]
 
@@ -87,6 +88,8 @@ class InMemoryBackend:
         self._reservations: dict[AttemptKey, dict[str, datetime]] = {}
         self._attempts: deque[AttemptLogEntry] = deque(maxlen=max_attempt_log)
         self._audit: list[AuditRecord] = []
+        self._links: dict[tuple[str, str], IdentityLink] = {}
+        self._jtis: dict[tuple[str, str], datetime] = {}
         self._fail_writes = 0
         #: While true, the attempt store raises StoreUnavailable (tests of fail-closed).
         self.attempts_unavailable = False
@@ -154,6 +157,8 @@ class InMemoryBackend:
                 del self._locks[key]
             for key in [k for k in self._reservations if k.tenant == tenant and k.subject == user.identifier]:
                 del self._reservations[key]
+            for link_key in [k for k, link in self._links.items() if link.user_id == user.user_id]:
+                del self._links[link_key]
             return user
 
     def find_user(self, tenant: str, identifier: str) -> UserRecord | None:
@@ -330,6 +335,39 @@ class InMemoryBackend:
             return list(self._attempts)
 
     # --- audit -------------------------------------------------------------------------------
+
+    # --- federation: identity links and the logout replay cache -----------------------------
+
+    def link_identity(self, issuer: str, subject: str, tenant: str, user_id: str) -> IdentityLink:
+        link = IdentityLink(issuer, subject, tenant, user_id, self.clock.now())
+        with self._lock:
+            self._links[(issuer, subject)] = link
+        return link
+
+    def find_link(self, issuer: str, subject: str) -> IdentityLink | None:
+        with self._lock:
+            return self._links.get((issuer, subject))
+
+    def links_of_user(self, tenant: str, user_id: str) -> list[IdentityLink]:
+        with self._lock:
+            found = [
+                link for link in self._links.values() if (link.tenant, link.user_id) == (tenant, user_id)
+            ]
+        return sorted(found, key=lambda link: (link.issuer, link.subject))
+
+    def unlink_identity(self, issuer: str, subject: str) -> bool:
+        with self._lock:
+            return self._links.pop((issuer, subject), None) is not None
+
+    def remember_jti(self, issuer: str, jti: str, expires_at: datetime) -> bool:
+        now = self.clock.now()
+        with self._lock:
+            for key in [k for k, until in self._jtis.items() if until <= now]:
+                del self._jtis[key]
+            if (issuer, jti) in self._jtis:
+                return False
+            self._jtis[(issuer, jti)] = expires_at
+            return True
 
     def fail_next_write(self, count: int = 1) -> None:
         """Make the next ``count`` audit writes fail with AuditWriteError."""

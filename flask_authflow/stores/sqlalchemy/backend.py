@@ -51,6 +51,7 @@ from ...authn.outcomes import FactorKind
 from ...authn.stores import RESERVATION_TTL, AttemptKey, FactorConfig, FailureCount, Reservation, UserRecord
 from ...clock import Clock, SystemClock, utc
 from ...errors import AuditWriteError, ConfigurationError, StoreUnavailable, UserExists, UserNotFound
+from ...federation.links import IdentityLink
 from .base import EngineSource, UTCDateTime, add_tables_to, is_flask_sqlalchemy, metadata, resolve_engine
 
 __all__ = [
@@ -157,7 +158,37 @@ audit_table = Table(
 )
 Index("ix_authflow_audit_time", audit_table.c.time)
 
-_TABLES = [users_table, factors_table, attempts_table, lockouts_table, reservations_table, audit_table]
+#: Provider identity (issuer, subject) -> local user (federated login, back-channel logout).
+identity_links_table = Table(
+    "authflow_identity_links",
+    metadata,
+    Column("issuer", String(255), primary_key=True),
+    Column("subject", String(255), primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("user_id", String(32), nullable=False),
+    Column("created_at", _Time, nullable=False),
+)
+Index("ix_authflow_identity_links_user", identity_links_table.c.tenant, identity_links_table.c.user_id)
+
+#: jti of back-channel logout tokens seen, until their exp: a replay is refused in every process.
+logout_jtis_table = Table(
+    "authflow_logout_jtis",
+    metadata,
+    Column("issuer", String(255), primary_key=True),
+    Column("jti", String(255), primary_key=True),
+    Column("expires_at", _Time, nullable=False, index=True),
+)
+
+_TABLES = [
+    users_table,
+    factors_table,
+    attempts_table,
+    lockouts_table,
+    reservations_table,
+    audit_table,
+    identity_links_table,
+    logout_jtis_table,
+]
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -392,6 +423,7 @@ class SqlAlchemyBackend:
             conn.execute(
                 delete(reservations_table).where(held.tenant == user.tenant, held.subject == user.identifier)
             )
+            conn.execute(delete(identity_links_table).where(identity_links_table.c.user_id == user.user_id))
             gone = conn.execute(delete(users_table).where(users_table.c.user_id == user.user_id))
         if gone.rowcount == 0:
             raise UserNotFound()
@@ -664,6 +696,66 @@ class SqlAlchemyBackend:
             return int(conn.execute(query).scalar_one())
 
     # --- audit -------------------------------------------------------------------------------
+
+    # --- federation: identity links and the logout replay cache -----------------------------
+
+    @staticmethod
+    def _link(row: Row[Any]) -> IdentityLink:
+        return IdentityLink(
+            row.issuer, row.subject, row.tenant, row.user_id, _aware(row.created_at) or row.created_at
+        )
+
+    def link_identity(self, issuer: str, subject: str, tenant: str, user_id: str) -> IdentityLink:
+        now = self.clock.now()
+        links = identity_links_table.c
+        with self._tx() as conn:
+            # Replace in one transaction: delete then insert is portable and atomic.
+            conn.execute(delete(identity_links_table).where(links.issuer == issuer, links.subject == subject))
+            conn.execute(
+                insert(identity_links_table).values(
+                    issuer=issuer, subject=subject, tenant=tenant, user_id=user_id, created_at=now
+                )
+            )
+        return IdentityLink(issuer, subject, tenant, user_id, now)
+
+    def find_link(self, issuer: str, subject: str) -> IdentityLink | None:
+        links = identity_links_table.c
+        with self._read() as conn:
+            row = conn.execute(
+                select(identity_links_table).where(links.issuer == issuer, links.subject == subject)
+            ).first()
+        return None if row is None else self._link(row)
+
+    def links_of_user(self, tenant: str, user_id: str) -> list[IdentityLink]:
+        links = identity_links_table.c
+        with self._read() as conn:
+            rows = conn.execute(
+                select(identity_links_table)
+                .where(links.tenant == tenant, links.user_id == user_id)
+                .order_by(links.issuer, links.subject)
+            ).all()
+        return [self._link(row) for row in rows]
+
+    def unlink_identity(self, issuer: str, subject: str) -> bool:
+        links = identity_links_table.c
+        with self._tx() as conn:
+            gone = conn.execute(
+                delete(identity_links_table).where(links.issuer == issuer, links.subject == subject)
+            )
+        return bool(gone.rowcount)
+
+    def remember_jti(self, issuer: str, jti: str, expires_at: datetime) -> bool:
+        """Insert (issuer, jti); the primary key makes a second insert fail in every process."""
+        now = self.clock.now()
+        seen = logout_jtis_table.c
+        try:
+            with self._tx() as conn:
+                # An expired entry of the same jti no longer counts; old rows go in passing.
+                conn.execute(delete(logout_jtis_table).where(seen.expires_at <= now))
+                conn.execute(insert(logout_jtis_table).values(issuer=issuer, jti=jti, expires_at=expires_at))
+        except IntegrityError:
+            return False
+        return True
 
     def write(self, record: AuditRecord) -> None:
         values = record.to_dict()
