@@ -9,6 +9,8 @@ login service, and keeps them in ``app.extensions["authflow"]`` (an
 from __future__ import annotations
 
 import logging
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,6 +47,7 @@ from .issuer.wiring import build_issuer
 from .responses import error_response
 from .session.crypto import SessionCrypto, derive_key
 from .session.interface import AuthFlowSessionInterface
+from .session.model import AuthSession
 from .session.stores import MemorySessionStore, SessionStore
 from .state import (
     EXTENSION_KEY,
@@ -65,6 +68,7 @@ from .users import current_user
 log = logging.getLogger("flask_authflow")
 
 UserLoaderT = TypeVar("UserLoaderT", bound=UserLoader)
+ClaimsMapperT = TypeVar("ClaimsMapperT", bound=Callable[..., Any])
 DenialHandlerT = TypeVar("DenialHandlerT", bound=DenialHandler)
 
 __all__ = ["AuthFlow", "AuthFlowState", "current_auth_session", "current_session", "get_state"]
@@ -98,6 +102,21 @@ def _test_database_url(config: AuthFlowConfig, wiring: PluginWiring) -> str | No
     return None
 
 
+def _refuse_database_outside(wiring: PluginWiring, engine: Any) -> None:
+    """Under the pytest plugin: an explicit SQL backend on a SQLite file outside the test's
+    temporary folder is refused (the test would write into a development database)."""
+    url = getattr(engine, "url", None)
+    if url is None or url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return
+    path = Path(str(url.database)).expanduser().resolve()
+    if not path.is_relative_to(wiring.tmp_path.resolve()):
+        raise ConfigurationError(
+            f"the backend's database is {path}, outside this test's temporary folder ({wiring.tmp_path}): "
+            "the test would write into that database. Configure an in-memory database for tests "
+            '(SQLALCHEMY_DATABASE_URI="sqlite://") or one under tmp_path'
+        )
+
+
 def _default_database_url(app: Flask) -> str:
     instance = Path(app.instance_path)
     instance.mkdir(parents=True, exist_ok=True)
@@ -123,8 +142,13 @@ class AuthFlow:
         session_store: SessionStore | None = None,
         clock: Clock | None = None,
         hasher: PasswordHasher | None = None,
+        http_client: Any = None,
     ) -> None:
         self._backend = backend
+        self._http_client = http_client
+        #: Providers registered in code (``register_provider``), for every app.
+        self._providers: dict[str, Any] = {}
+        self._apps: weakref.WeakSet[Flask] = weakref.WeakSet()
         self._session_store = session_store
         self._clock = clock
         self._hasher = hasher
@@ -144,12 +168,15 @@ class AuthFlow:
         hasher: PasswordHasher | None = None,
         backend: Any = None,
         session_store: SessionStore | None = None,
+        http_client: Any = None,
     ) -> None:
         """Validate configuration and install sessions, login, audit and CLI on ``app``.
 
         The keyword arguments override, for this app, those given to the constructor: an
         application factory passes the test's ``mock_clock`` here
-        (``authflow.init_app(app, clock=clock)``). No application context is needed.
+        (``authflow.init_app(app, clock=clock)``). ``http_client`` carries the provider
+        traffic of federated login (a :class:`~flask_authflow.federation.http.HttpClient`; tests
+        pass one with the test provider's adapters). No application context is needed.
         """
         if EXTENSION_KEY in app.extensions:
             raise RuntimeError(
@@ -195,8 +222,13 @@ class AuthFlow:
 
             backend = SqlAlchemyBackend(database_url, hasher=hasher, clock=clock)
         bind = getattr(backend, "bind_app", None)
-        if callable(bind):  # a backend on a Flask-SQLAlchemy db resolves its engine for this app
-            bind(app)
+        if callable(bind):  # a backend on a Flask-SQLAlchemy db: a copy on this app's engine
+            backend = bind(app)
+        adopt = getattr(backend, "adopt_defaults", None)
+        if callable(adopt):
+            adopt(hasher=hasher, clock=clock)
+        if wiring is not None:
+            _refuse_database_outside(wiring, getattr(backend, "engine", None))
         session_store = (
             session_store
             if session_store is not None  # an empty store is falsy (it has __len__)
@@ -238,6 +270,8 @@ class AuthFlow:
         # Built before anything is installed on the app: a refused store spec or a
         # damaged key store leaves the app untouched, so init_app can be retried.
         issuer = build_issuer(config.issuer, config, database_url, backend, clock) if config.issuer else None
+        # Federation is checked (provider entries, a backend that stores links) before the
+        # state is installed, like the issuer above.
         state = AuthFlowState(
             config=config,
             clock=clock,
@@ -267,6 +301,9 @@ class AuthFlow:
 
         if issuer is not None:
             app.register_blueprint(issuer.blueprint(url_prefix=config.issuer_url_prefix or None))
+        if config.oauth_providers or self._providers:
+            self._install_federation(app, state, http_client or self._http_client)
+        self._apps.add(app)
         if config.views:
             self.views.register(app)
 
@@ -285,6 +322,81 @@ class AuthFlow:
         crypto = SessionCrypto(key, previous_keys=previous)
         engine = getattr(backend, "engine", None) or database_url
         return SqlAlchemySessionStore(engine, crypto=crypto, clock=clock)
+
+    def _install_federation(self, app: Flask, state: AuthFlowState, http_client: Any) -> None:
+        from .federation.wiring import build_federation, register_oauth_blueprint
+
+        state.federation = build_federation(
+            app,
+            state.config,
+            backend=state.backend,
+            session_store=state.session_store,
+            clock=state.clock,
+            hooks=self._hooks,
+            definitions=self._providers,
+            http_client=http_client,
+        )
+        register_oauth_blueprint(app, state.config.oauth_url_prefix)
+
+    # --- federation ---------------------------------------------------------------------------
+
+    def register_provider(self, name: str, config_or_factory: Any) -> None:
+        """Register an OpenID provider under ``name`` (a slug), in code.
+
+        ``config_or_factory`` is an :class:`~flask_authflow.federation.provider.OAuthProviderConfig`,
+        a dict of the same keys, a ready ``OAuthProvider``, or a factory called with the
+        tenant that returns one of those (per-tenant federation). Discovery happens on first
+        use. Apps already initialised get it too, if they have not served a request yet.
+        """
+        from .federation.provider import check_provider_name
+
+        check_provider_name(name)
+        self._providers[name] = config_or_factory
+        for app in list(self._apps):
+            state = get_state(app)
+            if state.federation is None:
+                if getattr(app, "_got_first_request", False):
+                    raise RuntimeError(
+                        "register_provider after the app served requests: register providers before "
+                        "the first request (or set AUTHFLOW_OAUTH_PROVIDERS)"
+                    )
+                self._install_federation(app, state, self._http_client)
+            else:
+                state.federation.registry.register(name, config_or_factory)
+
+    def claims_mapper(self, mapper: ClaimsMapperT) -> ClaimsMapperT:
+        """Register ``mapper(identity)``: the local user (id or ``UserRecord``) a federated
+        identity logs in as, or ``None`` to refuse (it may create the user on first sign-in).
+        Without one, the default mapper is used (see :doc:`/federation`)."""
+        self._hooks.claims_mapper = mapper
+        return mapper
+
+    def oauth_provider(self, name: str) -> Any:
+        """The current app's provider ``name`` (discovered on first use)."""
+        return self._federation().registry.get(name)
+
+    def begin_oauth_login(self, session: AuthSession, provider_name: str, options: Any = None) -> str:
+        """Start a federated login on ``session``; returns the authorize URL
+        (see ``FederationService.begin``)."""
+        return str(self._federation().begin(session, provider_name, options))
+
+    def finish_oauth_login(
+        self, session: AuthSession, provider_name: str, code: str, state: str, *, iss: str | None = None
+    ) -> Any:
+        """Complete a federated login from the callback's ``code`` and ``state``
+        (see ``FederationService.finish``); raises an ``OAuthError`` variant on failure."""
+        handle = get_state().service.with_audit_context(audit_context())
+        return self._federation().finish(handle, session, provider_name, code, state, iss=iss)
+
+    @staticmethod
+    def _federation() -> Any:
+        federation = get_state().federation
+        if federation is None:
+            raise ConfigurationError(
+                "no OpenID provider is configured: set AUTHFLOW_OAUTH_PROVIDERS "
+                "or call authflow.register_provider"
+            )
+        return federation
 
     # --- the application's callbacks ---------------------------------------------------------
 

@@ -522,7 +522,7 @@ def test_flask_sqlalchemy_model_integration_without_app_context(tmp_path: Path, 
         user = get_state(app).backend.create_user("default", "alice", "a long enough password")
         db.session.add(User(id=user.user_id, display_name="Alice Liddell"))
         db.session.commit()
-        assert backend.engine is db.engine
+        assert get_state(app).backend.engine is db.engine
         tables = set(inspect(db.engine).get_table_names())
     assert {"app_users", "authflow_users", "authflow_sessions"} <= tables
     client = login_test_client(app, "alice", password="a long enough password")
@@ -537,8 +537,35 @@ def test_flask_sqlalchemy_backend_needs_db_init_app_first(tmp_path: Path, authfl
     db = SQLAlchemy()
     backend = SqlAlchemyBackend(db, hasher=authflow_hasher)
     with pytest.raises(ConfigurationError, match="not bound"):
-        _ = backend.engine
+        _ = backend.engine  # the import-time object itself is never bound
     app = Flask(__name__, instance_path=str(tmp_path / "instance"))
     app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
     with pytest.raises(ConfigurationError, match=r"db\.init_app\(app\) before authflow\.init_app\(app\)"):
         AuthFlow(app, backend=backend)
+
+
+def test_one_import_time_backend_serves_every_app_of_a_factory(tmp_path: Path, authflow_hasher) -> None:
+    from flask_sqlalchemy import SQLAlchemy
+
+    from flask_authflow import SqlAlchemyBackend
+
+    db = SQLAlchemy()
+    authflow = AuthFlow(backend=SqlAlchemyBackend(db), hasher=authflow_hasher)
+
+    def create_app(name: str) -> Flask:
+        app = Flask(name, instance_path=str(tmp_path / name))
+        app.config.update(
+            TESTING=True,
+            SQLALCHEMY_DATABASE_URI=f"sqlite:///{tmp_path / name}.db",
+            AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
+        )
+        db.init_app(app)
+        authflow.init_app(app)
+        return app
+
+    first, second = create_app("first"), create_app("second")
+    get_state(first).backend.create_user("default", "alice", "a long enough password")
+    assert get_state(first).backend.find_user("default", "alice") is not None
+    assert get_state(second).backend.find_user("default", "alice") is None  # its own database
+    with first.app_context():
+        assert get_state(first).backend.engine is db.engine  # type: ignore[attr-defined]

@@ -42,6 +42,8 @@ LAYERS: dict[str, int] = {
     "state": 6,
     "users": 6,  # current_user: reads the state's hooks and backend
     "issuer/wiring": 6,  # builds the app's issuer on the store its config names (stores/)
+    "federation/views": 7,  # the authflow_oauth blueprint reads the app's state
+    "federation/wiring": 7,  # builds the app's federation (uses the views)
     "extension": 7,
     "decorators": 7,
     "cli": 7,

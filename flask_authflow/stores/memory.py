@@ -79,6 +79,7 @@ class InMemoryBackend:
     ) -> None:
         self._hasher = hasher
         self.clock: Clock = clock or SystemClock()
+        self._clock_given = clock is not None
         self._lock = threading.RLock()
         self._users: dict[tuple[str, str], UserRecord] = {}
         self._users_by_id: dict[str, UserRecord] = {}
@@ -93,6 +94,15 @@ class InMemoryBackend:
         self._fail_writes = 0
         #: While true, the attempt store raises StoreUnavailable (tests of fail-closed).
         self.attempts_unavailable = False
+
+    def adopt_defaults(self, *, hasher: PasswordHasher, clock: Clock) -> None:
+        """Use the app's hasher and clock where none was given at construction
+        (``AuthFlow.init_app`` calls it, so a backend built at import time follows the
+        app, and a test's ``mock_clock``)."""
+        if self._hasher is None:
+            self._hasher = hasher
+        if not self._clock_given:
+            self.clock = clock
 
     @property
     def hasher(self) -> PasswordHasher:

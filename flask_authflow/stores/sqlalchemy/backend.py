@@ -11,6 +11,7 @@ never lose a count. Every database error becomes :class:`StoreUnavailable` (or
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -272,6 +273,7 @@ class SqlAlchemyBackend:
         self._owns_engine = isinstance(engine_source, str)
         self._hasher = hasher
         self.clock: Clock = clock or SystemClock()
+        self._clock_given = clock is not None
         self._create_tables = create_tables
         self._engine: Engine | None = None
         self._db: Any = None
@@ -299,20 +301,34 @@ class SqlAlchemyBackend:
             )
         return self._engine
 
-    def bind_app(self, app: Any) -> None:
-        """Resolve a Flask-SQLAlchemy ``db``'s engine for ``app`` (``AuthFlow.init_app`` calls it;
-        no application context is needed). A backend on an engine or URL ignores it."""
-        if self._db is None or self._engine is not None:
-            return
+    def bind_app(self, app: Any) -> SqlAlchemyBackend:
+        """The backend to use for ``app`` (``AuthFlow.init_app`` calls it; no application
+        context is needed). On a Flask-SQLAlchemy ``db``: a copy bound to ``db.engine`` of
+        that app, so one ``SqlAlchemyBackend(db)`` built at import time serves every app
+        the factory creates (each test's app has its own database). Otherwise ``self``."""
+        if self._db is None:
+            return self
         if "sqlalchemy" not in app.extensions:
             raise ConfigurationError(
                 "SqlAlchemyBackend(db): Flask-SQLAlchemy is not initialised on this app; call "
                 "db.init_app(app) before authflow.init_app(app)"
             )
+        bound = copy.copy(self)
         with app.app_context():
-            self._engine = resolve_engine(self._db)
+            bound._engine = resolve_engine(self._db)
+        bound._db = None
         if self._create_tables:
-            metadata.create_all(self._engine, tables=_TABLES)
+            metadata.create_all(bound._engine, tables=_TABLES)
+        return bound
+
+    def adopt_defaults(self, *, hasher: PasswordHasher, clock: Clock) -> None:
+        """Use the app's hasher and clock where none was given at construction
+        (``AuthFlow.init_app`` calls it, so a backend built at import time follows the
+        app, and a test's ``mock_clock``)."""
+        if self._hasher is None:
+            self._hasher = hasher
+        if not self._clock_given:
+            self.clock = clock
 
     @property
     def hasher(self) -> PasswordHasher:
