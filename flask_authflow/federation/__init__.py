@@ -1,2 +1,84 @@
 """Federated login as an OpenID Connect relying party (code flow + PKCE), back-channel
-and RP-initiated logout. See :doc:`/federation`."""
+and RP-initiated logout. See :doc:`/federation`.
+
+The errors and the store protocol load with the package; the provider, the service and
+the HTTP client (which need the ``[oidc]`` extra: ``requests`` and ``authlib``) load on
+first use of their names, so an app without federation never imports them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    CsrfMismatch,
+    Discovery,
+    EndSessionRefused,
+    Expired,
+    IdTokenValidation,
+    IssuerMismatch,
+    LogoutTokenInvalid,
+    OAuthError,
+    ProviderUnreachable,
+    TokenExchange,
+    UnknownKid,
+    UnknownProvider,
+    UserInfo,
+    UserNotLinked,
+)
+from .links import FederationStore, IdentityLink
+
+if TYPE_CHECKING:
+    from .http import HttpClient, RequestsHttpClient
+    from .login import FederatedIdentity, FederatedLogin, FederationService, OAuthLoginOptions
+    from .provider import OAuthProvider, OAuthProviderConfig, ProviderMetadata, ProviderRegistry
+
+_LAZY = {
+    "HttpClient": ".http",
+    "RequestsHttpClient": ".http",
+    "FederatedIdentity": ".login",
+    "FederatedLogin": ".login",
+    "FederationService": ".login",
+    "OAuthLoginOptions": ".login",
+    "OAuthProvider": ".provider",
+    "OAuthProviderConfig": ".provider",
+    "ProviderMetadata": ".provider",
+    "ProviderRegistry": ".provider",
+}
+
+__all__ = [
+    "CsrfMismatch",
+    "Discovery",
+    "EndSessionRefused",
+    "Expired",
+    "FederatedIdentity",
+    "FederatedLogin",
+    "FederationService",
+    "FederationStore",
+    "HttpClient",
+    "IdTokenValidation",
+    "IdentityLink",
+    "IssuerMismatch",
+    "LogoutTokenInvalid",
+    "OAuthError",
+    "OAuthLoginOptions",
+    "OAuthProvider",
+    "OAuthProviderConfig",
+    "ProviderMetadata",
+    "ProviderRegistry",
+    "ProviderUnreachable",
+    "RequestsHttpClient",
+    "TokenExchange",
+    "UnknownKid",
+    "UnknownProvider",
+    "UserInfo",
+    "UserNotLinked",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)

@@ -1,0 +1,657 @@
+"""OpenID providers: configuration, discovery, the provider object and the per-app registry.
+
+``OAuthProviderConfig.discover(discovery_url, client_id, client_secret, redirect_uri,
+**options)`` fetches and checks the discovery document and returns an
+:class:`OAuthProvider`: the authorize URL, the token request (through Authlib's OAuth 2
+client), ID-token and logout-token validation (through our one JWT verification path,
+:class:`~flask_authflow.jose.JwtVerifier`, on the provider's key cache), userinfo, and
+the RP-initiated logout URL.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any, Final
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+from ..clock import Clock, SystemClock
+from ..errors import ConfigurationError, MissingExtraError, TokenCheck, TokenVerificationError, UnknownKeyId
+from ..jose import VerifiedClaims
+from .ceremony import Ceremony
+from .errors import (
+    Discovery,
+    EndSessionRefused,
+    IdTokenValidation,
+    LogoutTokenInvalid,
+    OAuthError,
+    ProviderUnreachable,
+    TokenExchange,
+    UnknownKid,
+    UnknownProvider,
+    UserInfo,
+)
+from .http import HttpClient, RequestsHttpClient, check_provider_url
+from .jwks_cache import ProviderKeyCache
+from .tokens import (
+    ID_TOKEN_ALGORITHMS,
+    LogoutClaims,
+    check_id_token,
+    check_logout_token,
+    check_logout_token_size,
+)
+
+__all__ = [
+    "PROVIDER_CONFIG_KEYS",
+    "PROVIDER_NAME_RE",
+    "OAuthProvider",
+    "OAuthProviderConfig",
+    "ProviderMetadata",
+    "ProviderRegistry",
+    "TokenSet",
+]
+
+#: Provider names are slugs (they appear in URLs and, as ``oidc:<name>``, in audit rows).
+PROVIDER_NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,25}")
+_DISCOVERY_SUFFIX: Final = "/.well-known/openid-configuration"
+#: The longest a ceremony may be allowed to wait for its callback (DESIGN §4).
+MAX_CEREMONY_TIMEOUT: Final = timedelta(hours=1)
+_TOKEN_AUTH_METHODS: Final = ("client_secret_basic", "client_secret_post")
+#: The keys accepted in ``AUTHFLOW_OAUTH_PROVIDERS`` entries (and by ``OAuthProviderConfig.from_mapping``).
+PROVIDER_CONFIG_KEYS: Final = (
+    "discovery_url",
+    "client_id",
+    "client_secret",
+    "redirect_uri",
+    "scopes",
+    "ceremony_timeout",
+    "allowed_post_logout_redirect_uris",
+    "post_logout_redirect_uri",
+    "post_login_redirect",
+    "issuer",
+    "iat_bound",
+    "clock_skew",
+    "fetch_userinfo",
+    "link_by_email",
+    "tenant",
+    "jwks_debounce",
+)
+
+
+def check_provider_name(name: Any) -> str:
+    """``name`` if it is a provider slug (lowercase letters, digits, ``-``, ``_``; up to 26)."""
+    if not isinstance(name, str) or not PROVIDER_NAME_RE.fullmatch(name):
+        raise ConfigurationError(
+            f"provider name {name!r} is not a slug: use lowercase letters, digits, '-' and '_' (at most 26)"
+        )
+    return name
+
+
+def _duration(value: Any, what: str) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return timedelta(seconds=value)
+    raise ConfigurationError(f"{what} must be a timedelta or a number of seconds, got {value!r}")
+
+
+def _strings(value: Any, what: str) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise ConfigurationError(f"{what} must be a list of strings")
+    items = tuple(value)
+    if not all(isinstance(item, str) and item for item in items):
+        raise ConfigurationError(f"{what} must be a list of non-empty strings")
+    return items
+
+
+@dataclass(frozen=True)
+class OAuthProviderConfig:
+    """What the application provisioned at the provider, plus our options.
+
+    :param discovery_url: ``{issuer}/.well-known/openid-configuration``.
+    :param issuer: the issuer the discovery document must name exactly (default: the
+        discovery URL without ``/.well-known/openid-configuration``).
+    :param scopes: at least ``openid``; default ``openid profile email``.
+    :param ceremony_timeout: how long a login may wait for its callback (default 15
+        minutes, at most 1 hour).
+    :param allowed_post_logout_redirect_uris: where RP-initiated logout may send the
+        browser back to (registered at the provider); empty allows none.
+    :param post_logout_redirect_uri: the one used by ``POST /auth/logout`` (default: the
+        first allowed one).
+    :param post_login_redirect: where the callback sends the browser after a login
+        without a ``next`` (default ``/``).
+    :param iat_bound, clock_skew: ID and logout token time checks (5 minutes, 60 s).
+    :param fetch_userinfo: also fetch userinfo after the token exchange (its ``sub`` must
+        equal the ID token's).
+    :param link_by_email: let the default claims mapper link a provider identity to an
+        existing local account whose identifier is the token's e-mail, only when
+        ``email_verified`` is true (default ``False``: never link by e-mail).
+    :param tenant: the local tenant of users signing in with this provider (default
+        ``AUTHFLOW_DEFAULT_TENANT``).
+    :param jwks_debounce: at most one key refresh for an unknown ``kid`` per this long
+        (default 10 s, at least 1 s).
+    """
+
+    discovery_url: str
+    client_id: str
+    client_secret: str = field(repr=False)
+    redirect_uri: str
+    scopes: tuple[str, ...] = ("openid", "profile", "email")
+    ceremony_timeout: timedelta = timedelta(minutes=15)
+    allowed_post_logout_redirect_uris: tuple[str, ...] = ()
+    post_logout_redirect_uri: str | None = None
+    post_login_redirect: str = "/"
+    issuer: str | None = None
+    iat_bound: timedelta = timedelta(minutes=5)
+    clock_skew: timedelta = timedelta(seconds=60)
+    fetch_userinfo: bool = False
+    link_by_email: bool = False
+    tenant: str | None = None
+    jwks_debounce: timedelta = timedelta(seconds=10)
+
+    def __post_init__(self) -> None:
+        for name in ("discovery_url", "client_id", "client_secret", "redirect_uri"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ConfigurationError(f"OAuth provider {name} must be a non-empty string")
+        check_provider_url(self.discovery_url, "discovery_url")
+        check_provider_url(self.redirect_uri, "redirect_uri")
+        object.__setattr__(self, "scopes", _strings(self.scopes, "scopes"))
+        if "openid" not in self.scopes:
+            raise ConfigurationError("OAuth provider scopes must include 'openid'")
+        allowed = _strings(self.allowed_post_logout_redirect_uris, "allowed_post_logout_redirect_uris")
+        object.__setattr__(self, "allowed_post_logout_redirect_uris", allowed)
+        for uri in allowed:
+            check_provider_url(uri, "allowed_post_logout_redirect_uris")
+        if self.post_logout_redirect_uri is None and allowed:
+            object.__setattr__(self, "post_logout_redirect_uri", allowed[0])
+        if self.post_logout_redirect_uri is not None and self.post_logout_redirect_uri not in allowed:
+            raise ConfigurationError(
+                "post_logout_redirect_uri must be one of allowed_post_logout_redirect_uris"
+            )
+        for name in ("ceremony_timeout", "iat_bound", "clock_skew", "jwks_debounce"):
+            object.__setattr__(self, name, _duration(getattr(self, name), name))
+        if self.jwks_debounce < timedelta(seconds=1):
+            raise ConfigurationError("jwks_debounce below 1 second would let tokens drive key fetches")
+        if self.ceremony_timeout > MAX_CEREMONY_TIMEOUT:
+            raise ConfigurationError("ceremony_timeout is capped at 1 hour: set a shorter one (15 minutes)")
+        if not isinstance(self.post_login_redirect, str) or not self.post_login_redirect.startswith("/"):
+            raise ConfigurationError("post_login_redirect must be a path of this site, such as '/dashboard'")
+        if self.issuer is None:
+            if not self.discovery_url.endswith(_DISCOVERY_SUFFIX):
+                raise ConfigurationError(
+                    f"discovery_url does not end with {_DISCOVERY_SUFFIX}: set issuer= to the expected issuer"
+                )
+            object.__setattr__(self, "issuer", self.discovery_url[: -len(_DISCOVERY_SUFFIX)])
+
+    @property
+    def expected_issuer(self) -> str:
+        assert self.issuer is not None  # set in __post_init__
+        return self.issuer
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], *, what: str = "provider") -> OAuthProviderConfig:
+        """A config from a dict (``AUTHFLOW_OAUTH_PROVIDERS`` entries); unknown keys are refused."""
+        if not isinstance(values, Mapping):
+            raise ConfigurationError(f"{what} must be a dict of settings")
+        unknown = sorted(set(values) - set(PROVIDER_CONFIG_KEYS))
+        if unknown:
+            raise ConfigurationError(
+                f"{what}: unknown key(s) {', '.join(unknown)}; known: {', '.join(PROVIDER_CONFIG_KEYS)}"
+            )
+        missing = [
+            k for k in ("discovery_url", "client_id", "client_secret", "redirect_uri") if k not in values
+        ]
+        if missing:
+            raise ConfigurationError(f"{what}: missing {', '.join(missing)}")
+        return cls(**dict(values))
+
+    @classmethod
+    def discover(
+        cls,
+        discovery_url: str,
+        client_id: str,
+        client_secret: str,
+        redirect_uri: str,
+        *,
+        name: str = "default",
+        http: HttpClient | None = None,
+        clock: Clock | None = None,
+        **options: Any,
+    ) -> OAuthProvider:
+        """Fetch and check the discovery document, build the key cache: the provider.
+
+        :raises Discovery: missing endpoint, issuer not exactly the expected one, an
+            endpoint that is not https (http only on loopback), no usable ID-token algorithm.
+        :raises ProviderUnreachable: the document could not be fetched.
+        """
+        config = cls(discovery_url, client_id, client_secret, redirect_uri, **options)
+        return OAuthProvider.from_config(check_provider_name(name), config, http=http, clock=clock)
+
+
+@dataclass(frozen=True)
+class ProviderMetadata:
+    """The parts of a discovery document we use, checked."""
+
+    issuer: str
+    authorization_endpoint: str
+    token_endpoint: str
+    jwks_uri: str
+    userinfo_endpoint: str
+    end_session_endpoint: str | None
+    id_token_algorithms: tuple[str, ...]
+    token_endpoint_auth_methods: tuple[str, ...]
+    iss_parameter_supported: bool
+    backchannel_logout_supported: bool
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any], expected_issuer: str) -> ProviderMetadata:
+        """Check ``document`` against what a login needs.
+
+        :raises Discovery: naming what is wrong.
+        """
+        issuer = document.get("issuer")
+        if issuer != expected_issuer:
+            raise Discovery(
+                f"the discovery document names issuer {issuer!r}, expected exactly {expected_issuer!r}"
+            )
+        endpoints: dict[str, str] = {}
+        for name in ("authorization_endpoint", "token_endpoint", "jwks_uri", "userinfo_endpoint"):
+            value = document.get(name)
+            if not isinstance(value, str) or not value:
+                raise Discovery(f"the discovery document has no {name}")
+            endpoints[name] = check_provider_url(value, name)
+        end_session = document.get("end_session_endpoint")
+        if end_session is not None:
+            if not isinstance(end_session, str):
+                raise Discovery("end_session_endpoint is not a URL")
+            end_session = check_provider_url(end_session, "end_session_endpoint")
+        advertised = document.get("id_token_signing_alg_values_supported")
+        if not isinstance(advertised, list) or not all(isinstance(a, str) for a in advertised):
+            raise Discovery("the discovery document has no id_token_signing_alg_values_supported list")
+        algorithms = tuple(a for a in advertised if a in ID_TOKEN_ALGORITHMS)
+        if not algorithms:
+            raise Discovery(
+                f"the provider signs ID tokens only with {advertised!r}; "
+                f"accepted: {sorted(ID_TOKEN_ALGORITHMS)!r}"
+            )
+        methods = document.get("token_endpoint_auth_methods_supported", ["client_secret_basic"])
+        if not isinstance(methods, list):
+            raise Discovery("token_endpoint_auth_methods_supported is not a list")
+        challenges = document.get("code_challenge_methods_supported")
+        if isinstance(challenges, list) and "S256" not in challenges:
+            raise Discovery("the provider does not support PKCE with S256")
+        return cls(
+            issuer=issuer,
+            authorization_endpoint=endpoints["authorization_endpoint"],
+            token_endpoint=endpoints["token_endpoint"],
+            jwks_uri=endpoints["jwks_uri"],
+            userinfo_endpoint=endpoints["userinfo_endpoint"],
+            end_session_endpoint=end_session,
+            id_token_algorithms=algorithms,
+            token_endpoint_auth_methods=tuple(m for m in methods if isinstance(m, str)),
+            iss_parameter_supported=document.get("authorization_response_iss_parameter_supported") is True,
+            backchannel_logout_supported=document.get("backchannel_logout_supported") is True,
+        )
+
+
+@dataclass(frozen=True)
+class TokenSet:
+    """What the token endpoint answered (tokens are kept out of ``repr``)."""
+
+    id_token: str = field(repr=False)
+    access_token: str = field(repr=False)
+    refresh_token: str | None = field(default=None, repr=False)
+    token_type: str = "Bearer"  # noqa: S105 - the OAuth token type, not a secret
+    expires_in: int | None = None
+
+
+def _oauth2_session(**kwargs: Any) -> Any:
+    try:
+        from authlib.integrations.requests_client import OAuth2Session
+    except ModuleNotFoundError as exc:  # pragma: no cover - authlib is in the [oidc] extra
+        raise MissingExtraError("oidc", exc.name or "authlib") from exc
+    return OAuth2Session(**kwargs)
+
+
+class OAuthProvider:
+    """One OpenID provider as a relying party sees it (see the module docstring).
+
+    Thread-safe: the only mutable part is the key cache, which is.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: OAuthProviderConfig,
+        metadata: ProviderMetadata,
+        *,
+        http: HttpClient,
+        keys: ProviderKeyCache,
+        clock: Clock,
+    ) -> None:
+        self.name = check_provider_name(name)
+        self.config = config
+        self.metadata = metadata
+        self.http = http
+        self.keys = keys
+        self.clock = clock
+        methods = [m for m in _TOKEN_AUTH_METHODS if m in metadata.token_endpoint_auth_methods]
+        if not methods:
+            raise Discovery(
+                f"the token endpoint accepts only {list(metadata.token_endpoint_auth_methods)!r}; "
+                f"flask-authflow authenticates with {list(_TOKEN_AUTH_METHODS)!r}"
+            )
+        self.token_auth_method = methods[0]
+
+    @classmethod
+    def from_config(
+        cls,
+        name: str,
+        config: OAuthProviderConfig,
+        *,
+        http: HttpClient | None = None,
+        clock: Clock | None = None,
+    ) -> OAuthProvider:
+        """Fetch the discovery document, check it and build the key cache (see ``discover``)."""
+        client = http if http is not None else RequestsHttpClient()
+        used_clock = clock if clock is not None else SystemClock()
+        response = client.get(config.discovery_url, headers={"Accept": "application/json"})
+        if response.status != 200:
+            raise Discovery(f"the discovery document answered HTTP {response.status}")
+        try:
+            document = response.json_object()
+        except ProviderUnreachable as exc:
+            raise Discovery(f"the discovery document is unusable: {exc.message}") from None
+        metadata = ProviderMetadata.from_document(document, config.expected_issuer)
+        keys = ProviderKeyCache(metadata.jwks_uri, client, clock=used_clock, debounce=config.jwks_debounce)
+        return cls(name, config, metadata, http=client, keys=keys, clock=used_clock)
+
+    @property
+    def issuer(self) -> str:
+        return self.metadata.issuer
+
+    @property
+    def client_id(self) -> str:
+        return self.config.client_id
+
+    def __repr__(self) -> str:
+        return f"<OAuthProvider {self.name!r} issuer={self.issuer!r}>"
+
+    # --- the code flow ----------------------------------------------------------------------
+
+    def _session(self, **kwargs: Any) -> Any:
+        oauth = _oauth2_session(
+            client_id=self.config.client_id,
+            client_secret=self.config.client_secret,
+            token_endpoint_auth_method=self.token_auth_method,
+            redirect_uri=self.config.redirect_uri,
+            code_challenge_method="S256",
+            **kwargs,
+        )
+        self.http.mount_into(oauth)
+        return oauth
+
+    def authorization_url(
+        self, ceremony: Ceremony, *, scopes: Iterable[str] | None = None, **extra: str
+    ) -> str:
+        """The authorize URL of ``ceremony``: code flow, PKCE S256, state and nonce."""
+        scope = " ".join(scopes if scopes is not None else self.config.scopes)
+        oauth = self._session(scope=scope)
+        try:
+            url, _state = oauth.create_authorization_url(
+                self.metadata.authorization_endpoint,
+                state=ceremony.state,
+                nonce=ceremony.nonce,
+                code_verifier=ceremony.code_verifier,
+                **extra,
+            )
+        finally:
+            oauth.close()
+        return str(url)
+
+    def exchange_code(self, code: str, code_verifier: str) -> TokenSet:
+        """The token request (client_secret_basic, or _post when the provider asks).
+
+        :raises TokenExchange: an error answer (``error`` holds its code, e.g.
+            ``invalid_client``) or an answer without an ID token or access token.
+        :raises ProviderUnreachable: the token endpoint did not answer usably.
+        """
+        oauth = self._session()
+        try:
+            try:
+                token = oauth.fetch_token(
+                    self.metadata.token_endpoint,
+                    grant_type="authorization_code",
+                    code=code,
+                    code_verifier=code_verifier,
+                    timeout=self.http.timeout,
+                    allow_redirects=False,
+                )
+            except OAuthError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - Authlib raises its own tree and requests' errors
+                error = getattr(exc, "error", None)
+                if isinstance(error, str) and error:
+                    raise TokenExchange(f"the token endpoint answered {error}", error=error) from None
+                raise TokenExchange(f"the token request failed ({type(exc).__name__})") from None
+        finally:
+            oauth.close()
+        id_token = token.get("id_token")
+        access_token = token.get("access_token")
+        if not isinstance(id_token, str) or not id_token:
+            raise TokenExchange("the token endpoint answered without an id_token")
+        if not isinstance(access_token, str) or not access_token:
+            raise TokenExchange("the token endpoint answered without an access_token")
+        token_type = token.get("token_type", "Bearer")
+        if not isinstance(token_type, str) or token_type.lower() != "bearer":
+            raise TokenExchange(f"unsupported token_type {token_type!r}")
+        refresh = token.get("refresh_token")
+        expires_in = token.get("expires_in")
+        return TokenSet(
+            id_token=id_token,
+            access_token=access_token,
+            refresh_token=refresh if isinstance(refresh, str) else None,
+            expires_in=expires_in
+            if isinstance(expires_in, int) and not isinstance(expires_in, bool)
+            else None,
+        )
+
+    # --- token checks ----------------------------------------------------------------------------
+
+    def _verify(self, token: str, error: type[IdTokenValidation | LogoutTokenInvalid]) -> VerifiedClaims:
+        """Signature, ``exp``, ``iss``, ``aud`` through the one verification path; an
+        unknown ``kid`` refreshes the keys once (single-flight, debounced)."""
+        self.keys.ensure_fresh()
+        skew = self.config.clock_skew
+        for attempt in (1, 2):
+            verifier = self.keys.verifier(self.metadata.id_token_algorithms)
+            try:
+                return verifier.verify(
+                    token, self.client_id, issuer=self.issuer, leeway=skew, clock=self.clock
+                )
+            except UnknownKeyId as exc:
+                if attempt == 2 or not self.keys.refresh_for_unknown_kid(exc.kid):
+                    if error is IdTokenValidation:
+                        raise UnknownKid(exc.kid) from None
+                    raise error(
+                        TokenCheck.UNKNOWN_KID, "logout token signed with an unknown key id"
+                    ) from None
+            except TokenVerificationError as exc:
+                raise error(exc.reason, f"{error.__name__}: {exc.message}") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def validate_id_token(self, id_token: str, nonce: str) -> VerifiedClaims:
+        """The six ID-token checks plus algorithm pinning, ``crit`` and ``sub``.
+
+        :raises IdTokenValidation: (or :class:`UnknownKid`) naming the failed check.
+        """
+        claims = self._verify(id_token, IdTokenValidation)
+        check_id_token(
+            claims,
+            client_id=self.client_id,
+            nonce=nonce,
+            now=self.clock.now().timestamp(),
+            iat_bound=self.config.iat_bound,
+            clock_skew=self.config.clock_skew,
+        )
+        return claims
+
+    def fetch_userinfo(self, access_token: str, subject: str) -> dict[str, Any]:
+        """The userinfo claims; their ``sub`` must equal the ID token's.
+
+        :raises UserInfo: a refusal (401: the scopes lack what userinfo needs), a
+            non-JSON answer, or another ``sub``.
+        """
+        response = self.http.get(
+            self.metadata.userinfo_endpoint,
+            headers={"Authorization": f"Bearer {access_token}", "Accept": "application/json"},
+        )
+        if response.status == 401:
+            raise UserInfo("userinfo answered 401: the scopes may lack what userinfo needs (profile, email)")
+        if response.status != 200:
+            raise UserInfo(f"userinfo answered HTTP {response.status}")
+        try:
+            claims = response.json_object()
+        except ProviderUnreachable:
+            raise UserInfo(
+                "userinfo did not answer a JSON object (signed userinfo is not supported)"
+            ) from None
+        if claims.get("sub") != subject:
+            raise UserInfo("userinfo describes another subject than the ID token")
+        return claims
+
+    def verify_logout_jwt(self, token: Any) -> LogoutClaims:
+        """Every check of a back-channel logout token (size first, then signature, ``iss``,
+        ``aud``, ``azp``, ``exp``, ``iat``, ``events``, ``sub``/``sid``, no ``nonce``, ``jti``).
+
+        The ``jti`` replay check needs the shared store: see
+        :meth:`~flask_authflow.federation.login.FederationService.backchannel_logout`.
+
+        :raises LogoutTokenInvalid: naming the failed check.
+        """
+        text = check_logout_token_size(token)
+        claims = self._verify(text, LogoutTokenInvalid)
+        return check_logout_token(
+            claims,
+            client_id=self.client_id,
+            now=self.clock.now().timestamp(),
+            iat_bound=timedelta(minutes=5),
+            clock_skew=timedelta(seconds=60),
+        )
+
+    def build_end_session_url(
+        self, id_token_hint: str, post_logout_redirect_uri: str | None = None, state: str | None = None
+    ) -> str:
+        """The provider's end-session URL for RP-initiated logout.
+
+        :raises EndSessionRefused: the provider has no end-session endpoint, or
+            ``post_logout_redirect_uri`` is not on ``allowed_post_logout_redirect_uris``
+            (an empty list allows none).
+        """
+        endpoint = self.metadata.end_session_endpoint
+        if endpoint is None:
+            raise EndSessionRefused("the provider has no end_session_endpoint")
+        params: dict[str, str] = {"id_token_hint": id_token_hint, "client_id": self.client_id}
+        if post_logout_redirect_uri is not None:
+            if post_logout_redirect_uri not in self.config.allowed_post_logout_redirect_uris:
+                raise EndSessionRefused(
+                    "post_logout_redirect_uri is not on allowed_post_logout_redirect_uris"
+                )
+            params["post_logout_redirect_uri"] = post_logout_redirect_uri
+        if state is not None:
+            params["state"] = state
+        parts = urlsplit(endpoint)
+        query = f"{parts.query}&{urlencode(params)}" if parts.query else urlencode(params)
+        return urlunsplit((parts.scheme, parts.netloc, parts.path, query, ""))
+
+
+ProviderFactory = Callable[[str], "OAuthProviderConfig | OAuthProvider"]
+
+
+class ProviderRegistry:
+    """The providers of one app, by name (and tenant), built once and cached.
+
+    A definition is an :class:`OAuthProviderConfig`, a ready :class:`OAuthProvider`, or a
+    factory called with the tenant (per-tenant federation). Building (discovery) happens
+    on first use, once even when many requests ask at the same time (single-flight); a
+    failed build is not cached, so the next request tries again.
+    """
+
+    def __init__(self, *, http: HttpClient | None = None, clock: Clock | None = None) -> None:
+        self._definitions: dict[str, OAuthProviderConfig | OAuthProvider | ProviderFactory] = {}
+        self._built: dict[tuple[str, str | None], OAuthProvider] = {}
+        self._building: dict[tuple[str, str | None], threading.Lock] = {}
+        self._lock = threading.Lock()
+        self.http = http
+        self.clock = clock
+
+    def register(self, name: str, definition: OAuthProviderConfig | OAuthProvider | ProviderFactory) -> None:
+        """Register (or replace) a provider under ``name`` (a slug)."""
+        check_provider_name(name)
+        if not isinstance(definition, OAuthProviderConfig | OAuthProvider) and not callable(definition):
+            raise ConfigurationError(
+                f"provider {name!r}: expected an OAuthProviderConfig, an OAuthProvider or a factory"
+            )
+        with self._lock:
+            self._definitions[name] = definition
+            for key in [k for k in self._built if k[0] == name]:
+                del self._built[key]
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._definitions)
+
+    def __contains__(self, name: object) -> bool:
+        with self._lock:
+            return name in self._definitions
+
+    def get(self, name: str, tenant: str | None = None) -> OAuthProvider:
+        """The provider ``name`` (for ``tenant`` when its definition is a factory).
+
+        :raises UnknownProvider: no such provider. :raises Discovery, ProviderUnreachable:
+            building it failed (not cached).
+        """
+        if not isinstance(name, str) or not PROVIDER_NAME_RE.fullmatch(name):
+            raise UnknownProvider(f"no provider named {name!r}")
+        with self._lock:
+            definition = self._definitions.get(name)
+            if definition is None:
+                raise UnknownProvider(f"no provider named {name!r}")
+            key = (
+                name,
+                tenant if callable(definition) and not isinstance(definition, OAuthProvider) else None,
+            )
+            built = self._built.get(key)
+            if built is not None:
+                return built
+            building = self._building.setdefault(key, threading.Lock())
+        with building:  # single-flight: one thread discovers, the others wait and reuse
+            with self._lock:
+                built = self._built.get(key)
+            if built is not None:
+                return built
+            provider = self._build(name, definition, tenant)
+            with self._lock:
+                if self._definitions.get(name) is definition:
+                    self._built[key] = provider
+            return provider
+
+    def _build(
+        self, name: str, definition: OAuthProviderConfig | OAuthProvider | ProviderFactory, tenant: str | None
+    ) -> OAuthProvider:
+        if isinstance(definition, OAuthProvider):
+            return definition
+        made: Any = definition if isinstance(definition, OAuthProviderConfig) else definition(tenant or "")
+        if isinstance(made, OAuthProvider):
+            return made
+        if isinstance(made, Mapping):
+            made = OAuthProviderConfig.from_mapping(made, what=f"provider {name!r}")
+        if not isinstance(made, OAuthProviderConfig):
+            raise ConfigurationError(f"the factory of provider {name!r} returned {type(made).__name__}")
+        if tenant is not None and made.tenant is None:
+            made = replace(made, tenant=tenant)
+        return OAuthProvider.from_config(name, made, http=self.http, clock=self.clock)

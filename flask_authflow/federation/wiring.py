@@ -1,0 +1,80 @@
+"""Builds an app's federation from its configuration (``AuthFlow.init_app`` calls it).
+
+Imported only when providers are configured, so apps without federation never need the
+``[oidc]`` extra (``requests``, ``authlib``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask
+
+from ..clock import Clock
+from ..config import AuthFlowConfig
+from ..errors import ConfigurationError
+from ..state import AuthFlowHooks
+from .http import HttpClient, RequestsHttpClient
+from .links import FederationStore
+from .login import FederationService
+from .provider import OAuthProviderConfig, ProviderRegistry, check_provider_name
+from .views import OAUTH_BLUEPRINT, backchannel_logout, build_oauth_blueprint
+
+__all__ = ["build_federation", "register_oauth_blueprint"]
+
+
+def build_federation(
+    app: Flask,
+    config: AuthFlowConfig,
+    *,
+    backend: Any,
+    session_store: Any,
+    clock: Clock,
+    hooks: AuthFlowHooks,
+    definitions: Mapping[str, Any],
+    http_client: HttpClient | None,
+) -> FederationService:
+    """The app's :class:`FederationService` with every provider of ``AUTHFLOW_OAUTH_PROVIDERS``
+    and of ``definitions`` (``authflow.register_provider``) registered, not yet discovered.
+
+    :raises ConfigurationError: a provider entry is malformed, or the backend cannot store
+        identity links (it must implement :class:`FederationStore`).
+    """
+    if not isinstance(backend, FederationStore):
+        raise ConfigurationError(
+            f"{type(backend).__name__} cannot store identity links: federated login needs a backend "
+            "implementing FederationStore (InMemoryBackend, SqlAlchemyBackend)"
+        )
+    registry = ProviderRegistry(http=http_client or RequestsHttpClient(), clock=clock)
+    for name, entry in config.oauth_providers.items():
+        check_provider_name(name)
+        registry.register(
+            name, OAuthProviderConfig.from_mapping(entry, what=f"AUTHFLOW_OAUTH_PROVIDERS[{name!r}]")
+        )
+    for name, definition in definitions.items():
+        registry.register(name, definition)
+    accounts: Any = backend  # an AuthBackend: users are created there
+    return FederationService(
+        registry,
+        links=backend,
+        accounts=accounts,
+        session_store=session_store,
+        clock=clock,
+        default_tenant=config.default_tenant,
+        claims_mapper=lambda: hooks.claims_mapper,
+        sender=app,
+    )
+
+
+def register_oauth_blueprint(app: Flask, url_prefix: str) -> None:
+    """Register the ``authflow_oauth`` blueprint once; exempt the back-channel route from
+    Flask-WTF's CSRF check (the provider posts it, server to server)."""
+    if OAUTH_BLUEPRINT in app.blueprints:
+        return
+    blueprint = build_oauth_blueprint()
+    app.register_blueprint(blueprint, url_prefix=url_prefix or None)
+    csrf = app.extensions.get("csrf")
+    exempt = getattr(csrf, "exempt", None)
+    if callable(exempt):  # Flask-WTF names exempt views by "module.function"
+        exempt(f"{backchannel_logout.__module__}.{backchannel_logout.__name__}")
