@@ -2,28 +2,204 @@
 
 Passwords are read from a hidden prompt or from standard input
 (``--password-stdin``), never from the command line, where they would land in shell
-history and ``ps`` output. Commands print no secret or key material.
+history and ``ps`` output. Commands print no secret or key material, and session ids
+only hashed.
+
+Every command takes ``--json``: its result is then one JSON document on standard
+output, and so is an error (``{"error": code, "message": ...}``). Without ``--json`` an
+error is ``Error: <message>`` on standard error. Either way a failed command exits with
+status 1 (2 for a usage error) and never prints a traceback: :class:`AuthflowGroup`
+turns library errors, database errors and operating-system errors into that message.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from datetime import timedelta
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import IO, Any, TypeVar
 
 import click
 from flask.cli import AppGroup
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from .audit.sinks import hash_session_id
 from .audit.spool import SpoolAuditSink
 from .authn.identifiers import check_tenant, normalise_identifier
-from .errors import AuthFlowError
+from .authn.stores import UserRecord
+from .errors import AuthFlowError, StoreUnavailable, UserNotFound
+from .session.model import SessionRecord, describe_device, sid_hash
 from .state import account_admin, get_state
 
-__all__ = ["authflow_cli"]
+__all__ = ["AuthflowGroup", "CommandFailed", "authflow_cli"]
 
-authflow_cli = AppGroup("authflow", help="Manage flask-authflow users, sessions and issuer keys.")
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: ``ctx.meta`` key: the running command was given ``--json``.
+_JSON_KEY = "flask_authflow.cli.json"
+#: ``ctx.meta`` key: the arguments of ``flask authflow`` (to spot ``--json`` when parsing fails).
+_ARGS_KEY = "flask_authflow.cli.args"
+#: Characters of a session hash shown in text mode (JSON shows all 64).
+SHORT_HASH = 16
+#: Shortest session-hash prefix ``sessions revoke --session`` accepts.
+MIN_HASH_PREFIX = 8
+
+
+class CommandFailed(click.ClickException):
+    """A command failed: ``Error: <message>`` on stderr, or under ``--json`` the JSON
+    ``{"error": code, "message": message}`` on stdout; the exit status is ``exit_code``."""
+
+    def __init__(self, message: str, code: str = "error") -> None:
+        super().__init__(message)
+        self.code = code
+        self.as_json = False
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        if self.as_json:
+            click.echo(json.dumps({"error": self.code, "message": self.message}), file=file)
+        else:
+            super().show(file)
+
+
+class _UsageFailed(CommandFailed):
+    """A usage error under ``--json``: reported as JSON, exit status 2 as click gives."""
+
+    exit_code = 2
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line[:limit]
+
+
+def _database_detail(exc: SQLAlchemyError) -> str:
+    # The driver's own message: SQLAlchemy's text adds the statement and its parameters.
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        return _first_line(str(exc.orig)) or type(exc.orig).__name__
+    return _first_line(str(exc)) or type(exc).__name__
+
+
+def _database_message(exc: SQLAlchemyError) -> str:
+    if isinstance(exc, OperationalError | InterfaceError | PoolTimeoutError):
+        return f"the database is unreachable: {_database_detail(exc)}"
+    return f"database error: {_database_detail(exc)}"
+
+
+def _os_message(exc: OSError) -> str:
+    reason = exc.strerror or _first_line(str(exc)) or type(exc).__name__
+    return f"{reason}: {exc.filename}" if exc.filename is not None else reason
+
+
+def _authflow_message(error: AuthFlowError) -> str:
+    # "the authentication database is unavailable" says what; the driver says why.
+    cause = error.__cause__
+    if not isinstance(error, StoreUnavailable):
+        return error.message
+    if isinstance(cause, SQLAlchemyError):
+        return f"{error.message}: {_database_detail(cause)}"
+    if isinstance(cause, OSError):
+        return f"{error.message}: {_os_message(cause)}"
+    return error.message
+
+
+def _json_mode(ctx: click.Context) -> bool:
+    if _JSON_KEY in ctx.meta:
+        return bool(ctx.meta[_JSON_KEY])
+    # Parsing failed before the --json flag was read: look at the arguments.
+    args: list[str] = ctx.meta.get(_ARGS_KEY, [])
+    before_separator = args[: args.index("--")] if "--" in args else args
+    return "--json" in before_separator
+
+
+def _as_failure(exc: Exception) -> CommandFailed | None:
+    """The :class:`CommandFailed` that reports ``exc``, or ``None`` to let it through."""
+    if isinstance(exc, CommandFailed):
+        return exc
+    if isinstance(exc, click.UsageError):
+        return _UsageFailed(exc.format_message(), "usage_error")
+    if isinstance(exc, click.ClickException):
+        return CommandFailed(exc.format_message())
+    if isinstance(exc, click.Abort):
+        return CommandFailed("aborted", "aborted")
+    if isinstance(exc, AuthFlowError):
+        return CommandFailed(_authflow_message(exc), exc.code)
+    if isinstance(exc, SQLAlchemyError):
+        return CommandFailed(_database_message(exc), "store_unavailable")
+    if isinstance(exc, OSError):
+        return CommandFailed(_os_message(exc), "os_error")
+    return None
+
+
+class AuthflowGroup(AppGroup):
+    """The ``authflow`` group: errors of its commands (and of its sub-groups' commands)
+    become a message and a non-zero exit, never a traceback.
+
+    :class:`~flask_authflow.errors.AuthFlowError`, ``sqlalchemy.exc.SQLAlchemyError`` and
+    ``OSError`` end the command with ``Error: <message>`` and exit status 1; under
+    ``--json`` every error, usage errors included, is printed as JSON on stdout.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta.setdefault(_ARGS_KEY, list(args))
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:  # sorted below; anything else is re-raised as it is
+            as_json = _json_mode(ctx)
+            if not as_json and isinstance(exc, click.UsageError | click.Abort):
+                raise  # click's own report (usage line, "Aborted!")
+            failure = _as_failure(exc)
+            if failure is None:
+                raise
+            failure.as_json = as_json
+            if failure is exc:
+                raise
+            raise failure from None
+
+
+authflow_cli = AuthflowGroup(
+    "authflow", help="Manage flask-authflow users, sessions and issuer keys (--json on every command)."
+)
+
+
+# --- shared options and helpers ------------------------------------------------------------------
+
+
+def _remember_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    ctx.meta[_JSON_KEY] = value
+    return value
+
+
+def json_option(function: F) -> F:
+    """``--json``: read first (eager), so even a later usage error is reported as JSON."""
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        is_eager=True,
+        callback=_remember_json,
+        help="Print one JSON document on standard output (errors too).",
+    )(function)
+
+
+def tenant_option(function: F) -> F:
+    return click.option("--tenant", help="Tenant of the user (default: AUTHFLOW_DEFAULT_TENANT).")(function)
+
+
+def _emit(as_json: bool, document: Any, text: str) -> None:
+    click.echo(json.dumps(document, indent=2) if as_json else text)
+
+
+def _time(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _short_time(value: datetime) -> str:
+    return value.isoformat(timespec="seconds")
 
 
 def _read_password(password_stdin: bool, *, confirm: bool) -> str:
@@ -33,116 +209,220 @@ def _read_password(password_stdin: bool, *, confirm: bool) -> str:
         except UnicodeDecodeError:
             raise click.UsageError("the password on standard input is not valid UTF-8") from None
     else:
-        password = click.prompt("Password", hide_input=True, confirmation_prompt=confirm)
+        # On stderr: under --json, stdout carries the JSON document only.
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=confirm, err=True)
     if not password:
         raise click.UsageError("the password is empty")
     return password
 
 
 def _tenant(tenant: str | None) -> str:
-    return tenant or get_state().config.default_tenant
+    return check_tenant(tenant if tenant is not None else get_state().config.default_tenant)
 
 
-def _fail(error: AuthFlowError) -> None:
-    raise click.ClickException(error.message)
+@contextmanager
+def _about(username: str, tenant: str) -> Iterator[None]:
+    """Report :class:`UserNotFound` with the name and tenant asked for."""
+    try:
+        yield
+    except UserNotFound:
+        raise CommandFailed(f"no user {username!r} in tenant {tenant!r}", UserNotFound.code) from None
+
+
+def _find_user(username: str, tenant: str) -> UserRecord:
+    user = get_state().backend.find_user(tenant, normalise_identifier(username))
+    if user is None:
+        raise CommandFailed(f"no user {username!r} in tenant {tenant!r}", UserNotFound.code)
+    return user
+
+
+def _lock_subjects(user: UserRecord) -> tuple[str, str]:
+    # Logins count failures per normalised identifier; a step-up without one in the
+    # login flow counts them per "user:<id>" (see AuthnService.verify_factor).
+    return user.identifier, f"user:{user.user_id}"
+
+
+def _locked_until(user: UserRecord, now: datetime) -> datetime | None:
+    backend = get_state().backend
+    ends = [end for s in _lock_subjects(user) if (end := backend.locked_until(user.tenant, s, now))]
+    return max(ends) if ends else None
+
+
+def _user_document(user: UserRecord, locked_until: datetime | None = None) -> dict[str, Any]:
+    return {
+        "id": user.user_id,
+        "identifier": user.identifier,
+        "tenant": user.tenant,
+        "disabled": user.disabled,
+        "created_at": _time(user.created_at),
+        "locked": locked_until is not None,
+        "locked_until": _time(locked_until),
+    }
+
+
+# --- create-user, set-password ---------------------------------------------------------------------
 
 
 @authflow_cli.command("create-user")
 @click.argument("username")
-@click.option("--tenant", help="Tenant of the user (default: AUTHFLOW_DEFAULT_TENANT).")
+@tenant_option
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
-def create_user(username: str, tenant: str | None, password_stdin: bool) -> None:
+@json_option
+def create_user(username: str, tenant: str | None, password_stdin: bool, as_json: bool) -> None:
     """Create USERNAME with a password (prompted, or read from stdin)."""
-    state = get_state()
+    tenant_name = _tenant(tenant)
     password = _read_password(password_stdin, confirm=True)
-    try:
-        user = state.backend.create_user(_tenant(tenant), username, password)
-    except AuthFlowError as error:
-        _fail(error)
-        return
-    click.echo(f"created user {user.identifier!r} in tenant {user.tenant!r} (id {user.user_id})")
+    user = account_admin().create_user(tenant_name, username, password)
+    _emit(
+        as_json,
+        _user_document(user),
+        f"created user {user.identifier!r} in tenant {user.tenant!r} (id {user.user_id})",
+    )
 
 
 @authflow_cli.command("set-password")
 @click.argument("username")
-@click.option("--tenant", help="Tenant of the user (default: AUTHFLOW_DEFAULT_TENANT).")
+@tenant_option
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
-def set_password(username: str, tenant: str | None, password_stdin: bool) -> None:
+@json_option
+def set_password(username: str, tenant: str | None, password_stdin: bool, as_json: bool) -> None:
     """Set a new password for USERNAME; the user's sessions are revoked."""
+    tenant_name = _tenant(tenant)
     password = _read_password(password_stdin, confirm=True)
-    try:
-        revoked = account_admin().set_password(_tenant(tenant), username, password)
-    except AuthFlowError as error:
-        _fail(error)
-        return
-    click.echo(f"password of {normalise_identifier(username)!r} changed; {revoked} session(s) revoked")
+    with _about(username, tenant_name):
+        revoked = account_admin().set_password(tenant_name, username, password)
+    identifier = normalise_identifier(username)
+    _emit(
+        as_json,
+        {
+            "identifier": identifier,
+            "tenant": tenant_name,
+            "password_changed": True,
+            "sessions_revoked": revoked,
+        },
+        f"password of {identifier!r} changed; {revoked} session(s) revoked",
+    )
+
+
+# --- sessions --------------------------------------------------------------------------------------
 
 
 @authflow_cli.group("sessions")
 def sessions() -> None:
-    """List or revoke a user's sessions."""
+    """List or revoke a user's sessions (ids are shown hashed, never usable)."""
 
 
-def _find_user_id(username: str, tenant: str) -> str:
-    try:
-        user = get_state().backend.find_user(check_tenant(tenant), normalise_identifier(username))
-    except AuthFlowError as error:
-        raise click.ClickException(error.message) from None
-    if user is None:
-        raise click.ClickException(f"no user {username!r} in tenant {tenant!r}")
-    return str(user.user_id)
+def _session_document(record: SessionRecord) -> dict[str, Any]:
+    return {
+        "session_hash": sid_hash(record.sid),
+        "state": record.state.value,
+        "device": describe_device(record.device),
+        "user_agent": record.device,
+        "created_at": _time(record.created_at),
+        "last_seen_at": _time(record.last_seen_at),
+        "authenticated_at": _time(record.authenticated_at),
+        "auth_method": record.auth_method,
+    }
+
+
+def _session_line(record: SessionRecord) -> str:
+    return (
+        f"{sid_hash(record.sid)[:SHORT_HASH]}  {record.state.value:<16}  "
+        f"last seen {_short_time(record.last_seen_at)}  created {_short_time(record.created_at)}  "
+        f"{describe_device(record.device)}"
+    )
 
 
 @sessions.command("list")
 @click.option("--user", "username", required=True, help="The user's name.")
-@click.option("--tenant", help="Tenant of the user (default: AUTHFLOW_DEFAULT_TENANT).")
-def sessions_list(username: str, tenant: str | None) -> None:
-    """List the live sessions of a user (ids are shown hashed, never usable)."""
+@tenant_option
+@json_option
+def sessions_list(username: str, tenant: str | None, as_json: bool) -> None:
+    """List the live sessions of a user: hashed id, state, last seen, created, device.
+
+    Text mode shows the first 16 hex characters of the SHA-256 of each session id;
+    ``--json`` prints an array with the full hash, the device label and the raw User-Agent.
+    """
     tenant_name = _tenant(tenant)
-    state = get_state()
-    try:
-        records = state.session_store.list_user_sessions(tenant_name, _find_user_id(username, tenant_name))
-    except AuthFlowError as error:
-        _fail(error)
+    user = _find_user(username, tenant_name)
+    records = sorted(
+        get_state().session_store.list_user_sessions(tenant_name, user.user_id),
+        key=lambda record: record.last_seen_at,
+        reverse=True,
+    )
+    if as_json:
+        _emit(True, [_session_document(record) for record in records], "")
         return
     for record in records:
-        digest = str(hash_session_id(record.sid))[:16]
-        click.echo(
-            f"{digest}  {record.state.value:<16} created {record.created_at.isoformat()}  "
-            f"last seen {record.last_seen_at.isoformat()}"
-        )
+        click.echo(_session_line(record))
     click.echo(f"{len(records)} session(s)")
+
+
+def _resolve_session_hash(tenant: str, user_id: str, prefix: str) -> str:
+    wanted = prefix.strip().lower()
+    if len(wanted) < MIN_HASH_PREFIX or any(ch not in "0123456789abcdef" for ch in wanted):
+        raise click.BadParameter(
+            f"give the hash sessions list prints (at least {MIN_HASH_PREFIX} hex characters)",
+            param_hint="--session",
+        )
+    hashes = {sid_hash(r.sid) for r in get_state().session_store.list_user_sessions(tenant, user_id)}
+    matches = [h for h in hashes if h.startswith(wanted)]
+    if not matches:
+        raise CommandFailed(f"the user has no session {prefix!r}", "session_not_found")
+    if len(matches) > 1:
+        raise CommandFailed(f"{prefix!r} matches {len(matches)} sessions: give more of the hash", "ambiguous")
+    return matches[0]
 
 
 @sessions.command("revoke")
 @click.option("--user", "username", required=True, help="The user's name.")
-@click.option("--tenant", help="Tenant of the user (default: AUTHFLOW_DEFAULT_TENANT).")
-def sessions_revoke(username: str, tenant: str | None) -> None:
-    """Revoke every session of a user."""
+@tenant_option
+@click.option(
+    "--session",
+    "session_hash",
+    metavar="HASH",
+    help="Revoke only this session: its hash as sessions list shows it (or any unique prefix).",
+)
+@json_option
+def sessions_revoke(username: str, tenant: str | None, session_hash: str | None, as_json: bool) -> None:
+    """Revoke every session of a user, or one with --session HASH."""
     tenant_name = _tenant(tenant)
-    state = get_state()
-    try:
-        count = state.session_store.delete_user_sessions(tenant_name, _find_user_id(username, tenant_name))
-    except AuthFlowError as error:
-        _fail(error)
+    user = _find_user(username, tenant_name)
+    admin = account_admin()
+    document: dict[str, Any] = {"identifier": user.identifier, "tenant": tenant_name}
+    if session_hash is None:
+        count = admin.revoke_sessions(tenant_name, user.user_id)
+        _emit(as_json, {**document, "sessions_revoked": count}, f"{count} session(s) revoked")
         return
-    click.echo(f"{count} session(s) revoked")
+    full = _resolve_session_hash(tenant_name, user.user_id, session_hash)
+    if not admin.revoke_session(tenant_name, user.user_id, full):
+        # It ended (or its id rotated) between the lookup and the revocation.
+        raise CommandFailed(f"the user has no session {session_hash!r}", "session_not_found")
+    _emit(
+        as_json,
+        {**document, "session_hash": full, "sessions_revoked": 1},
+        f"session {full[:SHORT_HASH]} revoked",
+    )
+
+
+# --- issuer keys and tokens ------------------------------------------------------------------------
 
 
 def _issuer() -> Any:
     issuer = get_state().issuer
     if issuer is None:
-        raise click.ClickException(
-            "the local issuer is off: set AUTHFLOW_ISSUER (and AUTHFLOW_ISSUER_KEY_STORE)"
+        raise CommandFailed(
+            "the local issuer is off: set AUTHFLOW_ISSUER (and AUTHFLOW_ISSUER_KEY_STORE)", "issuer_off"
         )
     from .issuer import MemoryLocalIdpKeyStore
 
     if isinstance(issuer.key_store, MemoryLocalIdpKeyStore):
         # Each CLI run would get its own throwaway key: no server would ever see it.
-        raise click.ClickException(
+        raise CommandFailed(
             "AUTHFLOW_ISSUER_KEY_STORE='memory' keeps keys in this process only: this command "
             "would use a throwaway key that no server ever sees. Use 'sql' (the default) or "
-            "'file:<directory>'"
+            "'file:<directory>'",
+            "configuration_error",
         )
     return issuer
 
@@ -169,7 +449,8 @@ def _issuer() -> Any:
 @click.option(
     "--force", is_flag=True, help="Skip the wait: activate early, or rotate at once without staging."
 )
-def rotate_key(algorithm: str | None, kid: str | None, step: str | None, force: bool) -> None:
+@json_option
+def rotate_key(algorithm: str | None, kid: str | None, step: str | None, force: bool, as_json: bool) -> None:
     """Rotate the issuer's signing key.
 
     The safe procedure relying parties can follow: ``--stage`` publishes the next key;
@@ -181,16 +462,16 @@ def rotate_key(algorithm: str | None, kid: str | None, step: str | None, force: 
     from .issuer import LocalIdpSigningKey
 
     issuer = _issuer()
-    try:
-        if step == "prune":
-            pruned = issuer.prune_retired_keys()
-            click.echo(f"pruned {len(pruned)} retired key(s){': ' + ', '.join(pruned) if pruned else ''}")
-            return
-        staged = issuer.rotation_state().staged_kid
-        if step == "activate" or (step is None and staged is not None):
-            new_kid = issuer.activate_staged_key(force=force)
-            click.echo(f"new current key {new_kid}; the JWKS has {len(issuer.jwks()['keys'])} key(s)")
-            return
+    document: dict[str, Any]
+    if step == "prune":
+        pruned = issuer.prune_retired_keys()
+        text = f"pruned {len(pruned)} retired key(s){': ' + ', '.join(pruned) if pruned else ''}"
+        document = {"action": "pruned", "pruned": pruned}
+    elif step == "activate" or (step is None and issuer.rotation_state().staged_kid is not None):
+        new_kid = issuer.activate_staged_key(force=force)
+        text = f"new current key {new_kid}; the JWKS has {len(issuer.jwks()['keys'])} key(s)"
+        document = {"action": "activated", "kid": new_kid, "algorithm": issuer.algorithm}
+    else:
         # Relying parties pin the algorithm they were told about: keep it unless asked.
         key = LocalIdpSigningKey.generate(algorithm or get_state().config.issuer_algorithm)
         if kid is not None:
@@ -198,20 +479,25 @@ def rotate_key(algorithm: str | None, kid: str | None, step: str | None, force: 
         if step == "stage":
             issuer.stage_signing_key(key)
             wait = issuer.jwks_max_age
-            click.echo(f"staged key {key.kid} ({key.algorithm}); activate it with rotate-key after {wait}")
-            return
-        if not force:
-            raise click.ClickException(
+            text = f"staged key {key.kid} ({key.algorithm}); activate it with rotate-key after {wait}"
+            document = {
+                "action": "staged",
+                "kid": key.kid,
+                "algorithm": key.algorithm,
+                "activate_after_seconds": int(wait.total_seconds()),
+            }
+        elif not force:
+            raise CommandFailed(
                 "nothing is staged: run rotate-key --stage, wait AUTHFLOW_ISSUER_JWKS_MAX_AGE, then "
-                "rotate-key (or --force to sign with a new key at once)"
+                "rotate-key (or --force to sign with a new key at once)",
+                "nothing_staged",
             )
-        issuer.rotate_signing_key(key)
-    except AuthFlowError as error:
-        _fail(error)
-        return
-    click.echo(
-        f"new current key {key.kid} ({key.algorithm}); the JWKS now has {len(issuer.jwks()['keys'])} key(s)"
-    )
+        else:
+            issuer.rotate_signing_key(key)
+            size = len(issuer.jwks()["keys"])
+            text = f"new current key {key.kid} ({key.algorithm}); the JWKS now has {size} key(s)"
+            document = {"action": "rotated", "kid": key.kid, "algorithm": key.algorithm}
+    _emit(as_json, {**document, "jwks_keys": len(issuer.jwks()["keys"])}, text)
 
 
 def _parse_claim(text: str) -> tuple[str, Any]:
@@ -231,69 +517,153 @@ def _parse_claim(text: str) -> tuple[str, Any]:
     "--ttl", type=click.IntRange(min=1), default=300, show_default=True, help="Lifetime in seconds."
 )
 @click.option("--claim", "claims", multiple=True, help="Extra claim k=v (v parsed as JSON when it is JSON).")
-def mint(subject: str, audiences: tuple[str, ...], ttl: int, claims: tuple[str, ...]) -> None:
+@json_option
+def mint(subject: str, audiences: tuple[str, ...], ttl: int, claims: tuple[str, ...], as_json: bool) -> None:
     """Mint a token with the current key and print it."""
     from .issuer import MintClaims
 
     issuer = _issuer()
-    try:
-        exp = issuer.clock.now() + timedelta(seconds=ttl)
-        request = MintClaims(subject, exp).with_audiences(audiences)
-        for item in claims:
-            name, value = _parse_claim(item)
-            request = request.with_custom_claim(name, value)
-        token = issuer.mint(request)
-    except AuthFlowError as error:
-        _fail(error)
-        return
-    click.echo(token)
+    exp = issuer.clock.now() + timedelta(seconds=ttl)
+    request = MintClaims(subject, exp).with_audiences(audiences)
+    for item in claims:
+        name, value = _parse_claim(item)
+        request = request.with_custom_claim(name, value)
+    minted = issuer.mint_with_details(request)
+    _emit(
+        as_json,
+        {
+            "token": minted.token,
+            "kid": minted.key_id,
+            "algorithm": minted.algorithm,
+            "claims": dict(minted.claims),
+        },
+        minted.token,
+    )
+
+
+# --- users -----------------------------------------------------------------------------------------
 
 
 @authflow_cli.group("users")
 def users() -> None:
-    """Disable, enable or delete users (disabling and deleting end their sessions)."""
+    """List, disable, enable, unlock or delete users (disabling and deleting end their sessions)."""
+
+
+@users.command("list")
+@click.option("--tenant", help="Only this tenant (default: AUTHFLOW_DEFAULT_TENANT).")
+@click.option("--all-tenants", is_flag=True, help="Every tenant (not with --tenant).")
+@json_option
+def users_list(tenant: str | None, all_tenants: bool, as_json: bool) -> None:
+    """List users: identifier, id, tenant, whether disabled and whether locked out now."""
+    if all_tenants and tenant is not None:
+        raise click.UsageError("give --tenant or --all-tenants, not both")
+    state = get_state()
+    tenant_name = None if all_tenants else _tenant(tenant)
+    now = state.clock.now()
+    rows = [(user, _locked_until(user, now)) for user in state.backend.list_users(tenant_name)]
+    if as_json:
+        _emit(True, [_user_document(user, until) for user, until in rows], "")
+        return
+    table = [("IDENTIFIER", "ID", "TENANT", "DISABLED", "LOCKED")] + [
+        (
+            user.identifier,
+            user.user_id,
+            user.tenant,
+            "yes" if user.disabled else "no",
+            f"until {_short_time(until)}" if until is not None else "no",
+        )
+        for user, until in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    where = "all tenants" if tenant_name is None else f"tenant {tenant_name!r}"
+    click.echo(f"{len(rows)} user(s) in {where}")
 
 
 @users.command("disable")
 @click.argument("username")
-@click.option("--tenant", help="Tenant of the user (default: AUTHFLOW_DEFAULT_TENANT).")
-def users_disable(username: str, tenant: str | None) -> None:
+@tenant_option
+@json_option
+def users_disable(username: str, tenant: str | None, as_json: bool) -> None:
     """Disable USERNAME: logins fail and every session of the user ends now."""
-    try:
-        revoked = account_admin().disable(_tenant(tenant), username)
-    except AuthFlowError as error:
-        _fail(error)
-        return
-    click.echo(f"user {normalise_identifier(username)!r} disabled; {revoked} session(s) revoked")
+    tenant_name = _tenant(tenant)
+    with _about(username, tenant_name):
+        revoked = account_admin().disable(tenant_name, username)
+    identifier = normalise_identifier(username)
+    _emit(
+        as_json,
+        {"identifier": identifier, "tenant": tenant_name, "disabled": True, "sessions_revoked": revoked},
+        f"user {identifier!r} disabled; {revoked} session(s) revoked",
+    )
 
 
 @users.command("enable")
 @click.argument("username")
-@click.option("--tenant", help="Tenant of the user (default: AUTHFLOW_DEFAULT_TENANT).")
-def users_enable(username: str, tenant: str | None) -> None:
-    """Allow USERNAME to log in again."""
-    try:
-        account_admin().enable(_tenant(tenant), username)
-    except AuthFlowError as error:
-        _fail(error)
-        return
-    click.echo(f"user {normalise_identifier(username)!r} enabled")
+@tenant_option
+@json_option
+def users_enable(username: str, tenant: str | None, as_json: bool) -> None:
+    """Allow USERNAME to log in again (a lockout stays: see users unlock)."""
+    tenant_name = _tenant(tenant)
+    with _about(username, tenant_name):
+        account_admin().enable(tenant_name, username)
+    identifier = normalise_identifier(username)
+    _emit(
+        as_json,
+        {"identifier": identifier, "tenant": tenant_name, "disabled": False},
+        f"user {identifier!r} enabled",
+    )
+
+
+@users.command("unlock")
+@click.argument("username")
+@tenant_option
+@json_option
+def users_unlock(username: str, tenant: str | None, as_json: bool) -> None:
+    """End USERNAME's lockout and forget its counted failures (the full number of tries again)."""
+    state = get_state()
+    tenant_name = _tenant(tenant)
+    user = _find_user(username, tenant_name)
+    until = _locked_until(user, state.clock.now())
+    for subject in _lock_subjects(user):
+        state.backend.clear_lock(user.tenant, subject)
+    if until is not None:
+        text = f"user {user.identifier!r} unlocked (the lock ran until {_short_time(until)})"
+    else:
+        text = f"user {user.identifier!r} was not locked; its failure count is reset"
+    _emit(
+        as_json,
+        {
+            "identifier": user.identifier,
+            "tenant": user.tenant,
+            "was_locked": until is not None,
+            "locked_until": _time(until),
+        },
+        text,
+    )
 
 
 @users.command("delete")
 @click.argument("username")
-@click.option("--tenant", help="Tenant of the user (default: AUTHFLOW_DEFAULT_TENANT).")
+@tenant_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def users_delete(username: str, tenant: str | None, yes: bool) -> None:
+@json_option
+def users_delete(username: str, tenant: str | None, yes: bool, as_json: bool) -> None:
     """Delete USERNAME with its factors; its sessions end now (audit rows stay)."""
+    tenant_name = _tenant(tenant)
     if not yes:
-        click.confirm(f"delete user {username!r} and end their sessions?", abort=True)
-    try:
-        revoked = account_admin().delete(_tenant(tenant), username)
-    except AuthFlowError as error:
-        _fail(error)
-        return
-    click.echo(f"user {normalise_identifier(username)!r} deleted; {revoked} session(s) revoked")
+        click.confirm(f"delete user {username!r} and end their sessions?", abort=True, err=True)
+    with _about(username, tenant_name):
+        revoked = account_admin().delete(tenant_name, username)
+    identifier = normalise_identifier(username)
+    _emit(
+        as_json,
+        {"identifier": identifier, "tenant": tenant_name, "deleted": True, "sessions_revoked": revoked},
+        f"user {identifier!r} deleted; {revoked} session(s) revoked",
+    )
+
+
+# --- audit -----------------------------------------------------------------------------------------
 
 
 @authflow_cli.group("audit")
@@ -302,15 +672,22 @@ def audit() -> None:
 
 
 @audit.command("replay-spool")
-def audit_replay_spool() -> None:
+@json_option
+def audit_replay_spool(as_json: bool) -> None:
     """Move audit rows spooled while the audit store was down into the store."""
     state = get_state()
     spool = state.service.audit_fallback
     if not isinstance(spool, SpoolAuditSink):
-        raise click.ClickException("this app has no audit spool file")
+        raise CommandFailed("this app has no audit spool file", "no_spool")
     try:
         moved = spool.replay(state.backend)
     except AuthFlowError as error:
         left = len(spool.records())
-        raise click.ClickException(f"{error.message}; {left} row(s) remain in {spool.path}") from None
-    click.echo(f"{moved} audit row(s) moved from {spool.path}")
+        raise CommandFailed(
+            f"{_authflow_message(error)}; {left} row(s) remain in {spool.path}", error.code
+        ) from None
+    _emit(
+        as_json,
+        {"moved": moved, "remaining": len(spool.records()), "spool": str(spool.path)},
+        f"{moved} audit row(s) moved from {spool.path}",
+    )

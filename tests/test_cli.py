@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 
+import click
 import pytest
 from flask import Flask
 
 from flask_authflow import AuthFlow, InMemoryBackend, get_state
+from flask_authflow.authn.factors.password import PasswordHasher
+from flask_authflow.cli import authflow_cli
+from flask_authflow.clock import MockClock
 from flask_authflow.session.stores import MemorySessionStore
 from flask_authflow.testing.pytest_plugin import login_test_client
 
 
 @pytest.fixture
-def app(mock_clock, authflow_hasher) -> Flask:
+def app(mock_clock: MockClock, authflow_hasher: PasswordHasher) -> Flask:
     app = Flask(__name__)
     app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
     AuthFlow(
@@ -124,3 +129,68 @@ def test_sessions_list_and_revoke(app: Flask) -> None:
     unknown = runner.invoke(args=["authflow", "sessions", "list", "--user", "nobody"])
     assert unknown.exit_code == 1
     assert "no user 'nobody'" in unknown.output
+
+
+# --- the shape every command shares ------------------------------------------------------------------
+
+
+def leaf_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], click.Command]:
+    found: dict[tuple[str, ...], click.Command] = {}
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            found.update(leaf_commands(command, (*prefix, name)))
+        else:
+            found[(*prefix, name)] = command
+    return found
+
+
+COMMANDS = leaf_commands(authflow_cli)
+USER_AND_SESSION_COMMANDS = [
+    path for path in COMMANDS if path[0] in ("users", "sessions", "create-user", "set-password")
+]
+
+
+def test_the_group_has_the_operator_commands() -> None:
+    assert set(COMMANDS) >= {
+        ("create-user",),
+        ("set-password",),
+        ("sessions", "list"),
+        ("sessions", "revoke"),
+        ("users", "list"),
+        ("users", "disable"),
+        ("users", "enable"),
+        ("users", "unlock"),
+        ("users", "delete"),
+        ("rotate-key",),
+        ("mint",),
+        ("audit", "replay-spool"),
+    }
+
+
+@pytest.mark.parametrize("path", sorted(COMMANDS), ids=" ".join)
+def test_every_command_takes_json(path: tuple[str, ...]) -> None:
+    options = {opt for param in COMMANDS[path].params for opt in getattr(param, "opts", [])}
+    assert "--json" in options
+
+
+@pytest.mark.parametrize("path", sorted(USER_AND_SESSION_COMMANDS), ids=" ".join)
+def test_every_user_and_session_command_takes_tenant(path: tuple[str, ...]) -> None:
+    options = {opt for param in COMMANDS[path].params for opt in getattr(param, "opts", [])}
+    assert "--tenant" in options
+
+
+@pytest.mark.parametrize("path", sorted(COMMANDS), ids=" ".join)
+def test_every_command_is_run_by_a_test(path: tuple[str, ...]) -> None:
+    # A new command without a test that runs it fails here.
+    sources = "\n".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py"))
+    spelled = ", ".join(f'"{part}"' for part in path)
+    assert spelled in sources, f"no test runs {' '.join(path)!r}"
+
+
+def test_help_lists_every_command(app: Flask) -> None:
+    result = app.test_cli_runner().invoke(args=["authflow", "users", "--help"])
+    assert result.exit_code == 0
+    for name in ("list", "disable", "enable", "unlock", "delete"):
+        assert name in result.output
+    sessions = app.test_cli_runner().invoke(args=["authflow", "sessions", "revoke", "--help"])
+    assert "--session HASH" in sessions.output and "--json" in sessions.output
