@@ -13,12 +13,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 import requests
+from flask import Flask
 from werkzeug.serving import make_server
 
 from examples.reference.app import create_app
+from flask_authflow import get_state
 from tests.oidc_parts import OidcProviderProcess, drive_login, drive_logout, start_oidc_provider, wait_until
 from tests.parts import free_port
 
@@ -29,6 +32,12 @@ pytestmark = [pytest.mark.http, pytest.mark.node]
 class Deployment:
     rp: str
     op: OidcProviderProcess
+    app: Flask
+
+    def user_id(self, identifier: str) -> str:
+        user = get_state(self.app).backend.find_user("default", identifier)
+        assert user is not None, identifier
+        return user.user_id
 
     def sign_in(self, browser: requests.Session, user: str, provider: str = "op") -> requests.Response:
         start = browser.get(f"{self.rp}/auth/login/{provider}", allow_redirects=False, timeout=10)
@@ -79,7 +88,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        yield Deployment(rp, op)
+        yield Deployment(rp, op, app)
     finally:
         server.shutdown()
         server.server_close()
@@ -93,13 +102,14 @@ def test_sign_in_shows_the_user_on_the_dashboard(deployment: Deployment) -> None
     assert landed.headers["Location"] == "/dashboard"
     dashboard = browser.get(f"{deployment.rp}/dashboard", timeout=10)
     assert dashboard.status_code == 200
-    assert "op:ivan" in dashboard.text
+    assert dashboard.text == f"dashboard of user {deployment.user_id('op:ivan')} in tenant default\n"
 
 
 def test_es256_id_tokens_sign_in_too(deployment: Deployment) -> None:
     browser = requests.Session()
     deployment.sign_in(browser, "judy", provider="op-es256")
-    assert "op-es256:judy" in browser.get(f"{deployment.rp}/dashboard", timeout=10).text
+    page = browser.get(f"{deployment.rp}/dashboard", timeout=10).text
+    assert deployment.user_id("op-es256:judy") in page
 
 
 def test_the_login_page_offers_each_provider(deployment: Deployment) -> None:
@@ -112,8 +122,17 @@ def test_back_channel_logout_from_the_provider_ends_the_session(deployment: Depl
     deployment.sign_in(browser, "karl")
     assert browser.get(f"{deployment.rp}/dashboard", timeout=10).status_code == 200
     # Sign out at the provider only: it confirms, then POSTs a logout token to the app.
-    end_session = deployment.op.discovery()["end_session_endpoint"]
-    drive_logout(f"{end_session}?client_id={deployment.op.client_id}", browser, issuer=deployment.op.issuer)
+    end_session = (
+        deployment.op.discovery()["end_session_endpoint"]
+        + "?"
+        + urlencode(
+            {
+                "client_id": deployment.op.client_id,
+                "post_logout_redirect_uri": f"{deployment.rp}/auth/logout/return/op",
+            }
+        )
+    )
+    drive_logout(end_session, browser, issuer=deployment.op.issuer)
     assert wait_until(lambda: browser.get(f"{deployment.rp}/dashboard", timeout=10).status_code == 401)
     assert "backchannel logout to reference-app sent" in deployment.op.output()
 

@@ -257,12 +257,14 @@ class JwtVerifier:
         if len(parts) != 3:
             raise TokenVerificationError("malformed token: expected three segments")
         header_b64, payload_b64, signature_b64 = parts
-        if not header_b64 or not payload_b64 or not signature_b64:
+        if not header_b64 or not payload_b64:
             raise TokenVerificationError("malformed token: empty segment")
 
         header, alg, kid = _parse_header(header_b64)
-        if alg not in allowed:
+        if alg not in allowed:  # before the signature: "alg": "none" is named as such
             raise TokenVerificationError("algorithm not allowed", TokenCheck.ALGORITHM)
+        if not signature_b64:
+            raise TokenVerificationError("malformed token: empty signature")
         selected = self._select_key(kid, alg)
         try:
             signature = b64url_decode(signature_b64)
