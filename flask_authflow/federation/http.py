@@ -1,0 +1,478 @@
+"""The one HTTP layer of provider traffic: discovery, JWKS, userinfo and the token request.
+
+Every request to an OpenID provider goes through an :class:`HttpClient`, so the rules
+live in one place:
+
+* **https only**, except plain http on a loopback host (``127.0.0.1``, ``::1``,
+  ``localhost``) for development and tests; no credentials and no fragment in the URL
+  (:func:`check_provider_url`, also used to check the endpoints of a discovery document);
+* **timeouts** on connecting and on reading (5 s and 10 s by default);
+* **a size cap** on every answer (1 MiB by default), enforced while the body streams in,
+  so an answer without ``Content-Length`` cannot grow past it either, and refused at once
+  when ``Content-Length`` already says it is too large;
+* **no redirects**: a provider endpoint that answers 3xx is misconfigured or
+  compromised, so a 3xx raises :class:`ProviderUnreachable` (to any host, the same one
+  included) instead of being followed;
+* transport failures (timeouts, refused connections, TLS errors, oversize answers)
+  raise :class:`ProviderUnreachable` naming the host and the kind of failure, never the
+  body. Other statuses (4xx, 5xx) are returned: callers know what each one means.
+
+:class:`RequestsHttpClient` implements it on a :class:`requests.Session` whose adapters
+enforce the rules. :meth:`~HttpClient.mount_into` puts the same adapters on another
+session, such as Authlib's ``OAuth2Session`` for the token request, so it obeys them
+too. ``requests`` is in the ``[oidc]`` extra: this module imports it only when a
+:class:`RequestsHttpClient` is built.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from urllib.parse import urlsplit
+
+from ..errors import MissingExtraError
+from .errors import Discovery, ProviderUnreachable
+
+if TYPE_CHECKING:
+    import requests
+    import requests.adapters
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_READ_TIMEOUT",
+    "LOOPBACK_HOSTS",
+    "HttpClient",
+    "HttpResponse",
+    "RequestsHttpClient",
+    "ResponseHeaders",
+    "check_provider_url",
+]
+
+DEFAULT_CONNECT_TIMEOUT: Final = 5.0
+DEFAULT_READ_TIMEOUT: Final = 10.0
+#: The largest answer accepted from a provider, in bytes (after content decoding).
+DEFAULT_MAX_BYTES: Final = 1_048_576
+#: Hosts on which plain http is allowed (development servers and tests).
+LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "::1", "localhost"})
+_MAX_URL_LENGTH: Final = 4096
+_CHUNK: Final = 65_536
+_USER_AGENT: Final = "flask-authflow"
+
+
+# --- URLs ------------------------------------------------------------------------------------------
+
+
+def _shown(url: str) -> str:
+    """``url`` as it may appear in a message (bounded length)."""
+    return url if len(url) <= 200 else url[:200] + "..."
+
+
+def check_provider_url(
+    url: str, what: str = "provider URL", *, error: Callable[[str], Exception] = Discovery
+) -> str:
+    """Return ``url`` when a provider may be reached at it (or redirected back to it).
+
+    Accepted: ``https://host/...``, and ``http://`` on a loopback host only
+    (:data:`LOOPBACK_HOSTS`). Refused: other schemes, http elsewhere, a URL without a
+    host, with credentials (``https://user:pw@host``), with a fragment, with whitespace,
+    control characters or backslashes (which parsers disagree on).
+
+    :param what: the name of the setting or document field, for the message.
+    :param error: the exception class to raise, called with the message (e.g.
+        :class:`~flask_authflow.errors.ConfigurationError` when checking configuration).
+    :raises Discovery: (by default) naming ``what`` (``jwks_uri``, ``token_endpoint``,
+        ...); the message never repeats credentials.
+    """
+    refusal = f"{what} must be an https URL (http only on loopback)"
+    if not isinstance(url, str) or not url:
+        raise error(f"{refusal}: {url!r}")
+    if len(url) > _MAX_URL_LENGTH:
+        raise error(f"{what} is longer than {_MAX_URL_LENGTH} characters")
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F or ch == "\\" for ch in url):
+        raise error(f"{what} contains whitespace, control characters or a backslash")
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        _ = parts.port  # a malformed port raises ValueError
+    except ValueError:
+        raise error(f"{refusal}: {_shown(url)}") from None
+    if "@" in parts.netloc:
+        raise error(f"{what} must not carry credentials (user:password@host)")
+    if not host:
+        raise error(f"{refusal}: {_shown(url)}")
+    if parts.scheme == "https" or (parts.scheme == "http" and host in LOOPBACK_HOSTS):
+        if "#" in url:
+            raise error(f"{what} must not have a fragment: {_shown(url)}")
+        return url
+    raise error(f"{refusal}: {_shown(url)}")
+
+
+def _host(url: str) -> str:
+    try:
+        return urlsplit(url).hostname or "the provider"
+    except ValueError:
+        return "the provider"
+
+
+# --- responses -------------------------------------------------------------------------------------
+
+
+class ResponseHeaders(Mapping[str, str]):
+    """Read-only response headers; names are matched case-insensitively."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, headers: Mapping[str, str] | None = None) -> None:
+        items: dict[str, tuple[str, str]] = {}
+        for name, value in (headers or {}).items():
+            items[name.lower()] = (name, value)
+        self._items = items
+
+    def __getitem__(self, name: str) -> str:
+        return self._items[name.lower()][1]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return (original for original, _ in self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"ResponseHeaders({dict(self.items())!r})"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("duplicate member")  # ambiguous: parsers disagree on which one wins
+    return result
+
+
+_DECODER: Final = json.JSONDecoder(object_pairs_hook=_unique_object, parse_constant=_reject_constant)
+
+
+def _is_json_media_type(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "application/json":
+        return True
+    kind, _, subtype = media.partition("/")
+    return bool(kind) and subtype.endswith("+json") and len(subtype) > len("+json")
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    """A provider's answer, read in full (within the size cap).
+
+    ``headers`` is case-insensitive (any mapping given is wrapped). The body is kept out
+    of ``repr``: it may carry claims or tokens.
+    """
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes = field(repr=False)
+    url: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.headers, ResponseHeaders):
+            object.__setattr__(self, "headers", ResponseHeaders(self.headers))
+
+    def json_object(self) -> dict[str, Any]:
+        """The body as a JSON object.
+
+        The ``Content-Type`` must be JSON (``application/json`` or any ``*/*+json``,
+        such as ``application/jwk-set+json``) when the provider sends one; an answer
+        without ``Content-Type`` is still parsed (lenient: some minimal servers leave it
+        out, and the strict parse below refuses anything that is not a JSON object
+        anyway). The body must be UTF-8 JSON; duplicate members, ``NaN`` and
+        ``Infinity`` are refused.
+
+        :raises ProviderUnreachable: "<host> did not answer a JSON object (...)"; the
+            body is never quoted.
+        """
+        host = _host(self.url)
+        content_type = self.headers.get("content-type")
+        if content_type is not None and not _is_json_media_type(content_type):
+            media = content_type.split(";", 1)[0].strip()[:80]
+            raise ProviderUnreachable(f"{host} did not answer a JSON object (Content-Type {media!r})")
+        try:
+            value = _DECODER.decode(self.body.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raise ProviderUnreachable(f"{host} did not answer a JSON object (not JSON)") from None
+        if not isinstance(value, dict):
+            raise ProviderUnreachable(
+                f"{host} did not answer a JSON object (a JSON {type(value).__name__} instead)"
+            )
+        return value
+
+
+# --- the client protocol ---------------------------------------------------------------------------
+
+
+@runtime_checkable
+class HttpClient(Protocol):
+    """What federation needs from HTTP; inject another implementation in tests."""
+
+    @property
+    def timeout(self) -> tuple[float, float]:
+        """``(connect, read)`` timeouts in seconds (also passed to Authlib's token request)."""
+        ...
+
+    def get(self, url: str, *, headers: Mapping[str, str] | None = None) -> HttpResponse:
+        """GET ``url``; non-2xx statuses are returned.
+
+        :raises Discovery: ``url`` is not an acceptable provider URL.
+        :raises ProviderUnreachable: timeout, connection or TLS failure, oversize answer,
+            or a redirect.
+        """
+        ...
+
+    def post_form(
+        self,
+        url: str,
+        data: Mapping[str, str],
+        *,
+        headers: Mapping[str, str] | None = None,
+        auth: tuple[str, str] | None = None,
+    ) -> HttpResponse:
+        """POST ``data`` form-encoded (``auth``: HTTP Basic user and password); like :meth:`get`."""
+        ...
+
+    def mount_into(self, session: requests.Session) -> None:
+        """Make ``session`` (a ``requests.Session`` such as Authlib's ``OAuth2Session``)
+        send through this client's transport: same adapters, size cap, URL check,
+        default timeouts and no redirects."""
+        ...
+
+
+# --- the requests implementation -------------------------------------------------------------------
+
+
+def _failure_kind(exc: BaseException) -> str:
+    """What went wrong, in words, from a ``requests`` exception (never its message)."""
+    import requests
+    from urllib3.exceptions import ReadTimeoutError
+
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return "timed out connecting"
+    if isinstance(exc, requests.exceptions.ReadTimeout):
+        return "timed out reading the answer"
+    if isinstance(exc, requests.exceptions.SSLError):
+        return "TLS failure (certificate or handshake)"
+    if isinstance(exc, requests.exceptions.ProxyError):
+        return "proxy failure"
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        if any(isinstance(arg, ReadTimeoutError) for arg in exc.args):
+            return "timed out reading the answer"  # raised while the body streams in
+        return "connection failed"
+    if isinstance(exc, requests.exceptions.ChunkedEncodingError | requests.exceptions.ContentDecodingError):
+        return "malformed answer"
+    return f"request failed ({type(exc).__name__})"
+
+
+@functools.cache
+def _capped_adapter_class() -> Callable[..., requests.adapters.BaseAdapter]:
+    import requests
+    import requests.adapters
+
+    class CappedAdapter(requests.adapters.BaseAdapter):
+        """Wraps a transport adapter with the rules of provider traffic (module docstring)."""
+
+        def __init__(
+            self, inner: requests.adapters.BaseAdapter, *, max_bytes: int, timeout: tuple[float, float]
+        ) -> None:
+            super().__init__()
+            self.inner = inner
+            self.max_bytes = max_bytes
+            self.timeout = timeout
+
+        def send(
+            self,
+            request: requests.PreparedRequest,
+            stream: bool = False,
+            timeout: float | tuple[float, float] | tuple[float, None] | None = None,
+            verify: bool | str = True,
+            cert: bytes | str | tuple[bytes | str, bytes | str] | None = None,
+            proxies: Mapping[str, str] | None = None,
+        ) -> requests.Response:
+            url = check_provider_url(request.url or "", "request URL")
+            host = _host(url)
+            try:
+                response = self.inner.send(
+                    request,
+                    stream=True,
+                    timeout=timeout if timeout is not None else self.timeout,
+                    verify=verify,
+                    cert=cert,
+                    proxies=proxies,
+                )
+            except requests.exceptions.RequestException as exc:
+                raise ProviderUnreachable(f"{host}: {_failure_kind(exc)}") from exc
+            try:
+                body = self._read_capped(response, host)
+            except BaseException:
+                response.close()
+                raise
+            # The body is complete: hand it over as requests does after a non-streamed read.
+            response._content = body
+            response._content_consumed = True  # type: ignore[attr-defined]
+            return response
+
+        def _read_capped(self, response: requests.Response, host: str) -> bytes:
+            status = response.status_code
+            if 300 <= status < 400:
+                raise ProviderUnreachable(
+                    f"{host} answered a redirect (HTTP {status}); provider requests never follow redirects"
+                )
+            declared = response.headers.get("Content-Length", "").strip()
+            if declared.isdigit() and int(declared) > self.max_bytes:
+                raise ProviderUnreachable(
+                    f"{host} answered {int(declared)} bytes, over the {self.max_bytes}-byte limit"
+                )
+            body = bytearray()
+            try:
+                for chunk in response.iter_content(chunk_size=_CHUNK):
+                    body += chunk
+                    if len(body) > self.max_bytes:
+                        raise ProviderUnreachable(
+                            f"{host} answered more than the {self.max_bytes}-byte limit"
+                        )
+            except requests.exceptions.RequestException as exc:
+                raise ProviderUnreachable(f"{host}: {_failure_kind(exc)}") from exc
+            return bytes(body)
+
+        def close(self) -> None:
+            self.inner.close()
+
+        def __repr__(self) -> str:
+            return f"<CappedAdapter max_bytes={self.max_bytes} inner={self.inner!r}>"
+
+    return CappedAdapter
+
+
+class RequestsHttpClient:
+    """:class:`HttpClient` on a :class:`requests.Session` (thread-safe for these calls).
+
+    ``adapters`` maps URL prefixes to transport adapters (the in-process test provider's
+    ``provider.http_adapters()``, a ``requests_mock.Adapter``); each is wrapped with the
+    same rules as the default ``https://`` and ``http://`` transports. The session keeps
+    no cookies: provider requests carry only what the caller passes.
+
+    :raises MissingExtraError: ``requests`` is not installed (``pip install
+        'flask-authflow[oidc]'``).
+    """
+
+    def __init__(
+        self,
+        *,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        adapters: Mapping[str, requests.adapters.BaseAdapter] | None = None,
+    ) -> None:
+        try:
+            import requests
+            import requests.adapters
+        except ModuleNotFoundError as exc:
+            raise MissingExtraError("oidc", exc.name or "requests") from exc
+        from http.cookiejar import DefaultCookiePolicy
+
+        for name, value in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 3600:
+                raise ValueError(f"{name} must be a number of seconds between 0 and 3600")
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError("max_bytes must be a positive number of bytes")
+        self._timeout = (float(connect_timeout), float(read_timeout))
+        self.max_bytes = max_bytes
+        capped = _capped_adapter_class()
+        session = requests.Session()
+        session.max_redirects = 0
+        session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))  # keep no cookies
+        session.headers["User-Agent"] = _USER_AGENT
+        self._mounted: dict[str, requests.adapters.BaseAdapter] = {}
+        transports: dict[str, requests.adapters.BaseAdapter] = {
+            "https://": requests.adapters.HTTPAdapter(),
+            "http://": requests.adapters.HTTPAdapter(),
+        }
+        transports.update(adapters or {})
+        for prefix, inner in transports.items():
+            adapter = capped(inner, max_bytes=max_bytes, timeout=self._timeout)
+            self._mounted[prefix] = adapter
+            session.mount(prefix, adapter)
+        self._session = session
+
+    @property
+    def timeout(self) -> tuple[float, float]:
+        return self._timeout
+
+    def get(self, url: str, *, headers: Mapping[str, str] | None = None) -> HttpResponse:
+        return self._request("GET", url, headers=headers)
+
+    def post_form(
+        self,
+        url: str,
+        data: Mapping[str, str],
+        *,
+        headers: Mapping[str, str] | None = None,
+        auth: tuple[str, str] | None = None,
+    ) -> HttpResponse:
+        return self._request("POST", url, headers=headers, data=dict(data), auth=auth)
+
+    def mount_into(self, session: requests.Session) -> None:
+        for prefix, adapter in self._mounted.items():
+            session.mount(prefix, adapter)
+        session.max_redirects = 0
+
+    def _request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None,
+        data: dict[str, str] | None = None,
+        auth: tuple[str, str] | None = None,
+    ) -> HttpResponse:
+        import requests
+
+        check_provider_url(url)
+        try:
+            response = self._session.request(
+                method,
+                url,
+                headers=dict(headers or {}),
+                data=data,
+                auth=auth,
+                timeout=self._timeout,
+                allow_redirects=False,
+            )
+        except requests.exceptions.RequestException as exc:
+            raise ProviderUnreachable(f"{_host(url)}: {_failure_kind(exc)}") from exc
+        try:
+            return HttpResponse(
+                status=response.status_code,
+                headers=ResponseHeaders(response.headers),
+                body=response.content,
+                url=url,
+            )
+        finally:
+            response.close()
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._session.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"<RequestsHttpClient timeout={self._timeout!r} max_bytes={self.max_bytes} "
+            f"prefixes={sorted(self._mounted)!r}>"
+        )
