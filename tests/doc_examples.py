@@ -1,0 +1,607 @@
+"""Run the code blocks of README.rst and docs/*.rst (used by ``tests/test_doc_examples.py``).
+
+The rules, as README.rst's "Documentation examples" section states them for authors:
+
+* Every ``.. code-block:: LANG``, ``.. code:: LANG`` and ``::`` literal block is collected.
+  A ``::`` block is a console transcript when a line starts with ``$ ``, Python when it
+  compiles, and an error otherwise (it must say what it is).
+* Python blocks of one page run in order, in one namespace (a module named ``__main__``
+  whose file is in the page's temporary folder, so ``Flask(__name__)`` puts its instance
+  folder there), with ``-W error``, in one subprocess per page whose working directory is
+  a fresh temporary folder holding a copy of the repository's ``examples/``.
+* ``.. doc-example: file NAME`` before a block writes the block to ``NAME`` in that folder
+  instead of running it. When a page wrote ``test_*.py`` files, pytest runs on the folder
+  after the page and must pass with one test per ``test_*`` function.
+* Console blocks: each ``$ `` command (``\\`` continues a line; leading ``NAME=value``
+  words set the environment) whose program is ``flask`` or ``.venv/bin/flask`` runs in the
+  page's folder through click's test runner, as a terminal would show it (hidden prompts
+  get :data:`PASSWORD`). A command that loads ``app.py`` (``--app app``, or no app named)
+  in a folder without one runs against :data:`DEFAULT_APP`, written there as ``app.py``.
+  The output shown under the command must match (``...`` matches anything, trailing
+  spaces are ignored; no output shown means it is not compared); the exit status must be
+  0 unless the shown output has an ``Error:`` line.
+* ``.. doc-example: skip REASON`` before a block skips it; a console block with a command
+  that cannot run here (``flask run``, ``curl``, ``./scripts/test``, ``pip``) must have
+  one, and the reason may not be empty.
+* ``.. code-block:: text`` is shown, never run (directory layouts, HTTP transcripts).
+
+Run as a script, this module is the page runner (``run PLAN``) and the console runner
+(``flask REQUEST``); it then imports only the standard library, Flask and click.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import textwrap
+import traceback
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+HELPER = Path(__file__).resolve()
+#: The password typed at every prompt of a documented command.
+PASSWORD = "plum tuesday kettle orbit 47"
+
+PYTHON_LANGUAGES = frozenset({"python", "py", "python3"})
+CONSOLE_LANGUAGES = frozenset({"console", "shell-session"})
+SHOWN_ONLY_LANGUAGES = frozenset({"text"})
+FLASK_PROGRAMS = frozenset({"flask", ".venv/bin/flask"})
+#: ``flask`` subcommands that serve or wait for a person: never run here.
+INTERACTIVE_FLASK_COMMANDS = frozenset({"run", "shell"})
+
+_DIRECTIVE = re.compile(r"^(\s*)\.\. (?:code-block|code|sourcecode)::\s*(\S*)\s*$")
+_MARKER = re.compile(r"^\s*\.\. doc-example:\s*(\S*)\s*(.*?)\s*$")
+_ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One code block of a page: ``line`` is the 1-based line of its first content line."""
+
+    page: str
+    line: int
+    language: str
+    text: str
+    marker: str | None = None  # "file" or "skip"
+    argument: str = ""  # the file name, or the skip reason
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``$`` command of a console block and the output shown under it."""
+
+    line: int
+    text: str
+    expected: str
+
+
+@dataclass
+class Plan:
+    """What the page runner does for one page, in order."""
+
+    page: str
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    skipped: list[Block] = field(default_factory=list)
+    test_files: dict[str, int] = field(default_factory=dict)  # name -> number of tests
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _content(lines: list[str], start: int, parent_indent: int) -> tuple[int, int, str]:
+    """The indented block at or after ``start`` deeper than ``parent_indent``.
+
+    Returns (index of its first line, index after its last line, dedented text).
+    """
+    index = start
+    while index < len(lines) and not lines[index].strip():
+        index += 1
+    first = index
+    if first >= len(lines) or _indent(lines[first]) <= parent_indent:
+        return first, first, ""
+    end = first
+    while end < len(lines) and (not lines[end].strip() or _indent(lines[end]) > parent_indent):
+        end += 1
+    while end > first and not lines[end - 1].strip():
+        end -= 1
+    return first, end, textwrap.dedent("\n".join(lines[first:end])) + "\n"
+
+
+def _literal_language(text: str) -> str:
+    """``::`` blocks: a console transcript when a line starts with ``$``, else Python if it
+    compiles; anything else must say what it is."""
+    if any(line.startswith("$ ") for line in text.splitlines()):
+        return "console"
+    try:
+        compile(text, "<literal block>", "exec")
+    except SyntaxError:
+        return "literal"
+    return "python"
+
+
+def parse_blocks(path: Path, name: str | None = None) -> tuple[list[Block], list[str]]:
+    """The code blocks of one RST file, and what is wrong with its markers."""
+    page = name or path.name
+    lines = path.read_text(encoding="utf-8").splitlines()
+    blocks: list[Block] = []
+    errors: list[str] = []
+    marker: tuple[int, str, str] | None = None
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        found = _MARKER.match(line)
+        if found is not None:
+            kind, argument = found.groups()
+            if marker is not None:
+                errors.append(f"{page}:{marker[0]}: doc-example marker not followed by a code block")
+            marker = (index + 1, kind, argument)
+            index += 1
+            continue
+        directive = _DIRECTIVE.match(line)
+        literal = (
+            directive is None
+            and line.rstrip().endswith("::")
+            and not line.lstrip().startswith(".. ")
+            and not line.lstrip().startswith("..\t")
+        )
+        if directive is None and not literal:
+            index += 1
+            continue
+        parent = _indent(line)
+        start = index + 1
+        if directive is not None:
+            language = directive.group(2).lower()
+            while (
+                start < len(lines) and lines[start].strip().startswith(":") and _indent(lines[start]) > parent
+            ):
+                start += 1  # directive options (:caption:, :linenos:)
+        first, end, text = _content(lines, start, parent)
+        if directive is None:
+            if not text:  # a directive-like line with nothing under it (``.. contents::`` is excluded above)
+                index += 1
+                continue
+            language = _literal_language(text)
+        if not language:
+            errors.append(f"{page}:{index + 1}: a code block without a language")
+        kind, argument = (None, "")
+        if marker is not None:
+            _, kind, argument = marker
+            marker = None
+        blocks.append(Block(page, first + 1, language, text, kind, argument))
+        index = max(end, index + 1)
+    if marker is not None:
+        errors.append(f"{page}:{marker[0]}: doc-example marker not followed by a code block")
+    return blocks, errors
+
+
+def parse_console(block: Block) -> list[Command]:
+    """The ``$`` commands of a console block with the output shown under each."""
+    commands: list[Command] = []
+    lines = block.text.splitlines()
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        if not line.startswith("$ "):
+            if line.strip() and not commands:
+                raise ValueError(f"{block.page}:{block.line + index}: output before the first $ command")
+            index += 1
+            continue
+        start = index
+        text = line[2:]
+        while text.endswith("\\") and index + 1 < len(lines):
+            index += 1
+            text = text[:-1].rstrip() + " " + lines[index].strip()
+        index += 1
+        expected: list[str] = []
+        while index < len(lines) and not lines[index].startswith("$ "):
+            expected.append(lines[index])
+            index += 1
+        commands.append(Command(block.line + start, text.strip(), "\n".join(expected).strip("\n")))
+    return commands
+
+
+def flask_invocation(command: Command) -> tuple[dict[str, str], list[str]] | None:
+    """``(environment, arguments)`` when the command is a ``flask`` command the harness runs."""
+    try:
+        words = shlex.split(command.text)
+    except ValueError:
+        return None
+    env: dict[str, str] = {}
+    while words and _ENV_WORD.match(words[0]):
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    if (
+        not words
+        or words[0] not in FLASK_PROGRAMS
+        or any(word in {"|", ">", "<", "&&", ";"} for word in words)
+    ):
+        return None
+    arguments = words[1:]
+    # the first positional word after the options is the subcommand (``--app X`` takes a value)
+    values_of = {"--app", "-A", "--env-file", "-e"}
+    subcommand = None
+    skip_next = False
+    for word in arguments:
+        if skip_next:
+            skip_next = False
+            continue
+        if word in values_of:
+            skip_next = True
+            continue
+        if not word.startswith("-"):
+            subcommand = word
+            break
+    if subcommand is None or subcommand in INTERACTIVE_FLASK_COMMANDS:
+        return None
+    return env, arguments
+
+
+def output_matches(expected: str, actual: str) -> bool:
+    """``actual`` matches ``expected`` where ``...`` stands for anything; trailing spaces do
+    not count, nor do blank lines around the output."""
+    wanted = "\n".join(line.rstrip() for line in expected.strip("\n").splitlines())
+    got = "\n".join(line.rstrip() for line in actual.splitlines()).strip("\n")
+    pattern = ".*?".join(re.escape(part) for part in wanted.split("..."))
+    return re.fullmatch(pattern, got, re.DOTALL) is not None
+
+
+def count_tests(source: str) -> int:
+    """The ``test_*`` functions a documented test file defines (one test each)."""
+    tree = ast.parse(source)
+    return sum(
+        1
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")
+    )
+
+
+def plan_page(path: Path, name: str | None = None) -> Plan:
+    """Check a page's blocks against the rules and list what the runner does."""
+    if name is not None:
+        page = name
+    else:
+        page = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else path.name
+    blocks, errors = parse_blocks(path, page)
+    plan = Plan(page=page, errors=errors)
+    for block in blocks:
+        where = f"{page}:{block.line}"
+        if block.marker not in (None, "file", "skip"):
+            plan.errors.append(
+                f"{where}: unknown doc-example marker {block.marker!r} (file NAME or skip REASON)"
+            )
+            continue
+        if block.marker == "skip":
+            if not block.argument:
+                plan.errors.append(f"{where}: doc-example: skip needs a reason")
+            plan.skipped.append(block)
+            continue
+        if block.marker == "file":
+            name_ = block.argument
+            if not name_ or name_.startswith(("/", "~")) or ".." in Path(name_).parts:
+                plan.errors.append(f"{where}: doc-example: file needs a relative file name, got {name_!r}")
+                continue
+            plan.steps.append({"kind": "file", "where": where, "name": name_, "text": block.text})
+            if Path(name_).name.startswith("test_") and name_.endswith(".py"):
+                try:
+                    plan.test_files[name_] = count_tests(block.text)
+                except SyntaxError as exc:
+                    plan.errors.append(f"{where}: {name_} does not parse: {exc}")
+            continue
+        if block.language in SHOWN_ONLY_LANGUAGES:
+            continue
+        if block.language in PYTHON_LANGUAGES:
+            plan.steps.append({"kind": "python", "where": where, "line": block.line, "text": block.text})
+            continue
+        if block.language in CONSOLE_LANGUAGES:
+            try:
+                commands = parse_console(block)
+            except ValueError as exc:
+                plan.errors.append(str(exc))
+                continue
+            if not commands:
+                plan.errors.append(f"{where}: a console block without a $ command")
+            for command in commands:
+                invocation = flask_invocation(command)
+                if invocation is None:
+                    plan.errors.append(
+                        f"{page}:{command.line}: cannot run `{command.text}` in a test: run only flask "
+                        "commands here, or put `.. doc-example: skip REASON` before the block"
+                    )
+                    continue
+                env, arguments = invocation
+                plan.steps.append(
+                    {
+                        "kind": "flask",
+                        "where": f"{page}:{command.line}",
+                        "env": env,
+                        "args": arguments,
+                        "expected": command.expected,
+                    }
+                )
+            continue
+        if block.language == "literal":
+            plan.errors.append(
+                f"{where}: a `::` block that is neither Python nor a console transcript: use "
+                "`.. code-block:: console` with `$ ` commands, `.. code-block:: text` for what is "
+                "not code, or put `.. doc-example: skip REASON` before it"
+            )
+            continue
+        plan.errors.append(
+            f"{where}: a {block.language!r} block cannot run: use python, console or text, "
+            "or put `.. doc-example: skip REASON` before it"
+        )
+    plan.errors.sort(key=_error_line)
+    return plan
+
+
+def _error_line(error: str) -> int:
+    found = re.match(r"^[^:]*:(\d+):", error)
+    return int(found.group(1)) if found else 0
+
+
+# -- running -------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    completed: int
+    failure: str | None
+    output: str
+
+
+def clean_environment() -> dict[str, str]:
+    """The environment of a reader's shell: none of the test run's pytest, Flask or
+    flask-authflow settings."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("PYTEST_", "FLASK_", "AUTHFLOW_", "COV_"))
+    }
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def python_executable() -> str:
+    venv = REPO / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def prepare_folder(folder: Path) -> None:
+    """A fresh folder holding a copy of ``examples/``, as a checkout's root would."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(
+        REPO / "examples",
+        folder / "examples",
+        ignore=shutil.ignore_patterns("instance", "__pycache__", "*.db"),
+    )
+
+
+def run_plan(plan: Plan, folder: Path, *, timeout: float = 180) -> RunResult:
+    """Run the plan's steps in a subprocess whose working directory is ``folder``."""
+    prepare_folder(folder)
+    plan_file = folder.parent / f"{folder.name}-plan.json"
+    result_file = folder.parent / f"{folder.name}-result.json"
+    plan_file.write_text(json.dumps({"page": plan.page, "steps": plan.steps}))
+    try:
+        process = subprocess.run(
+            [python_executable(), "-P", "-W", "error", str(HELPER), "run", str(plan_file), str(result_file)],
+            cwd=folder,
+            env=clean_environment(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode(errors="replace")
+        started = [line for line in out.splitlines() if line.startswith("step ")]
+        last = started[-1][5:] if started else plan.page
+        return RunResult(len(started) - 1, f"{last}: did not finish within {timeout:.0f} s", out)
+    output = process.stdout + process.stderr
+    if not result_file.exists():
+        return RunResult(0, f"{plan.page}: the page runner crashed:\n{output[-4000:]}", output)
+    result = json.loads(result_file.read_text())
+    return RunResult(result["completed"], result["failure"], output)
+
+
+def run_pytest(folder: Path, *, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """pytest on the files a page wrote, as its reader would run them."""
+    return subprocess.run(
+        [
+            python_executable(),
+            "-m",
+            "pytest",
+            "-W",
+            "error",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--rootdir",
+            ".",
+        ],
+        cwd=folder,
+        env=clean_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+# -- the default app of console blocks -------------------------------------------------------------
+
+#: The ``app.py`` that ``flask`` commands of a page that wrote none run against: SQLite in the
+#: page's folder, a fixed signing key, an issuer (for ``mint`` and ``rotate-key``) and one
+#: user, ``alice`` in tenant ``default`` with :data:`PASSWORD`. ``TESTING`` lets the fast
+#: Argon2 parameters through: test-only settings.
+DEFAULT_APP = f"""
+from pathlib import Path
+
+from flask import Flask
+
+from flask_authflow import AuthFlow, UserExists
+
+folder = Path(__file__).resolve().parent
+app = Flask(__name__, instance_path=str(folder / "instance"))
+app.config.update(
+    TESTING=True,
+    AUTHFLOW_SIGNING_KEY="doc-examples-signing-key-0123456789abcdef",
+    AUTHFLOW_DATABASE_URL=f"sqlite:///{{folder / 'authflow.db'}}",
+    AUTHFLOW_ARGON2_TIME_COST=1,
+    AUTHFLOW_ARGON2_MEMORY_COST=1024,
+    AUTHFLOW_ARGON2_PARALLELISM=1,
+    AUTHFLOW_ISSUER="https://issuer.example",
+)
+authflow = AuthFlow(app)
+with app.app_context():
+    try:
+        authflow.accounts.create_user("default", "alice", {PASSWORD!r})
+    except UserExists:
+        pass
+"""
+
+
+# -- the subprocess side ---------------------------------------------------------------------------
+
+
+def _uses_app_py(env: dict[str, str], args: list[str]) -> bool:
+    """The command loads ``app.py`` of the folder: ``--app app`` or no app named at all."""
+    named = env.get("FLASK_APP")
+    for index, arg in enumerate(args):
+        if arg in {"--app", "-A"} and index + 1 < len(args):
+            named = args[index + 1]
+        elif arg.startswith("--app="):
+            named = arg.partition("=")[2]
+    return named in (None, "app", "app.py")
+
+
+def _run_flask_step(step: dict[str, Any]) -> str | None:
+    folder = Path.cwd()
+    env = clean_environment()
+    env.update(step["env"])
+    if _uses_app_py(step["env"], step["args"]) and not (folder / "app.py").exists():
+        (folder / "app.py").write_text(DEFAULT_APP)
+    request = folder.parent / f"{folder.name}-flask.json"
+    request.write_text(json.dumps({"args": step["args"]}))
+    process = subprocess.run(
+        [sys.executable, "-P", "-W", "error", str(HELPER), "flask", str(request)],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if process.returncode != 0:
+        return f"the flask command runner crashed:\n{process.stdout}{process.stderr}"
+    outcome = json.loads(process.stdout)
+    shown = step["expected"]
+    expects_error = any(line.startswith("Error:") for line in shown.splitlines())
+    if outcome["exception"]:
+        return f"flask {' '.join(step['args'])} raised:\n{outcome['exception']}"
+    if (outcome["exit_code"] != 0) != expects_error:
+        return (
+            f"flask {' '.join(step['args'])} exited with {outcome['exit_code']}; output:\n{outcome['output']}"
+        )
+    if shown and not output_matches(shown, outcome["output"]):
+        return f"flask {' '.join(step['args'])} printed:\n{outcome['output']}\nthe page shows:\n{shown}"
+    return None
+
+
+def _main_module(folder: Path) -> types.ModuleType:
+    module = types.ModuleType("__main__")
+    module.__file__ = str(folder / "doc_example.py")
+    module.__builtins__ = __builtins__  # type: ignore[attr-defined]
+    sys.modules["__main__"] = module
+    return module
+
+
+def _run_page(plan_path: Path, result_path: Path) -> None:
+    plan = json.loads(plan_path.read_text())
+    folder = Path.cwd()
+    sys.path.insert(0, str(folder))  # as `python` started in the reader's project folder
+    module = _main_module(folder)
+    completed = 0
+    failure = None
+    page_file = REPO / plan["page"]
+    for step in plan["steps"]:
+        print(f"step {step['where']}", flush=True)
+        try:
+            if step["kind"] == "file":
+                target = folder / step["name"]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(step["text"])
+            elif step["kind"] == "python":
+                code = compile("\n" * (step["line"] - 1) + step["text"], str(page_file), "exec")
+                exec(code, module.__dict__)  # running the documented example is the point
+            else:
+                problem = _run_flask_step(step)
+                if problem is not None:
+                    failure = f"{step['where']}: {problem}"
+        except BaseException:  # noqa: BLE001 - any failure of an example is reported, with its traceback
+            failure = f"{step['where']}: {step['kind']} block failed:\n{traceback.format_exc()}"
+        if failure is not None:
+            break
+        completed += 1
+    result_path.write_text(json.dumps({"completed": completed, "failure": failure}))
+
+
+def _run_flask(request_path: Path) -> None:
+    from click.testing import CliRunner
+    from flask.cli import cli
+
+    request = json.loads(request_path.read_text())
+    runner = CliRunner()
+    result = runner.invoke(cli, request["args"], input=f"{PASSWORD}\n" * 4, prog_name="flask")
+    exception = None
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        exception = "".join(traceback.format_exception(result.exception))
+    print(json.dumps({"exit_code": result.exit_code, "output": result.output, "exception": exception}))
+
+
+def iter_pages() -> Iterator[Path]:
+    """README.rst (and the other top-level pages), then every page of docs/."""
+    yield from sorted(REPO.glob("*.rst"))
+    yield from sorted((REPO / "docs").glob("*.rst"))
+
+
+def _entry(argv: list[str]) -> None:
+    if argv[:1] == ["run"] and len(argv) == 3:
+        _run_page(Path(argv[1]), Path(argv[2]))
+    elif argv[:1] == ["flask"] and len(argv) == 2:
+        _run_flask(Path(argv[1]))
+    else:
+        raise SystemExit("usage: doc_examples.py run PLAN RESULT | flask REQUEST")
+
+
+__all__ = [
+    "PASSWORD",
+    "Block",
+    "Command",
+    "Plan",
+    "RunResult",
+    "count_tests",
+    "flask_invocation",
+    "iter_pages",
+    "output_matches",
+    "parse_blocks",
+    "parse_console",
+    "plan_page",
+    "run_plan",
+    "run_pytest",
+]
+
+if __name__ == "__main__":
+    _entry(sys.argv[1:])
