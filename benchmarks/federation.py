@@ -7,6 +7,9 @@ would, so concurrent callers really do overlap with the fetch).
 
 (a) single-flight: ``--threads`` threads validate one ID token signed with a key the cache has not
     seen, all released at once; prints the JWKS fetches per burst (expected: exactly 1).
+(c) ID-token validations per second: ``OAuthProvider.validate_id_token`` beside PyJWT's
+    ``jwt.decode`` with a ``PyJWKClient`` (the same checks, nonce included), RS256 and ES256,
+    interleaved rounds; prints the ratio of bests, the median of per-round ratios and the spread.
 (b) debounce: ``--tokens`` tokens with random ``kid`` values, spread over ``--seconds`` of real
     time by ``--workers`` threads, against a cold cache with the default 10 s debounce; prints the
     fetches and the debounce windows touched (expected: at most 1 per window). Then the same
@@ -205,15 +208,115 @@ def random_kid_flood(args: argparse.Namespace) -> None:
 
 
 # --- (c) ID-token validation per second ------------------------------------------------------------
-#
-# Reserved for the lead engineer: ``def id_token_validation(args)`` printing ID-token validations
-# per second through the provider object beside PyJWT's ``jwt.decode`` with a ``PyJWKClient``,
-# once the provider and token code lands. Per DESIGN §7: check each contender's result first, time
-# them in interleaved rounds (see ``measure_interleaved`` in protected_request.py), print the ratio
-# of bests, the median of per-round ratios and the spread. Append it to SECTIONS.
 
 
-SECTIONS: list[Callable[[argparse.Namespace], None]] = [single_flight_burst, random_kid_flood]
+def _serve(app: Any, port: int) -> Callable[[], None]:
+    """Serve a WSGI app on 127.0.0.1 (PyJWKClient fetches with urllib, outside requests)."""
+    from werkzeug.serving import make_server
+
+    server = make_server("127.0.0.1", port, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+
+    return stop
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def id_token_validation(args: argparse.Namespace) -> None:
+    """Ours (``OAuthProvider.validate_id_token``: signature on the cached keys, iss, aud, azp,
+    exp, iat bound, nonce, sub) beside PyJWT (``PyJWKClient`` + ``jwt.decode`` with
+    audience, issuer and required claims, plus the same nonce comparison), RS256 and ES256."""
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log lines in the output
+    print(f"(c) ID-token validations per second, {args.rounds} interleaved rounds of {args.validations}")
+    for algorithm in ("RS256", "ES256"):
+        _compare_validation(algorithm, args)
+
+
+def _compare_validation(algorithm: str, args: argparse.Namespace) -> None:
+    import hmac
+
+    import jwt
+
+    from flask_authflow.federation.provider import OAuthProviderConfig
+
+    port = _free_port()
+    provider = TestOpenIDProvider(f"http://127.0.0.1:{port}", algorithm=algorithm)
+    stop = _serve(provider.app, port)
+    try:
+        http = RequestsHttpClient()
+        ours = OAuthProviderConfig.discover(
+            provider.discovery_url, CLIENT, "secret", "http://127.0.0.1/cb", name="bench", http=http
+        )
+        nonce = secrets.token_urlsafe(16)
+        token = provider.id_token(CLIENT, "user-1", nonce=nonce)
+        jwks_client = jwt.PyJWKClient(f"{provider.issuer}/jwks", cache_keys=True)
+
+        def run_ours() -> str:
+            return str(ours.validate_id_token(token, nonce).sub)
+
+        def run_pyjwt() -> str:
+            key = jwks_client.get_signing_key_from_jwt(token)
+            claims = jwt.decode(
+                token,
+                key.key,
+                algorithms=[algorithm],
+                audience=CLIENT,
+                issuer=provider.issuer,
+                leeway=60,
+                options={"require": ["exp", "iat", "iss", "aud", "sub"]},
+            )
+            if not hmac.compare_digest(str(claims.get("nonce", "")), nonce):
+                raise RuntimeError("nonce")
+            return str(claims["sub"])
+
+        contenders = {"authflow": run_ours, "PyJWT + PyJWKClient": run_pyjwt}
+        for name, run in contenders.items():  # correctness first, and warm caches
+            if run() != "user-1":
+                raise RuntimeError(f"{name} returned the wrong subject")
+            for _ in range(200):
+                run()
+        best = dict.fromkeys(contenders, 0.0)
+        ratios: list[float] = []
+        for _ in range(args.rounds):
+            rates = {}
+            for name, run in contenders.items():
+                started = time.perf_counter()
+                for _ in range(args.validations):
+                    run()
+                rates[name] = args.validations / (time.perf_counter() - started)
+                best[name] = max(best[name], rates[name])
+            ratios.append(rates["authflow"] / rates["PyJWT + PyJWKClient"])
+        ratios.sort()
+        median = ratios[len(ratios) // 2]
+        for name, rate in best.items():
+            print(f"    {algorithm} {name:<22} {rate:>9.0f} /s")
+        print(
+            f"    {algorithm} authflow / PyJWT: "
+            f"{best['authflow'] / best['PyJWT + PyJWKClient']:.2f}x (bests), "
+            f"median of rounds {median:.2f}x, spread {ratios[0]:.2f}x-{ratios[-1]:.2f}x"
+        )
+    finally:
+        stop()
+
+
+SECTIONS: list[Callable[[argparse.Namespace], None]] = [
+    single_flight_burst,
+    random_kid_flood,
+    id_token_validation,
+]
 
 
 def main() -> None:
@@ -226,6 +329,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0, help="real time the tokens of (b) span")
     parser.add_argument("--workers", type=int, default=8, help="threads sending the tokens of (b)")
     parser.add_argument("--latency-ms", type=float, default=50.0, help="added to each JWKS request")
+    parser.add_argument(
+        "--validations", type=int, default=2000, help="ID tokens per contender per round in (c)"
+    )
     args = parser.parse_args()
     for section in SECTIONS:
         section(args)
