@@ -20,6 +20,7 @@ from flask_authflow.federation.errors import (
     IdTokenValidation,
     IssuerMismatch,
     LogoutTokenInvalid,
+    ProviderUnreachable,
     TokenExchange,
     UnknownKid,
     UnknownProvider,
@@ -553,3 +554,32 @@ def test_end_session_with_an_empty_allowlist_allows_no_redirect(
         with pytest.raises(EndSessionRefused):
             provider.build_end_session_url("hint", LOGOUT_RETURN)
         assert "post_logout_redirect_uri" not in provider.build_end_session_url("hint")
+
+
+def _keys_without_alg(provider: Any, monkeypatch: Any) -> None:
+    original = provider.jwks
+
+    def jwks() -> dict[str, Any]:
+        return {"keys": [{k: v for k, v in key.items() if k != "alg"} for key in original()["keys"]]}
+
+    monkeypatch.setattr(provider, "jwks", jwks)
+
+
+def test_keys_without_alg_are_skipped_by_default(
+    oidc_provider, mock_clock, authflow_hasher, monkeypatch
+) -> None:
+    oidc_provider.login_as("alice-sub")
+    _keys_without_alg(oidc_provider, monkeypatch)
+    fed = federated_app(oidc_provider, mock_clock, authflow_hasher)
+    response = fed.sign_in(fed.client())
+    # No usable key at all: the key set counts as a failed fetch, and the login is refused.
+    assert response.status_code == 401 and login_rows(fed) == [("failure", ProviderUnreachable.code)]
+
+
+def test_keys_without_alg_are_used_when_the_provider_says_so(
+    oidc_provider, mock_clock, authflow_hasher, monkeypatch
+) -> None:
+    oidc_provider.login_as("alice-sub")
+    _keys_without_alg(oidc_provider, monkeypatch)
+    fed = federated_app(oidc_provider, mock_clock, authflow_hasher, jwks_require_alg=False)
+    assert fed.sign_in(fed.client()).status_code == 302

@@ -78,6 +78,7 @@ PROVIDER_CONFIG_KEYS: Final = (
     "link_by_email",
     "tenant",
     "jwks_debounce",
+    "jwks_require_alg",
 )
 
 
@@ -141,6 +142,9 @@ class OAuthProviderConfig:
         ``AUTHFLOW_DEFAULT_TENANT``).
     :param jwks_debounce: at most one key refresh for an unknown ``kid`` per this long
         (default 10 s, at least 1 s).
+    :param jwks_require_alg: skip provider keys without an ``alg`` member (default). A
+        provider whose keys name no ``alg`` (Microsoft Entra ID) needs ``False``: such keys
+        then verify only the allowed algorithms of their own key type.
     """
 
     discovery_url: str
@@ -159,6 +163,7 @@ class OAuthProviderConfig:
     link_by_email: bool = False
     tenant: str | None = None
     jwks_debounce: timedelta = timedelta(seconds=10)
+    jwks_require_alg: bool = True
 
     def __post_init__(self) -> None:
         for name in ("discovery_url", "client_id", "client_secret", "redirect_uri"):
@@ -375,7 +380,13 @@ class OAuthProvider:
         except ProviderUnreachable as exc:
             raise Discovery(f"the discovery document is unusable: {exc.message}") from None
         metadata = ProviderMetadata.from_document(document, config.expected_issuer)
-        keys = ProviderKeyCache(metadata.jwks_uri, client, clock=used_clock, debounce=config.jwks_debounce)
+        keys = ProviderKeyCache(
+            metadata.jwks_uri,
+            client,
+            clock=used_clock,
+            debounce=config.jwks_debounce,
+            require_alg=config.jwks_require_alg,
+        )
         return cls(name, config, metadata, http=client, keys=keys, clock=used_clock)
 
     @property
