@@ -21,6 +21,9 @@ exclude_patterns = ["_build"]
 html_theme = "alabaster"
 
 autodoc_member_order = "bysource"
+# flask_authflow.testing holds the pytest plugin: document it without installing pytest
+# (building the docs needs Sphinx and the package, never the test dependencies).
+autodoc_mock_imports = ["pytest"]
 # Docstrings of dict or Flask base classes (``update``, ``keys``, ``open_session``) are not
 # ours and talk about ``D`` and ``E``: document what flask-authflow says, nothing inherited.
 autodoc_inherit_docstrings = False
@@ -82,11 +85,19 @@ def _import_dotted(path: str) -> Any:
 _DOCUMENTED: dict[int, str] = {}
 
 
+def _import_for_docs(path: str) -> Any:
+    """:func:`_import_dotted` with the modules autodoc mocks mocked, as autodoc imports them."""
+    from sphinx.ext.autodoc.mock import mock
+
+    with mock(autodoc_mock_imports):
+        return _import_dotted(path)
+
+
 def _documented_names(env: Any) -> dict[int, str]:
     """``id(object) -> name`` for every Python object documented in these pages."""
     if not _DOCUMENTED:
         for name in env.get_domain("py").objects:
-            obj = _import_dotted(name)
+            obj = _import_for_docs(name)
             if obj is not None and not isinstance(obj, str | int | float | bool | type(None)):
                 _DOCUMENTED.setdefault(id(obj), name)
     return _DOCUMENTED
@@ -112,7 +123,7 @@ def _resolve_alias(app: Any, env: Any, node: Any, contnode: Any) -> Any:
     if module:
         candidates.append(f"{module}.{target}")
     if cls and module:  # a name in a signature of a class documented under another path
-        defining = getattr(_import_dotted(f"{module}.{cls}"), "__module__", None)
+        defining = getattr(_import_for_docs(f"{module}.{cls}"), "__module__", None)
         if isinstance(defining, str):
             candidates.append(f"{defining}.{target}")
     candidates.append(f"flask_authflow.{target}")  # a bare name in a page means the package's
@@ -121,7 +132,7 @@ def _resolve_alias(app: Any, env: Any, node: Any, contnode: Any) -> Any:
     for candidate in candidates:
         if not candidate.startswith("flask_authflow."):
             continue
-        obj = _import_dotted(candidate)
+        obj = _import_for_docs(candidate)
         if obj is None:
             continue
         if isinstance(obj, typing.TypeVar):
