@@ -20,6 +20,7 @@ from .authn.outcomes import (
     LoginOutcome,
     StepUpRequired,
 )
+from .authn.password_policy import PasswordPolicy
 from .authn.service import AuthnService
 from .clock import Clock, MockClock, SystemClock
 from .decorators import fresh_login_required, login_required, safe_next
@@ -54,6 +55,7 @@ from .errors import (
     UnknownKeyId,
     UserExists,
     UserNotFound,
+    WeakPassword,
 )
 from .extension import AuthFlow
 from .issuer import (
@@ -130,6 +132,7 @@ __all__ = [
     "MissingExtraError",
     "MockClock",
     "PasswordHasher",
+    "PasswordPolicy",
     "PasswordTooLong",
     "PermissionDenied",
     "RotationRefused",
@@ -156,6 +159,7 @@ __all__ = [
     "UserMixin",
     "UserNotFound",
     "VerifiedClaims",
+    "WeakPassword",
     "__version__",
     "audit_context",
     "current_session",

@@ -10,6 +10,7 @@ Secure, or an unknown ``AUTHFLOW_`` key (typo protection).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from collections.abc import Mapping, MutableMapping, Sequence
@@ -18,11 +19,15 @@ from datetime import timedelta
 from types import MappingProxyType
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, MissingExtraError
 
 __all__ = ["DEFAULTS", "MIN_SIGNING_KEY_BYTES", "AuthFlowConfig", "coerce_key", "load_config"]
 
 MIN_SIGNING_KEY_BYTES = 32
+#: The shortest minimum password length a configuration may set (NIST SP 800-63B-4).
+MIN_PASSWORD_LENGTH = 8
+#: The longest minimum password length a configuration may set (NIST: accept at least 64).
+MAX_PASSWORD_MIN_LENGTH = 64
 
 #: Every key flask-authflow reads, with its default. ``None`` means "not set".
 DEFAULTS: dict[str, Any] = {
@@ -57,6 +62,11 @@ DEFAULTS: dict[str, Any] = {
     "AUTHFLOW_ARGON2_MAX_MEMORY_COST": 256 * 1024,
     "AUTHFLOW_ARGON2_MAX_PARALLELISM": 16,
     "AUTHFLOW_MAX_CONCURRENT_HASHES": 2 * (os.cpu_count() or 1),
+    "AUTHFLOW_PASSWORD_MIN_LENGTH": 15,
+    "AUTHFLOW_PASSWORD_MIN_LENGTH_WITH_SECOND_FACTOR": 8,
+    "AUTHFLOW_PASSWORD_BLOCKLIST": [],
+    "AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE": None,
+    "AUTHFLOW_SITE_NAME": None,
     "AUTHFLOW_AUDIT_SPOOL_PATH": None,
     "AUTHFLOW_ISSUER": None,
     "AUTHFLOW_ISSUER_KEY_STORE": "sql",
@@ -82,6 +92,8 @@ _INTEGERS = {
     "AUTHFLOW_ARGON2_MAX_TIME_COST",
     "AUTHFLOW_ARGON2_MAX_MEMORY_COST",
     "AUTHFLOW_ARGON2_MAX_PARALLELISM",
+    "AUTHFLOW_PASSWORD_MIN_LENGTH",
+    "AUTHFLOW_PASSWORD_MIN_LENGTH_WITH_SECOND_FACTOR",
 }
 _BOOLEANS = {"AUTHFLOW_COOKIE_SECURE", "AUTHFLOW_ALLOW_INSECURE_LOOPBACK", "AUTHFLOW_VIEWS"}
 _LISTS = {
@@ -89,6 +101,7 @@ _LISTS = {
     "AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS",
     "AUTHFLOW_PREVIOUS_ISSUER_KEY_ENCRYPTION_KEYS",
     "AUTHFLOW_TRUSTED_PROXIES",
+    "AUTHFLOW_PASSWORD_BLOCKLIST",
 }
 
 
@@ -189,6 +202,11 @@ class AuthFlowConfig:
     argon2_max_memory_cost: int
     argon2_max_parallelism: int
     max_concurrent_hashes: int
+    password_min_length: int
+    password_min_length_with_second_factor: int
+    password_blocklist: tuple[str, ...]
+    password_zxcvbn_min_score: int | None
+    site_name: str | None
     audit_spool_path: str | None
     issuer: str | None
     issuer_key_store: str
@@ -262,6 +280,39 @@ def _oauth_providers(value: Any) -> Mapping[str, Mapping[str, Any]]:
             'AUTHFLOW_OAUTH_PROVIDERS must be a dict of dicts: {"name": {"discovery_url": ..., ...}}'
         )
     return MappingProxyType({name: MappingProxyType(dict(entry)) for name, entry in value.items()})
+
+
+def _password_policy(values: dict[str, Any]) -> None:
+    """The password policy keys (NIST SP 800-63B-4): refuse a minimum below NIST's 8 characters."""
+    for name, floor in (
+        ("AUTHFLOW_PASSWORD_MIN_LENGTH", MIN_PASSWORD_LENGTH),
+        ("AUTHFLOW_PASSWORD_MIN_LENGTH_WITH_SECOND_FACTOR", MIN_PASSWORD_LENGTH),
+    ):
+        if not floor <= values[name] <= MAX_PASSWORD_MIN_LENGTH:
+            raise ConfigurationError(
+                f"{name}={values[name]} is refused: set it between {floor} (NIST SP 800-63B's minimum) "
+                f"and {MAX_PASSWORD_MIN_LENGTH}; the defaults are 15 for a password that is the only "
+                "factor and 8 with a second factor"
+            )
+    words = values["AUTHFLOW_PASSWORD_BLOCKLIST"]
+    if not all(isinstance(word, str) for word in words):
+        raise ConfigurationError("AUTHFLOW_PASSWORD_BLOCKLIST must be a list of strings")
+    values["AUTHFLOW_PASSWORD_BLOCKLIST"] = tuple(words)
+    score = values["AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE"]
+    if score is not None:
+        if isinstance(score, str) and score.strip().isdigit():
+            score = int(score)
+        if isinstance(score, bool) or not isinstance(score, int) or not 0 <= score <= 4:
+            raise ConfigurationError(
+                f"AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE must be None or a zxcvbn score from 0 to 4, "
+                f"got {score!r}"
+            )
+        if importlib.util.find_spec("zxcvbn") is None:
+            raise MissingExtraError("zxcvbn", "zxcvbn")  # AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE needs it
+        values["AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE"] = score
+    site_name = values["AUTHFLOW_SITE_NAME"]
+    if site_name is not None and not isinstance(site_name, str):
+        raise ConfigurationError(f"AUTHFLOW_SITE_NAME must be a string or None, got {site_name!r}")
 
 
 def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool) -> AuthFlowConfig:
@@ -359,6 +410,7 @@ def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool)
                 f"AUTHFLOW_ARGON2_{param} is above AUTHFLOW_ARGON2_MAX_{param}: every new hash would be "
                 f"refused at login; raise AUTHFLOW_ARGON2_MAX_{param} or lower AUTHFLOW_ARGON2_{param}"
             )
+    _password_policy(values)
     if values["AUTHFLOW_ISSUER_ALGORITHM"] not in ("ES256", "RS256"):
         raise ConfigurationError("AUTHFLOW_ISSUER_ALGORITHM must be 'ES256' (default) or 'RS256'")
     if values["AUTHFLOW_ISSUER_MAX_LIFETIME"] > timedelta(days=1):

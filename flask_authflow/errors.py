@@ -41,6 +41,7 @@ __all__ = [
     "UnknownKeyId",
     "UserExists",
     "UserNotFound",
+    "WeakPassword",
 ]
 
 
@@ -143,6 +144,23 @@ class PasswordTooLong(InvalidInput):
     """The password is longer than allowed."""
 
     code = "password_too_long"
+
+
+class WeakPassword(InvalidInput):
+    """The new password does not meet the password policy; ``message`` says what to choose.
+
+    ``reason`` is one of ``too_short``, ``too_long``, ``blocklisted`` (a common or
+    predictable password, or a word of ``AUTHFLOW_PASSWORD_BLOCKLIST``), ``context`` (the
+    username, the tenant or the site name) and ``too_guessable`` (a low zxcvbn score).
+    Raised when a password is set, never at login.
+    """
+
+    code = "weak_password"
+    status = 400
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class Unauthenticated(AuthnError):

@@ -22,6 +22,7 @@ from .audit.client_ip import TrustedProxies
 from .audit.sinks import AuthCounters
 from .authn.accounts import AccountAdmin
 from .authn.factors.password import PasswordHasher
+from .authn.password_policy import PasswordPolicy
 from .authn.service import AuthnService
 from .authn.stores import AttemptStore, AuditSink, FactorStore, IdentityStore, UserRecord
 from .clock import Clock
@@ -106,6 +107,8 @@ class AuthFlowState:
     hooks: AuthFlowHooks = field(default_factory=AuthFlowHooks)
     #: Federated login (a ``FederationService``) when OpenID providers are configured.
     federation: Any = None
+    #: The policy new passwords must pass; ``None`` builds it from the config on each use.
+    password_policy: PasswordPolicy | None = None
 
     def __repr__(self) -> str:
         return (
@@ -161,10 +164,12 @@ def get_state(app: Flask | None = None) -> AuthFlowState:
 
 
 def account_admin(app: Flask | None = None) -> AccountAdmin:
-    """The :class:`AccountAdmin` of ``app`` (default: the current app)."""
+    """The :class:`AccountAdmin` of ``app`` (default: the current app), checking new passwords
+    against the app's password policy (``state.password_policy``, or the one its config describes)."""
     target = app if app is not None else current_app._get_current_object()  # type: ignore[attr-defined]
     state = get_state(target)
-    return AccountAdmin(state.backend, state.session_store, sender=target)
+    policy = state.password_policy or PasswordPolicy.from_config(state.config)
+    return AccountAdmin(state.backend, state.session_store, sender=target, policy=policy)
 
 
 def current_auth_session() -> AuthSession:

@@ -3,6 +3,9 @@
 Every change that takes access away from a user revokes all of that user's sessions in
 the same call, so a disabled, deleted or re-keyed account keeps no live cookie anywhere;
 the session layer never re-creates a revoked session (see :doc:`/sessions`).
+
+A new password (``create_user``, ``set_password``) must pass the :class:`PasswordPolicy`
+given to :class:`AccountAdmin`; logins never check it, so older passwords keep working.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from ..errors import UserNotFound
 from ..session.model import sid_hash
 from ..session.stores import SessionStore
 from .identifiers import check_tenant, normalise_identifier
-from .stores import IdentityStore, UserRecord
+from .outcomes import FactorKind
+from .password_policy import PasswordPolicy
+from .stores import FactorConfig, IdentityStore, UserRecord
 
 __all__ = ["AccountAdmin", "AdminBackend"]
 
@@ -29,17 +34,29 @@ class AdminBackend(IdentityStore, Protocol):
 
     def delete_user(self, tenant: str, identifier: str) -> UserRecord: ...
 
+    def list_factors(self, tenant: str, user_id: str) -> list[FactorConfig]: ...
+
 
 class AccountAdmin:
     """Disable, enable, delete a user or set their password, revoking their sessions.
 
     :param sender: what ``session_revoked`` is sent with (the Flask app, as Flask does).
+    :param policy: the :class:`PasswordPolicy` a new password must pass (``None``: no check;
+        :func:`flask_authflow.state.account_admin` passes the app's policy).
     """
 
-    def __init__(self, backend: AdminBackend, session_store: SessionStore, *, sender: object = None) -> None:
+    def __init__(
+        self,
+        backend: AdminBackend,
+        session_store: SessionStore,
+        *,
+        sender: object = None,
+        policy: PasswordPolicy | None = None,
+    ) -> None:
         self.backend = backend
         self.session_store = session_store
         self.sender = sender
+        self.policy = policy
 
     def _user(self, tenant: str, identifier: str) -> UserRecord:
         user = self.backend.find_user(check_tenant(tenant), normalise_identifier(identifier))
@@ -96,9 +113,35 @@ class AccountAdmin:
                 return True
         return False
 
+    def check_password(
+        self, tenant: str, identifier: str, password: str, *, has_second_factor: bool = False
+    ) -> None:
+        """Refuse ``password`` for this user with :class:`~flask_authflow.errors.WeakPassword`
+        when it breaks the policy (nothing is checked without a policy)."""
+        if self.policy is not None:
+            self.policy.check(
+                password,
+                username=normalise_identifier(identifier),
+                tenant=tenant,
+                has_second_factor=has_second_factor,
+            )
+
     def create_user(self, tenant: str, identifier: str, password: str | None = None) -> UserRecord:
-        """Create a user (with ``password``, or none for a passwordless account)."""
-        return self.backend.create_user(check_tenant(tenant), identifier, password)
+        """Create a user (with ``password``, or none for a passwordless account).
+
+        The password must pass the policy for a user whose only factor it is
+        (:class:`~flask_authflow.errors.WeakPassword` otherwise; nothing is created)."""
+        tenant = check_tenant(tenant)
+        if password is not None:
+            self.check_password(tenant, identifier, password)
+        return self.backend.create_user(tenant, identifier, password)
+
+    def has_second_factor(self, user: UserRecord) -> bool:
+        """True if ``user`` has an enrolled factor besides the password."""
+        return any(
+            factor.kind is not FactorKind.PASSWORD
+            for factor in self.backend.list_factors(user.tenant, user.user_id)
+        )
 
     def disable(self, tenant: str, identifier: str) -> int:
         """Disable the account (logins fail like a wrong password) and end its sessions."""
@@ -126,7 +169,14 @@ class AccountAdmin:
         self, tenant: str, identifier: str, password: str, *, keep_sid: str | None = None
     ) -> int:
         """Set a new password and end every session of the user, except ``keep_sid`` when
-        given (the session of a user who changes their own password); returns how many ended."""
+        given (the session of a user who changes their own password); returns how many ended.
+
+        The password must pass the policy (shorter passwords are allowed when the user has a
+        second factor enrolled); :class:`~flask_authflow.errors.WeakPassword` otherwise, and
+        nothing changes."""
         user = self._user(tenant, identifier)
+        self.check_password(
+            user.tenant, user.identifier, password, has_second_factor=self.has_second_factor(user)
+        )
         self.backend.set_password(user.tenant, user.identifier, password)
         return self._revoke(user, "password_changed", keep_sid)

@@ -3,14 +3,22 @@
 Defaults are argon2-cffi's RFC 9106 low-memory profile (t=3, m=64 MiB, p=4). Each hash
 or verify holds one slot of a :class:`threading.BoundedSemaphore`, so a flood of logins
 queues instead of allocating 64 MiB per request until the process runs out of memory.
+
+Passwords are hashed in Unicode normal form NFKC (NIST SP 800-63B-4), so the NFC and NFD
+spellings of ``café`` are one password. A hash made before normalisation (of the password
+as typed) still verifies: when the NFKC form differs from what was typed and does not
+match, the password as typed is tried too (an ASCII password never differs, so it never
+costs a second Argon2), and the login then rehashes it in NFKC.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import secrets
 import threading
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -21,16 +29,13 @@ from argon2.profiles import RFC_9106_LOW_MEMORY
 
 from ...errors import ConfigurationError, InvalidInput, PasswordTooLong
 from ..outcomes import FactorCredential, FactorKind
+from ..password_policy import MAX_PASSWORD_BYTES, normalise_password
 from ..stores import FactorStore
 from .base import Refused
 
-__all__ = ["MAX_PASSWORD_BYTES", "PasswordHasher", "PasswordVerifier"]
+__all__ = ["MAX_PASSWORD_BYTES", "PasswordHasher", "PasswordMatch", "PasswordVerifier"]
 
 log = logging.getLogger("flask_authflow.authn")
-
-#: Longest password accepted, in UTF-8 bytes. Refused before any hashing so a huge
-#: body cannot be used to burn CPU.
-MAX_PASSWORD_BYTES = 1024
 
 Secret = str | bytes | bytearray
 
@@ -48,6 +53,40 @@ def _encode(password: Secret) -> bytes:
     if len(data) > MAX_PASSWORD_BYTES:
         raise PasswordTooLong(f"passwords are limited to {MAX_PASSWORD_BYTES} bytes")
     return data
+
+
+def _forms(password: Secret) -> tuple[bytes, bytes]:
+    """``(NFKC form, form as typed)`` in UTF-8; the same bytes twice when they do not differ
+    (ASCII, already NFKC, or bytes that are not UTF-8 text)."""
+    typed = _encode(password)
+    if typed.isascii():
+        return typed, typed
+    try:
+        text = typed.decode("utf-8")
+    except UnicodeDecodeError:
+        return typed, typed
+    if unicodedata.is_normalized("NFKC", text):
+        return typed, typed
+    return normalise_password(text).encode("utf-8"), typed
+
+
+class PasswordMatch(enum.Enum):
+    """Which form of a password matched a hash (:meth:`PasswordHasher.match`)."""
+
+    #: The NFKC form: every hash made by :meth:`PasswordHasher.hash`.
+    NORMALISED = "normalised"
+    #: Only the form as typed: a hash made before passwords were normalised (rehash it).
+    AS_TYPED = "as_typed"
+
+
+def _attempts(password: Secret) -> list[tuple[PasswordMatch, bytes]]:
+    """What a verification compares, in order: the NFKC form (unless normalising took it over
+    the limit: no hash can have been made of it), then the form as typed when it differs."""
+    normalised, typed = _forms(password)
+    attempts = [(PasswordMatch.NORMALISED, normalised)] if len(normalised) <= MAX_PASSWORD_BYTES else []
+    if typed != normalised:
+        attempts.append((PasswordMatch.AS_TYPED, typed))
+    return attempts
 
 
 class PasswordHasher:
@@ -120,8 +159,11 @@ class PasswordHasher:
             yield
 
     def hash(self, password: Secret) -> str:
-        """Hash ``password`` (refused with :class:`PasswordTooLong` over 1 KiB)."""
-        data = _encode(password)
+        """Hash the NFKC form of ``password`` (refused with :class:`PasswordTooLong` over 1 KiB,
+        as typed or once normalised)."""
+        data, _ = _forms(password)
+        if len(data) > MAX_PASSWORD_BYTES:
+            raise PasswordTooLong(f"passwords are limited to {MAX_PASSWORD_BYTES} bytes")
         with self._slot():
             return self._argon.hash(data)
 
@@ -140,19 +182,38 @@ class PasswordHasher:
     def verify(self, hash: str, password: Secret) -> bool:
         """True if ``password`` matches ``hash``; False on mismatch, a malformed hash, or a
         hash over the ceilings (refused without computing it, and logged)."""
-        data = _encode(password)
+        return self.match(hash, password) is not None
+
+    def match(self, hash: str, password: Secret) -> PasswordMatch | None:
+        """Which form of ``password`` matches ``hash`` (its NFKC form, or only the form as
+        typed: a hash made before normalisation), or ``None`` as :meth:`verify` is False."""
+        attempts = _attempts(password)
         if not isinstance(hash, str) or not hash.startswith("$argon2id$"):
             # Still spend the time, so a broken row is not distinguishable by timing.
-            self._verify(self._dummy_hash, data)
-            return False
+            self._dummy(attempts)
+            return None
         if self.over_ceiling(hash):
             log.warning("stored Argon2 hash exceeds the configured ceilings; refused without computing it")
-            return False
-        return self._verify(hash, data)
+            return None
+        for form, data in attempts:
+            if self._verify(hash, data):
+                return form
+        return None
+
+    def normalises(self, password: Secret) -> bool:
+        """True if the NFKC form of ``password`` differs from it: only then can a hash made
+        before normalisation need the form as typed (never for ASCII)."""
+        normalised, typed = _forms(password)
+        return normalised != typed
 
     def dummy_verify(self, password: Secret) -> None:
-        """Spend one verification's worth of work on a hash nobody can match."""
-        self._verify(self._dummy_hash, _encode(password))
+        """Spend the work of a failed :meth:`verify` of ``password`` on a hash nobody can match
+        (as many Argon2 computations: one, or two for a password whose NFKC form differs)."""
+        self._dummy(_attempts(password))
+
+    def _dummy(self, attempts: list[tuple[PasswordMatch, bytes]]) -> None:
+        for _, data in attempts:
+            self._verify(self._dummy_hash, data)
 
     def _verify(self, hash: str, data: bytes) -> bool:
         with self._slot():
@@ -203,10 +264,18 @@ class PasswordVerifier:
             # Never computed: a planted hash must not cost gigabytes or minutes per login.
             log.warning("stored Argon2 hash exceeds the configured ceilings; refused without computing it")
             return Refused("hash_over_ceiling")
-        if not self.hasher.verify(stored, secret):
+        if self.hasher.normalises(secret):
+            matched = self.hasher.match(stored, secret)  # a hash made before NFKC is rehashed
+        else:
+            matched = PasswordMatch.NORMALISED if self.hasher.verify(stored, secret) else None
+        if matched is None:
             return False
-        if self.hasher.needs_rehash(stored):
-            self.store.set_password_hash(tenant, user_id, self.hasher.hash(secret))
+        if matched is PasswordMatch.AS_TYPED or self.hasher.needs_rehash(stored):
+            try:
+                rehashed = self.hasher.hash(secret)
+            except PasswordTooLong:  # over 1 KiB once normalised: the hash as typed stays
+                return True
+            self.store.set_password_hash(tenant, user_id, rehashed)
         return True
 
     def verify_unknown(self, credential: FactorCredential) -> None:
