@@ -1,10 +1,12 @@
-"""The reference app's HTML pages in a real headless Chromium (Debian's chromium + chromium-driver)."""
+"""The ready views, as the reference app serves them, in real headless Chromium browsers
+(Debian's chromium + chromium-driver): sign in, change the password (other sessions end),
+and "log out all other sessions" (a second browser's session ends)."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,7 @@ from tests.test_reference_app import live_server  # noqa: F401 - the real server
 pytestmark = pytest.mark.browser
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
+def _open_browser() -> Any:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_path = shutil.which("chromedriver")
     if not chromium or not driver_path:
@@ -44,27 +45,46 @@ def browser() -> Iterator[Any]:
         "--disable-component-update",
         "--disable-sync",
         f"--user-data-dir={profile}",
-        "--window-size=900,700",
+        "--window-size=900,900",
     ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path=str(driver_path)), options=options)
     driver.set_page_load_timeout(20)
+    driver._authflow_profile = profile  # removed with the browser
+    return driver
+
+
+@pytest.fixture
+def browsers() -> Iterator[Callable[[], Any]]:
+    """A factory of headless Chromium browsers, each with a profile (cookies) of its own."""
+    opened: list[Any] = []
+
+    def open_one() -> Any:
+        driver = _open_browser()
+        opened.append(driver)
+        return driver
+
     try:
-        yield driver
+        yield open_one
     finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
+        for driver in opened:
+            driver.quit()
+            shutil.rmtree(driver._authflow_profile, ignore_errors=True)
 
 
-def test_login_page_sign_in_and_out_in_chromium(browser: Any, live_server: str, tmp_path: Path) -> None:  # noqa: F811
-    from selenium.common.exceptions import WebDriverException
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
+class Page:
+    """One browser on the reference app, with waits that cannot race a navigation."""
 
-    wait = WebDriverWait(browser, 15)
+    def __init__(self, driver: Any, base: str) -> None:
+        from selenium.webdriver.support.ui import WebDriverWait
 
-    def new_document_loaded(driver: Any) -> bool:
+        self.driver = driver
+        self.base = base
+        self.wait = WebDriverWait(driver, 15)
+
+    def _new_document_loaded(self, driver: Any) -> bool:
+        from selenium.common.exceptions import WebDriverException
+
         try:
             return bool(
                 driver.execute_script(
@@ -74,38 +94,117 @@ def test_login_page_sign_in_and_out_in_chromium(browser: Any, live_server: str, 
         except WebDriverException:  # the old document went away mid-call: not loaded yet
             return False
 
-    def submit_and_wait(button_id: str) -> None:
-        """Click, then wait for a new, fully loaded document (no race with the navigation).
+    def open(self, path: str) -> None:
+        self.driver.get(self.base + path)
+
+    def type(self, element_id: str, text: str) -> None:
+        from selenium.webdriver.common.by import By
+
+        field = self.driver.find_element(By.ID, element_id)
+        field.clear()
+        field.send_keys(text)
+
+    def submit(self, button_id: str) -> None:
+        """Click, then wait for a new, fully loaded document.
 
         A marker set on the old page's window disappears with it; Chromium's own
         staleness checks can fail with "node does not belong to the document" instead.
         """
-        browser.execute_script("window.__authflowOldPage = true")
-        browser.find_element(By.ID, button_id).click()
-        wait.until(new_document_loaded)
+        from selenium.webdriver.common.by import By
 
-    browser.get(live_server + "/account")
-    assert "/login" in browser.current_url  # redirected, with a safe next
-    browser.find_element(By.ID, "username").send_keys("alice")
-    browser.find_element(By.ID, "password").send_keys("not-her-password")
-    submit_and_wait("submit")
-    error = wait.until(ec.presence_of_element_located((By.ID, "error")))
-    assert "invalid credentials" in error.text
+        self.driver.execute_script("window.__authflowOldPage = true")
+        self.driver.find_element(By.ID, button_id).click()
+        self.wait.until(self._new_document_loaded)
 
-    browser.find_element(By.ID, "username").send_keys("alice")
-    browser.find_element(By.ID, "password").send_keys("wonderland-42")
-    submit_and_wait("submit")
-    wait.until(ec.url_contains("/account"))
-    assert "Signed in as user alice" in wait.until(ec.presence_of_element_located((By.ID, "whoami"))).text
-    cookie = browser.get_cookie("authflow_session")
+    def text_of(self, element_id: str) -> str:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support import expected_conditions as ec
+
+        return str(self.wait.until(ec.presence_of_element_located((By.ID, element_id))).text)
+
+    @property
+    def path(self) -> str:
+        return str(self.driver.current_url).removeprefix(self.base)
+
+    def sign_in(self, username: str, password: str) -> None:
+        self.open("/account")
+        assert self.path == "/login?next=/account"  # redirected, with a safe next
+        self.type("username", username)
+        self.type("password", password)
+        self.submit("login-submit")
+        assert self.path == "/account", self.driver.page_source[:2000]
+
+
+def test_sign_in_wrong_then_right_and_sign_out(browsers: Any, live_server: str, tmp_path: Path) -> None:  # noqa: F811
+    page = Page(browsers(), live_server)
+    page.open("/account")
+    assert page.path == "/login?next=/account"
+    page.type("username", "alice")
+    page.type("password", "not-her-password")
+    page.submit("login-submit")
+    assert "Wrong username or password." in page.text_of("error")
+
+    page.type("username", "alice")
+    page.type("password", "wonderland-rabbit-42")
+    page.submit("login-submit")
+    assert page.path == "/account"
+    assert "Signed in as alice" in page.text_of("whoami")
+    cookie = page.driver.get_cookie("authflow_session")
     assert cookie is not None and cookie["httpOnly"] is True and cookie["sameSite"] == "Lax"
-    logged_in_value = cookie["value"]
-    assert browser.execute_script("return document.cookie").find("authflow_session") == -1
-    browser.save_screenshot(str(tmp_path / "account.png"))
+    signed_in_value = cookie["value"]
+    assert page.driver.execute_script("return document.cookie").find("authflow_session") == -1
+    # This browser's session is listed with its device, and marked as the current one.
+    sessions = page.driver.find_elements("css selector", "li.session[data-current='true']")
+    assert len(sessions) == 1 and "Chrome" in sessions[0].text
+    page.driver.save_screenshot(str(tmp_path / "account.png"))
 
-    submit_and_wait("logout")
-    wait.until(ec.url_contains("/login"))
-    browser.get(live_server + "/account")
-    wait.until(ec.url_contains("/login"))
-    after = browser.get_cookie("authflow_session")  # the login form's CSRF token lives in a guest session
-    assert after is None or after["value"] != logged_in_value
+    page.submit("logout-submit")
+    assert page.path.startswith("/login")
+    page.open("/account")
+    assert page.path.startswith("/login")
+    after = page.driver.get_cookie("authflow_session")
+    assert after is None or after["value"] != signed_in_value
+
+
+def test_changing_the_password_ends_the_other_sessions(browsers: Any, live_server: str) -> None:  # noqa: F811
+    first, second = Page(browsers(), live_server), Page(browsers(), live_server)
+    first.sign_in("carol", "carols-first-passphrase")
+    second.sign_in("carol", "carols-first-passphrase")
+
+    first.open("/account")
+    first.type("current-password", "carols-first-passphrase")
+    first.type("new-password", "carols-second-passphrase")
+    first.type("new-password-confirm", "carols-second-passphrase")
+    first.submit("change-password-submit")
+    assert "Your password has been changed" in first.text_of("notice")
+
+    second.open("/account")
+    assert second.path.startswith("/login")  # the other browser was signed out
+    first.open("/account")
+    assert first.path == "/account"  # the browser that changed it stays signed in
+
+    third = Page(browsers(), live_server)
+    third.open("/login")
+    third.type("username", "carol")
+    third.type("password", "carols-first-passphrase")
+    third.submit("login-submit")
+    assert "Wrong username or password." in third.text_of("error")
+    third.type("username", "carol")
+    third.type("password", "carols-second-passphrase")
+    third.submit("login-submit")
+    assert third.path == "/account"
+
+
+def test_log_out_all_other_sessions(browsers: Any, live_server: str) -> None:  # noqa: F811
+    first, second = Page(browsers(), live_server), Page(browsers(), live_server)
+    first.sign_in("dave", "daves-long-passphrase")
+    second.sign_in("dave", "daves-long-passphrase")
+    first.open("/account")
+    assert len(first.driver.find_elements("css selector", "li.session")) == 2
+    first.submit("revoke-others-submit")
+    assert "All your other sessions have been logged out." in first.text_of("notice")
+    assert len(first.driver.find_elements("css selector", "li.session")) == 1
+    second.open("/account")
+    assert second.path.startswith("/login")
+    first.open("/account")
+    assert first.path == "/account"

@@ -80,13 +80,13 @@ def test_the_csrf_token_rotates_at_login(tmp_path: Path) -> None:
     app = _reference(tmp_path)
     runner = app.test_cli_runner()
     created = runner.invoke(
-        args=["authflow", "create-user", "alice", "--password-stdin"], input="wonderland-42\n"
+        args=["authflow", "create-user", "alice", "--password-stdin"], input="wonderland-rabbit-42\n"
     )
     assert created.exit_code == 0, created.output
     client = app.test_client()
     before = _token(client.get("/login").text)
     logged_in = client.post(
-        "/login", data={"username": "alice", "password": "wonderland-42", "csrf_token": before}
+        "/login", data={"username": "alice", "password": "wonderland-rabbit-42", "csrf_token": before}
     )
     assert logged_in.status_code == 302
     after = _token(client.get("/account").text)

@@ -32,7 +32,7 @@ from tests.parts import free_port
 
 ISS = "https://issuer-example.test"
 AUD = "https://api.example"
-PASSWORDS = {"alice": "wonderland-42", "root": "operator-pass-1"}
+PASSWORDS = {"alice": "wonderland-rabbit-42", "root": "operator-pass-1"}
 FAST_ARGON2 = {
     "AUTHFLOW_ARGON2_TIME_COST": 1,
     "AUTHFLOW_ARGON2_MEMORY_COST": 8,

@@ -42,7 +42,7 @@ def app(tmp_path: Path) -> Flask:
     )
     runner = app.test_cli_runner()
     result = runner.invoke(
-        args=["authflow", "create-user", "alice", "--password-stdin"], input="wonderland-42\n"
+        args=["authflow", "create-user", "alice", "--password-stdin"], input="wonderland-rabbit-42\n"
     )
     assert result.exit_code == 0, result.output
     runner.invoke(
@@ -67,7 +67,7 @@ def test_dashboard_requires_login(client: FlaskClient) -> None:
 
 
 def test_login_dashboard_logout_and_dead_cookie(client: FlaskClient) -> None:
-    response = _login(client, "alice", "wonderland-42")
+    response = _login(client, "alice", "wonderland-rabbit-42")
     assert response.status_code == 200
     assert response.text == "authenticated\n"
     assert client.get("/dashboard").status_code == 200
@@ -83,16 +83,16 @@ def test_login_dashboard_logout_and_dead_cookie(client: FlaskClient) -> None:
 
 
 def test_identifiers_are_case_insensitive(client: FlaskClient) -> None:
-    assert _login(client, "ALICE", "wonderland-42").status_code == 200
+    assert _login(client, "ALICE", "wonderland-rabbit-42").status_code == 200
 
 
 def test_unknown_user_wrong_tenant_wrong_password_are_byte_identical(app: Flask) -> None:
     responses = []
     for body in (
-        {"username": "nobody", "password": "wonderland-42"},
-        {"username": "alice", "password": "wonderland-42", "tenant": "nowhere"},
+        {"username": "nobody", "password": "wonderland-rabbit-42"},
+        {"username": "alice", "password": "wonderland-rabbit-42", "tenant": "nowhere"},
         {"username": "alice", "password": "wrong-password"},
-        {"username": "alice", "password": "wonderland-42", "tenant": "other"},
+        {"username": "alice", "password": "wonderland-rabbit-42", "tenant": "other"},
     ):
         response = app.test_client().post("/login", json=body)
         headers = sorted((k, v) for k, v in response.headers.items() if k.lower() != "date")
@@ -105,7 +105,7 @@ def test_lockout_is_403_with_lock_end(app: Flask) -> None:
     client = app.test_client()
     statuses = [_login(client, "alice", f"bad-{i}").status_code for i in range(5)]
     assert statuses[:4] == [401, 401, 401, 401]
-    locked = _login(client, "alice", "wonderland-42")
+    locked = _login(client, "alice", "wonderland-rabbit-42")
     assert locked.status_code == 403
     assert locked.text.startswith("account locked until 20")
 
@@ -132,7 +132,7 @@ def test_over_long_password_is_401_error_not_500(client: FlaskClient) -> None:
 
 
 def test_metrics_count_attempts(client: FlaskClient) -> None:
-    _login(client, "alice", "wonderland-42")
+    _login(client, "alice", "wonderland-rabbit-42")
     _login(client, "alice", "nope-nope")
     text = client.get("/metrics").text
     assert "# TYPE authflow_login_attempts_total counter" in text
@@ -144,7 +144,9 @@ def test_html_login_page_requires_csrf_token(client: FlaskClient) -> None:
     page = client.get("/login")
     assert page.status_code == 200
     assert 'name="csrf_token"' in page.text
-    forged = client.post("/login", data={"username": "alice", "password": "wonderland-42", "csrf_token": "x"})
+    forged = client.post(
+        "/login", data={"username": "alice", "password": "wonderland-rabbit-42", "csrf_token": "x"}
+    )
     assert forged.status_code == 400
     assert client.get("/dashboard").status_code == 401
 
@@ -155,13 +157,13 @@ def test_html_login_flow_and_safe_next(client: FlaskClient) -> None:
     token = page.text.split('name="csrf_token" value="')[1].split('"')[0]
     wrong = client.post("/login", data={"username": "alice", "password": "bad", "csrf_token": token})
     assert wrong.status_code == 401
-    assert "invalid credentials" in wrong.text
+    assert "Wrong username or password." in wrong.text
     token = wrong.text.split('name="csrf_token" value="')[1].split('"')[0]
     ok = client.post(
         "/login",
         data={
             "username": "alice",
-            "password": "wonderland-42",
+            "password": "wonderland-rabbit-42",
             "csrf_token": token,
             "next": "//evil.example",
         },
@@ -169,7 +171,7 @@ def test_html_login_flow_and_safe_next(client: FlaskClient) -> None:
     assert ok.status_code == 302
     assert ok.headers["Location"] == "/account"
     account = client.get("/account", headers={"Accept": "text/html"})
-    assert "Signed in as user <strong>alice</strong>" in account.text
+    assert "Signed in as <strong>alice</strong>" in account.text
 
 
 def test_browser_is_redirected_to_login_page(client: FlaskClient) -> None:
@@ -200,6 +202,14 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+#: The users ``live_server`` creates (the browser tests sign in as them).
+LIVE_USERS = {
+    "alice": "wonderland-rabbit-42",
+    "carol": "carols-first-passphrase",
+    "dave": "daves-long-passphrase",
+}
+
+
 @pytest.fixture
 def live_server(tmp_path: Path) -> Iterator[str]:
     """``flask run`` of the reference app on 127.0.0.1, configured only from the environment."""
@@ -216,17 +226,18 @@ def live_server(tmp_path: Path) -> Iterator[str]:
         "PYTHONPATH": str(ROOT),
     }
     flask_cmd = [sys.executable, "-m", "flask", "--app", "examples/reference/app.py"]
-    created = subprocess.run(
-        [*flask_cmd, "authflow", "create-user", "alice", "--password-stdin"],
-        input="wonderland-42\n",
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert created.returncode == 0, created.stderr
+    for username, password in LIVE_USERS.items():
+        created = subprocess.run(
+            [*flask_cmd, "authflow", "create-user", username, "--password-stdin"],
+            input=f"{password}\n",
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        assert created.returncode == 0, created.stderr
     server = subprocess.Popen(
         [*flask_cmd, "run", "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT,
@@ -262,7 +273,9 @@ def test_reference_app_over_real_http(live_server: str) -> None:
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar), _NoRedirect())
     assert _call(opener, live_server + "/")[0] == 200
     assert _call(opener, live_server + "/dashboard")[0] == 401
-    status, text = _call(opener, live_server + "/login", {"username": "alice", "password": "wonderland-42"})
+    status, text = _call(
+        opener, live_server + "/login", {"username": "alice", "password": "wonderland-rabbit-42"}
+    )
     assert (status, text) == (200, "authenticated\n")
     cookie = next(c for c in jar if c.name == "authflow_session")
     assert cookie.has_nonstandard_attr("HttpOnly")
@@ -279,7 +292,9 @@ def test_reference_app_over_real_http(live_server: str) -> None:
     except urllib.error.HTTPError as error:
         replay_status = error.code
     assert replay_status == 401
-    status, text = _call(opener, live_server + "/login", {"username": "nobody", "password": "wonderland-42"})
+    status, text = _call(
+        opener, live_server + "/login", {"username": "nobody", "password": "wonderland-rabbit-42"}
+    )
     assert (status, text) == (401, "invalid credentials\n")
 
 

@@ -46,7 +46,7 @@ def reference_app(tmp_path: Path) -> Flask:
         instance_path=str(tmp_path / "instance"),
     )
     result = app.test_cli_runner().invoke(
-        args=["authflow", "create-user", "alice", "--password-stdin"], input="wonderland-42\n"
+        args=["authflow", "create-user", "alice", "--password-stdin"], input="wonderland-rabbit-42\n"
     )
     assert result.exit_code == 0, result.output
     return app
@@ -64,7 +64,7 @@ def issuer_app(tmp_path: Path) -> Flask:
         instance_path=str(tmp_path / "issuer-instance"),
     )
     result = app.test_cli_runner().invoke(
-        args=["authflow", "create-user", "alice", "--password-stdin"], input="wonderland-42\n"
+        args=["authflow", "create-user", "alice", "--password-stdin"], input="wonderland-rabbit-42\n"
     )
     assert result.exit_code == 0, result.output
     return app
@@ -72,7 +72,7 @@ def issuer_app(tmp_path: Path) -> Flask:
 
 def _reference_login(app: Flask) -> FlaskClient:
     client = app.test_client()
-    response = client.post("/login", json={"username": "alice", "password": "wonderland-42"})
+    response = client.post("/login", json={"username": "alice", "password": "wonderland-rabbit-42"})
     assert response.status_code == 200, response.text
     assert client.get("/dashboard").status_code == 200
     return client
@@ -217,7 +217,7 @@ def test_issuer_app_deeply_nested_json_is_a_typed_400(issuer_app: Flask) -> None
     response = client.post("/login", data=DEEP_JSON, content_type="application/json")
     assert response.status_code == 400
     assert response.json["error"] == "invalid_input"
-    assert client.post("/login", json={"username": "alice", "password": "wonderland-42"}).status_code == 200
+    assert client.post("/login", json={"username": "alice", "password": "wonderland-rabbit-42"}).status_code == 200
     response = client.post("/issue", data=DEEP_JSON, content_type="application/json")
     assert response.status_code == 400
     assert response.json["error"] == "invalid_input"
@@ -229,7 +229,7 @@ def test_issuer_app_deeply_nested_json_is_a_typed_400(issuer_app: Flask) -> None
 def test_set_password_with_another_spelling_revokes_the_sessions(reference_app: Flask) -> None:
     client = _reference_login(reference_app)
     result = reference_app.test_cli_runner().invoke(
-        args=["authflow", "set-password", "ALICE", "--password-stdin"], input="new-password-7\n"
+        args=["authflow", "set-password", "ALICE", "--password-stdin"], input="a new passphrase 7\n"
     )
     # Before the fix: the password changed, then an AttributeError, and no session revoked.
     assert result.exit_code == 0, result.output

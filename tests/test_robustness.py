@@ -51,7 +51,7 @@ def _app(tmp_path: Path, factory: Any, name: str) -> Flask:
         instance_path=str(tmp_path / f"{name}-instance"),
     )
     result = app.test_cli_runner().invoke(
-        args=["authflow", "create-user", "alice", "--password-stdin"], input="wonderland-42\n"
+        args=["authflow", "create-user", "alice", "--password-stdin"], input="wonderland-rabbit-42\n"
     )
     assert result.exit_code == 0, result.output
     return app
@@ -126,7 +126,7 @@ def test_reference_login_strings_never_500(
     response = reference.test_client().post("/login", json=body)
     assert response.status_code in (200, 400, 401, 403), response.data
     if response.status_code == 200:  # only the real password logs in
-        assert password == "wonderland-42"
+        assert password == "wonderland-rabbit-42"
 
 
 @HYPOTHESIS
@@ -136,7 +136,7 @@ def test_reference_login_strings_never_500(
 )
 def test_issuer_app_json_bodies_never_500(issuer: Flask, route: str, body: Any) -> None:
     client = issuer.test_client()
-    assert client.post("/login", json={"username": "alice", "password": "wonderland-42"}).status_code == 200
+    assert client.post("/login", json={"username": "alice", "password": "wonderland-rabbit-42"}).status_code == 200
     response = client.post(route, json=body)
     assert response.status_code < 500, response.data
     assert response.is_json

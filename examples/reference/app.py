@@ -17,20 +17,23 @@ Routes (JSON / plain text, as the spec's reference wiring):
   403 locked (the text names the lock end);
 * ``POST /logout``; ``GET /metrics`` (Prometheus text).
 
-HTML pages: ``GET /login`` (form), ``GET /account`` (protected), both posting with a
-CSRF token kept in the session.
+HTML pages: flask-authflow's ready views (``GET /login``, the factor steps, ``/step-up``,
+``/account`` with password change and the session list), registered after the JSON routes;
+a form POST to ``/login`` or ``/logout`` is handed to them. With OpenID providers in
+``AUTHFLOW_OAUTH_PROVIDERS`` the sign-in page offers a "Sign in with ..." button for each
+(``/auth/login/<provider>``), and ``/auth/...`` serves the callback, back-channel and
+RP-initiated logout.
 """
 
 from __future__ import annotations
 
-import hmac
 import os
 import secrets
 import sys
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, Response, abort, redirect, render_template, request, url_for
+from flask import Flask, Response, abort, request
 
 from flask_authflow import (
     Authenticated,
@@ -44,8 +47,8 @@ from flask_authflow import (
     current_session,
     get_state,
     login_required,
-    safe_next,
 )
+from flask_authflow.views import rotate_csrf_token
 
 authflow = AuthFlow()
 
@@ -73,26 +76,6 @@ def _development_key(app: Flask) -> str:
 
 def _text(body: str, status: int = 200) -> Response:
     return Response(body + "\n", status=status, mimetype="text/plain")
-
-
-def _csrf_token() -> str:
-    token = current_session.get("_csrf")
-    if not isinstance(token, str):
-        token = secrets.token_urlsafe(32)
-        current_session["_csrf"] = token
-    return token
-
-
-def _check_csrf() -> None:
-    expected = current_session.get("_csrf")
-    supplied = request.form.get("csrf_token", "")
-    if not isinstance(expected, str) or not hmac.compare_digest(expected.encode(), supplied.encode()):
-        abort(400, description="the form has expired or did not come from this site: reload the page")
-
-
-def _rotate_csrf() -> None:
-    """A new CSRF token after login: a token planted or seen before login is worthless after it."""
-    current_session.pop("_csrf", None)
 
 
 def _outcome_text(outcome: Any) -> tuple[str, int]:
@@ -128,7 +111,6 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
         app.config["AUTHFLOW_SIGNING_KEY"] = _development_key(app)
         app.config.setdefault("AUTHFLOW_COOKIE_SECURE", False)
         app.config.setdefault("AUTHFLOW_ALLOW_INSECURE_LOOPBACK", True)
-    app.config.setdefault("AUTHFLOW_LOGIN_VIEW", "login_page")
     if app.config.get("MAX_CONTENT_LENGTH") is None:  # Flask presets None, so setdefault would not do it
         app.config["MAX_CONTENT_LENGTH"] = 64 * 1024  # login bodies are small: refuse huge ones (413)
     authflow.init_app(app)
@@ -152,9 +134,9 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
         return _text(f"dashboard of user {current_session.user_id} in tenant {current_session.tenant}")
 
     @app.post("/login")
-    def login() -> Response:
-        if not request.is_json:
-            return _login_form_post()
+    def login() -> Any:
+        if not request.is_json:  # a browser's form: the ready views' login page handles it
+            return app.view_functions["authflow_views.login"]()
         try:
             body = request.get_json(silent=True)
         except RecursionError:  # nested deeper than the JSON parser goes: not a login
@@ -171,56 +153,25 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
         except AuthFlowError as error:
             return _text(f"login error: {error.message}", 401)
         if isinstance(outcome, Authenticated):
-            _rotate_csrf()
+            rotate_csrf_token()  # a form token seen before the login is worthless after it
         text, status = _outcome_text(outcome)
         return _text(text, status)
 
-    @app.get("/login")
-    def login_page() -> str:
-        return render_template(
-            "login.html", csrf_token=_csrf_token(), next=safe_next(request.args.get("next")), error=None
-        )
-
-    def _login_form_post() -> Response:
-        _check_csrf()
-        username = request.form.get("username", "")
-        password = request.form.get("password", "")
-        target = safe_next(request.form.get("next")) or url_for("account")
-        try:
-            outcome = authflow.login_with_password(username, password)
-        except AuthFlowError as error:
-            text, status = f"login error: {error.message}", 401
-        else:
-            if isinstance(outcome, Authenticated):
-                _rotate_csrf()
-                return redirect(target)  # type: ignore[return-value]
-            text, status = _outcome_text(outcome)
-        page = render_template(
-            "login.html", csrf_token=_csrf_token(), next=safe_next(request.form.get("next")), error=text
-        )
-        return Response(page, status=status, mimetype="text/html")
-
-    @app.get("/account")
-    @login_required
-    def account() -> str:
-        user = get_state().backend.get_user(str(current_session.tenant), str(current_session.user_id))
-        return render_template("account.html", session=current_session, user=user, csrf_token=_csrf_token())
-
     @app.post("/logout")
-    def logout() -> Response:
-        # A JSON request cannot be sent cross-site without a CORS preflight; anything
-        # else is a form and must carry the CSRF token (SameSite=Lax covers cross-site,
-        # the token covers same-site attackers too).
+    def logout() -> Any:
+        # A JSON request cannot be sent cross-site without a CORS preflight; a form is the
+        # ready views' logout, which checks its CSRF token.
         if request.is_json:
             authflow.logout()
             return _text("logged out")
-        _check_csrf()
-        authflow.logout()
-        return redirect(url_for("login_page"))  # type: ignore[return-value]
+        return app.view_functions["authflow_views.logout"]()
 
     @app.get("/metrics")
     def metrics() -> Response:
         body = get_state().counters.render_prometheus()
         return Response(body, mimetype="text/plain; version=0.0.4")
 
+    # The ready views (sign-in, factor steps, step-up, account) after the JSON routes above,
+    # so that POST /login and POST /logout with JSON keep the reference wiring's answers.
+    authflow.views.register(app)
     return app

@@ -24,6 +24,25 @@ from .views import OAUTH_BLUEPRINT, backchannel_logout, build_oauth_blueprint
 __all__ = ["build_federation", "register_oauth_blueprint"]
 
 
+def _provider_links() -> dict[str, Any]:
+    """``authflow_oauth_providers`` in templates: ``[(name, login URL)]``, for "Sign in with" buttons
+    (the ready login page shows them). Listing needs no discovery."""
+    from flask import request, url_for
+
+    from ..decorators import safe_next
+    from ..state import get_state
+
+    federation = get_state().federation
+    if federation is None:
+        return {"authflow_oauth_providers": []}
+    target = safe_next(request.args.get("next")) if request else None
+    links = [
+        (name, url_for("authflow_oauth.login", provider=name, next=target))
+        for name in federation.registry.names()
+    ]
+    return {"authflow_oauth_providers": links}
+
+
 def build_federation(
     app: Flask,
     config: AuthFlowConfig,
@@ -74,6 +93,7 @@ def register_oauth_blueprint(app: Flask, url_prefix: str) -> None:
         return
     blueprint = build_oauth_blueprint()
     app.register_blueprint(blueprint, url_prefix=url_prefix or None)
+    app.context_processor(_provider_links)
     csrf = app.extensions.get("csrf")
     exempt = getattr(csrf, "exempt", None)
     if callable(exempt):  # Flask-WTF names exempt views by "module.function"
