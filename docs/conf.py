@@ -12,10 +12,12 @@ import sys
 import typing
 from typing import Any
 
+import flask_authflow
+
 project = "flask-authflow"
 author = "the flask-authflow authors"
 copyright = "2026, the flask-authflow authors"
-release = "0.7.0"
+release = flask_authflow.__version__
 extensions = ["sphinx.ext.autodoc"]
 exclude_patterns = ["_build"]
 html_theme = "alabaster"
@@ -36,17 +38,12 @@ _THIRD_PARTY = (
     "argon2",
     "blinker",
     "click",
-    "collections",
     "cryptography",
-    "datetime",
     "flask",
     "joserfc",
-    "os",
-    "pathlib",
     "pytest",
     "requests",
     "sqlalchemy",
-    "typing",
     "werkzeug",
 )
 _OUTSIDE = sorted(set(_THIRD_PARTY) | set(sys.stdlib_module_names))
