@@ -41,19 +41,20 @@ def app(mock_clock: MockClock, authflow_hasher: PasswordHasher) -> Flask:
 def test_create_user_from_stdin_then_login(app: Flask) -> None:
     runner = app.test_cli_runner()
     result = runner.invoke(
-        args=["authflow", "create-user", "Alice", "--password-stdin"], input="s3cret-pass\n"
+        args=["authflow", "create-user", "Alice", "--password-stdin"], input="s3cret-passphrase-1\n"
     )
     assert result.exit_code == 0, result.output
     assert "created user 'alice'" in result.output
-    assert "s3cret-pass" not in result.output
-    client = login_test_client(app, "alice", password="s3cret-pass")
+    assert "s3cret-passphrase-1" not in result.output
+    client = login_test_client(app, "alice", password="s3cret-passphrase-1")
     assert client.get("/who").text == "authenticated"
 
 
 def test_create_user_prompts_with_confirmation(app: Flask) -> None:
     runner = app.test_cli_runner()
     result = runner.invoke(
-        args=["authflow", "create-user", "bob", "--tenant", "acme"], input="pw-one\npw-one\n"
+        args=["authflow", "create-user", "bob", "--tenant", "acme"],
+        input="pw-one-long-enough\npw-one-long-enough\n",
     )
     assert result.exit_code == 0, result.output
     with app.app_context():
@@ -93,16 +94,18 @@ def test_empty_password_refused(app: Flask) -> None:
 
 def test_set_password_revokes_sessions(app: Flask) -> None:
     runner = app.test_cli_runner()
-    runner.invoke(args=["authflow", "create-user", "frank", "--password-stdin"], input="old-password\n")
-    client = login_test_client(app, "frank", password="old-password")
+    runner.invoke(
+        args=["authflow", "create-user", "frank", "--password-stdin"], input="old-passphrase-here\n"
+    )
+    client = login_test_client(app, "frank", password="old-passphrase-here")
     assert client.get("/who").text == "authenticated"
     result = runner.invoke(
-        args=["authflow", "set-password", "frank", "--password-stdin"], input="new-password\n"
+        args=["authflow", "set-password", "frank", "--password-stdin"], input="new-passphrase-here\n"
     )
     assert result.exit_code == 0, result.output
     assert "1 session(s) revoked" in result.output
     assert client.get("/who").text == "guest"
-    assert login_test_client(app, "frank", password="new-password").get("/who").text == "authenticated"
+    assert login_test_client(app, "frank", password="new-passphrase-here").get("/who").text == "authenticated"
 
 
 def test_set_password_unknown_user(app: Flask) -> None:

@@ -520,7 +520,7 @@ def test_sessions_revoke_unknown_user(memory_app: Flask) -> None:
 
 def test_create_user_json_and_tenant(app: Flask) -> None:
     document = run_json(
-        app, "create-user", "Dora", "--tenant", "acme", "--password-stdin", stdin="dora-pass-1\n"
+        app, "create-user", "Dora", "--tenant", "acme", "--password-stdin", stdin="dora-passphrase-1\n"
     )
     user = find(app, "dora", "acme")
     assert user is not None and find(app, "dora") is None
@@ -533,16 +533,23 @@ def test_create_user_json_and_tenant(app: Flask) -> None:
         "locked": False,
         "locked_until": None,
     }
-    assert isinstance(login(app, "dora", "dora-pass-1", tenant="acme")[1], Authenticated)
+    assert isinstance(login(app, "dora", "dora-passphrase-1", tenant="acme")[1], Authenticated)
     again = run(
-        app, "create-user", "DORA", "--tenant", "acme", "--password-stdin", "--json", stdin="x-pass\n"
+        app,
+        "create-user",
+        "DORA",
+        "--tenant",
+        "acme",
+        "--password-stdin",
+        "--json",
+        stdin="another long passphrase\n",
     )
     message = assert_json_error(again, "user_exists")
     assert message == "A user with this identifier already exists in the tenant."  # no driver detail
 
 
 def test_create_user_prompt_goes_to_stderr_under_json(memory_app: Flask) -> None:
-    result = run(memory_app, "create-user", "erin", "--json", stdin="erin-pass\nerin-pass\n")
+    result = run(memory_app, "create-user", "erin", "--json", stdin="erin-passphrase-x\nerin-passphrase-x\n")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["identifier"] == "erin"
     assert "Password" in result.stderr
@@ -576,7 +583,7 @@ def test_set_password_json_tenant_and_unknown_user(app: Flask) -> None:
     add_user(app, "carol", tenant="acme")
     client = logged_in(app, "carol", tenant="acme")
     document = run_json(
-        app, "set-password", "Carol", "--tenant", "acme", "--password-stdin", stdin="new-password-9\n"
+        app, "set-password", "Carol", "--tenant", "acme", "--password-stdin", stdin="new-passphrase-9\n"
     )
     assert document == {
         "identifier": "carol",
@@ -585,7 +592,7 @@ def test_set_password_json_tenant_and_unknown_user(app: Flask) -> None:
         "sessions_revoked": 1,
     }
     assert not is_logged_in(client)
-    assert isinstance(login(app, "carol", "new-password-9", tenant="acme")[1], Authenticated)
+    assert isinstance(login(app, "carol", "new-passphrase-9", tenant="acme")[1], Authenticated)
     text = run(app, "set-password", "carol", "--password-stdin", stdin="other-pass\n")
     assert_error(text, "no user 'carol' in tenant 'default'")
     as_json = run(app, "set-password", "nobody", "--password-stdin", "--json", stdin="other-pass\n")

@@ -83,6 +83,7 @@ def test_sql_stores_must_stay_in_tmp_path(app):
 
 
 def _write_project(pytester: pytest.Pytester, dev_db: Path) -> None:
+    pytester.makeini("[pytest]\n")  # the user's own (empty) settings: no ancestor's config applies
     pytester.makepyfile(myapp=MYAPP.format(dev_db=str(dev_db)), conftest=CONFTEST, test_myapp=TESTS)
 
 
@@ -100,6 +101,7 @@ def test_default_wiring_keeps_tests_off_the_development_database(
 
 
 def test_sql_wiring_accepts_a_database_inside_tmp_path(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\n")
     pytester.makepyfile(
         myapp=MYAPP.format(dev_db="unused.db"),
         test_sql="""
@@ -131,6 +133,7 @@ def test_sql_store_used(app, login_client, tmp_path):
 
 
 def test_app_marker_and_ini_turn_the_wiring_off(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\n")
     pytester.makepyfile(
         myapp=MYAPP.format(dev_db="unused.db"),
         test_off="""

@@ -217,7 +217,10 @@ def test_issuer_app_deeply_nested_json_is_a_typed_400(issuer_app: Flask) -> None
     response = client.post("/login", data=DEEP_JSON, content_type="application/json")
     assert response.status_code == 400
     assert response.json["error"] == "invalid_input"
-    assert client.post("/login", json={"username": "alice", "password": "wonderland-rabbit-42"}).status_code == 200
+    assert (
+        client.post("/login", json={"username": "alice", "password": "wonderland-rabbit-42"}).status_code
+        == 200
+    )
     response = client.post("/issue", data=DEEP_JSON, content_type="application/json")
     assert response.status_code == 400
     assert response.json["error"] == "invalid_input"

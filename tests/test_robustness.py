@@ -136,7 +136,10 @@ def test_reference_login_strings_never_500(
 )
 def test_issuer_app_json_bodies_never_500(issuer: Flask, route: str, body: Any) -> None:
     client = issuer.test_client()
-    assert client.post("/login", json={"username": "alice", "password": "wonderland-rabbit-42"}).status_code == 200
+    assert (
+        client.post("/login", json={"username": "alice", "password": "wonderland-rabbit-42"}).status_code
+        == 200
+    )
     response = client.post(route, json=body)
     assert response.status_code < 500, response.data
     assert response.is_json
