@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import requests
 
 from flask_authflow import get_state
 from flask_authflow.errors import TokenCheck
@@ -583,3 +584,65 @@ def test_keys_without_alg_are_used_when_the_provider_says_so(
     _keys_without_alg(oidc_provider, monkeypatch)
     fed = federated_app(oidc_provider, mock_clock, authflow_hasher, jwks_require_alg=False)
     assert fed.sign_in(fed.client()).status_code == 302
+
+
+def test_a_per_tenant_factory_is_built_once_per_tenant(oidc_provider, mock_clock, authflow_hasher) -> None:
+    oidc_provider.login_as("alice-sub")
+    fed = federated_app(oidc_provider, mock_clock, authflow_hasher)
+    calls: list[str] = []
+
+    def factory(tenant: str) -> dict[str, Any]:
+        calls.append(tenant)
+        settings = {
+            "discovery_url": oidc_provider.discovery_url,
+            "client_id": CLIENT_ID,
+            "client_secret": "test-secret",
+            "redirect_uri": f"http://localhost/auth/callback/{PROVIDER}",
+            "post_login_redirect": "/dashboard",
+        }
+        return settings
+
+    fed.authflow.register_provider(PROVIDER, factory)
+    acme = fed.client()
+    target = fed.authorize(acme, f"/auth/login/{PROVIDER}?tenant=acme")
+    assert acme.get(target).status_code == 302
+    fed.sign_in(fed.client())  # no tenant: the default tenant
+    fed.authorize(fed.client(), f"/auth/login/{PROVIDER}?tenant=acme")
+    assert calls == ["acme", "default"]  # built once per tenant, then cached
+    link = fed.backend.find_link(oidc_provider.issuer, "alice-sub")
+    assert link is not None  # the latest login (default tenant) owns the link now
+    assert fed.backend.find_user("acme", "test-op:alice-sub") is not None
+    bad = fed.client().get(f"/auth/login/{PROVIDER}?tenant=%0a")
+    assert bad.status_code == 400
+
+
+DISCOVERY = "https://op.example/.well-known/openid-configuration"
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        ({"status_code": 503, "json": {}}, Discovery),
+        (
+            {
+                "status_code": 200,
+                "text": "<html>maintenance</html>",
+                "headers": {"Content-Type": "text/html"},
+            },
+            Discovery,
+        ),
+        ({"status_code": 200, "json": ["not", "an", "object"]}, Discovery),
+        ({"exc": requests.exceptions.ReadTimeout}, ProviderUnreachable),
+        ({"exc": requests.exceptions.ConnectionError}, ProviderUnreachable),
+        ({"status_code": 200, "content": b"{" + b" " * 2_000_000 + b"}"}, ProviderUnreachable),
+        ({"status_code": 302, "headers": {"Location": "https://evil.example/config"}}, ProviderUnreachable),
+    ],
+)
+def test_discovery_http_failures(answer: dict[str, Any], error: type[Exception]) -> None:
+    import requests_mock
+
+    adapter = requests_mock.Adapter()
+    adapter.register_uri("GET", DISCOVERY, **answer)
+    http = RequestsHttpClient(adapters={"https://op.example/": adapter})
+    with pytest.raises(error):
+        OAuthProviderConfig.discover(DISCOVERY, CLIENT_ID, "s", "https://app.example/cb", http=http)

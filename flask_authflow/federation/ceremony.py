@@ -41,6 +41,7 @@ class Ceremony:
     started_at: datetime
     return_to: str | None = None
     pending_workflow: bool = False
+    tenant: str | None = None
 
     @classmethod
     def start(
@@ -51,6 +52,7 @@ class Ceremony:
         *,
         return_to: str | None = None,
         pending_workflow: bool = False,
+        tenant: str | None = None,
     ) -> Ceremony:
         return cls(
             provider=provider,
@@ -62,6 +64,7 @@ class Ceremony:
             started_at=now,
             return_to=return_to,
             pending_workflow=pending_workflow,
+            tenant=tenant,
         )
 
     @property
@@ -85,11 +88,13 @@ class Ceremony:
                 return None
             started = datetime.fromisoformat(str(data["started_at"]))
             return_to = data.get("return_to")
+            tenant = data.get("tenant")
             return cls(
                 **strings,
                 started_at=utc(started),
                 return_to=return_to if isinstance(return_to, str) else None,
                 pending_workflow=data.get("pending_workflow") is True,
+                tenant=tenant if isinstance(tenant, str) else None,
             )
         except (KeyError, TypeError, ValueError):
             return None

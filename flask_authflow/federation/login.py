@@ -53,6 +53,9 @@ class OAuthLoginOptions:
         the session ends in PendingWorkflow instead of Authenticated.
     :param scopes: scopes for this login instead of the provider's configured ones.
     :param prompt, login_hint: passed to the authorize request when set.
+    :param tenant: for a provider registered with a factory (per-tenant federation): the
+        tenant the factory is called with; the provider it builds names the local tenant.
+        Ignored by providers registered with a fixed configuration.
     """
 
     return_to: str | None = None
@@ -60,6 +63,7 @@ class OAuthLoginOptions:
     scopes: tuple[str, ...] | None = None
     prompt: str | None = None
     login_hint: str | None = None
+    tenant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,8 @@ class FederatedLogin:
     state: AuthState
     return_to: str | None
     tokens: TokenSet = field(repr=False)
+    #: The provider's ``post_login_redirect`` (where to go without ``return_to``).
+    post_login_redirect: str = "/"
 
 
 def _without_ceremony(record: SessionRecord) -> SessionRecord:
@@ -171,13 +177,15 @@ class FederationService:
         :raises UnknownProvider, Discovery, ProviderUnreachable: the provider cannot be used.
         """
         opts = options if options is not None else OAuthLoginOptions()
-        provider = self.registry.get(provider_name)
+        tenant = opts.tenant or self.default_tenant
+        provider = self.registry.get(provider_name, tenant)
         ceremony = Ceremony.start(
             provider.name,
             provider.issuer,
             self.clock.now(),
             return_to=opts.return_to,
             pending_workflow=opts.pending_workflow,
+            tenant=tenant,
         )
         extra = {k: v for k, v in (("prompt", opts.prompt), ("login_hint", opts.login_hint)) if v}
         url = provider.authorization_url(ceremony, scopes=opts.scopes, **extra)
@@ -232,7 +240,7 @@ class FederationService:
             or not hmac.compare_digest(ceremony.state.encode(), state.encode("utf-8", "replace"))
         ):
             raise CsrfMismatch("the login callback does not belong to a login started in this session")
-        provider = self.registry.get(provider_name)
+        provider = self.registry.get(provider_name, ceremony.tenant)
         if self.clock.now() - ceremony.started_at > provider.config.ceremony_timeout:
             raise Expired("the login took longer than the ceremony timeout: start again")
         if iss is not None and iss != provider.issuer:
@@ -289,6 +297,7 @@ class FederationService:
             state=session.state,
             return_to=ceremony.return_to,
             tokens=tokens,
+            post_login_redirect=provider.config.post_login_redirect,
         )
 
     def _map(self, identity: FederatedIdentity) -> str:
@@ -303,7 +312,13 @@ class FederationService:
     # --- logout -----------------------------------------------------------------------------
 
     def backchannel_logout(
-        self, handle: AuthnRequest, session: AuthSession, provider_name: str, token: Any
+        self,
+        handle: AuthnRequest,
+        session: AuthSession,
+        provider_name: str,
+        token: Any,
+        *,
+        tenant: str | None = None,
     ) -> int:
         """Verify a back-channel logout token and revoke what it names; returns how many
         sessions ended.
@@ -315,7 +330,7 @@ class FederationService:
         :raises LogoutTokenInvalid: naming the failed check (``jwt_id`` for a replay).
         """
         try:
-            provider = self.registry.get(provider_name)
+            provider = self.registry.get(provider_name, tenant or self.default_tenant)
             claims = provider.verify_logout_jwt(token)
             expires = datetime.fromtimestamp(claims.exp, tz=UTC)
             if not self.links.remember_jti(claims.issuer, claims.jti, expires):

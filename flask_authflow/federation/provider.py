@@ -22,6 +22,7 @@ from ..clock import Clock, SystemClock
 from ..errors import ConfigurationError, MissingExtraError, TokenCheck, TokenVerificationError, UnknownKeyId
 from ..jose import VerifiedClaims
 from .ceremony import Ceremony
+from .client_auth import PrivateKeyJwt, load_client_key
 from .errors import (
     Discovery,
     EndSessionRefused,
@@ -79,6 +80,8 @@ PROVIDER_CONFIG_KEYS: Final = (
     "tenant",
     "jwks_debounce",
     "jwks_require_alg",
+    "client_private_key",
+    "client_key_id",
 )
 
 
@@ -142,6 +145,9 @@ class OAuthProviderConfig:
         ``AUTHFLOW_DEFAULT_TENANT``).
     :param jwks_debounce: at most one key refresh for an unknown ``kid`` per this long
         (default 10 s, at least 1 s).
+    :param client_private_key, client_key_id: a PEM private key (and its ``kid`` at the
+        provider) to authenticate at the token endpoint with ``private_key_jwt`` when the
+        provider supports it; ``client_secret`` is then not sent.
     :param jwks_require_alg: skip provider keys without an ``alg`` member (default). A
         provider whose keys name no ``alg`` (Microsoft Entra ID) needs ``False``: such keys
         then verify only the allowed algorithms of their own key type.
@@ -164,6 +170,8 @@ class OAuthProviderConfig:
     tenant: str | None = None
     jwks_debounce: timedelta = timedelta(seconds=10)
     jwks_require_alg: bool = True
+    client_private_key: str | None = field(default=None, repr=False)
+    client_key_id: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("discovery_url", "client_id", "client_secret", "redirect_uri"):
@@ -352,13 +360,17 @@ class OAuthProvider:
         self.http = http
         self.keys = keys
         self.clock = clock
-        methods = [m for m in _TOKEN_AUTH_METHODS if m in metadata.token_endpoint_auth_methods]
+        methods: list[str] = [m for m in _TOKEN_AUTH_METHODS if m in metadata.token_endpoint_auth_methods]
+        if config.client_private_key is not None:
+            if "private_key_jwt" not in metadata.token_endpoint_auth_methods:
+                raise Discovery("client_private_key is set, but the provider does not accept private_key_jwt")
+            methods = ["private_key_jwt"]
         if not methods:
             raise Discovery(
                 f"the token endpoint accepts only {list(metadata.token_endpoint_auth_methods)!r}; "
                 f"flask-authflow authenticates with {list(_TOKEN_AUTH_METHODS)!r}"
             )
-        self.token_auth_method = methods[0]
+        self.token_auth_method: str = methods[0]
 
     @classmethod
     def from_config(
@@ -403,16 +415,30 @@ class OAuthProvider:
     # --- the code flow ----------------------------------------------------------------------
 
     def _session(self, **kwargs: Any) -> Any:
+        private_key_jwt = self.token_auth_method == PrivateKeyJwt.name
         oauth = _oauth2_session(
             client_id=self.config.client_id,
-            client_secret=self.config.client_secret,
+            client_secret=None if private_key_jwt else self.config.client_secret,
             token_endpoint_auth_method=self.token_auth_method,
             redirect_uri=self.config.redirect_uri,
             code_challenge_method="S256",
             **kwargs,
         )
+        if private_key_jwt:
+            oauth.register_client_auth_method(self._client_assertion())
         self.http.mount_into(oauth)
         return oauth
+
+    def _client_assertion(self) -> PrivateKeyJwt:
+        key, algorithm = load_client_key(self.config.client_private_key or "")
+        return PrivateKeyJwt(
+            self.client_id,
+            self.metadata.token_endpoint,
+            key,
+            algorithm,
+            kid=self.config.client_key_id,
+            clock=self.clock,
+        )
 
     def authorization_url(
         self, ceremony: Ceremony, *, scopes: Iterable[str] | None = None, **extra: str

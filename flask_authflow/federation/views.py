@@ -4,7 +4,8 @@ Routes (under ``AUTHFLOW_OAUTH_URL_PREFIX``, default ``/auth``):
 
 ``GET /login/<provider>``
     302 to the provider's authorize URL (``?next=/path`` is remembered, same-site paths
-    only); 400 with the error text on failure.
+    only; ``?tenant=`` reaches a per-tenant provider factory); 400 with the error text on
+    failure.
 ``GET /callback/<provider>``
     302 to ``next`` or the provider's ``post_login_redirect``; 401 with the error text on
     failure.
@@ -28,8 +29,9 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, redirect, request, url_for
 
 from ..audit.context import audit_context
+from ..authn.identifiers import check_tenant
 from ..decorators import safe_next
-from ..errors import AuthFlowError
+from ..errors import AuthFlowError, InvalidInput
 from ..session.model import begin_flow, clear_flow
 from ..state import current_auth_session, get_state
 from .errors import OAuthError
@@ -65,11 +67,17 @@ def _single(name: str) -> str | None:
     return values[0] if values else None
 
 
+def _tenant_arg() -> str | None:
+    """``?tenant=`` for providers registered with a per-tenant factory (checked, else refused)."""
+    value = request.args.get("tenant")
+    return None if value is None else check_tenant(value)
+
+
 def login(provider: str) -> Response:
     handle_next = safe_next(request.args.get("next"))
     try:
         url = federation_service().begin(
-            current_auth_session(), provider, OAuthLoginOptions(return_to=handle_next)
+            current_auth_session(), provider, OAuthLoginOptions(return_to=handle_next, tenant=_tenant_arg())
         )
     except AuthFlowError as exc:
         if exc.status >= 500 and not isinstance(exc, OAuthError):
@@ -103,7 +111,7 @@ def callback(provider: str) -> Response:
         if "authflow_views" in current_app.blueprints:
             return redirect(url_for("authflow_views.factor"))  # type: ignore[return-value]
         return _text(f"next factor required: {session.next_factor}", 401)
-    target = safe_next(result.return_to) or service.registry.get(provider).config.post_login_redirect
+    target = safe_next(result.return_to) or result.post_login_redirect
     return redirect(target)  # type: ignore[return-value]
 
 
@@ -114,8 +122,8 @@ def backchannel_logout(provider: str) -> Response:
         request.form.get("logout_token") if request.mimetype == "application/x-www-form-urlencoded" else None
     )
     try:
-        service.backchannel_logout(handle, current_auth_session(), provider, token)
-    except OAuthError as exc:
+        service.backchannel_logout(handle, current_auth_session(), provider, token, tenant=_tenant_arg())
+    except (OAuthError, InvalidInput) as exc:
         response = jsonify(error="invalid_request", error_description=exc.message)
         response.status_code = 400
     else:
