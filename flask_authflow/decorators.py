@@ -20,6 +20,7 @@ step-up) view with a ``next`` that only ever holds a same-site relative path (se
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar, cast, overload
@@ -140,7 +141,17 @@ def _user_denied(predicate: UserPredicate | None) -> AuthFlowError | None:
     return None
 
 
+def _runner(view: Callable[..., Any]) -> Callable[..., Any]:
+    """How to call ``view``: itself, or through ``current_app.ensure_sync`` when it is a
+    coroutine function (decided once, at decoration time, not on every request)."""
+    if inspect.iscoroutinefunction(view):
+        return lambda *args, **kwargs: current_app.ensure_sync(view)(*args, **kwargs)
+    return view
+
+
 def _guard(view: F, predicate: UserPredicate | None) -> F:
+    run = _runner(view)
+
     @functools.wraps(view)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if has_request_context():
@@ -150,7 +161,7 @@ def _guard(view: F, predicate: UserPredicate | None) -> F:
                 return _deny(
                     hooks.unauthorized_handler if isinstance(denied, Unauthenticated) else None, denied
                 )
-            return current_app.ensure_sync(view)(*args, **kwargs)
+            return run(*args, **kwargs)
         if predicate is None and len(args) == 1 and not kwargs and callable(args[0]):
             # ``@login_required(lambda user: ...)``: the lambda was taken for a view and
             # this wrapper is now applied to the real view, at import time (no request).
@@ -188,6 +199,8 @@ def _too_old(limit: timedelta | None) -> bool:
 
 
 def _fresh(view: F, within: timedelta | None) -> F:
+    run = _runner(view)
+
     @functools.wraps(view)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         denied = _user_denied(None)
@@ -196,7 +209,7 @@ def _fresh(view: F, within: timedelta | None) -> F:
             return _deny(hooks.unauthorized_handler, denied)
         if _too_old(within):
             return _deny(hooks.step_up_handler, StepUpNeeded())
-        return current_app.ensure_sync(view)(*args, **kwargs)
+        return run(*args, **kwargs)
 
     return cast(F, wrapper)
 

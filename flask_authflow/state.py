@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from flask import Flask, current_app
+from flask import session as flask_session
 from werkzeug.local import LocalProxy
 
 from .audit.client_ip import TrustedProxies
@@ -174,9 +175,7 @@ def account_admin(app: Flask | None = None) -> AccountAdmin:
 
 def current_auth_session() -> AuthSession:
     """The current request's :class:`AuthSession` (``flask.session`` under flask-authflow)."""
-    from flask import session
-
-    obj = session._get_current_object()  # type: ignore[attr-defined]
+    obj = flask_session._get_current_object()  # type: ignore[attr-defined]
     if not isinstance(obj, AuthSession):
         raise RuntimeError(
             "the session is not a flask-authflow session: is AuthFlow initialised on this app?"

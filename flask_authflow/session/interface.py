@@ -77,6 +77,13 @@ class _CookieSigner(Signer):
             return self._derived
         return super().derive_key(secret_key)
 
+    def verify_decoded(self, value: str, signature: bytes) -> bool:
+        """``Signer.verify_signature`` for a signature already base64-decoded (strictly,
+        by the caller): the same HMAC-SHA256 under the derived key, compared in constant
+        time, without decoding the signature a second time."""
+        expected = hmac.digest(self._derived, value.encode("ascii"), "sha256")
+        return hmac.compare_digest(expected, signature)
+
 
 @dataclass(frozen=True, slots=True)
 class _KeySlot:
@@ -135,18 +142,32 @@ class RequestSession(AuthSession):
         self._record = replace(self._record, fingerprint=fingerprint)
 
 
-def _canonical_b64(text: str) -> bool:
-    """``text`` is the one canonical unpadded base64url spelling of its bytes.
+#: A cookie value the fast reader takes as is (what ``sign_sid`` writes is made of these).
+_PLAIN_COOKIE_RE = re.compile(r"[A-Za-z0-9_.\-]{1,512}")
+
+
+def _canonical_b64(text: str) -> bytes | None:
+    """The bytes of ``text`` if it is the one canonical unpadded base64url spelling of them.
 
     A decoder accepts ``=`` padding and ignores the unused low bits of the last
     character, so several spellings decode to the same signature; only the one the
     signer writes is accepted.
     """
     try:
-        b64url_decode(text)  # the JOSE layer's strict decoder: no padding, no stray bits
+        return b64url_decode(text)  # the JOSE layer's strict decoder: no padding, no stray bits
     except (ValueError, UnicodeError):
-        return False
-    return True
+        return None
+
+
+def add_vary_cookie(response: Response) -> None:
+    """Add ``Cookie`` to the response's ``Vary`` header (once), on the header directly:
+    werkzeug's ``response.vary`` set costs more than the rest of saving a session."""
+    headers = response.headers
+    current = headers.get("Vary")
+    if current is None:
+        headers["Vary"] = "Cookie"
+    elif current.strip() != "*" and "cookie" not in (part.strip().lower() for part in current.split(",")):
+        headers["Vary"] = f"{current}, Cookie"
 
 
 def _check_signing_key(key: bytes, what: str) -> bytes:
@@ -290,15 +311,38 @@ class AuthFlowSessionInterface(SessionInterface):
         """When ``record`` ends: absolute lifetime or idle timeout, whichever comes first."""
         return min(record.created_at + self.ttl, record.last_seen_at + self.idle_timeout)
 
+    def _cookie_value(self, request: Request) -> str | None:
+        """Our cookie's value, read from the ``Cookie`` header without parsing every cookie.
+
+        Only the plain case is answered here: the name appears once, as ``name=value`` with
+        a value made only of the characters our cookie is made of. Anything else
+        (duplicates, quoting, spaces, other characters, no such cookie) goes through
+        werkzeug's full parser, so the answer never differs from ``request.cookies.get(name)``.
+        """
+        header = request.environ.get("HTTP_COOKIE")
+        if not isinstance(header, str) or not header:
+            return None
+        name = self.cookie_name
+        if header.count(name) == 1:
+            for piece in header.split(";"):
+                key, sep, value = piece.strip().partition("=")
+                if key == name and sep and _PLAIN_COOKIE_RE.fullmatch(value):
+                    return value
+        parsed = request.cookies.get(name)
+        return parsed if isinstance(parsed, str) else None
+
     def _verify_cookie(self, raw: str) -> tuple[str, _KeySlot] | None:
         """The session id in a cookie value and the key that signed it, or ``None``."""
         if not raw or len(raw) > MAX_COOKIE_LENGTH or not raw.isascii():
             return None
         value, sep, signature = raw.rpartition(".")
-        if not sep or not _SID_RE.fullmatch(value) or not _canonical_b64(signature):
+        if not sep or not _SID_RE.fullmatch(value):
+            return None
+        decoded = _canonical_b64(signature)
+        if decoded is None:
             return None
         for slot in self._slots:
-            if slot.signer.verify_signature(value, signature):
+            if slot.signer.verify_decoded(value, decoded):
                 return value, slot
         return None
 
@@ -320,7 +364,7 @@ class AuthFlowSessionInterface(SessionInterface):
     def open_session(self, app: Flask, request: Request) -> RequestSession:
         now = self._clock.now()
         user_agent = request.headers.get("User-Agent", "")
-        raw = request.cookies.get(self.cookie_name)
+        raw = self._cookie_value(request)
         if raw is None:
             return self._guest(
                 now, self._current.fingerprint(user_agent), cookie_sent=False, user_agent=user_agent
@@ -393,7 +437,7 @@ class AuthFlowSessionInterface(SessionInterface):
             log.warning("session changes discarded: the session store was unavailable")
             session.saved = True
             failed = error_response(StoreUnavailable())
-            failed.vary.add("Cookie")
+            add_vary_cookie(failed)
             return failed
         try:
             self.save_session(app, session, response)
@@ -401,7 +445,7 @@ class AuthFlowSessionInterface(SessionInterface):
             session.saved = True
             failed = error_response(exc)
             if session.accessed:
-                failed.vary.add("Cookie")
+                add_vary_cookie(failed)
             return failed
         # Not marked saved: ``after_request`` handlers registered before init_app run
         # after this one, and what they change is written by the final save_session.
@@ -417,7 +461,7 @@ class AuthFlowSessionInterface(SessionInterface):
         ):
             return  # save_early already did all of it, and nothing changed since on this response
         if session.accessed:
-            response.vary.add("Cookie")
+            add_vary_cookie(response)
         if used and session.state_unread is not AuthState.GUEST and "Cache-Control" not in response.headers:
             response.headers["Cache-Control"] = "private, no-store"
         if session.store_failed:
