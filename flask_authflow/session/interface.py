@@ -165,7 +165,7 @@ def add_vary_cookie(response: Response) -> None:
     headers = response.headers
     current = headers.get("Vary")
     if current is None:
-        headers["Vary"] = "Cookie"
+        headers.add("Vary", "Cookie")  # append: no second scan to replace an absent header
     elif current.strip() != "*" and "cookie" not in (part.strip().lower() for part in current.split(",")):
         headers["Vary"] = f"{current}, Cookie"
 
