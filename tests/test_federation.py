@@ -646,3 +646,24 @@ def test_discovery_http_failures(answer: dict[str, Any], error: type[Exception])
     http = RequestsHttpClient(adapters={"https://op.example/": adapter})
     with pytest.raises(error):
         OAuthProviderConfig.discover(DISCOVERY, CLIENT_ID, "s", "https://app.example/cb", http=http)
+
+
+def test_a_federated_step_of_a_longer_ceremony_ends_in_pending_workflow(fed: FederatedApp) -> None:
+    from flask_authflow.federation.login import OAuthLoginOptions
+
+    client = fed.client()
+    with client.session_transaction(environ_base=client.environ_base) as session:
+        with fed.app.test_request_context():
+            url = fed.authflow.begin_oauth_login(session, PROVIDER, OAuthLoginOptions(pending_workflow=True))
+    answer = fed.browser().get(url, allow_redirects=False, timeout=5)
+    query = {k: v[0] for k, v in parse_qs(urlsplit(answer.headers["Location"]).query).items()}
+    with client.session_transaction(environ_base=client.environ_base) as session:
+        with fed.app.test_request_context():
+            result = fed.authflow.finish_oauth_login(
+                session, PROVIDER, query["code"], query["state"], iss=query["iss"]
+            )
+        assert session.is_pending_workflow and not session.is_authenticated
+    assert result.state.value == "pending_workflow"
+    assert client.get("/dashboard", headers={"Accept": "application/json"}).status_code == 401
+    rows = [(row.status, row.factor) for row in fed.backend.audit_rows if row.event == "login"]
+    assert rows == [("pending_workflow", "oidc:test-op")]
