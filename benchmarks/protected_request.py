@@ -3,9 +3,13 @@
 Each contender serves one protected view; a session is logged in once (with the
 User-Agent and address replayed later, so no contender sees a "new client"), then the
 same WSGI environ (carrying the cookie) is replayed straight into the app, so the harness
-costs the same for everyone. The contenders take turns in every round (interleaved) and
-each keeps its best round. Prints requests/s and the ratio of each of ours to each peer;
-the "current_user" pair loads the user through the same dict-lookup loader on both sides.
+costs the same for everyone. Every contender's answer is checked on every request. The
+contenders take turns in every round (interleaved); each one's per-round rates are kept.
+Prints requests/s (best round, median round, spread), how many rounds, and for each of
+ours against each peer the ratio of the bests, the median of the per-round ratios and
+their range. The "current_user" pair loads the user through the same dict-lookup loader
+on both sides; "Flask-Login + Flask-SQLAlchemy user loader (SQLite)" reads the user from
+SQLite on every request as Flask-Login's docs recommend, beside our SQLite session store.
 
     .venv/bin/python benchmarks/protected_request.py [--requests 2000] [--rounds 5] [--postgres URL]
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import secrets
+import statistics
 import sys
 import tempfile
 import time
@@ -64,24 +69,39 @@ def replayer(app: Flask, environ: dict[str, Any], expect: bytes) -> Callable[[],
 
 def measure_interleaved(
     contenders: dict[str, tuple[Callable[[], None], int]], rounds: int
-) -> dict[str, float]:
-    """Requests per second of each contender, best of ``rounds``.
+) -> dict[str, list[float]]:
+    """Requests per second of each contender in each of ``rounds`` rounds.
 
     The contenders take turns within every round (A B C ... then A B C ... again), so a
     slow phase of the machine (another process, a thermal dip) hits all of them alike
-    instead of whichever ran during it.
+    instead of whichever ran during it. The per-round rates are kept: the ratio of two
+    contenders within one round is what :func:`ratio_line` takes the median of.
     """
     for one, _ in contenders.values():
         for _ in range(200):  # warm up
             one()
-    best = dict.fromkeys(contenders, 0.0)
+    per_round: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, (one, requests) in contenders.items():
             started = time.perf_counter()
             for _ in range(requests):
                 one()
-            best[name] = max(best[name], requests / (time.perf_counter() - started))
-    return best
+            per_round[name].append(requests / (time.perf_counter() - started))
+    return per_round
+
+
+def spread(rates: list[float]) -> str:
+    """How far the rounds of one contender lie apart: (worst - best) / best."""
+    return f"±{(max(rates) - min(rates)) / max(rates) * 100:.0f}%" if rates else "-"
+
+
+def ratio_line(ours: list[float], peer: list[float]) -> str:
+    """Ours / peer as the ratio of the bests, the median of per-round ratios and their range."""
+    per_round = sorted(o / p for o, p in zip(ours, peer, strict=True))
+    return (
+        f"best {max(ours) / max(peer):5.2f}x  median {statistics.median(per_round):5.2f}x  "
+        f"(rounds {per_round[0]:.2f}-{per_round[-1]:.2f}x)"
+    )
 
 
 # --- contenders ----------------------------------------------------------------------------------
@@ -147,6 +167,59 @@ def flask_login(*, use_current_user: bool = False) -> tuple[Flask, dict[str, Any
     # session protection would otherwise see a new client and rewrite the cookie each time.
     client.get("/login", headers={"User-Agent": UA}, environ_base={"REMOTE_ADDR": "127.0.0.1"})
     return app, _environ_for(app, "/p", _cookie_header(client))
+
+
+def flask_login_sqlalchemy(database_url: str) -> tuple[Flask, dict[str, Any]]:
+    """Flask-Login whose user loader reads the user from SQLite through Flask-SQLAlchemy.
+
+    As Flask-Login's docs recommend (``db.session.get(User, int(user_id))``): one real
+    database read per request, which is what our SQL store does for the session.
+    """
+    from flask_login import LoginManager, UserMixin, login_required, login_user
+    from flask_sqlalchemy import SQLAlchemy
+
+    app = Flask("flask_login_sqlalchemy")
+    app.secret_key = secrets.token_bytes(32)
+    app.config["SQLALCHEMY_DATABASE_URI"] = database_url
+    db = SQLAlchemy(app)
+
+    class User(UserMixin, db.Model):  # type: ignore[name-defined,misc]
+        id = db.Column(db.Integer, primary_key=True)
+        name = db.Column(db.String(80), unique=True, nullable=False)
+
+    manager = LoginManager(app)
+    loads: list[int] = []  # counts the database reads, to check the loader really runs
+
+    @manager.user_loader
+    def load_user(user_id: str) -> User | None:
+        loads.append(1)
+        return db.session.get(User, int(user_id))
+
+    with app.app_context():
+        db.create_all()
+        db.session.add(User(id=1, name="alice"))
+        db.session.commit()
+
+    @app.get("/login")
+    def login() -> str:
+        user = db.session.get(User, 1)
+        assert user is not None
+        login_user(user)
+        return "in"
+
+    @app.get("/p")
+    @login_required
+    def protected() -> str:
+        return "ok"
+
+    client = app.test_client()
+    client.get("/login", headers={"User-Agent": UA}, environ_base={"REMOTE_ADDR": "127.0.0.1"})
+    environ = _environ_for(app, "/p", _cookie_header(client))
+    before = len(loads)
+    replayer(app, environ, b"ok")()
+    if len(loads) != before + 1:
+        raise RuntimeError("the Flask-SQLAlchemy user loader did not run once per request")
+    return app, environ
 
 
 def flask_security_too(database_url: str) -> tuple[Flask, dict[str, Any]]:
@@ -259,6 +332,9 @@ def main() -> None:
         "Flask cookie session": flask_cookie_session,
         "Flask-Login (cookie session)": flask_login,
         "Flask-Login current_user (loader)": lambda: flask_login(use_current_user=True),
+        "Flask-Login + Flask-SQLAlchemy user loader (SQLite)": lambda: flask_login_sqlalchemy(
+            f"sqlite:///{workdir / 'fl.db'}"
+        ),
         "Flask-Security-Too (SQLite)": lambda: flask_security_too(f"sqlite:///{workdir / 'fst.db'}"),
         "authflow (memory store)": lambda: authflow("memory", None),
         "authflow current_user (loader, memory store)": lambda: authflow(
@@ -285,20 +361,31 @@ def main() -> None:
         app, environ = build()
         expect = b"ok 1" if "current_user" in name else b"ok"
         built[name] = (replayer(app, environ, expect), args.requests)
-    results = measure_interleaved(built, args.rounds)
-    for name, rate in results.items():
-        print(f"{name:<44} {rate:>10.0f} req/s", flush=True)
+    per_round = measure_interleaved(built, args.rounds)
+    results = {name: max(rates) for name, rates in per_round.items()}
+    print(
+        f"{args.rounds} interleaved rounds of {args.requests} requests per contender "
+        "(best round, median round, spread of the rounds)"
+    )
+    for name, rates in per_round.items():
+        print(
+            f"{name:<52} {max(rates):>8.0f} req/s  median {statistics.median(rates):>8.0f}  {spread(rates)}",
+            flush=True,
+        )
 
     if server is not None:
         server.stop()
     print()
     peers = [n for n in results if not n.startswith("authflow")]
     for ours in (n for n in results if n.startswith("authflow")):
-        ratios = "  ".join(f"{results[ours] / results[p]:.2f}x {p}" for p in peers)
-        print(f"{ours}: {ratios}")
-    ours_user = results["authflow current_user (loader, memory store)"]
-    peer_user = results["Flask-Login current_user (loader)"]
-    print(f"\ncurrent_user with the same loader: authflow / Flask-Login = {ours_user / peer_user:.2f}x")
+        print(f"{ours} vs")
+        for peer in peers:
+            print(f"    {peer:<52} {ratio_line(per_round[ours], per_round[peer])}")
+    pair = ratio_line(
+        per_round["authflow current_user (loader, memory store)"],
+        per_round["Flask-Login current_user (loader)"],
+    )
+    print(f"\ncurrent_user with the same loader, authflow / Flask-Login: {pair}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,452 @@
+"""The reference app under gunicorn, beside bare Flask under the same server, over loopback.
+
+Configurations (each its own gunicorn, all started before timing; sync workers):
+
+* the reference app (``examples/reference/app.py`` ``create_app``, configured through
+  ``FLASK_AUTHFLOW_*`` environment variables as a deployment would be: a signing key, the
+  database URL, cookies without ``Secure`` for plain-HTTP loopback) on PostgreSQL (a
+  throwaway server, one database per configuration) and on SQLite (one file each), with
+  1 and with 2 workers;
+* a bare Flask app serving the same kind of answer on ``GET /dashboard`` with no
+  authentication, with 1 and with 2 workers.
+
+A separate load process (``multiprocessing``, spawned) drives them: a few threads, each
+with its own ``http.client`` connection, send a fixed number of ``GET /dashboard`` per
+window with the session cookie of one password login (made once per reference
+configuration, with the same User-Agent as the GETs). gunicorn's sync worker closes the
+connection after every answer (it has no keep-alive), so ``http.client`` reconnects for
+each request, for every configuration alike. Every answer is checked (200 and the
+dashboard text). The configurations take turns in every round (interleaved, the order
+rotated from round to round). Prints req/s (best round, median, spread), p50 and p99
+latency over every timed request, and the load process's CPU time as a share of the
+machine's cores during its windows (it competes with the server for them).
+
+Ratios printed: 2 workers / 1 worker per app and database, and the reference app / bare
+Flask with the same number of workers (ratio of the bests, median of per-round ratios).
+
+    .venv/bin/python benchmarks/server.py [--requests 2000] [--rounds 5] [--connections 4]
+        [--postgres auto|off|URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import importlib.util
+import itertools
+import json
+import multiprocessing
+import os
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+UA = "flask-authflow-bench/1.0 (loopback load generator)"
+USERNAME = "bench-user"
+DASHBOARD_PREFIX = b"dashboard of user "
+
+
+def create_bare_app() -> Any:
+    """Bare Flask: the same kind of answer as the reference app's dashboard, no authentication."""
+    from flask import Flask, Response
+
+    app = Flask("bare")
+
+    @app.get("/dashboard")
+    def dashboard() -> Response:
+        return Response("dashboard of user 0 in tenant default\n", mimetype="text/plain")
+
+    return app
+
+
+# --- the load process ------------------------------------------------------------------------------
+
+
+def _request(
+    conn: http.client.HTTPConnection,
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    body: bytes | None = None,
+) -> tuple[int, bytes, list[str]]:
+    conn.request(method, path, body=body, headers=headers)
+    response = conn.getresponse()
+    data = response.read()
+    return response.status, data, response.headers.get_all("Set-Cookie") or []
+
+
+def _login(port: int, username: str, password: str) -> str:
+    """One password login through POST /login; returns the Cookie header to replay."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    body = json.dumps({"username": username, "password": password}).encode()
+    status, data, cookies = _request(
+        conn, "POST", "/login", {"User-Agent": UA, "Content-Type": "application/json"}, body
+    )
+    conn.close()
+    if status != 200 or not data.startswith(b"authenticated"):
+        raise RuntimeError(f"login on port {port} answered {status} {data[:80]!r}")
+    return "; ".join(cookie.split(";", 1)[0] for cookie in cookies)
+
+
+def _window(port: int, cookie: str, requests: int, connections: int) -> dict[str, Any]:
+    """``requests`` GET /dashboard over ``connections`` threads; latencies, wall and CPU time."""
+    headers = {"User-Agent": UA}
+    if cookie:
+        headers["Cookie"] = cookie
+    tickets = itertools.count()
+    latencies: list[list[float]] = [[] for _ in range(connections)]
+    failures: list[str] = []
+    cookie_updates = [0]
+
+    def drive(mine: list[float]) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            while next(tickets) < requests:
+                started = time.perf_counter()
+                status, data, set_cookies = _request(conn, "GET", "/dashboard", headers)
+                mine.append(time.perf_counter() - started)
+                if status != 200 or not data.startswith(DASHBOARD_PREFIX):
+                    failures.append(f"{status} {data[:80]!r}")
+                    return
+                if set_cookies:  # a refreshed cookie (the session's "last seen" touch): keep it
+                    cookie_updates[0] += 1
+        except OSError as exc:
+            failures.append(repr(exc))
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=drive, args=(mine,)) for mine in latencies]
+    cpu_started, wall_started = time.process_time(), time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall, cpu = time.perf_counter() - wall_started, time.process_time() - cpu_started
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "latencies": [value for mine in latencies for value in mine],
+        "failures": failures,
+        "cookie_updates": cookie_updates[0],
+    }
+
+
+def load_process(pipe: Connection) -> None:
+    """Serve commands from the benchmark: login, check, window, stop."""
+    while True:
+        command = pipe.recv()
+        try:
+            if command["op"] == "stop":
+                return
+            if command["op"] == "login":
+                pipe.send({"cookie": _login(command["port"], command["username"], command["password"])})
+            elif command["op"] == "get":
+                conn = http.client.HTTPConnection("127.0.0.1", command["port"], timeout=60)
+                headers = {"User-Agent": UA, **({"Cookie": command["cookie"]} if command["cookie"] else {})}
+                status, data, _ = _request(conn, "GET", "/dashboard", headers)
+                conn.close()
+                pipe.send({"status": status, "body": data})
+            else:
+                pipe.send(
+                    _window(command["port"], command["cookie"], command["requests"], command["connections"])
+                )
+        except Exception as exc:  # noqa: BLE001 - reported to the benchmark, which stops
+            pipe.send({"error": repr(exc)})
+
+
+class Loader:
+    """The benchmark's end of the load process."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.pipe, child = context.Pipe()
+        self.process = context.Process(target=load_process, args=(child,), daemon=True)
+        self.process.start()
+
+    def ask(self, **command: Any) -> dict[str, Any]:
+        self.pipe.send(command)
+        answer: dict[str, Any] = self.pipe.recv()
+        if "error" in answer:
+            raise RuntimeError(f"load process: {answer['error']}")
+        return answer
+
+    def stop(self) -> None:
+        self.pipe.send({"op": "stop"})
+        self.process.join(10)
+
+
+# --- the servers -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Config:
+    name: str
+    app: str  # "reference" or "bare"
+    workers: int
+    database: str = ""  # "PostgreSQL", "SQLite" or "" (bare)
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+    cookie: str = ""
+    rates: list[float] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    cpu_shares: list[float] = field(default_factory=list)
+    cookie_updates: int = 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for(port: int, process: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"gunicorn on port {port} exited: {log.read_text()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"gunicorn on port {port} did not listen within {timeout}s")
+
+
+def prepare_reference(database_url: str, instance: Path, signing_key: str, password: str) -> dict[str, str]:
+    """Create the tables and the user once (before the workers start); the workers' environment."""
+    env = {
+        "FLASK_AUTHFLOW_SIGNING_KEY": signing_key,
+        "FLASK_AUTHFLOW_DATABASE_URL": database_url,
+        "FLASK_AUTHFLOW_COOKIE_SECURE": "false",
+        "FLASK_AUTHFLOW_ALLOW_INSECURE_LOOPBACK": "true",
+    }
+    if importlib.util.find_spec("flask_authflow.stores.sqlalchemy.migrations") is not None:
+        # The deployment step of a versioned schema (PostgreSQL is not upgraded at start-up).
+        flask = [sys.executable, "-m", "flask", "--app", "examples/reference/app.py"]
+        subprocess.run(
+            [*flask, "authflow", "db", "upgrade"],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            check=True,
+            capture_output=True,
+        )
+    from examples.reference.app import create_app
+    from flask_authflow import get_state
+
+    app = create_app(
+        {
+            "AUTHFLOW_SIGNING_KEY": signing_key,
+            "AUTHFLOW_DATABASE_URL": database_url,
+            "AUTHFLOW_COOKIE_SECURE": False,
+            "AUTHFLOW_ALLOW_INSECURE_LOOPBACK": True,
+        },
+        instance_path=str(instance),
+    )
+    with app.app_context():
+        get_state(app).backend.create_user("default", USERNAME, password)
+    return env
+
+
+def start_gunicorn(config: Config, env: dict[str, str], instance: Path, logs: Path) -> None:
+    config.port = _free_port()
+    if config.app == "reference":
+        target = f"examples.reference.app:create_app(instance_path={str(instance)!r})"
+    else:
+        target = "benchmarks.server:create_bare_app()"
+    log = logs / f"gunicorn-{config.port}.log"
+    config.process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--workers",
+            str(config.workers),
+            "--worker-class",
+            "sync",
+            "--bind",
+            f"127.0.0.1:{config.port}",
+            "--chdir",
+            str(ROOT),
+            "--error-logfile",
+            str(log),
+            "--log-level",
+            "warning",
+            target,
+        ],
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    _wait_for(config.port, config.process, log)
+
+
+def stop_gunicorn(config: Config) -> None:
+    if config.process is not None and config.process.poll() is None:
+        config.process.terminate()
+        try:
+            config.process.wait(15)
+        except subprocess.TimeoutExpired:
+            config.process.kill()
+
+
+# --- report ------------------------------------------------------------------------------------------
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
+
+
+def ratio(a: Config, b: Config) -> str:
+    per_round = sorted(x / y for x, y in zip(a.rates, b.rates, strict=True))
+    return (
+        f"best {max(a.rates) / max(b.rates):5.2f}x  median {statistics.median(per_round):5.2f}x"
+        f"  (rounds {per_round[0]:.2f}-{per_round[-1]:.2f}x)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--requests", type=int, default=2000, help="GET /dashboard per configuration per round"
+    )
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--connections", type=int, default=4, help="concurrent connections of the load process"
+    )
+    parser.add_argument("--postgres", default="auto", help="'auto' (throwaway server), 'off', or a URL")
+    args = parser.parse_args()
+    if shutil.which("gunicorn", path=str(Path(sys.executable).parent)) is None:
+        sys.exit("gunicorn is not installed in this environment: pip install -e '.[dev]'")
+    sys.path.insert(0, str(ROOT))
+    cores = os.cpu_count() or 1
+    workdir = Path(tempfile.mkdtemp(prefix="authflow-server-"))
+    signing_key = secrets.token_urlsafe(48)
+    password = secrets.token_urlsafe(24)
+
+    pg_server = None
+    databases: dict[str, Any] = {"SQLite": lambda n: f"sqlite:///{workdir / f'ref{n}.db'}"}
+    if args.postgres == "auto":
+        from tests.parts import start_postgres
+
+        try:
+            pg_server = start_postgres()
+            databases["PostgreSQL"] = lambda n: pg_server.new_database()
+        except BaseException as exc:  # noqa: BLE001 - pytest's skip is a BaseException
+            print(f"(PostgreSQL left out: {exc})")
+    elif args.postgres != "off":
+        print("(PostgreSQL at a given URL: the configurations share its one database)")
+        databases["PostgreSQL"] = lambda n: args.postgres
+
+    configs: list[Config] = []
+    databases = dict(sorted(databases.items(), key=lambda item: item[0] != "PostgreSQL"))  # PostgreSQL first
+    for database in databases:
+        for workers in (1, 2):
+            configs.append(
+                Config(f"reference app, {database}, {workers} worker(s)", "reference", workers, database)
+            )
+    for workers in (1, 2):
+        configs.append(Config(f"bare Flask, {workers} worker(s)", "bare", workers))
+
+    loader = Loader()
+    try:
+        for number, config in enumerate(configs):
+            env: dict[str, str] = {}
+            instance = workdir / f"instance{number}"
+            instance.mkdir()
+            if config.app == "reference":
+                env = prepare_reference(databases[config.database](number), instance, signing_key, password)
+            start_gunicorn(config, env, instance, workdir)
+            if config.app == "reference":
+                refused = loader.ask(op="get", port=config.port, cookie="")
+                if refused["status"] != 401:
+                    raise RuntimeError(f"{config.name}: GET /dashboard without a session answered {refused}")
+                config.cookie = loader.ask(
+                    op="login", port=config.port, username=USERNAME, password=password
+                )["cookie"]
+            answer = loader.ask(op="get", port=config.port, cookie=config.cookie)
+            if answer["status"] != 200 or not answer["body"].startswith(DASHBOARD_PREFIX):
+                raise RuntimeError(f"{config.name}: GET /dashboard answered {answer}")
+            print(
+                f"started {config.name:<40} on port {config.port}: {answer['body'].decode().strip()}",
+                flush=True,
+            )
+
+        def run(config: Config, requests: int) -> dict[str, Any]:
+            result = loader.ask(
+                op="window",
+                port=config.port,
+                cookie=config.cookie,
+                requests=requests,
+                connections=args.connections,
+            )
+            if result["failures"] or len(result["latencies"]) != requests:
+                raise RuntimeError(
+                    f"{config.name}: {len(result['latencies'])} answers, {result['failures'][:3]}"
+                )
+            return result
+
+        for config in configs:  # warm up: every worker imported, connections to the database open
+            run(config, max(50, args.requests // 10))
+        for round_number in range(args.rounds):
+            shift = round_number % len(configs)
+            for config in configs[shift:] + configs[:shift]:
+                result = run(config, args.requests)
+                config.rates.append(args.requests / result["wall"])
+                config.latencies.extend(result["latencies"])
+                config.cpu_shares.append(result["cpu"] / (result["wall"] * cores))
+                config.cookie_updates += result["cookie_updates"]
+    finally:
+        loader.stop()
+        for config in configs:
+            stop_gunicorn(config)
+        if pg_server is not None:
+            pg_server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    print(
+        f"\n{args.rounds} interleaved rounds of {args.requests} GET /dashboard per configuration, "
+        f"{args.connections} connections from one load process, {cores} cores"
+        "\n(req/s: best round, median, spread; latency over every timed request;"
+        " load process CPU time / (wall time x cores))"
+    )
+    for config in configs:
+        latencies = sorted(config.latencies)
+        spread = (max(config.rates) - min(config.rates)) / max(config.rates) * 100
+        print(
+            f"{config.name:<38} {max(config.rates):7.0f} req/s  median {statistics.median(config.rates):7.0f}"
+            f"  ±{spread:3.0f}%   p50 {percentile(latencies, 0.5) * 1000:6.2f} ms"
+            f"  p99 {percentile(latencies, 0.99) * 1000:6.2f} ms"
+            f"   load process {statistics.median(config.cpu_shares):4.0%} of the cores"
+        )
+    by_key = {(c.app, c.database, c.workers): c for c in configs}
+    print()
+    for database in databases:
+        one, two = by_key[("reference", database, 1)], by_key[("reference", database, 2)]
+        print(f"{f'reference app, {database}: 2 workers / 1 worker':<52} {ratio(two, one)}")
+    bare_ratio = ratio(by_key[("bare", "", 2)], by_key[("bare", "", 1)])
+    print(f"{'bare Flask: 2 workers / 1 worker':<52} {bare_ratio}")
+    for database in databases:
+        for workers in (1, 2):
+            ours, bare = by_key[("reference", database, workers)], by_key[("bare", "", workers)]
+            label = f"reference app, {database}, {workers} worker(s) / bare Flask"
+            print(f"{label:<52} {ratio(ours, bare)}")
+
+
+if __name__ == "__main__":
+    main()
