@@ -12,6 +12,7 @@ on both sides; "Flask-Login + Flask-SQLAlchemy user loader (SQLite)" reads the u
 SQLite on every request as Flask-Login's docs recommend, beside our SQLite session store.
 
     .venv/bin/python benchmarks/protected_request.py [--requests 2000] [--rounds 5] [--postgres URL]
+        [--no-redis]
 """
 
 from __future__ import annotations
@@ -267,7 +268,7 @@ def flask_security_too(database_url: str) -> tuple[Flask, dict[str, Any]]:
 
 
 def authflow(
-    store: str, database_url: str | None, *, use_current_user: bool = False
+    store: str, database_url: str | None, *, use_current_user: bool = False, redis_url: str | None = None
 ) -> tuple[Flask, dict[str, Any]]:
     from flask_authflow import AuthFlow, PasswordHasher, current_user, login_required
     from flask_authflow.testing.pytest_plugin import login_test_client
@@ -278,6 +279,7 @@ def authflow(
         AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
         AUTHFLOW_SESSION_STORE=store,
         AUTHFLOW_DATABASE_URL=database_url or "sqlite://",
+        AUTHFLOW_REDIS_URL=redis_url,
     )
     if store == "memory":
         from flask_authflow import InMemoryBackend
@@ -324,6 +326,12 @@ def main() -> None:
         help="PostgreSQL URL for our SQL store on PostgreSQL; 'auto' starts a throwaway server "
         "with initdb/pg_ctl (as the tests do); 'off' leaves it out",
     )
+    parser.add_argument(
+        "--no-redis",
+        dest="redis",
+        action="store_false",
+        help="leave out our Redis store (by default a throwaway redis-server is started, as the tests do)",
+    )
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="authflow-bench-"))
 
@@ -355,6 +363,20 @@ def main() -> None:
             postgres_url = None
     if postgres_url:
         contenders["authflow (PostgreSQL store)"] = lambda: authflow("sql", postgres_url)
+    redis_server = None
+    if args.redis:
+        from tests.parts import start_redis
+
+        try:
+            redis_server = start_redis()
+        except BaseException as exc:  # noqa: BLE001 - pytest's skip is a BaseException
+            print(f"(Redis left out: {exc})")
+    if redis_server is not None:
+        redis_url = redis_server.url()
+        # Sessions in Redis, users in SQLite (as an app configures it).
+        contenders["authflow (Redis store)"] = lambda: authflow(
+            "redis", f"sqlite:///{workdir / 'ar.db'}", redis_url=redis_url
+        )
 
     built: dict[str, tuple[Callable[[], None], int]] = {}
     for name, build in contenders.items():
@@ -375,6 +397,8 @@ def main() -> None:
 
     if server is not None:
         server.stop()
+    if redis_server is not None:
+        redis_server.stop()
     print()
     peers = [n for n in results if not n.startswith("authflow")]
     for ours in (n for n in results if n.startswith("authflow")):
@@ -386,6 +410,9 @@ def main() -> None:
         per_round["Flask-Login current_user (loader)"],
     )
     print(f"\ncurrent_user with the same loader, authflow / Flask-Login: {pair}")
+    if "authflow (Redis store)" in results:
+        redis_vs_sqlite = results["authflow (Redis store)"] / results["authflow (SQLite store)"]
+        print(f"authflow Redis store / SQLite store (best rounds): {redis_vs_sqlite:.2f}x")
 
 
 if __name__ == "__main__":

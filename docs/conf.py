@@ -56,6 +56,7 @@ nitpick_ignore = [
     ("py:class", "Blueprint"),
     ("py:class", "Flask"),
     ("py:class", "FlaskClient"),
+    ("py:class", "Redis"),
     ("py:class", "SessionMixin"),
     ("py:meth", "is_null_session"),
     ("py:meth", "make_null_session"),

@@ -46,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "AUTHFLOW_COOKIE_PATH": "/",
     "AUTHFLOW_ALLOW_INSECURE_LOOPBACK": False,
     "AUTHFLOW_DATABASE_URL": None,
+    "AUTHFLOW_REDIS_URL": None,
     "AUTHFLOW_TRUSTED_PROXIES": ["127.0.0.0/8", "::1/128"],
     "AUTHFLOW_DEFAULT_TENANT": "default",
     "AUTHFLOW_LOGIN_VIEW": None,
@@ -186,6 +187,7 @@ class AuthFlowConfig:
     cookie_path: str
     allow_insecure_loopback: bool
     database_url: str | None
+    redis_url: str | None
     trusted_proxies: tuple[str, ...]
     default_tenant: str
     login_view: str | None
@@ -395,8 +397,19 @@ def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool)
         raise ConfigurationError(
             "AUTHFLOW_SESSION_IDLE_TIMEOUT is longer than AUTHFLOW_SESSION_TTL: set it to at most the TTL"
         )
-    if values["AUTHFLOW_SESSION_STORE"] not in ("sql", "memory"):
-        raise ConfigurationError("AUTHFLOW_SESSION_STORE must be 'sql' (default) or 'memory'")
+    if values["AUTHFLOW_SESSION_STORE"] not in ("sql", "memory", "redis"):
+        raise ConfigurationError("AUTHFLOW_SESSION_STORE must be 'sql' (default), 'memory' or 'redis'")
+    redis_url = values["AUTHFLOW_REDIS_URL"]
+    if redis_url is not None and (not isinstance(redis_url, str) or not redis_url.strip()):
+        raise ConfigurationError(f"AUTHFLOW_REDIS_URL must be a redis:// URL or None, got {redis_url!r}")
+    if values["AUTHFLOW_SESSION_STORE"] == "redis":
+        if redis_url is None:
+            raise ConfigurationError(
+                "AUTHFLOW_SESSION_STORE='redis' needs AUTHFLOW_REDIS_URL, e.g. 'redis://127.0.0.1:6379/0' "
+                "(rediss:// for TLS)"
+            )
+        if importlib.util.find_spec("redis") is None:
+            raise MissingExtraError("redis", "redis")  # AUTHFLOW_SESSION_STORE='redis' needs it
     if values["AUTHFLOW_CUSTOM_DATA_LIMIT"] > 64 * 1024:
         raise ConfigurationError("AUTHFLOW_CUSTOM_DATA_LIMIT may not exceed 65536 bytes (the spec's limit)")
     if values["AUTHFLOW_ARGON2_MEMORY_COST"] < 19 * 1024 and not testing:

@@ -320,6 +320,11 @@ class AuthFlow:
         if config.session_encryption_key is None:
             previous += [derive_key(old, b"authflow.at-rest") for old in config.previous_signing_keys]
         crypto = SessionCrypto(key, previous_keys=previous)
+        if config.session_store == "redis":
+            from .stores.redis_session_store import RedisSessionStore
+
+            assert config.redis_url is not None  # load_config refuses "redis" without a URL
+            return RedisSessionStore(config.redis_url, crypto=crypto, clock=clock)
         engine = getattr(backend, "engine", None) or database_url
         return SqlAlchemySessionStore(engine, crypto=crypto, clock=clock)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.parts import PostgresServer, missing_part, start_postgres
+from tests.parts import PostgresServer, RedisServer, missing_part, start_postgres, start_redis
 
 
 @pytest.fixture(scope="session")
@@ -17,6 +17,18 @@ def postgres_server() -> Iterator[PostgresServer]:
         server = start_postgres()
     except Exception as exc:
         missing_part(f"could not start PostgreSQL: {exc}")
+        raise
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A real redis-server on a free port of 127.0.0.1, started once for the whole run."""
+    try:
+        server = start_redis()
+    except Exception as exc:
+        missing_part(f"could not start redis-server: {exc}")
         raise
     yield server
     server.stop()

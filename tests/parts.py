@@ -1,4 +1,4 @@
-"""Real external parts the tests use (PostgreSQL, Node, Chromium).
+"""Real external parts the tests use (PostgreSQL, Redis, Node, Chromium).
 
 On a developer's laptop a missing part skips the tests that need it with the
 reason; when ``CI=true`` a missing part fails them, as the project promises.
@@ -120,3 +120,63 @@ def start_postgres() -> PostgresServer:
         capture_output=True,
     )
     return PostgresServer(port=port, datadir=datadir, bindir=bindir, run_as=run_as)
+
+
+@dataclass
+class RedisServer:
+    """A throwaway ``redis-server`` on 127.0.0.1 (no persistence), in a temporary folder."""
+
+    port: int
+    workdir: Path
+    process: subprocess.Popen[bytes]
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start_redis() -> RedisServer:
+    """Start Debian's ``redis-server`` on a free loopback port (fails under CI when missing)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        missing_part("redis-server not found; install the 'redis-server' package")
+    assert binary is not None
+    workdir = Path(tempfile.mkdtemp(prefix="authflow-redis-"))
+    port = free_port()
+    with (workdir / "log").open("wb") as log:
+        process = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(workdir),
+                "--daemonize",
+                "no",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+        )
+    server = RedisServer(port=port, workdir=workdir, process=process)
+    try:
+        wait_for_port(port)
+    except TimeoutError:
+        server.stop()
+        raise
+    return server
