@@ -357,7 +357,7 @@ def main() -> None:
 
         try:
             server = start_postgres()
-            postgres_url = server.new_database()
+            postgres_url = server.new_database(migrated=True)
         except BaseException as exc:  # noqa: BLE001 - pytest's skip is a BaseException
             print(f"(PostgreSQL left out: {exc})")
             postgres_url = None

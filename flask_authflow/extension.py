@@ -123,6 +123,36 @@ def _default_database_url(app: Flask) -> str:
     return f"sqlite:///{instance / 'authflow.db'}"
 
 
+def _loading_for_a_cli_command() -> bool:
+    """The Flask CLI is loading the app to look up one of the app's commands (such as
+    ``flask authflow db upgrade``), rather than to serve it or run a built-in command."""
+    import click
+    from flask.cli import FlaskGroup
+
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and isinstance(ctx.command, FlaskGroup)
+
+
+def _ensure_schema(app: Flask, engine: Any) -> bool:
+    """The default store's tables at the shipped head revision: SQLite (embedded, one
+    machine) upgrades itself; on PostgreSQL a schema that is behind is refused with a
+    message naming ``flask authflow db upgrade``. When the Flask CLI loads the app for one
+    of its commands, the refusal waits for the command: ``flask authflow db ...`` runs,
+    every other ``flask authflow`` command reports it. Returns whether it waits."""
+    from .stores.sqlalchemy.migrations import ensure_schema
+
+    try:
+        ensure_schema(engine, auto_upgrade=engine.dialect.name == "sqlite")
+    except ConfigurationError as error:
+        if not _loading_for_a_cli_command():
+            raise
+        from .cli import SCHEMA_ERROR_KEY
+
+        app.extensions[SCHEMA_ERROR_KEY] = error
+        return True
+    return False
+
+
 class AuthFlow:
     """The flask-authflow extension.
 
@@ -217,10 +247,17 @@ class AuthFlow:
             raise ConfigurationError(f"AUTHFLOW_TRUSTED_PROXIES: {exc}") from exc
 
         database_url = database_override or config.database_url or _default_database_url(app)
+        schema_managed = backend is None  # the default store's tables follow the shipped migrations
+        schema_behind = False
         if backend is None:
             from .stores.sqlalchemy.backend import SqlAlchemyBackend
 
-            backend = SqlAlchemyBackend(database_url, hasher=hasher, clock=clock)
+            backend = SqlAlchemyBackend(database_url, hasher=hasher, clock=clock, create_tables=False)
+            try:
+                schema_behind = _ensure_schema(app, backend.engine)
+            except BaseException:
+                backend.close()  # its pooled connections, before the refusal propagates
+                raise
         bind = getattr(backend, "bind_app", None)
         if callable(bind):  # a backend on a Flask-SQLAlchemy db: a copy on this app's engine
             backend = bind(app)
@@ -232,7 +269,9 @@ class AuthFlow:
         session_store = (
             session_store
             if session_store is not None  # an empty store is falsy (it has __len__)
-            else self._build_session_store(config, database_url, backend, clock)
+            else self._build_session_store(
+                config, database_url, backend, clock, create_tables=not schema_managed
+            )
         )
 
         counters = AuthCounters()
@@ -269,7 +308,12 @@ class AuthFlow:
         )
         # Built before anything is installed on the app: a refused store spec or a
         # damaged key store leaves the app untouched, so init_app can be retried.
-        issuer = build_issuer(config.issuer, config, database_url, backend, clock) if config.issuer else None
+        # (Not on a schema that is behind, which only `flask authflow db` may use: see _ensure_schema.)
+        issuer = (
+            build_issuer(config.issuer, config, database_url, backend, clock)
+            if config.issuer and not schema_behind
+            else None
+        )
         # Federation is checked (provider entries, a backend that stores links) before the
         # state is installed, like the issuer above.
         state = AuthFlowState(
@@ -309,7 +353,7 @@ class AuthFlow:
 
     @staticmethod
     def _build_session_store(
-        config: AuthFlowConfig, database_url: str, backend: Any, clock: Clock
+        config: AuthFlowConfig, database_url: str, backend: Any, clock: Clock, *, create_tables: bool = True
     ) -> SessionStore:
         if config.session_store == "memory":
             return MemorySessionStore(clock=clock)
@@ -326,7 +370,7 @@ class AuthFlow:
             assert config.redis_url is not None  # load_config refuses "redis" without a URL
             return RedisSessionStore(config.redis_url, crypto=crypto, clock=clock)
         engine = getattr(backend, "engine", None) or database_url
-        return SqlAlchemySessionStore(engine, crypto=crypto, clock=clock)
+        return SqlAlchemySessionStore(engine, crypto=crypto, clock=clock, create_tables=create_tables)
 
     def _install_federation(self, app: Flask, state: AuthFlowState, http_client: Any) -> None:
         from .federation.wiring import build_federation, register_oauth_blueprint

@@ -64,7 +64,9 @@ class PostgresServer:
     def url(self, dbname: str = "postgres") -> str:
         return f"postgresql+psycopg://authflow@127.0.0.1:{self.port}/{dbname}"
 
-    def new_database(self) -> str:
+    def new_database(self, *, migrated: bool = False) -> str:
+        """A new, empty database; ``migrated``: with flask-authflow's schema at head, as
+        ``flask authflow db upgrade`` leaves it (an app refuses a PostgreSQL database behind head)."""
         import psycopg
 
         self.counter += 1
@@ -73,6 +75,10 @@ class PostgresServer:
             host="127.0.0.1", port=self.port, user="authflow", dbname="postgres", autocommit=True
         ) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
+        if migrated:
+            from flask_authflow.stores.sqlalchemy.migrations import upgrade
+
+            upgrade(self.url(name))
         return self.url(name)
 
     def stop(self) -> None:

@@ -28,7 +28,9 @@ def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Flask]:
     elif request.param == "sqlite":
         app.config["AUTHFLOW_DATABASE_URL"] = f"sqlite:///{tmp_path / 'authflow.db'}"
     else:
-        app.config["AUTHFLOW_DATABASE_URL"] = request.getfixturevalue("postgres_server").new_database()
+        app.config["AUTHFLOW_DATABASE_URL"] = request.getfixturevalue("postgres_server").new_database(
+            migrated=True
+        )
     AuthFlow(app, hasher=PasswordHasher.fast_for_tests())
 
     @app.get("/dashboard")

@@ -382,7 +382,9 @@ def test_sql_store_keeps_the_key_across_two_app_instances(
     database_url: str, disposing: Callable[[Flask], Flask]
 ) -> None:
     from flask_authflow.stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
+    from flask_authflow.stores.sqlalchemy.migrations import upgrade
 
+    upgrade(database_url)  # flask authflow db upgrade: PostgreSQL refuses a database behind head
     # One signing key: the issuer keys are sealed under a key derived from it.
     config = {
         "AUTHFLOW_DATABASE_URL": database_url,

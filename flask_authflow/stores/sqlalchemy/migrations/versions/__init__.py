@@ -1,0 +1,1 @@
+"""The revisions of flask-authflow's schema (Alembic scripts, oldest first)."""
