@@ -10,12 +10,16 @@ Prints medians over N runs, with the production Argon2id profile (t=3, m=64 MiB,
 * 50 parallel wrong guesses at lockout threshold 5: how many Argon2 verifications ran
   (must be at most 5), on the memory and SQLite backends.
 
-    .venv/bin/python benchmarks/login.py [--runs 21]
+With ``--postgres`` (a URL, or ``auto`` for a throwaway server started with initdb/pg_ctl
+as the tests do), the overheads are also measured with every store on PostgreSQL.
+
+    .venv/bin/python benchmarks/login.py [--runs 21] [--postgres auto|URL]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import secrets
 import statistics
 import sys
@@ -42,6 +46,7 @@ from flask_authflow import (
     InMemoryBackend,
     LockoutPolicy,
     PasswordHasher,
+    UserExists,
 )
 from flask_authflow.session.model import new_guest_record
 from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
@@ -76,8 +81,9 @@ def service_login(hasher: PasswordHasher, backend: Any) -> Callable[..., object]
     return login
 
 
-def http_login(hasher: PasswordHasher, database_url: str) -> Callable[[], None]:
-    """A successful ``POST /login`` through Flask, sessions and users on ``database_url``."""
+def http_login(hasher: PasswordHasher, database_url: str, *, own_backend: bool = False) -> Callable[[], None]:
+    """A successful ``POST /login`` through Flask, sessions and users on ``database_url``
+    (``own_backend``: a SqlAlchemyBackend built here, which creates its tables itself)."""
     app = Flask("login_bench")
     app.config.update(
         TESTING=True,
@@ -85,8 +91,9 @@ def http_login(hasher: PasswordHasher, database_url: str) -> Callable[[], None]:
         AUTHFLOW_DATABASE_URL=database_url,
         AUTHFLOW_LOCKOUT_MAX_FAILURES=10**9,
     )
-    authflow = AuthFlow(app, hasher=hasher)
-    with app.app_context():
+    backend = SqlAlchemyBackend(database_url, hasher=hasher) if own_backend else None
+    authflow = AuthFlow(app, hasher=hasher, backend=backend)
+    with app.app_context(), contextlib.suppress(UserExists):  # a --postgres URL used twice
         authflow.state.backend.create_user("default", "alice", PASSWORD)
 
     @app.post("/login")
@@ -106,6 +113,11 @@ def http_login(hasher: PasswordHasher, database_url: str) -> Callable[[], None]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=31)
+    parser.add_argument(
+        "--postgres",
+        default="off",
+        help="PostgreSQL URL (two databases are made in it), 'auto' for a throwaway server, 'off'",
+    )
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="authflow-bench-"))
 
@@ -147,25 +159,46 @@ def main() -> None:
     fast_hash = fast.hash(PASSWORD)
     sql_backend = SqlAlchemyBackend(f"sqlite:///{workdir / 'service.db'}", hasher=fast)
     sql_backend.create_user("default", "alice", PASSWORD)
-    fast_medians = interleaved_medians(
-        {
-            "verify": lambda: fast.verify(fast_hash, PASSWORD),
-            "memory": service_login(
-                fast, InMemoryBackend(hasher=fast).with_user_password("alice", "default", PASSWORD)
-            ),
-            "sqlite": service_login(fast, sql_backend),
-            "http": http_login(fast, f"sqlite:///{workdir / 'fast.db'}"),
-        },
-        args.runs * 10,
-    )
-    base = fast_medians["verify"]
-    print("Overhead beyond one Argon2id verify (measured with a minimal-cost hasher):")
-    for label, name in (
+    variants = {
+        "verify": lambda: fast.verify(fast_hash, PASSWORD),
+        "memory": service_login(
+            fast, InMemoryBackend(hasher=fast).with_user_password("alice", "default", PASSWORD)
+        ),
+        "sqlite": service_login(fast, sql_backend),
+        "http": http_login(fast, f"sqlite:///{workdir / 'fast.db'}"),
+    }
+    labels = [
         ("AuthnService, memory backend", "memory"),
         ("AuthnService, SQLite backend (audit + attempt rows)", "sqlite"),
         ("POST /login via Flask, SQLite stores (+ session write)", "http"),
-    ):
-        print(f"  {label:<56} {fast_medians[name] - base:6.2f} ms")
+    ]
+    server = None
+    if args.postgres != "off":
+        if args.postgres == "auto":
+            from tests.parts import start_postgres
+
+            server = start_postgres()
+            service_url, http_url = server.new_database(), server.new_database()
+        else:
+            service_url = http_url = args.postgres
+        pg_backend = SqlAlchemyBackend(service_url, hasher=fast)
+        if pg_backend.find_user("default", "alice") is None:
+            pg_backend.create_user("default", "alice", PASSWORD)
+        variants["postgresql"] = service_login(fast, pg_backend)
+        variants["http_pg"] = http_login(fast, http_url, own_backend=True)
+        labels += [
+            ("AuthnService, PostgreSQL backend (audit + attempt rows)", "postgresql"),
+            ("POST /login via Flask, PostgreSQL stores (+ session write)", "http_pg"),
+        ]
+    try:
+        fast_medians = interleaved_medians(variants, args.runs * 10)
+    finally:
+        if server is not None:
+            server.stop()
+    base = fast_medians["verify"]
+    print("Overhead beyond one Argon2id verify (measured with a minimal-cost hasher):")
+    for label, name in labels:
+        print(f"  {label:<60} {fast_medians[name] - base:6.2f} ms")
 
 
 class _CountingHasher(PasswordHasher):

@@ -14,6 +14,7 @@ turns library errors, database errors and operating-system errors into that mess
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -388,7 +389,8 @@ def _resolve_session_hash(tenant: str, user_id: str, prefix: str) -> str:
 
 
 @sessions.command("revoke")
-@click.option("--user", "username", required=True, help="The user's name.")
+@click.option("--user", "username", help="The user's name.")
+@click.option("--all-users", is_flag=True, help="Every session of every user of the tenant.")
 @tenant_option
 @click.option(
     "--session",
@@ -396,10 +398,48 @@ def _resolve_session_hash(tenant: str, user_id: str, prefix: str) -> str:
     metavar="HASH",
     help="Revoke only this session: its hash as sessions list shows it (or any unique prefix).",
 )
+@click.option("--issuer", help="With --sid: every session of this provider login session.")
+@click.option("--sid", "provider_sid", help="The provider's session id (sid) to end, with --issuer.")
 @json_option
-def sessions_revoke(username: str, tenant: str | None, session_hash: str | None, as_json: bool) -> None:
-    """Revoke every session of a user, or one with --session HASH."""
+def sessions_revoke(
+    username: str | None,
+    all_users: bool,
+    tenant: str | None,
+    session_hash: str | None,
+    issuer: str | None,
+    provider_sid: str | None,
+    as_json: bool,
+) -> None:
+    """Revoke every session of a user (or one with --session HASH), of a tenant
+    (--all-users), or of a provider login session (--issuer and --sid)."""
+    federated = issuer is not None or provider_sid is not None
+    if [username is not None, all_users, federated].count(True) != 1:
+        raise click.UsageError("give one of --user U, --all-users, or --issuer with --sid")
+    if session_hash is not None and username is None:
+        raise click.UsageError("--session goes with --user")
+    store = get_state().session_store
+    if federated:
+        if issuer is None or provider_sid is None:
+            raise click.UsageError("--issuer and --sid go together")
+        if tenant is not None:
+            raise click.UsageError("--tenant does not apply to --issuer/--sid (the provider session decides)")
+        count = store.delete_federated_sessions(issuer, provider_sid)
+        _emit(
+            as_json,
+            {"issuer": issuer, "sid": provider_sid, "sessions_revoked": count},
+            f"{count} session(s) of provider session {provider_sid!r} at {issuer} revoked",
+        )
+        return
     tenant_name = _tenant(tenant)
+    if all_users:
+        count = store.delete_tenant_sessions(tenant_name)
+        _emit(
+            as_json,
+            {"tenant": tenant_name, "sessions_revoked": count},
+            f"{count} session(s) of tenant {tenant_name!r} revoked",
+        )
+        return
+    assert username is not None
     user = _find_user(username, tenant_name)
     admin = account_admin()
     document: dict[str, Any] = {"identifier": user.identifier, "tenant": tenant_name}
@@ -415,6 +455,37 @@ def sessions_revoke(username: str, tenant: str | None, session_hash: str | None,
         as_json,
         {**document, "session_hash": full, "sessions_revoked": 1},
         f"session {full[:SHORT_HASH]} revoked",
+    )
+
+
+@sessions.command("purge")
+@click.option("--tenant", help="Only the expired sessions of this tenant (default: every session).")
+@json_option
+def sessions_purge(tenant: str | None, as_json: bool) -> None:
+    """Delete expired sessions from the store now (they are never loaded; this frees the rows).
+
+    Without --tenant every expired session goes, guests' included: expired rows hold no
+    session of anyone. The SQL store also purges in small batches while it saves
+    sessions; run this from cron to keep the table small between busy periods.
+    """
+    store = get_state().session_store
+    purge = getattr(store, "purge_expired", None)
+    if purge is None:
+        raise CommandFailed(
+            f"{type(store).__name__} has no purge: it drops expired sessions by itself", "not_supported"
+        )
+    if tenant is None:
+        purged = int(purge())
+        _emit(as_json, {"purged": purged}, f"{purged} expired session(s) purged")
+        return
+    tenant_name = check_tenant(tenant)
+    if "tenant" not in inspect.signature(purge).parameters:
+        raise CommandFailed(f"{type(store).__name__} cannot purge one tenant's sessions", "not_supported")
+    purged = int(purge(tenant=tenant_name))
+    _emit(
+        as_json,
+        {"tenant": tenant_name, "purged": purged},
+        f"{purged} expired session(s) of tenant {tenant_name!r} purged",
     )
 
 
@@ -682,6 +753,71 @@ def users_delete(username: str, tenant: str | None, yes: bool, as_json: bool) ->
 @authflow_cli.group("audit")
 def audit() -> None:
     """Audit trail maintenance."""
+
+
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+class AgeType(click.ParamType[timedelta, Any]):
+    """An age such as ``90d``, ``12w``, ``36h``, ``30m`` or ``3600s``."""
+
+    name = "AGE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        text = str(value).strip().lower()
+        number, unit = text[:-1], text[-1:]
+        if unit not in _AGE_UNITS or not number.isdigit() or int(number) == 0:
+            self.fail(f"{value!r} is not an age such as 90d, 12w, 36h, 30m or 3600s", param, ctx)
+        return timedelta(seconds=int(number) * _AGE_UNITS[unit])
+
+
+def _age_text(age: timedelta) -> str:
+    seconds = int(age.total_seconds())
+    for unit, name in ((86400, "day"), (3600, "hour"), (60, "minute")):
+        if seconds % unit == 0:
+            return f"{seconds // unit} {name}(s)"
+    return f"{seconds} second(s)"
+
+
+@audit.command("purge")
+@click.option(
+    "--older-than",
+    "older_than",
+    type=AgeType(),
+    help="Delete rows older than this (90d, 12w ...); at least AUTHFLOW_AUDIT_RETENTION, the default.",
+)
+@json_option
+def audit_purge(older_than: timedelta | None, as_json: bool) -> None:
+    """Delete audit rows older than AUTHFLOW_AUDIT_RETENTION (or a longer --older-than).
+
+    Rows younger than the retention are never deleted: a shorter --older-than is refused.
+    """
+    state = get_state()
+    retention = state.config.audit_retention
+    if retention is None:
+        raise CommandFailed(
+            "AUTHFLOW_AUDIT_RETENTION is None: audit rows are kept forever; set a retention to purge",
+            "retention",
+        )
+    age = older_than if older_than is not None else retention
+    if age < retention:
+        raise CommandFailed(
+            f"--older-than {_age_text(age)} is shorter than AUTHFLOW_AUDIT_RETENTION "
+            f"({_age_text(retention)}): rows younger than the retention are never deleted",
+            "retention",
+        )
+    purge = getattr(state.backend, "purge_audit", None)
+    if purge is None:
+        raise CommandFailed(f"{type(state.backend).__name__} cannot purge audit rows", "not_supported")
+    before = state.clock.now() - age
+    deleted = int(purge(before))
+    _emit(
+        as_json,
+        {"deleted": deleted, "before": _time(before), "older_than_seconds": int(age.total_seconds())},
+        f"{deleted} audit row(s) older than {_age_text(age)} deleted (written before {_short_time(before)})",
+    )
 
 
 @audit.command("replay-spool")

@@ -69,6 +69,7 @@ DEFAULTS: dict[str, Any] = {
     "AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE": None,
     "AUTHFLOW_SITE_NAME": None,
     "AUTHFLOW_AUDIT_SPOOL_PATH": None,
+    "AUTHFLOW_AUDIT_RETENTION": timedelta(days=365),
     "AUTHFLOW_ISSUER": None,
     "AUTHFLOW_ISSUER_KEY_STORE": "sql",
     "AUTHFLOW_ISSUER_KEY_ENCRYPTION_KEY": None,
@@ -83,6 +84,8 @@ DEFAULTS: dict[str, Any] = {
 }
 
 _DURATIONS = {key for key, value in DEFAULTS.items() if isinstance(value, timedelta)}
+#: Durations that may also be ``None`` ("forever"; from the environment: "forever" or "none").
+_OPTIONAL_DURATIONS = {"AUTHFLOW_AUDIT_RETENTION"}
 _INTEGERS = {
     "AUTHFLOW_CUSTOM_DATA_LIMIT",
     "AUTHFLOW_LOCKOUT_MAX_FAILURES",
@@ -210,6 +213,7 @@ class AuthFlowConfig:
     password_zxcvbn_min_score: int | None
     site_name: str | None
     audit_spool_path: str | None
+    audit_retention: timedelta | None
     issuer: str | None
     issuer_key_store: str
     issuer_key_encryption_key: bytes | None = field(repr=False)
@@ -337,7 +341,13 @@ def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool)
 
     values: dict[str, Any] = {key: config[key] for key in DEFAULTS}
     for key in _DURATIONS:
-        values[key] = _duration(key, values[key])
+        value = values[key]
+        if key in _OPTIONAL_DURATIONS and (
+            value is None or (isinstance(value, str) and value.strip().lower() in ("forever", "none"))
+        ):
+            values[key] = None
+            continue
+        values[key] = _duration(key, value)
     for key in _INTEGERS:
         values[key] = _integer(key, values[key])
     for key in _BOOLEANS:

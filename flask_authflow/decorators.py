@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 from flask import current_app, has_request_context, redirect, request, url_for
 from werkzeug.exceptions import Forbidden, HTTPException, Unauthorized
 
-from .errors import AuthFlowError, PermissionDenied, StepUpNeeded, Unauthenticated
+from .errors import AuthFlowError, PermissionDenied, StepUpNeeded, StoreUnavailable, Unauthenticated
 from .responses import error_response
 from .state import DenialHandler, current_auth_session, get_state
 from .users import ANONYMOUS_USER, load_current_user
@@ -129,7 +129,12 @@ def _deny(handler: DenialHandler | None, error: AuthFlowError) -> Any:
 
 def _user_denied(predicate: UserPredicate | None) -> AuthFlowError | None:
     """Why the current request may not see a ``login_required`` view (``None``: it may)."""
-    if not current_auth_session().is_authenticated:
+    session = current_auth_session()
+    if not session.is_authenticated:
+        if getattr(session, "store_failed", False):
+            # The session store could not be read: an outage, not a guest. A 503 (never a
+            # login page that could not log anyone in either); service resumes with the store.
+            return StoreUnavailable("the session store is unavailable")
         return Unauthenticated()
     if predicate is None and get_state().hooks.user_loader is None:
         return None  # the session alone decides: no user lookup on the hot path
@@ -206,7 +211,7 @@ def _fresh(view: F, within: timedelta | None) -> F:
         denied = _user_denied(None)
         hooks = get_state().hooks
         if denied is not None:
-            return _deny(hooks.unauthorized_handler, denied)
+            return _deny(hooks.unauthorized_handler if isinstance(denied, Unauthenticated) else None, denied)
         if _too_old(within):
             return _deny(hooks.step_up_handler, StepUpNeeded())
         return run(*args, **kwargs)

@@ -12,7 +12,11 @@ Three rules shape every method here:
   with :class:`StoreUnavailable`; it never succeeds by default.
 * **Nothing unaudited.** The session change is applied, the audit row (which carries the
   resulting session id, hashed) is written, and if that write fails the session is put
-  back exactly as it was and :class:`AuditWriteError` is raised.
+  back exactly as it was and :class:`AuditWriteError` is raised. When the attempt store
+  is also the audit sink and offers ``begin_unit()`` (``SqlAlchemyBackend`` does), the
+  settlement of a credential check (attempt row, counter change) and its audit rows
+  commit in one transaction: both or neither. If that transaction fails after a wrong
+  credential, the failure is counted once more on its own (fail closed).
 """
 
 from __future__ import annotations
@@ -229,6 +233,8 @@ class _Pending:
     rows: list[AuditRecord] = field(default_factory=list)
     signals: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     counters: list[str] = field(default_factory=list)
+    #: Counts a failed credential check again if its unit of work did not commit.
+    recount: Callable[[], object] | None = None
 
 
 class AuthnRequest:
@@ -283,11 +289,42 @@ class AuthnRequest:
             except Exception as exc:
                 raise AuditWriteError() from exc
 
-    def _commit(self, session: AuthSession, snapshot: _Snapshot, pending: _Pending) -> None:
+    def _begin_unit(self) -> Any:
+        """A unit of work of the attempt store that also takes the audit rows, or ``None``.
+
+        Opened just before a credential check is settled; :meth:`_commit` commits it with
+        the audit rows, so the attempt row, the counter change and the audit rows of one
+        check are written together or not at all.
+        """
+        store = self.service.attempt_store
+        begin = getattr(store, "begin_unit", None)
+        sink: object = self.service.audit_sink
+        if begin is None or store is not sink:
+            return None
+        try:
+            return begin()
+        except RuntimeError:  # a unit is already open in this context: write as it does
+            return None
+
+    @staticmethod
+    def _drop(unit: Any) -> None:
+        if unit is not None:
+            unit.rollback()
+
+    def _commit(self, session: AuthSession, snapshot: _Snapshot, pending: _Pending, unit: Any = None) -> None:
         try:
             self._write(pending.rows)
+            if unit is not None:
+                unit.commit()
         except AuditWriteError:
+            self._drop(unit)
             snapshot.restore(session)
+            if unit is not None and pending.recount is not None:
+                # Nothing of the unit was written: a wrong credential still counts.
+                try:
+                    pending.recount()
+                except StoreUnavailable:
+                    log.warning("a failed credential check could not be counted: the attempt store failed")
             raise
         self._release(pending)
 
@@ -464,6 +501,7 @@ class AuthnRequest:
         pending = _Pending(counters=["login_attempts"])
         lockout = svc.lockout
         reservation: str | None = None
+        unit: Any = None
         try:
             # Reserve the attempt before any credential check: the store grants at most
             # ``max_failures`` checks in flight and in the window, atomically, so a burst
@@ -501,6 +539,7 @@ class AuthnRequest:
                     )
                 elif ok:
                     token, reservation = reservation, None
+                    unit = self._begin_unit()  # the settlement and the audit rows: one transaction
                     lockout.success(tenant, subject, expected, now, self.ctx.client_ip, reservation=token)
 
                     def advance(r: SessionRecord) -> SessionRecord:
@@ -523,9 +562,17 @@ class AuthnRequest:
                         outcome = FactorRequired(FactorKind(after.factors_pending[0]))
                 else:
                     token, reservation = reservation, None
+                    unit = self._begin_unit()
+
+                    def count_failure(token: str | None = token) -> object:
+                        return lockout.failure(
+                            tenant, subject, expected, now, self.ctx.client_ip, reservation=token
+                        )
+
                     result = lockout.failure(
                         tenant, subject, expected, now, self.ctx.client_ip, reservation=token
                     )
+                    pending.recount = count_failure
                     session.transition(abandon)
                     pending.counters.append("login_failures")
                     if result.locked_until is not None:
@@ -546,11 +593,16 @@ class AuthnRequest:
                         )
                     )
         except AuditWriteError:
+            self._drop(unit)
             snapshot.restore(session)
             raise
         except StoreUnavailable as exc:
+            self._drop(unit)  # the error row below is written on its own
             code = exc.code
             self._refuse(session, snapshot, exc, lambda: row("error", code))
+            raise
+        except BaseException:
+            self._drop(unit)
             raise
         finally:
             if reservation is not None:
@@ -560,7 +612,7 @@ class AuthnRequest:
                     lockout.release(tenant, subject, expected, reservation)
                 except StoreUnavailable:
                     pass
-        self._commit(session, snapshot, pending)
+        self._commit(session, snapshot, pending, unit)
         return outcome
 
     def _locked(

@@ -84,6 +84,11 @@ class SessionStore(Protocol):
         """Revoke every session of one user; returns how many were removed."""
         ...
 
+    def delete_tenant_sessions(self, tenant: str) -> int:
+        """Revoke every session of every user of ``tenant`` (a tenant-wide logout);
+        returns how many were removed. Guest sessions carry no tenant and stay."""
+        ...
+
     def delete_federated_sessions(self, issuer: str, provider_sid: str) -> int:
         """Revoke every session established by a federated login of the provider session
         (``issuer``, ``sid``) (a back-channel logout); returns how many were removed."""
@@ -237,6 +242,18 @@ class MemorySessionStore:
                     removed += 1
         return removed
 
+    def delete_tenant_sessions(self, tenant: str) -> int:
+        now = self._clock.now()
+        removed = 0
+        with self._lock:
+            for key in [key for key in self._by_user if key[0] == tenant]:
+                for sid in list(self._by_user.get(key, ())):
+                    entry = self._records.get(sid)
+                    self._remove(sid)
+                    if entry is not None and entry[1] > now:
+                        removed += 1
+        return removed
+
     def delete_federated_sessions(self, issuer: str, provider_sid: str) -> int:
         now = self._clock.now()
         removed = 0
@@ -248,11 +265,16 @@ class MemorySessionStore:
                     removed += 1
         return removed
 
-    def purge_expired(self) -> int:
-        """Drop every expired record now; returns how many were dropped."""
+    def purge_expired(self, *, tenant: str | None = None) -> int:
+        """Drop every expired record now (only those of ``tenant`` when given); returns how
+        many were dropped."""
         now = self._clock.now()
         with self._lock:
-            expired = [sid for sid, (_rec, exp) in self._records.items() if exp <= now]
+            expired = [
+                sid
+                for sid, (rec, exp) in self._records.items()
+                if exp <= now and (tenant is None or rec.tenant == tenant)
+            ]
             for sid in expired:
                 self._remove(sid)
         return len(expired)

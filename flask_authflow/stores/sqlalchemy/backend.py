@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from flask import has_app_context
 from sqlalchemy import (
@@ -37,7 +38,6 @@ from sqlalchemy import (
     delete,
     func,
     insert,
-    literal,
     or_,
     select,
     update,
@@ -53,16 +53,29 @@ from ...authn.stores import RESERVATION_TTL, AttemptKey, FactorConfig, FailureCo
 from ...clock import Clock, SystemClock, utc
 from ...errors import AuditWriteError, ConfigurationError, StoreUnavailable, UserExists, UserNotFound
 from ...federation.links import IdentityLink
-from .base import EngineSource, UTCDateTime, add_tables_to, is_flask_sqlalchemy, metadata, resolve_engine
+from .base import (
+    EngineSource,
+    UTCDateTime,
+    add_tables_to,
+    autocommit_reads,
+    is_flask_sqlalchemy,
+    metadata,
+    resolve_engine,
+    run_read,
+)
 
 __all__ = [
+    "AUDIT_PURGE_BATCH",
     "SqlAlchemyBackend",
+    "UnitOfWork",
     "attempts_table",
     "audit_table",
     "factors_table",
     "lockouts_table",
     "users_table",
 ]
+
+T = TypeVar("T")
 
 _Id = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrements INTEGER PRIMARY KEY only
 _Time = UTCDateTime()
@@ -235,6 +248,176 @@ _RESET_COUNTER = (
     .values(failures=0, window_start=None)
 )
 _ATTEMPT_INSERT = insert(attempts_table)
+_GET_USER = select(users_table).where(
+    users_table.c.tenant == bindparam("tenant"), users_table.c.user_id == bindparam("user_id")
+)
+
+# The attempt counter's statements, built once too: the counter row of one key ...
+_OF_KEY = and_(
+    lockouts_table.c.tenant == bindparam("key_tenant"),
+    lockouts_table.c.subject == bindparam("key_subject"),
+    lockouts_table.c.factor == bindparam("key_factor"),
+)
+_NOW = bindparam("now", type_=UTCDateTime())
+# ... locked (on PostgreSQL the row lock, on SQLite the database write lock) by a no-op
+# UPDATE that also reads the count, so concurrent reservations of one key, from any
+# process, are decided one after the other ...
+_LOCK_COUNTER = (
+    update(lockouts_table)
+    .where(_OF_KEY)
+    .values(failures=lockouts_table.c.failures)
+    .returning(lockouts_table.c.failures, lockouts_table.c.window_start)
+)
+# ... and counted in the database: failures + 1, or 1 when the window restarts.
+_RESTART = or_(
+    lockouts_table.c.window_start.is_(None),
+    lockouts_table.c.window_start <= bindparam("window_opened", type_=UTCDateTime()),
+)
+_COUNT_FAILURE = (
+    update(lockouts_table)
+    .where(_OF_KEY)
+    .values(
+        failures=case((_RESTART, 1), else_=lockouts_table.c.failures + 1),
+        window_start=case((_RESTART, _NOW), else_=lockouts_table.c.window_start),
+    )
+    .returning(lockouts_table.c.failures)
+)
+_SET_LOCK = (
+    update(lockouts_table)
+    .where(_OF_KEY)
+    .values(failures=0, window_start=None, locked_until=bindparam("until", type_=UTCDateTime()))
+)
+_OF_RESERVED_KEY = and_(
+    reservations_table.c.tenant == bindparam("key_tenant"),
+    reservations_table.c.subject == bindparam("key_subject"),
+    reservations_table.c.factor == bindparam("key_factor"),
+)
+_DROP_STALE_RESERVATIONS = delete(reservations_table).where(
+    _OF_RESERVED_KEY, reservations_table.c.reserved_at <= bindparam("stale", type_=UTCDateTime())
+)
+_COUNT_RESERVATIONS = select(func.count()).select_from(reservations_table).where(_OF_RESERVED_KEY)
+_RESERVE = insert(reservations_table)
+_SETTLE = delete(reservations_table).where(reservations_table.c.token == bindparam("token"))
+_PURGE_AUDIT_BATCH = delete(audit_table).where(
+    audit_table.c.id.in_(
+        select(audit_table.c.id)
+        .where(audit_table.c.time < bindparam("before", type_=UTCDateTime()))
+        .order_by(audit_table.c.id)
+        .limit(bindparam("batch", type_=Integer()))
+        .scalar_subquery()
+    )
+)
+#: Audit rows deleted per transaction by :meth:`SqlAlchemyBackend.purge_audit`.
+AUDIT_PURGE_BATCH = 5000
+
+_KEY_COLUMNS = [lockouts_table.c.tenant, lockouts_table.c.subject, lockouts_table.c.factor]
+_KEY_VALUES: dict[str, Any] = {
+    "tenant": bindparam("key_tenant"),
+    "subject": bindparam("key_subject"),
+    "factor": bindparam("key_factor"),
+}
+
+
+def _counter_upserts(dialect_insert: Any) -> tuple[Any, Any]:
+    """(lock, count): the counter statements as one upsert each, creating the row if missing.
+
+    ``lock`` is _LOCK_COUNTER, ``count`` is _COUNT_FAILURE; ON CONFLICT DO UPDATE takes
+    the row lock of an existing row on PostgreSQL, as their UPDATE does.
+    """
+    t = lockouts_table.c
+    lock = (
+        dialect_insert(lockouts_table)
+        .values(**_KEY_VALUES, failures=0)
+        .on_conflict_do_update(index_elements=_KEY_COLUMNS, set_={"failures": t.failures})
+        .returning(t.failures, t.window_start)
+    )
+    count = (
+        dialect_insert(lockouts_table)
+        .values(**_KEY_VALUES, failures=1, window_start=_NOW)
+        .on_conflict_do_update(
+            index_elements=_KEY_COLUMNS,
+            set_={
+                "failures": case((_RESTART, 1), else_=t.failures + 1),
+                "window_start": case((_RESTART, _NOW), else_=t.window_start),
+            },
+        )
+        .returning(t.failures)
+    )
+    return lock, count
+
+
+def _dialect_upserts() -> dict[str, tuple[Any, Any]]:
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return {"postgresql": _counter_upserts(pg_insert), "sqlite": _counter_upserts(sqlite_insert)}
+
+
+#: Dialects with a native upsert; others insert the row if missing, then update it.
+_COUNTER_UPSERTS = _dialect_upserts()
+
+
+def _key_params(key: AttemptKey) -> dict[str, str]:
+    return {"key_tenant": key.tenant, "key_subject": key.subject, "key_factor": key.factor}
+
+
+class UnitOfWork:
+    """Writes of several backend calls in one transaction (see :meth:`SqlAlchemyBackend.begin_unit`).
+
+    The transaction starts with the first write; :meth:`commit` ends it (an error then
+    means nothing of it was written), :meth:`rollback` drops it. A write that failed
+    inside the unit spoils it: ``commit`` then rolls back and raises.
+    """
+
+    __slots__ = ("_conn", "_token", "_trans", "engine", "failed")
+
+    def __init__(self, engine: Engine, token: Any) -> None:
+        self.engine = engine
+        self.failed = False
+        self._conn: Connection | None = None
+        self._trans: Any = None
+        self._token = token
+
+    def connection(self) -> Connection:
+        if self._conn is None:
+            self._conn = self.engine.connect()
+            self._trans = self._conn.begin()
+        return self._conn
+
+    def _end(self) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            _UNIT.reset(token)
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def commit(self) -> None:
+        """Commit every write of the unit; :class:`AuditWriteError` if that fails (nothing written)."""
+        try:
+            if self.failed:
+                raise AuditWriteError("a write of the unit failed; nothing of it was kept")
+            if self._trans is not None:
+                self._trans.commit()
+        except SQLAlchemyError as exc:
+            self.failed = True
+            raise AuditWriteError() from exc
+        finally:
+            self._end()
+
+    def rollback(self) -> None:
+        """Drop every write of the unit (never raises)."""
+        try:
+            if self._trans is not None and self._trans.is_active:
+                self._trans.rollback()
+        except SQLAlchemyError:
+            pass  # a dead connection: the database dropped the transaction already
+        finally:
+            self._end()
+
+
+#: The unit of work of the running context (thread, task), if one was begun.
+_UNIT: ContextVar[UnitOfWork | None] = ContextVar("authflow_unit_of_work", default=None)
 
 
 def _log_attempt(
@@ -276,6 +459,7 @@ class SqlAlchemyBackend:
         self._clock_given = clock is not None
         self._create_tables = create_tables
         self._engine: Engine | None = None
+        self._reader: tuple[Engine, Engine] | None = None
         self._db: Any = None
         if is_flask_sqlalchemy(engine_source) and not has_app_context():
             # SqlAlchemyBackend(db) at import time, as with Flask-SQLAlchemy's own models:
@@ -346,9 +530,47 @@ class SqlAlchemyBackend:
             return "<SqlAlchemyBackend (Flask-SQLAlchemy db, not bound yet)>"
         return f"<SqlAlchemyBackend {self._engine.url.render_as_string(hide_password=True)}>"
 
+    def _unit(self) -> UnitOfWork | None:
+        unit = _UNIT.get()
+        return unit if unit is not None and unit.engine is self.engine else None
+
+    def begin_unit(self) -> UnitOfWork:
+        """Run the writes that follow (attempt settlement, audit rows, any ``_tx`` of this
+        backend) in this context in one transaction, until ``commit()`` or ``rollback()``
+        of the returned unit. The login service uses it so that the attempt row, the
+        counter change and the audit rows of one credential check commit together.
+        Reads keep their own connections. Units do not nest."""
+        if _UNIT.get() is not None:
+            raise RuntimeError("a unit of work is already open in this context")
+        unit = UnitOfWork(self.engine, None)
+        unit._token = _UNIT.set(unit)
+        return unit
+
+    @contextmanager
+    def unit_of_work(self) -> Iterator[UnitOfWork]:
+        """:meth:`begin_unit` as a block: committed at its end, rolled back on an exception."""
+        unit = self.begin_unit()
+        try:
+            yield unit
+        except BaseException:
+            unit.rollback()
+            raise
+        unit.commit()
+
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
-        """One transaction; database failures become StoreUnavailable (fail closed)."""
+        """One transaction (or the open unit of work's); database failures become
+        StoreUnavailable (fail closed)."""
+        unit = self._unit()
+        if unit is not None:
+            try:
+                yield unit.connection()
+            except BaseException as exc:
+                unit.failed = True  # the unit's transaction may be aborted: never commit it
+                if isinstance(exc, SQLAlchemyError) and not isinstance(exc, IntegrityError):
+                    raise StoreUnavailable("the authentication database is unavailable") from exc
+                raise
+            return
         try:
             with self.engine.begin() as conn:
                 yield conn
@@ -357,11 +579,26 @@ class SqlAlchemyBackend:
         except SQLAlchemyError as exc:
             raise StoreUnavailable("the authentication database is unavailable") from exc
 
+    @property
+    def _read_engine(self) -> Engine:
+        engine = self.engine
+        if self._reader is None or self._reader[0] is not engine:
+            self._reader = (engine, autocommit_reads(engine))
+        return self._reader[1]
+
+    def _fetch(self, work: Callable[[Connection], T]) -> T:
+        """Run a read (single statements, no transaction: the login path is latency-bound);
+        a pooled connection found dead is replaced and the read runs once more."""
+        try:
+            return run_read(self._read_engine, work)
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable("the authentication database is unavailable") from exc
+
     @contextmanager
     def _read(self) -> Iterator[Connection]:
-        """A connection for reads only (no transaction bookkeeping: the login path is latency-bound)."""
+        """A connection for reads only (no retry: prefer :meth:`_fetch`)."""
         try:
-            with self.engine.connect() as conn:
+            with self._read_engine.connect() as conn:
                 yield conn
         except SQLAlchemyError as exc:
             raise StoreUnavailable("the authentication database is unavailable") from exc
@@ -446,29 +683,26 @@ class SqlAlchemyBackend:
         return user
 
     def find_user(self, tenant: str, identifier: str) -> UserRecord | None:
-        with self._read() as conn:
-            row = conn.execute(_FIND_USER, {"tenant": tenant, "identifier": identifier}).first()
+        params = {"tenant": tenant, "identifier": identifier}
+        row = self._fetch(lambda conn: conn.execute(_FIND_USER, params).first())
         return _user(row) if row is not None else None
 
     def get_user(self, tenant: str, user_id: str) -> UserRecord | None:
-        with self._read() as conn:
-            row = conn.execute(
-                select(users_table).where(users_table.c.tenant == tenant, users_table.c.user_id == user_id)
-            ).first()
+        params = {"tenant": tenant, "user_id": user_id}
+        row = self._fetch(lambda conn: conn.execute(_GET_USER, params).first())
         return _user(row) if row is not None else None
 
     def list_users(self, tenant: str | None = None) -> list[UserRecord]:
         query = select(users_table).order_by(users_table.c.tenant, users_table.c.identifier)
         if tenant is not None:
             query = query.where(users_table.c.tenant == tenant)
-        with self._read() as conn:
-            return [_user(row) for row in conn.execute(query)]
+        return [_user(row) for row in self._fetch(lambda conn: conn.execute(query).all())]
 
     # --- factors -----------------------------------------------------------------------------
 
     def get_password_hash(self, tenant: str, user_id: str) -> str | None:
-        with self._read() as conn:
-            row = conn.execute(_PASSWORD_HASH, {"tenant": tenant, "user_id": user_id}).first()
+        params = {"tenant": tenant, "user_id": user_id}
+        row = self._fetch(lambda conn: conn.execute(_PASSWORD_HASH, params).first())
         return str(row.secret) if row is not None else None
 
     def set_password_hash(self, tenant: str, user_id: str, password_hash: str) -> None:
@@ -518,8 +752,8 @@ class SqlAlchemyBackend:
             )
 
     def list_factors(self, tenant: str, user_id: str) -> list[FactorConfig]:
-        with self._read() as conn:
-            rows = conn.execute(_USER_FACTORS, {"tenant": tenant, "user_id": user_id}).all()
+        params = {"tenant": tenant, "user_id": user_id}
+        rows = self._fetch(lambda conn: conn.execute(_USER_FACTORS, params).all())
         configs: list[FactorConfig] = []
         for row in rows:
             try:
@@ -530,8 +764,8 @@ class SqlAlchemyBackend:
         return configs
 
     def required_factors(self, tenant: str, user_id: str) -> list[FactorKind]:
-        with self._read() as conn:
-            names = [row.kind for row in conn.execute(_FACTOR_KINDS, {"tenant": tenant, "user_id": user_id})]
+        params = {"tenant": tenant, "user_id": user_id}
+        names = list(self._fetch(lambda conn: conn.execute(_FACTOR_KINDS, params).scalars().all()))
         kinds: list[FactorKind] = []
         for name in names:
             try:
@@ -571,11 +805,17 @@ class SqlAlchemyBackend:
                 pass
 
     def locked_until(self, tenant: str, subject: str, now: datetime) -> datetime | None:
-        with self._read() as conn:
-            value = conn.execute(
-                _ACTIVE_LOCK, {"tenant": tenant, "subject": subject, "now": utc(now)}
-            ).scalar()
-        return _aware(value)
+        params = {"tenant": tenant, "subject": subject, "now": utc(now)}
+        return _aware(self._fetch(lambda conn: conn.execute(_ACTIVE_LOCK, params).scalar()))
+
+    def _counter(self, conn: Connection, key: AttemptKey, which: int, params: dict[str, Any]) -> Any:
+        """Run the lock (``which=0``) or count (``which=1``) statement on the counter row of
+        ``key``, creating the row first if missing; returns its RETURNING result."""
+        upserts = _COUNTER_UPSERTS.get(conn.dialect.name)
+        if upserts is not None:
+            return conn.execute(upserts[which], params)
+        self._ensure_counter(conn, key)
+        return conn.execute((_LOCK_COUNTER, _COUNT_FAILURE)[which], params)
 
     def reserve_attempt(
         self,
@@ -586,48 +826,45 @@ class SqlAlchemyBackend:
         max_failures: int,
         lock_duration: timedelta,
     ) -> Reservation:
-        """Reserve under the counter row's lock: the UPDATE that opens the transaction takes
+        """Reserve under the counter row's lock: the upsert that opens the transaction takes
         the row lock on PostgreSQL and the database write lock on SQLite, so concurrent
         reservations for one key, from any process, are decided one after the other."""
         now = utc(now)
-        t = lockouts_table.c
-        r = reservations_table.c
-        of_key = and_(r.tenant == key.tenant, r.subject == key.subject, r.factor == key.factor)
+        params = {
+            **_key_params(key),
+            "tenant": key.tenant,
+            "subject": key.subject,
+            "now": now,
+            "stale": now - RESERVATION_TTL,
+        }
         with self._tx() as conn:
-            self._ensure_counter(conn, key)
-            failures, window_start = conn.execute(
-                update(lockouts_table)
-                .where(self._key(key))
-                .values(failures=t.failures)
-                .returning(t.failures, t.window_start)
-            ).one()
-            until = _aware(
-                conn.execute(
-                    _ACTIVE_LOCK, {"tenant": key.tenant, "subject": key.subject, "now": now}
-                ).scalar()
-            )
+            failures, window_start = self._counter(conn, key, 0, params).one()
+            until = _aware(conn.execute(_ACTIVE_LOCK, params).scalar())
             if until is not None:
                 return Reservation(None, until)
-            conn.execute(delete(reservations_table).where(of_key, r.reserved_at <= now - RESERVATION_TTL))
-            in_flight = conn.execute(
-                select(func.count()).select_from(reservations_table).where(of_key)
-            ).scalar_one()
+            conn.execute(_DROP_STALE_RESERVATIONS, params)
+            in_flight = conn.execute(_COUNT_RESERVATIONS, params).scalar_one()
             start = _aware(window_start)
             in_window = int(failures) if start is not None and start > now - window else 0
             if in_window + int(in_flight) >= max_failures:
                 return Reservation(None, now + lock_duration)
             token = uuid.uuid4().hex
             conn.execute(
-                insert(reservations_table).values(
-                    token=token, tenant=key.tenant, subject=key.subject, factor=key.factor, reserved_at=now
-                )
+                _RESERVE,
+                {
+                    "token": token,
+                    "tenant": key.tenant,
+                    "subject": key.subject,
+                    "factor": key.factor,
+                    "reserved_at": now,
+                },
             )
         return Reservation(token)
 
     @staticmethod
     def _settle(conn: Connection, token: str | None) -> None:
         if token is not None:
-            conn.execute(delete(reservations_table).where(reservations_table.c.token == token))
+            conn.execute(_SETTLE, {"token": token})
 
     def release_attempt(self, key: AttemptKey, token: str) -> None:
         with self._tx() as conn:
@@ -645,29 +882,16 @@ class SqlAlchemyBackend:
         reservation: str | None = None,
     ) -> FailureCount:
         now = utc(now)
-        t = lockouts_table.c
-        restart = or_(t.window_start.is_(None), t.window_start <= now - window)
+        params = {**_key_params(key), "now": now, "window_opened": now - window}
         locked: datetime | None = None
         with self._tx() as conn:
-            self._ensure_counter(conn, key)
             self._settle(conn, reservation)
-            failures = conn.execute(
-                update(lockouts_table)
-                .where(self._key(key))
-                .values(
-                    failures=case((restart, 1), else_=t.failures + 1),
-                    window_start=case((restart, literal(now, _Time)), else_=t.window_start),
-                )
-                .returning(t.failures)
-            ).scalar_one()
+            # Counted in the database (one statement, under the row lock): never a lost update.
+            failures = self._counter(conn, key, 1, params).scalar_one()
             if failures >= max_failures:
                 # Lock, and start counting afresh once the lock ends.
                 locked = now + lock_duration
-                conn.execute(
-                    update(lockouts_table)
-                    .where(self._key(key))
-                    .values(failures=0, window_start=None, locked_until=locked)
-                )
+                conn.execute(_SET_LOCK, {**params, "until": locked})
             _log_attempt(conn, key, now=now, success=False, client_ip=client_ip)
         return FailureCount(int(failures), locked)
 
@@ -677,10 +901,7 @@ class SqlAlchemyBackend:
         now = utc(now)
         with self._tx() as conn:
             self._settle(conn, reservation)
-            conn.execute(
-                _RESET_COUNTER,
-                {"key_tenant": key.tenant, "key_subject": key.subject, "key_factor": key.factor},
-            )
+            conn.execute(_RESET_COUNTER, _key_params(key))
             _log_attempt(conn, key, now=now, success=True, client_ip=client_ip)
 
     def set_lock(self, key: AttemptKey, until: datetime) -> None:
@@ -697,9 +918,8 @@ class SqlAlchemyBackend:
 
     def failure_count(self, key: AttemptKey) -> int:
         """Failures counted in the current window (for tests and operators)."""
-        with self._read() as conn:
-            value = conn.execute(select(lockouts_table.c.failures).where(self._key(key))).scalar()
-        return int(value or 0)
+        query = select(lockouts_table.c.failures).where(self._key(key))
+        return int(self._fetch(lambda conn: conn.execute(query).scalar()) or 0)
 
     def attempt_count(self, tenant: str, subject: str, *, success: bool | None = None) -> int:
         t = attempts_table.c
@@ -708,8 +928,7 @@ class SqlAlchemyBackend:
         )
         if success is not None:
             query = query.where(t.success == success)
-        with self._read() as conn:
-            return int(conn.execute(query).scalar_one())
+        return int(self._fetch(lambda conn: conn.execute(query).scalar_one()))
 
     # --- audit -------------------------------------------------------------------------------
 
@@ -736,21 +955,18 @@ class SqlAlchemyBackend:
 
     def find_link(self, issuer: str, subject: str) -> IdentityLink | None:
         links = identity_links_table.c
-        with self._read() as conn:
-            row = conn.execute(
-                select(identity_links_table).where(links.issuer == issuer, links.subject == subject)
-            ).first()
+        query = select(identity_links_table).where(links.issuer == issuer, links.subject == subject)
+        row = self._fetch(lambda conn: conn.execute(query).first())
         return None if row is None else self._link(row)
 
     def links_of_user(self, tenant: str, user_id: str) -> list[IdentityLink]:
         links = identity_links_table.c
-        with self._read() as conn:
-            rows = conn.execute(
-                select(identity_links_table)
-                .where(links.tenant == tenant, links.user_id == user_id)
-                .order_by(links.issuer, links.subject)
-            ).all()
-        return [self._link(row) for row in rows]
+        query = (
+            select(identity_links_table)
+            .where(links.tenant == tenant, links.user_id == user_id)
+            .order_by(links.issuer, links.subject)
+        )
+        return [self._link(row) for row in self._fetch(lambda conn: conn.execute(query).all())]
 
     def unlink_identity(self, issuer: str, subject: str) -> bool:
         links = identity_links_table.c
@@ -774,17 +990,41 @@ class SqlAlchemyBackend:
         return True
 
     def write(self, record: AuditRecord) -> None:
+        """Insert one audit row (in the open unit of work, if one is, else on its own)."""
         values = record.to_dict()
         values["time"] = utc(record.time)
+        unit = self._unit()
         try:
+            if unit is not None:
+                try:
+                    unit.connection().execute(_AUDIT_INSERT, values)
+                except BaseException:
+                    unit.failed = True
+                    raise
+                return
             with self.engine.begin() as conn:
                 conn.execute(_AUDIT_INSERT, values)
         except SQLAlchemyError as exc:
             raise AuditWriteError() from exc
 
+    def purge_audit(self, before: datetime) -> int:
+        """Delete the audit rows written before ``before``, in transactions of at most
+        ``AUDIT_PURGE_BATCH`` (5,000) rows, oldest first; returns how many were deleted.
+
+        The caller decides the cut-off (``flask authflow audit purge`` never passes one
+        younger than ``AUTHFLOW_AUDIT_RETENTION``)."""
+        params = {"before": utc(before), "batch": AUDIT_PURGE_BATCH}
+        purged = 0
+        while True:
+            with self._tx() as conn:
+                deleted = int(conn.execute(_PURGE_AUDIT_BATCH, params).rowcount)
+            purged += deleted
+            if deleted < AUDIT_PURGE_BATCH:
+                return purged
+
     @property
     def audit_rows(self) -> list[AuditRecord]:
         columns = [c for c in audit_table.c if c.name != "id"]
-        with self._read() as conn:
-            rows = conn.execute(select(*columns).order_by(audit_table.c.id)).all()
+        query = select(*columns).order_by(audit_table.c.id)
+        rows = self._fetch(lambda conn: conn.execute(query).all())
         return [AuditRecord(**{**row._asdict(), "time": utc(row.time)}) for row in rows]

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import URL, DateTime, Dialect, Engine, MetaData, create_engine, event, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy import URL, Connection, DateTime, Dialect, Engine, MetaData, create_engine, event, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
@@ -24,17 +25,28 @@ from ...clock import utc
 from ...errors import ConfigurationError, MissingExtraError
 
 __all__ = [
+    "POOL_RECYCLE_SECONDS",
     "Base",
     "EngineSource",
     "UTCDateTime",
     "add_tables_to",
+    "autocommit_reads",
+    "is_disconnect",
     "is_flask_sqlalchemy",
     "metadata",
     "resolve_engine",
+    "run_read",
+    "run_transaction",
     "secure_sqlite_file",
 ]
 
 log = logging.getLogger("flask_authflow.stores")
+
+T = TypeVar("T")
+
+#: Pooled connections of a server database are replaced after this many seconds, before
+#: a firewall, a load balancer or the server's idle timeout drops them unseen.
+POOL_RECYCLE_SECONDS = 1800
 
 metadata = MetaData(
     naming_convention={
@@ -107,6 +119,11 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=5000")
     cursor.execute("PRAGMA foreign_keys=ON")
+    # A session lookup among a million rows is a few B-tree pages; SQLite's default
+    # 2 MB page cache per connection misses most of them (benchmarks/scale.py). A 32 MB
+    # cache (negative = KiB) and memory-mapped reads keep the hot pages in memory.
+    cursor.execute("PRAGMA cache_size=-32768")
+    cursor.execute("PRAGMA mmap_size=268435456")
     cursor.close()
 
 
@@ -194,7 +211,11 @@ def resolve_engine(source: EngineSource) -> Engine:
             event.listen(engine, "connect", _sqlite_pragmas)
             return engine
         try:
-            return create_engine(source, pool_pre_ping=True)
+            # No pre-ping (a round trip on every checkout): connections are recycled
+            # before idle timeouts can drop them, and a connection found dead (a server
+            # restart) invalidates the whole pool; reads then run once more
+            # (run_read), so service resumes without a failed request.
+            return create_engine(source, pool_recycle=POOL_RECYCLE_SECONDS)
         except ModuleNotFoundError as exc:
             if source.startswith("postgresql"):
                 raise MissingExtraError("postgres", exc.name or "psycopg") from exc
@@ -211,3 +232,69 @@ def resolve_engine(source: EngineSource) -> Engine:
         "expected a SQLAlchemy Engine, a database URL, or a Flask-SQLAlchemy db object, "
         f"got {type(source).__name__}"
     )
+
+
+# --- connections that died under the pool -------------------------------------------------------
+
+
+def is_disconnect(exc: BaseException) -> bool:
+    """``exc`` says the connection was lost (server restart, network cut, idle timeout).
+
+    SQLAlchemy has then invalidated the connection and every other connection the pool
+    held before it, so the next checkout opens a fresh one.
+    """
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
+def autocommit_reads(engine: Engine) -> Engine:
+    """The engine to run single-statement reads on.
+
+    On a server database, AUTOCOMMIT skips the BEGIN and ROLLBACK round trips around a
+    read (it shares the engine's pool). pysqlite has no such round trips, and switching
+    its isolation level on every checkout costs more than it saves: SQLite keeps ``engine``.
+    """
+    if engine.dialect.name == "sqlite":
+        return engine
+    return engine.execution_options(isolation_level="AUTOCOMMIT")
+
+
+def run_read(engine: Engine, work: Callable[[Connection], T]) -> T:
+    """Run the read ``work(conn)``; if the pooled connection turns out dead, run it once more.
+
+    Without a pre-ping, the first use of a connection after a database restart fails
+    with a disconnect error; the pool has replaced its connections by then, so the
+    second try reaches the database. Any other error (or a second failure) propagates.
+    """
+    try:
+        with engine.connect() as conn:
+            return work(conn)
+    except DBAPIError as exc:
+        if not is_disconnect(exc):
+            raise
+        log.info("database connection lost (%s); read retried on a new connection", type(exc.orig).__name__)
+    with engine.connect() as conn:
+        return work(conn)
+
+
+def run_transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
+    """Run ``work(conn)`` in one transaction, committed at the end.
+
+    If the connection turns out dead *before* the commit (the database rolled the
+    transaction back, nothing of it was written), the whole transaction runs once more
+    on a new connection. A failure during the commit itself is never retried: the
+    outcome is unknown, so the caller sees the error.
+    """
+    committing = False
+    try:
+        with engine.begin() as conn:
+            result = work(conn)
+            committing = True
+        return result
+    except DBAPIError as exc:
+        if committing or not is_disconnect(exc):
+            raise
+        log.info(
+            "database connection lost (%s); transaction retried on a new connection", type(exc.orig).__name__
+        )
+    with engine.begin() as conn:
+        return work(conn)

@@ -9,6 +9,7 @@ that same key, so a ciphertext copied to another row does not decrypt.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from sqlalchemy import (
     Column,
     Connection,
     Index,
+    Integer,
     LargeBinary,
     String,
     Table,
@@ -39,11 +41,23 @@ from ...errors import SessionDecryptError, SessionRecordError, StoreUnavailable
 from ...session.crypto import SessionCrypto
 from ...session.model import AuthState, SessionRecord, federation_key, record_federation_key, sid_hash
 from ...session.stores import deserialize_record, serialize_record
-from .base import EngineSource, UTCDateTime, metadata, resolve_engine
+from .base import (
+    EngineSource,
+    UTCDateTime,
+    autocommit_reads,
+    metadata,
+    resolve_engine,
+    run_read,
+    run_transaction,
+)
 
-__all__ = ["SqlAlchemySessionStore", "sessions_table"]
+__all__ = ["FULL_PURGE_BATCH", "PURGE_BATCH", "SqlAlchemySessionStore", "sessions_table"]
 
 log = logging.getLogger("flask_authflow.session")
+#: SQLAlchemy logs every statement at INFO here (echo through logging): then Core runs them.
+_SQL_LOG = logging.getLogger("sqlalchemy.engine.Engine")
+#: What _load_direct answers when the read must go through SQLAlchemy Core instead.
+_DIRECT_FALLBACK: Any = object()
 
 T = TypeVar("T")
 
@@ -71,6 +85,54 @@ _LOAD_QUERY = select(sessions_table.c.data).where(
         sessions_table.c.expires_at > bindparam("now", type_=UTCDateTime()),
     )
 )
+
+
+_NOW = bindparam("now", type_=UTCDateTime())
+_BY_KEY = sessions_table.c.sid_hash == bindparam("key")
+_LIVE = sessions_table.c.expires_at > _NOW
+#: The columns a save writes, as parameters named like the columns (but for sid_hash).
+_VALUE_COLUMNS = ("tenant", "user_id", "state", "expires_at", "updated_at", "data", "federation_key")
+# The write path's statements, built once (SQLAlchemy caches their compiled form).
+_UPDATE_LIVE = (
+    update(sessions_table)
+    .where(_BY_KEY, _LIVE)
+    .values({name: bindparam(f"v_{name}", type_=sessions_table.c[name].type) for name in _VALUE_COLUMNS})
+)
+_DELETE_ONE = delete(sessions_table).where(_BY_KEY)
+_DELETE_LIVE_OLD = delete(sessions_table).where(
+    sessions_table.c.sid_hash.in_(bindparam("old_keys", expanding=True)), _LIVE
+)
+_OF_TENANT = sessions_table.c.tenant == bindparam("tenant")
+_OF_USER = and_(_OF_TENANT, sessions_table.c.user_id == bindparam("user_id"))
+_OF_FEDERATION = sessions_table.c.federation_key == bindparam("federation_key")
+
+
+def _purge_batch(dialect: str, *, of_tenant: bool = False) -> Any:
+    """DELETE at most ``:batch`` expired rows (of ``:tenant`` only, with ``of_tenant``); on
+    PostgreSQL rows another purger holds are skipped, not waited for."""
+    expired = select(sessions_table.c.sid_hash).where(sessions_table.c.expires_at <= _NOW)
+    if of_tenant:
+        expired = expired.where(_OF_TENANT)
+    expired = expired.limit(bindparam("batch", type_=Integer()))
+    if dialect == "postgresql":
+        expired = expired.with_for_update(skip_locked=True)
+    return delete(sessions_table).where(sessions_table.c.sid_hash.in_(expired.scalar_subquery()))
+
+
+#: (every tenant, one tenant) purge statements per dialect.
+_PURGE_BATCH = {name: (_purge_batch(name), _purge_batch(name, of_tenant=True)) for name in ("postgresql", "")}
+_LOCK_FOR_REVOCATION = text("LOCK TABLE authflow_sessions IN SHARE ROW EXCLUSIVE MODE")
+_DELETE_LIVE_OF_USER = delete(sessions_table).where(_OF_USER, _LIVE)
+_DELETE_ALL_OF_USER = delete(sessions_table).where(_OF_USER)
+_DELETE_LIVE_OF_TENANT = delete(sessions_table).where(_OF_TENANT, _LIVE)
+_DELETE_ALL_OF_TENANT = delete(sessions_table).where(_OF_TENANT)
+_DELETE_LIVE_OF_FEDERATION = delete(sessions_table).where(_OF_FEDERATION, _LIVE)
+_DELETE_ALL_OF_FEDERATION = delete(sessions_table).where(_OF_FEDERATION)
+
+#: How many expired rows one opportunistic purge deletes at most (one short transaction).
+PURGE_BATCH = 500
+#: Rows per transaction of a full purge (``purge_expired()``, ``flask authflow sessions purge``).
+FULL_PURGE_BATCH = 5000
 
 
 def _native_upsert(dialect_insert: Any) -> Any:
@@ -101,6 +163,10 @@ class SqlAlchemySessionStore:
     :param clock: the time used for expiry.
     :param create_tables: create ``authflow_sessions`` if it does not exist (turn off
         when the schema is managed by migrations).
+    :param purge_every: every this many saves, delete up to ``purge_batch`` expired rows
+        in one short transaction (``None`` turns it off: then run ``flask authflow
+        sessions purge`` from cron). Expired rows are never loaded either way.
+    :param purge_batch: the most rows one of those purges deletes.
 
     Every database failure is raised as :class:`~flask_authflow.errors.StoreUnavailable`
     so callers fail closed. A row that does not decrypt or decode (wrong key, tampering)
@@ -114,21 +180,36 @@ class SqlAlchemySessionStore:
         crypto: SessionCrypto,
         clock: Clock | None = None,
         create_tables: bool = True,
+        purge_every: int | None = 256,
+        purge_batch: int = PURGE_BATCH,
     ) -> None:
         if not isinstance(crypto, SessionCrypto):
             raise TypeError("crypto must be a SessionCrypto")
+        if purge_every is not None and purge_every < 1:
+            raise ValueError("purge_every must be a positive number of saves, or None")
+        if purge_batch < 1:
+            raise ValueError("purge_batch must be positive")
         self.engine = resolve_engine(engine_source)
         # Reads of one row need no transaction: on a server database AUTOCOMMIT skips the
         # BEGIN/ROLLBACK round trips (about 2x on PostgreSQL) and shares the engine's pool.
         # pysqlite has no such round trips, and switching its isolation level on every
         # checkout costs more than it saves (measured: 4,000 vs 3,000 requests/s).
-        self._read_engine = (
-            self.engine
-            if self.engine.dialect.name == "sqlite"
-            else self.engine.execution_options(isolation_level="AUTOCOMMIT")
-        )
+        self._read_engine = autocommit_reads(self.engine)
         self._crypto = crypto
         self._clock: Clock = clock if clock is not None else SystemClock()
+        self._purge_every = purge_every
+        self._purge_size = purge_batch
+        self._purge_statement, self._purge_tenant_statement = _PURGE_BATCH.get(
+            self.engine.dialect.name, _PURGE_BATCH[""]
+        )
+        self._saves = itertools.count(1)
+        # psycopg 3 runs the load directly (see _load_direct); other drivers through Core.
+        dialect = self.engine.dialect
+        self._direct_sql: str | None = None
+        self._dbapi_error: type[Exception] = Exception
+        if dialect.name == "postgresql" and dialect.driver == "psycopg":
+            self._direct_sql = str(_LOAD_QUERY.compile(dialect=dialect))
+            self._dbapi_error = dialect.loaded_dbapi.Error
         if create_tables:
             self.create_tables()
 
@@ -161,8 +242,10 @@ class SqlAlchemySessionStore:
             raise StoreUnavailable("the session store is unavailable") from exc
 
     def _run(self, work: Callable[[Connection], T]) -> T:
-        with self._guard(), self.engine.begin() as conn:
-            return work(conn)
+        # One transaction; a connection found dead before the commit (a database restart)
+        # is replaced and the transaction runs once more (see run_transaction).
+        with self._guard():
+            return run_transaction(self.engine, work)
 
     # --- record <-> row ---------------------------------------------------------------------
 
@@ -177,15 +260,62 @@ class SqlAlchemySessionStore:
             return None
         return record
 
+    def _load_direct(self, params: dict[str, Any]) -> Any:
+        """The load on psycopg 3 itself, over a connection of the engine's pool.
+
+        SQLAlchemy Core costs more than the database round trip here (a checkout with an
+        isolation switch, compiled-cache lookup, result wrapping: about 130 µs against
+        50 µs measured), and this read runs on every request. The statement is the same
+        ``_LOAD_QUERY``, compiled once by the engine's dialect; pool events fire as usual.
+        Engines that are echoed or have cursor-execute listeners (tracing) take the Core
+        path, so nothing is hidden from them, and so does a read whose connection turned
+        out dead (Core then replaces the pool's connections and reads again). Returns
+        ``_DIRECT_FALLBACK`` for the Core path.
+        """
+        engine = self.engine
+        if (
+            engine.echo
+            or engine.dispatch.before_cursor_execute
+            or engine.dispatch.after_cursor_execute
+            or _SQL_LOG.isEnabledFor(logging.INFO)
+        ):
+            return _DIRECT_FALLBACK
+        try:
+            raw = engine.raw_connection()
+        except self._dbapi_error as exc:  # the pool hands the driver's connect error through
+            log.warning("session store unavailable: %s", type(exc).__name__)
+            raise StoreUnavailable("the session store is unavailable") from exc
+        try:
+            conn: Any = raw.driver_connection
+            try:
+                conn.autocommit = True  # one statement, no BEGIN/ROLLBACK round trips
+                row = conn.execute(self._direct_sql, params).fetchone()
+                conn.autocommit = False  # as the pool handed it out
+            except self._dbapi_error as exc:
+                broken = bool(conn.closed or conn.broken)
+                raw.invalidate(exc)  # never back into the pool in an unknown state
+                if broken:
+                    log.info("session store connection lost; read retried on a new connection")
+                    return _DIRECT_FALLBACK
+                raise StoreUnavailable("the session store is unavailable") from exc
+        finally:
+            raw.close()
+        return None if row is None else row[0]
+
     # --- SessionStore -----------------------------------------------------------------------
 
     def load(self, sid: str) -> SessionRecord | None:
         key = sid_hash(sid)
         params = {"key": key, "now": self._clock.now()}
-        # The hot path of every request: one pre-built statement (SQLAlchemy caches its
-        # compiled form) on a plain connection, no explicit transaction for a single read.
-        with self._guard(), self._read_engine.connect() as conn:
-            data = conn.execute(_LOAD_QUERY, params).scalar_one_or_none()
+        # The hot path of every request: one pre-built statement on a plain connection, no
+        # explicit transaction for a single read; a pooled connection that died (a database
+        # restart) is replaced and read again.
+        with self._guard():
+            data = self._load_direct(params) if self._direct_sql is not None else _DIRECT_FALLBACK
+            if data is _DIRECT_FALLBACK:
+                data = run_read(
+                    self._read_engine, lambda conn: conn.execute(_LOAD_QUERY, params).scalar_one_or_none()
+                )
         if data is None:
             return None
         return self._open(key, data, expected_sid=sid)
@@ -217,21 +347,20 @@ class SqlAlchemySessionStore:
         }
         now = values["updated_at"]
         if existing:
-            stmt = (
-                update(sessions_table)
-                .where(sessions_table.c.sid_hash == key, sessions_table.c.expires_at > now)
-                .values(**values)
-            )
-            return bool(self._run(lambda conn: conn.execute(stmt).rowcount))
-        old_keys = sorted({sid_hash(old) for old in replaces} - {key})
+            params = {"key": key, "now": now, **{f"v_{name}": value for name, value in values.items()}}
+            written = bool(self._run(lambda conn: conn.execute(_UPDATE_LIVE, params).rowcount))
+        else:
+            written = self._insert(key, values, sorted({sid_hash(old) for old in replaces} - {key}))
+        if written and self._purge_every is not None and next(self._saves) % self._purge_every == 0:
+            self._purge_some()
+        return written
+
+    def _insert(self, key: str, values: dict[str, Any], old_keys: list[str]) -> bool:
+        now = values["updated_at"]
 
         def work(conn: Connection) -> bool:
             if old_keys:
-                gone = conn.execute(
-                    delete(sessions_table).where(
-                        sessions_table.c.sid_hash.in_(old_keys), sessions_table.c.expires_at > now
-                    )
-                )
+                gone = conn.execute(_DELETE_LIVE_OLD, {"old_keys": old_keys, "now": now})
                 if gone.rowcount != len(old_keys):
                     raise _Revoked
             self._upsert(conn, key, values)
@@ -241,6 +370,20 @@ class SqlAlchemySessionStore:
             return self._run(work)
         except _Revoked:  # the transaction was rolled back: nothing deleted, nothing inserted
             return False
+
+    def _purge_some(self) -> None:
+        """The opportunistic purge: one bounded batch, never failing the save that ran it."""
+        try:
+            purged = self._purge_batch_once(self._purge_size)
+        except StoreUnavailable:
+            return  # logged by _guard; the next purge tries again
+        if purged:
+            log.debug("purged %d expired session row(s)", purged)
+
+    def _purge_batch_once(self, batch: int, tenant: str | None = None) -> int:
+        params = {"now": self._clock.now(), "batch": batch, "tenant": tenant}
+        statement = self._purge_statement if tenant is None else self._purge_tenant_statement
+        return int(self._run(lambda conn: conn.execute(statement, params).rowcount))
 
     def _upsert(self, conn: Connection, key: str, values: dict[str, Any]) -> None:
         name = conn.dialect.name
@@ -260,8 +403,8 @@ class SqlAlchemySessionStore:
             conn.execute(update(sessions_table).where(where).values(**values))
 
     def delete(self, sid: str) -> None:
-        stmt = delete(sessions_table).where(sessions_table.c.sid_hash == sid_hash(sid))
-        self._run(lambda conn: conn.execute(stmt))
+        params = {"key": sid_hash(sid)}
+        self._run(lambda conn: conn.execute(_DELETE_ONE, params))
 
     def list_user_sessions(self, tenant: str, user_id: str) -> list[SessionRecord]:
         now = self._clock.now()
@@ -290,34 +433,63 @@ class SqlAlchemySessionStore:
                 records.append(record)
         return records
 
-    def delete_user_sessions(self, tenant: str, user_id: str) -> int:
-        """Delete every row of the user; returns how many live sessions were revoked."""
-        of_user = and_(sessions_table.c.tenant == tenant, sessions_table.c.user_id == user_id)
-        now = self._clock.now()
+    def _delete_where(self, live: Any, everything: Any, params: dict[str, Any]) -> int:
+        """Delete the rows ``everything`` selects (a bulk revocation); returns how many of
+        them were live.
+
+        On PostgreSQL the transaction first takes a SHARE ROW EXCLUSIVE lock on the table:
+        session writes (not reads) wait for the revocation, and the revocation for writes
+        in flight. Without it a rotation committing while the DELETE runs escapes: the
+        DELETE waits on the old row, which the rotation deleted, and never sees the new
+        row, which its snapshot predates (raced by several processes in
+        tests/test_multiprocess_races.py). With it, the DELETE sees every rotation that
+        committed before and every later one finds its old row gone. SQLite serialises
+        writers by itself.
+        """
+        params = {**params, "now": self._clock.now()}
 
         def work(conn: Connection) -> int:
-            live = conn.execute(delete(sessions_table).where(of_user, sessions_table.c.expires_at > now))
-            conn.execute(delete(sessions_table).where(of_user))  # expired leftovers too
-            return int(live.rowcount)
+            if conn.dialect.name == "postgresql":
+                conn.execute(_LOCK_FOR_REVOCATION)
+            gone = conn.execute(live, params)
+            conn.execute(everything, params)  # expired leftovers too
+            return int(gone.rowcount)
 
         return self._run(work)
+
+    def delete_user_sessions(self, tenant: str, user_id: str) -> int:
+        """Delete every row of the user; returns how many live sessions were revoked."""
+        return self._delete_where(
+            _DELETE_LIVE_OF_USER, _DELETE_ALL_OF_USER, {"tenant": tenant, "user_id": user_id}
+        )
+
+    def delete_tenant_sessions(self, tenant: str) -> int:
+        """Delete every row of every user of ``tenant`` (guests carry no tenant and stay);
+        returns how many live sessions were revoked. One statement: a session saved
+        concurrently either is deleted by it or, if it was loaded before, finds its row
+        gone and is not written back."""
+        return self._delete_where(_DELETE_LIVE_OF_TENANT, _DELETE_ALL_OF_TENANT, {"tenant": tenant})
 
     def delete_federated_sessions(self, issuer: str, provider_sid: str) -> int:
         """Delete the rows of every session of the provider session (``issuer``, ``sid``)."""
-        of_sid = sessions_table.c.federation_key == federation_key(issuer, provider_sid)
-        now = self._clock.now()
+        return self._delete_where(
+            _DELETE_LIVE_OF_FEDERATION,
+            _DELETE_ALL_OF_FEDERATION,
+            {"federation_key": federation_key(issuer, provider_sid)},
+        )
 
-        def work(conn: Connection) -> int:
-            live = conn.execute(delete(sessions_table).where(of_sid, sessions_table.c.expires_at > now))
-            conn.execute(delete(sessions_table).where(of_sid))
-            return int(live.rowcount)
-
-        return self._run(work)
-
-    def purge_expired(self) -> int:
-        """Delete every expired row now; returns how many were deleted."""
-        stmt = delete(sessions_table).where(sessions_table.c.expires_at <= self._clock.now())
-        return int(self._run(lambda conn: conn.execute(stmt).rowcount))
+    def purge_expired(self, limit: int | None = None, *, tenant: str | None = None) -> int:
+        """Delete expired rows now, in transactions of at most FULL_PURGE_BATCH rows (so
+        live sessions are never blocked for long); at most ``limit`` rows when given, only
+        those of ``tenant`` when given. Returns how many were deleted."""
+        purged = 0
+        while limit is None or purged < limit:
+            batch = FULL_PURGE_BATCH if limit is None else min(FULL_PURGE_BATCH, limit - purged)
+            deleted = self._purge_batch_once(batch, tenant)
+            purged += deleted
+            if deleted < batch:
+                break
+        return purged
 
     def __repr__(self) -> str:
         return f"<SqlAlchemySessionStore {self.engine.url.render_as_string(hide_password=True)}>"
