@@ -339,6 +339,20 @@ class AuthnRequest:
             for name, kwargs in pending.signals:
                 getattr(signals, name).send(sender, **kwargs)
 
+    def _end_previous_login(self, session: AuthSession, now: datetime, pending: _Pending) -> None:
+        """A new login on a logged-in session ends that login first: audited as a logout
+        with reason ``new_login`` and announced with ``session_revoked``."""
+        old_user, old_tenant = session.user_id, session.tenant
+        session.transition(lambda r: reset_to_guest(r, now=now))
+        pending.rows.append(
+            self._row(
+                "logout", "success", session, now, tenant=old_tenant, user_id=old_user, reason="new_login"
+            )
+        )
+        pending.signals.append(
+            ("session_revoked", {"user_id": old_user, "tenant": old_tenant, "reason": "new_login"})
+        )
+
     def _refuse(
         self,
         session: AuthSession,
@@ -375,22 +389,7 @@ class AuthnRequest:
         pending = _Pending()
         try:
             if session.state in (AuthState.AUTHENTICATED, AuthState.PENDING_WORKFLOW):
-                old_user, old_tenant = session.user_id, session.tenant
-                session.transition(lambda r: reset_to_guest(r, now=now))
-                pending.rows.append(
-                    self._row(
-                        "logout",
-                        "success",
-                        session,
-                        now,
-                        tenant=old_tenant,
-                        user_id=old_user,
-                        reason="new_login",
-                    )
-                )
-                pending.signals.append(
-                    ("session_revoked", {"user_id": old_user, "tenant": old_tenant, "reason": "new_login"})
-                )
+                self._end_previous_login(session, now, pending)
             user = _guard_store(lambda: svc.identity_store.find_user(tenant, ident))
             usable = user is not None and not user.disabled
             subject_id = user.user_id if usable and user is not None else svc.phantom_user_id(tenant, ident)
@@ -696,26 +695,10 @@ class AuthnRequest:
             skipped = skip_factors and bool(remaining)
             if skip_factors:
                 remaining = []
-            if session.state in (
-                AuthState.AUTHENTICATED,
-                AuthState.PENDING_WORKFLOW,
-                AuthState.AUTHENTICATING,
-            ):
-                old_user, old_tenant, old_state = session.user_id, session.tenant, session.state
+            if session.state in (AuthState.AUTHENTICATED, AuthState.PENDING_WORKFLOW):
+                self._end_previous_login(session, now, pending)
+            elif session.state is AuthState.AUTHENTICATING:  # an unfinished login: dropped, not a logout
                 session.transition(lambda r: reset_to_guest(r, now=now))
-                if old_state is not AuthState.AUTHENTICATING:
-                    pending.rows.append(
-                        self._row(
-                            "logout", "success", session, now,
-                            tenant=old_tenant, user_id=old_user, reason="new_login",
-                        )
-                    )  # fmt: skip
-                    pending.signals.append(
-                        (
-                            "session_revoked",
-                            {"user_id": old_user, "tenant": old_tenant, "reason": "new_login"},
-                        )
-                    )
             identity_flow = {LOGIN_IDENTIFIER_KEY: user.identifier}
             outcome: Authenticated | FactorRequired
             if remaining:
