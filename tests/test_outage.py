@@ -296,7 +296,7 @@ def check_unseen_restart(
     assert backend.find_user("default", "bob") is not None  # a backend read, retried
     crash(private_server)
     restart(private_server)
-    assert store.save(record, backend.clock.now() + HOUR, existing=True) is True  # a transaction, retried
+    assert store.save(record, backend.clock.now() + HOUR, existing=True) is True  # a write, retried
     assert store.load(record.sid) is not None
     crash(private_server)
     restart(private_server)
@@ -373,10 +373,15 @@ def test_session_dependent_routes_answer_503_while_the_store_is_down() -> None:
     assert handled == ["login page"]
 
 
-def login_once(service: AuthnService, password: str) -> tuple[object, AuthSession]:
+def login_once(
+    service: AuthnService, password: str, during_check: list[str] | None = None
+) -> tuple[object, AuthSession]:
+    """begin_login then verify_factor; ``during_check`` is emptied just before the check."""
     session = AuthSession(new_guest_record(service.clock.now()), new=True, request_fingerprint="fp")
     handle = service.with_audit_context(AuditContext.unknown())
     handle.begin_login("alice", "default", session)
+    if during_check is not None:
+        during_check.clear()
     with FactorCredential.password(password) as credential:
         try:
             return handle.verify_factor(credential, session), session
@@ -401,14 +406,13 @@ def test_a_credential_checks_attempt_and_audit_rows_commit_in_one_transaction(da
         service = AuthnService(backend, backend, clock=clock)
         commits: list[str] = []
         event.listen(backend.engine, "commit", lambda conn: commits.append("commit"))
-        outcome, _session = login_once(service, "wrong password")
+        outcome, _session = login_once(service, "wrong password", commits)
         assert isinstance(outcome, InvalidCredential)
-        # begin_login's audit row; the reservation; the failure with its attempt and audit rows.
-        assert len(commits) == 3
-        commits.clear()
-        outcome, _session = login_once(service, PASSWORD)
+        # The check: the reservation, then the failure with its attempt and audit rows.
+        assert len(commits) == 2
+        outcome, _session = login_once(service, PASSWORD, commits)
         assert isinstance(outcome, Authenticated)
-        assert len(commits) == 3
+        assert len(commits) == 2
         rows = [(r.event, r.status) for r in backend.audit_rows]
         assert rows.count(("factor_verify", "failure")) == rows.count(("factor_verify", "success")) == 1
         assert backend.attempt_count("default", "alice", success=False) == 1

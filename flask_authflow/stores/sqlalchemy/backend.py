@@ -62,6 +62,7 @@ from .base import (
     metadata,
     resolve_engine,
     run_read,
+    run_statement,
 )
 
 __all__ = [
@@ -1002,8 +1003,9 @@ class SqlAlchemyBackend:
                     unit.failed = True
                     raise
                 return
-            with self.engine.begin() as conn:
-                conn.execute(_AUDIT_INSERT, values)
+            # One statement: in AUTOCOMMIT on a server database (one round trip), never
+            # retried (a row that may have been written is not written twice).
+            run_statement(self.engine, self._read_engine, _AUDIT_INSERT, values, idempotent=False)
         except SQLAlchemyError as exc:
             raise AuditWriteError() from exc
 

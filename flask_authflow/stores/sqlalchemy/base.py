@@ -36,6 +36,7 @@ __all__ = [
     "metadata",
     "resolve_engine",
     "run_read",
+    "run_statement",
     "run_transaction",
     "secure_sqlite_file",
 ]
@@ -274,6 +275,34 @@ def run_read(engine: Engine, work: Callable[[Connection], T]) -> T:
         log.info("database connection lost (%s); read retried on a new connection", type(exc.orig).__name__)
     with engine.connect() as conn:
         return work(conn)
+
+
+def run_statement(
+    engine: Engine, autocommit: Engine, statement: Any, params: dict[str, Any], *, idempotent: bool
+) -> int:
+    """Run one write ``statement``, committed on its own; returns its row count.
+
+    ``autocommit`` is :func:`autocommit_reads` of ``engine``. On a server database the
+    statement runs in AUTOCOMMIT: one round trip instead of three (BEGIN, the statement,
+    COMMIT), and one statement is atomic by itself. SQLite (no such variant) gets a
+    transaction of its own. When the pooled connection turns out dead, an ``idempotent``
+    statement (the same outcome however often it runs) runs once more on a new
+    connection; any other is not retried, as it may have been applied.
+    """
+    if autocommit is engine:
+        with engine.begin() as conn:
+            return int(conn.execute(statement, params).rowcount)
+    try:
+        with autocommit.connect() as conn:
+            return int(conn.execute(statement, params).rowcount)
+    except DBAPIError as exc:
+        if not idempotent or not is_disconnect(exc):
+            raise
+        log.info(
+            "database connection lost (%s); statement retried on a new connection", type(exc.orig).__name__
+        )
+    with autocommit.connect() as conn:
+        return int(conn.execute(statement, params).rowcount)
 
 
 def run_transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
