@@ -297,6 +297,15 @@ _DROP_STALE_RESERVATIONS = delete(reservations_table).where(
     _OF_RESERVED_KEY, reservations_table.c.reserved_at <= bindparam("stale", type_=UTCDateTime())
 )
 _COUNT_RESERVATIONS = select(func.count()).select_from(reservations_table).where(_OF_RESERVED_KEY)
+_STALE = bindparam("stale", type_=UTCDateTime())
+# What a reservation decides on, read in one round trip after the counter row is locked:
+# the active lock on the subject, the reservations in flight, and the stale ones (whose
+# process died mid-check: they no longer count, and are deleted when there are any).
+_RESERVATION_STATE = select(
+    _ACTIVE_LOCK.scalar_subquery(),
+    _COUNT_RESERVATIONS.where(reservations_table.c.reserved_at > _STALE).scalar_subquery(),
+    _COUNT_RESERVATIONS.where(reservations_table.c.reserved_at <= _STALE).scalar_subquery(),
+)
 _RESERVE = insert(reservations_table)
 _SETTLE = delete(reservations_table).where(reservations_table.c.token == bindparam("token"))
 _PURGE_AUDIT_BATCH = delete(audit_table).where(
@@ -840,11 +849,12 @@ class SqlAlchemyBackend:
         }
         with self._tx() as conn:
             failures, window_start = self._counter(conn, key, 0, params).one()
-            until = _aware(conn.execute(_ACTIVE_LOCK, params).scalar())
+            locked, in_flight, stale = conn.execute(_RESERVATION_STATE, params).one()
+            until = _aware(locked)
             if until is not None:
                 return Reservation(None, until)
-            conn.execute(_DROP_STALE_RESERVATIONS, params)
-            in_flight = conn.execute(_COUNT_RESERVATIONS, params).scalar_one()
+            if stale:
+                conn.execute(_DROP_STALE_RESERVATIONS, params)
             start = _aware(window_start)
             in_window = int(failures) if start is not None and start > now - window else 0
             if in_window + int(in_flight) >= max_failures:
