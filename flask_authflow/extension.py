@@ -88,28 +88,31 @@ def _test_database_url(config: AuthFlowConfig, wiring: PluginWiring) -> str | No
         return f"sqlite:///{wiring.tmp_path / 'authflow.db'}"
     from sqlalchemy.engine import make_url
 
-    parsed = make_url(url)
-    database = parsed.database
-    if parsed.get_backend_name() == "sqlite" and database not in (None, "", ":memory:"):
-        path = Path(str(database)).expanduser().resolve()
-        if not path.is_relative_to(wiring.tmp_path.resolve()):
-            raise ConfigurationError(
-                f"AUTHFLOW_DATABASE_URL points at {path}, outside this test's temporary folder "
-                f"({wiring.tmp_path}): the test would write into that database. Use "
-                "f\"sqlite:///{tmp_path}/test.db\" in the test's config, or the plugin's default "
-                "in-memory stores (remove the authflow_stores marker)"
-            )
+    path = _sqlite_file_outside(make_url(url), wiring)
+    if path is not None:
+        raise ConfigurationError(
+            f"AUTHFLOW_DATABASE_URL points at {path}, outside this test's temporary folder "
+            f"({wiring.tmp_path}): the test would write into that database. Use "
+            "f\"sqlite:///{tmp_path}/test.db\" in the test's config, or the plugin's default "
+            "in-memory stores (remove the authflow_stores marker)"
+        )
     return None
+
+
+def _sqlite_file_outside(url: Any, wiring: PluginWiring) -> Path | None:
+    """The SQLite file ``url`` (a SQLAlchemy URL) names, if it lies outside the test's
+    temporary folder; ``None`` for other databases, in-memory ones and files inside it."""
+    if url is None or url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    path = Path(str(url.database)).expanduser().resolve()
+    return None if path.is_relative_to(wiring.tmp_path.resolve()) else path
 
 
 def _refuse_database_outside(wiring: PluginWiring, engine: Any) -> None:
     """Under the pytest plugin: an explicit SQL backend on a SQLite file outside the test's
     temporary folder is refused (the test would write into a development database)."""
-    url = getattr(engine, "url", None)
-    if url is None or url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
-        return
-    path = Path(str(url.database)).expanduser().resolve()
-    if not path.is_relative_to(wiring.tmp_path.resolve()):
+    path = _sqlite_file_outside(getattr(engine, "url", None), wiring)
+    if path is not None:
         raise ConfigurationError(
             f"the backend's database is {path}, outside this test's temporary folder ({wiring.tmp_path}): "
             "the test would write into that database. Configure an in-memory database for tests "

@@ -331,17 +331,16 @@ def test_discovery_issuer_must_match_exactly(oidc_provider) -> None:
 
 def test_discovery_refusals(oidc_provider, monkeypatch) -> None:
     good = oidc_provider.discovery_document()
-    cases = {
-        "no token endpoint": {k: v for k, v in good.items() if k != "token_endpoint"},
-        "http endpoint": {**good, "jwks_uri": "http://op.test/jwks"},
-        "HS256 only": {**good, "id_token_signing_alg_values_supported": ["HS256", "none"]},
-        "no PKCE": {**good, "code_challenge_methods_supported": ["plain"]},
+    cases = {  # the refusal's message names what is wrong
+        "has no token_endpoint": {k: v for k, v in good.items() if k != "token_endpoint"},
+        "must be an https URL": {**good, "jwks_uri": "http://op.test/jwks"},
+        "signs ID tokens only with": {**good, "id_token_signing_alg_values_supported": ["HS256", "none"]},
+        "does not support PKCE": {**good, "code_challenge_methods_supported": ["plain"]},
     }
-    for label, document in cases.items():
+    for message, document in cases.items():
         monkeypatch.setattr(oidc_provider, "discovery_document", lambda document=document: document)
-        with pytest.raises(Discovery):
+        with pytest.raises(Discovery, match=message):
             _discover(oidc_provider)
-        assert label
 
 
 def test_provider_config_refusals() -> None:

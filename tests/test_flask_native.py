@@ -243,8 +243,8 @@ def test_login_user_refuses_disabled_and_unknown_users(mock_clock, authflow_hash
     assert unknown.status_code == 404 and unknown.json["error"] == UserNotFound.code
     rows = [(row.status, row.reason) for row in backend.audit_rows if row.event == "login"]
     assert rows == [("refused", "account_disabled"), ("refused", "user_not_found")]
-    with app.test_request_context():
-        assert not current_session.is_authenticated
+    with client.session_transaction(environ_base=client.environ_base) as session:
+        assert session.is_guest  # a refused login changed nothing
 
 
 def test_login_user_never_skips_enrolled_factors_unless_asked(mock_clock, authflow_hasher) -> None:

@@ -65,12 +65,7 @@ class AccountAdmin:
         return user
 
     def _revoke(self, user: UserRecord, reason: str, keep_sid: str | None = None) -> int:
-        if keep_sid is None:
-            count = self.session_store.delete_user_sessions(user.tenant, user.user_id)
-        else:
-            count = self._revoke_others(user.tenant, user.user_id, keep_sid)
-        self._signal(user.tenant, user.user_id, reason)
-        return count
+        return self.revoke_sessions(user.tenant, user.user_id, keep_sid=keep_sid, reason=reason)
 
     def _signal(self, tenant: str, user_id: str, reason: str) -> None:
         signals.session_revoked.send(

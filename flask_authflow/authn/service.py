@@ -664,10 +664,9 @@ class AuthnRequest:
         svc = self.service
         now = svc.clock.now()
         if not isinstance(method, str) or not _METHOD_RE.fullmatch(method):
-            error: AuthFlowError = InvalidInput(
+            raise InvalidInput(
                 "method must be a short lowercase label such as 'signup', 'magic_link' or 'oidc:google'"
             )
-            raise error
         try:
             tenant = check_tenant(tenant)
         except InvalidInput as exc:
@@ -679,7 +678,7 @@ class AuthnRequest:
         try:
             user = _guard_store(lambda: svc.identity_store.get_user(tenant, user_id))
             if user is None or user.disabled:
-                error = UserNotFound() if user is None else AccountDisabled()
+                error: AuthFlowError = UserNotFound() if user is None else AccountDisabled()
                 reason = error.code
                 self._refuse(
                     session, None, error,

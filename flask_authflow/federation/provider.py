@@ -94,14 +94,6 @@ def check_provider_name(name: Any) -> str:
     return name
 
 
-def _checked_setting(url: str, what: str) -> str:
-    """A URL of the configuration: https (http on loopback), else ConfigurationError."""
-    try:
-        return check_provider_url(url, what)
-    except Discovery as exc:
-        raise ConfigurationError(exc.message) from None
-
-
 def _duration(value: Any, what: str) -> timedelta:
     if isinstance(value, timedelta):
         return value
@@ -178,15 +170,15 @@ class OAuthProviderConfig:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ConfigurationError(f"OAuth provider {name} must be a non-empty string")
-        _checked_setting(self.discovery_url, "discovery_url")
-        _checked_setting(self.redirect_uri, "redirect_uri")
+        check_provider_url(self.discovery_url, "discovery_url", error=ConfigurationError)
+        check_provider_url(self.redirect_uri, "redirect_uri", error=ConfigurationError)
         object.__setattr__(self, "scopes", _strings(self.scopes, "scopes"))
         if "openid" not in self.scopes:
             raise ConfigurationError("OAuth provider scopes must include 'openid'")
         allowed = _strings(self.allowed_post_logout_redirect_uris, "allowed_post_logout_redirect_uris")
         object.__setattr__(self, "allowed_post_logout_redirect_uris", allowed)
         for uri in allowed:
-            _checked_setting(uri, "allowed_post_logout_redirect_uris")
+            check_provider_url(uri, "allowed_post_logout_redirect_uris", error=ConfigurationError)
         if self.post_logout_redirect_uri is None and allowed:
             object.__setattr__(self, "post_logout_redirect_uri", allowed[0])
         if self.post_logout_redirect_uri is not None and self.post_logout_redirect_uri not in allowed:

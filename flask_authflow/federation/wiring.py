@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flask import Flask
+from flask import Flask, has_request_context, request, url_for
 
 from ..clock import Clock
 from ..config import AuthFlowConfig
+from ..decorators import safe_next
 from ..errors import ConfigurationError
-from ..state import AuthFlowHooks
+from ..state import AuthFlowHooks, get_state
 from .http import HttpClient, RequestsHttpClient
 from .links import FederationStore
 from .login import FederationService
@@ -27,15 +28,10 @@ __all__ = ["build_federation", "register_oauth_blueprint"]
 def _provider_links() -> dict[str, Any]:
     """``authflow_oauth_providers`` in templates: ``[(name, login URL)]``, for "Sign in with" buttons
     (the ready login page shows them). Listing needs no discovery."""
-    from flask import request, url_for
-
-    from ..decorators import safe_next
-    from ..state import get_state
-
     federation = get_state().federation
     if federation is None:
         return {"authflow_oauth_providers": []}
-    target = safe_next(request.args.get("next")) if request else None
+    target = safe_next(request.args.get("next")) if has_request_context() else None
     links = [
         (name, url_for("authflow_oauth.login", provider=name, next=target))
         for name in federation.registry.names()
