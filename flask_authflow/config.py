@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from urllib.parse import urlsplit
 from types import MappingProxyType
 from typing import Any
 
@@ -81,6 +82,23 @@ DEFAULTS: dict[str, Any] = {
     "AUTHFLOW_ISSUER_URL_PREFIX": "",
     "AUTHFLOW_OAUTH_PROVIDERS": {},
     "AUTHFLOW_OAUTH_URL_PREFIX": "/auth",
+    "AUTHFLOW_FACTOR_ENCRYPTION_KEY": None,
+    "AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS": [],
+    "AUTHFLOW_EMAIL_OTP_TTL": timedelta(minutes=5),
+    "AUTHFLOW_EMAIL_OTP_MAX_TRIES": 5,
+    "AUTHFLOW_WEBAUTHN_RP_ID": None,
+    "AUTHFLOW_WEBAUTHN_RP_NAME": None,
+    "AUTHFLOW_WEBAUTHN_ORIGINS": [],
+    "AUTHFLOW_WEBAUTHN_USER_VERIFICATION": "preferred",
+    "AUTHFLOW_PASSKEY_LOGIN": False,
+    "AUTHFLOW_SMTP_HOST": None,
+    "AUTHFLOW_SMTP_PORT": None,
+    "AUTHFLOW_SMTP_SECURITY": "starttls",
+    "AUTHFLOW_SMTP_USERNAME": None,
+    "AUTHFLOW_SMTP_PASSWORD": None,
+    "AUTHFLOW_SMTP_FROM": None,
+    "AUTHFLOW_SMTP_TIMEOUT": 10,
+    "AUTHFLOW_SMTP_CAFILE": None,
 }
 
 _DURATIONS = {key for key, value in DEFAULTS.items() if isinstance(value, timedelta)}
@@ -98,12 +116,15 @@ _INTEGERS = {
     "AUTHFLOW_ARGON2_MAX_PARALLELISM",
     "AUTHFLOW_PASSWORD_MIN_LENGTH",
     "AUTHFLOW_PASSWORD_MIN_LENGTH_WITH_SECOND_FACTOR",
+    "AUTHFLOW_EMAIL_OTP_MAX_TRIES",
 }
 _BOOLEANS = {"AUTHFLOW_COOKIE_SECURE", "AUTHFLOW_ALLOW_INSECURE_LOOPBACK", "AUTHFLOW_VIEWS"}
 _LISTS = {
     "AUTHFLOW_PREVIOUS_SIGNING_KEYS",
     "AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS",
     "AUTHFLOW_PREVIOUS_ISSUER_KEY_ENCRYPTION_KEYS",
+    "AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS",
+    "AUTHFLOW_WEBAUTHN_ORIGINS",
     "AUTHFLOW_TRUSTED_PROXIES",
     "AUTHFLOW_PASSWORD_BLOCKLIST",
 }
@@ -225,6 +246,28 @@ class AuthFlowConfig:
     issuer_url_prefix: str
     oauth_providers: Mapping[str, Mapping[str, Any]]
     oauth_url_prefix: str
+    factor_encryption_key: bytes | None = field(repr=False)
+    previous_factor_encryption_keys: tuple[bytes, ...] = field(repr=False)
+    email_otp_ttl: timedelta
+    email_otp_max_tries: int
+    webauthn_rp_id: str | None
+    webauthn_rp_name: str | None
+    webauthn_origins: tuple[str, ...]
+    webauthn_user_verification: str
+    passkey_login: bool | frozenset[str]
+    smtp_host: str | None
+    smtp_port: int | None
+    smtp_security: str
+    smtp_username: str | None
+    smtp_password: str | None = field(repr=False)
+    smtp_from: str | None
+    smtp_timeout: float
+    smtp_cafile: str | None
+
+    def passkey_login_allowed(self, tenant: str) -> bool:
+        """Whether ``tenant`` may log in with a passkey alone (``AUTHFLOW_PASSKEY_LOGIN``)."""
+        allowed = self.passkey_login
+        return allowed if isinstance(allowed, bool) else tenant in allowed
 
 
 def attribute_name(key: str) -> str:
@@ -248,6 +291,79 @@ def _aes_keys(values: dict[str, Any], what: str) -> None:
     if any(len(k) != 32 for k in previous):
         raise ConfigurationError(f"every {previous_name} entry must be 32 bytes")
     values[previous_name] = previous
+
+
+def _factor_settings(values: dict[str, Any]) -> None:
+    """Check the second-factor keys: e-mail codes, WebAuthn relying party, passkeys, SMTP."""
+    if values["AUTHFLOW_EMAIL_OTP_TTL"] > timedelta(minutes=30):
+        raise ConfigurationError("AUTHFLOW_EMAIL_OTP_TTL over 30 minutes is refused: keep codes short-lived")
+    tries = values["AUTHFLOW_EMAIL_OTP_MAX_TRIES"]
+    if not 1 <= tries <= 10:
+        raise ConfigurationError("AUTHFLOW_EMAIL_OTP_MAX_TRIES must be between 1 and 10 (default 5)")
+    rp_id = values["AUTHFLOW_WEBAUTHN_RP_ID"]
+    origins = tuple(values["AUTHFLOW_WEBAUTHN_ORIGINS"])
+    if rp_id is not None and (not isinstance(rp_id, str) or not rp_id or "/" in rp_id or ":" in rp_id):
+        raise ConfigurationError(
+            f"AUTHFLOW_WEBAUTHN_RP_ID must be a bare domain such as 'example.com', got {rp_id!r}"
+        )
+    for origin in origins:
+        parts = urlsplit(origin) if isinstance(origin, str) else None
+        loopback = parts is not None and parts.hostname in ("localhost", "127.0.0.1")
+        if (
+            parts is None
+            or parts.scheme not in ("https", "http")
+            or not parts.hostname
+            or parts.path not in ("", "/")
+            or (parts.scheme == "http" and not loopback)
+        ):
+            raise ConfigurationError(
+                f"every AUTHFLOW_WEBAUTHN_ORIGINS entry must be an https origin such as "
+                f"'https://example.com' (http only for localhost), got {origin!r}"
+            )
+        if rp_id is not None and not (parts.hostname == rp_id or parts.hostname.endswith("." + rp_id)):
+            raise ConfigurationError(
+                f"AUTHFLOW_WEBAUTHN_ORIGINS entry {origin!r} is not on AUTHFLOW_WEBAUTHN_RP_ID {rp_id!r}: "
+                "browsers refuse an RP id that is not the origin's domain or a parent of it"
+            )
+    if (rp_id is None) != (not origins):
+        raise ConfigurationError(
+            "set AUTHFLOW_WEBAUTHN_RP_ID and AUTHFLOW_WEBAUTHN_ORIGINS together (WebAuthn needs both)"
+        )
+    values["AUTHFLOW_WEBAUTHN_ORIGINS"] = tuple(o.rstrip("/") for o in origins)
+    if values["AUTHFLOW_WEBAUTHN_USER_VERIFICATION"] not in ("required", "preferred", "discouraged"):
+        raise ConfigurationError(
+            "AUTHFLOW_WEBAUTHN_USER_VERIFICATION must be 'required', 'preferred' (default) or 'discouraged'"
+        )
+    passkeys = values["AUTHFLOW_PASSKEY_LOGIN"]
+    if isinstance(passkeys, str):
+        passkeys = {"true": True, "false": False, "1": True, "0": False}.get(
+            passkeys.strip().lower(), [t.strip() for t in passkeys.split(",") if t.strip()]
+        )
+    if not isinstance(passkeys, bool):
+        if not isinstance(passkeys, list | tuple | set | frozenset) or not all(
+            isinstance(t, str) for t in passkeys
+        ):
+            raise ConfigurationError(
+                "AUTHFLOW_PASSKEY_LOGIN must be True, False or a list of tenant names"
+            )
+        passkeys = frozenset(passkeys)
+    if passkeys and rp_id is None:
+        raise ConfigurationError(
+            "AUTHFLOW_PASSKEY_LOGIN needs WebAuthn: set AUTHFLOW_WEBAUTHN_RP_ID and AUTHFLOW_WEBAUTHN_ORIGINS"
+        )
+    values["AUTHFLOW_PASSKEY_LOGIN"] = passkeys
+    values["AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS"] = tuple(values["AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS"])
+    port = values["AUTHFLOW_SMTP_PORT"]
+    if port is not None:
+        try:
+            port = int(port)
+        except (TypeError, ValueError):
+            raise ConfigurationError(f"AUTHFLOW_SMTP_PORT must be a port number, got {port!r}") from None
+        values["AUTHFLOW_SMTP_PORT"] = port
+    try:
+        values["AUTHFLOW_SMTP_TIMEOUT"] = float(values["AUTHFLOW_SMTP_TIMEOUT"])
+    except (TypeError, ValueError):
+        raise ConfigurationError("AUTHFLOW_SMTP_TIMEOUT must be a number of seconds") from None
 
 
 def _check_cookie_prefix(values: Mapping[str, Any]) -> None:
@@ -384,6 +500,8 @@ def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool)
 
     _aes_keys(values, "SESSION")
     _aes_keys(values, "ISSUER_KEY")
+    _aes_keys(values, "FACTOR")
+    _factor_settings(values)
 
     secure = values["AUTHFLOW_COOKIE_SECURE"]
     if not secure and not (debug or testing or values["AUTHFLOW_ALLOW_INSECURE_LOOPBACK"]):

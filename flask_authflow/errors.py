@@ -18,6 +18,9 @@ __all__ = [
     "AuthnError",
     "ConfigurationError",
     "DuplicateKeyId",
+    "EnrollmentError",
+    "FactorNotRegistered",
+    "FactorSecretError",
     "InvalidInput",
     "InvalidTransition",
     "IssuanceError",
@@ -310,3 +313,26 @@ class UserNotFound(AuthnError):
 
     code = "user_not_found"
     status = 404
+
+
+class FactorSecretError(AuthFlowError):
+    """A sealed factor secret could not be opened (tampered, moved to another factor, or
+    sealed with a key that is no longer configured). The factor then refuses every
+    credential (fail closed); set the old key in ``AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS``."""
+
+    code = "factor_secret_unreadable"
+    status = 500
+
+
+class FactorNotRegistered(AuthnError):
+    """No factor of this kind is registered with the app (``authflow.register_factor``)."""
+
+    code = "factor_not_registered"
+    status = 400
+
+
+class EnrollmentError(AuthnError):
+    """An enrollment cannot go on: no such pending factor, it expired, or the proof was wrong."""
+
+    code = "enrollment_failed"
+    status = 400

@@ -12,6 +12,7 @@ import pytest
 from flask_authflow import signals
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.audit.sinks import AuditRecord, MemoryAuditSink
+from flask_authflow.authn.factors.base import Accepted, FactorContext, Rejected
 from flask_authflow.authn.outcomes import (
     Authenticated,
     FactorCredential,
@@ -607,12 +608,12 @@ class FakeTotp:
         if len(credential) != 6:
             raise InvalidInput("six digits")
 
-    def verify(self, tenant: str, user_id: str, credential: FactorCredential, now: datetime) -> bool:
-        self.seen.append(user_id)
-        return credential.secret_bytes() == b"123456"
+    def challenge(self, ctx: FactorContext) -> None:
+        return None
 
-    def verify_unknown(self, credential: FactorCredential) -> None:
-        pass
+    def verify(self, ctx: FactorContext, credential: FactorCredential) -> Accepted | Rejected:
+        self.seen.append(ctx.user_id)
+        return Accepted() if credential.secret_bytes() == b"123456" else Rejected()
 
 
 def test_factor_chain(env: tuple[AuthnService, InMemoryBackend, MockClock]) -> None:
@@ -623,26 +624,22 @@ def test_factor_chain(env: tuple[AuthnService, InMemoryBackend, MockClock]) -> N
     backend.enroll_factor("acme", user.user_id, FactorKind.TOTP, "JBSWY3DPEHPK3PXP")
     assert backend.required_factors("acme", user.user_id) == [FactorKind.PASSWORD, FactorKind.TOTP]
     totp = FakeTotp()
-    service.register_verifier(totp)
+    service.register_factor(totp)
     handle = service.with_audit_context(CTX)
     session = new_session(clock)
 
     assert handle.begin_login("alice", "acme", session) == FactorRequired(FactorKind.PASSWORD)
     assert handle.verify_factor(PW("correct horse"), session) == FactorRequired(FactorKind.TOTP)
     assert session.is_authenticating and not session.is_authenticated
-    # The password cannot be presented twice in place of the second factor.
+    # The password cannot be presented twice in place of the second factor: refused, and
+    # the login still waits for the second factor (a later step may be retried).
     assert handle.verify_factor(PW("correct horse"), session) == InvalidCredential()
-    assert session.is_guest
-
-    handle.begin_login("alice", "acme", session)
-    handle.verify_factor(PW("correct horse"), session)
+    assert backend.audit_rows[-1].reason == "unexpected_factor"
+    assert session.is_authenticating and session.record.next_step == ("totp",)
     assert (
         handle.verify_factor(FactorCredential.code(FactorKind.TOTP, "000000"), session) == InvalidCredential()
     )
-    assert session.is_guest
-
-    handle.begin_login("alice", "acme", session)
-    handle.verify_factor(PW("correct horse"), session)
+    assert session.is_authenticating and not session.is_authenticated
     outcome = handle.verify_factor(FactorCredential.code(FactorKind.TOTP, "123456"), session)
     assert outcome == Authenticated(user.user_id, "acme")
     assert session.record.factors_passed == ("password", "totp")

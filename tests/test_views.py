@@ -28,6 +28,7 @@ from flask_authflow import (
     login_required,
 )
 from flask_authflow.authn.factors.password import PasswordHasher
+from flask_authflow.authn.factors.base import Accepted, FactorContext, Rejected
 from flask_authflow.authn.outcomes import FactorCredential, FactorKind
 from flask_authflow.session.model import sid_hash
 from flask_authflow.session.stores import MemorySessionStore
@@ -451,16 +452,16 @@ class FixedCode:
         if len(credential) > 32:
             raise InvalidInput("the code is malformed")
 
-    def verify(self, tenant: str, user_id: str, credential: FactorCredential, now: datetime) -> bool:
-        return hmac.compare_digest(credential.secret_bytes(), self.code.encode())
-
-    def verify_unknown(self, credential: FactorCredential) -> None:
+    def challenge(self, ctx: FactorContext) -> None:
         return None
+
+    def verify(self, ctx: FactorContext, credential: FactorCredential) -> Accepted | Rejected:
+        return Accepted() if hmac.compare_digest(credential.secret_bytes(), self.code.encode()) else Rejected()
 
 
 @pytest.fixture
 def mfa_site(site: Site) -> Site:
-    get_state(site.app).service.register_verifier(FixedCode("123456"))
+    get_state(site.app).service.register_factor(FixedCode("123456"))
     site.backend.enroll_factor("default", site.user_id(), FactorKind.TOTP, "seed")
     return site
 
@@ -486,17 +487,17 @@ def test_a_second_factor_has_its_own_page(mfa_site: Site) -> None:
     assert client.get("/login/factor").location == "/account"  # nothing left to verify
 
 
-def test_a_wrong_code_ends_the_login(mfa_site: Site) -> None:
+def test_a_wrong_code_keeps_the_step(mfa_site: Site) -> None:
     client = mfa_site.client()
     login(client)
     token = csrf_of(client.get("/login/factor").text)
     wrong = client.post("/login/factor", data={"code": "654321", "csrf_token": token})
-    assert wrong.status_code == 401 and "That code was not accepted. Sign in again." in wrong.text
-    assert 'id="login-form"' in wrong.text
-    assert client.get("/login/factor").location == "/login"  # the login was abandoned
+    assert wrong.status_code == 401 and "That code was not accepted. Try again." in wrong.text
+    assert 'id="factor-form"' in wrong.text
+    assert client.get("/account").status_code == 401  # still not signed in
     again = client.post("/login/factor", data={"code": "123456", "csrf_token": token})
-    assert again.status_code == 302 and again.location == "/login"
-    assert client.get("/account").status_code == 401
+    assert again.status_code == 302
+    assert client.get("/account").status_code == 200
 
 
 def test_the_factor_form_checks_its_token_and_input(mfa_site: Site) -> None:

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from .factors.base import FactorVerifier
-from .factors.password import MAX_PASSWORD_BYTES, PasswordHasher, PasswordVerifier
+from .factors.base import (
+    Accepted,
+    EnrollContext,
+    Enrollment,
+    EnrollmentStart,
+    Factor,
+    FactorCheck,
+    FactorContext,
+    RejectReason,
+    Rejected,
+)
+from .factors.password import MAX_PASSWORD_BYTES, PasswordFactor, PasswordHasher
 from .lockout import Lockout, LockoutPolicy
 from .outcomes import (
     Authenticated,
@@ -17,12 +27,13 @@ from .outcomes import (
     LoginOutcome,
     StepUpRequired,
 )
-from .service import AuthnRequest, AuthnService, normalise_identifier
+from .service import AuthnRequest, AuthnService, LoginSteps, default_login_steps, normalise_identifier
 from .stores import (
     AttemptKey,
     AttemptStore,
     AuditSink,
     FactorConfig,
+    FactorRecordStore,
     FactorStore,
     FailureCount,
     IdentityStore,
@@ -31,6 +42,19 @@ from .stores import (
 
 __all__ = [
     "MAX_PASSWORD_BYTES",
+    "Accepted",
+    "EnrollContext",
+    "Enrollment",
+    "EnrollmentStart",
+    "Factor",
+    "FactorCheck",
+    "FactorContext",
+    "FactorRecordStore",
+    "LoginSteps",
+    "PasswordFactor",
+    "RejectReason",
+    "Rejected",
+    "default_login_steps",
     "AttemptKey",
     "AttemptStore",
     "AuditSink",
@@ -43,7 +67,6 @@ __all__ = [
     "FactorOutcome",
     "FactorRequired",
     "FactorStore",
-    "FactorVerifier",
     "FailureCount",
     "IdentityStore",
     "InvalidCredential",
@@ -53,7 +76,6 @@ __all__ = [
     "LockoutPolicy",
     "LoginOutcome",
     "PasswordHasher",
-    "PasswordVerifier",
     "StepUpRequired",
     "UserRecord",
     "normalise_identifier",

@@ -15,11 +15,12 @@ probe which accounts exist.
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 from ..errors import InvalidInput
 
@@ -37,22 +38,115 @@ __all__ = [
 ]
 
 
-class FactorKind(enum.Enum):
-    """A kind of authentication factor; the value is the name kept in the session."""
+_KIND_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
-    PASSWORD = "password"  # noqa: S105 - a factor name, not a secret
-    TOTP = "totp"
-    HOTP = "hotp"
-    EMAIL_OTP = "email_otp"
-    WEBAUTHN = "webauthn"
-    RECOVERY_CODE = "recovery_code"
+
+class _FactorKindType(type):
+    """Lets ``for kind in FactorKind`` list the registered kinds, as an enum would."""
+
+    def __iter__(cls) -> Iterator[FactorKind]:
+        return iter(list(FactorKind._registry.values()))
+
+    def __len__(cls) -> int:
+        return len(FactorKind._registry)
+
+    def __contains__(cls, value: object) -> bool:
+        return isinstance(value, str) and value in FactorKind._registry
+
+
+class FactorKind(str, metaclass=_FactorKindType):
+    """A kind of authentication factor; the value is the name kept in the session.
+
+    It behaves like an enum of the built-in kinds (``FactorKind.TOTP``, ``FactorKind("totp")``,
+    ``kind.value``, ``for kind in FactorKind``), and an application adds its own kind with
+    :meth:`register` (``FactorKind.register("sms")``) before registering the factor that
+    verifies it. Each kind exists once, so ``kind is FactorKind.TOTP`` holds; a kind is
+    also the plain string it names (``FactorKind.TOTP == "totp"``).
+    """
+
+    __slots__ = ()
+    _registry: ClassVar[dict[str, FactorKind]] = {}
+
+    PASSWORD: ClassVar[FactorKind]
+    TOTP: ClassVar[FactorKind]
+    HOTP: ClassVar[FactorKind]
+    EMAIL_OTP: ClassVar[FactorKind]
+    WEBAUTHN: ClassVar[FactorKind]
+    RECOVERY_CODE: ClassVar[FactorKind]
+
+    def __new__(cls, value: str) -> FactorKind:
+        if isinstance(value, FactorKind):
+            return value
+        try:
+            return cls._registry[value]
+        except (KeyError, TypeError):
+            raise ValueError(f"{value!r} is not a registered FactorKind") from None
+
+    @classmethod
+    def register(cls, value: str) -> FactorKind:
+        """Add a kind (a lowercase name of at most 32 characters: letters, digits, ``_``).
+
+        Registering an existing name returns that kind."""
+        if not isinstance(value, str) or not _KIND_RE.fullmatch(value):
+            raise ValueError("a factor kind is a lowercase name of at most 32 characters: a-z, 0-9, _")
+        existing = cls._registry.get(value)
+        if existing is not None:
+            return existing
+        kind = str.__new__(cls, value)
+        cls._registry[value] = kind
+        return kind
+
+    @property
+    def value(self) -> str:
+        return str.__str__(self)
+
+    @property
+    def name(self) -> str:
+        return self.value.upper()
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"FactorKind.{self.name}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FactorKind, (self.value,))
+
+    def __copy__(self) -> FactorKind:
+        return self
+
+    def __deepcopy__(self, memo: object) -> FactorKind:
+        return self
+
+
+FactorKind.PASSWORD = FactorKind.register("password")
+FactorKind.TOTP = FactorKind.register("totp")
+FactorKind.HOTP = FactorKind.register("hotp")
+FactorKind.EMAIL_OTP = FactorKind.register("email_otp")
+FactorKind.WEBAUTHN = FactorKind.register("webauthn")
+FactorKind.RECOVERY_CODE = FactorKind.register("recovery_code")
 
 
 @dataclass(frozen=True, slots=True)
 class FactorRequired:
-    """The login continues: present a credential of ``kind`` next."""
+    """The login continues: present a credential of one of ``kinds`` next.
+
+    ``kind`` is the first (preferred) of them; ``kinds`` every kind that passes the step
+    (``(FactorKind.TOTP, FactorKind.RECOVERY_CODE)``: either will do). ``challenges``
+    holds what a factor gave the client for this step, by kind: WebAuthn's request
+    options, or ``{"sent": True}`` once an e-mail code went out.
+    """
 
     kind: FactorKind
+    kinds: tuple[FactorKind, ...] = ()
+    challenges: Mapping[FactorKind, Mapping[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.kinds:
+            object.__setattr__(self, "kinds", (self.kind,))
+        elif self.kind not in self.kinds:
+            raise ValueError("kind must be one of kinds")
 
 
 @dataclass(frozen=True, slots=True)

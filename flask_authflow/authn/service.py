@@ -26,9 +26,9 @@ import hmac
 import logging
 import re
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from .. import signals
@@ -40,8 +40,12 @@ from ..errors import (
     AuditWriteError,
     AuthFlowError,
     ConfigurationError,
+    EnrollmentError,
+    FactorNotRegistered,
     InvalidInput,
     LoginNotStarted,
+    PermissionDenied,
+    StepUpNeeded,
     StoreUnavailable,
     UserNotFound,
 )
@@ -56,9 +60,22 @@ from ..session.model import (
     pass_factor,
     reset_to_guest,
     start_login,
+    step_kinds,
+    step_name,
 )
-from .factors.base import FactorVerifier, Refused
-from .factors.password import PasswordHasher, PasswordVerifier
+from .factors.base import (
+    Accepted,
+    EnrollContext,
+    Enrollment,
+    EnrollmentStart,
+    Factor,
+    FactorCheck,
+    FactorContext,
+    PasskeyFactor,
+    RejectReason,
+    Rejected,
+)
+from .factors.password import PasswordFactor, PasswordHasher
 from .identifiers import check_tenant, normalise_identifier
 from .lockout import Lockout, LockoutPolicy
 from .outcomes import (
@@ -72,14 +89,19 @@ from .outcomes import (
     LoginOutcome,
     StepUpRequired,
 )
-from .stores import AttemptStore, AuditSink, FactorStore, IdentityStore
+from .stores import AttemptStore, AuditSink, FactorConfig, FactorRecordStore, FactorStore, IdentityStore
 
 __all__ = [
+    "ENROLLMENT_TTL",
     "LOGIN_IDENTIFIER_KEY",
     "PHANTOM_PREFIX",
+    "SECOND_FACTOR_ORDER",
     "STEP_UP_KEY",
+    "TRANSACTION_KEY",
     "AuthnRequest",
     "AuthnService",
+    "LoginSteps",
+    "default_login_steps",
     "normalise_identifier",
 ]
 
@@ -90,6 +112,53 @@ PHANTOM_PREFIX = "unknown:"
 LOGIN_IDENTIFIER_KEY = "login_identifier"
 #: Key of the session flow that names the factor a step-up waits for (see session.model).
 STEP_UP_KEY = "step_up"
+#: Key of the session flow holding the id of the login transaction (one-time codes bind to it).
+TRANSACTION_KEY = "txn"
+#: Prefix of a factor's slot in the session flow (``"factor:email_otp"``).
+_FACTOR_SLOT = "factor:"
+#: Prefix of an enrollment's slot in the session flow (``"enroll:webauthn"``).
+_ENROLL_SLOT = "enroll:"
+#: Slot of the session flow holding a passkey login's challenge.
+_PASSKEY_SLOT = "passkey"
+#: How long a begun enrollment waits for its proof of possession.
+ENROLLMENT_TTL = timedelta(minutes=10)
+
+#: The order of a default second step's alternatives (kinds the user has enrolled, in this
+#: order; an application's own kinds follow).
+SECOND_FACTOR_ORDER: tuple[FactorKind, ...] = (
+    FactorKind.TOTP,
+    FactorKind.WEBAUTHN,
+    FactorKind.HOTP,
+    FactorKind.EMAIL_OTP,
+    FactorKind.RECOVERY_CODE,
+)
+
+#: Turns a user's enrolled kinds (password first) into the login's steps; each step is
+#: passed by any one of its kinds. ``(tenant, user_id, kinds) -> steps``.
+LoginSteps = Callable[[str, str, Sequence[FactorKind]], list[tuple[FactorKind, ...]]]
+
+
+def default_login_steps(
+    tenant: str, user_id: str, kinds: Sequence[FactorKind]
+) -> list[tuple[FactorKind, ...]]:
+    """``[password]`` then ``[totp | webauthn | hotp | email_otp | recovery_code]``, keeping the
+    kinds the user has enrolled (and an application's own kinds at the end of the second step).
+
+    A user without a password gets no steps here (the service then refuses the login the
+    way it refuses an unknown user); recovery codes alone never make a step: they stand in
+    for another second factor, they are not one.
+    """
+    if FactorKind.PASSWORD not in kinds:
+        return []
+    others = [k for k in SECOND_FACTOR_ORDER if k in kinds]
+    others += [k for k in kinds if k not in SECOND_FACTOR_ORDER and k is not FactorKind.PASSWORD]
+    if others == [FactorKind.RECOVERY_CODE]:
+        others = []
+    steps: list[tuple[FactorKind, ...]] = [(FactorKind.PASSWORD,)]
+    if others:
+        steps.append(tuple(others))
+    return steps
+
 
 #: What ``login_user(method=...)`` accepts: a short lowercase label ("signup", "magic_link",
 #: "oidc:google"), stored in the session and the audit row.
@@ -160,6 +229,8 @@ class AuthnService:
         clock: Clock | None = None,
         counters: AuthCounters | None = None,
         audit_fallback: AuditSink | None = None,
+        login_steps: LoginSteps | None = None,
+        freshness: timedelta = timedelta(minutes=10),
     ) -> None:
         self.identity_store = identity_store
         #: Where a logout's audit row goes when the audit sink fails (a logout always succeeds).
@@ -190,17 +261,58 @@ class AuthnService:
         self.lockout = Lockout(self.policy, attempts)
         self.clock: Clock = clock or SystemClock()
         self.counters = counters if counters is not None else AuthCounters()
-        self._verifiers: dict[FactorKind, FactorVerifier] = {}
-        self.register_verifier(PasswordVerifier(hasher, factor_store))
+        self._factors: dict[FactorKind, Factor] = {}
+        self.register_factor(PasswordFactor(hasher, factor_store))
+        #: ``(tenant, user_id, enrolled kinds) -> steps``; see :func:`default_login_steps`.
+        self.login_steps: LoginSteps = login_steps or default_login_steps
+        #: How recent the last authentication must be to enroll, change or disable a factor.
+        self.freshness = freshness
+        #: Ends a user's sessions but ``keep_sid`` (wired by ``init_app`` to the session
+        #: store): ``(tenant, user_id, keep_sid, reason) -> count``. A factor change calls it.
+        self.revoke_sessions: Callable[[str, str, str | None, str], int] | None = None
+        #: The site's name, shown by authenticator apps beside the account (``AUTHFLOW_SITE_NAME``).
+        self.site_name = "flask-authflow"
+        #: Whether ``tenant`` may log in with a passkey alone (``AUTHFLOW_PASSKEY_LOGIN``).
+        self.passkey_login_allowed: Callable[[str], bool] = lambda tenant: False
         # Per-process key: phantom ids are stable for one identifier but unguessable.
         self._phantom_key = secrets.token_bytes(32)
 
-    def register_verifier(self, verifier: FactorVerifier) -> None:
-        """Plug in the verifier of a factor kind (replaces an earlier one of the same kind)."""
-        self._verifiers[verifier.kind] = verifier
+    def register_factor(self, factor: Factor) -> None:
+        """Plug in the factor of a kind (replaces an earlier one of the same kind)."""
+        if not isinstance(factor, Factor):
+            raise TypeError("a factor needs kind, check_input, challenge and verify (see Factor)")
+        self._factors[factor.kind] = factor
 
-    def verifier(self, kind: FactorKind) -> FactorVerifier | None:
-        return self._verifiers.get(kind)
+    def factor(self, kind: FactorKind) -> Factor | None:
+        """The registered factor of ``kind``, if any."""
+        return self._factors.get(kind)
+
+    def enrollment(self, kind: FactorKind) -> Enrollment:
+        """The registered factor of ``kind`` as an :class:`Enrollment`.
+
+        :raises FactorNotRegistered: none is registered, or it cannot be enrolled."""
+        factor = self._factors.get(kind)
+        if factor is None or not isinstance(factor, Enrollment):
+            raise FactorNotRegistered(f"no enrollable factor of kind {kind.value!r} is registered")
+        return factor
+
+    @property
+    def factor_kinds(self) -> tuple[FactorKind, ...]:
+        """The kinds of the registered factors."""
+        return tuple(self._factors)
+
+    def record_store(self) -> FactorRecordStore:
+        """The factor store as a :class:`FactorRecordStore` (second factors need one)."""
+        store = self.factor_store
+        if not isinstance(store, FactorRecordStore):
+            raise ConfigurationError(
+                "second factors need a factor store with records (InMemoryBackend or SqlAlchemyBackend)"
+            )
+        return store
+
+    def steps_for(self, tenant: str, user_id: str, kinds: Sequence[FactorKind]) -> list[str]:
+        """The stored form of the login steps of a user with ``kinds`` enrolled."""
+        return [step_name(k.value for k in step) for step in self.login_steps(tenant, user_id, kinds) if step]
 
     def with_audit_context(self, ctx: AuditContext | None) -> AuthnRequest:
         """The request-scoped handle; login operations exist only on it, so every row has a context."""
@@ -212,6 +324,11 @@ class AuthnService:
 
     def __repr__(self) -> str:
         return f"<AuthnService policy={self.policy!r} hasher={self.hasher!r}>"
+
+
+def _required(kinds: Sequence[str], public: Mapping[FactorKind, Mapping[str, Any]]) -> FactorRequired:
+    known = tuple(FactorKind(k) for k in kinds if k in FactorKind)
+    return FactorRequired(known[0], known, dict(public))
 
 
 def _sender() -> object:
@@ -394,10 +511,11 @@ class AuthnRequest:
             usable = user is not None and not user.disabled
             subject_id = user.user_id if usable and user is not None else svc.phantom_user_id(tenant, ident)
             # The phantom asks the store too, so both paths make the same round trips.
-            factors = _guard_store(lambda: svc.factor_store.required_factors(tenant, subject_id))
-            if not usable or not factors or factors[0] is not FactorKind.PASSWORD:
+            enrolled = _guard_store(lambda: svc.factor_store.required_factors(tenant, subject_id))
+            steps = svc.steps_for(tenant, subject_id, enrolled) if usable else []
+            if not steps or FactorKind.PASSWORD.value not in step_kinds(steps[0]):
                 subject_id = svc.phantom_user_id(tenant, ident)
-                factors = [FactorKind.PASSWORD]
+                steps = [FactorKind.PASSWORD.value]
             until = svc.lockout.locked_until(tenant, ident, now)
             audit_user = user.user_id if user is not None else None
             if until is not None:
@@ -414,11 +532,10 @@ class AuthnRequest:
                 pending.counters.append("login_failures")
                 outcome: LoginOutcome = Locked(until)
             else:
-                names = [kind.value for kind in factors]
+                flow = {LOGIN_IDENTIFIER_KEY: ident, TRANSACTION_KEY: secrets.token_urlsafe(16)}
                 session.transition(
                     lambda r: begin_flow(
-                        start_login(r, tenant=tenant, user_id=subject_id, factors=names, now=now),
-                        {LOGIN_IDENTIFIER_KEY: ident},
+                        start_login(r, tenant=tenant, user_id=subject_id, factors=steps, now=now), flow
                     )
                 )
                 reason = None if usable else ("disabled" if user is not None else "unknown_identifier")
@@ -427,10 +544,10 @@ class AuthnRequest:
                 pending.rows.append(
                     self._row(
                         "login_begin", "started", session, now,
-                        tenant=tenant, user_id=audit_user, identifier=ident, factor=names[0], reason=reason,
+                        tenant=tenant, user_id=audit_user, identifier=ident, factor=steps[0], reason=reason,
                     )
                 )  # fmt: skip
-                outcome = FactorRequired(factors[0])
+                outcome = FactorRequired(FactorKind.PASSWORD)
         except AuditWriteError:
             snapshot.restore(session)
             raise
@@ -446,18 +563,110 @@ class AuthnRequest:
         self._commit(session, snapshot, pending)
         return outcome
 
+    # --- factor steps ---------------------------------------------------------------------------
+
+    def _factor_context(
+        self,
+        session: AuthSession,
+        kind: FactorKind,
+        *,
+        tenant: str,
+        user_id: str,
+        identifier: str | None,
+        now: datetime,
+        purpose: str,
+        factors: tuple[FactorConfig, ...] | None = None,
+    ) -> FactorContext:
+        """The context a factor sees: the user's confirmed factors of ``kind`` and its flow slot."""
+        svc = self.service
+        store = svc.factor_store
+        if factors is None:
+            if user_id.startswith(PHANTOM_PREFIX) or kind is FactorKind.PASSWORD:
+                factors = ()
+            elif isinstance(store, FactorRecordStore):
+                found = _guard_store(lambda: store.list_user_factors(tenant, user_id, kind=kind))
+                factors = tuple(found)
+            else:
+                listed = _guard_store(lambda: store.list_factors(tenant, user_id))
+                factors = tuple(f for f in listed if f.kind is kind)
+        flow = session.record.flow or {}
+        slot = flow.get(_FACTOR_SLOT + kind.value)
+        transaction = flow.get(TRANSACTION_KEY)
+        return FactorContext(
+            tenant=tenant,
+            user_id=user_id,
+            now=now,
+            store=store,  # type: ignore[arg-type]  # only FactorRecordStore-backed factors use it
+            factors=factors,
+            flow=dict(slot) if isinstance(slot, Mapping) else {},
+            transaction=transaction if isinstance(transaction, str) else session.sid,
+            purpose=purpose,
+            identifier=identifier,
+        )
+
+    def _challenge_step(
+        self,
+        session: AuthSession,
+        kinds: Sequence[str],
+        *,
+        tenant: str,
+        user_id: str,
+        identifier: str | None,
+        now: datetime,
+        purpose: str,
+        only: FactorKind | None = None,
+    ) -> tuple[dict[FactorKind, Mapping[str, Any]], dict[str, Any]]:
+        """Call ``challenge`` of the step's factors; returns their public answers and the flow
+        slots to store. A factor whose challenge has side effects (an e-mail) is challenged on
+        entry only when it is the step's only kind; otherwise on request (``only``)."""
+        public: dict[FactorKind, Mapping[str, Any]] = {}
+        slots: dict[str, Any] = {}
+        for name in kinds:
+            try:
+                kind = FactorKind(name)
+            except ValueError:
+                continue
+            factor = self.service.factor(kind)
+            if factor is None or (only is not None and kind is not only):
+                continue
+            if only is None and len(kinds) > 1 and getattr(factor, "challenge_on_request", False):
+                public[kind] = {"on_request": True}
+                continue
+            ctx = self._factor_context(
+                session, kind, tenant=tenant, user_id=user_id, identifier=identifier, now=now, purpose=purpose
+            )
+            try:
+                answer = factor.challenge(ctx)
+            except AuthFlowError as exc:
+                if only is not None:
+                    raise
+                log.warning("challenge of factor %s failed: %s", kind.value, exc.code)
+                answer = {"error": exc.code}
+            if ctx.flow_update is not None:
+                slots[_FACTOR_SLOT + kind.value] = ctx.flow_update
+            if answer is not None:
+                public[kind] = answer
+        return public, slots
+
     def verify_factor(self, credential: FactorCredential, session: AuthSession) -> FactorOutcome:
-        """Check the credential for the factor the session waits for (credential first, as in the spec)."""
+        """Check the credential for the step the session waits for (credential first, as in the spec).
+
+        Any kind of the pending step passes it; a kind outside the step is refused
+        (``InvalidCredential``, audited ``wrong_kind``), never a skip. A wrong credential
+        ends the login at its first step (the password), and keeps it at a later step so
+        the user can retry within the lockout policy; the session id rotates after each
+        passed step.
+        """
         svc = self.service
         now = svc.clock.now()
         record = session.record
         flow = record.flow or {}
         kind_name = credential.kind.value
-        step_up_factor = flow.get(STEP_UP_KEY) if record.state is AuthState.AUTHENTICATED else None
+        step_up_step = flow.get(STEP_UP_KEY) if record.state is AuthState.AUTHENTICATED else None
         if record.state is AuthState.AUTHENTICATING and record.next_factor is not None:
-            expected = record.next_factor
-        elif isinstance(step_up_factor, str):
-            expected = step_up_factor
+            step = record.next_step
+        elif isinstance(step_up_step, str):
+            step = step_kinds(step_up_step)
         else:
             snapshot = _Snapshot.take(session)
             pending = _Pending(counters=["login_attempts", "login_failures"])
@@ -469,6 +678,8 @@ class AuthnRequest:
             self._commit(session, snapshot, pending)
             return InvalidCredential()
 
+        in_step = kind_name in step
+        expected = kind_name if in_step else step[0]
         tenant = record.tenant or ""
         user_id = record.user_id or ""
         ident_value = flow.get(LOGIN_IDENTIFIER_KEY)
@@ -476,7 +687,9 @@ class AuthnRequest:
         identifier = ident_value if isinstance(ident_value, str) else None
         phantom = user_id.startswith(PHANTOM_PREFIX)
         step_up = record.state is AuthState.AUTHENTICATED
-        verifier = svc.verifier(credential.kind)
+        first_step = not step_up and not record.factors_passed
+        factor = svc.factor(credential.kind) if in_step else None
+        purpose = "step_up" if step_up else "login"
 
         def row(status: str, reason: str | None = None) -> AuditRecord:
             return self._row(
@@ -484,16 +697,31 @@ class AuthnRequest:
                 tenant=tenant, user_id=user_id, identifier=identifier, factor=expected, reason=reason,
             )  # fmt: skip
 
-        if verifier is not None:
+        if factor is not None:
             try:
-                verifier.check_input(credential)
+                factor.check_input(credential)
             except InvalidInput as exc:
                 code = exc.code
                 self._refuse(session, None, exc, lambda: row("error", code))
                 raise
 
-        def abandon(r: SessionRecord) -> SessionRecord:
-            # A failed step-up keeps the login but forgets the step-up; a failed login ends it.
+        slot_key = _FACTOR_SLOT + expected
+
+        def keep_trying(update: dict[str, Any] | None) -> Callable[[SessionRecord], SessionRecord]:
+            def change(r: SessionRecord) -> SessionRecord:
+                # A failed step-up keeps the login but forgets the step-up; a failure at the
+                # first step ends the login; at a later step the login waits for another try.
+                if r.state is AuthState.AUTHENTICATED:
+                    return clear_flow(r)
+                if first_step or phantom:
+                    return fail_login(r, now=now)
+                if update is None:
+                    return r
+                return begin_flow(r, {**(r.flow or {}), slot_key: update})
+
+            return change
+
+        def end(r: SessionRecord) -> SessionRecord:
             return clear_flow(r) if r.state is AuthState.AUTHENTICATED else fail_login(r, now=now)
 
         snapshot = _Snapshot.take(session)
@@ -504,37 +732,47 @@ class AuthnRequest:
         try:
             # Reserve the attempt before any credential check: the store grants at most
             # ``max_failures`` checks in flight and in the window, atomically, so a burst
-            # of parallel guesses cannot buy more Argon2 verifications than the policy allows.
+            # of parallel guesses cannot buy more verifications than the policy allows.
             reserved = lockout.reserve(tenant, subject, expected, now)
             reservation = reserved.token
             outcome: FactorOutcome
             if reservation is None:
                 outcome = self._locked(
-                    session, pending, row, abandon, tenant, identifier, reserved.locked_until or now, "locked"
+                    session, pending, row, end, tenant, identifier, reserved.locked_until or now, "locked"
                 )
             else:
-                if verifier is None or kind_name != expected:
-                    ok, reason = (
-                        False,
-                        ("unexpected_factor" if kind_name != expected else "unsupported_factor"),
-                    )
+                ctx: FactorContext | None = None
+                checked: FactorCheck
+                if not in_step:
+                    checked = Rejected(RejectReason.WRONG_KIND)
+                elif factor is None:
+                    checked = Rejected("unsupported_factor")
                 else:
-                    checked = _guard_store(lambda: verifier.verify(tenant, user_id, credential, now))
-                    ok = bool(checked) and not phantom
-                    reason = (
-                        "unknown_identifier"
-                        if phantom
-                        else checked.reason
-                        if isinstance(checked, Refused)
-                        else "invalid_credential"
-                    )
+                    ctx = self._factor_context(
+                        session, credential.kind,
+                        tenant=tenant, user_id=user_id, identifier=identifier, now=now, purpose=purpose,
+                    )  # fmt: skip
+                    checked = _guard_store(lambda: factor.verify(ctx, credential))
+                ok = bool(checked) and not phantom
                 # A lock set while this check ran (by a parallel failure) wins over a success.
                 locked_now = lockout.locked_until(tenant, subject, now) if ok else None
+                if ok and locked_now is None and isinstance(checked, Accepted) and checked.commit is not None:
+                    commit = checked.commit
+                    if not _guard_store(commit):  # a parallel request used the credential first
+                        ok, checked = False, Rejected(RejectReason.REPLAYED)
+                reason = (
+                    "unknown_identifier"
+                    if phantom
+                    else checked.code
+                    if isinstance(checked, Rejected)
+                    else "invalid_credential"
+                )
+                update = ctx.flow_update if ctx is not None else None
                 if locked_now is not None:
                     token, reservation = reservation, None
                     lockout.release(tenant, subject, expected, token)
                     outcome = self._locked(
-                        session, pending, row, abandon, tenant, identifier, locked_now, "locked_during_check"
+                        session, pending, row, end, tenant, identifier, locked_now, "locked_during_check"
                     )
                 elif ok:
                     token, reservation = reservation, None
@@ -543,7 +781,10 @@ class AuthnRequest:
 
                     def advance(r: SessionRecord) -> SessionRecord:
                         after = pass_factor(r, expected, now=now)
-                        return clear_flow(after) if after.state is AuthState.AUTHENTICATED else after
+                        if after.state is AuthState.AUTHENTICATED:
+                            return clear_flow(after)
+                        rest = {k: v for k, v in (after.flow or {}).items() if not k.startswith(_FACTOR_SLOT)}
+                        return begin_flow(after, rest)
 
                     after = session.transition(advance)
                     pending.signals.append(
@@ -558,7 +799,7 @@ class AuthnRequest:
                         outcome = Authenticated(user_id, tenant)
                     else:
                         pending.rows.append(row("success", "next_factor"))
-                        outcome = FactorRequired(FactorKind(after.factors_pending[0]))
+                        outcome = self._next_step(session, tenant, user_id, identifier, now)
                 else:
                     token, reservation = reservation, None
                     unit = self._begin_unit()
@@ -572,13 +813,14 @@ class AuthnRequest:
                         tenant, subject, expected, now, self.ctx.client_ip, reservation=token
                     )
                     pending.recount = count_failure
-                    session.transition(abandon)
                     pending.counters.append("login_failures")
                     if result.locked_until is not None:
+                        session.transition(end)
                         pending.rows.append(row("locked", reason))
                         pending.counters.append("lockouts")
                         outcome = Locked(result.locked_until)
                     else:
+                        session.transition(keep_trying(update))
                         pending.rows.append(row("failure", reason))
                         outcome = InvalidCredential()
                     pending.signals.append(
@@ -614,6 +856,61 @@ class AuthnRequest:
         self._commit(session, snapshot, pending, unit)
         return outcome
 
+    def _next_step(
+        self, session: AuthSession, tenant: str, user_id: str, identifier: str | None, now: datetime
+    ) -> FactorRequired:
+        """The outcome for the step the session now waits for, its factors challenged."""
+        kinds = session.record.next_step
+        public, slots = self._challenge_step(
+            session, kinds, tenant=tenant, user_id=user_id, identifier=identifier, now=now, purpose="login"
+        )
+        if slots:
+            session.transition(lambda r: begin_flow(r, {**(r.flow or {}), **slots}))
+        return _required(kinds, public)
+
+    def challenge(self, kind: FactorKind, session: AuthSession) -> FactorRequired:
+        """(Re)issue the challenge of ``kind`` for the pending step: "send me a code by
+        e-mail", "use my security key". The step must accept ``kind``.
+
+        :raises LoginNotStarted: no step is pending, or ``kind`` does not pass it.
+        :raises FactorNotRegistered: no factor of ``kind`` is registered.
+        """
+        svc = self.service
+        now = svc.clock.now()
+        record = session.record
+        flow = record.flow or {}
+        step_up_step = flow.get(STEP_UP_KEY) if record.state is AuthState.AUTHENTICATED else None
+        if record.state is AuthState.AUTHENTICATING:
+            kinds = record.next_step
+        elif isinstance(step_up_step, str):
+            kinds = step_kinds(step_up_step)
+        else:
+            kinds = ()
+        if kind.value not in kinds or (record.user_id or "").startswith(PHANTOM_PREFIX):
+            raise LoginNotStarted(f"no pending step accepts {kind.value!r}")
+        if svc.factor(kind) is None:
+            raise FactorNotRegistered(f"no factor of kind {kind.value!r} is registered")
+        ident = flow.get(LOGIN_IDENTIFIER_KEY)
+        snapshot = _Snapshot.take(session)
+        public, slots = self._challenge_step(
+            session, kinds,
+            tenant=record.tenant or "", user_id=record.user_id or "",
+            identifier=ident if isinstance(ident, str) else None, now=now,
+            purpose="step_up" if step_up_step else "login", only=kind,
+        )  # fmt: skip
+        if slots:
+            session.transition(lambda r: begin_flow(r, {**(r.flow or {}), **slots}))
+        pending = _Pending(
+            rows=[
+                self._row(
+                    "factor_challenge", "sent", session, now,
+                    tenant=record.tenant, user_id=record.user_id, factor=kind.value,
+                )
+            ]
+        )  # fmt: skip
+        self._commit(session, snapshot, pending)
+        return _required(kinds, public)
+
     def _locked(
         self,
         session: AuthSession,
@@ -644,6 +941,7 @@ class AuthnRequest:
         skip_factors: bool = False,
         pending_workflow: bool = False,
         federation: Mapping[str, str] | None = None,
+        multi_factor: bool = False,
     ) -> Authenticated | FactorRequired:
         """Log ``user_id`` in on ``session`` after the application proved who it is some other
         way (sign-up, a magic link, a federated login): ``method`` names that way.
@@ -657,6 +955,8 @@ class AuthnRequest:
         (reason ``factors_skipped``). ``pending_workflow`` ends in PendingWorkflow instead
         of Authenticated (a federated step of a longer ceremony, such as a sign-up);
         ``federation`` is kept on the session (see ``SessionRecord.federation``).
+        ``multi_factor`` says ``method`` proved every factor at once (a passkey with user
+        verification): no later step remains, and nothing is audited as skipped.
 
         :raises UserNotFound: no such user. :raises AccountDisabled: the account is
             disabled. :raises InvalidInput: ``method`` is not a short lowercase label.
@@ -690,15 +990,20 @@ class AuthnRequest:
                 )  # fmt: skip
                 raise error
             enrolled = _guard_store(lambda: svc.factor_store.required_factors(tenant, user.user_id))
-            remaining = [kind.value for kind in enrolled if kind is not FactorKind.PASSWORD]
-            skipped = skip_factors and bool(remaining)
-            if skip_factors:
+            # ``method`` stands in for the first step (the password); later steps remain.
+            steps = svc.steps_for(tenant, user.user_id, [FactorKind.PASSWORD, *enrolled])
+            remaining = steps[1:]
+            skipped = skip_factors and bool(remaining) and not multi_factor
+            if skip_factors or multi_factor:
                 remaining = []
             if session.state in (AuthState.AUTHENTICATED, AuthState.PENDING_WORKFLOW):
                 self._end_previous_login(session, now, pending)
             elif session.state is AuthState.AUTHENTICATING:  # an unfinished login: dropped, not a logout
                 session.transition(lambda r: reset_to_guest(r, now=now))
-            identity_flow = {LOGIN_IDENTIFIER_KEY: user.identifier}
+            identity_flow = {
+                LOGIN_IDENTIFIER_KEY: user.identifier,
+                TRANSACTION_KEY: secrets.token_urlsafe(16),
+            }
             outcome: Authenticated | FactorRequired
             if remaining:
                 session.transition(
@@ -718,7 +1023,7 @@ class AuthnRequest:
                         tenant=tenant, user_id=user.user_id, identifier=user.identifier, factor=method,
                     )
                 )  # fmt: skip
-                outcome = FactorRequired(FactorKind(remaining[0]))
+                outcome = self._next_step(session, tenant, user.user_id, user.identifier, now)
             else:
                 session.transition(
                     lambda r: complete_login(
@@ -807,7 +1112,7 @@ class AuthnRequest:
             user = _guard_store(lambda: svc.identity_store.get_user(tenant, user_id))
             factors = _guard_store(lambda: svc.factor_store.required_factors(tenant, user_id))
             kind = factors[0] if factors else FactorKind.PASSWORD
-            flow: dict[str, str] = {STEP_UP_KEY: kind.value}
+            flow: dict[str, str] = {STEP_UP_KEY: kind.value, TRANSACTION_KEY: secrets.token_urlsafe(16)}
             if user is not None:
                 flow[LOGIN_IDENTIFIER_KEY] = user.identifier
             session.transition(lambda r: begin_flow(r, flow))
@@ -831,6 +1136,312 @@ class AuthnRequest:
             raise
         self._commit(session, snapshot, pending)
         return StepUpRequired((kind,))
+
+    # --- enrollment -----------------------------------------------------------------------------
+
+    def _fresh_user(self, session: AuthSession, action: str) -> tuple[str, str, datetime]:
+        """The (tenant, user_id) of a session fresh enough to change factors, and now.
+
+        :raises StepUpNeeded: not authenticated, or the last authentication is older than
+            the service's ``freshness``."""
+        now = self.service.clock.now()
+        record = session.record
+        if record.state is not AuthState.AUTHENTICATED or record.tenant is None or record.user_id is None:
+            raise StepUpNeeded(f"{action} needs an authenticated session")
+        if record.authenticated_at is None or now - record.authenticated_at > self.service.freshness:
+            raise StepUpNeeded(f"{action} needs a fresh authentication: verify your password again")
+        return record.tenant, record.user_id, now
+
+    def _enroll_context(
+        self, session: AuthSession, kind: FactorKind, tenant: str, user_id: str, now: datetime
+    ) -> EnrollContext:
+        svc = self.service
+        user = _guard_store(lambda: svc.identity_store.get_user(tenant, user_id))
+        if user is None or user.disabled:
+            raise UserNotFound()
+        slot = (session.record.flow or {}).get(_ENROLL_SLOT + kind.value)
+        return EnrollContext(
+            tenant=tenant,
+            user_id=user_id,
+            account_name=user.identifier,
+            issuer_name=self.site_name,
+            now=now,
+            store=svc.record_store(),
+            flow=dict(slot) if isinstance(slot, Mapping) else {},
+        )
+
+    @property
+    def site_name(self) -> str:
+        return self.service.site_name
+
+    def _store_enroll_slot(self, session: AuthSession, kind: FactorKind, ctx: EnrollContext) -> None:
+        if ctx.flow_update is None:
+            return
+        key = _ENROLL_SLOT + kind.value
+        update = ctx.flow_update
+
+        def change(r: SessionRecord) -> SessionRecord:
+            flow = {k: v for k, v in (r.flow or {}).items() if k != key}
+            if update:
+                flow[key] = update
+            return begin_flow(r, flow) if flow else clear_flow(r)
+
+        session.transition(change)
+
+    def begin_enrollment(
+        self, session: AuthSession, kind: FactorKind, params: Mapping[str, Any] | None = None
+    ) -> EnrollmentStart:
+        """Start adding a factor of ``kind`` for the session's user (who must have
+        authenticated within ``freshness``). The factor is stored pending; it counts for
+        logins only once :meth:`confirm_enrollment` has its proof of possession.
+
+        :raises StepUpNeeded: the session is not fresh. :raises FactorNotRegistered: no
+            enrollable factor of ``kind``. :raises InvalidInput: bad ``params``.
+        """
+        tenant, user_id, now = self._fresh_user(session, "adding a factor")
+        enrollment = self.service.enrollment(kind)
+        ctx = self._enroll_context(session, kind, tenant, user_id, now)
+        snapshot = _Snapshot.take(session)
+        start = _guard_store(lambda: enrollment.begin(ctx, dict(params or {})))
+        self._store_enroll_slot(session, kind, ctx)
+        pending = _Pending(
+            rows=[
+                self._row(
+                    "factor_enroll",
+                    "started",
+                    session,
+                    now,
+                    tenant=tenant,
+                    user_id=user_id,
+                    factor=kind.value,
+                )
+            ]
+        )
+        self._commit(session, snapshot, pending)
+        return start
+
+    def confirm_enrollment(
+        self, session: AuthSession, kind: FactorKind, factor_id: str, credential: FactorCredential
+    ) -> FactorConfig:
+        """Finish an enrollment with the user's proof (a code from the new authenticator, the
+        WebAuthn attestation). On success the factor counts from now on, an earlier factor of
+        the kind is replaced (unless the kind allows several, as WebAuthn does), the user's
+        other sessions end and this session gets a new id.
+
+        :raises EnrollmentError: no such pending factor, it expired, or the proof is wrong.
+        :raises StepUpNeeded: the session is not fresh any more.
+        """
+        tenant, user_id, now = self._fresh_user(session, "adding a factor")
+        svc = self.service
+        enrollment = svc.enrollment(kind)
+        factor = svc.factor(kind)
+        if factor is not None:
+            factor.check_input(credential)
+        ctx = self._enroll_context(session, kind, tenant, user_id, now)
+        store = ctx.store
+        snapshot = _Snapshot.take(session)
+
+        def refuse(reason: str) -> EnrollmentError:
+            self._store_enroll_slot(session, kind, replace(ctx, flow_update={}))
+            self._write(
+                [self._row("factor_enroll", "failure", session, now, tenant=tenant, user_id=user_id,
+                           factor=kind.value, reason=reason)]
+            )  # fmt: skip
+            return EnrollmentError(
+                "the enrollment could not be confirmed: start again"
+                if reason != "invalid"
+                else "the code or response did not match: try again"
+            )
+
+        config = _guard_store(lambda: store.get_factor(tenant, user_id, factor_id))
+        if config is None or config.kind is not kind or config.confirmed:
+            raise refuse("no_pending_factor")
+        if now - config.created_at > ENROLLMENT_TTL:
+            _guard_store(lambda: store.delete_factor(tenant, user_id, factor_id))
+            raise refuse("expired")
+        checked = _guard_store(lambda: enrollment.confirm(ctx, factor_id, credential))
+        if isinstance(checked, Accepted) and checked.commit is not None and not _guard_store(checked.commit):
+            checked = Rejected(RejectReason.REPLAYED)
+        if not checked:
+            code = checked.code if isinstance(checked, Rejected) else "invalid"
+            raise refuse(code)
+        if not _guard_store(
+            lambda: store.confirm_factor(tenant, user_id, factor_id, replace_kind=enrollment.replaces_kind)
+        ):
+            raise refuse("no_pending_factor")
+        self._store_enroll_slot(session, kind, replace(ctx, flow_update={}))
+        self._after_factor_change(session, tenant, user_id, "factor_enrolled", kind, now, snapshot)
+        confirmed = _guard_store(lambda: store.get_factor(tenant, user_id, factor_id))
+        return confirmed if confirmed is not None else replace(config, confirmed=True)
+
+    def disable_factor(self, session: AuthSession, factor_id: str) -> bool:
+        """Remove one of the session's user's factors (not the password). Needs a fresh
+        authentication; the user's other sessions end and this session gets a new id.
+        False when the user has no such factor."""
+        tenant, user_id, now = self._fresh_user(session, "removing a factor")
+        store = self.service.record_store()
+        config = _guard_store(lambda: store.get_factor(tenant, user_id, factor_id))
+        if config is None or config.kind is FactorKind.PASSWORD:
+            return False
+        snapshot = _Snapshot.take(session)
+        if not _guard_store(lambda: store.delete_factor(tenant, user_id, factor_id)):
+            return False
+        self._after_factor_change(session, tenant, user_id, "factor_disabled", config.kind, now, snapshot)
+        return True
+
+    def _after_factor_change(
+        self,
+        session: AuthSession,
+        tenant: str,
+        user_id: str,
+        event: str,
+        kind: FactorKind,
+        now: datetime,
+        snapshot: _Snapshot,
+    ) -> None:
+        """Revoke the user's other sessions, rotate this one's id, audit."""
+        revoke = self.service.revoke_sessions
+        revoked = 0
+        if revoke is not None:
+            revoked = _guard_store(lambda: revoke(tenant, user_id, session.sid, event))
+        session.rotate_id()
+        pending = _Pending(
+            rows=[
+                self._row(
+                    event, "success", session, now, tenant=tenant, user_id=user_id, factor=kind.value,
+                    reason=f"revoked_sessions={revoked}" if revoked else None,
+                )
+            ]
+        )  # fmt: skip
+        self._commit(session, snapshot, pending)
+
+    def user_factors(self, session: AuthSession) -> list[FactorConfig]:
+        """The session's user's confirmed factors (for an account page); empty for a guest."""
+        record = session.record
+        if record.state is not AuthState.AUTHENTICATED or record.tenant is None or record.user_id is None:
+            return []
+        store = self.service.factor_store
+        tenant, user_id = record.tenant, record.user_id
+        return _guard_store(lambda: store.list_factors(tenant, user_id))
+
+    # --- passkeys -------------------------------------------------------------------------------
+
+    def begin_passkey_login(self, tenant: str, session: AuthSession) -> Mapping[str, Any]:
+        """Start a usernameless login with a passkey (a discoverable WebAuthn credential with
+        user verification): the WebAuthn request options for ``navigator.credentials.get``.
+
+        :raises PermissionDenied: passkey login is not enabled for ``tenant``
+            (``AUTHFLOW_PASSKEY_LOGIN``). :raises FactorNotRegistered: WebAuthn is not configured.
+        """
+        svc = self.service
+        now = svc.clock.now()
+        tenant = check_tenant(tenant)
+        factor = self._passkey_factor(tenant)
+        if session.state in (AuthState.AUTHENTICATING,):
+            session.transition(lambda r: reset_to_guest(r, now=now))
+        ctx = FactorContext(
+            tenant=tenant, user_id="", now=now, store=svc.record_store(), factors=(),
+            flow={}, transaction=secrets.token_urlsafe(16), purpose="passkey",
+        )  # fmt: skip
+        options = factor.passkey_challenge(ctx)
+        slot = {"tenant": tenant, **(ctx.flow_update or {})}
+        session.transition(lambda r: begin_flow(r, {**(r.flow or {}), _PASSKEY_SLOT: slot}))
+        return options
+
+    def _passkey_factor(self, tenant: str) -> PasskeyFactor:
+        factor = self.service.factor(FactorKind.WEBAUTHN)
+        if not isinstance(factor, PasskeyFactor):
+            raise FactorNotRegistered("passkey login needs the WebAuthn factor (AUTHFLOW_WEBAUTHN_RP_ID)")
+        if not self.service.passkey_login_allowed(tenant):
+            raise PermissionDenied(
+                f"passkey login is not enabled for tenant {tenant!r} (AUTHFLOW_PASSKEY_LOGIN)"
+            )
+        return factor
+
+    def finish_passkey_login(self, credential: FactorCredential, session: AuthSession) -> FactorOutcome:
+        """Finish a passkey login begun with :meth:`begin_passkey_login`: the credential names
+        its user; the signature, the challenge (single use), the origin, the RP id, user
+        verification and the signature counter are checked. Counted by the lockout policy
+        like a password; audited with method ``passkey``."""
+        svc = self.service
+        now = svc.clock.now()
+        flow = session.record.flow or {}
+        slot = flow.get(_PASSKEY_SLOT)
+        tenant = slot.get("tenant") if isinstance(slot, Mapping) else None
+        if credential.kind is not FactorKind.WEBAUTHN:
+            raise InvalidInput("a passkey login takes a WebAuthn credential")
+        snapshot = _Snapshot.take(session)
+
+        def forget(r: SessionRecord) -> SessionRecord:
+            rest = {k: v for k, v in (r.flow or {}).items() if k != _PASSKEY_SLOT}
+            return begin_flow(r, rest) if rest else clear_flow(r)
+
+        def failed(reason: str, user_id: str | None = None) -> InvalidCredential:
+            session.transition(forget)
+            pending = _Pending(counters=["login_attempts", "login_failures"])
+            pending.rows.append(
+                self._row("passkey_login", "failure", session, now, tenant=tenant, user_id=user_id,
+                          factor=FactorKind.WEBAUTHN.value, reason=reason)
+            )  # fmt: skip
+            self._commit(session, snapshot, pending)
+            return InvalidCredential()
+
+        if not isinstance(tenant, str):
+            return failed("no_challenge")
+        factor = self._passkey_factor(tenant)
+        factor.check_input(credential)
+        store = svc.record_store()
+        config = _guard_store(lambda: factor.find_passkey(store, tenant, credential))
+        if config is None:
+            return failed("unknown_credential")
+        user = _guard_store(lambda: svc.identity_store.get_user(tenant, config.user_id))
+        if user is None or user.disabled:
+            return failed("disabled" if user is not None else "unknown_user", config.user_id)
+        subject = user.identifier
+        lockout = svc.lockout
+        reserved = lockout.reserve(tenant, subject, FactorKind.WEBAUTHN.value, now)
+        if reserved.token is None:
+            session.transition(forget)
+            pending = _Pending(counters=["login_attempts", "login_failures"])
+            pending.rows.append(
+                self._row("passkey_login", "locked", session, now, tenant=tenant, user_id=user.user_id,
+                          factor=FactorKind.WEBAUTHN.value, reason="locked")
+            )  # fmt: skip
+            self._commit(session, snapshot, pending)
+            return Locked(reserved.locked_until or now)
+        token: str | None = reserved.token
+        try:
+            ctx = FactorContext(
+                tenant=tenant, user_id=user.user_id, now=now, store=store, factors=(config,),
+                flow=dict(slot) if isinstance(slot, Mapping) else {},
+                transaction="", purpose="passkey", identifier=user.identifier,
+            )  # fmt: skip
+            checked: FactorCheck = _guard_store(lambda: factor.verify(ctx, credential))
+            if (
+                isinstance(checked, Accepted)
+                and checked.commit is not None
+                and not _guard_store(checked.commit)
+            ):
+                checked = Rejected(RejectReason.REPLAYED)
+            if not checked:
+                settle, token = token, None
+                lockout.failure(
+                    tenant, subject, FactorKind.WEBAUTHN.value, now, self.ctx.client_ip, reservation=settle
+                )
+                reason = checked.code if isinstance(checked, Rejected) else "invalid"
+                return failed(reason, user.user_id)
+            settle, token = token, None
+            lockout.success(
+                tenant, subject, FactorKind.WEBAUTHN.value, now, self.ctx.client_ip, reservation=settle
+            )
+        finally:
+            if token is not None:
+                try:
+                    lockout.release(tenant, subject, FactorKind.WEBAUTHN.value, token)
+                except StoreUnavailable:
+                    pass
+        session.transition(forget)
+        return self.establish(session, tenant, user.user_id, method="passkey", multi_factor=True)
 
     def logout(self, session: AuthSession) -> None:
         """Back to Guest: everything dropped, session id rotated."""

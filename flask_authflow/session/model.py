@@ -48,8 +48,27 @@ __all__ = [
     "reset_to_guest",
     "sid_hash",
     "start_login",
+    "step_kinds",
+    "step_name",
     "step_up",
 ]
+
+#: Separates the kinds of one login step in ``factors_pending`` ("totp|webauthn|recovery_code":
+#: any one of them passes the step).
+STEP_SEPARATOR = "|"
+
+
+def step_kinds(step: str) -> tuple[str, ...]:
+    """The factor kinds that satisfy one login step (a step is stored as ``"a|b|c"``)."""
+    return tuple(kind for kind in step.split(STEP_SEPARATOR) if kind)
+
+
+def step_name(kinds: Iterable[str]) -> str:
+    """The stored form of a step satisfied by any one of ``kinds`` (order kept, duplicates dropped)."""
+    unique = list(dict.fromkeys(kinds))
+    if not unique or any(not kind or STEP_SEPARATOR in kind for kind in unique):
+        raise InvalidTransition("a login step needs at least one factor kind, without '|'")
+    return STEP_SEPARATOR.join(unique)
 
 #: Maximum size of ``SessionData.custom`` once serialised (the spec's 64 KiB).
 CUSTOM_DATA_LIMIT = 64 * 1024
@@ -158,8 +177,11 @@ class SessionRecord:
     :param sid: the session id (the cookie carries it, signed).
     :param state: the login state.
     :param tenant, user_id: who is logging in / logged in (``None`` for a guest).
-    :param factors_pending: factor names still to verify, in order.
-    :param factors_passed: factor names verified during this login.
+    :param factors_pending: the login steps still to pass, in order; each step is one kind
+        (``"password"``) or alternatives any one of which passes it (``"totp|webauthn"``,
+        see :func:`step_kinds`).
+    :param factors_passed: factor kinds verified during this login (the kind that passed
+        each step).
     :param fingerprint: HMAC of the User-Agent, bound at the first move out of Guest.
     :param device: the User-Agent seen at that same moment, cleaned and cut to
         :data:`DEVICE_MAX_LENGTH` characters, for "your sessions" pages and the CLI
@@ -203,7 +225,13 @@ class SessionRecord:
 
     @property
     def next_factor(self) -> str | None:
+        """The next step as stored (``"password"``, ``"totp|recovery_code"``), or ``None``."""
         return self.factors_pending[0] if self.factors_pending else None
+
+    @property
+    def next_step(self) -> tuple[str, ...]:
+        """The kinds that satisfy the next step (empty when none is pending)."""
+        return step_kinds(self.factors_pending[0]) if self.factors_pending else ()
 
 
 def new_guest_record(now: datetime, sid: str | None = None) -> SessionRecord:
@@ -217,7 +245,8 @@ def new_guest_record(now: datetime, sid: str | None = None) -> SessionRecord:
 def start_login(
     record: SessionRecord, *, tenant: str, user_id: str, factors: Iterable[str], now: datetime
 ) -> SessionRecord:
-    """Guest (or a login in progress) → Authenticating, with ``factors`` to verify in order."""
+    """Guest (or a login in progress) → Authenticating, with ``factors`` (steps, see
+    :func:`step_name`) to pass in order."""
     pending = tuple(factors)
     if not pending:
         raise InvalidTransition("a login needs at least one factor")
@@ -232,7 +261,7 @@ def start_login(
         factors_passed=(),
         login_started_at=now,
         authenticated_at=None,
-        auth_method=pending[0],
+        auth_method=step_kinds(pending[0])[0],
         flow=None,
     )
 
@@ -240,15 +269,20 @@ def start_login(
 def pass_factor(record: SessionRecord, factor: str, *, now: datetime) -> SessionRecord:
     """Authenticating → Authenticating (next factor) or Authenticated (none left).
 
-    Only the factor that is next in line can be passed: factors cannot be skipped or
-    verified out of order.
+    Only a kind of the step that is next in line can pass it: steps cannot be skipped or
+    passed out of order, and a kind outside the step passes nothing.
     """
-    if record.state is AuthState.AUTHENTICATED and record.flow and record.flow.get("step_up") == factor:
+    step_up_step = record.flow.get("step_up") if record.flow else None
+    if (
+        record.state is AuthState.AUTHENTICATED
+        and isinstance(step_up_step, str)
+        and factor in step_kinds(step_up_step)
+    ):
         return step_up(record, factor, now=now)
     if record.state is not AuthState.AUTHENTICATING:
         raise InvalidTransition(f"no factor is expected in state {record.state.value}")
-    if record.next_factor != factor:
-        raise InvalidTransition(f"factor {factor!r} is not the next one ({record.next_factor!r} is)")
+    if factor not in record.next_step:
+        raise InvalidTransition(f"factor {factor!r} does not pass the next step ({record.next_factor!r})")
     remaining = record.factors_pending[1:]
     passed = (*record.factors_passed, factor)
     if remaining:

@@ -51,6 +51,7 @@ MAX_CODE_LENGTH = 256
 MESSAGES = {
     "invalid": "Wrong username or password.",
     "invalid_code": "That code was not accepted. Sign in again.",
+    "retry_code": "That code was not accepted. Try again.",
     "csrf": "This form has expired or did not come from this site. Please try again.",
     "missing": "Enter your username and password.",
     "missing_code": "Enter the code.",
@@ -275,14 +276,20 @@ def factor() -> ResponseReturnValue:
             error=f"The code is too long (at most {MAX_CODE_LENGTH} characters).",
             **_factor_context(pending),
         )
+    step = session.record.next_step
+    chosen = _form_text("kind") or step[0]
+    if chosen not in step or chosen not in FactorKind:
+        return _page("factor.html", 400, next=target, error=MESSAGES["invalid_code"], **_factor_context(pending))
     try:
-        with FactorCredential.code(FactorKind(pending), code) as credential:
+        with FactorCredential.code(FactorKind(chosen), code) as credential:
             outcome = _handle().verify_factor(credential, session)
     except AuthFlowError as error:
         return _page(
             "factor.html", _error_status(error), next=target, error=error.message, **_factor_context(pending)
         )
     if isinstance(outcome, InvalidCredential):
+        if session.is_authenticating:  # a later step: the user may try again
+            return _page("factor.html", 401, next=target, error=MESSAGES["retry_code"], **_factor_context(pending))
         return _login_page(401, next=target, error=MESSAGES["invalid_code"])
     return _login_outcome(outcome, target)
 

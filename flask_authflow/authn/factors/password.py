@@ -21,7 +21,6 @@ import threading
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 
 import argon2
 from argon2.exceptions import InvalidHashError, VerificationError
@@ -31,9 +30,9 @@ from ...errors import ConfigurationError, InvalidInput, PasswordTooLong
 from ..outcomes import FactorCredential, FactorKind
 from ..password_policy import MAX_PASSWORD_BYTES, normalise_password
 from ..stores import FactorStore
-from .base import Refused
+from .base import Accepted, FactorCheck, FactorContext, RejectReason, Rejected
 
-__all__ = ["MAX_PASSWORD_BYTES", "PasswordHasher", "PasswordMatch", "PasswordVerifier"]
+__all__ = ["MAX_PASSWORD_BYTES", "PasswordFactor", "PasswordHasher", "PasswordMatch"]
 
 log = logging.getLogger("flask_authflow.authn")
 
@@ -237,8 +236,10 @@ class PasswordHasher:
         )
 
 
-class PasswordVerifier:
+class PasswordFactor:
     """The ``password`` factor: Argon2id verify, rehash when the parameters changed."""
+
+    __slots__ = ("hasher", "store")
 
     def __init__(self, hasher: PasswordHasher, store: FactorStore) -> None:
         self.hasher = hasher
@@ -252,31 +253,32 @@ class PasswordVerifier:
         if len(credential) > MAX_PASSWORD_BYTES:
             raise PasswordTooLong(f"passwords are limited to {MAX_PASSWORD_BYTES} bytes")
 
-    def verify(
-        self, tenant: str, user_id: str, credential: FactorCredential, now: datetime
-    ) -> bool | Refused:
-        stored = self.store.get_password_hash(tenant, user_id)
+    def challenge(self, ctx: FactorContext) -> None:
+        return None
+
+    def verify(self, ctx: FactorContext, credential: FactorCredential) -> FactorCheck:
         secret = credential.secret_bytes()
+        # A phantom login (unknown user) asks the store too and finds nothing: same round
+        # trips, same Argon2 work; the service never lets a phantom pass.
+        tenant, user_id = ctx.tenant, ctx.user_id
+        stored = self.store.get_password_hash(tenant, user_id)
         if stored is None:
             self.hasher.dummy_verify(secret)
-            return False
+            return Rejected(RejectReason.NOT_ENROLLED)
         if self.hasher.over_ceiling(stored):
             # Never computed: a planted hash must not cost gigabytes or minutes per login.
             log.warning("stored Argon2 hash exceeds the configured ceilings; refused without computing it")
-            return Refused("hash_over_ceiling")
+            return Rejected("hash_over_ceiling")
         if self.hasher.normalises(secret):
             matched = self.hasher.match(stored, secret)  # a hash made before NFKC is rehashed
         else:
             matched = PasswordMatch.NORMALISED if self.hasher.verify(stored, secret) else None
         if matched is None:
-            return False
+            return Rejected(RejectReason.INVALID)
         if matched is PasswordMatch.AS_TYPED or self.hasher.needs_rehash(stored):
             try:
                 rehashed = self.hasher.hash(secret)
             except PasswordTooLong:  # over 1 KiB once normalised: the hash as typed stays
-                return True
+                return Accepted()
             self.store.set_password_hash(tenant, user_id, rehashed)
-        return True
-
-    def verify_unknown(self, credential: FactorCredential) -> None:
-        self.hasher.dummy_verify(credential.secret_bytes())
+        return Accepted()
