@@ -16,9 +16,9 @@ import os
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from urllib.parse import urlsplit
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import ConfigurationError, MissingExtraError
 
@@ -343,16 +343,16 @@ def _factor_settings(values: dict[str, Any]) -> None:
         if not isinstance(passkeys, list | tuple | set | frozenset) or not all(
             isinstance(t, str) for t in passkeys
         ):
-            raise ConfigurationError(
-                "AUTHFLOW_PASSKEY_LOGIN must be True, False or a list of tenant names"
-            )
+            raise ConfigurationError("AUTHFLOW_PASSKEY_LOGIN must be True, False or a list of tenant names")
         passkeys = frozenset(passkeys)
     if passkeys and rp_id is None:
         raise ConfigurationError(
             "AUTHFLOW_PASSKEY_LOGIN needs WebAuthn: set AUTHFLOW_WEBAUTHN_RP_ID and AUTHFLOW_WEBAUTHN_ORIGINS"
         )
     values["AUTHFLOW_PASSKEY_LOGIN"] = passkeys
-    values["AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS"] = tuple(values["AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS"])
+    values["AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS"] = tuple(
+        values["AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS"]
+    )
     port = values["AUTHFLOW_SMTP_PORT"]
     if port is not None:
         try:

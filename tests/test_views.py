@@ -7,7 +7,7 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,8 @@ from flask_authflow import (
     get_state,
     login_required,
 )
-from flask_authflow.authn.factors.password import PasswordHasher
 from flask_authflow.authn.factors.base import Accepted, FactorContext, Rejected
+from flask_authflow.authn.factors.password import PasswordHasher
 from flask_authflow.authn.outcomes import FactorCredential, FactorKind
 from flask_authflow.session.model import sid_hash
 from flask_authflow.session.stores import MemorySessionStore
@@ -456,7 +456,9 @@ class FixedCode:
         return None
 
     def verify(self, ctx: FactorContext, credential: FactorCredential) -> Accepted | Rejected:
-        return Accepted() if hmac.compare_digest(credential.secret_bytes(), self.code.encode()) else Rejected()
+        return (
+            Accepted() if hmac.compare_digest(credential.secret_bytes(), self.code.encode()) else Rejected()
+        )
 
 
 @pytest.fixture

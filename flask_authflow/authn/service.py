@@ -72,8 +72,8 @@ from .factors.base import (
     FactorCheck,
     FactorContext,
     PasskeyFactor,
-    RejectReason,
     Rejected,
+    RejectReason,
 )
 from .factors.password import PasswordFactor, PasswordHasher
 from .identifiers import check_tenant, normalise_identifier

@@ -70,6 +70,7 @@ def step_name(kinds: Iterable[str]) -> str:
         raise InvalidTransition("a login step needs at least one factor kind, without '|'")
     return STEP_SEPARATOR.join(unique)
 
+
 #: Maximum size of ``SessionData.custom`` once serialised (the spec's 64 KiB).
 CUSTOM_DATA_LIMIT = 64 * 1024
 

@@ -279,7 +279,9 @@ def factor() -> ResponseReturnValue:
     step = session.record.next_step
     chosen = _form_text("kind") or step[0]
     if chosen not in step or chosen not in FactorKind:
-        return _page("factor.html", 400, next=target, error=MESSAGES["invalid_code"], **_factor_context(pending))
+        return _page(
+            "factor.html", 400, next=target, error=MESSAGES["invalid_code"], **_factor_context(pending)
+        )
     try:
         with FactorCredential.code(FactorKind(chosen), code) as credential:
             outcome = _handle().verify_factor(credential, session)
@@ -289,7 +291,9 @@ def factor() -> ResponseReturnValue:
         )
     if isinstance(outcome, InvalidCredential):
         if session.is_authenticating:  # a later step: the user may try again
-            return _page("factor.html", 401, next=target, error=MESSAGES["retry_code"], **_factor_context(pending))
+            return _page(
+                "factor.html", 401, next=target, error=MESSAGES["retry_code"], **_factor_context(pending)
+            )
         return _login_page(401, next=target, error=MESSAGES["invalid_code"])
     return _login_outcome(outcome, target)
 

@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 
-class RejectReason(str, enum.Enum):
+class RejectReason(enum.StrEnum):
     """Why a credential was refused (written to the audit row's ``reason``)."""
 
     INVALID = "invalid_credential"

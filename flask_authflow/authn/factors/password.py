@@ -30,7 +30,7 @@ from ...errors import ConfigurationError, InvalidInput, PasswordTooLong
 from ..outcomes import FactorCredential, FactorKind
 from ..password_policy import MAX_PASSWORD_BYTES, normalise_password
 from ..stores import FactorStore
-from .base import Accepted, FactorCheck, FactorContext, RejectReason, Rejected
+from .base import Accepted, FactorCheck, FactorContext, Rejected, RejectReason
 
 __all__ = ["MAX_PASSWORD_BYTES", "PasswordFactor", "PasswordHasher", "PasswordMatch"]
 
