@@ -21,7 +21,9 @@ from .audit.context import audit_context
 from .audit.sinks import AuthCounters
 from .audit.spool import SpoolAuditSink
 from .authn.accounts import AccountAdmin
+from .authn.factors.base import Factor
 from .authn.factors.password import PasswordHasher
+from .authn.factors.wiring import install_factors
 from .authn.lockout import LockoutPolicy
 from .authn.outcomes import (
     Authenticated,
@@ -181,6 +183,7 @@ class AuthFlow:
         self._http_client = http_client
         #: Providers registered in code (``register_provider``), for every app.
         self._providers: dict[str, Any] = {}
+        self._factors: dict[FactorKind, Factor] = {}
         self._apps: weakref.WeakSet[Flask] = weakref.WeakSet()
         self._session_store = session_store
         self._clock = clock
@@ -295,6 +298,7 @@ class AuthFlow:
                 / "authflow-audit-spool.jsonl"
             ),
         )
+        sealer = install_factors(service, config, lambda: get_state(app).mail_sender)
         interface = AuthFlowSessionInterface(
             session_store,
             config.signing_key,
@@ -331,8 +335,16 @@ class AuthFlow:
             hasher=hasher,
             issuer=issuer,
             hooks=self._hooks,
+            sealer=sealer,
         )
         app.extensions[EXTENSION_KEY] = state
+
+        def revoke_sessions(tenant: str, user_id: str, keep_sid: str | None, reason: str) -> int:
+            return account_admin(app).revoke_sessions(tenant, user_id, keep_sid=keep_sid, reason=reason)
+
+        service.revoke_sessions = revoke_sessions  # a factor change ends the user's other sessions
+        for factor in self._factors.values():
+            service.register_factor(factor)
         app.session_interface = interface
         app.register_error_handler(AuthFlowError, denial_response)
         app.register_error_handler(Unauthenticated, denial_response)
@@ -389,6 +401,18 @@ class AuthFlow:
             http_client=http_client,
         )
         register_oauth_blueprint(app, state.config.oauth_url_prefix)
+
+    # --- factors ------------------------------------------------------------------------------
+
+    def register_factor(self, factor: Factor) -> None:
+        """Register a :class:`~flask_authflow.authn.factors.base.Factor` (an application's own
+        kind, after ``FactorKind.register("name")``, or a replacement for a built-in one) on
+        every app this extension initialises, before or after ``init_app``."""
+        if not isinstance(factor, Factor):
+            raise TypeError("a factor needs kind, check_input, challenge and verify (see Factor)")
+        self._factors[factor.kind] = factor
+        for app in list(self._apps):
+            get_state(app).service.register_factor(factor)
 
     # --- federation ---------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from .audit.client_ip import TrustedProxies
 from .audit.sinks import AuthCounters
 from .authn.accounts import AccountAdmin
 from .authn.factors.password import PasswordHasher
+from .authn.factors.sealing import FactorSealer
 from .authn.password_policy import PasswordPolicy
 from .authn.service import AuthnService
 from .authn.stores import AttemptStore, AuditSink, FactorStore, IdentityStore, UserRecord
@@ -104,6 +105,8 @@ class AuthFlowState:
     issuer: LocalIdp | None = None
     #: Where e-mail (one-time codes) goes; the pytest plugin's ``mail_outbox`` replaces it.
     mail_sender: MailSender | None = None
+    #: Seals factor secrets at rest and hashes one-time codes (``AUTHFLOW_FACTOR_ENCRYPTION_KEY``).
+    sealer: FactorSealer | None = None
     #: The application's callbacks (user loader, denial handlers).
     hooks: AuthFlowHooks = field(default_factory=AuthFlowHooks)
     #: Federated login (a ``FederationService``) when OpenID providers are configured.

@@ -1260,8 +1260,6 @@ class AuthnRequest:
             _guard_store(lambda: store.delete_factor(tenant, user_id, factor_id))
             raise refuse("expired")
         checked = _guard_store(lambda: enrollment.confirm(ctx, factor_id, credential))
-        if isinstance(checked, Accepted) and checked.commit is not None and not _guard_store(checked.commit):
-            checked = Rejected(RejectReason.REPLAYED)
         if not checked:
             code = checked.code if isinstance(checked, Rejected) else "invalid"
             raise refuse(code)
@@ -1269,6 +1267,9 @@ class AuthnRequest:
             lambda: store.confirm_factor(tenant, user_id, factor_id, replace_kind=enrollment.replaces_kind)
         ):
             raise refuse("no_pending_factor")
+        # An enrollment's commit runs once the factor counts (it marks the proving code used).
+        if isinstance(checked, Accepted) and checked.commit is not None and not _guard_store(checked.commit):
+            log.warning("the code that proved a new %s factor could not be marked used", kind.value)
         self._store_enroll_slot(session, kind, replace(ctx, flow_update={}))
         self._after_factor_change(session, tenant, user_id, "factor_enrolled", kind, now, snapshot)
         confirmed = _guard_store(lambda: store.get_factor(tenant, user_id, factor_id))

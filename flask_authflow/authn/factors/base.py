@@ -183,7 +183,8 @@ class Enrollment(Protocol):
     ``replaces_kind`` says whether a confirmed enrollment replaces the user's earlier
     factor of this kind (TOTP, HOTP, e-mail, recovery codes) or adds one more (WebAuthn:
     several security keys). ``begin`` stores a pending factor (``confirmed=False``);
-    ``confirm`` checks the proof; on :class:`Accepted` the service confirms it in the store.
+    ``confirm`` checks the proof; on :class:`Accepted` the service confirms it in the store
+    and then runs ``Accepted.commit`` if there is one (TOTP marks the proving code used).
     """
 
     @property

@@ -17,6 +17,7 @@ from ...errors import InvalidInput
 from ..outcomes import FactorCredential
 
 __all__ = [
+    "HOTP_LOOK_AHEAD",
     "TOTP_DIGITS",
     "TOTP_PERIOD",
     "TOTP_SECRET_BYTES",
@@ -27,6 +28,8 @@ __all__ = [
 ]
 
 TOTP_DIGITS = 6
+#: HOTP: how many counter values past the stored one a code may match (RFC 4226's "s").
+HOTP_LOOK_AHEAD = 10
 TOTP_PERIOD = 30
 #: 160 bits, RFC 4226's recommended key length (and SHA-1's block of entropy).
 TOTP_SECRET_BYTES = 20
