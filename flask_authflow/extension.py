@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,7 +21,7 @@ from .audit.context import audit_context
 from .audit.sinks import AuthCounters
 from .audit.spool import SpoolAuditSink
 from .authn.accounts import AccountAdmin
-from .authn.factors.base import Factor
+from .authn.factors.base import EnrollmentStart, Factor
 from .authn.factors.password import PasswordHasher
 from .authn.factors.wiring import install_factors
 from .authn.lockout import LockoutPolicy
@@ -33,13 +33,15 @@ from .authn.outcomes import (
     FactorRequired,
     LoginOutcome,
 )
-from .authn.service import AuthnService
+from .authn.service import AuthnRequest, AuthnService
+from .authn.stores import FactorConfig
 from .clock import Clock, SystemClock
 from .config import AuthFlowConfig, load_config
 from .decorators import denial_response
 from .errors import (
     AuthFlowError,
     ConfigurationError,
+    InvalidInput,
     LoopbackOnly,
     PermissionDenied,
     StepUpNeeded,
@@ -571,6 +573,57 @@ class AuthFlow:
         state = get_state()
         state.service.with_audit_context(audit_context()).logout(current_auth_session())
 
+    # --- factor steps and enrollment on the current session ----------------------------------
+
+    def _request_handle(self) -> AuthnRequest:
+        return get_state().service.with_audit_context(audit_context())
+
+    def verify_factor(self, kind: FactorKind | str, secret: str | bytes) -> FactorOutcome:
+        """Present the credential of ``kind`` for the current session's pending step: a code
+        (TOTP, HOTP, e-mail, recovery code) or WebAuthn's response JSON. See
+        :meth:`AuthnRequest.verify_factor <flask_authflow.authn.service.AuthnRequest.verify_factor>`.
+
+        :raises InvalidInput: an unknown kind or a malformed credential."""
+        with FactorCredential(_kind(kind), secret) as credential:
+            return self._request_handle().verify_factor(credential, current_auth_session())
+
+    def challenge_factor(self, kind: FactorKind | str) -> FactorRequired:
+        """(Re)issue the challenge of ``kind`` for the pending step ("e-mail me a code")."""
+        return self._request_handle().challenge(_kind(kind), current_auth_session())
+
+    def begin_enrollment(
+        self, kind: FactorKind | str, params: Mapping[str, Any] | None = None
+    ) -> EnrollmentStart:
+        """Start adding a factor for the signed-in user (a fresh login is required)."""
+        return self._request_handle().begin_enrollment(current_auth_session(), _kind(kind), params)
+
+    def confirm_enrollment(self, kind: FactorKind | str, factor_id: str, secret: str | bytes) -> FactorConfig:
+        """Finish an enrollment with the proof (a code, WebAuthn's attestation JSON); the
+        user's other sessions end."""
+        with FactorCredential(_kind(kind), secret) as credential:
+            return self._request_handle().confirm_enrollment(
+                current_auth_session(), _kind(kind), factor_id, credential
+            )
+
+    def disable_factor(self, factor_id: str) -> bool:
+        """Remove one of the signed-in user's factors (fresh login required; other sessions end)."""
+        return self._request_handle().disable_factor(current_auth_session(), factor_id)
+
+    def user_factors(self) -> list[FactorConfig]:
+        """The signed-in user's confirmed factors (no secrets are shown by their ``repr``)."""
+        return self._request_handle().user_factors(current_auth_session())
+
+    def begin_passkey_login(self, tenant: str | None = None) -> Mapping[str, Any]:
+        """WebAuthn request options for a usernameless passkey login (``AUTHFLOW_PASSKEY_LOGIN``)."""
+        return self._request_handle().begin_passkey_login(
+            tenant or get_state().config.default_tenant, current_auth_session()
+        )
+
+    def finish_passkey_login(self, credential_json: str | bytes) -> FactorOutcome:
+        """Finish a passkey login with the browser's assertion JSON."""
+        with FactorCredential(FactorKind.WEBAUTHN, credential_json) as credential:
+            return self._request_handle().finish_passkey_login(credential, current_auth_session())
+
 
 class ViewsRegistrar:
     """``authflow.views``: registers the ready-made pages (the ``authflow_views`` blueprint)."""
@@ -583,6 +636,13 @@ class ViewsRegistrar:
         if VIEWS_BLUEPRINT in app.blueprints:
             return
         register_views(app, url_prefix=url_prefix)
+
+
+def _kind(kind: FactorKind | str) -> FactorKind:
+    try:
+        return FactorKind(kind)
+    except ValueError:
+        raise InvalidInput(f"unknown factor kind {kind!r}") from None
 
 
 def _template_context() -> dict[str, Any]:
