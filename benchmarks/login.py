@@ -8,7 +8,10 @@ Prints medians over N runs, with the production Argon2id profile (t=3, m=64 MiB,
 * the overheads (login - verify),
 * unknown user vs wrong password (must be within 10 %),
 * 50 parallel wrong guesses at lockout threshold 5: how many Argon2 verifications ran
-  (must be at most 5), on the memory and SQLite backends.
+  (must be at most 5), on the memory and SQLite backends,
+* TOTP as the second step: a password + TOTP login beside a password-only login on the
+  same store (the TOTP step's overhead; target < 2 ms on SQLite), with pyotp's own
+  verify as the floor (``--totp-only`` runs just this part).
 
 With ``--postgres`` (a URL, or ``auto`` for a throwaway server started with initdb/pg_ctl
 as the tests do), the overheads are also measured with every store on PostgreSQL.
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import argon2
+import pyotp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -48,6 +52,11 @@ from flask_authflow import (
     PasswordHasher,
     UserExists,
 )
+from flask_authflow.authn.factors.sealing import FactorSealer
+from flask_authflow.authn.factors.totp import TotpFactor
+from flask_authflow.authn.outcomes import FactorKind
+from flask_authflow.authn.stores import FactorConfig
+from flask_authflow.clock import MockClock
 from flask_authflow.session.model import new_guest_record
 from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
 
@@ -250,6 +259,88 @@ def main_parallel(workdir: Path) -> None:
         print(f"  {label:<20} {verified:3d} Argon2 verifications, {locked:2d} answered Locked  {verdict}")
 
 
+def totp_logins(
+    backend: Any, hasher: PasswordHasher
+) -> tuple[Callable[[], object], Callable[[], object], str]:
+    """(a password-only login, a password + TOTP login, the TOTP key) on ``backend``.
+
+    Each call starts a fresh session; the mock clock moves one TOTP step first, so every
+    login presents a code that was never used (a used one is refused, by design)."""
+    clock = MockClock()
+    backend.clock = clock
+    backend.create_user("default", "plain", PASSWORD)
+    user = backend.create_user("default", "otp", PASSWORD)
+    sealer = FactorSealer.from_key(secrets.token_bytes(32))
+    service = AuthnService(
+        backend, backend, hasher=hasher, clock=clock, lockout=LockoutPolicy(max_failures=10**9)
+    )
+    totp = TotpFactor(sealer)
+    service.register_factor(totp)
+    key = pyotp.random_base32(32)
+    factor_id = secrets.token_urlsafe(16)
+    backend.add_factor(
+        "default",
+        FactorConfig(
+            user_id=user.user_id, kind=FactorKind.TOTP, created_at=clock.now(),
+            secret=sealer.seal(factor_id, key.encode()), factor_id=factor_id, confirmed=False,
+        ),
+    )  # fmt: skip
+    backend.confirm_factor("default", user.user_id, factor_id, replace_kind=True)
+    handle = service.with_audit_context(AuditContext.unknown())
+
+    def password_only() -> object:
+        clock.advance(30)
+        session = AuthSession(new_guest_record(clock.now()), new=True, request_fingerprint="fp")
+        handle.begin_login("plain", "default", session)
+        outcome = handle.verify_factor(FactorCredential.password(PASSWORD), session)
+        assert type(outcome).__name__ == "Authenticated", outcome
+        return outcome
+
+    def with_totp() -> object:
+        clock.advance(30)
+        session = AuthSession(new_guest_record(clock.now()), new=True, request_fingerprint="fp")
+        handle.begin_login("otp", "default", session)
+        handle.verify_factor(FactorCredential.password(PASSWORD), session)
+        code = pyotp.TOTP(key).at(clock.now())
+        outcome = handle.verify_factor(FactorCredential.code(FactorKind.TOTP, code), session)
+        assert type(outcome).__name__ == "Authenticated", outcome
+        return outcome
+
+    return password_only, with_totp, key
+
+
+def main_totp(workdir: Path, runs: int) -> None:
+    """The TOTP step's cost beyond the password step, on SQLite and in memory."""
+    fast = PasswordHasher.fast_for_tests()
+    variants: dict[str, Callable[[], object]] = {}
+    floor_key = pyotp.random_base32(32)
+    floor = pyotp.TOTP(floor_key)
+    variants["pyotp"] = lambda: floor.verify(floor.now(), valid_window=1)
+    for name, backend in (
+        ("memory", InMemoryBackend(hasher=fast)),
+        ("sqlite", SqlAlchemyBackend(f"sqlite:///{workdir / 'totp.db'}", hasher=fast)),
+    ):
+        password_only, with_totp, _ = totp_logins(backend, fast)
+        variants[f"{name}:password"] = password_only
+        variants[f"{name}:totp"] = with_totp
+    medians = interleaved_medians(variants, runs)
+    print(f"TOTP as the second step (medians of {runs} interleaved runs, minimal-cost Argon2id):")
+    print(f"  {'pyotp.TOTP.verify alone (the floor)':<52} {medians['pyotp']:6.3f} ms")
+    for name, label in (("memory", "memory backend"), ("sqlite", "SQLite backend")):
+        password_ms, totp_ms = medians[f"{name}:password"], medians[f"{name}:totp"]
+        overhead = totp_ms - password_ms
+        verdict = "PASS" if overhead < 2.0 else "FAIL"
+        print(
+            f"  {label:<16} password {password_ms:6.3f} ms, password + TOTP {totp_ms:6.3f} ms: "
+            f"TOTP step {overhead:6.3f} ms (target < 2 ms on SQLite) {verdict if name == 'sqlite' else ''}"
+        )
+
+
 if __name__ == "__main__":
+    if "--totp-only" in sys.argv:
+        sys.argv.remove("--totp-only")
+        main_totp(Path(tempfile.mkdtemp(prefix="authflow-bench-")), 301)
+        raise SystemExit(0)
     main()
+    main_totp(Path(tempfile.mkdtemp(prefix="authflow-bench-")), 301)
     main_parallel(Path(tempfile.mkdtemp(prefix="authflow-bench-")))

@@ -364,6 +364,10 @@ def _factor_settings(values: dict[str, Any]) -> None:
         values["AUTHFLOW_SMTP_TIMEOUT"] = float(values["AUTHFLOW_SMTP_TIMEOUT"])
     except (TypeError, ValueError):
         raise ConfigurationError("AUTHFLOW_SMTP_TIMEOUT must be a number of seconds") from None
+    if values["AUTHFLOW_SMTP_HOST"] is not None:
+        from .mail import SmtpSettings  # refused here, with the other settings, when malformed
+
+        SmtpSettings.from_config(values)
 
 
 def _check_cookie_prefix(values: Mapping[str, Any]) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "KeyStoreError",
     "LoginNotStarted",
     "LoopbackOnly",
+    "MailDeliveryError",
     "MissingExtraError",
     "PasswordTooLong",
     "PermissionDenied",
@@ -336,3 +337,10 @@ class EnrollmentError(AuthnError):
 
     code = "enrollment_failed"
     status = 400
+
+
+class MailDeliveryError(AuthFlowError):
+    """The e-mail could not be sent (the mail server was unreachable or refused it)."""
+
+    code = "mail_delivery_failed"
+    status = 503

@@ -48,6 +48,7 @@ from .errors import (
     Unauthenticated,
 )
 from .issuer.wiring import build_issuer
+from .mail import SmtpSender, SmtpSettings
 from .responses import error_response
 from .session.crypto import SessionCrypto, derive_key
 from .session.interface import AuthFlowSessionInterface
@@ -339,6 +340,8 @@ class AuthFlow:
             hooks=self._hooks,
             sealer=sealer,
         )
+        if config.smtp_host is not None:  # e-mailed codes go out through this server
+            state.mail_sender = SmtpSender(SmtpSettings.from_config(app.config))
         app.extensions[EXTENSION_KEY] = state
 
         def revoke_sessions(tenant: str, user_id: str, keep_sid: str | None, reason: str) -> int:

@@ -23,7 +23,7 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
-from .errors import AuthFlowError, ConfigurationError, InvalidInput
+from .errors import ConfigurationError, InvalidInput, MailDeliveryError
 
 __all__ = [
     "MailDeliveryError",
@@ -51,13 +51,6 @@ class MailSender(Protocol):
     """Sends one plain-text message. Raise an exception when it could not be sent."""
 
     def send(self, to: str, subject: str, body: str) -> None: ...
-
-
-class MailDeliveryError(AuthFlowError):
-    """The e-mail could not be sent (the mail server was unreachable or refused it)."""
-
-    code = "mail_delivery_failed"
-    status = 503
 
 
 def _has_line_break(value: str) -> bool:
