@@ -102,11 +102,14 @@ def check_partial_indexes(engine: sa.Engine) -> None:
         "VALUES ('u', 't', 'i', :now, false)",
         now=now,
     )
-    factor = "INSERT INTO authflow_factors (user_id, kind, secret, created_at) VALUES ('u', :kind, 's', :now)"
-    for kind in ("webauthn", "webauthn", "password"):
-        insert(factor, kind=kind, now=now)
+    factor = (
+        "INSERT INTO authflow_factors (factor_id, user_id, kind, secret, created_at) "
+        "VALUES (:factor_id, 'u', :kind, 's', :now)"
+    )
+    for number, kind in enumerate(("webauthn", "webauthn", "password")):
+        insert(factor, factor_id=f"f{number}", kind=kind, now=now)
     with pytest.raises(sa.exc.IntegrityError):
-        insert(factor, kind="password", now=now)
+        insert(factor, factor_id="f3", kind="password", now=now)
     key = "INSERT INTO authflow_issuer_keys VALUES (:kid, 'pem', 'ES256', :current, :now)"
     for kid, current in (("a", False), ("b", False), ("c", True)):
         insert(key, kid=kid, current=current, now=now)
@@ -128,7 +131,7 @@ def test_upgrading_an_empty_database_gives_exactly_the_models_schema(
     assert migrations.is_behind(engine)
     result = migrations.upgrade(engine)
     assert (result.before, result.after, result.adopted) == (None, migrations.head(), [])
-    assert migrations.current(engine) == migrations.head() == migrations.BASELINE
+    assert migrations.current(engine) == migrations.head() == "0002"
     assert not migrations.is_behind(engine)
     assert schema_differences(engine) == []
     # Our own version table, never the application's alembic_version.
@@ -364,8 +367,32 @@ def create_pre_migration_schema(engine: sa.Engine) -> None:
     reservations, identity links, logout jtis or key schedule; sessions without
     ``federation_key``. With one user and one session row."""
     old = sa.MetaData(naming_convention=metadata.naming_convention)
-    for name in ("authflow_users", "authflow_factors", "authflow_attempts", "authflow_lockouts"):
+    for name in ("authflow_users", "authflow_attempts", "authflow_lockouts"):
         metadata.tables[name].to_metadata(old)
+    factors = sa.Table(  # as the baseline has it (revision 0002 added the factor record columns)
+        "authflow_factors",
+        old,
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+        sa.Column(
+            "user_id",
+            sa.String(32),
+            sa.ForeignKey("authflow_users.user_id", ondelete="CASCADE"),
+            nullable=False,
+        ),
+        sa.Column("kind", sa.String(32), nullable=False),
+        sa.Column("secret", sa.Text, nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    )
+    only_passwords = factors.c.kind == "password"
+    sa.Index(
+        "uq_authflow_factors_password",
+        factors.c.user_id,
+        factors.c.kind,
+        unique=True,
+        sqlite_where=only_passwords,
+        postgresql_where=only_passwords,
+    )
+    sa.Index("ix_authflow_factors_user", factors.c.user_id)
     metadata.tables["authflow_audit"].to_metadata(old)
     metadata.tables["authflow_issuer_keys"].to_metadata(old)
     sa.Table(

@@ -10,7 +10,10 @@ a table lock), never by Python locks, which do not reach across processes:
 * staged issuer-key rotation from several processes: every staged key is activated at
   most once, one key is current, the schedule agrees with the keys;
 * failure counters incremented from several processes lose no count, and the failure
-  that reaches the threshold sets the lock exactly once per threshold.
+  that reaches the threshold sets the lock exactly once per threshold;
+* a factor's counter advanced, its secret swapped (compare-and-set) and pending factors
+  confirmed in place of each other, by several processes at the same instant: exactly
+  one process wins each round.
 
 (Lockout reservations and the logout jti replay cache are raced across processes in
 ``test_lockout_race.py`` and ``test_federation_stores.py``.)
@@ -28,7 +31,8 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from flask_authflow.authn.stores import AttemptKey
+from flask_authflow.authn.outcomes import FactorKind
+from flask_authflow.authn.stores import AttemptKey, FactorConfig
 from flask_authflow.errors import RotationRefused
 from flask_authflow.issuer.keys import LocalIdpSigningKey
 from flask_authflow.session.crypto import SessionCrypto
@@ -285,5 +289,136 @@ def test_failure_counters_from_several_processes_lose_no_count(postgres_server: 
                 select(func.count()).select_from(attempts_table).where(attempts_table.c.subject == "trudy")
             ).scalar_one()
         assert rows == total
+    finally:
+        backend.close()
+
+
+# --- factor records ------------------------------------------------------------------------------
+
+ROUNDS = 10
+RACING_PROCESSES = 4
+
+
+def _factor(user_id: str, factor_id: str, *, confirmed: bool, secret: str = "v0") -> FactorConfig:
+    return FactorConfig(
+        user_id=user_id,
+        kind=FactorKind.HOTP,
+        created_at=datetime.now(UTC),
+        secret=secret,
+        factor_id=factor_id,
+        confirmed=confirmed,
+    )
+
+
+def _factor_racer(url: str, op: str, worker: int, user_id: str, barrier: Any, out: Any) -> None:
+    """Every round: wait for the other processes, then all at once ``op`` the same factor
+    (advance its counter to the round's value, swap its secret expecting the round's
+    counter) or confirm this worker's pending factor of the round (added before the round
+    starts), replacing the kind. Reports the rounds this process won, or its error (the
+    barrier is broken then, so the others stop at once too)."""
+    backend = SqlAlchemyBackend(url, create_tables=False)
+    won: list[int] = []
+    try:
+        for round_ in range(ROUNDS):
+            if op == "confirm":
+                backend.add_factor("acme", _factor(user_id, f"r{round_}-w{worker}", confirmed=False))
+            barrier.wait(60)
+            if op == "advance":
+                ok = backend.advance_factor_counter(
+                    "acme", user_id, "shared", round_ + 1, now=datetime.now(UTC)
+                )
+            elif op == "swap":
+                ok = backend.swap_factor_secret(
+                    "acme",
+                    user_id,
+                    "shared",
+                    expected_counter=round_,
+                    secret=f"v{round_ + 1}-by-{worker}",
+                    now=datetime.now(UTC),
+                )
+            else:
+                ok = backend.confirm_factor("acme", user_id, f"r{round_}-w{worker}", replace_kind=True)
+                barrier.wait(60)  # the round is over before anyone adds the next round's factor
+            if ok:
+                won.append(round_)
+    except Exception as exc:  # noqa: BLE001 - reported to the test, which fails on it
+        barrier.abort()
+        out.put((worker, repr(exc)))
+    else:
+        out.put((worker, won))
+    finally:
+        backend.close()
+
+
+def _race_factor(url: str, op: str, user_id: str) -> dict[int, list[int]]:
+    barrier, out = SPAWN.Barrier(RACING_PROCESSES), SPAWN.Queue()
+    processes = [
+        SPAWN.Process(target=_factor_racer, args=(url, op, worker, user_id, barrier, out))
+        for worker in range(RACING_PROCESSES)
+    ]
+    for process in processes:
+        process.start()
+    reports = dict(out.get(timeout=120) for _ in processes)
+    for process in processes:
+        process.join(30)
+        assert process.exitcode == 0
+    assert all(isinstance(won, list) for won in reports.values()), reports
+    return reports
+
+
+def _winners(reports: dict[int, list[int]]) -> dict[int, list[int]]:
+    """Round -> the workers that won it."""
+    by_round: dict[int, list[int]] = {round_: [] for round_ in range(ROUNDS)}
+    for worker, rounds in reports.items():
+        for round_ in rounds:
+            by_round[round_].append(worker)
+    return by_round
+
+
+def test_a_factor_counter_advanced_by_several_processes_moves_once_per_value(postgres_server: Any) -> None:
+    url = postgres_server.new_database()
+    backend = SqlAlchemyBackend(url)
+    try:
+        user = backend.create_user("acme", "alice")
+        backend.add_factor("acme", _factor(user.user_id, "shared", confirmed=True))
+        winners = _winners(_race_factor(url, "advance", user.user_id))
+        # Every value was accepted exactly once: a replayed code is refused in every other process.
+        assert [len(workers) for workers in winners.values()] == [1] * ROUNDS
+        stored = backend.get_factor("acme", user.user_id, "shared")
+        assert stored is not None and stored.counter == ROUNDS and stored.last_used_at is not None
+    finally:
+        backend.close()
+
+
+def test_a_factor_secret_swapped_by_several_processes_has_one_winner_per_counter(
+    postgres_server: Any,
+) -> None:
+    url = postgres_server.new_database()
+    backend = SqlAlchemyBackend(url)
+    try:
+        user = backend.create_user("acme", "alice")
+        backend.add_factor("acme", _factor(user.user_id, "shared", confirmed=True))
+        winners = _winners(_race_factor(url, "swap", user.user_id))
+        assert [len(workers) for workers in winners.values()] == [1] * ROUNDS
+        stored = backend.get_factor("acme", user.user_id, "shared")
+        assert stored is not None
+        # The secret is the last round's winner's, written with the counter it expected + 1.
+        assert (stored.counter, stored.secret) == (ROUNDS, f"v{ROUNDS}-by-{winners[ROUNDS - 1][0]}")
+    finally:
+        backend.close()
+
+
+def test_parallel_confirmations_in_several_processes_leave_one_factor(postgres_server: Any) -> None:
+    url = postgres_server.new_database()
+    backend = SqlAlchemyBackend(url)
+    try:
+        user = backend.create_user("acme", "alice")
+        winners = _winners(_race_factor(url, "confirm", user.user_id))
+        # The first confirmation of a round deletes the other pending factors of the round
+        # (and the previous round's winner): one winner per round, one factor left.
+        assert [len(workers) for workers in winners.values()] == [1] * ROUNDS
+        left = backend.list_user_factors("acme", user.user_id, include_pending=True)
+        last = f"r{ROUNDS - 1}-w{winners[ROUNDS - 1][0]}"
+        assert [(c.factor_id, c.confirmed) for c in left] == [(last, True)]
     finally:
         backend.close()

@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from flask_authflow.authn.outcomes import FactorCredential, FactorRequired
+from flask_authflow.authn.outcomes import FactorCredential, FactorKind, FactorRequired
 from flask_authflow.authn.service import AuthnService
 from flask_authflow.authn.stores import AttemptKey
 from flask_authflow.clock import MockClock
 from flask_authflow.errors import AuditWriteError, StoreUnavailable
+from flask_authflow.stores.sqlalchemy import keystore, migrations, session_store  # noqa: F401 (their tables)
 from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+from flask_authflow.stores.sqlalchemy.base import metadata
 from tests.authn_support import CTX, fast_hasher, new_session
-from tests.store_contract import T0, WINDOW, AuditRecord, StoreContract
+from tests.store_contract import T0, WINDOW, AuditRecord, StoreContract, factor
 
 
 @pytest.fixture
@@ -154,6 +160,155 @@ def test_postgres_down_fails_closed(clock: MockClock) -> None:
             store.locked_until("acme", "alice", T0)
     finally:
         store.close()
+
+
+def factor_record_calls(store: SqlAlchemyBackend, user: str = "u1") -> list[Callable[[], Any]]:
+    """Every factor-record method of ``store``, on the factors of ``user`` in tenant acme."""
+    return [
+        lambda: store.add_factor("acme", factor(user, "f1")),
+        lambda: store.get_factor("acme", user, "f1"),
+        lambda: store.list_user_factors("acme", user, include_pending=True),
+        lambda: store.list_factors("acme", user),
+        lambda: store.required_factors("acme", user),
+        lambda: store.find_factor_by_lookup("acme", FactorKind.WEBAUTHN, "cred"),
+        lambda: store.confirm_factor("acme", user, "f1", replace_kind=True),
+        lambda: store.delete_factor("acme", user, "f1"),
+        lambda: store.advance_factor_counter("acme", user, "f1", 5, now=T0),
+        lambda: store.swap_factor_secret("acme", user, "f1", expected_counter=0, secret="s", now=T0),
+        lambda: store.enroll_factor("acme", user, FactorKind.TOTP, "s"),
+    ]
+
+
+@pytest.mark.parametrize("down", ["sqlite", "postgresql"])
+def test_factor_records_fail_closed(down: str, tmp_path: Path, clock: MockClock) -> None:
+    """A database that cannot answer is StoreUnavailable for every factor-record method
+    (never a False, None or UserNotFound the service would take for an answer)."""
+    from tests.parts import free_port
+
+    if down == "sqlite":
+        path = tmp_path / "db.sqlite"
+        url = f"sqlite:///{path}"
+    else:
+        url = f"postgresql+psycopg://authflow@127.0.0.1:{free_port()}/nope?connect_timeout=2"
+    store = SqlAlchemyBackend(url, hasher=fast_hasher(), clock=clock, create_tables=False)
+    if down == "sqlite":
+        path.unlink()
+        path.mkdir()  # the database turns into something SQLite cannot open
+    try:
+        for call in factor_record_calls(store):
+            with pytest.raises(StoreUnavailable):
+                call()
+    finally:
+        store.close()
+
+
+def test_factor_records_without_their_table_fail_closed(backend: SqlAlchemyBackend) -> None:
+    user = backend.create_user("acme", "alice")
+    with backend.engine.begin() as conn:
+        conn.execute(text("DROP TABLE authflow_factors"))
+    for call in factor_record_calls(backend, user.user_id):
+        with pytest.raises(StoreUnavailable):
+            call()
+
+
+def test_every_factor_row_has_its_own_id(backend: SqlAlchemyBackend) -> None:
+    user = backend.create_user("acme", "alice", "pw")
+    backend.enroll_factor("acme", user.user_id, FactorKind.TOTP, "seed")
+    backend.enroll_factor("acme", user.user_id, FactorKind.WEBAUTHN, "{}")
+    with backend.engine.connect() as conn:
+        ids = conn.execute(text("SELECT factor_id FROM authflow_factors")).scalars().all()
+    assert len(ids) == len(set(ids)) == 3 and all(len(i) >= 16 for i in ids)
+    with pytest.raises(sa.exc.IntegrityError):  # the database refuses a duplicate by itself
+        with backend.engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO authflow_factors (factor_id, user_id, kind, secret, created_at) "
+                    "VALUES (:id, :user, 'hotp', 's', '2026-01-01 00:00:00')"
+                ),
+                {"id": ids[0], "user": user.user_id},
+            )
+
+
+def schema_differences(engine: sa.Engine) -> list[Any]:
+    with engine.connect() as conn:
+        context = MigrationContext.configure(
+            conn, opts={"compare_type": True, "version_table": migrations.VERSION_TABLE}
+        )
+        return list(compare_metadata(context, metadata))
+
+
+def test_upgrading_a_revision_0001_database_keeps_its_factors(database_url: str, clock: MockClock) -> None:
+    """Revision 0002 on a database with factors: every row stays, confirmed, with an id of
+    its own; the downgrade drops pending enrollments only."""
+    engine = sa.create_engine(database_url)
+    try:
+        migrations.upgrade(engine, "0001")
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO authflow_users (user_id, tenant, identifier, created_at, disabled) "
+                    "VALUES ('u1', 'acme', 'alice', '2026-01-01 00:00:00', false)"
+                )
+            )
+            for kind in ("password", "totp", "webauthn", "webauthn"):
+                conn.execute(
+                    text(
+                        "INSERT INTO authflow_factors (user_id, kind, secret, created_at) "
+                        "VALUES ('u1', :kind, :secret, '2026-01-01 00:00:00')"
+                    ),
+                    {"kind": kind, "secret": f"{kind}-secret"},
+                )
+            row_ids = conn.execute(text("SELECT id FROM authflow_factors ORDER BY id")).scalars().all()
+
+        result = migrations.upgrade(engine)
+        assert (result.before, result.after) == ("0001", "0002")
+        assert schema_differences(engine) == []
+        store = SqlAlchemyBackend(engine, hasher=fast_hasher(), clock=clock, create_tables=False)
+        factors = store.list_factors("acme", "u1")
+        assert [(c.kind, c.factor_id, c.secret) for c in factors] == [
+            (FactorKind.PASSWORD, f"legacy-{row_ids[0]}", "password-secret"),
+            (FactorKind.TOTP, f"legacy-{row_ids[1]}", "totp-secret"),
+            (FactorKind.WEBAUTHN, f"legacy-{row_ids[2]}", "webauthn-secret"),
+            (FactorKind.WEBAUTHN, f"legacy-{row_ids[3]}", "webauthn-secret"),
+        ]
+        assert all(c.confirmed and c.counter == 0 and c.data == {} and c.lookup is None for c in factors)
+        assert store.get_password_hash("acme", "u1") == "password-secret"
+        assert store.required_factors("acme", "u1") == [
+            FactorKind.PASSWORD,
+            FactorKind.TOTP,
+            FactorKind.WEBAUTHN,
+        ]
+        # The migrated rows work as records: counters move, new factors join them.
+        assert store.advance_factor_counter("acme", "u1", f"legacy-{row_ids[1]}", 3, now=T0)
+        store.add_factor("acme", factor("u1", "new-pending", FactorKind.HOTP, lookup="l1"))
+        with pytest.raises(ValueError):  # (kind, lookup) is unique on the migrated table too
+            store.add_factor("acme", factor("u1", "other", FactorKind.HOTP, lookup="l1"))
+        with pytest.raises(ValueError):  # so is the factor id
+            store.add_factor("acme", factor("u1", f"legacy-{row_ids[1]}"))
+
+        result = migrations.downgrade(engine, "0001")
+        assert (result.before, result.after) == ("0002", "0001")
+        with engine.connect() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns("authflow_factors")}
+            kept = conn.execute(text("SELECT id, kind FROM authflow_factors ORDER BY id")).all()
+        assert columns == {"id", "user_id", "kind", "secret", "created_at"}
+        # The pending enrollment is gone (0001 would take it for a confirmed factor).
+        assert [tuple(row) for row in kept] == list(
+            zip(row_ids, ["password", "totp", "webauthn", "webauthn"], strict=True)
+        )
+        with pytest.raises(sa.exc.IntegrityError):  # 0001's one-password index is back
+            with engine.begin() as conn:
+                conn.execute(
+                    text(
+                        "INSERT INTO authflow_factors (user_id, kind, secret, created_at) "
+                        "VALUES ('u1', 'password', 'x', '2026-01-01 00:00:00')"
+                    )
+                )
+        assert migrations.upgrade(engine).after == "0002"
+        assert schema_differences(engine) == []
+        assert len(store.list_factors("acme", "u1")) == 4
+    finally:
+        engine.dispose()
 
 
 def test_lockout_table_lost_mid_login_fails_closed(backend: SqlAlchemyBackend, clock: MockClock) -> None:

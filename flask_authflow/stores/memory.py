@@ -7,25 +7,58 @@ for anything real.
 
 from __future__ import annotations
 
+import copy
+import itertools
+import json
+import secrets
 import threading
 import uuid
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from ..audit.sinks import AuditRecord
 from ..authn.factors.password import PasswordHasher
 from ..authn.identifiers import check_tenant, normalise_identifier
 from ..authn.outcomes import FactorKind
 from ..authn.stores import RESERVATION_TTL, AttemptKey, FactorConfig, FailureCount, Reservation, UserRecord
-from ..clock import Clock, SystemClock
+from ..clock import Clock, SystemClock, utc
 from ..errors import AuditWriteError, StoreUnavailable, UserExists, UserNotFound
 from ..federation.links import IdentityLink
 
 __all__ = ["AttemptLogEntry", "InMemoryBackend", "LockState", "count_failure"]
 
-#: Order of second factors after the password (when several are enrolled).
-_FACTOR_ORDER = {kind: index for index, kind in enumerate(FactorKind)}
+#: The longest factor id and lookup value the SQL store keeps (both backends refuse longer ones).
+MAX_FACTOR_ID = 64
+MAX_LOOKUP = 255
+
+
+def check_factor_config(config: FactorConfig) -> dict[str, Any]:
+    """``config.data`` as the JSON round trip gives it back (what both backends store),
+    after the checks :meth:`add_factor` makes: :class:`ValueError` for an empty or overlong
+    ``factor_id``, an overlong ``lookup``, a negative counter, or data that is not JSON."""
+    if not isinstance(config.factor_id, str) or not 0 < len(config.factor_id) <= MAX_FACTOR_ID:
+        raise ValueError(f"a factor id is a non-empty string of at most {MAX_FACTOR_ID} characters")
+    if config.lookup is not None and not 0 < len(config.lookup) <= MAX_LOOKUP:
+        raise ValueError(f"a factor lookup is a non-empty string of at most {MAX_LOOKUP} characters")
+    if config.counter < 0:
+        raise ValueError("a factor counter starts at 0 or above")
+    return load_factor_data(dump_factor_data(config.data))
+
+
+def dump_factor_data(data: Mapping[str, Any]) -> str:
+    """A factor's public data as JSON text; :class:`ValueError` when it is not JSON-serialisable."""
+    try:
+        return json.dumps(dict(data), separators=(",", ":"), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"factor data must be JSON-serialisable: {exc}") from None
+
+
+def load_factor_data(text: str) -> dict[str, Any]:
+    loaded = json.loads(text)
+    return loaded if isinstance(loaded, dict) else {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +116,14 @@ class InMemoryBackend:
         self._lock = threading.RLock()
         self._users: dict[tuple[str, str], UserRecord] = {}
         self._users_by_id: dict[str, UserRecord] = {}
-        self._factors: dict[str, dict[FactorKind, FactorConfig]] = {}
+        # Factors: user id -> factor id -> config (confirmed or pending); each factor's
+        # enrollment sequence number (orders factors enrolled at the same instant), and the
+        # owner of each factor id and each (kind, lookup), both unique across the store.
+        self._factors: dict[str, dict[str, FactorConfig]] = {}
+        self._factor_seq: dict[str, int] = {}
+        self._factor_owner: dict[str, str] = {}
+        self._lookups: dict[tuple[str, str], str] = {}
+        self._sequence = itertools.count()
         self._locks: dict[AttemptKey, LockState] = {}
         # Attempts reserved and not yet settled: key -> {token: reserved at}.
         self._reservations: dict[AttemptKey, dict[str, datetime]] = {}
@@ -135,8 +175,14 @@ class InMemoryBackend:
             self._users_by_id[user.user_id] = user
             self._factors[user.user_id] = {}
             if password_hash is not None:
-                self._factors[user.user_id][FactorKind.PASSWORD] = FactorConfig(
-                    user.user_id, FactorKind.PASSWORD, now, password_hash
+                self._store_factor(
+                    FactorConfig(
+                        user.user_id,
+                        FactorKind.PASSWORD,
+                        utc(now),
+                        password_hash,
+                        factor_id=secrets.token_urlsafe(16),
+                    )
                 )
             return user
 
@@ -162,6 +208,8 @@ class InMemoryBackend:
             if user is None:
                 raise UserNotFound()
             self._users_by_id.pop(user.user_id, None)
+            for config in list(self._factors.get(user.user_id, {}).values()):
+                self._drop_factor(config)
             self._factors.pop(user.user_id, None)
             for key in [k for k in self._locks if k.tenant == tenant and k.subject == user.identifier]:
                 del self._locks[key]
@@ -188,44 +236,199 @@ class InMemoryBackend:
         )
 
     # --- factors -----------------------------------------------------------------------------
+    #
+    # Every factor of every user, with the indexes the SQL store has as constraints (factor
+    # id, (kind, lookup), one password per user). The lock is held for each whole step, so
+    # each change is atomic across threads; reads hand out copies of the mutable ``data``.
 
-    def _user_factors(self, tenant: str, user_id: str) -> dict[FactorKind, FactorConfig]:
+    def _owned(self, tenant: str, user_id: str) -> dict[str, FactorConfig] | None:
+        """The factors of ``user_id`` if the user belongs to ``tenant`` (caller holds the lock)."""
         user = self._users_by_id.get(user_id)
         if user is None or user.tenant != tenant:
-            return {}
-        return self._factors.get(user_id, {})
+            return None
+        return self._factors.setdefault(user_id, {})
+
+    def _ordered(self, configs: list[FactorConfig]) -> list[FactorConfig]:
+        """Oldest first; factors enrolled at the same instant in enrollment order (caller holds the lock)."""
+        ordered = sorted(configs, key=lambda c: (c.created_at, self._factor_seq[c.factor_id]))
+        return [replace(c, data=copy.deepcopy(c.data)) for c in ordered]
+
+    def _store_factor(self, config: FactorConfig) -> None:
+        """Insert ``config`` in every index (caller holds the lock and made the checks)."""
+        self._factors.setdefault(config.user_id, {})[config.factor_id] = config
+        self._factor_seq[config.factor_id] = next(self._sequence)
+        self._factor_owner[config.factor_id] = config.user_id
+        if config.lookup is not None:
+            self._lookups[(config.kind.value, config.lookup)] = config.factor_id
+
+    def _drop_factor(self, config: FactorConfig) -> None:
+        """Remove ``config`` from every index (caller holds the lock)."""
+        self._factors.get(config.user_id, {}).pop(config.factor_id, None)
+        self._factor_seq.pop(config.factor_id, None)
+        self._factor_owner.pop(config.factor_id, None)
+        if config.lookup is not None:
+            self._lookups.pop((config.kind.value, config.lookup), None)
+
+    def _password(self, factors: dict[str, FactorConfig]) -> FactorConfig | None:
+        return next((c for c in factors.values() if c.kind is FactorKind.PASSWORD), None)
 
     def get_password_hash(self, tenant: str, user_id: str) -> str | None:
         with self._lock:
-            config = self._user_factors(tenant, user_id).get(FactorKind.PASSWORD)
-            return config.secret if config is not None else None
+            config = self._password(self._owned(tenant, user_id) or {})
+            return config.secret if config is not None and config.confirmed else None
 
     def set_password_hash(self, tenant: str, user_id: str, password_hash: str) -> None:
-        self.enroll_factor(tenant, user_id, FactorKind.PASSWORD, password_hash)
+        """Set or replace the password (the factor keeps its id and enrollment time)."""
+        now = utc(self.clock.now())
+        with self._lock:
+            factors = self._owned(tenant, user_id)
+            if factors is None:
+                raise UserNotFound()
+            existing = self._password(factors)
+            if existing is not None:
+                factors[existing.factor_id] = replace(existing, secret=password_hash, confirmed=True)
+                return
+            self._store_factor(
+                FactorConfig(
+                    user_id, FactorKind.PASSWORD, now, password_hash, factor_id=secrets.token_urlsafe(16)
+                )
+            )
 
     def enroll_factor(self, tenant: str, user_id: str, kind: FactorKind, secret: str) -> None:
-        """Add or replace a factor configuration (second factors register here)."""
-        now = self.clock.now()
+        """Enroll a confirmed factor of ``kind`` with ``secret``, replacing the user's
+        confirmed factors of that kind (it keeps the enrollment time of the first of them);
+        pending enrollments are left alone. The password goes to :meth:`set_password_hash`."""
+        kind = FactorKind(kind)
+        if kind is FactorKind.PASSWORD:
+            self.set_password_hash(tenant, user_id, secret)
+            return
+        now = utc(self.clock.now())
         with self._lock:
-            user = self._users_by_id.get(user_id)
-            if user is None or user.tenant != tenant:
+            factors = self._owned(tenant, user_id)
+            if factors is None:
                 raise UserNotFound()
-            existing = self._factors[user_id].get(kind)
-            created = existing.created_at if existing is not None else now
-            self._factors[user_id][kind] = FactorConfig(user_id, kind, created, secret)
+            replaced = [c for c in factors.values() if c.kind is kind and c.confirmed]
+            created = min((c.created_at for c in replaced), default=now)
+            for config in replaced:
+                self._drop_factor(config)
+            self._store_factor(
+                FactorConfig(user_id, kind, created, secret, factor_id=secrets.token_urlsafe(16))
+            )
 
     def required_factors(self, tenant: str, user_id: str) -> list[FactorKind]:
-        with self._lock:
-            configs = list(self._user_factors(tenant, user_id).values())
-        kinds = [c.kind for c in sorted(configs, key=lambda c: (c.created_at, _FACTOR_ORDER[c.kind]))]
+        kinds: list[FactorKind] = []
+        for config in self.list_factors(tenant, user_id):
+            if config.kind not in kinds:
+                kinds.append(config.kind)
         if FactorKind.PASSWORD in kinds:
             kinds.remove(FactorKind.PASSWORD)
             kinds.insert(0, FactorKind.PASSWORD)
         return kinds
 
     def list_factors(self, tenant: str, user_id: str) -> list[FactorConfig]:
+        return self.list_user_factors(tenant, user_id)
+
+    def add_factor(self, tenant: str, config: FactorConfig) -> None:
+        data = check_factor_config(config)
+        kind = FactorKind(config.kind)
         with self._lock:
-            return list(self._user_factors(tenant, user_id).values())
+            factors = self._owned(tenant, config.user_id)
+            if factors is None:
+                raise UserNotFound()
+            if config.factor_id in self._factor_owner:
+                raise ValueError("this factor id is already used")
+            if config.lookup is not None and (kind.value, config.lookup) in self._lookups:
+                raise ValueError(f"a {kind.value} factor with this lookup is already enrolled")
+            if kind is FactorKind.PASSWORD and self._password(factors) is not None:
+                raise ValueError("the user has a password already")
+            self._store_factor(
+                replace(
+                    config,
+                    kind=kind,
+                    data=data,
+                    created_at=utc(config.created_at),
+                    last_used_at=None if config.last_used_at is None else utc(config.last_used_at),
+                )
+            )
+
+    def get_factor(self, tenant: str, user_id: str, factor_id: str) -> FactorConfig | None:
+        with self._lock:
+            config = (self._owned(tenant, user_id) or {}).get(factor_id)
+            return None if config is None else self._ordered([config])[0]
+
+    def list_user_factors(
+        self, tenant: str, user_id: str, *, kind: FactorKind | None = None, include_pending: bool = False
+    ) -> list[FactorConfig]:
+        with self._lock:
+            return self._ordered(
+                [
+                    c
+                    for c in (self._owned(tenant, user_id) or {}).values()
+                    if (include_pending or c.confirmed) and (kind is None or c.kind == kind)
+                ]
+            )
+
+    def find_factor_by_lookup(self, tenant: str, kind: FactorKind, lookup: str) -> FactorConfig | None:
+        with self._lock:
+            factor_id = self._lookups.get((str(kind), lookup))
+            owner = self._factor_owner.get(factor_id) if factor_id is not None else None
+            if factor_id is None or owner is None:
+                return None
+            config = (self._owned(tenant, owner) or {}).get(factor_id)
+            return None if config is None or not config.confirmed else self._ordered([config])[0]
+
+    def confirm_factor(self, tenant: str, user_id: str, factor_id: str, *, replace_kind: bool) -> bool:
+        with self._lock:
+            factors = self._owned(tenant, user_id) or {}
+            config = factors.get(factor_id)
+            if config is None or config.confirmed:
+                return False
+            if replace_kind:
+                for other in [c for c in factors.values() if c.kind is config.kind and c is not config]:
+                    self._drop_factor(other)
+            factors[factor_id] = replace(config, confirmed=True)
+            return True
+
+    def delete_factor(self, tenant: str, user_id: str, factor_id: str) -> bool:
+        with self._lock:
+            config = (self._owned(tenant, user_id) or {}).get(factor_id)
+            if config is None:
+                return False
+            if config.kind is FactorKind.PASSWORD:
+                raise ValueError("the password is not deleted as a factor: set another one instead")
+            self._drop_factor(config)
+            return True
+
+    def advance_factor_counter(
+        self, tenant: str, user_id: str, factor_id: str, new_counter: int, *, now: datetime
+    ) -> bool:
+        with self._lock:
+            factors = self._owned(tenant, user_id) or {}
+            config = factors.get(factor_id)
+            if config is None or not config.confirmed or config.counter >= new_counter:
+                return False
+            factors[factor_id] = replace(config, counter=new_counter, last_used_at=utc(now))
+            return True
+
+    def swap_factor_secret(
+        self,
+        tenant: str,
+        user_id: str,
+        factor_id: str,
+        *,
+        expected_counter: int,
+        secret: str,
+        now: datetime,
+    ) -> bool:
+        with self._lock:
+            factors = self._owned(tenant, user_id) or {}
+            config = factors.get(factor_id)
+            if config is None or not config.confirmed or config.counter != expected_counter:
+                return False
+            factors[factor_id] = replace(
+                config, secret=secret, counter=expected_counter + 1, last_used_at=utc(now)
+            )
+            return True
 
     # --- attempts and lockout ----------------------------------------------------------------
 

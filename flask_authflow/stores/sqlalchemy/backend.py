@@ -12,8 +12,9 @@ never lose a count. Every database error becomes :class:`StoreUnavailable` (or
 from __future__ import annotations
 
 import copy
+import secrets
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timedelta
@@ -36,10 +37,14 @@ from sqlalchemy import (
     bindparam,
     case,
     delete,
+    exists,
+    false,
     func,
     insert,
     or_,
     select,
+    text,
+    true,
     update,
 )
 from sqlalchemy.engine import Connection, Engine
@@ -53,6 +58,7 @@ from ...authn.stores import RESERVATION_TTL, AttemptKey, FactorConfig, FailureCo
 from ...clock import Clock, SystemClock, utc
 from ...errors import AuditWriteError, ConfigurationError, StoreUnavailable, UserExists, UserNotFound
 from ...federation.links import IdentityLink
+from ..memory import check_factor_config, dump_factor_data, load_factor_data
 from .base import (
     EngineSource,
     UTCDateTime,
@@ -92,6 +98,9 @@ users_table = Table(
     UniqueConstraint("tenant", "identifier", name="uq_authflow_users_tenant_identifier"),
 )
 
+#: Every factor of every user, the password included: confirmed ones and enrollments
+#: waiting for proof of possession (``confirmed`` false). Revision 0002 added every column
+#: after ``created_at``.
 factors_table = Table(
     "authflow_factors",
     metadata,
@@ -100,6 +109,17 @@ factors_table = Table(
     Column("kind", String(32), nullable=False),
     Column("secret", Text, nullable=False),
     Column("created_at", _Time, nullable=False),
+    # The stable id the application and sealed secrets name (unique across the store).
+    Column("factor_id", String(64), nullable=False),
+    # Only ever moved forward, by one conditional UPDATE (HOTP counter, TOTP step, ...).
+    Column("counter", BigInteger, nullable=False, default=0, server_default=text("0")),
+    # Public metadata as JSON text (a dict on the Python side).
+    Column("data", Text, nullable=False, default="{}", server_default=text("'{}'")),
+    # Found without the user (a WebAuthn credential id); unique per kind, NULL for most.
+    Column("lookup", String(255)),
+    Column("confirmed", Boolean, nullable=False, default=True, server_default=text("true")),
+    Column("last_used_at", _Time),
+    UniqueConstraint("factor_id", name="uq_authflow_factors_factor_id"),
 )
 # One password per user; other kinds (several security keys) may repeat.
 Index(
@@ -111,6 +131,8 @@ Index(
     postgresql_where=factors_table.c.kind == "password",
 )
 Index("ix_authflow_factors_user", factors_table.c.user_id)
+# A lookup value names one factor of its kind (NULLs never collide).
+Index("uq_authflow_factors_kind_lookup", factors_table.c.kind, factors_table.c.lookup, unique=True)
 
 attempts_table = Table(
     "authflow_attempts",
@@ -210,6 +232,37 @@ def _aware(value: datetime | None) -> datetime | None:
     return utc(value) if value is not None else None
 
 
+def _factor(row: Row[Any]) -> FactorConfig | None:
+    """The factor of a row; ``None`` for a kind this process has not registered (it cannot
+    be verified, so it is as good as absent)."""
+    try:
+        kind = FactorKind(row.kind)
+    except ValueError:
+        return None
+    return FactorConfig(
+        user_id=row.user_id,
+        kind=kind,
+        created_at=utc(row.created_at),
+        secret=row.secret,
+        factor_id=row.factor_id,
+        counter=int(row.counter),
+        data=load_factor_data(row.data),
+        lookup=row.lookup,
+        confirmed=bool(row.confirmed),
+        last_used_at=_aware(row.last_used_at),
+    )
+
+
+def _factors(rows: Sequence[Row[Any]]) -> list[FactorConfig]:
+    return [config for config in map(_factor, rows) if config is not None]
+
+
+def _factor_key(tenant: str, user_id: str, factor_id: str = "") -> dict[str, Any]:
+    """The parameters naming one factor in the statements that write factors (named
+    ``key_*``: SQLAlchemy keeps column names for the SET and VALUES clauses)."""
+    return {"key_tenant": tenant, "key_user_id": user_id, "key_factor_id": factor_id}
+
+
 def _user(row: Row[Any]) -> UserRecord:
     return UserRecord(
         user_id=row.user_id,
@@ -225,14 +278,127 @@ def _user(row: Row[Any]) -> UserRecord:
 _FIND_USER = select(users_table).where(
     users_table.c.tenant == bindparam("tenant"), users_table.c.identifier == bindparam("identifier")
 )
-_USER_FACTORS = (
+# A user's factors (only when the user is in the tenant), oldest first; confirmed ones
+# only unless pending ones are asked for.
+_ALL_USER_FACTORS = (
     select(factors_table)
     .join(users_table, users_table.c.user_id == factors_table.c.user_id)
     .where(users_table.c.tenant == bindparam("tenant"), factors_table.c.user_id == bindparam("user_id"))
     .order_by(factors_table.c.created_at, factors_table.c.id)
 )
+_CONFIRMED = factors_table.c.confirmed == true()
+_USER_FACTORS = _ALL_USER_FACTORS.where(_CONFIRMED)
 _FACTOR_KINDS = _USER_FACTORS.with_only_columns(factors_table.c.kind)
 _PASSWORD_HASH = _USER_FACTORS.where(factors_table.c.kind == FactorKind.PASSWORD.value)
+_OF_KIND = factors_table.c.kind == bindparam("kind")
+#: list_user_factors: (filtered by kind, pending included) -> statement.
+_LIST_FACTORS = {
+    (False, False): _USER_FACTORS,
+    (True, False): _USER_FACTORS.where(_OF_KIND),
+    (False, True): _ALL_USER_FACTORS,
+    (True, True): _ALL_USER_FACTORS.where(_OF_KIND),
+}
+_GET_FACTOR = _ALL_USER_FACTORS.where(factors_table.c.factor_id == bindparam("factor_id"))
+_FIND_FACTOR_BY_LOOKUP = (
+    select(factors_table)
+    .join(users_table, users_table.c.user_id == factors_table.c.user_id)
+    .where(
+        users_table.c.tenant == bindparam("tenant"),
+        factors_table.c.kind == bindparam("kind"),
+        factors_table.c.lookup == bindparam("lookup"),
+        _CONFIRMED,
+    )
+)
+_FACTOR_COLUMNS = (
+    "factor_id",
+    "kind",
+    "secret",
+    "created_at",
+    "counter",
+    "data",
+    "lookup",
+    "confirmed",
+    "last_used_at",
+)
+# INSERT ... SELECT from the user's row: nothing is inserted (no row returned) when the
+# user is not in the tenant, in the same statement as the insert.
+_ADD_FACTOR = (
+    insert(factors_table)
+    .from_select(
+        ["user_id", *_FACTOR_COLUMNS],
+        select(
+            users_table.c.user_id,
+            *(bindparam(f"new_{name}", type_=factors_table.c[name].type) for name in _FACTOR_COLUMNS),
+        ).where(
+            users_table.c.tenant == bindparam("key_tenant"), users_table.c.user_id == bindparam("key_user_id")
+        ),
+    )
+    .returning(factors_table.c.id)
+)
+# The user's row, locked until the transaction ends (PostgreSQL; on SQLite the first
+# write takes the database lock): factor changes that replace others run one at a time.
+_LOCK_USER = (
+    select(users_table.c.user_id)
+    .where(users_table.c.tenant == bindparam("key_tenant"), users_table.c.user_id == bindparam("key_user_id"))
+    .with_for_update()
+)
+# One factor of a user who is in the tenant (correlated: still one statement).
+_IN_TENANT = (
+    exists()
+    .where(users_table.c.user_id == factors_table.c.user_id, users_table.c.tenant == bindparam("key_tenant"))
+    .correlate(factors_table)
+)
+_OF_FACTOR = and_(
+    factors_table.c.factor_id == bindparam("key_factor_id"),
+    factors_table.c.user_id == bindparam("key_user_id"),
+    _IN_TENANT,
+)
+_USED_AT = bindparam("used_at", type_=UTCDateTime())
+_ADVANCE_COUNTER = (
+    update(factors_table)
+    .where(_OF_FACTOR, _CONFIRMED, factors_table.c.counter < bindparam("new_counter", type_=BigInteger()))
+    .values(counter=bindparam("new_counter", type_=BigInteger()), last_used_at=_USED_AT)
+)
+_EXPECTED_COUNTER = bindparam("expected_counter", type_=BigInteger())
+_SWAP_SECRET = (
+    update(factors_table)
+    .where(_OF_FACTOR, _CONFIRMED, factors_table.c.counter == _EXPECTED_COUNTER)
+    .values(
+        secret=bindparam("new_secret", type_=Text()), counter=_EXPECTED_COUNTER + 1, last_used_at=_USED_AT
+    )
+)
+_CONFIRM_FACTOR = (
+    update(factors_table)
+    .where(
+        factors_table.c.factor_id == bindparam("key_factor_id"),
+        factors_table.c.user_id == bindparam("key_user_id"),
+        factors_table.c.confirmed == false(),
+    )
+    .values(confirmed=True)
+    .returning(factors_table.c.kind)
+)
+_DELETE_OTHERS_OF_KIND = delete(factors_table).where(
+    factors_table.c.user_id == bindparam("key_user_id"),
+    factors_table.c.kind == bindparam("key_kind"),
+    factors_table.c.factor_id != bindparam("key_factor_id"),
+)
+_DELETE_FACTOR = delete(factors_table).where(_OF_FACTOR, factors_table.c.kind != FactorKind.PASSWORD.value)
+_CONFIRMED_OF_KIND = and_(
+    factors_table.c.user_id == bindparam("key_user_id"),
+    factors_table.c.kind == bindparam("key_kind"),
+    _CONFIRMED,
+)
+_FIRST_ENROLLED_OF_KIND = select(func.min(factors_table.c.created_at)).where(_CONFIRMED_OF_KIND)
+_DELETE_CONFIRMED_OF_KIND = delete(factors_table).where(_CONFIRMED_OF_KIND)
+_INSERT_FACTOR = insert(factors_table)
+_SET_PASSWORD = (
+    update(factors_table)
+    .where(
+        factors_table.c.user_id == bindparam("key_user_id"),
+        factors_table.c.kind == FactorKind.PASSWORD.value,
+    )
+    .values(secret=bindparam("password_hash", type_=Text()), confirmed=True)
+)
 _ACTIVE_LOCK = select(func.max(lockouts_table.c.locked_until)).where(
     lockouts_table.c.tenant == bindparam("tenant"),
     lockouts_table.c.subject == bindparam("subject"),
@@ -638,12 +804,14 @@ class SqlAlchemyBackend:
                 )
                 if password_hash is not None:
                     conn.execute(
-                        insert(factors_table).values(
-                            user_id=user.user_id,
-                            kind=FactorKind.PASSWORD.value,
-                            secret=password_hash,
-                            created_at=user.created_at,
-                        )
+                        _INSERT_FACTOR,
+                        {
+                            "user_id": user.user_id,
+                            "kind": FactorKind.PASSWORD.value,
+                            "secret": password_hash,
+                            "created_at": user.created_at,
+                            "factor_id": secrets.token_urlsafe(16),
+                        },
                     )
         except IntegrityError as exc:
             raise UserExists() from exc
@@ -716,31 +884,29 @@ class SqlAlchemyBackend:
         return str(row.secret) if row is not None else None
 
     def set_password_hash(self, tenant: str, user_id: str, password_hash: str) -> None:
+        """Set or replace the password (the factor keeps its id and enrollment time)."""
         now = utc(self.clock.now())
-        owned = select(users_table.c.user_id).where(
-            users_table.c.tenant == tenant, users_table.c.user_id == user_id
-        )
+        params = {
+            "tenant": tenant,
+            "user_id": user_id,
+            "key_user_id": user_id,
+            "password_hash": password_hash,
+        }
         for _ in range(2):  # a concurrent first insert wins the unique index; then we update
             try:
                 with self._tx() as conn:
-                    if conn.execute(owned).first() is None:
+                    if conn.execute(_GET_USER, params).first() is None:
                         raise UserNotFound()
-                    result = conn.execute(
-                        update(factors_table)
-                        .where(
-                            factors_table.c.user_id == user_id,
-                            factors_table.c.kind == FactorKind.PASSWORD.value,
-                        )
-                        .values(secret=password_hash)
-                    )
-                    if result.rowcount == 0:
+                    if conn.execute(_SET_PASSWORD, params).rowcount == 0:
                         conn.execute(
-                            insert(factors_table).values(
-                                user_id=user_id,
-                                kind=FactorKind.PASSWORD.value,
-                                secret=password_hash,
-                                created_at=now,
-                            )
+                            _INSERT_FACTOR,
+                            {
+                                "user_id": user_id,
+                                "kind": FactorKind.PASSWORD.value,
+                                "secret": password_hash,
+                                "created_at": now,
+                                "factor_id": secrets.token_urlsafe(16),
+                            },
                         )
                 return
             except IntegrityError:
@@ -748,30 +914,35 @@ class SqlAlchemyBackend:
         raise StoreUnavailable("could not store the password hash")
 
     def enroll_factor(self, tenant: str, user_id: str, kind: FactorKind, secret: str) -> None:
-        """Add a factor configuration (second factors register here)."""
+        """Enroll a confirmed factor of ``kind`` with ``secret``, replacing the user's
+        confirmed factors of that kind in one transaction (it keeps the enrollment time of
+        the first of them); pending enrollments are left alone. The password goes to
+        :meth:`set_password_hash`. :class:`UserNotFound` if the user is not in ``tenant``."""
+        kind = FactorKind(kind)
         if kind is FactorKind.PASSWORD:
             self.set_password_hash(tenant, user_id, secret)
             return
-        if self.get_user(tenant, user_id) is None:
-            raise UserNotFound()
+        params = {**_factor_key(tenant, user_id), "key_kind": kind.value}
         with self._tx() as conn:
+            # The user's row lock makes parallel re-enrollments take turns (each leaves one).
+            if conn.execute(_LOCK_USER, params).first() is None:
+                raise UserNotFound()
+            first = _aware(conn.execute(_FIRST_ENROLLED_OF_KIND, params).scalar())
+            conn.execute(_DELETE_CONFIRMED_OF_KIND, params)
             conn.execute(
-                insert(factors_table).values(
-                    user_id=user_id, kind=kind.value, secret=secret, created_at=utc(self.clock.now())
-                )
+                _INSERT_FACTOR,
+                {
+                    "user_id": user_id,
+                    "kind": kind.value,
+                    "secret": secret,
+                    "created_at": first or utc(self.clock.now()),
+                    "factor_id": secrets.token_urlsafe(16),
+                },
             )
 
     def list_factors(self, tenant: str, user_id: str) -> list[FactorConfig]:
         params = {"tenant": tenant, "user_id": user_id}
-        rows = self._fetch(lambda conn: conn.execute(_USER_FACTORS, params).all())
-        configs: list[FactorConfig] = []
-        for row in rows:
-            try:
-                kind = FactorKind(row.kind)
-            except ValueError:
-                continue  # a kind this version does not know cannot be verified: skip it
-            configs.append(FactorConfig(row.user_id, kind, utc(row.created_at), row.secret))
-        return configs
+        return _factors(self._fetch(lambda conn: conn.execute(_USER_FACTORS, params).all()))
 
     def required_factors(self, tenant: str, user_id: str) -> list[FactorKind]:
         params = {"tenant": tenant, "user_id": user_id}
@@ -788,6 +959,116 @@ class SqlAlchemyBackend:
             kinds.remove(FactorKind.PASSWORD)
             kinds.insert(0, FactorKind.PASSWORD)
         return kinds
+
+    # --- factor records (FactorRecordStore) --------------------------------------------------
+
+    def _write_one(self, statement: Any, params: dict[str, Any]) -> int:
+        """Run one conditional write, atomic by itself; returns its row count.
+
+        In the open unit of work if there is one; otherwise committed on its own (AUTOCOMMIT
+        on a server database: one round trip) and never retried, as a second run could not
+        tell whether the first was applied. Database failures become StoreUnavailable."""
+        if self._unit() is not None:
+            with self._tx() as conn:
+                return int(conn.execute(statement, params).rowcount)
+        try:
+            return run_statement(self.engine, self._read_engine, statement, params, idempotent=False)
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable("the authentication database is unavailable") from exc
+
+    def add_factor(self, tenant: str, config: FactorConfig) -> None:
+        data = check_factor_config(config)
+        kind = FactorKind(config.kind)
+        params: dict[str, Any] = {
+            **_factor_key(tenant, config.user_id),
+            "new_factor_id": config.factor_id,
+            "new_kind": kind.value,
+            "new_secret": config.secret,
+            "new_created_at": utc(config.created_at),
+            "new_counter": config.counter,
+            "new_data": dump_factor_data(data),
+            "new_lookup": config.lookup,
+            "new_confirmed": config.confirmed,
+            "new_last_used_at": _aware(config.last_used_at),
+        }
+        try:
+            with self._tx() as conn:
+                inserted = conn.execute(_ADD_FACTOR, params).first() is not None
+        except IntegrityError as exc:
+            raise ValueError(
+                "this factor id is already used, or the lookup (or the user's password) is enrolled already"
+            ) from exc
+        if not inserted:
+            raise UserNotFound()
+
+    def get_factor(self, tenant: str, user_id: str, factor_id: str) -> FactorConfig | None:
+        params = {"tenant": tenant, "user_id": user_id, "factor_id": factor_id}
+        row = self._fetch(lambda conn: conn.execute(_GET_FACTOR, params).first())
+        return None if row is None else _factor(row)
+
+    def list_user_factors(
+        self, tenant: str, user_id: str, *, kind: FactorKind | None = None, include_pending: bool = False
+    ) -> list[FactorConfig]:
+        statement = _LIST_FACTORS[(kind is not None, include_pending)]
+        params = {"tenant": tenant, "user_id": user_id, "kind": None if kind is None else str(kind)}
+        return _factors(self._fetch(lambda conn: conn.execute(statement, params).all()))
+
+    def find_factor_by_lookup(self, tenant: str, kind: FactorKind, lookup: str) -> FactorConfig | None:
+        params = {"tenant": tenant, "kind": str(kind), "lookup": lookup}
+        row = self._fetch(lambda conn: conn.execute(_FIND_FACTOR_BY_LOOKUP, params).first())
+        return None if row is None else _factor(row)
+
+    def confirm_factor(self, tenant: str, user_id: str, factor_id: str, *, replace_kind: bool) -> bool:
+        """One transaction under the user's row lock (PostgreSQL; the database lock on
+        SQLite): of two parallel confirmations that replace the kind, the second finds its
+        pending factor deleted by the first, so exactly one factor of the kind is left."""
+        params = _factor_key(tenant, user_id, factor_id)
+        with self._tx() as conn:
+            if conn.execute(_LOCK_USER, params).first() is None:
+                return False
+            kind = conn.execute(_CONFIRM_FACTOR, params).scalar()
+            if kind is None:
+                return False
+            if replace_kind:
+                conn.execute(_DELETE_OTHERS_OF_KIND, {**params, "key_kind": kind})
+        return True
+
+    def delete_factor(self, tenant: str, user_id: str, factor_id: str) -> bool:
+        if self._write_one(_DELETE_FACTOR, _factor_key(tenant, user_id, factor_id)) == 1:
+            return True
+        params = {"tenant": tenant, "user_id": user_id, "factor_id": factor_id}
+        row = self._fetch(lambda conn: conn.execute(_GET_FACTOR, params).first())
+        if row is not None and row.kind == FactorKind.PASSWORD.value:
+            raise ValueError("the password is not deleted as a factor: set another one instead")
+        return False
+
+    def advance_factor_counter(
+        self, tenant: str, user_id: str, factor_id: str, new_counter: int, *, now: datetime
+    ) -> bool:
+        params = {
+            **_factor_key(tenant, user_id, factor_id),
+            "new_counter": new_counter,
+            "used_at": utc(now),
+        }
+        return self._write_one(_ADVANCE_COUNTER, params) == 1
+
+    def swap_factor_secret(
+        self,
+        tenant: str,
+        user_id: str,
+        factor_id: str,
+        *,
+        expected_counter: int,
+        secret: str,
+        now: datetime,
+    ) -> bool:
+        params = {
+            **_factor_key(tenant, user_id, factor_id),
+            "expected_counter": expected_counter,
+            "new_secret": secret,
+            "used_at": utc(now),
+        }
+        return self._write_one(_SWAP_SECRET, params) == 1
 
     # --- attempts and lockout ----------------------------------------------------------------
 
