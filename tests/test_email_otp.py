@@ -548,8 +548,21 @@ def test_wrong_enrollment_code_confirms_nothing(env: Env) -> None:
     wrong = f"{(int(code) + 1) % 10**8:08d}"
     with pytest.raises(EnrollmentError):
         env.handle.confirm_enrollment(session, EMAIL, start.factor_id, FactorCredential.code(EMAIL, wrong))
-    # the enrollment is over: even the right code no longer confirms it
-    with pytest.raises(EnrollmentError):
+    # nothing confirmed by the wrong code; the user may correct a typo with the right one
+    assert env.backend.list_user_factors("acme", env.user_id, kind=EMAIL) == []
+    env.handle.confirm_enrollment(session, EMAIL, start.factor_id, FactorCredential.code(EMAIL, code))
+    assert len(env.backend.list_user_factors("acme", env.user_id, kind=EMAIL)) == 1
+
+
+def test_wrong_enrollment_codes_use_up_the_tries(env: Env) -> None:
+    session = logged_in(env)
+    start = env.handle.begin_enrollment(session, EMAIL, {"address": "alice@example.com"})
+    code = env.last_code()
+    wrong = FactorCredential.code(EMAIL, f"{(int(code) + 1) % 10**8:08d}")
+    for _ in range(5):  # AUTHFLOW_EMAIL_OTP_MAX_TRIES
+        with pytest.raises(EnrollmentError):
+            env.handle.confirm_enrollment(session, EMAIL, start.factor_id, wrong)
+    with pytest.raises(EnrollmentError):  # the code is dead: even the right one is refused now
         env.handle.confirm_enrollment(session, EMAIL, start.factor_id, FactorCredential.code(EMAIL, code))
     assert env.backend.list_user_factors("acme", env.user_id, kind=EMAIL) == []
 

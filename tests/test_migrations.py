@@ -449,6 +449,25 @@ def test_a_pre_migration_database_is_adopted(database_url: str, engines: Callabl
         assert conn.execute(sa.text("SELECT federation_key FROM authflow_sessions")).one() == (None,)
 
 
+def test_a_database_made_by_this_versions_models_is_stamped_at_head(
+    database_url: str, engines: Callable[[str], sa.Engine]
+) -> None:
+    """``SqlAlchemyBackend(url)`` creates the tables from the models without a version
+    table; a later ``db upgrade`` recognises them as head instead of refusing them."""
+    from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+
+    backend = SqlAlchemyBackend(database_url)
+    backend.create_user("acme", "alice")
+    backend.close()
+    engine = engines(database_url)
+    assert migrations.current(engine) is None
+    result = migrations.upgrade(engine)
+    assert (result.before, result.after, result.adopted) == (None, migrations.head(), [])
+    assert schema_differences(engine) == []
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT identifier FROM authflow_users")).scalar_one() == "alice"
+
+
 def test_the_sqlite_default_adopts_a_pre_migration_database(
     tmp_path: Path, engines: Callable[[str], sa.Engine], apps: Callable[..., Flask]
 ) -> None:

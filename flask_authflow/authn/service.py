@@ -892,22 +892,29 @@ class AuthnRequest:
             raise FactorNotRegistered(f"no factor of kind {kind.value!r} is registered")
         ident = flow.get(LOGIN_IDENTIFIER_KEY)
         snapshot = _Snapshot.take(session)
-        public, slots = self._challenge_step(
-            session, kinds,
-            tenant=record.tenant or "", user_id=record.user_id or "",
-            identifier=ident if isinstance(ident, str) else None, now=now,
-            purpose="step_up" if step_up_step else "login", only=kind,
-        )  # fmt: skip
+
+        def row(status: str, reason: str | None = None) -> AuditRecord:
+            return self._row(
+                "factor_challenge", status, session, now,
+                tenant=record.tenant, user_id=record.user_id, factor=kind.value, reason=reason,
+            )  # fmt: skip
+
+        try:
+            public, slots = self._challenge_step(
+                session, kinds,
+                tenant=record.tenant or "", user_id=record.user_id or "",
+                identifier=ident if isinstance(ident, str) else None, now=now,
+                purpose="step_up" if step_up_step else "login", only=kind,
+            )  # fmt: skip
+        except AuthFlowError as exc:  # the mail server is down, no sender is configured
+            code = exc.code
+            self._refuse(session, snapshot, exc, lambda: row("error", code))
+            raise
         if slots:
             session.transition(lambda r: begin_flow(r, {**(r.flow or {}), **slots}))
-        pending = _Pending(
-            rows=[
-                self._row(
-                    "factor_challenge", "sent", session, now,
-                    tenant=record.tenant, user_id=record.user_id, factor=kind.value,
-                )
-            ]
-        )  # fmt: skip
+        error = public.get(kind, {}).get("error")
+        refused = isinstance(error, str)
+        pending = _Pending(rows=[row("refused" if refused else "sent", error if refused else None)])
         self._commit(session, snapshot, pending)
         return _required(kinds, public)
 
@@ -1241,8 +1248,9 @@ class AuthnRequest:
         store = ctx.store
         snapshot = _Snapshot.take(session)
 
-        def refuse(reason: str) -> EnrollmentError:
-            self._store_enroll_slot(session, kind, replace(ctx, flow_update={}))
+        def refuse(reason: str, slot: dict[str, Any] | None = None) -> EnrollmentError:
+            # The enrollment's slot as the factor left it (a try counted); ``{}`` ends it.
+            self._store_enroll_slot(session, kind, replace(ctx, flow_update=slot))
             self._write(
                 [self._row("factor_enroll", "failure", session, now, tenant=tenant, user_id=user_id,
                            factor=kind.value, reason=reason)]
@@ -1255,18 +1263,18 @@ class AuthnRequest:
 
         config = _guard_store(lambda: store.get_factor(tenant, user_id, factor_id))
         if config is None or config.kind is not kind or config.confirmed:
-            raise refuse("no_pending_factor")
+            raise refuse("no_pending_factor", {})
         if now - config.created_at > ENROLLMENT_TTL:
             _guard_store(lambda: store.delete_factor(tenant, user_id, factor_id))
-            raise refuse("expired")
+            raise refuse("expired", {})
         checked = _guard_store(lambda: enrollment.confirm(ctx, factor_id, credential))
         if not checked:
             code = checked.code if isinstance(checked, Rejected) else "invalid"
-            raise refuse(code)
+            raise refuse(code, ctx.flow_update)
         if not _guard_store(
             lambda: store.confirm_factor(tenant, user_id, factor_id, replace_kind=enrollment.replaces_kind)
         ):
-            raise refuse("no_pending_factor")
+            raise refuse("no_pending_factor", {})
         # An enrollment's commit runs once the factor counts (it marks the proving code used).
         if isinstance(checked, Accepted) and checked.commit is not None and not _guard_store(checked.commit):
             log.warning("the code that proved a new %s factor could not be marked used", kind.value)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from ...config import AuthFlowConfig
 from ...mail import MailSender
 from ..service import AuthnService
+from .email_otp import EmailOtpFactor
 from .recovery import RecoveryCodeFactor
 from .sealing import FactorSealer, factor_sealer
 from .totp import HotpFactor, TotpFactor
@@ -30,4 +31,17 @@ def install_factors(
     service.freshness = config.freshness
     service.site_name = config.site_name or "flask-authflow"
     service.passkey_login_allowed = config.passkey_login_allowed
+    service.register_factor(
+        EmailOtpFactor(
+            sealer,
+            mail_sender,
+            ttl=config.email_otp_ttl,
+            max_tries=config.email_otp_max_tries,
+            site_name=service.site_name,
+        )
+    )
+    if config.webauthn_rp_id is not None:
+        from .webauthn import WebAuthnFactor, WebAuthnSettings  # needs the [webauthn] extra
+
+        service.register_factor(WebAuthnFactor(WebAuthnSettings.from_config(config)))
     return sealer

@@ -209,10 +209,32 @@ def _baseline_module() -> Any:
     return script.module
 
 
+def _matches_models(connection: Connection, tables: set[str]) -> bool:
+    """Every flask-authflow table that exists has exactly the current models' columns, and
+    at least one of them differs from the baseline (else the baseline adoption applies)."""
+    reflected = inspect(connection)
+    expected: dict[str, set[str]] = _baseline_module().expected_columns()
+    newer = False
+    for table in metadata.sorted_tables:
+        if table.name not in tables:
+            continue
+        found = {column["name"] for column in reflected.get_columns(table.name)}
+        if found != {column.name for column in table.columns}:
+            return False
+        newer = newer or found != expected.get(table.name, found)
+    return newer
+
+
 def _adopt(connection: Connection) -> list[str]:
     """Stamp a pre-migration database with the baseline after completing its tables."""
     tables = _authflow_tables(connection)
     if not tables or VERSION_TABLE in tables:
+        return []
+    if _matches_models(connection, tables):
+        # Created by this version's models (``SqlAlchemyBackend(create_tables=True)``):
+        # complete the missing tables from the models, and it is at head.
+        metadata.create_all(connection)
+        command.stamp(_config(connection), "head")
         return []
     baseline = _baseline_module()
     expected: dict[str, set[str]] = baseline.expected_columns()
