@@ -3,15 +3,21 @@ the account page, CSRF (built in and Flask-WTF), ``next`` handling and template 
 
 from __future__ import annotations
 
+import base64
 import hmac
+import json
 import re
 import secrets
+import shutil
+import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import pyotp
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
@@ -27,16 +33,28 @@ from flask_authflow import (
     get_state,
     login_required,
 )
-from flask_authflow.authn.factors.base import Accepted, FactorContext, Rejected
+from flask_authflow.authn.factors.base import (
+    Accepted,
+    EnrollContext,
+    EnrollmentStart,
+    FactorContext,
+    Rejected,
+    StoredEnrollment,
+)
+from flask_authflow.authn.factors.email_otp import EmailOtpFactor
 from flask_authflow.authn.factors.password import PasswordHasher
+from flask_authflow.authn.factors.webauthn import WebAuthnFactor, WebAuthnSettings
 from flask_authflow.authn.outcomes import FactorCredential, FactorKind
+from flask_authflow.authn.stores import FactorConfig
 from flask_authflow.session.model import sid_hash
 from flask_authflow.session.stores import MemorySessionStore
 from flask_authflow.state import account_admin
 from flask_authflow.stores.memory import InMemoryBackend
-from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
+from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT, Outbox
 from flask_authflow.views import VIEWS_BLUEPRINT, register_views
 from flask_authflow.views.csrf import SESSION_KEY
+from tests.parts import missing_part
+from tests.webauthn_soft import SoftAuthenticator
 
 PASSWORD = "correct horse battery"
 FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0"
@@ -136,7 +154,8 @@ class _Parser(HTMLParser):
         a = dict(attrs)
         if a.get("id"):
             self.page.ids.append(str(a["id"]))
-        if tag in ("link", "script", "img", "iframe") or (tag == "a" and "://" in (a.get("href") or "")):
+        fetched = tag in ("link", "img", "iframe") or (tag == "script" and "src" in a)
+        if fetched or (tag == "a" and "://" in (a.get("href") or "")):
             self.page.external.append(f"{tag} {a}")
         if tag == "form":
             self._form = {"attrs": a, "inputs": [], "buttons": []}
@@ -214,6 +233,20 @@ EXPECTED_RULES = {
     "authflow_views.change_password": ("/account/password", {"POST"}),
     "authflow_views.revoke_session": ("/account/sessions/<session_hash>/revoke", {"POST"}),
     "authflow_views.revoke_other_sessions": ("/account/sessions/revoke-others", {"POST"}),
+    "authflow_views.factor_send": ("/login/factor/send", {"POST"}),
+    "authflow_views.factor_webauthn_options": ("/login/factor/webauthn-options", {"POST"}),
+    "authflow_views.passkey_options": ("/login/passkey/options", {"POST"}),
+    "authflow_views.passkey_login": ("/login/passkey", {"POST"}),
+    "authflow_views.factors": ("/account/factors", {"GET"}),
+    "authflow_views.enroll_totp": ("/account/factors/totp", {"GET", "POST"}),
+    "authflow_views.confirm_totp": ("/account/factors/totp/confirm", {"POST"}),
+    "authflow_views.generate_recovery_codes": ("/account/factors/recovery-codes", {"GET", "POST"}),
+    "authflow_views.confirm_recovery_codes": ("/account/factors/recovery-codes/confirm", {"POST"}),
+    "authflow_views.enroll_email": ("/account/factors/email", {"GET", "POST"}),
+    "authflow_views.confirm_email": ("/account/factors/email/confirm", {"POST"}),
+    "authflow_views.webauthn_enroll_options": ("/account/factors/webauthn/options", {"POST"}),
+    "authflow_views.confirm_webauthn": ("/account/factors/webauthn/confirm", {"POST"}),
+    "authflow_views.remove_factor": ("/account/factors/<factor_id>/remove", {"POST"}),
 }
 
 
@@ -478,9 +511,13 @@ def test_a_second_factor_has_its_own_page(mfa_site: Site) -> None:
     parsed = parse(page.text)
     code = input_named(parsed, "code")
     assert code["autocomplete"] == "one-time-code" and code["inputmode"] == "numeric"
-    assert parsed.labels["code"] == "Authentication code"
+    assert code["id"] == "code-totp" and parsed.labels["code-totp"] == "Authentication code"
     assert input_named(parsed, "next")["value"] == "/private"
-    assert parsed.forms["factor-form"]["attrs"]["method"] == "post"
+    assert input_named(parsed, "kind") == {"type": "hidden", "name": "kind", "value": "totp"}
+    form = parsed.forms["factor-form-totp"]
+    assert form["attrs"]["method"] == "post" and [b["id"] for b in form["buttons"]] == ["factor-submit-totp"]
+    assert "restart-login" in parsed.ids and "webauthn-button" not in parsed.ids
+    assert "<script" not in page.text  # no security key here: no script either
     done = client.post(
         "/login/factor", data={"code": "123 456", "next": "/private", "csrf_token": csrf_of(page.text)}
     )
@@ -495,7 +532,7 @@ def test_a_wrong_code_keeps_the_step(mfa_site: Site) -> None:
     token = csrf_of(client.get("/login/factor").text)
     wrong = client.post("/login/factor", data={"code": "654321", "csrf_token": token})
     assert wrong.status_code == 401 and "That code was not accepted. Try again." in wrong.text
-    assert 'id="factor-form"' in wrong.text
+    assert 'id="factor-form-totp"' in wrong.text
     assert client.get("/account").status_code == 401  # still not signed in
     again = client.post("/login/factor", data={"code": "123456", "csrf_token": token})
     assert again.status_code == 302
@@ -531,26 +568,53 @@ def test_the_factor_step_refuses_an_unsafe_next(mfa_site: Site, target: str) -> 
 
 
 @pytest.mark.parametrize(
-    ("kind", "label", "inputmode"),
+    ("kind", "label", "inputmode", "maxlength"),
     [
-        (FactorKind.EMAIL_OTP, "Code from your e-mail", "numeric"),
-        (FactorKind.RECOVERY_CODE, "Recovery code", "text"),
-        (FactorKind.WEBAUTHN, "Verification code", "text"),
+        (FactorKind.EMAIL_OTP, "Code from your e-mail", "numeric", "16"),
+        (FactorKind.HOTP, "Authentication code", "numeric", "12"),
     ],
 )
 def test_the_factor_page_names_the_pending_factor(
-    site: Site, kind: FactorKind, label: str, inputmode: str
+    site: Site, kind: FactorKind, label: str, inputmode: str, maxlength: str
 ) -> None:
+    get_state(site.app).service.register_factor(FixedCode("24681357", kind=kind))
     site.backend.enroll_factor("default", site.user_id(), kind, "seed")
     client = site.client()
     assert login(client).location == "/login/factor"
-    page = parse(client.get("/login/factor").text)
-    assert page.labels["code"] == label
-    assert input_named(page, "code")["inputmode"] == inputmode
-    assert page.forms["factor-form"]["attrs"]["data-factor"] == kind.value
-    # no verifier for the kind is registered here: the service refuses the code like a wrong one
-    token = csrf_of(client.get("/login/factor").text)
-    assert client.post("/login/factor", data={"code": "000000", "csrf_token": token}).status_code == 401
+    html = client.get("/login/factor").text
+    page = parse(html)
+    code = input_named(page, "code")
+    assert page.labels[f"code-{kind.value}"] == label
+    assert (code["inputmode"], code["autocomplete"], code["maxlength"]) == (
+        inputmode,
+        "one-time-code",
+        maxlength,
+    )
+    assert page.forms[f"factor-form-{kind.value}"]["attrs"]["data-factor"] == kind.value
+    # only e-mail codes have a "send" button (the only way: the code went out already)
+    assert ("send-code-form" in page.forms) is (kind is FactorKind.EMAIL_OTP)
+    if kind is FactorKind.EMAIL_OTP:
+        assert "E-mail me a new code" in html
+    token = csrf_of(html)
+    wrong = client.post("/login/factor", data={"code": "00000000", "kind": kind.value, "csrf_token": token})
+    assert wrong.status_code == 401 and "That code was not accepted. Try again." in wrong.text
+    done = client.post("/login/factor", data={"code": "24681357", "kind": kind.value, "csrf_token": token})
+    assert done.location == "/account"
+
+
+def test_a_kind_the_app_cannot_verify_is_not_offered(site: Site) -> None:
+    site.backend.enroll_factor("default", site.user_id(), FactorKind.WEBAUTHN, "seed")  # no RP configured
+    client = site.client()
+    assert login(client).location == "/login/factor"
+    html = client.get("/login/factor").text
+    page = parse(html)
+    assert "no-method" in page.ids and "webauthn-button" not in page.ids and "<script" not in html
+    refused = client.post(
+        "/login/factor",
+        data={"kind": "webauthn", "credential": "{}", "csrf_token": csrf_of(client.get("/login").text)},
+    )
+    assert refused.status_code == 401 and "Your security key was not accepted" in refused.text
+    assert client.get("/account").status_code == 401
 
 
 def test_the_factor_page_of_a_guest_goes_to_the_login(site: Site) -> None:
@@ -995,3 +1059,1026 @@ def test_flask_wtf_field_name_is_followed(mock_clock, authflow_hasher) -> None:
         client.post("/login", data={"username": "alice", "password": PASSWORD, "xsrf": token}).location
         == "/account"
     )
+
+
+# --- sign-in methods (/account/factors) with the real TOTP and recovery-code factors -------------
+
+
+FRESHNESS_PASSED = timedelta(minutes=11)  # older than AUTHFLOW_FRESHNESS (10 minutes)
+STEP = timedelta(seconds=30)
+
+
+def totp_now(secret: str, clock: MockClock, steps: int = 0) -> str:
+    """The code an authenticator app shows at the app's (mock) time, ``steps`` periods away."""
+    return pyotp.TOTP(secret).at(int(clock.now().timestamp()) + 30 * steps)
+
+
+def hidden_value(html: str, name: str) -> str:
+    match = re.search(rf'name="{name}" value="([^"]*)"', html)
+    assert match is not None, f"no field {name!r} on the page"
+    return match.group(1)
+
+
+def factors_token(client: FlaskClient) -> str:
+    page = client.get("/account/factors")
+    assert page.status_code == 200
+    return csrf_of(page.text)
+
+
+def enroll_totp(site: Site, client: FlaskClient) -> str:
+    """Set up an authenticator app through the pages; returns its key (base32)."""
+    page = client.post("/account/factors/totp", data={"csrf_token": factors_token(client)})
+    assert page.status_code == 200, page.text
+    secret_match = re.search(r'id="totp-secret">([A-Z2-7]+)</code>', page.text)
+    assert secret_match is not None
+    secret = secret_match.group(1)
+    done = client.post(
+        "/account/factors/totp/confirm",
+        data={
+            "factor_id": hidden_value(page.text, "factor_id"),
+            "code": totp_now(secret, site.clock),
+            "csrf_token": csrf_of(page.text),
+        },
+    )
+    assert done.status_code == 302 and done.location == "/account/factors?notice=totp_added"
+    return secret
+
+
+def generate_recovery_codes(client: FlaskClient) -> tuple[list[str], str]:
+    """Ask for a new set: (the codes shown, the page's HTML)."""
+    page = client.post("/account/factors/recovery-codes", data={"csrf_token": factors_token(client)})
+    assert page.status_code == 200, page.text
+    codes = re.findall(r"<li><code>([a-z0-9]{5}-[a-z0-9]{5})</code></li>", page.text)
+    return codes, page.text
+
+
+def confirm_recovery_codes(client: FlaskClient, html: str, code: str) -> Any:
+    return client.post(
+        "/account/factors/recovery-codes/confirm",
+        data={"factor_id": hidden_value(html, "factor_id"), "code": code, "csrf_token": csrf_of(html)},
+    )
+
+
+def factor_step(client: FlaskClient, code: str, kind: str = "totp", **form: str) -> Any:
+    token = csrf_of(client.get("/login/factor").text)
+    return client.post("/login/factor", data={"code": code, "kind": kind, "csrf_token": token, **form})
+
+
+def logout(client: FlaskClient) -> None:
+    assert client.post("/logout", data={"csrf_token": account_token(client)}).location == "/login"
+
+
+def test_enroll_totp_through_the_pages(site: Site) -> None:
+    mine, other = site.client(FIREFOX), site.client()
+    login(mine)
+    login(other)
+    account = parse(mine.get("/account").text)
+    assert "factors-link" in account.ids
+    listing = mine.get("/account/factors")
+    parsed = parse(listing.text)
+    assert "no-factors" in parsed.ids and parsed.external == []
+    assert [b["id"] for b in parsed.forms["add-totp-form"]["buttons"]] == ["add-totp-submit"]
+    assert {"recovery-codes-form"} <= set(parsed.forms)
+    # no WebAuthn relying party, no mail sender: neither is offered
+    assert "add-webauthn-form" not in parsed.forms and "add-email-form" not in parsed.forms
+
+    page = mine.post("/account/factors/totp", data={"csrf_token": csrf_of(listing.text)})
+    assert page.status_code == 200 and page.headers["Cache-Control"] == "no-store"
+    qr = re.search(r'<figure class="qr" id="totp-qr">\s*<svg[^>]*class="authflow-qr"', page.text)
+    assert qr is not None  # the QR code, inline
+    secret = re.search(r'id="totp-secret">([A-Z2-7]{32})</code>', page.text)
+    assert secret is not None
+    form = parse(page.text)
+    code_field = input_named(form, "code")
+    assert code_field["autocomplete"] == "one-time-code" and code_field["inputmode"] == "numeric"
+    assert form.labels["totp-code"] == "Code from the app" and form.external == []
+    factor_id = hidden_value(page.text, "factor_id")
+    token = csrf_of(page.text)
+
+    def confirm(code: str) -> Any:
+        return mine.post(
+            "/account/factors/totp/confirm", data={"factor_id": factor_id, "code": code, "csrf_token": token}
+        )
+
+    wrong = confirm(totp_now(secret.group(1), site.clock, steps=5))
+    assert wrong.status_code == 400 and "That code was not accepted. Try again, or start again." in wrong.text
+    assert (
+        secret.group(1) not in wrong.text and 'id="confirm-totp-form"' in wrong.text
+    )  # the key is not shown again
+    malformed = confirm("12a456")
+    assert malformed.status_code == 400 and "exactly 6 digits" in malformed.text
+    assert confirm("").status_code == 400
+    assert site.backend.required_factors("default", site.user_id()) == [FactorKind.PASSWORD]  # still pending
+    assert other.get("/account").status_code == 200  # nothing changed yet
+
+    done = confirm(totp_now(secret.group(1), site.clock))
+    assert done.status_code == 302 and done.location == "/account/factors?notice=totp_added"
+    assert site.backend.required_factors("default", site.user_id()) == [FactorKind.PASSWORD, FactorKind.TOTP]
+    listed = mine.get(done.location)
+    assert "Your authenticator app is set up." in listed.text and secret.group(1) not in listed.text
+    rows = re.findall(
+        r'class="factor" id="factor-([^"]+)" data-factor-id="[^"]+" data-kind="totp"', listed.text
+    )
+    assert rows == [factor_id]
+    assert other.get("/account").status_code == 401  # the user's other sessions ended
+    assert mine.get("/account").status_code == 200  # ... not this one
+    assert len(site.sessions()) == 1
+
+
+def test_sign_in_with_password_and_totp_through_the_pages(site: Site) -> None:
+    client = site.client()
+    login(client)
+    secret = enroll_totp(site, client)
+    logout(client)
+    site.clock.advance(STEP)  # the code that confirmed the app is used up
+    step = login(client, next="/private")
+    assert step.status_code == 302 and step.location == "/login/factor?next=/private"
+    assert client.get("/private").status_code == 401  # the password alone signs nobody in
+    page = parse(client.get(step.location).text)
+    assert [f for f in page.forms if f.startswith("factor-form-")] == ["factor-form-totp"]
+    assert "factor-choices" not in page.ids
+    done = factor_step(client, totp_now(secret, site.clock), next="/private")
+    assert done.status_code == 302 and done.location == "/private"
+    assert client.get("/private").text == "private page"
+    listed = client.get("/account/factors").text
+    assert "last used" in listed
+
+
+def test_a_wrong_or_malformed_totp_code_keeps_the_step(site: Site) -> None:
+    client = site.client()
+    login(client)
+    secret = enroll_totp(site, client)
+    logout(client)
+    site.clock.advance(STEP)
+    login(client)
+    full_width, arabic_indic = "\uff11\uff12\uff13\uff14\uff15\uff16", "\u0660\u0661\u0662\u0663\u0664\u0665"
+    for bad in ("12a456", full_width, "1234567", arabic_indic):
+        refused = factor_step(client, bad)
+        assert refused.status_code == 400 and "exactly 6 digits" in refused.text, bad
+    for steps in (-2, 2):
+        wrong = factor_step(client, totp_now(secret, site.clock, steps=steps))
+        assert wrong.status_code == 401 and "That code was not accepted. Try again." in wrong.text
+    refused_kind = factor_step(client, totp_now(secret, site.clock), kind="hotp")
+    assert refused_kind.status_code == 400 and "does not take that kind of code" in refused_kind.text
+    assert client.get("/account").status_code == 401
+    assert factor_step(client, totp_now(secret, site.clock)).location == "/account"
+
+
+def test_five_wrong_totp_codes_lock_the_account(site: Site) -> None:
+    client = site.client()
+    login(client)
+    secret = enroll_totp(site, client)
+    logout(client)
+    site.clock.advance(STEP)
+    login(client)
+    right = totp_now(secret, site.clock)
+    wrong = f"{(int(right) + 1) % 1_000_000:06d}"
+    statuses = [factor_step(client, wrong).status_code for _ in range(4)]
+    assert statuses == [401, 401, 401, 401]
+    locked = factor_step(client, wrong)
+    assert locked.status_code == 403 and "Too many failed attempts" in locked.text
+    assert 'id="login-form"' in locked.text  # the login ended: back to the sign-in page
+    assert client.get("/login/factor").location == "/login"
+    assert login(client).status_code == 403  # the account is locked for the password too
+    site.clock.advance(timedelta(minutes=16))
+    login(client)
+    assert factor_step(client, totp_now(secret, site.clock)).location == "/account"
+
+
+def test_recovery_codes_are_shown_once_and_pass_the_step_instead_of_totp(site: Site) -> None:
+    client = site.client()
+    login(client)
+    enroll_totp(site, client)
+    codes, html = generate_recovery_codes(client)
+    assert len(codes) == 10 and len(set(codes)) == 10
+    page = parse(html)
+    assert input_named(page, "code")["autocomplete"] == "off"
+    assert "confirm-recovery-form" in page.forms
+    reloaded = client.get("/account/factors/recovery-codes")  # a reload: never the codes again
+    assert reloaded.status_code == 302 and reloaded.location == "/account/factors"
+    listing = client.get("/account/factors").text
+    assert not any(code in listing for code in codes)
+    wrong = confirm_recovery_codes(client, html, "aaaaa-bbbbb")
+    assert wrong.status_code == 400 and "That code was not accepted" in wrong.text
+    assert not any(code in wrong.text for code in codes)
+    assert confirm_recovery_codes(client, html, "not a code").status_code == 400
+    done = confirm_recovery_codes(client, html, codes[0])
+    assert done.status_code == 302 and done.location == "/account/factors?notice=recovery_added"
+    listed = client.get(done.location).text
+    assert "10 of 10 codes left" in listed and not any(code in listed for code in codes)
+
+    # at the factor step, a recovery code is one of the alternatives
+    logout(client)
+    login(client)
+    step = client.get("/login/factor").text
+    step_page = parse(step)
+    assert [f for f in step_page.forms if f.startswith("factor-form-")] == [
+        "factor-form-totp",
+        "factor-form-recovery_code",
+    ]
+    assert "factor-choices" in step_page.ids and step_page.labels["code-recovery_code"] == "Recovery code"
+    assert factor_step(client, codes[1], kind="recovery_code").location == "/account"
+    assert "9 of 10 codes left" in client.get("/account/factors").text
+
+    # each code works once, in any later login too
+    logout(client)
+    login(client)
+    again = factor_step(client, codes[1], kind="recovery_code")
+    assert again.status_code == 401 and "That code was not accepted. Try again." in again.text
+    assert client.get("/account").status_code == 401
+    typed = codes[2].replace("-", "").upper()  # as people type them
+    assert factor_step(client, typed, kind="recovery_code").location == "/account"
+
+
+def test_new_recovery_codes_replace_the_old_set_once_confirmed(site: Site) -> None:
+    client = site.client()
+    login(client)
+    enroll_totp(site, client)
+    old, html = generate_recovery_codes(client)
+    confirm_recovery_codes(client, html, old[0])
+    new, html = generate_recovery_codes(client)
+    assert not set(new) & set(old)
+    assert "Generate new recovery codes" in client.get("/account/factors").text
+    logout(client)
+    login(client)
+    assert factor_step(client, old[1], kind="recovery_code").location == "/account"  # not confirmed yet
+    generated, html = generate_recovery_codes(client)
+    assert (
+        confirm_recovery_codes(client, html, generated[0]).location
+        == "/account/factors?notice=recovery_added"
+    )
+    listed = client.get("/account/factors").text
+    assert len(re.findall(r'data-kind="recovery_code"', listed)) == 1
+    logout(client)
+    login(client)
+    assert factor_step(client, old[2], kind="recovery_code").status_code == 401  # the old set died
+    assert factor_step(client, generated[3], kind="recovery_code").location == "/account"
+
+
+def test_removing_a_factor_needs_a_fresh_login(site: Site) -> None:
+    client, other = site.client(FIREFOX), site.client()
+    login(client)
+    secret = enroll_totp(site, client)
+    site.clock.advance(STEP)
+    login(other)
+    assert factor_step(other, totp_now(secret, site.clock)).location == "/account"
+    [factor_id] = re.findall(
+        r'data-factor-id="([^"]+)" data-kind="totp"', client.get("/account/factors").text
+    )
+    site.clock.advance(FRESHNESS_PASSED)
+    stale = client.post(f"/account/factors/{factor_id}/remove", data={"csrf_token": factors_token(client)})
+    assert stale.status_code == 302 and stale.location == "/step-up?next=/account/factors"
+    assert FactorKind.TOTP in site.backend.required_factors("default", site.user_id())
+    assert other.get("/account").status_code == 200
+    page = client.get(stale.location)
+    stepped = client.post(
+        "/step-up", data={"password": PASSWORD, "next": "/account/factors", "csrf_token": csrf_of(page.text)}
+    )
+    assert stepped.location == "/account/factors"
+    listing = client.get("/account/factors")
+    assert f'id="remove-{factor_id}"' in listing.text
+    removed = client.post(f"/account/factors/{factor_id}/remove", data={"csrf_token": csrf_of(listing.text)})
+    assert removed.status_code == 302 and removed.location == "/account/factors?notice=factor_removed"
+    assert "no-factors" in parse(client.get(removed.location).text).ids
+    assert site.backend.required_factors("default", site.user_id()) == [FactorKind.PASSWORD]
+    assert other.get("/account").status_code == 401  # a factor change ends the other sessions
+    again = client.post(f"/account/factors/{factor_id}/remove", data={"csrf_token": factors_token(client)})
+    assert again.status_code == 404 and "not one of yours" in again.text
+    logout(client)
+    assert login(client).location == "/account"  # the password alone again
+
+
+def test_adding_a_factor_needs_a_fresh_login(site: Site) -> None:
+    client = site.client()
+    login(client)
+    site.clock.advance(FRESHNESS_PASSED)
+    token = factors_token(client)
+    for path in ("/account/factors/totp", "/account/factors/recovery-codes"):
+        response = client.post(path, data={"csrf_token": token})
+        assert response.status_code == 302 and response.location == "/step-up?next=/account/factors"
+    assert site.backend.list_user_factors("default", site.user_id(), include_pending=True) == [
+        f
+        for f in site.backend.list_user_factors("default", site.user_id(), include_pending=True)
+        if f.kind is FactorKind.PASSWORD
+    ]
+
+
+def test_factor_forms_need_a_login_and_the_token(site: Site) -> None:
+    guest = site.client()
+    assert guest.get("/account/factors", headers=HTML).location == "/login?next=/account/factors"
+    assert guest.get("/account/factors").status_code == 401
+    paths = [
+        "/account/factors/totp",
+        "/account/factors/totp/confirm",
+        "/account/factors/recovery-codes",
+        "/account/factors/recovery-codes/confirm",
+        "/account/factors/email",
+        "/account/factors/email/confirm",
+        "/account/factors/webauthn/confirm",
+        "/account/factors/abc/remove",
+    ]
+    for path in paths:
+        response = guest.post(path, data={"csrf_token": "x"})
+        assert response.status_code == 302 and response.location == "/login?next=/account/factors", path
+    client = site.client()
+    login(client)
+    for path in paths:
+        response = client.post(path, data={"csrf_token": "forged", "factor_id": "abc", "code": "123456"})
+        assert response.status_code == 400 and "This form has expired" in response.text, path
+    options = client.post("/account/factors/webauthn/options", data={"csrf_token": "forged"})
+    assert options.status_code == 400 and options.json is not None and options.json["error"] == "csrf"
+    assert guest.post("/account/factors/webauthn/options").json["location"] == "/login?next=/account/factors"
+    pending = site.backend.list_user_factors("default", site.user_id(), include_pending=True)
+    assert [f.kind for f in pending] == [FactorKind.PASSWORD]
+
+
+@pytest.mark.parametrize("factor_id", ["..", "a" * 65, "a b", "x%2Fy"])
+def test_a_malformed_or_foreign_factor_id_is_a_404(site: Site, factor_id: str) -> None:
+    bob = site.client()
+    login(bob, username="bob", password="bob's own password")
+    enroll_totp(site, bob)
+    [bobs] = re.findall(r'data-factor-id="([^"]+)"', bob.get("/account/factors").text)
+    client = site.client()
+    login(client)
+    token = factors_token(client)
+    for target in (factor_id, bobs):
+        response = client.post(f"/account/factors/{target}/remove", data={"csrf_token": token})
+        assert response.status_code in (404, 405) if target == ".." else response.status_code == 404
+    assert FactorKind.TOTP in site.backend.required_factors("default", site.user_id("bob"))
+
+
+def test_confirming_with_a_made_up_factor_id_starts_again(site: Site) -> None:
+    client = site.client()
+    login(client)
+    token = factors_token(client)
+    for factor_id in ("", "no such id", "x" * 80):
+        response = client.post(
+            "/account/factors/totp/confirm",
+            data={"factor_id": factor_id, "code": "123456", "csrf_token": token},
+        )
+        assert response.status_code == 400 and "Start again" in response.text
+    unknown = client.post(
+        "/account/factors/totp/confirm", data={"factor_id": "abcdefgh", "code": "123456", "csrf_token": token}
+    )
+    assert unknown.status_code == 400 and "start again" in unknown.text and 'id="totp-qr"' not in unknown.text
+
+
+# --- the factor step's buttons: e-mail me a code, security keys, passkeys ------------------------
+
+
+@dataclass
+class FakeMailCode(FixedCode):
+    """An e-mail code stand-in: sent on request when the step has other kinds."""
+
+    kind: FactorKind = FactorKind.EMAIL_OTP
+    sent: int = 0
+    challenge_on_request: bool = True
+
+    def challenge(self, ctx: FactorContext) -> dict[str, Any]:  # type: ignore[override]
+        if self.sent >= 2:
+            return {"error": "too_many_sends"}
+        self.sent += 1
+        return {"sent": True}
+
+
+def test_e_mail_me_a_code_sends_on_request(site: Site) -> None:
+    mail = FakeMailCode("87654321")
+    service = get_state(site.app).service
+    service.register_factor(FixedCode("123456"))
+    service.register_factor(mail)
+    site.backend.enroll_factor("default", site.user_id(), FactorKind.TOTP, "seed")
+    site.backend.enroll_factor("default", site.user_id(), FactorKind.EMAIL_OTP, "seed")
+    client = site.client()
+    assert login(client, next="/private").location == "/login/factor?next=/private"
+    assert mail.sent == 0  # an alternative: nothing is sent before the user asks
+    html = client.get("/login/factor?next=/private").text
+    page = parse(html)
+    send = page.forms["send-code-form"]
+    assert send["attrs"]["action"] == "/login/factor/send" and [b["id"] for b in send["buttons"]] == [
+        "send-code-submit"
+    ]
+    assert "E-mail me a code" in html
+    refused = client.post("/login/factor/send", data={"kind": "email_otp"})
+    assert refused.status_code == 400 and mail.sent == 0
+    token = csrf_of(html)
+    sent = client.post(
+        "/login/factor/send", data={"kind": "email_otp", "next": "/private", "csrf_token": token}
+    )
+    assert sent.status_code == 302 and sent.location == "/login/factor?next=/private&notice=code_sent"
+    assert mail.sent == 1 and "We sent a code" in client.get(sent.location).text
+    assert client.post("/login/factor/send", data={"kind": "totp", "csrf_token": token}).status_code == 400
+    assert (
+        client.post("/login/factor/send", data={"kind": "email_otp", "csrf_token": token}).status_code == 302
+    )
+    too_many = client.post("/login/factor/send", data={"kind": "email_otp", "csrf_token": token})
+    assert too_many.status_code == 429 and "Start over" in too_many.text
+    done = factor_step(client, "87654321", kind="email_otp", next="/private")
+    assert done.location == "/private"
+    assert (
+        client.post("/login/factor/send", data={"kind": "email_otp", "csrf_token": token}).location
+        == "/account"
+    )
+
+
+def test_the_webauthn_and_passkey_endpoints_refuse_without_a_step_or_token(site: Site) -> None:
+    client = site.client()
+    token = csrf_of(client.get("/login").text)
+    no_step = client.post("/login/factor/webauthn-options", data={"csrf_token": token})
+    assert no_step.status_code == 409 and no_step.json["location"] == "/login"
+    assert no_step.headers["Cache-Control"] == "no-store"
+    assert client.post("/login/passkey/options", data={}).json["error"] == "csrf"
+    not_configured = client.post("/login/passkey/options", data={"csrf_token": token})
+    assert not_configured.status_code == 400 and not_configured.json["error"] == "factor_not_registered"
+    assert client.post("/login/passkey", data={"csrf_token": token}).status_code == 400
+    assert (
+        client.post("/login/passkey", data={"csrf_token": token, "credential": "x" * 20000}).status_code
+        == 400
+    )
+    assert "passkey-button" not in parse(client.get("/login").text).ids  # not offered either
+
+
+# --- the WebAuthn script, run in Node against the real endpoints ---------------------------------
+
+HARNESS = Path(__file__).resolve().parent / "webauthn_script_harness.js"
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+AUTHENTICATOR = {
+    "rawId": b64url(b"key-\x00\xff-1"),
+    "clientDataJSON": b64url(b'{"type":"webauthn.get"}'),
+    "authenticatorData": b64url(b"\x49\x96authdata\xfe"),
+    "signature": b64url(b"\x30\x45signature\xff\xfe"),
+    "userHandle": b64url(b"\x01handle"),
+    "attestationObject": b64url(b"\xa3attestation\x00"),
+}
+
+
+@dataclass
+class FakeKey(StoredEnrollment):
+    """A WebAuthn stand-in that accepts the harness's authenticator: options out, the
+    browser's JSON in (checked field by field), enrollment, and passkey sign-in."""
+
+    challenge_bytes: bytes = b"\x00challenge\xff\xfe-0123456789abcdef"
+    kind: FactorKind = FactorKind.WEBAUTHN
+    replaces_kind: bool = False
+    issued: int = 0
+
+    def check_input(self, credential: FactorCredential) -> None:
+        try:
+            value = json.loads(credential.secret_bytes())
+        except ValueError:
+            raise InvalidInput("the credential is not JSON") from None
+        if not isinstance(value, dict) or value.get("type") != "public-key":
+            raise InvalidInput("the credential is not a PublicKeyCredential")
+
+    def _options(self) -> dict[str, Any]:
+        self.issued += 1
+        return {
+            "challenge": b64url(self.challenge_bytes),
+            "allowCredentials": [{"type": "public-key", "id": AUTHENTICATOR["rawId"], "transports": ["usb"]}],
+            "rpId": "example.com",
+            "userVerification": "preferred",
+            "timeout": 60000,
+        }
+
+    def challenge(self, ctx: FactorContext) -> dict[str, Any]:
+        return {"publicKey": self._options()}
+
+    def verify(self, ctx: FactorContext, credential: FactorCredential) -> Accepted | Rejected:
+        value = json.loads(credential.secret_bytes())
+        expected = {key: AUTHENTICATOR[key] for key in ("clientDataJSON", "authenticatorData", "signature")}
+        response = value.get("response", {})
+        ok = (
+            value.get("rawId") == AUTHENTICATOR["rawId"]
+            and value.get("id") == AUTHENTICATOR["rawId"]
+            and all(response.get(key) == v for key, v in expected.items())
+            and response.get("userHandle") == AUTHENTICATOR["userHandle"]
+        )
+        return Accepted() if ok else Rejected()
+
+    def passkey_challenge(self, ctx: FactorContext) -> dict[str, Any]:
+        ctx.flow_update = {"challenge": b64url(self.challenge_bytes)}
+        options = self._options()
+        del options["allowCredentials"]
+        return {"publicKey": options}
+
+    def find_passkey(self, store: Any, tenant: str, credential: FactorCredential) -> Any:
+        raw = json.loads(credential.secret_bytes()).get("rawId")
+        return store.find_factor_by_lookup(tenant, FactorKind.WEBAUTHN, raw) if isinstance(raw, str) else None
+
+    def begin(self, ctx: EnrollContext, params: Mapping[str, Any]) -> EnrollmentStart:
+        factor_id = secrets.token_urlsafe(16)
+        ctx.store.add_factor(
+            ctx.tenant,
+            FactorConfig(
+                user_id=ctx.user_id, kind=self.kind, created_at=ctx.now, factor_id=factor_id, confirmed=False,
+                data={"label": params["label"], "passkey": params["passkey"]}, lookup=AUTHENTICATOR["rawId"],
+            ),
+        )  # fmt: skip
+        options = {
+            "challenge": b64url(self.challenge_bytes),
+            "rp": {"id": "example.com", "name": "Example"},
+            "user": {
+                "id": b64url(b"\x02user-handle"),
+                "name": ctx.account_name,
+                "displayName": ctx.account_name,
+            },
+            "pubKeyCredParams": [{"type": "public-key", "alg": -7}],
+            "excludeCredentials": [{"type": "public-key", "id": b64url(b"old-key")}],
+        }
+        return EnrollmentStart(factor_id, self.kind, public={"publicKey": options})
+
+    def confirm(
+        self, ctx: EnrollContext, factor_id: str, credential: FactorCredential
+    ) -> Accepted | Rejected:
+        response = json.loads(credential.secret_bytes()).get("response", {})
+        ok = response.get("attestationObject") == AUTHENTICATOR["attestationObject"]
+        return Accepted(factor_id) if ok and response.get("transports") == ["usb", "nfc"] else Rejected()
+
+
+class _Elements(HTMLParser):
+    """The elements the script touches (forms with their fields, buttons, status lines) and
+    the inline script itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements: dict[str, dict[str, Any]] = {}
+        self.script = ""
+        self._form: dict[str, Any] | None = None
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v if v is not None else "" for k, v in attrs}
+        if tag == "script":
+            self._in_script = True
+        elif tag == "form":
+            self._form = {
+                "id": a.get("id"),
+                "tag": "form",
+                "attrs": a,
+                "action": a.get("action"),
+                "fields": {},
+            }
+            self._form["submit"] = None
+            if a.get("id"):
+                self.elements[a["id"]] = self._form
+        elif tag == "input" and self._form is not None and a.get("name"):
+            if a.get("type") != "checkbox" or "checked" in a:
+                self._form["fields"][a["name"]] = a.get("value", "")
+        elif tag == "button" and a.get("id"):
+            self.elements[a["id"]] = {"id": a["id"], "tag": "button", "attrs": a, "fields": {}}
+            if self._form is not None and a.get("type") == "submit" and self._form["submit"] is None:
+                self._form["submit"] = a["id"]
+        elif a.get("id") and a.get("role") == "status":
+            self.elements[a["id"]] = {"id": a["id"], "tag": tag, "attrs": a, "fields": {}}
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script:
+            self.script += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "form":
+            self._form = None
+        elif tag == "script":
+            self._in_script = False
+
+
+def run_webauthn_script(
+    html: str, start: str, responses: dict[str, tuple[int, Any]], fields: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run the page's WebAuthn script in Node: ``start`` is clicked (a button) or submitted
+    (a form); ``responses`` answer its requests by URL."""
+    node = shutil.which("node")
+    if node is None:
+        missing_part("Node.js is not installed (scripts/test provisions it): the WebAuthn script cannot run")
+        raise AssertionError("unreachable")
+    parser = _Elements()
+    parser.feed(html)
+    assert parser.script.strip(), "no inline script on the page"
+    for name, value in (fields or {}).items():
+        parser.elements[start]["fields"][name] = value
+    request = {
+        "script": parser.script,
+        "elements": list(parser.elements.values()),
+        "start": start,
+        "responses": {url: list(answer) for url, answer in responses.items()},
+        "authenticator": AUTHENTICATOR,
+    }
+    done = subprocess.run(
+        [node, str(HARNESS)],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+@pytest.fixture
+def key_site(mock_clock: MockClock, authflow_hasher: PasswordHasher) -> tuple[Site, FakeKey]:
+    site = make_site(
+        mock_clock,
+        authflow_hasher,
+        AUTHFLOW_WEBAUTHN_RP_ID="example.com",
+        AUTHFLOW_WEBAUTHN_ORIGINS=["https://example.com"],
+        AUTHFLOW_PASSKEY_LOGIN=True,
+    )
+    key = FakeKey()
+    get_state(site.app).service.register_factor(key)
+    return site, key
+
+
+def test_the_security_key_button_passes_the_step(key_site: tuple[Site, FakeKey]) -> None:
+    site, key = key_site
+    get_state(site.app).service.register_factor(FixedCode("123456"))
+    site.backend.enroll_factor("default", site.user_id(), FactorKind.TOTP, "seed")
+    site.backend.enroll_factor("default", site.user_id(), FactorKind.WEBAUTHN, "seed")
+    client = site.client()
+    assert login(client, next="/private").location == "/login/factor?next=/private"
+    html = client.get("/login/factor?next=/private").text
+    page = parse(html)
+    assert {"factor-form-totp", "webauthn-form"} <= set(page.forms) and "factor-choices" in page.ids
+    button = next(b for b in page.forms["webauthn-form"]["buttons"] if b["id"] == "webauthn-button")
+    assert button["type"] == "button" and "disabled" in button  # enabled by the script only
+    assert page.external == []
+    token = csrf_of(html)
+    options = client.post("/login/factor/webauthn-options", data={"csrf_token": token})
+    assert options.status_code == 200 and options.headers["Cache-Control"] == "no-store"
+    assert options.json["publicKey"]["challenge"] == b64url(key.challenge_bytes)
+    assert client.post("/login/factor/webauthn-options", data={}).status_code == 400
+
+    report = run_webauthn_script(
+        html, "webauthn-button", {"/login/factor/webauthn-options": (200, options.json)}
+    )
+    assert report["enabled"] and report["errors"] == [] and report["status"] == {}
+    [fetched] = report["fetches"]
+    assert fetched["url"] == "/login/factor/webauthn-options" and fetched["method"] == "POST"
+    assert fetched["credentials"] == "same-origin" and fetched["body"]["csrf_token"] == token
+    seen = report["options"]["get"]
+    assert seen["challenge"] == {"arrayBuffer": b64url(key.challenge_bytes)}
+    assert seen["allowCredentials"][0]["id"] == {"arrayBuffer": AUTHENTICATOR["rawId"]}
+    assert seen["rpId"] == "example.com" and seen["timeout"] == 60000
+    submitted = report["submitted"]
+    assert submitted["form"] == "webauthn-form" and submitted["action"] == "/login/factor"
+    sent = submitted["fields"]
+    assert (sent["kind"], sent["next"], sent["csrf_token"]) == ("webauthn", "/private", token)
+    credential = json.loads(sent["credential"])
+    assert credential == {
+        "id": AUTHENTICATOR["rawId"],
+        "rawId": AUTHENTICATOR["rawId"],
+        "type": "public-key",
+        "response": {
+            k: AUTHENTICATOR[k] for k in ("clientDataJSON", "authenticatorData", "signature", "userHandle")
+        },
+        "clientExtensionResults": {"credProps": {"rk": True}},
+        "authenticatorAttachment": "cross-platform",
+    }
+    wrong = {**sent, "credential": sent["credential"].replace(AUTHENTICATOR["signature"], b64url(b"forged"))}
+    refused = client.post("/login/factor", data=wrong)
+    assert refused.status_code == 401 and "Your security key was not accepted. Try again." in refused.text
+    done = client.post("/login/factor", data=sent)
+    assert done.status_code == 302 and done.location == "/private"
+
+
+def test_the_script_reports_refusals_and_follows_locations(key_site: tuple[Site, FakeKey]) -> None:
+    site, _ = key_site
+    site.backend.enroll_factor("default", site.user_id(), FactorKind.WEBAUTHN, "seed")
+    client = site.client()
+    login(client)
+    html = client.get("/login/factor").text
+    gone = site.client().post("/login/factor/webauthn-options", data={"csrf_token": "x"})  # a guest's answer
+    assert gone.status_code == 409
+    moved = run_webauthn_script(html, "webauthn-button", {"/login/factor/webauthn-options": (409, gone.json)})
+    assert moved["location"] == "/login" and moved["submitted"] is None
+    refused = run_webauthn_script(
+        html,
+        "webauthn-button",
+        {"/login/factor/webauthn-options": (400, {"error": "csrf", "message": "Expired."})},
+    )
+    assert refused["status"] == {"webauthn-status": "Expired."} and refused["submitted"] is None
+
+
+def test_add_a_security_key_through_the_page(key_site: tuple[Site, FakeKey]) -> None:
+    site, key = key_site
+    client, other = site.client(), site.client()
+    login(client)
+    login(other)
+    html = client.get("/account/factors").text
+    page = parse(html)
+    assert {"add-webauthn-form", "webauthn-confirm-form"} <= set(page.forms)
+    assert page.labels["webauthn-label"] == "Name of the key" and "webauthn-passkey" in page.labels
+    token = csrf_of(html)
+    options = client.post(
+        "/account/factors/webauthn/options",
+        data={"csrf_token": token, "label": " Blue   key ", "passkey": "1"},
+    )
+    assert options.status_code == 200 and set(options.json) == {"factor_id", "publicKey"}
+    report = run_webauthn_script(
+        html,
+        "add-webauthn-form",
+        {"/account/factors/webauthn/options": (200, options.json)},
+        fields={"label": "Blue key", "passkey": "1"},
+    )
+    assert report["enabled"] and report["errors"] == []
+    assert report["fetches"][0]["body"] == {"csrf_token": token, "label": "Blue key", "passkey": "1"}
+    created = report["options"]["create"]
+    assert created["challenge"] == {"arrayBuffer": b64url(key.challenge_bytes)}
+    assert (
+        created["user"]["id"] == {"arrayBuffer": b64url(b"\x02user-handle")}
+        and created["user"]["name"] == "alice"
+    )
+    assert created["excludeCredentials"][0]["id"] == {"arrayBuffer": b64url(b"old-key")}
+    submitted = report["submitted"]
+    assert submitted["form"] == "webauthn-confirm-form"
+    assert submitted["fields"]["factor_id"] == options.json["factor_id"]
+    attestation = json.loads(submitted["fields"]["credential"])
+    assert attestation["response"] == {
+        "clientDataJSON": AUTHENTICATOR["clientDataJSON"],
+        "attestationObject": AUTHENTICATOR["attestationObject"],
+        "transports": ["usb", "nfc"],
+    }
+    done = client.post(submitted["action"], data=submitted["fields"])
+    assert done.status_code == 302 and done.location == "/account/factors?notice=webauthn_added"
+    listed = client.get(done.location).text
+    assert "Blue key" in listed and 'data-kind="webauthn"' in listed and "Passkey" in listed
+    assert other.get("/account").status_code == 401
+
+
+def test_adding_a_key_on_a_stale_login_goes_to_the_step_up(key_site: tuple[Site, FakeKey]) -> None:
+    site, _ = key_site
+    client = site.client()
+    login(client)
+    html = client.get("/account/factors").text
+    site.clock.advance(FRESHNESS_PASSED)
+    stale = client.post("/account/factors/webauthn/options", data={"csrf_token": csrf_of(html)})
+    assert stale.status_code == 401 and stale.json["location"] == "/step-up?next=/account/factors"
+    report = run_webauthn_script(
+        html, "add-webauthn-form", {"/account/factors/webauthn/options": (401, stale.json)}
+    )
+    assert report["location"] == "/step-up?next=/account/factors" and report["options"] is None
+    too_long = client.post(
+        "/account/factors/webauthn/options", data={"csrf_token": csrf_of(html), "label": "k" * 65}
+    )
+    assert too_long.status_code == 400
+
+
+def test_sign_in_with_a_passkey(key_site: tuple[Site, FakeKey]) -> None:
+    site, key = key_site
+    enrolling = site.client()
+    login(enrolling)
+    options = enrolling.post(
+        "/account/factors/webauthn/options",
+        data={
+            "csrf_token": csrf_of(enrolling.get("/account/factors").text),
+            "label": "Phone",
+            "passkey": "1",
+        },
+    )
+    attestation = {"type": "public-key", "response": {"attestationObject": AUTHENTICATOR["attestationObject"],
+                                                      "transports": ["usb", "nfc"]}}  # fmt: skip
+    confirmed = enrolling.post(
+        "/account/factors/webauthn/confirm",
+        data={
+            "factor_id": options.json["factor_id"],
+            "credential": json.dumps(attestation),
+            "csrf_token": csrf_of(enrolling.get("/account/factors").text),
+        },
+    )
+    assert confirmed.location == "/account/factors?notice=webauthn_added"
+
+    client = site.client()
+    html = client.get("/login?next=/private").text
+    page = parse(html)
+    assert "passkey-form" in page.forms and "passkey-button" in page.ids
+    token = csrf_of(html)
+    begun = client.post("/login/passkey/options", data={"csrf_token": token})
+    assert begun.status_code == 200 and begun.json["publicKey"]["challenge"] == b64url(key.challenge_bytes)
+    report = run_webauthn_script(
+        html,
+        "passkey-button",
+        {
+            "/login/passkey/options": (200, begun.json),
+            "/login/passkey": (200, {"status": "authenticated", "location": "/private"}),
+        },
+    )
+    assert "allowCredentials" not in report["options"]["get"]
+    options_call, finish_call = report["fetches"]
+    assert options_call["url"] == "/login/passkey/options" and finish_call["url"] == "/login/passkey"
+    assert finish_call["body"]["next"] == "/private" and finish_call["body"]["csrf_token"] == token
+    assert report["location"] == "/private"
+    forged = {**finish_call["body"], "credential": finish_call["body"]["credential"].replace(
+        AUTHENTICATOR["signature"], b64url(b"forged"))}  # fmt: skip
+    refused = client.post("/login/passkey", data=forged)
+    assert refused.status_code == 401 and refused.json["error"] == "invalid_credential"
+    client.post("/login/passkey/options", data={"csrf_token": token})
+    done = client.post("/login/passkey", data=finish_call["body"])
+    assert done.status_code == 200 and done.json == {"status": "authenticated", "location": "/private"}
+    assert client.get("/private").text == "private page"
+    assert client.post("/login/passkey", data=finish_call["body"]).status_code == 400  # the token rotated
+
+
+# --- the real e-mail and WebAuthn factors behind the pages ---------------------------------------
+
+
+def real_factors(app: Flask) -> None:
+    """The e-mail factor, and WebAuthn when configured, as ``init_app`` registers them
+    (registered here too, in case this app's wiring predates them)."""
+    state = get_state(app)
+    service = state.service
+    if service.factor(FactorKind.EMAIL_OTP) is None:
+        assert state.sealer is not None
+        service.register_factor(EmailOtpFactor(state.sealer, lambda: get_state(app).mail_sender))
+    if state.config.webauthn_rp_id is not None and service.factor(FactorKind.WEBAUTHN) is None:
+        service.register_factor(WebAuthnFactor(WebAuthnSettings.from_config(state.config)))
+
+
+@pytest.fixture
+def outbox(site: Site) -> Outbox:
+    real_factors(site.app)
+    mail = Outbox()
+    get_state(site.app).mail_sender = mail
+    return mail
+
+
+def mailed_code(outbox: Outbox) -> str:
+    match = re.search(r"^\s+(\d{8})$", outbox[-1].body, re.MULTILINE)
+    assert match is not None, outbox[-1].body
+    return match.group(1)
+
+
+def enroll_email(client: FlaskClient, outbox: Outbox, address: str = "alice@example.com") -> None:
+    page = client.post(
+        "/account/factors/email", data={"address": address, "csrf_token": factors_token(client)}
+    )
+    assert page.status_code == 200 and outbox[-1].to == address
+    done = client.post(
+        "/account/factors/email/confirm",
+        data={
+            "factor_id": hidden_value(page.text, "factor_id"),
+            "address": address,
+            "code": mailed_code(outbox),
+            "csrf_token": csrf_of(page.text),
+        },
+    )
+    assert done.location == "/account/factors?notice=email_added"
+
+
+def test_add_e_mail_codes_and_sign_in_with_one(site: Site, outbox: Outbox) -> None:
+    client, other = site.client(), site.client()
+    login(client)
+    login(other)
+    html = client.get("/account/factors").text
+    page = parse(html)
+    assert (
+        input_named(page, "address")["autocomplete"] == "email"
+        and page.labels["email-address"] == "E-mail address"
+    )
+    token = csrf_of(html)
+    assert (
+        client.post("/account/factors/email", data={"address": " ", "csrf_token": token}).status_code == 400
+    )
+    bad = client.post("/account/factors/email", data={"address": "not an address", "csrf_token": token})
+    assert bad.status_code == 400 and len(outbox) == 0
+    sent = client.post("/account/factors/email", data={"address": "alice@example.com", "csrf_token": token})
+    assert sent.status_code == 200 and "alice@example.com" in sent.text and len(outbox) == 1
+    code = mailed_code(outbox)
+    form = {
+        "factor_id": hidden_value(sent.text, "factor_id"),
+        "address": "alice@example.com",
+        "csrf_token": token,
+    }
+    malformed = client.post("/account/factors/email/confirm", data={**form, "code": "1234"})
+    assert malformed.status_code == 400 and "8 digits" in malformed.text
+    wrong = client.post(
+        "/account/factors/email/confirm", data={**form, "code": f"{(int(code) + 1) % 10**8:08d}"}
+    )
+    assert wrong.status_code == 400 and "That code was not accepted" in wrong.text
+    assert 'id="confirm-email-form"' in wrong.text
+    again = client.post("/account/factors/email", data={"address": "alice@example.com", "csrf_token": token})
+    assert again.status_code == 200 and len(outbox) == 2  # start again: a new code
+    form["factor_id"] = hidden_value(again.text, "factor_id")
+    done = client.post("/account/factors/email/confirm", data={**form, "code": mailed_code(outbox)})
+    assert done.location == "/account/factors?notice=email_added"
+    listed = client.get(done.location).text
+    assert "a***@example.com" in listed and "alice@example.com" not in listed
+    assert other.get("/account").status_code == 401
+
+    logout(client)
+    assert login(client).location == "/login/factor"
+    assert len(outbox) == 3 and outbox[-1].to == "alice@example.com"  # the only way: sent at once
+    step = client.get("/login/factor").text
+    assert "E-mail me a new code" in step and parse(step).labels["code-email_otp"] == "Code from your e-mail"
+    assert factor_step(client, mailed_code(outbox), kind="email_otp").location == "/account"
+
+
+def test_totp_or_an_e_mail_code_sent_on_request(site: Site, outbox: Outbox) -> None:
+    client = site.client()
+    login(client)
+    enroll_totp(site, client)
+    enroll_email(client, outbox)
+    logout(client)
+    before = len(outbox)
+    login(client)
+    assert len(outbox) == before  # an alternative to the app: nothing sent unasked
+    html = client.get("/login/factor").text
+    assert "E-mail me a code" in html and {"factor-form-totp", "factor-form-email_otp"} <= set(
+        parse(html).forms
+    )
+    sent = client.post("/login/factor/send", data={"kind": "email_otp", "csrf_token": csrf_of(html)})
+    assert sent.location == "/login/factor?notice=code_sent" and len(outbox) == before + 1
+    code = mailed_code(outbox)
+    assert factor_step(client, code, kind="email_otp").location == "/account"
+    logout(client)
+    login(client)
+    again = factor_step(client, code, kind="email_otp")  # bound to the login it was sent for
+    assert again.status_code == 401
+
+
+@pytest.fixture
+def webauthn_site(mock_clock: MockClock, authflow_hasher: PasswordHasher) -> Site:
+    site = make_site(
+        mock_clock,
+        authflow_hasher,
+        AUTHFLOW_WEBAUTHN_RP_ID="example.com",
+        AUTHFLOW_WEBAUTHN_ORIGINS=["https://example.com"],
+        AUTHFLOW_PASSKEY_LOGIN=True,
+    )
+    real_factors(site.app)
+    return site
+
+
+def add_key(client: FlaskClient, key: SoftAuthenticator, **form: str) -> Any:
+    token = factors_token(client)
+    options = client.post("/account/factors/webauthn/options", data={"csrf_token": token, **form})
+    assert options.status_code == 200, options.text
+    attestation, _ = key.register(options.json["publicKey"])
+    return client.post(
+        "/account/factors/webauthn/confirm",
+        data={"factor_id": options.json["factor_id"], "credential": attestation, "csrf_token": token},
+    )
+
+
+def test_a_security_key_with_the_real_factor(webauthn_site: Site) -> None:
+    site, key = webauthn_site, SoftAuthenticator()
+    client = site.client()
+    login(client)
+    assert add_key(client, key, label="Blue key").location == "/account/factors?notice=webauthn_added"
+    assert "Blue key" in client.get("/account/factors").text
+    logout(client)
+    assert login(client).location == "/login/factor"
+    html = client.get("/login/factor").text
+    assert "webauthn-button" in parse(html).ids
+    token = csrf_of(html)
+    options = client.post("/login/factor/webauthn-options", data={"csrf_token": token})
+    assertion = key.assert_(options.json["publicKey"])
+    forged = key.assert_(options.json["publicKey"], tamper_signature=True)
+    refused = client.post(
+        "/login/factor", data={"kind": "webauthn", "credential": forged, "csrf_token": token}
+    )
+    assert refused.status_code == 401 and "Your security key was not accepted" in refused.text
+    options = client.post("/login/factor/webauthn-options", data={"csrf_token": token})  # a new challenge
+    assertion = key.assert_(options.json["publicKey"])
+    done = client.post(
+        "/login/factor", data={"kind": "webauthn", "credential": assertion, "csrf_token": token}
+    )
+    assert done.location == "/account"
+    logout(client)
+    login(client)
+    token = csrf_of(client.get("/login/factor").text)
+    replayed = client.post(
+        "/login/factor", data={"kind": "webauthn", "credential": assertion, "csrf_token": token}
+    )
+    assert replayed.status_code == 401
+    malformed = client.post(
+        "/login/factor", data={"kind": "webauthn", "credential": "[1]", "csrf_token": token}
+    )
+    assert malformed.status_code == 400
+
+
+def test_a_passkey_with_the_real_factor(webauthn_site: Site) -> None:
+    site, key = webauthn_site, SoftAuthenticator()
+    enrolling = site.client()
+    login(enrolling)
+    assert 'id="webauthn-passkey"' in enrolling.get("/account/factors").text
+    assert (
+        add_key(enrolling, key, label="Phone", passkey="1").location
+        == "/account/factors?notice=webauthn_added"
+    )
+    assert "Passkey" in enrolling.get("/account/factors").text
+    client = site.client()
+    html = client.get("/login?next=/private").text
+    token = csrf_of(html)
+    options = client.post("/login/passkey/options", data={"csrf_token": token})
+    assert options.status_code == 200 and not options.json["publicKey"].get("allowCredentials")
+    assertion = key.assert_(options.json["publicKey"])
+    done = client.post(
+        "/login/passkey", data={"credential": assertion, "next": "/private", "csrf_token": token}
+    )
+    assert done.status_code == 200 and done.json == {"status": "authenticated", "location": "/private"}
+    assert client.get("/private").text == "private page"

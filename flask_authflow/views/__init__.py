@@ -1,9 +1,14 @@
 """The ready-made pages: the ``authflow_views`` blueprint (see :doc:`/views`).
 
 Opt in with ``AUTHFLOW_VIEWS = True``, ``authflow.views.register(app)`` or
-:func:`register_views`. Endpoints: ``authflow_views.login``, ``.factor``, ``.logout``,
-``.step_up``, ``.account``, ``.change_password``, ``.revoke_session`` and
-``.revoke_other_sessions``; templates ``authflow/{base,login,factor,step_up,account}.html``.
+:func:`register_views`. Endpoints: ``authflow_views.login``, ``.factor``,
+``.factor_send``, ``.factor_webauthn_options``, ``.passkey_options``, ``.passkey_login``,
+``.logout``, ``.step_up``, ``.account``, ``.change_password``, ``.revoke_session``,
+``.revoke_other_sessions``, and the account's sign-in methods: ``.factors``,
+``.enroll_totp``, ``.confirm_totp``, ``.generate_recovery_codes``,
+``.confirm_recovery_codes``, ``.enroll_email``, ``.confirm_email``,
+``.webauthn_enroll_options``, ``.confirm_webauthn`` and ``.remove_factor``. Templates
+``authflow/{base,login,factor,step_up,account,factors,enroll_totp,recovery_codes,enroll_email,webauthn_script}.html``.
 """
 
 from __future__ import annotations
