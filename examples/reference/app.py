@@ -15,11 +15,23 @@ Routes (JSON / plain text, as the spec's reference wiring):
 * ``POST /login`` JSON ``{"username", "password"[, "tenant"]}``: 200 when
   authenticated or a next factor is named; 401 invalid credentials / step-up / error;
   403 locked (the text names the lock end);
+  when a factor is next, a second line and the ``Authflow-Factor-Kinds`` header list every
+  kind that passes the step (``totp, recovery_code``);
+* ``POST /login/factor`` JSON ``{"kind": "totp", "code": "123456"}`` or ``{"kind":
+  "webauthn", "credential": {...}}`` (the browser's ``PublicKeyCredential`` as JSON): 200
+  ``{"status": "authenticated"}`` or ``{"status": "factor_required", "kinds": [...],
+  "challenges": {...}}``; 401 ``{"error": "invalid_credential"}`` (the login waits for
+  another try); 403 ``{"error": "locked", "until": ...}``; 400 ``{"error": ..., "message":
+  ...}`` for a malformed body or code;
+* ``POST /login/factor/send`` JSON ``{"kind": "email_otp"}``: (re)send the code of the
+  pending step; 200 as above;
 * ``POST /logout``; ``GET /metrics`` (Prometheus text).
 
 HTML pages: flask-authflow's ready views (``GET /login``, the factor steps, ``/step-up``,
-``/account`` with password change and the session list), registered after the JSON routes;
-a form POST to ``/login`` or ``/logout`` is handed to them. With OpenID providers in
+``/account`` with password change and the session list, ``/account/factors`` to add an
+authenticator app, security keys or recovery codes), registered after the JSON routes; a
+form POST to ``/login``, ``/login/factor``, ``/login/factor/send`` or ``/logout`` is handed
+to them. With OpenID providers in
 ``AUTHFLOW_OAUTH_PROVIDERS`` the sign-in page offers a "Sign in with ..." button for each
 (``/auth/login/<provider>``), and ``/auth/...`` serves the callback, back-channel and
 RP-initiated logout.
@@ -27,18 +39,21 @@ RP-initiated logout.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, Response, abort, request
+from flask import Flask, Response, abort, jsonify, request
 
 from flask_authflow import (
     Authenticated,
     AuthFlow,
     AuthFlowError,
+    FactorKind,
     FactorRequired,
     InvalidCredential,
     InvalidCredentials,
@@ -94,6 +109,77 @@ def _outcome_text(outcome: Any) -> tuple[str, int]:
     return "login error", 401
 
 
+#: Longest one-time code the JSON factor route passes on (a real one has 6 to 11 characters).
+MAX_CODE_LENGTH = 64
+
+
+def _json(body: dict[str, Any], status: int = 200) -> Response:
+    response = jsonify(body)
+    response.status_code = status
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _json_error(code: str, message: str, status: int = 400, **extra: Any) -> Response:
+    return _json({"error": code, "message": message, **extra}, status)
+
+
+def _error_json(error: AuthFlowError) -> Response:
+    """A typed error as JSON: its own 4xx, a 5xx as 503 without its message (never a 500)."""
+    if 400 <= error.status < 500:
+        return _json_error(error.code, error.message, error.status)
+    return _json_error(error.code, "the service could not complete the request; try again later", 503)
+
+
+def _required_json(outcome: FactorRequired) -> Response:
+    return _json(
+        {
+            "status": "factor_required",
+            "kinds": [kind.value for kind in outcome.kinds],
+            "challenges": {kind.value: dict(public) for kind, public in outcome.challenges.items()},
+        }
+    )
+
+
+def _factor_json(outcome: Any) -> Response:
+    """A factor step's outcome as the JSON the reference wiring answers."""
+    match outcome:
+        case Authenticated():
+            rotate_csrf_token()  # a form token seen before the login is worthless after it
+            return _json({"status": "authenticated"})
+        case FactorRequired():
+            return _required_json(outcome)
+        case Locked(until=until):
+            return _json_error(
+                "locked", f"account locked until {until.isoformat()}", 403, until=until.isoformat()
+            )
+    return _json_error("invalid_credential", "the credential was not accepted", 401)
+
+
+def _guarded(call: Callable[[], Response]) -> Response:
+    try:
+        return call()
+    except AuthFlowError as error:  # malformed input (400), no login waiting, a store down (503)
+        return _error_json(error)
+
+
+def _json_body() -> dict[str, Any] | None:
+    try:
+        body = request.get_json(silent=True)
+    except RecursionError:  # nested deeper than the JSON parser goes: not a request of ours
+        body = None
+    return body if isinstance(body, dict) else None
+
+
+def _factor_kind(body: dict[str, Any]) -> FactorKind | Response:
+    kind = body.get("kind")
+    if not isinstance(kind, str):
+        return _json_error("invalid_input", "kind must be a string naming a factor kind ('totp' ...)")
+    if kind not in FactorKind:
+        return _json_error("invalid_input", "unknown factor kind")
+    return FactorKind(kind)
+
+
 def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str | None = None) -> Flask:
     """Build the reference app; ``test_config`` overrides the environment."""
     app = Flask(
@@ -126,7 +212,10 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
 
     @app.get("/")
     def index() -> Response:
-        return _text("flask-authflow reference app: POST /login, GET /dashboard, POST /logout, GET /metrics")
+        return _text(
+            "flask-authflow reference app: POST /login, POST /login/factor, GET /dashboard, POST /logout, "
+            "GET /metrics"
+        )
 
     @app.get("/dashboard")
     @login_required
@@ -155,7 +244,64 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
         if isinstance(outcome, Authenticated):
             rotate_csrf_token()  # a form token seen before the login is worthless after it
         text, status = _outcome_text(outcome)
+        if isinstance(outcome, FactorRequired) and outcome.kind is not FactorKind.PASSWORD:
+            kinds = ", ".join(kind.value for kind in outcome.kinds)
+            response = _text(f"{text}\naccepted factors: {kinds}", status)
+            response.headers["Authflow-Factor-Kinds"] = kinds
+            return response
         return _text(text, status)
+
+    @app.post("/login/factor")
+    def login_factor() -> Any:
+        if not request.is_json:  # a browser's form: the ready views' factor step handles it
+            return app.view_functions["authflow_views.factor"]()
+        body = _json_body()
+        if body is None:
+            return _json_error(
+                "invalid_body", 'the body must be a JSON object {"kind", "code"} or {"kind", "credential"}'
+            )
+        kind = _factor_kind(body)
+        if isinstance(kind, Response):
+            return kind
+        if kind is FactorKind.WEBAUTHN:
+            credential = body.get("credential")
+            if not isinstance(credential, dict):
+                return _json_error(
+                    "invalid_input", "credential must be the PublicKeyCredential as a JSON object"
+                )
+            secret = json.dumps(credential, separators=(",", ":"))
+        else:
+            code = body.get("code")
+            if not isinstance(code, str):
+                return _json_error("invalid_input", "code must be a string")
+            if len(code) > MAX_CODE_LENGTH:
+                return _json_error(
+                    "invalid_input", f"the code is too long (at most {MAX_CODE_LENGTH} characters)"
+                )
+            secret = code
+        return _guarded(lambda: _factor_json(authflow.verify_factor(kind, secret)))
+
+    @app.post("/login/factor/send")
+    def login_factor_send() -> Any:
+        if not request.is_json:  # the factor page's "E-mail me a code" button
+            return app.view_functions["authflow_views.factor_send"]()
+        body = _json_body()
+        if body is None:
+            return _json_error("invalid_body", 'the body must be a JSON object {"kind": "email_otp"}')
+        kind = _factor_kind(body)
+        if isinstance(kind, Response):
+            return kind
+
+        def send() -> Response:
+            outcome = authflow.challenge_factor(kind)
+            public = outcome.challenges.get(kind)
+            problem = public.get("error") if public is not None else None
+            if problem is not None:  # the factor declined: too many codes for this login ...
+                status = 429 if problem == "too_many_sends" else 400
+                return _json_error(str(problem), "no code was sent for this login", status)
+            return _required_json(outcome)
+
+        return _guarded(send)
 
     @app.post("/logout")
     def logout() -> Any:
