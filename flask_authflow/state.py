@@ -169,11 +169,14 @@ def get_state(app: Flask | None = None) -> AuthFlowState:
 
 def account_admin(app: Flask | None = None) -> AccountAdmin:
     """The :class:`AccountAdmin` of ``app`` (default: the current app), checking new passwords
-    against the app's password policy (``state.password_policy``, or the one its config describes)."""
+    against the app's password policy (``state.password_policy``, or the one its config describes)
+    and changing second factors through the app's login service (its factors, store and clock)."""
     target = app if app is not None else current_app._get_current_object()  # type: ignore[attr-defined]
     state = get_state(target)
     policy = state.password_policy or PasswordPolicy.from_config(state.config)
-    return AccountAdmin(state.backend, state.session_store, sender=target, policy=policy)
+    return AccountAdmin(
+        state.backend, state.session_store, sender=target, policy=policy, service=state.service
+    )
 
 
 def current_auth_session() -> AuthSession:

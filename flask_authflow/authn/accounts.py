@@ -1,8 +1,11 @@
-"""Account administration that ends sessions: disable, delete, change the password.
+"""Account administration that ends sessions: disable, delete, change the password, and
+an operator's changes to a user's second factors.
 
 Every change that takes access away from a user revokes all of that user's sessions in
 the same call, so a disabled, deleted or re-keyed account keeps no live cookie anywhere;
-the session layer never re-creates a revoked session (see :doc:`/sessions`).
+the session layer never re-creates a revoked session (see :doc:`/sessions`). So does
+every change an operator makes to a user's factors (a provisioned TOTP key, a removed
+factor, a new set of recovery codes): a session established under the old factors ends.
 
 A new password (``create_user``, ``set_password``) must pass the :class:`PasswordPolicy`
 given to :class:`AccountAdmin`; logins never check it, so older passwords keep working.
@@ -11,16 +14,21 @@ given to :class:`AccountAdmin`; logins never check it, so older passwords keep w
 from __future__ import annotations
 
 import hmac
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .. import signals
-from ..errors import UserNotFound
+from ..errors import ConfigurationError, EnrollmentError, FactorNotRegistered, UserNotFound
 from ..session.model import sid_hash
 from ..session.stores import SessionStore
+from .factors.base import EnrollContext
+from .factors.recovery import RecoveryCodeFactor
 from .identifiers import check_tenant, normalise_identifier
 from .outcomes import FactorKind
 from .password_policy import PasswordPolicy
-from .stores import FactorConfig, IdentityStore, UserRecord
+from .stores import FactorConfig, FactorRecordStore, IdentityStore, UserRecord
+
+if TYPE_CHECKING:
+    from .service import AuthnService
 
 __all__ = ["AccountAdmin", "AdminBackend"]
 
@@ -38,11 +46,18 @@ class AdminBackend(IdentityStore, Protocol):
 
 
 class AccountAdmin:
-    """Disable, enable, delete a user or set their password, revoking their sessions.
+    """Disable, enable, delete a user, set their password or change their second factors,
+    revoking their sessions.
 
     :param sender: what ``session_revoked`` is sent with (the Flask app, as Flask does).
     :param policy: the :class:`PasswordPolicy` a new password must pass (``None``: no check;
         :func:`flask_authflow.state.account_admin` passes the app's policy).
+    :param service: the app's :class:`~flask_authflow.authn.service.AuthnService`, whose
+        registered factors, factor store, clock and site name the factor methods
+        (:meth:`enroll_totp`, :meth:`list_factors`, :meth:`disable_factor`,
+        :meth:`regenerate_recovery_codes`) use; they raise
+        :class:`~flask_authflow.errors.ConfigurationError` without one.
+        :func:`flask_authflow.state.account_admin` passes the app's service.
     """
 
     def __init__(
@@ -52,11 +67,13 @@ class AccountAdmin:
         *,
         sender: object = None,
         policy: PasswordPolicy | None = None,
+        service: AuthnService | None = None,
     ) -> None:
         self.backend = backend
         self.session_store = session_store
         self.sender = sender
         self.policy = policy
+        self.service = service
 
     def _user(self, tenant: str, identifier: str) -> UserRecord:
         user = self.backend.find_user(check_tenant(tenant), normalise_identifier(identifier))
@@ -175,3 +192,94 @@ class AccountAdmin:
         )
         self.backend.set_password(user.tenant, user.identifier, password)
         return self._revoke(user, "password_changed", keep_sid)
+
+    # --- second factors, as an operator changes them ------------------------------------------
+
+    def _factor_service(self) -> tuple[AuthnService, FactorRecordStore]:
+        if self.service is None:
+            raise ConfigurationError(
+                "changing a user's factors needs the login service: build AccountAdmin with "
+                "service=... (flask_authflow.state.account_admin(app) does)"
+            )
+        return self.service, self.service.record_store()
+
+    def enroll_totp(self, tenant: str, identifier: str) -> str:
+        """Provision a new TOTP key for the user and return its ``otpauth://`` URI.
+
+        The factor is **confirmed at once**: an operator cannot prove possession of a key
+        the user has not loaded yet, so the usual proof (a code from the new key) is skipped
+        and the key counts for logins from now on. It replaces the user's earlier TOTP
+        factor, confirmed or pending, in the same store transaction. The URI holds the key
+        (it is the only copy outside the store, where the key is sealed): hand it to the
+        user over a channel you trust. Every session of the user ends (reason
+        ``factor_enrolled``).
+
+        :raises UserNotFound: no such user. :raises FactorNotRegistered: the app has no TOTP
+            factor.
+        """
+        user = self._user(tenant, identifier)
+        service, store = self._factor_service()
+        enrollment = service.enrollment(FactorKind.TOTP)
+        ctx = EnrollContext(
+            tenant=user.tenant,
+            user_id=user.user_id,
+            account_name=user.identifier,
+            issuer_name=service.site_name,
+            now=service.clock.now(),
+            store=store,
+            flow={},
+        )
+        start = enrollment.begin(ctx, {})
+        if not store.confirm_factor(user.tenant, user.user_id, start.factor_id, replace_kind=True):
+            # Only a parallel change of the same user's TOTP gets here: the new key is gone.
+            raise EnrollmentError("the new TOTP key could not be confirmed: try again")
+        self._revoke(user, "factor_enrolled")
+        return str(start.public["otpauth_uri"])
+
+    def list_factors(
+        self, tenant: str, identifier: str, *, include_pending: bool = False
+    ) -> list[FactorConfig]:
+        """The user's confirmed factors, password included, oldest first; with
+        ``include_pending`` also enrollments still waiting for their proof
+        (``confirmed=False``). A :class:`FactorConfig` carries its sealed or hashed
+        ``secret``: show its other fields, never that one.
+
+        :raises UserNotFound: no such user."""
+        user = self._user(tenant, identifier)
+        _, store = self._factor_service()
+        return store.list_user_factors(user.tenant, user.user_id, include_pending=include_pending)
+
+    def disable_factor(self, tenant: str, identifier: str, factor_id: str) -> bool:
+        """Remove one of the user's factors (confirmed or pending) and end every session of
+        the user (reason ``factor_disabled``). ``False``, and nothing changes, when the user
+        has no factor ``factor_id`` or it is the password (set another one instead).
+
+        :raises UserNotFound: no such user."""
+        user = self._user(tenant, identifier)
+        _, store = self._factor_service()
+        config = store.get_factor(user.tenant, user.user_id, factor_id)
+        if config is None or config.kind is FactorKind.PASSWORD:
+            return False
+        if not store.delete_factor(user.tenant, user.user_id, factor_id):
+            return False
+        self._revoke(user, "factor_disabled")
+        return True
+
+    def regenerate_recovery_codes(self, tenant: str, identifier: str) -> list[str]:
+        """Issue a new set of recovery codes for the user, confirmed at once, and return the
+        codes (``xxxxx-xxxxx``; only digests are stored, so they cannot be shown again). The
+        previous set stops working in the same store transaction, and every session of the
+        user ends (reason ``recovery_codes_regenerated``). With the default login steps,
+        recovery codes are asked for only as an alternative to another second factor.
+
+        :raises UserNotFound: no such user. :raises FactorNotRegistered: the app's
+            ``recovery_code`` factor is not the built-in one (it cannot issue a set at once).
+        """
+        user = self._user(tenant, identifier)
+        service, store = self._factor_service()
+        factor = service.factor(FactorKind.RECOVERY_CODE)
+        if not isinstance(factor, RecoveryCodeFactor):
+            raise FactorNotRegistered("the app's recovery_code factor cannot issue codes from here")
+        codes = factor.regenerate(store, user.tenant, user.user_id, service.clock.now())
+        self._revoke(user, "recovery_codes_regenerated")
+        return codes
