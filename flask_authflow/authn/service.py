@@ -263,7 +263,7 @@ class AuthnService:
         self.counters = counters if counters is not None else AuthCounters()
         self._factors: dict[FactorKind, Factor] = {}
         self.register_factor(PasswordFactor(hasher, factor_store))
-        #: ``(tenant, user_id, enrolled kinds) -> steps``; see :func:`default_login_steps`.
+        #: ``(tenant, user_id, enrolled kinds) -> steps``; see ``default_login_steps``.
         self.login_steps: LoginSteps = login_steps or default_login_steps
         #: How recent the last authentication must be to enroll, change or disable a factor.
         self.freshness = freshness
@@ -757,6 +757,9 @@ class AuthnRequest:
                 # A lock set while this check ran (by a parallel failure) wins over a success.
                 locked_now = lockout.locked_until(tenant, subject, now) if ok else None
                 if ok and locked_now is None and isinstance(checked, Accepted) and checked.commit is not None:
+                    # The single-use update joins the settlement's transaction (a SQL store):
+                    # the code is used up exactly when the step passes and its rows are written.
+                    unit = self._begin_unit()
                     commit = checked.commit
                     if not _guard_store(commit):  # a parallel request used the credential first
                         ok, checked = False, Rejected(RejectReason.REPLAYED)
@@ -776,7 +779,8 @@ class AuthnRequest:
                     )
                 elif ok:
                     token, reservation = reservation, None
-                    unit = self._begin_unit()  # the settlement and the audit rows: one transaction
+                    if unit is None:  # the settlement and the audit rows: one transaction
+                        unit = self._begin_unit()
                     lockout.success(tenant, subject, expected, now, self.ctx.client_ip, reservation=token)
 
                     def advance(r: SessionRecord) -> SessionRecord:
@@ -802,7 +806,8 @@ class AuthnRequest:
                         outcome = self._next_step(session, tenant, user_id, identifier, now)
                 else:
                     token, reservation = reservation, None
-                    unit = self._begin_unit()
+                    if unit is None:
+                        unit = self._begin_unit()
 
                     def count_failure(token: str | None = token) -> object:
                         return lockout.failure(

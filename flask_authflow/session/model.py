@@ -180,7 +180,7 @@ class SessionRecord:
     :param tenant, user_id: who is logging in / logged in (``None`` for a guest).
     :param factors_pending: the login steps still to pass, in order; each step is one kind
         (``"password"``) or alternatives any one of which passes it (``"totp|webauthn"``,
-        see :func:`step_kinds`).
+        see ``step_kinds``).
     :param factors_passed: factor kinds verified during this login (the kind that passed
         each step).
     :param fingerprint: HMAC of the User-Agent, bound at the first move out of Guest.
@@ -247,7 +247,7 @@ def start_login(
     record: SessionRecord, *, tenant: str, user_id: str, factors: Iterable[str], now: datetime
 ) -> SessionRecord:
     """Guest (or a login in progress) → Authenticating, with ``factors`` (steps, see
-    :func:`step_name`) to pass in order."""
+    ``step_name``) to pass in order."""
     pending = tuple(factors)
     if not pending:
         raise InvalidTransition("a login needs at least one factor")

@@ -9,15 +9,15 @@ During a login the service calls, for the step the session waits for:
 * :meth:`Factor.challenge` when the factor becomes (one of) the pending step's kinds: an
   e-mail code is sent, WebAuthn hands out its request options; TOTP and HOTP do nothing.
 * :meth:`Factor.check_input` then :meth:`Factor.verify` with the presented credential. The
-  answer is a typed :data:`FactorCheck`: :class:`Accepted`, carrying the store update that
+  answer is a typed ``FactorCheck``: :class:`Accepted`, carrying the store update that
   makes the credential single-use (a compare-and-set the service commits before the step
   passes: if a parallel request won, the credential counts as replayed), or
   :class:`Rejected` with a :class:`RejectReason` for the audit trail. The user only ever
   sees ``InvalidCredential``.
 
 A factor keeps per-login state (a challenge, a hashed code, a try count) in its own slot of
-the session's flow: it reads :attr:`FactorContext.flow` and writes the new slot to
-:attr:`FactorContext.flow_update`. Sessions are server-side and encrypted at rest, so the
+the session's flow: it reads ``FactorContext.flow`` and writes the new slot to
+``FactorContext.flow_update``. Sessions are server-side and encrypted at rest, so the
 slot never reaches the browser.
 """
 

@@ -1,7 +1,7 @@
 """Factor secrets at rest: AES-256-GCM envelopes bound to the factor id.
 
 TOTP and HOTP keys must be readable by the server (a hash would not do), so they are
-sealed with the session-record envelope of :mod:`flask_authflow.session.crypto`,
+sealed with the session-record envelope of ``flask_authflow.session.crypto``,
 generalised: the associated data is the factor's id, so a sealed key copied onto another
 factor's row does not open. The key is ``AUTHFLOW_FACTOR_ENCRYPTION_KEY`` when set, else
 one derived (HKDF, its own purpose) from the signing key; previous keys stay readable for

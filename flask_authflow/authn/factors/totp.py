@@ -189,7 +189,7 @@ class HotpFactor(TotpFactor):
     """The ``hotp`` factor (RFC 4226, counter-based tokens) and its enrollment.
 
     ``counter`` is the next counter the token may show; a code matching one of the next
-    :data:`HOTP_LOOK_AHEAD` values passes and moves the counter past it, by
+    ``HOTP_LOOK_AHEAD`` (10) values passes and moves the counter past it, by
     compare-and-set in the store (reuse, and a second request racing with the same code,
     are refused).
     """
