@@ -1959,11 +1959,12 @@ def test_add_e_mail_codes_and_sign_in_with_one(site: Site, outbox: Outbox) -> No
         "/account/factors/email/confirm", data={**form, "code": f"{(int(code) + 1) % 10**8:08d}"}
     )
     assert wrong.status_code == 400 and "That code was not accepted" in wrong.text
-    assert 'id="confirm-email-form"' in wrong.text
-    again = client.post("/account/factors/email", data={"address": "alice@example.com", "csrf_token": token})
-    assert again.status_code == 200 and len(outbox) == 2  # start again: a new code
-    form["factor_id"] = hidden_value(again.text, "factor_id")
-    done = client.post("/account/factors/email/confirm", data={**form, "code": mailed_code(outbox)})
+    assert (
+        'id="confirm-email-form"' in wrong.text and hidden_value(wrong.text, "factor_id") == form["factor_id"]
+    )
+    done = client.post(
+        "/account/factors/email/confirm", data={**form, "code": code}
+    )  # a try counted, not the end
     assert done.location == "/account/factors?notice=email_added"
     listed = client.get(done.location).text
     assert "a***@example.com" in listed and "alice@example.com" not in listed
@@ -1971,7 +1972,7 @@ def test_add_e_mail_codes_and_sign_in_with_one(site: Site, outbox: Outbox) -> No
 
     logout(client)
     assert login(client).location == "/login/factor"
-    assert len(outbox) == 3 and outbox[-1].to == "alice@example.com"  # the only way: sent at once
+    assert len(outbox) == 2 and outbox[-1].to == "alice@example.com"  # the only way: sent at once
     step = client.get("/login/factor").text
     assert "E-mail me a new code" in step and parse(step).labels["code-email_otp"] == "Code from your e-mail"
     assert factor_step(client, mailed_code(outbox), kind="email_otp").location == "/account"
