@@ -1101,10 +1101,15 @@ class AuthnRequest:
         )
         self._write([row])
 
-    def begin_step_up(self, session: AuthSession) -> StepUpRequired:
-        """Ask an Authenticated session to re-verify its first factor (refreshes ``authenticated_at``).
+    def begin_step_up(self, session: AuthSession, *, strongest: bool = False) -> StepUpRequired:
+        """Ask an Authenticated session to re-verify a factor (refreshes ``authenticated_at``).
 
-        The login stays Authenticated throughout; :meth:`verify_factor` completes the step-up.
+        By default the first step (the password). With ``strongest``, the user's last step
+        instead (``totp | webauthn | ... | recovery_code`` when second factors are enrolled,
+        else the password); its factors are challenged (WebAuthn options, an e-mail code when
+        it is the only kind; :meth:`challenge` for the others). Enrolling, changing or removing
+        a factor needs a step-up of this kind (see :meth:`begin_enrollment`). The login stays
+        Authenticated throughout; :meth:`verify_factor` completes the step-up.
         """
         svc = self.service
         now = svc.clock.now()
@@ -1122,18 +1127,26 @@ class AuthnRequest:
         snapshot = _Snapshot.take(session)
         try:
             user = _guard_store(lambda: svc.identity_store.get_user(tenant, user_id))
-            factors = _guard_store(lambda: svc.factor_store.required_factors(tenant, user_id))
-            kind = factors[0] if factors else FactorKind.PASSWORD
-            flow: dict[str, str] = {STEP_UP_KEY: kind.value, TRANSACTION_KEY: secrets.token_urlsafe(16)}
+            enrolled = _guard_store(lambda: svc.factor_store.required_factors(tenant, user_id))
+            steps = svc.steps_for(tenant, user_id, enrolled)
+            step = (steps[-1] if strongest else steps[0]) if steps else FactorKind.PASSWORD.value
+            flow: dict[str, str] = {STEP_UP_KEY: step, TRANSACTION_KEY: secrets.token_urlsafe(16)}
             if user is not None:
                 flow[LOGIN_IDENTIFIER_KEY] = user.identifier
             session.transition(lambda r: begin_flow(r, flow))
+            _, slots = self._challenge_step(
+                session, step_kinds(step),
+                tenant=tenant, user_id=user_id, identifier=flow.get(LOGIN_IDENTIFIER_KEY), now=now,
+                purpose="step_up",
+            )  # fmt: skip
+            if slots:
+                session.transition(lambda r: begin_flow(r, {**(r.flow or {}), **slots}))
             pending = _Pending(
                 rows=[
                     self._row(
                         "step_up_begin", "started", session, now,
                         tenant=tenant, user_id=user_id, identifier=flow.get(LOGIN_IDENTIFIER_KEY),
-                        factor=kind.value,
+                        factor=step,
                     )
                 ]
             )  # fmt: skip
@@ -1147,7 +1160,7 @@ class AuthnRequest:
             )  # fmt: skip
             raise
         self._commit(session, snapshot, pending)
-        return StepUpRequired((kind,))
+        return StepUpRequired(tuple(FactorKind(k) for k in step_kinds(step) if k in FactorKind))
 
     # --- enrollment -----------------------------------------------------------------------------
 
@@ -1161,8 +1174,20 @@ class AuthnRequest:
         if record.state is not AuthState.AUTHENTICATED or record.tenant is None or record.user_id is None:
             raise StepUpNeeded(f"{action} needs an authenticated session")
         if record.authenticated_at is None or now - record.authenticated_at > self.service.freshness:
-            raise StepUpNeeded(f"{action} needs a fresh authentication: verify your password again")
-        return record.tenant, record.user_id, now
+            raise StepUpNeeded(f"{action} needs a fresh authentication: verify your identity again")
+        # The factor verified last must be of the user's strongest step: a password step-up
+        # alone does not let a stolen session with a known password remove the second factor.
+        svc = self.service
+        tenant, user_id = record.tenant, record.user_id
+        enrolled = _guard_store(lambda: svc.factor_store.required_factors(tenant, user_id))
+        steps = svc.steps_for(tenant, user_id, enrolled)
+        last = record.factors_passed[-1] if record.factors_passed else None
+        # A login that proved the user another way and passed nothing since (a passkey, a
+        # federated login, ``login_user``) counts as it is.
+        other_way = len(record.factors_passed) == 1 and last == record.auth_method and last not in FactorKind
+        if steps and last not in step_kinds(steps[-1]) and not other_way:
+            raise StepUpNeeded(f"{action} needs your second factor again (a step-up of the strongest step)")
+        return tenant, user_id, now
 
     def _enroll_context(
         self, session: AuthSession, kind: FactorKind, tenant: str, user_id: str, now: datetime
@@ -1261,9 +1286,9 @@ class AuthnRequest:
                            factor=kind.value, reason=reason)]
             )  # fmt: skip
             return EnrollmentError(
-                "the enrollment could not be confirmed: start again"
-                if reason != "invalid"
-                else "the code or response did not match: try again"
+                "the code or response did not match: try again"
+                if reason == RejectReason.INVALID.value
+                else "the enrollment could not be confirmed: start again"
             )
 
         config = _guard_store(lambda: store.get_factor(tenant, user_id, factor_id))
@@ -1284,7 +1309,9 @@ class AuthnRequest:
         if isinstance(checked, Accepted) and checked.commit is not None and not _guard_store(checked.commit):
             log.warning("the code that proved a new %s factor could not be marked used", kind.value)
         self._store_enroll_slot(session, kind, replace(ctx, flow_update={}))
-        self._after_factor_change(session, tenant, user_id, "factor_enrolled", kind, now, snapshot)
+        self._after_factor_change(
+            session, tenant, user_id, "factor_enrolled", kind, now, snapshot, credit=True
+        )
         confirmed = _guard_store(lambda: store.get_factor(tenant, user_id, factor_id))
         return confirmed if confirmed is not None else replace(config, confirmed=True)
 
@@ -1312,13 +1339,21 @@ class AuthnRequest:
         kind: FactorKind,
         now: datetime,
         snapshot: _Snapshot,
+        *,
+        credit: bool = False,
     ) -> None:
-        """Revoke the user's other sessions, rotate this one's id, audit."""
+        """Revoke the user's other sessions, rotate this one's id, audit. With ``credit`` the
+        factor counts as verified in this login (confirming it proved possession), so adding
+        another factor right after needs no further step-up."""
         revoke = self.service.revoke_sessions
         revoked = 0
         if revoke is not None:
             revoked = _guard_store(lambda: revoke(tenant, user_id, session.sid, event))
-        session.rotate_id()
+        sid = session.sid
+        if credit:
+            session.transition(lambda r: replace(r, factors_passed=(*r.factors_passed, kind.value)))
+        if session.sid == sid:
+            session.rotate_id()
         pending = _Pending(
             rows=[
                 self._row(
