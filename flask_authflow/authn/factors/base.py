@@ -219,13 +219,19 @@ class PasskeyFactor(Factor, Protocol):
 
 
 class StoredEnrollment:
-    """``list`` and ``disable`` for enrollments whose factors are plain store records."""
+    """``list`` and ``disable`` for enrollments whose factors are plain store records; a
+    confirmed enrollment replaces the user's earlier factor of the kind unless a subclass
+    says otherwise (``replaces_kind``)."""
 
     __slots__ = ()
 
     @property
     def kind(self) -> FactorKind:  # pragma: no cover - every subclass defines it
         raise NotImplementedError
+
+    @property
+    def replaces_kind(self) -> bool:
+        return True
 
     def list(self, ctx: EnrollContext) -> list[FactorConfig]:
         return ctx.store.list_user_factors(ctx.tenant, ctx.user_id, kind=self.kind)

@@ -194,10 +194,6 @@ class EmailOtpFactor(StoredEnrollment):
     def kind(self) -> FactorKind:
         return FactorKind.EMAIL_OTP
 
-    @property
-    def replaces_kind(self) -> bool:
-        return True
-
     def check_input(self, credential: FactorCredential) -> None:
         parse_code(credential, EMAIL_OTP_DIGITS)
 

@@ -75,10 +75,6 @@ class RecoveryCodeFactor(StoredEnrollment):
     def kind(self) -> FactorKind:
         return FactorKind.RECOVERY_CODE
 
-    @property
-    def replaces_kind(self) -> bool:
-        return True
-
     def check_input(self, credential: FactorCredential) -> None:
         _parse(credential)
 

@@ -82,10 +82,6 @@ class TotpFactor(StoredEnrollment):
     def kind(self) -> FactorKind:
         return FactorKind.TOTP
 
-    @property
-    def replaces_kind(self) -> bool:
-        return True
-
     def check_input(self, credential: FactorCredential) -> None:
         parse_code(credential, TOTP_DIGITS)
 
