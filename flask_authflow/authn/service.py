@@ -733,6 +733,12 @@ class AuthnRequest:
             # Reserve the attempt before any credential check: the store grants at most
             # ``max_failures`` checks in flight and in the window, atomically, so a burst
             # of parallel guesses cannot buy more verifications than the policy allows.
+            if factor is not None and not getattr(factor, "expensive", True):
+                # A cheap check (no Argon2): reservation, check, single-use update, settlement
+                # and audit rows in one transaction. The reservation's lock on the counter row
+                # (or SQLite's write lock) holds parallel checks of the subject until it
+                # commits, so they still count one after another: one commit per step.
+                unit = self._begin_unit()
             reserved = lockout.reserve(tenant, subject, expected, now)
             reservation = reserved.token
             outcome: FactorOutcome
@@ -759,7 +765,8 @@ class AuthnRequest:
                 if ok and locked_now is None and isinstance(checked, Accepted) and checked.commit is not None:
                     # The single-use update joins the settlement's transaction (a SQL store):
                     # the code is used up exactly when the step passes and its rows are written.
-                    unit = self._begin_unit()
+                    if unit is None:
+                        unit = self._begin_unit()
                     commit = checked.commit
                     if not _guard_store(commit):  # a parallel request used the credential first
                         ok, checked = False, Rejected(RejectReason.REPLAYED)

@@ -158,7 +158,14 @@ class EnrollmentStart:
 
 @runtime_checkable
 class Factor(Protocol):
-    """Verifies credentials of one factor kind during a login step."""
+    """Verifies credentials of one factor kind during a login step.
+
+    A factor may set ``expensive = False`` when its check is cheap (no password hash):
+    the service then runs the attempt's reservation, the check and the settlement in one
+    transaction (one commit per step). Without it, a factor counts as expensive and the
+    reservation commits on its own before the check, so no database lock is held while
+    it runs.
+    """
 
     @property
     def kind(self) -> FactorKind: ...

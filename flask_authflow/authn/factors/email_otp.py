@@ -159,6 +159,8 @@ class EmailOtpFactor(StoredEnrollment):
     """
 
     __slots__ = ("max_sends", "max_tries", "sealer", "sender", "site_name", "ttl")
+    #: A cheap check: reservation, check and settlement share one transaction.
+    expensive = False
 
     #: Sending an e-mail is a side effect: the service challenges this factor on entering a
     #: step only when the step has no other kind; otherwise on request.

@@ -67,6 +67,8 @@ class RecoveryCodeFactor(StoredEnrollment):
     """The ``recovery_code`` factor and its enrollment (a new set replaces the old one)."""
 
     __slots__ = ("sealer",)
+    #: A cheap check: reservation, check and settlement share one transaction.
+    expensive = False
 
     def __init__(self, sealer: FactorSealer) -> None:
         self.sealer = sealer

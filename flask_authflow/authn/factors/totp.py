@@ -74,6 +74,8 @@ class TotpFactor(StoredEnrollment):
     """
 
     __slots__ = ("sealer",)
+    #: A cheap check: reservation, check and settlement share one transaction.
+    expensive = False
 
     def __init__(self, sealer: FactorSealer) -> None:
         self.sealer = sealer

@@ -273,6 +273,8 @@ class WebAuthnFactor(StoredEnrollment):
     """
 
     __slots__ = ("settings",)
+    #: A cheap check: reservation, check and settlement share one transaction.
+    expensive = False
 
     def __init__(self, settings: WebAuthnSettings) -> None:
         self.settings = settings
