@@ -640,6 +640,9 @@ def test_step_up_refreshes_the_login_and_follows_next(site: Site, mock_clock: Mo
     assert input_named(parsed, "username")["value"] == "alice"
     assert input_named(parsed, "next")["value"] == "/sensitive"
     assert set(parsed.labels) == {"step-up-username", "step-up-password"}
+    # no second factor: the password form alone, as it always was
+    assert parsed.ids == ["content", "step-up-form", "step-up-username", "step-up-password", "step-up-submit"]
+    assert "Enter your password again to continue." in page.text and "<script" not in page.text
     token = csrf_of(page.text)
     wrong = client.post("/step-up", data={"password": "nope", "next": "/sensitive", "csrf_token": token})
     assert wrong.status_code == 401 and "Your password is not correct." in wrong.text
@@ -1331,10 +1334,24 @@ def test_removing_a_factor_needs_a_fresh_login(site: Site) -> None:
     assert FactorKind.TOTP in site.backend.required_factors("default", site.user_id())
     assert other.get("/account").status_code == 200
     page = client.get(stale.location)
+    parsed = parse(page.text)
+    # the step-up asks for the second factor again, with the factor page's forms
+    assert [f for f in parsed.forms if f.startswith("factor-form-")] == ["factor-form-totp"]
+    assert parsed.forms["factor-form-totp"]["attrs"]["action"] == "/step-up"
+    assert "step-up-form" not in parsed.forms and "step-up-password" not in parsed.ids
+    assert "step-up-intro" in parsed.ids and input_named(parsed, "next")["value"] == "/account/factors"
+    assert input_named(parsed, "kind")["value"] == "totp"
+    assert "<script" not in page.text  # no security key: no script
     stepped = client.post(
-        "/step-up", data={"password": PASSWORD, "next": "/account/factors", "csrf_token": csrf_of(page.text)}
+        "/step-up",
+        data={
+            "kind": "totp",
+            "code": totp_now(secret, site.clock),  # a later step than the code the other login used
+            "next": "/account/factors",
+            "csrf_token": csrf_of(page.text),
+        },
     )
-    assert stepped.location == "/account/factors"
+    assert stepped.status_code == 302 and stepped.location == "/account/factors"
     listing = client.get("/account/factors")
     assert f'id="remove-{factor_id}"' in listing.text
     removed = client.post(f"/account/factors/{factor_id}/remove", data={"csrf_token": csrf_of(listing.text)})
@@ -1342,7 +1359,18 @@ def test_removing_a_factor_needs_a_fresh_login(site: Site) -> None:
     assert "no-factors" in parse(client.get(removed.location).text).ids
     assert site.backend.required_factors("default", site.user_id()) == [FactorKind.PASSWORD]
     assert other.get("/account").status_code == 401  # a factor change ends the other sessions
-    again = client.post(f"/account/factors/{factor_id}/remove", data={"csrf_token": factors_token(client)})
+    # The app's code passed last, and the user's last step is now the password: the next
+    # change asks for the password (the page is the password form again).
+    token = factors_token(client)
+    again = client.post(f"/account/factors/{factor_id}/remove", data={"csrf_token": token})
+    assert again.status_code == 302 and again.location == "/step-up?next=/account/factors"
+    page = client.get(again.location)
+    assert "step-up-form" in parse(page.text).forms and 'id="factor-form-totp"' not in page.text
+    stepped = client.post(
+        "/step-up", data={"password": PASSWORD, "next": "/account/factors", "csrf_token": csrf_of(page.text)}
+    )
+    assert stepped.location == "/account/factors"
+    again = client.post(f"/account/factors/{factor_id}/remove", data={"csrf_token": token})
     assert again.status_code == 404 and "not one of yours" in again.text
     logout(client)
     assert login(client).location == "/account"  # the password alone again
@@ -1361,6 +1389,153 @@ def test_adding_a_factor_needs_a_fresh_login(site: Site) -> None:
         for f in site.backend.list_user_factors("default", site.user_id(), include_pending=True)
         if f.kind is FactorKind.PASSWORD
     ]
+
+
+def totp_factor_id(client: FlaskClient) -> str:
+    [factor_id] = re.findall(
+        r'data-factor-id="([^"]+)" data-kind="totp"', client.get("/account/factors").text
+    )
+    return factor_id
+
+
+def remove(client: FlaskClient, factor_id: str) -> Any:
+    return client.post(f"/account/factors/{factor_id}/remove", data={"csrf_token": factors_token(client)})
+
+
+def step_up_with(client: FlaskClient, target: str = "/account/factors", **form: str) -> Any:
+    """Open the step-up page (``next=target``) and post ``form`` from it."""
+    page = client.get("/step-up", query_string={"next": target})
+    assert page.status_code == 200, page.text
+    return client.post("/step-up", data={"next": target, "csrf_token": csrf_of(page.text), **form})
+
+
+NEW_PASSWORD = "a brand new passphrase, 2026"
+
+
+def test_a_password_step_up_does_not_let_a_totp_user_change_factors(site: Site) -> None:
+    client = site.client()
+    login(client)
+    secret = enroll_totp(site, client)
+    factor_id = totp_factor_id(client)
+    site.clock.advance(FRESHNESS_PASSED)
+    assert remove(client, factor_id).location == "/step-up?next=/account/factors"
+
+    page = client.get("/step-up?next=/account/factors")
+    parsed = parse(page.text)
+    assert "step-up-form" not in parsed.forms
+    assert not [i for i in parsed.inputs if i.get("type") == "password"]  # no password field at all
+    assert {"factor-form-totp", "method-totp", "code-totp", "factor-submit-totp"} <= {
+        *parsed.forms,
+        *parsed.ids,
+    }
+    assert "Use your second factor again to continue." in page.text
+    token = csrf_of(page.text)
+    for form in ({"password": PASSWORD}, {"kind": "password", "password": PASSWORD}):
+        refused = client.post("/step-up", data={**form, "next": "/account/factors", "csrf_token": token})
+        assert refused.status_code == 400 and "Your password alone is not enough here" in refused.text
+        assert 'id="factor-form-totp"' in refused.text and 'id="step-up-password"' not in refused.text
+    assert remove(client, factor_id).location == "/step-up?next=/account/factors"
+
+    # The account's password change re-verifies the password (a password step-up): the login
+    # is fresh for fresh_login_required, but changing factors still needs the second factor.
+    changed = client.post(
+        "/account/password",
+        data={
+            "current_password": PASSWORD,
+            "new_password": NEW_PASSWORD,
+            "new_password_confirm": NEW_PASSWORD,
+            "csrf_token": account_token(client),
+        },
+    )
+    assert changed.location == "/account?notice=password_changed"
+    assert client.get("/sensitive").text == "sensitive page"
+    assert remove(client, factor_id).location == "/step-up?next=/account/factors"
+    assert client.post("/account/factors/totp", data={"csrf_token": factors_token(client)}).location == (
+        "/step-up?next=/account/factors"
+    )
+    assert FactorKind.TOTP in site.backend.required_factors("default", site.user_id())
+
+    stepped = step_up_with(client, kind="totp", code=totp_now(secret, site.clock))
+    assert stepped.location == "/account/factors"
+    assert remove(client, factor_id).location == "/account/factors?notice=factor_removed"
+
+
+def test_a_wrong_code_at_the_step_up_changes_nothing(mock_clock, authflow_hasher) -> None:
+    site = make_site(mock_clock, authflow_hasher, AUTHFLOW_LOCKOUT_MAX_FAILURES=3)
+    client = site.client()
+    login(client)
+    secret = enroll_totp(site, client)
+    factor_id = totp_factor_id(client)
+    site.clock.advance(FRESHNESS_PASSED)
+    page = client.get("/step-up?next=/account/factors")
+    token = csrf_of(page.text)
+    right = totp_now(secret, site.clock)
+    wrong = f"{(int(right) + 1) % 1_000_000:06d}"
+
+    def post(**form: str) -> Any:
+        return client.post("/step-up", data={"next": "/account/factors", "csrf_token": token, **form})
+
+    refused = post(kind="totp", code=wrong)
+    assert refused.status_code == 401 and "That code was not accepted. Try again." in refused.text
+    again = parse(refused.text)  # the page again, for another try
+    assert "factor-form-totp" in again.forms and input_named(again, "next")["value"] == "/account/factors"
+    assert client.get("/private").status_code == 200  # a failed step-up keeps the login
+    assert client.get("/sensitive").status_code == 401  # ... and does not refresh it
+    assert remove(client, factor_id).location == "/step-up?next=/account/factors"
+    assert FactorKind.TOTP in site.backend.required_factors("default", site.user_id())
+
+    # bad input: 400 with the reason, nothing counted, never a 500
+    bad_forms: list[tuple[dict[str, str], str]] = [
+        ({"kind": "totp", "code": "12a456"}, "exactly 6 digits"),
+        ({"kind": "totp", "code": "  "}, "Enter the code."),
+        ({"kind": "totp", "code": "9" * 300}, "too long"),
+        ({"kind": "hotp", "code": right}, "does not take that kind of code"),
+        ({"kind": "webauthn", "credential": "{}"}, "does not take that kind of code"),
+        ({"kind": "no such kind", "code": right}, "does not take that kind of code"),
+        ({"kind": "email_otp", "action": "send"}, "does not take that kind of code"),
+        ({"kind": "totp", "action": "send"}, "does not send codes"),
+    ]
+    for form, message in bad_forms:
+        response = post(**form)
+        assert response.status_code == 400 and message in response.text, form
+    forged = client.post("/step-up", data={"kind": "totp", "code": right, "csrf_token": "forged"})
+    assert forged.status_code == 400 and "This form has expired" in forged.text
+
+    assert post(kind="totp", code=wrong).status_code == 401
+    locked = post(kind="totp", code=wrong)  # the third wrong answer
+    assert locked.status_code == 403 and "Too many failed attempts" in locked.text
+    assert post(kind="totp", code=right).status_code == 403  # locked: not even the right code
+    assert client.get("/private").status_code == 200  # locked out of re-verifying, not logged out
+    assert remove(client, factor_id).location == "/step-up?next=/account/factors"
+    site.clock.advance(timedelta(minutes=16))
+    assert step_up_with(client, kind="totp", code=totp_now(secret, site.clock)).location == "/account/factors"
+    assert remove(client, factor_id).location == "/account/factors?notice=factor_removed"
+
+
+def test_a_recovery_code_passes_the_step_up(site: Site) -> None:
+    client = site.client()
+    login(client)
+    enroll_totp(site, client)
+    codes, html = generate_recovery_codes(client)
+    assert confirm_recovery_codes(client, html, codes[0]).location == "/account/factors?notice=recovery_added"
+    factor_id = totp_factor_id(client)
+    site.clock.advance(FRESHNESS_PASSED)
+    assert remove(client, factor_id).location == "/step-up?next=/account/factors"
+    page = parse(client.get("/step-up?next=/account/factors").text)
+    forms = [f for f in page.forms if f.startswith("factor-form-")]
+    assert forms == ["factor-form-totp", "factor-form-recovery_code"]
+    assert all(page.forms[f]["attrs"]["action"] == "/step-up" for f in forms)
+    assert "factor-choices" in page.ids and page.labels["code-recovery_code"] == "Recovery code"
+    stepped = step_up_with(client, kind="recovery_code", code=codes[1].replace("-", " ").upper())
+    assert stepped.status_code == 302 and stepped.location == "/account/factors"
+    # each code works once: a spent one does not pass a later step-up
+    site.clock.advance(FRESHNESS_PASSED)
+    spent = step_up_with(client, kind="recovery_code", code=codes[1])
+    assert spent.status_code == 401 and "That code was not accepted. Try again." in spent.text
+    assert remove(client, factor_id).location == "/step-up?next=/account/factors"
+    assert step_up_with(client, kind="recovery_code", code=codes[2]).location == "/account/factors"
+    assert remove(client, factor_id).location == "/account/factors?notice=factor_removed"
+    assert "8 of 10 codes left" in client.get("/account/factors").text
 
 
 def test_factor_forms_need_a_login_and_the_token(site: Site) -> None:
@@ -2083,3 +2258,134 @@ def test_a_passkey_with_the_real_factor(webauthn_site: Site) -> None:
     )
     assert done.status_code == 200 and done.json == {"status": "authenticated", "location": "/private"}
     assert client.get("/private").text == "private page"
+
+
+# --- step-up with e-mail codes and security keys -------------------------------------------------
+
+
+def test_step_up_with_an_e_mailed_code(site: Site, outbox: Outbox) -> None:
+    client = site.client()
+    login(client)
+    enroll_totp(site, client)
+    enroll_email(client, outbox)
+    site.clock.advance(FRESHNESS_PASSED)
+    before = len(outbox)
+    html = client.get("/step-up?next=/account/factors").text
+    assert len(outbox) == before  # an alternative to the app: nothing is sent unasked
+    page = parse(html)
+    assert {"factor-form-totp", "factor-form-email_otp"} <= set(page.forms)
+    send = page.forms["send-code-form"]
+    assert send["attrs"]["action"] == "/step-up" and [b["id"] for b in send["buttons"]] == [
+        "send-code-submit"
+    ]
+    assert "E-mail me a code" in html
+    token = csrf_of(html)
+    form = {"kind": "email_otp", "next": "/account/factors", "csrf_token": token}
+    sent = client.post("/step-up", data={**form, "action": "send"})
+    assert sent.status_code == 302 and sent.location == "/step-up?next=/account/factors&notice=code_sent"
+    assert len(outbox) == before + 1 and outbox[-1].to == "alice@example.com"
+    shown = client.get(sent.location)
+    assert "We sent a code" in shown.text and 'id="notice"' in shown.text
+    assert len(outbox) == before + 1  # showing the page again keeps the step-up and its code
+    done = client.post("/step-up", data={**form, "code": mailed_code(outbox)})
+    assert done.status_code == 302 and done.location == "/account/factors"
+    # fresh with a second factor: adding one needs no further step-up
+    assert client.post("/account/factors/recovery-codes", data={"csrf_token": token}).status_code == 200
+
+
+def test_step_up_when_e_mail_codes_are_the_only_second_factor(site: Site, outbox: Outbox) -> None:
+    client = site.client()
+    login(client)
+    enroll_email(client, outbox)
+    [factor_id] = re.findall(
+        r'data-factor-id="([^"]+)" data-kind="email_otp"', client.get("/account/factors").text
+    )
+    site.clock.advance(FRESHNESS_PASSED)
+    before = len(outbox)
+    assert remove(client, factor_id).location == "/step-up?next=/account/factors"
+    html = client.get("/step-up?next=/account/factors").text
+    assert len(outbox) == before + 1  # the only way: the code goes out with the page
+    assert "E-mail me a new code" in html and parse(html).labels["code-email_otp"] == "Code from your e-mail"
+    client.get("/step-up?next=/account/factors")
+    assert len(outbox) == before + 1  # a reload sends nothing more
+    code = mailed_code(outbox)
+    wrong = f"{(int(code) + 1) % 10**8:08d}"
+    refused = client.post("/step-up", data={"kind": "email_otp", "code": wrong, "csrf_token": csrf_of(html)})
+    assert refused.status_code == 401 and "That code was not accepted. Try again." in refused.text
+    assert len(outbox) == before + 2  # the failure ended that step-up: a new one, a new code
+    stale = client.post("/step-up", data={"kind": "email_otp", "code": code, "csrf_token": csrf_of(html)})
+    assert stale.status_code == 401  # the first code died with its step-up
+    assert step_up_with(client, kind="email_otp", code=mailed_code(outbox)).location == "/account/factors"
+    assert remove(client, factor_id).location == "/account/factors?notice=factor_removed"
+
+
+def test_step_up_with_a_security_key(webauthn_site: Site) -> None:
+    site, key = webauthn_site, SoftAuthenticator()
+    client = site.client()
+    login(client)
+    assert add_key(client, key, label="Blue key").location == "/account/factors?notice=webauthn_added"
+    [factor_id] = re.findall(
+        r'data-factor-id="([^"]+)" data-kind="webauthn"', client.get("/account/factors").text
+    )
+    site.clock.advance(FRESHNESS_PASSED)
+    assert remove(client, factor_id).location == "/step-up?next=/account/factors"
+    html = client.get("/step-up?next=/account/factors").text
+    page = parse(html)
+    form = page.forms["webauthn-form"]
+    assert form["attrs"]["action"] == "/step-up" and "step-up-form" not in page.forms
+    button = next(b for b in form["buttons"] if b["id"] == "webauthn-button")
+    assert button["data-options-url"] == "/login/factor/webauthn-options" and "disabled" in button
+    assert "<script" in html and page.external == []
+    token = csrf_of(html)
+    fields = {"kind": "webauthn", "next": "/account/factors", "csrf_token": token}
+
+    options = client.post("/login/factor/webauthn-options", data=fields)
+    assert options.status_code == 200 and options.headers["Cache-Control"] == "no-store"
+    forged = key.assert_(options.json["publicKey"], tamper_signature=True)
+    refused = client.post("/step-up", data={**fields, "credential": forged})
+    assert refused.status_code == 401 and "Your security key was not accepted. Try again." in refused.text
+    assert "webauthn-button" in parse(refused.text).ids
+    assert remove(client, factor_id).location == "/step-up?next=/account/factors"
+    malformed = client.post("/step-up", data={**fields, "credential": "[1]"})
+    assert malformed.status_code == 400
+    assert client.post("/step-up", data=fields).status_code == 400  # no response from the key
+
+    options = client.post("/login/factor/webauthn-options", data=fields)  # the new step-up's challenge
+    done = client.post("/step-up", data={**fields, "credential": key.assert_(options.json["publicKey"])})
+    assert done.status_code == 302 and done.location == "/account/factors"
+    assert remove(client, factor_id).location == "/account/factors?notice=factor_removed"
+    # signed in, no step-up waiting: the options endpoint sends the script to the step-up page
+    gone = client.post("/login/factor/webauthn-options", data={**fields, "csrf_token": factors_token(client)})
+    assert gone.status_code == 409 and gone.json["location"] == "/step-up?next=/account/factors"
+
+
+def test_the_security_key_button_on_the_step_up_page(key_site: tuple[Site, FakeKey]) -> None:
+    site, key = key_site
+    client = site.client()
+    login(client)
+    site.backend.enroll_factor("default", site.user_id(), FactorKind.WEBAUTHN, "seed")
+    site.clock.advance(FRESHNESS_PASSED)
+    denied = client.get("/sensitive", headers=HTML)
+    assert denied.location == "/step-up?next=/sensitive"
+    html = client.get(denied.location).text
+    token = csrf_of(html)
+    options = client.post("/login/factor/webauthn-options", data={"csrf_token": token})
+    assert options.status_code == 200 and options.json["publicKey"]["challenge"] == b64url(
+        key.challenge_bytes
+    )
+    report = run_webauthn_script(
+        html, "webauthn-button", {"/login/factor/webauthn-options": (200, options.json)}
+    )
+    assert report["enabled"] and report["errors"] == []
+    [fetched] = report["fetches"]
+    assert fetched["url"] == "/login/factor/webauthn-options" and fetched["body"]["next"] == "/sensitive"
+    submitted = report["submitted"]
+    assert submitted["form"] == "webauthn-form" and submitted["action"] == "/step-up"
+    assert (submitted["fields"]["kind"], submitted["fields"]["csrf_token"]) == ("webauthn", token)
+    done = client.post(submitted["action"], data=submitted["fields"])
+    assert done.status_code == 302 and done.location == "/sensitive"
+    assert client.get("/sensitive").text == "sensitive page"
+    # the step-up is over: the script is sent back to the step-up page
+    gone = client.post("/login/factor/webauthn-options", data={"csrf_token": token, "next": "/sensitive"})
+    moved = run_webauthn_script(html, "webauthn-button", {"/login/factor/webauthn-options": (409, gone.json)})
+    assert moved["location"] == "/step-up?next=/sensitive" and moved["submitted"] is None

@@ -8,7 +8,8 @@ Opt in with ``AUTHFLOW_VIEWS = True``, ``authflow.views.register(app)`` or
 ``.enroll_totp``, ``.confirm_totp``, ``.generate_recovery_codes``,
 ``.confirm_recovery_codes``, ``.enroll_email``, ``.confirm_email``,
 ``.webauthn_enroll_options``, ``.confirm_webauthn`` and ``.remove_factor``. Templates
-``authflow/{base,login,factor,step_up,account,factors,enroll_totp,recovery_codes,enroll_email,webauthn_script}.html``.
+``authflow/{base,login,factor,factor_methods,step_up,account,factors,enroll_totp,recovery_codes,
+enroll_email,webauthn_script}.html``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The ``authflow_views`` blueprint: sign in (password, then each pending factor, or a
-passkey), logout, step-up, the account page (change password, sessions with "log out"
-buttons) and the account's sign-in methods (``/account/factors``).
+passkey), logout, step-up (the user's strongest step, see :mod:`.stepup`), the account
+page (change password, sessions with "log out" buttons) and the account's sign-in methods
+(``/account/factors``).
 
 Every page is a Jinja template under ``authflow/`` that the application overrides by
 placing a file of the same name in its own templates folder (Flask looks in the app's
@@ -23,7 +24,7 @@ from ..decorators import login_required
 from ..errors import AuthFlowError
 from ..session.model import AuthSession, SessionRecord, describe_device, sid_hash
 from ..state import account_admin, current_auth_session, get_state
-from . import security, signin
+from . import security, signin, stepup
 from .common import (
     MESSAGES,
     TEMPLATE_FOLDER,
@@ -35,7 +36,6 @@ from .common import (
     identifier_of,
     lock_message,
     page,
-    request_next,
     signed_in,
     stored_sid,
     to_login,
@@ -103,38 +103,11 @@ def logout() -> ResponseReturnValue:
     return to_login(None)
 
 
-def step_up() -> ResponseReturnValue:
-    target = request_next()
-    session = current_auth_session()
-    if not signed_in():
-        return to_login(target)
-    identifier = identifier_of(session)
-    if request.method == "GET":
-        return page("step_up.html", next=target, identifier=identifier)
-    if not csrf_valid():
-        return page("step_up.html", 400, next=target, identifier=identifier, error=MESSAGES["csrf"])
-    password = form_text("password")
-    if not password:
-        return page(
-            "step_up.html", 400, next=target, identifier=identifier, error=MESSAGES["missing_password"]
-        )
-    result = _confirm_password(session, password)
-    if isinstance(result, Authenticated):
-        return redirect(target or url_for(f"{VIEWS_BLUEPRINT}.account", notice="stepped_up"))
-    message, status = result
-    return page(
-        "step_up.html",
-        status,
-        next=target,
-        identifier=identifier,
-        error=MESSAGES["wrong_password"] if message is None else message,
-    )
-
-
 def _confirm_password(session: AuthSession, password: str) -> Authenticated | tuple[str | None, int]:
-    """Re-verify the signed-in user's password through the service (a step-up: lockout
-    counted, audited, ``authenticated_at`` refreshed). ``Authenticated``, or the error to
-    show and its status (``None``: the generic wrong-password text, 401)."""
+    """Re-verify the signed-in user's password through the service (a password step-up:
+    lockout counted, audited, ``authenticated_at`` refreshed; not enough to change factors
+    when the user has a second factor, see :mod:`.stepup`). ``Authenticated``, or the error
+    to show and its status (``None``: the generic wrong-password text, 401)."""
     request_handle = handle()
     try:
         with FactorCredential.password(password) as credential:
@@ -245,7 +218,7 @@ def build_blueprint() -> Blueprint:
         ("/login/passkey/options", "passkey_options", signin.passkey_options, ["POST"]),
         ("/login/passkey", "passkey_login", signin.passkey_login, ["POST"]),
         ("/logout", "logout", logout, ["POST"]),
-        ("/step-up", "step_up", step_up, ["GET", "POST"]),
+        ("/step-up", "step_up", stepup.step_up, ["GET", "POST"]),
         ("/account", "account", account, ["GET"]),
         ("/account/password", "change_password", change_password, ["POST"]),
         ("/account/sessions/<session_hash>/revoke", "revoke_session", revoke_session, ["POST"]),

@@ -1,5 +1,6 @@
 """What every page of the ``authflow_views`` blueprint shares: names, messages, rendering,
-``next`` handling, the signed-in check and JSON answers for the WebAuthn scripts."""
+``next`` handling, the signed-in check, the pending step-up and JSON answers for the
+WebAuthn scripts."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from flask import Response, jsonify, redirect, render_template, request, url_for
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from ..audit.context import audit_context
-from ..authn.service import AuthnRequest
+from ..authn.service import STEP_UP_KEY, AuthnRequest
 from ..decorators import safe_next
 from ..errors import AuthFlowError
-from ..session.model import AuthSession
+from ..session.model import AuthSession, AuthState, step_kinds
 from ..state import current_auth_session, get_state
 from ..users import ANONYMOUS_USER, load_current_user
 from .csrf import csrf_field_name, csrf_token
@@ -35,6 +36,7 @@ __all__ = [
     "lock_message",
     "next_arg",
     "page",
+    "pending_step_up",
     "signed_in",
     "stored_sid",
     "to_login",
@@ -78,6 +80,7 @@ MESSAGES = {
     "enroll_key": "Your security key's response was not accepted. Start again.",
     "unavailable_kind": "This site does not offer that sign-in method.",
     "passkey_refused": "That passkey was not accepted.",
+    "stronger_step": "Your password alone is not enough here: confirm it is you with one of the ways below.",
 }
 
 
@@ -171,6 +174,15 @@ def signed_in() -> bool:
     if get_state().hooks.user_loader is None:
         return True
     return load_current_user() is not ANONYMOUS_USER
+
+
+def pending_step_up(session: AuthSession) -> tuple[str, ...]:
+    """The kinds that pass the step-up the session's login waits for (empty: none pending)."""
+    record = session.record
+    if record.state is not AuthState.AUTHENTICATED:
+        return ()
+    step = (record.flow or {}).get(STEP_UP_KEY)
+    return step_kinds(step) if isinstance(step, str) else ()
 
 
 def identifier_of(session: AuthSession) -> str | None:

@@ -42,6 +42,7 @@ from .common import (
     json_error,
     lock_message,
     page,
+    pending_step_up,
     request_next,
     signed_in,
     to_login,
@@ -60,6 +61,8 @@ __all__ = [
     "passkey_available",
     "passkey_login",
     "passkey_options",
+    "send_refused",
+    "sends_codes",
     "step_methods",
 ]
 
@@ -142,7 +145,7 @@ def _maxlength(kind: str, factor: object) -> int:
     return 2 * digits if isinstance(digits, int) and 0 < digits <= 32 else 64
 
 
-def _sends_codes(kind: str, factor: object) -> bool:
+def sends_codes(kind: str, factor: object) -> bool:
     """The factor sends a code when asked ("e-mail me a code"): e-mail codes, or an
     application's own kind that declares ``challenge_on_request`` (an SMS code)."""
     return kind == FactorKind.EMAIL_OTP.value or getattr(factor, "challenge_on_request", False) is True
@@ -173,7 +176,7 @@ def step_methods(kinds: tuple[str, ...]) -> list[StepMethod]:
             )  # fmt: skip
             continue
         title, label, hint, inputmode, autocomplete = _CODE_TEXTS.get(name, _GENERIC_TEXTS)
-        send = _sends_codes(name, factor)
+        send = sends_codes(name, factor)
         sent = send and len(kinds) == 1  # the service sends the code itself when it is the only way
         if send and not sent:
             hint = f"Press “{_send_label(name)}”, then type the code from the message."
@@ -328,7 +331,7 @@ def factor_send() -> ResponseReturnValue:
     if chosen not in step or chosen not in FactorKind:
         return _factor_page(target, 400, error=MESSAGES["wrong_kind"])
     kind = FactorKind(chosen)
-    if not _sends_codes(chosen, get_state().service.factor(kind)):
+    if not sends_codes(chosen, get_state().service.factor(kind)):
         return _factor_page(target, 400, error=MESSAGES["sends_nothing"])
     try:
         required = handle().challenge(kind, current_auth_session())
@@ -337,11 +340,16 @@ def factor_send() -> ResponseReturnValue:
     answer = required.challenges.get(kind)
     problem = answer.get("error") if isinstance(answer, Mapping) else None
     if problem is not None:  # the factor declined without raising (too many codes sent ...)
-        return _factor_page(target, 429 if problem == "too_many_sends" else 400, error=_send_refused(problem))
+        return _factor_page(target, 429 if problem == "too_many_sends" else 400, error=send_refused(problem))
     return redirect(url_for(f"{VIEWS_BLUEPRINT}.factor", next=target, notice="code_sent"))
 
 
-def _send_refused(problem: object) -> str:
+def send_refused(problem: object, *, step_up: bool = False) -> str:
+    """What the page says when the factor declined to send a code (``problem``: its error)."""
+    if step_up:
+        if problem == "too_many_sends":
+            return "You asked for the most codes one confirmation may send. Use the last one, or another way."
+        return "No code could be sent. Try again later, or use another way."
     if problem == "too_many_sends":
         return "You asked for the most codes one sign-in may send. Start over to get a new one."
     return "No code could be sent for this sign-in. Start over, or use another way."
@@ -355,14 +363,20 @@ def _webauthn_options(public: Mapping[str, Any]) -> Response:
 
 
 def factor_webauthn_options() -> ResponseReturnValue:
-    """JSON: the WebAuthn request options for the pending step (a new challenge)."""
+    """JSON: the WebAuthn request options for the pending step of a login, or the pending
+    step-up of a signed-in user (a new challenge)."""
     session = current_auth_session()
-    if FactorKind.WEBAUTHN.value not in _pending_step():
+    webauthn = FactorKind.WEBAUTHN.value
+    if webauthn not in _pending_step() and not (webauthn in pending_step_up(session) and signed_in()):
+        # Signed in: the step-up ended (a failed try, another tab): the step-up page begins
+        # a new one. Otherwise the login ended: sign in again.
+        location = (
+            url_for(f"{VIEWS_BLUEPRINT}.step_up", next=request_next())
+            if signed_in()
+            else url_for(f"{VIEWS_BLUEPRINT}.login")
+        )
         return json_error(
-            "login_not_started",
-            "No sign-in step is waiting for a security key.",
-            409,
-            location=url_for(f"{VIEWS_BLUEPRINT}.login"),
+            "login_not_started", "No sign-in step is waiting for a security key.", 409, location=location
         )
     if not csrf_valid():
         return json_error("csrf", MESSAGES["csrf"], 400)
