@@ -92,18 +92,6 @@ class CeremonyStopped(AssertionError):
     """A WebAuthn button's script reported an error instead of leading to the next page."""
 
 
-#: Open issue (remove this marker with the fix): the script POSTs a "create" form's fields
-#: to ``element.action``, and the add-key form's submit button is named ``action``, which
-#: shadows the form's action URL (``POST /account/[object HTMLButtonElement]`` -> 404), so
-#: no browser can add a security key or passkey. ``element.getAttribute("action")`` in
-#: ``authflow/webauthn_script.html`` fixes it (the Node harness fakes ``form.action``).
-ADDING_A_KEY_IS_BROKEN = pytest.mark.xfail(
-    raises=CeremonyStopped,
-    strict=True,
-    reason="webauthn_script.html posts to form.action, which <button name=action> shadows (404)",
-)
-
-
 class MfaPage(Page):
     """A :class:`Page` with the steps of a multi-factor sign-in."""
 
@@ -204,7 +192,6 @@ def test_password_then_authenticator_app(browsers: Any, mfa_server: str) -> None
     page.signed_in_as("tess")
 
 
-@ADDING_A_KEY_IS_BROKEN
 def test_security_key_then_login_with_it(browsers: Any, mfa_server: str) -> None:  # noqa: F811
     page = MfaPage(browsers(), mfa_server)
     authenticator = add_virtual_authenticator(page.driver)
@@ -230,7 +217,6 @@ def test_security_key_then_login_with_it(browsers: Any, mfa_server: str) -> None
     assert stored_credentials(page.driver, authenticator)[0]["signCount"] > sign_count
 
 
-@ADDING_A_KEY_IS_BROKEN
 def test_passkey_sign_in_without_username_or_password(browsers: Any, mfa_server: str) -> None:  # noqa: F811
     page = MfaPage(browsers(), mfa_server)
     authenticator = add_virtual_authenticator(page.driver)

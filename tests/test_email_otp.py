@@ -41,7 +41,7 @@ from flask_authflow.authn.outcomes import (
     Locked,
 )
 from flask_authflow.authn.service import TRANSACTION_KEY, AuthnRequest, AuthnService
-from flask_authflow.authn.stores import FactorConfig
+from flask_authflow.authn.stores import AttemptKey, FactorConfig
 from flask_authflow.clock import MockClock
 from flask_authflow.errors import (
     ConfigurationError,
@@ -772,3 +772,16 @@ def test_code_travels_through_a_real_smtp_server(
     assert body is not None
     code = code_of(body.get_content())
     assert isinstance(env.verify(session, code), Authenticated)
+
+
+def test_a_step_up_sends_the_code_but_not_to_a_locked_account(env: Env) -> None:
+    env.enroll_email()
+    session, _ = env.begin()
+    assert isinstance(env.verify(session, env.last_code()), Authenticated)
+    sent = len(env.outbox)
+    step = env.handle.begin_step_up(session, strongest=True)
+    assert step.factors == (EMAIL,) and len(env.outbox) == sent + 1  # the only kind: sent at once
+    assert isinstance(env.verify(session, env.last_code()), Authenticated)  # the step-up passed
+    env.backend.set_lock(AttemptKey("acme", "alice", EMAIL.value), env.clock.now() + timedelta(minutes=15))
+    env.handle.begin_step_up(session, strongest=True)
+    assert len(env.outbox) == sent + 1  # a locked account gets no e-mail

@@ -49,7 +49,9 @@ function main(input) {
     const element = {
       id: spec.id,
       tagName: spec.tag.toUpperCase(),
-      action: spec.action,
+      // As in a browser: a control named "action" shadows the form's action property
+      // (the script must read the attribute instead).
+      action: "action" in fields ? fields.action : spec.action,
       disabled: Boolean(spec.attrs && "disabled" in spec.attrs),
       textContent: "",
       fields,
@@ -62,6 +64,9 @@ function main(input) {
         },
       },
       getAttribute(name) {
+        if (name === "action" && spec.action !== undefined) {
+          return spec.action;
+        }
         return spec.attrs && name in spec.attrs ? spec.attrs[name] : null;
       },
       addEventListener(type, handler) {

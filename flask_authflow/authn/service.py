@@ -1141,11 +1141,14 @@ class AuthnRequest:
             if user is not None:
                 flow[LOGIN_IDENTIFIER_KEY] = user.identifier
             session.transition(lambda r: begin_flow(r, flow))
-            _, slots = self._challenge_step(
-                session, step_kinds(step),
-                tenant=tenant, user_id=user_id, identifier=flow.get(LOGIN_IDENTIFIER_KEY), now=now,
-                purpose="step_up",
-            )  # fmt: skip
+            subject = flow.get(LOGIN_IDENTIFIER_KEY) or f"user:{user_id}"
+            slots: dict[str, Any] = {}
+            if svc.lockout.locked_until(tenant, subject, now) is None:  # a locked user gets no e-mail
+                _, slots = self._challenge_step(
+                    session, step_kinds(step),
+                    tenant=tenant, user_id=user_id, identifier=flow.get(LOGIN_IDENTIFIER_KEY), now=now,
+                    purpose="step_up",
+                )  # fmt: skip
             if slots:
                 session.transition(lambda r: begin_flow(r, {**(r.flow or {}), **slots}))
             pending = _Pending(
@@ -1192,7 +1195,10 @@ class AuthnRequest:
         # A login that proved the user another way and passed nothing since (a passkey, a
         # federated login, ``login_user``) counts as it is.
         other_way = len(record.factors_passed) == 1 and last == record.auth_method and last not in FactorKind
-        if steps and last not in step_kinds(steps[-1]) and not other_way:
+        # A second factor verified last counts even if it was removed since (the strongest
+        # step may have become the password).
+        second_factor = last is not None and last in FactorKind and last != FactorKind.PASSWORD.value
+        if steps and last not in step_kinds(steps[-1]) and not other_way and not second_factor:
             raise StepUpNeeded(f"{action} needs your second factor again (a step-up of the strongest step)")
         return tenant, user_id, now
 
