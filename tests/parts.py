@@ -90,7 +90,9 @@ class PostgresServer:
         shutil.rmtree(self.datadir.parent, ignore_errors=True)
 
 
-def start_postgres() -> PostgresServer:
+def start_postgres(*settings: str) -> PostgresServer:
+    """A throwaway PostgreSQL server on a free loopback port; ``settings`` are extra
+    ``name=value`` server settings (a benchmark sizes ``shared_buffers`` with them)."""
     bindir = find_pg_bin()
     if bindir is None:
         missing_part("PostgreSQL server binaries (initdb/pg_ctl) not found; install the 'postgresql' package")
@@ -119,7 +121,8 @@ def start_postgres() -> PostgresServer:
             str(base / "log"),
             "-w",
             "-o",
-            f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+            + "".join(f" -c {setting}" for setting in settings),
             "start",
         ],
         check=True,

@@ -122,9 +122,12 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     # A session lookup among a million rows is a few B-tree pages; SQLite's default
     # 2 MB page cache per connection misses most of them (benchmarks/scale.py). A 32 MB
-    # cache (negative = KiB) and memory-mapped reads keep the hot pages in memory.
+    # cache (negative = KiB) keeps the hot pages, and reads are memory-mapped up to 2 GB
+    # (SQLite's usual ceiling): address space, not memory, served from the OS page cache.
+    # With a 256 MB map, 10^6 sessions (a larger file) cost 3.6x a lookup among 10^3;
+    # mapped whole, 1.1-1.2x.
     cursor.execute("PRAGMA cache_size=-32768")
-    cursor.execute("PRAGMA mmap_size=268435456")
+    cursor.execute("PRAGMA mmap_size=2147418112")
     cursor.close()
 
 
