@@ -326,6 +326,13 @@ class AuthnService:
         return f"<AuthnService policy={self.policy!r} hasher={self.hasher!r}>"
 
 
+def _lockout_subject(flow: Mapping[str, Any], user_id: str) -> str:
+    """What the lockout counts a session's attempts against: the login's normalised
+    identifier, or the user id when the flow has none."""
+    identifier = flow.get(LOGIN_IDENTIFIER_KEY)
+    return identifier if isinstance(identifier, str) else f"user:{user_id}"
+
+
 def _required(kinds: Sequence[str], public: Mapping[FactorKind, Mapping[str, Any]]) -> FactorRequired:
     known = tuple(FactorKind(k) for k in kinds if k in FactorKind)
     return FactorRequired(known[0], known, dict(public))
@@ -662,12 +669,8 @@ class AuthnRequest:
         record = session.record
         flow = record.flow or {}
         kind_name = credential.kind.value
-        step_up_step = flow.get(STEP_UP_KEY) if record.state is AuthState.AUTHENTICATED else None
-        if record.state is AuthState.AUTHENTICATING and record.next_factor is not None:
-            step = record.next_step
-        elif isinstance(step_up_step, str):
-            step = step_kinds(step_up_step)
-        else:
+        step = record.pending_step
+        if not step:
             snapshot = _Snapshot.take(session)
             pending = _Pending(counters=["login_attempts", "login_failures"])
             pending.rows.append(
@@ -683,7 +686,7 @@ class AuthnRequest:
         tenant = record.tenant or ""
         user_id = record.user_id or ""
         ident_value = flow.get(LOGIN_IDENTIFIER_KEY)
-        subject = ident_value if isinstance(ident_value, str) else f"user:{user_id}"
+        subject = _lockout_subject(flow, user_id)
         identifier = ident_value if isinstance(ident_value, str) else None
         phantom = user_id.startswith(PHANTOM_PREFIX)
         step_up = record.state is AuthState.AUTHENTICATED
@@ -891,13 +894,7 @@ class AuthnRequest:
         now = svc.clock.now()
         record = session.record
         flow = record.flow or {}
-        step_up_step = flow.get(STEP_UP_KEY) if record.state is AuthState.AUTHENTICATED else None
-        if record.state is AuthState.AUTHENTICATING:
-            kinds = record.next_step
-        elif isinstance(step_up_step, str):
-            kinds = step_kinds(step_up_step)
-        else:
-            kinds = ()
+        kinds = record.pending_step
         if kind.value not in kinds or (record.user_id or "").startswith(PHANTOM_PREFIX):
             raise LoginNotStarted(f"no pending step accepts {kind.value!r}")
         if svc.factor(kind) is None:
@@ -916,7 +913,7 @@ class AuthnRequest:
                 session, kinds,
                 tenant=record.tenant or "", user_id=record.user_id or "",
                 identifier=ident if isinstance(ident, str) else None, now=now,
-                purpose="step_up" if step_up_step else "login", only=kind,
+                purpose="step_up" if record.state is AuthState.AUTHENTICATED else "login", only=kind,
             )  # fmt: skip
         except AuthFlowError as exc:  # the mail server is down, no sender is configured
             code = exc.code
@@ -1141,7 +1138,7 @@ class AuthnRequest:
             if user is not None:
                 flow[LOGIN_IDENTIFIER_KEY] = user.identifier
             session.transition(lambda r: begin_flow(r, flow))
-            subject = flow.get(LOGIN_IDENTIFIER_KEY) or f"user:{user_id}"
+            subject = _lockout_subject(flow, user_id)
             slots: dict[str, Any] = {}
             if svc.lockout.locked_until(tenant, subject, now) is None:  # a locked user gets no e-mail
                 _, slots = self._challenge_step(

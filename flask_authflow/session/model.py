@@ -234,6 +234,16 @@ class SessionRecord:
         """The kinds that satisfy the next step (empty when none is pending)."""
         return step_kinds(self.factors_pending[0]) if self.factors_pending else ()
 
+    @property
+    def pending_step(self) -> tuple[str, ...]:
+        """The kinds that pass the step this session waits for: the login's next step while
+        Authenticating, a pending step-up's (``flow["step_up"]``) while Authenticated;
+        empty when it waits for none."""
+        if self.state is AuthState.AUTHENTICATING:
+            return self.next_step
+        step = self.flow.get("step_up") if self.state is AuthState.AUTHENTICATED and self.flow else None
+        return step_kinds(step) if isinstance(step, str) else ()
+
 
 def new_guest_record(now: datetime, sid: str | None = None) -> SessionRecord:
     """A fresh guest session."""
@@ -273,12 +283,7 @@ def pass_factor(record: SessionRecord, factor: str, *, now: datetime) -> Session
     Only a kind of the step that is next in line can pass it: steps cannot be skipped or
     passed out of order, and a kind outside the step passes nothing.
     """
-    step_up_step = record.flow.get("step_up") if record.flow else None
-    if (
-        record.state is AuthState.AUTHENTICATED
-        and isinstance(step_up_step, str)
-        and factor in step_kinds(step_up_step)
-    ):
+    if record.state is AuthState.AUTHENTICATED and factor in record.pending_step:
         return step_up(record, factor, now=now)
     if record.state is not AuthState.AUTHENTICATING:
         raise InvalidTransition(f"no factor is expected in state {record.state.value}")

@@ -13,10 +13,10 @@ from flask import Response, jsonify, redirect, render_template, request, url_for
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from ..audit.context import audit_context
-from ..authn.service import STEP_UP_KEY, AuthnRequest
+from ..authn.service import AuthnRequest
 from ..decorators import safe_next
 from ..errors import AuthFlowError
-from ..session.model import AuthSession, AuthState, step_kinds
+from ..session.model import AuthSession, AuthState
 from ..state import current_auth_session, get_state
 from ..users import ANONYMOUS_USER, load_current_user
 from .csrf import csrf_field_name, csrf_token
@@ -179,10 +179,7 @@ def signed_in() -> bool:
 def pending_step_up(session: AuthSession) -> tuple[str, ...]:
     """The kinds that pass the step-up the session's login waits for (empty: none pending)."""
     record = session.record
-    if record.state is not AuthState.AUTHENTICATED:
-        return ()
-    step = (record.flow or {}).get(STEP_UP_KEY)
-    return step_kinds(step) if isinstance(step, str) else ()
+    return record.pending_step if record.state is AuthState.AUTHENTICATED else ()
 
 
 def identifier_of(session: AuthSession) -> str | None:

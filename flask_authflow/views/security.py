@@ -12,7 +12,7 @@ and never stored anywhere they could be shown again.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flask import Response, jsonify, redirect, request, url_for
@@ -282,6 +282,16 @@ def enroll_totp() -> ResponseReturnValue:
 
 
 def confirm_totp() -> ResponseReturnValue:
+    return _confirm_code(
+        FactorKind.TOTP,
+        "totp_added",
+        lambda factor_id, status, **ctx: _totp_page(factor_id, None, status, **ctx),
+    )
+
+
+def _confirm_code(kind: FactorKind, notice: str, render: Callable[..., Response]) -> ResponseReturnValue:
+    """The proof-of-possession form of a code-based enrollment: CSRF, the pending factor,
+    the typed code; ``render(factor_id, status, error=...)`` shows the set-up page again."""
     refused = _refused()
     if refused is not None:
         return refused
@@ -290,13 +300,11 @@ def confirm_totp() -> ResponseReturnValue:
         return _factors_page(400, error=MESSAGES["no_pending"])
     code, problem = _code()
     if problem is not None:
-        return _totp_page(factor_id, None, 400, error=problem)
-    result = _confirm(FactorKind.TOTP, factor_id, code)
+        return render(factor_id, 400, error=problem)
+    result = _confirm(kind, factor_id, code)
     if isinstance(result, AuthFlowError):
-        return _totp_page(
-            factor_id, None, error_status(result), error=_enroll_message(result, FactorKind.TOTP)
-        )
-    return result if result is not None else _done("totp_added")
+        return render(factor_id, error_status(result), error=_enroll_message(result, kind))
+    return result if result is not None else _done(notice)
 
 
 # --- recovery codes ------------------------------------------------------------------------------
@@ -321,21 +329,11 @@ def generate_recovery_codes() -> ResponseReturnValue:
 
 
 def confirm_recovery_codes() -> ResponseReturnValue:
-    refused = _refused()
-    if refused is not None:
-        return refused
-    factor_id = _pending_id()
-    if factor_id is None:
-        return _factors_page(400, error=MESSAGES["no_pending"])
-    code, problem = _code()
-    if problem is not None:
-        return _recovery_page(factor_id, None, 400, error=problem)
-    result = _confirm(FactorKind.RECOVERY_CODE, factor_id, code)
-    if isinstance(result, AuthFlowError):
-        return _recovery_page(
-            factor_id, None, error_status(result), error=_enroll_message(result, FactorKind.RECOVERY_CODE)
-        )
-    return result if result is not None else _done("recovery_added")
+    return _confirm_code(
+        FactorKind.RECOVERY_CODE,
+        "recovery_added",
+        lambda factor_id, status, **ctx: _recovery_page(factor_id, None, status, **ctx),
+    )
 
 
 # --- e-mail codes --------------------------------------------------------------------------------
@@ -363,22 +361,12 @@ def enroll_email() -> ResponseReturnValue:
 
 
 def confirm_email() -> ResponseReturnValue:
-    refused = _refused()
-    if refused is not None:
-        return refused
-    factor_id = _pending_id()
-    if factor_id is None:
-        return _factors_page(400, error=MESSAGES["no_pending"])
     address = form_text("address").strip()[:_MAX_ADDRESS]
-    code, problem = _code()
-    if problem is not None:
-        return _email_page(factor_id, address, 400, error=problem)
-    result = _confirm(FactorKind.EMAIL_OTP, factor_id, code)
-    if isinstance(result, AuthFlowError):
-        return _email_page(
-            factor_id, address, error_status(result), error=_enroll_message(result, FactorKind.EMAIL_OTP)
-        )
-    return result if result is not None else _done("email_added")
+    return _confirm_code(
+        FactorKind.EMAIL_OTP,
+        "email_added",
+        lambda factor_id, status, **ctx: _email_page(factor_id, address, status, **ctx),
+    )
 
 
 # --- security keys and passkeys (WebAuthn) -------------------------------------------------------
