@@ -659,7 +659,7 @@ class AuthnRequest:
         """Check the credential for the step the session waits for (credential first, as in the spec).
 
         Any kind of the pending step passes it; a kind outside the step is refused
-        (``InvalidCredential``, audited ``wrong_kind``), never a skip. A wrong credential
+        (``InvalidCredential``, audited ``unexpected_factor``), never a skip. A wrong credential
         ends the login at its first step (the password), and keeps it at a later step so
         the user can retry within the lockout policy; the session id rotates after each
         passed step.
