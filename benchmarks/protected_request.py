@@ -244,6 +244,9 @@ def flask_security_too(database_url: str) -> tuple[Flask, dict[str, Any]]:
     class User(db.Model, fsqla.FsUserMixin):  # type: ignore[name-defined,misc]
         pass
 
+    class WebAuthn(db.Model, fsqla.FsWebAuthnMixin):  # type: ignore[name-defined,misc]
+        pass  # FsUserMixin's relationship names it: the mapper needs it defined
+
     datastore = SQLAlchemyUserDatastore(db, User, Role)
     Security(app, datastore)
     with app.app_context():
