@@ -64,21 +64,30 @@ def attempt(service: AuthnService, clock: MockClock, password: str) -> Any:
         return handle.verify_factor(credential, session)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+def make_backend(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, hasher: PasswordHasher, clock: MockClock
+) -> Any:
+    """A backend of ``kind``: memory, SQLite, or PostgreSQL (whose reservation and
+    success settlement are single statements of their own)."""
+    if kind == "memory":
+        return InMemoryBackend(hasher=hasher, clock=clock)
+    if kind == "sqlite":
+        return SqlAlchemyBackend(f"sqlite:///{tmp_path / 'race.db'}", hasher=hasher, clock=clock)
+    url = request.getfixturevalue("postgres_server").new_database()
+    return SqlAlchemyBackend(url, hasher=hasher, clock=clock)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 def backend_and_hasher(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[tuple[Any, CountingHasher]]:
     clock = MockClock()
     hasher = CountingHasher()
-    backend: Any
-    if request.param == "memory":
-        backend = InMemoryBackend(hasher=hasher, clock=clock)
-    else:
-        backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'race.db'}", hasher=hasher, clock=clock)
+    backend = make_backend(request.param, request, tmp_path, hasher, clock)
     backend.create_user("acme", "alice", RIGHT)
     hasher.started = 0
     yield backend, hasher
-    if request.param == "sqlite":
+    if request.param != "memory":
         backend.close()
 
 
@@ -139,16 +148,29 @@ def test_fifty_parallel_guesses_run_at_most_five_verifications(
     assert hasher.started <= THRESHOLD
 
 
-def test_a_lock_set_while_the_correct_password_is_checked_wins() -> None:
-    """The lock is re-checked before a success becomes Authenticated."""
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql"])
+def test_a_lock_set_while_the_correct_password_is_checked_wins(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The lock is re-checked before a success becomes Authenticated (on the SQL stores,
+    while the success is settled): no success is logged, the counter is not reset, and
+    the reservation is given back."""
     from datetime import timedelta
 
     from flask_authflow.authn.stores import AttemptKey
 
     clock = MockClock()
     hasher = CountingHasher()
-    backend = InMemoryBackend(hasher=hasher, clock=clock)
+    backend = make_backend(kind, request, tmp_path, hasher, clock)
     backend.create_user("acme", "alice", RIGHT)
+    if kind != "memory":
+        backend.register_failure(
+            AttemptKey("acme", "alice", "password"),
+            now=clock.now(),
+            window=timedelta(hours=1),
+            max_failures=THRESHOLD,
+            lock_duration=timedelta(minutes=15),
+        )
     service, clock = _service(backend, hasher)
     hasher.gate = threading.Event()
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -163,6 +185,20 @@ def test_a_lock_set_while_the_correct_password_is_checked_wins() -> None:
         outcome = correct.result(timeout=20)
     assert isinstance(outcome, Locked)
     assert any(r.reason == "locked_during_check" for r in backend.audit_rows)
+    if kind != "memory":
+        assert backend.attempt_count("acme", "alice", success=True) == 0
+        assert backend.failure_count(AttemptKey("acme", "alice", "password")) == 1
+        assert reservations_held(backend) == 0
+        backend.close()
+
+
+def reservations_held(backend: SqlAlchemyBackend) -> int:
+    from sqlalchemy import func, select
+
+    from flask_authflow.stores.sqlalchemy.backend import reservations_table
+
+    with backend.engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(reservations_table)).scalar_one())
 
 
 def test_a_reservation_is_given_back_when_the_check_fails_with_an_error() -> None:
@@ -307,19 +343,18 @@ def test_the_store_down_at_reservation_refuses_without_argon2() -> None:
     assert not session.is_authenticated
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
-def test_a_crashed_processs_reservations_expire(kind: str, tmp_path: Path) -> None:
-    """Reservations never settled (the process died mid-check) stop counting after RESERVATION_TTL."""
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql"])
+def test_a_crashed_processs_reservations_expire(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Reservations never settled (the process died mid-check) stop counting after
+    RESERVATION_TTL, and the SQL stores delete them at the next reservation."""
     from datetime import timedelta
 
     from flask_authflow.authn.stores import RESERVATION_TTL, AttemptKey
 
     clock = MockClock()
-    backend: Any = (
-        InMemoryBackend(hasher=CountingHasher(), clock=clock)
-        if kind == "memory"
-        else SqlAlchemyBackend(f"sqlite:///{tmp_path / 'ttl.db'}", hasher=CountingHasher(), clock=clock)
-    )
+    backend = make_backend(kind, request, tmp_path, CountingHasher(), clock)
     key = AttemptKey("acme", "alice", "password")
     policy = {"window": timedelta(hours=1), "max_failures": THRESHOLD, "lock_duration": timedelta(minutes=15)}
     granted = [backend.reserve_attempt(key, now=clock.now(), **policy) for _ in range(THRESHOLD)]
@@ -329,5 +364,6 @@ def test_a_crashed_processs_reservations_expire(kind: str, tmp_path: Path) -> No
     assert not backend.reserve_attempt(key, now=clock.now(), **policy).granted
     clock.advance(timedelta(seconds=2))
     assert backend.reserve_attempt(key, now=clock.now(), **policy).granted
-    if kind == "sqlite":
+    if kind != "memory":
+        assert reservations_held(backend) == 1  # the stale ones went; the new one is held
         backend.close()

@@ -89,7 +89,15 @@ from .outcomes import (
     LoginOutcome,
     StepUpRequired,
 )
-from .stores import AttemptStore, AuditSink, FactorConfig, FactorRecordStore, FactorStore, IdentityStore
+from .stores import (
+    AttemptStore,
+    AuditSink,
+    FactorConfig,
+    FactorRecordStore,
+    FactorStore,
+    IdentityStore,
+    LoginLookup,
+)
 
 __all__ = [
     "ENROLLMENT_TTL",
@@ -276,6 +284,17 @@ class AuthnService:
         self.passkey_login_allowed: Callable[[str], bool] = lambda tenant: False
         # Per-process key: phantom ids are stable for one identifier but unguessable.
         self._phantom_key = secrets.token_bytes(32)
+
+    @property
+    def login_lookup(self) -> LoginLookup | None:
+        """The store that answers ``begin_login``'s reads in one (:class:`LoginLookup`), when
+        one object is the identity, factor and attempt store; else ``None``."""
+        store: object = self.identity_store
+        factors: object = self.factor_store
+        attempts: object = self.attempt_store
+        if store is factors and store is attempts and isinstance(store, LoginLookup):
+            return store
+        return None
 
     def register_factor(self, factor: Factor) -> None:
         """Plug in the factor of a kind (replaces an earlier one of the same kind)."""
@@ -514,16 +533,30 @@ class AuthnRequest:
         try:
             if session.state in (AuthState.AUTHENTICATED, AuthState.PENDING_WORKFLOW):
                 self._end_previous_login(session, now, pending)
-            user = _guard_store(lambda: svc.identity_store.find_user(tenant, ident))
-            usable = user is not None and not user.disabled
-            subject_id = user.user_id if usable and user is not None else svc.phantom_user_id(tenant, ident)
-            # The phantom asks the store too, so both paths make the same round trips.
-            enrolled = _guard_store(lambda: svc.factor_store.required_factors(tenant, subject_id))
+            lookup = svc.login_lookup
+            if lookup is not None:
+                # One read for the user, their factor kinds and the lock (the same for a
+                # phantom: no user, no kinds, one round trip).
+                facts = _guard_store(lambda: lookup.login_facts(tenant, ident, now))
+                user = facts.user
+                usable = user is not None and not user.disabled
+                subject_id = (
+                    user.user_id if usable and user is not None else svc.phantom_user_id(tenant, ident)
+                )
+                enrolled = facts.kinds if usable else []
+            else:
+                user = _guard_store(lambda: svc.identity_store.find_user(tenant, ident))
+                usable = user is not None and not user.disabled
+                subject_id = (
+                    user.user_id if usable and user is not None else svc.phantom_user_id(tenant, ident)
+                )
+                # The phantom asks the store too, so both paths make the same round trips.
+                enrolled = _guard_store(lambda: svc.factor_store.required_factors(tenant, subject_id))
             steps = svc.steps_for(tenant, subject_id, enrolled) if usable else []
             if not steps or FactorKind.PASSWORD.value not in step_kinds(steps[0]):
                 subject_id = svc.phantom_user_id(tenant, ident)
                 steps = [FactorKind.PASSWORD.value]
-            until = svc.lockout.locked_until(tenant, ident, now)
+            until = facts.locked_until if lookup is not None else svc.lockout.locked_until(tenant, ident, now)
             audit_user = user.user_id if user is not None else None
             if until is not None:
                 session.transition(lambda r: fail_login(r, now=now))
@@ -763,8 +796,21 @@ class AuthnRequest:
                     )  # fmt: skip
                     checked = _guard_store(lambda: factor.verify(ctx, credential))
                 ok = bool(checked) and not phantom
+                single_use = isinstance(checked, Accepted) and checked.commit is not None
                 # A lock set while this check ran (by a parallel failure) wins over a success.
-                locked_now = lockout.locked_until(tenant, subject, now) if ok else None
+                settled = ok and not single_use and lockout.settles_success_with_lock_check
+                held = reservation  # the token of this check's reservation
+                if settled:
+                    # Looked for while the success is settled, in the settlement's transaction
+                    # (one statement on PostgreSQL); found, only the reservation is given back.
+                    token, reservation = held, None
+                    if unit is None:
+                        unit = self._begin_unit()
+                    locked_now = lockout.success_unless_locked(
+                        tenant, subject, expected, now, self.ctx.client_ip, reservation=token
+                    )
+                else:
+                    locked_now = lockout.locked_until(tenant, subject, now) if ok else None
                 if ok and locked_now is None and isinstance(checked, Accepted) and checked.commit is not None:
                     # The single-use update joins the settlement's transaction (a SQL store):
                     # the code is used up exactly when the step passes and its rows are written.
@@ -782,16 +828,18 @@ class AuthnRequest:
                 )
                 update = ctx.flow_update if ctx is not None else None
                 if locked_now is not None:
-                    token, reservation = reservation, None
-                    lockout.release(tenant, subject, expected, token)
+                    if not settled:
+                        token, reservation = held, None
+                        lockout.release(tenant, subject, expected, token)
                     outcome = self._locked(
                         session, pending, row, end, tenant, identifier, locked_now, "locked_during_check"
                     )
                 elif ok:
-                    token, reservation = reservation, None
-                    if unit is None:  # the settlement and the audit rows: one transaction
-                        unit = self._begin_unit()
-                    lockout.success(tenant, subject, expected, now, self.ctx.client_ip, reservation=token)
+                    if not settled:
+                        token, reservation = held, None
+                        if unit is None:  # the settlement and the audit rows: one transaction
+                            unit = self._begin_unit()
+                        lockout.success(tenant, subject, expected, now, self.ctx.client_ip, reservation=token)
 
                     def advance(r: SessionRecord) -> SessionRecord:
                         after = pass_factor(r, expected, now=now)
@@ -815,7 +863,7 @@ class AuthnRequest:
                         pending.rows.append(row("success", "next_factor"))
                         outcome = self._next_step(session, tenant, user_id, identifier, now)
                 else:
-                    token, reservation = reservation, None
+                    token, reservation = held, None
                     if unit is None:
                         unit = self._begin_unit()
 

@@ -27,7 +27,10 @@ __all__ = [
     "FactorStore",
     "FailureCount",
     "IdentityStore",
+    "LoginFacts",
+    "LoginLookup",
     "Reservation",
+    "SuccessSettlement",
     "UserRecord",
 ]
 
@@ -283,3 +286,42 @@ class AttemptStore(Protocol):
     def set_lock(self, key: AttemptKey, until: datetime) -> None: ...
 
     def clear_lock(self, tenant: str, subject: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LoginFacts:
+    """What ``begin_login`` decides on, read together (see :class:`LoginLookup`)."""
+
+    #: The user of the identifier in the tenant, if any (disabled ones included).
+    user: UserRecord | None
+    #: ``required_factors`` of that user; empty without one.
+    kinds: list[FactorKind]
+    #: ``locked_until`` of the identifier (as a lockout subject), or ``None``.
+    locked_until: datetime | None
+
+
+@runtime_checkable
+class LoginLookup(Protocol):
+    """Optional: a store that is identity, factor *and* attempt store at once may answer
+    ``find_user``, ``required_factors`` and ``locked_until`` of a login in one read
+    (``SqlAlchemyBackend``: one statement instead of three round trips). The service
+    uses it only when one object plays all three roles."""
+
+    def login_facts(self, tenant: str, identifier: str, now: datetime) -> LoginFacts:
+        """The user of ``identifier`` in ``tenant``, their confirmed factor kinds (as
+        ``required_factors``), and the active lock on ``identifier`` (as ``locked_until``)."""
+        ...
+
+
+@runtime_checkable
+class SuccessSettlement(Protocol):
+    """Optional on an :class:`AttemptStore`: settle a successful check and look for a lock
+    set while it ran, in one step (``SqlAlchemyBackend``: one statement)."""
+
+    def register_success_unless_locked(
+        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
+    ) -> datetime | None:
+        """If a lock is active on ``key.subject`` (any factor, as ``locked_until``), give
+        ``reservation`` back and return the lock's end: nothing is logged or reset.
+        Otherwise do what ``register_success`` does and return ``None``."""
+        ...

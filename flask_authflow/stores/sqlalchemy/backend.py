@@ -41,6 +41,9 @@ from sqlalchemy import (
     false,
     func,
     insert,
+    literal,
+    literal_column,
+    null,
     or_,
     select,
     text,
@@ -54,7 +57,15 @@ from ...audit.sinks import AuditRecord
 from ...authn.factors.password import PasswordHasher
 from ...authn.identifiers import check_tenant, normalise_identifier
 from ...authn.outcomes import FactorKind
-from ...authn.stores import RESERVATION_TTL, AttemptKey, FactorConfig, FailureCount, Reservation, UserRecord
+from ...authn.stores import (
+    RESERVATION_TTL,
+    AttemptKey,
+    FactorConfig,
+    FailureCount,
+    LoginFacts,
+    Reservation,
+    UserRecord,
+)
 from ...clock import Clock, SystemClock, utc
 from ...errors import AuditWriteError, ConfigurationError, StoreUnavailable, UserExists, UserNotFound
 from ...federation.links import IdentityLink
@@ -261,6 +272,22 @@ def _factor_key(tenant: str, user_id: str, factor_id: str = "") -> dict[str, Any
     """The parameters naming one factor in the statements that write factors (named
     ``key_*``: SQLAlchemy keeps column names for the SET and VALUES clauses)."""
     return {"key_tenant": tenant, "key_user_id": user_id, "key_factor_id": factor_id}
+
+
+def _kinds(names: Sequence[str]) -> list[FactorKind]:
+    """The distinct known kinds among ``names``, in their order, the password first."""
+    kinds: list[FactorKind] = []
+    for name in names:
+        try:
+            kind = FactorKind(name)
+        except ValueError:
+            continue
+        if kind not in kinds:
+            kinds.append(kind)
+    if FactorKind.PASSWORD in kinds:
+        kinds.remove(FactorKind.PASSWORD)
+        kinds.insert(0, FactorKind.PASSWORD)
+    return kinds
 
 
 def _user(row: Row[Any]) -> UserRecord:
@@ -474,6 +501,99 @@ _RESERVATION_STATE = select(
 )
 _RESERVE = insert(reservations_table)
 _SETTLE = delete(reservations_table).where(reservations_table.c.token == bindparam("token"))
+
+# begin_login's three reads in one statement (find_user, required_factors, locked_until):
+# one row per confirmed factor of the user, oldest first, each carrying the user's columns
+# and the identifier's active lock; a single row of NULLs but the lock when there is no
+# such user (or no factor). The anchor row makes the lock come back without a user.
+_ANCHOR = select(literal(1).label("anchor")).subquery("anchor")
+_LOGIN_FACTS: Any = (  # Any: its rows go to _user, typed for whole-table rows
+    select(_ACTIVE_LOCK.scalar_subquery().label("locked_until"), *users_table.c, factors_table.c.kind)
+    .select_from(
+        _ANCHOR.outerjoin(
+            users_table,
+            and_(
+                users_table.c.tenant == bindparam("tenant"),
+                users_table.c.identifier == bindparam("identifier"),
+            ),
+        ).outerjoin(factors_table, and_(factors_table.c.user_id == users_table.c.user_id, _CONFIRMED))
+    )
+    .order_by(factors_table.c.created_at, factors_table.c.id)
+)
+
+# PostgreSQL: after the counter row is locked, the state read, the drop of stale
+# reservations and the reservation itself in one statement (data-modifying CTEs). Its
+# snapshot is taken once the lock is held, as the separate SELECT's was, so reservations
+# committed by whoever held the lock before are counted. ``counted`` is the window's
+# failures, read by the upsert that took the lock.
+_PG_STATE = select(
+    _ACTIVE_LOCK.scalar_subquery().label("locked"),
+    _COUNT_RESERVATIONS.where(reservations_table.c.reserved_at > _STALE).scalar_subquery().label("in_flight"),
+).cte("state")
+_PG_DROP_STALE = _DROP_STALE_RESERVATIONS.cte("dropped")
+_PG_RESERVE = (
+    insert(reservations_table)
+    .from_select(
+        ["token", "tenant", "subject", "factor", "reserved_at"],
+        select(
+            bindparam("token", type_=String()),
+            bindparam("key_tenant", type_=String()),
+            bindparam("key_subject", type_=String()),
+            bindparam("key_factor", type_=String()),
+            _NOW,
+        ).where(
+            _PG_STATE.c.locked.is_(None),
+            bindparam("counted", type_=Integer()) + _PG_STATE.c.in_flight
+            < bindparam("max_failures", type_=Integer()),
+        ),
+    )
+    .returning(reservations_table.c.token)
+    .cte("reserved")
+)
+_PG_RESERVE_ATTEMPT = select(
+    _PG_STATE.c.locked,
+    select(func.count()).select_from(_PG_RESERVE).scalar_subquery().label("granted"),
+).add_cte(_PG_DROP_STALE)
+
+# PostgreSQL: a successful check settled in one statement, unless a lock is active on the
+# subject (set by a parallel failure while the check ran): then only the reservation is
+# given back. The statement returns the lock, if any.
+# (Its parameters name no column of the tables it writes: SQLAlchemy would add such a
+# column to the SET clause of the UPDATE in a CTE.)
+_PG_LOCK = select(
+    select(func.max(lockouts_table.c.locked_until))
+    .where(
+        lockouts_table.c.tenant == bindparam("key_tenant"),
+        lockouts_table.c.subject == bindparam("key_subject"),
+        lockouts_table.c.locked_until > _NOW,
+    )
+    .scalar_subquery()
+    .label("until")
+).cte("active_lock")
+_UNLOCKED = select(_PG_LOCK.c.until).scalar_subquery().is_(None)
+_PG_SETTLED = _SETTLE.cte("settled")
+_PG_RESET = (
+    update(lockouts_table)
+    .where(_OF_KEY, _UNLOCKED)
+    .values(failures=literal_column("0"), window_start=null())
+    .cte("reset")
+)
+_PG_LOGGED = (
+    insert(attempts_table)
+    .from_select(
+        ["at", "tenant", "subject", "factor", "success", "client_ip"],
+        select(
+            _NOW,
+            bindparam("key_tenant", type_=String()),
+            bindparam("key_subject", type_=String()),
+            bindparam("key_factor", type_=String()),
+            true(),
+            bindparam("client_ip", type_=String()),
+        ).where(_PG_LOCK.c.until.is_(None)),
+    )
+    .cte("logged")
+)
+_PG_SETTLE_SUCCESS = select(_PG_LOCK.c.until).add_cte(_PG_SETTLED, _PG_RESET, _PG_LOGGED)
 _PURGE_AUDIT_BATCH = delete(audit_table).where(
     audit_table.c.id.in_(
         select(audit_table.c.id)
@@ -946,19 +1066,18 @@ class SqlAlchemyBackend:
 
     def required_factors(self, tenant: str, user_id: str) -> list[FactorKind]:
         params = {"tenant": tenant, "user_id": user_id}
-        names = list(self._fetch(lambda conn: conn.execute(_FACTOR_KINDS, params).scalars().all()))
-        kinds: list[FactorKind] = []
-        for name in names:
-            try:
-                kind = FactorKind(name)
-            except ValueError:
-                continue
-            if kind not in kinds:
-                kinds.append(kind)
-        if FactorKind.PASSWORD in kinds:
-            kinds.remove(FactorKind.PASSWORD)
-            kinds.insert(0, FactorKind.PASSWORD)
-        return kinds
+        return _kinds(self._fetch(lambda conn: conn.execute(_FACTOR_KINDS, params).scalars().all()))
+
+    def login_facts(self, tenant: str, identifier: str, now: datetime) -> LoginFacts:
+        """``find_user``, ``required_factors`` of that user and ``locked_until`` of the
+        identifier in one statement (see :class:`~flask_authflow.authn.stores.LoginLookup`):
+        one round trip for ``begin_login`` instead of three, whether the user exists or not."""
+        params = {"tenant": tenant, "identifier": identifier, "subject": identifier, "now": utc(now)}
+        rows = self._fetch(lambda conn: conn.execute(_LOGIN_FACTS, params).all())
+        first = rows[0]  # the anchor row makes one row at least
+        user = _user(first) if first.user_id is not None else None
+        kinds = _kinds([row.kind for row in rows if row.kind is not None])
+        return LoginFacts(user, kinds if user is not None else [], _aware(first.locked_until))
 
     # --- factor records (FactorRecordStore) --------------------------------------------------
 
@@ -1130,14 +1249,22 @@ class SqlAlchemyBackend:
         }
         with self._tx() as conn:
             failures, window_start = self._counter(conn, key, 0, params).one()
+            start = _aware(window_start)
+            in_window = int(failures) if start is not None and start > now - window else 0
+            if conn.dialect.name == "postgresql":
+                # The rest in one statement (a round trip fewer): see _PG_RESERVE_ATTEMPT.
+                token = uuid.uuid4().hex
+                reserve = {**params, "token": token, "counted": in_window, "max_failures": max_failures}
+                locked, granted = conn.execute(_PG_RESERVE_ATTEMPT, reserve).one()
+                if locked is not None:
+                    return Reservation(None, _aware(locked))
+                return Reservation(token) if granted else Reservation(None, now + lock_duration)
             locked, in_flight, stale = conn.execute(_RESERVATION_STATE, params).one()
             until = _aware(locked)
             if until is not None:
                 return Reservation(None, until)
             if stale:
                 conn.execute(_DROP_STALE_RESERVATIONS, params)
-            start = _aware(window_start)
-            in_window = int(failures) if start is not None and start > now - window else 0
             if in_window + int(in_flight) >= max_failures:
                 return Reservation(None, now + lock_duration)
             token = uuid.uuid4().hex
@@ -1195,6 +1322,28 @@ class SqlAlchemyBackend:
             self._settle(conn, reservation)
             conn.execute(_RESET_COUNTER, _key_params(key))
             _log_attempt(conn, key, now=now, success=True, client_ip=client_ip)
+
+    def register_success_unless_locked(
+        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
+    ) -> datetime | None:
+        """``register_success``, unless a lock is active on the subject: then only the
+        reservation is given back and the lock's end returned (see
+        :class:`~flask_authflow.authn.stores.SuccessSettlement`). On PostgreSQL one
+        statement, so the check for a lock set during the credential check costs no
+        round trip of its own."""
+        now = utc(now)
+        params = {**_key_params(key), "now": now, "token": reservation, "client_ip": client_ip}
+        with self._tx() as conn:
+            if conn.dialect.name == "postgresql":
+                return _aware(conn.execute(_PG_SETTLE_SUCCESS, params).scalar())
+            lock = {"tenant": key.tenant, "subject": key.subject, "now": now}
+            until = _aware(conn.execute(_ACTIVE_LOCK, lock).scalar())
+            self._settle(conn, reservation)
+            if until is not None:
+                return until
+            conn.execute(_RESET_COUNTER, params)
+            _log_attempt(conn, key, now=now, success=True, client_ip=client_ip)
+        return None
 
     def set_lock(self, key: AttemptKey, until: datetime) -> None:
         with self._tx() as conn:
