@@ -8,6 +8,7 @@ login service, and keeps them in ``app.extensions["authflow"]`` (an
 
 from __future__ import annotations
 
+import functools
 import logging
 import weakref
 from collections.abc import Callable, Mapping
@@ -654,6 +655,15 @@ def _template_context() -> dict[str, Any]:
 
 def _is_loopback(address: str | None) -> bool:
     """The address is on this machine (the audit layer's strict parser: scope ids, IPv4-mapped)."""
+    if not address or len(address) > 64:  # what parse_ip refuses; never kept in the cache
+        return False
+    return _is_loopback_text(address)
+
+
+@functools.lru_cache(maxsize=512)
+def _is_loopback_text(address: str) -> bool:
+    """:func:`_is_loopback` of a short string, remembered: every request of a plain-HTTP
+    server on this machine asks it about the same peer address."""
     ip = parse_ip(address)
     return ip is not None and ip.is_loopback
 

@@ -10,6 +10,7 @@ end with ``AUTHFLOW_SESSION_STORE = "redis"``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import logging
@@ -589,6 +590,195 @@ def test_app_answers_a_guest_while_redis_is_down(own_server: RedisServer, authfl
         assert set_cookies(refused) == []
     finally:
         store.close()
+
+
+# --- the load's own path to the connection pool ---------------------------------------------------
+
+
+@pytest.fixture
+def lean_store(store: RedisSessionStore, monkeypatch: pytest.MonkeyPatch) -> RedisSessionStore:
+    """``store``, whose load must take the lean path (the client's hmget fails the test)."""
+    assert store._lean
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the load went through the client's hmget")
+
+    monkeypatch.setattr(store.client, "hmget", refuse)
+    return store
+
+
+def _killing_checkouts(
+    store: RedisSessionStore, raw: redis.Redis, monkeypatch: pytest.MonkeyPatch, times: int
+) -> list[int]:
+    """The next ``times`` connections the pool hands out are killed by the server right
+    after the pool's own checks (a drop the pool cannot see); returns their client ids."""
+    pool = store.client.connection_pool
+    real = pool.get_connection
+    killed: list[int] = []
+
+    def get_connection(*args: Any, **kwargs: Any) -> Any:
+        conn = real(*args, **kwargs)
+        if len(killed) < times:
+            conn.send_command("CLIENT", "ID")
+            client_id = int(conn.read_response())
+            assert raw.client_kill_filter(_id=client_id) == 1
+            killed.append(client_id)
+        return conn
+
+    monkeypatch.setattr(pool, "get_connection", get_connection)
+    return killed
+
+
+def test_a_dropped_connection_is_retried_once(
+    lean_store: RedisSessionStore, raw: redis.Redis, clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = lean_store
+    record = user_record(clock)
+    store.save(record, clock.now() + HOUR)
+    assert store.load(record.sid) == record
+    pool = store.client.connection_pool
+    # Killed between two requests: the pool notices on checkout and reconnects.
+    [before] = [c for c in raw.client_list() if c["cmd"] == "hmget"]
+    raw.client_kill_filter(_id=int(before["id"]))
+    assert store.load(record.sid) == record
+    # Killed after the checkout: the read fails, reconnects and is sent once more.
+    killed = _killing_checkouts(store, raw, monkeypatch, times=1)
+    assert store.load(record.sid) == record
+    assert len(killed) == 1
+    assert int(store.client.client_id()) != killed[0]
+    assert store.load(record.sid) == record
+    assert pool._in_use_connections == set()  # every connection went back to the pool
+
+
+def test_a_connection_dropped_twice_fails_closed(
+    lean_store: RedisSessionStore,
+    clock: MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = lean_store
+    record = user_record(clock)
+    store.save(record, clock.now() + HOUR)
+    pool = store.client.connection_pool
+    real = pool.get_connection
+    reads: list[int] = []
+
+    def get_connection(*args: Any, **kwargs: Any) -> Any:
+        conn = real(*args, **kwargs)
+
+        def dropped(*args: Any, **kwargs: Any) -> Any:
+            reads.append(1)
+            conn.disconnect()
+            raise redis.ConnectionError("Connection closed by server.")
+
+        monkeypatch.setattr(conn, "read_response", dropped)
+        return conn
+
+    monkeypatch.setattr(pool, "get_connection", get_connection)
+    with caplog.at_level(logging.WARNING, logger="flask_authflow.session"):
+        with pytest.raises(StoreUnavailable):
+            store.load(record.sid)
+    assert reads == [1, 1]  # once, then once more: no further retries
+    assert "session store unavailable: ConnectionError" in caplog.text
+    assert pool._in_use_connections == set()
+    monkeypatch.undo()
+    assert store.load(record.sid) == record
+
+
+def test_a_timeout_is_not_retried(
+    lean_store: RedisSessionStore, clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Redis that does not answer fails the request after one timeout, not two."""
+    store = lean_store
+    record = user_record(clock)
+    store.save(record, clock.now() + HOUR)
+    pool = store.client.connection_pool
+    real = pool.get_connection
+    reads: list[int] = []
+
+    def get_connection(*args: Any, **kwargs: Any) -> Any:
+        conn = real(*args, **kwargs)
+
+        def timed_out(*args: Any, **kwargs: Any) -> Any:
+            reads.append(1)
+            conn.disconnect()
+            raise redis.TimeoutError("Timeout reading from socket")
+
+        monkeypatch.setattr(conn, "read_response", timed_out)
+        return conn
+
+    monkeypatch.setattr(pool, "get_connection", get_connection)
+    with pytest.raises(StoreUnavailable):
+        store.load(record.sid)
+    assert reads == [1]
+
+
+def test_a_server_down_fails_the_lean_read_closed(own_server: RedisServer) -> None:
+    clock = MockClock()
+    store = RedisSessionStore(own_server.url(), crypto=SessionCrypto(KEY), clock=clock)
+    try:
+        assert store._lean
+        record = user_record(clock)
+        store.save(record, clock.now() + HOUR)
+        assert store.load(record.sid) == record
+        own_server.stop()
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable) as raised:
+            store.load(record.sid)
+        assert isinstance(raised.value.__cause__, redis.ConnectionError)
+        assert time.monotonic() - started < 5
+        assert store.client.connection_pool._in_use_connections == set()
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("wrapping", ["functools", "replaced", "instance", "observability"])
+def test_tracing_sees_the_read(
+    store: RedisSessionStore, clock: MockClock, monkeypatch: pytest.MonkeyPatch, wrapping: str
+) -> None:
+    """With execute_command wrapped (OpenTelemetry and ddtrace via wrapt, Sentry by
+    replacing it) or redis-py's observability on, the load goes through the client."""
+    record = user_record(clock)
+    store.save(record, clock.now() + HOUR)
+    assert store._lean
+    seen: list[Any] = []
+    plain = redis.Redis.execute_command
+
+    def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(args[0])
+        return plain(self, *args, **kwargs)
+
+    if wrapping == "functools":
+        monkeypatch.setattr(redis.Redis, "execute_command", functools.wraps(plain)(traced))
+    elif wrapping == "replaced":
+        monkeypatch.setattr(redis.Redis, "execute_command", traced)
+    elif wrapping == "instance":
+        monkeypatch.setattr(store.client, "execute_command", functools.partial(traced, store.client))
+    else:
+        real_hmget = store.client.hmget
+
+        def hmget(*args: Any) -> Any:
+            seen.append("HMGET")
+            return real_hmget(*args)
+
+        manager = type("Instance", (), {"get_provider_manager": lambda self: object()})()
+        monkeypatch.setattr(store.client, "hmget", hmget)
+        monkeypatch.setattr(store, "_observability", lambda: manager)
+    assert store.load(record.sid) == record
+    assert seen == ["HMGET"]
+
+
+def test_the_lean_read_is_for_clients_the_store_built(redis_server: RedisServer, raw: redis.Redis) -> None:
+    def lean(url_or_client: Any) -> bool:
+        store = RedisSessionStore(url_or_client, crypto=SessionCrypto(KEY))
+        try:
+            return store._lean
+        finally:
+            store.close()
+
+    assert lean(redis_server.url())
+    assert not lean(raw)  # a client of your own is used as it is
+    assert not lean(redis_server.url() + "?retry_on_timeout=true")  # its own retry policy
 
 
 # --- construction and configuration -----------------------------------------------------------------

@@ -14,11 +14,12 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     Column,
     Connection,
+    Engine,
     Index,
     Integer,
     LargeBinary,
@@ -150,6 +151,46 @@ _UPSERTS: dict[str, Any] = {
 }
 
 
+class _DirectLoad:
+    """``_LOAD_QUERY`` compiled once for a driver :meth:`SqlAlchemySessionStore._load_direct`
+    runs it on: psycopg 3 (named parameters; autocommit switched on around the read) or
+    pysqlite (positional parameters, in the compiled statement's order; in SQLAlchemy's
+    default mode pysqlite begins no transaction for a SELECT)."""
+
+    __slots__ = ("autocommit", "binds", "error", "positional", "sql")
+
+    def __init__(self, engine: Engine, *, autocommit: bool) -> None:
+        dialect = engine.dialect
+        compiled: Any = _LOAD_QUERY.compile(dialect=dialect)
+        self.sql = str(compiled)
+        self.positional = bool(dialect.positional)
+        names = compiled.positiontup if self.positional else list(compiled.binds)
+        #: (parameter name, its type's bind processor or None), in the statement's order:
+        #: the processors Core applies (``now`` goes through UTCDateTime, then the
+        #: dialect's DATETIME: naive UTC text on SQLite).
+        self.binds: tuple[tuple[str, Callable[[Any], Any] | None], ...] = tuple(
+            (name, compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect)) for name in names
+        )
+        self.error: type[Exception] = dialect.loaded_dbapi.Error
+        self.autocommit = autocommit
+
+    @classmethod
+    def of(cls, engine: Engine) -> _DirectLoad | None:
+        """The direct load of ``engine``'s driver, or None: the load runs on Core."""
+        dialect = engine.dialect
+        if dialect.name == "postgresql" and dialect.driver == "psycopg":
+            return cls(engine, autocommit=True)
+        if dialect.name == "sqlite" and dialect.driver == "pysqlite":
+            return cls(engine, autocommit=False)
+        return None
+
+    def arguments(self, params: dict[str, Any]) -> Any:
+        """``params`` bound as Core binds them: a tuple (positional) or a dict (named)."""
+        if self.positional:
+            return tuple(params[name] if bind is None else bind(params[name]) for name, bind in self.binds)
+        return {name: params[name] if bind is None else bind(params[name]) for name, bind in self.binds}
+
+
 class _Revoked(Exception):
     """Raised inside a save transaction to roll it back: an id in ``replaces`` was gone."""
 
@@ -204,13 +245,8 @@ class SqlAlchemySessionStore:
             self.engine.dialect.name, _PURGE_BATCH[""]
         )
         self._saves = itertools.count(1)
-        # psycopg 3 runs the load directly (see _load_direct); other drivers through Core.
-        dialect = self.engine.dialect
-        self._direct_sql: str | None = None
-        self._dbapi_error: type[Exception] = Exception
-        if dialect.name == "postgresql" and dialect.driver == "psycopg":
-            self._direct_sql = str(_LOAD_QUERY.compile(dialect=dialect))
-            self._dbapi_error = dialect.loaded_dbapi.Error
+        # psycopg 3 and pysqlite run the load directly (see _load_direct); others through Core.
+        self._direct = _DirectLoad.of(self.engine)
         if create_tables:
             self.create_tables()
 
@@ -267,47 +303,66 @@ class SqlAlchemySessionStore:
             return None
         return record
 
-    def _load_direct(self, params: dict[str, Any]) -> Any:
-        """The load on psycopg 3 itself, over a connection of the engine's pool.
+    def _load_direct(self, direct: _DirectLoad, params: dict[str, Any]) -> Any:
+        """The load on the driver itself (psycopg 3, pysqlite), over a connection of the
+        engine's pool.
 
-        SQLAlchemy Core adds about 80 µs to this read (a checkout with an isolation switch,
-        the compiled-cache lookup, result wrapping), as much as a loopback round trip, and
-        the read runs on every request. The statement is the same
-        ``_LOAD_QUERY``, compiled once by the engine's dialect; pool events fire as usual.
-        Engines that are echoed or have cursor-execute listeners (tracing) take the Core
-        path, so nothing is hidden from them, and so does a read whose connection turned
-        out dead (Core then replaces the pool's connections and reads again). Returns
-        ``_DIRECT_FALLBACK`` for the Core path.
+        SQLAlchemy Core adds about 80 µs to this read on psycopg (a checkout with an
+        isolation switch, the compiled-cache lookup, result wrapping), as much as a
+        loopback round trip, and about 40 µs to the 75 µs of the whole load on SQLite; the
+        read runs on every request. The statement is the same ``_LOAD_QUERY``, compiled once
+        by the engine's dialect, its parameters bound by the same type processors; pool
+        events fire as usual and the connection goes back to the pool (reset by it) as
+        after Core. Engines that are echoed or have statement listeners (tracing), a
+        ``begin`` listener or a schema translation take the Core path, so nothing is hidden
+        from them, and so does a read whose connection turned out dead (Core then replaces
+        the pool's connections and reads again). Returns ``_DIRECT_FALLBACK`` for the Core
+        path.
         """
         engine = self.engine
+        dispatch = engine.dispatch
         if (
             engine.echo
-            or engine.dispatch.before_cursor_execute
-            or engine.dispatch.after_cursor_execute
+            or dispatch.before_cursor_execute
+            or dispatch.after_cursor_execute
+            or dispatch.before_execute
+            or dispatch.after_execute
+            or dispatch.begin
             or _SQL_LOG.isEnabledFor(logging.INFO)
+            or engine.get_execution_options().get("schema_translate_map")
         ):
             return _DIRECT_FALLBACK
+        arguments = direct.arguments(params)
         try:
             raw = engine.raw_connection()
-        except self._dbapi_error as exc:  # the pool hands the driver's connect error through
+        except direct.error as exc:  # the pool hands the driver's connect error through
             log.warning("session store unavailable: %s", type(exc).__name__)
             raise StoreUnavailable("the session store is unavailable") from exc
         try:
             conn: Any = raw.driver_connection
             try:
-                conn.autocommit = True  # one statement, no BEGIN/ROLLBACK round trips
-                row = conn.execute(self._direct_sql, params).fetchone()
-                conn.autocommit = False  # as the pool handed it out
-            except self._dbapi_error as exc:
-                broken = bool(conn.closed or conn.broken)
-                raw.invalidate(exc)  # never back into the pool in an unknown state
-                if broken:
+                if direct.autocommit:  # psycopg: one statement, no BEGIN/ROLLBACK round trips
+                    conn.autocommit = True
+                # Every row fetched: the statement is finished, no read left open on SQLite.
+                rows = conn.execute(direct.sql, arguments).fetchall()
+                if direct.autocommit:
+                    conn.autocommit = False  # as the pool handed it out
+            except direct.error as exc:
+                # A lost connection (the dialect decides, as for Core) is invalidated and
+                # the read runs on Core, which replaces whatever else of the pool is dead.
+                # psycopg's connection never goes back after an error (autocommit may be
+                # on); pysqlite's does, as after Core (an in-memory database lives in it).
+                dead = bool(engine.dialect.is_disconnect(cast(Any, exc), raw, None))
+                if dead or direct.autocommit:
+                    raw.invalidate(exc)
+                if dead:
                     log.info("session store connection lost; read retried on a new connection")
                     return _DIRECT_FALLBACK
+                log.warning("session store unavailable: %s", type(exc).__name__)
                 raise StoreUnavailable("the session store is unavailable") from exc
         finally:
             raw.close()
-        return None if row is None else row[0]
+        return rows[0][0] if rows else None
 
     # --- SessionStore -----------------------------------------------------------------------
 
@@ -318,7 +373,8 @@ class SqlAlchemySessionStore:
         # explicit transaction for a single read; a pooled connection that died (a database
         # restart) is replaced and read again.
         with self._guard():
-            data = self._load_direct(params) if self._direct_sql is not None else _DIRECT_FALLBACK
+            direct = self._direct
+            data = _DIRECT_FALLBACK if direct is None else self._load_direct(direct, params)
             if data is _DIRECT_FALLBACK:
                 data = run_read(
                     self._read_engine, lambda conn: conn.execute(_LOAD_QUERY, params).scalar_one_or_none()
