@@ -163,6 +163,14 @@ def test_insecure_loopback_mode_refuses_non_loopback_peers(authflow_hasher) -> N
             "/", environ_base={"REMOTE_ADDR": "127.0.0.1"}, headers={"X-Forwarded-For": hops}
         )
         assert proxied.status_code == 403, hops
+    # Repeated header lines count hop by hop too, whichever line names the remote client.
+    for lines in (("203.0.113.9", "127.0.0.1"), ("127.0.0.1", "203.0.113.9")):
+        repeated = client.get(
+            "/",
+            environ_base={"REMOTE_ADDR": "127.0.0.1"},
+            headers=[("X-Forwarded-For", line) for line in lines],
+        )
+        assert repeated.status_code == 403, lines
     local_chain = client.get(
         "/", environ_base={"REMOTE_ADDR": "127.0.0.1"}, headers={"X-Forwarded-For": "127.0.0.1, ::1"}
     )
