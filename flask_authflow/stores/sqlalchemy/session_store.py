@@ -38,10 +38,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from ...clock import Clock, SystemClock, utc
-from ...errors import SessionDecryptError, SessionRecordError, StoreUnavailable
+from ...errors import StoreUnavailable
 from ...session.crypto import SessionCrypto
 from ...session.model import AuthState, SessionRecord, federation_key, record_federation_key, sid_hash
-from ...session.stores import deserialize_record, serialize_record
+from ...session.stores import RecordOpener, serialize_record
 from .base import (
     EngineSource,
     UTCDateTime,
@@ -293,15 +293,14 @@ class SqlAlchemySessionStore:
     # --- record <-> row ---------------------------------------------------------------------
 
     def _open(self, key: str, data: Any, expected_sid: str | None = None) -> SessionRecord | None:
-        try:
-            record = deserialize_record(self._crypto.decrypt(key, bytes(data)))
-        except (SessionDecryptError, SessionRecordError) as exc:
-            log.warning("session row %s… unreadable (%s); treated as absent", key[:8], type(exc).__name__)
-            return None
-        if sid_hash(record.sid) != key or (expected_sid is not None and record.sid != expected_sid):
-            log.warning("session row %s… holds another session's record; treated as absent", key[:8])
-            return None
-        return record
+        # Decrypt, decode and check through the shared opener, which remembers recently
+        # opened records by their sealed bytes (see RecordOpener). Made on first use (one
+        # per store; setdefault keeps a single one when threads race).
+        opener: RecordOpener | None = self.__dict__.get("_record_opener")
+        if opener is None:
+            fresh = RecordOpener(self._crypto, log=log, what="row")
+            opener = self.__dict__.setdefault("_record_opener", fresh)
+        return opener.open(key, data, expected_sid)
 
     def _load_direct(self, direct: _DirectLoad, params: dict[str, Any]) -> Any:
         """The load on the driver itself (psycopg 3, pysqlite), over a connection of the
