@@ -11,6 +11,12 @@ their range. The "current_user" pair loads the user through the same dict-lookup
 on both sides; "Flask-Login + Flask-SQLAlchemy user loader (SQLite)" reads the user from
 SQLite on every request as Flask-Login's docs recommend, beside our SQLite session store.
 
+The networked stores (PostgreSQL, Redis) each get a floor beside them: our memory-store
+contender followed by one bare round trip to the same server (a PostgreSQL ``SELECT 1``
+on a psycopg connection in autocommit, a Redis ``PING``), the best a store that needs
+one round trip per request and does no work at all could do on this machine. Their
+ratios to our SQLite store are printed next to the stores' own.
+
     .venv/bin/python benchmarks/protected_request.py [--requests 2000] [--rounds 5] [--postgres URL]
         [--no-redis]
 """
@@ -367,6 +373,7 @@ def main() -> None:
     if postgres_url:
         contenders["authflow (PostgreSQL store)"] = lambda: authflow("sql", postgres_url)
     redis_server = None
+    redis_url = None
     if args.redis:
         from tests.parts import start_redis
 
@@ -386,6 +393,8 @@ def main() -> None:
         app, environ = build()
         expect = b"ok 1" if "current_user" in name else b"ok"
         built[name] = (replayer(app, environ, expect), args.requests)
+    floors = round_trip_floors(built["authflow (memory store)"][0], postgres_url, redis_url)
+    built.update((name, (one, args.requests)) for name, one in floors.items())
     per_round = measure_interleaved(built, args.rounds)
     results = {name: max(rates) for name, rates in per_round.items()}
     print(
@@ -403,7 +412,7 @@ def main() -> None:
     if redis_server is not None:
         redis_server.stop()
     print()
-    peers = [n for n in results if not n.startswith("authflow")]
+    peers = [n for n in results if not n.startswith(("authflow", FLOOR))]
     for ours in (n for n in results if n.startswith("authflow")):
         print(f"{ours} vs")
         for peer in peers:
@@ -413,9 +422,49 @@ def main() -> None:
         per_round["Flask-Login current_user (loader)"],
     )
     print(f"\ncurrent_user with the same loader, authflow / Flask-Login: {pair}")
-    if "authflow (Redis store)" in results:
-        redis_vs_sqlite = results["authflow (Redis store)"] / results["authflow (SQLite store)"]
-        print(f"authflow Redis store / SQLite store (best rounds): {redis_vs_sqlite:.2f}x")
+    sqlite = per_round["authflow (SQLite store)"]
+    for store, floor in (("PostgreSQL", f"{FLOOR} PostgreSQL SELECT 1"), ("Redis", f"{FLOOR} Redis PING")):
+        ours = f"authflow ({store} store)"
+        if ours in per_round and floor in per_round:
+            print(f"\n{store}: against our SQLite store, and against its floor")
+            print(f"    {ours + ' / SQLite store':<62} {ratio_line(per_round[ours], sqlite)}")
+            print(f"    {floor + ' / SQLite store':<62} {ratio_line(per_round[floor], sqlite)}")
+            print(f"    {ours + ' / its floor':<62} {ratio_line(per_round[ours], per_round[floor])}")
+
+
+FLOOR = "floor: memory store + one"
+
+
+def round_trip_floors(
+    memory_request: Callable[[], None], postgres_url: str | None, redis_url: str | None
+) -> dict[str, Callable[[], None]]:
+    """Our memory-store request followed by one bare round trip to each server."""
+    floors: dict[str, Callable[[], None]] = {}
+    if postgres_url:
+        import psycopg
+        from sqlalchemy.engine import make_url
+
+        url = make_url(postgres_url).set(drivername="postgresql")
+        conn = psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
+
+        def select_one() -> None:
+            memory_request()
+            if conn.execute("SELECT 1").fetchone() != (1,):
+                raise RuntimeError("SELECT 1 answered something else")
+
+        floors[f"{FLOOR} PostgreSQL SELECT 1"] = select_one
+    if redis_url:
+        import redis
+
+        client = redis.Redis.from_url(redis_url)
+
+        def ping() -> None:
+            memory_request()
+            if client.ping() is not True:
+                raise RuntimeError("PING answered something else")
+
+        floors[f"{FLOOR} Redis PING"] = ping
+    return floors
 
 
 if __name__ == "__main__":
