@@ -8,7 +8,11 @@ Configurations (each its own gunicorn, all started before timing; sync workers):
   throwaway server, one database per configuration) and on SQLite (one file each), with
   1 and with 2 workers;
 * a bare Flask app serving the same kind of answer on ``GET /dashboard`` with no
-  authentication, with 1 and with 2 workers.
+  authentication, with 1 and with 2 workers;
+* two floors: the reference app with its sessions in the worker's memory (no store read
+  per request; 1 worker, as such sessions live in one process), and bare Flask that
+  reads PostgreSQL once per request (``SELECT 1``), the least any app whose requests
+  each need one database round trip can cost on this machine.
 
 A separate load process drives them for a fixed number of ``GET /dashboard`` per window,
 with the session cookie of one password login (made once per reference configuration, with
@@ -74,6 +78,28 @@ def create_bare_app() -> Any:
 
     @app.get("/dashboard")
     def dashboard() -> Response:
+        return Response("dashboard of user 0 in tenant default\n", mimetype="text/plain")
+
+    return app
+
+
+def create_bare_postgres_app() -> Any:
+    """Bare Flask that reads PostgreSQL once per request (``SELECT 1`` on one psycopg
+    connection per worker, in autocommit): the floor of any app whose requests each need
+    one round trip to the database, as a session read does."""
+    import psycopg
+    from flask import Flask, Response
+
+    app = Flask("bare_postgres")
+    url = os.environ["BENCH_POSTGRES_URL"].replace("postgresql+psycopg://", "postgresql://", 1)
+    connection: list[Any] = []
+
+    @app.get("/dashboard")
+    def dashboard() -> Response:
+        if not connection:  # opened in the worker, after gunicorn's fork
+            connection.append(psycopg.connect(url, autocommit=True))
+        if connection[0].execute("SELECT 1").fetchone() != (1,):
+            raise RuntimeError("SELECT 1 answered something else")
         return Response("dashboard of user 0 in tenant default\n", mimetype="text/plain")
 
     return app
@@ -321,6 +347,8 @@ def start_gunicorn(config: Config, env: dict[str, str], instance: Path, logs: Pa
     config.port = _free_port()
     if config.app == "reference":
         target = f"examples.reference.app:create_app(instance_path={str(instance)!r})"
+    elif config.app == "bare+select":
+        target = "benchmarks.server:create_bare_postgres_app()"
     else:
         target = "benchmarks.server:create_bare_app()"
     log = logs / f"gunicorn-{config.port}.log"
@@ -430,6 +458,15 @@ def main() -> None:
             )
     for workers in (1, 2):
         configs.append(Config(f"bare Flask, {workers} worker(s)", "bare", workers))
+    # Floors: the reference app with sessions kept in the worker's memory (no store read;
+    # one worker, as memory sessions are per process), and bare Flask plus one
+    # PostgreSQL round trip per request.
+    configs.append(Config("reference app, memory sessions, 1 worker(s)", "reference", 1, "memory"))
+    if "PostgreSQL" in databases:
+        for workers in (1, 2):
+            configs.append(
+                Config(f"bare Flask + SELECT 1, {workers} worker(s)", "bare+select", workers, "PostgreSQL")
+            )
 
     loader = Loader()
     try:
@@ -437,8 +474,13 @@ def main() -> None:
             env: dict[str, str] = {}
             instance = workdir / f"instance{number}"
             instance.mkdir()
-            if config.app == "reference":
+            if config.app == "reference" and config.database == "memory":
+                env = prepare_reference(databases["SQLite"](number), instance, signing_key, password)
+                env["FLASK_AUTHFLOW_SESSION_STORE"] = "memory"
+            elif config.app == "reference":
                 env = prepare_reference(databases[config.database](number), instance, signing_key, password)
+            elif config.app == "bare+select":
+                env = {"BENCH_POSTGRES_URL": databases["PostgreSQL"](number)}
             start_gunicorn(config, env, instance, workdir)
             if config.app == "reference":
                 refused = loader.ask(op="get", port=config.port, cookie="")
@@ -518,6 +560,13 @@ def main() -> None:
             ours, bare = by_key[("reference", database, workers)], by_key[("bare", "", workers)]
             label = f"reference app, {database}, {workers} worker(s) / bare Flask"
             print(f"{label:<52} {ratio(ours, bare)}")
+    print("\nfloors (no session store read; one PostgreSQL round trip and nothing else):")
+    memory, bare = by_key[("reference", "memory", 1)], by_key[("bare", "", 1)]
+    print(f"{'reference app, memory sessions, 1 worker / bare Flask':<52} {ratio(memory, bare)}")
+    if "PostgreSQL" in databases:
+        for workers in (1, 2):
+            floor, bare = by_key[("bare+select", "PostgreSQL", workers)], by_key[("bare", "", workers)]
+            print(f"{f'bare Flask + SELECT 1, {workers} worker(s) / bare Flask':<52} {ratio(floor, bare)}")
 
 
 if __name__ == "__main__":
