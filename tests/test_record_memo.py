@@ -99,7 +99,7 @@ def write_raw(store: Store, sid: str, data: bytes) -> None:
 
 
 def opener_of(store: Store) -> RecordOpener:
-    opener = store.__dict__["_record_opener"]
+    opener = store._opener
     assert isinstance(opener, RecordOpener)
     return opener
 
@@ -123,6 +123,40 @@ def test_a_hit_returns_the_record_without_decrypting_again(
         assert store.load(record.sid) == record
     assert len(decrypts) == 1
     assert len(opener_of(store)) == 1
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_a_store_built_with_record_memo_zero_decrypts_every_read(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, clock: MockClock, decrypts: list[str]
+) -> None:
+    if kind == "sqlite":
+        store: Store = SqlAlchemySessionStore(
+            f"sqlite:///{tmp_path / 's.db'}", crypto=SessionCrypto(KEY), clock=clock, record_memo=0
+        )
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        prefix = f"memo-{secrets.token_hex(4)}:"
+        store = RedisSessionStore(
+            server.url(), crypto=SessionCrypto(KEY), clock=clock, prefix=prefix, record_memo=0
+        )
+    try:
+        record = saved(store, clock)
+        for _ in range(3):
+            assert store.load(record.sid) == record
+        assert decrypts == [sid_hash(record.sid)] * 3
+        assert len(opener_of(store)) == 0
+        with pytest.raises(ValueError, match="must not be negative"):
+            type(store)(
+                f"sqlite:///{tmp_path / 'n.db'}" if kind == "sqlite" else server.url(),
+                crypto=SessionCrypto(KEY),
+                record_memo=-1,
+            )
+    finally:
+        if isinstance(store, SqlAlchemySessionStore):
+            store.engine.dispose()
+        else:
+            store.delete(record.sid)
+            store.close()
 
 
 def test_a_rewritten_row_is_opened_afresh(store: Store, clock: MockClock, decrypts: list[str]) -> None:

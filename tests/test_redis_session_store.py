@@ -650,6 +650,28 @@ def test_a_dropped_connection_is_retried_once(
     assert pool._in_use_connections == set()  # every connection went back to the pool
 
 
+def _failing_reads(store: RedisSessionStore, monkeypatch: pytest.MonkeyPatch, error: Exception) -> list[int]:
+    """Every connection the pool hands out drops with ``error`` when its answer is read;
+    returns the list that counts those reads."""
+    pool = store.client.connection_pool
+    real = pool.get_connection
+    reads: list[int] = []
+
+    def get_connection(*args: Any, **kwargs: Any) -> Any:
+        conn = real(*args, **kwargs)
+
+        def failing(*args: Any, **kwargs: Any) -> Any:
+            reads.append(1)
+            conn.disconnect()
+            raise error
+
+        monkeypatch.setattr(conn, "read_response", failing)
+        return conn
+
+    monkeypatch.setattr(pool, "get_connection", get_connection)
+    return reads
+
+
 def test_a_connection_dropped_twice_fails_closed(
     lean_store: RedisSessionStore,
     clock: MockClock,
@@ -659,28 +681,13 @@ def test_a_connection_dropped_twice_fails_closed(
     store = lean_store
     record = user_record(clock)
     store.save(record, clock.now() + HOUR)
-    pool = store.client.connection_pool
-    real = pool.get_connection
-    reads: list[int] = []
-
-    def get_connection(*args: Any, **kwargs: Any) -> Any:
-        conn = real(*args, **kwargs)
-
-        def dropped(*args: Any, **kwargs: Any) -> Any:
-            reads.append(1)
-            conn.disconnect()
-            raise redis.ConnectionError("Connection closed by server.")
-
-        monkeypatch.setattr(conn, "read_response", dropped)
-        return conn
-
-    monkeypatch.setattr(pool, "get_connection", get_connection)
+    reads = _failing_reads(store, monkeypatch, redis.ConnectionError("Connection closed by server."))
     with caplog.at_level(logging.WARNING, logger="flask_authflow.session"):
         with pytest.raises(StoreUnavailable):
             store.load(record.sid)
     assert reads == [1, 1]  # once, then once more: no further retries
     assert "session store unavailable: ConnectionError" in caplog.text
-    assert pool._in_use_connections == set()
+    assert store.client.connection_pool._in_use_connections == set()
     monkeypatch.undo()
     assert store.load(record.sid) == record
 
@@ -692,22 +699,7 @@ def test_a_timeout_is_not_retried(
     store = lean_store
     record = user_record(clock)
     store.save(record, clock.now() + HOUR)
-    pool = store.client.connection_pool
-    real = pool.get_connection
-    reads: list[int] = []
-
-    def get_connection(*args: Any, **kwargs: Any) -> Any:
-        conn = real(*args, **kwargs)
-
-        def timed_out(*args: Any, **kwargs: Any) -> Any:
-            reads.append(1)
-            conn.disconnect()
-            raise redis.TimeoutError("Timeout reading from socket")
-
-        monkeypatch.setattr(conn, "read_response", timed_out)
-        return conn
-
-    monkeypatch.setattr(pool, "get_connection", get_connection)
+    reads = _failing_reads(store, monkeypatch, redis.TimeoutError("Timeout reading from socket"))
     with pytest.raises(StoreUnavailable):
         store.load(record.sid)
     assert reads == [1]

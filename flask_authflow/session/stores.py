@@ -31,6 +31,7 @@ from .model import (
 )
 
 __all__ = [
+    "RECORD_MEMO_SIZE",
     "RECORD_SCHEMA",
     "MemorySessionStore",
     "RecordOpener",
@@ -418,6 +419,10 @@ def deserialize_record(data: bytes) -> SessionRecord:
 # --- opening sealed records -----------------------------------------------------------------------
 
 
+#: How many opened session records a SQL or Redis store remembers by default.
+RECORD_MEMO_SIZE = 1024
+
+
 class RecordOpener:
     """Opens the sealed records of a persistent store (SQL, Redis): decrypt, decode, check.
 
@@ -463,7 +468,7 @@ class RecordOpener:
         *,
         log: logging.Logger,
         what: str = "row",
-        memo_size: int = 1024,
+        memo_size: int = RECORD_MEMO_SIZE,
         memo_max_bytes: int = 4096,
     ) -> None:
         if memo_size < 0 or memo_max_bytes < 0:

@@ -55,7 +55,7 @@ from ..errors import (
 )
 from ..session.crypto import SessionCrypto
 from ..session.model import SessionRecord, federation_key, record_federation_key, sid_hash
-from ..session.stores import RecordOpener, serialize_record
+from ..session.stores import RECORD_MEMO_SIZE, RecordOpener, serialize_record
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -271,6 +271,9 @@ class RedisSessionStore:
     :param clock: the time used for expiry (see the module's notes on time).
     :param prefix: put in front of every key this store writes, so several apps (or
         tests) can share one Redis database.
+    :param record_memo: how many opened records to remember by their sealed bytes (see
+        :class:`~flask_authflow.session.stores.RecordOpener`; 0 turns it off). The key is
+        still read on every request.
 
     Every Redis failure is raised as :class:`~flask_authflow.errors.StoreUnavailable` so
     callers fail closed. A record that does not decrypt or decode (wrong key, tampering)
@@ -287,6 +290,7 @@ class RedisSessionStore:
         crypto: SessionCrypto,
         clock: Clock | None = None,
         prefix: str = "authflow:",
+        record_memo: int = RECORD_MEMO_SIZE,
     ) -> None:
         if not isinstance(crypto, SessionCrypto):
             raise TypeError("crypto must be a SessionCrypto")
@@ -338,6 +342,7 @@ class RedisSessionStore:
         )
         self._observability = _observability_instance()
         self._crypto = crypto
+        self._opener = RecordOpener(crypto, log=log, what="key", memo_size=record_memo)
         self._clock: Clock = clock if clock is not None else SystemClock()
         self.prefix = prefix
         self._record_prefix = f"{prefix}s:"
@@ -390,13 +395,8 @@ class RedisSessionStore:
 
     def _open(self, key: str, data: Any, expected_sid: str | None = None) -> SessionRecord | None:
         # Decrypt, decode and check through the shared opener, which remembers recently
-        # opened records by their sealed bytes (see RecordOpener). Made on first use (one
-        # per store; setdefault keeps a single one when threads race).
-        opener: RecordOpener | None = self.__dict__.get("_record_opener")
-        if opener is None:
-            fresh = RecordOpener(self._crypto, log=log, what="key")
-            opener = self.__dict__.setdefault("_record_opener", fresh)
-        return opener.open(key, data, expected_sid)
+        # opened records by their sealed bytes (see RecordOpener).
+        return self._opener.open(key, data, expected_sid)
 
     # --- SessionStore ------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from ...clock import Clock, SystemClock, utc
 from ...errors import StoreUnavailable
 from ...session.crypto import SessionCrypto
 from ...session.model import AuthState, SessionRecord, federation_key, record_federation_key, sid_hash
-from ...session.stores import RecordOpener, serialize_record
+from ...session.stores import RECORD_MEMO_SIZE, RecordOpener, serialize_record
 from .base import (
     EngineSource,
     UTCDateTime,
@@ -209,6 +209,10 @@ class SqlAlchemySessionStore:
         in one short transaction (``None`` turns it off: then run ``flask authflow
         sessions purge`` from cron). Expired rows are never loaded either way.
     :param purge_batch: the most rows one of those purges deletes.
+    :param record_memo: how many opened records to remember by their sealed bytes, so a
+        session read on every request is decrypted and decoded once (see
+        :class:`~flask_authflow.session.stores.RecordOpener`; 0 turns it off). The row is
+        still read on every request.
 
     Every database failure is raised as :class:`~flask_authflow.errors.StoreUnavailable`
     so callers fail closed. A row that does not decrypt or decode (wrong key, tampering)
@@ -224,6 +228,7 @@ class SqlAlchemySessionStore:
         create_tables: bool = True,
         purge_every: int | None = 256,
         purge_batch: int = PURGE_BATCH,
+        record_memo: int = RECORD_MEMO_SIZE,
     ) -> None:
         if not isinstance(crypto, SessionCrypto):
             raise TypeError("crypto must be a SessionCrypto")
@@ -238,6 +243,7 @@ class SqlAlchemySessionStore:
         # checkout costs more than it saves (measured: 4,000 vs 3,000 requests/s).
         self._read_engine = autocommit_reads(self.engine)
         self._crypto = crypto
+        self._opener = RecordOpener(crypto, log=log, what="row", memo_size=record_memo)
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._purge_every = purge_every
         self._purge_size = purge_batch
@@ -294,13 +300,8 @@ class SqlAlchemySessionStore:
 
     def _open(self, key: str, data: Any, expected_sid: str | None = None) -> SessionRecord | None:
         # Decrypt, decode and check through the shared opener, which remembers recently
-        # opened records by their sealed bytes (see RecordOpener). Made on first use (one
-        # per store; setdefault keeps a single one when threads race).
-        opener: RecordOpener | None = self.__dict__.get("_record_opener")
-        if opener is None:
-            fresh = RecordOpener(self._crypto, log=log, what="row")
-            opener = self.__dict__.setdefault("_record_opener", fresh)
-        return opener.open(key, data, expected_sid)
+        # opened records by their sealed bytes (see RecordOpener).
+        return self._opener.open(key, data, expected_sid)
 
     def _load_direct(self, direct: _DirectLoad, params: dict[str, Any]) -> Any:
         """The load on the driver itself (psycopg 3, pysqlite), over a connection of the
