@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from flask import Flask, Response, current_app, g, request
 
-from .audit.client_ip import TrustedProxies, parse_ip
+from .audit.client_ip import MAX_ADDRESS_CHARS, TrustedProxies, parse_ip
 from .audit.context import audit_context
 from .audit.sinks import AuthCounters
 from .audit.spool import SpoolAuditSink
@@ -655,7 +655,7 @@ def _template_context() -> dict[str, Any]:
 
 def _is_loopback(address: str | None) -> bool:
     """The address is on this machine (the audit layer's strict parser: scope ids, IPv4-mapped)."""
-    if not address or len(address) > 64:  # what parse_ip refuses; never kept in the cache
+    if not address or len(address) > MAX_ADDRESS_CHARS:  # what parse_ip refuses; never cached
         return False
     return _is_loopback_text(address)
 

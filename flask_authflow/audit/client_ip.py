@@ -15,7 +15,14 @@ from typing import Literal
 
 from ..errors import ConfigurationError
 
-__all__ = ["MAX_FORWARDED_BYTES", "MAX_FORWARDED_HOPS", "IpSource", "TrustedProxies", "parse_ip"]
+__all__ = [
+    "MAX_ADDRESS_CHARS",
+    "MAX_FORWARDED_BYTES",
+    "MAX_FORWARDED_HOPS",
+    "IpSource",
+    "TrustedProxies",
+    "parse_ip",
+]
 
 IpSource = Literal["peer", "forwarded", "unknown"]
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -27,9 +34,13 @@ MAX_FORWARDED_HOPS = 32
 MAX_FORWARDED_BYTES = 4096
 
 
+#: Longest text taken for one address (an IPv6 address with a scope id fits).
+MAX_ADDRESS_CHARS = 64
+
+
 def parse_ip(value: str | None) -> IpAddress | None:
     """A bare IPv4/IPv6 address (IPv4-mapped IPv6 unwrapped), or ``None`` if ``value`` is anything else."""
-    if not value or not isinstance(value, str) or len(value) > 64:
+    if not value or not isinstance(value, str) or len(value) > MAX_ADDRESS_CHARS:
         return None
     text = value.strip(" \t")
     try:

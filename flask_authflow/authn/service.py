@@ -533,30 +533,27 @@ class AuthnRequest:
         try:
             if session.state in (AuthState.AUTHENTICATED, AuthState.PENDING_WORKFLOW):
                 self._end_previous_login(session, now, pending)
+            # When one store is identity, factor and attempt store: one read for the user,
+            # their factor kinds and the lock (the same for a phantom: no user, no kinds).
             lookup = svc.login_lookup
+            facts = None
             if lookup is not None:
-                # One read for the user, their factor kinds and the lock (the same for a
-                # phantom: no user, no kinds, one round trip).
                 facts = _guard_store(lambda: lookup.login_facts(tenant, ident, now))
                 user = facts.user
-                usable = user is not None and not user.disabled
-                subject_id = (
-                    user.user_id if usable and user is not None else svc.phantom_user_id(tenant, ident)
-                )
-                enrolled = facts.kinds if usable else []
             else:
                 user = _guard_store(lambda: svc.identity_store.find_user(tenant, ident))
-                usable = user is not None and not user.disabled
-                subject_id = (
-                    user.user_id if usable and user is not None else svc.phantom_user_id(tenant, ident)
-                )
+            usable = user is not None and not user.disabled
+            subject_id = user.user_id if usable and user is not None else svc.phantom_user_id(tenant, ident)
+            if facts is not None:
+                enrolled = facts.kinds if usable else []
+            else:
                 # The phantom asks the store too, so both paths make the same round trips.
                 enrolled = _guard_store(lambda: svc.factor_store.required_factors(tenant, subject_id))
             steps = svc.steps_for(tenant, subject_id, enrolled) if usable else []
             if not steps or FactorKind.PASSWORD.value not in step_kinds(steps[0]):
                 subject_id = svc.phantom_user_id(tenant, ident)
                 steps = [FactorKind.PASSWORD.value]
-            until = facts.locked_until if lookup is not None else svc.lockout.locked_until(tenant, ident, now)
+            until = facts.locked_until if facts is not None else svc.lockout.locked_until(tenant, ident, now)
             audit_user = user.user_id if user is not None else None
             if until is not None:
                 session.transition(lambda r: fail_login(r, now=now))

@@ -485,11 +485,6 @@ class RecordOpener:
         """How many opened records are remembered."""
         return len(self._memo)
 
-    def clear(self) -> None:
-        """Forget every remembered record."""
-        with self._lock:
-            self._memo.clear()
-
     def open(self, key: str, data: Any, expected_sid: str | None = None) -> SessionRecord | None:
         """The record sealed in ``data`` under ``key`` (``sid_hash`` of its id), or ``None``
         (logged) if it does not decrypt, does not decode, or is another session's record
