@@ -668,30 +668,32 @@ def _is_loopback_text(address: str) -> bool:
     return ip is not None and ip.is_loopback
 
 
-def _is_loopback_request() -> bool:
-    """The TCP peer and every ``X-Forwarded-For`` hop are loopback addresses.
+def _is_loopback_request(environ: Mapping[str, Any]) -> bool:
+    """The TCP peer and every ``X-Forwarded-For`` hop of the request in ``environ`` are
+    loopback addresses.
 
     A proxy on this machine that forwards a remote client (``X-Forwarded-For:
     203.0.113.9``) does not make that client local; a malformed hop counts as remote.
     """
-    if not _is_loopback(request.remote_addr):
+    if not _is_loopback(environ.get("REMOTE_ADDR")):  # what request.remote_addr reads
         return False
     # WSGI joins repeated header lines into one comma-separated value, and the environ
     # lookup avoids walking every header as ``request.headers.getlist`` does.
-    forwarded = request.environ.get("HTTP_X_FORWARDED_FOR")
+    forwarded = environ.get("HTTP_X_FORWARDED_FOR")
     if forwarded is None:
         return True
     return all(_is_loopback(hop.strip()) for hop in forwarded.split(","))
 
 
 def _before_request() -> Response | None:
-    state = get_state()
-    config = state.config
+    # Every request runs this: the app and the request are looked up once each.
+    app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
+    config = get_state(app).config
     if (
         not config.cookie_secure
         and config.allow_insecure_loopback
-        and not (current_app.debug or current_app.testing)
-        and not _is_loopback_request()
+        and not (app.debug or app.testing)
+        and not _is_loopback_request(request.environ)
     ):
         # Cookies without Secure may only travel on this machine. The client is told no
         # more than that; the operator reads what to set in the log.
@@ -703,5 +705,5 @@ def _before_request() -> Response | None:
     session = current_auth_session()
     if session.binding_mismatch and not g.get("_authflow_mismatch_counted"):
         g._authflow_mismatch_counted = True
-        state.counters.binding_mismatch()
+        get_state(app).counters.binding_mismatch()
     return None

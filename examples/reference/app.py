@@ -206,8 +206,8 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
         # Werkzeug enforces MAX_CONTENT_LENGTH only when a view reads the body; refuse a
         # declared oversized body before anything else runs (a view that never reads it,
         # or answers 401 first, must not be a way to make the server accept 50 MB).
-        limit = app.config["MAX_CONTENT_LENGTH"]
-        if request.content_length is not None and request.content_length > limit:
+        declared = request.content_length  # parsed from the headers on every access: once
+        if declared is not None and declared > app.config["MAX_CONTENT_LENGTH"]:
             abort(413)
 
     @app.get("/")

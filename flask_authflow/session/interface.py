@@ -16,11 +16,12 @@ logging the user out because of an outage).
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import hmac
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -56,6 +57,12 @@ MIN_SIGNING_KEY_LENGTH = 32
 #: A valid cookie is 87 characters; anything longer than this is rejected unread.
 MAX_COOKIE_LENGTH = 256
 
+#: How many verified cookie values and User-Agent fingerprints an interface remembers
+#: (per signing key for fingerprints; least recently used evicted).
+HMAC_MEMO_SIZE = 1024
+#: User-Agent strings longer than this are fingerprinted every time, never remembered.
+FINGERPRINT_MEMO_MAX_CHARS = 512
+
 _SID_RE = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _SAMESITE = ("Lax", "Strict", "None")
 
@@ -87,17 +94,35 @@ class _CookieSigner(Signer):
 
 @dataclass(frozen=True, slots=True)
 class _KeySlot:
-    """One accepted signing key: its cookie signer and its fingerprint key."""
+    """One accepted signing key: its cookie signer and its fingerprint key.
+
+    The fingerprint of a User-Agent is an HMAC under the key, a pure function of the two;
+    every request of a client sends the same User-Agent, so the last
+    :data:`HMAC_MEMO_SIZE` fingerprints are remembered (for strings up to
+    :data:`FINGERPRINT_MEMO_MAX_CHARS`), which spares an HMAC per request.
+    """
 
     signer: _CookieSigner
     fingerprint_key: bytes
+    remembered_fingerprint: Callable[[str], str]
 
     @classmethod
     def build(cls, key: bytes) -> _KeySlot:
-        return cls(_CookieSigner(key), derive_key(key, FINGERPRINT_PURPOSE))
+        fingerprint_key = derive_key(key, FINGERPRINT_PURPOSE)
+        return cls(
+            _CookieSigner(key),
+            fingerprint_key,
+            functools.lru_cache(maxsize=HMAC_MEMO_SIZE)(functools.partial(_fingerprint, fingerprint_key)),
+        )
 
     def fingerprint(self, user_agent: str) -> str:
-        return hmac.digest(self.fingerprint_key, user_agent.encode("utf-8", "surrogatepass"), "sha256").hex()
+        if len(user_agent) <= FINGERPRINT_MEMO_MAX_CHARS:
+            return self.remembered_fingerprint(user_agent)
+        return _fingerprint(self.fingerprint_key, user_agent)
+
+
+def _fingerprint(fingerprint_key: bytes, user_agent: str) -> str:
+    return hmac.digest(fingerprint_key, user_agent.encode("utf-8", "surrogatepass"), "sha256").hex()
 
 
 class RequestSession(AuthSession):
@@ -251,6 +276,10 @@ class AuthFlowSessionInterface(SessionInterface):
         # Current key first, then the previous keys newest first: the order they are tried.
         self._slots = tuple(_KeySlot.build(k) for k in (current, *reversed(previous)))
         self._current = self._slots[0]
+        # Which cookie values verify, and under which key, is a pure function of the value
+        # and these keys (fixed for the life of the interface; a rotation builds a new
+        # one): remembered, so a client's cookie costs one HMAC, not one per request.
+        self._remembered_verification = functools.lru_cache(maxsize=HMAC_MEMO_SIZE)(self._verify_signature)
         self._settings: dict[str, Any] = {
             "store": store,
             "signing_key": current,
@@ -335,6 +364,9 @@ class AuthFlowSessionInterface(SessionInterface):
         """The session id in a cookie value and the key that signed it, or ``None``."""
         if not raw or len(raw) > MAX_COOKIE_LENGTH or not raw.isascii():
             return None
+        return self._remembered_verification(raw)
+
+    def _verify_signature(self, raw: str) -> tuple[str, _KeySlot] | None:
         value, sep, signature = raw.rpartition(".")
         if not sep or not _SID_RE.fullmatch(value):
             return None
@@ -363,7 +395,8 @@ class AuthFlowSessionInterface(SessionInterface):
 
     def open_session(self, app: Flask, request: Request) -> RequestSession:
         now = self._clock.now()
-        user_agent = request.headers.get("User-Agent", "")
+        # What request.headers.get("User-Agent", "") answers, without its key translation.
+        user_agent = request.environ.get("HTTP_USER_AGENT", "")
         raw = self._cookie_value(request)
         if raw is None:
             return self._guest(
