@@ -22,8 +22,10 @@ as the tests do), the overheads are also measured with every store on PostgreSQL
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import secrets
+import shutil
 import statistics
 import sys
 import tempfile
@@ -61,6 +63,13 @@ from flask_authflow.session.model import new_guest_record
 from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
 
 PASSWORD = "correct horse battery staple"
+
+
+def bench_workdir() -> Path:
+    """A scratch folder for the SQLite files of a run, removed when the run ends."""
+    workdir = Path(tempfile.mkdtemp(prefix="authflow-bench-"))
+    atexit.register(shutil.rmtree, workdir, True)
+    return workdir
 
 
 def interleaved_medians(variants: dict[str, Callable[[], object]], runs: int) -> dict[str, float]:
@@ -128,7 +137,7 @@ def main() -> None:
         help="PostgreSQL URL (two databases are made in it), 'auto' for a throwaway server, 'off'",
     )
     args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="authflow-bench-"))
+    workdir = bench_workdir()
 
     # 1. Production Argon2id: the login beside the verify, and the unknown-user timing.
     raw = argon2.PasswordHasher.from_parameters(argon2.profiles.RFC_9106_LOW_MEMORY)
@@ -339,8 +348,8 @@ def main_totp(workdir: Path, runs: int) -> None:
 if __name__ == "__main__":
     if "--totp-only" in sys.argv:
         sys.argv.remove("--totp-only")
-        main_totp(Path(tempfile.mkdtemp(prefix="authflow-bench-")), 301)
+        main_totp(bench_workdir(), 301)
         raise SystemExit(0)
     main()
-    main_totp(Path(tempfile.mkdtemp(prefix="authflow-bench-")), 301)
-    main_parallel(Path(tempfile.mkdtemp(prefix="authflow-bench-")))
+    main_totp(bench_workdir(), 301)
+    main_parallel(bench_workdir())

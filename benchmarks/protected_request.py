@@ -27,7 +27,6 @@ import argparse
 import secrets
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +36,8 @@ from flask import Flask
 from werkzeug.test import EnvironBuilder
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.login import bench_workdir  # importable once the path above is set
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Any]
 UA = "flask-authflow-tests/1.0"  # the user agent login_test_client binds the session to
@@ -342,7 +343,7 @@ def main() -> None:
         help="leave out our Redis store (by default a throwaway redis-server is started, as the tests do)",
     )
     args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="authflow-bench-"))
+    workdir = bench_workdir()
 
     contenders: dict[str, Callable[[], tuple[Flask, dict[str, Any]]]] = {
         "bare Flask": bare_flask,

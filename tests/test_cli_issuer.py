@@ -15,7 +15,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -44,10 +43,11 @@ FAST_ARGON2 = {
 }
 
 
-def make_app(**config: Any) -> Flask:
-    # Each app gets its own instance folder: the default issuer key store is the SQL
-    # store in the app's database, which must not be shared between tests.
-    app = Flask(__name__, instance_path=tempfile.mkdtemp(prefix="authflow-cli-"))
+def make_app(instance: Path, **config: Any) -> Flask:
+    # Each app gets its own instance folder (the test's tmp_path, removed by pytest): the
+    # default issuer key store is the SQL store in the app's database, which must not be
+    # shared between tests.
+    app = Flask(__name__, instance_path=str(instance / "instance"))
     app.config.update(
         {
             "TESTING": True,
@@ -71,8 +71,8 @@ def key_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def app(key_dir: Path) -> Flask:
-    return make_app(AUTHFLOW_ISSUER=ISS, AUTHFLOW_ISSUER_KEY_STORE=f"file:{key_dir}")
+def app(key_dir: Path, tmp_path: Path) -> Flask:
+    return make_app(tmp_path, AUTHFLOW_ISSUER=ISS, AUTHFLOW_ISSUER_KEY_STORE=f"file:{key_dir}")
 
 
 def issuer_of(app: Flask) -> LocalIdp:
@@ -181,8 +181,8 @@ def test_rotate_key_rs256_with_kid(app: Flask) -> None:
     assert verify_with_authflow(app, token)["sub"] == "svc"
 
 
-def test_rotate_key_defaults_to_the_configured_algorithm() -> None:
-    app = make_app(AUTHFLOW_ISSUER=ISS, AUTHFLOW_ISSUER_ALGORITHM="RS256")
+def test_rotate_key_defaults_to_the_configured_algorithm(tmp_path: Path) -> None:
+    app = make_app(tmp_path, AUTHFLOW_ISSUER=ISS, AUTHFLOW_ISSUER_ALGORITHM="RS256")
     assert issuer_of(app).algorithm == "RS256"
     result = run(app, "rotate-key", "--force", "--kid", "next")
     assert result.exit_code == 0, result.output
@@ -219,8 +219,8 @@ def test_rotate_key_unknown_algorithm_is_a_usage_error(app: Flask) -> None:
 
 
 @pytest.mark.parametrize("command", [["rotate-key"], ["mint", "--sub", "s", "--aud", AUD]])
-def test_issuer_off_is_a_clean_error_naming_the_key(command: list[str]) -> None:
-    app = make_app()
+def test_issuer_off_is_a_clean_error_naming_the_key(command: list[str], tmp_path: Path) -> None:
+    app = make_app(tmp_path)
     result = run(app, *command)
     assert_clean_error(result, "AUTHFLOW_ISSUER")
     assert "eyJ" not in result.output
@@ -320,8 +320,9 @@ def test_mint_claim_overriding_a_registered_claim_is_a_clean_error(app: Flask, c
     assert "eyJ" not in result.output
 
 
-def test_mint_ttl_over_max_lifetime_is_a_clean_error(key_dir: Path) -> None:
+def test_mint_ttl_over_max_lifetime_is_a_clean_error(key_dir: Path, tmp_path: Path) -> None:
     app = make_app(
+        tmp_path,
         AUTHFLOW_ISSUER=ISS,
         AUTHFLOW_ISSUER_KEY_STORE=f"file:{key_dir}",
         AUTHFLOW_ISSUER_MAX_LIFETIME=timedelta(minutes=10),
@@ -408,9 +409,9 @@ def test_flask_cli_subprocess_mints_with_the_issuer_example(tmp_path: Path) -> N
         ("mint", "--sub", "svc", "--aud", "api://x"),
     ],
 )
-def test_memory_key_store_is_refused_by_the_cli(args: tuple[str, ...]) -> None:
+def test_memory_key_store_is_refused_by_the_cli(args: tuple[str, ...], tmp_path: Path) -> None:
     """Issue 6 point 5: a CLI run on the memory store would use a throwaway key."""
-    app = make_app(AUTHFLOW_ISSUER=ISS, AUTHFLOW_ISSUER_KEY_STORE="memory")
+    app = make_app(tmp_path, AUTHFLOW_ISSUER=ISS, AUTHFLOW_ISSUER_KEY_STORE="memory")
     before = issuer_of(app).current_kid
     result = run(app, *args)
     assert_clean_error(result, "memory", "throwaway key")
