@@ -15,7 +15,7 @@ import secrets
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from flask_authflow.errors import StoreUnavailable
 from flask_authflow.session.crypto import SessionCrypto
 from flask_authflow.session.model import SessionRecord, new_guest_record, sid_hash
 from flask_authflow.stores.sqlalchemy import session_store as module
+from flask_authflow.stores.sqlalchemy.base import UTCDateTime
 from flask_authflow.stores.sqlalchemy.session_store import SqlAlchemySessionStore
 from tests.test_session_stores import user_record
 
@@ -141,6 +142,29 @@ def test_now_is_bound_exactly_as_core_binds_it(store: SqlAlchemySessionStore, cl
     if store.engine.dialect.name == "sqlite":
         # SQLAlchemy's SQLite DATETIME text of the naive UTC time
         assert parameters[1] == clock.now().replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        datetime(2026, 1, 1, tzinfo=UTC),  # no fraction: Core still writes .000000
+        datetime(999, 1, 2, 3, 4, 5, 6, tzinfo=UTC),  # a three-digit year, padded
+        datetime(2026, 5, 5, 1, 2, 3, 999999, tzinfo=timezone(timedelta(hours=5))),  # not UTC
+        datetime(2026, 3, 29, 1, 30, tzinfo=timezone(timedelta(hours=-9, minutes=-30))),
+        datetime(2026, 1, 1, 12),  # naive: taken as UTC
+        datetime.max.replace(tzinfo=UTC),
+        datetime.min.replace(tzinfo=UTC),
+    ],
+)
+def test_the_sqlite_time_text_is_cores(value: datetime) -> None:
+    """The direct read formats ``now`` itself on SQLite: the text Core's two chained
+    processors (UTCDateTime, then SQLite's DATETIME) make of the same value."""
+    dialect = create_engine("sqlite://").dialect
+    core = UTCDateTime().dialect_impl(dialect).bind_processor(dialect)
+    assert core is not None
+    ours = module._bind_processor(UTCDateTime(), dialect)
+    assert ours is not None and ours is not core
+    assert ours(value) == core(value)
 
 
 @pytest.mark.parametrize("watch", ["listener", "echo", "logging", "execute_listener"])
