@@ -117,7 +117,7 @@ def held_connection(store: SqlAlchemySessionStore) -> sqlite3.Connection:
     """The connection this thread holds."""
     held = readers_of(store)._local.held
     assert held is not None
-    connection = held[0]
+    connection = held.connection
     assert isinstance(connection, sqlite3.Connection)
     return connection
 
@@ -370,7 +370,7 @@ def test_dispose_closes_the_thread_connection_at_its_next_read(
     assert new.execute("SELECT 1").fetchall() == [(1,)]
     with pytest.raises(sqlite3.ProgrammingError):
         old.execute("SELECT 1")
-    assert readers_of(store)._local.held[2] is store.engine.pool  # taken from the new pool
+    assert readers_of(store)._local.held.pool is store.engine.pool  # taken from the new pool
     assert no_core == []
 
 
@@ -590,3 +590,103 @@ def test_the_thread_connection_leaves_no_read_open(
     assert held_connection(store) is own
     assert not own.in_transaction
     assert checkpoint_busy(database) == 0
+
+
+# --- what the review of these tests found -----------------------------------------------------------
+
+
+def test_a_listener_added_later_takes_the_reads_back_to_the_pool(
+    store: SqlAlchemySessionStore, clock: MockClock
+) -> None:
+    """A checkout listener added after the thread took its connection sees every read
+    from then on: the held connection is given up (closed), not kept past the listener."""
+    record = saved(store, clock)
+    own = hold(store, record)
+    seen: list[int] = []
+
+    def listener(*args: Any) -> None:
+        seen.append(1)
+
+    event.listen(store.engine.pool, "checkout", listener)
+    try:
+        for count in range(1, 4):
+            assert store.load(record.sid) == record
+            assert len(seen) == count
+            assert not readers_of(store).held_here()
+    finally:
+        event.remove(store.engine.pool, "checkout", listener)
+    with pytest.raises(sqlite3.ProgrammingError):
+        own.execute("SELECT 1")  # given up: closed, not left to the collector
+    assert store.load(record.sid) == record  # no listener: a connection of its own again
+    assert held_connection(store) is not own
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_is_not_handed_its_parents_pooled_connections(
+    store: SqlAlchemySessionStore, clock: MockClock
+) -> None:
+    """The pool holds live connections the parent opened when it forks: the child's own
+    connection and its pooled reads use connections the child opened."""
+    opened_by: dict[int, int] = {}
+
+    def opened(dbapi_connection: Any, connection_record: Any) -> None:
+        opened_by[id(dbapi_connection)] = os.getpid()
+
+    event.listen(store.engine, "connect", opened)
+    store.engine.dispose()
+    record = saved(store, clock)
+    first, second = store.engine.raw_connection(), store.engine.raw_connection()
+    first.close()
+    second.close()  # two live connections of the parent wait in the pool
+    assert store.engine.pool.checkedin() == 2  # type: ignore[attr-defined]
+    hold(store, record)
+    readable, writable = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.close(readable)
+            result: dict[str, Any] = {}
+            try:
+                result["loads"] = [store.load(record.sid) == record for _ in range(2)]
+                result["own_opened_here"] = opened_by.get(id(held_connection(store))) == os.getpid()
+                pooled = store.engine.raw_connection()
+                result["pooled_opened_here"] = opened_by.get(id(pooled.driver_connection)) == os.getpid()
+                pooled.close()
+                status = 0
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                result["error"] = repr(exc)
+            os.write(writable, json.dumps(result).encode())
+        finally:
+            os._exit(status)
+    os.close(writable)
+    chunks = []
+    while chunk := os.read(readable, 65536):
+        chunks.append(chunk)
+    os.close(readable)
+    _, wait_status = os.waitpid(pid, 0)
+    result = json.loads(b"".join(chunks))
+    assert os.waitstatus_to_exitcode(wait_status) == 0, result
+    assert result == {"loads": [True, True], "own_opened_here": True, "pooled_opened_here": True}
+    assert store.load(record.sid) == record  # the parent is untouched
+
+
+def test_a_thread_connection_is_closed_when_its_thread_ends(
+    store: SqlAlchemySessionStore, clock: MockClock
+) -> None:
+    """Closed with the thread's storage, not left for the collector (Python 3.13's sqlite3
+    warns about a connection collected unclosed)."""
+    record = saved(store, clock)
+    taken: list[sqlite3.Connection] = []
+
+    def reader() -> None:
+        taken.append(hold(store, record))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    thread.join()
+    [connection] = taken
+    with pytest.raises(sqlite3.ProgrammingError):
+        connection.execute("SELECT 1")

@@ -27,8 +27,13 @@ What ends a thread's connection:
   taken from the old pool, is closed at its next read and a new one taken from the new
   pool.
 * A fork: a connection opened before it is never used in the child, nor closed there
-  (SQLite forbids carrying a connection across ``fork()``); the child opens its own.
-* The end of the thread (its thread-local storage goes, and the connection with it).
+  (SQLite forbids carrying a connection across ``fork()``). The child gives the engine a
+  new pool (``engine.dispose(close=False)``, SQLAlchemy's advice for a forked child), so
+  it opens its own connections instead of being handed its parent's.
+* The end of the thread (its thread-local storage goes, and the connection is closed
+  with it).
+* A ``checkout`` or ``checkin`` listener added to the pool: the connection is given up
+  and every read goes through the pool while the listener is there.
 * :meth:`ThreadReaders.discard` after an error: the caller then reads through the pool,
   which handles and reports the failure as before.
 """
@@ -38,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import weakref
 from typing import Any
 
 from sqlalchemy import Engine
@@ -50,15 +56,51 @@ _fork_generation = 0
 #: Connections a child inherited from its parent: kept (never closed, never used), as
 #: closing them in the child would touch the parent's SQLite state.
 _inherited: list[Any] = []
+#: The engines with thread readers: a child gives each a new pool (below).
+_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
     global _fork_generation
     _fork_generation += 1
+    # SQLAlchemy's advice for a forked child: a new pool, the parent's connections left
+    # unclosed. Else the replacement of a thread's connection, and any pooled read, could
+    # be handed a connection the parent opened.
+    for engine in list(_engines):
+        engine.dispose(close=False)
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _Held:
+    """A thread's connection, the process generation and the pool it was taken in.
+
+    Closed when the holder goes: at the end of its thread (whose thread-local storage is
+    dropped), when its :class:`ThreadReaders` goes, or when it is replaced. Python 3.13's
+    sqlite3 warns about a connection collected unclosed.
+    """
+
+    __slots__ = ("connection", "fork_generation", "pool")
+
+    def __init__(self, connection: Any, pool: Any) -> None:
+        self.connection = connection
+        self.fork_generation = _fork_generation
+        self.pool = pool
+
+    def release(self) -> None:
+        """Close the connection, or keep it unused if this process did not open it."""
+        connection, self.connection = self.connection, None
+        if connection is None:
+            return
+        if self.fork_generation == _fork_generation:
+            _close(connection)
+        else:
+            _inherited.append(connection)
+
+    def __del__(self) -> None:
+        self.release()
 
 
 class ThreadReaders:
@@ -68,9 +110,9 @@ class ThreadReaders:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        #: per thread: ``held`` = (connection, fork generation, the pool it came from)
-        #: or None; ``seen`` = the thread has read once.
+        #: per thread: ``held`` = its :class:`_Held` or None; ``seen`` = it has read once.
         self._local = threading.local()
+        _engines.add(engine)
 
     @classmethod
     def of(cls, engine: Engine) -> ThreadReaders | None:
@@ -88,25 +130,23 @@ class ThreadReaders:
         """This thread's pysqlite connection, or None: read through the pool this time.
 
         None is answered on a thread's first read, while the pool has checkout or checkin
-        listeners (they see every read, as before), and when the pool cannot give a
-        connection (the pool path then reports the failure).
+        listeners (they see every read, as before; a connection held when one is added is
+        given up), and when the pool cannot give a connection (the pool path then reports
+        the failure).
         """
         local = self._local
         pool = self._engine.pool
-        held = getattr(local, "held", None)
+        watched = pool.dispatch.checkout or pool.dispatch.checkin
+        held: _Held | None = getattr(local, "held", None)
         if held is not None:
-            connection, fork_generation, source = held
-            if fork_generation == _fork_generation and source is pool:
-                return connection
+            if held.pool is pool and held.fork_generation == _fork_generation and not watched:
+                return held.connection
             local.held = None
-            if fork_generation != _fork_generation:
-                _inherited.append(connection)
-            else:
-                _close(connection)
+            held.release()
         elif not getattr(local, "seen", False):
             local.seen = True  # the first read of this thread: through the pool
             return None
-        if pool.dispatch.checkout or pool.dispatch.checkin:
+        if watched:
             return None
         try:
             pooled = self._engine.raw_connection()
@@ -114,20 +154,16 @@ class ThreadReaders:
             return None
         connection = pooled.driver_connection
         pooled.detach()
-        local.held = (connection, _fork_generation, pool)
+        local.held = _Held(connection, pool)
         return connection
 
     def discard(self) -> None:
         """Close this thread's connection (after an error on it)."""
         local = self._local
-        held = getattr(local, "held", None)
+        held: _Held | None = getattr(local, "held", None)
         local.held = None
         if held is not None:
-            connection, fork_generation, _pool = held
-            if fork_generation == _fork_generation:
-                _close(connection)
-            else:
-                _inherited.append(connection)
+            held.release()
 
     def held_here(self) -> bool:
         """Whether this thread holds a connection (tests)."""
