@@ -539,6 +539,30 @@ def test_previous_key_verifies_and_response_resigns(store: SpyStore, clock: Mock
     assert raw_get(current_only, old_value).get_json()["state"] == "guest"
 
 
+def test_the_old_cookie_of_a_session_already_rebound_still_works(store: SpyStore, clock: MockClock) -> None:
+    """Requests sent in parallel right after a signing-key rotation all carry the old
+    cookie: the first re-binds the record under the current key's fingerprint, and the
+    others are the same browser, not a stolen cookie."""
+    old_value = cookie_value(
+        logged_in(make_app(AuthFlowSessionInterface(store, OLD_KEY, clock=clock), clock))
+    )
+    rotated = make_app(
+        AuthFlowSessionInterface(store, KEY, clock=clock, previous_signing_keys=[OLD_KEY]), clock
+    )
+    first = raw_get(rotated, old_value)  # re-binds and re-signs
+    assert first.get_json()["state"] == "authenticated"
+    assert set_cookies(first) != []
+    saves = store.saves
+    late = raw_get(rotated, old_value)  # in flight with the old cookie
+    assert late.get_json() == {**late.get_json(), "state": "authenticated", "mismatch": False}
+    (header,) = set_cookies(late)  # re-signed for this browser too
+    assert header.split(";")[0].partition("=")[2] == _signed(KEY, sid_of(old_value))
+    assert store.saves == saves  # already bound under the current key: nothing to write
+    # Another User-Agent is refused with the old cookie, before and after the re-binding.
+    refused = raw_get(rotated, old_value, ua="Other/1.0").get_json()
+    assert refused["state"] == "guest" and refused["mismatch"] is True
+
+
 def test_previous_key_with_other_user_agent_is_refused(store: SpyStore, clock: MockClock) -> None:
     old_value = cookie_value(
         logged_in(make_app(AuthFlowSessionInterface(store, OLD_KEY, clock=clock), clock))

@@ -420,10 +420,15 @@ class AuthFlowSessionInterface(SessionInterface):
             return self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
 
         request_fp = current_fp if slot is self._current else slot.fingerprint(user_agent)
+        rebound = False  # a cookie of a previous key whose record is bound under the current one
         if record.fingerprint is None:
             bound = record.state is AuthState.GUEST  # only a guest may be unbound
         else:
             bound = hmac.compare_digest(record.fingerprint, request_fp)
+            if not bound and slot is not self._current:
+                # A parallel request with the same old cookie re-bound the record already
+                # (below): the same User-Agent under the current fingerprint key.
+                bound = rebound = hmac.compare_digest(record.fingerprint, current_fp)
         if not bound:
             # Probably a stolen cookie (or a browser update): the stored session is
             # left alone for its legitimate holder; this client starts over.
@@ -442,7 +447,7 @@ class AuthFlowSessionInterface(SessionInterface):
         session.request_user_agent = user_agent
         if slot is not self._current:
             session.resign = True
-            if record.fingerprint is not None:
+            if record.fingerprint is not None and not rebound:
                 # Keep the session alive across the key rotation: bind it again under
                 # the fingerprint key of the current signing key.
                 session.rebind(current_fp)
