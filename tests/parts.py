@@ -53,6 +53,17 @@ def find_pg_bin() -> Path | None:
     return Path(candidates[0]).parent if candidates else None
 
 
+def remove_tree(folder: Path) -> None:
+    """Remove a server's folder once the server is gone. A server stopped a moment ago may
+    still remove or write its socket, lock and log files while rmtree walks the folder,
+    which then stays behind (empty): try again for up to two seconds."""
+    for _ in range(40):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            return
+        time.sleep(0.05)
+
+
 @dataclass
 class PostgresServer:
     port: int
@@ -87,7 +98,7 @@ class PostgresServer:
             check=False,
             capture_output=True,
         )
-        shutil.rmtree(self.datadir.parent, ignore_errors=True)
+        remove_tree(self.datadir.parent)
 
 
 def start_postgres(*settings: str) -> PostgresServer:
@@ -150,7 +161,7 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        remove_tree(self.workdir)
 
 
 def start_redis() -> RedisServer:
