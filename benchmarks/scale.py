@@ -14,6 +14,12 @@ several µs on a virtual machine); a fresh connection on 10⁶ sessions faults o
 lookups at first, one that has read much of the file (as the fill's pooled connection
 here) on few. A ratio that moves with the faults measures that warm-up, not the lookup.
 
+Beside our SQLite store, a floor: the store's own statement alone (``SELECT data … WHERE
+sid_hash = ? AND expires_at > ?``, the same text and bound parameters) on a plain sqlite3
+connection to the same file, with the same PRAGMAs, and nothing else (no decryption, no
+decoding). What it adds from 10³ to 10⁶ is SQLite's own B-tree walk; the line after the
+SQLite rows prints the least ratio any store with our 10³ cost could reach on top of it.
+
 The stores are built without their memo of opened records (``record_memo=0``): it holds
 1,024 records, so the 10³ store would answer every lookup from memory and the larger ones
 would not, and the ratio would measure that memo instead of the lookup. Every size
@@ -70,6 +76,7 @@ from flask_authflow.session.model import SessionRecord, record_federation_key, s
 from flask_authflow.session.stores import serialize_record
 
 BATCH = 5_000
+SQLITE_FLOOR = "floor: SQLite, the statement alone"
 
 
 # --- what is stored ------------------------------------------------------------------------------
@@ -209,6 +216,30 @@ def redis_db_url(url: str, number: int) -> str:
     return urlunsplit(parts._replace(path=f"/{number}"))
 
 
+class SqliteQueryFloor:
+    """The SQLite store's lookup statement alone, on a connection of its own to the store's
+    file (opened on first use, after the fill), with the PRAGMAs our engines set. ``load``
+    answers the sealed bytes (truthy) or None: nothing is decrypted or decoded."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.connection: Any = None
+
+    def load(self, sid: str) -> bytes | None:
+        if self.connection is None:
+            import sqlite3
+
+            from flask_authflow.stores.sqlalchemy.base import _sqlite_pragmas
+            from flask_authflow.stores.sqlalchemy.session_store import _DirectLoad
+
+            self.connection = sqlite3.connect(self.path, check_same_thread=False)
+            _sqlite_pragmas(self.connection, None)
+            self.direct = _DirectLoad.of(sql_store(f"sqlite:///{self.path}", SessionCrypto(bytes(32))).engine)
+        arguments = self.direct.arguments({"key": sid_hash(sid), "now": SystemClock().now()})
+        rows = self.connection.execute(self.direct.sql, arguments).fetchall()
+        return bytes(rows[0][0]) if rows else None
+
+
 def find_redis(arg: str) -> tuple[str | None, Callable[[], None] | None, str]:
     """(URL, stop, reason it is left out) for ``--redis``."""
     if arg == "off":
@@ -235,6 +266,12 @@ def find_redis(arg: str) -> tuple[str | None, Callable[[], None] | None, str]:
 def check(target: Target, sids: list[str], template: SessionRecord, rng: random.Random) -> None:
     """Sampled ids (the first, the last, 50 random ones) load the record stored under them."""
     picks = {0, len(sids) - 1, *(rng.randrange(len(sids)) for _ in range(50))}
+    if isinstance(target.store, SqliteQueryFloor):  # sealed bytes of a row, not a record
+        if not all(target.store.load(sids[i]) for i in picks):
+            raise RuntimeError(f"{target.store_name} {target.size}: a stored id found no row")
+        if target.store.load(secrets.token_urlsafe(32)) is not None:
+            raise RuntimeError(f"{target.store_name} {target.size}: an unknown id found a row")
+        return
     for i in picks:
         record = target.store.load(sids[i])
         expected = record_for(template, sids[i], i)
@@ -295,6 +332,11 @@ def main() -> None:
     stores["SQLite"] = (
         lambda i, size: sql_store(f"sqlite:///{workdir / f's{size}.db'}", crypto),
         fill_sql_store,
+    )
+    # Made after every SQLite size is filled (the stores are filled in this order): no fill.
+    stores[SQLITE_FLOOR] = (
+        lambda i, size: SqliteQueryFloor(workdir / f"s{size}.db"),
+        lambda store, sids: None,
     )
     stops: list[Callable[[], None]] = []
     if args.postgres != "off":
@@ -375,6 +417,18 @@ def main() -> None:
                 f"  ±{spread:3.0f}%   vs {base.size}: best {min(t.per_round) / min(base.per_round):5.2f}x"
                 f"  median {statistics.median(ratios):5.2f}x  (rounds {ratios[0]:.2f}-{ratios[-1]:.2f}x)"
                 f"   faults {t.faults[0]:.2f}-{t.faults[-1]:.2f}   fill {t.fill_seconds:.1f}s"
+            )
+    if SQLITE_FLOOR in stores:
+        ours = [t for t in targets if t.store_name == "SQLite"]
+        alone = [t for t in targets if t.store_name == SQLITE_FLOOR]
+        base = min(ours[0].per_round)
+        for t_ours, t_alone in zip(ours[1:], alone[1:], strict=True):
+            added_ours = min(t_ours.per_round) - base
+            added_alone = min(t_alone.per_round) - min(alone[0].per_round)
+            print(
+                f"SQLite {t_ours.size:>9} vs {ours[0].size}: our store adds {added_ours:5.1f} µs,"
+                f" the statement alone {added_alone:5.1f} µs: a store that costs our {base:.1f} µs at"
+                f" {ours[0].size} reaches {(base + added_alone) / base:4.2f}x at best"
             )
 
 
