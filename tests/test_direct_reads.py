@@ -52,19 +52,6 @@ def store(database_url: str, clock: MockClock) -> Iterator[SqlAlchemySessionStor
 
 
 @pytest.fixture
-def no_core(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Makes the Core read fail the test: the load must have taken the direct path."""
-    core_reads: list[str] = []
-
-    def refuse(*args: Any) -> Any:
-        core_reads.append("core")
-        raise AssertionError("the load went through SQLAlchemy Core")
-
-    monkeypatch.setattr(module, "run_read", refuse)
-    return core_reads
-
-
-@pytest.fixture
 def core_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the loads that went through SQLAlchemy Core."""
     seen: list[int] = []

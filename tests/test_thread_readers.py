@@ -32,7 +32,6 @@ from flask_authflow.clock import MockClock
 from flask_authflow.errors import StoreUnavailable
 from flask_authflow.session.crypto import SessionCrypto
 from flask_authflow.session.model import SessionRecord, new_guest_record, sid_hash
-from flask_authflow.stores.sqlalchemy import session_store as module
 from flask_authflow.stores.sqlalchemy import thread_readers
 from flask_authflow.stores.sqlalchemy.session_store import SqlAlchemySessionStore
 from flask_authflow.stores.sqlalchemy.thread_readers import ThreadReaders
@@ -78,19 +77,6 @@ def other(
     made = file_store(database, clock)
     yield made
     close_store(made)
-
-
-@pytest.fixture
-def no_core(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Makes the Core read fail the test: every load must have taken the direct read."""
-    core_reads: list[str] = []
-
-    def refuse(*args: Any) -> Any:
-        core_reads.append("core")
-        raise AssertionError("the load went through SQLAlchemy Core")
-
-    monkeypatch.setattr(module, "run_read", refuse)
-    return core_reads
 
 
 @pytest.fixture
@@ -374,6 +360,38 @@ def test_dispose_closes_the_thread_connection_at_its_next_read(
     assert no_core == []
 
 
+def in_forked_child(work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``work`` in a forked child and return what it answered (its error, if any, makes
+    the test fail here). The child reports through a pipe and never returns into pytest."""
+    readable, writable = os.pipe()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns about fork() in a process with threads (-W error makes it fatal).
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.close(readable)
+            try:
+                result = work()
+                status = 0
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                result = {"error": repr(exc)}
+            os.write(writable, json.dumps(result).encode())
+        finally:
+            os._exit(status)
+    os.close(writable)
+    chunks = []
+    while chunk := os.read(readable, 65536):
+        chunks.append(chunk)
+    os.close(readable)
+    _, wait_status = os.waitpid(pid, 0)
+    result = json.loads(b"".join(chunks))
+    assert os.waitstatus_to_exitcode(wait_status) == 0, result
+    assert isinstance(result, dict)
+    return result
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_reads_on_a_connection_it_opened(
     store: SqlAlchemySessionStore, clock: MockClock
@@ -391,40 +409,20 @@ def test_a_forked_child_reads_on_a_connection_it_opened(
     assert opened_by[id(parents)] == os.getpid()
     inherited_before = len(thread_readers._inherited)
 
-    readable, writable = os.pipe()
-    with warnings.catch_warnings():
-        # Python 3.12+ warns about fork() in a process with threads (-W error makes it fatal).
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # the child: report through the pipe, never return into pytest
-        status = 1
-        try:
-            os.close(readable)
-            result: dict[str, Any] = {}
-            try:
-                result["first"] = store.load(record.sid) == record
-                mine = held_connection(store)
-                result["second"] = store.load(record.sid) == record
-                result["kept"] = held_connection(store) is mine
-                result["new"] = mine is not parents and id(mine) != id(parents)
-                result["opened_here"] = opened_by.get(id(mine)) == os.getpid()
-                result["inherited"] = any(kept is parents for kept in thread_readers._inherited)
-                store.delete(gone_in_child.sid)
-                result["deleted"] = store.load(gone_in_child.sid) is None
-                status = 0
-            except BaseException as exc:  # noqa: BLE001 - reported to the parent
-                result["error"] = repr(exc)
-            os.write(writable, json.dumps(result).encode())
-        finally:
-            os._exit(status)
-    os.close(writable)
-    chunks = []
-    while chunk := os.read(readable, 65536):
-        chunks.append(chunk)
-    os.close(readable)
-    _, wait_status = os.waitpid(pid, 0)
-    result = json.loads(b"".join(chunks))
-    assert os.waitstatus_to_exitcode(wait_status) == 0, result
+    def in_child() -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        result["first"] = store.load(record.sid) == record
+        mine = held_connection(store)
+        result["second"] = store.load(record.sid) == record
+        result["kept"] = held_connection(store) is mine
+        result["new"] = mine is not parents and id(mine) != id(parents)
+        result["opened_here"] = opened_by.get(id(mine)) == os.getpid()
+        result["inherited"] = any(kept is parents for kept in thread_readers._inherited)
+        store.delete(gone_in_child.sid)
+        result["deleted"] = store.load(gone_in_child.sid) is None
+        return result
+
+    result = in_forked_child(in_child)
     assert result == {
         "first": True,
         "second": True,
@@ -640,35 +638,16 @@ def test_a_forked_child_is_not_handed_its_parents_pooled_connections(
     second.close()  # two live connections of the parent wait in the pool
     assert store.engine.pool.checkedin() == 2  # type: ignore[attr-defined]
     hold(store, record)
-    readable, writable = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            os.close(readable)
-            result: dict[str, Any] = {}
-            try:
-                result["loads"] = [store.load(record.sid) == record for _ in range(2)]
-                result["own_opened_here"] = opened_by.get(id(held_connection(store))) == os.getpid()
-                pooled = store.engine.raw_connection()
-                result["pooled_opened_here"] = opened_by.get(id(pooled.driver_connection)) == os.getpid()
-                pooled.close()
-                status = 0
-            except BaseException as exc:  # noqa: BLE001 - reported to the parent
-                result["error"] = repr(exc)
-            os.write(writable, json.dumps(result).encode())
-        finally:
-            os._exit(status)
-    os.close(writable)
-    chunks = []
-    while chunk := os.read(readable, 65536):
-        chunks.append(chunk)
-    os.close(readable)
-    _, wait_status = os.waitpid(pid, 0)
-    result = json.loads(b"".join(chunks))
-    assert os.waitstatus_to_exitcode(wait_status) == 0, result
+
+    def in_child() -> dict[str, Any]:
+        result: dict[str, Any] = {"loads": [store.load(record.sid) == record for _ in range(2)]}
+        result["own_opened_here"] = opened_by.get(id(held_connection(store))) == os.getpid()
+        pooled = store.engine.raw_connection()
+        result["pooled_opened_here"] = opened_by.get(id(pooled.driver_connection)) == os.getpid()
+        pooled.close()
+        return result
+
+    result = in_forked_child(in_child)
     assert result == {"loads": [True, True], "own_opened_here": True, "pooled_opened_here": True}
     assert store.load(record.sid) == record  # the parent is untouched
 
