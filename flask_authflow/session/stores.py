@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ..clock import Clock, SystemClock, utc
-from ..errors import SessionDecryptError, SessionRecordError
+from ..errors import SessionDecryptError, SessionRecordError, StoreUnavailable
 from .crypto import SessionCrypto
 from .model import (
     AuthState,
@@ -38,6 +38,7 @@ __all__ = [
     "SessionStore",
     "deserialize_record",
     "serialize_record",
+    "store_unavailable",
 ]
 
 #: Version of the serialised record layout written by :func:`serialize_record`.
@@ -414,6 +415,16 @@ def deserialize_record(data: bytes) -> SessionRecord:
     except (KeyError, ValueError, TypeError) as exc:
         # A bad enum value, a bad ISO date or bad tagged JSON.
         raise SessionRecordError("malformed session record") from exc
+
+
+# --- what the persistent stores share --------------------------------------------------------------
+
+
+def store_unavailable(exc: BaseException) -> StoreUnavailable:
+    """The error a SQL or Redis session store raises for a failure of its database, logged
+    by the failure's type only (a driver's message may carry SQL, arguments or a URL)."""
+    logging.getLogger("flask_authflow.session").warning("session store unavailable: %s", type(exc).__name__)
+    return StoreUnavailable("the session store is unavailable")
 
 
 # --- opening sealed records -----------------------------------------------------------------------

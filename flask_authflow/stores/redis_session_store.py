@@ -51,11 +51,10 @@ from ..clock import Clock, SystemClock, utc
 from ..errors import (
     ConfigurationError,
     MissingExtraError,
-    StoreUnavailable,
 )
 from ..session.crypto import SessionCrypto
 from ..session.model import SessionRecord, federation_key, record_federation_key, sid_hash
-from ..session.stores import RECORD_MEMO_SIZE, RecordOpener, serialize_record
+from ..session.stores import RECORD_MEMO_SIZE, RecordOpener, serialize_record, store_unavailable
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -370,8 +369,7 @@ class RedisSessionStore:
             yield
         except self._errors as exc:  # connection refused, timeouts, script errors, a full Redis
             # The message may carry the URL or arguments: keep it out of the log.
-            log.warning("session store unavailable: %s", type(exc).__name__)
-            raise StoreUnavailable("the session store is unavailable") from exc
+            raise store_unavailable(exc) from exc
 
     # --- keys --------------------------------------------------------------------------------
 

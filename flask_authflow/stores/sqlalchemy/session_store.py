@@ -41,7 +41,7 @@ from ...clock import Clock, SystemClock, utc
 from ...errors import StoreUnavailable
 from ...session.crypto import SessionCrypto
 from ...session.model import AuthState, SessionRecord, federation_key, record_federation_key, sid_hash
-from ...session.stores import RECORD_MEMO_SIZE, RecordOpener, serialize_record
+from ...session.stores import RECORD_MEMO_SIZE, RecordOpener, serialize_record, store_unavailable
 from .base import (
     EngineSource,
     UTCDateTime,
@@ -301,8 +301,7 @@ class SqlAlchemySessionStore:
             yield
         except SQLAlchemyError as exc:  # driver errors, pool time-outs, anything from the engine
             # The message of the driver error may contain SQL and parameters: keep it out.
-            log.warning("session store unavailable: %s", type(exc).__name__)
-            raise StoreUnavailable("the session store is unavailable") from exc
+            raise store_unavailable(exc) from exc
 
     def _write_one(self, statement: Any, params: dict[str, Any]) -> int:
         """One idempotent write statement on its own: in AUTOCOMMIT on a server database
@@ -369,8 +368,7 @@ class SqlAlchemySessionStore:
         try:
             raw = engine.raw_connection()
         except direct.error as exc:  # the pool hands the driver's connect error through
-            log.warning("session store unavailable: %s", type(exc).__name__)
-            raise StoreUnavailable("the session store is unavailable") from exc
+            raise store_unavailable(exc) from exc
         try:
             conn: Any = raw.driver_connection
             try:
@@ -391,8 +389,7 @@ class SqlAlchemySessionStore:
                 if dead:
                     log.info("session store connection lost; read retried on a new connection")
                     return _DIRECT_FALLBACK
-                log.warning("session store unavailable: %s", type(exc).__name__)
-                raise StoreUnavailable("the session store is unavailable") from exc
+                raise store_unavailable(exc) from exc
         finally:
             raw.close()
         return rows[0][0] if rows else None
@@ -413,8 +410,7 @@ class SqlAlchemySessionStore:
                     self._read_engine, lambda conn: conn.execute(_LOAD_QUERY, params).scalar_one_or_none()
                 )
         except SQLAlchemyError as exc:
-            log.warning("session store unavailable: %s", type(exc).__name__)
-            raise StoreUnavailable("the session store is unavailable") from exc
+            raise store_unavailable(exc) from exc
         if data is None:
             return None
         return self._open(key, data, expected_sid=sid)
