@@ -271,8 +271,9 @@ class SqlAlchemySessionStore:
         self._saves = itertools.count(1)
         # psycopg 3 and pysqlite run the load directly (see _load_direct); others through Core.
         self._direct = _DirectLoad.of(self.engine)
-        # On a SQLite file, a thread that keeps reading does so on a connection of its own.
-        self._readers = ThreadReaders.of(self.engine) if self._direct is not None else None
+        # On a SQLite file (pysqlite, so read directly), a thread that keeps reading does so
+        # on a connection of its own.
+        self._readers = ThreadReaders.of(self.engine)
         if create_tables:
             self.create_tables()
 
