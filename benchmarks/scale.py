@@ -222,20 +222,27 @@ class SqliteQueryFloor:
     answers the sealed bytes (truthy) or None: nothing is decrypted or decoded."""
 
     def __init__(self, path: Path) -> None:
+        from sqlalchemy import create_engine
+
+        from flask_authflow.stores.sqlalchemy.session_store import _DirectLoad
+
         self.path = path
         self.connection: Any = None
+        self.clock = SystemClock()
+        # The statement and its bind processors depend on the dialect only (pysqlite).
+        direct = _DirectLoad.of(create_engine("sqlite://"))
+        assert direct is not None
+        self.direct = direct
 
     def load(self, sid: str) -> bytes | None:
         if self.connection is None:
             import sqlite3
 
             from flask_authflow.stores.sqlalchemy.base import _sqlite_pragmas
-            from flask_authflow.stores.sqlalchemy.session_store import _DirectLoad
 
             self.connection = sqlite3.connect(self.path, check_same_thread=False)
             _sqlite_pragmas(self.connection, None)
-            self.direct = _DirectLoad.of(sql_store(f"sqlite:///{self.path}", SessionCrypto(bytes(32))).engine)
-        arguments = self.direct.arguments({"key": sid_hash(sid), "now": SystemClock().now()})
+        arguments = self.direct.arguments({"key": sid_hash(sid), "now": self.clock.now()})
         rows = self.connection.execute(self.direct.sql, arguments).fetchall()
         return bytes(rows[0][0]) if rows else None
 
