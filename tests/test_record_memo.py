@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -29,6 +28,7 @@ from flask_authflow.session.stores import RecordOpener, serialize_record
 from flask_authflow.stores.redis_session_store import RedisSessionStore
 from flask_authflow.stores.sqlalchemy.session_store import SqlAlchemySessionStore, sessions_table
 from flask_authflow.testing.pytest_plugin import login_test_client
+from tests.concurrency import run_together
 from tests.parts import RedisServer
 from tests.test_session_interface import cookie_value, sid_of
 from tests.test_session_stores import user_record
@@ -319,24 +319,16 @@ def test_a_memo_of_size_zero_remembers_nothing(clock: MockClock, decrypts: list[
 
 def test_threads_reading_concurrently_get_their_own_records(store: Store, clock: MockClock) -> None:
     records = [saved(store, clock, **({"n": i} if i % 3 == 0 else {})) for i in range(12)]
-    errors: list[BaseException] = []
-    start = threading.Barrier(6)
 
-    def work(offset: int) -> None:
-        try:
-            start.wait()
+    def reader(offset: int) -> Callable[[], None]:
+        def work() -> None:
             for i in range(150):
                 record = records[(i + offset) % len(records)]
                 assert store.load(record.sid) == record
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+        return work
+
+    run_together([reader(n) for n in range(6)])
     assert len(opener_of(store)) == 8  # the records without custom data
 
 
@@ -349,24 +341,18 @@ def test_threads_sharing_a_small_memo_stay_correct(clock: MockClock) -> None:
         rows.append(
             (sid_hash(record.sid), crypto.encrypt(sid_hash(record.sid), serialize_record(record)), record)
         )
-    errors: list[BaseException] = []
     sizes: list[int] = []
 
-    def work(offset: int) -> None:
-        try:
+    def opener_of_rows(offset: int) -> Callable[[], None]:
+        def work() -> None:
             for i in range(400):
                 key, data, record = rows[(i * 7 + offset) % len(rows)]
                 assert opener.open(key, data, expected_sid=record.sid) == record
                 sizes.append(len(opener))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+        return work
+
+    run_together([opener_of_rows(n) for n in range(6)])
     assert max(sizes) <= 4
 
 

@@ -17,7 +17,6 @@ import logging
 import secrets
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -52,6 +51,7 @@ from flask_authflow.state import account_admin
 from flask_authflow.stores.redis_session_store import RedisSessionStore
 from flask_authflow.testing.pytest_plugin import login_test_client
 from tests import test_session_revocation as revocation
+from tests.concurrency import run_together
 from tests.parts import RedisServer, free_port, start_redis
 from tests.test_session_interface import cookie_value, set_cookies, sid_of
 from tests.test_session_stores import MARKER, StoreContract, user_record
@@ -427,27 +427,6 @@ def test_purge_touches_only_its_own_prefix(redis_server: RedisServer, raw: redis
 # --- races decided by the scripts -------------------------------------------------------------------
 
 
-def _run_together(workers: list[Callable[[], Any]]) -> list[Any]:
-    barrier = threading.Barrier(len(workers))
-    results: list[Any] = [None] * len(workers)
-    errors: list[BaseException] = []
-
-    def run(index: int, work: Callable[[], Any]) -> None:
-        try:
-            barrier.wait(timeout=10)
-            results[index] = work()
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i, w)) for i, w in enumerate(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert errors == []
-    return results
-
-
 def test_concurrent_rotations_of_one_id_create_one_session(
     store: RedisSessionStore, clock: MockClock
 ) -> None:
@@ -455,7 +434,7 @@ def test_concurrent_rotations_of_one_id_create_one_session(
         before = user_record(clock)
         store.save(before, clock.now() + HOUR)
         candidates = [replace(before, sid=new_session_id()) for _ in range(6)]
-        results = _run_together(
+        results = run_together(
             [
                 lambda r=r, old=before.sid: store.save(r, clock.now() + HOUR, replaces=[old])  # type: ignore[misc]
                 for r in candidates
@@ -485,7 +464,7 @@ def test_refreshes_racing_a_revocation_never_resurrect(store: RedisSessionStore,
                 written += store.save(record, clock.now() + HOUR, existing=True)
         return written
 
-    results = _run_together([refresh_all, refresh_all, lambda: store.delete_user_sessions("acme", "alice")])
+    results = run_together([refresh_all, refresh_all, lambda: store.delete_user_sessions("acme", "alice")])
     assert 0 < results[2] <= 20
     assert [store.load(r.sid) for r in records] == [None] * 20
     assert store.list_user_sessions("acme", "alice") == []
