@@ -22,7 +22,7 @@ from click.testing import Result
 from flask import Flask
 from flask.testing import FlaskClient
 
-from flask_authflow import AuthFlow, InMemoryBackend, current_session, get_state, signals
+from flask_authflow import AuthFlow, get_state, signals
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.authn.accounts import AccountAdmin
 from flask_authflow.authn.factors.password import PasswordHasher
@@ -42,35 +42,12 @@ from flask_authflow.session.stores import MemorySessionStore
 from flask_authflow.state import account_admin
 from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT, login_test_client
+from tests.test_cli_operators import build_app
 
 PASSWORD = "correct-horse-42"
 #: A TOTP time step: after a code is used, the next login needs the next step's code.
 STEP = 30
 FACTOR_FIELDS = {"id", "kind", "label", "created_at", "last_used_at", "confirmed"}
-
-
-def build_app(tmp_path: Path, clock: MockClock, hasher: PasswordHasher, store: str) -> Flask:
-    app = Flask(__name__, instance_path=str(tmp_path / f"instance-{store}"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
-    if store == "memory":
-        AuthFlow(
-            app,
-            backend=InMemoryBackend(hasher=hasher, clock=clock),
-            session_store=MemorySessionStore(clock=clock),
-            clock=clock,
-            hasher=hasher,
-        )
-    else:
-        app.config.update(
-            AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'authflow.db'}", AUTHFLOW_SESSION_STORE="sql"
-        )
-        AuthFlow(app, clock=clock, hasher=hasher)
-
-    @app.get("/who")
-    def who() -> str:
-        return current_session.state.value
-
-    return app
 
 
 @pytest.fixture(params=["memory", "sqlite"])

@@ -54,15 +54,14 @@ IPHONE = (
 PASSWORD = "correct-horse-42"
 
 
+#: The lockout these tests count against (the apps of tests/test_cli_factors.py keep the default).
+LOCKOUT = {"AUTHFLOW_LOCKOUT_MAX_FAILURES": MAX_FAILURES, "AUTHFLOW_LOCKOUT_DURATION": LOCK}
+
+
 def build_app(tmp_path: Path, clock: MockClock, hasher: PasswordHasher, store: str, **config: Any) -> Flask:
+    """An app on memory stores or on a SQLite file, with ``GET /who`` (the session's state)."""
     app = Flask(__name__, instance_path=str(tmp_path / f"instance-{store}"))
-    app.config.update(
-        TESTING=True,
-        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
-        AUTHFLOW_LOCKOUT_MAX_FAILURES=MAX_FAILURES,
-        AUTHFLOW_LOCKOUT_DURATION=LOCK,
-        **config,
-    )
+    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), **config)
     if store == "memory":
         AuthFlow(
             app,
@@ -88,12 +87,12 @@ def build_app(tmp_path: Path, clock: MockClock, hasher: PasswordHasher, store: s
 def app(
     request: pytest.FixtureRequest, tmp_path: Path, mock_clock: MockClock, authflow_hasher: PasswordHasher
 ) -> Flask:
-    return build_app(tmp_path, mock_clock, authflow_hasher, request.param)
+    return build_app(tmp_path, mock_clock, authflow_hasher, request.param, **LOCKOUT)
 
 
 @pytest.fixture
 def memory_app(tmp_path: Path, mock_clock: MockClock, authflow_hasher: PasswordHasher) -> Flask:
-    return build_app(tmp_path, mock_clock, authflow_hasher, "memory")
+    return build_app(tmp_path, mock_clock, authflow_hasher, "memory", **LOCKOUT)
 
 
 # --- helpers ---------------------------------------------------------------------------------------
@@ -671,6 +670,7 @@ def issuer_app(tmp_path: Path, mock_clock: MockClock, authflow_hasher: PasswordH
         "memory",
         AUTHFLOW_ISSUER=ISS,
         AUTHFLOW_ISSUER_KEY_STORE=f"file:{tmp_path / 'keys'}",
+        **LOCKOUT,
     )
 
 
