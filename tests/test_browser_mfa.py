@@ -14,7 +14,6 @@ import json
 import os
 import secrets
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +24,7 @@ import pytest
 from tests.browser_webauthn import add_virtual_authenticator, stored_credentials
 from tests.parts import free_port, wait_for_port
 from tests.test_browser import Page, browsers  # noqa: F401 - the Chromium fixture
-from tests.test_reference_app import ROOT
+from tests.test_reference_app import REFERENCE_FLASK, ROOT, create_users
 
 pytestmark = pytest.mark.browser
 
@@ -59,22 +58,10 @@ def mfa_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "FLASK_AUTHFLOW_PASSKEY_LOGIN": "true",
         "PYTHONPATH": str(ROOT),
     }
-    flask_cmd = [sys.executable, "-m", "flask", "--app", "examples/reference/app.py"]
-    for username, password in MFA_USERS.items():
-        created = subprocess.run(
-            [*flask_cmd, "authflow", "create-user", username, "--password-stdin"],
-            input=f"{password}\n",
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env=env,
-            timeout=60,
-            check=False,
-        )
-        assert created.returncode == 0, created.stderr
+    create_users(env, MFA_USERS)
     with (workdir / "server.log").open("wb") as log:
         server = subprocess.Popen(
-            [*flask_cmd, "run", "--host", "127.0.0.1", "--port", str(port)],
+            [*REFERENCE_FLASK, "run", "--host", "127.0.0.1", "--port", str(port)],
             cwd=ROOT,
             env=env,
             stdout=log,

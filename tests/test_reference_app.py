@@ -202,6 +202,26 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+#: ``flask`` on the reference app, as its README runs it.
+REFERENCE_FLASK = [sys.executable, "-m", "flask", "--app", "examples/reference/app.py"]
+
+
+def create_users(env: dict[str, str], users: dict[str, str]) -> None:
+    """Create ``users`` (username: password) with ``flask authflow create-user`` in ``env``."""
+    for username, password in users.items():
+        created = subprocess.run(
+            [*REFERENCE_FLASK, "authflow", "create-user", username, "--password-stdin"],
+            input=f"{password}\n",
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        assert created.returncode == 0, created.stderr
+
+
 #: The users ``live_server`` creates (the browser tests sign in as them).
 LIVE_USERS = {
     "alice": "wonderland-rabbit-42",
@@ -225,21 +245,9 @@ def live_server(tmp_path: Path) -> Iterator[str]:
         "FLASK_AUTHFLOW_ARGON2_PARALLELISM": "1",
         "PYTHONPATH": str(ROOT),
     }
-    flask_cmd = [sys.executable, "-m", "flask", "--app", "examples/reference/app.py"]
-    for username, password in LIVE_USERS.items():
-        created = subprocess.run(
-            [*flask_cmd, "authflow", "create-user", username, "--password-stdin"],
-            input=f"{password}\n",
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env=env,
-            timeout=60,
-            check=False,
-        )
-        assert created.returncode == 0, created.stderr
+    create_users(env, LIVE_USERS)
     server = subprocess.Popen(
-        [*flask_cmd, "run", "--host", "127.0.0.1", "--port", str(port)],
+        [*REFERENCE_FLASK, "run", "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
