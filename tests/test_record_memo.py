@@ -104,6 +104,18 @@ def opener_of(store: Store) -> RecordOpener:
     return opener
 
 
+def sealed_rows(
+    crypto: SessionCrypto, clock: MockClock, count: int
+) -> list[tuple[str, bytes, SessionRecord]]:
+    """``count`` user records, each with its key (``sid_hash``) and sealed bytes, as a store holds them."""
+    rows = []
+    for _ in range(count):
+        record = user_record(clock)
+        key = sid_hash(record.sid)
+        rows.append((key, crypto.encrypt(key, serialize_record(record)), record))
+    return rows
+
+
 def saved(store: Store, clock: MockClock, **custom: object) -> SessionRecord:
     record = user_record(clock, **custom)
     assert store.save(record, clock.now() + HOUR)
@@ -271,12 +283,7 @@ def test_the_memo_is_bounded_and_evicts_the_least_recently_used(
 ) -> None:
     crypto = SessionCrypto(KEY)
     opener = RecordOpener(crypto, log=logging.getLogger("flask_authflow.session"), memo_size=8)
-    rows = []
-    for _ in range(20):
-        record = user_record(clock)
-        rows.append(
-            (sid_hash(record.sid), crypto.encrypt(sid_hash(record.sid), serialize_record(record)), record)
-        )
+    rows = sealed_rows(crypto, clock, 20)
     first_key, first_data, first = rows[0]
     for key, data, record in rows:
         assert opener.open(key, data, expected_sid=record.sid) == record
@@ -335,12 +342,7 @@ def test_threads_reading_concurrently_get_their_own_records(store: Store, clock:
 def test_threads_sharing_a_small_memo_stay_correct(clock: MockClock) -> None:
     crypto = SessionCrypto(KEY)
     opener = RecordOpener(crypto, log=logging.getLogger("flask_authflow.session"), memo_size=4)
-    rows = []
-    for _ in range(16):
-        record = user_record(clock)
-        rows.append(
-            (sid_hash(record.sid), crypto.encrypt(sid_hash(record.sid), serialize_record(record)), record)
-        )
+    rows = sealed_rows(crypto, clock, 16)
     sizes: list[int] = []
 
     def opener_of_rows(offset: int) -> Callable[[], None]:
