@@ -280,6 +280,29 @@ def _failure_kind(exc: BaseException) -> str:
     return f"request failed ({type(exc).__name__})"
 
 
+def _read_capped(response: requests.Response, host: str, max_bytes: int) -> bytes:
+    """The whole body of a streamed ``response``, refused when it redirects or exceeds ``max_bytes``."""
+    import requests
+
+    status = response.status_code
+    if 300 <= status < 400:
+        raise ProviderUnreachable(
+            f"{host} answered a redirect (HTTP {status}); provider requests never follow redirects"
+        )
+    declared = response.headers.get("Content-Length", "").strip()
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise ProviderUnreachable(f"{host} answered {int(declared)} bytes, over the {max_bytes}-byte limit")
+    body = bytearray()
+    try:
+        for chunk in response.iter_content(chunk_size=_CHUNK):
+            body += chunk
+            if len(body) > max_bytes:
+                raise ProviderUnreachable(f"{host} answered more than the {max_bytes}-byte limit")
+    except requests.exceptions.RequestException as exc:
+        raise ProviderUnreachable(f"{host}: {_failure_kind(exc)}") from exc
+    return bytes(body)
+
+
 @functools.cache
 def _capped_adapter_class() -> Callable[..., requests.adapters.BaseAdapter]:
     import requests
@@ -319,7 +342,7 @@ def _capped_adapter_class() -> Callable[..., requests.adapters.BaseAdapter]:
             except requests.exceptions.RequestException as exc:
                 raise ProviderUnreachable(f"{host}: {_failure_kind(exc)}") from exc
             try:
-                body = self._read_capped(response, host)
+                body = _read_capped(response, host, self.max_bytes)
             except BaseException:
                 response.close()
                 raise
@@ -327,29 +350,6 @@ def _capped_adapter_class() -> Callable[..., requests.adapters.BaseAdapter]:
             response._content = body
             response._content_consumed = True  # type: ignore[attr-defined]
             return response
-
-        def _read_capped(self, response: requests.Response, host: str) -> bytes:
-            status = response.status_code
-            if 300 <= status < 400:
-                raise ProviderUnreachable(
-                    f"{host} answered a redirect (HTTP {status}); provider requests never follow redirects"
-                )
-            declared = response.headers.get("Content-Length", "").strip()
-            if declared.isdigit() and int(declared) > self.max_bytes:
-                raise ProviderUnreachable(
-                    f"{host} answered {int(declared)} bytes, over the {self.max_bytes}-byte limit"
-                )
-            body = bytearray()
-            try:
-                for chunk in response.iter_content(chunk_size=_CHUNK):
-                    body += chunk
-                    if len(body) > self.max_bytes:
-                        raise ProviderUnreachable(
-                            f"{host} answered more than the {self.max_bytes}-byte limit"
-                        )
-            except requests.exceptions.RequestException as exc:
-                raise ProviderUnreachable(f"{host}: {_failure_kind(exc)}") from exc
-            return bytes(body)
 
         def close(self) -> None:
             self.inner.close()

@@ -25,6 +25,7 @@ from ..authn.service import AuthnRequest
 from ..authn.stores import IdentityStore, UserRecord
 from ..clock import Clock
 from ..errors import AuthFlowError, TokenCheck
+from ..jose import VerifiedClaims
 from ..session.model import AuthSession, AuthState, SessionRecord, begin_flow, clear_flow
 from ..session.stores import SessionStore
 from .ceremony import CEREMONY_KEY, Ceremony
@@ -233,6 +234,43 @@ class FederationService:
         iss: str | None,
         error: str | None,
     ) -> FederatedLogin:
+        ceremony, provider = self._checked_callback(provider_name, ceremony, state, iss, error)
+        if not isinstance(code, str) or not code:
+            raise CsrfMismatch("the callback carries no authorization code")
+        tokens = provider.exchange_code(code, ceremony.code_verifier)
+        claims = provider.validate_id_token(tokens.id_token, ceremony.nonce)
+        identity = self._identity(provider, claims, tokens)
+        user_id = self._map(identity)
+        link = identity.link
+        if link is None or link.user_id != user_id or link.tenant != identity.tenant:
+            self.links.link_identity(provider.issuer, identity.subject, identity.tenant, user_id)
+        outcome = handle.establish(
+            session,
+            identity.tenant,
+            user_id,
+            method=f"oidc:{provider.name}",
+            pending_workflow=ceremony.pending_workflow,
+            federation=_federation_record(provider, identity.subject, tokens, claims.claims),
+        )
+        return FederatedLogin(
+            provider=provider.name,
+            identity=identity,
+            outcome=outcome,
+            state=session.state,
+            return_to=ceremony.return_to,
+            tokens=tokens,
+            post_login_redirect=provider.config.post_login_redirect,
+        )
+
+    def _checked_callback(
+        self,
+        provider_name: str,
+        ceremony: Ceremony | None,
+        state: str | None,
+        iss: str | None,
+        error: str | None,
+    ) -> tuple[Ceremony, OAuthProvider]:
+        """The ceremony and provider of a callback whose state, timing and issuer hold."""
         if (
             ceremony is None
             or ceremony.provider != provider_name
@@ -251,53 +289,25 @@ class FederationService:
             raise CsrfMismatch("the provider changed since the login started")
         if error is not None:
             raise OAuthError(f"the provider refused the login: {error[:64]}")
-        if not isinstance(code, str) or not code:
-            raise CsrfMismatch("the callback carries no authorization code")
-        tokens = provider.exchange_code(code, ceremony.code_verifier)
-        claims = provider.validate_id_token(tokens.id_token, ceremony.nonce)
+        return ceremony, provider
+
+    def _identity(
+        self, provider: OAuthProvider, claims: VerifiedClaims, tokens: TokenSet
+    ) -> FederatedIdentity:
+        """The validated identity, with its userinfo (when configured) and its existing link."""
         subject = str(claims.sub)
         userinfo = (
             provider.fetch_userinfo(tokens.access_token, subject) if provider.config.fetch_userinfo else None
         )
-        tenant = provider.config.tenant or self.default_tenant
-        identity = FederatedIdentity(
+        return FederatedIdentity(
             provider=provider.name,
             issuer=provider.issuer,
             subject=subject,
-            tenant=tenant,
+            tenant=provider.config.tenant or self.default_tenant,
             claims=dict(claims.claims),
             userinfo=userinfo,
             link=self.links.find_link(provider.issuer, subject),
             link_by_email=provider.config.link_by_email,
-        )
-        user_id = self._map(identity)
-        if identity.link is None or identity.link.user_id != user_id or identity.link.tenant != tenant:
-            self.links.link_identity(provider.issuer, subject, tenant, user_id)
-        federation = {
-            "provider": provider.name,
-            "issuer": provider.issuer,
-            "sub": subject,
-            "id_token": tokens.id_token,
-        }
-        provider_sid = claims.claims.get("sid")
-        if isinstance(provider_sid, str) and provider_sid:
-            federation["sid"] = provider_sid
-        outcome = handle.establish(
-            session,
-            tenant,
-            user_id,
-            method=f"oidc:{provider.name}",
-            pending_workflow=ceremony.pending_workflow,
-            federation=federation,
-        )
-        return FederatedLogin(
-            provider=provider.name,
-            identity=identity,
-            outcome=outcome,
-            state=session.state,
-            return_to=ceremony.return_to,
-            tokens=tokens,
-            post_login_redirect=provider.config.post_login_redirect,
         )
 
     def _map(self, identity: FederatedIdentity) -> str:
@@ -380,3 +390,19 @@ class FederationService:
         return provider.build_end_session_url(
             id_token, post_logout_redirect_uri=provider.config.post_logout_redirect_uri, state=state
         )
+
+
+def _federation_record(
+    provider: OAuthProvider, subject: str, tokens: TokenSet, claims: Mapping[str, Any]
+) -> dict[str, str]:
+    """What the session keeps of its federated login (RP-initiated and back-channel logout read it)."""
+    federation = {
+        "provider": provider.name,
+        "issuer": provider.issuer,
+        "sub": subject,
+        "id_token": tokens.id_token,
+    }
+    provider_sid = claims.get("sid")
+    if isinstance(provider_sid, str) and provider_sid:
+        federation["sid"] = provider_sid
+    return federation
