@@ -46,7 +46,7 @@ LAYERS: dict[str, int] = {
     "federation/wiring": 7,  # builds the app's federation (uses the views)
     "extension": 7,
     "decorators": 7,
-    "cli": 7,
+    "cli/": 7,
     "views/": 7,
     "testing/": 8,
     "__init__": 9,

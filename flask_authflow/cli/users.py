@@ -1,0 +1,183 @@
+"""``create-user``, ``set-password`` and the ``users`` group."""
+
+from __future__ import annotations
+
+import click
+
+from ..authn.identifiers import normalise_identifier
+from ..state import account_admin, get_state
+from .base import (
+    about_user,
+    authflow_cli,
+    emit,
+    find_user,
+    iso_time,
+    json_option,
+    lock_subjects,
+    read_password,
+    short_time,
+    tenant_option,
+    tenant_or_default,
+    user_document,
+    user_locked_until,
+)
+
+
+@authflow_cli.command("create-user")
+@click.argument("username")
+@tenant_option
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@json_option
+def create_user(username: str, tenant: str | None, password_stdin: bool, as_json: bool) -> None:
+    """Create USERNAME with a password (prompted, or read from stdin)."""
+    tenant_name = tenant_or_default(tenant)
+    password = read_password(password_stdin, confirm=True)
+    user = account_admin().create_user(tenant_name, username, password)
+    emit(
+        as_json,
+        user_document(user),
+        f"created user {user.identifier!r} in tenant {user.tenant!r} (id {user.user_id})",
+    )
+
+
+@authflow_cli.command("set-password")
+@click.argument("username")
+@tenant_option
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@json_option
+def set_password(username: str, tenant: str | None, password_stdin: bool, as_json: bool) -> None:
+    """Set a new password for USERNAME; the user's sessions are revoked."""
+    tenant_name = tenant_or_default(tenant)
+    password = read_password(password_stdin, confirm=True)
+    with about_user(username, tenant_name):
+        revoked = account_admin().set_password(tenant_name, username, password)
+    identifier = normalise_identifier(username)
+    emit(
+        as_json,
+        {
+            "identifier": identifier,
+            "tenant": tenant_name,
+            "password_changed": True,
+            "sessions_revoked": revoked,
+        },
+        f"password of {identifier!r} changed; {revoked} session(s) revoked",
+    )
+
+
+@authflow_cli.group("users")
+def users() -> None:
+    """List, disable, enable, unlock or delete users (disabling and deleting end their sessions)."""
+
+
+@users.command("list")
+@click.option("--tenant", help="Only this tenant (default: AUTHFLOW_DEFAULT_TENANT).")
+@click.option("--all-tenants", is_flag=True, help="Every tenant (not with --tenant).")
+@json_option
+def users_list(tenant: str | None, all_tenants: bool, as_json: bool) -> None:
+    """List users: identifier, id, tenant, whether disabled and whether locked out now."""
+    if all_tenants and tenant is not None:
+        raise click.UsageError("give --tenant or --all-tenants, not both")
+    state = get_state()
+    tenant_name = None if all_tenants else tenant_or_default(tenant)
+    now = state.clock.now()
+    rows = [(user, user_locked_until(user, now)) for user in state.backend.list_users(tenant_name)]
+    if as_json:
+        emit(True, [user_document(user, until) for user, until in rows], "")
+        return
+    table = [("IDENTIFIER", "ID", "TENANT", "DISABLED", "LOCKED")] + [
+        (
+            user.identifier,
+            user.user_id,
+            user.tenant,
+            "yes" if user.disabled else "no",
+            f"until {short_time(until)}" if until is not None else "no",
+        )
+        for user, until in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    where = "all tenants" if tenant_name is None else f"tenant {tenant_name!r}"
+    click.echo(f"{len(rows)} user(s) in {where}")
+
+
+@users.command("disable")
+@click.argument("username")
+@tenant_option
+@json_option
+def users_disable(username: str, tenant: str | None, as_json: bool) -> None:
+    """Disable USERNAME: logins fail and every session of the user ends now."""
+    tenant_name = tenant_or_default(tenant)
+    with about_user(username, tenant_name):
+        revoked = account_admin().disable(tenant_name, username)
+    identifier = normalise_identifier(username)
+    emit(
+        as_json,
+        {"identifier": identifier, "tenant": tenant_name, "disabled": True, "sessions_revoked": revoked},
+        f"user {identifier!r} disabled; {revoked} session(s) revoked",
+    )
+
+
+@users.command("enable")
+@click.argument("username")
+@tenant_option
+@json_option
+def users_enable(username: str, tenant: str | None, as_json: bool) -> None:
+    """Allow USERNAME to log in again (a lockout stays: see users unlock)."""
+    tenant_name = tenant_or_default(tenant)
+    with about_user(username, tenant_name):
+        account_admin().enable(tenant_name, username)
+    identifier = normalise_identifier(username)
+    emit(
+        as_json,
+        {"identifier": identifier, "tenant": tenant_name, "disabled": False},
+        f"user {identifier!r} enabled",
+    )
+
+
+@users.command("unlock")
+@click.argument("username")
+@tenant_option
+@json_option
+def users_unlock(username: str, tenant: str | None, as_json: bool) -> None:
+    """End USERNAME's lockout and forget its counted failures (the full number of tries again)."""
+    state = get_state()
+    tenant_name = tenant_or_default(tenant)
+    user = find_user(username, tenant_name)
+    until = user_locked_until(user, state.clock.now())
+    for subject in lock_subjects(user):
+        state.backend.clear_lock(user.tenant, subject)
+    if until is not None:
+        text = f"user {user.identifier!r} unlocked (the lock ran until {short_time(until)})"
+    else:
+        text = f"user {user.identifier!r} was not locked; its failure count is reset"
+    emit(
+        as_json,
+        {
+            "identifier": user.identifier,
+            "tenant": user.tenant,
+            "was_locked": until is not None,
+            "locked_until": iso_time(until),
+        },
+        text,
+    )
+
+
+@users.command("delete")
+@click.argument("username")
+@tenant_option
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def users_delete(username: str, tenant: str | None, yes: bool, as_json: bool) -> None:
+    """Delete USERNAME with its factors; its sessions end now (audit rows stay)."""
+    tenant_name = tenant_or_default(tenant)
+    if not yes:
+        click.confirm(f"delete user {username!r} and end their sessions?", abort=True, err=True)
+    with about_user(username, tenant_name):
+        revoked = account_admin().delete(tenant_name, username)
+    identifier = normalise_identifier(username)
+    emit(
+        as_json,
+        {"identifier": identifier, "tenant": tenant_name, "deleted": True, "sessions_revoked": revoked},
+        f"user {identifier!r} deleted; {revoked} session(s) revoked",
+    )
