@@ -209,13 +209,10 @@ class _AllowList(jws.JWSRegistry):
 
     :meth:`get_alg` never falls back to joserfc's recommended list and does not emit the
     ``SecurityWarning`` joserfc attaches to ``EdDSA``: listing the algorithm is the
-    caller's explicit choice, and the warning would fire on every token. Headers are
-    bounded by :data:`MAX_TOKEN_LENGTH` (checked first) rather than 512 bytes, so a
-    header carrying an ``x5c`` chain still verifies. Unregistered header members are
-    allowed, as RFC 7515 says they must be ignored.
+    caller's explicit choice, and the warning would fire on every token. Unregistered
+    header members are allowed (RFC 7515 says to ignore them); the registered ones must
+    have their registered types.
     """
-
-    max_header_length = MAX_TOKEN_LENGTH
 
     def __init__(self, algorithms: frozenset[str]) -> None:
         super().__init__(algorithms=sorted(algorithms), strict_check_header=False)
