@@ -55,12 +55,15 @@ def b64url_decode(data: str) -> bytes:
     which makes tokens malleable.
     """
     raw = data.encode("ascii")  # UnicodeEncodeError for non-ASCII input: callers map it
-    pad = -len(raw) % 4
-    if pad == 3 or b"=" in raw or b"+" in raw or b"/" in raw:
+    standard = raw.translate(_TO_STANDARD_ALPHABET, b"+/=")  # drops those three, then maps
+    if len(standard) != len(raw):
         raise ValueError("invalid base64url")
-    if pad and raw[-1] not in _CANONICAL_LAST[pad]:
-        raise ValueError("non-canonical base64url")
-    return binascii.a2b_base64(raw.translate(_TO_STANDARD_ALPHABET) + b"=" * pad, strict_mode=True)
+    pad = -len(raw) % 4
+    if pad:
+        if pad == 3 or raw[-1] not in _CANONICAL_LAST[pad]:
+            raise ValueError("non-canonical base64url")
+        standard += b"=" * pad
+    return binascii.a2b_base64(standard, strict_mode=True)
 
 
 _HASHES: Final[Mapping[str, type[hashes.HashAlgorithm]]] = MappingProxyType(

@@ -1,7 +1,7 @@
 """The one JWT verification path: :class:`JwtVerifier`, a strict wrapper over joserfc.
 
 joserfc checks the header members it registers, the key against the algorithm and the
-signature (:func:`joserfc.jws.validate_compact`), then the registered claims
+signature (its JWS registry and algorithm models), then the registered claims
 (:class:`joserfc.jwt.JWTClaimsRegistry`: ``exp`` and ``aud`` required, ``iss`` when the
 caller names one, ``nbf`` and ``iat`` with the leeway, string types of ``sub`` and ``jti``).
 Before it, one function, :func:`_precheck`, refuses what joserfc would let through:
@@ -9,7 +9,7 @@ Before it, one function, :func:`_precheck`, refuses what joserfc would let throu
 * anything over :data:`MAX_TOKEN_LENGTH`, before any parsing;
 * a header or payload that is not one strict JSON object: duplicate members (parsers
   disagree on which one wins), ``NaN`` or ``Infinity``; the compact form is parsed once,
-  here, and joserfc validates that parsed object, so two parsers never disagree;
+  here, and joserfc checks that parsed header, so two parsers never disagree;
 * ``crit`` (joserfc honours it for the members it knows, among them ``b64``) and
   ``b64`` other than ``true``: RFC 7797 unencoded payloads are not supported;
 * ``zip`` and ``enc``: compressed payloads and JWEs;
@@ -29,7 +29,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from joserfc import jws
 from joserfc.errors import (
@@ -110,14 +110,15 @@ def _json_object(raw: bytes, what: str) -> dict[str, Any]:
 # -- the pre-check --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Checked:
-    """A token that passed :func:`_precheck`: the parsed JWS, its header, ``alg`` and ``kid``."""
+class _Checked(NamedTuple):
+    """A token that passed :func:`_precheck`, its segments decoded once."""
 
-    signed: jws.CompactSignature
-    header: Mapping[str, Any]
+    header: dict[str, Any]
     alg: str
     kid: str | None
+    signing_input: bytes
+    payload: bytes
+    signature: bytes
 
 
 def _ascii_text(token: object) -> str:
@@ -147,8 +148,8 @@ def _segment(segment: str, what: str) -> bytes:
 def _precheck(token: object, allowed: frozenset[str]) -> _Checked:
     """What joserfc does not refuse on its own; every token passes here first.
 
-    The compact form is parsed once, here, strictly; joserfc then validates that
-    parsed object, so no two parsers can read one header differently.
+    The compact form is parsed once, here, strictly; joserfc then checks that parsed
+    header, key and signature, so no two parsers can read one header differently.
     """
     parts = _ascii_text(token).split(".")
     if len(parts) != 3:
@@ -177,11 +178,9 @@ def _precheck(token: object, allowed: frozenset[str]) -> _Checked:
         raise TokenVerificationError("algorithm not allowed", TokenCheck.ALGORITHM)
     if not signature_b64:
         raise TokenVerificationError("malformed token: empty signature")
-    signed = jws.CompactSignature(header, _segment(payload_b64, "payload"))
-    signed.segments["header"] = header_b64.encode()
-    signed.segments["payload"] = payload_b64.encode()
-    signed.segments["signature"] = signature_b64.encode()
-    return _Checked(signed, MappingProxyType(header), alg, kid)
+    payload = _segment(payload_b64, "payload")
+    signature = _segment(signature_b64, "signature")
+    return _Checked(header, alg, kid, f"{header_b64}.{payload_b64}".encode(), payload, signature)
 
 
 def _select_key(snapshot: JwksSnapshot, kid: str | None, alg: str) -> VerificationKey:
@@ -292,21 +291,23 @@ def _verified(checked: _Checked, claims: dict[str, Any]) -> VerifiedClaims:
         nbf=_optional_date(claims, "nbf"),
         jti=claims.get("jti"),
         claims=MappingProxyType(claims),
-        header=checked.header,
+        header=MappingProxyType(checked.header),
         kid=checked.kid,
         alg=checked.alg,
     )
 
 
-def _check_signature(signed: jws.CompactSignature, key: VerificationKey, allow: _AllowList) -> None:
-    """joserfc's header, key and signature checks of the pre-checked token."""
+def _check_signature(checked: _Checked, key: VerificationKey, allow: _AllowList) -> None:
+    """joserfc's checks of the pre-checked token: what :func:`joserfc.jws.validate_compact`
+    does, on the segments the pre-check decoded (the key is already chosen)."""
     try:
-        valid = jws.validate_compact(signed, key.key, registry=allow)
+        allow.check_header(checked.header)  # registered members have their registered types
+        algorithm = allow.get_alg(checked.alg)
+        algorithm.check_key(key.key)  # key type, curve, use and alg suit the algorithm
+        valid = algorithm.verify(checked.signing_input, checked.signature, key.key)
     except JoseError as exc:
         raise _jose_refusal(exc) from None
     if not valid:
-        # joserfc reads an undecodable signature as a wrong one; name it malformed.
-        _segment(signed.segments["signature"].decode("ascii"), "signature")
         raise TokenVerificationError("bad signature", TokenCheck.SIGNATURE)
 
 
@@ -430,8 +431,8 @@ class JwtVerifier:
         try:
             checked = _precheck(token, allow.names)
             key = _select_key(self._handle.snapshot(), checked.kid, checked.alg)
-            _check_signature(checked.signed, key, allow)
-            claims = _json_object(checked.signed.payload, "payload")
+            _check_signature(checked, key, allow)
+            claims = _json_object(checked.payload, "payload")
             try:
                 _claims_registry(audiences, issuer, skew, now).validate(claims)
             except ClaimError as exc:
