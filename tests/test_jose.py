@@ -903,3 +903,21 @@ def test_huge_numeric_dates_never_escape(verifier: JwtVerifier, ec_key: LocalIdp
             verifier.verify(make(ec_key, claims(**{name: 10**400})), AUD)
         assert info.value.reason in (TokenCheck.NOT_YET_VALID, TokenCheck.ISSUED_AT)
     assert verifier.verify(make(ec_key, claims(exp=10**30)), AUD).exp == 10**30
+
+
+@pytest.mark.parametrize(
+    "member", [{"jku": 5}, {"jku": "ftp://x.test/k"}, {"x5c": "not-a-list"}, {"typ": 5}, {"cty": ["JWT"]}]
+)
+def test_badly_typed_registered_header_members_are_refused(
+    verifier: JwtVerifier, ec_key: LocalIdpSigningKey, member: dict[str, Any]
+) -> None:
+    # joserfc's header registry checks these; its refusal comes back as a HEADER reason.
+    token = make(ec_key, header={"alg": "ES256", "kid": "ec-1", **member})
+    with pytest.raises(TokenVerificationError, match="unsupported header") as info:
+        verifier.verify(token, AUD)
+    assert info.value.reason is TokenCheck.HEADER
+
+
+def test_unregistered_header_members_are_ignored(verifier: JwtVerifier, ec_key: LocalIdpSigningKey) -> None:
+    token = make(ec_key, header={"alg": "ES256", "kid": "ec-1", "x-tenant": "acme", "nonce": "n"})
+    assert verifier.verify(token, AUD).header["x-tenant"] == "acme"
