@@ -921,3 +921,24 @@ def test_badly_typed_registered_header_members_are_refused(
 def test_unregistered_header_members_are_ignored(verifier: JwtVerifier, ec_key: LocalIdpSigningKey) -> None:
     token = make(ec_key, header={"alg": "ES256", "kid": "ec-1", "x-tenant": "acme", "nonce": "n"})
     assert verifier.verify(token, AUD).header["x-tenant"] == "acme"
+
+
+def test_signer_refuses_a_key_that_does_not_suit_the_algorithm() -> None:
+    from cryptography.hazmat.primitives.asymmetric import ed448
+
+    from flask_authflow.jose.algorithms import signer
+
+    rsa_private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    p256 = ec.generate_private_key(ec.SECP256R1())
+    for alg, key in [
+        ("ES256", rsa_private),
+        ("ES384", p256),
+        ("RS256", p256),
+        ("EdDSA", ed448.Ed448PrivateKey.generate()),
+        ("EdDSA", p256),
+        ("HS256", rsa_private),
+        ("none", p256),
+    ]:
+        with pytest.raises(SigningKeyError):
+            signer(alg, key)
+    assert len(signer("ES256", p256)(b"input")) == 64  # raw r || s, not DER
