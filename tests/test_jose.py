@@ -699,3 +699,246 @@ def test_zip_and_enc_headers_are_refused(
     with pytest.raises(TokenVerificationError, match="zip or enc") as info:
         verifier.verify(token, AUD)
     assert info.value.reason is TokenCheck.HEADER
+
+
+# -- what joserfc alone lets through, and the pre-check refuses -----------------------------------
+
+
+def _joserfc_accepts(token: str, key: LocalIdpSigningKey) -> bool:
+    """Whether joserfc's own compact JWS check, given the right key and alg, passes the token."""
+    from joserfc import jws
+    from joserfc.errors import JoseError
+    from joserfc.jwk import ECKey
+
+    try:
+        jws.deserialize_compact(token, ECKey.import_key(key.public_jwk()), algorithms=[key.algorithm])
+    except JoseError:
+        return False
+    return True
+
+
+def _signed_raw(key: LocalIdpSigningKey, header: dict[str, Any], payload_segment: str) -> str:
+    signing_input = f"{enc(header)}.{payload_segment}"
+    return f"{signing_input}.{b64url_encode(key.sign(signing_input.encode()))}"
+
+
+@pytest.mark.parametrize("crit", [["kid"], ["typ"], ["b64"]])
+def test_crit_naming_a_member_joserfc_knows_is_refused(
+    verifier: JwtVerifier, ec_key: LocalIdpSigningKey, crit: list[str]
+) -> None:
+    header = {"alg": "ES256", "kid": "ec-1", "typ": "JWT", "b64": True, "crit": crit}
+    token = make(ec_key, header=header)
+    assert _joserfc_accepts(token, ec_key)
+    with pytest.raises(TokenVerificationError, match="critical") as info:
+        verifier.verify(token, AUD)
+    assert info.value.reason is TokenCheck.HEADER
+
+
+def test_unencoded_payload_is_refused(verifier: JwtVerifier, ec_key: LocalIdpSigningKey) -> None:
+    # RFC 7797: the signature covers the raw payload; joserfc verifies it, we never do.
+    header = {"alg": "ES256", "kid": "ec-1", "b64": False, "crit": ["b64"]}
+    token = _signed_raw(ec_key, header, "admin")
+    assert _joserfc_accepts(token, ec_key)
+    with pytest.raises(TokenVerificationError) as info:
+        verifier.verify(token, AUD)
+    assert info.value.reason is TokenCheck.HEADER
+
+
+@pytest.mark.parametrize("b64", [False, "false", 0, None])
+def test_b64_other_than_true_is_refused_without_crit(
+    verifier: JwtVerifier, ec_key: LocalIdpSigningKey, b64: Any
+) -> None:
+    token = make(ec_key, header={"alg": "ES256", "kid": "ec-1", "b64": b64})
+    with pytest.raises(TokenVerificationError, match="b64") as info:
+        verifier.verify(token, AUD)
+    assert info.value.reason is TokenCheck.HEADER
+
+
+def test_b64_true_is_the_ordinary_encoding(verifier: JwtVerifier, ec_key: LocalIdpSigningKey) -> None:
+    assert (
+        verifier.verify(make(ec_key, header={"alg": "ES256", "kid": "ec-1", "b64": True}), AUD).sub == "svc"
+    )
+
+
+def test_duplicate_header_members_joserfc_would_read_as_the_last(
+    verifier: JwtVerifier, ec_key: LocalIdpSigningKey
+) -> None:
+    # joserfc's JSON reading keeps the last "kid"; ours refuses the ambiguity.
+    head = b64url_encode(b'{"alg":"ES256","kid":"other","kid":"ec-1"}')
+    token = f"{head}.{enc(claims())}"
+    token = f"{token}.{b64url_encode(ec_key.sign(token.encode()))}"
+    assert _joserfc_accepts(token, ec_key)
+    with pytest.raises(TokenVerificationError, match="header is not JSON") as info:
+        verifier.verify(token, AUD)
+    assert info.value.reason is TokenCheck.MALFORMED
+
+
+@pytest.mark.parametrize(
+    "alg", ["none", "None", "NONE", "nOnE", "", "HS256", "HS384", "HS512", "ES256 ", "es256"]
+)
+def test_alg_spellings_outside_the_allowlist_are_refused(
+    verifier: JwtVerifier, ec_key: LocalIdpSigningKey, alg: str
+) -> None:
+    for signature in ("", b64url_encode(b"x" * 64)):
+        token = f"{enc({'alg': alg, 'kid': 'ec-1'})}.{enc(claims())}.{signature}"
+        with pytest.raises(TokenVerificationError) as info:
+            verifier.verify(token, AUD)
+        assert info.value.reason is TokenCheck.ALGORITHM
+
+
+def test_hmac_over_the_published_jwk_is_refused(verifier: JwtVerifier, ec_key: LocalIdpSigningKey) -> None:
+    secret = json.dumps(ec_key.public_jwk()).encode()
+    signing_input = f"{enc({'alg': 'HS256', 'kid': ec_key.kid})}.{enc(claims())}"
+    mac = hmac.new(secret, signing_input.encode(), hashlib.sha256).digest()
+    with pytest.raises(TokenVerificationError, match="algorithm not allowed"):
+        verifier.verify(f"{signing_input}.{b64url_encode(mac)}", AUD)
+
+
+@pytest.mark.parametrize(
+    ("member", "value"),
+    [
+        ("jku", "https://attacker.test/jwks.json"),
+        ("x5u", "https://attacker.test/cert.pem"),
+        ("x5c", ["MIIBattacker"]),
+        ("jwk", "attacker"),
+    ],
+)
+def test_key_location_headers_never_find_a_key(
+    verifier: JwtVerifier, ec_key: LocalIdpSigningKey, member: str, value: Any
+) -> None:
+    attacker = LocalIdpSigningKey.generate_es256().with_key_id("attacker-1")
+    pointed = attacker.public_jwk() if value == "attacker" else value
+    # Under the victim's kid the handle's key checks the signature and refuses it ...
+    token = make(attacker, header={"alg": "ES256", "kid": ec_key.kid, member: pointed})
+    with pytest.raises(TokenVerificationError, match="bad signature"):
+        verifier.verify(token, AUD)
+    # ... and under the attacker's own kid nothing is fetched or trusted.
+    with pytest.raises(UnknownKeyId):
+        verifier.verify(make(attacker, header={"alg": "ES256", "kid": attacker.kid, member: pointed}), AUD)
+
+
+def test_two_keys_under_one_kid_for_one_alg_are_ambiguous(
+    clock: MockClock, ec_key: LocalIdpSigningKey
+) -> None:
+    twin = LocalIdpSigningKey.generate_es256().with_key_id(ec_key.kid)
+    handle = JwksHandle({"keys": [ec_key.public_jwk(), twin.public_jwk()]})
+    v = JwtVerifier(handle, ["ES256"], clock=clock)
+    for key in (ec_key, twin):
+        with pytest.raises(TokenVerificationError, match="ambiguous kid") as info:
+            v.verify(make(key), AUD)
+        assert info.value.reason is TokenCheck.UNKNOWN_KID
+
+
+def test_one_kid_over_keys_of_different_types_picks_by_alg(
+    clock: MockClock, ec_key: LocalIdpSigningKey, rsa_key: LocalIdpSigningKey
+) -> None:
+    shared = rsa_key.with_key_id(ec_key.kid)
+    handle = JwksHandle({"keys": [ec_key.public_jwk(), shared.public_jwk()]})
+    v = JwtVerifier(handle, ["ES256", "RS256"], clock=clock)
+    assert v.verify(make(ec_key), AUD).alg == "ES256"
+    assert v.verify(make(shared), AUD).alg == "RS256"
+
+
+def test_compact_jwe_is_refused(verifier: JwtVerifier, ec_key: LocalIdpSigningKey) -> None:
+    from joserfc import jwe
+    from joserfc.jwk import OctKey
+
+    token = jwe.encrypt_compact(
+        {"alg": "dir", "enc": "A256GCM", "kid": "ec-1"}, json.dumps(claims()), OctKey.generate_key(256)
+    )
+    assert token.count(".") == 4
+    with pytest.raises(TokenVerificationError, match="three segments") as info:
+        verifier.verify(token, AUD)
+    assert info.value.reason is TokenCheck.MALFORMED
+
+
+def test_nested_token_is_not_unwrapped(verifier: JwtVerifier, ec_key: LocalIdpSigningKey) -> None:
+    # A signed token whose payload is another signed token (cty: JWT) is not a claims set.
+    inner = make(ec_key)
+    token = _signed_raw(ec_key, {"alg": "ES256", "kid": "ec-1", "cty": "JWT"}, b64url_encode(inner.encode()))
+    with pytest.raises(TokenVerificationError, match="payload is not JSON") as info:
+        verifier.verify(token, AUD)
+    assert info.value.reason is TokenCheck.MALFORMED
+
+
+def test_a_large_header_within_the_token_bound_verifies(
+    verifier: JwtVerifier, ec_key: LocalIdpSigningKey
+) -> None:
+    # Only the whole token is bounded (joserfc's own parser would refuse a header over 512 bytes).
+    chain = [base64.b64encode(bytes(1200)).decode()] * 3
+    token = make(ec_key, header={"alg": "ES256", "kid": "ec-1", "x5c": chain})
+    assert len(token.split(".")[0]) > 4000
+    assert verifier.verify(token, AUD).header["x5c"] == chain
+
+
+def test_eddsa_verifies_without_a_warning(verifier: JwtVerifier, ed_key: LocalIdpSigningKey) -> None:
+    # joserfc warns that RFC 9864 deprecates "EdDSA"; a caller that allow-lists it chose it.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert verifier.verify(make(ed_key), AUD).alg == "EdDSA"
+
+
+@pytest.mark.parametrize(("name", "reason"), [("sub", TokenCheck.SUBJECT), ("jti", TokenCheck.JWT_ID)])
+def test_null_string_claims_are_refused(
+    verifier: JwtVerifier, ec_key: LocalIdpSigningKey, name: str, reason: TokenCheck
+) -> None:
+    with pytest.raises(TokenVerificationError, match=f"invalid {name}") as info:
+        verifier.verify(make(ec_key, claims(**{name: None})), AUD)
+    assert info.value.reason is reason
+
+
+def test_leeway_counts_whole_seconds(verifier: JwtVerifier, ec_key: LocalIdpSigningKey) -> None:
+    token = make(ec_key, claims(exp=T - 1))
+    # 1.9 s counts as 1 s: a token expired 1 s ago is refused (rounding down is the strict side).
+    with pytest.raises(TokenVerificationError, match="expired"):
+        verifier.verify(token, AUD, leeway=timedelta(seconds=1.9))
+    assert verifier.verify(token, AUD, leeway=2).exp == T - 1
+
+
+def test_huge_numeric_dates_never_escape(verifier: JwtVerifier, ec_key: LocalIdpSigningKey) -> None:
+    for name in ("nbf", "iat"):
+        with pytest.raises(TokenVerificationError) as info:
+            verifier.verify(make(ec_key, claims(**{name: 10**400})), AUD)
+        assert info.value.reason in (TokenCheck.NOT_YET_VALID, TokenCheck.ISSUED_AT)
+    assert verifier.verify(make(ec_key, claims(exp=10**30)), AUD).exp == 10**30
+
+
+@pytest.mark.parametrize(
+    "member", [{"jku": 5}, {"jku": "ftp://x.test/k"}, {"x5c": "not-a-list"}, {"typ": 5}, {"cty": ["JWT"]}]
+)
+def test_badly_typed_registered_header_members_are_refused(
+    verifier: JwtVerifier, ec_key: LocalIdpSigningKey, member: dict[str, Any]
+) -> None:
+    # joserfc's header registry checks these; its refusal comes back as a HEADER reason.
+    token = make(ec_key, header={"alg": "ES256", "kid": "ec-1", **member})
+    with pytest.raises(TokenVerificationError, match="unsupported header") as info:
+        verifier.verify(token, AUD)
+    assert info.value.reason is TokenCheck.HEADER
+
+
+def test_unregistered_header_members_are_ignored(verifier: JwtVerifier, ec_key: LocalIdpSigningKey) -> None:
+    token = make(ec_key, header={"alg": "ES256", "kid": "ec-1", "x-tenant": "acme", "nonce": "n"})
+    assert verifier.verify(token, AUD).header["x-tenant"] == "acme"
+
+
+def test_signer_refuses_a_key_that_does_not_suit_the_algorithm() -> None:
+    from cryptography.hazmat.primitives.asymmetric import ed448
+
+    from flask_authflow.jose.algorithms import signer
+
+    rsa_private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    p256 = ec.generate_private_key(ec.SECP256R1())
+    for alg, key in [
+        ("ES256", rsa_private),
+        ("ES384", p256),
+        ("RS256", p256),
+        ("EdDSA", ed448.Ed448PrivateKey.generate()),
+        ("EdDSA", p256),
+        ("HS256", rsa_private),
+        ("none", p256),
+    ]:
+        with pytest.raises(SigningKeyError):
+            signer(alg, key)
+    assert len(signer("ES256", p256)(b"input")) == 64  # raw r || s, not DER

@@ -1,7 +1,7 @@
 """JOSE plumbing: key loading, shared JWK sets and the one JWT verification path.
 
 Every signature check in flask-authflow goes through :class:`JwtVerifier` so that
-there is exactly one place to audit. It is deliberately strict and generic:
+there is exactly one place to audit. It is a strict, generic wrapper over joserfc:
 
 * the caller names the accepted algorithms (no default, never ``none`` or HMAC),
 * the key is picked by ``kid`` from a :class:`JwksHandle` and must match the
@@ -14,9 +14,9 @@ there is exactly one place to audit. It is deliberately strict and generic:
 Protocol-specific rules (an OIDC ``nonce``, ``azp``, logout ``events``) belong to
 the callers, which layer them on top of :class:`VerifiedClaims`.
 
-The package: :mod:`.algorithms` (the algorithm table, base64url, one signature check
-per algorithm), :mod:`.keys` (PEM and JWK keys), :mod:`.jwks` (snapshots and the shared
-handle) and :mod:`.verify` (the verifier).
+The package: :mod:`.algorithms` (the allow-list per key type, base64url, the signer of
+local keys), :mod:`.keys` (PEM and JWK keys), :mod:`.jwks` (snapshots and the shared
+handle) and :mod:`.verify` (the pre-check and the verifier over joserfc).
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""JWS algorithms: the table of accepted algorithms, strict base64url, and one signature check
-per algorithm, built once per key."""
+"""JWS algorithms: the allow-list per key type, strict base64url, and the signer of local keys."""
 
 from __future__ import annotations
 
@@ -7,19 +6,13 @@ import base64
 import binascii
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import Any, Final
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
-from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
-from joserfc.jws import JWSRegistry
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from ..errors import SigningKeyError
-
-if TYPE_CHECKING:
-    from .keys import VerificationKey
-
 
 # alg -> (kty, allowed curves or None).  Only asymmetric algorithms: HMAC with a
 # public key is the classic key-confusion attack, and ``none`` is no signature.
@@ -62,17 +55,15 @@ def b64url_decode(data: str) -> bytes:
     which makes tokens malleable.
     """
     raw = data.encode("ascii")  # UnicodeEncodeError for non-ASCII input: callers map it
-    pad = -len(raw) % 4
-    if pad == 3 or b"=" in raw or b"+" in raw or b"/" in raw:
+    standard = raw.translate(_TO_STANDARD_ALPHABET, b"+/=")  # drops those three, then maps
+    if len(standard) != len(raw):
         raise ValueError("invalid base64url")
-    if pad and raw[-1] not in _CANONICAL_LAST[pad]:
-        raise ValueError("non-canonical base64url")
-    return binascii.a2b_base64(raw.translate(_TO_STANDARD_ALPHABET) + b"=" * pad, strict_mode=True)
-
-
-class _Selected(NamedTuple):
-    key: VerificationKey
-    check: Callable[[bytes, bytes], bool]
+    pad = -len(raw) % 4
+    if pad:
+        if pad == 3 or raw[-1] not in _CANONICAL_LAST[pad]:
+            raise ValueError("non-canonical base64url")
+        standard += b"=" * pad
+    return binascii.a2b_base64(standard, strict_mode=True)
 
 
 _HASHES: Final[Mapping[str, type[hashes.HashAlgorithm]]] = MappingProxyType(
@@ -137,53 +128,3 @@ def signer(alg: str, key: Any) -> Callable[[bytes], bytes]:
         raise SigningKeyError("EdDSA needs an Ed25519 key")
     sign_eddsa: Callable[[bytes], bytes] = key.sign
     return sign_eddsa
-
-
-def _signature_checker(alg: str, key: VerificationKey) -> Callable[[bytes, bytes], bool]:
-    """A ``check(signing_input, signature) -> bool`` for ``alg`` over ``key``, built once per key.
-
-    joserfc parsed the key and validates here, once, that it suits the algorithm
-    (type, curve, ``use``, ``alg``); the per-token work is then one
-    :mod:`cryptography` call with pre-built padding and hash objects (what
-    joserfc's own algorithm classes do, without their per-call lookups).
-    """
-    JWSRegistry.algorithms[alg].check_key(key.key)  # raises on a mismatch; accepts() ran first
-    public: Any = key.key.public_key
-    if alg[:2] in ("RS", "PS"):
-        pad, digest = _rsa_padding(alg)
-
-        def check_rsa(message: bytes, signature: bytes) -> bool:
-            try:
-                public.verify(signature, message, pad, digest)
-            except InvalidSignature:
-                return False
-            return True
-
-        return check_rsa
-    if alg in _EC_SHAPES:
-        size = _EC_SHAPES[alg][1]
-        ecdsa = ec.ECDSA(_HASHES[alg[2:]]())
-
-        def check_ec(message: bytes, signature: bytes) -> bool:
-            # JWS carries raw r || s of fixed width (RFC 7518 §3.4); anything else is invalid.
-            if len(signature) != 2 * size:
-                return False
-            der = encode_dss_signature(
-                int.from_bytes(signature[:size], "big"), int.from_bytes(signature[size:], "big")
-            )
-            try:
-                public.verify(der, message, ecdsa)
-            except InvalidSignature:
-                return False
-            return True
-
-        return check_ec
-
-    def check_eddsa(message: bytes, signature: bytes) -> bool:
-        try:
-            public.verify(signature, message)
-        except InvalidSignature:
-            return False
-        return True
-
-    return check_eddsa

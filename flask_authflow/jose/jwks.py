@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .algorithms import _Selected
 from .keys import VerificationKey, parse_public_jwk
 
 # -- shared JWK sets ---------------------------------------------------------------------------------
@@ -23,11 +22,6 @@ class JwksSnapshot:
     skipped: int = 0
     by_kid: Mapping[str | None, tuple[VerificationKey, ...]] = field(
         default_factory=lambda: MappingProxyType({}), repr=False
-    )
-    # (kid, alg) -> key, filled lazily by verifiers; a snapshot never changes, so
-    # neither do the answers.
-    _selected: dict[tuple[str | None, str], _Selected] = field(
-        default_factory=dict, repr=False, compare=False
     )
 
     @classmethod
@@ -126,6 +120,3 @@ class JwksHandle:
         snap = self.snapshot()
         kids = [key.kid for key in snap.keys]
         return f"<JwksHandle version={snap.version} kids={kids!r}>"
-
-
-# -- verification ------------------------------------------------------------------------------------

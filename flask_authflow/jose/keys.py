@@ -121,20 +121,16 @@ class VerificationKey:
         return self.use is None or self.use == "sig"
 
 
-def parse_public_jwk(data: Mapping[str, Any]) -> VerificationKey:
-    """Parse one JWK into a :class:`VerificationKey`, keeping only public members.
+_CURVES: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
+    {"EC": frozenset({"P-256", "P-384"}), "OKP": frozenset({"Ed25519", "Ed448"})}
+)
 
-    Raises :class:`ValueError` for keys that cannot be used for signatures
-    (``use=enc``, unknown ``kty``/curve, RSA under 2048 bits, malformed values).
-    """
-    if not isinstance(data, Mapping):
-        raise ValueError("a JWK must be a JSON object")
+
+def _public_members(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``kty``, public key members and metadata of a JWK; never a private member."""
     kty = data.get("kty")
     if not isinstance(kty, str) or kty not in _PUBLIC_MEMBERS:
         raise ValueError(f"unsupported kty {kty!r}")
-    use = data.get("use")
-    if use is not None and use != "sig":
-        raise ValueError("not a signature key")
     clean: dict[str, Any] = {"kty": kty}
     for name in _PUBLIC_MEMBERS[kty]:
         value = data.get(name)
@@ -144,20 +140,39 @@ def parse_public_jwk(data: Mapping[str, Any]) -> VerificationKey:
     for name in _META_MEMBERS:
         if name in data:
             clean[name] = data[name]
+    return clean
+
+
+def _check_signature_use(clean: Mapping[str, Any]) -> None:
+    """Refuse a JWK whose metadata or curve rules out verifying our algorithms with it."""
+    use = clean.get("use")
+    if use is not None and use != "sig":
+        raise ValueError("not a signature key")
     kid = clean.get("kid")
-    alg = clean.get("alg")
     if kid is not None and not isinstance(kid, str):
         raise ValueError("kid must be a string")
+    alg = clean.get("alg")
     if alg is not None and alg not in _ALG_KEY_TYPES:
         raise ValueError(f"unsupported alg {alg!r}")
     key_ops = clean.get("key_ops")
     if key_ops is not None and (not isinstance(key_ops, list) or "verify" not in key_ops):
         raise ValueError("key_ops does not allow verify")
-    crv = clean.get("crv")
-    if kty == "EC" and crv not in ("P-256", "P-384"):
-        raise ValueError(f"unsupported curve {crv!r}")
-    if kty == "OKP" and crv not in ("Ed25519", "Ed448"):
-        raise ValueError(f"unsupported curve {crv!r}")
+    curves = _CURVES.get(clean["kty"])
+    if curves is not None and clean.get("crv") not in curves:
+        raise ValueError(f"unsupported curve {clean.get('crv')!r}")
+
+
+def parse_public_jwk(data: Mapping[str, Any]) -> VerificationKey:
+    """Parse one JWK into a :class:`VerificationKey`, keeping only public members.
+
+    Raises :class:`ValueError` for keys that cannot be used for signatures
+    (``use=enc``, unknown ``kty``/curve, RSA under 2048 bits, malformed values).
+    """
+    if not isinstance(data, Mapping):
+        raise ValueError("a JWK must be a JSON object")
+    clean = _public_members(data)
+    _check_signature_use(clean)
+    kty = clean["kty"]
     try:
         key = _KEY_CLASSES[kty].import_key(clean)
         public = key.public_key
@@ -165,12 +180,13 @@ def parse_public_jwk(data: Mapping[str, Any]) -> VerificationKey:
         raise ValueError("malformed JWK") from exc
     if isinstance(public, rsa.RSAPublicKey) and public.key_size < MIN_RSA_BITS:
         raise ValueError(f"RSA key under {MIN_RSA_BITS} bits")
+    crv = clean.get("crv")
     return VerificationKey(
-        kid=kid,
+        kid=clean.get("kid"),
         kty=kty,
         crv=crv if isinstance(crv, str) else None,
-        alg=alg,
-        use=use,
+        alg=clean.get("alg"),
+        use=clean.get("use"),
         jwk=MappingProxyType(dict(clean)),
         key=key,
     )
