@@ -669,8 +669,8 @@ def _is_loopback_text(address: str) -> bool:
 
 
 def _is_loopback_request(environ: Mapping[str, Any]) -> bool:
-    """The TCP peer and every ``X-Forwarded-For`` hop of the request in ``environ`` are
-    loopback addresses.
+    """The TCP peer, every ``X-Forwarded-For`` hop and any ``X-Real-IP`` of the request in
+    ``environ`` are loopback addresses.
 
     A proxy on this machine that forwards a remote client (``X-Forwarded-For:
     203.0.113.9``) does not make that client local; a malformed hop counts as remote.
@@ -679,6 +679,9 @@ def _is_loopback_request(environ: Mapping[str, Any]) -> bool:
         return False
     # WSGI joins repeated header lines into one comma-separated value, and the environ
     # lookup avoids walking every header as ``request.headers.getlist`` does.
+    real_ip = environ.get("HTTP_X_REAL_IP")  # a local proxy's word for a remote client, too
+    if real_ip is not None and not _is_loopback(real_ip.strip()):
+        return False
     forwarded = environ.get("HTTP_X_FORWARDED_FOR")
     if forwarded is None:
         return True

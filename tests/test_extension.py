@@ -175,6 +175,12 @@ def test_insecure_loopback_mode_refuses_non_loopback_peers(authflow_hasher) -> N
         "/", environ_base={"REMOTE_ADDR": "127.0.0.1"}, headers={"X-Forwarded-For": "127.0.0.1, ::1"}
     )
     assert local_chain.status_code == 200
+    # So does a local proxy that names the remote client in X-Real-IP (nginx's common setup).
+    for real_ip in ("203.0.113.9", "not-an-ip", "127.0.0.1, 203.0.113.9"):
+        real = client.get("/", environ_base={"REMOTE_ADDR": "127.0.0.1"}, headers={"X-Real-IP": real_ip})
+        assert real.status_code == 403, real_ip
+    local = client.get("/", environ_base={"REMOTE_ADDR": "127.0.0.1"}, headers={"X-Real-IP": "::1"})
+    assert local.status_code == 200
 
 
 def test_every_error_class_has_code_and_status() -> None:
