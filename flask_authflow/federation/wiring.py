@@ -61,7 +61,10 @@ def build_federation(
             f"{type(backend).__name__} cannot store identity links: federated login needs a backend "
             "implementing FederationStore (InMemoryBackend, SqlAlchemyBackend)"
         )
-    registry = ProviderRegistry(http=http_client or RequestsHttpClient(), clock=clock)
+    counters = get_state(app).counters  # every JWKS fetch shows in the app's /metrics
+    registry = ProviderRegistry(
+        http=http_client or RequestsHttpClient(), clock=clock, on_key_fetch=counters.jwks_fetched
+    )
     for name, entry in config.oauth_providers.items():
         check_provider_name(name)
         registry.register(
