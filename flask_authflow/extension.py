@@ -48,6 +48,7 @@ from .errors import (
     StepUpNeeded,
     Unauthenticated,
 )
+from .extras import check_extras
 from .issuer.wiring import build_issuer
 from .mail import SmtpSender, SmtpSettings
 from .responses import error_response
@@ -226,6 +227,9 @@ class AuthFlow:
         hasher = hasher if hasher is not None else self._hasher
         backend = backend if backend is not None else self._backend
         session_store = session_store if session_store is not None else self._session_store
+        check_extras(
+            app.config, federation=bool(app.config.get("AUTHFLOW_OAUTH_PROVIDERS") or self._providers)
+        )
         config = load_config(app.config, debug=app.debug, testing=app.testing)
         wiring = active_plugin_wiring()
         database_override: str | None = None
