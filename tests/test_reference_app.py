@@ -8,11 +8,10 @@ import secrets
 import stat
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from http.cookiejar import CookieJar
 from pathlib import Path
 
@@ -20,10 +19,9 @@ import pytest
 import requests
 from flask import Flask
 from flask.testing import FlaskClient
-from werkzeug.serving import make_server
 
 from examples.reference.app import create_app
-from flask_authflow.testing.provider import TestOpenIDProvider
+from tests.federation_support import ServedProvider
 from tests.parts import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -316,28 +314,6 @@ def client(authflow_client: FlaskClient) -> FlaskClient:
     return authflow_client
 
 
-class _ServedProvider:
-    """The in-process test provider behind a real HTTP server on 127.0.0.1; its JWKS can fail."""
-
-    def __init__(self) -> None:
-        self.jwks_down = False
-        self.server = make_server("127.0.0.1", 0, self._wsgi, threaded=True)
-        self.provider = TestOpenIDProvider(f"http://127.0.0.1:{self.server.port}")
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05})
-        self.thread.start()
-
-    def _wsgi(self, environ: dict[str, object], start: Callable[..., object]) -> Iterable[bytes]:
-        if self.jwks_down and environ.get("PATH_INFO") == "/jwks":
-            start("503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [b"down for maintenance\n"]
-        return self.provider.app(environ, start)  # type: ignore[arg-type]
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
-
-
 def _metric(client: FlaskClient, name: str) -> int:
     lines = client.get("/metrics").text.splitlines()
     return int(next(line.split()[1] for line in lines if line.startswith(f"{name} ")))
@@ -345,7 +321,7 @@ def _metric(client: FlaskClient, name: str) -> int:
 
 @pytest.mark.http
 def test_metrics_count_every_real_jwks_fetch_and_its_failures(tmp_path: Path) -> None:
-    served = _ServedProvider()
+    served = ServedProvider()
     try:
         op = served.provider
         op.register_client("ref", "ref-secret", ["http://localhost/auth/callback/op"])

@@ -325,7 +325,7 @@ class TokenSet:
 def _oauth2_session(**kwargs: Any) -> Any:
     try:
         from authlib.integrations.requests_client import OAuth2Session
-    except ModuleNotFoundError as exc:  # pragma: no cover - authlib is in the [oidc] extra
+    except ModuleNotFoundError as exc:  # pragma: no cover - a dependency; init_app checks it
         raise MissingExtraError("oidc", exc.name or "authlib") from exc
     return OAuth2Session(**kwargs)
 
