@@ -370,6 +370,9 @@ class AuthFlow:
 
         if issuer is not None:
             app.register_blueprint(issuer.blueprint(url_prefix=config.issuer_url_prefix or None))
+        from .views.logout import register_logout
+
+        register_logout(app, config.logout_url_prefix)  # POST /auth/logout: the app's one logout route
         if config.oauth_providers or self._providers:
             self._install_federation(app, state, http_client or self._http_client)
         self._apps.add(app)

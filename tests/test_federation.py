@@ -36,6 +36,7 @@ from flask_authflow.federation.http import RequestsHttpClient
 from flask_authflow.federation.login import FederatedIdentity
 from flask_authflow.federation.provider import OAuthProviderConfig
 from flask_authflow.testing.provider import BACKCHANNEL_LOGOUT_EVENT
+from flask_authflow.views import csrf_token
 from tests.federation_support import (
     CLIENT_ID,
     LOGOUT_RETURN,
@@ -518,9 +519,12 @@ def test_an_id_token_is_not_a_logout_token(fed: FederatedApp) -> None:
 
 
 def test_rp_initiated_logout_clears_locally_then_redirects_with_state(fed: FederatedApp) -> None:
+    fed.app.add_url_rule("/token", "token", csrf_token)  # what the app's logout form carries
     client = fed.client()
     fed.sign_in(client)
-    response = client.post("/auth/logout")
+    assert client.post("/auth/logout").status_code == 400  # a form without the CSRF token
+    assert client.get("/dashboard").status_code == 200
+    response = client.post("/auth/logout", data={"csrf_token": client.get("/token").text})
     assert response.status_code == 302
     assert client.get("/dashboard", headers={"Accept": "application/json"}).status_code == 401
     end = urlsplit(response.location)
@@ -538,8 +542,29 @@ def test_rp_initiated_logout_clears_locally_then_redirects_with_state(fed: Feder
 def test_logout_refuses_a_cross_site_request(fed: FederatedApp) -> None:
     client = fed.client()
     fed.sign_in(client)
-    assert client.post("/auth/logout", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
+    assert client.post("/auth/logout", json={}, headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
     assert client.get("/dashboard").status_code == 200
+
+
+def test_a_json_logout_names_the_providers_end_session_url(fed: FederatedApp) -> None:
+    client = fed.client()
+    fed.sign_in(client)
+    response = client.post("/auth/logout", json={})
+    assert response.status_code == 200 and response.json["status"] == "logged_out"
+    end = urlsplit(response.json["location"])
+    assert f"{end.scheme}://{end.netloc}{end.path}" == f"{fed.provider.issuer}/end_session"
+    assert client.get("/dashboard", headers={"Accept": "application/json"}).status_code == 401
+    back = fed.browser().get(response.json["location"], allow_redirects=False, timeout=5)
+    returned = urlsplit(back.headers["Location"])
+    assert client.get(f"{returned.path}?{returned.query}").status_code == 302  # the state was kept
+
+
+def test_federation_and_the_ready_views_share_the_one_logout_route(fed: FederatedApp) -> None:
+    fed.authflow.views.register(fed.app)
+    logouts = {
+        rule.endpoint: rule.rule for rule in fed.app.url_map.iter_rules() if rule.endpoint.endswith(".logout")
+    }
+    assert logouts == {"authflow_logout.logout": "/auth/logout"}
 
 
 def test_end_session_url_refuses_unlisted_redirects(fed: FederatedApp) -> None:
