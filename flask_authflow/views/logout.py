@@ -23,6 +23,7 @@ a browser cannot send one cross-site without a CORS preflight.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, redirect, request, url_for
 from flask.typing import ResponseReturnValue
@@ -38,11 +39,13 @@ __all__ = ["LOGOUT_BLUEPRINT", "logout", "register_logout"]
 
 
 def _cross_site() -> bool:
-    """A browser says the request came from another site (Fetch metadata, or Origin)."""
+    """A browser says the request came from another site (Fetch metadata, or an ``Origin``
+    on another host). Only the host is compared: behind a proxy that ends TLS, the app may
+    see ``http`` where the browser's ``Origin`` says ``https``."""
     if request.headers.get("Sec-Fetch-Site") == "cross-site":
         return True
     origin = request.headers.get("Origin")
-    return origin is not None and origin != request.host_url.rstrip("/")
+    return origin is not None and urlsplit(origin).netloc.lower() != request.host.lower()
 
 
 def _refused(status: int, code: str, message: str) -> ResponseReturnValue:
