@@ -82,6 +82,7 @@ DEFAULTS: dict[str, Any] = {
     "AUTHFLOW_ISSUER_URL_PREFIX": "",
     "AUTHFLOW_OAUTH_PROVIDERS": {},
     "AUTHFLOW_OAUTH_URL_PREFIX": "/auth",
+    "AUTHFLOW_LOGOUT_URL_PREFIX": "/auth",
     "AUTHFLOW_FACTOR_ENCRYPTION_KEY": None,
     "AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS": [],
     "AUTHFLOW_EMAIL_OTP_TTL": timedelta(minutes=5),
@@ -246,6 +247,7 @@ class AuthFlowConfig:
     issuer_url_prefix: str
     oauth_providers: Mapping[str, Mapping[str, Any]]
     oauth_url_prefix: str
+    logout_url_prefix: str | None
     factor_encryption_key: bytes | None = field(repr=False)
     previous_factor_encryption_keys: tuple[bytes, ...] = field(repr=False)
     email_otp_ttl: timedelta
@@ -571,4 +573,9 @@ def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool)
     prefix = values["AUTHFLOW_OAUTH_URL_PREFIX"]
     if not isinstance(prefix, str) or (prefix and (not prefix.startswith("/") or prefix.endswith("/"))):
         raise ConfigurationError("AUTHFLOW_OAUTH_URL_PREFIX must be a path such as '/auth' (or '')")
+    logout = values["AUTHFLOW_LOGOUT_URL_PREFIX"]  # None: no logout route
+    if logout is not None and (
+        not isinstance(logout, str) or (logout and (not logout.startswith("/") or logout.endswith("/")))
+    ):
+        raise ConfigurationError("AUTHFLOW_LOGOUT_URL_PREFIX must be a path such as '/auth', '' or None")
     return AuthFlowConfig(**{attribute_name(key): value for key, value in values.items()})

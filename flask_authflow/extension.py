@@ -48,6 +48,7 @@ from .errors import (
     StepUpNeeded,
     Unauthenticated,
 )
+from .extras import check_extras
 from .issuer.wiring import build_issuer
 from .mail import SmtpSender, SmtpSettings
 from .responses import error_response
@@ -226,6 +227,9 @@ class AuthFlow:
         hasher = hasher if hasher is not None else self._hasher
         backend = backend if backend is not None else self._backend
         session_store = session_store if session_store is not None else self._session_store
+        check_extras(
+            app.config, federation=bool(app.config.get("AUTHFLOW_OAUTH_PROVIDERS") or self._providers)
+        )
         config = load_config(app.config, debug=app.debug, testing=app.testing)
         wiring = active_plugin_wiring()
         database_override: str | None = None
@@ -366,6 +370,9 @@ class AuthFlow:
 
         if issuer is not None:
             app.register_blueprint(issuer.blueprint(url_prefix=config.issuer_url_prefix or None))
+        from .views.logout import register_logout
+
+        register_logout(app, config.logout_url_prefix)  # POST /auth/logout: the app's one logout route
         if config.oauth_providers or self._providers:
             self._install_federation(app, state, http_client or self._http_client)
         self._apps.add(app)
@@ -669,8 +676,8 @@ def _is_loopback_text(address: str) -> bool:
 
 
 def _is_loopback_request(environ: Mapping[str, Any]) -> bool:
-    """The TCP peer and every ``X-Forwarded-For`` hop of the request in ``environ`` are
-    loopback addresses.
+    """The TCP peer, every ``X-Forwarded-For`` hop and any ``X-Real-IP`` of the request in
+    ``environ`` are loopback addresses.
 
     A proxy on this machine that forwards a remote client (``X-Forwarded-For:
     203.0.113.9``) does not make that client local; a malformed hop counts as remote.
@@ -679,6 +686,9 @@ def _is_loopback_request(environ: Mapping[str, Any]) -> bool:
         return False
     # WSGI joins repeated header lines into one comma-separated value, and the environ
     # lookup avoids walking every header as ``request.headers.getlist`` does.
+    real_ip = environ.get("HTTP_X_REAL_IP")  # a local proxy's word for a remote client, too
+    if real_ip is not None and not _is_loopback(real_ip.strip()):
+        return False
     forwarded = environ.get("HTTP_X_FORWARDED_FOR")
     if forwarded is None:
         return True

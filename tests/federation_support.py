@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import secrets
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -10,6 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 import requests
 from flask import Flask
 from flask.testing import FlaskClient
+from werkzeug.serving import make_server
 
 from flask_authflow import AuthFlow, InMemoryBackend, MockClock, current_session, current_user, login_required
 from flask_authflow.federation.http import RequestsHttpClient
@@ -112,3 +115,25 @@ def federated_app(
         return f"dashboard of {current_user.identifier} via {current_session.record.auth_method}"
 
     return FederatedApp(app, authflow, backend, sessions, provider, clock)
+
+
+class ServedProvider:
+    """The in-process test provider behind a real HTTP server on 127.0.0.1; its JWKS can fail."""
+
+    def __init__(self) -> None:
+        self.jwks_down = False
+        self.server = make_server("127.0.0.1", 0, self._wsgi, threaded=True)
+        self.provider = TestOpenIDProvider(f"http://127.0.0.1:{self.server.port}")
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05})
+        self.thread.start()
+
+    def _wsgi(self, environ: dict[str, object], start: Callable[..., object]) -> Iterable[bytes]:
+        if self.jwks_down and environ.get("PATH_INFO") == "/jwks":
+            start("503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"down for maintenance\n"]
+        return self.provider.app(environ, start)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)

@@ -121,3 +121,42 @@ def test_parse_ip() -> None:
     assert parse_ip("1.2.3.4:80") is None
     assert parse_ip(None) is None
     assert parse_ip("x" * 100) is None
+
+
+def test_x_real_ip_from_a_trusted_proxy_is_the_client() -> None:
+    assert PROXIES.resolve("10.0.0.1", [], "203.0.113.5") == ("203.0.113.5", "forwarded")
+    assert PROXIES.resolve("10.0.0.1", ["  "], " 2001:db8:1::7 ") == ("2001:db8:1::7", "forwarded")
+    assert PROXIES.resolve("10.0.0.1", [], "::ffff:203.0.113.5") == ("203.0.113.5", "forwarded")
+
+
+def test_x_real_ip_from_an_untrusted_peer_is_ignored() -> None:
+    assert PROXIES.resolve("198.51.100.9", [], "203.0.113.5") == ("198.51.100.9", "peer")
+    assert TrustedProxies.none().resolve("127.0.0.1", [], "203.0.113.5") == ("127.0.0.1", "peer")
+
+
+def test_x_forwarded_for_wins_over_x_real_ip() -> None:
+    assert PROXIES.resolve("10.0.0.1", ["203.0.113.5"], "198.51.100.77") == ("203.0.113.5", "forwarded")
+    # A present but unusable X-Forwarded-For is not replaced by X-Real-IP either.
+    assert PROXIES.resolve("10.0.0.1", ["garbage"], "198.51.100.77") == ("10.0.0.1", "peer")
+    oversized = "203.0.113.5, " + " " * 5000 + "10.0.0.2"
+    assert PROXIES.resolve("10.0.0.1", [oversized], "198.51.100.77") == ("10.0.0.1", "peer")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "   ",
+        "garbage",
+        "unknown",
+        "203.0.113.5, 198.51.100.7",  # a repeated header, joined by the server
+        "203.0.113.5:8080",
+        "[2001:db8::1]:443",
+        "010.1.1.1",
+        "300.1.1.1",
+        "203.0.113.5\n",
+        "1" * 100,
+    ],
+)
+def test_malformed_x_real_ip_is_ignored(bad: str) -> None:
+    assert PROXIES.resolve("10.0.0.1", [], bad) == ("10.0.0.1", "peer")

@@ -93,3 +93,16 @@ def test_without_extension_only_loopback_is_trusted() -> None:
         "/", headers={"X-Forwarded-For": "203.0.113.5"}, environ_base={"REMOTE_ADDR": "10.0.0.1"}
     ):
         assert (audit_context().client_ip, audit_context().ip_source) == ("10.0.0.1", "peer")
+
+
+def test_x_real_ip_is_read_from_a_trusted_proxy_only() -> None:
+    trusted = resolve_audit_context(environ(HTTP_X_REAL_IP="203.0.113.5"), PROXY)
+    assert (trusted.client_ip, trusted.ip_source) == ("203.0.113.5", "forwarded")
+    spoofed = resolve_audit_context({"REMOTE_ADDR": "198.51.100.1", "HTTP_X_REAL_IP": "203.0.113.5"}, PROXY)
+    assert (spoofed.client_ip, spoofed.ip_source) == ("198.51.100.1", "peer")
+    both = resolve_audit_context(
+        environ(HTTP_X_FORWARDED_FOR="203.0.113.5", HTTP_X_REAL_IP="198.51.100.77"), PROXY
+    )
+    assert (both.client_ip, both.ip_source) == ("203.0.113.5", "forwarded")
+    malformed = resolve_audit_context(environ(HTTP_X_REAL_IP="203.0.113.5, 6.6.6.6"), PROXY)
+    assert (malformed.client_ip, malformed.ip_source) == ("10.0.0.1", "peer")

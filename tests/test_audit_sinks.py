@@ -81,9 +81,20 @@ def test_prometheus_text_format() -> None:
         "authflow_lockouts_total": 1,
         "authflow_session_binding_mismatches_total": 2,
         "authflow_jwks_refreshes_total": 1,
+        "authflow_jwks_refresh_failures_total": 0,
         "authflow_audit_fallback_writes_total": 0,
         "authflow_audit_lost_writes_total": 0,
     }
+
+
+def test_jwks_fetches_count_failures_separately() -> None:
+    counters = AuthCounters()
+    counters.jwks_fetched(True)
+    counters.jwks_fetched(False)
+    counters.jwks_fetched(True)
+    snapshot = counters.snapshot()
+    assert (snapshot["jwks_refreshes"], snapshot["jwks_refresh_failures"]) == (3, 1)
+    assert "authflow_jwks_refresh_failures_total 1\n" in counters.render_prometheus()
 
 
 def test_counters_refuse_unknown_names_and_negative_steps() -> None:

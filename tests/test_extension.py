@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import secrets
+import sys
 
 import pytest
 from flask import Flask, session
@@ -175,6 +177,12 @@ def test_insecure_loopback_mode_refuses_non_loopback_peers(authflow_hasher) -> N
         "/", environ_base={"REMOTE_ADDR": "127.0.0.1"}, headers={"X-Forwarded-For": "127.0.0.1, ::1"}
     )
     assert local_chain.status_code == 200
+    # So does a local proxy that names the remote client in X-Real-IP (nginx's common setup).
+    for real_ip in ("203.0.113.9", "not-an-ip", "127.0.0.1, 203.0.113.9"):
+        real = client.get("/", environ_base={"REMOTE_ADDR": "127.0.0.1"}, headers={"X-Real-IP": real_ip})
+        assert real.status_code == 403, real_ip
+    local = client.get("/", environ_base={"REMOTE_ADDR": "127.0.0.1"}, headers={"X-Real-IP": "::1"})
+    assert local.status_code == 200
 
 
 def test_every_error_class_has_code_and_status() -> None:
@@ -279,3 +287,57 @@ def test_binding_mismatch_is_counted(authflow_app, login_client) -> None:
     counters = get_state(authflow_app).counters.snapshot()
     assert counters["session_binding_mismatches"] == 1
     assert client.get("/state").text == "authenticated"  # the real holder keeps the session
+
+
+PROVIDER_ENTRY = {
+    "discovery_url": "https://op.example/.well-known/openid-configuration",
+    "client_id": "app",
+    "client_secret": "secret",
+    "redirect_uri": "https://app.example/auth/callback/corp",
+}
+#: A setting per optional package, and the module whose absence is simulated.
+NEEDS_AN_EXTRA = [
+    ("oidc", "authlib", {"AUTHFLOW_OAUTH_PROVIDERS": {"corp": PROVIDER_ENTRY}}),
+    ("oidc", "requests", {"AUTHFLOW_OAUTH_PROVIDERS": {"corp": PROVIDER_ENTRY}}),
+    ("redis", "redis", {"AUTHFLOW_SESSION_STORE": "redis", "AUTHFLOW_REDIS_URL": "redis://127.0.0.1:1/0"}),
+    ("zxcvbn", "zxcvbn", {"AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE": 3}),
+    ("webauthn", "webauthn", {"AUTHFLOW_WEBAUTHN_RP_ID": "app.example"}),
+    ("postgres", "psycopg", {"AUTHFLOW_DATABASE_URL": "postgresql+psycopg://u@127.0.0.1:1/db"}),
+]
+
+
+@pytest.mark.parametrize(("extra", "module", "config"), NEEDS_AN_EXTRA)
+def test_a_setting_whose_package_is_missing_fails_at_init_app(
+    monkeypatch: pytest.MonkeyPatch, authflow_hasher, extra: str, module: str, config: dict[str, object]
+) -> None:
+    app = _app(**config)
+    for name in [n for n in sys.modules if n == module or n.startswith(f"{module}.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, module, None)  # an import of the package now fails
+    with pytest.raises(
+        ConfigurationError, match=re.escape(f"pip install 'flask-authflow[{extra}]'")
+    ) as caught:
+        AuthFlow(app, hasher=authflow_hasher)
+    assert repr(module) in caught.value.message
+    assert "authflow" not in app.extensions  # nothing installed: fix the environment and retry
+
+
+def test_a_provider_registered_in_code_without_its_packages_fails_at_registration(
+    monkeypatch: pytest.MonkeyPatch, authflow_hasher
+) -> None:
+    app = _app(AUTHFLOW_SESSION_STORE="memory")
+    ext = AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    monkeypatch.setitem(sys.modules, "authlib", None)
+    with pytest.raises(ConfigurationError, match=re.escape("flask-authflow[oidc]")):
+        ext.register_provider("corp", PROVIDER_ENTRY)
+    assert get_state(app).federation is None
+
+
+def test_settings_without_optional_packages_need_none(
+    monkeypatch: pytest.MonkeyPatch, authflow_hasher
+) -> None:
+    for _extra, module, _config in NEEDS_AN_EXTRA:
+        monkeypatch.setitem(sys.modules, module, None)
+    app = _app(AUTHFLOW_SESSION_STORE="memory")
+    AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    assert get_state(app).federation is None

@@ -3,8 +3,13 @@ identity links, back-channel and RP-initiated logout, and each error variant."""
 
 from __future__ import annotations
 
+import os
 import secrets
+import shutil
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -31,13 +36,16 @@ from flask_authflow.federation.http import RequestsHttpClient
 from flask_authflow.federation.login import FederatedIdentity
 from flask_authflow.federation.provider import OAuthProviderConfig
 from flask_authflow.testing.provider import BACKCHANNEL_LOGOUT_EVENT
+from flask_authflow.views import csrf_token
 from tests.federation_support import (
     CLIENT_ID,
     LOGOUT_RETURN,
     PROVIDER,
     FederatedApp,
+    ServedProvider,
     federated_app,
 )
+from tests.parts import missing_part
 
 
 @pytest.fixture
@@ -511,9 +519,12 @@ def test_an_id_token_is_not_a_logout_token(fed: FederatedApp) -> None:
 
 
 def test_rp_initiated_logout_clears_locally_then_redirects_with_state(fed: FederatedApp) -> None:
+    fed.app.add_url_rule("/token", "token", csrf_token)  # what the app's logout form carries
     client = fed.client()
     fed.sign_in(client)
-    response = client.post("/auth/logout")
+    assert client.post("/auth/logout").status_code == 400  # a form without the CSRF token
+    assert client.get("/dashboard").status_code == 200
+    response = client.post("/auth/logout", data={"csrf_token": client.get("/token").text})
     assert response.status_code == 302
     assert client.get("/dashboard", headers={"Accept": "application/json"}).status_code == 401
     end = urlsplit(response.location)
@@ -531,8 +542,29 @@ def test_rp_initiated_logout_clears_locally_then_redirects_with_state(fed: Feder
 def test_logout_refuses_a_cross_site_request(fed: FederatedApp) -> None:
     client = fed.client()
     fed.sign_in(client)
-    assert client.post("/auth/logout", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
+    assert client.post("/auth/logout", json={}, headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
     assert client.get("/dashboard").status_code == 200
+
+
+def test_a_json_logout_names_the_providers_end_session_url(fed: FederatedApp) -> None:
+    client = fed.client()
+    fed.sign_in(client)
+    response = client.post("/auth/logout", json={})
+    assert response.status_code == 200 and response.json["status"] == "logged_out"
+    end = urlsplit(response.json["location"])
+    assert f"{end.scheme}://{end.netloc}{end.path}" == f"{fed.provider.issuer}/end_session"
+    assert client.get("/dashboard", headers={"Accept": "application/json"}).status_code == 401
+    back = fed.browser().get(response.json["location"], allow_redirects=False, timeout=5)
+    returned = urlsplit(back.headers["Location"])
+    assert client.get(f"{returned.path}?{returned.query}").status_code == 302  # the state was kept
+
+
+def test_federation_and_the_ready_views_share_the_one_logout_route(fed: FederatedApp) -> None:
+    fed.authflow.views.register(fed.app)
+    logouts = {
+        rule.endpoint: rule.rule for rule in fed.app.url_map.iter_rules() if rule.endpoint.endswith(".logout")
+    }
+    assert logouts == {"authflow_logout.logout": "/auth/logout"}
 
 
 def test_end_session_url_refuses_unlisted_redirects(fed: FederatedApp) -> None:
@@ -666,3 +698,82 @@ def test_a_federated_step_of_a_longer_ceremony_ends_in_pending_workflow(fed: Fed
     assert client.get("/dashboard", headers={"Accept": "application/json"}).status_code == 401
     rows = [(row.status, row.factor) for row in fed.backend.audit_rows if row.event == "login"]
     assert rows == [("pending_workflow", "oidc:test-op")]
+
+
+REPO = Path(__file__).resolve().parent.parent
+#: What the installed package serves: a provider's login redirect, from a plain install.
+FRESH_APP = """
+import secrets, sys
+from pathlib import Path
+import flask_authflow
+from flask import Flask
+from flask_authflow import AuthFlow
+
+assert "site-packages" in Path(flask_authflow.__file__).parts, flask_authflow.__file__
+try:
+    import webauthn
+except ImportError:
+    pass
+else:
+    raise SystemExit("an extra was installed: webauthn")
+app = Flask("fresh", instance_path=sys.argv[2])
+app.config.update(
+    TESTING=True,
+    AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
+    AUTHFLOW_SESSION_STORE="memory",
+    AUTHFLOW_OAUTH_PROVIDERS={
+        "corp": {
+            "discovery_url": sys.argv[1],
+            "client_id": "fresh",
+            "client_secret": "fresh-secret",
+            "redirect_uri": "http://localhost/auth/callback/corp",
+        }
+    },
+)
+AuthFlow(app)
+response = app.test_client().get("/auth/login/corp")
+print(response.status_code, response.headers.get("Location"))
+"""
+
+
+def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900, check=False)
+
+
+@pytest.mark.http
+def test_a_plain_install_serves_a_configured_providers_login_redirect(tmp_path: Path) -> None:
+    """``pip install .`` (not editable, no extras) into a new virtualenv: the provider works."""
+    source = tmp_path / "source"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    shutil.copytree(REPO / "flask_authflow", source / "flask_authflow", ignore=ignore)
+    for name in ("pyproject.toml", "setup.cfg", "README.rst", "LICENSE"):
+        shutil.copy2(REPO / name, source / name)
+    venv = tmp_path / "venv"
+    created = _run([sys.executable, "-m", "venv", str(venv)], tmp_path)
+    assert created.returncode == 0, created.stderr
+    python = str(venv / "bin" / "python")
+    installed = _run(
+        [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", str(source)], tmp_path
+    )
+    if installed.returncode != 0 and "matching distribution" in installed.stderr:
+        missing_part(
+            f"the packages flask-authflow depends on cannot be installed here: {installed.stderr[-500:]}"
+        )
+    assert installed.returncode == 0, installed.stderr[-4000:]
+    served = ServedProvider()
+    try:
+        served.provider.register_client("fresh", "fresh-secret", ["http://localhost/auth/callback/corp"])
+        (tmp_path / "fresh_app.py").write_text(FRESH_APP)
+        run = _run(
+            [python, "fresh_app.py", served.provider.discovery_url, str(tmp_path / "instance")], tmp_path
+        )
+    finally:
+        served.stop()
+    assert run.returncode == 0, run.stderr[-4000:]
+    status, location = run.stdout.split()
+    assert status == "302"
+    authorize = urlsplit(location)
+    assert f"{authorize.scheme}://{authorize.netloc}{authorize.path}" == f"{served.provider.issuer}/authorize"
+    query = parse_qs(authorize.query)
+    assert query["client_id"] == ["fresh"] and query["code_challenge_method"] == ["S256"]

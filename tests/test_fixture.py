@@ -282,3 +282,56 @@ def test_builders_leave_the_original_fixture_unchanged(fixture: LocalIdpFixture,
     assert len(listener) == 1
     assert payload(moved.mint(claims()))["iat"] == int(later.now().timestamp())
     assert payload(fixture.mint(claims()))["iat"] == int(clock.now().timestamp())
+
+
+def test_a_handle_taken_after_the_last_builder_follows_rotation(
+    fixture: LocalIdpFixture, clock: MockClock
+) -> None:
+    early = fixture.jwks_handle()
+    built = fixture.with_key_id("first").with_max_ttl(timedelta(hours=1)).with_clock(clock)
+    handle = built.jwks_handle()
+    assert handle is not early  # each builder made a new fixture with a handle of its own
+    verifier = JwtVerifier(handle, clock=clock).with_algorithms(["RS256", "ES256"])
+    old = built.mint(claims())
+    new_key = LocalIdpSigningKey.generate_es256().with_key_id("second")
+    assert built.rotate_signing_key(new_key) is built  # not a builder: this fixture rotates
+    assert [k.kid for k in handle.snapshot().keys] == ["second", "first"]
+    assert verifier.verify(built.mint(claims()), "api").kid == "second"
+    assert verifier.verify(old, "api").kid == "first"
+    # The handle of the fixture the builders started from belongs to that fixture alone.
+    assert [k.kid for k in early.snapshot().keys] == [fixture.current_kid]
+    with pytest.raises(UnknownKeyId):
+        JwtVerifier(early, clock=clock).with_algorithms(["ES256"]).verify(built.mint(claims()), "api")
+
+
+BUILDERS = [
+    "with_algorithm",
+    "with_signing_key",
+    "with_historical_signing_key",
+    "with_extra_public_jwk",
+    "with_max_ttl",
+    "with_issuance_listener",
+    "with_key_id",
+    "with_clock",
+]
+
+
+def test_every_docstring_says_builders_return_a_new_fixture() -> None:
+    import flask_authflow.testing.fixture as module
+
+    assert sorted(BUILDERS) == sorted(n for n in vars(LocalIdpFixture) if n.startswith("with_"))
+    for name in BUILDERS:
+        doc = " ".join((getattr(LocalIdpFixture, name).__doc__ or "").split())
+        assert doc.startswith("A new fixture"), name
+    texts = {
+        "module": module.__doc__ or "",
+        "class": LocalIdpFixture.__doc__ or "",
+        "jwks_handle": LocalIdpFixture.jwks_handle.__doc__ or "",
+        "rotate_signing_key": LocalIdpFixture.rotate_signing_key.__doc__ or "",
+    }
+    for where, text in texts.items():
+        flat = " ".join(text.split()).lower()
+        assert "builders update" not in flat and "in place and return" not in flat, where
+        assert "shared" not in flat, where  # a builder's fixture never shares the handle
+    assert "new fixture" in " ".join(texts["module"].split()).lower()
+    assert "new fixture" in " ".join(texts["class"].split()).lower()

@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "responses": 0,
     "mail": 0,
     "crypto": 0,
+    "extras": 0,  # which optional packages a configuration needs
     # the parts
     "session/": 1,
     "jose/": 1,

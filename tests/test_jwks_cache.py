@@ -404,6 +404,33 @@ def test_a_provider_coming_back_is_fetched_again(old_key: LocalIdpSigningKey, cl
     assert provider.calls == 3 and cache.last_error is None and cache.failure_count == 1
 
 
+def test_fetch_listeners_hear_of_every_fetch_and_its_outcome(
+    old_key: LocalIdpSigningKey, clock: MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider = FakeProvider(old_key.public_jwk(), cache_control="max-age=60")
+    cache = cache_for(provider, clock)
+    heard: list[bool] = []
+
+    def broken(ok: bool) -> None:
+        raise RuntimeError("a listener bug")
+
+    cache.add_fetch_listener(heard.append)
+    cache.add_fetch_listener(heard.append)  # once per listener
+    cache.add_fetch_listener(broken)  # logged, never fails the fetch
+    cache.load()
+    cache.ensure_fresh()  # fresh: no fetch, nothing to hear
+    assert heard == [True]
+    provider.status = 503
+    clock.advance(timedelta(seconds=60))
+    cache.ensure_fresh()
+    assert cache.refresh_for_unknown_kid("new") is False  # inside the window: no fetch
+    clock.advance(DEBOUNCE)
+    provider.status = 200
+    assert cache.refresh_for_unknown_kid("new") is False
+    assert heard == [True, False, True] and provider.calls == 3
+    assert "a JWKS fetch listener of https://op.test/jwks failed" in caplog.text
+
+
 def test_a_failed_first_load_raises_and_is_retried_after_the_window(
     old_key: LocalIdpSigningKey, clock: MockClock
 ) -> None:

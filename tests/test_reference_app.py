@@ -8,6 +8,7 @@ import secrets
 import stat
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,10 +16,12 @@ from http.cookiejar import CookieJar
 from pathlib import Path
 
 import pytest
+import requests
 from flask import Flask
 from flask.testing import FlaskClient
 
 from examples.reference.app import create_app
+from tests.federation_support import ServedProvider
 from tests.parts import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -309,3 +312,62 @@ def test_reference_app_over_real_http(live_server: str) -> None:
 @pytest.fixture
 def client(authflow_client: FlaskClient) -> FlaskClient:
     return authflow_client
+
+
+def _metric(client: FlaskClient, name: str) -> int:
+    lines = client.get("/metrics").text.splitlines()
+    return int(next(line.split()[1] for line in lines if line.startswith(f"{name} ")))
+
+
+@pytest.mark.http
+def test_metrics_count_every_real_jwks_fetch_and_its_failures(tmp_path: Path) -> None:
+    served = ServedProvider()
+    try:
+        op = served.provider
+        op.register_client("ref", "ref-secret", ["http://localhost/auth/callback/op"])
+        app = create_app(
+            {
+                "TESTING": True,
+                "AUTHFLOW_SIGNING_KEY": secrets.token_urlsafe(48),
+                "AUTHFLOW_DATABASE_URL": f"sqlite:///{tmp_path / 'ref.db'}",
+                "AUTHFLOW_OAUTH_PROVIDERS": {
+                    "op": {
+                        "discovery_url": op.discovery_url,
+                        "client_id": "ref",
+                        "client_secret": "ref-secret",
+                        "redirect_uri": "http://localhost/auth/callback/op",
+                        "post_login_redirect": "/dashboard",
+                        "jwks_debounce": 1,
+                    }
+                },
+                **FAST_ARGON2,
+            },
+            instance_path=str(tmp_path / "instance"),
+        )
+
+        def sign_in() -> int:
+            client = app.test_client()
+            start = client.get("/auth/login/op")
+            assert start.status_code == 302, start.text
+            consent = requests.get(start.location, allow_redirects=False, timeout=10)
+            assert consent.status_code == 302, consent.text
+            callback = requests.Request("GET", consent.headers["Location"]).prepare().path_url
+            return client.get(callback).status_code
+
+        metrics = app.test_client()
+        assert _metric(metrics, "authflow_jwks_refreshes_total") == 0
+        op.login_as("ivan")
+        assert sign_in() == 302  # the first ID token: the keys are fetched
+        op.rotate_key(keep_old=False)
+        time.sleep(1.1)  # past the debounce window: the new kid is fetched at once
+        assert sign_in() == 302
+        assert _metric(metrics, "authflow_jwks_refreshes_total") == 2
+        assert _metric(metrics, "authflow_jwks_refresh_failures_total") == 0
+        served.jwks_down = True
+        op.rotate_key(keep_old=False)
+        time.sleep(1.1)
+        assert sign_in() == 401  # the new kid cannot be fetched: refused, counted
+        assert _metric(metrics, "authflow_jwks_refreshes_total") == 3
+        assert _metric(metrics, "authflow_jwks_refresh_failures_total") == 1
+    finally:
+        served.stop()

@@ -8,6 +8,7 @@ guest), and signs out through RP-initiated logout.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -140,7 +141,12 @@ def test_back_channel_logout_from_the_provider_ends_the_session(deployment: Depl
 def test_rp_initiated_logout(deployment: Deployment) -> None:
     browser = requests.Session()
     deployment.sign_in(browser, "lena")
-    out = browser.post(f"{deployment.rp}/auth/logout", allow_redirects=False, timeout=10)
+    account = browser.get(f"{deployment.rp}/account", timeout=10).text  # its "Sign out" form
+    token = re.search(r'name="csrf_token" value="([^"]+)"', account)
+    assert token is not None
+    out = browser.post(
+        f"{deployment.rp}/auth/logout", data={"csrf_token": token.group(1)}, allow_redirects=False, timeout=10
+    )
     assert out.status_code == 302
     assert out.headers["Location"].startswith(deployment.op.discovery()["end_session_endpoint"])
     assert browser.get(f"{deployment.rp}/dashboard", timeout=10).status_code == 401  # ended here first

@@ -46,12 +46,14 @@ from flask_authflow.authn.factors.password import PasswordHasher
 from flask_authflow.authn.factors.webauthn import WebAuthnFactor, WebAuthnSettings
 from flask_authflow.authn.outcomes import FactorCredential, FactorKind
 from flask_authflow.authn.stores import FactorConfig
+from flask_authflow.errors import ConfigurationError
 from flask_authflow.session.model import sid_hash
 from flask_authflow.session.stores import MemorySessionStore
 from flask_authflow.state import account_admin
 from flask_authflow.stores.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT, Outbox
-from flask_authflow.views import VIEWS_BLUEPRINT, register_views
+from flask_authflow.views import VIEWS_BLUEPRINT, csrf_token, register_views
+from flask_authflow.views.common import MESSAGES
 from flask_authflow.views.csrf import SESSION_KEY
 from tests.parts import missing_part
 from tests.webauthn_soft import SoftAuthenticator
@@ -227,7 +229,6 @@ def session_hashes(html: str) -> dict[str, bool]:
 EXPECTED_RULES = {
     "authflow_views.login": ("/login", {"GET", "POST"}),
     "authflow_views.factor": ("/login/factor", {"GET", "POST"}),
-    "authflow_views.logout": ("/logout", {"POST"}),
     "authflow_views.step_up": ("/step-up", {"GET", "POST"}),
     "authflow_views.account": ("/account", {"GET"}),
     "authflow_views.change_password": ("/account/password", {"POST"}),
@@ -455,20 +456,132 @@ def test_the_token_rotates_at_login_and_logout_needs_the_new_one(site: Site) -> 
     client.post("/login", data={"username": "alice", "password": PASSWORD, "csrf_token": before})
     after = account_token(client)
     assert after != before
-    refused = client.post("/logout", data={"csrf_token": before})
+    refused = client.post("/auth/logout", data={"csrf_token": before})
     assert refused.status_code == 400 and "This form has expired" in refused.text
     assert client.get("/account").status_code == 200  # still signed in
-    assert client.post("/logout").status_code == 400
-    done = client.post("/logout", data={"csrf_token": after})
+    assert client.post("/auth/logout").status_code == 400
+    done = client.post("/auth/logout", data={"csrf_token": after})
     assert done.status_code == 302 and done.location == "/login"
     assert client.get("/account").status_code == 401
     assert site.sessions() == []
-    assert client.get("/logout").status_code == 405
+    assert client.get("/auth/logout").status_code == 405
 
 
 def test_logout_of_a_guest_with_a_bad_token_shows_the_login_page(site: Site) -> None:
-    response = site.client().post("/logout", data={"csrf_token": "nope"})
+    response = site.client().post("/auth/logout", data={"csrf_token": "nope"})
     assert response.status_code == 400 and 'id="login-form"' in response.text
+
+
+def _logout_rules(app: Flask) -> dict[str, tuple[str, set[str]]]:
+    """Every rule of ``app`` whose endpoint is a logout (not the provider's return or back-channel)."""
+    return {
+        rule.endpoint: (rule.rule, set(rule.methods or ()) - {"HEAD", "OPTIONS"})
+        for rule in app.url_map.iter_rules()
+        if rule.endpoint.endswith(".logout")
+    }
+
+
+def password_only_app(hasher: PasswordHasher, clock: MockClock, **config: Any) -> Flask:
+    """A bare ``AuthFlow(app)`` (no views, no provider) with a JSON login and a CSRF token route."""
+    app = Flask(__name__)
+    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), **config)
+    backend = InMemoryBackend(hasher=hasher, clock=clock)
+    authflow = AuthFlow(app, backend=backend, session_store=MemorySessionStore(clock=clock), clock=clock)
+    backend.create_user("default", "alice", PASSWORD)
+
+    @app.post("/api/login")
+    def api_login() -> str:
+        return type(authflow.login_with_password("alice", PASSWORD)).__name__
+
+    @app.get("/api/token")
+    def api_token() -> str:
+        return csrf_token()
+
+    @app.get("/private")
+    @login_required
+    def private() -> str:
+        return "private page"
+
+    return app
+
+
+def _signed_in(app: Flask) -> FlaskClient:
+    client = app.test_client()
+    client.environ_base["HTTP_USER_AGENT"] = TEST_USER_AGENT
+    assert client.post("/api/login").text == "Authenticated"
+    return client
+
+
+def test_a_password_only_app_has_one_csrf_protected_logout_route(
+    mock_clock: MockClock, authflow_hasher: PasswordHasher
+) -> None:
+    app = password_only_app(authflow_hasher, mock_clock)
+    assert _logout_rules(app) == {"authflow_logout.logout": ("/auth/logout", {"POST"})}
+    client = _signed_in(app)
+    assert client.post("/auth/logout").status_code == 400  # a form without the token
+    refused = client.post(
+        "/auth/logout", data={"csrf_token": "forged"}, headers={"Accept": "application/json"}
+    )
+    assert refused.status_code == 400 and refused.json == {"error": "csrf", "message": MESSAGES["csrf"]}
+    cross_site = client.post("/auth/logout", json={}, headers={"Origin": "https://evil.example"})
+    assert cross_site.status_code == 403 and cross_site.headers["Cache-Control"] == "no-store"
+    fetched = client.post("/auth/logout", json={}, headers={"Sec-Fetch-Site": "cross-site"})
+    assert fetched.status_code == 403
+    assert client.post("/auth/logout", json={}, headers={"Origin": "null"}).status_code == 403
+    assert client.get("/private").status_code == 200  # every refusal kept the session
+    assert client.get("/auth/logout").status_code == 405
+    # JSON: no token (cross-site needs a preflight). Its own host behind a proxy ending TLS is this site.
+    done = client.post("/auth/logout", json={}, headers={"Origin": "https://localhost"})
+    assert done.status_code == 200 and done.json == {"status": "logged_out"}
+    assert done.headers["Cache-Control"] == "no-store"
+    assert client.get("/private", headers={"Accept": "application/json"}).status_code == 401
+    form = _signed_in(app)
+    token = form.get("/api/token").text
+    ended = form.post("/auth/logout", data={"csrf_token": token})
+    assert ended.status_code == 302 and ended.location == "/"
+    assert form.get("/private", headers={"Accept": "application/json"}).status_code == 401
+
+
+def test_the_logout_route_prefix_is_configurable_and_can_be_switched_off(
+    mock_clock: MockClock, authflow_hasher: PasswordHasher
+) -> None:
+    root = password_only_app(authflow_hasher, mock_clock, AUTHFLOW_LOGOUT_URL_PREFIX="")
+    assert _logout_rules(root) == {"authflow_logout.logout": ("/logout", {"POST"})}
+    assert _signed_in(root).post("/logout", json={}).json == {"status": "logged_out"}
+    nested = password_only_app(authflow_hasher, mock_clock, AUTHFLOW_LOGOUT_URL_PREFIX="/api/session")
+    assert _logout_rules(nested) == {"authflow_logout.logout": ("/api/session/logout", {"POST"})}
+    off = password_only_app(authflow_hasher, mock_clock, AUTHFLOW_LOGOUT_URL_PREFIX=None)
+    assert _logout_rules(off) == {}
+    assert _signed_in(off).post("/auth/logout", json={}).status_code == 404
+    for bad in ("auth", "/auth/", 3):
+        with pytest.raises(ConfigurationError, match="AUTHFLOW_LOGOUT_URL_PREFIX"):
+            password_only_app(authflow_hasher, mock_clock, AUTHFLOW_LOGOUT_URL_PREFIX=bad)
+
+
+def test_the_ready_views_use_the_app_logout_route_or_bring_it_when_it_is_off(
+    mock_clock: MockClock, authflow_hasher: PasswordHasher
+) -> None:
+    on = make_site(mock_clock, authflow_hasher)
+    assert _logout_rules(on.app) == {"authflow_logout.logout": ("/auth/logout", {"POST"})}
+    client = on.client()
+    client.post(
+        "/login",
+        data={"username": "alice", "password": PASSWORD, "csrf_token": csrf_of(client.get("/login").text)},
+    )
+    assert parse(client.get("/account").text).forms["logout-form"]["attrs"]["action"] == "/auth/logout"
+    off = make_site(mock_clock, authflow_hasher, AUTHFLOW_LOGOUT_URL_PREFIX=None)
+    assert _logout_rules(off.app) == {"authflow_views.logout": ("/logout", {"POST"})}
+    client = off.client()
+    client.post(
+        "/login",
+        data={"username": "alice", "password": PASSWORD, "csrf_token": csrf_of(client.get("/login").text)},
+    )
+    token = account_token(client)
+    assert parse(client.get("/account").text).forms["logout-form"]["attrs"]["action"] == "/logout"
+    assert client.post("/logout", data={"csrf_token": "forged"}).status_code == 400
+    done = client.post("/logout", data={"csrf_token": token})
+    assert done.status_code == 302 and done.location == "/login"
+    assert client.get("/account").status_code == 401
 
 
 # --- the factor step -----------------------------------------------------------------------------
@@ -995,10 +1108,10 @@ def test_with_flask_wtf_its_token_is_used_and_rotated_at_login(mock_clock, authf
     assert done.location == "/account"
     new_token = account_token(client)
     assert new_token != token
-    old = client.post("/logout", data={"csrf_token": token})
+    old = client.post("/auth/logout", data={"csrf_token": token})
     assert old.status_code == 400 and "The CSRF tokens do not match." in old.text
     assert client.get("/account").status_code == 200
-    assert client.post("/logout", data={"csrf_token": new_token}).location == "/login"
+    assert client.post("/auth/logout", data={"csrf_token": new_token}).location == "/login"
     assert client.get("/account").status_code == 401
 
 
@@ -1128,7 +1241,7 @@ def factor_step(client: FlaskClient, code: str, kind: str = "totp", **form: str)
 
 
 def logout(client: FlaskClient) -> None:
-    assert client.post("/logout", data={"csrf_token": account_token(client)}).location == "/login"
+    assert client.post("/auth/logout", data={"csrf_token": account_token(client)}).location == "/login"
 
 
 def test_enroll_totp_through_the_pages(site: Site) -> None:

@@ -310,7 +310,7 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
         if request.is_json:
             authflow.logout()
             return _text("logged out")
-        return app.view_functions["authflow_views.logout"]()
+        return app.view_functions["authflow_logout.logout"]()
 
     @app.get("/metrics")
     def metrics() -> Response:

@@ -5,6 +5,11 @@ as far as the chain of proxies we trust: we start at the peer and walk the heade
 the right, skipping addresses of trusted proxies; the first address that is not a
 trusted proxy is the client. Anything malformed stops the walk and we keep the last
 address we could vouch for, so garbage can never choose the client address.
+
+``X-Real-IP`` (one address, as nginx's ``proxy_set_header X-Real-IP $remote_addr``
+writes it) is read under the same rule: only from a trusted peer, only when the request
+has no ``X-Forwarded-For`` (which wins when both are present), and only when it is one
+bare address; anything else leaves the peer as the client.
 """
 
 from __future__ import annotations
@@ -119,8 +124,15 @@ class TrustedProxies:
             return False
         return any(ip.version == net.version and ip in net for net in self._networks)
 
-    def resolve(self, peer: str | None, x_forwarded_for: Iterable[str] = ()) -> tuple[str | None, IpSource]:
-        """The client address and where it came from; never raises."""
+    def resolve(
+        self, peer: str | None, x_forwarded_for: Iterable[str] = (), x_real_ip: str | None = None
+    ) -> tuple[str | None, IpSource]:
+        """The client address and where it came from; never raises.
+
+        ``x_real_ip`` is the ``X-Real-IP`` header: used only when the peer is trusted and
+        ``x_forwarded_for`` is empty, and only when it is a single bare address (source
+        ``"forwarded"``, as the proxy reported it).
+        """
         peer_ip = parse_ip(peer)
         if peer_ip is None:
             return None, "unknown"
@@ -128,7 +140,10 @@ class TrustedProxies:
             return str(peer_ip), "peer"
         values = [v for v in x_forwarded_for if isinstance(v, str)] if x_forwarded_for else []
         header = ",".join(values)
-        if not header.strip() or len(header.encode("utf-8", "replace")) > MAX_FORWARDED_BYTES:
+        if not header.strip():
+            real_ip = parse_ip(x_real_ip)
+            return (str(real_ip), "forwarded") if real_ip is not None else (str(peer_ip), "peer")
+        if len(header.encode("utf-8", "replace")) > MAX_FORWARDED_BYTES:
             return str(peer_ip), "peer"
         entries = header.split(",")
         current: IpAddress = peer_ip

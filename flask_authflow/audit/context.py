@@ -65,6 +65,7 @@ def resolve_audit_context(environ_or_request: Any, trusted: TrustedProxies | Non
         client_ip, source = trusted.resolve(
             peer if isinstance(peer, str) else None,
             [forwarded] if isinstance(forwarded, str) else [],
+            environ.get("HTTP_X_REAL_IP"),
         )
         incoming_id = environ.get("HTTP_X_REQUEST_ID")
         if (

@@ -146,7 +146,8 @@ COUNTER_HELP: dict[str, str] = {
     "login_failures": "Credential checks refused (invalid credential, no login in progress, locked).",
     "lockouts": "Locks set by the lockout policy.",
     "session_binding_mismatches": "Sessions reset because the request fingerprint did not match.",
-    "jwks_refreshes": "Provider JWK set refreshes.",
+    "jwks_refreshes": "Provider JWK set fetches (every request to a jwks_uri, successful or not).",
+    "jwks_refresh_failures": "Provider JWK set fetches that failed (the keys known before were kept).",
     "audit_fallback_writes": "Audit rows written to the spool file because the audit store failed.",
     "audit_lost_writes": "Audit rows that neither the audit store nor the spool file could take.",
 }
@@ -186,6 +187,15 @@ class AuthCounters:
 
     def jwks_refresh(self) -> None:
         self.increment("jwks_refreshes")
+
+    def jwks_fetched(self, ok: bool) -> None:
+        """One fetch of a provider's JWK set finished: count it, and its failure if ``ok`` is false
+        (a :meth:`ProviderKeyCache.add_fetch_listener
+        <flask_authflow.federation.jwks_cache.ProviderKeyCache.add_fetch_listener>` listener)."""
+        with self._lock:
+            self._values["jwks_refreshes"] += 1
+            if not ok:
+                self._values["jwks_refresh_failures"] += 1
 
     def snapshot(self) -> dict[str, int]:
         """A consistent copy of every counter."""

@@ -2,8 +2,8 @@
 and RP-initiated logout. See :doc:`/federation`.
 
 The errors and the store protocol load with the package; the provider, the service and
-the HTTP client (which need the ``[oidc]`` extra: ``requests`` and ``authlib``) load on
-first use of their names, so an app without federation never imports them.
+the HTTP client (which import ``requests`` and ``authlib``) load on first use of their
+names, so an app without federation never imports them.
 """
 
 from __future__ import annotations

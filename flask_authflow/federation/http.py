@@ -20,8 +20,8 @@ live in one place:
 :class:`RequestsHttpClient` implements it on a :class:`requests.Session` whose adapters
 enforce the rules. :meth:`~HttpClient.mount_into` puts the same adapters on another
 session, such as Authlib's ``OAuth2Session`` for the token request, so it obeys them
-too. ``requests`` is in the ``[oidc]`` extra: this module imports it only when a
-:class:`RequestsHttpClient` is built.
+too. ``requests`` (a dependency) is imported only when a :class:`RequestsHttpClient` is
+built.
 """
 
 from __future__ import annotations

@@ -25,6 +25,10 @@ provider's ``jwks_uri``; verifiers made by :meth:`ProviderKeyCache.verifier` rea
   provider one request per window, not one per token. :meth:`~ProviderKeyCache.load`
   alone ignores the window.
 
+* **Observable.** Listeners added with :meth:`~ProviderKeyCache.add_fetch_listener` are
+  told of every fetch when it ends (``True`` for success): the app's
+  ``authflow_jwks_refreshes_total`` and ``authflow_jwks_refresh_failures_total`` count them.
+
 Times come from the injected :class:`~flask_authflow.clock.Clock`; only the wait for a
 running fetch uses real time (a thread cannot sleep on a mock clock).
 """
@@ -142,6 +146,7 @@ class ProviderKeyCache:
         self._fetch_count = 0
         self._failure_count = 0
         self._verifiers: dict[frozenset[str], JwtVerifier] = {}
+        self._fetch_listeners: tuple[Callable[[bool], None], ...] = ()
 
     # --- reading -------------------------------------------------------------------------------------
 
@@ -205,6 +210,20 @@ class ProviderKeyCache:
     def waiting(self) -> int:
         """Callers waiting right now for a running fetch (a gauge for metrics and tests)."""
         return self._waiting
+
+    def add_fetch_listener(self, listener: Callable[[bool], None]) -> None:
+        """Call ``listener(ok)`` after every fetch, successful (``True``) or not (once per
+        listener, however often it is added). A listener that raises is logged and ignored."""
+        with self._cond:
+            if listener not in self._fetch_listeners:
+                self._fetch_listeners = (*self._fetch_listeners, listener)
+
+    def _tell_listeners(self, ok: bool) -> None:
+        for listener in self._fetch_listeners:
+            try:
+                listener(ok)
+            except Exception:
+                log.exception("a JWKS fetch listener of %s failed", self.jwks_uri)
 
     # --- fetching ------------------------------------------------------------------------------------
 
@@ -299,6 +318,7 @@ class ProviderKeyCache:
                 self._fetching = False
                 self._generation += 1
                 self._cond.notify_all()
+            self._tell_listeners(fetched.error is None)
         return fetched.error is None
 
     def _fetch(self) -> _Fetched:

@@ -325,7 +325,7 @@ class TokenSet:
 def _oauth2_session(**kwargs: Any) -> Any:
     try:
         from authlib.integrations.requests_client import OAuth2Session
-    except ModuleNotFoundError as exc:  # pragma: no cover - authlib is in the [oidc] extra
+    except ModuleNotFoundError as exc:  # pragma: no cover - a dependency; init_app checks it
         raise MissingExtraError("oidc", exc.name or "authlib") from exc
     return OAuth2Session(**kwargs)
 
@@ -618,7 +618,15 @@ class ProviderRegistry:
     failed build is not cached, so the next request tries again.
     """
 
-    def __init__(self, *, http: HttpClient | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        http: HttpClient | None = None,
+        clock: Clock | None = None,
+        on_key_fetch: Callable[[bool], None] | None = None,
+    ) -> None:
+        #: Told of every JWKS fetch of the providers handed out (the app's counters).
+        self.on_key_fetch = on_key_fetch
         self._definitions: dict[str, OAuthProviderConfig | OAuthProvider | ProviderFactory] = {}
         self._built: dict[tuple[str, str | None], OAuthProvider] = {}
         self._building: dict[tuple[str, str | None], threading.Lock] = {}
@@ -672,6 +680,8 @@ class ProviderRegistry:
             if built is not None:
                 return built
             provider = self._build(name, definition, tenant)
+            if self.on_key_fetch is not None:
+                provider.keys.add_fetch_listener(self.on_key_fetch)
             with self._lock:
                 if self._definitions.get(name) is definition:
                     self._built[key] = provider

@@ -12,12 +12,13 @@ Routes (under ``AUTHFLOW_OAUTH_URL_PREFIX``, default ``/auth``):
 ``POST /backchannel-logout/<provider>``
     The provider's back-channel logout (form field ``logout_token``): 200, or 400 with a
     JSON error; always ``Cache-Control: no-store``.
-``POST /logout``
-    Ends the local session first, then (for a federated session whose provider has an
-    end-session endpoint) 302 to the provider with a fresh ``state``; else 302 to ``/``.
 ``GET /logout/return/<provider>``
     Where the provider sends the browser back (register it as the post-logout redirect
     URI): checks the ``state``, then 302 to ``/``.
+
+The logout itself is the app's one logout route (``authflow_logout``, see
+:mod:`flask_authflow.views.logout`): for a federated session it calls
+:func:`provider_logout_url` and sends the browser on to the provider.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from ..audit.context import audit_context
 from ..authn.identifiers import check_tenant
 from ..decorators import safe_next
 from ..errors import AuthFlowError, InvalidInput
-from ..session.model import begin_flow, clear_flow
+from ..session.model import AuthSession, begin_flow, clear_flow
 from ..state import current_auth_session, get_state
 from .errors import OAuthError
 from .login import FederationService, OAuthLoginOptions
 
-__all__ = ["OAUTH_BLUEPRINT", "build_oauth_blueprint", "federation_service"]
+__all__ = ["OAUTH_BLUEPRINT", "build_oauth_blueprint", "federation_service", "provider_logout_url"]
 
 #: The blueprint's name (endpoints are ``authflow_oauth.login`` and so on).
 OAUTH_BLUEPRINT = "authflow_oauth"
@@ -132,34 +133,23 @@ def backchannel_logout(provider: str) -> Response:
     return response
 
 
-def _cross_site() -> bool:
-    """A browser says the request came from another site (Fetch metadata, or Origin)."""
-    if request.headers.get("Sec-Fetch-Site") == "cross-site":
-        return True
-    origin = request.headers.get("Origin")
-    return origin is not None and origin != request.host_url.rstrip("/")
-
-
-def logout() -> Response:
-    if _cross_site():
-        return _text("logout must be requested from this site", 403)
-    session = current_auth_session()
-    federation = dict(session.record.federation or {})
-    get_state().service.with_audit_context(audit_context()).logout(session)
+def provider_logout_url(session: AuthSession, federation: dict[str, Any]) -> str | None:
+    """Where to send the browser after the local logout of a federated session (its
+    ``record.federation``, read before the logout): the provider's end-session URL with a
+    fresh ``state``, remembered in ``session`` for :func:`logout_return`; ``None`` when the
+    provider has no end-session endpoint or refuses the redirect."""
     service = get_state().federation
-    url: str | None = None
-    if federation and isinstance(service, FederationService):
-        state = secrets.token_urlsafe(32)
-        try:
-            url = service.end_session_url(federation, state)
-        except AuthFlowError:
-            url = None
-        if url is not None:
-            provider = federation.get("provider", "")
-            session.transition(lambda r: begin_flow(r, {_LOGOUT_KEY: {"provider": provider, "state": state}}))
-    response = redirect(url or "/")
-    response.headers["Cache-Control"] = "no-store"
-    return response  # type: ignore[return-value]
+    if not federation or not isinstance(service, FederationService):
+        return None
+    state = secrets.token_urlsafe(32)
+    try:
+        url = service.end_session_url(federation, state)
+    except AuthFlowError:
+        return None
+    if url is not None:
+        provider = federation.get("provider", "")
+        session.transition(lambda r: begin_flow(r, {_LOGOUT_KEY: {"provider": provider, "state": state}}))
+    return url
 
 
 def logout_return(provider: str) -> Response:
@@ -186,6 +176,5 @@ def build_oauth_blueprint() -> Blueprint:
     blueprint.add_url_rule(
         "/backchannel-logout/<provider>", "backchannel_logout", backchannel_logout, methods=["POST"]
     )
-    blueprint.add_url_rule("/logout", "logout", logout, methods=["POST"])
     blueprint.add_url_rule("/logout/return/<provider>", "logout_return", logout_return, methods=["GET"])
     return blueprint

@@ -1,7 +1,7 @@
 """Builds an app's federation from its configuration (``AuthFlow.init_app`` calls it).
 
-Imported only when providers are configured, so apps without federation never need the
-``[oidc]`` extra (``requests``, ``authlib``).
+Imported only when providers are configured, so apps without federation never import
+``requests`` and ``authlib`` (dependencies of flask-authflow).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from ..clock import Clock
 from ..config import AuthFlowConfig
 from ..decorators import safe_next
 from ..errors import ConfigurationError
+from ..extras import require_extra
 from ..state import AuthFlowHooks, get_state
 from .http import HttpClient, RequestsHttpClient
 from .links import FederationStore
@@ -56,12 +57,16 @@ def build_federation(
     :raises ConfigurationError: a provider entry is malformed, or the backend cannot store
         identity links (it must implement :class:`FederationStore`).
     """
+    require_extra("oidc", "federated login")  # a provider registered in code after init_app
     if not isinstance(backend, FederationStore):
         raise ConfigurationError(
             f"{type(backend).__name__} cannot store identity links: federated login needs a backend "
             "implementing FederationStore (InMemoryBackend, SqlAlchemyBackend)"
         )
-    registry = ProviderRegistry(http=http_client or RequestsHttpClient(), clock=clock)
+    counters = get_state(app).counters  # every JWKS fetch shows in the app's /metrics
+    registry = ProviderRegistry(
+        http=http_client or RequestsHttpClient(), clock=clock, on_key_fetch=counters.jwks_fetched
+    )
     for name, entry in config.oauth_providers.items():
         check_provider_name(name)
         registry.register(

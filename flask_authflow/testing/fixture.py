@@ -2,11 +2,14 @@
 
 :class:`LocalIdpFixture` wraps a :class:`~flask_authflow.issuer.LocalIdp` with an
 in-memory key store (so it signs exactly as production does) and adds what tests
-need: a generated RSA-2048 key by default, extra or historical keys, a shared
+need: a generated RSA-2048 key by default, extra or historical keys, a
 :class:`~flask_authflow.jose.JwksHandle`, a lifetime cap and issuance listeners.
 
-Builder methods configure the fixture in place and return it, so one
-``jwks_handle()`` stays valid for the fixture's whole life.
+Like every ``with_*`` builder in flask-authflow, the fixture's builders return a new
+fixture with its own ``jwks_handle()`` and leave the original unchanged: chain them
+when you build the fixture, then take its handle. :meth:`LocalIdpFixture.rotate_signing_key`
+is not a builder: it rotates the fixture it is called on, and that fixture's handle
+follows in place.
 """
 
 from __future__ import annotations
@@ -83,7 +86,9 @@ class LocalIdpFixture:
     """A test issuer: ``LocalIdpFixture("https://issuer.test")`` has a fresh RSA-2048 key (RS256).
 
     No lifetime cap unless :meth:`with_max_ttl` sets one (then a longer mint
-    raises :class:`IssuanceError`). The store is re-read only on demand.
+    raises :class:`IssuanceError`). The store is re-read only on demand. The ``with_*``
+    builders return a new fixture (with its own :meth:`jwks_handle`); the original is
+    unchanged.
     """
 
     def __init__(
@@ -100,7 +105,7 @@ class LocalIdpFixture:
 
     @classmethod
     def with_algorithm(cls, issuer: str, algorithm: str, *, clock: Clock | None = None) -> LocalIdpFixture:
-        """A fixture with a fresh key for ``algorithm`` (RS256, RS384, RS512, ES256, ...)."""
+        """A new fixture with a fresh key for ``algorithm`` (RS256, RS384, RS512, ES256, ...)."""
         if algorithm not in SIGNING_ALGORITHMS:
             raise ConfigurationError(
                 f"unsupported fixture algorithm {algorithm!r}; use one of {sorted(SIGNING_ALGORITHMS)}"
@@ -112,7 +117,7 @@ class LocalIdpFixture:
     def with_signing_key(
         cls, issuer: str, key: LocalIdpSigningKey, *, clock: Clock | None = None
     ) -> LocalIdpFixture:
-        """A fixture signing with ``key`` (stable signatures across runs)."""
+        """A new fixture signing with ``key`` (stable signatures across runs)."""
         return cls(issuer, key, clock=clock)
 
     def _build(self, loaded: LoadedKeys) -> LocalIdp:
@@ -149,40 +154,42 @@ class LocalIdpFixture:
         return copy
 
     def with_historical_signing_key(self, key: LocalIdpSigningKey) -> LocalIdpFixture:
-        """Publish ``key`` as a historical key (verifies old tokens, never signs)."""
+        """A new fixture that also publishes ``key`` as a historical key (verifies old
+        tokens, never signs)."""
         loaded = self._idp.loaded_keys()
         return self._derive(LoadedKeys(loaded.current, (*loaded.historical, key)))
 
     def with_extra_public_jwk(self, jwk: Mapping[str, Any]) -> LocalIdpFixture:
-        """Publish a public JWK the fixture has no private key for."""
+        """A new fixture that also publishes a public JWK it has no private key for."""
         return self._derive(extra_jwk=jwk)
 
     def rotate_signing_key(self, new_key: LocalIdpSigningKey) -> LocalIdpFixture:
         """Sign with ``new_key`` from now on; the old key stays in the JWKS.
 
-        Not a builder: this fixture rotates, and its shared :meth:`jwks_handle` is
-        updated in place, so verifiers built on it follow. Returns ``self``.
+        Not a builder: this fixture rotates, and its :meth:`jwks_handle` is updated in
+        place, so verifiers built on it follow. Returns ``self``.
         """
         self._idp.rotate_signing_key(new_key)
         return self
 
     def with_max_ttl(self, ttl: timedelta) -> LocalIdpFixture:
-        """Refuse to mint tokens living longer than ``ttl`` (:class:`IssuanceError`)."""
+        """A new fixture that refuses to mint tokens living longer than ``ttl``
+        (:class:`IssuanceError`)."""
         return self._derive(max_ttl=ttl)
 
     def with_issuance_listener(self, listener: IssuanceListener) -> LocalIdpFixture:
-        """Call ``listener.on_issuance(event)`` after every mint."""
+        """A new fixture that calls ``listener.on_issuance(event)`` after every mint."""
         if not isinstance(listener, IssuanceListener):
             raise ConfigurationError("a listener needs an on_issuance(event) method")
         return self._derive(listener=listener)
 
     def with_key_id(self, kid: str) -> LocalIdpFixture:
-        """Give the current key the ``kid`` ``kid`` (instead of its thumbprint)."""
+        """A new fixture whose current key has the ``kid`` ``kid`` (instead of its thumbprint)."""
         loaded = self._idp.loaded_keys()
         return self._derive(LoadedKeys(loaded.current.with_key_id(kid), loaded.historical))
 
     def with_clock(self, clock: Clock) -> LocalIdpFixture:
-        """Take ``iat`` and expiry checks from ``clock``."""
+        """A new fixture that takes ``iat`` and expiry checks from ``clock``."""
         return self._derive(clock=clock)
 
     # -- use ---------------------------------------------------------------------------------------
@@ -250,7 +257,9 @@ class LocalIdpFixture:
         return self.mint(claims.with_audiences(audiences))
 
     def jwks_handle(self) -> JwksHandle:
-        """The shared, lock-guarded JWK set; rotation and builders update it in place."""
+        """This fixture's lock-guarded JWK set: :meth:`rotate_signing_key` updates it in
+        place. A builder's new fixture has a handle of its own, so take the handle from
+        the fixture you keep (after the last builder)."""
         return self._handle
 
     def jwks(self) -> dict[str, Any]:

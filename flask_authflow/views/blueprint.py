@@ -26,6 +26,7 @@ from ..session.model import AuthSession, SessionRecord, describe_device, sid_has
 from ..state import account_admin, current_auth_session, get_state
 from . import security, signin, stepup
 from .common import (
+    LOGOUT_BLUEPRINT,
     MESSAGES,
     TEMPLATE_FOLDER,
     VIEWS_BLUEPRINT,
@@ -41,6 +42,7 @@ from .common import (
     to_login,
 )
 from .csrf import csrf_valid, rotate_csrf_token
+from .logout import logout
 
 __all__ = ["TEMPLATE_FOLDER", "VIEWS_BLUEPRINT", "build_blueprint", "register_views"]
 
@@ -94,13 +96,11 @@ def _session_row(record: SessionRecord, current_sid: str) -> dict[str, Any]:
 # --- the views -----------------------------------------------------------------------------------
 
 
-def logout() -> ResponseReturnValue:
-    if not csrf_valid():
-        if signed_in():
-            return _account_page(400, error=MESSAGES["csrf"])
-        return signin.login_page(400, error=MESSAGES["csrf"])
-    handle().logout(current_auth_session())
-    return to_login(None)
+def logout_refused_page() -> Response:
+    """A logout form without a valid CSRF token: the page it came from, with the error (400)."""
+    if signed_in():
+        return _account_page(400, error=MESSAGES["csrf"])
+    return signin.login_page(400, error=MESSAGES["csrf"])
 
 
 def _confirm_password(session: AuthSession, password: str) -> Authenticated | tuple[str | None, int]:
@@ -206,8 +206,9 @@ def _frame_guard(response: Response) -> Response:
 # --- wiring --------------------------------------------------------------------------------------
 
 
-def build_blueprint() -> Blueprint:
-    """A new ``authflow_views`` blueprint (templates from ``TEMPLATE_FOLDER``)."""
+def build_blueprint(*, with_logout: bool = True) -> Blueprint:
+    """A new ``authflow_views`` blueprint (templates from ``TEMPLATE_FOLDER``); ``with_logout``
+    adds the logout view at ``/logout`` (for an app without the ``authflow_logout`` route)."""
     bp = Blueprint(VIEWS_BLUEPRINT, __name__, template_folder=TEMPLATE_FOLDER)
     rules: list[tuple[str, str, Any, list[str]]] = [
         ("/login", "login", signin.login, ["GET", "POST"]),
@@ -217,7 +218,6 @@ def build_blueprint() -> Blueprint:
          ["POST"]),
         ("/login/passkey/options", "passkey_options", signin.passkey_options, ["POST"]),
         ("/login/passkey", "passkey_login", signin.passkey_login, ["POST"]),
-        ("/logout", "logout", logout, ["POST"]),
         ("/step-up", "step_up", stepup.step_up, ["GET", "POST"]),
         ("/account", "account", account, ["GET"]),
         ("/account/password", "change_password", change_password, ["POST"]),
@@ -237,6 +237,8 @@ def build_blueprint() -> Blueprint:
         ("/account/factors/webauthn/confirm", "confirm_webauthn", security.confirm_webauthn, ["POST"]),
         ("/account/factors/<factor_id>/remove", "remove_factor", security.remove_factor, ["POST"]),
     ]  # fmt: skip
+    if with_logout:  # the app has no logout route of its own (AUTHFLOW_LOGOUT_URL_PREFIX = None)
+        rules.append(("/logout", "logout", logout, ["POST"]))
     for rule, endpoint, view, methods in rules:
         bp.add_url_rule(rule, endpoint, view, methods=methods)
     bp.after_request(_frame_guard)
@@ -251,6 +253,6 @@ def register_views(app: Flask, *, url_prefix: str | None = None) -> Blueprint:
     existing = app.blueprints.get(VIEWS_BLUEPRINT)
     if isinstance(existing, Blueprint):
         return existing
-    bp = build_blueprint()
+    bp = build_blueprint(with_logout=LOGOUT_BLUEPRINT not in app.blueprints)
     app.register_blueprint(bp, url_prefix=url_prefix)
     return bp

@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from flask import Response, jsonify, redirect, render_template, request, url_for
+from flask import Response, current_app, jsonify, redirect, render_template, request, url_for
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from ..audit.context import audit_context
@@ -22,6 +22,7 @@ from ..users import ANONYMOUS_USER, load_current_user
 from .csrf import csrf_field_name, csrf_token
 
 __all__ = [
+    "LOGOUT_BLUEPRINT",
     "MAX_CODE_LENGTH",
     "MAX_CREDENTIAL_LENGTH",
     "MESSAGES",
@@ -34,6 +35,7 @@ __all__ = [
     "identifier_of",
     "json_error",
     "lock_message",
+    "logout_endpoint",
     "next_arg",
     "page",
     "pending_step_up",
@@ -45,6 +47,8 @@ __all__ = [
 
 #: Name of the blueprint (and prefix of its endpoints: ``authflow_views.login`` ...).
 VIEWS_BLUEPRINT = "authflow_views"
+#: Name of the app's logout blueprint (its one endpoint is ``authflow_logout.logout``).
+LOGOUT_BLUEPRINT = "authflow_logout"
 #: Where the default templates live (``authflow/login.html`` ...).
 TEMPLATE_FOLDER = str(Path(__file__).resolve().parent.parent / "templates")
 
@@ -92,6 +96,14 @@ def handle() -> AuthnRequest:
     return get_state().service.with_audit_context(audit_context())
 
 
+def logout_endpoint() -> str:
+    """The endpoint of the app's logout route: ``authflow_logout.logout``, or the ready
+    views' own ``authflow_views.logout`` when ``AUTHFLOW_LOGOUT_URL_PREFIX`` is ``None``."""
+    if LOGOUT_BLUEPRINT in current_app.blueprints:
+        return f"{LOGOUT_BLUEPRINT}.logout"
+    return f"{VIEWS_BLUEPRINT}.logout"
+
+
 def page(template: str, status: int = 200, **context: Any) -> Response:
     """Render ``authflow/<template>`` with the CSRF field and the defaults every page uses."""
     context.setdefault("error", None)
@@ -101,6 +113,7 @@ def page(template: str, status: int = 200, **context: Any) -> Response:
         f"authflow/{template}",
         csrf_token=csrf_token(),
         csrf_field_name=csrf_field_name(),
+        logout_endpoint=logout_endpoint(),
         **context,
     )
     return Response(body, status=status, mimetype="text/html")
