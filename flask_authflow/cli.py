@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import IO, Any, TypeVar
 
 import click
-from flask import current_app, has_app_context
+from flask import Flask, current_app, has_app_context
 from flask.cli import AppGroup
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
@@ -52,6 +52,20 @@ SHORT_HASH = 16
 MIN_HASH_PREFIX = 8
 #: ``app.extensions`` key: the schema error ``init_app`` left for the CLI to report (see ``db``).
 SCHEMA_ERROR_KEY = "authflow.schema_behind"
+
+
+def defer_schema_refusal(app: Flask, error: AuthFlowError) -> bool:
+    """Keep ``error`` (a database schema that is behind) for the command the Flask CLI is
+    loading ``app`` for, instead of refusing to load it: ``flask authflow db ...`` runs (it
+    is how the schema is brought up to date), every other ``flask authflow`` command reports
+    the error. Returns ``False`` (refuse now) when the app is not being loaded by the CLI."""
+    from flask.cli import FlaskGroup
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or not isinstance(ctx.command, FlaskGroup):
+        return False
+    app.extensions[SCHEMA_ERROR_KEY] = error
+    return True
 
 
 class CommandFailed(click.ClickException):
@@ -561,7 +575,7 @@ def rotate_key(algorithm: str | None, kid: str | None, step: str | None, force: 
         document = {"action": "activated", "kid": new_kid, "algorithm": issuer.algorithm}
     else:
         # Relying parties pin the algorithm they were told about: keep it unless asked.
-        key = LocalIdpSigningKey.generate(algorithm or get_state().config.issuer_algorithm)
+        key = LocalIdpSigningKey.generate(algorithm or get_state().config.issuer.algorithm)
         if kid is not None:
             key = key.with_key_id(kid)
         if step == "stage":
@@ -960,7 +974,7 @@ def audit_purge(older_than: timedelta | None, as_json: bool) -> None:
     Rows younger than the retention are never deleted: a shorter --older-than is refused.
     """
     state = get_state()
-    retention = state.config.audit_retention
+    retention = state.config.audit.retention
     if retention is None:
         raise CommandFailed(
             "AUTHFLOW_AUDIT_RETENTION is None: audit rows are kept forever; set a retention to purge",

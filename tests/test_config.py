@@ -20,20 +20,20 @@ def _load(debug: bool = False, testing: bool = False, **overrides: object):
 
 def test_defaults_are_applied_with_setdefault() -> None:
     cfg, raw = _load()
-    assert cfg.session_ttl == timedelta(hours=12)
-    assert cfg.session_idle_timeout == timedelta(hours=1)
-    assert cfg.cookie_name == "authflow_session"
-    assert cfg.cookie_secure is True
-    assert cfg.cookie_samesite == "Lax"
-    assert cfg.lockout_max_failures == 5
-    assert cfg.lockout_duration == timedelta(minutes=15)
+    assert cfg.session.ttl == timedelta(hours=12)
+    assert cfg.session.idle_timeout == timedelta(hours=1)
+    assert cfg.session.cookie_name == "authflow_session"
+    assert cfg.session.cookie_secure is True
+    assert cfg.session.cookie_samesite == "Lax"
+    assert cfg.lockout.max_failures == 5
+    assert cfg.lockout.duration == timedelta(minutes=15)
     assert set(DEFAULTS) <= set(raw)  # written back into app.config, as setdefault does
 
 
 def test_existing_values_win_over_defaults() -> None:
     cfg, _ = _load(AUTHFLOW_SESSION_TTL=timedelta(hours=2), AUTHFLOW_SESSION_IDLE_TIMEOUT=600)
-    assert cfg.session_ttl == timedelta(hours=2)
-    assert cfg.session_idle_timeout == timedelta(minutes=10)
+    assert cfg.session.ttl == timedelta(hours=2)
+    assert cfg.session.idle_timeout == timedelta(minutes=10)
 
 
 def test_environment_strings_are_coerced() -> None:
@@ -43,14 +43,14 @@ def test_environment_strings_are_coerced() -> None:
         AUTHFLOW_TRUSTED_PROXIES="10.0.0.0/8, 192.168.0.0/16",
         AUTHFLOW_LOCKOUT_MAX_FAILURES="3",
     )
-    assert cfg.session_ttl == timedelta(hours=2)
-    assert cfg.trusted_proxies == ("10.0.0.0/8", "192.168.0.0/16")
-    assert cfg.lockout_max_failures == 3
+    assert cfg.session.ttl == timedelta(hours=2)
+    assert cfg.audit.trusted_proxies == ("10.0.0.0/8", "192.168.0.0/16")
+    assert cfg.lockout.max_failures == 3
 
 
 def test_text_key_counts_in_bytes() -> None:
     cfg, _ = _load()
-    assert cfg.signing_key == KEY.encode()
+    assert cfg.session.signing_key == KEY.encode()
     assert "kkkk" not in repr(cfg)
 
 
@@ -86,7 +86,7 @@ def test_insecure_cookie_allowed_in_debug_testing_or_loopback_opt_out(
     cfg, _ = _load(
         debug=debug, testing=testing, AUTHFLOW_COOKIE_SECURE=False, AUTHFLOW_ALLOW_INSECURE_LOOPBACK=loopback
     )
-    assert cfg.cookie_secure is False
+    assert cfg.session.cookie_secure is False
 
 
 def test_unknown_prefixed_key_is_refused_as_typo() -> None:
@@ -126,7 +126,7 @@ def test_samesite_none_requires_secure() -> None:
 
 def test_weak_argon2_allowed_only_when_testing() -> None:
     cfg, _ = _load(testing=True, AUTHFLOW_ARGON2_MEMORY_COST=8)
-    assert cfg.argon2_memory_cost == 8
+    assert cfg.hashing.memory_cost == 8
 
 
 def test_init_app_refuses_unsafe_config_with_message() -> None:
@@ -169,7 +169,12 @@ def test_host_prefixed_cookie_is_accepted_and_set_host_only() -> None:
     from flask_authflow import AuthFlow, InMemoryBackend, MemorySessionStore, current_session
 
     cfg, _ = _load(AUTHFLOW_COOKIE_NAME="__Host-authflow")
-    assert cfg.cookie_name == "__Host-authflow" and cfg.cookie_path == "/" and cfg.cookie_domain is None
+    session = cfg.session
+    assert (
+        session.cookie_name == "__Host-authflow"
+        and session.cookie_path == "/"
+        and session.cookie_domain is None
+    )
     app = Flask(__name__)
     app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="k" * 32, AUTHFLOW_COOKIE_NAME="__Host-authflow")
     AuthFlow(app, backend=InMemoryBackend(), session_store=MemorySessionStore())

@@ -76,7 +76,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _authflow_wiring(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Wire every app initialised during the test (see the module docstring)."""
+    """Wire every app initialised during the test (see the module docstring): while the test
+    runs, ``AuthFlow.init_app`` is wrapped so that it is passed the test's adapters."""
     marker = request.node.get_closest_marker("authflow_stores")
     kind = str(marker.args[0]) if marker and marker.args else None
     if kind not in (None, "memory", "sql", "app"):
@@ -84,21 +85,16 @@ def _authflow_wiring(request: pytest.FixtureRequest) -> Iterator[None]:
     if kind == "app" or (kind is None and not request.config.getini("authflow_autowire")):
         yield
         return
-    from ..state import PluginWiring, pop_plugin_wiring, push_plugin_wiring
+    from .wiring import PluginWiring
 
-    tmp_path = request.getfixturevalue("tmp_path")
-    push_plugin_wiring(
-        PluginWiring(
-            clock=request.getfixturevalue("mock_clock"),
-            hasher=request.getfixturevalue("authflow_hasher"),
-            tmp_path=tmp_path,
-            stores=kind or "memory",
-        )
+    wiring = PluginWiring(
+        clock=request.getfixturevalue("mock_clock"),
+        hasher=request.getfixturevalue("authflow_hasher"),
+        tmp_path=request.getfixturevalue("tmp_path"),
+        stores=kind or "memory",
     )
-    try:
+    with wiring.applied():
         yield
-    finally:
-        pop_plugin_wiring()
 
 
 @dataclass(frozen=True)
