@@ -1,10 +1,11 @@
 """The flask-authflow pytest plugin (registered under the ``pytest11`` entry point).
 
 Apps initialised during a test are wired for tests: unless the test is marked
-``@pytest.mark.authflow_stores("sql")`` or ``("app")``, or the ini option
-``authflow_autowire = false`` is set, ``init_app`` uses the test's ``mock_clock``, the fast
-hasher and in-memory stores (whatever the app's factory configured), so tests never write
-into a development database and ``mock_clock.advance()`` reaches the app. With
+``@pytest.mark.authflow_stores("app")`` or the ini option ``authflow_autowire = false`` is
+set, ``AuthFlow.init_app`` is wrapped for the test's duration so that it is passed the
+test's ``mock_clock``, the fast hasher and in-memory stores as keyword arguments (whatever
+the app's factory configured; see :mod:`flask_authflow.testing.wiring`), so tests never
+write into a development database and ``mock_clock.advance()`` reaches the app. With
 ``authflow_stores("sql")`` the configured SQL stores are used, but a SQLite file outside
 ``tmp_path`` is refused. Values passed explicitly to ``AuthFlow(...)``/``init_app(...)`` win.
 
