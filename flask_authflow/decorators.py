@@ -110,7 +110,7 @@ def denial_response(error: AuthFlowError) -> Any:
         exc.authflow_error = error  # type: ignore[attr-defined]
         return current_app.ensure_sync(handler)(exc)
     if _wants_html() and isinstance(error, Unauthenticated | StepUpNeeded):
-        config = get_state().config
+        config = get_state().config.web
         if isinstance(error, StepUpNeeded):
             endpoint = _view_endpoint(config.step_up_view, _VIEWS_STEP_UP)
         else:
@@ -199,7 +199,7 @@ def _too_old(limit: timedelta | None) -> bool:
     session = current_auth_session()
     state = get_state()
     authenticated_at = session.authenticated_at
-    maximum = limit if limit is not None else state.config.freshness
+    maximum = limit if limit is not None else state.config.login.freshness
     return authenticated_at is None or state.clock.now() - authenticated_at > maximum
 
 

@@ -17,14 +17,15 @@ from typing import Any, TypeVar
 
 from flask import Flask, Response, current_app, g, request
 
-from .audit.client_ip import MAX_ADDRESS_CHARS, TrustedProxies, parse_ip
+from .audit.client_ip import MAX_ADDRESS_CHARS, parse_ip
 from .audit.context import audit_context
 from .audit.sinks import AuthCounters
 from .audit.spool import SpoolAuditSink
 from .authn.accounts import AccountAdmin
 from .authn.factors.base import EnrollmentStart, Factor
 from .authn.factors.password import PasswordHasher
-from .authn.factors.wiring import install_factors
+from .authn.factors.sealing import factor_sealer
+from .authn.factors.wiring import built_in_factors
 from .authn.lockout import LockoutPolicy
 from .authn.outcomes import (
     Authenticated,
@@ -34,10 +35,12 @@ from .authn.outcomes import (
     FactorRequired,
     LoginOutcome,
 )
+from .authn.password_policy import PasswordPolicy
 from .authn.service import AuthnRequest, AuthnService
+from .authn.settings import HashingSettings
 from .authn.stores import FactorConfig
 from .clock import Clock, SystemClock
-from .config import AuthFlowConfig, load_config
+from .config import AuthFlowConfig
 from .decorators import denial_response
 from .errors import (
     AuthFlowError,
@@ -50,27 +53,27 @@ from .errors import (
 )
 from .extras import check_extras
 from .issuer.wiring import build_issuer
-from .mail import SmtpSender, SmtpSettings
+from .mail import SmtpSender
 from .responses import error_response
-from .session.crypto import SessionCrypto, derive_key
 from .session.interface import AuthFlowSessionInterface
 from .session.model import AuthSession
+from .session.settings import SessionSettings
 from .session.stores import MemorySessionStore, SessionStore
+from .settings import apply_defaults
 from .state import (
     EXTENSION_KEY,
+    Adapters,
     AuthFlowHooks,
     AuthFlowState,
     DenialHandler,
-    PluginWiring,
     UserLoader,
     account_admin,
-    active_plugin_wiring,
     current_auth_session,
     current_session,
     get_state,
 )
-from .stores.memory import InMemoryBackend
 from .users import current_user
+from .views.logout import register_logout
 
 log = logging.getLogger("flask_authflow")
 
@@ -78,89 +81,160 @@ UserLoaderT = TypeVar("UserLoaderT", bound=UserLoader)
 ClaimsMapperT = TypeVar("ClaimsMapperT", bound=Callable[..., Any])
 DenialHandlerT = TypeVar("DenialHandlerT", bound=DenialHandler)
 
-__all__ = ["AuthFlow", "AuthFlowState", "current_auth_session", "current_session", "get_state"]
+__all__ = ["Adapters", "AuthFlow", "AuthFlowState", "current_auth_session", "current_session", "get_state"]
 
 
-def _test_database_url(config: AuthFlowConfig, wiring: PluginWiring) -> str | None:
-    """The database an app built during a test uses, or ``None`` for the configured one.
+def _database(app: Flask, config: AuthFlowConfig) -> Callable[[], str]:
+    """The URL of the default SQL stores, looked up when one is built: ``AUTHFLOW_DATABASE_URL``,
+    else ``authflow.db`` in the instance folder (created then, not before)."""
 
-    Memory wiring: a private in-memory SQLite (for anything that still wants SQL, such as
-    the issuer's key store). SQL wiring: the configured URL, unless it is a SQLite file
-    outside the test's temporary folder, which is refused; none configured: a file in it.
-    """
-    if wiring.stores == "memory":
-        return "sqlite://"
-    url = config.database_url
-    if url is None:
-        return f"sqlite:///{wiring.tmp_path / 'authflow.db'}"
-    from sqlalchemy.engine import make_url
+    def url() -> str:
+        if config.web.database_url:
+            return str(config.web.database_url)
+        instance = Path(app.instance_path)
+        instance.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{instance / 'authflow.db'}"
 
-    path = _sqlite_file_outside(make_url(url), wiring)
-    if path is not None:
-        raise ConfigurationError(
-            f"AUTHFLOW_DATABASE_URL points at {path}, outside this test's temporary folder "
-            f"({wiring.tmp_path}): the test would write into that database. Use "
-            "f\"sqlite:///{tmp_path}/test.db\" in the test's config, or the plugin's default "
-            "in-memory stores (remove the authflow_stores marker)"
-        )
-    return None
-
-
-def _sqlite_file_outside(url: Any, wiring: PluginWiring) -> Path | None:
-    """The SQLite file ``url`` (a SQLAlchemy URL) names, if it lies outside the test's
-    temporary folder; ``None`` for other databases, in-memory ones and files inside it."""
-    if url is None or url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
-        return None
-    path = Path(str(url.database)).expanduser().resolve()
-    return None if path.is_relative_to(wiring.tmp_path.resolve()) else path
-
-
-def _refuse_database_outside(wiring: PluginWiring, engine: Any) -> None:
-    """Under the pytest plugin: an explicit SQL backend on a SQLite file outside the test's
-    temporary folder is refused (the test would write into a development database)."""
-    path = _sqlite_file_outside(getattr(engine, "url", None), wiring)
-    if path is not None:
-        raise ConfigurationError(
-            f"the backend's database is {path}, outside this test's temporary folder ({wiring.tmp_path}): "
-            "the test would write into that database. Configure an in-memory database for tests "
-            '(SQLALCHEMY_DATABASE_URI="sqlite://") or one under tmp_path'
-        )
-
-
-def _default_database_url(app: Flask) -> str:
-    instance = Path(app.instance_path)
-    instance.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{instance / 'authflow.db'}"
-
-
-def _loading_for_a_cli_command() -> bool:
-    """The Flask CLI is loading the app to look up one of the app's commands (such as
-    ``flask authflow db upgrade``), rather than to serve it or run a built-in command."""
-    import click
-    from flask.cli import FlaskGroup
-
-    ctx = click.get_current_context(silent=True)
-    return ctx is not None and isinstance(ctx.command, FlaskGroup)
+    return url
 
 
 def _ensure_schema(app: Flask, engine: Any) -> bool:
     """The default store's tables at the shipped head revision: SQLite (embedded, one
     machine) upgrades itself; on PostgreSQL a schema that is behind is refused with a
-    message naming ``flask authflow db upgrade``. When the Flask CLI loads the app for one
-    of its commands, the refusal waits for the command: ``flask authflow db ...`` runs,
-    every other ``flask authflow`` command reports it. Returns whether it waits."""
+    message naming ``flask authflow db upgrade`` (unless the Flask CLI is loading the app
+    for a command, see :func:`~flask_authflow.cli.defer_schema_refusal`). Returns whether
+    the refusal waits for the command."""
     from .stores.sqlalchemy.migrations import ensure_schema
 
     try:
         ensure_schema(engine, auto_upgrade=engine.dialect.name == "sqlite")
     except ConfigurationError as error:
-        if not _loading_for_a_cli_command():
-            raise
-        from .cli import SCHEMA_ERROR_KEY
+        from .cli import defer_schema_refusal
 
-        app.extensions[SCHEMA_ERROR_KEY] = error
+        if not defer_schema_refusal(app, error):
+            raise
         return True
     return False
+
+
+def _open_backend(
+    app: Flask, backend: Any, database: Callable[[], str], hasher: PasswordHasher, clock: Clock
+) -> tuple[Any, bool]:
+    """The app's backend and whether its schema is behind (left to ``flask authflow db``).
+
+    ``None`` builds the default ``SqlAlchemyBackend`` on ``database()``, whose tables follow
+    the shipped migrations; a backend on a Flask-SQLAlchemy ``db`` gets a copy bound to this
+    app's engine; a backend built without a hasher or clock adopts the app's."""
+    schema_behind = False
+    if backend is None:
+        from .stores.sqlalchemy.backend import SqlAlchemyBackend
+
+        backend = SqlAlchemyBackend(database(), hasher=hasher, clock=clock, create_tables=False)
+        try:
+            schema_behind = _ensure_schema(app, backend.engine)
+        except BaseException:
+            backend.close()  # its pooled connections, before the refusal propagates
+            raise
+    bind = getattr(backend, "bind_app", None)
+    if callable(bind):
+        backend = bind(app)
+    adopt = getattr(backend, "adopt_defaults", None)
+    if callable(adopt):
+        adopt(hasher=hasher, clock=clock)
+    return backend, schema_behind
+
+
+def _session_store(
+    settings: SessionSettings, sql_source: Callable[[], Any], clock: Clock, *, create_tables: bool
+) -> SessionStore:
+    """The store ``AUTHFLOW_SESSION_STORE`` names, records encrypted at rest."""
+    if settings.store == "memory":
+        return MemorySessionStore(clock=clock)
+    if settings.store == "redis":
+        from .stores.redis_session_store import RedisSessionStore
+
+        assert settings.redis_url is not None  # SessionSettings refuses "redis" without a URL
+        return RedisSessionStore(settings.redis_url, crypto=settings.at_rest_crypto(), clock=clock)
+    from .stores.sqlalchemy.session_store import SqlAlchemySessionStore
+
+    return SqlAlchemySessionStore(
+        sql_source(), crypto=settings.at_rest_crypto(), clock=clock, create_tables=create_tables
+    )
+
+
+def _session_interface(
+    settings: SessionSettings, store: SessionStore, clock: Clock
+) -> AuthFlowSessionInterface:
+    return AuthFlowSessionInterface(
+        store,
+        settings.signing_key,
+        previous_signing_keys=settings.previous_signing_keys,
+        ttl=settings.ttl,
+        idle_timeout=settings.idle_timeout,
+        cookie_name=settings.cookie_name,
+        secure=settings.cookie_secure,
+        samesite=settings.cookie_samesite,
+        cookie_domain=settings.cookie_domain,
+        cookie_path=settings.cookie_path,
+        clock=clock,
+        custom_limit=settings.custom_data_limit,
+    )
+
+
+def _hasher(settings: HashingSettings) -> PasswordHasher:
+    """The Argon2id hasher the ``AUTHFLOW_ARGON2_*`` keys describe."""
+    return PasswordHasher(
+        time_cost=settings.time_cost,
+        memory_cost=settings.memory_cost,
+        parallelism=settings.parallelism,
+        max_concurrent=settings.max_concurrent,
+        max_time_cost=settings.max_time_cost,
+        max_memory_cost=settings.max_memory_cost,
+        max_parallelism=settings.max_parallelism,
+    )
+
+
+def _login_service(
+    app: Flask, config: AuthFlowConfig, backend: Any, hasher: PasswordHasher, clock: Clock
+) -> AuthnService:
+    """The login service on ``backend``, with the lockout, freshness and passkey settings."""
+
+    def revoke_sessions(tenant: str, user_id: str, keep_sid: str | None, reason: str) -> int:
+        return account_admin(app).revoke_sessions(tenant, user_id, keep_sid=keep_sid, reason=reason)
+
+    lockout = config.lockout
+    return AuthnService(
+        backend,
+        backend,
+        hasher=hasher,
+        lockout=LockoutPolicy(
+            max_failures=lockout.max_failures, window=lockout.window, lock_duration=lockout.duration
+        ),
+        clock=clock,
+        counters=AuthCounters(),
+        audit_fallback=SpoolAuditSink(config.audit.spool_file(app.instance_path)),
+        freshness=config.login.freshness,
+        site_name=config.login.site_name or "flask-authflow",
+        passkey_login_allowed=config.factors.passkey_login_allowed,
+        revoke_sessions=revoke_sessions,  # a factor change ends the user's other sessions
+    )
+
+
+def _install(app: Flask, state: AuthFlowState) -> None:
+    """Put the state on the app and hook sessions, error handlers and the CLI into it."""
+    app.extensions[EXTENSION_KEY] = state
+    interface = state.session_interface
+    app.session_interface = interface
+    for error in (AuthFlowError, Unauthenticated, StepUpNeeded, PermissionDenied):
+        app.register_error_handler(error, denial_response)
+    app.context_processor(_template_context)
+    app.before_request(_before_request)
+    app.after_request(lambda response: interface.save_early(app, response))
+    from .cli import authflow_cli
+
+    app.cli.add_command(authflow_cli)
+    if state.issuer is not None:
+        app.register_blueprint(state.issuer.blueprint(url_prefix=state.config.issuer.url_prefix or None))
 
 
 class AuthFlow:
@@ -172,6 +246,7 @@ class AuthFlow:
     :param session_store: where sessions live; default per ``AUTHFLOW_SESSION_STORE``.
     :param clock: the clock every part uses (a ``MockClock`` in tests).
     :param hasher: the Argon2id hasher; default from the ``AUTHFLOW_ARGON2_*`` keys.
+    :param http_client: carries the provider traffic of federated login.
     """
 
     def __init__(
@@ -184,15 +259,15 @@ class AuthFlow:
         hasher: PasswordHasher | None = None,
         http_client: Any = None,
     ) -> None:
-        self._backend = backend
-        self._http_client = http_client
+        #: What every app this extension initialises runs on, unless ``init_app`` is given
+        #: its own (``None`` fields are built from each app's configuration).
+        self.adapters = Adapters(
+            clock=clock, hasher=hasher, backend=backend, session_store=session_store, http_client=http_client
+        )
         #: Providers registered in code (``register_provider``), for every app.
         self._providers: dict[str, Any] = {}
         self._factors: dict[FactorKind, Factor] = {}
         self._apps: weakref.WeakSet[Flask] = weakref.WeakSet()
-        self._session_store = session_store
-        self._clock = clock
-        self._hasher = hasher
         self._hooks = AuthFlowHooks()
         #: The ready-made pages (``authflow.views.register(app)``; see :doc:`/views`).
         self.views = ViewsRegistrar()
@@ -218,194 +293,70 @@ class AuthFlow:
         (``authflow.init_app(app, clock=clock)``). ``http_client`` carries the provider
         traffic of federated login (a :class:`~flask_authflow.federation.http.HttpClient`; tests
         pass one with the test provider's adapters). No application context is needed.
+        Nothing is installed on ``app`` until everything was built, so a refused setting
+        leaves the app untouched.
         """
         if EXTENSION_KEY in app.extensions:
             raise RuntimeError(
                 "flask-authflow is already initialised on this app; call init_app once per app"
             )
-        clock = clock if clock is not None else self._clock
-        hasher = hasher if hasher is not None else self._hasher
-        backend = backend if backend is not None else self._backend
-        session_store = session_store if session_store is not None else self._session_store
+        given = Adapters(
+            clock=clock, hasher=hasher, backend=backend, session_store=session_store, http_client=http_client
+        ).over(self.adapters)
         check_extras(
             app.config, federation=bool(app.config.get("AUTHFLOW_OAUTH_PROVIDERS") or self._providers)
         )
-        config = load_config(app.config, debug=app.debug, testing=app.testing)
-        wiring = active_plugin_wiring()
-        database_override: str | None = None
-        if wiring is not None:
-            clock = clock if clock is not None else wiring.clock
-            hasher = hasher if hasher is not None else wiring.hasher
-            database_override = _test_database_url(config, wiring)
-            if wiring.stores == "memory":
-                backend = backend if backend is not None else InMemoryBackend(hasher=hasher, clock=clock)
-                if session_store is None:
-                    session_store = MemorySessionStore(clock=clock)
-        clock = clock if clock is not None else SystemClock()
-        hasher = (
-            hasher
-            if hasher is not None
-            else PasswordHasher(
-                time_cost=config.argon2_time_cost,
-                memory_cost=config.argon2_memory_cost,
-                parallelism=config.argon2_parallelism,
-                max_concurrent=config.max_concurrent_hashes,
-                max_time_cost=config.argon2_max_time_cost,
-                max_memory_cost=config.argon2_max_memory_cost,
-                max_parallelism=config.argon2_max_parallelism,
-            )
-        )
-        try:
-            trusted = TrustedProxies(config.trusted_proxies)
-        except (ValueError, ConfigurationError) as exc:
-            raise ConfigurationError(f"AUTHFLOW_TRUSTED_PROXIES: {exc}") from exc
+        apply_defaults(app.config)
+        config = AuthFlowConfig.from_config(app.config)
+        clock = given.clock if given.clock is not None else SystemClock()
+        hasher = given.hasher if given.hasher is not None else _hasher(config.hashing)
+        database = _database(app, config)
+        backend, schema_behind = _open_backend(app, given.backend, database, hasher, clock)
 
-        database_url = database_override or config.database_url or _default_database_url(app)
-        schema_managed = backend is None  # the default store's tables follow the shipped migrations
-        schema_behind = False
-        if backend is None:
-            from .stores.sqlalchemy.backend import SqlAlchemyBackend
+        def sql_source() -> Any:  # the SQL stores share the backend's engine when it has one
+            return getattr(backend, "engine", None) or database()
 
-            backend = SqlAlchemyBackend(database_url, hasher=hasher, clock=clock, create_tables=False)
-            try:
-                schema_behind = _ensure_schema(app, backend.engine)
-            except BaseException:
-                backend.close()  # its pooled connections, before the refusal propagates
-                raise
-        bind = getattr(backend, "bind_app", None)
-        if callable(bind):  # a backend on a Flask-SQLAlchemy db: a copy on this app's engine
-            backend = bind(app)
-        adopt = getattr(backend, "adopt_defaults", None)
-        if callable(adopt):
-            adopt(hasher=hasher, clock=clock)
-        if wiring is not None:
-            _refuse_database_outside(wiring, getattr(backend, "engine", None))
-        session_store = (
-            session_store
-            if session_store is not None  # an empty store is falsy (it has __len__)
-            else self._build_session_store(
-                config, database_url, backend, clock, create_tables=not schema_managed
-            )
-        )
-
-        counters = AuthCounters()
-        service = AuthnService(
-            backend,
-            backend,
-            hasher=hasher,
-            lockout=LockoutPolicy(
-                max_failures=config.lockout_max_failures,
-                window=config.lockout_window,
-                lock_duration=config.lockout_duration,
-            ),
-            clock=clock,
-            counters=counters,
-            audit_fallback=SpoolAuditSink(
-                config.audit_spool_path
-                or (wiring.tmp_path if wiring is not None else Path(app.instance_path))
-                / "authflow-audit-spool.jsonl"
-            ),
-        )
-        sealer = install_factors(service, config, lambda: get_state(app).mail_sender)
-        interface = AuthFlowSessionInterface(
-            session_store,
-            config.signing_key,
-            previous_signing_keys=config.previous_signing_keys,
-            ttl=config.session_ttl,
-            idle_timeout=config.session_idle_timeout,
-            cookie_name=config.cookie_name,
-            secure=config.cookie_secure,
-            samesite=config.cookie_samesite,
-            cookie_domain=config.cookie_domain,
-            cookie_path=config.cookie_path,
-            clock=clock,
-            custom_limit=config.custom_data_limit,
-        )
-        # Built before anything is installed on the app: a refused store spec or a
-        # damaged key store leaves the app untouched, so init_app can be retried.
-        # (Not on a schema that is behind, which only `flask authflow db` may use: see _ensure_schema.)
-        issuer = (
-            build_issuer(config.issuer, config, database_url, backend, clock)
-            if config.issuer and not schema_behind
-            else None
-        )
-        # Federation is checked (provider entries, a backend that stores links) before the
-        # state is installed, like the issuer above.
+        store = given.session_store
+        if store is None:  # ``is None``: an empty store is falsy (it has __len__)
+            store = _session_store(config.session, sql_source, clock, create_tables=given.backend is not None)
+        service = _login_service(app, config, backend, hasher, clock)
+        sealer = factor_sealer(config.factors)
+        for factor in built_in_factors(config.factors, sealer, lambda: get_state(app).mail_sender):
+            service.register_factor(factor)
+        for factor in self._factors.values():
+            service.register_factor(factor)
+        # Not on a schema that is behind, which only `flask authflow db` may use.
+        issuer_wanted = bool(config.issuer.issuer) and not schema_behind
         state = AuthFlowState(
             config=config,
             clock=clock,
-            session_store=session_store,
-            session_interface=interface,
+            session_store=store,
+            session_interface=_session_interface(config.session, store, clock),
             backend=backend,
             service=service,
-            trusted_proxies=trusted,
-            counters=counters,
+            trusted_proxies=config.audit.proxies(),
+            counters=service.counters,
             hasher=hasher,
-            issuer=issuer,
+            issuer=build_issuer(config.issuer, sql_source, clock) if issuer_wanted else None,
             hooks=self._hooks,
             sealer=sealer,
+            mail_sender=SmtpSender(config.mail) if config.mail is not None else None,
+            password_policy=PasswordPolicy.from_settings(config.passwords),
         )
-        if config.smtp_host is not None:  # e-mailed codes go out through this server
-            state.mail_sender = SmtpSender(SmtpSettings.from_config(app.config))
-        app.extensions[EXTENSION_KEY] = state
-
-        def revoke_sessions(tenant: str, user_id: str, keep_sid: str | None, reason: str) -> int:
-            return account_admin(app).revoke_sessions(tenant, user_id, keep_sid=keep_sid, reason=reason)
-
-        service.revoke_sessions = revoke_sessions  # a factor change ends the user's other sessions
-        for factor in self._factors.values():
-            service.register_factor(factor)
-        app.session_interface = interface
-        app.register_error_handler(AuthFlowError, denial_response)
-        app.register_error_handler(Unauthenticated, denial_response)
-        app.register_error_handler(StepUpNeeded, denial_response)
-        app.register_error_handler(PermissionDenied, denial_response)
-        app.context_processor(_template_context)
-        app.before_request(_before_request)
-        app.after_request(lambda response: interface.save_early(app, response))
-
-        from .cli import authflow_cli
-
-        app.cli.add_command(authflow_cli)
-
-        if issuer is not None:
-            app.register_blueprint(issuer.blueprint(url_prefix=config.issuer_url_prefix or None))
-        from .views.logout import register_logout
-
-        register_logout(app, config.logout_url_prefix)  # POST /auth/logout: the app's one logout route
-        if config.oauth_providers or self._providers:
-            self._install_federation(app, state, http_client or self._http_client)
+        _install(app, state)
+        register_logout(app, config.web.logout_url_prefix)  # POST /auth/logout: the app's one logout route
+        if config.federation.providers or self._providers:
+            self._install_federation(app, state, given.http_client)
         self._apps.add(app)
-        if config.views:
+        if config.web.views:
             self.views.register(app)
-
-    @staticmethod
-    def _build_session_store(
-        config: AuthFlowConfig, database_url: str, backend: Any, clock: Clock, *, create_tables: bool = True
-    ) -> SessionStore:
-        if config.session_store == "memory":
-            return MemorySessionStore(clock=clock)
-        from .stores.sqlalchemy.session_store import SqlAlchemySessionStore
-
-        key = config.session_encryption_key or derive_key(config.signing_key, b"authflow.at-rest")
-        previous = list(config.previous_session_encryption_keys)
-        if config.session_encryption_key is None:
-            previous += [derive_key(old, b"authflow.at-rest") for old in config.previous_signing_keys]
-        crypto = SessionCrypto(key, previous_keys=previous)
-        if config.session_store == "redis":
-            from .stores.redis_session_store import RedisSessionStore
-
-            assert config.redis_url is not None  # load_config refuses "redis" without a URL
-            return RedisSessionStore(config.redis_url, crypto=crypto, clock=clock)
-        engine = getattr(backend, "engine", None) or database_url
-        return SqlAlchemySessionStore(engine, crypto=crypto, clock=clock, create_tables=create_tables)
 
     def _install_federation(self, app: Flask, state: AuthFlowState, http_client: Any) -> None:
         from .federation.wiring import build_federation, register_oauth_blueprint
 
         state.federation = build_federation(
             app,
-            state.config,
+            state.config.federation,
             backend=state.backend,
             session_store=state.session_store,
             clock=state.clock,
@@ -413,7 +364,7 @@ class AuthFlow:
             definitions=self._providers,
             http_client=http_client,
         )
-        register_oauth_blueprint(app, state.config.oauth_url_prefix)
+        register_oauth_blueprint(app, state.config.federation.url_prefix)
 
     # --- factors ------------------------------------------------------------------------------
 
@@ -449,7 +400,7 @@ class AuthFlow:
                         "register_provider after the app served requests: register providers before "
                         "the first request (or set AUTHFLOW_OAUTH_PROVIDERS)"
                     )
-                self._install_federation(app, state, self._http_client)
+                self._install_federation(app, state, self.adapters.http_client)
             else:
                 state.federation.registry.register(name, config_or_factory)
 
@@ -698,10 +649,10 @@ def _is_loopback_request(environ: Mapping[str, Any]) -> bool:
 def _before_request() -> Response | None:
     # Every request runs this: the app and the request are looked up once each.
     app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
-    config = get_state(app).config
+    settings = get_state(app).config.session
     if (
-        not config.cookie_secure
-        and config.allow_insecure_loopback
+        not settings.cookie_secure
+        and settings.allow_insecure_loopback
         and not (app.debug or app.testing)
         and not _is_loopback_request(request.environ)
     ):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from flask import Flask, current_app
@@ -39,12 +38,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXTENSION_KEY",
+    "Adapters",
     "AuthBackend",
     "AuthFlowHooks",
     "AuthFlowState",
-    "PluginWiring",
     "account_admin",
-    "active_plugin_wiring",
     "current_auth_session",
     "current_session",
     "get_state",
@@ -103,7 +101,8 @@ class AuthFlowState:
     hasher: PasswordHasher
     #: The app's local token issuer, when ``AUTHFLOW_ISSUER`` is set.
     issuer: LocalIdp | None = None
-    #: Where e-mail (one-time codes) goes; the pytest plugin's ``mail_outbox`` replaces it.
+    #: Where e-mail (one-time codes) goes: SMTP when ``AUTHFLOW_SMTP_HOST`` is set; an
+    #: application (or a test's outbox) may put its own :class:`MailSender` here.
     mail_sender: MailSender | None = None
     #: Seals factor secrets at rest and hashes one-time codes (``AUTHFLOW_FACTOR_ENCRYPTION_KEY``).
     sealer: FactorSealer | None = None
@@ -111,7 +110,8 @@ class AuthFlowState:
     hooks: AuthFlowHooks = field(default_factory=AuthFlowHooks)
     #: Federated login (a ``FederationService``) when OpenID providers are configured.
     federation: Any = None
-    #: The policy new passwords must pass; ``None`` builds it from the config on each use.
+    #: The policy new passwords must pass (``init_app`` builds it from ``AUTHFLOW_PASSWORD_*``;
+    #: ``None`` builds it from the config on each use).
     password_policy: PasswordPolicy | None = None
 
     def __repr__(self) -> str:
@@ -121,37 +121,30 @@ class AuthFlowState:
 
 
 @dataclass(frozen=True, eq=False)
-class PluginWiring:
-    """What the pytest plugin asks ``init_app`` to use for apps built during a test.
+class Adapters:
+    """What an app's flask-authflow runs on instead of what its configuration would build.
 
-    ``stores="memory"`` (the default) puts users, sessions and issuer keys in memory;
-    ``"sql"`` keeps the configured SQL stores but refuses a SQLite file outside
-    ``tmp_path`` (and uses one inside it when no database is configured).
+    ``AuthFlow(...)`` keeps the ones given to it (``authflow.adapters``); ``init_app`` takes
+    its keyword arguments over those. A ``None`` field is built from the app's configuration:
+    the system clock, the Argon2id hasher of ``AUTHFLOW_ARGON2_*``, the SQL backend on
+    ``AUTHFLOW_DATABASE_URL``, the session store of ``AUTHFLOW_SESSION_STORE``, an HTTP client
+    on ``requests`` (see :doc:`/testing` for a test's own).
     """
 
-    clock: Clock
-    hasher: PasswordHasher
-    tmp_path: Path
-    stores: str = "memory"
+    clock: Clock | None = None
+    hasher: PasswordHasher | None = None
+    backend: Any = None
+    session_store: SessionStore | None = None
+    http_client: Any = None
 
-
-_plugin_wiring: list[PluginWiring] = []
-
-
-def active_plugin_wiring() -> PluginWiring | None:
-    """The wiring of the running test, if the pytest plugin set one."""
-    return _plugin_wiring[-1] if _plugin_wiring else None
-
-
-def push_plugin_wiring(wiring: PluginWiring) -> None:
-    """Start applying ``wiring`` to ``init_app`` (the plugin's autouse fixture)."""
-    _plugin_wiring.append(wiring)
-
-
-def pop_plugin_wiring() -> None:
-    """Stop applying the wiring pushed last."""
-    if _plugin_wiring:
-        _plugin_wiring.pop()
+    def over(self, defaults: Adapters) -> Adapters:
+        """These adapters, with ``defaults``' where these are ``None``."""
+        return Adapters(
+            **{
+                name: mine if mine is not None else getattr(defaults, name)
+                for name, mine in vars(self).items()
+            }
+        )
 
 
 def get_state(app: Flask | None = None) -> AuthFlowState:
@@ -173,7 +166,7 @@ def account_admin(app: Flask | None = None) -> AccountAdmin:
     and changing second factors through the app's login service (its factors, store and clock)."""
     target = app if app is not None else current_app._get_current_object()  # type: ignore[attr-defined]
     state = get_state(target)
-    policy = state.password_policy or PasswordPolicy.from_config(state.config)
+    policy = state.password_policy or PasswordPolicy.from_settings(state.config.passwords)
     return AccountAdmin(
         state.backend, state.session_store, sender=target, policy=policy, service=state.service
     )

@@ -20,20 +20,20 @@ def _load(debug: bool = False, testing: bool = False, **overrides: object):
 
 def test_defaults_are_applied_with_setdefault() -> None:
     cfg, raw = _load()
-    assert cfg.session_ttl == timedelta(hours=12)
-    assert cfg.session_idle_timeout == timedelta(hours=1)
-    assert cfg.cookie_name == "authflow_session"
-    assert cfg.cookie_secure is True
-    assert cfg.cookie_samesite == "Lax"
-    assert cfg.lockout_max_failures == 5
-    assert cfg.lockout_duration == timedelta(minutes=15)
+    assert cfg.session.ttl == timedelta(hours=12)
+    assert cfg.session.idle_timeout == timedelta(hours=1)
+    assert cfg.session.cookie_name == "authflow_session"
+    assert cfg.session.cookie_secure is True
+    assert cfg.session.cookie_samesite == "Lax"
+    assert cfg.lockout.max_failures == 5
+    assert cfg.lockout.duration == timedelta(minutes=15)
     assert set(DEFAULTS) <= set(raw)  # written back into app.config, as setdefault does
 
 
 def test_existing_values_win_over_defaults() -> None:
     cfg, _ = _load(AUTHFLOW_SESSION_TTL=timedelta(hours=2), AUTHFLOW_SESSION_IDLE_TIMEOUT=600)
-    assert cfg.session_ttl == timedelta(hours=2)
-    assert cfg.session_idle_timeout == timedelta(minutes=10)
+    assert cfg.session.ttl == timedelta(hours=2)
+    assert cfg.session.idle_timeout == timedelta(minutes=10)
 
 
 def test_environment_strings_are_coerced() -> None:
@@ -43,14 +43,14 @@ def test_environment_strings_are_coerced() -> None:
         AUTHFLOW_TRUSTED_PROXIES="10.0.0.0/8, 192.168.0.0/16",
         AUTHFLOW_LOCKOUT_MAX_FAILURES="3",
     )
-    assert cfg.session_ttl == timedelta(hours=2)
-    assert cfg.trusted_proxies == ("10.0.0.0/8", "192.168.0.0/16")
-    assert cfg.lockout_max_failures == 3
+    assert cfg.session.ttl == timedelta(hours=2)
+    assert cfg.audit.trusted_proxies == ("10.0.0.0/8", "192.168.0.0/16")
+    assert cfg.lockout.max_failures == 3
 
 
 def test_text_key_counts_in_bytes() -> None:
     cfg, _ = _load()
-    assert cfg.signing_key == KEY.encode()
+    assert cfg.session.signing_key == KEY.encode()
     assert "kkkk" not in repr(cfg)
 
 
@@ -86,7 +86,7 @@ def test_insecure_cookie_allowed_in_debug_testing_or_loopback_opt_out(
     cfg, _ = _load(
         debug=debug, testing=testing, AUTHFLOW_COOKIE_SECURE=False, AUTHFLOW_ALLOW_INSECURE_LOOPBACK=loopback
     )
-    assert cfg.cookie_secure is False
+    assert cfg.session.cookie_secure is False
 
 
 def test_unknown_prefixed_key_is_refused_as_typo() -> None:
@@ -126,7 +126,7 @@ def test_samesite_none_requires_secure() -> None:
 
 def test_weak_argon2_allowed_only_when_testing() -> None:
     cfg, _ = _load(testing=True, AUTHFLOW_ARGON2_MEMORY_COST=8)
-    assert cfg.argon2_memory_cost == 8
+    assert cfg.hashing.memory_cost == 8
 
 
 def test_init_app_refuses_unsafe_config_with_message() -> None:
@@ -169,7 +169,12 @@ def test_host_prefixed_cookie_is_accepted_and_set_host_only() -> None:
     from flask_authflow import AuthFlow, InMemoryBackend, MemorySessionStore, current_session
 
     cfg, _ = _load(AUTHFLOW_COOKIE_NAME="__Host-authflow")
-    assert cfg.cookie_name == "__Host-authflow" and cfg.cookie_path == "/" and cfg.cookie_domain is None
+    session = cfg.session
+    assert (
+        session.cookie_name == "__Host-authflow"
+        and session.cookie_path == "/"
+        and session.cookie_domain is None
+    )
     app = Flask(__name__)
     app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="k" * 32, AUTHFLOW_COOKIE_NAME="__Host-authflow")
     AuthFlow(app, backend=InMemoryBackend(), session_store=MemorySessionStore())
@@ -195,3 +200,176 @@ def test_trusted_proxies_that_cover_everything_are_refused(proxies: object) -> N
     with pytest.raises(ConfigurationError, match=r"AUTHFLOW_TRUSTED_PROXIES: .*cover every IPv"):
         AuthFlow(app, backend=InMemoryBackend(), session_store=MemorySessionStore())
     assert "authflow" not in app.extensions
+
+
+# --- the key table and the settings of each feature ---------------------------------------------
+
+SETTINGS_CLASSES = [
+    "flask_authflow.session.settings:SessionSettings",
+    "flask_authflow.audit.settings:AuditSettings",
+    "flask_authflow.authn.settings:LoginSettings",
+    "flask_authflow.authn.settings:LockoutSettings",
+    "flask_authflow.authn.settings:HashingSettings",
+    "flask_authflow.authn.settings:PasswordPolicySettings",
+    "flask_authflow.authn.settings:FactorSettings",
+    "flask_authflow.issuer.settings:IssuerSettings",
+    "flask_authflow.federation.settings:FederationSettings",
+    "flask_authflow.config:WebSettings",
+]
+
+
+def _settings_classes() -> list[type]:
+    import importlib
+
+    found = []
+    for spec in SETTINGS_CLASSES:
+        module, name = spec.split(":")
+        found.append(getattr(importlib.import_module(module), name))
+    return found
+
+
+def test_every_key_is_read_by_a_feature_and_every_field_names_a_key() -> None:
+    from dataclasses import fields
+
+    from flask_authflow.settings import KEYS
+
+    read = set()
+    for cls in _settings_classes():
+        for item in fields(cls):
+            key = item.metadata.get("key")
+            assert key is not None or item.metadata.get("flag") in ("DEBUG", "TESTING"), (cls, item.name)
+            read.add(key)
+    smtp = {key.name for key in KEYS if key.name.startswith("AUTHFLOW_SMTP_")}  # read by SmtpSettings
+    assert {key.name for key in KEYS} - smtp == read - {None}
+    assert list(DEFAULTS) == [key.name for key in KEYS]
+
+
+def test_each_feature_reads_its_settings_from_app_config() -> None:
+    from flask_authflow.audit.settings import AuditSettings
+    from flask_authflow.authn.settings import FactorSettings, HashingSettings, LockoutSettings
+    from flask_authflow.issuer.settings import IssuerSettings
+    from flask_authflow.session.settings import SessionSettings
+
+    app = Flask(__name__)  # no init_app: absent keys take their defaults
+    app.config.update(
+        AUTHFLOW_SIGNING_KEY=KEY,
+        AUTHFLOW_LOCKOUT_WINDOW="600",
+        AUTHFLOW_AUDIT_RETENTION="forever",
+        AUTHFLOW_ISSUER_ALGORITHM="RS256",
+        AUTHFLOW_PASSKEY_LOGIN="acme, globex",
+        AUTHFLOW_WEBAUTHN_RP_ID="example.com",
+        AUTHFLOW_WEBAUTHN_ORIGINS="https://login.example.com/",
+    )
+    assert LockoutSettings.from_config(app.config).window == timedelta(minutes=10)
+    assert AuditSettings.from_config(app.config).retention is None
+    assert IssuerSettings.from_config(app.config).algorithm == "RS256"
+    factors = FactorSettings.from_config(app.config)
+    assert factors.webauthn_origins == ("https://login.example.com",)
+    assert factors.passkey_login_allowed("acme") and not factors.passkey_login_allowed("initech")
+    with pytest.raises(ConfigurationError, match="OWASP"):
+        HashingSettings.from_config({"AUTHFLOW_ARGON2_MEMORY_COST": 1024})
+    assert (
+        HashingSettings.from_config({"AUTHFLOW_ARGON2_MEMORY_COST": 1024, "TESTING": True}).memory_cost
+        == 1024
+    )
+    with pytest.raises(ConfigurationError, match="AUTHFLOW_COOKIE_SECURE=False is refused"):
+        SessionSettings.from_config({**app.config, "AUTHFLOW_COOKIE_SECURE": "false"})
+    app.debug = True  # DEBUG is read from the same app.config
+    assert SessionSettings.from_config({**app.config, "AUTHFLOW_COOKIE_SECURE": "false"}).debug is True
+
+
+def test_secrets_stay_out_of_every_repr() -> None:
+    cfg, _ = _load(
+        AUTHFLOW_SESSION_ENCRYPTION_KEY="s" * 32,
+        AUTHFLOW_FACTOR_ENCRYPTION_KEY="f" * 32,
+        AUTHFLOW_ISSUER_KEY_ENCRYPTION_KEY="i" * 32,
+        AUTHFLOW_PREVIOUS_SIGNING_KEYS=["p" * 32],
+    )
+    text = repr(cfg)
+    for secret in ("kkkk", "ssss", "ffff", "iiii", "pppp"):
+        assert secret not in text
+
+
+def test_apply_defaults_gives_each_app_its_own_lists() -> None:
+    from flask_authflow.settings import apply_defaults
+
+    first: dict[str, object] = {}
+    second: dict[str, object] = {}
+    apply_defaults(first)
+    apply_defaults(second)
+    first["AUTHFLOW_TRUSTED_PROXIES"].append("10.0.0.0/8")  # type: ignore[attr-defined]
+    assert second["AUTHFLOW_TRUSTED_PROXIES"] == ["127.0.0.0/8", "::1/128"]
+    assert DEFAULTS["AUTHFLOW_TRUSTED_PROXIES"] == ["127.0.0.0/8", "::1/128"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"AUTHFLOW_WEBAUTHN_RP_ID": "https://example.com"}, "bare domain"),
+        (
+            {"AUTHFLOW_WEBAUTHN_RP_ID": "example.com", "AUTHFLOW_WEBAUTHN_ORIGINS": "http://example.com"},
+            "http only for localhost",
+        ),
+        (
+            {"AUTHFLOW_WEBAUTHN_RP_ID": "example.com", "AUTHFLOW_WEBAUTHN_ORIGINS": "https://evil.test"},
+            "is not on AUTHFLOW_WEBAUTHN_RP_ID",
+        ),
+        (
+            {"AUTHFLOW_WEBAUTHN_RP_ID": "example.com"},
+            "set AUTHFLOW_WEBAUTHN_RP_ID and AUTHFLOW_WEBAUTHN_ORIGINS",
+        ),
+        ({"AUTHFLOW_PASSKEY_LOGIN": True}, "AUTHFLOW_PASSKEY_LOGIN needs WebAuthn"),
+        ({"AUTHFLOW_PASSKEY_LOGIN": 3}, "True, False or a list of tenant names"),
+        ({"AUTHFLOW_WEBAUTHN_USER_VERIFICATION": "always"}, "'required', 'preferred'"),
+        ({"AUTHFLOW_EMAIL_OTP_TTL": timedelta(hours=1)}, "over 30 minutes"),
+        ({"AUTHFLOW_EMAIL_OTP_MAX_TRIES": 11}, "between 1 and 10"),
+        (
+            {"AUTHFLOW_ARGON2_TIME_COST": 11},
+            "AUTHFLOW_ARGON2_TIME_COST is above AUTHFLOW_ARGON2_MAX_TIME_COST",
+        ),
+        ({"AUTHFLOW_PASSWORD_MIN_LENGTH": 7}, "NIST SP 800-63B's minimum"),
+        ({"AUTHFLOW_PASSWORD_BLOCKLIST": [1, 2]}, "list of strings"),
+        ({"AUTHFLOW_OAUTH_URL_PREFIX": "auth/"}, "a path such as '/auth'"),
+        ({"AUTHFLOW_OAUTH_PROVIDERS": "{not json"}, "not valid JSON"),
+        ({"AUTHFLOW_OAUTH_PROVIDERS": {"op": "url"}}, "dict of dicts"),
+        ({"AUTHFLOW_COOKIE_NAME": 7}, "AUTHFLOW_COOKIE_NAME must be a string"),
+        ({"AUTHFLOW_SITE_NAME": 7}, "AUTHFLOW_SITE_NAME must be a string or None"),
+        (
+            {"AUTHFLOW_FACTOR_ENCRYPTION_KEY": "short"},
+            "AUTHFLOW_FACTOR_ENCRYPTION_KEY must be exactly 32 bytes",
+        ),
+        ({"AUTHFLOW_PREVIOUS_ISSUER_KEY_ENCRYPTION_KEYS": ["x"]}, "every AUTHFLOW_PREVIOUS_ISSUER_KEY_"),
+        ({"AUTHFLOW_AUDIT_RETENTION": "a while"}, "AUTHFLOW_AUDIT_RETENTION must be a timedelta"),
+        ({"AUTHFLOW_SMTP_HOST": "smtp.example.com"}, "AUTHFLOW_SMTP_FROM is not set"),
+    ],
+)
+def test_every_feature_refuses_with_a_message_naming_the_key(
+    settings: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        _load(testing=True, **settings)
+
+
+def test_no_feature_module_imports_another_features_settings() -> None:
+    """A feature's modules read their own settings; only the web layer (config, extension)
+    sees every feature's."""
+    import ast
+    from pathlib import Path
+
+    import flask_authflow
+
+    package = Path(flask_authflow.__file__).parent
+    features = {"session", "audit", "authn", "issuer", "federation"}
+    crossings = []
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package).parts
+        if len(parts) < 2:
+            continue  # top-level modules are the web layer
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.module is None:
+                continue
+            base = list(parts[:-1])[: len(parts) - 1 - (node.level - 1)] if node.level else ["<abs>"]
+            target = (base + node.module.split(".")) if node.level else node.module.split(".")[1:]
+            if target[-1:] == ["settings"] and target[:1] != [parts[0]] and target[0] in features:
+                crossings.append(f"{'/'.join(parts)} imports {'.'.join(target)}")
+    assert crossings == []

@@ -341,3 +341,108 @@ def test_settings_without_optional_packages_need_none(
     app = _app(AUTHFLOW_SESSION_STORE="memory")
     AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
     assert get_state(app).federation is None
+
+
+# --- composition: adapters, settings, nothing test-aware ----------------------------------------
+
+
+def test_init_app_arguments_win_over_the_constructors_adapters(authflow_hasher, mock_clock) -> None:
+    from flask_authflow.clock import MockClock, SystemClock
+
+    ext = AuthFlow(hasher=authflow_hasher, clock=mock_clock)
+    assert ext.adapters.clock is mock_clock and ext.adapters.backend is None
+    shared = _app(AUTHFLOW_SESSION_STORE="memory")
+    ext.init_app(shared, backend=InMemoryBackend(hasher=authflow_hasher))
+    own_clock = MockClock()
+    own = _app(AUTHFLOW_SESSION_STORE="memory")
+    ext.init_app(own, clock=own_clock, backend=InMemoryBackend(hasher=authflow_hasher))
+    assert get_state(shared).clock is mock_clock
+    assert get_state(own).clock is own_clock
+    assert get_state(shared).hasher is get_state(own).hasher is authflow_hasher
+    plain = _app(AUTHFLOW_SESSION_STORE="memory")
+    AuthFlow(plain, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    assert isinstance(get_state(plain).clock, SystemClock)  # nothing else supplies a clock
+
+
+def test_a_given_backend_leaves_the_instance_folder_alone(tmp_path, authflow_hasher) -> None:
+    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
+    app.config.update(
+        TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), AUTHFLOW_SESSION_STORE="memory"
+    )
+    AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    assert not (tmp_path / "instance").exists()  # no database file nor spool was made for nothing
+
+
+def test_the_login_service_is_built_from_the_settings(authflow_hasher) -> None:
+    from datetime import timedelta
+
+    app = _app(
+        AUTHFLOW_SESSION_STORE="memory",
+        AUTHFLOW_FRESHNESS=180,
+        AUTHFLOW_SITE_NAME="Acme",
+        AUTHFLOW_LOCKOUT_MAX_FAILURES="3",
+        AUTHFLOW_PASSWORD_MIN_LENGTH=20,
+    )
+    AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    state = get_state(app)
+    assert state.service.freshness == timedelta(minutes=3)
+    assert state.service.site_name == "Acme"
+    assert state.service.policy.max_failures == 3
+    assert state.password_policy is not None and state.password_policy.min_length == 20
+    assert state.service.passkey_login_allowed("default") is False
+    assert state.mail_sender is None  # no AUTHFLOW_SMTP_HOST
+
+
+def test_smtp_settings_are_parsed_once_into_the_sender(authflow_hasher) -> None:
+    from flask_authflow.mail import SmtpSender
+
+    app = _app(
+        AUTHFLOW_SESSION_STORE="memory",
+        AUTHFLOW_SMTP_HOST="smtp.example.com",
+        AUTHFLOW_SMTP_FROM="no-reply@example.com",
+        AUTHFLOW_SMTP_PORT="2525",
+    )
+    AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    state = get_state(app)
+    assert isinstance(state.mail_sender, SmtpSender)
+    assert state.mail_sender.settings is state.config.mail
+    assert (state.config.mail.host, state.config.mail.port) == ("smtp.example.com", 2525)
+
+
+def test_a_refused_setting_leaves_the_app_untouched(authflow_hasher) -> None:
+    app = _app(AUTHFLOW_SESSION_STORE="memory", AUTHFLOW_SMTP_HOST="smtp.example.com")  # no FROM
+    with pytest.raises(ConfigurationError, match="AUTHFLOW_SMTP_FROM is not set"):
+        AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    assert "authflow" not in app.extensions
+    assert "authflow" not in app.cli.commands
+
+
+def test_production_code_knows_nothing_of_tests() -> None:
+    """Outside flask_authflow/testing/, no module imports pytest or looks at a test's
+    temporary folder: apps behave the same under tests as in production."""
+    import ast
+    from pathlib import Path
+
+    import flask_authflow
+
+    package = Path(flask_authflow.__file__).parent
+    offenders = []
+    for path in package.rglob("*.py"):
+        if path.relative_to(package).parts[0] == "testing":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            imported = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            names = [node.id] if isinstance(node, ast.Name) else []
+            names += [node.attr] if isinstance(node, ast.Attribute) else []
+            if any(name.split(".")[0] in ("pytest", "_pytest") for name in imported) or any(
+                "tmp_path" in name or "plugin_wiring" in name for name in names
+            ):
+                offenders.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert offenders == []

@@ -220,7 +220,8 @@ def test_login_user_goes_through_the_state_machine(mock_clock, authflow_hasher) 
     # The session is bound to the User-Agent it was established with.
     thief = app.test_client()
     thief.set_cookie(
-        get_state(app).config.cookie_name, client.get_cookie(get_state(app).config.cookie_name).value
+        get_state(app).config.session.cookie_name,
+        client.get_cookie(get_state(app).config.session.cookie_name).value,
     )
     thief.environ_base["HTTP_USER_AGENT"] = "another browser"
     assert thief.get("/me", headers={"Accept": "application/json"}).status_code == 401

@@ -279,12 +279,12 @@ def test_purge_audit_deletes_rows_before_the_cutoff_in_batches(
 
 def test_audit_retention_defaults_to_a_year_and_may_be_forever() -> None:
     base = {"AUTHFLOW_SIGNING_KEY": secrets.token_bytes(32)}
-    assert load_config(dict(base), debug=False, testing=True).audit_retention == timedelta(days=365)
+    assert load_config(dict(base), debug=False, testing=True).audit.retention == timedelta(days=365)
     for forever in (None, "forever", "None"):
         config = load_config({**base, "AUTHFLOW_AUDIT_RETENTION": forever}, debug=False, testing=True)
-        assert config.audit_retention is None
+        assert config.audit.retention is None
     config = load_config({**base, "AUTHFLOW_AUDIT_RETENTION": "86400"}, debug=False, testing=True)
-    assert config.audit_retention == timedelta(days=1)
+    assert config.audit.retention == timedelta(days=1)
     with pytest.raises(ConfigurationError, match="AUTHFLOW_AUDIT_RETENTION"):
         load_config({**base, "AUTHFLOW_AUDIT_RETENTION": "a while"}, debug=False, testing=True)
 

@@ -24,7 +24,7 @@ LAYERS: dict[str, int] = {
     # core: no flask_authflow imports beyond this layer
     "clock": 0,
     "errors": 0,
-    "config": 0,
+    "settings": 0,  # the key table; each feature's settings live in its package
     "signals": 0,
     "responses": 0,
     "mail": 0,
@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "federation/": 4,
     "stores/": 5,
     # per-app state, then the wiring and what uses it
+    "config": 6,  # every feature's settings side by side, for the state
     "state": 6,
     "users": 6,  # current_user: reads the state's hooks and backend
     "issuer/wiring": 6,  # builds the app's issuer on the store its config names (stores/)

@@ -30,6 +30,7 @@ from flask_authflow import (
 )
 from flask_authflow.authn.factors.password import PasswordMatch
 from flask_authflow.authn.password_policy import MAX_PASSWORD_BYTES, common_passwords, normalise_password
+from flask_authflow.authn.settings import PasswordPolicySettings
 from flask_authflow.config import load_config
 from flask_authflow.errors import ConfigurationError, InvalidInput, MissingExtraError, PasswordTooLong
 from flask_authflow.state import account_admin
@@ -312,16 +313,19 @@ def test_policy_is_frozen_and_compares_by_value() -> None:
         policy.min_length = 8  # type: ignore[misc]
 
 
-def _load(**overrides: object) -> Any:
+def _load(**overrides: object) -> dict[str, object]:
+    """``app.config`` after ``init_app``'s checks: defaults applied, every value checked."""
     config: dict[str, object] = {"AUTHFLOW_SIGNING_KEY": "k" * 32, **overrides}
-    return load_config(config, debug=False, testing=True)
+    load_config(config, debug=False, testing=True)
+    return config
 
 
 def test_config_defaults_and_from_config() -> None:
     config = _load()
-    assert (config.password_min_length, config.password_min_length_with_second_factor) == (15, 8)
-    assert config.password_blocklist == () and config.password_zxcvbn_min_score is None
-    assert config.site_name is None
+    settings = PasswordPolicySettings.from_config(config)
+    assert (settings.min_length, settings.min_length_with_second_factor) == (15, 8)
+    assert settings.blocklist == () and settings.zxcvbn_min_score is None
+    assert settings.site_name is None
     assert PasswordPolicy.from_config(config) == PasswordPolicy()
 
 

@@ -4,13 +4,24 @@ Run through ``pytester`` with the defaults a user gets (flask-authflow's own sui
 the wiring off in its ini file). The user's factory configures a SQLite file in a
 "development" folder outside the test's temporary folder: with the default wiring that
 file is never created; with ``authflow_stores("sql")`` the run is refused with a message.
+The last tests drive :class:`PluginWiring` in this process: it passes its adapters to
+``init_app`` as keyword arguments while it applies, and leaves ``init_app`` as it was after.
 """
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 import pytest
+from flask import Flask
+
+from flask_authflow import AuthFlow, InMemoryBackend, SqlAlchemyBackend, get_state
+from flask_authflow.authn.factors.password import PasswordHasher
+from flask_authflow.clock import MockClock, SystemClock
+from flask_authflow.errors import ConfigurationError
+from flask_authflow.session.stores import MemorySessionStore
+from flask_authflow.testing.wiring import PluginWiring
 
 pytest_plugins = ["pytester"]
 
@@ -163,3 +174,64 @@ def test_default(app):
     pytester.makeini("[pytest]\nauthflow_autowire = false\n")
     result = pytester.runpytest_subprocess(*RUN_ARGS)
     result.assert_outcomes(passed=1, failed=1)  # test_default: the wiring is off
+
+
+# -- the wiring itself, in this process ------------------------------------------------------------
+
+
+def _factory_app(**config: object) -> Flask:
+    app = Flask(__name__)
+    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), **config)
+    return app
+
+
+def test_the_wiring_passes_its_adapters_to_init_app_and_then_goes(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    dev_db = tmp_path_factory.mktemp("dev") / "dev.db"
+    wiring = PluginWiring(clock=MockClock(), hasher=PasswordHasher.fast_for_tests(), tmp_path=tmp_path)
+    original = AuthFlow.init_app
+    own_clock = MockClock()
+    with wiring.applied():
+        app = _factory_app(AUTHFLOW_DATABASE_URL=f"sqlite:///{dev_db}")
+        AuthFlow(app)
+        explicit = _factory_app()
+        AuthFlow(explicit, clock=own_clock)
+    state = get_state(app)
+    assert state.clock is wiring.clock and state.hasher is wiring.hasher
+    assert isinstance(state.backend, InMemoryBackend)
+    assert isinstance(state.session_store, MemorySessionStore)
+    assert app.config["AUTHFLOW_AUDIT_SPOOL_PATH"] == str(tmp_path / "authflow-audit-spool.jsonl")
+    assert get_state(explicit).clock is own_clock  # what the application passes wins
+    assert not dev_db.exists()
+    assert AuthFlow.init_app is original  # nothing is left behind after the test
+    after = _factory_app(AUTHFLOW_SESSION_STORE="memory")
+    AuthFlow(after, backend=InMemoryBackend(), hasher=wiring.hasher)
+    assert isinstance(get_state(after).clock, SystemClock)
+
+
+def test_sql_wiring_keeps_the_database_inside_tmp_path(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    wiring = PluginWiring(
+        clock=MockClock(), hasher=PasswordHasher.fast_for_tests(), tmp_path=tmp_path, stores="sql"
+    )
+    outside = tmp_path_factory.mktemp("dev") / "dev.db"
+    with wiring.applied():
+        app = _factory_app()
+        AuthFlow(app)
+        refused = _factory_app(AUTHFLOW_DATABASE_URL=f"sqlite:///{outside}")
+        with pytest.raises(ConfigurationError, match="outside this test's temporary folder"):
+            AuthFlow(refused)
+        backend = SqlAlchemyBackend(f"sqlite:///{outside}", hasher=wiring.hasher)
+        try:
+            with pytest.raises(ConfigurationError, match=r"the backend's database is .*dev\.db, outside"):
+                AuthFlow(_factory_app(AUTHFLOW_SESSION_STORE="memory"), backend=backend)
+        finally:
+            backend.close()
+    try:
+        assert isinstance(get_state(app).backend, SqlAlchemyBackend)
+        assert app.config["AUTHFLOW_DATABASE_URL"] == f"sqlite:///{tmp_path / 'authflow.db'}"
+        assert "authflow" not in refused.extensions
+    finally:
+        get_state(app).backend.close()

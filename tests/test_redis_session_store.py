@@ -821,8 +821,8 @@ def test_config_needs_a_url_for_redis() -> None:
     with pytest.raises(ConfigurationError, match="'sql' \\(default\\), 'memory' or 'redis'"):
         _config(AUTHFLOW_SESSION_STORE="mongodb")
     config = _config(AUTHFLOW_SESSION_STORE="redis", AUTHFLOW_REDIS_URL="redis://127.0.0.1:6379/2")
-    assert (config.session_store, config.redis_url) == ("redis", "redis://127.0.0.1:6379/2")
-    assert _config().redis_url is None
+    assert (config.session.store, config.session.redis_url) == ("redis", "redis://127.0.0.1:6379/2")
+    assert _config().session.redis_url is None
 
 
 # --- an app on it ------------------------------------------------------------------------------------

@@ -329,7 +329,7 @@ def test_a_security_key_over_json(tmp_path: Path, mock_clock: MockClock) -> None
     app = reference_app(tmp_path, **WEBAUTHN)
     service = get_state(app).service
     if service.factor(FactorKind.WEBAUTHN) is None:  # an init_app that predates WebAuthn's wiring
-        service.register_factor(WebAuthnFactor(WebAuthnSettings.from_config(get_state(app).config)))
+        service.register_factor(WebAuthnFactor(WebAuthnSettings.from_config(app.config)))
     key = SoftAuthenticator()
     enrolling = client_of(app)
     password_login(enrolling)

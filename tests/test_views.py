@@ -2174,8 +2174,8 @@ def real_factors(app: Flask) -> None:
     if service.factor(FactorKind.EMAIL_OTP) is None:
         assert state.sealer is not None
         service.register_factor(EmailOtpFactor(state.sealer, lambda: get_state(app).mail_sender))
-    if state.config.webauthn_rp_id is not None and service.factor(FactorKind.WEBAUTHN) is None:
-        service.register_factor(WebAuthnFactor(WebAuthnSettings.from_config(state.config)))
+    if state.config.factors.webauthn_rp_id is not None and service.factor(FactorKind.WEBAUTHN) is None:
+        service.register_factor(WebAuthnFactor(WebAuthnSettings.from_config(app.config)))
 
 
 @pytest.fixture

@@ -45,7 +45,6 @@ from flask_authflow.authn.outcomes import (
 from flask_authflow.authn.service import AuthnRequest, AuthnService
 from flask_authflow.authn.stores import FactorConfig
 from flask_authflow.clock import MockClock
-from flask_authflow.config import load_config
 from flask_authflow.errors import (
     ConfigurationError,
     EnrollmentError,
@@ -174,24 +173,20 @@ def copy_of(session: AuthSession) -> AuthSession:
 
 
 def test_settings_from_config() -> None:
-    config = load_config(
-        {
-            "AUTHFLOW_SIGNING_KEY": "k" * 48,
-            "AUTHFLOW_WEBAUTHN_RP_ID": "example.com",
-            "AUTHFLOW_WEBAUTHN_ORIGINS": ["https://example.com/", "https://login.example.com"],
-            "AUTHFLOW_WEBAUTHN_USER_VERIFICATION": "required",
-            "AUTHFLOW_SITE_NAME": "Example Site",
-        },
-        debug=False,
-        testing=True,
-    )
+    config = {
+        "AUTHFLOW_SIGNING_KEY": "k" * 48,
+        "AUTHFLOW_WEBAUTHN_RP_ID": "example.com",
+        "AUTHFLOW_WEBAUTHN_ORIGINS": ["https://example.com/", "https://login.example.com"],
+        "AUTHFLOW_WEBAUTHN_USER_VERIFICATION": "required",
+        "AUTHFLOW_SITE_NAME": "Example Site",
+    }
     assert WebAuthnSettings.from_config(config) == WebAuthnSettings(
         rp_id="example.com",
         rp_name="Example Site",
         origins=("https://example.com", "https://login.example.com"),
         user_verification="required",
     )
-    unset = load_config({"AUTHFLOW_SIGNING_KEY": "k" * 48}, debug=False, testing=True)
+    unset = {"AUTHFLOW_SIGNING_KEY": "k" * 48}
     with pytest.raises(ConfigurationError, match="AUTHFLOW_WEBAUTHN_RP_ID"):
         WebAuthnSettings.from_config(unset)
 

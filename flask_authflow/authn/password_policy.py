@@ -32,14 +32,15 @@ import itertools
 import re
 import threading
 import unicodedata
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
 
-from ..config import MAX_PASSWORD_MIN_LENGTH, MIN_PASSWORD_LENGTH, AuthFlowConfig
 from ..errors import ConfigurationError, InvalidInput, MissingExtraError, WeakPassword
+from ..settings import MAX_PASSWORD_MIN_LENGTH, MIN_PASSWORD_LENGTH
+from .settings import PasswordPolicySettings
 
 __all__ = [
     "MAX_PASSWORD_BYTES",
@@ -222,14 +223,20 @@ class PasswordPolicy:
         object.__setattr__(self, "_zxcvbn", _load_zxcvbn() if score is not None else None)
 
     @classmethod
-    def from_config(cls, config: AuthFlowConfig) -> PasswordPolicy:
-        """The policy the ``AUTHFLOW_PASSWORD_*`` keys and ``AUTHFLOW_SITE_NAME`` describe."""
+    def from_config(cls, config: Mapping[str, Any]) -> PasswordPolicy:
+        """The policy the ``AUTHFLOW_PASSWORD_*`` keys and ``AUTHFLOW_SITE_NAME`` of ``config``
+        (``app.config``) describe."""
+        return cls.from_settings(PasswordPolicySettings.from_config(config))
+
+    @classmethod
+    def from_settings(cls, settings: PasswordPolicySettings) -> PasswordPolicy:
+        """The policy of an app's :class:`~flask_authflow.authn.settings.PasswordPolicySettings`."""
         return cls(
-            min_length=config.password_min_length,
-            min_length_with_second_factor=config.password_min_length_with_second_factor,
-            blocklist=config.password_blocklist,
-            site_name=config.site_name,
-            zxcvbn_min_score=config.password_zxcvbn_min_score,
+            min_length=settings.min_length,
+            min_length_with_second_factor=settings.min_length_with_second_factor,
+            blocklist=settings.blocklist,
+            site_name=settings.site_name,
+            zxcvbn_min_score=settings.zxcvbn_min_score,
         )
 
     def required_length(self, *, has_second_factor: bool = False) -> int:

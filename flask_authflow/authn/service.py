@@ -239,6 +239,9 @@ class AuthnService:
         audit_fallback: AuditSink | None = None,
         login_steps: LoginSteps | None = None,
         freshness: timedelta = timedelta(minutes=10),
+        site_name: str = "flask-authflow",
+        passkey_login_allowed: Callable[[str], bool] = lambda tenant: False,
+        revoke_sessions: Callable[[str, str, str | None, str], int] | None = None,
     ) -> None:
         self.identity_store = identity_store
         #: Where a logout's audit row goes when the audit sink fails (a logout always succeeds).
@@ -277,11 +280,11 @@ class AuthnService:
         self.freshness = freshness
         #: Ends a user's sessions but ``keep_sid`` (wired by ``init_app`` to the session
         #: store): ``(tenant, user_id, keep_sid, reason) -> count``. A factor change calls it.
-        self.revoke_sessions: Callable[[str, str, str | None, str], int] | None = None
+        self.revoke_sessions = revoke_sessions
         #: The site's name, shown by authenticator apps beside the account (``AUTHFLOW_SITE_NAME``).
-        self.site_name = "flask-authflow"
+        self.site_name = site_name
         #: Whether ``tenant`` may log in with a passkey alone (``AUTHFLOW_PASSKEY_LOGIN``).
-        self.passkey_login_allowed: Callable[[str], bool] = lambda tenant: False
+        self.passkey_login_allowed = passkey_login_allowed
         # Per-process key: phantom ids are stable for one identifier but unguessable.
         self._phantom_key = secrets.token_bytes(32)
 

@@ -15,7 +15,7 @@ turns library errors, database errors and operating-system errors into that mess
 """
 
 from . import audit, db, factors, keys, sessions, users
-from .base import SCHEMA_ERROR_KEY, AuthflowGroup, CommandFailed, authflow_cli
+from .base import SCHEMA_ERROR_KEY, AuthflowGroup, CommandFailed, authflow_cli, defer_schema_refusal
 
 __all__ = [
     "SCHEMA_ERROR_KEY",
@@ -24,6 +24,7 @@ __all__ = [
     "audit",
     "authflow_cli",
     "db",
+    "defer_schema_refusal",
     "factors",
     "keys",
     "sessions",

@@ -58,7 +58,7 @@ def audit_purge(older_than: timedelta | None, as_json: bool) -> None:
     Rows younger than the retention are never deleted: a shorter --older-than is refused.
     """
     state = get_state()
-    retention = state.config.audit_retention
+    retention = state.config.audit.retention
     if retention is None:
         raise CommandFailed(
             "AUTHFLOW_AUDIT_RETENTION is None: audit rows are kept forever; set a retention to purge",

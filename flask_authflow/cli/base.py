@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import IO, Any, TypeVar
 
 import click
-from flask import current_app, has_app_context
+from flask import Flask, current_app, has_app_context
 from flask.cli import AppGroup
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
@@ -33,6 +33,20 @@ SHORT_HASH = 16
 MIN_HASH_PREFIX = 8
 #: ``app.extensions`` key: the schema error ``init_app`` left for the CLI to report (see ``db``).
 SCHEMA_ERROR_KEY = "authflow.schema_behind"
+
+
+def defer_schema_refusal(app: Flask, error: AuthFlowError) -> bool:
+    """Keep ``error`` (a database schema that is behind) for the command the Flask CLI is
+    loading ``app`` for, instead of refusing to load it: ``flask authflow db ...`` runs (it
+    is how the schema is brought up to date), every other ``flask authflow`` command reports
+    the error. Returns ``False`` (refuse now) when the app is not being loaded by the CLI."""
+    from flask.cli import FlaskGroup
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or not isinstance(ctx.command, FlaskGroup):
+        return False
+    app.extensions[SCHEMA_ERROR_KEY] = error
+    return True
 
 
 class CommandFailed(click.ClickException):

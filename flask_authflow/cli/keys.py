@@ -77,7 +77,7 @@ def rotate_key(algorithm: str | None, kid: str | None, step: str | None, force: 
         document = {"action": "activated", "kid": new_kid, "algorithm": issuer.algorithm}
     else:
         # Relying parties pin the algorithm they were told about: keep it unless asked.
-        key = LocalIdpSigningKey.generate(algorithm or get_state().config.issuer_algorithm)
+        key = LocalIdpSigningKey.generate(algorithm or get_state().config.issuer.algorithm)
         if kid is not None:
             key = key.with_key_id(kid)
         if step == "stage":

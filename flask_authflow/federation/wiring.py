@@ -12,7 +12,6 @@ from typing import Any
 from flask import Flask, has_request_context, request, url_for
 
 from ..clock import Clock
-from ..config import AuthFlowConfig
 from ..decorators import safe_next
 from ..errors import ConfigurationError
 from ..extras import require_extra
@@ -21,6 +20,7 @@ from .http import HttpClient, RequestsHttpClient
 from .links import FederationStore
 from .login import FederationService
 from .provider import OAuthProviderConfig, ProviderRegistry, check_provider_name
+from .settings import FederationSettings
 from .views import OAUTH_BLUEPRINT, backchannel_logout, build_oauth_blueprint
 
 __all__ = ["build_federation", "register_oauth_blueprint"]
@@ -42,7 +42,7 @@ def _provider_links() -> dict[str, Any]:
 
 def build_federation(
     app: Flask,
-    config: AuthFlowConfig,
+    settings: FederationSettings,
     *,
     backend: Any,
     session_store: Any,
@@ -67,7 +67,7 @@ def build_federation(
     registry = ProviderRegistry(
         http=http_client or RequestsHttpClient(), clock=clock, on_key_fetch=counters.jwks_fetched
     )
-    for name, entry in config.oauth_providers.items():
+    for name, entry in settings.providers.items():
         check_provider_name(name)
         registry.register(
             name, OAuthProviderConfig.from_mapping(entry, what=f"AUTHFLOW_OAUTH_PROVIDERS[{name!r}]")
@@ -81,7 +81,7 @@ def build_federation(
         accounts=accounts,
         session_store=session_store,
         clock=clock,
-        default_tenant=config.default_tenant,
+        default_tenant=settings.default_tenant,
         claims_mapper=lambda: hooks.claims_mapper,
         sender=app,
     )

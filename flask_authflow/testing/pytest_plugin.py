@@ -1,10 +1,11 @@
 """The flask-authflow pytest plugin (registered under the ``pytest11`` entry point).
 
 Apps initialised during a test are wired for tests: unless the test is marked
-``@pytest.mark.authflow_stores("sql")`` or ``("app")``, or the ini option
-``authflow_autowire = false`` is set, ``init_app`` uses the test's ``mock_clock``, the fast
-hasher and in-memory stores (whatever the app's factory configured), so tests never write
-into a development database and ``mock_clock.advance()`` reaches the app. With
+``@pytest.mark.authflow_stores("app")`` or the ini option ``authflow_autowire = false`` is
+set, ``AuthFlow.init_app`` is wrapped for the test's duration so that it is passed the
+test's ``mock_clock``, the fast hasher and in-memory stores as keyword arguments (whatever
+the app's factory configured; see :mod:`flask_authflow.testing.wiring`), so tests never
+write into a development database and ``mock_clock.advance()`` reaches the app. With
 ``authflow_stores("sql")`` the configured SQL stores are used, but a SQLite file outside
 ``tmp_path`` is refused. Values passed explicitly to ``AuthFlow(...)``/``init_app(...)`` win.
 
@@ -76,7 +77,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _authflow_wiring(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Wire every app initialised during the test (see the module docstring)."""
+    """Wire every app initialised during the test (see the module docstring): while the test
+    runs, ``AuthFlow.init_app`` is wrapped so that it is passed the test's adapters."""
     marker = request.node.get_closest_marker("authflow_stores")
     kind = str(marker.args[0]) if marker and marker.args else None
     if kind not in (None, "memory", "sql", "app"):
@@ -84,21 +86,16 @@ def _authflow_wiring(request: pytest.FixtureRequest) -> Iterator[None]:
     if kind == "app" or (kind is None and not request.config.getini("authflow_autowire")):
         yield
         return
-    from ..state import PluginWiring, pop_plugin_wiring, push_plugin_wiring
+    from .wiring import PluginWiring
 
-    tmp_path = request.getfixturevalue("tmp_path")
-    push_plugin_wiring(
-        PluginWiring(
-            clock=request.getfixturevalue("mock_clock"),
-            hasher=request.getfixturevalue("authflow_hasher"),
-            tmp_path=tmp_path,
-            stores=kind or "memory",
-        )
+    wiring = PluginWiring(
+        clock=request.getfixturevalue("mock_clock"),
+        hasher=request.getfixturevalue("authflow_hasher"),
+        tmp_path=request.getfixturevalue("tmp_path"),
+        stores=kind or "memory",
     )
-    try:
+    with wiring.applied():
         yield
-    finally:
-        pop_plugin_wiring()
 
 
 @dataclass(frozen=True)

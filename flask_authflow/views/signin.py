@@ -196,7 +196,7 @@ def passkey_available() -> bool:
     """Passkey sign-in is on for the default tenant and the WebAuthn factor is registered."""
     state = get_state()
     factor = state.service.factor(FactorKind.WEBAUTHN)
-    return state.config.passkey_login_allowed(state.config.default_tenant) and isinstance(
+    return state.config.factors.passkey_login_allowed(state.config.default_tenant) and isinstance(
         factor, PasskeyFactor
     )
 

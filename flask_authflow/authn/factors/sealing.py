@@ -18,9 +18,9 @@ import binascii
 import hashlib
 import hmac
 
-from ...config import AuthFlowConfig
 from ...errors import FactorSecretError, SessionDecryptError
 from ...session.crypto import SessionCrypto, derive_key
+from ..settings import FactorSettings
 
 __all__ = ["CODE_HASH_PURPOSE", "FACTOR_KEY_PURPOSE", "FactorSealer", "factor_sealer"]
 
@@ -73,12 +73,12 @@ class FactorSealer:
         return f"<FactorSealer key_id={self._crypto.key_id}>"
 
 
-def factor_sealer(config: AuthFlowConfig) -> FactorSealer:
-    """The app's sealer from its typed configuration (see the module docstring)."""
-    previous = list(config.previous_factor_encryption_keys)
-    if config.factor_encryption_key is not None:
-        key = config.factor_encryption_key
+def factor_sealer(settings: FactorSettings) -> FactorSealer:
+    """The app's sealer from its factor settings (see the module docstring)."""
+    previous = list(settings.previous_encryption_keys)
+    if settings.encryption_key is not None:
+        key = settings.encryption_key
     else:
-        key = derive_key(config.signing_key, FACTOR_KEY_PURPOSE)
-        previous += [derive_key(old, FACTOR_KEY_PURPOSE) for old in config.previous_signing_keys]
+        key = derive_key(settings.signing_key, FACTOR_KEY_PURPOSE)
+        previous += [derive_key(old, FACTOR_KEY_PURPOSE) for old in settings.previous_signing_keys]
     return FactorSealer.from_key(key, tuple(previous))

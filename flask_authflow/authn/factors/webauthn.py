@@ -34,11 +34,12 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...clock import utc
 from ...errors import ConfigurationError, InvalidInput, MissingExtraError
 from ..outcomes import FactorCredential, FactorKind
+from ..settings import FactorSettings
 from ..stores import FactorConfig, FactorRecordStore
 from .base import (
     Accepted,
@@ -79,8 +80,6 @@ try:
 except ModuleNotFoundError as exc:  # pragma: no cover - webauthn is in the [webauthn] extra
     raise MissingExtraError("webauthn", exc.name or "webauthn") from exc
 
-if TYPE_CHECKING:
-    from ...config import AuthFlowConfig
 
 __all__ = [
     "MAX_CREDENTIAL_ID_CHARS",
@@ -182,19 +181,26 @@ class WebAuthnSettings:
             raise ConfigurationError("challenge_ttl must be between 30 seconds and 30 minutes")
 
     @classmethod
-    def from_config(cls, config: AuthFlowConfig) -> WebAuthnSettings:
-        """The settings of ``AUTHFLOW_WEBAUTHN_*`` (``rp_name`` defaults to
-        ``AUTHFLOW_SITE_NAME``, then to the RP id).
+    def from_config(cls, config: Mapping[str, Any]) -> WebAuthnSettings:
+        """The settings of the ``AUTHFLOW_WEBAUTHN_*`` keys of ``config`` (``app.config``;
+        ``rp_name`` defaults to ``AUTHFLOW_SITE_NAME``, then to the RP id).
 
         :raises ConfigurationError: ``AUTHFLOW_WEBAUTHN_RP_ID`` is not set."""
-        rp_id = config.webauthn_rp_id
+        return cls.from_factor_settings(FactorSettings.from_config(config))
+
+    @classmethod
+    def from_factor_settings(cls, settings: FactorSettings) -> WebAuthnSettings:
+        """The relying party of an app's :class:`~flask_authflow.authn.settings.FactorSettings`.
+
+        :raises ConfigurationError: ``AUTHFLOW_WEBAUTHN_RP_ID`` is not set."""
+        rp_id = settings.webauthn_rp_id
         if rp_id is None:
             raise ConfigurationError("WebAuthn needs AUTHFLOW_WEBAUTHN_RP_ID and AUTHFLOW_WEBAUTHN_ORIGINS")
         return cls(
             rp_id=rp_id,
-            rp_name=config.webauthn_rp_name or config.site_name or rp_id,
-            origins=tuple(config.webauthn_origins),
-            user_verification=config.webauthn_user_verification,
+            rp_name=settings.webauthn_rp_name or settings.site_name or rp_id,
+            origins=settings.webauthn_origins,
+            user_verification=settings.webauthn_user_verification,
         )
 
 

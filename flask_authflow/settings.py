@@ -1,0 +1,543 @@
+"""The ``AUTHFLOW_*`` keys: one declarative table, read into frozen settings per feature.
+
+Each row of :data:`KEYS` names a key, the type its value is coerced to (strings from the
+environment included), its default and an optional check of the coerced value. A
+feature declares its settings as a frozen dataclass whose fields name their key with
+:func:`setting`; :meth:`Settings.from_config` reads those keys from ``app.config`` through
+the table, and the dataclass's ``__post_init__`` checks what involves several keys. Every
+refusal is a :class:`~flask_authflow.errors.ConfigurationError` that names the key and
+says what to set. :func:`apply_defaults` writes the defaults into ``app.config`` (with
+``setdefault``, as Flask extensions do) and refuses an unknown ``AUTHFLOW_`` key, which
+is most often a typo.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Any, ClassVar, Self
+from urllib.parse import urlsplit
+
+from .errors import ConfigurationError, MissingExtraError
+
+__all__ = [
+    "DEFAULTS",
+    "KEYS",
+    "MIN_SIGNING_KEY_BYTES",
+    "Key",
+    "Settings",
+    "apply_defaults",
+    "coerce_key",
+    "flask_flag",
+    "read",
+    "setting",
+]
+
+MIN_SIGNING_KEY_BYTES = 32
+#: The shortest minimum password length a configuration may set (NIST SP 800-63B-4).
+MIN_PASSWORD_LENGTH = 8
+#: The longest minimum password length a configuration may set (NIST: accept at least 64).
+MAX_PASSWORD_MIN_LENGTH = 64
+
+#: ``coerce(key, raw value) -> value``; raises ConfigurationError naming the key.
+Coerce = Callable[[str, Any], Any]
+#: ``check(key, coerced value)``; raises ConfigurationError naming the key.
+Check = Callable[[str, Any], None]
+
+
+# --- types -----------------------------------------------------------------------------------
+
+
+def coerce_key(name: str, value: str | bytes) -> bytes:
+    """A secret key from config: bytes as they are, text as UTF-8 (its length is what counts)."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise ConfigurationError(f"{name} must be a string or bytes, not {type(value).__name__}")
+
+
+def raw(_name: str, value: Any) -> Any:
+    """The value as configured (its feature checks it)."""
+    return value
+
+
+def duration(name: str, value: Any) -> timedelta:
+    """A positive ``timedelta``; a number (or a string of digits) counts seconds."""
+    if isinstance(value, timedelta):
+        result = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        result = timedelta(seconds=value)
+    elif isinstance(value, str) and value.strip().isdigit():
+        result = timedelta(seconds=int(value))
+    else:
+        raise ConfigurationError(f"{name} must be a timedelta or a number of seconds, got {value!r}")
+    if result <= timedelta(0):
+        raise ConfigurationError(f"{name} must be positive, got {result}")
+    return result
+
+
+def optional_duration(name: str, value: Any) -> timedelta | None:
+    """A duration, or ``None`` ("forever"; from the environment: "forever" or "none")."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("forever", "none")):
+        return None
+    return duration(name, value)
+
+
+def integer(name: str, value: Any) -> int:
+    """A positive integer (a string of digits from the environment too)."""
+    if isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be an integer, got {value!r}")
+    try:
+        result = int(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{name} must be an integer, got {value!r}") from None
+    if result <= 0:
+        raise ConfigurationError(f"{name} must be positive, got {result}")
+    return result
+
+
+def boolean(name: str, value: Any) -> bool:
+    """``True``/``False``, or "1/true/yes/on", "0/false/no/off" from the environment."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name} must be True or False, got {value!r}")
+
+
+def string_list(name: str, value: Any) -> tuple[Any, ...]:
+    """A tuple from a list, or from a comma-separated string (the environment)."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(item.strip() for item in value.split(",") if item.strip())
+    if isinstance(value, bytes):
+        return (value,)
+    if isinstance(value, Sequence):
+        return tuple(value)
+    raise ConfigurationError(f"{name} must be a list (or a comma-separated string), got {value!r}")
+
+
+def text(name: str, value: Any) -> str:
+    """A string."""
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def optional_text(name: str, value: Any) -> str | None:
+    """A string or ``None``."""
+    if value is not None and not isinstance(value, str):
+        raise ConfigurationError(f"{name} must be a string or None, got {value!r}")
+    return value
+
+
+def signing_key(name: str, value: Any) -> bytes:
+    """The required signing key: at least :data:`MIN_SIGNING_KEY_BYTES` bytes."""
+    if value is None or value in ("", b""):
+        raise ConfigurationError(
+            f"{name} is not set: set it to a random secret of at least "
+            f"{MIN_SIGNING_KEY_BYTES} bytes, e.g. the output of "
+            "python -c 'import secrets; print(secrets.token_urlsafe(48))', "
+            "loaded from your secrets store and the same on every process and restart"
+        )
+    key = coerce_key(name, value)
+    if len(key) < MIN_SIGNING_KEY_BYTES:
+        raise ConfigurationError(
+            f"{name} is {len(key)} bytes: set it to at least {MIN_SIGNING_KEY_BYTES} random bytes "
+            "(python -c 'import secrets; print(secrets.token_urlsafe(48))')"
+        )
+    return key
+
+
+def previous_signing_keys(name: str, value: Any) -> tuple[bytes, ...]:
+    """Keys that signed before the current one: each as long as a signing key must be."""
+    keys = tuple(coerce_key(name, k) for k in string_list(name, value))
+    if any(len(k) < MIN_SIGNING_KEY_BYTES for k in keys):
+        raise ConfigurationError(
+            f"an entry of {name} is shorter than {MIN_SIGNING_KEY_BYTES} bytes: "
+            "remove it (it could never have been a valid signing key)"
+        )
+    return keys
+
+
+def aes_key(name: str, value: Any) -> bytes | None:
+    """An optional AES-256 key of exactly 32 bytes (unset: derived from the signing key)."""
+    if value is None:
+        return None
+    key = coerce_key(name, value)
+    if len(key) != 32:
+        raise ConfigurationError(
+            f"{name} must be exactly 32 bytes (AES-256): set it to secrets.token_bytes(32), "
+            "or leave it unset to derive it from the signing key"
+        )
+    return key
+
+
+def aes_keys(name: str, value: Any) -> tuple[bytes, ...]:
+    """Previous AES-256 keys, still accepted for reading: 32 bytes each."""
+    keys = tuple(coerce_key(name, k) for k in string_list(name, value))
+    if any(len(k) != 32 for k in keys):
+        raise ConfigurationError(f"every {name} entry must be 32 bytes")
+    return keys
+
+
+def oauth_providers(name: str, value: Any) -> Mapping[str, Mapping[str, Any]]:
+    """A dict of dicts (a JSON object from the environment); each entry is checked when its
+    provider is built."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ConfigurationError(f"{name} is not valid JSON") from None
+    if not isinstance(value, Mapping) or not all(
+        isinstance(key, str) and isinstance(entry, Mapping) for key, entry in value.items()
+    ):
+        raise ConfigurationError(f'{name} must be a dict of dicts: {{"name": {{"discovery_url": ..., ...}}}}')
+    return MappingProxyType({key: MappingProxyType(dict(entry)) for key, entry in value.items()})
+
+
+def zxcvbn_score(name: str, value: Any) -> int | None:
+    """``None`` or a zxcvbn score from 0 to 4 (needs the ``zxcvbn`` package)."""
+    if value is None:
+        return None
+    score = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+    if isinstance(score, bool) or not isinstance(score, int) or not 0 <= score <= 4:
+        raise ConfigurationError(f"{name} must be None or a zxcvbn score from 0 to 4, got {score!r}")
+    if importlib.util.find_spec("zxcvbn") is None:
+        raise MissingExtraError("zxcvbn", "zxcvbn")  # the key needs it
+    return score
+
+
+def passkey_tenants(name: str, value: Any) -> bool | frozenset[str]:
+    """``True``, ``False`` or the tenants that may log in with a passkey alone."""
+    if isinstance(value, str):
+        value = {"true": True, "false": False, "1": True, "0": False}.get(
+            value.strip().lower(), [t.strip() for t in value.split(",") if t.strip()]
+        )
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, list | tuple | set | frozenset) or not all(isinstance(t, str) for t in value):
+        raise ConfigurationError(f"{name} must be True, False or a list of tenant names")
+    return frozenset(value)
+
+
+def webauthn_origins(name: str, value: Any) -> tuple[str, ...]:
+    """https origins (http only for localhost), without a trailing slash."""
+    origins = string_list(name, value)
+    for origin in origins:
+        parts = urlsplit(origin) if isinstance(origin, str) else None
+        loopback = parts is not None and parts.hostname in ("localhost", "127.0.0.1")
+        if (
+            parts is None
+            or parts.scheme not in ("https", "http")
+            or not parts.hostname
+            or parts.path not in ("", "/")
+            or (parts.scheme == "http" and not loopback)
+        ):
+            raise ConfigurationError(
+                f"every {name} entry must be an https origin such as "
+                f"'https://example.com' (http only for localhost), got {origin!r}"
+            )
+    return tuple(o.rstrip("/") for o in origins)
+
+
+# --- checks of one value ---------------------------------------------------------------------------
+
+
+def one_of(*choices: str, message: str) -> Check:
+    """The value is one of ``choices``; else ``message`` (``{value!r}`` is filled in)."""
+
+    def check(_name: str, value: Any) -> None:
+        if value not in choices:
+            raise ConfigurationError(message.format(value=value))
+
+    return check
+
+
+def at_most(limit: Any, message: str) -> Check:
+    """The value is at most ``limit``; else ``message``."""
+
+    def check(_name: str, value: Any) -> None:
+        if value > limit:
+            raise ConfigurationError(message)
+
+    return check
+
+
+def between(low: int, high: int, message: str) -> Check:
+    """``low <= value <= high``; else ``message`` (``{value}`` is filled in)."""
+
+    def check(_name: str, value: Any) -> None:
+        if not low <= value <= high:
+            raise ConfigurationError(message.format(value=value))
+
+    return check
+
+
+def password_length(name: str, value: int) -> None:
+    """A minimum password length NIST SP 800-63B accepts."""
+    if not MIN_PASSWORD_LENGTH <= value <= MAX_PASSWORD_MIN_LENGTH:
+        raise ConfigurationError(
+            f"{name}={value} is refused: set it between {MIN_PASSWORD_LENGTH} (NIST SP 800-63B's minimum) "
+            f"and {MAX_PASSWORD_MIN_LENGTH}; the defaults are 15 for a password that is the only "
+            "factor and 8 with a second factor"
+        )
+
+
+def all_strings(name: str, value: tuple[Any, ...]) -> None:
+    """Every entry is a string."""
+    if not all(isinstance(word, str) for word in value):
+        raise ConfigurationError(f"{name} must be a list of strings")
+
+
+def redis_url(name: str, value: Any) -> None:
+    """``None`` or a non-blank string."""
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigurationError(f"{name} must be a redis:// URL or None, got {value!r}")
+
+
+def url_path(name: str, value: str) -> None:
+    """A path such as ``/auth`` (no trailing slash), or ``''``."""
+    if value and (not value.startswith("/") or value.endswith("/")):
+        raise ConfigurationError(f"{name} must be a path such as '/auth' (or '')")
+
+
+def optional_url_path(name: str, value: str | None) -> None:
+    """A path such as ``/auth`` (no trailing slash), ``''``, or ``None`` (the route is off)."""
+    if value is not None and value and (not value.startswith("/") or value.endswith("/")):
+        raise ConfigurationError(f"{name} must be a path such as '/auth', '' or None")
+
+
+def rp_id(name: str, value: Any) -> None:
+    """A bare domain (no scheme, port or path)."""
+    if value is not None and (not isinstance(value, str) or not value or "/" in value or ":" in value):
+        raise ConfigurationError(f"{name} must be a bare domain such as 'example.com', got {value!r}")
+
+
+# --- the table -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One row of the table: the key, the type its value is coerced to, its default, and a
+    check of the coerced value."""
+
+    name: str
+    type: Coerce
+    default: Any = None
+    check: Check | None = None
+
+    def read(self, config: Mapping[str, Any]) -> Any:
+        """The key's value in ``config`` (its default when absent), coerced and checked."""
+        value = self.type(self.name, config.get(self.name, self.default))
+        if self.check is not None:
+            self.check(self.name, value)
+        return value
+
+
+_ALG = "AUTHFLOW_ISSUER_ALGORITHM must be 'ES256' (default) or 'RS256'"
+_UV = "AUTHFLOW_WEBAUTHN_USER_VERIFICATION must be 'required', 'preferred' (default) or 'discouraged'"
+
+#: Every key flask-authflow reads (documented one by one in ``docs/config.rst``).
+KEYS: tuple[Key, ...] = (
+    # sessions
+    Key("AUTHFLOW_SIGNING_KEY", signing_key),
+    Key("AUTHFLOW_PREVIOUS_SIGNING_KEYS", previous_signing_keys, []),
+    Key("AUTHFLOW_SESSION_ENCRYPTION_KEY", aes_key),
+    Key("AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS", aes_keys, []),
+    Key("AUTHFLOW_SESSION_TTL", duration, timedelta(hours=12)),
+    Key("AUTHFLOW_SESSION_IDLE_TIMEOUT", duration, timedelta(hours=1)),
+    Key(
+        "AUTHFLOW_SESSION_STORE",
+        raw,
+        "sql",
+        one_of(
+            "sql",
+            "memory",
+            "redis",
+            message="AUTHFLOW_SESSION_STORE must be 'sql' (default), 'memory' or 'redis'",
+        ),
+    ),
+    Key(
+        "AUTHFLOW_CUSTOM_DATA_LIMIT",
+        integer,
+        64 * 1024,
+        at_most(64 * 1024, "AUTHFLOW_CUSTOM_DATA_LIMIT may not exceed 65536 bytes"),
+    ),
+    Key("AUTHFLOW_COOKIE_NAME", text, "authflow_session"),
+    Key("AUTHFLOW_COOKIE_SECURE", boolean, True),
+    Key(
+        "AUTHFLOW_COOKIE_SAMESITE",
+        raw,
+        "Lax",
+        one_of(
+            "Lax",
+            "Strict",
+            "None",
+            message="AUTHFLOW_COOKIE_SAMESITE must be 'Lax' (default), 'Strict' or 'None', got {value!r}",
+        ),
+    ),
+    Key("AUTHFLOW_COOKIE_DOMAIN", raw),
+    Key("AUTHFLOW_COOKIE_PATH", raw, "/"),
+    Key("AUTHFLOW_ALLOW_INSECURE_LOOPBACK", boolean, False),
+    Key("AUTHFLOW_REDIS_URL", raw, None, redis_url),
+    # the application and its stores
+    Key("AUTHFLOW_DATABASE_URL", raw),
+    Key("AUTHFLOW_DEFAULT_TENANT", raw, "default"),
+    Key("AUTHFLOW_LOGIN_VIEW", raw),
+    Key("AUTHFLOW_STEP_UP_VIEW", raw),
+    Key("AUTHFLOW_VIEWS", boolean, False),
+    # audit and client addresses
+    Key("AUTHFLOW_TRUSTED_PROXIES", string_list, ["127.0.0.0/8", "::1/128"]),
+    Key("AUTHFLOW_AUDIT_SPOOL_PATH", raw),
+    Key("AUTHFLOW_AUDIT_RETENTION", optional_duration, timedelta(days=365)),
+    # login: freshness, lockout, hashing, password policy
+    Key("AUTHFLOW_FRESHNESS", duration, timedelta(minutes=10)),
+    Key("AUTHFLOW_LOCKOUT_MAX_FAILURES", integer, 5),
+    Key("AUTHFLOW_LOCKOUT_WINDOW", duration, timedelta(hours=1)),
+    Key("AUTHFLOW_LOCKOUT_DURATION", duration, timedelta(minutes=15)),
+    Key("AUTHFLOW_ARGON2_TIME_COST", integer, 3),
+    Key("AUTHFLOW_ARGON2_MEMORY_COST", integer, 64 * 1024),
+    Key("AUTHFLOW_ARGON2_PARALLELISM", integer, 4),
+    Key("AUTHFLOW_ARGON2_MAX_TIME_COST", integer, 10),
+    Key("AUTHFLOW_ARGON2_MAX_MEMORY_COST", integer, 256 * 1024),
+    Key("AUTHFLOW_ARGON2_MAX_PARALLELISM", integer, 16),
+    Key("AUTHFLOW_MAX_CONCURRENT_HASHES", integer, 2 * (os.cpu_count() or 1)),
+    Key("AUTHFLOW_PASSWORD_MIN_LENGTH", integer, 15, password_length),
+    Key("AUTHFLOW_PASSWORD_MIN_LENGTH_WITH_SECOND_FACTOR", integer, 8, password_length),
+    Key("AUTHFLOW_PASSWORD_BLOCKLIST", string_list, [], all_strings),
+    Key("AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE", zxcvbn_score),
+    Key("AUTHFLOW_SITE_NAME", optional_text),
+    # second factors
+    Key("AUTHFLOW_FACTOR_ENCRYPTION_KEY", aes_key),
+    Key("AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS", aes_keys, []),
+    Key(
+        "AUTHFLOW_EMAIL_OTP_TTL",
+        duration,
+        timedelta(minutes=5),
+        at_most(
+            timedelta(minutes=30), "AUTHFLOW_EMAIL_OTP_TTL over 30 minutes is refused: keep codes short-lived"
+        ),
+    ),
+    Key(
+        "AUTHFLOW_EMAIL_OTP_MAX_TRIES",
+        integer,
+        5,
+        between(1, 10, "AUTHFLOW_EMAIL_OTP_MAX_TRIES must be between 1 and 10 (default 5)"),
+    ),
+    Key("AUTHFLOW_WEBAUTHN_RP_ID", raw, None, rp_id),
+    Key("AUTHFLOW_WEBAUTHN_RP_NAME", raw),
+    Key("AUTHFLOW_WEBAUTHN_ORIGINS", webauthn_origins, []),
+    Key(
+        "AUTHFLOW_WEBAUTHN_USER_VERIFICATION",
+        raw,
+        "preferred",
+        one_of("required", "preferred", "discouraged", message=_UV),
+    ),
+    Key("AUTHFLOW_PASSKEY_LOGIN", passkey_tenants, False),
+    # the local issuer
+    Key("AUTHFLOW_ISSUER", raw),
+    Key("AUTHFLOW_ISSUER_KEY_STORE", raw, "sql"),
+    Key("AUTHFLOW_ISSUER_KEY_ENCRYPTION_KEY", aes_key),
+    Key("AUTHFLOW_PREVIOUS_ISSUER_KEY_ENCRYPTION_KEYS", aes_keys, []),
+    Key("AUTHFLOW_ISSUER_BASE_URL", raw),
+    Key(
+        "AUTHFLOW_ISSUER_MAX_LIFETIME",
+        duration,
+        timedelta(hours=1),
+        at_most(
+            timedelta(days=1),
+            "AUTHFLOW_ISSUER_MAX_LIFETIME over 1 day is refused: keep workload tokens short",
+        ),
+    ),
+    Key("AUTHFLOW_ISSUER_JWKS_MAX_AGE", duration, timedelta(minutes=5)),
+    Key("AUTHFLOW_ISSUER_ALGORITHM", raw, "ES256", one_of("ES256", "RS256", message=_ALG)),
+    Key("AUTHFLOW_ISSUER_URL_PREFIX", raw, ""),
+    # federation
+    Key("AUTHFLOW_OAUTH_PROVIDERS", oauth_providers, {}),
+    Key("AUTHFLOW_OAUTH_URL_PREFIX", text, "/auth", url_path),
+    # the logout route every app gets (None: no route)
+    Key("AUTHFLOW_LOGOUT_URL_PREFIX", optional_text, "/auth", optional_url_path),
+    # mail (checked by flask_authflow.mail.SmtpSettings when AUTHFLOW_SMTP_HOST is set)
+    Key("AUTHFLOW_SMTP_HOST", raw),
+    Key("AUTHFLOW_SMTP_PORT", raw),
+    Key("AUTHFLOW_SMTP_SECURITY", raw, "starttls"),
+    Key("AUTHFLOW_SMTP_USERNAME", raw),
+    Key("AUTHFLOW_SMTP_PASSWORD", raw),
+    Key("AUTHFLOW_SMTP_FROM", raw),
+    Key("AUTHFLOW_SMTP_TIMEOUT", raw, 10),
+    Key("AUTHFLOW_SMTP_CAFILE", raw),
+)
+
+_TABLE: Mapping[str, Key] = MappingProxyType({key.name: key for key in KEYS})
+
+#: Every key with its default (``None`` means "not set").
+DEFAULTS: Mapping[str, Any] = MappingProxyType({key.name: key.default for key in KEYS})
+
+
+def read(config: Mapping[str, Any], name: str) -> Any:
+    """The value of key ``name`` in ``config``, coerced and checked by the table."""
+    return _TABLE[name].read(config)
+
+
+def apply_defaults(config: MutableMapping[str, Any]) -> None:
+    """Write every key's default into ``config`` with ``setdefault`` (a fresh copy of a list
+    or dict) and refuse an ``AUTHFLOW_`` key the table does not know."""
+    for key in KEYS:
+        default = key.default
+        config.setdefault(key.name, default.copy() if isinstance(default, list | dict) else default)
+    unknown = sorted(k for k in config if k.startswith("AUTHFLOW_") and k not in _TABLE)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown configuration key(s) {', '.join(unknown)}: check the spelling against docs/config.rst"
+        )
+
+
+# --- settings classes ------------------------------------------------------------------------------
+
+
+def setting(name: str) -> Mapping[str, str]:
+    """The metadata of a settings field read from key ``name`` of the table:
+    ``ttl: timedelta = field(metadata=setting("AUTHFLOW_SESSION_TTL"))`` (secrets add
+    ``repr=False``)."""
+    if name not in _TABLE:
+        raise KeyError(f"{name} is not in flask_authflow.settings.KEYS")
+    return {"key": name}
+
+
+def flask_flag(name: str) -> Mapping[str, str]:
+    """The metadata of a settings field read from one of Flask's own boolean keys
+    (``DEBUG``, ``TESTING``)."""
+    return {"flag": name}
+
+
+class Settings:
+    """Base of the frozen settings classes: :meth:`from_config` fills every field declared
+    with :func:`setting` or :func:`flask_flag`; ``__post_init__`` checks what involves
+    several keys."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Self:
+        """The settings in ``config`` (``app.config``, or any mapping; absent keys take their
+        default).
+
+        :raises ConfigurationError: a value is malformed or unsafe; the message names the key.
+        """
+        values: dict[str, Any] = {}
+        for item in fields(cls):
+            if "key" in item.metadata:
+                values[item.name] = read(config, item.metadata["key"])
+            elif "flag" in item.metadata:
+                values[item.name] = bool(config.get(item.metadata["flag"], False))
+        return cls(**values)
