@@ -1,4 +1,4 @@
-"""Federation benchmarks: the provider key cache under pressure (DESIGN §7, "JWKS cache").
+"""Federation benchmarks: the provider key cache under pressure.
 
 Everything runs against the in-process :class:`~flask_authflow.testing.provider.TestOpenIDProvider`
 through :class:`~flask_authflow.federation.http.RequestsHttpClient`; an adapter in front of the

@@ -26,7 +26,6 @@ from .clock import Clock, MockClock, SystemClock
 from .decorators import fresh_login_required, login_required, safe_next
 from .errors import (
     AccountDisabled,
-    AccountLocked,
     AuditWriteError,
     AuthFlowError,
     AuthnError,
@@ -89,7 +88,6 @@ __version__ = "0.7.0"
 __all__ = [
     "AccountAdmin",
     "AccountDisabled",
-    "AccountLocked",
     "AnonymousUser",
     "AuditContext",
     "AuditWriteError",

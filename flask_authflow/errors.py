@@ -8,11 +8,9 @@ secrets, key material or whether an account exists).
 from __future__ import annotations
 
 import enum
-from datetime import datetime
 
 __all__ = [
     "AccountDisabled",
-    "AccountLocked",
     "AuditWriteError",
     "AuthFlowError",
     "AuthnError",
@@ -199,17 +197,6 @@ class LoginNotStarted(AuthnError):
     """There is no login in progress on this session."""
 
     code = "login_not_started"
-
-
-class AccountLocked(AuthnError):
-    """The account is locked."""
-
-    code = "locked"
-    status = 403
-
-    def __init__(self, until: datetime) -> None:
-        super().__init__(f"account locked until {until.isoformat()}")
-        self.until = until
 
 
 class IssuanceError(AuthFlowError):

@@ -1,4 +1,4 @@
-"""The reference app: the spec's routes and statuses, in-process and over real HTTP."""
+"""The reference app: its routes and statuses, in-process and over real HTTP."""
 
 from __future__ import annotations
 

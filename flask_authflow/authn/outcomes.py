@@ -151,7 +151,13 @@ class FactorRequired:
 
 @dataclass(frozen=True, slots=True)
 class InvalidCredentials:
-    """The login cannot start (kept for the spec's shape; see :doc:`authn` for when it appears)."""
+    """Never returned: kept so that code matching on :data:`LoginOutcome` can name every case.
+
+    ``begin_login`` does not reveal whether an identifier exists. An unknown user, a user of
+    another tenant and a disabled account go through the same steps as a real account
+    (``FactorRequired(PASSWORD)`` for a user that can never authenticate), and the failure is
+    reported by ``verify_factor`` as :class:`InvalidCredential`, exactly as a wrong password is.
+    """
 
 
 @dataclass(frozen=True, slots=True)

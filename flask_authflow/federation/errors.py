@@ -1,7 +1,7 @@
 """The errors of federated login (``OAuthError`` and its variants).
 
 Each variant is a class, so applications match the kind (``except CsrfMismatch``) and log
-the message, which names what failed (the spec's ``IdTokenValidation(reason)``: the
+the message, which names what failed (``IdTokenValidation(reason)``: the
 reason is a :class:`~flask_authflow.errors.TokenCheck` or a short text). Messages never
 carry tokens, codes or secrets.
 """

@@ -1,7 +1,7 @@
 """The federated login ceremony and back-channel logout: :class:`FederationService`.
 
 ``begin`` stores a :class:`~flask_authflow.federation.ceremony.Ceremony` in the session
-and returns the authorize URL; ``finish`` runs the spec's steps (state, token exchange,
+and returns the authorize URL; ``finish`` runs the callback's steps (state, token exchange,
 ID-token checks, optional userinfo), maps the validated claims to a local user (the
 application's ``claims_mapper``, or the default one), links the provider identity to
 that user and establishes the session through the same path as ``login_user``

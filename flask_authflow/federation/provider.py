@@ -58,7 +58,7 @@ __all__ = [
 #: Provider names are slugs (they appear in URLs and, as ``oidc:<name>``, in audit rows).
 PROVIDER_NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,25}")
 _DISCOVERY_SUFFIX: Final = "/.well-known/openid-configuration"
-#: The longest a ceremony may be allowed to wait for its callback (DESIGN §4).
+#: The longest a ceremony may be allowed to wait for its callback (1 hour).
 MAX_CEREMONY_TIMEOUT: Final = timedelta(hours=1)
 _TOKEN_AUTH_METHODS: Final = ("client_secret_basic", "client_secret_post")
 #: The keys accepted in ``AUTHFLOW_OAUTH_PROVIDERS`` entries (and by ``OAuthProviderConfig.from_mapping``).

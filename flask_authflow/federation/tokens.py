@@ -29,11 +29,11 @@ __all__ = [
     "check_logout_token_size",
 ]
 
-#: Algorithms an ID token may use (DESIGN §4); a provider's advertised list is intersected with it.
+#: Algorithms an ID token may use; a provider's advertised list is intersected with it.
 ID_TOKEN_ALGORITHMS: Final = frozenset({"RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"})
 #: The event a back-channel logout token must carry in ``events``.
 BACKCHANNEL_LOGOUT_EVENT: Final = "http://schemas.openid.net/event/backchannel-logout"
-#: Largest logout token accepted (the spec's limit), checked before anything is parsed.
+#: Largest logout token accepted (8 KiB), checked before anything is parsed.
 LOGOUT_TOKEN_MAX_BYTES: Final = 8 * 1024
 _LOGOUT_TYPES: Final = frozenset({"logout+jwt", "application/logout+jwt", "jwt"})
 
