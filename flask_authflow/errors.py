@@ -38,6 +38,7 @@ __all__ = [
     "SessionRecordError",
     "SigningKeyError",
     "StepUpNeeded",
+    "StoreBusy",
     "StoreUnavailable",
     "TokenCheck",
     "TokenVerificationError",
@@ -54,6 +55,8 @@ class AuthFlowError(Exception):
 
     code: str = "authflow_error"
     status: int = 400
+    #: Seconds after which trying again may succeed (sent as ``Retry-After``), if known.
+    retry_after: int | None = None
 
     def __init__(self, message: str | None = None) -> None:
         self.message = message if message is not None else self.default_message()
@@ -97,6 +100,13 @@ class StoreUnavailable(AuthFlowError):
 
     code = "store_unavailable"
     status = 503
+
+
+class StoreBusy(StoreUnavailable):
+    """Too many requests wait for the same account right now; try again in a moment."""
+
+    code = "store_busy"
+    retry_after = 1
 
 
 class AuditWriteError(StoreUnavailable):

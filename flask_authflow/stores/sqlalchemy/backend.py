@@ -51,7 +51,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from ...audit.sinks import AuditRecord
 from ...authn.factors.password import PasswordHasher
@@ -67,7 +67,14 @@ from ...authn.stores import (
     UserRecord,
 )
 from ...clock import Clock, SystemClock, utc
-from ...errors import AuditWriteError, ConfigurationError, StoreUnavailable, UserExists, UserNotFound
+from ...errors import (
+    AuditWriteError,
+    ConfigurationError,
+    StoreBusy,
+    StoreUnavailable,
+    UserExists,
+    UserNotFound,
+)
 from ...federation.links import IdentityLink
 from ..memory import check_factor_config, dump_factor_data, load_factor_data
 from .base import (
@@ -657,19 +664,60 @@ def _key_params(key: AttemptKey) -> dict[str, str]:
     return {"key_tenant": key.tenant, "key_subject": key.subject, "key_factor": key.factor}
 
 
-class UnitOfWork:
-    """Writes of several backend calls in one transaction (see :meth:`SqlAlchemyBackend.begin_unit`).
+#: How long a statement of the login path waits for a row lock another request holds
+#: (PostgreSQL's ``lock_timeout``; SQLite waits its ``busy_timeout``). A burst of one
+#: account's requests queues behind one lock: the ones that would wait longer are
+#: answered "try again" (:class:`StoreBusy`) instead of holding a pooled connection.
+LOCK_TIMEOUT = timedelta(seconds=2)
 
-    The transaction starts with the first write; :meth:`commit` ends it (an error then
-    means nothing of it was written), :meth:`rollback` drops it. A write that failed
-    inside the unit spoils it: ``commit`` then rolls back and raises.
+#: PostgreSQL's SQLSTATE of a statement that gave up waiting for a lock (lock_not_available).
+_LOCK_NOT_AVAILABLE = "55P03"
+
+
+def _store_error(exc: SQLAlchemyError) -> StoreUnavailable:
+    """The typed error of a database failure: :class:`StoreBusy` when the statement gave
+    up waiting for a lock another request held, else :class:`StoreUnavailable`."""
+    orig = getattr(exc, "orig", None)
+    if isinstance(exc, OperationalError) and (
+        getattr(orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE or "database is locked" in str(orig)
+    ):
+        return StoreBusy("another request of this account holds its lock: try again in a moment")
+    return StoreUnavailable("the authentication database is unavailable")
+
+
+def _open_transaction(conn: Connection, lock_timeout: timedelta) -> None:
+    """The first statement of a transaction that takes the attempt counter's lock.
+
+    SQLite: ``BEGIN IMMEDIATE`` takes the write lock now (waiting at most ``busy_timeout``),
+    so the reads that follow see the latest commit and a later write never has to upgrade
+    a read snapshot (which SQLite refuses at once under contention). PostgreSQL: waits for
+    row locks are bounded by ``lock_timeout``, for this transaction only.
+    """
+    dialect = conn.dialect.name
+    if dialect == "sqlite":
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    elif dialect == "postgresql":
+        milliseconds = max(1, int(lock_timeout.total_seconds() * 1000))
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = {milliseconds}")
+
+
+class UnitOfWork:
+    """Writes and reads of several backend calls in one transaction on ONE connection (see
+    :meth:`SqlAlchemyBackend.begin_unit`).
+
+    The transaction starts with the first statement; :meth:`commit` ends it (an error then
+    means nothing of it was written), :meth:`rollback` drops it. A statement that failed
+    inside the unit spoils it: ``commit`` then rolls back and raises. Every read and write
+    of the backend in the unit's context runs on its connection, so a request that holds a
+    row lock never needs a second pooled connection.
     """
 
-    __slots__ = ("_conn", "_token", "_trans", "engine", "failed")
+    __slots__ = ("_conn", "_token", "_trans", "engine", "failed", "lock_timeout")
 
-    def __init__(self, engine: Engine, token: Any) -> None:
+    def __init__(self, engine: Engine, token: Any, lock_timeout: timedelta = LOCK_TIMEOUT) -> None:
         self.engine = engine
         self.failed = False
+        self.lock_timeout = lock_timeout
         self._conn: Connection | None = None
         self._trans: Any = None
         self._token = token
@@ -678,6 +726,11 @@ class UnitOfWork:
         if self._conn is None:
             self._conn = self.engine.connect()
             self._trans = self._conn.begin()
+            try:
+                _open_transaction(self._conn, self.lock_timeout)
+            except SQLAlchemyError as exc:
+                self.failed = True
+                raise _store_error(exc) from exc
         return self._conn
 
     def _end(self) -> None:
@@ -739,6 +792,8 @@ class SqlAlchemyBackend:
     :param engine_source: an ``Engine``, a database URL, or a Flask-SQLAlchemy ``db``.
     :param hasher: hashes passwords given to :meth:`create_user` / :meth:`set_password`.
     :param create_tables: create the ``authflow_*`` tables if missing (use migrations in production).
+    :param lock_timeout: how long a login step waits for a lock on its account's attempt
+        counter before it is answered :class:`~flask_authflow.errors.StoreBusy` (try again).
     """
 
     def __init__(
@@ -748,8 +803,13 @@ class SqlAlchemyBackend:
         hasher: PasswordHasher | None = None,
         clock: Clock | None = None,
         create_tables: bool = True,
+        lock_timeout: timedelta = LOCK_TIMEOUT,
     ) -> None:
         self._owns_engine = isinstance(engine_source, str)
+        if not isinstance(lock_timeout, timedelta) or lock_timeout <= timedelta(0):
+            raise ConfigurationError(f"lock_timeout must be a positive timedelta, got {lock_timeout!r}")
+        #: How long a login step waits for its account's lock (see :data:`LOCK_TIMEOUT`).
+        self.lock_timeout = lock_timeout
         self._hasher = hasher
         self.clock: Clock = clock or SystemClock()
         self._clock_given = clock is not None
@@ -835,10 +895,11 @@ class SqlAlchemyBackend:
         backend) in this context in one transaction, until ``commit()`` or ``rollback()``
         of the returned unit. The login service uses it so that the attempt row, the
         counter change and the audit rows of one credential check commit together.
-        Reads keep their own connections. Units do not nest."""
+        Reads run on the unit's connection too: one pooled connection per unit. Units do
+        not nest."""
         if _UNIT.get() is not None:
             raise RuntimeError("a unit of work is already open in this context")
-        unit = UnitOfWork(self.engine, None)
+        unit = UnitOfWork(self.engine, None, self.lock_timeout)
         unit._token = _UNIT.set(unit)
         return unit
 
@@ -854,26 +915,35 @@ class SqlAlchemyBackend:
         unit.commit()
 
     @contextmanager
-    def _tx(self) -> Iterator[Connection]:
+    def _in_unit(self, unit: UnitOfWork) -> Iterator[Connection]:
+        """The unit's connection; a failure spoils the unit (its transaction may be aborted)."""
+        try:
+            yield unit.connection()
+        except BaseException as exc:
+            unit.failed = True
+            if isinstance(exc, SQLAlchemyError) and not isinstance(exc, IntegrityError):
+                raise _store_error(exc) from exc
+            raise
+
+    @contextmanager
+    def _tx(self, *, locking: bool = False) -> Iterator[Connection]:
         """One transaction (or the open unit of work's); database failures become
-        StoreUnavailable (fail closed)."""
+        StoreUnavailable (fail closed). ``locking``: it takes an attempt counter's lock,
+        so its wait is bounded (see :func:`_open_transaction`)."""
         unit = self._unit()
         if unit is not None:
-            try:
-                yield unit.connection()
-            except BaseException as exc:
-                unit.failed = True  # the unit's transaction may be aborted: never commit it
-                if isinstance(exc, SQLAlchemyError) and not isinstance(exc, IntegrityError):
-                    raise StoreUnavailable("the authentication database is unavailable") from exc
-                raise
+            with self._in_unit(unit) as conn:
+                yield conn
             return
         try:
             with self.engine.begin() as conn:
+                if locking:
+                    _open_transaction(conn, self.lock_timeout)
                 yield conn
         except IntegrityError:
             raise
         except SQLAlchemyError as exc:
-            raise StoreUnavailable("the authentication database is unavailable") from exc
+            raise _store_error(exc) from exc
 
     @property
     def _read_engine(self) -> Engine:
@@ -884,20 +954,16 @@ class SqlAlchemyBackend:
 
     def _fetch(self, work: Callable[[Connection], T]) -> T:
         """Run a read (single statements, no transaction: the login path is latency-bound);
-        a pooled connection found dead is replaced and the read runs once more."""
+        a pooled connection found dead is replaced and the read runs once more. In an open
+        unit of work the read runs on the unit's connection (never a second one)."""
+        unit = self._unit()
+        if unit is not None:
+            with self._in_unit(unit) as conn:
+                return work(conn)
         try:
             return run_read(self._read_engine, work)
         except SQLAlchemyError as exc:
-            raise StoreUnavailable("the authentication database is unavailable") from exc
-
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        """A connection for reads only (no retry: prefer :meth:`_fetch`)."""
-        try:
-            with self._read_engine.connect() as conn:
-                yield conn
-        except SQLAlchemyError as exc:
-            raise StoreUnavailable("the authentication database is unavailable") from exc
+            raise _store_error(exc) from exc
 
     # --- identities --------------------------------------------------------------------------
 
@@ -1247,7 +1313,7 @@ class SqlAlchemyBackend:
             "now": now,
             "stale": now - RESERVATION_TTL,
         }
-        with self._tx() as conn:
+        with self._tx(locking=True) as conn:
             failures, window_start = self._counter(conn, key, 0, params).one()
             start = _aware(window_start)
             in_window = int(failures) if start is not None and start > now - window else 0
@@ -1303,7 +1369,7 @@ class SqlAlchemyBackend:
         now = utc(now)
         params = {**_key_params(key), "now": now, "window_opened": now - window}
         locked: datetime | None = None
-        with self._tx() as conn:
+        with self._tx(locking=True) as conn:
             self._settle(conn, reservation)
             # Counted in the database (one statement, under the row lock): never a lost update.
             failures = self._counter(conn, key, 1, params).scalar_one()
@@ -1318,7 +1384,7 @@ class SqlAlchemyBackend:
         self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
     ) -> None:
         now = utc(now)
-        with self._tx() as conn:
+        with self._tx(locking=True) as conn:
             self._settle(conn, reservation)
             conn.execute(_RESET_COUNTER, _key_params(key))
             _log_attempt(conn, key, now=now, success=True, client_ip=client_ip)
@@ -1333,7 +1399,7 @@ class SqlAlchemyBackend:
         round trip of its own."""
         now = utc(now)
         params = {**_key_params(key), "now": now, "token": reservation, "client_ip": client_ip}
-        with self._tx() as conn:
+        with self._tx(locking=True) as conn:
             if conn.dialect.name == "postgresql":
                 return _aware(conn.execute(_PG_SETTLE_SUCCESS, params).scalar())
             lock = {"tenant": key.tenant, "subject": key.subject, "now": now}
