@@ -473,6 +473,23 @@ class StoreContract:
         assert backend.get_factor("acme", uid, "pending").secret == "p0"
         assert not backend.swap_factor_secret("acme", uid, "missing", expected_counter=0, secret="z", now=now)
 
+    def test_use_once(self, backend: Any, clock: MockClock) -> None:
+        """A one-time token is used once until it expires; scopes and logout jtis are apart."""
+        until = clock.now() + timedelta(minutes=5)
+        assert backend.use_once("email_otp", "digest-1", expires_at=until)
+        assert not backend.use_once("email_otp", "digest-1", expires_at=until)  # a replay
+        assert backend.use_once("webauthn", "digest-1", expires_at=until)  # another scope
+        assert backend.remember_jti("email_otp", "digest-1", until)  # not a logout token's jti
+        clock.advance(timedelta(minutes=6))
+        assert backend.use_once("email_otp", "digest-2", expires_at=clock.now() + timedelta(minutes=5))
+        assert backend.use_once("email_otp", "digest-1", expires_at=clock.now() + timedelta(minutes=5))
+
+    def test_parallel_uses_of_one_token_have_one_winner(self, backend: Any, clock: MockClock) -> None:
+        until = clock.now() + timedelta(minutes=5)
+        for token in ("a", "b"):
+            won = race(RACERS, lambda _i, t=token: backend.use_once("webauthn", t, expires_at=until))
+            assert won.count(True) == 1
+
     def test_factor_data_round_trip(self, backend: Any) -> None:
         uid = backend.create_user("acme", "alice").user_id
         data = {

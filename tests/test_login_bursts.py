@@ -16,6 +16,7 @@ another account, keeps logging in; his logins keep their normal latency:
 from __future__ import annotations
 
 import multiprocessing
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,16 +25,19 @@ from typing import Any
 import pytest
 
 from flask_authflow import signals
+from flask_authflow.authn.factors.email_otp import EmailOtpFactor
 from flask_authflow.authn.factors.recovery import RecoveryCodeFactor
 from flask_authflow.authn.factors.sealing import FactorSealer
 from flask_authflow.authn.factors.totp import TotpFactor
 from flask_authflow.authn.lockout import LockoutPolicy
 from flask_authflow.authn.outcomes import Authenticated, FactorCredential, FactorKind
 from flask_authflow.authn.service import AuthnService
+from flask_authflow.authn.stores import FactorConfig
 from flask_authflow.clock import MockClock
 from flask_authflow.errors import StoreBusy, StoreUnavailable
-from flask_authflow.session.model import AuthSession
+from flask_authflow.session.model import AuthSession, SessionRecord
 from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+from flask_authflow.testing import Outbox
 from tests.authn_support import CTX, fast_hasher, new_session
 from tests.concurrency import run_together
 
@@ -47,11 +51,13 @@ BYSTANDER_LIMIT = 2.0
 SPAWN = multiprocessing.get_context("spawn")
 
 
-def make_service(backend: SqlAlchemyBackend, clock: MockClock) -> AuthnService:
+def make_service(backend: SqlAlchemyBackend, clock: MockClock, outbox: Outbox | None = None) -> AuthnService:
     service = AuthnService(backend, backend, clock=clock, lockout=LockoutPolicy(max_failures=5))
     sealer = FactorSealer.from_key(KEY)
     service.register_factor(TotpFactor(sealer))
     service.register_factor(RecoveryCodeFactor(sealer))
+    mail = outbox if outbox is not None else Outbox()
+    service.register_factor(EmailOtpFactor(sealer, lambda: mail))
     return service
 
 
@@ -87,15 +93,19 @@ def bystander(service: AuthnService, clock: MockClock, stop: Callable[[], bool])
     return took
 
 
-def submit(service: AuthnService, session: AuthSession, code: str) -> str:
-    """One check of ``code``; the outcome's or the error's name."""
+def submit(service: AuthnService, session: AuthSession, code: str, kind: str = "recovery_code") -> str:
+    """One check of ``code`` (of ``kind``); the outcome's or the error's name."""
+    credential = FactorCredential(FactorKind(kind), code)
     try:
-        outcome = service.with_audit_context(CTX).verify_factor(
-            FactorCredential.code(FactorKind.RECOVERY_CODE, code), session
-        )
+        outcome = service.with_audit_context(CTX).verify_factor(credential, session)
     except StoreBusy:
         return "StoreBusy"
     return type(outcome).__name__
+
+
+def copies(record: SessionRecord, count: int) -> list[AuthSession]:
+    """The session of ``record`` as ``count`` parallel requests with its cookie load it."""
+    return [AuthSession(record, new=False, request_fingerprint="fp") for _ in range(count)]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -111,12 +121,107 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlAlche
     backend.close()
 
 
-def successes(backend: SqlAlchemyBackend) -> list[Any]:
+def successes(backend: SqlAlchemyBackend, kind: str = "recovery_code") -> list[Any]:
     return [
         row
         for row in backend.audit_rows
-        if row.event == "factor_verify" and row.status == "success" and row.factor == "recovery_code"
+        if row.event == "factor_verify" and row.status == "success" and row.factor == kind
     ]
+
+
+def email_code_login(
+    backend: SqlAlchemyBackend, service: AuthnService, outbox: Outbox
+) -> tuple[AuthSession, str]:
+    """alice with an e-mail factor only: her login at the e-mail step, and the code sent."""
+    user = backend.find_user("acme", "alice")
+    assert user is not None
+    backend.add_factor(
+        "acme",
+        FactorConfig(
+            user_id=user.user_id,
+            kind=FactorKind.EMAIL_OTP,
+            created_at=backend.clock.now(),
+            factor_id="mail",
+            data={"address": "alice@example.com"},
+        ),
+    )
+    session = new_session(backend.clock)  # type: ignore[arg-type]
+    handle = service.with_audit_context(CTX)
+    handle.begin_login("alice", "acme", session)
+    outcome = handle.verify_factor(FactorCredential.password(PASSWORD), session)
+    assert outcome.kind is FactorKind.EMAIL_OTP, outcome  # type: ignore[union-attr]
+    found = re.findall(r"^    ([0-9]{8})\r?$", outbox[-1].body, re.MULTILINE)
+    assert len(found) == 1
+    return session, found[0]
+
+
+def alice_announced(announced: list[dict[str, Any]], backend: SqlAlchemyBackend) -> int:
+    user = backend.find_user("acme", "alice")
+    assert user is not None
+    return [extra.get("user_id") for extra in announced].count(user.user_id)
+
+
+def test_fifty_parallel_posts_of_one_email_code_in_one_session_log_in_once(
+    backend: SqlAlchemyBackend,
+) -> None:
+    """Single use was enforced only by the session write: every request of the session read
+    the same code slot and passed. Now the code is used up in the store, once."""
+    clock = backend.clock
+    assert isinstance(clock, MockClock)
+    outbox = Outbox()
+    service = make_service(backend, clock, outbox)
+    session, code = email_code_login(backend, service, outbox)
+    announced: list[dict[str, Any]] = []
+
+    def on_success(sender: Any, **extra: Any) -> None:
+        announced.append(extra)
+
+    signals.login_succeeded.connect(on_success)
+    try:
+        workers = [lambda s=s: submit(service, s, code, "email_otp") for s in copies(session.record, BURST)]
+        finished = run_together(workers)  # type: ignore[arg-type]
+    finally:
+        signals.login_succeeded.disconnect(on_success)
+    assert finished.count("Authenticated") == 1, finished
+    assert set(finished) <= {"Authenticated", "InvalidCredential", "Locked", "StoreBusy"}, finished
+    assert len(successes(backend, "email_otp")) == 1
+    assert alice_announced(announced, backend) == 1
+    replays = [r for r in backend.audit_rows if r.factor == "email_otp" and r.reason == "replayed"]
+    assert replays, "the losers are audited as replays"
+
+
+def test_an_authenticator_without_a_counter_passes_once_for_parallel_posts(tmp_path: Path) -> None:
+    """A WebAuthn key whose signature count stays 0: one assertion, 30 parallel posts in
+    one session, one login (the challenge is used up in the store)."""
+    from tests.test_webauthn_factor import WA, WebAuthnFactor, enroll, settings, signed_in
+    from tests.test_webauthn_factor import Env as KeyEnv
+    from tests.webauthn_soft import SoftAuthenticator
+
+    clock = MockClock()
+    backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'keys.db'}", hasher=fast_hasher(), clock=clock)
+    try:
+        backend.with_user_password("alice", "acme", "correct horse")
+        service = AuthnService(backend, backend, clock=clock)
+        service.register_factor(WebAuthnFactor(settings()))
+        env = KeyEnv(service, backend, clock)
+        key = SoftAuthenticator()
+        enroll(env, signed_in(env), key, counter_step=0)
+        session = new_session(clock)
+        handle = service.with_audit_context(CTX)
+        handle.begin_login("alice", "acme", session)
+        outcome = handle.verify_factor(FactorCredential.password("correct horse"), session)
+        assertion = key.assert_(outcome.challenges[FactorKind.WEBAUTHN]["publicKey"])  # type: ignore[union-attr]
+        finished = run_together(
+            [
+                lambda s=s: type(handle.verify_factor(WA(assertion), s)).__name__
+                for s in copies(session.record, 30)
+            ]  # type: ignore[misc]
+        )
+        assert finished.count("Authenticated") == 1, finished
+        assert len(successes(backend, "webauthn")) == 1
+        assert env.keys()[0].counter == 0
+    finally:
+        backend.close()
 
 
 def test_fifty_parallel_checks_of_one_code_log_in_once_and_the_bystander_is_unaffected(
@@ -160,7 +265,7 @@ def test_fifty_parallel_checks_of_one_code_log_in_once_and_the_bystander_is_unaf
     assert RecoveryCodeFactor(FactorSealer.from_key(KEY)).remaining(left[0]) == 9  # used once, not more
 
 
-def _process_burst(url: str, sids: list[Any], code: str, start: Any, out: Any) -> None:
+def _process_burst(url: str, sids: list[Any], code: str, kind: str, start: Any, out: Any) -> None:
     clock = MockClock()
     backend = SqlAlchemyBackend(url, hasher=fast_hasher(), clock=clock, create_tables=False)
     service = make_service(backend, clock)
@@ -169,7 +274,7 @@ def _process_burst(url: str, sids: list[Any], code: str, start: Any, out: Any) -
     sessions = [AuthSession(record, new=False, request_fingerprint="fp") for record in sids]
     start.wait(30)
     try:
-        finished = run_together([lambda s=s: submit(service, s, code) for s in sessions])  # type: ignore[misc]
+        finished = run_together([lambda s=s: submit(service, s, code, kind) for s in sessions])  # type: ignore[misc]
     except BaseException as exc:  # noqa: BLE001 - reported to the test
         out.put(repr(exc))
     else:
@@ -178,20 +283,30 @@ def _process_burst(url: str, sids: list[Any], code: str, start: Any, out: Any) -
 
 
 @pytest.mark.postgres
-def test_several_processes_submitting_one_code_log_in_once(postgres_server: Any) -> None:
+@pytest.mark.parametrize("kind", ["recovery_code", "email_otp"])
+def test_several_processes_submitting_one_code_log_in_once(postgres_server: Any, kind: str) -> None:
+    """recovery_code: 50 logins of alice at their second step submit one code; email_otp: 50
+    requests of ONE login (its cookie) submit the code it was sent."""
     url = postgres_server.new_database()
     clock = MockClock()
     backend = SqlAlchemyBackend(url, hasher=fast_hasher(), clock=clock)
     try:
         backend.create_user("acme", "alice", PASSWORD)
         backend.create_user("acme", "bob", BYSTANDER_PASSWORD)
-        service = make_service(backend, clock)
-        code = recovery_codes(backend, clock)[0]
-        records = [at_second_step(service, clock).record for _ in range(BURST)]
+        outbox = Outbox()
+        service = make_service(backend, clock, outbox)
+        if kind == "recovery_code":
+            code = recovery_codes(backend, clock)[0]
+            records = [at_second_step(service, clock).record for _ in range(BURST)]
+        else:
+            session, code = email_code_login(backend, service, outbox)
+            records = [session.record] * BURST
         start, out = SPAWN.Event(), SPAWN.Queue()
         # More threads per process than its pool has connections (5 + 10 overflow).
         groups = [records[i::3] for i in range(3)]
-        processes = [SPAWN.Process(target=_process_burst, args=(url, g, code, start, out)) for g in groups]
+        processes = [
+            SPAWN.Process(target=_process_burst, args=(url, g, code, kind, start, out)) for g in groups
+        ]
         for process in processes:
             process.start()
         time.sleep(2)  # every process imports and connects before the burst
@@ -210,7 +325,7 @@ def test_several_processes_submitting_one_code_log_in_once(postgres_server: Any)
     assert sum(count for _, count in reports) == 1
     checker = SqlAlchemyBackend(url, create_tables=False)
     try:
-        assert len(successes(checker)) == 1
+        assert len(successes(checker, kind)) == 1
     finally:
         checker.close()
     assert max(took) < BYSTANDER_LIMIT, took

@@ -230,6 +230,13 @@ class FactorRecordStore(FactorStore, Protocol):
         factor is confirmed. True for exactly one of several parallel callers."""
         ...
 
+    def use_once(self, scope: str, token: str, *, expires_at: datetime) -> bool:
+        """Record the one-time ``token`` of ``scope`` as used until ``expires_at``: a login
+        challenge or an e-mail code (its digest) kept in a session, which parallel requests
+        of that session all read. One atomic statement: True for exactly one of several
+        parallel callers, False for every other and for a replay until ``expires_at``."""
+        ...
+
 
 @runtime_checkable
 class AttemptStore(Protocol):

@@ -430,6 +430,9 @@ class InMemoryBackend:
             )
             return True
 
+    def use_once(self, scope: str, token: str, *, expires_at: datetime) -> bool:
+        return self.remember_jti(f"one-time:{scope}", token, expires_at)
+
     # --- attempts and lockout ----------------------------------------------------------------
 
     def _check_available(self) -> None:

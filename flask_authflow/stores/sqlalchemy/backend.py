@@ -225,7 +225,9 @@ identity_links_table = Table(
 )
 Index("ix_authflow_identity_links_user", identity_links_table.c.tenant, identity_links_table.c.user_id)
 
-#: jti of back-channel logout tokens seen, until their exp: a replay is refused in every process.
+#: jti of back-channel logout tokens seen, until their exp: a replay is refused in every
+#: process. One-time login tokens (``use_once``: an e-mail code's digest, a WebAuthn
+#: challenge) share the table, under an ``issuer`` of ``one-time:<scope>``.
 logout_jtis_table = Table(
     "authflow_logout_jtis",
     metadata,
@@ -658,6 +660,33 @@ def _dialect_upserts() -> dict[str, tuple[Any, Any]]:
 
 #: Dialects with a native upsert; others insert the row if missing, then update it.
 _COUNTER_UPSERTS = _dialect_upserts()
+
+
+def _one_time_inserts() -> dict[str, Any]:
+    """Per dialect: insert a one-time token unless it is there (no error, so an open unit
+    of work's transaction stays usable); the row it returns says that this call won."""
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    values: dict[str, Any] = {
+        "issuer": bindparam("scope"),
+        "jti": bindparam("token"),
+        "expires_at": bindparam("expires_at"),
+    }
+    return {
+        name: dialect_insert(logout_jtis_table)
+        .values(**values)
+        .on_conflict_do_nothing()
+        .returning(logout_jtis_table.c.jti)
+        for name, dialect_insert in (("postgresql", pg_insert), ("sqlite", sqlite_insert))
+    }
+
+
+_USE_ONCE = _one_time_inserts()
+_DROP_EXPIRED_ONE_TIME = delete(logout_jtis_table).where(
+    logout_jtis_table.c.issuer == bindparam("scope"),
+    logout_jtis_table.c.expires_at <= bindparam("now", type_=UTCDateTime()),
+)
 
 
 def _key_params(key: AttemptKey) -> dict[str, str]:
@@ -1254,6 +1283,25 @@ class SqlAlchemyBackend:
             "used_at": utc(now),
         }
         return self._write_one(_SWAP_SECRET, params) == 1
+
+    def use_once(self, scope: str, token: str, *, expires_at: datetime) -> bool:
+        """Insert (``one-time:<scope>``, token) into the one-time token table (the one
+        logout jtis use); the primary key lets one caller win in every process. Expired
+        tokens of the scope go in passing. In the open unit of work, if there is one."""
+        params = {"scope": f"one-time:{scope}", "token": token, "expires_at": utc(expires_at)}
+        statement = _USE_ONCE.get(self.engine.dialect.name)
+        try:
+            with self._tx() as conn:
+                conn.execute(_DROP_EXPIRED_ONE_TIME, {**params, "now": utc(self.clock.now())})
+                if statement is not None:
+                    return conn.execute(statement, params).first() is not None
+                # Other databases: a savepoint absorbs the duplicate.
+                with conn.begin_nested():  # pragma: no cover - SQLite and PostgreSQL have upserts
+                    row = {"issuer": params["scope"], "jti": token, "expires_at": params["expires_at"]}
+                    conn.execute(insert(logout_jtis_table).values(**row))
+        except IntegrityError:  # pragma: no cover - see above
+            return False
+        return True
 
     # --- attempts and lockout ----------------------------------------------------------------
 
