@@ -276,6 +276,7 @@ class AuthFlow:
             adopt(hasher=hasher, clock=clock)
         if wiring is not None:
             _refuse_database_outside(wiring, getattr(backend, "engine", None))
+        session_store_built = session_store is None
         session_store = (
             session_store
             if session_store is not None  # an empty store is falsy (it has __len__)
@@ -349,6 +350,10 @@ class AuthFlow:
             return account_admin(app).revoke_sessions(tenant, user_id, keep_sid=keep_sid, reason=reason)
 
         service.revoke_sessions = revoke_sessions  # a factor change ends the user's other sessions
+        if session_store_built and config.session_store not in ("memory", "redis"):
+            from .stores.sqlalchemy.backend import session_writer  # one transaction for both
+
+            service.session_writer = session_writer(backend, session_store, interface)
         for factor in self._factors.values():
             service.register_factor(factor)
         app.session_interface = interface

@@ -42,7 +42,7 @@ from tests.authn_support import CTX, fast_hasher, new_session
 from tests.concurrency import run_together
 
 PASSWORD = "correct horse battery staple"
-BYSTANDER_PASSWORD = "hunter2 hunter2 hunter2"
+BYSTANDER_PASSWORD = "bystander-kestrel-lantern-77"
 KEY = bytes(range(64, 96))  # the same in every process
 BURST = 50
 #: A bystander's login may take this long while alice's burst runs (it takes milliseconds
@@ -377,3 +377,74 @@ def test_store_busy_is_a_503_with_retry_after() -> None:
     assert response.status_code == 503
     assert response.headers["Retry-After"] == "1"
     assert response.headers["Cache-Control"] == "no-store"
+
+
+# --- over HTTP: the reference app on its default SQLite store ------------------------------------
+
+
+def _create_bob(app: Any) -> None:
+    result = app.test_cli_runner().invoke(
+        args=["authflow", "create-user", "bob", "--password-stdin"], input=f"{BYSTANDER_PASSWORD}\n"
+    )
+    assert result.exit_code == 0, result.output
+
+
+def _http_bystander(app: Any, stop: Callable[[], bool]) -> list[float]:
+    from tests.test_reference_app_mfa import client_of
+
+    took: list[float] = []
+    while not stop() or not took:
+        client = client_of(app)
+        started = time.monotonic()
+        response = client.post("/login", json={"username": "bob", "password": BYSTANDER_PASSWORD})
+        assert response.text == "authenticated\n", response.text
+        assert client.get("/dashboard").status_code == 200
+        took.append(time.monotonic() - started)
+    return took
+
+
+@pytest.mark.authflow_stores("sql")
+def test_fifty_parallel_posts_of_one_recovery_code_in_one_session_over_http(
+    tmp_path: Path, mock_clock: MockClock
+) -> None:
+    """The code was used up in the credential transaction, then the session write failed
+    ("session store unavailable"): no login, code gone, 27-29 answers 503. Now exactly one
+    request logs the session in, the others are refused cleanly (401/403), nothing is a 5xx,
+    and the code is used once."""
+    from tests.test_reference_app_mfa import (
+        client_of,
+        enroll_recovery_codes,
+        enroll_totp,
+        factor,
+        password_login,
+        reference_app,
+    )
+
+    app = reference_app(tmp_path)
+    _create_bob(app)
+    secret = enroll_totp(app, mock_clock)
+    codes = enroll_recovery_codes(app, secret, mock_clock)
+    first = client_of(app)
+    assert "recovery_code" in password_login(first).text
+    cookie = first.get_cookie("authflow_session")
+    assert cookie is not None
+    clients = [client_of(app) for _ in range(BURST)]
+    for client in clients:
+        client.set_cookie("authflow_session", cookie.value)
+    answers: list[Any] = []
+    workers: list[Callable[[], Any]] = [
+        lambda c=c: answers.append((c, factor(c, "recovery_code", code=codes[1])))
+        for c in clients  # type: ignore[misc]
+    ]
+    workers.append(lambda: _http_bystander(app, lambda: len(answers) == BURST))
+    took = run_together(workers)[-1]
+    statuses = sorted(response.status_code for _, response in answers)
+    assert statuses.count(200) == 1, statuses
+    assert set(statuses) <= {200, 401, 403}, statuses
+    winner = next(c for c, response in answers if response.status_code == 200)
+    assert winner.get("/dashboard").status_code == 200  # the winner's session was kept
+    assert max(took) < BYSTANDER_LIMIT, took
+    backend = app.extensions["authflow"].backend
+    user = backend.find_user("default", "alice")
+    left = backend.list_user_factors("default", user.user_id, kind=FactorKind.RECOVERY_CODE)
+    assert RecoveryCodeFactor(FactorSealer.from_key(b"0" * 32)).remaining(left[0]) == 9

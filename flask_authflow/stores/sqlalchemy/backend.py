@@ -12,13 +12,14 @@ never lose a count. Every database error becomes :class:`StoreUnavailable` (or
 from __future__ import annotations
 
 import copy
+import functools
 import secrets
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from flask import has_app_context
 from sqlalchemy import (
@@ -88,6 +89,10 @@ from .base import (
     run_read,
     run_statement,
 )
+
+if TYPE_CHECKING:
+    from ...session.interface import AuthFlowSessionInterface
+    from ...session.model import AuthSession
 
 __all__ = [
     "AUDIT_PURGE_BATCH",
@@ -837,7 +842,7 @@ class SqlAlchemyBackend:
         self._owns_engine = isinstance(engine_source, str)
         if not isinstance(lock_timeout, timedelta) or lock_timeout <= timedelta(0):
             raise ConfigurationError(f"lock_timeout must be a positive timedelta, got {lock_timeout!r}")
-        #: How long a login step waits for its account's lock (see :data:`LOCK_TIMEOUT`).
+        #: How long a login step waits for its account's lock (2 s by default).
         self.lock_timeout = lock_timeout
         self._hasher = hasher
         self.clock: Clock = clock or SystemClock()
@@ -1584,3 +1589,22 @@ class SqlAlchemyBackend:
         query = select(*columns).order_by(audit_table.c.id)
         rows = self._fetch(lambda conn: conn.execute(query).all())
         return [AuditRecord(**{**row._asdict(), "time": utc(row.time)}) for row in rows]
+
+
+def session_writer(
+    backend: object, store: object, interface: AuthFlowSessionInterface
+) -> Callable[[AuthSession, Any], Callable[[], None] | None] | None:
+    """The writer a login service uses to keep a passed step's session in the step's unit
+    of work (``AuthnService.session_writer``), when ``store`` is a SQL session store on
+    the backend's own engine; else ``None`` (the session is written with the response)."""
+    from .session_store import SqlAlchemySessionStore
+
+    if not isinstance(backend, SqlAlchemyBackend) or not isinstance(store, SqlAlchemySessionStore):
+        return None
+    if store.engine is not backend.engine:
+        return None
+
+    def write(session: AuthSession, unit: UnitOfWork) -> Callable[[], None] | None:
+        return interface.write_on(session, functools.partial(store.save_on, unit.connection()))
+
+    return write
