@@ -829,7 +829,7 @@ class AuthnRequest:
                 ok = bool(checked) and not phantom
                 single_use = isinstance(checked, Accepted) and checked.commit is not None
                 # A lock set while this check ran (by a parallel failure) wins over a success.
-                settled = ok and not single_use and lockout.settles_success_with_lock_check
+                settled = ok and not single_use
                 held = reservation  # the token of this check's reservation
                 if settled:
                     # Looked for while the success is settled, in the settlement's transaction

@@ -30,7 +30,6 @@ __all__ = [
     "LoginFacts",
     "LoginLookup",
     "Reservation",
-    "SuccessSettlement",
     "UserRecord",
 ]
 
@@ -290,6 +289,15 @@ class AttemptStore(Protocol):
         """Log the success, reset the failure counter of ``key`` and settle ``reservation``."""
         ...
 
+    def register_success_unless_locked(
+        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
+    ) -> datetime | None:
+        """How a successful check is settled: if a lock is active on ``key.subject`` (any
+        factor, as ``locked_until``; set by a parallel failure while the check ran), give
+        ``reservation`` back and return the lock's end, logging and resetting nothing.
+        Otherwise do what ``register_success`` does and return ``None``. One atomic step."""
+        ...
+
     def set_lock(self, key: AttemptKey, until: datetime) -> None: ...
 
     def clear_lock(self, tenant: str, subject: str) -> None: ...
@@ -317,18 +325,4 @@ class LoginLookup(Protocol):
     def login_facts(self, tenant: str, identifier: str, now: datetime) -> LoginFacts:
         """The user of ``identifier`` in ``tenant``, their confirmed factor kinds (as
         ``required_factors``), and the active lock on ``identifier`` (as ``locked_until``)."""
-        ...
-
-
-@runtime_checkable
-class SuccessSettlement(Protocol):
-    """Optional on an :class:`AttemptStore`: settle a successful check and look for a lock
-    set while it ran, in one step (``SqlAlchemyBackend``: one statement)."""
-
-    def register_success_unless_locked(
-        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
-    ) -> datetime | None:
-        """If a lock is active on ``key.subject`` (any factor, as ``locked_until``), give
-        ``reservation`` back and return the lock's end: nothing is logged or reset.
-        Otherwise do what ``register_success`` does and return ``None``."""
         ...
