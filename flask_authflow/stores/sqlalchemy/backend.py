@@ -38,6 +38,7 @@ from sqlalchemy import (
     bindparam,
     case,
     delete,
+    event,
     exists,
     false,
     func,
@@ -719,6 +720,28 @@ def _store_error(exc: SQLAlchemyError) -> StoreUnavailable:
     return StoreUnavailable("the authentication database is unavailable")
 
 
+#: Set in ``Session.info`` while a transaction of an application's session has flushed rows.
+_APP_WROTE = "authflow_transaction_wrote"
+
+
+def _flushed(session: Any, _context: Any) -> None:
+    session.info[_APP_WROTE] = True
+
+
+def _ended(session: Any, transaction: Any) -> None:
+    if transaction.parent is None:  # the outermost transaction: its writes are settled
+        session.info.pop(_APP_WROTE, None)
+
+
+def _watch_writes(scoped: Any) -> None:
+    """Mark an application's Flask-SQLAlchemy session while its transaction holds flushed
+    rows: account writes join only such a transaction (one that merely read something
+    would never be committed by a view that writes nothing of its own)."""
+    if not event.contains(scoped, "after_flush", _flushed):
+        event.listen(scoped, "after_flush", _flushed)
+        event.listen(scoped, "after_transaction_end", _ended)
+
+
 def _open_transaction(conn: Connection, lock_timeout: timedelta) -> None:
     """The first statement of a transaction that takes the attempt counter's lock.
 
@@ -851,6 +874,10 @@ class SqlAlchemyBackend:
         self._engine: Engine | None = None
         self._reader: tuple[Engine, Engine] | None = None
         self._db: Any = None
+        #: The Flask-SQLAlchemy ``db`` whose open transaction account writes join (see _account_tx).
+        self._app_db: Any = engine_source if is_flask_sqlalchemy(engine_source) else None
+        if self._app_db is not None:
+            _watch_writes(self._app_db.session)
         if is_flask_sqlalchemy(engine_source) and not has_app_context():
             # SqlAlchemyBackend(db) at import time, as with Flask-SQLAlchemy's own models:
             # the tables join db.metadata now (so db.create_all() and Alembic /
@@ -948,6 +975,37 @@ class SqlAlchemyBackend:
             raise
         unit.commit()
 
+    def _app_session(self) -> Any:
+        """The application's Flask-SQLAlchemy session when a transaction of it is open on
+        this backend's engine (a view that flushed its own rows), else ``None``."""
+        db = self._app_db
+        if db is None or self._unit() is not None or not has_app_context():
+            return None
+        session = db.session()  # the scoped session of this app context
+        wrote = session.info.get(_APP_WROTE) or session.new or session.dirty or session.deleted
+        if not wrote or not session.in_transaction() or session.get_bind() is not self.engine:
+            return None
+        return session
+
+    @contextmanager
+    def _account_tx(self) -> Iterator[Connection]:
+        """The transaction of a write that creates an account, a factor or an identity link:
+        inside the application's open ``db.session`` transaction it runs on that
+        transaction's connection and commits or rolls back with the application's own rows
+        (a refused write, such as a taken identifier, leaves it to be rolled back);
+        otherwise in a transaction of its own (:meth:`_tx`)."""
+        session = self._app_session()
+        if session is None:
+            with self._tx() as conn:
+                yield conn
+            return
+        try:
+            yield session.connection()
+        except IntegrityError:
+            raise
+        except SQLAlchemyError as exc:
+            raise _store_error(exc) from exc
+
     @contextmanager
     def _in_unit(self, unit: UnitOfWork) -> Iterator[Connection]:
         """The unit's connection; a failure spoils the unit (its transaction may be aborted)."""
@@ -1012,7 +1070,7 @@ class SqlAlchemyBackend:
         password_hash = self.hasher.hash(password) if password is not None else None
         user = UserRecord(uuid.uuid4().hex, tenant, identifier, utc(self.clock.now()))
         try:
-            with self._tx() as conn:
+            with self._account_tx() as conn:
                 conn.execute(
                     insert(users_table).values(
                         user_id=user.user_id,
@@ -1143,7 +1201,7 @@ class SqlAlchemyBackend:
             self.set_password_hash(tenant, user_id, secret)
             return
         params = {**_factor_key(tenant, user_id), "key_kind": kind.value}
-        with self._tx() as conn:
+        with self._account_tx() as conn:
             # The user's row lock makes parallel re-enrollments take turns (each leaves one).
             if conn.execute(_LOCK_USER, params).first() is None:
                 raise UserNotFound()
@@ -1211,7 +1269,7 @@ class SqlAlchemyBackend:
             "new_last_used_at": _aware(config.last_used_at),
         }
         try:
-            with self._tx() as conn:
+            with self._account_tx() as conn:
                 inserted = conn.execute(_ADD_FACTOR, params).first() is not None
         except IntegrityError as exc:
             raise ValueError(
@@ -1447,7 +1505,8 @@ class SqlAlchemyBackend:
     ) -> datetime | None:
         """``register_success``, unless a lock is active on the subject: then only the
         reservation is given back and the lock's end returned (see
-        :class:`~flask_authflow.authn.stores.SuccessSettlement`). On PostgreSQL one
+        :meth:`AttemptStore.register_success_unless_locked
+        <flask_authflow.authn.stores.AttemptStore.register_success_unless_locked>`). On PostgreSQL one
         statement, so the check for a lock set during the credential check costs no
         round trip of its own."""
         now = utc(now)
@@ -1503,7 +1562,7 @@ class SqlAlchemyBackend:
     def link_identity(self, issuer: str, subject: str, tenant: str, user_id: str) -> IdentityLink:
         now = self.clock.now()
         links = identity_links_table.c
-        with self._tx() as conn:
+        with self._account_tx() as conn:
             # Replace in one transaction: delete then insert is portable and atomic.
             conn.execute(delete(identity_links_table).where(links.issuer == issuer, links.subject == subject))
             conn.execute(
