@@ -36,6 +36,7 @@ __all__ = [
     "SessionRecordError",
     "SigningKeyError",
     "StepUpNeeded",
+    "StoreBusy",
     "StoreUnavailable",
     "TokenCheck",
     "TokenVerificationError",
@@ -52,6 +53,8 @@ class AuthFlowError(Exception):
 
     code: str = "authflow_error"
     status: int = 400
+    #: Seconds after which trying again may succeed (sent as ``Retry-After``), if known.
+    retry_after: int | None = None
 
     def __init__(self, message: str | None = None) -> None:
         self.message = message if message is not None else self.default_message()
@@ -95,6 +98,13 @@ class StoreUnavailable(AuthFlowError):
 
     code = "store_unavailable"
     status = 503
+
+
+class StoreBusy(StoreUnavailable):
+    """Too many requests wait for the same account right now; try again in a moment."""
+
+    code = "store_busy"
+    retry_after = 1
 
 
 class AuditWriteError(StoreUnavailable):

@@ -36,7 +36,7 @@ from .authn.outcomes import (
     LoginOutcome,
 )
 from .authn.password_policy import PasswordPolicy
-from .authn.service import AuthnRequest, AuthnService
+from .authn.service import AuthnRequest, AuthnService, SessionWriter
 from .authn.settings import HashingSettings
 from .authn.stores import FactorConfig
 from .clock import Clock, SystemClock
@@ -195,9 +195,15 @@ def _hasher(settings: HashingSettings) -> PasswordHasher:
 
 
 def _login_service(
-    app: Flask, config: AuthFlowConfig, backend: Any, hasher: PasswordHasher, clock: Clock
+    app: Flask,
+    config: AuthFlowConfig,
+    backend: Any,
+    hasher: PasswordHasher,
+    clock: Clock,
+    session_writer: SessionWriter | None,
 ) -> AuthnService:
-    """The login service on ``backend``, with the lockout, freshness and passkey settings."""
+    """The login service on ``backend``, with the lockout, freshness and passkey settings.
+    ``session_writer`` writes a login step's session in the step's own transaction."""
 
     def revoke_sessions(tenant: str, user_id: str, keep_sid: str | None, reason: str) -> int:
         return account_admin(app).revoke_sessions(tenant, user_id, keep_sid=keep_sid, reason=reason)
@@ -217,7 +223,24 @@ def _login_service(
         site_name=config.login.site_name or "flask-authflow",
         passkey_login_allowed=config.factors.passkey_login_allowed,
         revoke_sessions=revoke_sessions,  # a factor change ends the user's other sessions
+        session_writer=session_writer,
     )
+
+
+def _session_writer(
+    given: Adapters,
+    config: AuthFlowConfig,
+    backend: Any,
+    store: SessionStore,
+    interface: AuthFlowSessionInterface,
+) -> SessionWriter | None:
+    """One transaction for a login step and its session, when the SQL session store that
+    ``init_app`` built shares the backend's database (memory and Redis stores cannot)."""
+    if given.session_store is not None or config.session.store != "sql":
+        return None
+    from .stores.sqlalchemy.backend import session_writer
+
+    return session_writer(backend, store, interface)
 
 
 def _install(app: Flask, state: AuthFlowState) -> None:
@@ -319,7 +342,10 @@ class AuthFlow:
         store = given.session_store
         if store is None:  # ``is None``: an empty store is falsy (it has __len__)
             store = _session_store(config.session, sql_source, clock, create_tables=given.backend is not None)
-        service = _login_service(app, config, backend, hasher, clock)
+        interface = _session_interface(config.session, store, clock)
+        service = _login_service(
+            app, config, backend, hasher, clock, _session_writer(given, config, backend, store, interface)
+        )
         sealer = factor_sealer(config.factors)
         for factor in built_in_factors(config.factors, sealer, lambda: get_state(app).mail_sender):
             service.register_factor(factor)
@@ -331,7 +357,7 @@ class AuthFlow:
             config=config,
             clock=clock,
             session_store=store,
-            session_interface=_session_interface(config.session, store, clock),
+            session_interface=interface,
             backend=backend,
             service=service,
             trusted_proxies=config.audit.proxies(),

@@ -71,4 +71,6 @@ def error_response(error: AuthFlowError) -> Response:
         response = Response(f"{body['message']}\n", mimetype="text/plain")
     response.status_code = error.status
     response.headers["Cache-Control"] = "no-store"
+    if error.retry_after is not None:
+        response.headers["Retry-After"] = str(error.retry_after)
     return response

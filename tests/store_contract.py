@@ -189,6 +189,25 @@ class StoreContract:
         assert backend.locked_until("acme", "alice", T0) is None
         assert backend.register_failure(key, now=T0, **WINDOW).failures == 1
 
+    def test_a_success_is_settled_unless_a_lock_is_active(self, backend: Any) -> None:
+        """Without a lock: logged, counter reset, reservation settled. With a lock on any factor
+        of the subject: only the reservation is given back, and the lock's end answered."""
+        key = AttemptKey("acme", "alice", "password")
+        for _ in range(3):
+            backend.register_failure(key, now=T0, **WINDOW)
+        token = backend.reserve_attempt(key, now=T0, **WINDOW).token
+        assert token is not None
+        assert backend.register_success_unless_locked(key, now=T0, reservation=token) is None
+        assert backend.register_failure(key, now=T0, **WINDOW).failures == 1  # reset
+        token = backend.reserve_attempt(key, now=T0, **WINDOW).token
+        until = T0 + timedelta(minutes=15)
+        backend.set_lock(AttemptKey("acme", "alice", "totp"), until)
+        assert backend.register_success_unless_locked(key, now=T0, reservation=token) == until
+        assert backend.register_failure(key, now=T0, **WINDOW).failures == 2  # nothing reset
+        backend.clear_lock("acme", "alice")
+        # The reservation was given back: five fresh ones are granted.
+        assert all(backend.reserve_attempt(key, now=T0, **WINDOW).granted for _ in range(5))
+
     def test_delete_user_removes_factors_counters_and_reservations(self, backend: Any) -> None:
         alice = backend.create_user("acme", "alice", "pw")
         bob = backend.create_user("acme", "bob", "pw")
@@ -472,6 +491,23 @@ class StoreContract:
         assert not backend.swap_factor_secret("acme", uid, "pending", expected_counter=0, secret="z", now=now)
         assert backend.get_factor("acme", uid, "pending").secret == "p0"
         assert not backend.swap_factor_secret("acme", uid, "missing", expected_counter=0, secret="z", now=now)
+
+    def test_use_once(self, backend: Any, clock: MockClock) -> None:
+        """A one-time token is used once until it expires; scopes and logout jtis are apart."""
+        until = clock.now() + timedelta(minutes=5)
+        assert backend.use_once("email_otp", "digest-1", expires_at=until)
+        assert not backend.use_once("email_otp", "digest-1", expires_at=until)  # a replay
+        assert backend.use_once("webauthn", "digest-1", expires_at=until)  # another scope
+        assert backend.remember_jti("email_otp", "digest-1", until)  # not a logout token's jti
+        clock.advance(timedelta(minutes=6))
+        assert backend.use_once("email_otp", "digest-2", expires_at=clock.now() + timedelta(minutes=5))
+        assert backend.use_once("email_otp", "digest-1", expires_at=clock.now() + timedelta(minutes=5))
+
+    def test_parallel_uses_of_one_token_have_one_winner(self, backend: Any, clock: MockClock) -> None:
+        until = clock.now() + timedelta(minutes=5)
+        for token in ("a", "b"):
+            won = race(RACERS, lambda _i, t=token: backend.use_once("webauthn", t, expires_at=until))
+            assert won.count(True) == 1
 
     def test_factor_data_round_trip(self, backend: Any) -> None:
         uid = backend.create_user("acme", "alice").user_id

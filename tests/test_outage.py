@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from flask import Flask, request
@@ -461,3 +462,36 @@ def test_the_direct_session_read_leaves_tracing_and_echo_alone(postgres_server: 
         assert len(seen) == 1 and "FROM authflow_sessions" in seen[0]
     finally:
         store.engine.dispose()
+
+
+@pytest.mark.parametrize("broken", ["database", "audit"])
+def test_a_store_outage_during_post_login_is_a_generic_503(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: str
+) -> None:
+    """Fail closed, but not disguised as bad credentials: the reference app's ``POST /login``
+    answers 503 with a generic message (it answered 401 "login error: The audit row could
+    not be written..."), and a wrong password during the outage is no different."""
+    from sqlalchemy import create_engine
+
+    from flask_authflow import get_state
+    from tests.test_reference_app_mfa import client_of, password_login, reference_app
+
+    app = reference_app(tmp_path)
+    backend = get_state(app).backend
+    assert isinstance(backend, SqlAlchemyBackend)
+    if broken == "database":  # every statement of the login fails to connect
+        monkeypatch.setattr(backend, "_engine", create_engine(f"sqlite:///{tmp_path}/missing/x.db"))
+    else:  # reads work, the audit row cannot be written
+        monkeypatch.setattr(backend, "write", lambda record: (_ for _ in ()).throw(AuditWriteError()))
+    for password in (None, "not the password"):
+        client = client_of(app)
+        if password is None:
+            response = password_login(client)
+        else:
+            response = client.post("/login", json={"username": "alice", "password": password})
+        assert response.status_code == 503, response.text
+        assert response.text == "the service could not complete the request; try again later\n"
+        assert response.headers["Cache-Control"] == "no-store"
+        assert "authflow_session" not in response.headers.get("Set-Cookie", "")
+    monkeypatch.undo()
+    assert password_login(client_of(app)).text == "authenticated\n"  # back once the store is

@@ -64,3 +64,65 @@ def test_missing_postgres_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(builtins, "__import__", no_psycopg)
     with pytest.raises(MissingExtraError, match=r"flask-authflow\[postgres\]"):
         resolve_engine("postgresql+psycopg://u@127.0.0.1:1/db")
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_accounts_created_inside_the_apps_transaction_commit_or_roll_back_with_it(
+    database_url: str, authflow_hasher: Any, commit: bool
+) -> None:
+    """A sign-up view flushes its own row, then creates the user, a factor and an identity
+    link: they join the app's db.session transaction (no 5 s wait for SQLite's write lock,
+    which the app's transaction holds), and its commit keeps both, its rollback neither.
+    Outside an open transaction (a CLI command) a write still commits on its own."""
+    import time
+
+    from flask_sqlalchemy import SQLAlchemy
+    from sqlalchemy import Column, String
+
+    from flask_authflow.authn.outcomes import FactorKind
+
+    db = SQLAlchemy()
+
+    class Profile(db.Model):  # type: ignore[name-defined,misc]
+        __tablename__ = "profiles"
+        id = Column(String(32), primary_key=True)
+
+    app = Flask(__name__)
+    app.config.update(
+        TESTING=True, SQLALCHEMY_DATABASE_URI=database_url, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32)
+    )
+    declared = SqlAlchemyBackend(db, hasher=authflow_hasher)  # at import time, as apps do
+    db.init_app(app)
+    AuthFlow(app, backend=declared, hasher=authflow_hasher)
+    backend = get_state(app).backend
+    assert isinstance(backend, SqlAlchemyBackend)
+    with app.app_context():
+        db.create_all()
+        db.session.add(Profile(id="alice"))
+        db.session.flush()  # the app's transaction holds its row (and SQLite's write lock)
+        started = time.monotonic()
+        user = backend.create_user("default", "alice", "correct horse battery staple")
+        backend.enroll_factor("default", user.user_id, FactorKind.TOTP, "sealed-key")
+        backend.link_identity("https://id.example.com", "sub-1", "default", user.user_id)
+        took = time.monotonic() - started
+        if commit:
+            db.session.commit()
+        else:
+            db.session.rollback()
+    assert took < 1, took
+    with app.app_context():
+        assert (db.session.get(Profile, "alice") is not None) is commit
+        found = backend.find_user("default", "alice")
+        assert (found is not None) is commit
+        assert (backend.find_link("https://id.example.com", "sub-1") is not None) is commit
+        if found is not None:
+            kinds = backend.required_factors("default", found.user_id)
+            assert kinds == [FactorKind.PASSWORD, FactorKind.TOTP]
+        # No transaction of the app is open: the write commits on its own.
+        backend.create_user("default", "bob")
+        db.session.rollback()
+    with app.app_context():
+        assert backend.find_user("default", "bob") is not None
+    with app.app_context():
+        db.drop_all()
+        db.engine.dispose()

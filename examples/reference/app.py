@@ -40,6 +40,7 @@ RP-initiated logout.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import sys
@@ -69,6 +70,8 @@ authflow = AuthFlow()
 
 DEV_KEY_FILE = "dev-signing-key"
 
+log = logging.getLogger("examples.reference")
+
 
 def _development_key(app: Flask) -> str:
     """Read or create the development signing key in the instance folder (0600)."""
@@ -91,6 +94,16 @@ def _development_key(app: Flask) -> str:
 
 def _text(body: str, status: int = 200) -> Response:
     return Response(body + "\n", status=status, mimetype="text/plain")
+
+
+def _unavailable(error: AuthFlowError) -> Response:
+    """A 5xx error as a generic 503 (the real message is logged, never shown)."""
+    log.error("%s (%s) answered 503", error.code, error.message)
+    response = _text("the service could not complete the request; try again later", 503)
+    response.headers["Cache-Control"] = "no-store"
+    if error.retry_after is not None:
+        response.headers["Retry-After"] = str(error.retry_after)
+    return response
 
 
 def _outcome_text(outcome: Any) -> tuple[str, int]:
@@ -128,7 +141,10 @@ def _error_json(error: AuthFlowError) -> Response:
     """A typed error as JSON: its own 4xx, a 5xx as 503 without its message (never a 500)."""
     if 400 <= error.status < 500:
         return _json_error(error.code, error.message, error.status)
-    return _json_error(error.code, "the service could not complete the request; try again later", 503)
+    response = _json_error(error.code, "the service could not complete the request; try again later", 503)
+    if error.retry_after is not None:
+        response.headers["Retry-After"] = str(error.retry_after)
+    return response
 
 
 def _required_json(outcome: FactorRequired) -> Response:
@@ -240,6 +256,8 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
         try:
             outcome = authflow.login_with_password(username, password, tenant=tenant)
         except AuthFlowError as error:
+            if error.status >= 500:  # a store is down: refused (fail closed), not "bad credentials"
+                return _unavailable(error)
             return _text(f"login error: {error.message}", 401)
         if isinstance(outcome, Authenticated):
             rotate_csrf_token()  # a form token seen before the login is worthless after it

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..errors import ConfigurationError, StoreUnavailable
-from .stores import AttemptKey, AttemptStore, FailureCount, Reservation, SuccessSettlement
+from .stores import AttemptKey, AttemptStore, FailureCount, Reservation
 
 __all__ = ["Lockout", "LockoutPolicy"]
 
@@ -117,12 +117,6 @@ class Lockout:
         except Exception as exc:
             raise _guard(exc) from exc
 
-    @property
-    def settles_success_with_lock_check(self) -> bool:
-        """The store settles a success and checks for a lock in one step
-        (:meth:`success_unless_locked`)."""
-        return isinstance(self.store, SuccessSettlement)
-
     def success_unless_locked(
         self,
         tenant: str,
@@ -134,13 +128,9 @@ class Lockout:
         reservation: str | None = None,
     ) -> datetime | None:
         """:meth:`success`, unless a lock on ``subject`` is active (set while the check ran):
-        then the reservation is given back and the lock's end returned. Needs a store that
-        is a :class:`~flask_authflow.authn.stores.SuccessSettlement`."""
-        store = self.store
-        if not isinstance(store, SuccessSettlement):
-            raise TypeError("the attempt store cannot settle a success with its lock check")
+        then the reservation is given back and the lock's end returned."""
         try:
-            return store.register_success_unless_locked(
+            return self.store.register_success_unless_locked(
                 AttemptKey(tenant, subject, factor), now=now, client_ip=client_ip, reservation=reservation
             )
         except Exception as exc:

@@ -174,6 +174,9 @@ _METHOD_RE = re.compile(r"[a-z0-9][a-z0-9_.:-]{0,31}")  # the audit column holds
 
 T = TypeVar("T")
 
+#: See :attr:`AuthnService.session_writer`.
+SessionWriter = Callable[[AuthSession, Any], Callable[[], None] | None]
+
 log = logging.getLogger("flask_authflow.authn")
 
 
@@ -242,6 +245,7 @@ class AuthnService:
         site_name: str = "flask-authflow",
         passkey_login_allowed: Callable[[str], bool] = lambda tenant: False,
         revoke_sessions: Callable[[str, str, str | None, str], int] | None = None,
+        session_writer: SessionWriter | None = None,
     ) -> None:
         self.identity_store = identity_store
         #: Where a logout's audit row goes when the audit sink fails (a logout always succeeds).
@@ -285,6 +289,12 @@ class AuthnService:
         self.site_name = site_name
         #: Whether ``tenant`` may log in with a passkey alone (``AUTHFLOW_PASSKEY_LOGIN``).
         self.passkey_login_allowed = passkey_login_allowed
+        #: Writes the session a factor step passed in the step's unit of work (given by
+        #: ``init_app`` when the session store shares the backend's database), so that a
+        #: one-time credential is used up in the commit that keeps the session it logged
+        #: in, or not at all: ``(session, unit) -> after_commit``, ``None`` if the session
+        #: was revoked meanwhile. Without it the session is written with the response.
+        self.session_writer = session_writer
         # Per-process key: phantom ids are stable for one identifier but unguessable.
         self._phantom_key = secrets.token_bytes(32)
 
@@ -381,6 +391,8 @@ class _Pending:
     counters: list[str] = field(default_factory=list)
     #: Counts a failed credential check again if its unit of work did not commit.
     recount: Callable[[], object] | None = None
+    #: The step passed: its session is written in its unit of work (see session_writer).
+    write_session: bool = False
 
 
 class AuthnRequest:
@@ -458,11 +470,19 @@ class AuthnRequest:
             unit.rollback()
 
     def _commit(self, session: AuthSession, snapshot: _Snapshot, pending: _Pending, unit: Any = None) -> None:
+        written: Callable[[], None] | None = None
         try:
             self._write(pending.rows)
             if unit is not None:
+                written = self._write_session(session, pending, unit)
                 unit.commit()
-        except AuditWriteError:
+        except LoginNotStarted as exc:  # the session was revoked meanwhile: nothing is kept
+            self._drop(unit)
+            snapshot.restore(session)
+            row = replace(pending.rows[-1], status="refused", reason=exc.code)
+            self._refuse(session, None, exc, lambda: row)
+            raise
+        except StoreUnavailable:
             self._drop(unit)
             snapshot.restore(session)
             if unit is not None and pending.recount is not None:
@@ -472,7 +492,22 @@ class AuthnRequest:
                 except StoreUnavailable:
                     log.warning("a failed credential check could not be counted: the attempt store failed")
             raise
+        if written is not None:
+            written()
         self._release(pending)
+
+    def _write_session(self, session: AuthSession, pending: _Pending, unit: Any) -> Callable[[], None] | None:
+        """Write the session of a passed step in ``unit`` (see :attr:`AuthnService.session_writer`).
+
+        :raises LoginNotStarted: the session was ended by another request meanwhile (a
+            parallel request of this session won the step): nothing of the step is kept."""
+        writer = self.service.session_writer
+        if writer is None or not pending.write_session:
+            return None
+        written = _guard_store(lambda: writer(session, unit))
+        if written is None:
+            raise LoginNotStarted("this login ended in another request")
+        return written
 
     def _release(self, pending: _Pending) -> None:
         """Count and signal an operation whose rows are written."""
@@ -798,7 +833,7 @@ class AuthnRequest:
                 ok = bool(checked) and not phantom
                 single_use = isinstance(checked, Accepted) and checked.commit is not None
                 # A lock set while this check ran (by a parallel failure) wins over a success.
-                settled = ok and not single_use and lockout.settles_success_with_lock_check
+                settled = ok and not single_use
                 held = reservation  # the token of this check's reservation
                 if settled:
                     # Looked for while the success is settled, in the settlement's transaction
@@ -849,6 +884,7 @@ class AuthnRequest:
                         return begin_flow(after, rest)
 
                     after = session.transition(advance)
+                    pending.write_session = True  # with the credential it used up, or not at all
                     pending.signals.append(
                         ("factor_verified", {"user_id": user_id, "tenant": tenant, "factor": expected})
                     )

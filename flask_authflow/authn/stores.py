@@ -30,7 +30,6 @@ __all__ = [
     "LoginFacts",
     "LoginLookup",
     "Reservation",
-    "SuccessSettlement",
     "UserRecord",
 ]
 
@@ -230,6 +229,13 @@ class FactorRecordStore(FactorStore, Protocol):
         factor is confirmed. True for exactly one of several parallel callers."""
         ...
 
+    def use_once(self, scope: str, token: str, *, expires_at: datetime) -> bool:
+        """Record the one-time ``token`` of ``scope`` as used until ``expires_at``: a login
+        challenge or an e-mail code (its digest) kept in a session, which parallel requests
+        of that session all read. One atomic statement: True for exactly one of several
+        parallel callers, False for every other and for a replay until ``expires_at``."""
+        ...
+
 
 @runtime_checkable
 class AttemptStore(Protocol):
@@ -283,6 +289,15 @@ class AttemptStore(Protocol):
         """Log the success, reset the failure counter of ``key`` and settle ``reservation``."""
         ...
 
+    def register_success_unless_locked(
+        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
+    ) -> datetime | None:
+        """How a successful check is settled: if a lock is active on ``key.subject`` (any
+        factor, as ``locked_until``; set by a parallel failure while the check ran), give
+        ``reservation`` back and return the lock's end, logging and resetting nothing.
+        Otherwise do what ``register_success`` does and return ``None``. One atomic step."""
+        ...
+
     def set_lock(self, key: AttemptKey, until: datetime) -> None: ...
 
     def clear_lock(self, tenant: str, subject: str) -> None: ...
@@ -310,18 +325,4 @@ class LoginLookup(Protocol):
     def login_facts(self, tenant: str, identifier: str, now: datetime) -> LoginFacts:
         """The user of ``identifier`` in ``tenant``, their confirmed factor kinds (as
         ``required_factors``), and the active lock on ``identifier`` (as ``locked_until``)."""
-        ...
-
-
-@runtime_checkable
-class SuccessSettlement(Protocol):
-    """Optional on an :class:`AttemptStore`: settle a successful check and look for a lock
-    set while it ran, in one step (``SqlAlchemyBackend``: one statement)."""
-
-    def register_success_unless_locked(
-        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
-    ) -> datetime | None:
-        """If a lock is active on ``key.subject`` (any factor, as ``locked_until``), give
-        ``reservation`` back and return the lock's end: nothing is logged or reset.
-        Otherwise do what ``register_success`` does and return ``None``."""
         ...

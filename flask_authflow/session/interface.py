@@ -153,6 +153,9 @@ class RequestSession(AuthSession):
         self.loaded_sid: str | None = None if new else record.sid
         #: already saved by :meth:`AuthFlowSessionInterface.save_early` for this request.
         self.saved = False
+        #: written to the store in a login step's transaction (:meth:`AuthFlowSessionInterface.
+        #: writer_on`): only the cookie is left to send.
+        self.cookie_due = False
         #: (response, used) when save_early completed: the final save_session has nothing
         #: left to do unless the response was replaced or the session used or changed since.
         self.early: tuple[Response, bool] | None = None
@@ -517,7 +520,7 @@ class AuthFlowSessionInterface(SessionInterface):
                 log.warning("custom session data grew to %d bytes in place; not saved", exc.size)
                 self._refuse(response, exc)
                 return
-        if not (session.modified or (used and (session.force_write or session.resign))):
+        if not (session.modified or session.cookie_due or (used and (session.force_write or session.resign))):
             return
         too_large = self._enforce_size(session) if session.modified else None
         try:
@@ -533,10 +536,38 @@ class AuthFlowSessionInterface(SessionInterface):
             raise
         # What was written is the new baseline: a later change in this request (an
         # ``after_request`` handler running after save_early) is written again.
-        session.modified = session.force_write = session.resign = False
+        session.modified = session.force_write = session.resign = session.cookie_due = False
         if too_large is not None:
             # Nothing is dropped silently: the response says the data was refused.
             self._refuse(response, too_large)
+
+    def write_on(self, session: AuthSession, write: Callable[..., bool]) -> Callable[[], None] | None:
+        """Write ``session`` now with ``write(record, expires_at, replaces=..., existing=...)``
+        (a session store's ``save_on`` bound to a login step's connection), so that the
+        session and the step's other writes commit together. Returns what to run once that
+        transaction committed (the response then only sends the cookie), or ``None`` when
+        the session was revoked meanwhile (roll the transaction back)."""
+        if not isinstance(session, RequestSession) or session.store_failed:
+            return lambda: None  # nothing of this request's session to write here
+        now = self._clock.now()
+        record = replace(session.record, last_seen_at=now)
+        expires_at = self.expires_at(record)
+        if expires_at <= now:
+            return lambda: None  # the response deletes it
+        existing = session.loaded_sid == record.sid
+        replaces = () if existing or session.loaded_sid is None else (session.loaded_sid,)
+        if not write(record, expires_at, replaces=replaces, existing=existing):
+            return None
+
+        def written() -> None:
+            if session.record.sid != record.sid:  # changed since: the response writes it
+                return
+            session.loaded_sid = record.sid
+            session.dead_sids.clear()
+            session.modified = session.force_write = False
+            session.cookie_due = True
+
+        return written
 
     @staticmethod
     def _refuse(response: Response, error: SessionDataTooLarge) -> None:

@@ -430,6 +430,9 @@ class InMemoryBackend:
             )
             return True
 
+    def use_once(self, scope: str, token: str, *, expires_at: datetime) -> bool:
+        return self.remember_jti(f"one-time:{scope}", token, expires_at)
+
     # --- attempts and lockout ----------------------------------------------------------------
 
     def _check_available(self) -> None:
@@ -528,6 +531,18 @@ class InMemoryBackend:
             if state is not None:
                 self._locks[key] = LockState(0, None, state.locked_until)
             self._attempts.append(AttemptLogEntry(now, key.tenant, key.subject, key.factor, True, client_ip))
+
+    def register_success_unless_locked(
+        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
+    ) -> datetime | None:
+        with self._lock:
+            self._check_available()
+            until = self._active_lock(key.tenant, key.subject, now)
+            if until is not None:
+                self._settle(key, reservation)
+                return until
+            self.register_success(key, now=now, client_ip=client_ip, reservation=reservation)
+            return None
 
     def set_lock(self, key: AttemptKey, until: datetime) -> None:
         with self._lock:

@@ -13,7 +13,9 @@ are server-side and encrypted at rest, so even the digest never reaches the brow
 * After ``max_tries`` wrong codes, or once expired, the code is dropped: only a new code
   (``challenge``) can pass. The lockout still counts every wrong code (5 by default lock
   the account, which ends the login first).
-* The right code passes once: its slot is emptied and the step is done.
+* The right code passes once: its slot is emptied and the step is done, and its digest
+  is recorded as used in the store (``use_once``) in the step's transaction, so parallel
+  requests of one session that all read the code's slot pass it once.
 * At most ``max_sends`` codes per login (the first and the resends).
 
 An enrolled e-mail factor is a ``FactorConfig`` of kind
@@ -29,7 +31,7 @@ import math
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from ...errors import AuthFlowError, ConfigurationError, EnrollmentError, InvalidInput, MailDeliveryError
@@ -322,8 +324,14 @@ class EmailOtpFactor(StoredEnrollment):
         if not codes_equal(code.digest, digest):
             ctx.flow_update = {**slot, "tries": code.tries + 1}
             return Rejected(RejectReason.INVALID)
-        ctx.flow_update = {}  # single use
-        return Accepted(config.factor_id)
+        ctx.flow_update = {}  # single use in this session ...
+        # ... and in the store: parallel requests of one session all read the same slot,
+        # so the code passes for the one request that records it as used.
+        store, expires_at = ctx.store, datetime.fromtimestamp(code.expires, UTC)
+        return Accepted(
+            config.factor_id,
+            commit=lambda: store.use_once(FactorKind.EMAIL_OTP.value, code.digest, expires_at=expires_at),
+        )
 
     # --- enrollment ------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -257,6 +257,17 @@ def _plain(options_json: str) -> dict[str, Any]:
     return value
 
 
+def _use_challenge(ctx: FactorContext, challenge: bytes) -> Callable[[], bool]:
+    """The single-use update of a challenge: recorded as used until it expires."""
+    store, token = ctx.store, hashlib.sha256(challenge).hexdigest()
+    expires = ctx.flow.get("expires")
+    try:
+        expires_at = utc(datetime.fromisoformat(expires)) if isinstance(expires, str) else ctx.now
+    except ValueError:
+        expires_at = ctx.now
+    return lambda: store.use_once(FactorKind.WEBAUTHN.value, token, expires_at=expires_at)
+
+
 def _parse_assertion(credential: FactorCredential) -> AuthenticationCredential | None:
     """The assertion, or None when it cannot be read or its ``id`` and ``rawId`` differ."""
     try:
@@ -405,7 +416,9 @@ class WebAuthnFactor(StoredEnrollment):
             return Rejected(_reason(exc))
         new_count = verified.new_sign_count
         if new_count == 0 and config.counter == 0:
-            return Accepted(config.factor_id)  # an authenticator without a counter (synced passkeys)
+            # An authenticator without a counter (synced passkeys): the challenge, which
+            # parallel requests of one session all read, is used up in the store instead.
+            return Accepted(config.factor_id, commit=_use_challenge(ctx, challenge))
         if new_count <= config.counter:  # py_webauthn refuses this already; never accept it
             return Rejected("webauthn_sign_count")
         store, tenant, factor_id, now = ctx.store, ctx.tenant, config.factor_id, ctx.now

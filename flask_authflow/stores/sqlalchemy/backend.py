@@ -12,13 +12,14 @@ never lose a count. Every database error becomes :class:`StoreUnavailable` (or
 from __future__ import annotations
 
 import copy
+import functools
 import secrets
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from flask import has_app_context
 from sqlalchemy import (
@@ -37,6 +38,7 @@ from sqlalchemy import (
     bindparam,
     case,
     delete,
+    event,
     exists,
     false,
     func,
@@ -51,7 +53,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from ...audit.sinks import AuditRecord
 from ...authn.factors.password import PasswordHasher
@@ -67,7 +69,14 @@ from ...authn.stores import (
     UserRecord,
 )
 from ...clock import Clock, SystemClock, utc
-from ...errors import AuditWriteError, ConfigurationError, StoreUnavailable, UserExists, UserNotFound
+from ...errors import (
+    AuditWriteError,
+    ConfigurationError,
+    StoreBusy,
+    StoreUnavailable,
+    UserExists,
+    UserNotFound,
+)
 from ...federation.links import IdentityLink
 from ..memory import check_factor_config, dump_factor_data, load_factor_data
 from .base import (
@@ -81,6 +90,10 @@ from .base import (
     run_read,
     run_statement,
 )
+
+if TYPE_CHECKING:
+    from ...session.interface import AuthFlowSessionInterface
+    from ...session.model import AuthSession
 
 __all__ = [
     "AUDIT_PURGE_BATCH",
@@ -218,7 +231,9 @@ identity_links_table = Table(
 )
 Index("ix_authflow_identity_links_user", identity_links_table.c.tenant, identity_links_table.c.user_id)
 
-#: jti of back-channel logout tokens seen, until their exp: a replay is refused in every process.
+#: jti of back-channel logout tokens seen, until their exp: a replay is refused in every
+#: process. One-time login tokens (``use_once``: an e-mail code's digest, a WebAuthn
+#: challenge) share the table, under an ``issuer`` of ``one-time:<scope>``.
 logout_jtis_table = Table(
     "authflow_logout_jtis",
     metadata,
@@ -653,23 +668,113 @@ def _dialect_upserts() -> dict[str, tuple[Any, Any]]:
 _COUNTER_UPSERTS = _dialect_upserts()
 
 
+def _one_time_inserts() -> dict[str, Any]:
+    """Per dialect: insert a one-time token unless it is there (no error, so an open unit
+    of work's transaction stays usable); the row it returns says that this call won."""
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    values: dict[str, Any] = {
+        "issuer": bindparam("scope"),
+        "jti": bindparam("token"),
+        "expires_at": bindparam("expires_at"),
+    }
+    return {
+        name: dialect_insert(logout_jtis_table)
+        .values(**values)
+        .on_conflict_do_nothing()
+        .returning(logout_jtis_table.c.jti)
+        for name, dialect_insert in (("postgresql", pg_insert), ("sqlite", sqlite_insert))
+    }
+
+
+_USE_ONCE = _one_time_inserts()
+_DROP_EXPIRED_ONE_TIME = delete(logout_jtis_table).where(
+    logout_jtis_table.c.issuer == bindparam("scope"),
+    logout_jtis_table.c.expires_at <= bindparam("now", type_=UTCDateTime()),
+)
+
+
 def _key_params(key: AttemptKey) -> dict[str, str]:
     return {"key_tenant": key.tenant, "key_subject": key.subject, "key_factor": key.factor}
 
 
-class UnitOfWork:
-    """Writes of several backend calls in one transaction (see :meth:`SqlAlchemyBackend.begin_unit`).
+#: How long a statement of the login path waits for a row lock another request holds
+#: (PostgreSQL's ``lock_timeout``; SQLite waits its ``busy_timeout``). A burst of one
+#: account's requests queues behind one lock: the ones that would wait longer are
+#: answered "try again" (:class:`StoreBusy`) instead of holding a pooled connection.
+LOCK_TIMEOUT = timedelta(seconds=2)
 
-    The transaction starts with the first write; :meth:`commit` ends it (an error then
-    means nothing of it was written), :meth:`rollback` drops it. A write that failed
-    inside the unit spoils it: ``commit`` then rolls back and raises.
+#: PostgreSQL's SQLSTATE of a statement that gave up waiting for a lock (lock_not_available).
+_LOCK_NOT_AVAILABLE = "55P03"
+
+
+def _store_error(exc: SQLAlchemyError) -> StoreUnavailable:
+    """The typed error of a database failure: :class:`StoreBusy` when the statement gave
+    up waiting for a lock another request held, else :class:`StoreUnavailable`."""
+    orig = getattr(exc, "orig", None)
+    if isinstance(exc, OperationalError) and (
+        getattr(orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE or "database is locked" in str(orig)
+    ):
+        return StoreBusy("another request of this account holds its lock: try again in a moment")
+    return StoreUnavailable("the authentication database is unavailable")
+
+
+#: Set in ``Session.info`` while a transaction of an application's session has flushed rows.
+_APP_WROTE = "authflow_transaction_wrote"
+
+
+def _flushed(session: Any, _context: Any) -> None:
+    session.info[_APP_WROTE] = True
+
+
+def _ended(session: Any, transaction: Any) -> None:
+    if transaction.parent is None:  # the outermost transaction: its writes are settled
+        session.info.pop(_APP_WROTE, None)
+
+
+def _watch_writes(scoped: Any) -> None:
+    """Mark an application's Flask-SQLAlchemy session while its transaction holds flushed
+    rows: account writes join only such a transaction (one that merely read something
+    would never be committed by a view that writes nothing of its own)."""
+    if not event.contains(scoped, "after_flush", _flushed):
+        event.listen(scoped, "after_flush", _flushed)
+        event.listen(scoped, "after_transaction_end", _ended)
+
+
+def _open_transaction(conn: Connection, lock_timeout: timedelta) -> None:
+    """The first statement of a transaction that takes the attempt counter's lock.
+
+    SQLite: ``BEGIN IMMEDIATE`` takes the write lock now (waiting at most ``busy_timeout``),
+    so the reads that follow see the latest commit and a later write never has to upgrade
+    a read snapshot (which SQLite refuses at once under contention). PostgreSQL: waits for
+    row locks are bounded by ``lock_timeout``, for this transaction only.
+    """
+    dialect = conn.dialect.name
+    if dialect == "sqlite":
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    elif dialect == "postgresql":
+        milliseconds = max(1, int(lock_timeout.total_seconds() * 1000))
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = {milliseconds}")
+
+
+class UnitOfWork:
+    """Writes and reads of several backend calls in one transaction on ONE connection (see
+    :meth:`SqlAlchemyBackend.begin_unit`).
+
+    The transaction starts with the first statement; :meth:`commit` ends it (an error then
+    means nothing of it was written), :meth:`rollback` drops it. A statement that failed
+    inside the unit spoils it: ``commit`` then rolls back and raises. Every read and write
+    of the backend in the unit's context runs on its connection, so a request that holds a
+    row lock never needs a second pooled connection.
     """
 
-    __slots__ = ("_conn", "_token", "_trans", "engine", "failed")
+    __slots__ = ("_conn", "_token", "_trans", "engine", "failed", "lock_timeout")
 
-    def __init__(self, engine: Engine, token: Any) -> None:
+    def __init__(self, engine: Engine, token: Any, lock_timeout: timedelta = LOCK_TIMEOUT) -> None:
         self.engine = engine
         self.failed = False
+        self.lock_timeout = lock_timeout
         self._conn: Connection | None = None
         self._trans: Any = None
         self._token = token
@@ -678,6 +783,11 @@ class UnitOfWork:
         if self._conn is None:
             self._conn = self.engine.connect()
             self._trans = self._conn.begin()
+            try:
+                _open_transaction(self._conn, self.lock_timeout)
+            except SQLAlchemyError as exc:
+                self.failed = True
+                raise _store_error(exc) from exc
         return self._conn
 
     def _end(self) -> None:
@@ -739,6 +849,8 @@ class SqlAlchemyBackend:
     :param engine_source: an ``Engine``, a database URL, or a Flask-SQLAlchemy ``db``.
     :param hasher: hashes passwords given to :meth:`create_user` / :meth:`set_password`.
     :param create_tables: create the ``authflow_*`` tables if missing (use migrations in production).
+    :param lock_timeout: how long a login step waits for a lock on its account's attempt
+        counter before it is answered :class:`~flask_authflow.errors.StoreBusy` (try again).
     """
 
     def __init__(
@@ -748,8 +860,13 @@ class SqlAlchemyBackend:
         hasher: PasswordHasher | None = None,
         clock: Clock | None = None,
         create_tables: bool = True,
+        lock_timeout: timedelta = LOCK_TIMEOUT,
     ) -> None:
         self._owns_engine = isinstance(engine_source, str)
+        if not isinstance(lock_timeout, timedelta) or lock_timeout <= timedelta(0):
+            raise ConfigurationError(f"lock_timeout must be a positive timedelta, got {lock_timeout!r}")
+        #: How long a login step waits for its account's lock (2 s by default).
+        self.lock_timeout = lock_timeout
         self._hasher = hasher
         self.clock: Clock = clock or SystemClock()
         self._clock_given = clock is not None
@@ -757,6 +874,10 @@ class SqlAlchemyBackend:
         self._engine: Engine | None = None
         self._reader: tuple[Engine, Engine] | None = None
         self._db: Any = None
+        #: The Flask-SQLAlchemy ``db`` whose open transaction account writes join (see _account_tx).
+        self._app_db: Any = engine_source if is_flask_sqlalchemy(engine_source) else None
+        if self._app_db is not None:
+            _watch_writes(self._app_db.session)
         if is_flask_sqlalchemy(engine_source) and not has_app_context():
             # SqlAlchemyBackend(db) at import time, as with Flask-SQLAlchemy's own models:
             # the tables join db.metadata now (so db.create_all() and Alembic /
@@ -835,10 +956,11 @@ class SqlAlchemyBackend:
         backend) in this context in one transaction, until ``commit()`` or ``rollback()``
         of the returned unit. The login service uses it so that the attempt row, the
         counter change and the audit rows of one credential check commit together.
-        Reads keep their own connections. Units do not nest."""
+        Reads run on the unit's connection too: one pooled connection per unit. Units do
+        not nest."""
         if _UNIT.get() is not None:
             raise RuntimeError("a unit of work is already open in this context")
-        unit = UnitOfWork(self.engine, None)
+        unit = UnitOfWork(self.engine, None, self.lock_timeout)
         unit._token = _UNIT.set(unit)
         return unit
 
@@ -853,27 +975,67 @@ class SqlAlchemyBackend:
             raise
         unit.commit()
 
+    def _app_session(self) -> Any:
+        """The application's Flask-SQLAlchemy session when a transaction of it is open on
+        this backend's engine (a view that flushed its own rows), else ``None``."""
+        db = self._app_db
+        if db is None or self._unit() is not None or not has_app_context():
+            return None
+        session = db.session()  # the scoped session of this app context
+        wrote = session.info.get(_APP_WROTE) or session.new or session.dirty or session.deleted
+        if not wrote or not session.in_transaction() or session.get_bind() is not self.engine:
+            return None
+        return session
+
     @contextmanager
-    def _tx(self) -> Iterator[Connection]:
+    def _account_tx(self) -> Iterator[Connection]:
+        """The transaction of a write that creates an account, a factor or an identity link:
+        inside the application's open ``db.session`` transaction it runs on that
+        transaction's connection and commits or rolls back with the application's own rows
+        (a refused write, such as a taken identifier, leaves it to be rolled back);
+        otherwise in a transaction of its own (:meth:`_tx`)."""
+        session = self._app_session()
+        if session is None:
+            with self._tx() as conn:
+                yield conn
+            return
+        try:
+            yield session.connection()
+        except IntegrityError:
+            raise
+        except SQLAlchemyError as exc:
+            raise _store_error(exc) from exc
+
+    @contextmanager
+    def _in_unit(self, unit: UnitOfWork) -> Iterator[Connection]:
+        """The unit's connection; a failure spoils the unit (its transaction may be aborted)."""
+        try:
+            yield unit.connection()
+        except BaseException as exc:
+            unit.failed = True
+            if isinstance(exc, SQLAlchemyError) and not isinstance(exc, IntegrityError):
+                raise _store_error(exc) from exc
+            raise
+
+    @contextmanager
+    def _tx(self, *, locking: bool = False) -> Iterator[Connection]:
         """One transaction (or the open unit of work's); database failures become
-        StoreUnavailable (fail closed)."""
+        StoreUnavailable (fail closed). ``locking``: it takes an attempt counter's lock,
+        so its wait is bounded (see :func:`_open_transaction`)."""
         unit = self._unit()
         if unit is not None:
-            try:
-                yield unit.connection()
-            except BaseException as exc:
-                unit.failed = True  # the unit's transaction may be aborted: never commit it
-                if isinstance(exc, SQLAlchemyError) and not isinstance(exc, IntegrityError):
-                    raise StoreUnavailable("the authentication database is unavailable") from exc
-                raise
+            with self._in_unit(unit) as conn:
+                yield conn
             return
         try:
             with self.engine.begin() as conn:
+                if locking:
+                    _open_transaction(conn, self.lock_timeout)
                 yield conn
         except IntegrityError:
             raise
         except SQLAlchemyError as exc:
-            raise StoreUnavailable("the authentication database is unavailable") from exc
+            raise _store_error(exc) from exc
 
     @property
     def _read_engine(self) -> Engine:
@@ -884,20 +1046,16 @@ class SqlAlchemyBackend:
 
     def _fetch(self, work: Callable[[Connection], T]) -> T:
         """Run a read (single statements, no transaction: the login path is latency-bound);
-        a pooled connection found dead is replaced and the read runs once more."""
+        a pooled connection found dead is replaced and the read runs once more. In an open
+        unit of work the read runs on the unit's connection (never a second one)."""
+        unit = self._unit()
+        if unit is not None:
+            with self._in_unit(unit) as conn:
+                return work(conn)
         try:
             return run_read(self._read_engine, work)
         except SQLAlchemyError as exc:
-            raise StoreUnavailable("the authentication database is unavailable") from exc
-
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        """A connection for reads only (no retry: prefer :meth:`_fetch`)."""
-        try:
-            with self._read_engine.connect() as conn:
-                yield conn
-        except SQLAlchemyError as exc:
-            raise StoreUnavailable("the authentication database is unavailable") from exc
+            raise _store_error(exc) from exc
 
     # --- identities --------------------------------------------------------------------------
 
@@ -912,7 +1070,7 @@ class SqlAlchemyBackend:
         password_hash = self.hasher.hash(password) if password is not None else None
         user = UserRecord(uuid.uuid4().hex, tenant, identifier, utc(self.clock.now()))
         try:
-            with self._tx() as conn:
+            with self._account_tx() as conn:
                 conn.execute(
                     insert(users_table).values(
                         user_id=user.user_id,
@@ -1043,7 +1201,7 @@ class SqlAlchemyBackend:
             self.set_password_hash(tenant, user_id, secret)
             return
         params = {**_factor_key(tenant, user_id), "key_kind": kind.value}
-        with self._tx() as conn:
+        with self._account_tx() as conn:
             # The user's row lock makes parallel re-enrollments take turns (each leaves one).
             if conn.execute(_LOCK_USER, params).first() is None:
                 raise UserNotFound()
@@ -1111,7 +1269,7 @@ class SqlAlchemyBackend:
             "new_last_used_at": _aware(config.last_used_at),
         }
         try:
-            with self._tx() as conn:
+            with self._account_tx() as conn:
                 inserted = conn.execute(_ADD_FACTOR, params).first() is not None
         except IntegrityError as exc:
             raise ValueError(
@@ -1189,6 +1347,25 @@ class SqlAlchemyBackend:
         }
         return self._write_one(_SWAP_SECRET, params) == 1
 
+    def use_once(self, scope: str, token: str, *, expires_at: datetime) -> bool:
+        """Insert (``one-time:<scope>``, token) into the one-time token table (the one
+        logout jtis use); the primary key lets one caller win in every process. Expired
+        tokens of the scope go in passing. In the open unit of work, if there is one."""
+        params = {"scope": f"one-time:{scope}", "token": token, "expires_at": utc(expires_at)}
+        statement = _USE_ONCE.get(self.engine.dialect.name)
+        try:
+            with self._tx() as conn:
+                conn.execute(_DROP_EXPIRED_ONE_TIME, {**params, "now": utc(self.clock.now())})
+                if statement is not None:
+                    return conn.execute(statement, params).first() is not None
+                # Other databases: a savepoint absorbs the duplicate.
+                with conn.begin_nested():  # pragma: no cover - SQLite and PostgreSQL have upserts
+                    row = {"issuer": params["scope"], "jti": token, "expires_at": params["expires_at"]}
+                    conn.execute(insert(logout_jtis_table).values(**row))
+        except IntegrityError:  # pragma: no cover - see above
+            return False
+        return True
+
     # --- attempts and lockout ----------------------------------------------------------------
 
     @staticmethod
@@ -1247,7 +1424,7 @@ class SqlAlchemyBackend:
             "now": now,
             "stale": now - RESERVATION_TTL,
         }
-        with self._tx() as conn:
+        with self._tx(locking=True) as conn:
             failures, window_start = self._counter(conn, key, 0, params).one()
             start = _aware(window_start)
             in_window = int(failures) if start is not None and start > now - window else 0
@@ -1303,7 +1480,7 @@ class SqlAlchemyBackend:
         now = utc(now)
         params = {**_key_params(key), "now": now, "window_opened": now - window}
         locked: datetime | None = None
-        with self._tx() as conn:
+        with self._tx(locking=True) as conn:
             self._settle(conn, reservation)
             # Counted in the database (one statement, under the row lock): never a lost update.
             failures = self._counter(conn, key, 1, params).scalar_one()
@@ -1318,7 +1495,7 @@ class SqlAlchemyBackend:
         self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
     ) -> None:
         now = utc(now)
-        with self._tx() as conn:
+        with self._tx(locking=True) as conn:
             self._settle(conn, reservation)
             conn.execute(_RESET_COUNTER, _key_params(key))
             _log_attempt(conn, key, now=now, success=True, client_ip=client_ip)
@@ -1328,12 +1505,13 @@ class SqlAlchemyBackend:
     ) -> datetime | None:
         """``register_success``, unless a lock is active on the subject: then only the
         reservation is given back and the lock's end returned (see
-        :class:`~flask_authflow.authn.stores.SuccessSettlement`). On PostgreSQL one
+        :meth:`AttemptStore.register_success_unless_locked
+        <flask_authflow.authn.stores.AttemptStore.register_success_unless_locked>`). On PostgreSQL one
         statement, so the check for a lock set during the credential check costs no
         round trip of its own."""
         now = utc(now)
         params = {**_key_params(key), "now": now, "token": reservation, "client_ip": client_ip}
-        with self._tx() as conn:
+        with self._tx(locking=True) as conn:
             if conn.dialect.name == "postgresql":
                 return _aware(conn.execute(_PG_SETTLE_SUCCESS, params).scalar())
             lock = {"tenant": key.tenant, "subject": key.subject, "now": now}
@@ -1384,7 +1562,7 @@ class SqlAlchemyBackend:
     def link_identity(self, issuer: str, subject: str, tenant: str, user_id: str) -> IdentityLink:
         now = self.clock.now()
         links = identity_links_table.c
-        with self._tx() as conn:
+        with self._account_tx() as conn:
             # Replace in one transaction: delete then insert is portable and atomic.
             conn.execute(delete(identity_links_table).where(links.issuer == issuer, links.subject == subject))
             conn.execute(
@@ -1470,3 +1648,22 @@ class SqlAlchemyBackend:
         query = select(*columns).order_by(audit_table.c.id)
         rows = self._fetch(lambda conn: conn.execute(query).all())
         return [AuditRecord(**{**row._asdict(), "time": utc(row.time)}) for row in rows]
+
+
+def session_writer(
+    backend: object, store: object, interface: AuthFlowSessionInterface
+) -> Callable[[AuthSession, Any], Callable[[], None] | None] | None:
+    """The writer a login service uses to keep a passed step's session in the step's unit
+    of work (``AuthnService.session_writer``), when ``store`` is a SQL session store on
+    the backend's own engine; else ``None`` (the session is written with the response)."""
+    from .session_store import SqlAlchemySessionStore
+
+    if not isinstance(backend, SqlAlchemyBackend) or not isinstance(store, SqlAlchemySessionStore):
+        return None
+    if store.engine is not backend.engine:
+        return None
+
+    def write(session: AuthSession, unit: UnitOfWork) -> Callable[[], None] | None:
+        return interface.write_on(session, functools.partial(store.save_on, unit.connection()))
+
+    return write

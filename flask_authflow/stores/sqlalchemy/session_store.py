@@ -452,6 +452,41 @@ class SqlAlchemySessionStore:
             self._purge_some()
         return written
 
+    def save_on(
+        self,
+        conn: Connection,
+        record: SessionRecord,
+        expires_at: datetime,
+        *,
+        replaces: Sequence[str] = (),
+        existing: bool = False,
+    ) -> bool:
+        """:meth:`save` on ``conn``, in its caller's transaction: a login step writes the
+        session it logs in together with the one-time credential it uses up, or neither.
+        False (the session was revoked) leaves the transaction to be rolled back."""
+        key = sid_hash(record.sid)
+        values: dict[str, Any] = {
+            "tenant": record.tenant,
+            "user_id": record.user_id,
+            "state": record.state.value,
+            "expires_at": utc(expires_at),
+            "updated_at": self._clock.now(),
+            "data": self._crypto.encrypt(key, serialize_record(record)),
+            "federation_key": record_federation_key(record),
+        }
+        now = values["updated_at"]
+        with self._guard():
+            if existing:
+                params = {"key": key, "now": now, **{f"v_{name}": value for name, value in values.items()}}
+                return bool(conn.execute(_UPDATE_LIVE, params).rowcount)
+            old_keys = sorted({sid_hash(old) for old in replaces} - {key})
+            if old_keys:
+                gone = conn.execute(_DELETE_LIVE_OLD, {"old_keys": old_keys, "now": now})
+                if gone.rowcount != len(old_keys):
+                    return False
+            self._upsert(conn, key, values)
+        return True
+
     def _insert(self, key: str, values: dict[str, Any], old_keys: list[str]) -> bool:
         now = values["updated_at"]
         upsert = _UPSERTS.get(self.engine.dialect.name)
