@@ -435,7 +435,7 @@ def ratio(a: Config, b: Config) -> str:
     )
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -473,12 +473,12 @@ def main() -> None:
         sys.exit("ab is not installed: apt-get install apache2-utils, or --load python")
     if shutil.which("gunicorn", path=str(Path(sys.executable).parent)) is None:
         sys.exit("gunicorn is not installed in this environment: pip install -e '.[dev]'")
-    sys.path.insert(0, str(ROOT))
-    cores = os.cpu_count() or 1
-    workdir = Path(tempfile.mkdtemp(prefix="authflow-server-"))
-    signing_key = secrets.token_urlsafe(48)
-    password = secrets.token_urlsafe(24)
+    return args
 
+
+def databases_of(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Any], Any]:
+    """{database name: (configuration number -> URL)}, PostgreSQL first; and the throwaway
+    PostgreSQL server to stop (or None)."""
     pg_server = None
     databases: dict[str, Any] = {"SQLite": lambda n: f"sqlite:///{workdir / f'ref{n}.db'}"}
     if args.postgres == "auto":
@@ -492,9 +492,11 @@ def main() -> None:
     elif args.postgres != "off":
         print("(PostgreSQL at a given URL: the configurations share its one database)")
         databases["PostgreSQL"] = lambda n: args.postgres
+    return dict(sorted(databases.items(), key=lambda item: item[0] != "PostgreSQL")), pg_server
 
+
+def plan(databases: dict[str, Any]) -> list[Config]:
     configs: list[Config] = []
-    databases = dict(sorted(databases.items(), key=lambda item: item[0] != "PostgreSQL"))  # PostgreSQL first
     for database in databases:
         for workers in (1, 2):
             configs.append(
@@ -511,78 +513,113 @@ def main() -> None:
             configs.append(
                 Config(f"bare Flask + SELECT 1, {workers} worker(s)", "bare+select", workers, "PostgreSQL")
             )
+    return configs
 
-    loader = Loader()
+
+@dataclass
+class Run:
+    """What every configuration of one run shares."""
+
+    args: argparse.Namespace
+    loader: Loader
+    workdir: Path
+    databases: dict[str, Any]
+    signing_key: str = field(default_factory=lambda: secrets.token_urlsafe(48))
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+
+
+def start(run: Run, config: Config, number: int) -> None:
+    """Prepare the database, start gunicorn, log in (and copy the session), check the answer."""
+    env: dict[str, str] = {}
+    reference: Any = None
+    instance = run.workdir / f"instance{number}"
+    instance.mkdir()
+    if config.app == "reference":
+        database = "SQLite" if config.database == "memory" else config.database
+        env, reference = prepare_reference(
+            run.databases[database](number), instance, run.signing_key, run.password
+        )
+        if config.database == "memory":
+            env["FLASK_AUTHFLOW_SESSION_STORE"] = "memory"
+    elif config.app == "bare+select":
+        env = {"BENCH_POSTGRES_URL": run.databases["PostgreSQL"](number)}
+    start_gunicorn(config, env, instance, run.workdir)
+    loader = run.loader
+    if config.app == "reference":
+        refused = loader.ask(op="get", port=config.port, cookie="")
+        if refused["status"] != 401:
+            raise RuntimeError(f"{config.name}: GET /dashboard without a session answered {refused}")
+        config.cookie = loader.ask(op="login", port=config.port, username=USERNAME, password=run.password)[
+            "cookie"
+        ]
+        if run.args.sessions > 1 and config.database != "memory":
+            cookies = session_cookies(reference, config.cookie, run.args.sessions)
+            loader.ask(op="cookies", port=config.port, cookies=cookies)
+            config.sessions = len(cookies)
+    answer = loader.ask(op="get", port=config.port, cookie=config.cookie)
+    if answer["status"] != 200 or not answer["body"].startswith(DASHBOARD_PREFIX):
+        raise RuntimeError(f"{config.name}: GET /dashboard answered {answer}")
+    print(f"started {config.name:<40} on port {config.port}: {answer['body'].decode().strip()}", flush=True)
+
+
+def window(run: Run, config: Config, requests: int) -> dict[str, Any]:
+    """One timed window of ``requests`` on ``config``, its answers checked before and after."""
+    args = run.args
+    if args.load == "ab":
+        result = ab_window(config.port, config.cookie, requests, args.connections)
+    else:
+        result = run.loader.ask(
+            op="window",
+            port=config.port,
+            cookie=config.cookie,
+            requests=requests,
+            connections=args.connections,
+        )
+    if result["failures"]:
+        raise RuntimeError(f"{config.name}: {result['failures'][:3]}")
+    checked = run.loader.ask(op="get", port=config.port, cookie=config.cookie)
+    if checked["status"] != 200 or not checked["body"].startswith(DASHBOARD_PREFIX):
+        raise RuntimeError(f"{config.name}: GET /dashboard after the window answered {checked}")
+    return result
+
+
+def measure(run: Run, configs: list[Config], cores: int) -> None:
+    requests = run.args.requests
+    for config in configs:  # warm up: every worker imported, connections to the database open
+        window(run, config, max(50, requests // 10))
+    for round_number in range(run.args.rounds):
+        shift = round_number % len(configs)
+        for config in configs[shift:] + configs[:shift]:
+            result = window(run, config, requests)
+            config.rates.append(requests / result["wall"])
+            config.p50s.append(result["p50"])
+            config.p99s.append(result["p99"])
+            config.cpu_shares.append(result["cpu"] / (result["wall"] * cores))
+
+
+def main() -> None:
+    args = parse_args()
+    sys.path.insert(0, str(ROOT))
+    cores = os.cpu_count() or 1
+    workdir = Path(tempfile.mkdtemp(prefix="authflow-server-"))
+    databases, pg_server = databases_of(args, workdir)
+    configs = plan(databases)
+    run = Run(args, Loader(), workdir, databases)
     try:
         for number, config in enumerate(configs):
-            env: dict[str, str] = {}
-            instance = workdir / f"instance{number}"
-            instance.mkdir()
-            if config.app == "reference" and config.database == "memory":
-                env, _ = prepare_reference(databases["SQLite"](number), instance, signing_key, password)
-                env["FLASK_AUTHFLOW_SESSION_STORE"] = "memory"
-            elif config.app == "reference":
-                env, reference = prepare_reference(
-                    databases[config.database](number), instance, signing_key, password
-                )
-            elif config.app == "bare+select":
-                env = {"BENCH_POSTGRES_URL": databases["PostgreSQL"](number)}
-            start_gunicorn(config, env, instance, workdir)
-            if config.app == "reference":
-                refused = loader.ask(op="get", port=config.port, cookie="")
-                if refused["status"] != 401:
-                    raise RuntimeError(f"{config.name}: GET /dashboard without a session answered {refused}")
-                config.cookie = loader.ask(
-                    op="login", port=config.port, username=USERNAME, password=password
-                )["cookie"]
-                if args.sessions > 1 and config.database != "memory":
-                    cookies = session_cookies(reference, config.cookie, args.sessions)
-                    loader.ask(op="cookies", port=config.port, cookies=cookies)
-                    config.sessions = len(cookies)
-            answer = loader.ask(op="get", port=config.port, cookie=config.cookie)
-            if answer["status"] != 200 or not answer["body"].startswith(DASHBOARD_PREFIX):
-                raise RuntimeError(f"{config.name}: GET /dashboard answered {answer}")
-            print(
-                f"started {config.name:<40} on port {config.port}: {answer['body'].decode().strip()}",
-                flush=True,
-            )
-
-        def run(config: Config, requests: int) -> dict[str, Any]:
-            if args.load == "ab":
-                result = ab_window(config.port, config.cookie, requests, args.connections)
-            else:
-                result = loader.ask(
-                    op="window",
-                    port=config.port,
-                    cookie=config.cookie,
-                    requests=requests,
-                    connections=args.connections,
-                )
-            if result["failures"]:
-                raise RuntimeError(f"{config.name}: {result['failures'][:3]}")
-            checked = loader.ask(op="get", port=config.port, cookie=config.cookie)
-            if checked["status"] != 200 or not checked["body"].startswith(DASHBOARD_PREFIX):
-                raise RuntimeError(f"{config.name}: GET /dashboard after the window answered {checked}")
-            return result
-
-        for config in configs:  # warm up: every worker imported, connections to the database open
-            run(config, max(50, args.requests // 10))
-        for round_number in range(args.rounds):
-            shift = round_number % len(configs)
-            for config in configs[shift:] + configs[:shift]:
-                result = run(config, args.requests)
-                config.rates.append(args.requests / result["wall"])
-                config.p50s.append(result["p50"])
-                config.p99s.append(result["p99"])
-                config.cpu_shares.append(result["cpu"] / (result["wall"] * cores))
+            start(run, config, number)
+        measure(run, configs, cores)
     finally:
-        loader.stop()
+        run.loader.stop()
         for config in configs:
             stop_gunicorn(config)
         if pg_server is not None:
             pg_server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+    report(args, configs, databases, cores)
 
+
+def report(args: argparse.Namespace, configs: list[Config], databases: dict[str, Any], cores: int) -> None:
     load_name = "ApacheBench" if args.load == "ab" else "Python http.client threads"
     print(
         f"\n{args.rounds} interleaved rounds of {args.requests} GET /dashboard per configuration, "
@@ -611,6 +648,10 @@ def main() -> None:
             ours, bare = by_key[("reference", database, workers)], by_key[("bare", "", workers)]
             label = f"reference app, {database}, {workers} worker(s) / bare Flask"
             print(f"{label:<52} {ratio(ours, bare)}")
+    print_floors_and_target(by_key, databases)
+
+
+def print_floors_and_target(by_key: dict[tuple[str, str, int], Config], databases: dict[str, Any]) -> None:
     print("\nfloors (no session store read; one PostgreSQL round trip and nothing else):")
     memory, bare = by_key[("reference", "memory", 1)], by_key[("bare", "", 1)]
     print(f"{'reference app, memory sessions, 1 worker / bare Flask':<52} {ratio(memory, bare)}")
