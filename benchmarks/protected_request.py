@@ -17,13 +17,25 @@ on a psycopg connection in autocommit, a Redis ``PING``), the best a store that 
 one round trip per request and does no work at all could do on this machine. Their
 ratios to our SQLite store are printed next to the stores' own.
 
+``--sessions N`` is the realistic case: every contender holds N distinct logged-in
+sessions (distinct cookies) and its requests take them round-robin, so no cache sees the
+same cookie twice in a row and, with N larger than the requests of a round, no cookie
+twice in one round. The peers log in N distinct users (a cookie session would otherwise
+repeat the same cookie within a second); ours log in once through the real password
+login and the store then holds N copies of that record under new session ids, each
+with its own signed cookie (what N logins of one user leave behind, without N password
+hashes). Flask-Login + Flask-Session (Redis, and SQLAlchemy on SQLite) join the peers,
+configured as their docs say (permanent sessions refreshed on every request, their
+defaults). With ``--sessions 1`` (the default) one cookie is replayed.
+
     .venv/bin/python benchmarks/protected_request.py [--requests 2000] [--rounds 5] [--postgres URL]
-        [--no-redis]
+        [--no-redis] [--sessions 10000]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import secrets
 import statistics
 import sys
@@ -41,6 +53,10 @@ from benchmarks.login import bench_workdir  # importable once the path above is 
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Any]
 UA = "flask-authflow-tests/1.0"  # the user agent login_test_client binds the session to
+#: What a contender builder returns: the app and, per session, the environ of a GET of the
+#: protected view carrying that session's cookie and the body the view must answer.
+Built = tuple[Flask, list[tuple[dict[str, Any], bytes]]]
+FLOOR = "floor: memory store + one"
 
 
 def _environ_for(app: Flask, path: str, cookie_header: str | None) -> dict[str, Any]:
@@ -58,9 +74,11 @@ def _cookie_header(client: Any) -> str:
     return "; ".join(f"{c.key}={c.value}" for c in client._cookies.values())
 
 
-def replayer(app: Flask, environ: dict[str, Any], expect: bytes) -> Callable[[], None]:
-    """One request of a contender; checks every response is the protected one."""
+def replayer(app: Flask, requests: list[tuple[dict[str, Any], bytes]]) -> Callable[[], None]:
+    """One request of a contender, taking its sessions round-robin; checks every response
+    is the protected one of that session."""
     status_seen: list[str] = []
+    turns = itertools.cycle(requests)
 
     def start_response(status: str, headers: list[Any], exc_info: Any = None) -> Callable[[bytes], None]:
         status_seen.append(status)
@@ -68,11 +86,29 @@ def replayer(app: Flask, environ: dict[str, Any], expect: bytes) -> Callable[[],
 
     def one() -> None:
         status_seen.clear()
+        environ, expect = next(turns)
         body = b"".join(app.wsgi_app(dict(environ), start_response))
         if not status_seen[0].startswith("200") or body != expect:
             raise RuntimeError(f"contender answered {status_seen[0]} {body[:80]!r}")
 
     return one
+
+
+def log_in_each(
+    app: Flask, count: int, login_path: str, expect: Callable[[int], bytes]
+) -> list[tuple[dict[str, Any], bytes]]:
+    """``count`` logins through ``login_path`` (``{}`` is the user's number), each from a
+    new client with the replayed User-Agent and address; checks the cookies are distinct."""
+    requests = []
+    for number in range(1, count + 1):
+        client = app.test_client()
+        client.get(
+            login_path.format(number), headers={"User-Agent": UA}, environ_base={"REMOTE_ADDR": "127.0.0.1"}
+        )
+        requests.append((_environ_for(app, "/p", _cookie_header(client)), expect(number)))
+    if len({environ.get("HTTP_COOKIE") for environ, _ in requests}) != count:
+        raise RuntimeError(f"{app.name}: {count} logins did not give {count} distinct cookies")
+    return requests
 
 
 def measure_interleaved(
@@ -115,54 +151,58 @@ def ratio_line(ours: list[float], peer: list[float]) -> str:
 # --- contenders ----------------------------------------------------------------------------------
 
 
-def bare_flask() -> tuple[Flask, dict[str, Any]]:
+def bare_flask(sessions: int) -> Built:
     app = Flask("bare")
 
     @app.get("/p")
     def protected() -> str:
         return "ok"
 
-    return app, _environ_for(app, "/p", None)
+    return app, [(_environ_for(app, "/p", None), b"ok")]
 
 
-def flask_cookie_session() -> tuple[Flask, dict[str, Any]]:
-    from flask import abort, session
+def flask_cookie_session(sessions: int) -> Built:
+    from flask import abort, request, session
 
     app = Flask("cookie")
     app.secret_key = secrets.token_bytes(32)
+    users = {str(number) for number in range(1, sessions + 1)}
 
     @app.get("/login")
     def login() -> str:
-        session["user_id"] = "1"
+        session["user_id"] = request.args["u"]
         return "in"
 
     @app.get("/p")
     def protected() -> str:
-        if session.get("user_id") != "1":
+        if session.get("user_id") not in users:
             abort(401)
         return "ok"
 
-    client = app.test_client()
-    client.get("/login")
-    return app, _environ_for(app, "/p", _cookie_header(client))
+    return app, log_in_each(app, sessions, "/login?u={}", lambda number: b"ok")
 
 
-def flask_login(*, use_current_user: bool = False) -> tuple[Flask, dict[str, Any]]:
+def flask_login(sessions: int, *, use_current_user: bool = False, flask_session: Any = None) -> Built:
+    """Flask-Login with ``sessions`` users, each logged in once; ``flask_session`` configures
+    Flask-Session on the app (its session interface replaces Flask's cookie session)."""
+    from flask import request
     from flask_login import LoginManager, UserMixin, current_user, login_required, login_user
 
     class User(UserMixin):
         def __init__(self, user_id: str) -> None:
             self.id = user_id
 
-    users = {"1": User("1")}
+    users = {str(number): User(str(number)) for number in range(1, sessions + 1)}
     app = Flask("flask_login")
     app.secret_key = secrets.token_bytes(32)
+    if flask_session is not None:
+        flask_session(app)
     manager = LoginManager(app)
     manager.user_loader(users.get)
 
     @app.get("/login")
     def login() -> str:
-        login_user(users["1"])
+        login_user(users[request.args["u"]])
         return "in"
 
     @app.get("/p")
@@ -170,19 +210,48 @@ def flask_login(*, use_current_user: bool = False) -> tuple[Flask, dict[str, Any
     def protected() -> str:
         return f"ok {current_user.id}" if use_current_user else "ok"
 
-    client = app.test_client()
     # Logged in with the User-Agent and address the benchmark replays: Flask-Login's
     # session protection would otherwise see a new client and rewrite the cookie each time.
-    client.get("/login", headers={"User-Agent": UA}, environ_base={"REMOTE_ADDR": "127.0.0.1"})
-    return app, _environ_for(app, "/p", _cookie_header(client))
+    def expect(number: int) -> bytes:
+        return f"ok {number}".encode() if use_current_user else b"ok"
+
+    return app, log_in_each(app, sessions, "/login?u={}", expect)
 
 
-def flask_login_sqlalchemy(database_url: str) -> tuple[Flask, dict[str, Any]]:
+def flask_session_redis(redis_url: str) -> Callable[[Flask], None]:
+    """Flask-Session's Redis backend, as its docs configure it."""
+
+    def configure(app: Flask) -> None:
+        import redis
+        from flask_session import Session
+
+        app.config.update(SESSION_TYPE="redis", SESSION_REDIS=redis.Redis.from_url(redis_url))
+        Session(app)
+
+    return configure
+
+
+def flask_session_sqlalchemy(database_url: str) -> Callable[[Flask], None]:
+    """Flask-Session's SQLAlchemy backend on a Flask-SQLAlchemy ``db``, as its docs configure it."""
+
+    def configure(app: Flask) -> None:
+        from flask_session import Session
+        from flask_sqlalchemy import SQLAlchemy
+
+        app.config["SQLALCHEMY_DATABASE_URI"] = database_url
+        app.config.update(SESSION_TYPE="sqlalchemy", SESSION_SQLALCHEMY=SQLAlchemy(app))
+        Session(app)
+
+    return configure
+
+
+def flask_login_sqlalchemy(database_url: str, sessions: int) -> Built:
     """Flask-Login whose user loader reads the user from SQLite through Flask-SQLAlchemy.
 
     As Flask-Login's docs recommend (``db.session.get(User, int(user_id))``): one real
     database read per request, which is what our SQL store does for the session.
     """
+    from flask import request
     from flask_login import LoginManager, UserMixin, login_required, login_user
     from flask_sqlalchemy import SQLAlchemy
 
@@ -205,12 +274,12 @@ def flask_login_sqlalchemy(database_url: str) -> tuple[Flask, dict[str, Any]]:
 
     with app.app_context():
         db.create_all()
-        db.session.add(User(id=1, name="alice"))
+        db.session.add_all(User(id=number, name=f"user{number}") for number in range(1, sessions + 1))
         db.session.commit()
 
     @app.get("/login")
     def login() -> str:
-        user = db.session.get(User, 1)
+        user = db.session.get(User, int(request.args["u"]))
         assert user is not None
         login_user(user)
         return "in"
@@ -220,17 +289,16 @@ def flask_login_sqlalchemy(database_url: str) -> tuple[Flask, dict[str, Any]]:
     def protected() -> str:
         return "ok"
 
-    client = app.test_client()
-    client.get("/login", headers={"User-Agent": UA}, environ_base={"REMOTE_ADDR": "127.0.0.1"})
-    environ = _environ_for(app, "/p", _cookie_header(client))
+    requests = log_in_each(app, sessions, "/login?u={}", lambda number: b"ok")
     before = len(loads)
-    replayer(app, environ, b"ok")()
+    replayer(app, requests)()
     if len(loads) != before + 1:
         raise RuntimeError("the Flask-SQLAlchemy user loader did not run once per request")
-    return app, environ
+    return app, requests
 
 
-def flask_security_too(database_url: str) -> tuple[Flask, dict[str, Any]]:
+def flask_security_too(database_url: str, sessions: int) -> Built:
+    from flask import request
     from flask_security import Security, SQLAlchemyUserDatastore, auth_required, login_user
     from flask_security.models import fsqla_v3 as fsqla
     from flask_sqlalchemy import SQLAlchemy
@@ -258,12 +326,13 @@ def flask_security_too(database_url: str) -> tuple[Flask, dict[str, Any]]:
     Security(app, datastore)
     with app.app_context():
         db.create_all()
-        datastore.create_user(email="alice@example.com", password="not-used-here", active=True)
+        for number in range(1, sessions + 1):
+            datastore.create_user(email=f"user{number}@example.com", password="not-used-here", active=True)
         db.session.commit()
 
     @app.get("/login-bench")
     def login() -> str:
-        login_user(datastore.find_user(email="alice@example.com"))
+        login_user(datastore.find_user(email=f"user{request.args['u']}@example.com"))
         db.session.commit()
         return "in"
 
@@ -272,14 +341,17 @@ def flask_security_too(database_url: str) -> tuple[Flask, dict[str, Any]]:
     def protected() -> str:
         return "ok"
 
-    client = app.test_client()
-    client.get("/login-bench", headers={"User-Agent": UA})
-    return app, _environ_for(app, "/p", _cookie_header(client))
+    return app, log_in_each(app, sessions, "/login-bench?u={}", lambda number: b"ok")
 
 
 def authflow(
-    store: str, database_url: str | None, *, use_current_user: bool = False, redis_url: str | None = None
-) -> tuple[Flask, dict[str, Any]]:
+    store: str,
+    database_url: str | None,
+    sessions: int,
+    *,
+    use_current_user: bool = False,
+    redis_url: str | None = None,
+) -> Built:
     from flask_authflow import AuthFlow, PasswordHasher, current_user, login_required
     from flask_authflow.testing.pytest_plugin import login_test_client
 
@@ -315,7 +387,36 @@ def authflow(
 
         user_id = get_user_id(app)
         users[user_id] = SimpleNamespace(id="1")  # the body then matches Flask-Login's "ok 1"
-    return app, _environ_for(app, "/p", _cookie_header(client))
+    cookie = client.get_cookie("authflow_session")
+    assert cookie is not None
+    expect = b"ok 1" if use_current_user else b"ok"
+    return app, [
+        (_environ_for(app, "/p", f"authflow_session={value}"), expect)
+        for value in copies_of_session(app, cookie.value, sessions)
+    ]
+
+
+def copies_of_session(app: Flask, cookie_value: str, count: int) -> list[str]:
+    """``cookie_value`` and the cookies of ``count - 1`` copies of its session record under
+    new session ids, saved in the app's store as a login saves them (a new id, nothing
+    replaced): what ``count`` logins of the user leave in the store."""
+    from dataclasses import replace
+
+    from flask_authflow.session.interface import AuthFlowSessionInterface
+    from flask_authflow.session.model import AuthState, new_session_id
+
+    interface = app.session_interface
+    assert isinstance(interface, AuthFlowSessionInterface)
+    record = interface.store.load(cookie_value.rpartition(".")[0])
+    if record is None or record.state is not AuthState.AUTHENTICATED:
+        raise RuntimeError(f"{app.name}: the logged-in session is not in the store")
+    values = [cookie_value]
+    for _ in range(count - 1):
+        copy = replace(record, sid=new_session_id())
+        if not interface.store.save(copy, interface.expires_at(copy)):
+            raise RuntimeError(f"{app.name}: a copy of the session was not saved")
+        values.append(interface.sign_sid(copy.sid))
+    return values
 
 
 def get_user_id(app: Flask) -> str:
@@ -326,10 +427,27 @@ def get_user_id(app: Flask) -> str:
     return user.user_id
 
 
-def main() -> None:
+def window_of(one: Callable[[], None], requests: int) -> int:
+    """Requests per round of a contender: ``requests``, or as many as it serves in about a
+    second when it is much slower (Flask-Session's SQLAlchemy backend writes on every
+    request), so that one slow contender does not make the run last an hour."""
+    started = time.perf_counter()
+    for _ in range(20):
+        one()
+    rate = 20 / (time.perf_counter() - started)
+    return max(50, min(requests, int(rate)))
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=2000, help="requests per contender per round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--sessions",
+        type=int,
+        default=1,
+        help="distinct logged-in sessions per contender, requested round-robin (10000: the realistic case)",
+    )
     parser.add_argument(
         "--postgres",
         default="auto",
@@ -343,23 +461,35 @@ def main() -> None:
         help="leave out our Redis store (by default a throwaway redis-server is started, as the tests do)",
     )
     args = parser.parse_args()
-    workdir = bench_workdir()
+    if args.sessions < 1:
+        parser.error("--sessions must be at least 1")
+    return args
 
-    contenders: dict[str, Callable[[], tuple[Flask, dict[str, Any]]]] = {
-        "bare Flask": bare_flask,
-        "Flask cookie session": flask_cookie_session,
-        "Flask-Login (cookie session)": flask_login,
-        "Flask-Login current_user (loader)": lambda: flask_login(use_current_user=True),
+
+def contenders_of(workdir: Path, n: int) -> dict[str, Callable[[], Built]]:
+    """The contenders that need no server, each building its app with ``n`` sessions."""
+    return {
+        "bare Flask": lambda: bare_flask(n),
+        "Flask cookie session": lambda: flask_cookie_session(n),
+        "Flask-Login (cookie session)": lambda: flask_login(n),
+        "Flask-Login current_user (loader)": lambda: flask_login(n, use_current_user=True),
         "Flask-Login + Flask-SQLAlchemy user loader (SQLite)": lambda: flask_login_sqlalchemy(
-            f"sqlite:///{workdir / 'fl.db'}"
+            f"sqlite:///{workdir / 'fl.db'}", n
         ),
-        "Flask-Security-Too (SQLite)": lambda: flask_security_too(f"sqlite:///{workdir / 'fst.db'}"),
-        "authflow (memory store)": lambda: authflow("memory", None),
+        "Flask-Login + Flask-Session (SQLAlchemy, SQLite)": lambda: flask_login(
+            n, flask_session=flask_session_sqlalchemy(f"sqlite:///{workdir / 'fs.db'}")
+        ),
+        "Flask-Security-Too (SQLite)": lambda: flask_security_too(f"sqlite:///{workdir / 'fst.db'}", n),
+        "authflow (memory store)": lambda: authflow("memory", None, n),
         "authflow current_user (loader, memory store)": lambda: authflow(
-            "memory", None, use_current_user=True
+            "memory", None, n, use_current_user=True
         ),
-        "authflow (SQLite store)": lambda: authflow("sql", f"sqlite:///{workdir / 'af.db'}"),
+        "authflow (SQLite store)": lambda: authflow("sql", f"sqlite:///{workdir / 'af.db'}", n),
     }
+
+
+def start_servers(args: argparse.Namespace) -> tuple[Any, str | None, Any, str | None]:
+    """(PostgreSQL server, its URL, Redis server, its URL); a server that cannot start is left out."""
     server = None
     postgres_url = None if args.postgres == "off" else args.postgres
     if args.postgres == "auto":
@@ -371,10 +501,7 @@ def main() -> None:
         except BaseException as exc:  # noqa: BLE001 - pytest's skip is a BaseException
             print(f"(PostgreSQL left out: {exc})")
             postgres_url = None
-    if postgres_url:
-        contenders["authflow (PostgreSQL store)"] = lambda: authflow("sql", postgres_url)
     redis_server = None
-    redis_url = None
     if args.redis:
         from tests.parts import start_redis
 
@@ -382,39 +509,62 @@ def main() -> None:
             redis_server = start_redis()
         except BaseException as exc:  # noqa: BLE001 - pytest's skip is a BaseException
             print(f"(Redis left out: {exc})")
-    if redis_server is not None:
-        redis_url = redis_server.url()
+    return server, postgres_url, redis_server, None if redis_server is None else redis_server.url()
+
+
+def main() -> None:
+    args = parse_args()
+    workdir = bench_workdir()
+    n = args.sessions
+    contenders = contenders_of(workdir, n)
+    server, postgres_url, redis_server, redis_url = start_servers(args)
+    if postgres_url:
+        contenders["authflow (PostgreSQL store)"] = lambda: authflow("sql", postgres_url, n)
+    if redis_url:
+        contenders["Flask-Login + Flask-Session (Redis)"] = lambda: flask_login(
+            n,
+            flask_session=flask_session_redis(redis_server.url(1)),  # a database of its own
+        )
         # Sessions in Redis, users in SQLite (as an app configures it).
         contenders["authflow (Redis store)"] = lambda: authflow(
-            "redis", f"sqlite:///{workdir / 'ar.db'}", redis_url=redis_url
+            "redis", f"sqlite:///{workdir / 'ar.db'}", n, redis_url=redis_url
         )
 
     built: dict[str, tuple[Callable[[], None], int]] = {}
     for name, build in contenders.items():
-        app, environ = build()
-        expect = b"ok 1" if "current_user" in name else b"ok"
-        built[name] = (replayer(app, environ, expect), args.requests)
-    floors = round_trip_floors(built["authflow (memory store)"][0], postgres_url, redis_url)
-    built.update((name, (one, args.requests)) for name, one in floors.items())
-    per_round = measure_interleaved(built, args.rounds)
-    results = {name: max(rates) for name, rates in per_round.items()}
-    print(
-        f"{args.rounds} interleaved rounds of {args.requests} requests per contender "
-        "(best round, median round, spread of the rounds)"
-    )
-    for name, rates in per_round.items():
+        started = time.perf_counter()
+        app, requests = build()
+        one = replayer(app, requests)
+        built[name] = (one, window_of(one, args.requests))
         print(
-            f"{name:<52} {max(rates):>8.0f} req/s  median {statistics.median(rates):>8.0f}  {spread(rates)}",
+            f"built {name} with {len(requests)} session(s) in {time.perf_counter() - started:.1f}s",
             flush=True,
         )
-
+    floors = round_trip_floors(built["authflow (memory store)"][0], postgres_url, redis_url)
+    built.update((name, (one, window_of(one, args.requests))) for name, one in floors.items())
+    per_round = measure_interleaved(built, args.rounds)
     if server is not None:
         server.stop()
     if redis_server is not None:
         redis_server.stop()
+    report(per_round, {name: requests for name, (_, requests) in built.items()}, args)
+
+
+def report(per_round: dict[str, list[float]], windows: dict[str, int], args: argparse.Namespace) -> None:
+    print(
+        f"{args.rounds} interleaved rounds of up to {args.requests} requests per contender, "
+        f"{args.sessions} distinct session(s) per contender requested round-robin "
+        "(best round, median round, spread of the rounds)"
+    )
+    for name, rates in per_round.items():
+        print(
+            f"{name:<52} {max(rates):>8.0f} req/s  median {statistics.median(rates):>8.0f}  {spread(rates)}"
+            f"  ({windows[name]} requests a round)",
+            flush=True,
+        )
     print()
-    peers = [n for n in results if not n.startswith(("authflow", FLOOR))]
-    for ours in (n for n in results if n.startswith("authflow")):
+    peers = [n for n in per_round if not n.startswith(("authflow", FLOOR))]
+    for ours in (n for n in per_round if n.startswith("authflow")):
         print(f"{ours} vs")
         for peer in peers:
             print(f"    {peer:<52} {ratio_line(per_round[ours], per_round[peer])}")
@@ -431,9 +581,26 @@ def main() -> None:
             print(f"    {ours + ' / SQLite store':<62} {ratio_line(per_round[ours], sqlite)}")
             print(f"    {floor + ' / SQLite store':<62} {ratio_line(per_round[floor], sqlite)}")
             print(f"    {ours + ' / its floor':<62} {ratio_line(per_round[ours], per_round[floor])}")
+    print_targets(per_round)
 
 
-FLOOR = "floor: memory store + one"
+#: The targets with 10,000 sessions: (ours, the contender it is compared with, the least ratio).
+TARGETS = (
+    ("authflow (SQLite store)", "Flask-Security-Too (SQLite)", 4.0),
+    ("authflow (Redis store)", "Flask-Login + Flask-Session (Redis)", 1.2),
+    ("authflow (PostgreSQL store)", f"{FLOOR} PostgreSQL SELECT 1", 0.85),
+    ("authflow (Redis store)", f"{FLOOR} Redis PING", 0.85),
+)
+
+
+def print_targets(per_round: dict[str, list[float]]) -> None:
+    print("\ntargets (median of the per-round ratios):")
+    for ours, other, least in TARGETS:
+        if ours in per_round and other in per_round:
+            ratios = [o / p for o, p in zip(per_round[ours], per_round[other], strict=True)]
+            median = statistics.median(ratios)
+            verdict = "met" if median >= least else "MISSED"
+            print(f"    {ours} / {other}: {median:.2f}x, target >= {least}x: {verdict}")
 
 
 def round_trip_floors(

@@ -20,10 +20,7 @@ connection to the same file, with the same PRAGMAs, and nothing else (no decrypt
 decoding). What it adds from 10³ to 10⁶ is SQLite's own B-tree walk; the line after the
 SQLite rows prints the least ratio any store with our 10³ cost could reach on top of it.
 
-The stores are built without their memo of opened records (``record_memo=0``): it holds
-1,024 records, so the 10³ store would answer every lookup from memory and the larger ones
-would not, and the ratio would measure that memo instead of the lookup. Every size
-decrypts and decodes every record it loads.
+Every size decrypts and decodes every record it loads.
 
 How the stores are filled:
 
@@ -64,7 +61,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -196,14 +193,14 @@ def fill_by_save(store: Any, template: SessionRecord, sids: list[str], expires_a
 def sql_store(url: str, crypto: SessionCrypto) -> Any:
     from flask_authflow.stores.sqlalchemy.session_store import SqlAlchemySessionStore
 
-    return SqlAlchemySessionStore(url, crypto=crypto, record_memo=0)
+    return SqlAlchemySessionStore(url, crypto=crypto)
 
 
 def redis_store(url: str, crypto: SessionCrypto) -> Any:
     """Our Redis session store on ``url`` (one database number per size), emptied first."""
     from flask_authflow.stores.redis_session_store import RedisSessionStore
 
-    store = RedisSessionStore(url, crypto=crypto, record_memo=0)
+    store = RedisSessionStore(url, crypto=crypto)
     store.client.flushdb()  # each size starts from an empty database
     return store
 
@@ -222,17 +219,17 @@ class SqliteQueryFloor:
     answers the sealed bytes (truthy) or None: nothing is decrypted or decoded."""
 
     def __init__(self, path: Path) -> None:
-        from sqlalchemy import create_engine
+        from sqlalchemy.dialects import sqlite
 
-        from flask_authflow.stores.sqlalchemy.session_store import _DirectLoad
+        from flask_authflow.stores.sqlalchemy.session_store import _LOAD_QUERY
 
         self.path = path
         self.connection: Any = None
         self.clock = SystemClock()
-        # The statement and its bind processors depend on the dialect only (pysqlite).
-        direct = _DirectLoad.of(create_engine("sqlite://"))
-        assert direct is not None
-        self.direct = direct
+        # The statement as SQLAlchemy compiles it for pysqlite, its parameters in its order.
+        compiled: Any = _LOAD_QUERY.compile(dialect=sqlite.dialect())
+        self.sql = str(compiled)
+        self.order: list[str] = list(compiled.positiontup)
 
     def load(self, sid: str) -> bytes | None:
         if self.connection is None:
@@ -242,8 +239,10 @@ class SqliteQueryFloor:
 
             self.connection = sqlite3.connect(self.path, check_same_thread=False)
             _sqlite_pragmas(self.connection, None)
-        arguments = self.direct.arguments({"key": sid_hash(sid), "now": self.clock.now()})
-        rows = self.connection.execute(self.direct.sql, arguments).fetchall()
+        # SQLAlchemy's SQLite DATETIME text of the naive UTC time, as the store binds it.
+        now = self.clock.now().astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+        values = {"key": sid_hash(sid), "now": now}
+        rows = self.connection.execute(self.sql, tuple(values[name] for name in self.order)).fetchall()
         return bytes(rows[0][0]) if rows else None
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -42,19 +41,3 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'authflow.db'}"
     server: PostgresServer = request.getfixturevalue("postgres_server")
     return server.new_database()
-
-
-@pytest.fixture
-def no_core(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Makes a SQL session store's Core read fail the test: every ``load`` must take the
-    direct read (tests/test_direct_reads.py, tests/test_thread_readers.py)."""
-    from flask_authflow.stores.sqlalchemy import session_store
-
-    core_reads: list[str] = []
-
-    def refuse(*args: Any) -> Any:
-        core_reads.append("core")
-        raise AssertionError("the load went through SQLAlchemy Core")
-
-    monkeypatch.setattr(session_store, "run_read", refuse)
-    return core_reads

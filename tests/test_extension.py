@@ -9,7 +9,8 @@ import sys
 import pytest
 from flask import Flask, session
 
-from flask_authflow import AuthFlow, AuthSession, current_session, get_state
+from flask_authflow import AuthFlow, AuthSession, current_session, extension, get_state
+from flask_authflow.audit.client_ip import parse_ip
 from flask_authflow.errors import AuthFlowError, ConfigurationError, InvalidInput, StoreUnavailable
 from flask_authflow.responses import SERVER_ERROR_MESSAGE
 from flask_authflow.session.stores import MemorySessionStore
@@ -446,3 +447,25 @@ def test_production_code_knows_nothing_of_tests() -> None:
             ):
                 offenders.append(f"{path.relative_to(package)}:{node.lineno}")
     assert offenders == []
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        *(None, "", "127.0.0.1", "127.9.8.7", "::1", "::ffff:127.0.0.1", "::1%lo", "10.0.0.1"),
+        *("::ffff:10.0.0.1", " 127.0.0.1", "127.1", "localhost", "127.0.0.1, 10.0.0.1", "1" * 65),
+        "::1" + " " * 62,
+    ],
+)
+def test_the_remembered_loopback_answer_is_the_parsers(address: str | None) -> None:
+    expected = (ip := parse_ip(address)) is not None and ip.is_loopback
+    assert extension._is_loopback(address) is expected
+    assert extension._is_loopback(address) is expected  # remembered: the same answer
+
+
+def test_the_loopback_memory_is_bounded_and_keeps_no_long_strings() -> None:
+    cached = extension._is_loopback_text
+    assert cached.cache_info().maxsize is not None
+    before = cached.cache_info().currsize
+    assert not extension._is_loopback("127.0.0.1" + " " * 200)  # an X-Forwarded-For hop of junk
+    assert cached.cache_info().currsize == before

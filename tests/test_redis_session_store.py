@@ -571,19 +571,7 @@ def test_app_answers_a_guest_while_redis_is_down(own_server: RedisServer, authfl
         store.close()
 
 
-# --- the load's own path to the connection pool ---------------------------------------------------
-
-
-@pytest.fixture
-def lean_store(store: RedisSessionStore, monkeypatch: pytest.MonkeyPatch) -> RedisSessionStore:
-    """``store``, whose load must take the lean path (the client's hmget fails the test)."""
-    assert store._lean
-
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("the load went through the client's hmget")
-
-    monkeypatch.setattr(store.client, "hmget", refuse)
-    return store
+# --- the load's connection: redis-py's client, its pool and its retry policy ----------------------
 
 
 def _killing_checkouts(
@@ -609,9 +597,8 @@ def _killing_checkouts(
 
 
 def test_a_dropped_connection_is_retried_once(
-    lean_store: RedisSessionStore, raw: redis.Redis, clock: MockClock, monkeypatch: pytest.MonkeyPatch
+    store: RedisSessionStore, raw: redis.Redis, clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = lean_store
     record = user_record(clock)
     store.save(record, clock.now() + HOUR)
     assert store.load(record.sid) == record
@@ -652,12 +639,11 @@ def _failing_reads(store: RedisSessionStore, monkeypatch: pytest.MonkeyPatch, er
 
 
 def test_a_connection_dropped_twice_fails_closed(
-    lean_store: RedisSessionStore,
+    store: RedisSessionStore,
     clock: MockClock,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    store = lean_store
     record = user_record(clock)
     store.save(record, clock.now() + HOUR)
     reads = _failing_reads(store, monkeypatch, redis.ConnectionError("Connection closed by server."))
@@ -672,10 +658,9 @@ def test_a_connection_dropped_twice_fails_closed(
 
 
 def test_a_timeout_is_not_retried(
-    lean_store: RedisSessionStore, clock: MockClock, monkeypatch: pytest.MonkeyPatch
+    store: RedisSessionStore, clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Redis that does not answer fails the request after one timeout, not two."""
-    store = lean_store
     record = user_record(clock)
     store.save(record, clock.now() + HOUR)
     reads = _failing_reads(store, monkeypatch, redis.TimeoutError("Timeout reading from socket"))
@@ -684,11 +669,10 @@ def test_a_timeout_is_not_retried(
     assert reads == [1]
 
 
-def test_a_server_down_fails_the_lean_read_closed(own_server: RedisServer) -> None:
+def test_a_server_down_fails_the_read_closed(own_server: RedisServer) -> None:
     clock = MockClock()
     store = RedisSessionStore(own_server.url(), crypto=SessionCrypto(KEY), clock=clock)
     try:
-        assert store._lean
         record = user_record(clock)
         store.save(record, clock.now() + HOUR)
         assert store.load(record.sid) == record
@@ -703,15 +687,14 @@ def test_a_server_down_fails_the_lean_read_closed(own_server: RedisServer) -> No
         store.close()
 
 
-@pytest.mark.parametrize("wrapping", ["functools", "replaced", "instance", "observability"])
+@pytest.mark.parametrize("wrapping", ["functools", "replaced", "instance"])
 def test_tracing_sees_the_read(
     store: RedisSessionStore, clock: MockClock, monkeypatch: pytest.MonkeyPatch, wrapping: str
 ) -> None:
-    """With execute_command wrapped (OpenTelemetry and ddtrace via wrapt, Sentry by
-    replacing it) or redis-py's observability on, the load goes through the client."""
+    """The load is a command of the client: tracing that wraps execute_command
+    (OpenTelemetry and ddtrace via wrapt, Sentry by replacing it) sees it."""
     record = user_record(clock)
     store.save(record, clock.now() + HOUR)
-    assert store._lean
     seen: list[Any] = []
     plain = redis.Redis.execute_command
 
@@ -723,33 +706,10 @@ def test_tracing_sees_the_read(
         monkeypatch.setattr(redis.Redis, "execute_command", functools.wraps(plain)(traced))
     elif wrapping == "replaced":
         monkeypatch.setattr(redis.Redis, "execute_command", traced)
-    elif wrapping == "instance":
-        monkeypatch.setattr(store.client, "execute_command", functools.partial(traced, store.client))
     else:
-        real_hmget = store.client.hmget
-
-        def hmget(*args: Any) -> Any:
-            seen.append("HMGET")
-            return real_hmget(*args)
-
-        manager = type("Instance", (), {"get_provider_manager": lambda self: object()})()
-        monkeypatch.setattr(store.client, "hmget", hmget)
-        monkeypatch.setattr(store, "_observability", lambda: manager)
+        monkeypatch.setattr(store.client, "execute_command", functools.partial(traced, store.client))
     assert store.load(record.sid) == record
     assert seen == ["HMGET"]
-
-
-def test_the_lean_read_is_for_clients_the_store_built(redis_server: RedisServer, raw: redis.Redis) -> None:
-    def lean(url_or_client: Any) -> bool:
-        store = RedisSessionStore(url_or_client, crypto=SessionCrypto(KEY))
-        try:
-            return store._lean
-        finally:
-            store.close()
-
-    assert lean(redis_server.url())
-    assert not lean(raw)  # a client of your own is used as it is
-    assert not lean(redis_server.url() + "?retry_on_timeout=true")  # its own retry policy
 
 
 # --- construction and configuration -----------------------------------------------------------------

@@ -364,17 +364,10 @@ def test_any_sqlalchemy_error_in_the_session_store_is_store_unavailable(tmp_path
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise InvalidRequestError("not a driver error, still a broken store")
 
-    # The direct read (pysqlite over the engine's pool) ...
-    store.engine.raw_connection = broken  # type: ignore[method-assign]
-    with pytest.raises(StoreUnavailable):
-        store.load("x" * 43)
-
-    # ... and the Core read (an echoed or traced engine, another driver).
     class BrokenEngine:
         def connect(self) -> Any:
             return broken()
 
-    store._direct = None
     store._read_engine = BrokenEngine()  # type: ignore[assignment]
     with pytest.raises(StoreUnavailable):
         store.load("x" * 43)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -17,7 +18,13 @@ from werkzeug.test import TestResponse
 
 from flask_authflow.clock import MockClock
 from flask_authflow.errors import ConfigurationError, StoreUnavailable
-from flask_authflow.session.interface import AuthFlowSessionInterface, RequestSession
+from flask_authflow.session.crypto import derive_key
+from flask_authflow.session.interface import (
+    FINGERPRINT_PURPOSE,
+    MAX_COOKIE_LENGTH,
+    AuthFlowSessionInterface,
+    RequestSession,
+)
 from flask_authflow.session.model import (
     AuthSession,
     AuthState,
@@ -509,6 +516,110 @@ def test_tampered_cookie_on_a_modifying_request_gets_a_fresh_session(app: Flask)
         "new": False,
         "custom": {"k": "v"},
     }
+
+
+def _guest_answer(response: TestResponse) -> bool:
+    return response.get_json() == {
+        "state": "guest",
+        "user": None,
+        "mismatch": False,
+        "new": True,
+        "custom": {},
+    }
+
+
+@pytest.mark.parametrize("name", ["flipped-signature-char", "signed-by-unknown-key", "flipped-sid-char"])
+def test_a_forged_cookie_is_refused_on_every_request(app: Flask, store: SpyStore, name: str) -> None:
+    genuine = cookie_value(logged_in(app))
+    assert raw_get(app, genuine).get_json()["state"] == "authenticated"
+    forged = TAMPERED[name](genuine)
+    saves = store.saves
+    for _ in range(3):
+        response = raw_get(app, forged)
+        assert _guest_answer(response) and set_cookies(response) == []
+        assert raw_get(app, genuine).get_json()["state"] == "authenticated"
+    assert store.saves == saves
+
+
+def test_oversized_and_non_ascii_cookies_are_refused_unverified(
+    app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    genuine = cookie_value(logged_in(app))
+    verified: list[bytes] = []
+    real = Signer.verify_signature
+
+    def counting(self: Signer, value: bytes, sig: bytes) -> bool:
+        verified.append(value)
+        return real(self, value, sig)
+
+    monkeypatch.setattr(Signer, "verify_signature", counting)
+    refused = [
+        genuine + "A" * (MAX_COOKIE_LENGTH - len(genuine) + 1),  # one character too long
+        _signed(KEY, "A" * MAX_COOKIE_LENGTH),  # a valid signature, too long
+        sid_of(genuine)[:-1] + "é." + genuine.rpartition(".")[2],
+        sid_of(genuine) + "." + "é" * 43,
+    ]
+    for cookie in refused:
+        assert _guest_answer(raw_get(app, cookie))
+    assert verified == []  # refused unread: no HMAC
+    assert raw_get(app, genuine).get_json()["state"] == "authenticated"
+    assert verified == [sid_of(genuine).encode()]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "other=1; {name}={value}; more=2",
+        "{name}={value};other=1",
+        '{name}="{value}"',  # quoted: Werkzeug unquotes it
+        "{name}={value}; {name}=second",  # duplicates: the first, as Werkzeug answers
+        "x{name}=junk; {name}={value}",  # another cookie whose name contains ours
+    ],
+)
+def test_the_cookie_is_the_one_werkzeug_parses(app: Flask, header: str) -> None:
+    value = cookie_value(logged_in(app))
+    client = app.test_client(use_cookies=False)
+    response = client.get("/", headers={"Cookie": header.format(name=COOKIE, value=value), "User-Agent": UA})
+    assert response.get_json()["state"] == "authenticated"
+
+
+@pytest.mark.parametrize("header", ["x{name}={value}", "{name}2={value}", "other={name}", "{name}="])
+def test_a_cookie_that_is_not_ours_is_not_read(app: Flask, header: str) -> None:
+    value = cookie_value(logged_in(app))
+    client = app.test_client(use_cookies=False)
+    response = client.get("/", headers={"Cookie": header.format(name=COOKIE, value=value), "User-Agent": UA})
+    assert response.get_json()["state"] == "guest"
+
+
+@pytest.mark.parametrize("ua", [UA, "", "Agent/1.0 (é; ☃)", "lone \udcff surrogate", "A" * 4096])
+def test_a_fingerprint_is_the_hmac_of_the_user_agent(interface: AuthFlowSessionInterface, ua: str) -> None:
+    fingerprint_key = derive_key(KEY, FINGERPRINT_PURPOSE)
+    expected = hmac.digest(fingerprint_key, ua.encode("utf-8", "surrogatepass"), "sha256").hex()
+    assert interface.fingerprint(ua) == expected
+    rotated = AuthFlowSessionInterface(MemorySessionStore(), OLD_KEY, previous_signing_keys=[KEY])
+    assert rotated.fingerprint(ua) != expected  # per signing key
+
+
+def test_a_long_user_agent_binds_the_session(store: SpyStore, clock: MockClock) -> None:
+    app = make_app(AuthFlowSessionInterface(store, KEY, clock=clock), clock)
+    long_ua = "L" * 4096
+    client = client_for(app, long_ua)
+    assert client.post("/login").status_code == 200
+    value = cookie_value(client)
+    for _ in range(2):
+        assert raw_get(app, value, ua=long_ua).get_json()["state"] == "authenticated"
+        mismatch = raw_get(app, value, ua=long_ua[:-1] + "M").get_json()
+        assert mismatch["state"] == "guest" and mismatch["mismatch"] is True
+
+
+def test_a_session_deleted_elsewhere_is_a_guest_at_the_next_request(app: Flask, store: SpyStore) -> None:
+    value = cookie_value(logged_in(app))
+    assert raw_get(app, value).get_json()["state"] == "authenticated"
+    store.delete(sid_of(value))  # a logout on another device
+    for _ in range(2):
+        answer = raw_get(app, value).get_json()
+        assert answer["state"] == "guest" and answer["user"] is None and answer["new"] is True
+    assert store.load(sid_of(value)) is None  # never written back
 
 
 # --- signing-key rotation -------------------------------------------------------------------------

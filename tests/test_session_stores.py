@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import os
+import sqlite3
+import subprocess
+import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, event, select, text, update
+from sqlalchemy.exc import DBAPIError
 
 from flask_authflow.clock import MockClock
 from flask_authflow.errors import SessionDecryptError, SessionRecordError, StoreUnavailable
@@ -332,6 +340,274 @@ class TestSqlAlchemySessionStore(StoreContract):
 
 
 # --- store down -----------------------------------------------------------------------------------
+
+
+# --- the SQL store's read: fresh, fork-safe, seen by listeners, fail closed --------------------------
+
+HOUR = timedelta(hours=1)
+
+DELETE_SCRIPT = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], timeout=10)
+with db:
+    gone = db.execute("DELETE FROM authflow_sessions WHERE sid_hash = ?", (sys.argv[2],)).rowcount
+db.close()
+print(gone)
+"""
+
+
+@pytest.fixture
+def sqlite_file(tmp_path: Path) -> Path:
+    return tmp_path / "sessions.db"
+
+
+@pytest.fixture
+def file_store(sqlite_file: Path) -> Iterator[SqlAlchemySessionStore]:
+    """A SQL store on a SQLite file (what the default configuration uses)."""
+    made = SqlAlchemySessionStore(
+        f"sqlite:///{sqlite_file}", crypto=SessionCrypto(KEY), clock=MockClock(), purge_every=None
+    )
+    yield made
+    made.engine.dispose()
+
+
+def _clock_of(store: SqlAlchemySessionStore) -> MockClock:
+    clock = store._clock
+    assert isinstance(clock, MockClock)
+    return clock
+
+
+def _saved(store: SqlAlchemySessionStore, user: str = "alice") -> SessionRecord:
+    clock = _clock_of(store)
+    record = user_record(clock, user=user)
+    assert store.save(record, clock.now() + HOUR)
+    return record
+
+
+@pytest.mark.parametrize("where", ["other-store", "raw-connection", "other-process"])
+def test_a_row_deleted_elsewhere_is_gone_at_the_next_read(
+    file_store: SqlAlchemySessionStore, sqlite_file: Path, where: str
+) -> None:
+    """A session revoked by another worker, connection or process is never served again,
+    although this store read it just before (nothing is remembered between reads)."""
+    record, kept = _saved(file_store), _saved(file_store, user="bob")
+    for _ in range(2):
+        assert file_store.load(record.sid) == record
+    if where == "other-store":
+        other = SqlAlchemySessionStore(
+            f"sqlite:///{sqlite_file}", crypto=SessionCrypto(KEY), purge_every=None
+        )
+        other.delete(record.sid)
+        other.engine.dispose()
+    elif where == "raw-connection":
+        with contextlib.closing(sqlite3.connect(sqlite_file)) as db, db:
+            db.execute("DELETE FROM authflow_sessions WHERE sid_hash = ?", (sid_hash(record.sid),))
+    else:
+        done = subprocess.run(
+            [sys.executable, "-c", DELETE_SCRIPT, str(sqlite_file), sid_hash(record.sid)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        assert done.stdout.strip() == "1"
+    assert file_store.load(record.sid) is None
+    assert file_store.load(kept.sid) == kept
+
+
+def test_a_row_rewritten_or_inserted_elsewhere_is_read_as_it_is_now(database_url: str) -> None:
+    clock = MockClock()
+    one, two = (
+        SqlAlchemySessionStore(database_url, crypto=SessionCrypto(KEY), clock=clock, purge_every=None)
+        for _ in range(2)
+    )
+    try:
+        record = user_record(clock, cart=[1])
+        assert one.save(record, clock.now() + HOUR)
+        assert one.load(record.sid) == record
+        rewritten = replace(record, user_id="bob", custom={"cart": [1, 2]})
+        assert two.save(rewritten, clock.now() + HOUR, existing=True)
+        assert one.load(record.sid) == rewritten
+        assert two.save(rewritten, clock.now(), existing=True)  # its expiry brought forward
+        assert one.load(record.sid) is None
+        later = user_record(clock, user="carol")
+        assert one.load(later.sid) is None
+        assert two.save(later, clock.now() + HOUR)
+        assert one.load(later.sid) == later
+    finally:
+        one.engine.dispose()
+        two.engine.dispose()
+
+
+def test_an_uncommitted_delete_elsewhere_is_not_seen_until_its_commit(
+    file_store: SqlAlchemySessionStore, sqlite_file: Path
+) -> None:
+    record = _saved(file_store)
+    assert file_store.load(record.sid) == record
+    with contextlib.closing(sqlite3.connect(sqlite_file, isolation_level=None)) as writer:
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("DELETE FROM authflow_sessions WHERE sid_hash = ?", (sid_hash(record.sid),))
+        assert file_store.load(record.sid) == record  # no dirty read
+        writer.execute("COMMIT")
+        assert file_store.load(record.sid) is None
+
+
+def in_forked_child(work: Callable[[], dict[str, object]]) -> dict[str, object]:
+    """Run ``work`` in a forked child and return what it answered (its error, if any, makes
+    the test fail here). The child reports through a pipe and never returns into pytest."""
+    readable, writable = os.pipe()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns about fork() in a process with threads (-W error makes it fatal).
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.close(readable)
+            try:
+                result = work()
+                status = 0
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                result = {"error": repr(exc)}
+            os.write(writable, json.dumps(result).encode())
+        finally:
+            os._exit(status)
+    os.close(writable)
+    chunks = []
+    while chunk := os.read(readable, 65536):
+        chunks.append(chunk)
+    os.close(readable)
+    _, wait_status = os.waitpid(pid, 0)
+    result = json.loads(b"".join(chunks))
+    assert os.waitstatus_to_exitcode(wait_status) == 0, result
+    assert isinstance(result, dict)
+    return result
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_reads_on_connections_it_opened(file_store: SqlAlchemySessionStore) -> None:
+    """The pool holds live connections the parent opened when it forks (gunicorn's
+    --preload): the child's reads use connections the child opened, and the parent's
+    stay usable in the parent."""
+    opened_by: dict[int, int] = {}
+
+    def opened(dbapi_connection: Any, connection_record: Any) -> None:
+        opened_by[id(dbapi_connection)] = os.getpid()
+
+    event.listen(file_store.engine, "connect", opened)
+    file_store.engine.dispose()
+    record, gone_in_child = _saved(file_store), _saved(file_store, user="bob")
+    first, second = file_store.engine.raw_connection(), file_store.engine.raw_connection()
+    first.close()
+    second.close()  # two live connections of the parent wait in the pool
+    assert file_store.engine.pool.checkedin() == 2  # type: ignore[attr-defined]
+
+    def in_child() -> dict[str, object]:
+        result: dict[str, object] = {"loads": [file_store.load(record.sid) == record for _ in range(2)]}
+        pooled = file_store.engine.raw_connection()
+        result["pooled_opened_here"] = opened_by.get(id(pooled.driver_connection)) == os.getpid()
+        pooled.close()
+        file_store.delete(gone_in_child.sid)
+        result["deleted"] = file_store.load(gone_in_child.sid) is None
+        return result
+
+    result = in_forked_child(in_child)
+    assert result == {"loads": [True, True], "pooled_opened_here": True, "deleted": True}
+    assert file_store.load(record.sid) == record  # the parent is untouched
+    assert file_store.load(gone_in_child.sid) is None  # the child's delete
+
+
+def test_threads_reading_at_once_each_get_their_own_record(file_store: SqlAlchemySessionStore) -> None:
+    records = [_saved(file_store, user=f"user{number}") for number in range(8)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(records))
+
+    def reader(record: SessionRecord) -> None:
+        try:
+            barrier.wait()
+            for _ in range(50):
+                assert file_store.load(record.sid) == record
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(record,)) for record in records]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_statement_listeners_and_echo_see_the_read(
+    file_store: SqlAlchemySessionStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The read is an ordinary Core statement: tracing (engine events) and logging see it."""
+    record = _saved(file_store)
+    seen: list[str] = []
+    event.listen(file_store.engine, "after_cursor_execute", lambda *args: seen.append(args[2]))
+    caplog.set_level(logging.INFO, logger="sqlalchemy.engine.Engine")
+    assert file_store.load(record.sid) == record
+    assert len(seen) == 1 and "FROM authflow_sessions" in seen[0]
+    assert "FROM authflow_sessions" in caplog.text
+
+
+def test_a_driver_error_fails_closed_and_keeps_the_pool_usable(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = MockClock()
+    store = SqlAlchemySessionStore(database_url, crypto=SessionCrypto(KEY), clock=clock, purge_every=None)
+    try:
+        record = user_record(clock)
+        assert store.save(record, clock.now() + HOUR)
+        with store.engine.begin() as conn:
+            conn.execute(text("ALTER TABLE authflow_sessions RENAME TO authflow_sessions_away"))
+        with caplog.at_level(logging.WARNING, logger="flask_authflow.session"):
+            with pytest.raises(StoreUnavailable):
+                store.load(record.sid)
+        assert "session store unavailable: " in caplog.text
+        assert record.sid not in caplog.text and sid_hash(record.sid) not in caplog.text
+        assert store.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        with store.engine.begin() as conn:
+            conn.execute(text("ALTER TABLE authflow_sessions_away RENAME TO authflow_sessions"))
+        assert store.load(record.sid) == record
+    finally:
+        store.engine.dispose()
+
+
+def test_a_failing_connect_fails_closed(file_store: SqlAlchemySessionStore) -> None:
+    record = _saved(file_store)
+    file_store.engine.dispose()
+
+    def refuse(dbapi_connection: Any, connection_record: Any) -> None:
+        raise sqlite3.OperationalError("unable to open database file")
+
+    event.listen(file_store.engine, "connect", refuse)
+    with pytest.raises(StoreUnavailable) as raised:
+        file_store.load(record.sid)
+    assert isinstance(raised.value.__cause__, DBAPIError)
+    event.remove(file_store.engine, "connect", refuse)
+    assert file_store.load(record.sid) == record
+
+
+def test_a_connection_that_died_in_the_pool_is_replaced_and_the_read_runs_again(
+    file_store: SqlAlchemySessionStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLAlchemy's optimistic disconnect handling: the dead connection is invalidated
+    (with the rest of the pool) and the read runs once more on a new one."""
+    record = _saved(file_store)
+    closed: list[int] = []
+
+    def close_once(dbapi_connection: Any, connection_record: Any, proxy: Any) -> None:
+        if not closed:  # the connection dies between checkout and the read
+            closed.append(1)
+            dbapi_connection.close()
+
+    event.listen(file_store.engine.pool, "checkout", close_once)
+    with caplog.at_level(logging.INFO):
+        assert file_store.load(record.sid) == record
+    assert closed == [1]
+    assert "read retried on a new connection" in caplog.text
+    assert file_store.load(record.sid) == record
 
 
 def dead_urls(tmp_path: Path) -> list[str]:

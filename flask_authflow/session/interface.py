@@ -16,7 +16,6 @@ logging the user out because of an outage).
 from __future__ import annotations
 
 import copy
-import functools
 import hashlib
 import hmac
 import logging
@@ -28,7 +27,7 @@ from typing import Any
 
 from flask import Flask, Request, Response
 from flask.sessions import SessionInterface, SessionMixin
-from itsdangerous import Signer
+from itsdangerous import Signer, want_bytes
 
 from ..clock import Clock, SystemClock
 from ..errors import ConfigurationError, SessionDataTooLarge, StoreUnavailable
@@ -57,72 +56,25 @@ MIN_SIGNING_KEY_LENGTH = 32
 #: A valid cookie is 87 characters; anything longer than this is rejected unread.
 MAX_COOKIE_LENGTH = 256
 
-#: How many verified cookie values and User-Agent fingerprints an interface remembers
-#: (per signing key for fingerprints; least recently used evicted).
-HMAC_MEMO_SIZE = 1024
-#: User-Agent strings longer than this are fingerprinted every time, never remembered.
-FINGERPRINT_MEMO_MAX_CHARS = 512
-
 _SID_RE = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _SAMESITE = ("Lax", "Strict", "None")
 
 
-class _CookieSigner(Signer):
-    """An itsdangerous :class:`~itsdangerous.Signer` for one key, derived once.
-
-    ``Signer.derive_key`` runs an HMAC on every ``sign`` and ``verify``; the derived key
-    depends only on the secret key and the salt, so it is computed here once.
-    """
-
-    def __init__(self, key: bytes) -> None:
-        super().__init__(key, salt=COOKIE_SALT, key_derivation="hmac", digest_method=hashlib.sha256)
-        self._key = key
-        self._derived = super().derive_key(key)
-
-    def derive_key(self, secret_key: str | bytes | None = None) -> bytes:
-        if secret_key is None or secret_key == self._key:
-            return self._derived
-        return super().derive_key(secret_key)
-
-    def verify_decoded(self, value: str, signature: bytes) -> bool:
-        """``Signer.verify_signature`` for a signature already base64-decoded (strictly,
-        by the caller): the same HMAC-SHA256 under the derived key, compared in constant
-        time, without decoding the signature a second time."""
-        expected = hmac.digest(self._derived, value.encode("ascii"), "sha256")
-        return hmac.compare_digest(expected, signature)
-
-
 @dataclass(frozen=True, slots=True)
 class _KeySlot:
-    """One accepted signing key: its cookie signer and its fingerprint key.
+    """One accepted signing key: its cookie signer and its fingerprint key."""
 
-    The fingerprint of a User-Agent is an HMAC under the key, a pure function of the two;
-    every request of a client sends the same User-Agent, so the last
-    :data:`HMAC_MEMO_SIZE` fingerprints are remembered (for strings up to
-    :data:`FINGERPRINT_MEMO_MAX_CHARS`), which spares an HMAC per request.
-    """
-
-    signer: _CookieSigner
+    signer: Signer
     fingerprint_key: bytes
-    remembered_fingerprint: Callable[[str], str]
 
     @classmethod
     def build(cls, key: bytes) -> _KeySlot:
-        fingerprint_key = derive_key(key, FINGERPRINT_PURPOSE)
-        return cls(
-            _CookieSigner(key),
-            fingerprint_key,
-            functools.lru_cache(maxsize=HMAC_MEMO_SIZE)(functools.partial(_fingerprint, fingerprint_key)),
-        )
+        signer = Signer(key, salt=COOKIE_SALT, key_derivation="hmac", digest_method=hashlib.sha256)
+        return cls(signer, derive_key(key, FINGERPRINT_PURPOSE))
 
     def fingerprint(self, user_agent: str) -> str:
-        if len(user_agent) <= FINGERPRINT_MEMO_MAX_CHARS:
-            return self.remembered_fingerprint(user_agent)
-        return _fingerprint(self.fingerprint_key, user_agent)
-
-
-def _fingerprint(fingerprint_key: bytes, user_agent: str) -> str:
-    return hmac.digest(fingerprint_key, user_agent.encode("utf-8", "surrogatepass"), "sha256").hex()
+        """The HMAC of ``user_agent`` under this key's fingerprint key (hex)."""
+        return hmac.digest(self.fingerprint_key, user_agent.encode("utf-8", "surrogatepass"), "sha256").hex()
 
 
 class RequestSession(AuthSession):
@@ -170,32 +122,18 @@ class RequestSession(AuthSession):
         self._record = replace(self._record, fingerprint=fingerprint)
 
 
-#: A cookie value the fast reader takes as is (what ``sign_sid`` writes is made of these).
-_PLAIN_COOKIE_RE = re.compile(r"[A-Za-z0-9_.\-]{1,512}")
-
-
-def _canonical_b64(text: str) -> bytes | None:
-    """The bytes of ``text`` if it is the one canonical unpadded base64url spelling of them.
+def _canonical_b64(text: str) -> bool:
+    """Whether ``text`` is the one canonical unpadded base64url spelling of its bytes.
 
     A decoder accepts ``=`` padding and ignores the unused low bits of the last
     character, so several spellings decode to the same signature; only the one the
     signer writes is accepted.
     """
     try:
-        return b64url_decode(text)  # the JOSE layer's strict decoder: no padding, no stray bits
+        b64url_decode(text)  # the JOSE layer's strict decoder: no padding, no stray bits
     except (ValueError, UnicodeError):
-        return None
-
-
-def add_vary_cookie(response: Response) -> None:
-    """Add ``Cookie`` to the response's ``Vary`` header (once), on the header directly:
-    werkzeug's ``response.vary`` set costs more than the rest of saving a session."""
-    headers = response.headers
-    current = headers.get("Vary")
-    if current is None:
-        headers.add("Vary", "Cookie")  # append: no second scan to replace an absent header
-    elif current.strip() != "*" and "cookie" not in (part.strip().lower() for part in current.split(",")):
-        headers["Vary"] = f"{current}, Cookie"
+        return False
+    return True
 
 
 def _check_signing_key(key: bytes, what: str) -> bytes:
@@ -279,10 +217,6 @@ class AuthFlowSessionInterface(SessionInterface):
         # Current key first, then the previous keys newest first: the order they are tried.
         self._slots = tuple(_KeySlot.build(k) for k in (current, *reversed(previous)))
         self._current = self._slots[0]
-        # Which cookie values verify, and under which key, is a pure function of the value
-        # and these keys (fixed for the life of the interface; a rotation builds a new
-        # one): remembered, so a client's cookie costs one HMAC, not one per request.
-        self._remembered_verification = functools.lru_cache(maxsize=HMAC_MEMO_SIZE)(self._verify_signature)
         self._settings: dict[str, Any] = {
             "store": store,
             "signing_key": current,
@@ -343,41 +277,15 @@ class AuthFlowSessionInterface(SessionInterface):
         """When ``record`` ends: absolute lifetime or idle timeout, whichever comes first."""
         return min(record.created_at + self.ttl, record.last_seen_at + self.idle_timeout)
 
-    def _cookie_value(self, request: Request) -> str | None:
-        """Our cookie's value, read from the ``Cookie`` header without parsing every cookie.
-
-        Only the plain case is answered here: the name appears once, as ``name=value`` with
-        a value made only of the characters our cookie is made of. Anything else
-        (duplicates, quoting, spaces, other characters, no such cookie) goes through
-        werkzeug's full parser, so the answer never differs from ``request.cookies.get(name)``.
-        """
-        header = request.environ.get("HTTP_COOKIE")
-        if not isinstance(header, str) or not header:
-            return None
-        name = self.cookie_name
-        if header.count(name) == 1:
-            for piece in header.split(";"):
-                key, sep, value = piece.strip().partition("=")
-                if key == name and sep and _PLAIN_COOKIE_RE.fullmatch(value):
-                    return value
-        parsed = request.cookies.get(name)
-        return parsed if isinstance(parsed, str) else None
-
     def _verify_cookie(self, raw: str) -> tuple[str, _KeySlot] | None:
         """The session id in a cookie value and the key that signed it, or ``None``."""
         if not raw or len(raw) > MAX_COOKIE_LENGTH or not raw.isascii():
             return None
-        return self._remembered_verification(raw)
-
-    def _verify_signature(self, raw: str) -> tuple[str, _KeySlot] | None:
         value, sep, signature = raw.rpartition(".")
-        if not sep or not _SID_RE.fullmatch(value):
-            return None
-        decoded = _canonical_b64(signature)
-        if decoded is None:
+        if not sep or not _SID_RE.fullmatch(value) or not _canonical_b64(signature):
             return None
         for slot in self._slots:
-            if slot.signer.verify_decoded(value, decoded):
+            if slot.signer.verify_signature(want_bytes(value), want_bytes(signature)):
                 return value, slot
         return None
 
@@ -398,9 +306,8 @@ class AuthFlowSessionInterface(SessionInterface):
 
     def open_session(self, app: Flask, request: Request) -> RequestSession:
         now = self._clock.now()
-        # What request.headers.get("User-Agent", "") answers, without its key translation.
-        user_agent = request.environ.get("HTTP_USER_AGENT", "")
-        raw = self._cookie_value(request)
+        user_agent = request.headers.get("User-Agent", "")
+        raw = request.cookies.get(self.cookie_name)
         if raw is None:
             return self._guest(
                 now, self._current.fingerprint(user_agent), cookie_sent=False, user_agent=user_agent
@@ -478,7 +385,7 @@ class AuthFlowSessionInterface(SessionInterface):
             log.warning("session changes discarded: the session store was unavailable")
             session.saved = True
             failed = error_response(StoreUnavailable())
-            add_vary_cookie(failed)
+            failed.vary.add("Cookie")
             return failed
         try:
             self.save_session(app, session, response)
@@ -486,7 +393,7 @@ class AuthFlowSessionInterface(SessionInterface):
             session.saved = True
             failed = error_response(exc)
             if session.accessed:
-                add_vary_cookie(failed)
+                failed.vary.add("Cookie")
             return failed
         # Not marked saved: ``after_request`` handlers registered before init_app run
         # after this one, and what they change is written by the final save_session.
@@ -502,7 +409,7 @@ class AuthFlowSessionInterface(SessionInterface):
         ):
             return  # save_early already did all of it, and nothing changed since on this response
         if session.accessed:
-            add_vary_cookie(response)
+            response.vary.add("Cookie")
         if used and session.state_unread is not AuthState.GUEST and "Cache-Control" not in response.headers:
             response.headers["Cache-Control"] = "private, no-store"
         if session.store_failed:

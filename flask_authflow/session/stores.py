@@ -11,7 +11,6 @@ import copy
 import json
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -31,7 +30,6 @@ from .model import (
 )
 
 __all__ = [
-    "RECORD_MEMO_SIZE",
     "RECORD_SCHEMA",
     "MemorySessionStore",
     "RecordOpener",
@@ -430,106 +428,36 @@ def store_unavailable(exc: BaseException) -> StoreUnavailable:
 # --- opening sealed records -----------------------------------------------------------------------
 
 
-#: How many opened session records a SQL or Redis store remembers by default.
-RECORD_MEMO_SIZE = 1024
-
-
 class RecordOpener:
     """Opens the sealed records of a persistent store (SQL, Redis): decrypt, decode, check.
 
     :param crypto: the store's :class:`~flask_authflow.session.crypto.SessionCrypto`.
     :param log: where refusals are logged (without any session data).
     :param what: what the store calls one record in those messages (``"row"``, ``"key"``).
-    :param memo_size: how many opened records are remembered (0 turns the memo off).
-    :param memo_max_bytes: sealed records longer than this are never remembered.
 
-    :meth:`open` remembers recently opened records by ``(key, sealed bytes)`` in a
-    bounded, thread-safe memo (least recently used evicted), so a session read on every
-    request is decrypted and decoded once, not once per request. This is safe:
-
-    * The same sealed bytes under the same key always open to the same record: AES-GCM
-      decryption is a pure function of key, nonce, ciphertext and associated data (the
-      store key, ``sid_hash``), and every write seals with a fresh random nonce, so a
-      rewritten row (a save, a rotation) never matches an entry and is opened afresh.
-    * The store still reads the row on every request; only the opening of bytes it just
-      read is skipped. A deleted (revoked, logged out, rotated away) or expired row is
-      absent exactly as before; an entry of a gone row is never reached and ages out.
-    * The encryption keys come from the configuration read when the store is built; an
-      opener belongs to one store and its crypto, so within a process no entry outlives
-      the key that opened it.
-    * Only successes are remembered: a row that fails to decrypt or decode, or holds
-      another session's record, is refused (and logged) on every read. ``sid_hash(record.sid)
-      == key`` is checked before an entry is made, and the key is part of the entry's
-      key, so it holds for every hit; ``record.sid == expected_sid`` compares with the
-      caller's session id and runs on every call, hit or not.
-    * Only records without application data (``custom``) and without ceremony state
-      (``flow``) are remembered: those mappings may hold mutable values (lists, dicts)
-      that a request could change in place, and a shared record would carry the change
-      into the next request without a save. The rest of a record is immutable (strings,
-      tuples, datetimes; ``federation`` maps strings to strings and nothing mutates it).
-    * ``memo_size`` times ``memo_max_bytes`` bounds the memory held (4 MiB of sealed bytes at
-      the defaults, plus the records).
+    Every read is opened afresh: nothing is remembered between requests.
     """
 
-    __slots__ = ("_crypto", "_lock", "_log", "_max_bytes", "_memo", "_size", "_what")
+    __slots__ = ("_crypto", "_log", "_what")
 
-    def __init__(
-        self,
-        crypto: SessionCrypto,
-        *,
-        log: logging.Logger,
-        what: str = "row",
-        memo_size: int = RECORD_MEMO_SIZE,
-        memo_max_bytes: int = 4096,
-    ) -> None:
-        if memo_size < 0 or memo_max_bytes < 0:
-            raise ValueError("memo_size and memo_max_bytes must not be negative")
+    def __init__(self, crypto: SessionCrypto, *, log: logging.Logger, what: str = "row") -> None:
         self._crypto = crypto
         self._log = log
         self._what = what
-        self._size = memo_size
-        self._max_bytes = memo_max_bytes
-        self._lock = threading.Lock()
-        self._memo: OrderedDict[tuple[str, bytes], SessionRecord] = OrderedDict()
-
-    def __len__(self) -> int:
-        """How many opened records are remembered."""
-        return len(self._memo)
 
     def open(self, key: str, data: Any, expected_sid: str | None = None) -> SessionRecord | None:
         """The record sealed in ``data`` under ``key`` (``sid_hash`` of its id), or ``None``
         (logged) if it does not decrypt, does not decode, or is another session's record
         (its id does not hash to ``key``, or differs from ``expected_sid`` when given)."""
-        sealed = bytes(data)
-        entry = (key, sealed)
-        with self._lock:
-            record = self._memo.get(entry)
-            if record is not None:
-                self._memo.move_to_end(entry)
-        if record is None:
-            try:
-                record = deserialize_record(self._crypto.decrypt(key, sealed))
-            except (SessionDecryptError, SessionRecordError) as exc:
-                name = type(exc).__name__
-                self._log.warning(
-                    "session %s %s… unreadable (%s); treated as absent", self._what, key[:8], name
-                )
-                return None
-            if sid_hash(record.sid) != key:
-                self._another(key)
-                return None
-            if not record.custom and not record.flow and len(sealed) <= self._max_bytes and self._size:
-                with self._lock:
-                    self._memo[entry] = record
-                    self._memo.move_to_end(entry)
-                    while len(self._memo) > self._size:
-                        self._memo.popitem(last=False)
-        if expected_sid is not None and record.sid != expected_sid:
-            self._another(key)
+        try:
+            record = deserialize_record(self._crypto.decrypt(key, bytes(data)))
+        except (SessionDecryptError, SessionRecordError) as exc:
+            name = type(exc).__name__
+            self._log.warning("session %s %s… unreadable (%s); treated as absent", self._what, key[:8], name)
+            return None
+        if sid_hash(record.sid) != key or (expected_sid is not None and record.sid != expected_sid):
+            self._log.warning(
+                "session %s %s… holds another session's record; treated as absent", self._what, key[:8]
+            )
             return None
         return record
-
-    def _another(self, key: str) -> None:
-        self._log.warning(
-            "session %s %s… holds another session's record; treated as absent", self._what, key[:8]
-        )

@@ -42,10 +42,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, SystemClock, utc
 from ..errors import (
@@ -54,7 +54,7 @@ from ..errors import (
 )
 from ..session.crypto import SessionCrypto
 from ..session.model import SessionRecord, federation_key, record_federation_key, sid_hash
-from ..session.stores import RECORD_MEMO_SIZE, RecordOpener, serialize_record, store_unavailable
+from ..session.stores import RecordOpener, serialize_record, store_unavailable
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -228,28 +228,6 @@ def _glob_escape(text: str) -> str:
     return "".join("\\" + char if char in "*?[]\\" else char for char in text)
 
 
-def _watched(client: Any, observability: Callable[[], Any] | None) -> bool:
-    """Someone watches the client's commands: tracing wraps ``execute_command``
-    (OpenTelemetry, ddtrace and Sentry do) or redis-py's own observability (OpenTelemetry
-    metrics) is on. The load then goes through the client, so they see it."""
-    execute = type(client).execute_command
-    return (
-        hasattr(execute, "__wrapped__")
-        or execute.__qualname__ != "Redis.execute_command"
-        or "execute_command" in vars(client)
-        or (observability is not None and observability().get_provider_manager() is not None)
-    )
-
-
-def _observability_instance() -> Callable[[], Any] | None:
-    """redis-py's ``get_observability_instance``, or None in a redis-py without it."""
-    try:
-        from redis.observability.providers import get_observability_instance
-    except ImportError:
-        return None
-    return cast("Callable[[], Any]", get_observability_instance)
-
-
 def _import_redis() -> Any:
     try:
         import redis
@@ -270,9 +248,6 @@ class RedisSessionStore:
     :param clock: the time used for expiry (see the module's notes on time).
     :param prefix: put in front of every key this store writes, so several apps (or
         tests) can share one Redis database.
-    :param record_memo: how many opened records to remember by their sealed bytes (see
-        :class:`~flask_authflow.session.stores.RecordOpener`; 0 turns it off). The key is
-        still read on every request.
 
     Every Redis failure is raised as :class:`~flask_authflow.errors.StoreUnavailable` so
     callers fail closed. A record that does not decrypt or decode (wrong key, tampering)
@@ -289,7 +264,6 @@ class RedisSessionStore:
         crypto: SessionCrypto,
         clock: Clock | None = None,
         prefix: str = "authflow:",
-        record_memo: int = RECORD_MEMO_SIZE,
     ) -> None:
         if not isinstance(crypto, SessionCrypto):
             raise TypeError("crypto must be a SessionCrypto")
@@ -297,12 +271,10 @@ class RedisSessionStore:
             raise TypeError("prefix must be a string")
         redis = _import_redis()
         self._owns_client = isinstance(url_or_client, str)
-        retry: Any = None
         if isinstance(url_or_client, str):
             from redis.backoff import NoBackoff
             from redis.retry import Retry
 
-            retry = Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,))
             try:
                 client = redis.Redis.from_url(
                     url_or_client,
@@ -310,7 +282,7 @@ class RedisSessionStore:
                     socket_connect_timeout=SOCKET_TIMEOUT,
                     # A pooled connection that died (a Redis restart) is retried once; an
                     # outage is then reported at once, not after seconds of back-off.
-                    retry=retry,
+                    retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
                 )
             except ValueError as exc:
                 raise ConfigurationError(f"not a Redis URL: {exc}") from None
@@ -322,26 +294,8 @@ class RedisSessionStore:
             raise ConfigurationError("the Redis client of the session store must not decode responses")
         self._redis: Redis = client
         self._errors: type[Exception] = redis.RedisError
-        self._dropped: type[Exception] = redis.ConnectionError
-        # The load talks to a pooled connection itself (see _hmget) on a client this store
-        # built, whose retry policy it knows: no URL option (retry_on_timeout=,
-        # retry_on_error=) changed it, no client-side cache, a plain pool.
-        pool = client.connection_pool
-        kwargs = client.get_connection_kwargs()
-        self._lean = (
-            retry is not None
-            and kwargs.get("retry") is retry
-            and not kwargs.get("retry_on_timeout")
-            and not kwargs.get("retry_on_error")
-            and type(client) is redis.Redis
-            and type(pool) is redis.ConnectionPool
-            and getattr(pool, "cache", None) is None
-            and client.connection is None
-            and "HMGET" not in client.response_callbacks
-        )
-        self._observability = _observability_instance()
         self._crypto = crypto
-        self._opener = RecordOpener(crypto, log=log, what="key", memo_size=record_memo)
+        self._opener = RecordOpener(crypto, log=log, what="key")
         self._clock: Clock = clock if clock is not None else SystemClock()
         self.prefix = prefix
         self._record_prefix = f"{prefix}s:"
@@ -392,8 +346,6 @@ class RedisSessionStore:
     # --- record <-> value --------------------------------------------------------------------
 
     def _open(self, key: str, data: Any, expected_sid: str | None = None) -> SessionRecord | None:
-        # Decrypt, decode and check through the shared opener, which remembers recently
-        # opened records by their sealed bytes (see RecordOpener).
         return self._opener.open(key, data, expected_sid)
 
     # --- SessionStore ------------------------------------------------------------------------
@@ -402,38 +354,10 @@ class RedisSessionStore:
         key = sid_hash(sid)
         # The hot path of every request: one HMGET, no script.
         with self._guard():
-            if self._lean and not _watched(self._redis, self._observability):
-                data, expires = self._hmget(self._record_prefix + key)
-            else:
-                data, expires = self._redis.hmget(self._record_prefix + key, ("d", "e"))
+            data, expires = self._redis.hmget(self._record_prefix + key, ("d", "e"))
         if data is None or expires is None or int(expires) <= self._now():
             return None
         return self._open(key, data, expected_sid=sid)
-
-    def _hmget(self, name: str) -> Any:
-        """``HMGET name d e`` on a connection of the client's pool, without the client's
-        per-command machinery (retry object, observability timers, response callbacks):
-        about 7 µs of the 27 µs a client HMGET takes on a quiet loopback (20 µs lean).
-
-        The same policy as the client this store builds: a connection found dropped (a
-        Redis restart, an idle connection cut) is reconnected and the command sent once
-        more; a second failure, a timeout (5 s) or any other Redis error propagates (to
-        ``_guard``: StoreUnavailable). The connection always goes back to the pool, which
-        reconnects it on its next use if it was closed.
-        """
-        pool = self._redis.connection_pool
-        conn: Any = pool.get_connection()  # redis-py's Connection methods are untyped
-        try:
-            try:
-                conn.send_command("HMGET", name, "d", "e")
-                return conn.read_response()
-            except self._dropped:
-                conn.disconnect()  # as redis-py's retry does; the resend reconnects
-                log.info("session store connection lost; read retried on a new connection")
-            conn.send_command("HMGET", name, "d", "e")
-            return conn.read_response()
-        finally:
-            pool.release(conn)
 
     def save(
         self,

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Column,
@@ -41,7 +43,7 @@ from ...clock import Clock, SystemClock, utc
 from ...errors import StoreUnavailable
 from ...session.crypto import SessionCrypto
 from ...session.model import AuthState, SessionRecord, federation_key, record_federation_key, sid_hash
-from ...session.stores import RECORD_MEMO_SIZE, RecordOpener, serialize_record, store_unavailable
+from ...session.stores import RecordOpener, serialize_record, store_unavailable
 from .base import (
     EngineSource,
     UTCDateTime,
@@ -52,15 +54,10 @@ from .base import (
     run_statement,
     run_transaction,
 )
-from .thread_readers import ThreadReaders
 
 __all__ = ["FULL_PURGE_BATCH", "PURGE_BATCH", "SqlAlchemySessionStore", "sessions_table"]
 
 log = logging.getLogger("flask_authflow.session")
-#: SQLAlchemy logs every statement at INFO here (echo through logging): then Core runs them.
-_SQL_LOG = logging.getLogger("sqlalchemy.engine.Engine")
-#: What _load_direct answers when the read must go through SQLAlchemy Core instead.
-_DIRECT_FALLBACK: Any = object()
 
 T = TypeVar("T")
 
@@ -152,61 +149,19 @@ _UPSERTS: dict[str, Any] = {
 }
 
 
-class _DirectLoad:
-    """``_LOAD_QUERY`` compiled once for a driver :meth:`SqlAlchemySessionStore._load_direct`
-    runs it on: psycopg 3 (named parameters; autocommit switched on around the read) or
-    pysqlite (positional parameters, in the compiled statement's order; in SQLAlchemy's
-    default mode pysqlite begins no transaction for a SELECT)."""
-
-    __slots__ = ("autocommit", "binds", "error", "positional", "sql")
-
-    def __init__(self, engine: Engine, *, autocommit: bool) -> None:
-        dialect = engine.dialect
-        compiled: Any = _LOAD_QUERY.compile(dialect=dialect)
-        self.sql = str(compiled)
-        self.positional = bool(dialect.positional)
-        names = compiled.positiontup if self.positional else list(compiled.binds)
-        #: (parameter name, its type's bind processor or None), in the statement's order:
-        #: the processors Core applies (``now`` goes through UTCDateTime, then the
-        #: dialect's DATETIME: naive UTC text on SQLite).
-        self.binds: tuple[tuple[str, Callable[[Any], Any] | None], ...] = tuple(
-            (name, _bind_processor(compiled.binds[name].type, dialect)) for name in names
-        )
-        self.error: type[Exception] = dialect.loaded_dbapi.Error
-        self.autocommit = autocommit
-
-    @classmethod
-    def of(cls, engine: Engine) -> _DirectLoad | None:
-        """The direct load of ``engine``'s driver, or None: the load runs on Core."""
-        dialect = engine.dialect
-        if dialect.name == "postgresql" and dialect.driver == "psycopg":
-            return cls(engine, autocommit=True)
-        if dialect.name == "sqlite" and dialect.driver == "pysqlite":
-            return cls(engine, autocommit=False)
-        return None
-
-    def arguments(self, params: dict[str, Any]) -> Any:
-        """``params`` bound as Core binds them: a tuple (positional) or a dict (named)."""
-        if self.positional:
-            return tuple(params[name] if bind is None else bind(params[name]) for name, bind in self.binds)
-        return {name: params[name] if bind is None else bind(params[name]) for name, bind in self.binds}
+#: The engines of the session stores of this process: a forked child gives each a new pool.
+_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
-def _bind_processor(type_: Any, dialect: Any) -> Callable[[Any], Any] | None:
-    """The bind processor of ``type_`` on ``dialect``, as Core applies it.
-
-    On SQLite a :class:`UTCDateTime` (naive UTC, then SQLAlchemy's DATETIME text
-    ``YYYY-MM-DD HH:MM:SS.ffffff``) is formatted by ``datetime.isoformat`` in one call,
-    the same text as the two processors Core chains (a test compares them).
-    """
-    if dialect.name == "sqlite" and isinstance(type_, UTCDateTime):
-        return _sqlite_datetime_text
-    processor: Callable[[Any], Any] | None = type_.dialect_impl(dialect).bind_processor(dialect)
-    return processor
+def _after_fork_in_child() -> None:
+    # SQLAlchemy's advice for a forked child: a new pool, the parent's connections left
+    # unclosed for the parent, so the child opens connections of its own.
+    for engine in list(_engines):
+        engine.dispose(close=False)
 
 
-def _sqlite_datetime_text(value: datetime) -> str:
-    return utc(value).replace(tzinfo=None).isoformat(" ", "microseconds")
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Revoked(Exception):
@@ -227,10 +182,6 @@ class SqlAlchemySessionStore:
         in one short transaction (``None`` turns it off: then run ``flask authflow
         sessions purge`` from cron). Expired rows are never loaded either way.
     :param purge_batch: the most rows one of those purges deletes.
-    :param record_memo: how many opened records to remember by their sealed bytes, so a
-        session read on every request is decrypted and decoded once (see
-        :class:`~flask_authflow.session.stores.RecordOpener`; 0 turns it off). The row is
-        still read on every request.
 
     Every database failure is raised as :class:`~flask_authflow.errors.StoreUnavailable`
     so callers fail closed. A row that does not decrypt or decode (wrong key, tampering)
@@ -246,7 +197,6 @@ class SqlAlchemySessionStore:
         create_tables: bool = True,
         purge_every: int | None = 256,
         purge_batch: int = PURGE_BATCH,
-        record_memo: int = RECORD_MEMO_SIZE,
     ) -> None:
         if not isinstance(crypto, SessionCrypto):
             raise TypeError("crypto must be a SessionCrypto")
@@ -256,12 +206,10 @@ class SqlAlchemySessionStore:
             raise ValueError("purge_batch must be positive")
         self.engine = resolve_engine(engine_source)
         # Reads of one row need no transaction: on a server database AUTOCOMMIT skips the
-        # BEGIN/ROLLBACK round trips (about 2x on PostgreSQL) and shares the engine's pool.
-        # pysqlite has no such round trips, and switching its isolation level on every
-        # checkout costs more than it saves (measured: 4,000 vs 3,000 requests/s).
+        # BEGIN/ROLLBACK round trips and shares the engine's pool (see autocommit_reads).
         self._read_engine = autocommit_reads(self.engine)
         self._crypto = crypto
-        self._opener = RecordOpener(crypto, log=log, what="row", memo_size=record_memo)
+        self._opener = RecordOpener(crypto, log=log, what="row")
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._purge_every = purge_every
         self._purge_size = purge_batch
@@ -269,11 +217,7 @@ class SqlAlchemySessionStore:
             self.engine.dialect.name, _PURGE_BATCH[""]
         )
         self._saves = itertools.count(1)
-        # psycopg 3 and pysqlite run the load directly (see _load_direct); others through Core.
-        self._direct = _DirectLoad.of(self.engine)
-        # On a SQLite file (pysqlite, so read directly), a thread that keeps reading does so
-        # on a connection of its own.
-        self._readers = ThreadReaders.of(self.engine)
+        _engines.add(self.engine)
         if create_tables:
             self.create_tables()
 
@@ -319,99 +263,20 @@ class SqlAlchemySessionStore:
     # --- record <-> row ---------------------------------------------------------------------
 
     def _open(self, key: str, data: Any, expected_sid: str | None = None) -> SessionRecord | None:
-        # Decrypt, decode and check through the shared opener, which remembers recently
-        # opened records by their sealed bytes (see RecordOpener).
         return self._opener.open(key, data, expected_sid)
-
-    def _load_direct(self, direct: _DirectLoad, params: dict[str, Any]) -> Any:
-        """The load on the driver itself (psycopg 3, pysqlite), over a connection of the
-        engine's pool.
-
-        SQLAlchemy Core adds about 80 µs to this read on psycopg (a checkout with an
-        isolation switch, the compiled-cache lookup, result wrapping), as much as a
-        loopback round trip, and about 40 µs to the 75 µs of the whole load on SQLite; the
-        read runs on every request. On a SQLite file a thread's reads after its first run
-        on a connection of the thread's own (:class:`ThreadReaders`), which spares the
-        pool's checkout and checkin too. The statement is the same ``_LOAD_QUERY``, compiled once
-        by the engine's dialect, its parameters bound by the same type processors; pool
-        events fire as usual and the connection goes back to the pool (reset by it) as
-        after Core. Engines that are echoed or have statement listeners (tracing), a
-        ``begin`` listener or a schema translation take the Core path, so nothing is hidden
-        from them, and so does a read whose connection turned out dead (Core then replaces
-        the pool's connections and reads again). Returns ``_DIRECT_FALLBACK`` for the Core
-        path.
-        """
-        engine = self.engine
-        dispatch = engine.dispatch
-        if (
-            engine.echo
-            or dispatch.before_cursor_execute
-            or dispatch.after_cursor_execute
-            or dispatch.before_execute
-            or dispatch.after_execute
-            or dispatch.begin
-            or _SQL_LOG.isEnabledFor(logging.INFO)
-            or engine.get_execution_options().get("schema_translate_map")
-        ):
-            return _DIRECT_FALLBACK
-        arguments = direct.arguments(params)
-        readers = self._readers
-        if readers is not None:
-            own = readers.connection()
-            if own is not None:
-                try:
-                    rows = own.execute(direct.sql, arguments).fetchall()
-                except direct.error:
-                    # Closed and read again through the pool, which reports what is wrong.
-                    readers.discard()
-                else:
-                    return rows[0][0] if rows else None
-        try:
-            raw = engine.raw_connection()
-        except direct.error as exc:  # the pool hands the driver's connect error through
-            raise store_unavailable(exc) from exc
-        try:
-            conn: Any = raw.driver_connection
-            try:
-                if direct.autocommit:  # psycopg: one statement, no BEGIN/ROLLBACK round trips
-                    conn.autocommit = True
-                # Every row fetched: the statement is finished, no read left open on SQLite.
-                rows = conn.execute(direct.sql, arguments).fetchall()
-                if direct.autocommit:
-                    conn.autocommit = False  # as the pool handed it out
-            except direct.error as exc:
-                # A lost connection (the dialect decides, as for Core) is invalidated and
-                # the read runs on Core, which replaces whatever else of the pool is dead.
-                # psycopg's connection never goes back after an error (autocommit may be
-                # on); pysqlite's does, as after Core (an in-memory database lives in it).
-                dead = bool(engine.dialect.is_disconnect(cast(Any, exc), raw, None))
-                if dead or direct.autocommit:
-                    raw.invalidate(exc)
-                if dead:
-                    log.info("session store connection lost; read retried on a new connection")
-                    return _DIRECT_FALLBACK
-                raise store_unavailable(exc) from exc
-        finally:
-            raw.close()
-        return rows[0][0] if rows else None
 
     # --- SessionStore -----------------------------------------------------------------------
 
     def load(self, sid: str) -> SessionRecord | None:
         key = sid_hash(sid)
         params = {"key": key, "now": self._clock.now()}
-        # The hot path of every request: one pre-built statement on a plain connection, no
-        # explicit transaction for a single read; a pooled connection that died (a database
-        # restart) is replaced and read again. (What _guard does, without its generator.)
-        try:
-            direct = self._direct
-            data = _DIRECT_FALLBACK if direct is None else self._load_direct(direct, params)
-            if data is _DIRECT_FALLBACK:
-                data = run_read(
-                    self._read_engine, lambda conn: conn.execute(_LOAD_QUERY, params).scalar_one_or_none()
-                )
-        except SQLAlchemyError as exc:
-            raise store_unavailable(exc) from exc
+        # One pre-built statement on a pooled connection, no explicit transaction for a
+        # single read; a pooled connection that died (a database restart) is replaced and
+        # the read runs once more (run_read).
+        with self._guard():
+            data = run_read(
+                self._read_engine, lambda conn: conn.execute(_LOAD_QUERY, params).scalar_one_or_none()
+            )
         if data is None:
             return None
         return self._open(key, data, expected_sid=sid)
