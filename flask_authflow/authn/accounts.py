@@ -20,8 +20,7 @@ from .. import signals
 from ..errors import ConfigurationError, EnrollmentError, FactorNotRegistered, UserNotFound
 from ..session.model import sid_hash
 from ..session.stores import SessionStore
-from .factors.base import EnrollContext
-from .factors.recovery import RecoveryCodeFactor
+from .factors.base import EnrollContext, EnrollmentStart
 from .identifiers import check_tenant, normalise_identifier
 from .outcomes import FactorKind
 from .password_policy import PasswordPolicy
@@ -218,8 +217,14 @@ class AccountAdmin:
             factor.
         """
         user = self._user(tenant, identifier)
+        start = self._enroll_at_once(user, FactorKind.TOTP)
+        self._revoke(user, "factor_enrolled")
+        return str(start.public["otpauth_uri"])
+
+    def _enroll_at_once(self, user: UserRecord, kind: FactorKind) -> EnrollmentStart:
+        """Begin an enrollment of ``kind`` for ``user`` and confirm it at once, replacing the
+        user's earlier factor of that kind in the same store transaction."""
         service, store = self._factor_service()
-        enrollment = service.enrollment(FactorKind.TOTP)
         ctx = EnrollContext(
             tenant=user.tenant,
             user_id=user.user_id,
@@ -229,12 +234,11 @@ class AccountAdmin:
             store=store,
             flow={},
         )
-        start = enrollment.begin(ctx, {})
+        start = service.enrollment(kind).begin(ctx, {})
         if not store.confirm_factor(user.tenant, user.user_id, start.factor_id, replace_kind=True):
-            # Only a parallel change of the same user's TOTP gets here: the new key is gone.
-            raise EnrollmentError("the new TOTP key could not be confirmed: try again")
-        self._revoke(user, "factor_enrolled")
-        return str(start.public["otpauth_uri"])
+            # Only a parallel change of the same user's factor gets here: the new one is gone.
+            raise EnrollmentError(f"the new {kind.value} factor could not be confirmed: try again")
+        return start
 
     def list_factors(
         self, tenant: str, identifier: str, *, include_pending: bool = False
@@ -273,13 +277,11 @@ class AccountAdmin:
         recovery codes are asked for only as an alternative to another second factor.
 
         :raises UserNotFound: no such user. :raises FactorNotRegistered: the app's
-            ``recovery_code`` factor is not the built-in one (it cannot issue a set at once).
+            ``recovery_code`` enrollment shows no codes (an application's own kind).
         """
         user = self._user(tenant, identifier)
-        service, store = self._factor_service()
-        factor = service.factor(FactorKind.RECOVERY_CODE)
-        if not isinstance(factor, RecoveryCodeFactor):
-            raise FactorNotRegistered("the app's recovery_code factor cannot issue codes from here")
-        codes = factor.regenerate(store, user.tenant, user.user_id, service.clock.now())
+        codes = self._enroll_at_once(user, FactorKind.RECOVERY_CODE).public.get("codes")
+        if not isinstance(codes, list) or not all(isinstance(code, str) for code in codes):
+            raise FactorNotRegistered("the app's recovery_code enrollment shows no codes to hand out")
         self._revoke(user, "recovery_codes_regenerated")
         return codes
