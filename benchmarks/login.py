@@ -43,24 +43,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flask import Flask
 
-from flask_authflow import (
-    AuditContext,
-    AuthFlow,
-    AuthnService,
-    AuthSession,
-    FactorCredential,
-    InMemoryBackend,
-    LockoutPolicy,
-    PasswordHasher,
-    UserExists,
-)
-from flask_authflow.authn.factors.sealing import FactorSealer
-from flask_authflow.authn.factors.totp import TotpFactor
-from flask_authflow.authn.outcomes import FactorKind
-from flask_authflow.authn.stores import FactorConfig
+from flask_authflow import AuthFlow, AuthSession, FactorCredential
+from flask_authflow.audit.context import AuditContext
 from flask_authflow.clock import MockClock
-from flask_authflow.session.model import new_guest_record
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+from flask_authflow.core.ports import FactorConfig
+from flask_authflow.core.session import new_guest_record
+from flask_authflow.errors import UserExists
+from flask_authflow.login.lockout import LockoutPolicy
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.login.service import AuthnService
+from flask_authflow.mfa.sealing import FactorSealer
+from flask_authflow.mfa.totp import TotpFactor
+from flask_authflow.outcomes import FactorKind
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 
 PASSWORD = "correct horse battery staple"
 

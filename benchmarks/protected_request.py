@@ -352,7 +352,8 @@ def authflow(
     use_current_user: bool = False,
     redis_url: str | None = None,
 ) -> Built:
-    from flask_authflow import AuthFlow, PasswordHasher, current_user, login_required
+    from flask_authflow import AuthFlow, current_user, login_required
+    from flask_authflow.login.password import PasswordHasher
     from flask_authflow.testing.pytest_plugin import login_test_client
 
     app = Flask(f"authflow_{store}")
@@ -364,7 +365,7 @@ def authflow(
         AUTHFLOW_REDIS_URL=redis_url,
     )
     if store == "memory":
-        from flask_authflow import InMemoryBackend
+        from flask_authflow.storage.memory import InMemoryBackend
 
         hasher = PasswordHasher.fast_for_tests()
         extension = AuthFlow(app, backend=InMemoryBackend(hasher=hasher), hasher=hasher)
@@ -402,8 +403,8 @@ def copies_of_session(app: Flask, cookie_value: str, count: int) -> list[str]:
     replaced): what ``count`` logins of the user leave in the store."""
     from dataclasses import replace
 
-    from flask_authflow.session.interface import AuthFlowSessionInterface
-    from flask_authflow.session.model import AuthState, new_session_id
+    from flask_authflow.core.session import AuthState, new_session_id
+    from flask_authflow.sessions.interface import AuthFlowSessionInterface
 
     interface = app.session_interface
     assert isinstance(interface, AuthFlowSessionInterface)

@@ -68,9 +68,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flask_authflow.clock import SystemClock
-from flask_authflow.session.crypto import SessionCrypto
-from flask_authflow.session.model import SessionRecord, record_federation_key, sid_hash
-from flask_authflow.session.stores import serialize_record
+from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow.core.session import SessionRecord, record_federation_key, sid_hash
+from flask_authflow.sessions.stores import serialize_record
 
 BATCH = 5_000
 SQLITE_FLOOR = "floor: SQLite, the statement alone"
@@ -83,7 +83,9 @@ def login_template() -> SessionRecord:
     """The record a real password login leaves in the store (memory store, test hasher)."""
     from flask import Flask
 
-    from flask_authflow import AuthFlow, InMemoryBackend, PasswordHasher, get_state
+    from flask_authflow import AuthFlow, get_state
+    from flask_authflow.login.password import PasswordHasher
+    from flask_authflow.storage.memory import InMemoryBackend
     from flask_authflow.testing.pytest_plugin import login_test_client
 
     app = Flask("scale_template")
@@ -144,7 +146,7 @@ def check_sql_row(store: Any, crypto: SessionCrypto, record: SessionRecord, expi
     """Write ``record`` through ``store.save`` and compare the row with :func:`sql_row`'s."""
     from sqlalchemy import select
 
-    from flask_authflow.stores.sqlalchemy.session_store import sessions_table
+    from flask_authflow.storage.sql.session_store import sessions_table
 
     assert store.save(record, expires_at)
     with store.engine.connect() as conn:
@@ -166,7 +168,7 @@ def fill_sql(
 ) -> None:
     from sqlalchemy import insert
 
-    from flask_authflow.stores.sqlalchemy.session_store import sessions_table
+    from flask_authflow.storage.sql.session_store import sessions_table
 
     check_sql_row(store, crypto, record_for(template, sids[0], 0), expires_at)
     now = SystemClock().now()
@@ -191,14 +193,14 @@ def fill_by_save(store: Any, template: SessionRecord, sids: list[str], expires_a
 
 
 def sql_store(url: str, crypto: SessionCrypto) -> Any:
-    from flask_authflow.stores.sqlalchemy.session_store import SqlAlchemySessionStore
+    from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
 
     return SqlAlchemySessionStore(url, crypto=crypto)
 
 
 def redis_store(url: str, crypto: SessionCrypto) -> Any:
     """Our Redis session store on ``url`` (one database number per size), emptied first."""
-    from flask_authflow.stores.redis_session_store import RedisSessionStore
+    from flask_authflow.storage.redis_sessions import RedisSessionStore
 
     store = RedisSessionStore(url, crypto=crypto)
     store.client.flushdb()  # each size starts from an empty database
@@ -221,7 +223,7 @@ class SqliteQueryFloor:
     def __init__(self, path: Path) -> None:
         from sqlalchemy.dialects import sqlite
 
-        from flask_authflow.stores.sqlalchemy.session_store import _LOAD_QUERY
+        from flask_authflow.storage.sql.session_store import _LOAD_QUERY
 
         self.path = path
         self.connection: Any = None
@@ -235,7 +237,7 @@ class SqliteQueryFloor:
         if self.connection is None:
             import sqlite3
 
-            from flask_authflow.stores.sqlalchemy.base import _sqlite_pragmas
+            from flask_authflow.storage.sql.base import _sqlite_pragmas
 
             self.connection = sqlite3.connect(self.path, check_same_thread=False)
             _sqlite_pragmas(self.connection, None)
@@ -250,7 +252,7 @@ def find_redis(arg: str) -> tuple[str | None, Callable[[], None] | None, str]:
     """(URL, stop, reason it is left out) for ``--redis``."""
     if arg == "off":
         return None, None, "--redis off"
-    for module in ("redis", "flask_authflow.stores.redis_session_store"):
+    for module in ("redis", "flask_authflow.storage.redis_sessions"):
         if importlib.util.find_spec(module) is None:
             return None, None, f"{module} is not installed or not written yet"
     if arg != "auto":

@@ -336,7 +336,7 @@ def prepare_reference(
         "FLASK_AUTHFLOW_COOKIE_SECURE": "false",
         "FLASK_AUTHFLOW_ALLOW_INSECURE_LOOPBACK": "true",
     }
-    if importlib.util.find_spec("flask_authflow.stores.sqlalchemy.migrations") is not None:
+    if importlib.util.find_spec("flask_authflow.storage.sql.migrations") is not None:
         # The deployment step of a versioned schema (PostgreSQL is not upgraded at start-up).
         flask = [sys.executable, "-m", "flask", "--app", "examples/reference/app.py"]
         subprocess.run(

@@ -104,7 +104,7 @@ def _documented_names(env: Any) -> dict[int, str]:
 def _resolve_alias(app: Any, env: Any, node: Any, contnode: Any) -> Any:
     """Resolve a reference to one of our objects written with another of its import paths.
 
-    Each object is documented once, under its public name (``flask_authflow.LocalIdp``);
+    Each object is documented once, under its public name (``flask_authflow.issuer.LocalIdp``);
     docstrings and pages also name the defining module (``flask_authflow.issuer.LocalIdp``,
     ``flask_authflow.issuer.idp.LocalIdp``) or, inside a module, the bare name. Such a
     reference is resolved by importing it and finding where that same object is documented.
@@ -124,7 +124,7 @@ def _resolve_alias(app: Any, env: Any, node: Any, contnode: Any) -> Any:
         defining = getattr(_import_for_docs(f"{module}.{cls}"), "__module__", None)
         if isinstance(defining, str):
             candidates.append(f"{defining}.{target}")
-    candidates.append(f"flask_authflow.{target}")  # a bare name in a page means the package's
+    candidates.append(f"flask_authflow.{target}")  # a bare name in a page: the facade's first
     documented = _documented_names(env)
     domain = env.get_domain("py")
     for candidate in candidates:
@@ -143,6 +143,12 @@ def _resolve_alias(app: Any, env: Any, node: Any, contnode: Any) -> Any:
         ) or domain.resolve_xref(env, node["refdoc"], app.builder, "obj", name, node, contnode)
         if resolved is not None:
             return resolved
+    # A bare name (``MockClock``, ``SessionStore.save``): the one object documented under it.
+    matches = [name for name in domain.objects if name.startswith("flask_authflow.") and name.endswith(f".{target}")]
+    if len(matches) == 1:
+        return domain.resolve_xref(
+            env, node["refdoc"], app.builder, node["reftype"], matches[0], node, contnode
+        ) or domain.resolve_xref(env, node["refdoc"], app.builder, "obj", matches[0], node, contnode)
     return None
 
 

@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ConfigurationError
+from flask_authflow.errors import ConfigurationError
 
 __all__ = ["check_extras", "require_extra"]
 

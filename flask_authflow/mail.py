@@ -23,7 +23,7 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
-from .errors import ConfigurationError, InvalidInput, MailDeliveryError
+from flask_authflow.errors import ConfigurationError, InvalidInput, MailDeliveryError
 
 __all__ = [
     "MailDeliveryError",

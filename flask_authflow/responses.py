@@ -12,7 +12,7 @@ import uuid
 
 from flask import Response, g, has_request_context, jsonify, request
 
-from .errors import AuthFlowError
+from flask_authflow.errors import AuthFlowError
 
 __all__ = ["AUDIT_CONTEXT_KEY", "SERVER_ERROR_MESSAGE", "error_response", "request_id", "wants_json"]
 

@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit
 
-from .errors import ConfigurationError, MissingExtraError
+from flask_authflow.errors import ConfigurationError, MissingExtraError
 
 __all__ = [
     "DEFAULTS",

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from flask_authflow.audit.context import AuditContext
-from flask_authflow.authn.factors.password import PasswordHasher
-from flask_authflow.authn.service import AuthnService
 from flask_authflow.clock import MockClock
-from flask_authflow.session.model import AuthSession, new_guest_record
-from flask_authflow.stores.memory import InMemoryBackend
+from flask_authflow.core.session import AuthSession, new_guest_record
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.login.service import AuthnService
+from flask_authflow.storage.memory import InMemoryBackend
 
 CTX = AuditContext(
     client_ip="203.0.113.7", ip_source="forwarded", user_agent="pytest-agent", request_id="req-1"

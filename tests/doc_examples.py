@@ -451,7 +451,8 @@ from pathlib import Path
 
 from flask import Flask
 
-from flask_authflow import AuthFlow, UserExists
+from flask_authflow import AuthFlow
+from flask_authflow.errors import UserExists
 
 folder = Path(__file__).resolve().parent
 app = Flask(__name__, instance_path=str(folder / "instance"))

@@ -14,9 +14,11 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
-from flask_authflow import AuthFlow, InMemoryBackend, MockClock, current_session, current_user, login_required
+from flask_authflow import AuthFlow, current_session, current_user, login_required
+from flask_authflow.clock import MockClock
 from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.session.stores import MemorySessionStore
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.provider import TestOpenIDProvider
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
 

@@ -87,7 +87,7 @@ class PostgresServer:
         ) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         if migrated:
-            from flask_authflow.stores.sqlalchemy.migrations import upgrade
+            from flask_authflow.storage.sql.migrations import upgrade
 
             upgrade(self.url(name))
         return self.url(name)

@@ -10,16 +10,8 @@ from typing import Any
 import pytest
 
 from flask_authflow.audit.sinks import AuditRecord
-from flask_authflow.authn.outcomes import (
-    Authenticated,
-    FactorCredential,
-    FactorKind,
-    FactorRequired,
-    InvalidCredential,
-    Locked,
-)
-from flask_authflow.authn.service import AuthnService
-from flask_authflow.authn.stores import (
+from flask_authflow.clock import MockClock
+from flask_authflow.core.ports import (
     AttemptKey,
     AttemptStore,
     AuditSink,
@@ -28,8 +20,16 @@ from flask_authflow.authn.stores import (
     FactorStore,
     IdentityStore,
 )
-from flask_authflow.clock import MockClock
 from flask_authflow.errors import InvalidInput, UserExists, UserNotFound
+from flask_authflow.login.service import AuthnService
+from flask_authflow.outcomes import (
+    Authenticated,
+    FactorCredential,
+    FactorKind,
+    FactorRequired,
+    InvalidCredential,
+    Locked,
+)
 from tests.authn_support import CTX, new_session
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from flask_authflow import AuthFlow, PasswordHasher, get_state, login_required, signals
+from flask_authflow import AuthFlow, get_state, login_required, signals
 from flask_authflow.errors import UserNotFound
-from flask_authflow.state import account_admin
+from flask_authflow.login.password import PasswordHasher
 from flask_authflow.testing.pytest_plugin import login_test_client
+from flask_authflow.web.state import account_admin
 
 PASSWORD = "correct horse battery staple"
 

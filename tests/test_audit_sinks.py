@@ -142,7 +142,10 @@ def test_escaping_is_idempotent_and_leaves_printable_text_alone() -> None:
 def test_login_with_a_separator_in_the_user_agent_stores_an_escaped_row() -> None:
     from flask import Flask
 
-    from flask_authflow import AuthFlow, InMemoryBackend, MemorySessionStore, PasswordHasher
+    from flask_authflow import AuthFlow
+    from flask_authflow.login.password import PasswordHasher
+    from flask_authflow.sessions.stores import MemorySessionStore
+    from flask_authflow.storage.memory import InMemoryBackend
 
     backend = InMemoryBackend(hasher=PasswordHasher(time_cost=1, memory_cost=8, parallelism=1))
     backend.create_user("default", "alice", "correct horse battery")

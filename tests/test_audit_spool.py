@@ -11,12 +11,15 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
-from flask_authflow import AuthFlow, InMemoryBackend, MemorySessionStore, PasswordHasher, login_required
+from flask_authflow import AuthFlow, login_required
 from flask_authflow.audit.sinks import AuditRecord, MemoryAuditSink
 from flask_authflow.audit.spool import SpoolAuditSink
 from flask_authflow.errors import AuditWriteError
-from flask_authflow.state import get_state
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import login_test_client
+from flask_authflow.web.state import get_state
 
 ROW = AuditRecord(
     time=datetime(2026, 1, 1, tzinfo=UTC), event="logout", status="success", tenant="t", user_id="u1"

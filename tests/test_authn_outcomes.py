@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from flask_authflow.authn.outcomes import (
+from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,
     FactorKind,

@@ -9,12 +9,12 @@ from typing import Any
 import argon2
 import pytest
 
-from flask_authflow.authn.factors.password import MAX_PASSWORD_BYTES, PasswordHasher
-from flask_authflow.authn.outcomes import Authenticated, FactorCredential
-from flask_authflow.authn.service import AuthnService
 from flask_authflow.clock import MockClock
 from flask_authflow.errors import ConfigurationError, PasswordTooLong
-from flask_authflow.stores.memory import InMemoryBackend
+from flask_authflow.login.password import MAX_PASSWORD_BYTES, PasswordHasher
+from flask_authflow.login.service import AuthnService
+from flask_authflow.outcomes import Authenticated, FactorCredential
+from flask_authflow.storage.memory import InMemoryBackend
 from tests.authn_support import CTX, fast_hasher, new_session
 
 

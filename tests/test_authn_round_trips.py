@@ -19,8 +19,9 @@ from flask import Flask
 from sqlalchemy import Engine, event
 from sqlalchemy.pool import Pool
 
-from flask_authflow import AuthFlow, PasswordHasher
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+from flask_authflow import AuthFlow
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 
 pytestmark = pytest.mark.postgres
 

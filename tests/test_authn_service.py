@@ -12,18 +12,9 @@ import pytest
 from flask_authflow import signals
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.audit.sinks import AuditRecord, MemoryAuditSink
-from flask_authflow.authn.factors.base import Accepted, FactorContext, Rejected
-from flask_authflow.authn.outcomes import (
-    Authenticated,
-    FactorCredential,
-    FactorKind,
-    FactorRequired,
-    InvalidCredential,
-    Locked,
-    StepUpRequired,
-)
-from flask_authflow.authn.service import PHANTOM_PREFIX, AuthnService
 from flask_authflow.clock import MockClock
+from flask_authflow.core.factors import Accepted, FactorContext, Rejected
+from flask_authflow.core.session import AuthSession, AuthState
 from flask_authflow.errors import (
     AuditWriteError,
     ConfigurationError,
@@ -32,8 +23,17 @@ from flask_authflow.errors import (
     PasswordTooLong,
     StoreUnavailable,
 )
-from flask_authflow.session.model import AuthSession, AuthState
-from flask_authflow.stores.memory import InMemoryBackend
+from flask_authflow.login.service import PHANTOM_PREFIX, AuthnService
+from flask_authflow.outcomes import (
+    Authenticated,
+    FactorCredential,
+    FactorKind,
+    FactorRequired,
+    InvalidCredential,
+    Locked,
+    StepUpRequired,
+)
+from flask_authflow.storage.memory import InMemoryBackend
 from tests.authn_support import CTX, fast_hasher, memory_service, new_session
 
 PW = FactorCredential.password
@@ -284,7 +284,7 @@ def test_lockout_is_per_tenant(env: tuple[AuthnService, InMemoryBackend, MockClo
 
 
 def test_custom_policy() -> None:
-    from flask_authflow.authn.lockout import LockoutPolicy
+    from flask_authflow.login.lockout import LockoutPolicy
 
     clock = MockClock()
     backend = InMemoryBackend(hasher=fast_hasher(), clock=clock).with_user_password("a", "t", "pw")

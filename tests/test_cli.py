@@ -9,11 +9,12 @@ import click
 import pytest
 from flask import Flask
 
-from flask_authflow import AuthFlow, InMemoryBackend, get_state
-from flask_authflow.authn.factors.password import PasswordHasher
+from flask_authflow import AuthFlow, get_state
 from flask_authflow.cli import authflow_cli
 from flask_authflow.clock import MockClock
-from flask_authflow.session.stores import MemorySessionStore
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import login_test_client
 
 

@@ -24,9 +24,13 @@ from flask.testing import FlaskClient
 
 from flask_authflow import AuthFlow, get_state, signals
 from flask_authflow.audit.context import AuditContext
-from flask_authflow.authn.accounts import AccountAdmin
-from flask_authflow.authn.factors.password import PasswordHasher
-from flask_authflow.authn.outcomes import (
+from flask_authflow.clock import MockClock
+from flask_authflow.core.ports import FactorConfig
+from flask_authflow.core.session import AuthSession
+from flask_authflow.errors import ConfigurationError
+from flask_authflow.login.accounts import AccountAdmin
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,
     FactorKind,
@@ -34,14 +38,10 @@ from flask_authflow.authn.outcomes import (
     FactorRequired,
     InvalidCredential,
 )
-from flask_authflow.authn.stores import FactorConfig
-from flask_authflow.clock import MockClock
-from flask_authflow.errors import ConfigurationError
-from flask_authflow.session.model import AuthSession
-from flask_authflow.session.stores import MemorySessionStore
-from flask_authflow.state import account_admin
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT, login_test_client
+from flask_authflow.web.state import account_admin
 from tests.test_cli_operators import build_app
 
 PASSWORD = "correct-horse-42"

@@ -24,11 +24,12 @@ import pytest
 from click.testing import Result
 from flask import Flask
 
-from flask_authflow import AuthFlow, InMemoryBackend, get_state
-from flask_authflow.authn.factors.password import PasswordHasher
+from flask_authflow import AuthFlow, get_state
 from flask_authflow.issuer import FileLocalIdpKeyStore, LocalIdp
 from flask_authflow.jose import JwksHandle, JwtVerifier, b64url_decode
-from flask_authflow.session.stores import MemorySessionStore
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
 from tests.parts import missing_part
 
 ROOT = Path(__file__).resolve().parent.parent

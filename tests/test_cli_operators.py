@@ -22,26 +22,27 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from flask_authflow import AuthFlow, InMemoryBackend, current_session, get_state, signals
+from flask_authflow import AuthFlow, current_session, get_state, signals
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.audit.spool import SpoolAuditSink
-from flask_authflow.authn.accounts import AccountAdmin
-from flask_authflow.authn.factors.password import PasswordHasher
-from flask_authflow.authn.outcomes import (
+from flask_authflow.clock import MockClock
+from flask_authflow.core.ports import AttemptKey, UserRecord
+from flask_authflow.core.session import AuthSession, sid_hash
+from flask_authflow.errors import AuthFlowError
+from flask_authflow.jose import JwksHandle, JwtVerifier
+from flask_authflow.login.accounts import AccountAdmin
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,
     FactorRequired,
     InvalidCredential,
     Locked,
 )
-from flask_authflow.authn.stores import AttemptKey, UserRecord
-from flask_authflow.clock import MockClock
-from flask_authflow.errors import AuthFlowError
-from flask_authflow.jose import JwksHandle, JwtVerifier
-from flask_authflow.session.model import AuthSession, sid_hash
-from flask_authflow.session.stores import MemorySessionStore
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from tests.parts import free_port
 
 MAX_FAILURES = 3

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from flask import Flask
 
-from flask_authflow.config import DEFAULTS, load_config
 from flask_authflow.errors import ConfigurationError
+from flask_authflow.web.config import DEFAULTS, load_config
 
 KEY = "k" * 32
 
@@ -166,7 +166,9 @@ def test_cookie_name_prefixes_keep_their_browser_rules(settings: dict[str, objec
 
 
 def test_host_prefixed_cookie_is_accepted_and_set_host_only() -> None:
-    from flask_authflow import AuthFlow, InMemoryBackend, MemorySessionStore, current_session
+    from flask_authflow import AuthFlow, current_session
+    from flask_authflow.sessions.stores import MemorySessionStore
+    from flask_authflow.storage.memory import InMemoryBackend
 
     cfg, _ = _load(AUTHFLOW_COOKIE_NAME="__Host-authflow")
     session = cfg.session
@@ -193,7 +195,9 @@ def test_host_prefixed_cookie_is_accepted_and_set_host_only() -> None:
     "proxies", ["0.0.0.0/0", "::/0", "::ffff:0:0/96", "0.0.0.0/1, 128.0.0.0/1", ["10.0.0.0/8", "::/0"]]
 )
 def test_trusted_proxies_that_cover_everything_are_refused(proxies: object) -> None:
-    from flask_authflow import AuthFlow, InMemoryBackend, MemorySessionStore
+    from flask_authflow import AuthFlow
+    from flask_authflow.sessions.stores import MemorySessionStore
+    from flask_authflow.storage.memory import InMemoryBackend
 
     app = Flask(__name__)
     app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="k" * 32, AUTHFLOW_TRUSTED_PROXIES=proxies)
@@ -205,16 +209,16 @@ def test_trusted_proxies_that_cover_everything_are_refused(proxies: object) -> N
 # --- the key table and the settings of each feature ---------------------------------------------
 
 SETTINGS_CLASSES = [
-    "flask_authflow.session.settings:SessionSettings",
+    "flask_authflow.sessions.settings:SessionSettings",
     "flask_authflow.audit.settings:AuditSettings",
-    "flask_authflow.authn.settings:LoginSettings",
-    "flask_authflow.authn.settings:LockoutSettings",
-    "flask_authflow.authn.settings:HashingSettings",
-    "flask_authflow.authn.settings:PasswordPolicySettings",
-    "flask_authflow.authn.settings:FactorSettings",
+    "flask_authflow.login.settings:LoginSettings",
+    "flask_authflow.login.settings:LockoutSettings",
+    "flask_authflow.login.settings:HashingSettings",
+    "flask_authflow.login.settings:PasswordPolicySettings",
+    "flask_authflow.mfa.settings:FactorSettings",
     "flask_authflow.issuer.settings:IssuerSettings",
     "flask_authflow.federation.settings:FederationSettings",
-    "flask_authflow.config:WebSettings",
+    "flask_authflow.web.config:WebSettings",
 ]
 
 
@@ -246,9 +250,10 @@ def test_every_key_is_read_by_a_feature_and_every_field_names_a_key() -> None:
 
 def test_each_feature_reads_its_settings_from_app_config() -> None:
     from flask_authflow.audit.settings import AuditSettings
-    from flask_authflow.authn.settings import FactorSettings, HashingSettings, LockoutSettings
     from flask_authflow.issuer.settings import IssuerSettings
-    from flask_authflow.session.settings import SessionSettings
+    from flask_authflow.login.settings import HashingSettings, LockoutSettings
+    from flask_authflow.mfa.settings import FactorSettings
+    from flask_authflow.sessions.settings import SessionSettings
 
     app = Flask(__name__)  # no init_app: absent keys take their defaults
     app.config.update(
@@ -359,12 +364,12 @@ def test_no_feature_module_imports_another_features_settings() -> None:
     import flask_authflow
 
     package = Path(flask_authflow.__file__).parent
-    features = {"session", "audit", "authn", "issuer", "federation"}
+    features = {"sessions", "audit", "login", "mfa", "issuer", "federation"}
     crossings = []
     for path in package.rglob("*.py"):
         parts = path.relative_to(package).parts
-        if len(parts) < 2:
-            continue  # top-level modules are the web layer
+        if len(parts) < 2 or parts[0] in ("web", "cli", "testing"):
+            continue  # the web layer composes every feature's settings
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, ast.ImportFrom) or node.module is None:
                 continue

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
-from flask_authflow import AuthFlow, ConfigurationError, PasswordHasher, get_state
-from flask_authflow.stores.sqlalchemy import base
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+from flask_authflow import AuthFlow, get_state
+from flask_authflow.errors import ConfigurationError
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.storage.sql import base
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 
 
 def mode(path: Path) -> int:

@@ -9,8 +9,8 @@ import pytest
 from flask import Flask
 
 from flask_authflow import AuthFlow, current_session, fresh_login_required, login_required, safe_next
-from flask_authflow.session.stores import MemorySessionStore
-from flask_authflow.stores.memory import InMemoryBackend
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
 
 
 @pytest.fixture

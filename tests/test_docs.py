@@ -17,7 +17,7 @@ import flask_authflow
 import flask_authflow.federation
 import flask_authflow.testing
 import flask_authflow.testing.provider
-from flask_authflow.config import DEFAULTS
+from flask_authflow.web.config import DEFAULTS
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"

@@ -15,34 +15,15 @@ from typing import Any
 import pytest
 
 from flask_authflow.audit.sinks import MemoryAuditSink
-from flask_authflow.authn.factors.base import (
+from flask_authflow.clock import MockClock
+from flask_authflow.core.factors import (
     EnrollContext,
     FactorContext,
     Rejected,
     RejectReason,
 )
-from flask_authflow.authn.factors.email_otp import (
-    EMAIL_OTP_DIGITS,
-    FOREIGN_ENROLLMENT,
-    FOREIGN_TRANSACTION,
-    EmailOtpFactor,
-    check_address,
-    mask_address,
-)
-from flask_authflow.authn.factors.sealing import FactorSealer
-from flask_authflow.authn.factors.totp import TotpFactor
-from flask_authflow.authn.lockout import LockoutPolicy
-from flask_authflow.authn.outcomes import (
-    Authenticated,
-    FactorCredential,
-    FactorKind,
-    FactorRequired,
-    InvalidCredential,
-    Locked,
-)
-from flask_authflow.authn.service import TRANSACTION_KEY, AuthnRequest, AuthnService
-from flask_authflow.authn.stores import AttemptKey, FactorConfig
-from flask_authflow.clock import MockClock
+from flask_authflow.core.ports import AttemptKey, FactorConfig
+from flask_authflow.core.session import AuthSession, AuthState, begin_flow
 from flask_authflow.errors import (
     ConfigurationError,
     EnrollmentError,
@@ -50,10 +31,29 @@ from flask_authflow.errors import (
     LoginNotStarted,
     MailDeliveryError,
 )
+from flask_authflow.login.lockout import LockoutPolicy
+from flask_authflow.login.service import TRANSACTION_KEY, AuthnRequest, AuthnService
 from flask_authflow.mail import MailSender, SmtpSender
-from flask_authflow.session.model import AuthSession, AuthState, begin_flow
-from flask_authflow.stores.memory import InMemoryBackend
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+from flask_authflow.mfa.email_otp import (
+    EMAIL_OTP_DIGITS,
+    FOREIGN_ENROLLMENT,
+    FOREIGN_TRANSACTION,
+    EmailOtpFactor,
+    check_address,
+    mask_address,
+)
+from flask_authflow.mfa.sealing import FactorSealer
+from flask_authflow.mfa.totp import TotpFactor
+from flask_authflow.outcomes import (
+    Authenticated,
+    FactorCredential,
+    FactorKind,
+    FactorRequired,
+    InvalidCredential,
+    Locked,
+)
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.testing import Outbox
 from tests.authn_support import CTX, fast_hasher, new_session
 from tests.smtp_server import SmtpTestServer, smtp_server  # noqa: F401 - the real SMTP server fixture
@@ -703,7 +703,7 @@ def test_list_and_disable(memory_env: Env) -> None:
 
 
 def test_codes_are_eight_digits_with_leading_zeros(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("flask_authflow.authn.factors.email_otp.secrets.randbelow", lambda n: 42)
+    monkeypatch.setattr("flask_authflow.mfa.email_otp.secrets.randbelow", lambda n: 42)
     assert EmailOtpFactor.new_code() == "00000042"
     monkeypatch.undo()
     assert all(re.fullmatch(r"[0-9]{8}", EmailOtpFactor.new_code()) for _ in range(50))

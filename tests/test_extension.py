@@ -9,12 +9,13 @@ import sys
 import pytest
 from flask import Flask, session
 
-from flask_authflow import AuthFlow, AuthSession, current_session, extension, get_state
+from flask_authflow import AuthFlow, AuthSession, current_session, get_state
 from flask_authflow.audit.client_ip import parse_ip
 from flask_authflow.errors import AuthFlowError, ConfigurationError, InvalidInput, StoreUnavailable
 from flask_authflow.responses import SERVER_ERROR_MESSAGE
-from flask_authflow.session.stores import MemorySessionStore
-from flask_authflow.stores.memory import InMemoryBackend
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.web import extension
 
 
 def _app(**config: object) -> Flask:

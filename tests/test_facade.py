@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import flask_authflow
+from flask_authflow import errors
 
 
 def test_every_public_name_resolves_and_is_defined_elsewhere() -> None:
@@ -37,3 +38,42 @@ def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(modules) > 30
+
+
+#: The facade holds what an application uses every day; the rest lives in its feature package.
+MAX_FACADE_NAMES = 30
+
+
+def test_the_facade_is_small_and_every_error_has_a_home() -> None:
+    assert len(flask_authflow.__all__) <= MAX_FACADE_NAMES, sorted(flask_authflow.__all__)
+    public = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type) and issubclass(value, Exception) and not name.startswith("_")
+    }
+    assert public <= set(errors.__all__), sorted(public - set(errors.__all__))
+    assert "AuthFlowError" in flask_authflow.__all__
+
+
+def _loaded_after(statement: str) -> list[str]:
+    code = (
+        f"import sys\n{statement}\n"
+        "print(','.join(m for m in ('sqlalchemy', 'joserfc', 'requests', 'authlib') if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return [name for name in result.stdout.strip().split(",") if name]
+
+
+def test_importing_the_package_loads_no_database_or_token_library() -> None:
+    assert _loaded_after("import flask_authflow") == []
+
+
+def test_a_feature_loads_its_libraries_when_it_is_used() -> None:
+    """The check above can fail: the issuer's names and the SQL store bring them in."""
+    loaded = _loaded_after(
+        "import flask_authflow.issuer as issuer\nissuer.LocalIdp\nimport flask_authflow.storage.sql.backend"
+    )
+    assert {"sqlalchemy", "joserfc"} <= set(loaded)

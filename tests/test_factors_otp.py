@@ -15,11 +15,15 @@ from typing import Any
 import pyotp
 import pytest
 
-from flask_authflow.authn.factors.otp import hotp_value, totp_step
-from flask_authflow.authn.factors.recovery import RECOVERY_CODE_COUNT, RecoveryCodeFactor
-from flask_authflow.authn.factors.sealing import FactorSealer
-from flask_authflow.authn.factors.totp import HotpFactor, TotpFactor
-from flask_authflow.authn.outcomes import (
+from flask_authflow.clock import MockClock
+from flask_authflow.core.session import AuthSession, AuthState
+from flask_authflow.errors import EnrollmentError, FactorSecretError, InvalidInput, StepUpNeeded
+from flask_authflow.login.service import AuthnService
+from flask_authflow.mfa.otp import hotp_value, totp_step
+from flask_authflow.mfa.recovery import RECOVERY_CODE_COUNT, RecoveryCodeFactor
+from flask_authflow.mfa.sealing import FactorSealer
+from flask_authflow.mfa.totp import HotpFactor, TotpFactor
+from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,
     FactorKind,
@@ -27,12 +31,8 @@ from flask_authflow.authn.outcomes import (
     InvalidCredential,
     Locked,
 )
-from flask_authflow.authn.service import AuthnService
-from flask_authflow.clock import MockClock
-from flask_authflow.errors import EnrollmentError, FactorSecretError, InvalidInput, StepUpNeeded
-from flask_authflow.session.model import AuthSession, AuthState
-from flask_authflow.stores.memory import InMemoryBackend
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from tests.authn_support import CTX, fast_hasher, new_session
 
 PASSWORD = "correct horse"

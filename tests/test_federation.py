@@ -36,7 +36,7 @@ from flask_authflow.federation.http import RequestsHttpClient
 from flask_authflow.federation.login import FederatedIdentity
 from flask_authflow.federation.provider import OAuthProviderConfig
 from flask_authflow.testing.provider import BACKCHANNEL_LOGOUT_EVENT
-from flask_authflow.views import csrf_token
+from flask_authflow.web.views import csrf_token
 from tests.federation_support import (
     CLIENT_ID,
     LOGOUT_RETURN,
@@ -358,7 +358,7 @@ def test_provider_config_refusals() -> None:
         "client_secret": "s",
         "redirect_uri": "https://app.example/auth/callback/x",
     }
-    from flask_authflow import ConfigurationError
+    from flask_authflow.errors import ConfigurationError
 
     for bad in (
         {"discovery_url": "http://op.example/.well-known/openid-configuration"},
@@ -413,7 +413,8 @@ def test_oauth_providers_from_the_environment(monkeypatch, oidc_provider) -> Non
 
 
 def _memory_backend() -> Any:
-    from flask_authflow import InMemoryBackend, PasswordHasher
+    from flask_authflow.login.password import PasswordHasher
+    from flask_authflow.storage.memory import InMemoryBackend
 
     return InMemoryBackend(hasher=PasswordHasher.fast_for_tests())
 

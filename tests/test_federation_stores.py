@@ -8,8 +8,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from flask_authflow import MockClock
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+from flask_authflow.clock import MockClock
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 
 ISSUER = "https://op.test"
 
@@ -70,7 +70,7 @@ def test_several_processes_replaying_one_jti_only_one_wins(database_url: str) ->
 
 
 def test_memory_store_remembers_too() -> None:
-    from flask_authflow import InMemoryBackend
+    from flask_authflow.storage.memory import InMemoryBackend
 
     clock = MockClock()
     backend = InMemoryBackend(clock=clock)

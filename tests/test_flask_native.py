@@ -14,20 +14,12 @@ from flask import Flask, jsonify, render_template_string
 from werkzeug.exceptions import HTTPException
 
 from flask_authflow import (
-    AccountDisabled,
     AnonymousUser,
     Authenticated,
     AuthFlow,
-    ConfigurationError,
     FactorKind,
     FactorRequired,
-    InvalidInput,
-    MockClock,
-    PermissionDenied,
-    StepUpNeeded,
-    Unauthenticated,
     UserMixin,
-    UserNotFound,
     current_session,
     current_user,
     fresh_login_required,
@@ -35,9 +27,19 @@ from flask_authflow import (
     login_required,
     signals,
 )
-from flask_authflow.authn.stores import UserRecord
-from flask_authflow.session.stores import MemorySessionStore
-from flask_authflow.stores.memory import InMemoryBackend
+from flask_authflow.clock import MockClock
+from flask_authflow.core.ports import UserRecord
+from flask_authflow.errors import (
+    AccountDisabled,
+    ConfigurationError,
+    InvalidInput,
+    PermissionDenied,
+    StepUpNeeded,
+    Unauthenticated,
+    UserNotFound,
+)
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing import login_test_client
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
 
@@ -485,7 +487,7 @@ def test_flask_sqlalchemy_model_integration_without_app_context(tmp_path: Path, 
     from flask_sqlalchemy import SQLAlchemy
     from sqlalchemy import inspect
 
-    from flask_authflow import SqlAlchemyBackend
+    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 
     db = SQLAlchemy()
 
@@ -533,7 +535,7 @@ def test_flask_sqlalchemy_model_integration_without_app_context(tmp_path: Path, 
 def test_flask_sqlalchemy_backend_needs_db_init_app_first(tmp_path: Path, authflow_hasher) -> None:
     from flask_sqlalchemy import SQLAlchemy
 
-    from flask_authflow import SqlAlchemyBackend
+    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 
     db = SQLAlchemy()
     backend = SqlAlchemyBackend(db, hasher=authflow_hasher)
@@ -548,7 +550,7 @@ def test_flask_sqlalchemy_backend_needs_db_init_app_first(tmp_path: Path, authfl
 def test_one_import_time_backend_serves_every_app_of_a_factory(tmp_path: Path, authflow_hasher) -> None:
     from flask_sqlalchemy import SQLAlchemy
 
-    from flask_authflow import SqlAlchemyBackend
+    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 
     db = SQLAlchemy()
     authflow = AuthFlow(backend=SqlAlchemyBackend(db), hasher=authflow_hasher)

@@ -8,11 +8,15 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from flask_authflow import AuthFlow, ConfigurationError, InMemoryBackend, MemorySessionStore, PasswordHasher
-from flask_authflow.authn.outcomes import FactorCredential, InvalidCredential
-from flask_authflow.authn.service import AuthnService
+from flask_authflow import AuthFlow
 from flask_authflow.clock import MockClock
-from flask_authflow.state import get_state
+from flask_authflow.errors import ConfigurationError
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.login.service import AuthnService
+from flask_authflow.outcomes import FactorCredential, InvalidCredential
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.web.state import get_state
 from tests.authn_support import CTX, new_session
 
 PASSWORD = "correct horse battery staple"

@@ -21,19 +21,21 @@ from click.testing import Result
 from flask import Flask
 from sqlalchemy import func, select, text
 
-from flask_authflow import AuthFlow, InMemoryBackend, get_state
+from flask_authflow import AuthFlow, get_state
 from flask_authflow.audit.sinks import AuditRecord
-from flask_authflow.authn.factors.password import PasswordHasher
 from flask_authflow.clock import MockClock
-from flask_authflow.config import load_config
+from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow.core.ports import SessionStore
+from flask_authflow.core.session import SessionRecord, new_guest_record, pass_factor, start_login
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.session.crypto import SessionCrypto
-from flask_authflow.session.model import SessionRecord, new_guest_record, pass_factor, start_login
-from flask_authflow.session.stores import MemorySessionStore, SessionStore
-from flask_authflow.stores.sqlalchemy import backend as backend_module
-from flask_authflow.stores.sqlalchemy import session_store as store_module
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
-from flask_authflow.stores.sqlalchemy.session_store import SqlAlchemySessionStore, sessions_table
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql import backend as backend_module
+from flask_authflow.storage.sql import session_store as store_module
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore, sessions_table
+from flask_authflow.web.config import load_config
 
 KEY = bytes(range(32))
 HOUR = timedelta(hours=1)

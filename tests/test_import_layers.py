@@ -1,9 +1,16 @@
-"""The package's imports point one way (DESIGN §3): core → parts → wiring → testing.
+"""The package is cut by feature, and its imports point one way.
 
 Every ``flask_authflow`` import in every module (at any depth, including imports inside
-functions, but not those under ``if TYPE_CHECKING:``) is read from the source with
-``ast`` and checked against the layer table below: a module may import its own layer
-or a lower one, never a higher one. A new module must be given a layer here.
+functions, but not those under ``if TYPE_CHECKING:``) is read from the source with ``ast``
+and checked against two rules:
+
+* **Layers.** core (shared records, ports and helpers) <- features <- storage adapters <-
+  web and cli (composition) <- testing <- the facade. A module imports its own layer or a
+  lower one, never a higher one.
+* **Features stand alone.** A feature package imports the core and itself, never another
+  feature; where two features meet, the meeting point is a port in ``core``.
+
+A new top-level module or package must be given a layer here.
 """
 
 from __future__ import annotations
@@ -14,56 +21,47 @@ from pathlib import Path
 import pytest
 
 import flask_authflow
-from flask_authflow import errors
 
 PACKAGE = Path(flask_authflow.__file__).parent
 
-#: Lower numbers are lower layers. Keys are module paths relative to the package, a key
-#: ending in "/" covers a whole sub-package.
+CORE, FEATURE, STORAGE, COMPOSITION, TESTING, FACADE = range(6)
+
+#: The layer of each top-level module or package of flask_authflow.
 LAYERS: dict[str, int] = {
-    # core: no flask_authflow imports beyond this layer
-    "clock": 0,
-    "errors": 0,
-    "settings": 0,  # the key table; each feature's settings live in its package
-    "signals": 0,
-    "responses": 0,
-    "mail": 0,
-    "crypto": 0,
-    "extras": 0,  # which optional packages a configuration needs
-    # the parts
-    "session/": 1,
-    "jose/": 1,
-    "jose": 1,
-    "audit/": 2,
-    "authn/": 3,
-    "issuer/": 4,
-    "federation/": 4,
-    "stores/": 5,
-    # per-app state, then the wiring and what uses it
-    "config": 6,  # every feature's settings side by side, for the state
-    "state": 6,
-    "users": 6,  # current_user: reads the state's hooks and backend
-    "issuer/wiring": 6,  # builds the app's issuer on the store its config names (stores/)
-    "federation/views": 7,  # the authflow_oauth blueprint reads the app's state
-    "federation/wiring": 7,  # builds the app's federation (uses the views)
-    "extension": 7,
-    "decorators": 7,
-    "cli/": 7,
-    "views/": 7,
-    "testing/": 8,
-    "__init__": 9,
+    "clock": CORE,
+    "errors": CORE,
+    "signals": CORE,
+    "settings": CORE,
+    "extras": CORE,
+    "mail": CORE,
+    "outcomes": CORE,
+    "responses": CORE,
+    "core": CORE,
+    "jose": CORE,
+    "audit": CORE,
+    "sessions": FEATURE,
+    "login": FEATURE,
+    "mfa": FEATURE,
+    "federation": FEATURE,
+    "issuer": FEATURE,
+    "storage": STORAGE,
+    "web": COMPOSITION,
+    "cli": COMPOSITION,
+    "testing": TESTING,
+    "__init__": FACADE,
 }
 
 
+def top_of(module: str) -> str:
+    """``login`` for ``login/service``; ``__init__`` for the facade itself."""
+    return module.split("/")[0]
+
+
 def layer_of(module: str) -> int:
-    """The layer of ``a/b`` (a module path relative to the package, without ``.py``)."""
-    path = module.removesuffix("/__init__")
-    candidates = [
-        key for key in LAYERS if path == key.rstrip("/") or (key.endswith("/") and path.startswith(key))
-    ]
-    if not candidates:
-        raise AssertionError(f"flask_authflow/{module}.py has no layer in tests/test_import_layers.py")
-    return LAYERS[max(candidates, key=len)]
+    top = top_of(module)
+    if top not in LAYERS:
+        raise AssertionError(f"flask_authflow/{top} has no layer in tests/test_import_layers.py")
+    return LAYERS[top]
 
 
 def _is_type_checking(node: ast.If) -> bool:
@@ -73,12 +71,26 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
+def _target(module: str, node: ast.ImportFrom) -> list[str]:
+    """Module paths (relative to the package, slash form) that ``node`` imports."""
+    if node.level:
+        package = module.split("/")[:-1]
+        base = package[: len(package) - (node.level - 1)]
+        parts = [*base, *(node.module.split(".") if node.module else [])]
+    elif node.module and node.module.split(".")[0] == "flask_authflow":
+        parts = node.module.split(".")[1:]
+    else:
+        return []
+    if not parts:  # from flask_authflow import x: x is a module or a name of the facade
+        return [alias.name if (PACKAGE / f"{alias.name}.py").exists() else "__init__" for alias in node.names]
+    if node.module is None:  # from . import x: x is a module of that package
+        return ["/".join([*parts, alias.name]) for alias in node.names]
+    return ["/".join(parts)]
+
+
 def imported_modules(source: str, module: str) -> list[tuple[int, str]]:
     """(line, module path) of every runtime ``flask_authflow`` import in ``source``,
-    the text of module ``module`` (a path relative to the package, without ``.py``).
-    """
-    tree = ast.parse(source)
-    package_parts = module.split("/")[:-1]
+    the text of module ``module`` (a path relative to the package, without ``.py``)."""
     found: list[tuple[int, str]] = []
 
     def visit(node: ast.AST) -> None:
@@ -87,15 +99,7 @@ def imported_modules(source: str, module: str) -> list[tuple[int, str]]:
                 visit(child)
             return
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package_parts[: len(package_parts) - (node.level - 1)]
-                target = [*base, *(node.module.split(".") if node.module else [])]
-                if node.module is None:  # from . import x: x is a module of that package
-                    found.extend((node.lineno, "/".join([*target, alias.name])) for alias in node.names)
-                else:
-                    found.append((node.lineno, "/".join(target)))
-            elif node.module and node.module.split(".")[0] == "flask_authflow":
-                found.append((node.lineno, "/".join(node.module.split(".")[1:]) or "__init__"))
+            found.extend((node.lineno, target) for target in _target(module, node))
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] == "flask_authflow":
@@ -103,55 +107,64 @@ def imported_modules(source: str, module: str) -> list[tuple[int, str]]:
         for child in ast.iter_child_nodes(node):
             visit(child)
 
-    visit(tree)
+    visit(ast.parse(source))
     return found
-
-
-def _resolve(target: str) -> str:
-    """A module path for an imported name: a package resolves to its ``__init__``."""
-    if (PACKAGE / target).is_dir():
-        return f"{target}/__init__"
-    return target
 
 
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts)
 
 
+def _module(path: Path) -> str:
+    return str(path.relative_to(PACKAGE).with_suffix(""))
+
+
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_imports_point_down(path: Path) -> None:
-    module = str(path.relative_to(PACKAGE).with_suffix(""))
+    module = _module(path)
     own = layer_of(module)
-    upward = []
-    for line, target in imported_modules(path.read_text(encoding="utf-8"), module):
-        target = _resolve(target)
-        if target.split("/")[0] == module.split("/")[0] and "/" in module:
-            continue  # inside one sub-package: its own business
-        if layer_of(target) > own:
-            upward.append(f"line {line}: imports {target} (layer {layer_of(target)} > {own})")
+    upward = [
+        f"line {line}: imports {target} (layer {layer_of(target)} > {own})"
+        for line, target in imported_modules(path.read_text(encoding="utf-8"), module)
+        if top_of(target) != top_of(module) and layer_of(target) > own
+    ]
     assert not upward, f"flask_authflow/{module}.py imports upward:\n" + "\n".join(upward)
 
 
-def test_the_checker_sees_upward_imports() -> None:
-    """The check itself can fail: upward imports are found, TYPE_CHECKING ones are not."""
+@pytest.mark.parametrize(
+    "path",
+    [p for p in MODULES if LAYERS.get(top_of(_module(p))) == FEATURE],
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_features_import_only_core_and_themselves(path: Path) -> None:
+    module = _module(path)
+    crossing = [
+        f"line {line}: imports {target}"
+        for line, target in imported_modules(path.read_text(encoding="utf-8"), module)
+        if top_of(target) != top_of(module) and layer_of(target) != CORE
+    ]
+    assert not crossing, f"flask_authflow/{module}.py reaches into another feature:\n" + "\n".join(crossing)
+
+
+def test_the_checker_sees_upward_and_sideways_imports() -> None:
+    """The checks themselves can fail: upward and cross-feature imports are found,
+    TYPE_CHECKING ones are not, and relative imports resolve from the importing module."""
     source = (
-        "from .extension import AuthFlow\n"
+        "from flask_authflow.web.extension import AuthFlow\n"
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n"
-        "    from .state import get_state\n"
+        "    from flask_authflow.web.state import get_state\n"
         "def later():\n"
         "    from flask_authflow.cli import authflow_cli\n"
     )
-    assert [t for _, t in imported_modules(source, "clock")] == ["extension", "cli"]
-    assert [t for _, t in imported_modules("from .model import X\n", "session/stores")] == ["session/model"]
-    assert [t for _, t in imported_modules("from .. import signals\n", "authn/service")] == ["signals"]
-    assert layer_of("extension") > layer_of("clock")
+    assert [t for _, t in imported_modules(source, "clock")] == ["web/extension", "cli"]
+    assert [t for _, t in imported_modules("from .model import X\n", "sessions/stores")] == ["sessions/model"]
+    assert [t for _, t in imported_modules("from .. import signals\n", "login/service")] == ["signals"]
+    assert [t for _, t in imported_modules("from flask_authflow import signals\n", "login/x")] == ["signals"]
+    assert layer_of("web/extension") > layer_of("clock")
+    assert layer_of("federation/login") == layer_of("login/service") == FEATURE
 
 
-def test_every_public_error_is_exported_from_the_facade() -> None:
-    public = {
-        name
-        for name, value in vars(errors).items()
-        if isinstance(value, type) and issubclass(value, Exception) and not name.startswith("_")
-    }
-    assert public <= set(flask_authflow.__all__), sorted(public - set(flask_authflow.__all__))
-    assert public <= set(errors.__all__), sorted(public - set(errors.__all__))
+def test_every_top_level_module_has_a_layer() -> None:
+    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert modules | packages <= set(LAYERS), sorted((modules | packages) - set(LAYERS))

@@ -10,12 +10,13 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 
-from flask_authflow import AuthFlow, InMemoryBackend, get_state
-from flask_authflow.authn.factors.password import PasswordHasher
+from flask_authflow import AuthFlow, get_state
+from flask_authflow.core.crypto import SessionCrypto
 from flask_authflow.errors import KeyStoreError
 from flask_authflow.issuer import LocalIdp, LocalIdpSigningKey
-from flask_authflow.session.crypto import SessionCrypto
-from flask_authflow.stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
 
 ISS = "https://issuer.example"
 

@@ -26,8 +26,8 @@ from flask_authflow.issuer import (
     LocalIdpSigningKey,
     MemoryLocalIdpKeyStore,
 )
-from flask_authflow.stores.sqlalchemy.base import resolve_engine
-from flask_authflow.stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
+from flask_authflow.storage.sql.base import resolve_engine
+from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
 
 ROOT = Path(__file__).resolve().parent.parent
 

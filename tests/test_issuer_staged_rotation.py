@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from flask_authflow import AuthFlow, InMemoryBackend, MemorySessionStore, PasswordHasher, get_state
+from flask_authflow import AuthFlow, get_state
 from flask_authflow.clock import MockClock
 from flask_authflow.errors import DuplicateKeyId, RotationRefused, UnknownKeyId
 from flask_authflow.issuer import (
@@ -26,7 +26,10 @@ from flask_authflow.issuer import (
     MintClaims,
 )
 from flask_authflow.jose import JwtVerifier, b64url_decode
-from flask_authflow.stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
 
 ISS = "https://issuer.test"
 NOW = datetime(2026, 5, 1, 8, 0, tzinfo=UTC)

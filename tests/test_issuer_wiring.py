@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from flask_authflow import AuthFlow, InMemoryBackend, get_state
-from flask_authflow.authn.factors.password import PasswordHasher
+from flask_authflow import AuthFlow, get_state
 from flask_authflow.clock import MockClock
 from flask_authflow.errors import ConfigurationError, IssuanceError, KeyStoreError
 from flask_authflow.issuer import (
@@ -31,7 +30,9 @@ from flask_authflow.issuer import (
     MintClaims,
 )
 from flask_authflow.jose import JwksHandle, JwtVerifier
-from flask_authflow.session.stores import MemorySessionStore
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
 
 ISS = "https://issuer.example"
 AUD = "api://wiring"
@@ -156,7 +157,7 @@ def test_memory_store_mounts_the_issuer_blueprint() -> None:
 def test_default_key_store_is_sql_in_the_apps_database(tmp_path: Path) -> None:
     """Issue 6 point 5: without AUTHFLOW_ISSUER_KEY_STORE the keys live in the app's
     database, so a second app (another worker, a CLI run) signs with the same key."""
-    from flask_authflow.stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
+    from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
 
     config = base_config()
     del config["AUTHFLOW_ISSUER_KEY_STORE"]
@@ -381,8 +382,8 @@ def test_damaged_file_store_fails_init_app_without_a_new_key(
 def test_sql_store_keeps_the_key_across_two_app_instances(
     database_url: str, disposing: Callable[[Flask], Flask]
 ) -> None:
-    from flask_authflow.stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
-    from flask_authflow.stores.sqlalchemy.migrations import upgrade
+    from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
+    from flask_authflow.storage.sql.migrations import upgrade
 
     upgrade(database_url)  # flask authflow db upgrade: PostgreSQL refuses a database behind head
     # One signing key: the issuer keys are sealed under a key derived from it.

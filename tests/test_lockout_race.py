@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 
 from flask_authflow.audit.context import AuditContext
-from flask_authflow.authn.factors.password import PasswordHasher
-from flask_authflow.authn.outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
-from flask_authflow.authn.service import AuthnService
 from flask_authflow.clock import MockClock
-from flask_authflow.session.model import AuthSession, new_guest_record
-from flask_authflow.stores.memory import InMemoryBackend
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+from flask_authflow.core.session import AuthSession, new_guest_record
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.login.service import AuthnService
+from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 
 CTX = AuditContext(client_ip="203.0.113.7", ip_source="peer", user_agent="race", request_id="race")
 RIGHT = "correct horse battery staple"
@@ -92,7 +92,7 @@ def backend_and_hasher(
 
 
 def _service(backend: Any, hasher: PasswordHasher) -> tuple[AuthnService, MockClock]:
-    from flask_authflow.authn.lockout import LockoutPolicy
+    from flask_authflow.login.lockout import LockoutPolicy
 
     clock = backend._clock if hasattr(backend, "_clock") else MockClock()
     return AuthnService(
@@ -157,7 +157,7 @@ def test_a_lock_set_while_the_correct_password_is_checked_wins(
     the reservation is given back."""
     from datetime import timedelta
 
-    from flask_authflow.authn.stores import AttemptKey
+    from flask_authflow.core.ports import AttemptKey
 
     clock = MockClock()
     hasher = CountingHasher()
@@ -195,7 +195,7 @@ def test_a_lock_set_while_the_correct_password_is_checked_wins(
 def reservations_held(backend: SqlAlchemyBackend) -> int:
     from sqlalchemy import func, select
 
-    from flask_authflow.stores.sqlalchemy.backend import reservations_table
+    from flask_authflow.storage.sql.backend import reservations_table
 
     with backend.engine.connect() as conn:
         return int(conn.execute(select(func.count()).select_from(reservations_table)).scalar_one())
@@ -351,7 +351,7 @@ def test_a_crashed_processs_reservations_expire(
     RESERVATION_TTL, and the SQL stores delete them at the next reservation."""
     from datetime import timedelta
 
-    from flask_authflow.authn.stores import RESERVATION_TTL, AttemptKey
+    from flask_authflow.core.ports import RESERVATION_TTL, AttemptKey
 
     clock = MockClock()
     backend = make_backend(kind, request, tmp_path, CountingHasher(), clock)

@@ -25,18 +25,18 @@ from typing import Any
 import pytest
 
 from flask_authflow import signals
-from flask_authflow.authn.factors.email_otp import EmailOtpFactor
-from flask_authflow.authn.factors.recovery import RecoveryCodeFactor
-from flask_authflow.authn.factors.sealing import FactorSealer
-from flask_authflow.authn.factors.totp import TotpFactor
-from flask_authflow.authn.lockout import LockoutPolicy
-from flask_authflow.authn.outcomes import Authenticated, FactorCredential, FactorKind
-from flask_authflow.authn.service import AuthnService
-from flask_authflow.authn.stores import FactorConfig
 from flask_authflow.clock import MockClock
+from flask_authflow.core.ports import FactorConfig
+from flask_authflow.core.session import AuthSession, SessionRecord
 from flask_authflow.errors import StoreBusy, StoreUnavailable
-from flask_authflow.session.model import AuthSession, SessionRecord
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+from flask_authflow.login.lockout import LockoutPolicy
+from flask_authflow.login.service import AuthnService
+from flask_authflow.mfa.email_otp import EmailOtpFactor
+from flask_authflow.mfa.recovery import RecoveryCodeFactor
+from flask_authflow.mfa.sealing import FactorSealer
+from flask_authflow.mfa.totp import TotpFactor
+from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.testing import Outbox
 from tests.authn_support import CTX, fast_hasher, new_session
 from tests.concurrency import run_together

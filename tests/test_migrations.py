@@ -28,11 +28,14 @@ from flask.cli import FlaskGroup
 from flask.testing import FlaskCliRunner
 
 import flask_authflow
-from flask_authflow import AuthFlow, ConfigurationError, InMemoryBackend, MemorySessionStore, get_state
-from flask_authflow.authn.factors.password import PasswordHasher
-from flask_authflow.stores.sqlalchemy import keystore, migrations, session_store  # noqa: F401 (their tables)
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
-from flask_authflow.stores.sqlalchemy.base import add_tables_to, metadata
+from flask_authflow import AuthFlow, get_state
+from flask_authflow.errors import ConfigurationError
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql import keystore, migrations, session_store  # noqa: F401 (their tables)
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.storage.sql.base import add_tables_to, metadata
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct horse battery staple"
@@ -454,7 +457,7 @@ def test_a_database_made_by_this_versions_models_is_stamped_at_head(
 ) -> None:
     """``SqlAlchemyBackend(url)`` creates the tables from the models without a version
     table; a later ``db upgrade`` recognises them as head instead of refusing them."""
-    from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 
     backend = SqlAlchemyBackend(database_url)
     backend.create_user("acme", "alice")

@@ -31,21 +31,21 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from flask_authflow.authn.outcomes import FactorKind
-from flask_authflow.authn.stores import AttemptKey, FactorConfig
-from flask_authflow.errors import RotationRefused
-from flask_authflow.issuer.keys import LocalIdpSigningKey
-from flask_authflow.session.crypto import SessionCrypto
-from flask_authflow.session.model import (
+from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow.core.ports import AttemptKey, FactorConfig
+from flask_authflow.core.session import (
     SessionRecord,
     new_guest_record,
     new_session_id,
     pass_factor,
     start_login,
 )
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend, attempts_table
-from flask_authflow.stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
-from flask_authflow.stores.sqlalchemy.session_store import SqlAlchemySessionStore, sessions_table
+from flask_authflow.errors import RotationRefused
+from flask_authflow.issuer.keys import LocalIdpSigningKey
+from flask_authflow.outcomes import FactorKind
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend, attempts_table
+from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
+from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore, sessions_table
 
 pytestmark = pytest.mark.postgres
 

@@ -27,25 +27,21 @@ from flask import Flask, request
 from flask.testing import FlaskClient
 from sqlalchemy import event, func, select
 
-from flask_authflow import (
-    AuthFlow,
-    InMemoryBackend,
-    MemorySessionStore,
-    fresh_login_required,
-    login_required,
-)
+from flask_authflow import AuthFlow, fresh_login_required, login_required
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.audit.sinks import hash_session_id
-from flask_authflow.authn.factors.password import PasswordHasher
-from flask_authflow.authn.outcomes import Authenticated, FactorCredential, InvalidCredential
-from flask_authflow.authn.service import AuthnService
-from flask_authflow.authn.stores import AttemptKey
 from flask_authflow.clock import MockClock
+from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow.core.ports import AttemptKey
+from flask_authflow.core.session import AuthSession, SessionRecord, new_guest_record
 from flask_authflow.errors import AuditWriteError, StoreUnavailable
-from flask_authflow.session.crypto import SessionCrypto
-from flask_authflow.session.model import AuthSession, SessionRecord, new_guest_record
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend, attempts_table, audit_table
-from flask_authflow.stores.sqlalchemy.session_store import SqlAlchemySessionStore
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.login.service import AuthnService
+from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend, attempts_table, audit_table
+from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
 from tests.parts import PostgresServer, start_postgres
 
 PASSWORD = "correct horse battery staple"

@@ -16,25 +16,28 @@ import pytest
 from flask import Flask
 
 import flask_authflow
-from flask_authflow import (
-    AccountAdmin,
-    AuthFlow,
-    FactorKind,
-    InMemoryBackend,
-    MemorySessionStore,
-    PasswordHasher,
-    PasswordPolicy,
+from flask_authflow import AuthFlow, FactorKind, get_state, login_required
+from flask_authflow.errors import (
+    ConfigurationError,
+    InvalidInput,
+    MissingExtraError,
+    PasswordTooLong,
     WeakPassword,
-    get_state,
-    login_required,
 )
-from flask_authflow.authn.factors.password import PasswordMatch
-from flask_authflow.authn.password_policy import MAX_PASSWORD_BYTES, common_passwords, normalise_password
-from flask_authflow.authn.settings import PasswordPolicySettings
-from flask_authflow.config import load_config
-from flask_authflow.errors import ConfigurationError, InvalidInput, MissingExtraError, PasswordTooLong
-from flask_authflow.state import account_admin
+from flask_authflow.login.accounts import AccountAdmin
+from flask_authflow.login.password import PasswordHasher, PasswordMatch
+from flask_authflow.login.password_policy import (
+    MAX_PASSWORD_BYTES,
+    PasswordPolicy,
+    common_passwords,
+    normalise_password,
+)
+from flask_authflow.login.settings import PasswordPolicySettings
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import login_test_client
+from flask_authflow.web.config import load_config
+from flask_authflow.web.state import account_admin
 from tests.parts import missing_part
 
 #: Fifteen characters that break no other rule.
@@ -380,8 +383,8 @@ def test_init_app_refuses_a_minimum_below_nist(tmp_path: Path) -> None:
 
 
 def test_public_names() -> None:
-    assert flask_authflow.PasswordPolicy is PasswordPolicy
-    assert flask_authflow.WeakPassword is WeakPassword
+    assert flask_authflow.login.password_policy.PasswordPolicy is PasswordPolicy
+    assert flask_authflow.errors.WeakPassword is WeakPassword
     assert issubclass(WeakPassword, InvalidInput)
 
 

@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
-from flask_authflow import AuthFlow, InMemoryBackend, SqlAlchemyBackend, get_state
-from flask_authflow.authn.factors.password import PasswordHasher
+from flask_authflow import AuthFlow, get_state
 from flask_authflow.clock import MockClock, SystemClock
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.session.stores import MemorySessionStore
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.testing.wiring import PluginWiring
 
 pytest_plugins = ["pytester"]
@@ -71,7 +73,8 @@ from datetime import timedelta
 
 import pytest
 
-from flask_authflow import InMemoryBackend, get_state
+from flask_authflow import get_state
+from flask_authflow.storage.memory import InMemoryBackend
 
 
 def test_mock_clock_reaches_the_app(logged_in_client, mock_clock):
@@ -118,7 +121,8 @@ def test_sql_wiring_accepts_a_database_inside_tmp_path(pytester: pytest.Pytester
         test_sql="""
 import pytest
 
-from flask_authflow import SqlAlchemyBackend, get_state
+from flask_authflow import get_state
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from myapp import create_app
 
 
@@ -150,7 +154,9 @@ def test_app_marker_and_ini_turn_the_wiring_off(pytester: pytest.Pytester) -> No
         test_off="""
 import pytest
 
-from flask_authflow import InMemoryBackend, SystemClock, get_state
+from flask_authflow import get_state
+from flask_authflow.clock import SystemClock
+from flask_authflow.storage.memory import InMemoryBackend
 from myapp import create_app
 
 

@@ -13,11 +13,12 @@ import secrets
 import pytest
 from flask import Flask
 
-from flask_authflow import AuthFlow, InMemoryBackend, get_state
-from flask_authflow.authn.factors.password import PasswordHasher
-from flask_authflow.authn.outcomes import FactorKind
+from flask_authflow import AuthFlow, get_state
 from flask_authflow.clock import MockClock
-from flask_authflow.session.stores import MemorySessionStore
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.outcomes import FactorKind
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import login_test_client
 
 pytest_plugins = ["pytester"]
@@ -123,7 +124,8 @@ import secrets
 import pytest
 from flask import Flask
 
-from flask_authflow import AuthFlow, InMemoryBackend, current_session, login_required
+from flask_authflow import AuthFlow, current_session, login_required
+from flask_authflow.storage.memory import InMemoryBackend
 
 CREATED = []
 

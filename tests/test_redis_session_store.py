@@ -31,25 +31,26 @@ from sqlalchemy import create_engine, inspect, text
 
 from flask_authflow import AuthFlow, current_session, get_state, login_required
 from flask_authflow.clock import MockClock, SystemClock
-from flask_authflow.config import load_config
-from flask_authflow.errors import (
-    ConfigurationError,
-    MissingExtraError,
-    SessionDecryptError,
-    StoreUnavailable,
-)
-from flask_authflow.session.crypto import SessionCrypto
-from flask_authflow.session.model import (
+from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow.core.ports import SessionStore
+from flask_authflow.core.session import (
     SessionRecord,
     complete_login,
     new_guest_record,
     new_session_id,
     sid_hash,
 )
-from flask_authflow.session.stores import SessionStore, deserialize_record
-from flask_authflow.state import account_admin
-from flask_authflow.stores.redis_session_store import RedisSessionStore
+from flask_authflow.errors import (
+    ConfigurationError,
+    MissingExtraError,
+    SessionDecryptError,
+    StoreUnavailable,
+)
+from flask_authflow.sessions.stores import deserialize_record
+from flask_authflow.storage.redis_sessions import RedisSessionStore
 from flask_authflow.testing.pytest_plugin import login_test_client
+from flask_authflow.web.config import load_config
+from flask_authflow.web.state import account_admin
 from tests import test_session_revocation as revocation
 from tests.concurrency import run_together
 from tests.parts import RedisServer, free_port, start_redis
@@ -204,7 +205,7 @@ def test_tampered_value_is_absent_and_logged(
     data = bytearray(raw.hget(record_key(store, record.sid), "d"))
     data[-1] ^= 0x01
     raw.hset(record_key(store, record.sid), "d", bytes(data))
-    with caplog.at_level(logging.WARNING, logger="flask_authflow.session"):
+    with caplog.at_level(logging.WARNING, logger="flask_authflow.sessions"):
         assert store.load(record.sid) is None
         assert store.list_user_sessions("acme", "alice") == []
     assert "unreadable" in caplog.text
@@ -518,7 +519,7 @@ def test_server_stopped_after_start(own_server: RedisServer, caplog: pytest.LogC
         store.save(record, clock.now() + HOUR)
         assert store.load(record.sid) == record
         own_server.stop()
-        with caplog.at_level(logging.WARNING, logger="flask_authflow.session"):
+        with caplog.at_level(logging.WARNING, logger="flask_authflow.sessions"):
             for call in _every_call(store, clock):
                 with pytest.raises(StoreUnavailable):
                     call()
@@ -647,7 +648,7 @@ def test_a_connection_dropped_twice_fails_closed(
     record = user_record(clock)
     store.save(record, clock.now() + HOUR)
     reads = _failing_reads(store, monkeypatch, redis.ConnectionError("Connection closed by server."))
-    with caplog.at_level(logging.WARNING, logger="flask_authflow.session"):
+    with caplog.at_level(logging.WARNING, logger="flask_authflow.sessions"):
         with pytest.raises(StoreUnavailable):
             store.load(record.sid)
     assert reads == [1, 1]  # once, then once more: no further retries
@@ -759,7 +760,7 @@ def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_the_module_imports_without_redis() -> None:
     program = (
         "import sys; sys.modules['redis'] = None\n"
-        "from flask_authflow.stores.redis_session_store import RedisSessionStore\n"
+        "from flask_authflow.storage.redis_sessions import RedisSessionStore\n"
         "print(RedisSessionStore.__name__)\n"
     )
     out = subprocess.run(

@@ -15,15 +15,15 @@ from sqlalchemy import DateTime, create_engine, text
 from examples.issuer.app import create_app as create_issuer_app
 from examples.reference.app import create_app as create_reference_app
 from flask_authflow import AuthFlow, current_session
-from flask_authflow.authn.factors.password import PasswordHasher
-from flask_authflow.authn.outcomes import FactorCredential
 from flask_authflow.errors import InvalidInput, StoreUnavailable
 from flask_authflow.issuer.keys import LocalIdpSigningKey
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.outcomes import FactorCredential
 from flask_authflow.responses import SERVER_ERROR_MESSAGE
-from flask_authflow.session.stores import MemorySessionStore
-from flask_authflow.stores.memory import InMemoryBackend
-from flask_authflow.stores.sqlalchemy.base import metadata
-from flask_authflow.stores.sqlalchemy.keystore import SqlAlchemyLocalIdpKeyStore
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql.base import metadata
+from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
 
 FAST_ARGON2 = {
     "TESTING": True,
@@ -272,7 +272,7 @@ def test_password_stdin_that_is_not_utf8_is_a_usage_error(reference_app: Flask) 
 
 
 def test_every_datetime_column_uses_the_shared_utc_type() -> None:
-    from flask_authflow.stores.sqlalchemy.base import UTCDateTime
+    from flask_authflow.storage.sql.base import UTCDateTime
 
     columns = [
         f"{table.name}.{column.name}"
@@ -310,7 +310,7 @@ def test_issuer_key_times_are_stored_as_utc_on_sqlite(tmp_path: Path) -> None:
 def test_utc_datetime_round_trips_as_aware_utc(tmp_path: Path) -> None:
     from sqlalchemy import Column, Integer, MetaData, Table, insert, select
 
-    from flask_authflow.stores.sqlalchemy.base import UTCDateTime
+    from flask_authflow.storage.sql.base import UTCDateTime
 
     engine = create_engine(f"sqlite:///{tmp_path / 't.db'}")
     table = Table("t", MetaData(), Column("id", Integer, primary_key=True), Column("at", UTCDateTime()))
@@ -324,7 +324,8 @@ def test_utc_datetime_round_trips_as_aware_utc(tmp_path: Path) -> None:
 
 
 def test_fresh_login_required_with_zero_max_age_always_asks_for_step_up() -> None:
-    from flask_authflow import MockClock, fresh_login_required
+    from flask_authflow import fresh_login_required
+    from flask_authflow.clock import MockClock
     from flask_authflow.testing import login_test_client
 
     clock = MockClock()
@@ -354,8 +355,8 @@ def test_fresh_login_required_with_zero_max_age_always_asks_for_step_up() -> Non
 def test_any_sqlalchemy_error_in_the_session_store_is_store_unavailable(tmp_path: Path) -> None:
     from sqlalchemy.exc import InvalidRequestError
 
-    from flask_authflow.session.crypto import SessionCrypto
-    from flask_authflow.stores.sqlalchemy.session_store import SqlAlchemySessionStore
+    from flask_authflow.core.crypto import SessionCrypto
+    from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
 
     store = SqlAlchemySessionStore(
         f"sqlite:///{tmp_path / 's.db'}", crypto=SessionCrypto(secrets.token_bytes(32))

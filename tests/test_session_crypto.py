@@ -7,8 +7,8 @@ import os
 
 import pytest
 
+from flask_authflow.core.crypto import ENVELOPE_VERSION, SessionCrypto, derive_key
 from flask_authflow.errors import ConfigurationError, SessionDecryptError, SessionError
-from flask_authflow.session.crypto import ENVELOPE_VERSION, SessionCrypto, derive_key
 
 KEY = bytes(range(32))
 OTHER = bytes(range(1, 33))

@@ -17,15 +17,8 @@ from werkzeug.http import parse_date
 from werkzeug.test import TestResponse
 
 from flask_authflow.clock import MockClock
-from flask_authflow.errors import ConfigurationError, StoreUnavailable
-from flask_authflow.session.crypto import derive_key
-from flask_authflow.session.interface import (
-    FINGERPRINT_PURPOSE,
-    MAX_COOKIE_LENGTH,
-    AuthFlowSessionInterface,
-    RequestSession,
-)
-from flask_authflow.session.model import (
+from flask_authflow.core.crypto import derive_key
+from flask_authflow.core.session import (
     AuthSession,
     AuthState,
     SessionRecord,
@@ -34,7 +27,14 @@ from flask_authflow.session.model import (
     pass_factor,
     start_login,
 )
-from flask_authflow.session.stores import MemorySessionStore
+from flask_authflow.errors import ConfigurationError, StoreUnavailable
+from flask_authflow.sessions.interface import (
+    FINGERPRINT_PURPOSE,
+    MAX_COOKIE_LENGTH,
+    AuthFlowSessionInterface,
+    RequestSession,
+)
+from flask_authflow.sessions.stores import MemorySessionStore
 
 KEY = b"K" * 32
 OLD_KEY = b"O" * 32

@@ -23,15 +23,17 @@ from typing import Any
 import pytest
 from flask import Flask, Response, session
 
-from flask_authflow import AuthFlow, InMemoryBackend
-from flask_authflow.authn.factors.password import PasswordHasher
+from flask_authflow import AuthFlow
 from flask_authflow.clock import MockClock
+from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow.core.ports import SessionStore
+from flask_authflow.core.session import AuthSession, new_guest_record, new_session_id
 from flask_authflow.errors import SessionDataTooLarge
-from flask_authflow.session.crypto import SessionCrypto
-from flask_authflow.session.interface import AuthFlowSessionInterface
-from flask_authflow.session.model import AuthSession, new_guest_record, new_session_id
-from flask_authflow.session.stores import MemorySessionStore, SessionStore
-from flask_authflow.stores.sqlalchemy.session_store import SqlAlchemySessionStore
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.sessions.interface import AuthFlowSessionInterface
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
 from flask_authflow.testing.pytest_plugin import login_test_client
 from tests.test_session_interface import (
     COOKIE,

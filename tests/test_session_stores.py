@@ -23,9 +23,9 @@ from sqlalchemy import Engine, event, select, text, update
 from sqlalchemy.exc import DBAPIError
 
 from flask_authflow.clock import MockClock
-from flask_authflow.errors import SessionDecryptError, SessionRecordError, StoreUnavailable
-from flask_authflow.session.crypto import SessionCrypto
-from flask_authflow.session.model import (
+from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow.core.ports import SessionStore
+from flask_authflow.core.session import (
     AuthState,
     SessionRecord,
     begin_flow,
@@ -35,14 +35,14 @@ from flask_authflow.session.model import (
     sid_hash,
     start_login,
 )
-from flask_authflow.session.stores import (
+from flask_authflow.errors import SessionDecryptError, SessionRecordError, StoreUnavailable
+from flask_authflow.sessions.stores import (
     RECORD_SCHEMA,
     MemorySessionStore,
-    SessionStore,
     deserialize_record,
     serialize_record,
 )
-from flask_authflow.stores.sqlalchemy.session_store import SqlAlchemySessionStore, sessions_table
+from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore, sessions_table
 from tests.parts import free_port
 
 KEY = bytes(range(32))
@@ -293,7 +293,7 @@ class TestSqlAlchemySessionStore(StoreContract):
         data[-1] ^= 0x01
         with store.engine.begin() as conn:
             conn.execute(update(sessions_table).values(data=bytes(data)))
-        with caplog.at_level(logging.WARNING, logger="flask_authflow.session"):
+        with caplog.at_level(logging.WARNING, logger="flask_authflow.sessions"):
             assert store.load(record.sid) is None
             assert store.list_user_sessions("acme", "alice") == []
         assert "unreadable" in caplog.text
@@ -561,7 +561,7 @@ def test_a_driver_error_fails_closed_and_keeps_the_pool_usable(
         assert store.save(record, clock.now() + HOUR)
         with store.engine.begin() as conn:
             conn.execute(text("ALTER TABLE authflow_sessions RENAME TO authflow_sessions_away"))
-        with caplog.at_level(logging.WARNING, logger="flask_authflow.session"):
+        with caplog.at_level(logging.WARNING, logger="flask_authflow.sessions"):
             with pytest.raises(StoreUnavailable):
                 store.load(record.sid)
         assert "session store unavailable: " in caplog.text

@@ -11,11 +11,12 @@ import pytest
 from flask import Flask
 from sqlalchemy import create_engine, inspect
 
-from flask_authflow import AuthFlow, SessionCrypto, current_session, get_state
+from flask_authflow import AuthFlow, current_session, get_state
+from flask_authflow.core.crypto import SessionCrypto
 from flask_authflow.errors import MissingExtraError
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
-from flask_authflow.stores.sqlalchemy.base import resolve_engine
-from flask_authflow.stores.sqlalchemy.session_store import SqlAlchemySessionStore
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.storage.sql.base import resolve_engine
+from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
 from flask_authflow.testing import login_test_client
 
 
@@ -79,7 +80,7 @@ def test_accounts_created_inside_the_apps_transaction_commit_or_roll_back_with_i
     from flask_sqlalchemy import SQLAlchemy
     from sqlalchemy import Column, String
 
-    from flask_authflow.authn.outcomes import FactorKind
+    from flask_authflow.outcomes import FactorKind
 
     db = SQLAlchemy()
 

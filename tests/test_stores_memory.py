@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from flask_authflow.authn.stores import AttemptKey
 from flask_authflow.clock import MockClock
+from flask_authflow.core.ports import AttemptKey
 from flask_authflow.errors import AuditWriteError, StoreUnavailable, UserNotFound
-from flask_authflow.stores.memory import InMemoryBackend
+from flask_authflow.storage.memory import InMemoryBackend
 from tests.authn_support import fast_hasher
 from tests.store_contract import T0, WINDOW, StoreContract
 

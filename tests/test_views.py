@@ -24,16 +24,9 @@ from flask.testing import FlaskClient
 from flask_wtf.csrf import CSRFProtect
 from markupsafe import escape
 
-from flask_authflow import (
-    AuthFlow,
-    AuthFlowError,
-    InvalidInput,
-    MockClock,
-    fresh_login_required,
-    get_state,
-    login_required,
-)
-from flask_authflow.authn.factors.base import (
+from flask_authflow import AuthFlow, AuthFlowError, fresh_login_required, get_state, login_required
+from flask_authflow.clock import MockClock
+from flask_authflow.core.factors import (
     Accepted,
     EnrollContext,
     EnrollmentStart,
@@ -41,20 +34,20 @@ from flask_authflow.authn.factors.base import (
     Rejected,
     StoredEnrollment,
 )
-from flask_authflow.authn.factors.email_otp import EmailOtpFactor
-from flask_authflow.authn.factors.password import PasswordHasher
-from flask_authflow.authn.factors.webauthn import WebAuthnFactor, WebAuthnSettings
-from flask_authflow.authn.outcomes import FactorCredential, FactorKind
-from flask_authflow.authn.stores import FactorConfig
-from flask_authflow.errors import ConfigurationError
-from flask_authflow.session.model import sid_hash
-from flask_authflow.session.stores import MemorySessionStore
-from flask_authflow.state import account_admin
-from flask_authflow.stores.memory import InMemoryBackend
+from flask_authflow.core.ports import FactorConfig
+from flask_authflow.core.session import sid_hash
+from flask_authflow.errors import ConfigurationError, InvalidInput
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.mfa.email_otp import EmailOtpFactor
+from flask_authflow.mfa.webauthn import WebAuthnFactor, WebAuthnSettings
+from flask_authflow.outcomes import FactorCredential, FactorKind
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT, Outbox
-from flask_authflow.views import VIEWS_BLUEPRINT, csrf_token, register_views
-from flask_authflow.views.common import MESSAGES
-from flask_authflow.views.csrf import SESSION_KEY
+from flask_authflow.web.csrf import SESSION_KEY
+from flask_authflow.web.state import account_admin
+from flask_authflow.web.views import VIEWS_BLUEPRINT, csrf_token, register_views
+from flask_authflow.web.views.common import MESSAGES
 from tests.parts import missing_part
 from tests.webauthn_soft import SoftAuthenticator
 

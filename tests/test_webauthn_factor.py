@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.authn.factors.base import (
+from flask_authflow.clock import MockClock
+from flask_authflow.core.factors import (
     Accepted,
     EnrollContext,
     Enrollment,
@@ -28,13 +29,22 @@ from flask_authflow.authn.factors.base import (
     PasskeyFactor,
     Rejected,
 )
-from flask_authflow.authn.factors.webauthn import (
+from flask_authflow.core.ports import FactorConfig
+from flask_authflow.core.session import AuthSession, AuthState
+from flask_authflow.errors import (
+    ConfigurationError,
+    EnrollmentError,
+    InvalidInput,
+    PermissionDenied,
+)
+from flask_authflow.login.service import AuthnRequest, AuthnService
+from flask_authflow.mfa.webauthn import (
     MAX_CREDENTIAL_SIZE,
     WebAuthnFactor,
     WebAuthnSettings,
     user_handle,
 )
-from flask_authflow.authn.outcomes import (
+from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,
     FactorKind,
@@ -42,18 +52,8 @@ from flask_authflow.authn.outcomes import (
     InvalidCredential,
     Locked,
 )
-from flask_authflow.authn.service import AuthnRequest, AuthnService
-from flask_authflow.authn.stores import FactorConfig
-from flask_authflow.clock import MockClock
-from flask_authflow.errors import (
-    ConfigurationError,
-    EnrollmentError,
-    InvalidInput,
-    PermissionDenied,
-)
-from flask_authflow.session.model import AuthSession, AuthState
-from flask_authflow.stores.memory import InMemoryBackend
-from flask_authflow.stores.sqlalchemy.backend import SqlAlchemyBackend
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from tests.authn_support import CTX, fast_hasher, new_session
 from tests.webauthn_soft import SoftAuthenticator, SoftCredential, b64url
 

@@ -42,13 +42,13 @@ from flask_authflow import (
     Authenticated,
     AuthFlow,
     AuthFlowError,
-    InvalidInput,
     current_session,
     fresh_login_required,
     get_state,
     login_required,
 )
 from flask_authflow.clock import Clock
+from flask_authflow.errors import InvalidInput
 from flask_authflow.issuer import LocalIdpSigningKey, MintClaims
 
 authflow = AuthFlow()

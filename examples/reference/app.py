@@ -57,14 +57,14 @@ from flask_authflow import (
     FactorKind,
     FactorRequired,
     InvalidCredential,
-    InvalidCredentials,
     Locked,
     StepUpRequired,
     current_session,
     get_state,
     login_required,
 )
-from flask_authflow.views import rotate_csrf_token
+from flask_authflow.outcomes import InvalidCredentials
+from flask_authflow.web.views import rotate_csrf_token
 
 authflow = AuthFlow()
 

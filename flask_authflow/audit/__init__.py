@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .client_ip import TrustedProxies
-from .context import AuditContext, audit_context, resolve_audit_context
-from .sinks import AuditRecord, AuditSink, AuthCounters, MemoryAuditSink, hash_session_id
+from flask_authflow.audit.client_ip import TrustedProxies
+from flask_authflow.audit.context import AuditContext, audit_context, resolve_audit_context
+from flask_authflow.audit.sinks import AuditRecord, AuditSink, AuthCounters, MemoryAuditSink, hash_session_id
 
 __all__ = [
     "AuditContext",

@@ -18,7 +18,7 @@ import ipaddress
 from collections.abc import Iterable
 from typing import Literal
 
-from ..errors import ConfigurationError
+from flask_authflow.errors import ConfigurationError
 
 __all__ = [
     "MAX_ADDRESS_CHARS",

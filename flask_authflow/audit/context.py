@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..responses import AUDIT_CONTEXT_KEY
-from .client_ip import IpSource, TrustedProxies
+from flask_authflow.audit.client_ip import IpSource, TrustedProxies
+from flask_authflow.responses import AUDIT_CONTEXT_KEY
 
 __all__ = ["MAX_USER_AGENT", "AuditContext", "audit_context", "resolve_audit_context"]
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from ..errors import ConfigurationError
-from ..settings import Settings, setting
-from .client_ip import TrustedProxies
+from flask_authflow.audit.client_ip import TrustedProxies
+from flask_authflow.errors import ConfigurationError
+from flask_authflow.settings import Settings, setting
 
 __all__ = ["AuditSettings"]
 

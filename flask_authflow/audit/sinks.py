@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import AuditWriteError
-from ..session.model import sid_hash
+from flask_authflow.core.session import sid_hash
+from flask_authflow.errors import AuditWriteError
 
 __all__ = [
     "COUNTER_HELP",

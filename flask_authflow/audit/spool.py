@@ -21,8 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import AuditWriteError
-from .sinks import AuditRecord, AuditSink
+from flask_authflow.audit.sinks import AuditRecord, AuditSink
+from flask_authflow.errors import AuditWriteError
 
 __all__ = ["SpoolAuditSink"]
 

@@ -14,8 +14,14 @@ status 1 (2 for a usage error) and never prints a traceback: :class:`AuthflowGro
 turns library errors, database errors and operating-system errors into that message.
 """
 
-from . import audit, db, factors, keys, sessions, users
-from .base import SCHEMA_ERROR_KEY, AuthflowGroup, CommandFailed, authflow_cli, defer_schema_refusal
+from flask_authflow.cli import audit, db, factors, keys, sessions, users
+from flask_authflow.cli.base import (
+    SCHEMA_ERROR_KEY,
+    AuthflowGroup,
+    CommandFailed,
+    authflow_cli,
+    defer_schema_refusal,
+)
 
 __all__ = [
     "SCHEMA_ERROR_KEY",

@@ -7,10 +7,18 @@ from typing import Any
 
 import click
 
-from ..audit.spool import SpoolAuditSink
-from ..errors import AuthFlowError
-from ..state import get_state
-from .base import CommandFailed, authflow_cli, authflow_message, emit, iso_time, json_option, short_time
+from flask_authflow.audit.spool import SpoolAuditSink
+from flask_authflow.cli.base import (
+    CommandFailed,
+    authflow_cli,
+    authflow_message,
+    emit,
+    iso_time,
+    json_option,
+    short_time,
+)
+from flask_authflow.errors import AuthFlowError
+from flask_authflow.web.state import get_state
 
 
 @authflow_cli.group("audit")

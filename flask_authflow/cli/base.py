@@ -16,10 +16,10 @@ from flask.cli import AppGroup
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from ..authn.identifiers import check_tenant, normalise_identifier
-from ..authn.stores import UserRecord
-from ..errors import AuthFlowError, StoreUnavailable, UserNotFound
-from ..state import get_state
+from flask_authflow.core.identifiers import check_tenant, normalise_identifier
+from flask_authflow.core.ports import UserRecord
+from flask_authflow.errors import AuthFlowError, StoreUnavailable, UserNotFound
+from flask_authflow.web.state import get_state
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -7,8 +7,8 @@ from typing import Any
 import click
 from flask import current_app
 
-from ..state import get_state
-from .base import SCHEMA_ERROR_KEY, CommandFailed, authflow_cli, emit, json_option
+from flask_authflow.cli.base import SCHEMA_ERROR_KEY, CommandFailed, authflow_cli, emit, json_option
+from flask_authflow.web.state import get_state
 
 
 @authflow_cli.group("db")
@@ -49,7 +49,7 @@ def db_upgrade(revision: str, as_json: bool) -> None:
     A database created before migrations existed is adopted first: missing tables are
     created and it is stamped with the baseline revision.
     """
-    from ..stores.sqlalchemy import migrations
+    from flask_authflow.storage.sql import migrations
 
     result = migrations.upgrade(_schema_engine(), revision)
     current_app.extensions.pop(SCHEMA_ERROR_KEY, None)
@@ -73,7 +73,7 @@ def db_upgrade(revision: str, as_json: bool) -> None:
 @json_option
 def db_downgrade(revision: str, yes: bool, as_json: bool) -> None:
     """Migrate the database back to REVISION ("base" drops every flask-authflow table and its rows)."""
-    from ..stores.sqlalchemy import migrations
+    from flask_authflow.storage.sql import migrations
 
     engine = _schema_engine()
     if not yes:
@@ -95,7 +95,7 @@ def db_downgrade(revision: str, yes: bool, as_json: bool) -> None:
 
 
 def _status_document() -> tuple[dict[str, Any], str | None]:
-    from ..stores.sqlalchemy import migrations
+    from flask_authflow.storage.sql import migrations
 
     now, newest, problem = migrations.schema_status(_schema_engine())
     return {"current": now, "head": newest, "behind": problem is not None}, problem

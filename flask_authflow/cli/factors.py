@@ -7,11 +7,7 @@ from typing import Any
 
 import click
 
-from ..authn.identifiers import normalise_identifier
-from ..authn.outcomes import FactorKind
-from ..authn.stores import FactorConfig
-from ..state import account_admin
-from .base import (
+from flask_authflow.cli.base import (
     CommandFailed,
     about_user,
     authflow_cli,
@@ -22,6 +18,10 @@ from .base import (
     tenant_option,
     tenant_or_default,
 )
+from flask_authflow.core.identifiers import normalise_identifier
+from flask_authflow.core.ports import FactorConfig
+from flask_authflow.outcomes import FactorKind
+from flask_authflow.web.state import account_admin
 
 
 def _user_summary(username: str, tenant: str) -> tuple[str, dict[str, Any]]:

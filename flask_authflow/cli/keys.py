@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from ..state import get_state
-from .base import CommandFailed, authflow_cli, emit, json_option
+from flask_authflow.cli.base import CommandFailed, authflow_cli, emit, json_option
+from flask_authflow.web.state import get_state
 
 
 def _issuer() -> Any:
@@ -18,7 +18,7 @@ def _issuer() -> Any:
         raise CommandFailed(
             "the local issuer is off: set AUTHFLOW_ISSUER (and AUTHFLOW_ISSUER_KEY_STORE)", "issuer_off"
         )
-    from ..issuer import MemoryLocalIdpKeyStore
+    from flask_authflow.issuer import MemoryLocalIdpKeyStore
 
     if isinstance(issuer.key_store, MemoryLocalIdpKeyStore):
         # Each CLI run would get its own throwaway key: no server would ever see it.
@@ -63,7 +63,7 @@ def rotate_key(algorithm: str | None, kid: str | None, step: str | None, force: 
     Plain ``rotate-key`` with nothing staged is refused unless ``--force`` (a new key
     that signs at once: relying parties with a cached JWKS must refetch).
     """
-    from ..issuer import LocalIdpSigningKey
+    from flask_authflow.issuer import LocalIdpSigningKey
 
     issuer = _issuer()
     document: dict[str, Any]
@@ -124,7 +124,7 @@ def _parse_claim(text: str) -> tuple[str, Any]:
 @json_option
 def mint(subject: str, audiences: tuple[str, ...], ttl: int, claims: tuple[str, ...], as_json: bool) -> None:
     """Mint a token with the current key and print it."""
-    from ..issuer import MintClaims
+    from flask_authflow.issuer import MintClaims
 
     issuer = _issuer()
     exp = issuer.clock.now() + timedelta(seconds=ttl)

@@ -7,10 +7,7 @@ from typing import Any
 
 import click
 
-from ..authn.identifiers import check_tenant
-from ..session.model import SessionRecord, describe_device, sid_hash
-from ..state import account_admin, get_state
-from .base import (
+from flask_authflow.cli.base import (
     MIN_HASH_PREFIX,
     SHORT_HASH,
     CommandFailed,
@@ -23,6 +20,9 @@ from .base import (
     tenant_option,
     tenant_or_default,
 )
+from flask_authflow.core.identifiers import check_tenant
+from flask_authflow.core.session import SessionRecord, describe_device, sid_hash
+from flask_authflow.web.state import account_admin, get_state
 
 
 @authflow_cli.group("sessions")

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..authn.identifiers import normalise_identifier
-from ..state import account_admin, get_state
-from .base import (
+from flask_authflow.cli.base import (
     about_user,
     authflow_cli,
     emit,
@@ -21,6 +19,8 @@ from .base import (
     user_document,
     user_locked_until,
 )
+from flask_authflow.core.identifiers import normalise_identifier
+from flask_authflow.web.state import account_admin, get_state
 
 
 @authflow_cli.command("create-user")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
+from flask_authflow.federation.errors import (
     CsrfMismatch,
     Discovery,
     EndSessionRefused,
@@ -27,12 +27,22 @@ from .errors import (
     UserInfo,
     UserNotLinked,
 )
-from .links import FederationStore, IdentityLink
+from flask_authflow.federation.links import FederationStore, IdentityLink
 
 if TYPE_CHECKING:
-    from .http import HttpClient, RequestsHttpClient
-    from .login import FederatedIdentity, FederatedLogin, FederationService, OAuthLoginOptions
-    from .provider import OAuthProvider, OAuthProviderConfig, ProviderMetadata, ProviderRegistry
+    from flask_authflow.federation.http import HttpClient, RequestsHttpClient
+    from flask_authflow.federation.login import (
+        FederatedIdentity,
+        FederatedLogin,
+        FederationService,
+        OAuthLoginOptions,
+    )
+    from flask_authflow.federation.provider import (
+        OAuthProvider,
+        OAuthProviderConfig,
+        ProviderMetadata,
+        ProviderRegistry,
+    )
 
 _LAZY = {
     "HttpClient": ".http",

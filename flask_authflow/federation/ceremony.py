@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from ..clock import utc
-from ..jose import b64url_encode
+from flask_authflow.clock import utc
+from flask_authflow.jose import b64url_encode
 
 __all__ = ["CEREMONY_KEY", "Ceremony", "pkce_challenge"]
 

@@ -16,9 +16,10 @@ from urllib.parse import urlencode
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from ..clock import Clock
-from ..errors import ConfigurationError
-from ..jose.algorithms import b64url_encode, signer
+from flask_authflow.clock import Clock
+from flask_authflow.core.encoding import b64url_encode
+from flask_authflow.errors import ConfigurationError
+from flask_authflow.jose.algorithms import signer
 
 __all__ = ["ASSERTION_TYPE", "PrivateKeyJwt", "load_client_key"]
 

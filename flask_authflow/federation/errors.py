@@ -8,7 +8,7 @@ carry tokens, codes or secrets.
 
 from __future__ import annotations
 
-from ..errors import AuthFlowError, TokenCheck
+from flask_authflow.errors import AuthFlowError, TokenCheck
 
 __all__ = [
     "CsrfMismatch",

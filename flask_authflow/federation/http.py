@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
-from ..errors import MissingExtraError
-from .errors import Discovery, ProviderUnreachable
+from flask_authflow.errors import MissingExtraError
+from flask_authflow.federation.errors import Discovery, ProviderUnreachable
 
 if TYPE_CHECKING:
     import requests

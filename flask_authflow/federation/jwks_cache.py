@@ -42,11 +42,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-from ..clock import Clock
-from ..errors import ConfigurationError
-from ..jose import JwksHandle, JwksSnapshot, JwtVerifier, VerificationKey, parse_public_jwk
-from .errors import OAuthError, ProviderUnreachable
-from .http import HttpClient, check_provider_url
+from flask_authflow.clock import Clock
+from flask_authflow.errors import ConfigurationError
+from flask_authflow.federation.errors import OAuthError, ProviderUnreachable
+from flask_authflow.federation.http import HttpClient, check_provider_url
+from flask_authflow.jose import JwksHandle, JwksSnapshot, JwtVerifier, VerificationKey, parse_public_jwk
 
 __all__ = ["ProviderKeyCache", "cache_max_age"]
 

@@ -6,8 +6,8 @@ logout token's ``sub`` (never treating ``sub`` as a local id). The replay cache
 remembers each logout token's ``jti`` until its ``exp``, in the shared store, so a
 token replayed to another process is refused too.
 
-:class:`~flask_authflow.stores.memory.InMemoryBackend` and
-:class:`~flask_authflow.stores.sqlalchemy.backend.SqlAlchemyBackend` implement
+:class:`~flask_authflow.storage.memory.InMemoryBackend` and
+:class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend` implement
 :class:`FederationStore`.
 """
 

@@ -18,20 +18,25 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .. import signals
-from ..authn.identifiers import normalise_identifier
-from ..authn.outcomes import Authenticated, FactorRequired
-from ..authn.service import AuthnRequest
-from ..authn.stores import IdentityStore, UserRecord
-from ..clock import Clock
-from ..errors import AuthFlowError, TokenCheck
-from ..jose import VerifiedClaims
-from ..session.model import AuthSession, AuthState, SessionRecord, begin_flow, clear_flow
-from ..session.stores import SessionStore
-from .ceremony import CEREMONY_KEY, Ceremony
-from .errors import CsrfMismatch, Expired, IssuerMismatch, LogoutTokenInvalid, OAuthError, UserNotLinked
-from .links import FederationStore, IdentityLink
-from .provider import OAuthProvider, ProviderRegistry, TokenSet
+from flask_authflow import signals
+from flask_authflow.clock import Clock
+from flask_authflow.core.identifiers import normalise_identifier
+from flask_authflow.core.ports import IdentityStore, LoginRecorder, SessionStore, UserRecord
+from flask_authflow.core.session import AuthSession, AuthState, SessionRecord, begin_flow, clear_flow
+from flask_authflow.errors import AuthFlowError, TokenCheck
+from flask_authflow.federation.ceremony import CEREMONY_KEY, Ceremony
+from flask_authflow.federation.errors import (
+    CsrfMismatch,
+    Expired,
+    IssuerMismatch,
+    LogoutTokenInvalid,
+    OAuthError,
+    UserNotLinked,
+)
+from flask_authflow.federation.links import FederationStore, IdentityLink
+from flask_authflow.federation.provider import OAuthProvider, ProviderRegistry, TokenSet
+from flask_authflow.jose import VerifiedClaims
+from flask_authflow.outcomes import Authenticated, FactorRequired
 
 __all__ = [
     "ClaimsMapper",
@@ -195,7 +200,7 @@ class FederationService:
 
     def finish(
         self,
-        handle: AuthnRequest,
+        handle: LoginRecorder,
         session: AuthSession,
         provider_name: str,
         code: str | None,
@@ -225,7 +230,7 @@ class FederationService:
 
     def _finish(
         self,
-        handle: AuthnRequest,
+        handle: LoginRecorder,
         session: AuthSession,
         provider_name: str,
         ceremony: Ceremony | None,
@@ -323,7 +328,7 @@ class FederationService:
 
     def backchannel_logout(
         self,
-        handle: AuthnRequest,
+        handle: LoginRecorder,
         session: AuthSession,
         provider_name: str,
         token: Any,

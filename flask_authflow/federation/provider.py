@@ -18,12 +18,17 @@ from datetime import timedelta
 from typing import Any, Final
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from ..clock import Clock, SystemClock
-from ..errors import ConfigurationError, MissingExtraError, TokenCheck, TokenVerificationError, UnknownKeyId
-from ..jose import VerifiedClaims
-from .ceremony import Ceremony
-from .client_auth import PrivateKeyJwt, load_client_key
-from .errors import (
+from flask_authflow.clock import Clock, SystemClock
+from flask_authflow.errors import (
+    ConfigurationError,
+    MissingExtraError,
+    TokenCheck,
+    TokenVerificationError,
+    UnknownKeyId,
+)
+from flask_authflow.federation.ceremony import Ceremony
+from flask_authflow.federation.client_auth import PrivateKeyJwt, load_client_key
+from flask_authflow.federation.errors import (
     Discovery,
     EndSessionRefused,
     IdTokenValidation,
@@ -35,15 +40,16 @@ from .errors import (
     UnknownProvider,
     UserInfo,
 )
-from .http import HttpClient, RequestsHttpClient, check_provider_url
-from .jwks_cache import ProviderKeyCache
-from .tokens import (
+from flask_authflow.federation.http import HttpClient, RequestsHttpClient, check_provider_url
+from flask_authflow.federation.jwks_cache import ProviderKeyCache
+from flask_authflow.federation.tokens import (
     ID_TOKEN_ALGORITHMS,
     LogoutClaims,
     check_id_token,
     check_logout_token,
     check_logout_token_size,
 )
+from flask_authflow.jose import VerifiedClaims
 
 __all__ = [
     "PROVIDER_CONFIG_KEYS",

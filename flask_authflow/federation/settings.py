@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..settings import Settings, setting
+from flask_authflow.settings import Settings, setting
 
 __all__ = ["FederationSettings"]
 

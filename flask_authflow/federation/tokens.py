@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
-from ..errors import TokenCheck
-from ..jose import VerifiedClaims
-from .errors import IdTokenValidation, LogoutTokenInvalid
+from flask_authflow.errors import TokenCheck
+from flask_authflow.federation.errors import IdTokenValidation, LogoutTokenInvalid
+from flask_authflow.jose import VerifiedClaims
 
 __all__ = [
     "BACKCHANNEL_LOGOUT_EVENT",

@@ -1,15 +1,36 @@
 """The local token issuer: keys, key stores, claims and :class:`LocalIdp`.
 
-The SQL key store lives in :mod:`flask_authflow.stores.sqlalchemy.keystore` (it needs
-SQLAlchemy tables, a layer above this package) and is exported from ``flask_authflow``.
+The claims load with the package; the issuer, its keys and the key stores (which import
+``joserfc`` through the JOSE layer) load on first use of their names, so an app that
+reads its settings without an issuer never imports them. The SQL key store lives in
+:mod:`flask_authflow.storage.sql.keystore` (it needs SQLAlchemy tables, a layer above
+this package).
 """
 
 from __future__ import annotations
 
-from .claims import REGISTERED_CLAIMS, MintClaims
-from .idp import DEFAULT_MAX_LIFETIME, DEFAULT_RELOAD_INTERVAL, LocalIdp, MintedToken
-from .keys import SIGNING_ALGORITHMS, LoadedKeys, LocalIdpSigningKey
-from .keystores import FileLocalIdpKeyStore, LocalIdpKeyStore, MemoryLocalIdpKeyStore
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from flask_authflow.issuer.claims import REGISTERED_CLAIMS, MintClaims
+
+if TYPE_CHECKING:
+    from flask_authflow.issuer.idp import DEFAULT_MAX_LIFETIME, DEFAULT_RELOAD_INTERVAL, LocalIdp, MintedToken
+    from flask_authflow.issuer.keys import SIGNING_ALGORITHMS, LoadedKeys, LocalIdpSigningKey
+    from flask_authflow.issuer.keystores import FileLocalIdpKeyStore, LocalIdpKeyStore, MemoryLocalIdpKeyStore
+
+_LAZY = {
+    "DEFAULT_MAX_LIFETIME": "flask_authflow.issuer.idp",
+    "DEFAULT_RELOAD_INTERVAL": "flask_authflow.issuer.idp",
+    "LocalIdp": "flask_authflow.issuer.idp",
+    "MintedToken": "flask_authflow.issuer.idp",
+    "SIGNING_ALGORITHMS": "flask_authflow.issuer.keys",
+    "LoadedKeys": "flask_authflow.issuer.keys",
+    "LocalIdpSigningKey": "flask_authflow.issuer.keys",
+    "FileLocalIdpKeyStore": "flask_authflow.issuer.keystores",
+    "LocalIdpKeyStore": "flask_authflow.issuer.keystores",
+    "MemoryLocalIdpKeyStore": "flask_authflow.issuer.keystores",
+}
 
 __all__ = [
     "DEFAULT_MAX_LIFETIME",
@@ -25,3 +46,10 @@ __all__ = [
     "MintClaims",
     "MintedToken",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -16,8 +16,8 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any, Final
 
-from ..clock import utc
-from ..errors import IssuanceError
+from flask_authflow.clock import utc
+from flask_authflow.errors import IssuanceError
 
 __all__ = ["REGISTERED_CLAIMS", "MintClaims", "Timestamp", "to_timestamp"]
 

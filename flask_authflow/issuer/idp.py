@@ -18,13 +18,20 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
-from ..clock import Clock, SystemClock
-from ..errors import ConfigurationError, IssuanceError, KeyStoreError, RotationRefused
-from ..jose import MAX_TOKEN_LENGTH, JwksHandle, JwtVerifier, VerificationKey, b64url_encode, parse_public_jwk
-from ..signals import key_rotated, token_minted
-from .claims import MintClaims
-from .keys import LoadedKeys, LocalIdpSigningKey
-from .keystores import LocalIdpKeyStore, RotationState, StagedRotationStore
+from flask_authflow.clock import Clock, SystemClock
+from flask_authflow.errors import ConfigurationError, IssuanceError, KeyStoreError, RotationRefused
+from flask_authflow.issuer.claims import MintClaims
+from flask_authflow.issuer.keys import LoadedKeys, LocalIdpSigningKey
+from flask_authflow.issuer.keystores import LocalIdpKeyStore, RotationState, StagedRotationStore
+from flask_authflow.jose import (
+    MAX_TOKEN_LENGTH,
+    JwksHandle,
+    JwtVerifier,
+    VerificationKey,
+    b64url_encode,
+    parse_public_jwk,
+)
+from flask_authflow.signals import key_rotated, token_minted
 
 if TYPE_CHECKING:
     from flask import Blueprint
@@ -304,7 +311,7 @@ class LocalIdp:
 
     def blueprint(self, url_prefix: str | None = None) -> Blueprint:
         """A Flask blueprint ``authflow_issuer`` serving discovery and ``/jwks.json``."""
-        from .views import make_blueprint
+        from flask_authflow.issuer.views import make_blueprint
 
         return make_blueprint(self, url_prefix=url_prefix)
 

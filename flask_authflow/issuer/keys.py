@@ -15,10 +15,10 @@ from typing import Any, Final
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from ..errors import KeyStoreError, SigningKeyError
-from ..jose import MIN_RSA_BITS, b64url_encode, jwk_thumbprint, load_private_key_pem, public_jwk
-from ..jose.algorithms import SIGNING_ALGORITHMS as JOSE_SIGNING_ALGORITHMS
-from ..jose.algorithms import signer
+from flask_authflow.errors import KeyStoreError, SigningKeyError
+from flask_authflow.jose import MIN_RSA_BITS, b64url_encode, jwk_thumbprint, load_private_key_pem, public_jwk
+from flask_authflow.jose.algorithms import SIGNING_ALGORITHMS as JOSE_SIGNING_ALGORITHMS
+from flask_authflow.jose.algorithms import signer
 
 __all__ = ["SIGNING_ALGORITHMS", "LoadedKeys", "LocalIdpSigningKey", "validate_kid"]
 

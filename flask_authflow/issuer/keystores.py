@@ -6,7 +6,7 @@ historical, or nothing changes at all. Three implementations ship:
 
 * :class:`MemoryLocalIdpKeyStore` - tests and development (a restart loses keys),
 * :class:`FileLocalIdpKeyStore` - a directory, crash-safe, for one machine,
-* :class:`~flask_authflow.stores.sqlalchemy.keystore.SqlAlchemyLocalIdpKeyStore`
+* :class:`~flask_authflow.storage.sql.keystore.SqlAlchemyLocalIdpKeyStore`
   - a database table, for several machines.
 """
 
@@ -25,8 +25,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
-from ..errors import DuplicateKeyId, KeyStoreError, RotationRefused, SigningKeyError
-from .keys import LoadedKeys, LocalIdpSigningKey, validate_kid
+from flask_authflow.errors import DuplicateKeyId, KeyStoreError, RotationRefused, SigningKeyError
+from flask_authflow.issuer.keys import LoadedKeys, LocalIdpSigningKey, validate_kid
 
 __all__ = [
     "FileLocalIdpKeyStore",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from ..settings import Settings, setting
+from flask_authflow.settings import Settings, setting
 
 __all__ = ["IssuerSettings"]
 

@@ -12,8 +12,8 @@ from typing import Any, Final
 from flask import Blueprint, Response, current_app, jsonify
 from flask.sansio.blueprints import BlueprintSetupState
 
-from ..errors import ConfigurationError
-from .idp import LocalIdp
+from flask_authflow.errors import ConfigurationError
+from flask_authflow.issuer.idp import LocalIdp
 
 __all__ = ["CACHE_CONTROL", "current_issuer", "jwks", "make_blueprint", "openid_configuration"]
 

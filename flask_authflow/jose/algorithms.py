@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
@@ -12,7 +10,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from ..errors import SigningKeyError
+from flask_authflow.errors import SigningKeyError
 
 # alg -> (kty, allowed curves or None).  Only asymmetric algorithms: HMAC with a
 # public key is the classic key-confusion attack, and ``none`` is no signature.
@@ -33,37 +31,6 @@ _ALG_KEY_TYPES: Final[Mapping[str, tuple[str, frozenset[str] | None]]] = Mapping
 
 #: Every algorithm :class:`JwtVerifier` can be told to accept.
 SUPPORTED_ALGORITHMS: Final = frozenset(_ALG_KEY_TYPES)
-
-
-# -- base64url ---------------------------------------------------------------------------------------
-
-
-def b64url_encode(data: bytes) -> str:
-    """Base64url without padding, as JWS compact serialisation wants."""
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-_TO_STANDARD_ALPHABET: Final = bytes.maketrans(b"-_", b"+/")
-# Last characters whose unused low bits are zero, for 2 and 3 leftover characters.
-_CANONICAL_LAST: Final = {2: frozenset(b"AQgw"), 1: frozenset(b"AEIMQUYcgkosw048")}
-
-
-def b64url_decode(data: str) -> bytes:
-    """Strict base64url decoding: no padding, no ``+``/``/``, no stray bits.
-
-    Strictness matters: a lenient decoder accepts many spellings of one signature,
-    which makes tokens malleable.
-    """
-    raw = data.encode("ascii")  # UnicodeEncodeError for non-ASCII input: callers map it
-    standard = raw.translate(_TO_STANDARD_ALPHABET, b"+/=")  # drops those three, then maps
-    if len(standard) != len(raw):
-        raise ValueError("invalid base64url")
-    pad = -len(raw) % 4
-    if pad:
-        if pad == 3 or raw[-1] not in _CANONICAL_LAST[pad]:
-            raise ValueError("non-canonical base64url")
-        standard += b"=" * pad
-    return binascii.a2b_base64(standard, strict_mode=True)
 
 
 _HASHES: Final[Mapping[str, type[hashes.HashAlgorithm]]] = MappingProxyType(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .keys import VerificationKey, parse_public_jwk
+from flask_authflow.jose.keys import VerificationKey, parse_public_jwk
 
 # -- shared JWK sets ---------------------------------------------------------------------------------
 

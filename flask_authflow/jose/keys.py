@@ -11,10 +11,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from joserfc.jwk import ECKey, Key, OKPKey, RSAKey
 
-from ..errors import (
+from flask_authflow.errors import (
     SigningKeyError,
 )
-from .algorithms import _ALG_KEY_TYPES
+from flask_authflow.jose.algorithms import _ALG_KEY_TYPES
 
 #: Regular expression a key id must match when flask-authflow creates one.
 KID_PATTERN: Final = r"^[A-Za-z0-9_-]{1,64}$"

@@ -44,11 +44,12 @@ from joserfc.errors import (
 from joserfc.jwa import JWSAlgModel
 from joserfc.jwt import ClaimsOption, JWTClaimsRegistry
 
-from ..clock import Clock, SystemClock
-from ..errors import ConfigurationError, TokenCheck, TokenVerificationError, UnknownKeyId
-from .algorithms import SUPPORTED_ALGORITHMS, b64url_decode
-from .jwks import JwksHandle, JwksSnapshot
-from .keys import VerificationKey
+from flask_authflow.clock import Clock, SystemClock
+from flask_authflow.core.encoding import b64url_decode
+from flask_authflow.errors import ConfigurationError, TokenCheck, TokenVerificationError, UnknownKeyId
+from flask_authflow.jose.algorithms import SUPPORTED_ALGORITHMS
+from flask_authflow.jose.jwks import JwksHandle, JwksSnapshot
+from flask_authflow.jose.keys import VerificationKey
 
 #: Longest compact token accepted, in characters; larger input is refused before parsing.
 MAX_TOKEN_LENGTH: Final = 16 * 1024

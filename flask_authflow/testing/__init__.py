@@ -1,8 +1,13 @@
 """Test helpers: the in-process issuer fixture and the pytest plugin's helpers."""
 
-from .fixture import IssuanceEvent, IssuanceListener, LocalIdpFixture, MockIssuanceListener
-from .provider import TestOpenIDProvider
-from .pytest_plugin import Outbox, SentMessage, login_test_client
+from flask_authflow.testing.fixture import (
+    IssuanceEvent,
+    IssuanceListener,
+    LocalIdpFixture,
+    MockIssuanceListener,
+)
+from flask_authflow.testing.provider import TestOpenIDProvider
+from flask_authflow.testing.pytest_plugin import Outbox, SentMessage, login_test_client
 
 __all__ = [
     "IssuanceEvent",

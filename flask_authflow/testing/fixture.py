@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, Protocol, runtime_checkable
 
-from ..clock import Clock, SystemClock
-from ..errors import ConfigurationError, IssuanceError
-from ..issuer.claims import MintClaims
-from ..issuer.idp import LocalIdp
-from ..issuer.keys import SIGNING_ALGORITHMS, LoadedKeys, LocalIdpSigningKey
-from ..issuer.keystores import MemoryLocalIdpKeyStore
-from ..jose import JwksHandle, JwtVerifier
+from flask_authflow.clock import Clock, SystemClock
+from flask_authflow.errors import ConfigurationError, IssuanceError
+from flask_authflow.issuer.claims import MintClaims
+from flask_authflow.issuer.idp import LocalIdp
+from flask_authflow.issuer.keys import SIGNING_ALGORITHMS, LoadedKeys, LocalIdpSigningKey
+from flask_authflow.issuer.keystores import MemoryLocalIdpKeyStore
+from flask_authflow.jose import JwksHandle, JwtVerifier
 
 __all__ = ["IssuanceEvent", "IssuanceListener", "LocalIdpFixture", "MockIssuanceListener"]
 

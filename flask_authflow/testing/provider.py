@@ -38,10 +38,10 @@ from cryptography.hazmat.primitives import hashes, hmac, serialization
 from flask import Flask, Response, jsonify, request
 from flask.testing import FlaskClient
 
-from ..clock import Clock, SystemClock
-from ..errors import ConfigurationError, SigningKeyError, TokenVerificationError
-from ..issuer.keys import LocalIdpSigningKey
-from ..jose import JwksHandle, JwtVerifier, b64url_encode, parse_public_jwk
+from flask_authflow.clock import Clock, SystemClock
+from flask_authflow.errors import ConfigurationError, SigningKeyError, TokenVerificationError
+from flask_authflow.issuer.keys import LocalIdpSigningKey
+from flask_authflow.jose import JwksHandle, JwtVerifier, b64url_encode, parse_public_jwk
 
 if TYPE_CHECKING:
     import requests

@@ -46,8 +46,8 @@ if TYPE_CHECKING:  # the plugin loads in every pytest run: import the library on
     from flask import Flask
     from flask.testing import FlaskClient
 
-    from ..authn.factors.password import PasswordHasher
-    from ..clock import MockClock
+    from flask_authflow.clock import MockClock
+    from flask_authflow.login.password import PasswordHasher
 
 __all__ = ["Outbox", "SentMessage", "login_test_client"]
 
@@ -86,7 +86,7 @@ def _authflow_wiring(request: pytest.FixtureRequest) -> Iterator[None]:
     if kind == "app" or (kind is None and not request.config.getini("authflow_autowire")):
         yield
         return
-    from .wiring import PluginWiring
+    from flask_authflow.testing.wiring import PluginWiring
 
     wiring = PluginWiring(
         clock=request.getfixturevalue("mock_clock"),
@@ -132,11 +132,11 @@ def login_test_client(
     password logins are completed here: a user with further factors gets
     ``RuntimeError`` naming the factor, rather than a bypass.
     """
-    from ..audit.context import AuditContext
-    from ..authn.identifiers import normalise_identifier
-    from ..authn.outcomes import Authenticated, FactorCredential, FactorRequired
-    from ..session.model import AuthSession
-    from ..state import get_state
+    from flask_authflow.audit.context import AuditContext
+    from flask_authflow.core.identifiers import normalise_identifier
+    from flask_authflow.core.session import AuthSession
+    from flask_authflow.outcomes import Authenticated, FactorCredential, FactorRequired
+    from flask_authflow.web.state import get_state
 
     state = get_state(app)
     tenant_name = tenant or state.config.default_tenant
@@ -166,7 +166,7 @@ def login_test_client(
 @pytest.fixture
 def mock_clock() -> MockClock:
     """A clock that moves only when the test says so."""
-    from ..clock import MockClock
+    from flask_authflow.clock import MockClock
 
     return MockClock()
 
@@ -174,7 +174,7 @@ def mock_clock() -> MockClock:
 @pytest.fixture
 def authflow_hasher() -> PasswordHasher:
     """Argon2id with minimal cost parameters: real hashing, fast tests."""
-    from ..authn.factors.password import PasswordHasher
+    from flask_authflow.login.password import PasswordHasher
 
     return PasswordHasher.fast_for_tests()
 
@@ -196,9 +196,9 @@ def authflow_app(
         assert isinstance(app, Flask)
         return app
 
-    from ..extension import AuthFlow
-    from ..session.stores import MemorySessionStore
-    from ..stores.memory import InMemoryBackend
+    from flask_authflow.sessions.stores import MemorySessionStore
+    from flask_authflow.storage.memory import InMemoryBackend
+    from flask_authflow.web.extension import AuthFlow
 
     app = Flask("authflow_test_app")
     app.config.update(
@@ -248,7 +248,7 @@ def logged_in_client(request: pytest.FixtureRequest, login_client: Callable[...,
 @pytest.fixture
 def mail_outbox(authflow_app: Flask) -> Outbox:
     """Collects what the app sends through its :class:`~flask_authflow.mail.MailSender`."""
-    from ..state import get_state
+    from flask_authflow.web.state import get_state
 
     outbox = Outbox()
     get_state(authflow_app).mail_sender = outbox
@@ -258,7 +258,7 @@ def mail_outbox(authflow_app: Flask) -> Outbox:
 @pytest.fixture
 def local_idp() -> Any:
     """A fresh in-process issuer (RSA-2048) for ``https://issuer.test``."""
-    from .fixture import LocalIdpFixture
+    from flask_authflow.testing.fixture import LocalIdpFixture
 
     return LocalIdpFixture("https://issuer.test")
 
@@ -273,7 +273,7 @@ def oidc_provider(mock_clock: MockClock) -> Any:
     client's host (``http://localhost``). Tokens take their time from ``mock_clock``.
     Call ``oidc_provider.login_as("alice", email=...)`` before an authorization request.
     """
-    from .provider import TestOpenIDProvider
+    from flask_authflow.testing.provider import TestOpenIDProvider
 
     provider = TestOpenIDProvider("https://op.test", clock=mock_clock)
     provider.register_client(

@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from ..authn.factors.password import PasswordHasher
-from ..clock import Clock
-from ..errors import ConfigurationError
-from ..extension import AuthFlow
-from ..session.stores import MemorySessionStore
-from ..state import EXTENSION_KEY, Adapters
-from ..stores.memory import InMemoryBackend
+from flask_authflow.clock import Clock
+from flask_authflow.errors import ConfigurationError
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.web.extension import AuthFlow
+from flask_authflow.web.state import EXTENSION_KEY, Adapters
 
 __all__ = ["PluginWiring"]
 

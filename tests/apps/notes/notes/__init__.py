@@ -12,7 +12,8 @@ import os
 from flask import Flask, render_template
 from flask_sqlalchemy import SQLAlchemy
 
-from flask_authflow import AuthFlow, SqlAlchemyBackend, UserMixin, current_user, login_required
+from flask_authflow import AuthFlow, UserMixin, current_user, login_required
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 
 db = SQLAlchemy()
 authflow = AuthFlow(backend=SqlAlchemyBackend(db))

@@ -1,0 +1,49 @@
+"""Canonical forms of login identifiers and tenants.
+
+One identifier must map to one account however it is typed: "Alice", "alice" and
+"alice" typed in full-width forms are the same user. Normalising before every lookup *and* before
+counting failures means the lockout cannot be sidestepped by changing the case.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from flask_authflow.errors import InvalidInput
+
+__all__ = ["MAX_IDENTIFIER_LENGTH", "MAX_TENANT_LENGTH", "check_tenant", "normalise_identifier"]
+
+#: The longest identifier accepted (an e-mail address is at most 254 characters).
+MAX_IDENTIFIER_LENGTH = 254
+MAX_TENANT_LENGTH = 128
+
+
+def _has_control(value: str) -> bool:
+    # Category C: controls (CR, LF, NEL), format characters (zero-width joiners...),
+    # surrogates, private use and unassigned code points; Zl and Zp: the line and
+    # paragraph separators U+2028 and U+2029, which break lines like LF does. None
+    # belongs in an identifier.
+    return any((cat := unicodedata.category(ch)).startswith("C") or cat in ("Zl", "Zp") for ch in value)
+
+
+def normalise_identifier(value: str) -> str:
+    """NFKC, case-folded, stripped; :class:`InvalidInput` if empty, too long or with control characters."""
+    if not isinstance(value, str):
+        raise InvalidInput("the identifier must be a string")
+    if len(value) > 4 * MAX_IDENTIFIER_LENGTH:  # refuse before normalising absurd input
+        raise InvalidInput("the identifier is too long")
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", value).casefold()).strip()
+    if not folded:
+        raise InvalidInput("the identifier is empty")
+    if len(folded) > MAX_IDENTIFIER_LENGTH:
+        raise InvalidInput("the identifier is too long")
+    if _has_control(folded):
+        raise InvalidInput("the identifier contains control characters")
+    return folded
+
+
+def check_tenant(value: str) -> str:
+    """Tenants are compared exactly; refuse empty, over-long or control-character values."""
+    if not isinstance(value, str) or not value or len(value) > MAX_TENANT_LENGTH or _has_control(value):
+        raise InvalidInput("invalid tenant")
+    return value

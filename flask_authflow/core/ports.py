@@ -1,0 +1,425 @@
+"""What the login service needs from storage, as protocols.
+
+One object may implement all four (``InMemoryBackend`` and ``SqlAlchemyBackend`` do);
+the service then uses it for everything. Every method that a security decision
+depends on raises :class:`~flask_authflow.errors.StoreUnavailable` when the store
+cannot answer, and the service refuses the attempt (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol, runtime_checkable
+
+from flask_authflow.audit.sinks import AuditRecord, AuditSink
+from flask_authflow.core.session import AuthSession, SessionRecord
+from flask_authflow.outcomes import Authenticated, FactorKind, FactorRequired
+
+__all__ = [
+    "RESERVATION_TTL",
+    "AttemptKey",
+    "AttemptStore",
+    "AuditRecord",
+    "AuditSink",
+    "FactorConfig",
+    "FactorRecordStore",
+    "FactorStore",
+    "FailureCount",
+    "IdentityStore",
+    "LoginFacts",
+    "LoginLookup",
+    "LoginRecorder",
+    "Reservation",
+    "SessionStore",
+    "UserRecord",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class UserRecord:
+    """A local account. ``identifier`` is normalised; ``user_id`` never changes."""
+
+    user_id: str
+    tenant: str
+    identifier: str
+    created_at: datetime
+    disabled: bool = False
+
+    # What Flask-Login's UserMixin answers, so ``current_user`` works the same without a
+    # user loader (then ``current_user`` is this record).
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def is_active(self) -> bool:
+        return not self.disabled
+
+    @property
+    def is_anonymous(self) -> bool:
+        return False
+
+    def get_id(self) -> str:
+        return self.user_id
+
+
+@dataclass(frozen=True, slots=True)
+class FactorConfig:
+    """An enrolled factor (or one being enrolled, ``confirmed=False``).
+
+    :param factor_id: the factor's stable id (``secrets.token_urlsafe`` text, at most 64
+        characters), unique across the store; the associated data of a sealed secret.
+    :param secret: what the factor verifies against: a sealed key (TOTP, HOTP), a hash
+        (password, recovery codes) or ``""``; kept out of ``repr``.
+    :param counter: a number the store only moves forward atomically: the next HOTP
+        counter, the next acceptable TOTP time step, a WebAuthn signature count, the
+        version of a recovery-code set.
+    :param data: public, JSON-serialisable metadata (a label, an e-mail address, a
+        WebAuthn credential's public key and transports).
+    :param lookup: an indexed value to find the factor without knowing its user (a
+        WebAuthn credential id, for passkey logins), unique per kind; ``None`` otherwise.
+    :param confirmed: ``False`` while an enrollment waits for proof of possession; such a
+        factor is never used for a login.
+    """
+
+    user_id: str
+    kind: FactorKind
+    created_at: datetime
+    secret: str = field(repr=False, default="")
+    factor_id: str = ""
+    counter: int = 0
+    data: Mapping[str, Any] = field(default_factory=dict)
+    lookup: str | None = None
+    confirmed: bool = True
+    last_used_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptKey:
+    """What failures are counted against: (tenant, normalised identifier, factor name)."""
+
+    tenant: str
+    subject: str
+    factor: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailureCount:
+    """The result of counting one failure: failures in the window, and the lock it caused."""
+
+    failures: int
+    locked_until: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """The answer to :meth:`AttemptStore.reserve_attempt`.
+
+    ``token`` is set when the attempt may run (settle it with ``register_failure`` or
+    ``register_success``, or give it back with ``release_attempt``); otherwise
+    ``locked_until`` says until when the subject is refused.
+    """
+
+    token: str | None
+    locked_until: datetime | None = None
+
+    @property
+    def granted(self) -> bool:
+        return self.token is not None
+
+
+#: A reservation older than this no longer counts (its process died mid-attempt).
+RESERVATION_TTL = timedelta(minutes=1)
+
+
+@runtime_checkable
+class IdentityStore(Protocol):
+    """Users, looked up by (tenant, normalised identifier)."""
+
+    def find_user(self, tenant: str, identifier: str) -> UserRecord | None: ...
+
+    def get_user(self, tenant: str, user_id: str) -> UserRecord | None: ...
+
+    def create_user(self, tenant: str, identifier: str, password: str | None = None) -> UserRecord: ...
+
+    def list_users(self, tenant: str | None = None) -> list[UserRecord]: ...
+
+
+@runtime_checkable
+class FactorStore(Protocol):
+    """Enrolled factors and password hashes."""
+
+    def get_password_hash(self, tenant: str, user_id: str) -> str | None: ...
+
+    def set_password_hash(self, tenant: str, user_id: str, password_hash: str) -> None: ...
+
+    def required_factors(self, tenant: str, user_id: str) -> list[FactorKind]:
+        """The distinct kinds of the user's *confirmed* factors: password first, then the
+        others in the order they were enrolled. The service turns them into login steps."""
+        ...
+
+    def list_factors(self, tenant: str, user_id: str) -> list[FactorConfig]:
+        """The user's confirmed factors (password included), oldest first."""
+        ...
+
+
+@runtime_checkable
+class FactorRecordStore(FactorStore, Protocol):
+    """Factor records with enrollment and atomic one-time use (``InMemoryBackend`` and
+    ``SqlAlchemyBackend`` implement it).
+
+    Every method checks that ``user_id`` belongs to ``tenant``: a factor of another
+    tenant's user is never found, changed or deleted. Each change is one atomic step
+    (one conditional statement or one transaction), so parallel requests in several
+    processes see exactly one winner.
+    """
+
+    def add_factor(self, tenant: str, config: FactorConfig) -> None:
+        """Insert ``config`` as given (usually ``confirmed=False``).
+
+        :raises UserNotFound: the user is not in ``tenant``.
+        :raises ValueError: ``config.factor_id`` is empty or already used, or
+            ``(config.kind, config.lookup)`` is taken.
+        """
+        ...
+
+    def get_factor(self, tenant: str, user_id: str, factor_id: str) -> FactorConfig | None:
+        """One factor, confirmed or not."""
+        ...
+
+    def list_user_factors(
+        self, tenant: str, user_id: str, *, kind: FactorKind | None = None, include_pending: bool = False
+    ) -> list[FactorConfig]:
+        """The user's factors, oldest first: confirmed ones, and pending ones on request."""
+        ...
+
+    def find_factor_by_lookup(self, tenant: str, kind: FactorKind, lookup: str) -> FactorConfig | None:
+        """The confirmed factor of ``kind`` whose ``lookup`` is ``lookup``, among ``tenant``'s users."""
+        ...
+
+    def confirm_factor(self, tenant: str, user_id: str, factor_id: str, *, replace_kind: bool) -> bool:
+        """Mark a pending factor confirmed; with ``replace_kind``, delete the user's other
+        factors of the same kind (confirmed or pending) in the same transaction, so
+        re-enrolling leaves exactly one. False when no such pending factor exists."""
+        ...
+
+    def delete_factor(self, tenant: str, user_id: str, factor_id: str) -> bool:
+        """Remove one factor (never the password: :class:`ValueError`). False when absent."""
+        ...
+
+    def advance_factor_counter(
+        self, tenant: str, user_id: str, factor_id: str, new_counter: int, *, now: datetime
+    ) -> bool:
+        """Set ``counter = new_counter`` and ``last_used_at = now`` only if the stored counter
+        is *below* ``new_counter`` and the factor is confirmed; one conditional statement.
+        True for the one caller that moved it; False for everyone else (replay, race)."""
+        ...
+
+    def swap_factor_secret(
+        self,
+        tenant: str,
+        user_id: str,
+        factor_id: str,
+        *,
+        expected_counter: int,
+        secret: str,
+        now: datetime,
+    ) -> bool:
+        """Compare-and-set: replace ``secret`` and set ``counter = expected_counter + 1``
+        (and ``last_used_at``) only if the counter still equals ``expected_counter`` and the
+        factor is confirmed. True for exactly one of several parallel callers."""
+        ...
+
+    def use_once(self, scope: str, token: str, *, expires_at: datetime) -> bool:
+        """Record the one-time ``token`` of ``scope`` as used until ``expires_at``: a login
+        challenge or an e-mail code (its digest) kept in a session, which parallel requests
+        of that session all read. One atomic statement: True for exactly one of several
+        parallel callers, False for every other and for a replay until ``expires_at``."""
+        ...
+
+
+@runtime_checkable
+class AttemptStore(Protocol):
+    """Attempt log and lockout counters; every update is atomic across threads and processes."""
+
+    def locked_until(self, tenant: str, subject: str, now: datetime) -> datetime | None:
+        """The latest active lock on any factor of ``subject``, or ``None``."""
+        ...
+
+    def reserve_attempt(
+        self,
+        key: AttemptKey,
+        *,
+        now: datetime,
+        window: timedelta,
+        max_failures: int,
+        lock_duration: timedelta,
+    ) -> Reservation:
+        """Reserve one attempt before the credential is checked, atomically (one statement or a row lock).
+
+        Granted only while no lock is active on the subject and the failures counted in
+        the window plus the reservations in flight (younger than :data:`RESERVATION_TTL`)
+        stay below ``max_failures``; otherwise refused with the end of the lock (or, while
+        attempts are in flight, ``now + lock_duration``). So N parallel guesses run at most
+        ``max_failures`` credential checks, across threads and processes.
+        """
+        ...
+
+    def release_attempt(self, key: AttemptKey, token: str) -> None:
+        """Give a reservation back without counting anything (the attempt did not happen)."""
+        ...
+
+    def register_failure(
+        self,
+        key: AttemptKey,
+        *,
+        now: datetime,
+        window: timedelta,
+        max_failures: int,
+        lock_duration: timedelta,
+        client_ip: str | None = None,
+        reservation: str | None = None,
+    ) -> FailureCount:
+        """Log the failure and count it (settling ``reservation`` in the same step); the failure
+        that reaches ``max_failures`` sets the lock."""
+        ...
+
+    def register_success(
+        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
+    ) -> None:
+        """Log the success, reset the failure counter of ``key`` and settle ``reservation``."""
+        ...
+
+    def register_success_unless_locked(
+        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
+    ) -> datetime | None:
+        """How a successful check is settled: if a lock is active on ``key.subject`` (any
+        factor, as ``locked_until``; set by a parallel failure while the check ran), give
+        ``reservation`` back and return the lock's end, logging and resetting nothing.
+        Otherwise do what ``register_success`` does and return ``None``. One atomic step."""
+        ...
+
+    def set_lock(self, key: AttemptKey, until: datetime) -> None: ...
+
+    def clear_lock(self, tenant: str, subject: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LoginFacts:
+    """What ``begin_login`` decides on, read together (see :class:`LoginLookup`)."""
+
+    #: The user of the identifier in the tenant, if any (disabled ones included).
+    user: UserRecord | None
+    #: ``required_factors`` of that user; empty without one.
+    kinds: list[FactorKind]
+    #: ``locked_until`` of the identifier (as a lockout subject), or ``None``.
+    locked_until: datetime | None
+
+
+@runtime_checkable
+class LoginLookup(Protocol):
+    """Optional: a store that is identity, factor *and* attempt store at once may answer
+    ``find_user``, ``required_factors`` and ``locked_until`` of a login in one read
+    (``SqlAlchemyBackend``: one statement instead of three round trips). The service
+    uses it only when one object plays all three roles."""
+
+    def login_facts(self, tenant: str, identifier: str, now: datetime) -> LoginFacts:
+        """The user of ``identifier`` in ``tenant``, their confirmed factor kinds (as
+        ``required_factors``), and the active lock on ``identifier`` (as ``locked_until``)."""
+        ...
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Persistence of session records, keyed by session id.
+
+    A store never interprets the record beyond the index columns it needs (tenant,
+    user id, expiry); persistent stores encrypt the record at rest.
+    Every method raises :class:`~flask_authflow.errors.StoreUnavailable` when the
+    backing service cannot be reached (callers fail closed).
+    """
+
+    def load(self, sid: str) -> SessionRecord | None:
+        """The record with this id, or ``None`` if unknown or expired."""
+        ...
+
+    def save(
+        self,
+        record: SessionRecord,
+        expires_at: datetime,
+        *,
+        replaces: Sequence[str] = (),
+        existing: bool = False,
+    ) -> bool:
+        """Write the record; it must be gone (``load`` → ``None``) after ``expires_at``.
+
+        A deleted session is revoked, and no save may bring it back:
+
+        * ``existing=True`` (the record was loaded from this store under ``record.sid``):
+          update the live row only. If the row is gone (logout, ``sessions revoke``, a
+          password change, expiry) nothing is written and ``False`` is returned. Between
+          two live writers of one row the last one wins (ordinary updates).
+        * ``existing=False``: ``record.sid`` is a brand-new id. ``replaces`` lists the
+          earlier ids of this session that the store holds (before a rotation): they are
+          deleted in the same atomic step as the insert, so no moment exists where both
+          ids work. If any of them is already gone (revoked), nothing is written and
+          ``False`` is returned.
+
+        :returns: ``True`` if the record was written, ``False`` if the session was revoked.
+        """
+        ...
+
+    def delete(self, sid: str) -> None:
+        """Remove the record (no error if it is already gone)."""
+        ...
+
+    def list_user_sessions(self, tenant: str, user_id: str) -> list[SessionRecord]:
+        """Live sessions of one user (any state other than Guest)."""
+        ...
+
+    def delete_user_sessions(self, tenant: str, user_id: str) -> int:
+        """Revoke every session of one user; returns how many were removed."""
+        ...
+
+    def delete_tenant_sessions(self, tenant: str) -> int:
+        """Revoke every session of every user of ``tenant`` (a tenant-wide logout);
+        returns how many were removed. Guest sessions carry no tenant and stay."""
+        ...
+
+    def delete_federated_sessions(self, issuer: str, provider_sid: str) -> int:
+        """Revoke every session established by a federated login of the provider session
+        (``issuer``, ``sid``) (a back-channel logout); returns how many were removed."""
+        ...
+
+
+class LoginRecorder(Protocol):
+    """What a flow outside the login package needs of the request-scoped login handle
+    (:class:`~flask_authflow.login.service.AuthnRequest` implements it): log in a user the
+    flow proved some other way, and write an audit row of its own."""
+
+    def establish(
+        self,
+        session: AuthSession,
+        tenant: str,
+        user_id: str,
+        *,
+        method: str,
+        skip_factors: bool = False,
+        pending_workflow: bool = False,
+        federation: Mapping[str, str] | None = None,
+        multi_factor: bool = False,
+    ) -> Authenticated | FactorRequired: ...
+
+    def record_event(
+        self,
+        event: str,
+        status: str,
+        session: AuthSession,
+        *,
+        tenant: str | None = None,
+        user_id: str | None = None,
+        factor: str | None = None,
+        reason: str | None = None,
+    ) -> None: ...

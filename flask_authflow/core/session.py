@@ -1,0 +1,618 @@
+"""The login state machine and the session object views see.
+
+A session is one :class:`SessionRecord` (immutable, what the store keeps) wrapped in an
+:class:`AuthSession` (what ``flask.session`` / ``current_session`` is during a request).
+Every change of authentication state is a pure function from record to record below;
+:class:`AuthSession` applies them, rotates the session id and marks itself dirty.
+
+The rule the whole library rests on: a record in :attr:`AuthState.AUTHENTICATED` has no
+outstanding factor, so :attr:`AuthSession.is_authenticated` is never true while a
+required factor is still to be verified (enforced in ``SessionRecord.__post_init__``).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import secrets
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from flask.json.tag import TaggedJSONSerializer
+from flask.sessions import SessionMixin
+from werkzeug.datastructures import CallbackDict
+
+from flask_authflow.errors import InvalidTransition, SessionDataTooLarge
+
+__all__ = [
+    "CUSTOM_DATA_LIMIT",
+    "DEVICE_MAX_LENGTH",
+    "AuthSession",
+    "AuthState",
+    "InvalidTransition",
+    "SessionRecord",
+    "begin_flow",
+    "clean_user_agent",
+    "clear_flow",
+    "complete_login",
+    "custom_serializer",
+    "describe_device",
+    "fail_login",
+    "federation_key",
+    "new_guest_record",
+    "new_session_id",
+    "pass_factor",
+    "record_federation_key",
+    "reset_to_guest",
+    "sid_hash",
+    "start_login",
+    "step_kinds",
+    "step_name",
+    "step_up",
+]
+
+#: Separates the kinds of one login step in ``factors_pending`` ("totp|webauthn|recovery_code":
+#: any one of them passes the step).
+STEP_SEPARATOR = "|"
+
+
+def step_kinds(step: str) -> tuple[str, ...]:
+    """The factor kinds that satisfy one login step (a step is stored as ``"a|b|c"``)."""
+    return tuple(kind for kind in step.split(STEP_SEPARATOR) if kind)
+
+
+def step_name(kinds: Iterable[str]) -> str:
+    """The stored form of a step satisfied by any one of ``kinds`` (order kept, duplicates dropped)."""
+    unique = list(dict.fromkeys(kinds))
+    if not unique or any(not kind or STEP_SEPARATOR in kind for kind in unique):
+        raise InvalidTransition("a login step needs at least one factor kind, without '|'")
+    return STEP_SEPARATOR.join(unique)
+
+
+#: Maximum size of ``SessionData.custom`` once serialised (the spec's 64 KiB).
+CUSTOM_DATA_LIMIT = 64 * 1024
+
+#: Serialiser for custom data: Flask's own tagged JSON, so ``flask.session`` values
+#: (tuples, bytes, Markup, datetimes, flashed messages) round-trip as they do in Flask.
+custom_serializer = TaggedJSONSerializer()
+
+
+class AuthState(enum.Enum):
+    """Where a session is in the login state machine."""
+
+    GUEST = "guest"
+    AUTHENTICATING = "authenticating"
+    AUTHENTICATED = "authenticated"
+    PENDING_WORKFLOW = "pending_workflow"
+
+
+#: Longest User-Agent kept as a session's ``device`` (the rest is cut).
+DEVICE_MAX_LENGTH = 256
+
+_BROWSERS = (
+    ("Edg/", "Edge"),
+    ("OPR/", "Opera"),
+    ("Firefox/", "Firefox"),
+    ("Chromium/", "Chromium"),
+    ("Chrome/", "Chrome"),
+    ("Safari/", "Safari"),
+    ("curl/", "curl"),
+)
+_SYSTEMS = (
+    ("Android", "Android"),
+    ("iPhone", "iPhone"),
+    ("iPad", "iPad"),
+    ("Windows", "Windows"),
+    ("Mac OS X", "macOS"),
+    ("CrOS", "ChromeOS"),
+    ("Linux", "Linux"),
+)
+
+
+def clean_user_agent(user_agent: str | None) -> str | None:
+    """``user_agent`` as a session keeps it: printable ASCII only, spaces collapsed, at most
+    :data:`DEVICE_MAX_LENGTH` characters; ``None`` when nothing printable is left."""
+    if not user_agent:
+        return None
+    text = "".join(ch if " " <= ch <= "~" else " " for ch in user_agent[: DEVICE_MAX_LENGTH * 4])
+    text = " ".join(text.split())[:DEVICE_MAX_LENGTH]
+    return text or None
+
+
+def describe_device(device: str | None) -> str:
+    """A short label for a session's ``device`` ("Firefox on Linux"), or ``"unknown device"``.
+
+    A best-effort reading of the User-Agent for people, never a security signal.
+    """
+    if not device:
+        return "unknown device"
+    browser = next((name for token, name in _BROWSERS if token in device), None)
+    system = next((name for token, name in _SYSTEMS if token in device), None)
+    if browser and system:
+        return f"{browser} on {system}"
+    if browser or system:
+        return str(browser or system)
+    return device.split(" ", 1)[0][:40]
+
+
+def federation_key(issuer: str, provider_sid: str) -> str:
+    """The index key of a provider session: SHA-256 of ``issuer`` and ``sid`` (hex).
+
+    Stores keep it beside the record so a back-channel logout for (issuer, sid) finds
+    the local sessions without reading every record.
+    """
+    return hashlib.sha256(f"{issuer}\n{provider_sid}".encode()).hexdigest()
+
+
+def record_federation_key(record: SessionRecord) -> str | None:
+    """:func:`federation_key` of a record established by a federated login with a ``sid``."""
+    fed = record.federation
+    if not fed or record.state is AuthState.GUEST:
+        return None
+    issuer, provider_sid = fed.get("issuer"), fed.get("sid")
+    if not issuer or not provider_sid:
+        return None
+    return federation_key(issuer, provider_sid)
+
+
+def new_session_id() -> str:
+    """A fresh 256-bit session id from the OS CSPRNG (43 URL-safe characters)."""
+    return secrets.token_urlsafe(32)
+
+
+def sid_hash(sid: str) -> str:
+    """Hex SHA-256 of a session id: what stores key rows by and audit rows record.
+
+    Rows can be correlated with a session, but a leaked database or log cannot be
+    replayed as a cookie.
+    """
+    return hashlib.sha256(sid.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """Everything the server keeps about one session.
+
+    :param sid: the session id (the cookie carries it, signed).
+    :param state: the login state.
+    :param tenant, user_id: who is logging in / logged in (``None`` for a guest).
+    :param factors_pending: the login steps still to pass, in order; each step is one kind
+        (``"password"``) or alternatives any one of which passes it (``"totp|webauthn"``,
+        see ``step_kinds``).
+    :param factors_passed: factor kinds verified during this login (the kind that passed
+        each step).
+    :param fingerprint: HMAC of the User-Agent, bound at the first move out of Guest.
+    :param device: the User-Agent seen at that same moment, cleaned and cut to
+        :data:`DEVICE_MAX_LENGTH` characters, for "your sessions" pages and the CLI
+        (:func:`describe_device` turns it into a short label). Display only: the binding
+        check uses ``fingerprint``.
+    :param flow: intermediate state of a longer ceremony (PKCE verifier, CSRF state,
+        nonce of a federated login); cleared when the ceremony ends.
+    :param custom: application data (``flask.session`` items), at most 64 KiB.
+    :param federation: for a session established by a federated login: the provider
+        name, its issuer, the user's ``sub``, the provider session ``sid`` (when the ID
+        token has one) and the ID token (the hint for RP-initiated logout). Stores index
+        (issuer, sid) so a back-channel logout finds the session (:func:`federation_key`).
+    """
+
+    sid: str
+    state: AuthState
+    created_at: datetime
+    last_seen_at: datetime
+    tenant: str | None = None
+    user_id: str | None = None
+    factors_pending: tuple[str, ...] = ()
+    factors_passed: tuple[str, ...] = ()
+    login_started_at: datetime | None = None
+    authenticated_at: datetime | None = None
+    auth_method: str | None = None
+    fingerprint: str | None = None
+    device: str | None = None
+    federation: Mapping[str, str] | None = None
+    flow: Mapping[str, Any] | None = None
+    custom: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.state is AuthState.AUTHENTICATED and self.factors_pending:
+            raise InvalidTransition("an authenticated session cannot have outstanding factors")
+        if self.state is AuthState.GUEST and (self.user_id is not None or self.factors_pending):
+            raise InvalidTransition("a guest session has no user and no pending factors")
+        if self.state is not AuthState.GUEST and self.user_id is None:
+            raise InvalidTransition(f"a session in state {self.state.value} needs a user")
+        if self.state is AuthState.AUTHENTICATING and not self.factors_pending:
+            raise InvalidTransition("an authenticating session needs a pending factor")
+
+    @property
+    def next_factor(self) -> str | None:
+        """The next step as stored (``"password"``, ``"totp|recovery_code"``), or ``None``."""
+        return self.factors_pending[0] if self.factors_pending else None
+
+    @property
+    def next_step(self) -> tuple[str, ...]:
+        """The kinds that satisfy the next step (empty when none is pending)."""
+        return step_kinds(self.factors_pending[0]) if self.factors_pending else ()
+
+    @property
+    def pending_step(self) -> tuple[str, ...]:
+        """The kinds that pass the step this session waits for: the login's next step while
+        Authenticating, a pending step-up's (``flow["step_up"]``) while Authenticated;
+        empty when it waits for none."""
+        if self.state is AuthState.AUTHENTICATING:
+            return self.next_step
+        step = self.flow.get("step_up") if self.state is AuthState.AUTHENTICATED and self.flow else None
+        return step_kinds(step) if isinstance(step, str) else ()
+
+
+def new_guest_record(now: datetime, sid: str | None = None) -> SessionRecord:
+    """A fresh guest session."""
+    return SessionRecord(sid=sid or new_session_id(), state=AuthState.GUEST, created_at=now, last_seen_at=now)
+
+
+# --- transitions: pure functions from record to record -------------------------------------------
+
+
+def start_login(
+    record: SessionRecord, *, tenant: str, user_id: str, factors: Iterable[str], now: datetime
+) -> SessionRecord:
+    """Guest (or a login in progress) → Authenticating, with ``factors`` (steps, see
+    ``step_name``) to pass in order."""
+    pending = tuple(factors)
+    if not pending:
+        raise InvalidTransition("a login needs at least one factor")
+    if record.state not in (AuthState.GUEST, AuthState.AUTHENTICATING):
+        raise InvalidTransition(f"cannot begin a login from {record.state.value}; log out first")
+    return replace(
+        record,
+        state=AuthState.AUTHENTICATING,
+        tenant=tenant,
+        user_id=user_id,
+        factors_pending=pending,
+        factors_passed=(),
+        login_started_at=now,
+        authenticated_at=None,
+        auth_method=step_kinds(pending[0])[0],
+        flow=None,
+    )
+
+
+def pass_factor(record: SessionRecord, factor: str, *, now: datetime) -> SessionRecord:
+    """Authenticating → Authenticating (next factor) or Authenticated (none left).
+
+    Only a kind of the step that is next in line can pass it: steps cannot be skipped or
+    passed out of order, and a kind outside the step passes nothing.
+    """
+    if record.state is AuthState.AUTHENTICATED and factor in record.pending_step:
+        return step_up(record, factor, now=now)
+    if record.state is not AuthState.AUTHENTICATING:
+        raise InvalidTransition(f"no factor is expected in state {record.state.value}")
+    if factor not in record.next_step:
+        raise InvalidTransition(f"factor {factor!r} does not pass the next step ({record.next_factor!r})")
+    remaining = record.factors_pending[1:]
+    passed = (*record.factors_passed, factor)
+    if remaining:
+        return replace(record, factors_pending=remaining, factors_passed=passed)
+    return replace(
+        record,
+        state=AuthState.AUTHENTICATED,
+        factors_pending=(),
+        factors_passed=passed,
+        authenticated_at=now,
+    )
+
+
+def fail_login(record: SessionRecord, *, now: datetime) -> SessionRecord:
+    """A failed or locked attempt: the login in progress is abandoned, back to Guest.
+
+    Custom data survives (a failed login is not a logout); the caller rotates the id.
+    """
+    if record.state is AuthState.AUTHENTICATED:
+        return record  # a failed step-up leaves the existing login alone
+    return replace(
+        new_guest_record(now, sid=record.sid),
+        created_at=record.created_at,
+        fingerprint=record.fingerprint,
+        device=record.device,
+        custom=record.custom,
+    )
+
+
+def complete_login(
+    record: SessionRecord,
+    *,
+    tenant: str,
+    user_id: str,
+    method: str,
+    now: datetime,
+    pending_workflow: bool = False,
+    federation: Mapping[str, str] | None = None,
+) -> SessionRecord:
+    """A ceremony that authenticates in one step (federated login) → Authenticated or PendingWorkflow."""
+    if record.state is AuthState.AUTHENTICATED:
+        raise InvalidTransition("already authenticated; log out first")
+    return replace(
+        record,
+        federation=dict(federation) if federation else None,
+        state=AuthState.PENDING_WORKFLOW if pending_workflow else AuthState.AUTHENTICATED,
+        tenant=tenant,
+        user_id=user_id,
+        factors_pending=(),
+        factors_passed=(method,),
+        login_started_at=record.login_started_at or now,
+        authenticated_at=now,
+        auth_method=method,
+        flow=None,
+    )
+
+
+def begin_flow(record: SessionRecord, flow: Mapping[str, Any]) -> SessionRecord:
+    """Store the intermediate state of a ceremony (replaces any earlier one)."""
+    return replace(record, flow=dict(flow))
+
+
+def clear_flow(record: SessionRecord) -> SessionRecord:
+    """Drop the intermediate state (after use, failure or timeout: it is single-use)."""
+    return replace(record, flow=None)
+
+
+def step_up(record: SessionRecord, factor: str, *, now: datetime) -> SessionRecord:
+    """Authenticated → Authenticated with a fresh ``authenticated_at`` (re-verification)."""
+    if record.state is not AuthState.AUTHENTICATED:
+        raise InvalidTransition("step-up needs an authenticated session")
+    return replace(record, authenticated_at=now, factors_passed=(*record.factors_passed, factor), flow=None)
+
+
+def reset_to_guest(record: SessionRecord, *, now: datetime) -> SessionRecord:
+    """Any state → Guest: logout / clear. Everything is dropped, custom data too."""
+    return new_guest_record(now, sid=record.sid)
+
+
+# --- the request-time session object -------------------------------------------------------------
+
+
+def _custom_size(data: Mapping[str, Any]) -> int:
+    if not data:
+        return 0
+    return len(custom_serializer.dumps(dict(data)).encode("utf-8"))
+
+
+class AuthSession(CallbackDict[str, Any], SessionMixin):
+    """The session of the current request (``flask.session`` and ``current_session``).
+
+    Its items are the application's custom data (as with Flask's own session); the
+    authentication state is read through typed properties and changed only through
+    :meth:`transition`, which rotates the session id whenever the state changes.
+    """
+
+    def __init__(
+        self,
+        record: SessionRecord,
+        *,
+        new: bool,
+        request_fingerprint: str | None = None,
+        custom_limit: int = CUSTOM_DATA_LIMIT,
+        sid_factory: Callable[[], str] = new_session_id,
+    ) -> None:
+        self._custom_limit = custom_limit
+
+        def on_update(data: CallbackDict[str, Any]) -> None:
+            assert isinstance(data, AuthSession)
+            data.modified = True
+            data.accessed = True
+            data.used = True
+
+        self._record = record
+        self._sid_factory = sid_factory
+        self.request_fingerprint = request_fingerprint
+        #: the request's User-Agent (recorded as ``device`` when the session leaves Guest).
+        self.request_user_agent: str | None = None
+        self.new = new
+        self.modified = False
+        self.accessed = False
+        #: the session's content was read or changed in this request. Unlike ``accessed``
+        #: (which Flask sets on any touch of the ``flask.session`` proxy, extension hooks
+        #: included) this decides the last-seen refresh and ``Cache-Control``.
+        self.used = False
+        #: ids this session had earlier in the request; the interface deletes them at save.
+        self.dead_sids: list[str] = []
+        #: set when the binding check failed for this request (for metrics / audit).
+        self.binding_mismatch = False
+        super().__init__(dict(record.custom) if record.custom else None, on_update)
+
+    # ``SessionMixin.permanent`` writes into the dict; our lifetime is set by config instead.
+    @property
+    def permanent(self) -> bool:
+        return True
+
+    @permanent.setter
+    def permanent(self, value: bool) -> None:
+        pass
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        candidate = dict(self)
+        candidate[key] = value
+        self._check_size(candidate)
+        super().__setitem__(key, value)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        candidate = dict(self)
+        candidate.update(*args, **kwargs)
+        self._check_size(candidate)
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    # Reading custom data marks the session accessed (as Flask's own session does), so a
+    # response that depends on it gets ``Vary: Cookie`` and the caching headers.
+    def __getitem__(self, key: str) -> Any:
+        self.accessed = self.used = True
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.accessed = self.used = True
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.accessed = self.used = True
+        return super().__contains__(key)
+
+    def __iter__(self) -> Iterator[str]:
+        self.accessed = self.used = True
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self.accessed = self.used = True
+        return super().__len__()
+
+    def keys(self) -> Any:
+        self.accessed = self.used = True
+        return super().keys()
+
+    def items(self) -> Any:
+        self.accessed = self.used = True
+        return super().items()
+
+    def values(self) -> Any:
+        self.accessed = self.used = True
+        return super().values()
+
+    def __ior__(self, other: Any) -> Any:  # type: ignore[misc]  # ``session |= {...}`` is capped too
+        self.update(other)
+        return self
+
+    def _check_size(self, data: Mapping[str, Any]) -> None:
+        size = _custom_size(data)
+        if size > self._custom_limit:
+            raise SessionDataTooLarge(size, self._custom_limit)
+
+    def check_size(self) -> None:
+        """Raise :class:`SessionDataTooLarge` if nested mutation grew custom data past the limit."""
+        self._check_size(self)
+
+    # --- typed read access -----------------------------------------------------------------
+
+    def _touch(self) -> None:
+        self.accessed = self.used = True
+
+    @property
+    def record(self) -> SessionRecord:
+        """The current record, with the custom data as it is now."""
+        return replace(self._record, custom=dict(self))
+
+    @property
+    def sid(self) -> str:
+        self._touch()
+        return self._record.sid
+
+    @property
+    def state(self) -> AuthState:
+        self._touch()
+        return self._record.state
+
+    @property
+    def is_authenticated(self) -> bool:
+        """True only in Authenticated (every required factor has passed)."""
+        return self.state is AuthState.AUTHENTICATED
+
+    @property
+    def is_guest(self) -> bool:
+        return self.state is AuthState.GUEST
+
+    @property
+    def is_authenticating(self) -> bool:
+        return self.state is AuthState.AUTHENTICATING
+
+    @property
+    def is_pending_workflow(self) -> bool:
+        return self.state is AuthState.PENDING_WORKFLOW
+
+    @property
+    def user_id(self) -> str | None:
+        self._touch()
+        return self._record.user_id
+
+    @property
+    def tenant(self) -> str | None:
+        self._touch()
+        return self._record.tenant
+
+    @property
+    def next_factor(self) -> str | None:
+        self._touch()
+        return self._record.next_factor
+
+    @property
+    def authenticated_at(self) -> datetime | None:
+        self._touch()
+        return self._record.authenticated_at
+
+    @property
+    def flow(self) -> Mapping[str, Any] | None:
+        """Intermediate state of a ceremony in progress (federated login), or ``None``."""
+        self._touch()
+        return self._record.flow
+
+    @property
+    def custom(self) -> AuthSession:
+        """The application's data: the session itself, as a dict (≤ 64 KiB serialised)."""
+        self._touch()
+        return self
+
+    # --- changes --------------------------------------------------------------------------
+
+    def transition(self, change: Callable[[SessionRecord], SessionRecord]) -> SessionRecord:
+        """Apply a pure transition; rotate the id if the authentication state changed.
+
+        The fingerprint of the request is bound at the first move out of Guest.
+        """
+        before = self.record
+        after = change(before)
+        if after.state is not AuthState.GUEST and before.state is AuthState.GUEST:
+            after = replace(
+                after, fingerprint=self.request_fingerprint, device=clean_user_agent(self.request_user_agent)
+            )
+        if _auth_identity(before) != _auth_identity(after):
+            self.dead_sids.append(before.sid)
+            after = replace(after, sid=self._sid_factory())
+        self._record = replace(after, custom={})
+        if dict(self) != dict(after.custom):
+            dict.clear(self)
+            dict.update(self, after.custom)
+        self.modified = True
+        self.accessed = True
+        return after
+
+    def rotate_id(self) -> None:
+        """Give the session a new id now; the old one dies when the response is saved."""
+        self.dead_sids.append(self._record.sid)
+        self._record = replace(self._record, sid=self._sid_factory())
+        self.modified = True
+
+    def clear(self) -> None:
+        """Reset to Guest: custom data dropped, id rotated, cookie cleared on the response."""
+        now = self._record.last_seen_at
+        rotations = len(self.dead_sids)
+        self.transition(lambda rec: reset_to_guest(rec, now=now))
+        if len(self.dead_sids) == rotations:  # a guest with data: still a new id
+            self.rotate_id()
+
+    def __repr__(self) -> str:
+        return (
+            f"<AuthSession state={self._record.state.value} user={self._record.user_id!r} "
+            f"keys={sorted(self.keys())!r}>"
+        )
+
+
+def _auth_identity(record: SessionRecord) -> tuple[Any, ...]:
+    """What, when it changes, must rotate the id (state, who, progress, freshness)."""
+    return (
+        record.state,
+        record.tenant,
+        record.user_id,
+        record.factors_passed,
+        record.authenticated_at,
+    )

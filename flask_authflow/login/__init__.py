@@ -1,0 +1,88 @@
+"""Password login with chained factors: the service, its outcomes, stores and lockout."""
+
+from __future__ import annotations
+
+from flask_authflow.core.factors import (
+    Accepted,
+    EnrollContext,
+    Enrollment,
+    EnrollmentStart,
+    Factor,
+    FactorCheck,
+    FactorContext,
+    Rejected,
+    RejectReason,
+)
+from flask_authflow.core.ports import (
+    AttemptKey,
+    AttemptStore,
+    AuditSink,
+    FactorConfig,
+    FactorRecordStore,
+    FactorStore,
+    FailureCount,
+    IdentityStore,
+    UserRecord,
+)
+from flask_authflow.login.lockout import Lockout, LockoutPolicy
+from flask_authflow.login.password import MAX_PASSWORD_BYTES, PasswordFactor, PasswordHasher
+from flask_authflow.login.service import (
+    AuthnRequest,
+    AuthnService,
+    LoginSteps,
+    default_login_steps,
+    normalise_identifier,
+)
+from flask_authflow.outcomes import (
+    Authenticated,
+    FactorCredential,
+    FactorKind,
+    FactorOutcome,
+    FactorRequired,
+    InvalidCredential,
+    InvalidCredentials,
+    Locked,
+    LoginOutcome,
+    StepUpRequired,
+)
+
+__all__ = [
+    "MAX_PASSWORD_BYTES",
+    "Accepted",
+    "AttemptKey",
+    "AttemptStore",
+    "AuditSink",
+    "Authenticated",
+    "AuthnRequest",
+    "AuthnService",
+    "EnrollContext",
+    "Enrollment",
+    "EnrollmentStart",
+    "Factor",
+    "FactorCheck",
+    "FactorConfig",
+    "FactorContext",
+    "FactorCredential",
+    "FactorKind",
+    "FactorOutcome",
+    "FactorRecordStore",
+    "FactorRequired",
+    "FactorStore",
+    "FailureCount",
+    "IdentityStore",
+    "InvalidCredential",
+    "InvalidCredentials",
+    "Locked",
+    "Lockout",
+    "LockoutPolicy",
+    "LoginOutcome",
+    "LoginSteps",
+    "PasswordFactor",
+    "PasswordHasher",
+    "RejectReason",
+    "Rejected",
+    "StepUpRequired",
+    "UserRecord",
+    "default_login_steps",
+    "normalise_identifier",
+]

@@ -1,0 +1,86 @@
+"""The login settings: the login itself, lockout, password hashing, password policy, factors.
+
+Each is a frozen :class:`~flask_authflow.settings.Settings` read from ``app.config``; the
+login service and the factors take the values they need from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from flask_authflow.errors import ConfigurationError
+from flask_authflow.settings import Settings, flask_flag, setting
+
+__all__ = [
+    "HashingSettings",
+    "LockoutSettings",
+    "LoginSettings",
+    "PasswordPolicySettings",
+]
+
+#: OWASP's minimum memory cost for Argon2id, in KiB.
+OWASP_MIN_MEMORY_COST = 19 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class LoginSettings(Settings):
+    """``AUTHFLOW_DEFAULT_TENANT``, ``AUTHFLOW_FRESHNESS``, ``AUTHFLOW_SITE_NAME``."""
+
+    default_tenant: str = field(metadata=setting("AUTHFLOW_DEFAULT_TENANT"))
+    #: How recent the last authentication must be for sensitive changes.
+    freshness: timedelta = field(metadata=setting("AUTHFLOW_FRESHNESS"))
+    site_name: str | None = field(metadata=setting("AUTHFLOW_SITE_NAME"))
+
+
+@dataclass(frozen=True, slots=True)
+class LockoutSettings(Settings):
+    """``AUTHFLOW_LOCKOUT_*``: failures within a window lock the account for a while."""
+
+    max_failures: int = field(metadata=setting("AUTHFLOW_LOCKOUT_MAX_FAILURES"))
+    window: timedelta = field(metadata=setting("AUTHFLOW_LOCKOUT_WINDOW"))
+    duration: timedelta = field(metadata=setting("AUTHFLOW_LOCKOUT_DURATION"))
+
+
+@dataclass(frozen=True, slots=True)
+class HashingSettings(Settings):
+    """``AUTHFLOW_ARGON2_*`` and ``AUTHFLOW_MAX_CONCURRENT_HASHES``."""
+
+    time_cost: int = field(metadata=setting("AUTHFLOW_ARGON2_TIME_COST"))
+    memory_cost: int = field(metadata=setting("AUTHFLOW_ARGON2_MEMORY_COST"))
+    parallelism: int = field(metadata=setting("AUTHFLOW_ARGON2_PARALLELISM"))
+    max_time_cost: int = field(metadata=setting("AUTHFLOW_ARGON2_MAX_TIME_COST"))
+    max_memory_cost: int = field(metadata=setting("AUTHFLOW_ARGON2_MAX_MEMORY_COST"))
+    max_parallelism: int = field(metadata=setting("AUTHFLOW_ARGON2_MAX_PARALLELISM"))
+    max_concurrent: int = field(metadata=setting("AUTHFLOW_MAX_CONCURRENT_HASHES"))
+    testing: bool = field(metadata=flask_flag("TESTING"))
+
+    def __post_init__(self) -> None:
+        if self.memory_cost < OWASP_MIN_MEMORY_COST and not self.testing:
+            raise ConfigurationError(
+                f"AUTHFLOW_ARGON2_MEMORY_COST below {OWASP_MIN_MEMORY_COST} KiB is weaker than OWASP's "
+                "minimum for Argon2id: raise it (default 65536), or only lower it with TESTING=True"
+            )
+        for param, value, ceiling in (
+            ("TIME_COST", self.time_cost, self.max_time_cost),
+            ("MEMORY_COST", self.memory_cost, self.max_memory_cost),
+            ("PARALLELISM", self.parallelism, self.max_parallelism),
+        ):
+            if value > ceiling:
+                raise ConfigurationError(
+                    f"AUTHFLOW_ARGON2_{param} is above AUTHFLOW_ARGON2_MAX_{param}: every new hash would be "
+                    f"refused at login; raise AUTHFLOW_ARGON2_MAX_{param} or lower AUTHFLOW_ARGON2_{param}"
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class PasswordPolicySettings(Settings):
+    """``AUTHFLOW_PASSWORD_*`` and ``AUTHFLOW_SITE_NAME`` (a context word of the blocklist)."""
+
+    min_length: int = field(metadata=setting("AUTHFLOW_PASSWORD_MIN_LENGTH"))
+    min_length_with_second_factor: int = field(
+        metadata=setting("AUTHFLOW_PASSWORD_MIN_LENGTH_WITH_SECOND_FACTOR")
+    )
+    blocklist: tuple[str, ...] = field(metadata=setting("AUTHFLOW_PASSWORD_BLOCKLIST"))
+    zxcvbn_min_score: int | None = field(metadata=setting("AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE"))
+    site_name: str | None = field(metadata=setting("AUTHFLOW_SITE_NAME"))

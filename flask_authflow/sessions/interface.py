@@ -1,0 +1,594 @@
+"""The Flask session interface: a signed session-id cookie in front of a server-side store.
+
+The browser holds only ``<sid>.<signature>``; everything else stays in the
+:class:`~flask_authflow.core.ports.SessionStore`. On every request the cookie is
+verified (HMAC-SHA256 via itsdangerous), the record loaded and checked (expiry, the
+User-Agent binding), and ``flask.session`` becomes a :class:`RequestSession`. At the
+end of the request a changed session is written back and its cookie set; an unchanged
+one costs no write and no ``Set-Cookie``.
+
+Reading never fails a request: a cookie that is missing, malformed, forged, expired,
+unknown or bound to another User-Agent yields a fresh Guest session, and an
+unreachable store yields a Guest that is not written back (fail closed, without
+logging the user out because of an outage).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import hmac
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from flask import Flask, Request, Response
+from flask.sessions import SessionInterface, SessionMixin
+from itsdangerous import Signer, want_bytes
+
+from flask_authflow.clock import Clock, SystemClock
+from flask_authflow.core.crypto import derive_key
+from flask_authflow.core.encoding import b64url_decode
+from flask_authflow.core.ports import SessionStore
+from flask_authflow.core.session import (
+    CUSTOM_DATA_LIMIT,
+    AuthSession,
+    AuthState,
+    SessionRecord,
+    new_guest_record,
+)
+from flask_authflow.errors import ConfigurationError, SessionDataTooLarge, StoreUnavailable
+from flask_authflow.responses import error_response
+
+__all__ = [
+    "COOKIE_SALT",
+    "MAX_COOKIE_LENGTH",
+    "MIN_SIGNING_KEY_LENGTH",
+    "AuthFlowSessionInterface",
+    "RequestSession",
+]
+
+log = logging.getLogger("flask_authflow.sessions")
+
+#: itsdangerous salt of the cookie signature (separates it from any other use of the key).
+COOKIE_SALT = b"authflow.session"
+#: HKDF purpose of the User-Agent fingerprint key.
+FINGERPRINT_PURPOSE = b"session-fingerprint"
+#: The spec's signing key length; shorter keys are refused.
+MIN_SIGNING_KEY_LENGTH = 32
+#: A valid cookie is 87 characters; anything longer than this is rejected unread.
+MAX_COOKIE_LENGTH = 256
+
+_SID_RE = re.compile(r"[A-Za-z0-9_-]{16,128}")
+_SAMESITE = ("Lax", "Strict", "None")
+
+
+@dataclass(frozen=True, slots=True)
+class _KeySlot:
+    """One accepted signing key: its cookie signer and its fingerprint key."""
+
+    signer: Signer
+    fingerprint_key: bytes
+
+    @classmethod
+    def build(cls, key: bytes) -> _KeySlot:
+        signer = Signer(key, salt=COOKIE_SALT, key_derivation="hmac", digest_method=hashlib.sha256)
+        return cls(signer, derive_key(key, FINGERPRINT_PURPOSE))
+
+    def fingerprint(self, user_agent: str) -> str:
+        """The HMAC of ``user_agent`` under this key's fingerprint key (hex)."""
+        return hmac.digest(self.fingerprint_key, user_agent.encode("utf-8", "surrogatepass"), "sha256").hex()
+
+
+class RequestSession(AuthSession):
+    """The :class:`AuthSession` of one request, with what the interface needs to save it.
+
+    These flags are bookkeeping of the interface, not part of the session's data.
+    """
+
+    def __init__(
+        self,
+        record: SessionRecord,
+        *,
+        new: bool,
+        request_fingerprint: str | None,
+        custom_limit: int,
+        cookie_sent: bool,
+    ) -> None:
+        super().__init__(record, new=new, request_fingerprint=request_fingerprint, custom_limit=custom_limit)
+        #: the browser sent a session cookie (valid or not).
+        self.cookie_sent = cookie_sent
+        #: the store could not be read: never write, never touch the cookie.
+        self.store_failed = False
+        #: the cookie verified with a previous signing key: re-sign it with the current one.
+        self.resign = False
+        #: write the record even if unmodified (last-seen refresh, fingerprint re-binding).
+        self.force_write = False
+        #: the id the record was loaded under (``None`` for a session new in this request).
+        self.loaded_sid: str | None = None if new else record.sid
+        #: already saved by :meth:`AuthFlowSessionInterface.save_early` for this request.
+        self.saved = False
+        #: written to the store in a login step's transaction (:meth:`AuthFlowSessionInterface.
+        #: writer_on`): only the cookie is left to send.
+        self.cookie_due = False
+        #: (response, used) when save_early completed: the final save_session has nothing
+        #: left to do unless the response was replaced or the session used or changed since.
+        self.early: tuple[Response, bool] | None = None
+
+    @property
+    def state_unread(self) -> AuthState:
+        """The state, read without marking the session used (for the interface)."""
+        return self._record.state
+
+    def rebind(self, fingerprint: str) -> None:
+        """Re-bind to ``fingerprint`` (same User-Agent, fingerprint key of the current signing key)."""
+        self._record = replace(self._record, fingerprint=fingerprint)
+
+
+def _canonical_b64(text: str) -> bool:
+    """Whether ``text`` is the one canonical unpadded base64url spelling of its bytes.
+
+    A decoder accepts ``=`` padding and ignores the unused low bits of the last
+    character, so several spellings decode to the same signature; only the one the
+    signer writes is accepted.
+    """
+    try:
+        b64url_decode(text)  # the JOSE layer's strict decoder: no padding, no stray bits
+    except (ValueError, UnicodeError):
+        return False
+    return True
+
+
+def _check_signing_key(key: bytes, what: str) -> bytes:
+    if not isinstance(key, bytes | bytearray):
+        raise ConfigurationError(f"the {what} must be bytes")
+    if len(key) < MIN_SIGNING_KEY_LENGTH:
+        raise ConfigurationError(f"the {what} must be at least {MIN_SIGNING_KEY_LENGTH} bytes")
+    return bytes(key)
+
+
+def _positive(value: timedelta, what: str) -> timedelta:
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise ConfigurationError(f"{what} must be a positive timedelta")
+    return value
+
+
+class AuthFlowSessionInterface(SessionInterface):
+    """Server-side sessions behind a signed session-id cookie.
+
+    :param store: where records live (:class:`~flask_authflow.sessions.stores.MemorySessionStore`,
+        :class:`~flask_authflow.storage.sql.session_store.SqlAlchemySessionStore`).
+    :param signing_key: the cookie HMAC key, at least 32 random bytes, identical across
+        restarts and workers. Changing it without keeping the old one in
+        ``previous_signing_keys`` ends every session.
+    :param previous_signing_keys: retired keys still accepted (oldest first); a cookie
+        verified with one is re-signed with ``signing_key`` on that response.
+    :param ttl: absolute lifetime, counted from the creation of the session record
+        (id rotations keep it, so no number of logins or step-ups extends a session).
+    :param idle_timeout: a session not seen for this long is over.
+    :param secure: the cookie's ``Secure`` flag; turn off only for plain-HTTP development.
+    :param samesite: ``"Lax"`` (default), ``"Strict"``, or ``"None"`` (needs ``secure``).
+    :param custom_limit: maximum size of the application's session data (serialised).
+    :param touch_interval: how stale the stored "last seen" time may get before an
+        unchanged session is written again (default: a tenth of ``idle_timeout``), so a
+        busy user does not cost one write per request.
+    """
+
+    def __init__(
+        self,
+        store: SessionStore,
+        signing_key: bytes,
+        *,
+        previous_signing_keys: Iterable[bytes] = (),
+        ttl: timedelta = timedelta(hours=12),
+        idle_timeout: timedelta = timedelta(hours=1),
+        cookie_name: str = "authflow_session",
+        secure: bool = True,
+        samesite: str = "Lax",
+        cookie_domain: str | None = None,
+        cookie_path: str = "/",
+        clock: Clock | None = None,
+        custom_limit: int = CUSTOM_DATA_LIMIT,
+        touch_interval: timedelta | None = None,
+    ) -> None:
+        requested_touch_interval = touch_interval
+        current = _check_signing_key(signing_key, "session signing key")
+        previous = tuple(_check_signing_key(k, "previous session signing key") for k in previous_signing_keys)
+        self.ttl = _positive(ttl, "the session TTL")
+        self.idle_timeout = _positive(idle_timeout, "the session idle timeout")
+        if touch_interval is None:
+            touch_interval = idle_timeout / 10
+        if not isinstance(touch_interval, timedelta) or not timedelta(0) <= touch_interval < idle_timeout:
+            raise ConfigurationError("touch_interval must be at least 0 and shorter than the idle timeout")
+        if samesite not in _SAMESITE:
+            raise ConfigurationError(f"samesite must be one of {', '.join(_SAMESITE)}")
+        if samesite == "None" and not secure:
+            raise ConfigurationError('samesite="None" requires a Secure cookie')
+        if not cookie_name or not re.fullmatch(r"[A-Za-z0-9_.-]+", cookie_name):
+            raise ConfigurationError("the cookie name must be a non-empty token")
+        if not isinstance(custom_limit, int) or custom_limit <= 0:
+            raise ConfigurationError("custom_limit must be a positive number of bytes")
+        self.store = store
+        self.touch_interval = touch_interval
+        self.cookie_name = cookie_name
+        self.secure = bool(secure)
+        self.samesite = samesite
+        self.cookie_domain = cookie_domain
+        self.cookie_path = cookie_path
+        self.custom_limit = custom_limit
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        # Current key first, then the previous keys newest first: the order they are tried.
+        self._slots = tuple(_KeySlot.build(k) for k in (current, *reversed(previous)))
+        self._current = self._slots[0]
+        self._settings: dict[str, Any] = {
+            "store": store,
+            "signing_key": current,
+            "previous_signing_keys": previous,
+            "ttl": ttl,
+            "idle_timeout": idle_timeout,
+            "cookie_name": cookie_name,
+            "secure": secure,
+            "samesite": samesite,
+            "cookie_domain": cookie_domain,
+            "cookie_path": cookie_path,
+            "clock": self._clock,
+            "custom_limit": custom_limit,
+            # ``None`` stays ``None`` so that with_idle_timeout() recomputes the default.
+            "touch_interval": requested_touch_interval,
+        }
+
+    # --- builders ---------------------------------------------------------------------------
+
+    def _with(self, **changes: Any) -> AuthFlowSessionInterface:
+        return type(self)(**{**self._settings, **changes})
+
+    def with_ttl(self, ttl: timedelta) -> AuthFlowSessionInterface:
+        """A copy with another absolute session lifetime."""
+        return self._with(ttl=ttl)
+
+    def with_idle_timeout(self, idle_timeout: timedelta) -> AuthFlowSessionInterface:
+        """A copy with another idle timeout."""
+        return self._with(idle_timeout=idle_timeout)
+
+    def with_secure(self, secure: bool) -> AuthFlowSessionInterface:
+        """A copy with the cookie's ``Secure`` flag on or off."""
+        return self._with(secure=secure)
+
+    def with_previous_signing_key(self, key: bytes) -> AuthFlowSessionInterface:
+        """A copy that still accepts cookies signed with ``key`` (a retired signing key)."""
+        return self._with(previous_signing_keys=(*self._settings["previous_signing_keys"], key))
+
+    def with_clock(self, clock: Clock) -> AuthFlowSessionInterface:
+        """A copy that reads time from ``clock`` (tests)."""
+        return self._with(clock=clock)
+
+    # --- helpers other parts use ------------------------------------------------------------
+
+    def fingerprint(self, user_agent: str | None) -> str:
+        """The binding value of a User-Agent under the current signing key.
+
+        For code that creates sessions outside a request (test helpers, the CLI): a
+        non-guest record must carry the fingerprint of the client that will use it.
+        """
+        return self._current.fingerprint(user_agent or "")
+
+    def sign_sid(self, sid: str) -> str:
+        """The cookie value for session ``sid`` (signed with the current key)."""
+        return self._current.signer.sign(sid).decode("ascii")
+
+    def expires_at(self, record: SessionRecord) -> datetime:
+        """When ``record`` ends: absolute lifetime or idle timeout, whichever comes first."""
+        return min(record.created_at + self.ttl, record.last_seen_at + self.idle_timeout)
+
+    def _verify_cookie(self, raw: str) -> tuple[str, _KeySlot] | None:
+        """The session id in a cookie value and the key that signed it, or ``None``."""
+        if not raw or len(raw) > MAX_COOKIE_LENGTH or not raw.isascii():
+            return None
+        value, sep, signature = raw.rpartition(".")
+        if not sep or not _SID_RE.fullmatch(value) or not _canonical_b64(signature):
+            return None
+        for slot in self._slots:
+            if slot.signer.verify_signature(want_bytes(value), want_bytes(signature)):
+                return value, slot
+        return None
+
+    def _guest(
+        self, now: datetime, fingerprint: str, *, cookie_sent: bool, user_agent: str
+    ) -> RequestSession:
+        session = RequestSession(
+            new_guest_record(now),
+            new=True,
+            request_fingerprint=fingerprint,
+            custom_limit=self.custom_limit,
+            cookie_sent=cookie_sent,
+        )
+        session.request_user_agent = user_agent
+        return session
+
+    # --- SessionInterface -------------------------------------------------------------------
+
+    def open_session(self, app: Flask, request: Request) -> RequestSession:
+        now = self._clock.now()
+        user_agent = request.headers.get("User-Agent", "")
+        raw = request.cookies.get(self.cookie_name)
+        if raw is None:
+            return self._guest(
+                now, self._current.fingerprint(user_agent), cookie_sent=False, user_agent=user_agent
+            )
+        verified = self._verify_cookie(raw)
+        if verified is None:
+            return self._guest(
+                now, self._current.fingerprint(user_agent), cookie_sent=True, user_agent=user_agent
+            )
+        sid, slot = verified
+        current_fp = self._current.fingerprint(user_agent)
+        try:
+            record = self.store.load(sid)
+        except StoreUnavailable:
+            log.warning("session store unavailable; request served as a guest, session not saved")
+            session = self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
+            session.store_failed = True
+            return session
+        if record is None or record.sid != sid or now >= self.expires_at(record):
+            return self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
+
+        request_fp = current_fp if slot is self._current else slot.fingerprint(user_agent)
+        rebound = False  # a cookie of a previous key whose record is bound under the current one
+        if record.fingerprint is None:
+            bound = record.state is AuthState.GUEST  # only a guest may be unbound
+        else:
+            bound = hmac.compare_digest(record.fingerprint, request_fp)
+            if not bound and slot is not self._current:
+                # A parallel request with the same old cookie re-bound the record already
+                # (below): the same User-Agent under the current fingerprint key.
+                bound = rebound = hmac.compare_digest(record.fingerprint, current_fp)
+        if not bound:
+            # Probably a stolen cookie (or a browser update): the stored session is
+            # left alone for its legitimate holder; this client starts over.
+            log.warning("session binding mismatch; request served as a new guest session")
+            session = self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
+            session.binding_mismatch = True
+            return session
+
+        session = RequestSession(
+            record,
+            new=False,
+            request_fingerprint=current_fp,
+            custom_limit=self.custom_limit,
+            cookie_sent=True,
+        )
+        session.request_user_agent = user_agent
+        if slot is not self._current:
+            session.resign = True
+            if record.fingerprint is not None and not rebound:
+                # Keep the session alive across the key rotation: bind it again under
+                # the fingerprint key of the current signing key.
+                session.rebind(current_fp)
+                session.force_write = True
+        if now - record.last_seen_at >= self.touch_interval:
+            session.force_write = True
+        return session
+
+    def save_early(self, app: Flask, response: Response) -> Response:
+        """Save the current session from an ``after_request`` hook.
+
+        Flask calls :meth:`save_session` after every ``after_request`` hook, where an
+        exception can only become a bare 500. Saving here first lets a store outage
+        become a typed 503 response (the change is not kept: fail closed); the later
+        :meth:`save_session` call is then a no-op.
+        """
+        from flask import session as flask_session
+
+        session = flask_session._get_current_object()  # type: ignore[attr-defined]
+        if not isinstance(session, RequestSession) or session.saved:
+            return response
+        if session.store_failed and session.modified:
+            # The store could not even be read, so this change (a login, a logout) can
+            # not be kept: answer 503 rather than a success that did not happen.
+            log.warning("session changes discarded: the session store was unavailable")
+            session.saved = True
+            failed = error_response(StoreUnavailable())
+            failed.vary.add("Cookie")
+            return failed
+        try:
+            self.save_session(app, session, response)
+        except StoreUnavailable as exc:
+            session.saved = True
+            failed = error_response(exc)
+            if session.accessed:
+                failed.vary.add("Cookie")
+            return failed
+        # Not marked saved: ``after_request`` handlers registered before init_app run
+        # after this one, and what they change is written by the final save_session.
+        session.early = (response, session.used)
+        return response
+
+    def save_session(self, app: Flask, session: SessionMixin, response: Response) -> None:
+        if not isinstance(session, RequestSession) or session.saved:
+            return
+        used = session.used
+        if session.early == (response, used) and not (
+            session.modified or session.force_write or session.resign
+        ):
+            return  # save_early already did all of it, and nothing changed since on this response
+        if session.accessed:
+            response.vary.add("Cookie")
+        if used and session.state_unread is not AuthState.GUEST and "Cache-Control" not in response.headers:
+            response.headers["Cache-Control"] = "private, no-store"
+        if session.store_failed:
+            if session.modified:
+                log.warning("session changes discarded: the session store was unavailable")
+            return
+        # The last-seen refresh and a re-signature happen only for requests that looked
+        # at the session: views that never do (JWKS, discovery, static) cost nothing.
+        if used and not session.modified and dict.__len__(session):
+            # A nested change without ``session.modified`` is not saved (as with Flask's
+            # own session); one that grew the data past the cap is not dropped silently.
+            try:
+                session.check_size()
+            except SessionDataTooLarge as exc:
+                log.warning("custom session data grew to %d bytes in place; not saved", exc.size)
+                self._refuse(response, exc)
+                return
+        if not (session.modified or session.cookie_due or (used and (session.force_write or session.resign))):
+            return
+        too_large = self._enforce_size(session) if session.modified else None
+        try:
+            self._persist(session, response)
+        except StoreUnavailable:
+            if not session.modified:
+                log.warning("session refresh skipped: the session store is unavailable")
+                return
+            # A change (a login, a logout) that did not persist must not look done: the
+            # request fails (Flask answers 500). Flask then saves the session once more
+            # for the error response; that attempt must not persist the change either.
+            session.store_failed = True
+            raise
+        # What was written is the new baseline: a later change in this request (an
+        # ``after_request`` handler running after save_early) is written again.
+        session.modified = session.force_write = session.resign = session.cookie_due = False
+        if too_large is not None:
+            # Nothing is dropped silently: the response says the data was refused.
+            self._refuse(response, too_large)
+
+    def write_on(self, session: AuthSession, write: Callable[..., bool]) -> Callable[[], None] | None:
+        """Write ``session`` now with ``write(record, expires_at, replaces=..., existing=...)``
+        (a session store's ``save_on`` bound to a login step's connection), so that the
+        session and the step's other writes commit together. Returns what to run once that
+        transaction committed (the response then only sends the cookie), or ``None`` when
+        the session was revoked meanwhile (roll the transaction back)."""
+        if not isinstance(session, RequestSession) or session.store_failed:
+            return lambda: None  # nothing of this request's session to write here
+        now = self._clock.now()
+        record = replace(session.record, last_seen_at=now)
+        expires_at = self.expires_at(record)
+        if expires_at <= now:
+            return lambda: None  # the response deletes it
+        existing = session.loaded_sid == record.sid
+        replaces = () if existing or session.loaded_sid is None else (session.loaded_sid,)
+        if not write(record, expires_at, replaces=replaces, existing=existing):
+            return None
+
+        def written() -> None:
+            if session.record.sid != record.sid:  # changed since: the response writes it
+                return
+            session.loaded_sid = record.sid
+            session.dead_sids.clear()
+            session.modified = session.force_write = False
+            session.cookie_due = True
+
+        return written
+
+    @staticmethod
+    def _refuse(response: Response, error: SessionDataTooLarge) -> None:
+        """Turn ``response`` into the 413 of ``error`` (the view's body is replaced)."""
+        refused = error_response(error)
+        response.status_code = refused.status_code
+        response.set_data(refused.get_data())
+        response.content_type = refused.content_type
+        response.headers["Cache-Control"] = refused.headers["Cache-Control"]
+
+    def _persist(self, session: RequestSession, response: Response) -> None:
+        now = self._clock.now()
+        record = session.record
+        if record.state is AuthState.GUEST and not record.custom and not record.flow:
+            for dead in session.dead_sids:
+                self.store.delete(dead)
+            # Nothing worth keeping: no row, no cookie.
+            if session.loaded_sid == record.sid:
+                self.store.delete(record.sid)
+            if session.cookie_sent:
+                self._delete_cookie(response)
+            return
+        if session.modified or session.force_write:
+            record = replace(record, last_seen_at=now)
+            expires_at = self.expires_at(record)
+            if expires_at <= now:  # the absolute lifetime ran out during the request
+                for dead in session.dead_sids:
+                    self.store.delete(dead)
+                self.store.delete(record.sid)
+                if session.cookie_sent:
+                    self._delete_cookie(response)
+                return
+            existing = session.loaded_sid == record.sid
+            replaces = () if existing or session.loaded_sid is None else (session.loaded_sid,)
+            if not self.store.save(record, expires_at, replaces=replaces, existing=existing):
+                # The session was deleted (logout elsewhere, revoked, password changed)
+                # after this request loaded it: it stays deleted and this client is a Guest.
+                log.info("session revoked during the request; not saved, cookie cleared")
+                session.saved = True
+                if session.cookie_sent:
+                    self._delete_cookie(response)
+                return
+            session.loaded_sid = record.sid
+            session.dead_sids.clear()
+        else:  # only a re-signature: the stored record is unchanged
+            expires_at = self.expires_at(record)
+        if response.cache_control.public:
+            # A response that sets a session cookie is never public: a shared cache
+            # would hand this cookie to other users.
+            response.headers["Cache-Control"] = "private, no-store"
+        response.set_cookie(
+            self.cookie_name,
+            self.sign_sid(record.sid),
+            expires=expires_at,
+            path=self.cookie_path,
+            domain=self.cookie_domain,
+            secure=self.secure,
+            httponly=True,
+            samesite=self.samesite,
+        )
+
+    def _delete_cookie(self, response: Response) -> None:
+        response.delete_cookie(
+            self.cookie_name,
+            path=self.cookie_path,
+            domain=self.cookie_domain,
+            secure=self.secure,
+            httponly=True,
+            samesite=self.samesite,
+        )
+
+    def _enforce_size(self, session: RequestSession) -> SessionDataTooLarge | None:
+        """Keep oversized custom data out of the store.
+
+        Assignments are checked when they happen; this catches nested mutation
+        (``session["cart"].append(...)``). The authentication state is still saved (a
+        logout must not be lost), but the custom data falls back to what is stored for
+        this session, or to nothing if the id rotated in this request, so data from
+        before a logout can never come back, and a warning is logged.
+        """
+        try:
+            session.check_size()
+        except SessionDataTooLarge as exc:
+            refused = exc
+            log.warning(
+                "custom session data is %d bytes, over the %d-byte limit; changes to it discarded",
+                exc.size,
+                exc.limit,
+            )
+            fallback: Mapping[str, Any] = {}
+            if not session.dead_sids and session.loaded_sid is not None:
+                try:
+                    stored = self.store.load(session.loaded_sid)
+                except StoreUnavailable:
+                    stored = None
+                if stored is not None:
+                    fallback = stored.custom
+            dict.clear(session)
+            dict.update(session, copy.deepcopy(dict(fallback)))
+            try:
+                session.check_size()
+            except SessionDataTooLarge:
+                dict.clear(session)
+            return refused
+        return None
+
+    def __repr__(self) -> str:
+        return (
+            f"<AuthFlowSessionInterface store={self.store!r} cookie={self.cookie_name!r} "
+            f"ttl={self.ttl} idle_timeout={self.idle_timeout} previous_keys={len(self._slots) - 1}>"
+        )

@@ -1,0 +1,622 @@
+"""Everything the login service stores, in process memory (tests and development).
+
+One lock guards all state, so every counter update is atomic across threads. Nothing
+survives a restart: use :class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend`
+for anything real.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import secrets
+import threading
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from flask_authflow.audit.sinks import AuditRecord
+from flask_authflow.clock import Clock, SystemClock, utc
+from flask_authflow.core.identifiers import check_tenant, normalise_identifier
+from flask_authflow.core.ports import (
+    RESERVATION_TTL,
+    AttemptKey,
+    FactorConfig,
+    FailureCount,
+    Reservation,
+    UserRecord,
+)
+from flask_authflow.errors import AuditWriteError, StoreUnavailable, UserExists, UserNotFound
+from flask_authflow.federation.links import IdentityLink
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.outcomes import FactorKind
+
+__all__ = ["AttemptLogEntry", "InMemoryBackend", "LockState", "count_failure"]
+
+#: The longest factor id and lookup value the SQL store keeps (both backends refuse longer ones).
+MAX_FACTOR_ID = 64
+MAX_LOOKUP = 255
+
+
+def check_factor_config(config: FactorConfig) -> dict[str, Any]:
+    """``config.data`` as the JSON round trip gives it back (what both backends store),
+    after the checks :meth:`add_factor` makes: :class:`ValueError` for an empty or overlong
+    ``factor_id``, an overlong ``lookup``, a negative counter, or data that is not JSON."""
+    if not isinstance(config.factor_id, str) or not 0 < len(config.factor_id) <= MAX_FACTOR_ID:
+        raise ValueError(f"a factor id is a non-empty string of at most {MAX_FACTOR_ID} characters")
+    if config.lookup is not None and not 0 < len(config.lookup) <= MAX_LOOKUP:
+        raise ValueError(f"a factor lookup is a non-empty string of at most {MAX_LOOKUP} characters")
+    if config.counter < 0:
+        raise ValueError("a factor counter starts at 0 or above")
+    return load_factor_data(dump_factor_data(config.data))
+
+
+def dump_factor_data(data: Mapping[str, Any]) -> str:
+    """A factor's public data as JSON text; :class:`ValueError` when it is not JSON-serialisable."""
+    try:
+        return json.dumps(dict(data), separators=(",", ":"), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"factor data must be JSON-serialisable: {exc}") from None
+
+
+def load_factor_data(text: str) -> dict[str, Any]:
+    loaded = json.loads(text)
+    return loaded if isinstance(loaded, dict) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptLogEntry:
+    """One authentication attempt, as kept in the attempt log."""
+
+    at: datetime
+    tenant: str
+    subject: str
+    factor: str
+    success: bool
+    client_ip: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LockState:
+    """Failure counter of one (tenant, subject, factor)."""
+
+    failures: int = 0
+    window_start: datetime | None = None
+    locked_until: datetime | None = None
+
+
+def count_failure(
+    state: LockState, *, now: datetime, window: timedelta, max_failures: int, lock_duration: timedelta
+) -> tuple[LockState, FailureCount]:
+    """The lockout arithmetic: count in the current window, lock (and restart counting) at the threshold."""
+    if state.window_start is None or state.window_start <= now - window:
+        failures, start = 1, now
+    else:
+        failures, start = state.failures + 1, state.window_start
+    if failures >= max_failures:
+        until = now + lock_duration
+        return LockState(0, None, until), FailureCount(failures, until)
+    return LockState(failures, start, state.locked_until), FailureCount(failures, None)
+
+
+class InMemoryBackend:
+    """Identity, factor, attempt and audit store in one object.
+
+    :param hasher: hashes passwords given to :meth:`with_user_password` /
+        :meth:`create_user` (default: Argon2id with the RFC 9106 low-memory profile).
+    """
+
+    def __init__(
+        self,
+        *,
+        hasher: PasswordHasher | None = None,
+        clock: Clock | None = None,
+        max_attempt_log: int = 100_000,
+    ) -> None:
+        self._hasher = hasher
+        self.clock: Clock = clock or SystemClock()
+        self._clock_given = clock is not None
+        self._lock = threading.RLock()
+        self._users: dict[tuple[str, str], UserRecord] = {}
+        self._users_by_id: dict[str, UserRecord] = {}
+        # Factors: user id -> factor id -> config (confirmed or pending); each factor's
+        # enrollment sequence number (orders factors enrolled at the same instant), and the
+        # owner of each factor id and each (kind, lookup), both unique across the store.
+        self._factors: dict[str, dict[str, FactorConfig]] = {}
+        self._factor_seq: dict[str, int] = {}
+        self._factor_owner: dict[str, str] = {}
+        self._lookups: dict[tuple[str, str], str] = {}
+        self._sequence = itertools.count()
+        self._locks: dict[AttemptKey, LockState] = {}
+        # Attempts reserved and not yet settled: key -> {token: reserved at}.
+        self._reservations: dict[AttemptKey, dict[str, datetime]] = {}
+        self._attempts: deque[AttemptLogEntry] = deque(maxlen=max_attempt_log)
+        self._audit: list[AuditRecord] = []
+        self._links: dict[tuple[str, str], IdentityLink] = {}
+        self._jtis: dict[tuple[str, str], datetime] = {}
+        self._fail_writes = 0
+        #: While true, the attempt store raises StoreUnavailable (tests of fail-closed).
+        self.attempts_unavailable = False
+
+    def adopt_defaults(self, *, hasher: PasswordHasher, clock: Clock) -> None:
+        """Use the app's hasher and clock where none was given at construction
+        (``AuthFlow.init_app`` calls it, so a backend built at import time follows the
+        app, and a test's ``mock_clock``)."""
+        if self._hasher is None:
+            self._hasher = hasher
+        if not self._clock_given:
+            self.clock = clock
+
+    @property
+    def hasher(self) -> PasswordHasher:
+        """The hasher, created on first use (the default one precomputes a 64 MiB dummy hash)."""
+        with self._lock:
+            if self._hasher is None:
+                self._hasher = PasswordHasher()
+            return self._hasher
+
+    def __repr__(self) -> str:
+        return f"<InMemoryBackend users={len(self._users)} audit_rows={len(self._audit)}>"
+
+    # --- identities --------------------------------------------------------------------------
+
+    def with_user_password(self, username: str, tenant: str, password: str) -> InMemoryBackend:
+        """Add a user with a password (Argon2id); returns ``self`` for chaining."""
+        self.create_user(tenant, username, password)
+        return self
+
+    def create_user(self, tenant: str, identifier: str, password: str | None = None) -> UserRecord:
+        tenant = check_tenant(tenant)
+        identifier = normalise_identifier(identifier)
+        password_hash = self.hasher.hash(password) if password is not None else None
+        now = self.clock.now()
+        with self._lock:
+            if (tenant, identifier) in self._users:
+                raise UserExists()
+            user = UserRecord(uuid.uuid4().hex, tenant, identifier, now)
+            self._users[(tenant, identifier)] = user
+            self._users_by_id[user.user_id] = user
+            self._factors[user.user_id] = {}
+            if password_hash is not None:
+                self._store_factor(
+                    FactorConfig(
+                        user.user_id,
+                        FactorKind.PASSWORD,
+                        utc(now),
+                        password_hash,
+                        factor_id=secrets.token_urlsafe(16),
+                    )
+                )
+            return user
+
+    def set_password(self, tenant: str, identifier: str, password: str) -> None:
+        user = self.find_user(tenant, normalise_identifier(identifier))
+        if user is None:
+            raise UserNotFound()
+        self.set_password_hash(tenant, user.user_id, self.hasher.hash(password))
+
+    def set_disabled(self, tenant: str, identifier: str, disabled: bool = True) -> None:
+        with self._lock:
+            user = self._users.get((tenant, normalise_identifier(identifier)))
+            if user is None:
+                raise UserNotFound()
+            updated = replace(user, disabled=disabled)
+            self._users[(tenant, user.identifier)] = updated
+            self._users_by_id[user.user_id] = updated
+
+    def delete_user(self, tenant: str, identifier: str) -> UserRecord:
+        """Remove the user, its factors, its lockout counters and reservations (audit rows stay)."""
+        with self._lock:
+            user = self._users.pop((tenant, normalise_identifier(identifier)), None)
+            if user is None:
+                raise UserNotFound()
+            self._users_by_id.pop(user.user_id, None)
+            for config in list(self._factors.get(user.user_id, {}).values()):
+                self._drop_factor(config)
+            self._factors.pop(user.user_id, None)
+            for key in [k for k in self._locks if k.tenant == tenant and k.subject == user.identifier]:
+                del self._locks[key]
+            for key in [k for k in self._reservations if k.tenant == tenant and k.subject == user.identifier]:
+                del self._reservations[key]
+            for link_key in [k for k, link in self._links.items() if link.user_id == user.user_id]:
+                del self._links[link_key]
+            return user
+
+    def find_user(self, tenant: str, identifier: str) -> UserRecord | None:
+        with self._lock:
+            return self._users.get((tenant, identifier))
+
+    def get_user(self, tenant: str, user_id: str) -> UserRecord | None:
+        with self._lock:
+            user = self._users_by_id.get(user_id)
+        return user if user is not None and user.tenant == tenant else None
+
+    def list_users(self, tenant: str | None = None) -> list[UserRecord]:
+        with self._lock:
+            users = list(self._users.values())
+        return sorted(
+            (u for u in users if tenant is None or u.tenant == tenant), key=lambda u: (u.tenant, u.identifier)
+        )
+
+    # --- factors -----------------------------------------------------------------------------
+    #
+    # Every factor of every user, with the indexes the SQL store has as constraints (factor
+    # id, (kind, lookup), one password per user). The lock is held for each whole step, so
+    # each change is atomic across threads; reads hand out copies of the mutable ``data``.
+
+    def _owned(self, tenant: str, user_id: str) -> dict[str, FactorConfig] | None:
+        """The factors of ``user_id`` if the user belongs to ``tenant`` (caller holds the lock)."""
+        user = self._users_by_id.get(user_id)
+        if user is None or user.tenant != tenant:
+            return None
+        return self._factors.setdefault(user_id, {})
+
+    def _ordered(self, configs: list[FactorConfig]) -> list[FactorConfig]:
+        """Oldest first; factors enrolled at the same instant in enrollment order (caller holds the lock)."""
+        ordered = sorted(configs, key=lambda c: (c.created_at, self._factor_seq[c.factor_id]))
+        return [replace(c, data=copy.deepcopy(c.data)) for c in ordered]
+
+    def _store_factor(self, config: FactorConfig) -> None:
+        """Insert ``config`` in every index (caller holds the lock and made the checks)."""
+        self._factors.setdefault(config.user_id, {})[config.factor_id] = config
+        self._factor_seq[config.factor_id] = next(self._sequence)
+        self._factor_owner[config.factor_id] = config.user_id
+        if config.lookup is not None:
+            self._lookups[(config.kind.value, config.lookup)] = config.factor_id
+
+    def _drop_factor(self, config: FactorConfig) -> None:
+        """Remove ``config`` from every index (caller holds the lock)."""
+        self._factors.get(config.user_id, {}).pop(config.factor_id, None)
+        self._factor_seq.pop(config.factor_id, None)
+        self._factor_owner.pop(config.factor_id, None)
+        if config.lookup is not None:
+            self._lookups.pop((config.kind.value, config.lookup), None)
+
+    def _password(self, factors: dict[str, FactorConfig]) -> FactorConfig | None:
+        return next((c for c in factors.values() if c.kind is FactorKind.PASSWORD), None)
+
+    def get_password_hash(self, tenant: str, user_id: str) -> str | None:
+        with self._lock:
+            config = self._password(self._owned(tenant, user_id) or {})
+            return config.secret if config is not None and config.confirmed else None
+
+    def set_password_hash(self, tenant: str, user_id: str, password_hash: str) -> None:
+        """Set or replace the password (the factor keeps its id and enrollment time)."""
+        now = utc(self.clock.now())
+        with self._lock:
+            factors = self._owned(tenant, user_id)
+            if factors is None:
+                raise UserNotFound()
+            existing = self._password(factors)
+            if existing is not None:
+                factors[existing.factor_id] = replace(existing, secret=password_hash, confirmed=True)
+                return
+            self._store_factor(
+                FactorConfig(
+                    user_id, FactorKind.PASSWORD, now, password_hash, factor_id=secrets.token_urlsafe(16)
+                )
+            )
+
+    def enroll_factor(self, tenant: str, user_id: str, kind: FactorKind, secret: str) -> None:
+        """Enroll a confirmed factor of ``kind`` with ``secret``, replacing the user's
+        confirmed factors of that kind (it keeps the enrollment time of the first of them);
+        pending enrollments are left alone. The password goes to :meth:`set_password_hash`."""
+        kind = FactorKind(kind)
+        if kind is FactorKind.PASSWORD:
+            self.set_password_hash(tenant, user_id, secret)
+            return
+        now = utc(self.clock.now())
+        with self._lock:
+            factors = self._owned(tenant, user_id)
+            if factors is None:
+                raise UserNotFound()
+            replaced = [c for c in factors.values() if c.kind is kind and c.confirmed]
+            created = min((c.created_at for c in replaced), default=now)
+            for config in replaced:
+                self._drop_factor(config)
+            self._store_factor(
+                FactorConfig(user_id, kind, created, secret, factor_id=secrets.token_urlsafe(16))
+            )
+
+    def required_factors(self, tenant: str, user_id: str) -> list[FactorKind]:
+        kinds: list[FactorKind] = []
+        for config in self.list_factors(tenant, user_id):
+            if config.kind not in kinds:
+                kinds.append(config.kind)
+        if FactorKind.PASSWORD in kinds:
+            kinds.remove(FactorKind.PASSWORD)
+            kinds.insert(0, FactorKind.PASSWORD)
+        return kinds
+
+    def list_factors(self, tenant: str, user_id: str) -> list[FactorConfig]:
+        return self.list_user_factors(tenant, user_id)
+
+    def add_factor(self, tenant: str, config: FactorConfig) -> None:
+        data = check_factor_config(config)
+        kind = FactorKind(config.kind)
+        with self._lock:
+            factors = self._owned(tenant, config.user_id)
+            if factors is None:
+                raise UserNotFound()
+            if config.factor_id in self._factor_owner:
+                raise ValueError("this factor id is already used")
+            if config.lookup is not None and (kind.value, config.lookup) in self._lookups:
+                raise ValueError(f"a {kind.value} factor with this lookup is already enrolled")
+            if kind is FactorKind.PASSWORD and self._password(factors) is not None:
+                raise ValueError("the user has a password already")
+            self._store_factor(
+                replace(
+                    config,
+                    kind=kind,
+                    data=data,
+                    created_at=utc(config.created_at),
+                    last_used_at=None if config.last_used_at is None else utc(config.last_used_at),
+                )
+            )
+
+    def get_factor(self, tenant: str, user_id: str, factor_id: str) -> FactorConfig | None:
+        with self._lock:
+            config = (self._owned(tenant, user_id) or {}).get(factor_id)
+            return None if config is None else self._ordered([config])[0]
+
+    def list_user_factors(
+        self, tenant: str, user_id: str, *, kind: FactorKind | None = None, include_pending: bool = False
+    ) -> list[FactorConfig]:
+        with self._lock:
+            return self._ordered(
+                [
+                    c
+                    for c in (self._owned(tenant, user_id) or {}).values()
+                    if (include_pending or c.confirmed) and (kind is None or c.kind == kind)
+                ]
+            )
+
+    def find_factor_by_lookup(self, tenant: str, kind: FactorKind, lookup: str) -> FactorConfig | None:
+        with self._lock:
+            factor_id = self._lookups.get((str(kind), lookup))
+            owner = self._factor_owner.get(factor_id) if factor_id is not None else None
+            if factor_id is None or owner is None:
+                return None
+            config = (self._owned(tenant, owner) or {}).get(factor_id)
+            return None if config is None or not config.confirmed else self._ordered([config])[0]
+
+    def confirm_factor(self, tenant: str, user_id: str, factor_id: str, *, replace_kind: bool) -> bool:
+        with self._lock:
+            factors = self._owned(tenant, user_id) or {}
+            config = factors.get(factor_id)
+            if config is None or config.confirmed:
+                return False
+            if replace_kind:
+                for other in [c for c in factors.values() if c.kind is config.kind and c is not config]:
+                    self._drop_factor(other)
+            factors[factor_id] = replace(config, confirmed=True)
+            return True
+
+    def delete_factor(self, tenant: str, user_id: str, factor_id: str) -> bool:
+        with self._lock:
+            config = (self._owned(tenant, user_id) or {}).get(factor_id)
+            if config is None:
+                return False
+            if config.kind is FactorKind.PASSWORD:
+                raise ValueError("the password is not deleted as a factor: set another one instead")
+            self._drop_factor(config)
+            return True
+
+    def advance_factor_counter(
+        self, tenant: str, user_id: str, factor_id: str, new_counter: int, *, now: datetime
+    ) -> bool:
+        with self._lock:
+            factors = self._owned(tenant, user_id) or {}
+            config = factors.get(factor_id)
+            if config is None or not config.confirmed or config.counter >= new_counter:
+                return False
+            factors[factor_id] = replace(config, counter=new_counter, last_used_at=utc(now))
+            return True
+
+    def swap_factor_secret(
+        self,
+        tenant: str,
+        user_id: str,
+        factor_id: str,
+        *,
+        expected_counter: int,
+        secret: str,
+        now: datetime,
+    ) -> bool:
+        with self._lock:
+            factors = self._owned(tenant, user_id) or {}
+            config = factors.get(factor_id)
+            if config is None or not config.confirmed or config.counter != expected_counter:
+                return False
+            factors[factor_id] = replace(
+                config, secret=secret, counter=expected_counter + 1, last_used_at=utc(now)
+            )
+            return True
+
+    def use_once(self, scope: str, token: str, *, expires_at: datetime) -> bool:
+        return self.remember_jti(f"one-time:{scope}", token, expires_at)
+
+    # --- attempts and lockout ----------------------------------------------------------------
+
+    def _check_available(self) -> None:
+        if self.attempts_unavailable:
+            raise StoreUnavailable("the attempt store is unavailable")
+
+    def locked_until(self, tenant: str, subject: str, now: datetime) -> datetime | None:
+        with self._lock:
+            self._check_available()
+            return self._active_lock(tenant, subject, now)
+
+    def _active_lock(self, tenant: str, subject: str, now: datetime) -> datetime | None:
+        # Caller holds the lock.
+        ends = [
+            state.locked_until
+            for key, state in self._locks.items()
+            if key.tenant == tenant
+            and key.subject == subject
+            and state.locked_until is not None
+            and state.locked_until > now
+        ]
+        return max(ends) if ends else None
+
+    def reserve_attempt(
+        self,
+        key: AttemptKey,
+        *,
+        now: datetime,
+        window: timedelta,
+        max_failures: int,
+        lock_duration: timedelta,
+    ) -> Reservation:
+        with self._lock:
+            self._check_available()
+            until = self._active_lock(key.tenant, key.subject, now)
+            if until is not None:
+                return Reservation(None, until)
+            live = {t: at for t, at in self._reservations.get(key, {}).items() if at > now - RESERVATION_TTL}
+            state = self._locks.get(key, LockState())
+            in_window = (
+                state.failures if state.window_start is not None and state.window_start > now - window else 0
+            )
+            if in_window + len(live) >= max_failures:
+                return Reservation(None, now + lock_duration)
+            token = uuid.uuid4().hex
+            live[token] = now
+            self._reservations[key] = live
+            return Reservation(token)
+
+    def _settle(self, key: AttemptKey, token: str | None) -> None:
+        # Caller holds the lock.
+        if token is not None:
+            pending = self._reservations.get(key)
+            if pending is not None:
+                pending.pop(token, None)
+                if not pending:
+                    del self._reservations[key]
+
+    def release_attempt(self, key: AttemptKey, token: str) -> None:
+        with self._lock:
+            self._check_available()
+            self._settle(key, token)
+
+    def register_failure(
+        self,
+        key: AttemptKey,
+        *,
+        now: datetime,
+        window: timedelta,
+        max_failures: int,
+        lock_duration: timedelta,
+        client_ip: str | None = None,
+        reservation: str | None = None,
+    ) -> FailureCount:
+        with self._lock:
+            self._check_available()
+            self._settle(key, reservation)
+            state, result = count_failure(
+                self._locks.get(key, LockState()),
+                now=now,
+                window=window,
+                max_failures=max_failures,
+                lock_duration=lock_duration,
+            )
+            self._locks[key] = state
+            self._attempts.append(AttemptLogEntry(now, key.tenant, key.subject, key.factor, False, client_ip))
+            return result
+
+    def register_success(
+        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
+    ) -> None:
+        with self._lock:
+            self._check_available()
+            self._settle(key, reservation)
+            state = self._locks.get(key)
+            if state is not None:
+                self._locks[key] = LockState(0, None, state.locked_until)
+            self._attempts.append(AttemptLogEntry(now, key.tenant, key.subject, key.factor, True, client_ip))
+
+    def register_success_unless_locked(
+        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
+    ) -> datetime | None:
+        with self._lock:
+            self._check_available()
+            until = self._active_lock(key.tenant, key.subject, now)
+            if until is not None:
+                self._settle(key, reservation)
+                return until
+            self.register_success(key, now=now, client_ip=client_ip, reservation=reservation)
+            return None
+
+    def set_lock(self, key: AttemptKey, until: datetime) -> None:
+        with self._lock:
+            self._check_available()
+            self._locks[key] = replace(self._locks.get(key, LockState()), locked_until=until)
+
+    def clear_lock(self, tenant: str, subject: str) -> None:
+        with self._lock:
+            self._check_available()
+            for key in [k for k in self._locks if k.tenant == tenant and k.subject == subject]:
+                del self._locks[key]
+            for key in [k for k in self._reservations if k.tenant == tenant and k.subject == subject]:
+                del self._reservations[key]
+
+    @property
+    def attempt_log(self) -> list[AttemptLogEntry]:
+        with self._lock:
+            return list(self._attempts)
+
+    # --- audit -------------------------------------------------------------------------------
+
+    # --- federation: identity links and the logout replay cache -----------------------------
+
+    def link_identity(self, issuer: str, subject: str, tenant: str, user_id: str) -> IdentityLink:
+        link = IdentityLink(issuer, subject, tenant, user_id, self.clock.now())
+        with self._lock:
+            self._links[(issuer, subject)] = link
+        return link
+
+    def find_link(self, issuer: str, subject: str) -> IdentityLink | None:
+        with self._lock:
+            return self._links.get((issuer, subject))
+
+    def links_of_user(self, tenant: str, user_id: str) -> list[IdentityLink]:
+        with self._lock:
+            found = [
+                link for link in self._links.values() if (link.tenant, link.user_id) == (tenant, user_id)
+            ]
+        return sorted(found, key=lambda link: (link.issuer, link.subject))
+
+    def unlink_identity(self, issuer: str, subject: str) -> bool:
+        with self._lock:
+            return self._links.pop((issuer, subject), None) is not None
+
+    def remember_jti(self, issuer: str, jti: str, expires_at: datetime) -> bool:
+        now = self.clock.now()
+        with self._lock:
+            for key in [k for k, until in self._jtis.items() if until <= now]:
+                del self._jtis[key]
+            if (issuer, jti) in self._jtis:
+                return False
+            self._jtis[(issuer, jti)] = expires_at
+            return True
+
+    def fail_next_write(self, count: int = 1) -> None:
+        """Make the next ``count`` audit writes fail with AuditWriteError."""
+        with self._lock:
+            self._fail_writes = count
+
+    def write(self, record: AuditRecord) -> None:
+        with self._lock:
+            if self._fail_writes > 0:
+                self._fail_writes -= 1
+                raise AuditWriteError()
+            self._audit.append(record)
+
+    @property
+    def audit_rows(self) -> list[AuditRecord]:
+        with self._lock:
+            return list(self._audit)

@@ -1,0 +1,475 @@
+"""Session records in Redis (the ``[redis]`` extra), for sites whose hot path must not touch SQL.
+
+Only the sessions move: users, factors, attempts, audit and issuer keys stay in SQL. A
+protected request then costs one Redis round trip (``HMGET``) and no SQL at all.
+
+Layout, under a key prefix (``authflow:`` by default)::
+
+    <prefix>s:<sid_hash>                 hash  d = sealed record, e = expiry (µs since the epoch),
+                                               u / f = the index sets the record is in
+    <prefix>u:<sha256(tenant, user_id)>  set   sid hashes of the user's sessions
+    <prefix>t:<sha256(tenant)>           set   the tenant's user sets (a tenant-wide logout)
+    <prefix>f:<federation_key>           set   sid hashes of a provider session's logins
+
+As in the SQL store the key is the SHA-256 of the session id, never the id itself (a
+reader of Redis, an RDB dump or a replica, cannot replay a cookie), and the record is
+sealed with :class:`~flask_authflow.core.crypto.SessionCrypto` whose associated data
+is that key, so a value copied onto another session's key does not open. The index sets
+and the ``u`` / ``f`` fields are clear and unauthenticated: listing trusts the decrypted
+record only.
+
+Time. The injected clock decides expiry, as in every store: the record's expiry is kept
+in the value (``e``) and every read compares it with ``clock.now()``. Redis removes the
+key itself when the session is over: the key's TTL is set with ``PEXPIRE`` to
+``expires_at - clock.now()`` (the remaining lifetime as the application sees it) rather
+than with ``PEXPIREAT expires_at``, which Redis would compare with *its own* clock: a
+skew between the application hosts and the Redis host would shorten or lengthen every
+session, and a test's :class:`~flask_authflow.clock.MockClock` (in the past) would make
+every key expire at birth. An index set lives as long as its longest-lived member.
+
+Revocation. Every write that must not bring a revoked session back is one Lua script,
+so Redis runs its check and its write with nothing in between: ``existing=True`` updates
+the key only if it still exists and is unexpired; a rotation deletes every id in
+``replaces`` and inserts the new one only if all of them are still live, and otherwise
+writes nothing. Deletions remove the record and its index entries in one script too.
+
+The scripts touch the index keys a record names, so the store needs a single Redis
+(primary, with replicas or Sentinel as you like), not Redis Cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from flask_authflow.clock import Clock, SystemClock, utc
+from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow.core.session import SessionRecord, federation_key, record_federation_key, sid_hash
+from flask_authflow.errors import (
+    ConfigurationError,
+    MissingExtraError,
+)
+from flask_authflow.sessions.stores import RecordOpener, serialize_record, store_unavailable
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+__all__ = ["RedisSessionStore"]
+
+log = logging.getLogger("flask_authflow.sessions")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+#: Timeouts of a client built from a URL (a URL's own ``socket_timeout=`` wins): a Redis
+#: that does not answer fails the request closed within this time instead of hanging it.
+SOCKET_TIMEOUT = 5.0
+#: Keys examined per ``SCAN`` step of :meth:`RedisSessionStore.purge_expired`.
+PURGE_BATCH = 500
+
+# Shared by the scripts: ``drop(key)`` removes a record and its entries in the index sets
+# it names; ``live(key)`` is true while the record exists and its expiry is after ``now``.
+# ARGV[1] is always now (µs) and ARGV[2] the record key prefix (``<prefix>s:``).
+_LUA_COMMON = """
+local now = tonumber(ARGV[1])
+local record_prefix = ARGV[2]
+local skip = string.len(record_prefix)
+local function live(key)
+  local e = redis.call('HGET', key, 'e')
+  return e and tonumber(e) > now
+end
+local function drop(key)
+  local idx = redis.call('HMGET', key, 'u', 'f')
+  local member = string.sub(key, skip + 1)
+  if idx[1] then redis.call('SREM', idx[1], member) end
+  if idx[2] then redis.call('SREM', idx[2], member) end
+  return redis.call('DEL', key)
+end
+-- Deletes every record of an index set whose field (u or f) names that set, then the
+-- set; returns how many of them were live.
+local function drop_index(index, field)
+  local removed = 0
+  for _, member in ipairs(redis.call('SMEMBERS', index)) do
+    local key = record_prefix .. member
+    local row = redis.call('HMGET', key, 'e', field)
+    if row[2] == index then
+      if tonumber(row[1]) > now then removed = removed + 1 end
+      drop(key)
+    end
+  end
+  redis.call('DEL', index)
+  return removed
+end
+-- Adds member to the set index, which then lives at least ttl ms more. Housekeeping:
+-- two members at random whose key (prefix .. member) is gone are dropped, so a set
+-- never grows much past twice its live members.
+local function add(index, member, ttl, prefix)
+  redis.call('SADD', index, member)
+  if redis.call('PTTL', index) < ttl then redis.call('PEXPIRE', index, ttl) end
+  for _, other in ipairs(redis.call('SRANDMEMBER', index, 2)) do
+    if redis.call('EXISTS', prefix .. other) == 0 then redis.call('SREM', index, other) end
+  end
+end
+"""
+
+# KEYS[1] = the record's key, KEYS[2..] = the keys of the ids it replaces.
+# ARGV[3] = '1' for an update of an existing session, ARGV[4] = expiry (µs),
+# ARGV[5] = TTL (ms), ARGV[6] = sealed record, ARGV[7] / ARGV[8] = user / federation
+# index key or '', ARGV[9] = the tenant's set of user sets ('' without a user).
+# Returns 1 if written, 0 if the session was revoked (nothing written).
+_SAVE = (
+    _LUA_COMMON
+    + """
+if ARGV[3] == '1' then
+  if not live(KEYS[1]) then return 0 end
+else
+  for i = 2, #KEYS do
+    if not live(KEYS[i]) then return 0 end
+  end
+  for i = 2, #KEYS do drop(KEYS[i]) end
+end
+drop(KEYS[1])
+local ttl = tonumber(ARGV[5])
+local member = string.sub(KEYS[1], skip + 1)
+redis.call('HSET', KEYS[1], 'd', ARGV[6], 'e', ARGV[4])
+for slot = 7, 8 do
+  local index = ARGV[slot]
+  if index ~= '' then
+    redis.call('HSET', KEYS[1], slot == 7 and 'u' or 'f', index)
+    add(index, member, ttl, record_prefix)
+  end
+end
+if ARGV[9] ~= '' then add(ARGV[9], ARGV[7], ttl, '') end
+redis.call('PEXPIRE', KEYS[1], ttl)
+return 1
+"""
+)
+
+# KEYS[1] = a record's key. Returns how many keys were deleted (0 or 1).
+_DELETE = _LUA_COMMON + "return drop(KEYS[1])\n"
+
+# KEYS[1] = an index set; ARGV[3] = the record field naming it ('u' or 'f'), ARGV[4] = for
+# a user set, its tenant's set (which then forgets it). Deletes every record of the set and
+# the set; returns how many of them were live.
+_DELETE_INDEX = (
+    _LUA_COMMON
+    + """
+local removed = drop_index(KEYS[1], ARGV[3])
+if ARGV[4] ~= '' then
+  redis.call('SREM', ARGV[4], KEYS[1])
+  if redis.call('SCARD', ARGV[4]) == 0 then redis.call('DEL', ARGV[4]) end
+end
+return removed
+"""
+)
+
+# KEYS[1] = a tenant's set of user sets. Deletes every record of every one of them, the
+# sets and the tenant's set; returns how many of the records were live.
+_DELETE_TENANT = (
+    _LUA_COMMON
+    + """
+local removed = 0
+for _, index in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  removed = removed + drop_index(index, 'u')
+end
+redis.call('DEL', KEYS[1])
+return removed
+"""
+)
+
+# KEYS[1] = a user index set. Returns {member, sealed record, ...} of its live records,
+# and drops the members whose record is gone.
+_LIST = (
+    _LUA_COMMON
+    + """
+local found = {}
+for _, member in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local row = redis.call('HMGET', record_prefix .. member, 'd', 'e', 'u')
+  if not row[1] then
+    redis.call('SREM', KEYS[1], member)
+  elseif row[3] == KEYS[1] and tonumber(row[2]) > now then
+    table.insert(found, member)
+    table.insert(found, row[1])
+  end
+end
+return found
+"""
+)
+
+# KEYS = record keys. Deletes those whose expiry is not after now; returns how many.
+_PURGE = (
+    _LUA_COMMON
+    + """
+local removed = 0
+for _, key in ipairs(KEYS) do
+  local e = redis.call('HGET', key, 'e')
+  if e and tonumber(e) <= now then
+    drop(key)
+    removed = removed + 1
+  end
+end
+return removed
+"""
+)
+
+
+def _micros(value: datetime) -> int:
+    """Microseconds since the epoch, exactly (no float rounding)."""
+    return (utc(value) - _EPOCH) // _MICROSECOND
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` as a literal in a ``SCAN MATCH`` pattern."""
+    return "".join("\\" + char if char in "*?[]\\" else char for char in text)
+
+
+def _import_redis() -> Any:
+    try:
+        import redis
+    except ImportError as exc:
+        raise MissingExtraError("redis", exc.name or "redis") from exc
+    return redis
+
+
+class RedisSessionStore:
+    """A :class:`~flask_authflow.core.ports.SessionStore` in Redis.
+
+    :param url_or_client: a ``redis://`` / ``rediss://`` / ``unix://`` URL (a client is
+        built with 5-second timeouts and one retry of a dropped connection; the URL's own
+        options win), or a ``redis.Redis`` client of your own (used as it is; it must not
+        decode responses).
+    :param crypto: seals each record at rest (use a key of its own, not the cookie
+        signing key; :func:`~flask_authflow.core.crypto.derive_key` can derive one).
+    :param clock: the time used for expiry (see the module's notes on time).
+    :param prefix: put in front of every key this store writes, so several apps (or
+        tests) can share one Redis database.
+
+    Every Redis failure is raised as :class:`~flask_authflow.errors.StoreUnavailable` so
+    callers fail closed. A record that does not decrypt or decode (wrong key, tampering)
+    is treated as absent and logged without any session data.
+
+    :raises MissingExtraError: the ``redis`` package is not installed
+        (``pip install 'flask-authflow[redis]'``).
+    """
+
+    def __init__(
+        self,
+        url_or_client: str | Redis,
+        *,
+        crypto: SessionCrypto,
+        clock: Clock | None = None,
+        prefix: str = "authflow:",
+    ) -> None:
+        if not isinstance(crypto, SessionCrypto):
+            raise TypeError("crypto must be a SessionCrypto")
+        if not isinstance(prefix, str):
+            raise TypeError("prefix must be a string")
+        redis = _import_redis()
+        self._owns_client = isinstance(url_or_client, str)
+        if isinstance(url_or_client, str):
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+
+            try:
+                client = redis.Redis.from_url(
+                    url_or_client,
+                    socket_timeout=SOCKET_TIMEOUT,
+                    socket_connect_timeout=SOCKET_TIMEOUT,
+                    # A pooled connection that died (a Redis restart) is retried once; an
+                    # outage is then reported at once, not after seconds of back-off.
+                    retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+                )
+            except ValueError as exc:
+                raise ConfigurationError(f"not a Redis URL: {exc}") from None
+        elif isinstance(url_or_client, redis.Redis):
+            client = url_or_client
+        else:
+            raise TypeError("url_or_client must be a Redis URL or a redis.Redis client")
+        if client.get_connection_kwargs().get("decode_responses"):
+            raise ConfigurationError("the Redis client of the session store must not decode responses")
+        self._redis: Redis = client
+        self._errors: type[Exception] = redis.RedisError
+        self._crypto = crypto
+        self._opener = RecordOpener(crypto, log=log, what="key")
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self.prefix = prefix
+        self._record_prefix = f"{prefix}s:"
+        self._save = client.register_script(_SAVE)
+        self._delete = client.register_script(_DELETE)
+        self._delete_index = client.register_script(_DELETE_INDEX)
+        self._delete_tenant = client.register_script(_DELETE_TENANT)
+        self._list = client.register_script(_LIST)
+        self._purge = client.register_script(_PURGE)
+
+    @property
+    def client(self) -> Redis:
+        """The Redis client (for health checks and tests)."""
+        return self._redis
+
+    def close(self) -> None:
+        """Close the connections of a client this store built from a URL (a client you
+        passed in is yours to close)."""
+        if self._owns_client:
+            self._redis.close()
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except self._errors as exc:  # connection refused, timeouts, script errors, a full Redis
+            # The message may carry the URL or arguments: keep it out of the log.
+            raise store_unavailable(exc) from exc
+
+    # --- keys --------------------------------------------------------------------------------
+
+    def _record_key(self, sid: str) -> str:
+        return self._record_prefix + sid_hash(sid)
+
+    def _user_index(self, tenant: str, user_id: str) -> str:
+        digest = hashlib.sha256(f"{len(tenant)}:{tenant}\n{user_id}".encode()).hexdigest()
+        return f"{self.prefix}u:{digest}"
+
+    def _tenant_index(self, tenant: str) -> str:
+        return f"{self.prefix}t:{hashlib.sha256(tenant.encode()).hexdigest()}"
+
+    def _federation_index(self, key: str) -> str:
+        return f"{self.prefix}f:{key}"
+
+    def _now(self) -> int:
+        return _micros(self._clock.now())
+
+    # --- record <-> value --------------------------------------------------------------------
+
+    def _open(self, key: str, data: Any, expected_sid: str | None = None) -> SessionRecord | None:
+        return self._opener.open(key, data, expected_sid)
+
+    # --- SessionStore ------------------------------------------------------------------------
+
+    def load(self, sid: str) -> SessionRecord | None:
+        key = sid_hash(sid)
+        # The hot path of every request: one HMGET, no script.
+        with self._guard():
+            data, expires = self._redis.hmget(self._record_prefix + key, ("d", "e"))
+        if data is None or expires is None or int(expires) <= self._now():
+            return None
+        return self._open(key, data, expected_sid=sid)
+
+    def save(
+        self,
+        record: SessionRecord,
+        expires_at: datetime,
+        *,
+        replaces: Sequence[str] = (),
+        existing: bool = False,
+    ) -> bool:
+        """Write ``record`` under the contract of :meth:`SessionStore.save`, atomically (one
+        Lua script: the liveness checks and the writes run with nothing in between)."""
+        key = sid_hash(record.sid)
+        now = self._now()
+        expires = _micros(expires_at)
+        ttl_ms = max(1, math.ceil((expires - now) / 1000))
+        user_index = tenant_index = ""
+        if record.tenant is not None and record.user_id is not None:
+            user_index = self._user_index(record.tenant, record.user_id)
+            tenant_index = self._tenant_index(record.tenant)
+        fed_key = record_federation_key(record)
+        olds = (
+            []
+            if existing
+            else [self._record_key(old) for old in dict.fromkeys(replaces) if old != record.sid]
+        )
+        with self._guard():
+            written = self._save(
+                keys=[self._record_prefix + key, *olds],
+                args=[
+                    now,
+                    self._record_prefix,
+                    "1" if existing else "0",
+                    expires,
+                    ttl_ms,
+                    self._crypto.encrypt(key, serialize_record(record)),
+                    user_index,
+                    "" if fed_key is None else self._federation_index(fed_key),
+                    tenant_index,
+                ],
+            )
+        return bool(written)
+
+    def delete(self, sid: str) -> None:
+        with self._guard():
+            self._delete(keys=[self._record_key(sid)], args=[self._now(), self._record_prefix])
+
+    def list_user_sessions(self, tenant: str, user_id: str) -> list[SessionRecord]:
+        with self._guard():
+            found = self._list(
+                keys=[self._user_index(tenant, user_id)], args=[self._now(), self._record_prefix]
+            )
+        records = []
+        for member, data in sorted(zip(found[::2], found[1::2], strict=True)):
+            record = self._open(member.decode("ascii"), data)
+            # The index is not authenticated: trust the decrypted record (a guest has no
+            # user, so it never matches).
+            if record is not None and record.tenant == tenant and record.user_id == user_id:
+                records.append(record)
+        return records
+
+    def delete_user_sessions(self, tenant: str, user_id: str) -> int:
+        """Delete every session of the user; returns how many live sessions were revoked."""
+        return self._drop_index(self._user_index(tenant, user_id), "u", self._tenant_index(tenant))
+
+    def delete_tenant_sessions(self, tenant: str) -> int:
+        """Delete every session of every user of ``tenant`` (guests carry no tenant and
+        stay); returns how many live sessions were revoked. One script: a session saved
+        concurrently is either deleted by it or, loaded before, finds its key gone and is
+        not written back. Redis does nothing else while it runs (milliseconds per
+        thousand sessions)."""
+        with self._guard():
+            return int(
+                self._delete_tenant(
+                    keys=[self._tenant_index(tenant)], args=[self._now(), self._record_prefix]
+                )
+            )
+
+    def delete_federated_sessions(self, issuer: str, provider_sid: str) -> int:
+        """Delete every session of the provider session (``issuer``, ``sid``)."""
+        return self._drop_index(self._federation_index(federation_key(issuer, provider_sid)), "f", "")
+
+    def _drop_index(self, index: str, field: str, tenant_index: str) -> int:
+        with self._guard():
+            return int(
+                self._delete_index(keys=[index], args=[self._now(), self._record_prefix, field, tenant_index])
+            )
+
+    def purge_expired(self) -> int:
+        """Delete every record whose expiry has passed by the store's clock; returns how many.
+
+        Redis removes expired keys by itself, so with the system clock there is rarely
+        anything left to do; this walks the store's keys (``SCAN``), for operators and
+        for clocks that run ahead of Redis's.
+        """
+        removed = 0
+        pattern = _glob_escape(self._record_prefix) + "*"
+        with self._guard():
+            batch: list[bytes] = []
+            for key in self._redis.scan_iter(match=pattern, count=PURGE_BATCH):
+                batch.append(key)
+                if len(batch) >= PURGE_BATCH:
+                    removed += int(self._purge(keys=batch, args=[self._now(), self._record_prefix]))
+                    batch = []
+            if batch:
+                removed += int(self._purge(keys=batch, args=[self._now(), self._record_prefix]))
+        return removed
+
+    def __repr__(self) -> str:
+        kwargs = self._redis.get_connection_kwargs()
+        where = (
+            f"unix://{kwargs['path']}"
+            if "path" in kwargs
+            else f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+        )
+        return f"<RedisSessionStore {where} prefix={self.prefix!r}>"

@@ -1,0 +1,332 @@
+"""Shared SQLAlchemy plumbing: one ``MetaData`` for every table, and engine resolution.
+
+All stores accept an :class:`~sqlalchemy.engine.Engine`, a database URL, or a
+Flask-SQLAlchemy ``db`` object, so flask-authflow works with or without
+Flask-SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import URL, Connection, DateTime, Dialect, Engine, MetaData, create_engine, event, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.pool import StaticPool
+from sqlalchemy.types import TypeDecorator
+
+from flask_authflow.clock import utc
+from flask_authflow.errors import ConfigurationError, MissingExtraError
+
+__all__ = [
+    "POOL_RECYCLE_SECONDS",
+    "Base",
+    "EngineSource",
+    "UTCDateTime",
+    "add_tables_to",
+    "autocommit_reads",
+    "is_disconnect",
+    "is_flask_sqlalchemy",
+    "metadata",
+    "resolve_engine",
+    "run_read",
+    "run_statement",
+    "run_transaction",
+    "secure_sqlite_file",
+]
+
+log = logging.getLogger("flask_authflow.stores")
+
+T = TypeVar("T")
+
+#: Pooled connections of a server database are replaced after this many seconds, before
+#: a firewall, a load balancer or the server's idle timeout drops them unseen.
+POOL_RECYCLE_SECONDS = 1800
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every dialect: the one time column type of every table.
+
+    PostgreSQL stores ``timestamptz``; SQLite has no time zones, so values are stored as
+    naive UTC there and made aware again on the way out. Comparisons in SQL stay correct
+    on both because every value written is converted to UTC first.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = utc(value)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else utc(value)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every flask-authflow table (prefix ``authflow_``)."""
+
+    metadata = metadata
+
+
+EngineSource = Any  # Engine | str | flask_sqlalchemy.SQLAlchemy
+
+
+def is_flask_sqlalchemy(source: object) -> bool:
+    """``source`` looks like a Flask-SQLAlchemy ``db`` (the extension object, not an engine)."""
+    # Looked up on the class: db.engines is a property that needs an app context.
+    return not isinstance(source, Engine | str) and all(
+        hasattr(type(source), name) for name in ("init_app", "engines", "create_all")
+    )
+
+
+def add_tables_to(target: MetaData) -> None:
+    """Copy every ``authflow_*`` table into ``target`` (an application's metadata, such as
+    Flask-SQLAlchemy's ``db.metadata``), so Alembic / Flask-Migrate autogenerate sees them.
+
+    Tables ``target`` already has are left alone; the copies have the same names and
+    columns, so the stores work on either.
+    """
+    # The tables are defined by the modules of the stores: import them all first.
+    from flask_authflow.storage.sql import backend, keystore, session_store  # noqa: F401
+
+    for table in metadata.sorted_tables:
+        if table.name not in target.tables:
+            table.to_metadata(target)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    # WAL lets readers proceed during a write; busy_timeout waits instead of failing
+    # at once when another connection holds the write lock.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    # A session lookup among a million rows is a few B-tree pages; SQLite's default
+    # 2 MB page cache per connection misses most of them (benchmarks/scale.py). A 32 MB
+    # cache (negative = KiB) keeps the hot pages, and reads are memory-mapped up to 2 GB
+    # (SQLite's usual ceiling): address space, not memory, served from the OS page cache.
+    # With a 256 MB map, 10^6 sessions (a larger file) cost 3.6x a lookup among 10^3;
+    # mapped whole, 1.1-1.2x.
+    cursor.execute("PRAGMA cache_size=-32768")
+    cursor.execute("PRAGMA mmap_size=2147418112")
+    cursor.close()
+
+
+def secure_sqlite_file(path: Path) -> None:
+    """Make sure the SQLite database file at ``path`` is readable by its owner only.
+
+    The folder must exist and be writable. The file holds password hashes, sealed
+    sessions and issuer keys: a new file is created
+    0600 before SQLite opens it (SQLite gives its -wal and -shm files the same mode); an
+    existing file readable or writable by others is tightened when this process owns it,
+    else start-up is refused.
+    """
+    folder = path.parent
+    if not folder.is_dir():
+        raise ConfigurationError(
+            f"AUTHFLOW_DATABASE_URL: the folder of the SQLite database {path} does not exist: create it "
+            "or point AUTHFLOW_DATABASE_URL at an existing, writable folder"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigurationError(
+            f"AUTHFLOW_DATABASE_URL: the folder {folder} is not writable: SQLite needs to create its journal "
+            "there; point AUTHFLOW_DATABASE_URL at a writable location"
+        )
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise ConfigurationError(
+            f"AUTHFLOW_DATABASE_URL: cannot create the SQLite database {path} ({exc.strerror})"
+        ) from None
+    else:
+        os.close(fd)
+    for file in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
+        try:
+            info = file.stat()
+        except FileNotFoundError:
+            continue
+        if stat.S_IMODE(info.st_mode) & 0o077 == 0:
+            continue
+        if info.st_uid != os.geteuid():
+            raise ConfigurationError(
+                f"AUTHFLOW_DATABASE_URL: {file} is readable by other users and not owned by this process: "
+                f"run chmod 600 {file}"
+            )
+        os.chmod(file, 0o600)
+        log.warning("tightened %s to mode 0600 (it holds password hashes and keys)", file)
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise ConfigurationError(
+            f"AUTHFLOW_DATABASE_URL: the SQLite database {path} is not readable and writable by this process"
+        )
+
+
+def _checked_url(source: str) -> URL:
+    try:
+        url = make_url(source)
+    except ArgumentError:
+        raise ConfigurationError(
+            "AUTHFLOW_DATABASE_URL is not a database URL: use e.g. sqlite:////path/to/authflow.db "
+            "or postgresql+psycopg://user@host/dbname"
+        ) from None
+    return url
+
+
+def resolve_engine(source: EngineSource) -> Engine:
+    """Turn an engine, a URL string or a Flask-SQLAlchemy ``db`` into an :class:`Engine`.
+
+    A URL that does not parse or names an unknown driver, and a SQLite file in a folder
+    this process cannot write, raise :class:`~flask_authflow.errors.ConfigurationError`
+    naming ``AUTHFLOW_DATABASE_URL``.
+    """
+    if isinstance(source, Engine):
+        return source
+    if isinstance(source, str):
+        url = _checked_url(source)
+        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+            if not (url.query.get("mode") == "memory" or str(url.database).startswith("file:")):
+                secure_sqlite_file(Path(str(url.database)).expanduser().absolute())
+        if source.startswith("sqlite"):
+            kwargs: dict[str, Any] = {}
+            if source in ("sqlite://", "sqlite:///:memory:"):
+                # One shared in-memory database for every thread.
+                kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+            engine = create_engine(source, **kwargs)
+            event.listen(engine, "connect", _sqlite_pragmas)
+            return engine
+        try:
+            # No pre-ping (a round trip on every checkout): connections are recycled
+            # before idle timeouts can drop them, and a connection found dead (a server
+            # restart) invalidates the whole pool; reads then run once more
+            # (run_read), so service resumes without a failed request.
+            return create_engine(source, pool_recycle=POOL_RECYCLE_SECONDS)
+        except ModuleNotFoundError as exc:
+            if source.startswith("postgresql"):
+                raise MissingExtraError("postgres", exc.name or "psycopg") from exc
+            raise
+        except (NoSuchModuleError, ArgumentError) as exc:
+            raise ConfigurationError(
+                f"AUTHFLOW_DATABASE_URL names a database SQLAlchemy cannot use ({type(exc).__name__}): "
+                "use a sqlite:/// or postgresql+psycopg:// URL"
+            ) from None
+    db_engine = getattr(source, "engine", None)  # Flask-SQLAlchemy's db.engine (needs an app context)
+    if isinstance(db_engine, Engine):
+        return db_engine
+    raise TypeError(
+        "expected a SQLAlchemy Engine, a database URL, or a Flask-SQLAlchemy db object, "
+        f"got {type(source).__name__}"
+    )
+
+
+# --- connections that died under the pool -------------------------------------------------------
+
+
+def is_disconnect(exc: BaseException) -> bool:
+    """``exc`` says the connection was lost (server restart, network cut, idle timeout).
+
+    SQLAlchemy has then invalidated the connection and every other connection the pool
+    held before it, so the next checkout opens a fresh one.
+    """
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
+def autocommit_reads(engine: Engine) -> Engine:
+    """The engine to run single-statement reads on.
+
+    On a server database, AUTOCOMMIT skips the BEGIN and ROLLBACK round trips around a
+    read (it shares the engine's pool). pysqlite has no such round trips, and switching
+    its isolation level on every checkout costs more than it saves: SQLite keeps ``engine``.
+    """
+    if engine.dialect.name == "sqlite":
+        return engine
+    return engine.execution_options(isolation_level="AUTOCOMMIT")
+
+
+def run_read(engine: Engine, work: Callable[[Connection], T]) -> T:
+    """Run the read ``work(conn)``; if the pooled connection turns out dead, run it once more.
+
+    Without a pre-ping, the first use of a connection after a database restart fails
+    with a disconnect error; the pool has replaced its connections by then, so the
+    second try reaches the database. Any other error (or a second failure) propagates.
+    """
+    try:
+        with engine.connect() as conn:
+            return work(conn)
+    except DBAPIError as exc:
+        if not is_disconnect(exc):
+            raise
+        log.info("database connection lost (%s); read retried on a new connection", type(exc.orig).__name__)
+    with engine.connect() as conn:
+        return work(conn)
+
+
+def run_statement(
+    engine: Engine, autocommit: Engine, statement: Any, params: dict[str, Any], *, idempotent: bool
+) -> int:
+    """Run one write ``statement``, committed on its own; returns its row count.
+
+    ``autocommit`` is :func:`autocommit_reads` of ``engine``. On a server database the
+    statement runs in AUTOCOMMIT: one round trip instead of three (BEGIN, the statement,
+    COMMIT), and one statement is atomic by itself. SQLite (no such variant) gets a
+    transaction of its own. When the pooled connection turns out dead, an ``idempotent``
+    statement (the same outcome however often it runs) runs once more on a new
+    connection; any other is not retried, as it may have been applied.
+    """
+    if autocommit is engine:
+        with engine.begin() as conn:
+            return int(conn.execute(statement, params).rowcount)
+    try:
+        with autocommit.connect() as conn:
+            return int(conn.execute(statement, params).rowcount)
+    except DBAPIError as exc:
+        if not idempotent or not is_disconnect(exc):
+            raise
+        log.info(
+            "database connection lost (%s); statement retried on a new connection", type(exc.orig).__name__
+        )
+    with autocommit.connect() as conn:
+        return int(conn.execute(statement, params).rowcount)
+
+
+def run_transaction(engine: Engine, work: Callable[[Connection], T]) -> T:
+    """Run ``work(conn)`` in one transaction, committed at the end.
+
+    If the connection turns out dead *before* the commit (the database rolled the
+    transaction back, nothing of it was written), the whole transaction runs once more
+    on a new connection. A failure during the commit itself is never retried: the
+    outcome is unknown, so the caller sees the error.
+    """
+    committing = False
+    try:
+        with engine.begin() as conn:
+            result = work(conn)
+            committing = True
+        return result
+    except DBAPIError as exc:
+        if committing or not is_disconnect(exc):
+            raise
+        log.info(
+            "database connection lost (%s); transaction retried on a new connection", type(exc.orig).__name__
+        )
+    with engine.begin() as conn:
+        return work(conn)

@@ -1,0 +1,104 @@
+"""An app's validated configuration: every feature's settings, read once at ``init_app``.
+
+The keys, their types, defaults and checks are one table (:mod:`flask_authflow.settings`);
+each feature reads its own keys into its own frozen settings (``session/settings.py``,
+``authn/settings.py``, ...). :class:`AuthFlowConfig` is what the web layer keeps for an app
+(``get_state(app).config``): those settings side by side, plus the few keys that only the
+wiring reads. Domain modules never import it; they are given the values they need.
+"""
+
+from __future__ import annotations
+
+from collections import ChainMap
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from flask_authflow.audit.settings import AuditSettings
+from flask_authflow.federation.settings import FederationSettings
+from flask_authflow.issuer.settings import IssuerSettings
+from flask_authflow.login.settings import (
+    HashingSettings,
+    LockoutSettings,
+    LoginSettings,
+    PasswordPolicySettings,
+)
+from flask_authflow.mail import SmtpSettings
+from flask_authflow.mfa.settings import FactorSettings
+from flask_authflow.sessions.settings import SessionSettings
+from flask_authflow.settings import (
+    DEFAULTS,
+    MIN_SIGNING_KEY_BYTES,
+    Settings,
+    apply_defaults,
+    coerce_key,
+    setting,
+)
+
+__all__ = ["DEFAULTS", "MIN_SIGNING_KEY_BYTES", "AuthFlowConfig", "WebSettings", "coerce_key", "load_config"]
+
+
+@dataclass(frozen=True, slots=True)
+class WebSettings(Settings):
+    """The keys only the wiring reads: the database, the default tenant, the ready views."""
+
+    #: The default store's database (``None``: SQLite in the instance folder).
+    database_url: str | None = field(metadata=setting("AUTHFLOW_DATABASE_URL"))
+    default_tenant: str = field(metadata=setting("AUTHFLOW_DEFAULT_TENANT"))
+    login_view: str | None = field(metadata=setting("AUTHFLOW_LOGIN_VIEW"))
+    step_up_view: str | None = field(metadata=setting("AUTHFLOW_STEP_UP_VIEW"))
+    views: bool = field(metadata=setting("AUTHFLOW_VIEWS"))
+    #: Where ``POST .../logout`` is mounted (``None``: no logout route).
+    logout_url_prefix: str | None = field(metadata=setting("AUTHFLOW_LOGOUT_URL_PREFIX"))
+
+
+@dataclass(frozen=True, slots=True)
+class AuthFlowConfig:
+    """The validated configuration of one app (``get_state(app).config``), by feature."""
+
+    web: WebSettings
+    session: SessionSettings
+    audit: AuditSettings
+    login: LoginSettings
+    lockout: LockoutSettings
+    hashing: HashingSettings
+    passwords: PasswordPolicySettings
+    factors: FactorSettings
+    issuer: IssuerSettings
+    federation: FederationSettings
+    #: The SMTP server e-mailed codes go out through (``None`` without ``AUTHFLOW_SMTP_HOST``).
+    mail: SmtpSettings | None
+
+    @property
+    def default_tenant(self) -> str:
+        """``AUTHFLOW_DEFAULT_TENANT``: the tenant of a login that names none."""
+        return self.web.default_tenant
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> AuthFlowConfig:
+        """Every feature's settings from ``config`` (``app.config``); sessions first, so that a
+        missing signing key is the first thing reported.
+
+        :raises ConfigurationError: a value is malformed or unsafe; the message names the key.
+        """
+        session = SessionSettings.from_config(config)
+        return cls(
+            web=WebSettings.from_config(config),
+            session=session,
+            audit=AuditSettings.from_config(config),
+            login=LoginSettings.from_config(config),
+            lockout=LockoutSettings.from_config(config),
+            hashing=HashingSettings.from_config(config),
+            passwords=PasswordPolicySettings.from_config(config),
+            factors=FactorSettings.from_config(config),
+            issuer=IssuerSettings.from_config(config),
+            federation=FederationSettings.from_config(config),
+            mail=SmtpSettings.from_config(config) if config.get("AUTHFLOW_SMTP_HOST") is not None else None,
+        )
+
+
+def load_config(config: MutableMapping[str, Any], *, debug: bool, testing: bool) -> AuthFlowConfig:
+    """Apply defaults with ``setdefault``, refuse unknown ``AUTHFLOW_`` keys, and read every
+    feature's settings (``debug`` and ``testing`` stand for ``app.debug`` and ``app.testing``)."""
+    apply_defaults(config)
+    return AuthFlowConfig.from_config(ChainMap({"DEBUG": debug, "TESTING": testing}, config))

@@ -1,0 +1,110 @@
+"""``current_user``: the application's user object for the current request.
+
+With ``@authflow.user_loader`` registered, ``current_user`` is what the loader returns
+for the session's ``(tenant, user_id)``; without one, it is the library's own
+:class:`~flask_authflow.core.ports.UserRecord`. A request without an Authenticated
+session (a guest, a login still waiting for a factor), or whose user the loader no
+longer finds, gets :data:`ANONYMOUS_USER` (``is_authenticated`` is false). The user is
+loaded at most once per request and loaded again only if the session's user changes
+within the request (a login or logout in the view).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from flask import g
+from werkzeug.local import LocalProxy
+
+from flask_authflow.web.state import AuthFlowState, current_auth_session, get_state
+
+__all__ = ["ANONYMOUS_USER", "AnonymousUser", "UserMixin", "current_user", "load_current_user"]
+
+_CACHE_KEY = "_authflow_current_user"
+
+
+class AnonymousUser:
+    """The ``current_user`` of a request that has no authenticated user.
+
+    It answers the attributes Flask-Login's ``AnonymousUserMixin`` answers, so templates
+    written for Flask-Login keep working (``{% if current_user.is_authenticated %}``).
+    """
+
+    __slots__ = ()
+
+    is_authenticated: Final = False
+    is_active: Final = False
+    is_anonymous: Final = True
+    user_id: Final = None
+    tenant: Final = None
+
+    def get_id(self) -> None:
+        return None
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "<AnonymousUser>"
+
+
+class UserMixin:
+    """Give an application's user class what ``current_user`` users expect (as Flask-Login's
+    ``UserMixin``): ``is_authenticated`` (true), ``is_active`` (unless a ``disabled``
+    attribute is true), ``is_anonymous`` (false) and ``get_id()`` (``str(self.id)``).
+
+    A class that already defines these (a Flask-Login ``UserMixin`` model) needs nothing.
+    """
+
+    __slots__ = ()
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def is_active(self) -> bool:
+        return not getattr(self, "disabled", False)
+
+    @property
+    def is_anonymous(self) -> bool:
+        return False
+
+    def get_id(self) -> str:
+        return str(getattr(self, "id"))  # noqa: B009 - mixins cannot declare the attribute
+
+
+#: The one anonymous user object.
+ANONYMOUS_USER: Final = AnonymousUser()
+
+
+def _load(state: AuthFlowState, tenant: str, user_id: str) -> Any:
+    loader = state.hooks.user_loader
+    if loader is not None:
+        return loader(tenant, user_id)
+    return state.backend.get_user(tenant, user_id)
+
+
+def load_current_user() -> Any:
+    """The current user (see the module docstring); cached on ``flask.g`` for the request."""
+    session = current_auth_session()
+    if not session.is_authenticated:
+        return ANONYMOUS_USER
+    tenant, user_id = session.tenant, session.user_id
+    if tenant is None or user_id is None:  # pragma: no cover - an Authenticated record has both
+        return ANONYMOUS_USER
+    key = (tenant, user_id)
+    cached = g.get(_CACHE_KEY)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    user = _load(get_state(), tenant, user_id)
+    if user is None:
+        user = ANONYMOUS_USER
+    setattr(g, _CACHE_KEY, (key, user))
+    return user
+
+
+#: The current request's user: the application's object (``@authflow.user_loader``), the
+#: library's :class:`~flask_authflow.core.ports.UserRecord` without a loader, or
+#: :data:`ANONYMOUS_USER`.
+current_user: Any = LocalProxy(load_current_user)

@@ -1,0 +1,253 @@
+"""View decorators: ``login_required`` and ``fresh_login_required``, and how denials answer.
+
+Both work on sync and async views (through ``current_app.ensure_sync``), bare or called::
+
+    @login_required                                   # any Authenticated session
+    @login_required(lambda user: user.is_admin)       # ... whose current_user passes: else 403
+    @fresh_login_required                             # logged in within AUTHFLOW_FRESHNESS
+    @fresh_login_required(within=timedelta(minutes=5))
+
+A denial goes to the application's handler when one is registered
+(``@authflow.unauthorized_handler``, ``@authflow.step_up_handler``); otherwise the
+decorator raises the typed error (:class:`~flask_authflow.errors.Unauthenticated`,
+:class:`~flask_authflow.errors.StepUpNeeded`, :class:`~flask_authflow.errors.PermissionDenied`),
+so ``@app.errorhandler(Unauthenticated)`` and ``@app.errorhandler(401)`` answer it. With
+neither, :func:`denial_response` answers: browsers are redirected to the login (or
+step-up) view with a ``next`` that only ever holds a same-site relative path (see
+:func:`safe_next`), other clients get the JSON or text error.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar, cast, overload
+from urllib.parse import urlsplit
+
+from flask import current_app, has_request_context, redirect, request, url_for
+from werkzeug.exceptions import Forbidden, HTTPException, Unauthorized
+
+from flask_authflow.errors import (
+    AuthFlowError,
+    PermissionDenied,
+    StepUpNeeded,
+    StoreUnavailable,
+    Unauthenticated,
+)
+from flask_authflow.responses import error_response
+from flask_authflow.web.current_user import ANONYMOUS_USER, load_current_user
+from flask_authflow.web.state import DenialHandler, current_auth_session, get_state
+
+__all__ = ["denial_response", "fresh_login_required", "login_required", "safe_next"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: A ``login_required`` predicate: called with ``current_user``, true to let the view run.
+UserPredicate = Callable[[Any], Any]
+
+#: The endpoints of the ready views, used when the ``*_VIEW`` keys are unset.
+_VIEWS_LOGIN = "authflow_views.login"
+_VIEWS_STEP_UP = "authflow_views.step_up"
+_HTTP_ERRORS: dict[int, type[HTTPException]] = {401: Unauthorized, 403: Forbidden}
+
+
+def safe_next(target: str | None) -> str | None:
+    """``target`` if it is a same-site relative path (``/a/b?c``), else ``None``.
+
+    Refused: absolute URLs, scheme-relative ``//host``, backslash tricks (``/\\host``,
+    which browsers treat as ``//host``), control characters and anything not starting
+    with a single ``/``.
+    """
+    if not target or len(target) > 2048:
+        return None
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in target) or "\\" in target:
+        return None
+    if not target.startswith("/") or target.startswith("//"):
+        return None
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc:
+        return None
+    return target
+
+
+def _wants_html() -> bool:
+    """Only a client that names ``text/html`` (a browser) is redirected; ``*/*`` (curl) gets 401."""
+    if request.is_json:
+        return False
+    return any(value == "text/html" and quality > 0 for value, quality in request.accept_mimetypes)
+
+
+def _view_endpoint(configured: str | None, ready_view: str) -> str | None:
+    if configured:
+        return configured
+    return ready_view if ready_view.split(".", 1)[0] in current_app.blueprints else None
+
+
+def _status_handler(status: int) -> Callable[[Any], Any] | None:
+    """The application's ``@app.errorhandler(status)`` (or a blueprint's), if it registered one."""
+    exc_class = _HTTP_ERRORS.get(status)
+    if exc_class is None:
+        return None
+    for name in (*request.blueprints, None):
+        by_class = current_app.error_handler_spec.get(name, {}).get(status)
+        if by_class:
+            for cls in exc_class.__mro__:
+                handler = by_class.get(cls)
+                if handler is not None:
+                    return handler
+    return None
+
+
+def denial_response(error: AuthFlowError) -> Any:
+    """Answer a denial nobody else answered (the error handler ``init_app`` registers).
+
+    In order: the application's handler for the status code (``@app.errorhandler(401)``
+    gets a werkzeug ``Unauthorized`` whose ``description`` is the message and whose
+    ``authflow_error`` is ``error``); for a browser, a redirect to the login view
+    (:class:`Unauthenticated`) or the step-up view (:class:`StepUpNeeded`) with a safe
+    ``next``; else the JSON or text error (:func:`~flask_authflow.responses.error_response`).
+    """
+    if not has_request_context():  # pragma: no cover - Flask calls error handlers in a request
+        return error_response(error)
+    handler = _status_handler(error.status)
+    if handler is not None:
+        exc = _HTTP_ERRORS[error.status](description=error.message)
+        exc.authflow_error = error  # type: ignore[attr-defined]
+        return current_app.ensure_sync(handler)(exc)
+    if _wants_html() and isinstance(error, Unauthenticated | StepUpNeeded):
+        config = get_state().config.web
+        if isinstance(error, StepUpNeeded):
+            endpoint = _view_endpoint(config.step_up_view, _VIEWS_STEP_UP)
+        else:
+            endpoint = _view_endpoint(config.login_view, _VIEWS_LOGIN)
+        if endpoint:
+            target = safe_next(request.full_path.rstrip("?"))
+            return redirect(url_for(endpoint, next=target))
+    return error_response(error)
+
+
+def _deny(handler: DenialHandler | None, error: AuthFlowError) -> Any:
+    if handler is not None:
+        return current_app.ensure_sync(handler)()
+    raise error
+
+
+def _user_denied(predicate: UserPredicate | None) -> AuthFlowError | None:
+    """Why the current request may not see a ``login_required`` view (``None``: it may)."""
+    session = current_auth_session()
+    if not session.is_authenticated:
+        if getattr(session, "store_failed", False):
+            # The session store could not be read: an outage, not a guest. A 503 (never a
+            # login page that could not log anyone in either); service resumes with the store.
+            return StoreUnavailable("the session store is unavailable")
+        return Unauthenticated()
+    if predicate is None and get_state().hooks.user_loader is None:
+        return None  # the session alone decides: no user lookup on the hot path
+    user = load_current_user()
+    if user is ANONYMOUS_USER:  # the loader no longer finds this user
+        return Unauthenticated()
+    if predicate is not None and not predicate(user):
+        return PermissionDenied()
+    return None
+
+
+def _runner(view: Callable[..., Any]) -> Callable[..., Any]:
+    """How to call ``view``: itself, or through ``current_app.ensure_sync`` when it is a
+    coroutine function (decided once, at decoration time, not on every request)."""
+    if inspect.iscoroutinefunction(view):
+        return lambda *args, **kwargs: current_app.ensure_sync(view)(*args, **kwargs)
+    return view
+
+
+def _guard(view: F, predicate: UserPredicate | None) -> F:
+    run = _runner(view)
+
+    @functools.wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if has_request_context():
+            denied = _user_denied(predicate)
+            if denied is not None:
+                hooks = get_state().hooks
+                return _deny(
+                    hooks.unauthorized_handler if isinstance(denied, Unauthenticated) else None, denied
+                )
+            return run(*args, **kwargs)
+        if predicate is None and len(args) == 1 and not kwargs and callable(args[0]):
+            # ``@login_required(lambda user: ...)``: the lambda was taken for a view and
+            # this wrapper is now applied to the real view, at import time (no request).
+            return _guard(args[0], cast(UserPredicate, view))
+        raise RuntimeError("a login_required view was called outside a request")
+
+    return cast(F, wrapper)
+
+
+@overload
+def login_required(view: F) -> F: ...
+@overload
+def login_required(*, predicate: UserPredicate) -> Callable[[F], F]: ...
+
+
+def login_required(view: Any = None, *, predicate: UserPredicate | None = None) -> Any:
+    """Let the view run only for an Authenticated session (every factor passed).
+
+    With a predicate (``@login_required(lambda user: user.is_admin)`` or
+    ``@login_required(predicate=...)``), ``current_user`` must also pass it, else 403
+    (:class:`~flask_authflow.errors.PermissionDenied`). With a ``user_loader``, a user the
+    loader no longer finds is denied like a guest.
+    """
+    if view is None:
+        return lambda real_view: _guard(real_view, predicate)
+    return _guard(view, predicate)
+
+
+def _too_old(limit: timedelta | None) -> bool:
+    session = current_auth_session()
+    state = get_state()
+    authenticated_at = session.authenticated_at
+    maximum = limit if limit is not None else state.config.login.freshness
+    return authenticated_at is None or state.clock.now() - authenticated_at > maximum
+
+
+def _fresh(view: F, within: timedelta | None) -> F:
+    run = _runner(view)
+
+    @functools.wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        denied = _user_denied(None)
+        hooks = get_state().hooks
+        if denied is not None:
+            return _deny(hooks.unauthorized_handler if isinstance(denied, Unauthenticated) else None, denied)
+        if _too_old(within):
+            return _deny(hooks.step_up_handler, StepUpNeeded())
+        return run(*args, **kwargs)
+
+    return cast(F, wrapper)
+
+
+@overload
+def fresh_login_required(view: F) -> F: ...
+@overload
+def fresh_login_required(
+    view: timedelta | None = None, *, within: timedelta | None = None, max_age: timedelta | None = None
+) -> Callable[[F], F]: ...
+
+
+def fresh_login_required(view: Any = None, *, within: timedelta | None = None, max_age: Any = None) -> Any:
+    """Like :func:`login_required`, and the authentication must be younger than ``within``
+    (default ``AUTHFLOW_FRESHNESS``). Otherwise the step-up handler answers, or
+    :class:`~flask_authflow.errors.StepUpNeeded` is raised (browsers are redirected to the
+    step-up view, others get 401 ``{"error": "step_up_required"}``).
+
+    Bare (``@fresh_login_required``) or called (``@fresh_login_required(within=timedelta(minutes=5))``;
+    a positional ``timedelta`` and ``max_age=`` are accepted too).
+    """
+    if isinstance(view, timedelta):
+        within, view = view, None
+    if max_age is not None:
+        within = max_age
+    if within is not None and not isinstance(within, timedelta):
+        raise TypeError("fresh_login_required(within=...) takes a datetime.timedelta")
+    if view is None:
+        return lambda real_view: _fresh(real_view, within)
+    return _fresh(view, within)

@@ -1,0 +1,43 @@
+"""Build an app's second factors from its factor settings (called by ``init_app``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flask_authflow.core.factors import Factor
+from flask_authflow.mail import MailSender
+from flask_authflow.mfa.email_otp import EmailOtpFactor
+from flask_authflow.mfa.recovery import RecoveryCodeFactor
+from flask_authflow.mfa.sealing import FactorSealer
+from flask_authflow.mfa.settings import FactorSettings
+from flask_authflow.mfa.totp import HotpFactor, TotpFactor
+
+__all__ = ["built_in_factors"]
+
+
+def built_in_factors(
+    settings: FactorSettings, sealer: FactorSealer, mail_sender: Callable[[], MailSender | None]
+) -> list[Factor]:
+    """The built-in second factors of an app, sealing their secrets with ``sealer``.
+
+    TOTP, HOTP and recovery codes always; e-mail codes always (they need a mail sender only
+    when a code is sent: ``AUTHFLOW_SMTP_HOST``, or an outbox given by the application);
+    WebAuthn when ``AUTHFLOW_WEBAUTHN_RP_ID`` is set (it needs the ``[webauthn]`` extra).
+    """
+    factors: list[Factor] = [
+        TotpFactor(sealer),
+        HotpFactor(sealer),
+        RecoveryCodeFactor(sealer),
+        EmailOtpFactor(
+            sealer,
+            mail_sender,
+            ttl=settings.email_otp_ttl,
+            max_tries=settings.email_otp_max_tries,
+            site_name=settings.site_name or "flask-authflow",
+        ),
+    ]
+    if settings.webauthn_rp_id is not None:
+        from flask_authflow.mfa.webauthn import WebAuthnFactor, WebAuthnSettings  # needs the [webauthn] extra
+
+        factors.append(WebAuthnFactor(WebAuthnSettings.from_factor_settings(settings)))
+    return factors

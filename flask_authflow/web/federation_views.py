@@ -1,0 +1,180 @@
+"""The ``authflow_oauth`` blueprint: federated login, callback, back-channel and RP-initiated logout.
+
+Routes (under ``AUTHFLOW_OAUTH_URL_PREFIX``, default ``/auth``):
+
+``GET /login/<provider>``
+    302 to the provider's authorize URL (``?next=/path`` is remembered, same-site paths
+    only; ``?tenant=`` reaches a per-tenant provider factory); 400 with the error text on
+    failure.
+``GET /callback/<provider>``
+    302 to ``next`` or the provider's ``post_login_redirect``; 401 with the error text on
+    failure.
+``POST /backchannel-logout/<provider>``
+    The provider's back-channel logout (form field ``logout_token``): 200, or 400 with a
+    JSON error; always ``Cache-Control: no-store``.
+``GET /logout/return/<provider>``
+    Where the provider sends the browser back (register it as the post-logout redirect
+    URI): checks the ``state``, then 302 to ``/``.
+
+The logout itself is the app's one logout route (``authflow_logout``, see
+:mod:`flask_authflow.web.views.logout`): for a federated session it calls
+:func:`provider_logout_url` and sends the browser on to the provider.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, redirect, request, url_for
+
+from flask_authflow.audit.context import audit_context
+from flask_authflow.core.identifiers import check_tenant
+from flask_authflow.core.session import AuthSession, begin_flow, clear_flow
+from flask_authflow.errors import AuthFlowError, InvalidInput
+from flask_authflow.federation.errors import OAuthError
+from flask_authflow.federation.login import FederationService, OAuthLoginOptions
+from flask_authflow.web.decorators import safe_next
+from flask_authflow.web.state import current_auth_session, get_state
+
+__all__ = ["OAUTH_BLUEPRINT", "build_oauth_blueprint", "federation_service", "provider_logout_url"]
+
+#: The blueprint's name (endpoints are ``authflow_oauth.login`` and so on).
+OAUTH_BLUEPRINT = "authflow_oauth"
+_LOGOUT_KEY = "oauth_logout"
+
+
+def federation_service() -> FederationService:
+    """The current app's :class:`FederationService` (a provider must be configured)."""
+    service = get_state().federation
+    if service is None:
+        raise RuntimeError("no OpenID provider is configured on this app (AUTHFLOW_OAUTH_PROVIDERS)")
+    assert isinstance(service, FederationService)
+    return service
+
+
+def _text(message: str, status: int) -> Response:
+    response = Response(f"{message}\n", status=status, mimetype="text/plain")
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _single(name: str) -> str | None:
+    """A query parameter given at most once (a repeated one is refused as ambiguous)."""
+    values = request.args.getlist(name)
+    if len(values) > 1:
+        raise OAuthError(f"the callback repeats the {name} parameter")
+    return values[0] if values else None
+
+
+def _tenant_arg() -> str | None:
+    """``?tenant=`` for providers registered with a per-tenant factory (checked, else refused)."""
+    value = request.args.get("tenant")
+    return None if value is None else check_tenant(value)
+
+
+def login(provider: str) -> Response:
+    handle_next = safe_next(request.args.get("next"))
+    try:
+        url = federation_service().begin(
+            current_auth_session(), provider, OAuthLoginOptions(return_to=handle_next, tenant=_tenant_arg())
+        )
+    except AuthFlowError as exc:
+        if exc.status >= 500 and not isinstance(exc, OAuthError):
+            raise
+        return _text(exc.message, 400)
+    response = redirect(url)
+    response.headers["Cache-Control"] = "no-store"
+    return response  # type: ignore[return-value]
+
+
+def callback(provider: str) -> Response:
+    service = federation_service()
+    session = current_auth_session()
+    handle = get_state().service.with_audit_context(audit_context())
+    try:
+        result = service.finish(
+            handle,
+            session,
+            provider,
+            _single("code"),
+            _single("state"),
+            iss=_single("iss"),
+            error=_single("error"),
+        )
+    except AuthFlowError as exc:
+        if exc.status >= 500 and not isinstance(exc, OAuthError):
+            raise  # a store outage is a 503, not the client's fault
+        return _text(exc.message, 401)
+    if session.is_authenticating:
+        # Factors beyond the federated login (TOTP, a key) are still required.
+        if "authflow_views" in current_app.blueprints:
+            return redirect(url_for("authflow_views.factor"))  # type: ignore[return-value]
+        return _text(f"next factor required: {session.next_factor}", 401)
+    target = safe_next(result.return_to) or result.post_login_redirect
+    return redirect(target)  # type: ignore[return-value]
+
+
+def backchannel_logout(provider: str) -> Response:
+    service = federation_service()
+    handle = get_state().service.with_audit_context(audit_context())
+    token = (
+        request.form.get("logout_token") if request.mimetype == "application/x-www-form-urlencoded" else None
+    )
+    try:
+        service.backchannel_logout(handle, current_auth_session(), provider, token, tenant=_tenant_arg())
+    except (OAuthError, InvalidInput) as exc:
+        response = jsonify(error="invalid_request", error_description=exc.message)
+        response.status_code = 400
+    else:
+        response = Response(status=200)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def provider_logout_url(session: AuthSession, federation: dict[str, Any]) -> str | None:
+    """Where to send the browser after the local logout of a federated session (its
+    ``record.federation``, read before the logout): the provider's end-session URL with a
+    fresh ``state``, remembered in ``session`` for :func:`logout_return`; ``None`` when the
+    provider has no end-session endpoint or refuses the redirect."""
+    service = get_state().federation
+    if not federation or not isinstance(service, FederationService):
+        return None
+    state = secrets.token_urlsafe(32)
+    try:
+        url = service.end_session_url(federation, state)
+    except AuthFlowError:
+        return None
+    if url is not None:
+        provider = federation.get("provider", "")
+        session.transition(lambda r: begin_flow(r, {_LOGOUT_KEY: {"provider": provider, "state": state}}))
+    return url
+
+
+def logout_return(provider: str) -> Response:
+    session = current_auth_session()
+    stored: Any = (session.flow or {}).get(_LOGOUT_KEY)
+    if stored is not None:
+        session.transition(clear_flow)
+    state = request.args.get("state", "")
+    if (
+        not isinstance(stored, dict)
+        or stored.get("provider") != provider
+        or not isinstance(stored.get("state"), str)
+        or not hmac.compare_digest(stored["state"].encode(), state.encode("utf-8", "replace"))
+    ):
+        return _text("this logout return does not match a logout started here", 400)
+    return redirect("/")  # type: ignore[return-value]
+
+
+def build_oauth_blueprint() -> Blueprint:
+    """A fresh ``authflow_oauth`` blueprint (one per app: prefixes may differ)."""
+    blueprint = Blueprint(OAUTH_BLUEPRINT, __name__)
+    blueprint.add_url_rule("/login/<provider>", "login", login, methods=["GET"])
+    blueprint.add_url_rule("/callback/<provider>", "callback", callback, methods=["GET"])
+    blueprint.add_url_rule(
+        "/backchannel-logout/<provider>", "backchannel_logout", backchannel_logout, methods=["POST"]
+    )
+    blueprint.add_url_rule("/logout/return/<provider>", "logout_return", logout_return, methods=["GET"])
+    return blueprint

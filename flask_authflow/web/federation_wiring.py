@@ -1,0 +1,101 @@
+"""Builds an app's federation from its configuration (``AuthFlow.init_app`` calls it).
+
+Imported only when providers are configured, so apps without federation never import
+``requests`` and ``authlib`` (dependencies of flask-authflow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask, has_request_context, request, url_for
+
+from flask_authflow.clock import Clock
+from flask_authflow.errors import ConfigurationError
+from flask_authflow.extras import require_extra
+from flask_authflow.federation.http import HttpClient, RequestsHttpClient
+from flask_authflow.federation.links import FederationStore
+from flask_authflow.federation.login import FederationService
+from flask_authflow.federation.provider import OAuthProviderConfig, ProviderRegistry, check_provider_name
+from flask_authflow.federation.settings import FederationSettings
+from flask_authflow.web.decorators import safe_next
+from flask_authflow.web.federation_views import OAUTH_BLUEPRINT, backchannel_logout, build_oauth_blueprint
+from flask_authflow.web.state import AuthFlowHooks, get_state
+
+__all__ = ["build_federation", "register_oauth_blueprint"]
+
+
+def _provider_links() -> dict[str, Any]:
+    """``authflow_oauth_providers`` in templates: ``[(name, login URL)]``, for "Sign in with" buttons
+    (the ready login page shows them). Listing needs no discovery."""
+    federation = get_state().federation
+    if federation is None:
+        return {"authflow_oauth_providers": []}
+    target = safe_next(request.args.get("next")) if has_request_context() else None
+    links = [
+        (name, url_for("authflow_oauth.login", provider=name, next=target))
+        for name in federation.registry.names()
+    ]
+    return {"authflow_oauth_providers": links}
+
+
+def build_federation(
+    app: Flask,
+    settings: FederationSettings,
+    *,
+    backend: Any,
+    session_store: Any,
+    clock: Clock,
+    hooks: AuthFlowHooks,
+    definitions: Mapping[str, Any],
+    http_client: HttpClient | None,
+) -> FederationService:
+    """The app's :class:`FederationService` with every provider of ``AUTHFLOW_OAUTH_PROVIDERS``
+    and of ``definitions`` (``authflow.register_provider``) registered, not yet discovered.
+
+    :raises ConfigurationError: a provider entry is malformed, or the backend cannot store
+        identity links (it must implement :class:`FederationStore`).
+    """
+    require_extra("oidc", "federated login")  # a provider registered in code after init_app
+    if not isinstance(backend, FederationStore):
+        raise ConfigurationError(
+            f"{type(backend).__name__} cannot store identity links: federated login needs a backend "
+            "implementing FederationStore (InMemoryBackend, SqlAlchemyBackend)"
+        )
+    counters = get_state(app).counters  # every JWKS fetch shows in the app's /metrics
+    registry = ProviderRegistry(
+        http=http_client or RequestsHttpClient(), clock=clock, on_key_fetch=counters.jwks_fetched
+    )
+    for name, entry in settings.providers.items():
+        check_provider_name(name)
+        registry.register(
+            name, OAuthProviderConfig.from_mapping(entry, what=f"AUTHFLOW_OAUTH_PROVIDERS[{name!r}]")
+        )
+    for name, definition in definitions.items():
+        registry.register(name, definition)
+    accounts: Any = backend  # an AuthBackend: users are created there
+    return FederationService(
+        registry,
+        links=backend,
+        accounts=accounts,
+        session_store=session_store,
+        clock=clock,
+        default_tenant=settings.default_tenant,
+        claims_mapper=lambda: hooks.claims_mapper,
+        sender=app,
+    )
+
+
+def register_oauth_blueprint(app: Flask, url_prefix: str) -> None:
+    """Register the ``authflow_oauth`` blueprint once; exempt the back-channel route from
+    Flask-WTF's CSRF check (the provider posts it, server to server)."""
+    if OAUTH_BLUEPRINT in app.blueprints:
+        return
+    blueprint = build_oauth_blueprint()
+    app.register_blueprint(blueprint, url_prefix=url_prefix or None)
+    app.context_processor(_provider_links)
+    csrf = app.extensions.get("csrf")
+    exempt = getattr(csrf, "exempt", None)
+    if callable(exempt):  # Flask-WTF names exempt views by "module.function"
+        exempt(f"{backchannel_logout.__module__}.{backchannel_logout.__name__}")

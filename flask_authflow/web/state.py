@@ -1,0 +1,192 @@
+"""The per-app state of flask-authflow and the request-time accessors built on it.
+
+``AuthFlow.init_app`` builds one :class:`AuthFlowState` per app and keeps it in
+``app.extensions["authflow"]``; everything that runs inside a request or a CLI command
+(decorators, views, the CLI, the pytest plugin) reads it through :func:`get_state`.
+This module sits between the parts (sessions, login, issuer, stores) and the modules
+that wire or use them (``extension``, ``decorators``, ``cli``), so none of those needs
+to import another to find the state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from flask import Flask, current_app
+from flask import session as flask_session
+from werkzeug.local import LocalProxy
+
+from flask_authflow.audit.client_ip import TrustedProxies
+from flask_authflow.audit.sinks import AuthCounters
+from flask_authflow.clock import Clock
+from flask_authflow.core.ports import (
+    AttemptStore,
+    AuditSink,
+    FactorStore,
+    IdentityStore,
+    SessionStore,
+    UserRecord,
+)
+from flask_authflow.core.session import AuthSession
+from flask_authflow.login.accounts import AccountAdmin
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.login.password_policy import PasswordPolicy
+from flask_authflow.login.service import AuthnService
+from flask_authflow.mail import MailSender
+from flask_authflow.mfa.sealing import FactorSealer
+from flask_authflow.sessions.interface import AuthFlowSessionInterface
+from flask_authflow.web.config import AuthFlowConfig
+
+if TYPE_CHECKING:
+    from flask_authflow.issuer.idp import LocalIdp
+
+__all__ = [
+    "EXTENSION_KEY",
+    "Adapters",
+    "AuthBackend",
+    "AuthFlowHooks",
+    "AuthFlowState",
+    "account_admin",
+    "current_auth_session",
+    "current_session",
+    "get_state",
+]
+
+#: Key of the state in ``app.extensions``.
+EXTENSION_KEY = "authflow"
+
+
+@runtime_checkable
+class AuthBackend(IdentityStore, FactorStore, AttemptStore, AuditSink, Protocol):
+    """One store for users, factors, attempts and audit rows, plus account administration.
+
+    :class:`~flask_authflow.storage.memory.InMemoryBackend` and
+    :class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend` implement it.
+    """
+
+    def set_password(self, tenant: str, identifier: str, password: str) -> None: ...
+
+    def set_disabled(self, tenant: str, identifier: str, disabled: bool = True) -> None: ...
+
+    def delete_user(self, tenant: str, identifier: str) -> UserRecord: ...
+
+
+#: ``user_loader(tenant, user_id)`` returns the application's user object or ``None``.
+UserLoader = Callable[[str, str], Any]
+#: A denial handler returns the response to send (``unauthorized_handler``, ``step_up_handler``).
+DenialHandler = Callable[[], Any]
+
+
+@dataclass(eq=False)
+class AuthFlowHooks:
+    """The application's callbacks, registered on :class:`~flask_authflow.AuthFlow` with its
+    decorators (``@authflow.user_loader`` ...). One object is shared by every app the
+    extension serves, so a hook registered after ``init_app`` still applies."""
+
+    user_loader: UserLoader | None = None
+    unauthorized_handler: DenialHandler | None = None
+    step_up_handler: DenialHandler | None = None
+    #: ``claims_mapper(identity)`` maps a federated identity to a local user (see :doc:`/federation`).
+    claims_mapper: Callable[[Any], Any] | None = None
+
+
+@dataclass(eq=False)
+class AuthFlowState:
+    """Everything flask-authflow built for one app (``app.extensions["authflow"]``)."""
+
+    config: AuthFlowConfig
+    clock: Clock
+    session_store: SessionStore
+    session_interface: AuthFlowSessionInterface
+    backend: AuthBackend
+    service: AuthnService
+    trusted_proxies: TrustedProxies
+    counters: AuthCounters
+    hasher: PasswordHasher
+    #: The app's local token issuer, when ``AUTHFLOW_ISSUER`` is set.
+    issuer: LocalIdp | None = None
+    #: Where e-mail (one-time codes) goes: SMTP when ``AUTHFLOW_SMTP_HOST`` is set; an
+    #: application (or a test's outbox) may put its own :class:`MailSender` here.
+    mail_sender: MailSender | None = None
+    #: Seals factor secrets at rest and hashes one-time codes (``AUTHFLOW_FACTOR_ENCRYPTION_KEY``).
+    sealer: FactorSealer | None = None
+    #: The application's callbacks (user loader, denial handlers).
+    hooks: AuthFlowHooks = field(default_factory=AuthFlowHooks)
+    #: Federated login (a ``FederationService``) when OpenID providers are configured.
+    federation: Any = None
+    #: The policy new passwords must pass (``init_app`` builds it from ``AUTHFLOW_PASSWORD_*``;
+    #: ``None`` builds it from the config on each use).
+    password_policy: PasswordPolicy | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<AuthFlowState store={type(self.session_store).__name__} backend={type(self.backend).__name__}>"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Adapters:
+    """What an app's flask-authflow runs on instead of what its configuration would build.
+
+    ``AuthFlow(...)`` keeps the ones given to it (``authflow.adapters``); ``init_app`` takes
+    its keyword arguments over those. A ``None`` field is built from the app's configuration:
+    the system clock, the Argon2id hasher of ``AUTHFLOW_ARGON2_*``, the SQL backend on
+    ``AUTHFLOW_DATABASE_URL``, the session store of ``AUTHFLOW_SESSION_STORE``, an HTTP client
+    on ``requests`` (see :doc:`/testing` for a test's own).
+    """
+
+    clock: Clock | None = None
+    hasher: PasswordHasher | None = None
+    backend: Any = None
+    session_store: SessionStore | None = None
+    http_client: Any = None
+
+    def over(self, defaults: Adapters) -> Adapters:
+        """These adapters, with ``defaults``' where these are ``None``."""
+        return Adapters(
+            **{
+                name: mine if mine is not None else getattr(defaults, name)
+                for name, mine in vars(self).items()
+            }
+        )
+
+
+def get_state(app: Flask | None = None) -> AuthFlowState:
+    """The :class:`AuthFlowState` of ``app`` (default: the current app)."""
+    target = app if app is not None else current_app
+    try:
+        state = target.extensions[EXTENSION_KEY]
+    except KeyError:
+        raise RuntimeError(
+            "flask-authflow is not initialised on this app: call AuthFlow(app) or authflow.init_app(app)"
+        ) from None
+    assert isinstance(state, AuthFlowState)
+    return state
+
+
+def account_admin(app: Flask | None = None) -> AccountAdmin:
+    """The :class:`AccountAdmin` of ``app`` (default: the current app), checking new passwords
+    against the app's password policy (``state.password_policy``, or the one its config describes)
+    and changing second factors through the app's login service (its factors, store and clock)."""
+    target = app if app is not None else current_app._get_current_object()  # type: ignore[attr-defined]
+    state = get_state(target)
+    policy = state.password_policy or PasswordPolicy.from_settings(state.config.passwords)
+    return AccountAdmin(
+        state.backend, state.session_store, sender=target, policy=policy, service=state.service
+    )
+
+
+def current_auth_session() -> AuthSession:
+    """The current request's :class:`AuthSession` (``flask.session`` under flask-authflow)."""
+    obj = flask_session._get_current_object()  # type: ignore[attr-defined]
+    if not isinstance(obj, AuthSession):
+        raise RuntimeError(
+            "the session is not a flask-authflow session: is AuthFlow initialised on this app?"
+        )
+    return obj
+
+
+#: The current request's :class:`AuthSession`, typed (like ``flask_login.current_user``).
+current_session: AuthSession = LocalProxy(current_auth_session)  # type: ignore[assignment]

@@ -1,0 +1,258 @@
+"""The ``authflow_views`` blueprint: sign in (password, then each pending factor, or a
+passkey), logout, step-up (the user's strongest step, see :mod:`.stepup`), the account
+page (change password, sessions with "log out" buttons) and the account's sign-in methods
+(``/account/factors``).
+
+Every page is a Jinja template under ``authflow/`` that the application overrides by
+placing a file of the same name in its own templates folder (Flask looks in the app's
+folder before the blueprint's). Forms are protected by ``flask_authflow.web.csrf``.
+Nothing on a page names a raw session id: sessions are identified by their ``sid_hash``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from typing import Any
+
+from flask import Blueprint, Flask, Response, redirect, request, url_for
+from flask.typing import ResponseReturnValue
+from werkzeug.wrappers.response import Response as BaseResponse
+
+from flask_authflow.core.session import AuthSession, SessionRecord, describe_device, sid_hash
+from flask_authflow.errors import AuthFlowError
+from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
+from flask_authflow.web.csrf import csrf_valid, rotate_csrf_token
+from flask_authflow.web.decorators import login_required
+from flask_authflow.web.state import account_admin, current_auth_session, get_state
+from flask_authflow.web.views import security, signin, stepup
+from flask_authflow.web.views.common import (
+    LOGOUT_BLUEPRINT,
+    MESSAGES,
+    TEMPLATE_FOLDER,
+    VIEWS_BLUEPRINT,
+    error_message,
+    error_status,
+    form_text,
+    handle,
+    identifier_of,
+    lock_message,
+    page,
+    signed_in,
+    stored_sid,
+    to_login,
+)
+from flask_authflow.web.views.logout import logout
+
+__all__ = ["TEMPLATE_FOLDER", "VIEWS_BLUEPRINT", "build_blueprint", "register_views"]
+
+#: The notices the account page shows after a redirect (``?notice=...``); only these keys
+#: are accepted, so the query string cannot put text on the page.
+NOTICES = {
+    "password_changed": "Your password has been changed. Your other sessions have been logged out.",
+    "session_revoked": "That session has been logged out.",
+    "others_revoked": "All your other sessions have been logged out.",
+    "stepped_up": "Thank you: your identity is confirmed.",
+}
+
+_SESSION_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+# --- the pages -----------------------------------------------------------------------------------
+
+
+def _account_page(status: int = 200, *, error: str | None = None, notice: str | None = None) -> Response:
+    session = current_auth_session()
+    state = get_state()
+    tenant, user_id = str(session.tenant), str(session.user_id)
+    current = stored_sid(session)
+    records = state.session_store.list_user_sessions(tenant, user_id)
+    records.sort(key=lambda r: (r.sid != current, -r.last_seen_at.timestamp()))
+    sessions = [_session_row(record, current) for record in records]
+    return page(
+        "account.html",
+        status,
+        error=error,
+        notice=notice,
+        identifier=identifier_of(session),
+        tenant=tenant,
+        authenticated_at=session.authenticated_at,
+        sessions=sessions,
+    )
+
+
+def _session_row(record: SessionRecord, current_sid: str) -> dict[str, Any]:
+    return {
+        "hash": sid_hash(record.sid),
+        "device": describe_device(record.device),
+        "last_seen_at": record.last_seen_at,
+        "created_at": record.created_at,
+        "authenticated_at": record.authenticated_at,
+        "auth_method": record.auth_method,
+        "current": hmac.compare_digest(record.sid, current_sid),
+    }
+
+
+# --- the views -----------------------------------------------------------------------------------
+
+
+def logout_refused_page() -> Response:
+    """A logout form without a valid CSRF token: the page it came from, with the error (400)."""
+    if signed_in():
+        return _account_page(400, error=MESSAGES["csrf"])
+    return signin.login_page(400, error=MESSAGES["csrf"])
+
+
+def _confirm_password(session: AuthSession, password: str) -> Authenticated | tuple[str | None, int]:
+    """Re-verify the signed-in user's password through the service (a password step-up:
+    lockout counted, audited, ``authenticated_at`` refreshed; not enough to change factors
+    when the user has a second factor, see :mod:`.stepup`). ``Authenticated``, or the error
+    to show and its status (``None``: the generic wrong-password text, 401)."""
+    request_handle = handle()
+    try:
+        with FactorCredential.password(password) as credential:
+            begun = request_handle.begin_step_up(session)
+            if not (isinstance(begun, StepUpRequired) and begun.factors[:1] == (FactorKind.PASSWORD,)):
+                return MESSAGES["no_password"], 400
+            outcome = request_handle.verify_factor(credential, session)
+    except AuthFlowError as error:
+        return error_message(error), error_status(error)
+    if isinstance(outcome, Authenticated):
+        return outcome
+    if isinstance(outcome, Locked):
+        return lock_message(outcome.until), 403
+    return None, 401
+
+
+@login_required
+def account() -> ResponseReturnValue:
+    notice = NOTICES.get(request.args.get("notice", ""))
+    return _account_page(notice=notice)
+
+
+def _account_post_refused() -> BaseResponse | None:
+    """Why an account form may not run: not signed in (to the login page) or a bad token."""
+    if not signed_in():
+        return to_login(url_for(f"{VIEWS_BLUEPRINT}.account"))
+    if not csrf_valid():
+        return _account_page(400, error=MESSAGES["csrf"])
+    return None
+
+
+def change_password() -> ResponseReturnValue:
+    refused = _account_post_refused()
+    if refused is not None:
+        return refused
+    session = current_auth_session()
+    current, new, confirm = (
+        form_text("current_password"),
+        form_text("new_password"),
+        form_text("new_password_confirm"),
+    )
+    if not current or not new or not confirm:
+        return _account_page(400, error=MESSAGES["password_fields"])
+    if not hmac.compare_digest(new.encode("utf-8"), confirm.encode("utf-8")):
+        return _account_page(400, error=MESSAGES["password_mismatch"])
+    confirmed = _confirm_password(session, current)
+    if not isinstance(confirmed, Authenticated):
+        message, status = confirmed
+        return _account_page(status, error=MESSAGES["wrong_current_password"] if message is None else message)
+    tenant = str(session.tenant)
+    identifier = identifier_of(session) or ""
+    try:
+        account_admin().set_password(tenant, identifier, new, keep_sid=stored_sid(session))
+    except AuthFlowError as error:  # a password policy's WeakPassword, a too long password
+        return _account_page(error_status(error), error=error.message)
+    session.rotate_id()
+    rotate_csrf_token()
+    return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="password_changed"))
+
+
+def revoke_session(session_hash: str) -> ResponseReturnValue:
+    refused = _account_post_refused()
+    if refused is not None:
+        return refused
+    session = current_auth_session()
+    if not _SESSION_HASH.fullmatch(session_hash):
+        return _account_page(404, error=MESSAGES["no_session"])
+    if hmac.compare_digest(sid_hash(stored_sid(session)), session_hash):
+        handle().logout(session)  # "log out this session": the audited logout
+        return to_login(None)
+    tenant, user_id = str(session.tenant), str(session.user_id)
+    if not account_admin().revoke_session(tenant, user_id, session_hash, reason="revoked_by_user"):
+        return _account_page(404, error=MESSAGES["no_session"])
+    return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="session_revoked"))
+
+
+def revoke_other_sessions() -> ResponseReturnValue:
+    refused = _account_post_refused()
+    if refused is not None:
+        return refused
+    session = current_auth_session()
+    account_admin().revoke_sessions(
+        str(session.tenant), str(session.user_id), keep_sid=stored_sid(session), reason="revoked_by_user"
+    )
+    return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="others_revoked"))
+
+
+def _frame_guard(response: Response) -> Response:
+    """The pages hold password forms and "log out" buttons: never inside another site's frame."""
+    response.headers.setdefault("X-Frame-Options", "DENY")
+    if "Content-Security-Policy" not in response.headers:
+        response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
+    return response
+
+
+# --- wiring --------------------------------------------------------------------------------------
+
+
+def build_blueprint(*, with_logout: bool = True) -> Blueprint:
+    """A new ``authflow_views`` blueprint (templates from ``TEMPLATE_FOLDER``); ``with_logout``
+    adds the logout view at ``/logout`` (for an app without the ``authflow_logout`` route)."""
+    bp = Blueprint(VIEWS_BLUEPRINT, __name__, template_folder=TEMPLATE_FOLDER)
+    rules: list[tuple[str, str, Any, list[str]]] = [
+        ("/login", "login", signin.login, ["GET", "POST"]),
+        ("/login/factor", "factor", signin.factor, ["GET", "POST"]),
+        ("/login/factor/send", "factor_send", signin.factor_send, ["POST"]),
+        ("/login/factor/webauthn-options", "factor_webauthn_options", signin.factor_webauthn_options,
+         ["POST"]),
+        ("/login/passkey/options", "passkey_options", signin.passkey_options, ["POST"]),
+        ("/login/passkey", "passkey_login", signin.passkey_login, ["POST"]),
+        ("/step-up", "step_up", stepup.step_up, ["GET", "POST"]),
+        ("/account", "account", account, ["GET"]),
+        ("/account/password", "change_password", change_password, ["POST"]),
+        ("/account/sessions/<session_hash>/revoke", "revoke_session", revoke_session, ["POST"]),
+        ("/account/sessions/revoke-others", "revoke_other_sessions", revoke_other_sessions, ["POST"]),
+        ("/account/factors", "factors", security.factors, ["GET"]),
+        ("/account/factors/totp", "enroll_totp", security.enroll_totp, ["GET", "POST"]),
+        ("/account/factors/totp/confirm", "confirm_totp", security.confirm_totp, ["POST"]),
+        ("/account/factors/recovery-codes", "generate_recovery_codes", security.generate_recovery_codes,
+         ["GET", "POST"]),
+        ("/account/factors/recovery-codes/confirm", "confirm_recovery_codes", security.confirm_recovery_codes,
+         ["POST"]),
+        ("/account/factors/email", "enroll_email", security.enroll_email, ["GET", "POST"]),
+        ("/account/factors/email/confirm", "confirm_email", security.confirm_email, ["POST"]),
+        ("/account/factors/webauthn/options", "webauthn_enroll_options", security.webauthn_enroll_options,
+         ["POST"]),
+        ("/account/factors/webauthn/confirm", "confirm_webauthn", security.confirm_webauthn, ["POST"]),
+        ("/account/factors/<factor_id>/remove", "remove_factor", security.remove_factor, ["POST"]),
+    ]  # fmt: skip
+    if with_logout:  # the app has no logout route of its own (AUTHFLOW_LOGOUT_URL_PREFIX = None)
+        rules.append(("/logout", "logout", logout, ["POST"]))
+    for rule, endpoint, view, methods in rules:
+        bp.add_url_rule(rule, endpoint, view, methods=methods)
+    bp.after_request(_frame_guard)
+    return bp
+
+
+def register_views(app: Flask, *, url_prefix: str | None = None) -> Blueprint:
+    """Register the ready views on ``app`` (initialised with flask-authflow) and return the
+    blueprint; ``url_prefix`` puts them under a path (``/auth/login`` ...). Registering
+    twice returns the blueprint already registered."""
+    get_state(app)  # refuse an app without flask-authflow now, not at the first request
+    existing = app.blueprints.get(VIEWS_BLUEPRINT)
+    if isinstance(existing, Blueprint):
+        return existing
+    bp = build_blueprint(with_logout=LOGOUT_BLUEPRINT not in app.blueprints)
+    app.register_blueprint(bp, url_prefix=url_prefix)
+    return bp

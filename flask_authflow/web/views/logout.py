@@ -1,0 +1,99 @@
+"""The app's one logout route: ``POST <AUTHFLOW_LOGOUT_URL_PREFIX>/logout`` (default ``/auth/logout``).
+
+``AuthFlow(app)`` registers it (blueprint ``authflow_logout``, endpoint
+``authflow_logout.logout``) unless ``AUTHFLOW_LOGOUT_URL_PREFIX`` is ``None``; the ready
+views and federation use it rather than adding logout routes of their own (with the route
+switched off, the ready views register this same view at their ``/logout``).
+
+It ends the session (audited, id rotated, data dropped) and answers:
+
+* a JSON request (``Content-Type: application/json``): 200 ``{"status": "logged_out"}``,
+  plus ``"location"``, the provider's end-session URL, when a federated session should
+  be ended at its provider too;
+* a form: 302 to that URL, else to the ready views' login page when they are registered,
+  else to ``/``.
+
+Cross-site requests are refused (403) whatever their body. A form must carry the
+session's CSRF token (:func:`~flask_authflow.web.csrf.csrf_token`, field ``csrf_token``;
+Flask-WTF's token when the app uses ``CSRFProtect``), as every form of the ready views
+does: without it the answer is 400 and the session is kept. A JSON request needs no token:
+a browser cannot send one cross-site without a CORS preflight.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from flask import Blueprint, Flask, Response, current_app, jsonify, redirect, request, url_for
+from flask.typing import ResponseReturnValue
+
+from flask_authflow.audit.context import audit_context
+from flask_authflow.core.session import AuthSession
+from flask_authflow.responses import wants_json
+from flask_authflow.web.csrf import csrf_valid
+from flask_authflow.web.state import current_auth_session, get_state
+from flask_authflow.web.views.common import LOGOUT_BLUEPRINT, MESSAGES, VIEWS_BLUEPRINT
+
+__all__ = ["LOGOUT_BLUEPRINT", "logout", "register_logout"]
+
+
+def _cross_site() -> bool:
+    """A browser says the request came from another site (Fetch metadata, or an ``Origin``
+    on another host). Only the host is compared: behind a proxy that ends TLS, the app may
+    see ``http`` where the browser's ``Origin`` says ``https``."""
+    if request.headers.get("Sec-Fetch-Site") == "cross-site":
+        return True
+    origin = request.headers.get("Origin")
+    return origin is not None and urlsplit(origin).netloc.lower() != request.host.lower()
+
+
+def _refused(status: int, code: str, message: str) -> ResponseReturnValue:
+    if status == 400 and VIEWS_BLUEPRINT in current_app.blueprints and not request.is_json:
+        from flask_authflow.web.views.blueprint import logout_refused_page
+
+        return logout_refused_page()  # the page the form came from, with the error
+    if wants_json():
+        response = jsonify({"error": code, "message": message})
+    else:
+        response = Response(f"{message}\n", mimetype="text/plain")
+    response.status_code = status
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _provider_logout(session: AuthSession, federation: dict[str, Any]) -> str | None:
+    """The provider's end-session URL for a federated session (federation loads only then)."""
+    from flask_authflow.web.federation_views import provider_logout_url
+
+    return provider_logout_url(session, federation)
+
+
+def logout() -> ResponseReturnValue:
+    """End the current session; see the module docstring for the answers."""
+    if _cross_site():
+        return _refused(403, "cross_site", "logout must be requested from this site")
+    if not request.is_json and not csrf_valid():
+        return _refused(400, "csrf", MESSAGES["csrf"])
+    session = current_auth_session()
+    federation: dict[str, Any] = dict(session.record.federation or {})
+    get_state().service.with_audit_context(audit_context()).logout(session)
+    location = _provider_logout(session, federation) if federation else None
+    if request.is_json:
+        response = jsonify({"status": "logged_out", **({"location": location} if location else {})})
+    else:
+        if location is None:
+            views = VIEWS_BLUEPRINT in current_app.blueprints
+            location = url_for(f"{VIEWS_BLUEPRINT}.login") if views else "/"
+        response = redirect(location)  # type: ignore[assignment]
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def register_logout(app: Flask, url_prefix: str | None) -> None:
+    """Register the ``authflow_logout`` blueprint at ``url_prefix`` (``None``: nothing)."""
+    if url_prefix is None or LOGOUT_BLUEPRINT in app.blueprints:
+        return
+    blueprint = Blueprint(LOGOUT_BLUEPRINT, __name__)
+    blueprint.add_url_rule("/logout", "logout", logout, methods=["POST"])
+    app.register_blueprint(blueprint, url_prefix=url_prefix or None)
