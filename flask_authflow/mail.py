@@ -118,6 +118,14 @@ class SmtpSettings:
     cafile: str | None = None
 
     def __post_init__(self) -> None:
+        self._check_server()
+        self._check_sender()
+        self._check_credentials()
+        self._check_clear_text()
+        self._check_connection()
+
+    def _check_server(self) -> None:
+        """Host, port and security name a server the settings can reach."""
         if not isinstance(self.host, str) or not self.host.strip() or _has_line_break(self.host):
             raise ConfigurationError(
                 f"AUTHFLOW_SMTP_HOST must be the SMTP server's host name, got {self.host!r}"
@@ -131,6 +139,9 @@ class SmtpSettings:
             )
         if isinstance(self.port, bool) or not isinstance(self.port, int) or not 1 <= self.port <= 65535:
             raise ConfigurationError(f"AUTHFLOW_SMTP_PORT must be between 1 and 65535, got {self.port!r}")
+
+    def _check_sender(self) -> None:
+        """One ``From`` address on one line."""
         if not isinstance(self.sender, str) or _has_line_break(self.sender):
             raise ConfigurationError(
                 "AUTHFLOW_SMTP_FROM must be one address on one line (no CR or LF), "
@@ -141,6 +152,9 @@ class SmtpSettings:
                 "AUTHFLOW_SMTP_FROM must be one address such as 'no-reply@example.com' or "
                 f"'Example <no-reply@example.com>', got {self.sender!r}"
             )
+
+    def _check_credentials(self) -> None:
+        """Username and password together, each on one line."""
         if (self.username is None) != (self.password is None):
             missing = "AUTHFLOW_SMTP_PASSWORD" if self.password is None else "AUTHFLOW_SMTP_USERNAME"
             raise ConfigurationError(
@@ -151,6 +165,9 @@ class SmtpSettings:
                 raise ConfigurationError(
                     f"AUTHFLOW_SMTP_{name} must be a non-empty string on one line (no CR or LF)"
                 )
+
+    def _check_clear_text(self) -> None:
+        """``security='none'``: a relay on this machine only, and never with a password."""
         if self.security == "none":
             if not _is_loopback(self.host):
                 raise ConfigurationError(
@@ -164,6 +181,9 @@ class SmtpSettings:
                     "AUTHFLOW_SMTP_SECURITY='none': the password would be sent in clear text. "
                     "Set AUTHFLOW_SMTP_SECURITY to 'starttls' or 'tls'"
                 )
+
+    def _check_connection(self) -> None:
+        """The timeout is bounded and the CA file, if any, holds certificates."""
         if (
             isinstance(self.timeout, bool)
             or not isinstance(self.timeout, int | float)
