@@ -110,7 +110,7 @@ def _ensure_schema(app: Flask, engine: Any) -> bool:
     from flask_authflow.storage.sql.migrations import ensure_schema
 
     try:
-        ensure_schema(engine, auto_upgrade=engine.dialect.name == "sqlite")
+        ensure_schema(engine)  # SQLite upgrades itself; a shared database is migrated by the operator
     except ConfigurationError as error:
         from flask_authflow.cli import defer_schema_refusal
 

@@ -281,12 +281,12 @@ def downgrade(engine: EngineSource, revision: str) -> UpgradeResult:
         return UpgradeResult(before, after)
 
 
-def ensure_schema(engine: EngineSource, *, auto_upgrade: bool) -> UpgradeResult | None:
+def ensure_schema(engine: EngineSource, *, auto_upgrade: bool | None = None) -> UpgradeResult | None:
     """Make sure the database is at head before an app uses it.
 
-    With ``auto_upgrade`` (``init_app`` passes it for SQLite, the embedded default
-    store) a database that is behind is upgraded; otherwise (PostgreSQL, shared by
-    several machines: the operator migrates, deliberately) a
+    With ``auto_upgrade`` (by default: on SQLite, the embedded store of one machine) a
+    database that is behind is upgraded; otherwise (PostgreSQL, shared by several
+    machines: the operator migrates, deliberately) a
     :class:`~flask_authflow.errors.ConfigurationError` says which revision it is at and
     names ``flask authflow db upgrade``. A database migrated by a newer version is
     refused either way. Returns what an upgrade did, or ``None`` when at head.
@@ -295,6 +295,8 @@ def ensure_schema(engine: EngineSource, *, auto_upgrade: bool) -> UpgradeResult 
         now, _newest, problem = schema_status(bound)
         if problem is None:
             return None
+        if auto_upgrade is None:
+            auto_upgrade = bound.dialect.name == "sqlite"
         if auto_upgrade and (now is None or _known(now)):
             return upgrade(bound)
         raise ConfigurationError(problem)
