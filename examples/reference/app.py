@@ -1,4 +1,4 @@
-"""The reference app of flask-authflow: the spec's reference wiring, plus HTML pages.
+"""The reference app of flask-authflow: the reference wiring of the routes below, plus HTML pages.
 
 Start it (SQLite in ``examples/reference/instance/``)::
 
@@ -9,7 +9,7 @@ Configure it from the environment with the ``FLASK_`` prefix, e.g.
 signing key at all, it creates a development key in its instance folder (mode 0600),
 says so, and serves plain-HTTP cookies to loopback clients only.
 
-Routes (JSON / plain text, as the spec's reference wiring):
+Routes (JSON / plain text):
 
 * ``GET /`` 200 text; ``GET /dashboard`` 200 when authenticated, else 401;
 * ``POST /login`` JSON ``{"username", "password"[, "tenant"]}``: 200 when
@@ -107,7 +107,7 @@ def _unavailable(error: AuthFlowError) -> Response:
 
 
 def _outcome_text(outcome: Any) -> tuple[str, int]:
-    """The spec's reference mapping of login outcomes to text and status."""
+    """The reference mapping of login outcomes to text and status (401, 403 for a lock)."""
     match outcome:
         case Authenticated():
             return "authenticated", 200

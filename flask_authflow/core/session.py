@@ -71,7 +71,7 @@ def step_name(kinds: Iterable[str]) -> str:
     return STEP_SEPARATOR.join(unique)
 
 
-#: Maximum size of ``SessionData.custom`` once serialised (the spec's 64 KiB).
+#: Maximum size of ``SessionData.custom`` once serialised (64 KiB).
 CUSTOM_DATA_LIMIT = 64 * 1024
 
 #: Serialiser for custom data: Flask's own tagged JSON, so ``flask.session`` values

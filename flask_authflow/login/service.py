@@ -724,7 +724,7 @@ class AuthnRequest:
         return public, slots
 
     def verify_factor(self, credential: FactorCredential, session: AuthSession) -> FactorOutcome:
-        """Check the credential for the step the session waits for (credential first, as in the spec).
+        """Check the credential for the step the session waits for (credential first, then the session).
 
         Any kind of the pending step passes it; a kind outside the step is refused
         (``InvalidCredential``, audited ``unexpected_factor``), never a skip. A wrong credential

@@ -57,7 +57,7 @@ log = logging.getLogger("flask_authflow.sessions")
 COOKIE_SALT = b"authflow.session"
 #: HKDF purpose of the User-Agent fingerprint key.
 FINGERPRINT_PURPOSE = b"session-fingerprint"
-#: The spec's signing key length; shorter keys are refused.
+#: The signing key length (32 bytes, for HMAC-SHA256); shorter keys are refused.
 MIN_SIGNING_KEY_LENGTH = 32
 #: A valid cookie is 87 characters; anything longer than this is rejected unread.
 MAX_COOKIE_LENGTH = 256
