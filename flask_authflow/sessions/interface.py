@@ -414,27 +414,41 @@ class AuthFlowSessionInterface(SessionInterface):
             session.modified or session.force_write or session.resign
         ):
             return  # save_early already did all of it, and nothing changed since on this response
-        if session.accessed:
-            response.vary.add("Cookie")
-        if used and session.state_unread is not AuthState.GUEST and "Cache-Control" not in response.headers:
-            response.headers["Cache-Control"] = "private, no-store"
+        self._mark_response(session, response, used)
         if session.store_failed:
             if session.modified:
                 log.warning("session changes discarded: the session store was unavailable")
             return
         # The last-seen refresh and a re-signature happen only for requests that looked
         # at the session: views that never do (JWKS, discovery, static) cost nothing.
-        if used and not session.modified and dict.__len__(session):
-            # A nested change without ``session.modified`` is not saved (as with Flask's
-            # own session); one that grew the data past the cap is not dropped silently.
-            try:
-                session.check_size()
-            except SessionDataTooLarge as exc:
-                log.warning("custom session data grew to %d bytes in place; not saved", exc.size)
-                self._refuse(response, exc)
-                return
+        if used and not session.modified and dict.__len__(session) and self._grew_in_place(session, response):
+            return
         if not (session.modified or session.cookie_due or (used and (session.force_write or session.resign))):
             return
+        self._write(session, response)
+
+    @staticmethod
+    def _mark_response(session: RequestSession, response: Response, used: bool) -> None:
+        """``Vary: Cookie`` when the session was read; no caching of an authenticated answer."""
+        if session.accessed:
+            response.vary.add("Cookie")
+        if used and session.state_unread is not AuthState.GUEST and "Cache-Control" not in response.headers:
+            response.headers["Cache-Control"] = "private, no-store"
+
+    def _grew_in_place(self, session: RequestSession, response: Response) -> bool:
+        """A nested change without ``session.modified`` is not saved (as with Flask's own
+        session); one that grew the data past the cap is not dropped silently either: the
+        response says so (413) and ``True`` stops the save."""
+        try:
+            session.check_size()
+        except SessionDataTooLarge as exc:
+            log.warning("custom session data grew to %d bytes in place; not saved", exc.size)
+            self._refuse(response, exc)
+            return True
+        return False
+
+    def _write(self, session: RequestSession, response: Response) -> None:
+        """Persist ``session`` and set its cookie; a change that did not persist fails the request."""
         too_large = self._enforce_size(session) if session.modified else None
         try:
             self._persist(session, response)
