@@ -383,24 +383,9 @@ class WebAuthnFactor(StoredEnrollment):
         parsed = _parse_assertion(credential)
         if parsed is None:
             return Rejected("webauthn_invalid")
-        config = next(
-            (
-                f
-                for f in ctx.factors
-                if f.kind is FactorKind.WEBAUTHN and f.confirmed and f.lookup == parsed.id
-            ),
-            None,
-        )
-        if config is None or config.user_id != ctx.user_id:
-            return Rejected(RejectReason.NOT_ENROLLED)  # another user's key, or a removed one
-        if ctx.purpose == "passkey" and config.data.get("passkey") is not True:
-            return Rejected(RejectReason.NOT_ENROLLED)  # a second-factor key cannot log in alone
-        handle = parsed.response.user_handle
-        if handle is not None and not hmac.compare_digest(handle, user_handle(ctx.tenant, config.user_id)):
-            return Rejected("webauthn_user_handle")
-        public_key = config.data.get("public_key")
-        if not isinstance(public_key, str) or not public_key:
-            return Rejected("webauthn_invalid")
+        config = _enrolled_key(ctx, parsed)
+        if isinstance(config, Rejected):
+            return config
         require_uv = self.settings.user_verification == "required" or ctx.purpose == "passkey"
         try:
             verified = verify_authentication_response(
@@ -408,25 +393,13 @@ class WebAuthnFactor(StoredEnrollment):
                 expected_challenge=challenge,
                 expected_rp_id=self.settings.rp_id,
                 expected_origin=list(self.settings.origins),
-                credential_public_key=base64url_to_bytes(public_key),
+                credential_public_key=base64url_to_bytes(str(config.data["public_key"])),
                 credential_current_sign_count=config.counter,
                 require_user_verification=require_uv,
             )
         except Exception as exc:  # noqa: BLE001 - a response we cannot verify is refused, never an error
             return Rejected(_reason(exc))
-        new_count = verified.new_sign_count
-        if new_count == 0 and config.counter == 0:
-            # An authenticator without a counter (synced passkeys): the challenge, which
-            # parallel requests of one session all read, is used up in the store instead.
-            return Accepted(config.factor_id, commit=_use_challenge(ctx, challenge))
-        if new_count <= config.counter:  # py_webauthn refuses this already; never accept it
-            return Rejected("webauthn_sign_count")
-        store, tenant, factor_id, now = ctx.store, ctx.tenant, config.factor_id, ctx.now
-        user_id = config.user_id
-        return Accepted(
-            factor_id,
-            commit=lambda: store.advance_factor_counter(tenant, user_id, factor_id, new_count, now=now),
-        )
+        return _settle_counter(ctx, config, challenge, verified.new_sign_count)
 
     # --- PasskeyFactor ------------------------------------------------------------------------
 
@@ -610,3 +583,38 @@ def _discoverable(text: str) -> bool:
     results = value.get("clientExtensionResults") if isinstance(value, dict) else None
     props = results.get("credProps") if isinstance(results, dict) else None
     return isinstance(props, dict) and props.get("rk") is True
+
+
+def _enrolled_key(ctx: FactorContext, parsed: AuthenticationCredential) -> FactorConfig | Rejected:
+    """The user's confirmed key that the assertion names, or why it cannot be used."""
+    config = next(
+        (f for f in ctx.factors if f.kind is FactorKind.WEBAUTHN and f.confirmed and f.lookup == parsed.id),
+        None,
+    )
+    if config is None or config.user_id != ctx.user_id:
+        return Rejected(RejectReason.NOT_ENROLLED)  # another user's key, or a removed one
+    if ctx.purpose == "passkey" and config.data.get("passkey") is not True:
+        return Rejected(RejectReason.NOT_ENROLLED)  # a second-factor key cannot log in alone
+    handle = parsed.response.user_handle
+    if handle is not None and not hmac.compare_digest(handle, user_handle(ctx.tenant, config.user_id)):
+        return Rejected("webauthn_user_handle")
+    public_key = config.data.get("public_key")
+    if not isinstance(public_key, str) or not public_key:
+        return Rejected("webauthn_invalid")
+    return config
+
+
+def _settle_counter(
+    ctx: FactorContext, config: FactorConfig, challenge: bytes, new_count: int
+) -> FactorCheck:
+    """Accept a verified assertion, advancing the key's signature counter in the step's commit."""
+    if new_count == 0 and config.counter == 0:
+        # An authenticator without a counter (synced passkeys): the challenge, which
+        # parallel requests of one session all read, is used up in the store instead.
+        return Accepted(config.factor_id, commit=_use_challenge(ctx, challenge))
+    if new_count <= config.counter:  # py_webauthn refuses this already; never accept it
+        return Rejected("webauthn_sign_count")
+    store, tenant, factor_id, now, user_id = ctx.store, ctx.tenant, config.factor_id, ctx.now, config.user_id
+    return Accepted(
+        factor_id, commit=lambda: store.advance_factor_counter(tenant, user_id, factor_id, new_count, now=now)
+    )
