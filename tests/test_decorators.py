@@ -111,3 +111,32 @@ def test_safe_next_refuses_off_site_targets(target: str | None) -> None:
 @pytest.mark.parametrize("target", ["/", "/dashboard", "/a/b?c=d#e", "/account?next=%2F%2Fx"])
 def test_safe_next_keeps_relative_paths(target: str) -> None:
     assert safe_next(target) == target
+
+
+def test_fresh_login_required_with_zero_max_age_always_asks_for_step_up() -> None:
+    from flask_authflow.clock import MockClock
+    from flask_authflow.login.password import PasswordHasher
+    from flask_authflow.testing import login_test_client
+
+    clock = MockClock()
+    hasher = PasswordHasher.fast_for_tests()
+    app = Flask(__name__)
+    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
+    AuthFlow(
+        app,
+        backend=InMemoryBackend(hasher=hasher, clock=clock),
+        session_store=MemorySessionStore(clock=clock),
+        clock=clock,
+        hasher=hasher,
+    )
+
+    @app.get("/now-only")
+    @fresh_login_required(timedelta(0))
+    def now_only() -> str:
+        return "fresh"
+
+    client = login_test_client(app, "alice")
+    clock.advance(timedelta(seconds=1))  # well inside the 10-minute default, but not within 0
+    response = client.get("/now-only", headers={"Accept": "application/json"})
+    assert response.status_code == 401
+    assert response.get_json()["error"] == "step_up_required"
