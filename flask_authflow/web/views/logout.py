@@ -33,7 +33,7 @@ from flask_authflow.core.session import AuthSession
 from flask_authflow.responses import wants_json
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.state import current_auth_session, get_state
-from flask_authflow.web.views.common import LOGOUT_BLUEPRINT, MESSAGES, VIEWS_BLUEPRINT
+from flask_authflow.web.views.common import LOGOUT_BLUEPRINT, MESSAGES, VIEWS_BLUEPRINT, json_error
 
 __all__ = ["LOGOUT_BLUEPRINT", "logout", "register_logout"]
 
@@ -54,10 +54,8 @@ def _refused(status: int, code: str, message: str) -> ResponseReturnValue:
 
         return logout_refused_page()  # the page the form came from, with the error
     if wants_json():
-        response = jsonify({"error": code, "message": message})
-    else:
-        response = Response(f"{message}\n", mimetype="text/plain")
-    response.status_code = status
+        return json_error(code, message, status)
+    response = Response(f"{message}\n", status=status, mimetype="text/plain")
     response.headers["Cache-Control"] = "no-store"
     return response
 
