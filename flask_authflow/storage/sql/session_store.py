@@ -303,15 +303,7 @@ class SqlAlchemySessionStore:
         them was already gone.
         """
         key = sid_hash(record.sid)
-        values: dict[str, Any] = {
-            "tenant": record.tenant,
-            "user_id": record.user_id,
-            "state": record.state.value,
-            "expires_at": utc(expires_at),
-            "updated_at": self._clock.now(),
-            "data": self._crypto.encrypt(key, serialize_record(record)),
-            "federation_key": record_federation_key(record),
-        }
+        values = self._row_values(key, record, expires_at)
         now = values["updated_at"]
         if existing:
             params = {"key": key, "now": now, **{f"v_{name}": value for name, value in values.items()}}
@@ -336,7 +328,17 @@ class SqlAlchemySessionStore:
         session it logs in together with the one-time credential it uses up, or neither.
         False (the session was revoked) leaves the transaction to be rolled back."""
         key = sid_hash(record.sid)
-        values: dict[str, Any] = {
+        values = self._row_values(key, record, expires_at)
+        now = values["updated_at"]
+        with self._guard():
+            if existing:
+                params = {"key": key, "now": now, **{f"v_{name}": value for name, value in values.items()}}
+                return bool(conn.execute(_UPDATE_LIVE, params).rowcount)
+            return self._replace(conn, key, values, sorted({sid_hash(old) for old in replaces} - {key}))
+
+    def _row_values(self, key: str, record: SessionRecord, expires_at: datetime) -> dict[str, Any]:
+        """The columns of ``record``'s row; its data sealed under the row's key."""
+        return {
             "tenant": record.tenant,
             "user_id": record.user_id,
             "state": record.state.value,
@@ -345,32 +347,26 @@ class SqlAlchemySessionStore:
             "data": self._crypto.encrypt(key, serialize_record(record)),
             "federation_key": record_federation_key(record),
         }
-        now = values["updated_at"]
-        with self._guard():
-            if existing:
-                params = {"key": key, "now": now, **{f"v_{name}": value for name, value in values.items()}}
-                return bool(conn.execute(_UPDATE_LIVE, params).rowcount)
-            old_keys = sorted({sid_hash(old) for old in replaces} - {key})
-            if old_keys:
-                gone = conn.execute(_DELETE_LIVE_OLD, {"old_keys": old_keys, "now": now})
-                if gone.rowcount != len(old_keys):
-                    return False
-            self._upsert(conn, key, values)
+
+    def _replace(self, conn: Connection, key: str, values: dict[str, Any], old_keys: list[str]) -> bool:
+        """Delete the live rows of ``old_keys`` and write ``key``'s row on ``conn``; False,
+        with nothing written, when one of the old rows was already gone (revoked)."""
+        if old_keys:
+            gone = conn.execute(_DELETE_LIVE_OLD, {"old_keys": old_keys, "now": values["updated_at"]})
+            if gone.rowcount != len(old_keys):
+                return False
+        self._upsert(conn, key, values)
         return True
 
     def _insert(self, key: str, values: dict[str, Any], old_keys: list[str]) -> bool:
-        now = values["updated_at"]
         upsert = _UPSERTS.get(self.engine.dialect.name)
         if not old_keys and upsert is not None:  # a new session replacing nothing: one statement
             self._write_one(upsert, {"sid_hash": key, **values})
             return True
 
         def work(conn: Connection) -> bool:
-            if old_keys:
-                gone = conn.execute(_DELETE_LIVE_OLD, {"old_keys": old_keys, "now": now})
-                if gone.rowcount != len(old_keys):
-                    raise _Revoked
-            self._upsert(conn, key, values)
+            if not self._replace(conn, key, values, old_keys):
+                raise _Revoked
             return True
 
         try:
