@@ -1,12 +1,14 @@
-"""Strict base64url: one spelling per value, as signatures and cookies need."""
+"""Strict encodings: base64url with one spelling per value, as signatures and cookies
+need, and JSON without duplicate members or non-finite numbers."""
 
 from __future__ import annotations
 
 import base64
 import binascii
-from typing import Final
+import json
+from typing import Any, Final
 
-__all__ = ["b64url_decode", "b64url_encode"]
+__all__ = ["STRICT_JSON", "b64url_decode", "b64url_encode"]
 
 
 def b64url_encode(data: bytes) -> str:
@@ -35,3 +37,19 @@ def b64url_decode(data: str) -> bytes:
             raise ValueError("non-canonical base64url")
         standard += b"=" * pad
     return binascii.a2b_base64(standard, strict_mode=True)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Duplicate members are ambiguous (parsers disagree on which wins); refuse them.
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("duplicate member in JSON object")
+    return result
+
+
+#: A JSON decoder that refuses duplicate members and ``NaN``/``Infinity`` (``ValueError``).
+STRICT_JSON: Final = json.JSONDecoder(object_pairs_hook=_unique_object, parse_constant=_reject_constant)

@@ -27,12 +27,12 @@ built.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
+from flask_authflow.core.encoding import STRICT_JSON
 from flask_authflow.errors import MissingExtraError
 from flask_authflow.federation.errors import Discovery, ProviderUnreachable
 
@@ -148,20 +148,6 @@ class ResponseHeaders(Mapping[str, str]):
         return f"ResponseHeaders({dict(self.items())!r})"
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name}")
-
-
-def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        raise ValueError("duplicate member")  # ambiguous: parsers disagree on which one wins
-    return result
-
-
-_DECODER: Final = json.JSONDecoder(object_pairs_hook=_unique_object, parse_constant=_reject_constant)
-
-
 def _is_json_media_type(content_type: str) -> bool:
     media = content_type.split(";", 1)[0].strip().lower()
     if media == "application/json":
@@ -206,7 +192,7 @@ class HttpResponse:
             media = content_type.split(";", 1)[0].strip()[:80]
             raise ProviderUnreachable(f"{host} did not answer a JSON object (Content-Type {media!r})")
         try:
-            value = _DECODER.decode(self.body.decode("utf-8"))
+            value = STRICT_JSON.decode(self.body.decode("utf-8"))
         except (ValueError, UnicodeDecodeError, RecursionError):
             raise ProviderUnreachable(f"{host} did not answer a JSON object (not JSON)") from None
         if not isinstance(value, dict):

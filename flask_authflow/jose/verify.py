@@ -23,7 +23,6 @@ become :class:`TokenVerificationError` with a :class:`TokenCheck` reason.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from joserfc.jwa import JWSAlgModel
 from joserfc.jwt import ClaimsOption, JWTClaimsRegistry
 
 from flask_authflow.clock import Clock, SystemClock
-from flask_authflow.core.encoding import b64url_decode
+from flask_authflow.core.encoding import STRICT_JSON, b64url_decode
 from flask_authflow.errors import ConfigurationError, TokenCheck, TokenVerificationError, UnknownKeyId
 from flask_authflow.jose.algorithms import SUPPORTED_ALGORITHMS
 from flask_authflow.jose.jwks import JwksHandle, JwksSnapshot
@@ -83,24 +82,9 @@ class VerifiedClaims:
 # -- strict JSON ----------------------------------------------------------------------------------
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name}")
-
-
-def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # Duplicate members are ambiguous (parsers disagree on which wins); refuse them.
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        raise ValueError("duplicate member in JSON object")
-    return result
-
-
-_DECODER: Final = json.JSONDecoder(object_pairs_hook=_unique_object, parse_constant=_reject_constant)
-
-
 def _json_object(raw: bytes, what: str) -> dict[str, Any]:
     try:
-        value = _DECODER.decode(raw.decode("utf-8"))
+        value = STRICT_JSON.decode(raw.decode("utf-8"))
     except (ValueError, UnicodeError, RecursionError) as exc:
         raise TokenVerificationError(f"malformed token: {what} is not JSON") from exc
     if not isinstance(value, dict):
