@@ -24,25 +24,8 @@ from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import TypeVar
 
-from sqlalchemy import (
-    Boolean,
-    Connection,
-    Engine,
-    Index,
-    String,
-    Table,
-    Text,
-    delete,
-    false,
-    insert,
-    inspect,
-    select,
-    text,
-    true,
-    update,
-)
+from sqlalchemy import Connection, Engine, delete, false, insert, inspect, select, text, true, update
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.orm import Mapped, mapped_column
 
 from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.core.crypto import SessionCrypto
@@ -55,9 +38,10 @@ from flask_authflow.errors import (
 )
 from flask_authflow.issuer.keys import LoadedKeys, LocalIdpSigningKey
 from flask_authflow.issuer.keystores import RotationState
-from flask_authflow.storage.sql.base import Base, EngineSource, UTCDateTime, resolve_engine
+from flask_authflow.storage.sql.engine import EngineSource, resolve_engine
+from flask_authflow.storage.sql.schema import issuer_key_schedule_table, issuer_keys_table, metadata
 
-__all__ = ["IssuerKeyRow", "IssuerKeyScheduleRow", "SqlAlchemyLocalIdpKeyStore"]
+__all__ = ["SqlAlchemyLocalIdpKeyStore"]
 
 T = TypeVar("T")
 
@@ -65,42 +49,8 @@ _RETRIES = 30
 _SEALED_PREFIX = "enc1:"
 
 
-class IssuerKeyRow(Base):
-    """One issuer signing key; exactly one row is current."""
-
-    __tablename__ = "authflow_issuer_keys"
-
-    kid: Mapped[str] = mapped_column(String(64), primary_key=True)
-    pem: Mapped[str] = mapped_column(Text, nullable=False)
-    alg: Mapped[str] = mapped_column(String(16), nullable=False)
-    is_current: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
-
-    __table_args__ = (
-        Index(
-            "uq_authflow_issuer_keys_one_current",
-            "is_current",
-            unique=True,
-            postgresql_where=text("is_current"),
-            sqlite_where=text("is_current"),
-        ),
-    )
-
-
-_table: Table = IssuerKeyRow.__table__  # type: ignore[assignment]
-
-
-class IssuerKeyScheduleRow(Base):
-    """Staged-rotation bookkeeping: when a key was staged, or when it stopped signing."""
-
-    __tablename__ = "authflow_issuer_key_schedule"
-
-    kid: Mapped[str] = mapped_column(String(64), primary_key=True)
-    staged_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-
-
-_schedule: Table = IssuerKeyScheduleRow.__table__  # type: ignore[assignment]
+_table = issuer_keys_table
+_schedule = issuer_key_schedule_table
 
 
 class SqlAlchemyLocalIdpKeyStore:
@@ -130,7 +80,7 @@ class SqlAlchemyLocalIdpKeyStore:
             if self._ready:
                 return
             try:
-                Base.metadata.create_all(self._engine, tables=[_table, _schedule], checkfirst=True)
+                metadata.create_all(self._engine, tables=[_table, _schedule], checkfirst=True)
             except SQLAlchemyError as exc:
                 # Another process may have created it between the check and the CREATE.
                 try:

@@ -19,14 +19,9 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import (
-    Column,
     Connection,
     Engine,
-    Index,
     Integer,
-    LargeBinary,
-    String,
-    Table,
     and_,
     bindparam,
     delete,
@@ -50,39 +45,21 @@ from flask_authflow.core.session import (
 )
 from flask_authflow.errors import StoreUnavailable
 from flask_authflow.sessions.stores import RecordOpener, serialize_record, store_unavailable
-from flask_authflow.storage.sql.base import (
+from flask_authflow.storage.sql.engine import (
     EngineSource,
-    UTCDateTime,
     autocommit_reads,
-    metadata,
     resolve_engine,
     run_read,
     run_statement,
     run_transaction,
 )
+from flask_authflow.storage.sql.schema import UTCDateTime, metadata, sessions_table
 
 __all__ = ["FULL_PURGE_BATCH", "PURGE_BATCH", "SqlAlchemySessionStore", "sessions_table"]
 
 log = logging.getLogger("flask_authflow.sessions")
 
 T = TypeVar("T")
-
-
-sessions_table = Table(
-    "authflow_sessions",
-    metadata,
-    Column("sid_hash", String(64), primary_key=True),
-    Column("tenant", String(255), nullable=True),
-    Column("user_id", String(255), nullable=True),
-    Column("state", String(32), nullable=False),
-    Column("expires_at", UTCDateTime(), nullable=False, index=True),
-    Column("updated_at", UTCDateTime(), nullable=False),
-    Column("data", LargeBinary, nullable=False),
-    # federation_key(issuer, sid) of a federated login: back-channel logout looks it up.
-    Column("federation_key", String(64), nullable=True),
-    Index("ix_authflow_sessions_tenant_user_id", "tenant", "user_id"),
-    Index("ix_authflow_sessions_federation_key", "federation_key"),
-)
 
 
 _LOAD_QUERY = select(sessions_table.c.data).where(
