@@ -11,6 +11,8 @@ never lose a count.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,7 +32,8 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.engine import Connection
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from flask_authflow.clock import utc
@@ -228,17 +231,6 @@ def _counter_upserts(dialect_insert: Any) -> tuple[Any, Any]:
     return lock, count
 
 
-def _dialect_upserts() -> dict[str, tuple[Any, Any]]:
-    from sqlalchemy.dialects.postgresql import insert as pg_insert
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return {"postgresql": _counter_upserts(pg_insert), "sqlite": _counter_upserts(sqlite_insert)}
-
-
-#: Dialects with a native upsert; others insert the row if missing, then update it.
-_COUNTER_UPSERTS = _dialect_upserts()
-
-
 def _key_params(key: AttemptKey) -> dict[str, str]:
     return {"key_tenant": key.tenant, "key_subject": key.subject, "key_factor": key.factor}
 
@@ -260,6 +252,97 @@ def _log_attempt(
     )
 
 
+def _reserve_in_steps(conn: Connection, key: AttemptKey, params: dict[str, Any]) -> Reservation:
+    """The reservation decided after the counter row is locked: the active lock, the
+    reservations in flight and the stale ones read in one statement, then the insert."""
+    locked, in_flight, stale = conn.execute(_RESERVATION_STATE, params).one()
+    until = aware(locked)
+    if until is not None:
+        return Reservation(None, until)
+    if stale:
+        conn.execute(_DROP_STALE_RESERVATIONS, params)
+    if params["counted"] + int(in_flight) >= params["max_failures"]:
+        return Reservation(None, params["lock_end"])
+    token = uuid.uuid4().hex
+    conn.execute(
+        _RESERVE,
+        {
+            "token": token,
+            "tenant": key.tenant,
+            "subject": key.subject,
+            "factor": key.factor,
+            "reserved_at": params["now"],
+        },
+    )
+    return Reservation(token)
+
+
+def _reserve_in_one_statement(conn: Connection, key: AttemptKey, params: dict[str, Any]) -> Reservation:
+    """PostgreSQL: the rest of a reservation in one statement (a round trip fewer): see
+    _PG_RESERVE_ATTEMPT."""
+    token = uuid.uuid4().hex
+    locked, granted = conn.execute(_PG_RESERVE_ATTEMPT, {**params, "token": token}).one()
+    if locked is not None:
+        return Reservation(None, aware(locked))
+    return Reservation(token) if granted else Reservation(None, params["lock_end"])
+
+
+def _settle_success_in_steps(conn: Connection, key: AttemptKey, params: dict[str, Any]) -> datetime | None:
+    """A success settled unless a lock is active: the lock read, the reservation given
+    back, then (unlocked) the counter reset and the attempt logged."""
+    lock = {"tenant": key.tenant, "subject": key.subject, "now": params["now"]}
+    until = aware(conn.execute(ACTIVE_LOCK, lock).scalar())
+    if params["token"] is not None:
+        conn.execute(_SETTLE, {"token": params["token"]})
+    if until is not None:
+        return until
+    conn.execute(_RESET_COUNTER, params)
+    _log_attempt(conn, key, now=params["now"], success=True, client_ip=params["client_ip"])
+    return None
+
+
+def _settle_success_in_one_statement(
+    conn: Connection, key: AttemptKey, params: dict[str, Any]
+) -> datetime | None:
+    """PostgreSQL: the same in one statement (see _PG_SETTLE_SUCCESS), so the check for a
+    lock set during the credential check costs no round trip of its own."""
+    return aware(conn.execute(_PG_SETTLE_SUCCESS, params).scalar())
+
+
+@dataclass(frozen=True, slots=True)
+class _CounterSql:
+    """How one database runs the attempt counter's statements (chosen once per engine)."""
+
+    #: Creates the counter row unless it exists (``None``: a savepoint absorbs the duplicate).
+    ensure: Any = None
+    #: _LOCK_COUNTER and _COUNT_FAILURE as upserts that create the row if missing
+    #: (``None``: the row is ensured first, then updated).
+    lock: Any = None
+    count: Any = None
+    reserve: Callable[[Connection, AttemptKey, dict[str, Any]], Reservation] = _reserve_in_steps
+    settle_success: Callable[[Connection, AttemptKey, dict[str, Any]], datetime | None] = (
+        _settle_success_in_steps
+    )
+
+
+def _native(dialect_insert: Any, **strategies: Any) -> _CounterSql:
+    """The statements of a database with ``INSERT ... ON CONFLICT`` (``dialect_insert``)."""
+    ensure = dialect_insert(lockouts_table).values(**_KEY_VALUES, failures=0).on_conflict_do_nothing()
+    lock, count = _counter_upserts(dialect_insert)
+    return _CounterSql(ensure, lock, count, **strategies)
+
+
+#: Per database; any other runs the portable statements.
+_COUNTER_SQL = {
+    "sqlite": _native(sqlite.insert),
+    "postgresql": _native(
+        postgresql.insert,
+        reserve=_reserve_in_one_statement,
+        settle_success=_settle_success_in_one_statement,
+    ),
+}
+
+
 class SqlAttempts(SqlConnections):
     """The attempt counters of :class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend`."""
 
@@ -268,36 +351,37 @@ class SqlAttempts(SqlConnections):
         t = lockouts_table.c
         return and_(t.tenant == key.tenant, t.subject == key.subject, t.factor == key.factor)
 
+    _counter_sql: _CounterSql = _CounterSql()
+
+    def _use_dialect(self, engine: Engine) -> None:
+        super()._use_dialect(engine)
+        self._counter_sql = _COUNTER_SQL.get(engine.dialect.name, _CounterSql())
+
     def _ensure_counter(self, conn: Connection, key: AttemptKey) -> None:
+        if self._counter_sql.ensure is not None:
+            conn.execute(self._counter_sql.ensure, _key_params(key))
+            return
         values = {"tenant": key.tenant, "subject": key.subject, "factor": key.factor, "failures": 0}
-        dialect = conn.dialect.name
-        if dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-            conn.execute(pg_insert(lockouts_table).values(**values).on_conflict_do_nothing())
-        elif dialect == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-            conn.execute(sqlite_insert(lockouts_table).values(**values).on_conflict_do_nothing())
-        else:  # pragma: no cover - other databases: a savepoint absorbs the duplicate
-            try:
-                with conn.begin_nested():
-                    conn.execute(insert(lockouts_table).values(**values))
-            except IntegrityError:
-                pass
+        try:  # pragma: no cover - other databases: a savepoint absorbs the duplicate
+            with conn.begin_nested():
+                conn.execute(insert(lockouts_table).values(**values))
+        except IntegrityError:  # pragma: no cover
+            pass
 
     def locked_until(self, tenant: str, subject: str, now: datetime) -> datetime | None:
         params = {"tenant": tenant, "subject": subject, "now": utc(now)}
         return aware(self._fetch(lambda conn: conn.execute(ACTIVE_LOCK, params).scalar()))
 
-    def _counter(self, conn: Connection, key: AttemptKey, which: int, params: dict[str, Any]) -> Any:
-        """Run the lock (``which=0``) or count (``which=1``) statement on the counter row of
-        ``key``, creating the row first if missing; returns its RETURNING result."""
-        upserts = _COUNTER_UPSERTS.get(conn.dialect.name)
-        if upserts is not None:
-            return conn.execute(upserts[which], params)
+    def _counter(
+        self, conn: Connection, key: AttemptKey, upsert: Any, update: Any, params: dict[str, Any]
+    ) -> Any:
+        """Run ``upsert`` on the counter row of ``key`` (the lock or count statement of the
+        database), or where there is none, create the row if missing and run ``update``;
+        returns its RETURNING result."""
+        if upsert is not None:
+            return conn.execute(upsert, params)
         self._ensure_counter(conn, key)
-        return conn.execute((_LOCK_COUNTER, _COUNT_FAILURE)[which], params)
+        return conn.execute(update, params)
 
     def reserve_attempt(
         self,
@@ -318,39 +402,15 @@ class SqlAttempts(SqlConnections):
             "subject": key.subject,
             "now": now,
             "stale": now - RESERVATION_TTL,
+            "max_failures": max_failures,
+            "lock_end": now + lock_duration,
         }
         with self._tx(locking=True) as conn:
-            failures, window_start = self._counter(conn, key, 0, params).one()
+            sql = self._counter_sql
+            failures, window_start = self._counter(conn, key, sql.lock, _LOCK_COUNTER, params).one()
             start = aware(window_start)
-            in_window = int(failures) if start is not None and start > now - window else 0
-            if conn.dialect.name == "postgresql":
-                # The rest in one statement (a round trip fewer): see _PG_RESERVE_ATTEMPT.
-                token = uuid.uuid4().hex
-                reserve = {**params, "token": token, "counted": in_window, "max_failures": max_failures}
-                locked, granted = conn.execute(_PG_RESERVE_ATTEMPT, reserve).one()
-                if locked is not None:
-                    return Reservation(None, aware(locked))
-                return Reservation(token) if granted else Reservation(None, now + lock_duration)
-            locked, in_flight, stale = conn.execute(_RESERVATION_STATE, params).one()
-            until = aware(locked)
-            if until is not None:
-                return Reservation(None, until)
-            if stale:
-                conn.execute(_DROP_STALE_RESERVATIONS, params)
-            if in_window + int(in_flight) >= max_failures:
-                return Reservation(None, now + lock_duration)
-            token = uuid.uuid4().hex
-            conn.execute(
-                _RESERVE,
-                {
-                    "token": token,
-                    "tenant": key.tenant,
-                    "subject": key.subject,
-                    "factor": key.factor,
-                    "reserved_at": now,
-                },
-            )
-        return Reservation(token)
+            params["counted"] = int(failures) if start is not None and start > now - window else 0
+            return sql.reserve(conn, key, params)
 
     @staticmethod
     def _settle(conn: Connection, token: str | None) -> None:
@@ -378,7 +438,8 @@ class SqlAttempts(SqlConnections):
         with self._tx(locking=True) as conn:
             self._settle(conn, reservation)
             # Counted in the database (one statement, under the row lock): never a lost update.
-            failures = self._counter(conn, key, 1, params).scalar_one()
+            count = self._counter_sql.count
+            failures = self._counter(conn, key, count, _COUNT_FAILURE, params).scalar_one()
             if failures >= max_failures:
                 # Lock, and start counting afresh once the lock ends.
                 locked = now + lock_duration
@@ -402,21 +463,11 @@ class SqlAttempts(SqlConnections):
         reservation is given back and the lock's end returned (see
         :meth:`AttemptStore.register_success_unless_locked
         <flask_authflow.core.ports.AttemptStore.register_success_unless_locked>`). On PostgreSQL one
-        statement, so the check for a lock set during the credential check costs no
-        round trip of its own."""
+        statement (see _settle_success_in_one_statement)."""
         now = utc(now)
         params = {**_key_params(key), "now": now, "token": reservation, "client_ip": client_ip}
         with self._tx(locking=True) as conn:
-            if conn.dialect.name == "postgresql":
-                return aware(conn.execute(_PG_SETTLE_SUCCESS, params).scalar())
-            lock = {"tenant": key.tenant, "subject": key.subject, "now": now}
-            until = aware(conn.execute(ACTIVE_LOCK, lock).scalar())
-            self._settle(conn, reservation)
-            if until is not None:
-                return until
-            conn.execute(_RESET_COUNTER, params)
-            _log_attempt(conn, key, now=now, success=True, client_ip=client_ip)
-        return None
+            return self._counter_sql.settle_success(conn, key, params)
 
     def set_lock(self, key: AttemptKey, until: datetime) -> None:
         with self._tx() as conn:

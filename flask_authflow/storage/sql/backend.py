@@ -115,9 +115,9 @@ class SqlAlchemyBackend(SqlUsers, SqlFactors, SqlAttempts, SqlAudit, SqlIdentity
             return
         if is_flask_sqlalchemy(engine_source):
             add_tables_to(engine_source.metadata)
-        self._engine = resolve_engine(engine_source)
+        self._bind_engine(resolve_engine(engine_source))
         if create_tables:
-            metadata.create_all(self._engine, tables=BACKEND_TABLES)
+            metadata.create_all(self.engine, tables=BACKEND_TABLES)
 
     def bind_app(self, app: Any) -> SqlAlchemyBackend:
         """The backend to use for ``app`` (``AuthFlow.init_app`` calls it; no application
@@ -133,10 +133,10 @@ class SqlAlchemyBackend(SqlUsers, SqlFactors, SqlAttempts, SqlAudit, SqlIdentity
             )
         bound = copy.copy(self)
         with app.app_context():
-            bound._engine = resolve_engine(self._db)
+            bound._bind_engine(resolve_engine(self._db))
         bound._db = None
         if self._create_tables:
-            metadata.create_all(bound._engine, tables=BACKEND_TABLES)
+            metadata.create_all(bound.engine, tables=BACKEND_TABLES)
         return bound
 
     def adopt_defaults(self, *, hasher: PasswordHasher, clock: Clock) -> None:

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, delete, false, insert, inspect, select, text, true, update
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -52,6 +52,14 @@ _SEALED_PREFIX = "enc1:"
 _table = issuer_keys_table
 _schedule = issuer_key_schedule_table
 
+#: Per database, what serialises rotators: PostgreSQL's table lock lets plain SELECTs
+#: (load_all) through. A rotation on another database writes first instead.
+_ROTATION_LOCKS: dict[str, Any] = {
+    "postgresql": text(f"LOCK TABLE {_table.name} IN SHARE ROW EXCLUSIVE MODE"),
+}
+#: Elsewhere a write that changes nothing takes SQLite's write lock before any read.
+_TAKE_WRITE_LOCK = update(_table).where(false()).values(is_current=False)
+
 
 class SqlAlchemyLocalIdpKeyStore:
     """A :class:`~flask_authflow.issuer.LocalIdpKeyStore` over SQLAlchemy.
@@ -69,6 +77,9 @@ class SqlAlchemyLocalIdpKeyStore:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._ready = False
         self._ready_lock = threading.Lock()
+        # This database's locking statements, chosen once.
+        self._rotation_lock: Any = _ROTATION_LOCKS.get(self._engine.dialect.name)
+        self._write_lock: Any = self._rotation_lock if self._rotation_lock is not None else _TAKE_WRITE_LOCK
 
     @property
     def engine(self) -> Engine:
@@ -148,14 +159,13 @@ class SqlAlchemyLocalIdpKeyStore:
             raise KeyStoreError("rotate() needs a LocalIdpSigningKey")
         self.create_table()
         pem = self._seal(new_current)
-        is_pg = self._engine.dialect.name == "postgresql"
         last: Exception | None = None
         for attempt in range(_RETRIES):
             try:
                 with self._engine.begin() as conn:
-                    if is_pg:
+                    if self._rotation_lock is not None:
                         # Serialises rotators; plain SELECTs (load_all) are not blocked.
-                        conn.execute(text(f"LOCK TABLE {_table.name} IN SHARE ROW EXCLUSIVE MODE"))
+                        conn.execute(self._rotation_lock)
                     # Write first: on SQLite this takes the write lock before any read,
                     # so concurrent rotators queue instead of failing on a stale snapshot.
                     conn.execute(update(_table).where(_table.c.is_current == true()).values(is_current=False))
@@ -183,15 +193,11 @@ class SqlAlchemyLocalIdpKeyStore:
     def _write(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one write transaction, serialised like :meth:`rotate` (retried on races)."""
         self.create_table()
-        is_pg = self._engine.dialect.name == "postgresql"
         last: Exception | None = None
         for attempt in range(_RETRIES):
             try:
                 with self._engine.begin() as conn:
-                    if is_pg:
-                        conn.execute(text(f"LOCK TABLE {_table.name} IN SHARE ROW EXCLUSIVE MODE"))
-                    else:  # take SQLite's write lock before reading
-                        conn.execute(update(_table).where(false()).values(is_current=False))
+                    conn.execute(self._write_lock)  # before any read
                     return work(conn)
             except DBAPIError as exc:
                 last = exc

@@ -8,6 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, delete, insert
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from flask_authflow.clock import utc
@@ -20,9 +22,6 @@ __all__ = ["SqlOneTime"]
 def _one_time_inserts() -> dict[str, Any]:
     """Per dialect: insert a one-time token unless it is there (no error, so an open unit
     of work's transaction stays usable); the row it returns says that this call won."""
-    from sqlalchemy.dialects.postgresql import insert as pg_insert
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
     values: dict[str, Any] = {
         "issuer": bindparam("scope"),
         "jti": bindparam("token"),
@@ -33,7 +32,7 @@ def _one_time_inserts() -> dict[str, Any]:
         .values(**values)
         .on_conflict_do_nothing()
         .returning(logout_jtis_table.c.jti)
-        for name, dialect_insert in (("postgresql", pg_insert), ("sqlite", sqlite_insert))
+        for name, dialect_insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
     }
 
 
@@ -46,6 +45,14 @@ _DROP_EXPIRED_ONE_TIME = delete(logout_jtis_table).where(
 
 class SqlOneTime(SqlConnections):
     """The one-time tokens of :class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend`."""
+
+    #: The insert that reports whether it won, for this engine's database (``None``: a
+    #: savepoint absorbs the duplicate).
+    _use_once_insert: Any = None
+
+    def _use_dialect(self, engine: Engine) -> None:
+        super()._use_dialect(engine)
+        self._use_once_insert = _USE_ONCE.get(engine.dialect.name)
 
     def remember_jti(self, issuer: str, jti: str, expires_at: datetime) -> bool:
         """Insert (issuer, jti); the primary key makes a second insert fail in every process."""
@@ -65,7 +72,7 @@ class SqlOneTime(SqlConnections):
         logout jtis use); the primary key lets one caller win in every process. Expired
         tokens of the scope go in passing. In the open unit of work, if there is one."""
         params = {"scope": f"one-time:{scope}", "token": token, "expires_at": utc(expires_at)}
-        statement = _USE_ONCE.get(self.engine.dialect.name)
+        statement = self._use_once_insert
         try:
             with self._tx() as conn:
                 conn.execute(_DROP_EXPIRED_ONE_TIME, {**params, "now": utc(self.clock.now())})

@@ -90,21 +90,25 @@ _OF_USER = and_(_OF_TENANT, sessions_table.c.user_id == bindparam("user_id"))
 _OF_FEDERATION = sessions_table.c.federation_key == bindparam("federation_key")
 
 
-def _purge_batch(dialect: str, *, of_tenant: bool = False) -> Any:
-    """DELETE at most ``:batch`` expired rows (of ``:tenant`` only, with ``of_tenant``); on
-    PostgreSQL rows another purger holds are skipped, not waited for."""
+def _purge_batch(*, skip_locked: bool = False, of_tenant: bool = False) -> Any:
+    """DELETE at most ``:batch`` expired rows (of ``:tenant`` only, with ``of_tenant``); with
+    ``skip_locked`` (PostgreSQL) rows another purger holds are skipped, not waited for."""
     expired = select(sessions_table.c.sid_hash).where(sessions_table.c.expires_at <= _NOW)
     if of_tenant:
         expired = expired.where(_OF_TENANT)
     expired = expired.limit(bindparam("batch", type_=Integer()))
-    if dialect == "postgresql":
+    if skip_locked:
         expired = expired.with_for_update(skip_locked=True)
     return delete(sessions_table).where(sessions_table.c.sid_hash.in_(expired.scalar_subquery()))
 
 
-#: (every tenant, one tenant) purge statements per dialect.
-_PURGE_BATCH = {name: (_purge_batch(name), _purge_batch(name, of_tenant=True)) for name in ("postgresql", "")}
-_LOCK_FOR_REVOCATION = text("LOCK TABLE authflow_sessions IN SHARE ROW EXCLUSIVE MODE")
+#: (every tenant, one tenant) purge statements: PostgreSQL's, and every other database's.
+_PURGE_BATCH = {
+    "postgresql": (_purge_batch(skip_locked=True), _purge_batch(skip_locked=True, of_tenant=True)),
+}
+_PORTABLE_PURGE_BATCH = (_purge_batch(), _purge_batch(of_tenant=True))
+#: Per database, the statement a bulk revocation begins with (see _delete_where).
+_REVOCATION_LOCKS = {"postgresql": text("LOCK TABLE authflow_sessions IN SHARE ROW EXCLUSIVE MODE")}
 _DELETE_LIVE_OF_USER = delete(sessions_table).where(_OF_USER, _LIVE)
 _DELETE_ALL_OF_USER = delete(sessions_table).where(_OF_USER)
 _DELETE_LIVE_OF_TENANT = delete(sessions_table).where(_OF_TENANT, _LIVE)
@@ -196,9 +200,11 @@ class SqlAlchemySessionStore:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._purge_every = purge_every
         self._purge_size = purge_batch
-        self._purge_statement, self._purge_tenant_statement = _PURGE_BATCH.get(
-            self.engine.dialect.name, _PURGE_BATCH[""]
-        )
+        # This database's statements, chosen once.
+        dialect = self.engine.dialect.name
+        self._purge_statement, self._purge_tenant_statement = _PURGE_BATCH.get(dialect, _PORTABLE_PURGE_BATCH)
+        self._upsert_statement: Any = _UPSERTS.get(dialect)
+        self._revocation_lock: Any = _REVOCATION_LOCKS.get(dialect)
         self._saves = itertools.count(1)
         _engines.add(self.engine)
         if create_tables:
@@ -336,7 +342,7 @@ class SqlAlchemySessionStore:
         return True
 
     def _insert(self, key: str, values: dict[str, Any], old_keys: list[str]) -> bool:
-        upsert = _UPSERTS.get(self.engine.dialect.name)
+        upsert = self._upsert_statement
         if not old_keys and upsert is not None:  # a new session replacing nothing: one statement
             self._write_one(upsert, {"sid_hash": key, **values})
             return True
@@ -366,8 +372,7 @@ class SqlAlchemySessionStore:
         return int(self._run(lambda conn: conn.execute(statement, params).rowcount))
 
     def _upsert(self, conn: Connection, key: str, values: dict[str, Any]) -> None:
-        name = conn.dialect.name
-        upsert = _UPSERTS.get(name)
+        upsert = self._upsert_statement
         if upsert is not None:
             conn.execute(upsert, {"sid_hash": key, **values})
             return
@@ -428,8 +433,8 @@ class SqlAlchemySessionStore:
         params = {**params, "now": self._clock.now()}
 
         def work(conn: Connection) -> int:
-            if conn.dialect.name == "postgresql":
-                conn.execute(_LOCK_FOR_REVOCATION)
+            if self._revocation_lock is not None:
+                conn.execute(self._revocation_lock)
             gone = conn.execute(live, params)
             conn.execute(everything, params)  # expired leftovers too
             return int(gone.rowcount)

@@ -26,7 +26,15 @@ from flask_authflow.errors import AuditWriteError, ConfigurationError, StoreBusy
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.engine import autocommit_reads, run_read, run_statement
 
-__all__ = ["LOCK_TIMEOUT", "SqlConnections", "UnitOfWork", "store_error", "watch_writes"]
+__all__ = [
+    "LOCK_TIMEOUT",
+    "LockingBegin",
+    "SqlConnections",
+    "UnitOfWork",
+    "locking_begin",
+    "store_error",
+    "watch_writes",
+]
 
 T = TypeVar("T")
 
@@ -73,25 +81,38 @@ def watch_writes(scoped: Any) -> None:
         event.listen(scoped, "after_transaction_end", _ended)
 
 
-def open_transaction(conn: Connection, lock_timeout: timedelta) -> None:
-    """The first statement of a transaction that takes the attempt counter's lock.
+#: How a transaction that takes an attempt counter's lock begins: ``begin(conn, lock_timeout)``.
+LockingBegin = Callable[[Connection, timedelta], None]
 
-    SQLite: ``BEGIN IMMEDIATE`` takes the write lock now (waiting at most ``busy_timeout``),
+
+def _begin_immediate(conn: Connection, lock_timeout: timedelta) -> None:
+    """SQLite: ``BEGIN IMMEDIATE`` takes the write lock now (waiting at most ``busy_timeout``),
     so the reads that follow see the latest commit and a later write never has to upgrade
-    a read snapshot (which SQLite refuses at once under contention). PostgreSQL: waits for
-    row locks are bounded by ``lock_timeout``, for this transaction only.
-    """
-    dialect = conn.dialect.name
-    if dialect == "sqlite":
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-    elif dialect == "postgresql":
-        milliseconds = max(1, int(lock_timeout.total_seconds() * 1000))
-        conn.exec_driver_sql(f"SET LOCAL lock_timeout = {milliseconds}")
+    a read snapshot (which SQLite refuses at once under contention)."""
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _bound_lock_waits(conn: Connection, lock_timeout: timedelta) -> None:
+    """PostgreSQL: waits for row locks are bounded by ``lock_timeout``, for this transaction only."""
+    milliseconds = max(1, int(lock_timeout.total_seconds() * 1000))
+    conn.exec_driver_sql(f"SET LOCAL lock_timeout = {milliseconds}")
+
+
+def _plain_begin(conn: Connection, lock_timeout: timedelta) -> None:
+    """Other databases: the transaction begins with its first statement, as usual."""
+
+
+_LOCKING_BEGINS: dict[str, LockingBegin] = {"sqlite": _begin_immediate, "postgresql": _bound_lock_waits}
+
+
+def locking_begin(engine: Engine) -> LockingBegin:
+    """The first statement of a transaction on ``engine`` that takes an attempt counter's lock."""
+    return _LOCKING_BEGINS.get(engine.dialect.name, _plain_begin)
 
 
 class UnitOfWork:
     """Writes and reads of several backend calls in one transaction on ONE connection (see
-    :meth:`SqlAlchemyBackend.begin_unit`).
+    :meth:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend.begin_unit`).
 
     The transaction starts with the first statement; :meth:`commit` ends it (an error then
     means nothing of it was written), :meth:`rollback` drops it. A statement that failed
@@ -100,10 +121,11 @@ class UnitOfWork:
     row lock never needs a second pooled connection.
     """
 
-    __slots__ = ("_conn", "_token", "_trans", "engine", "failed", "lock_timeout")
+    __slots__ = ("_begin", "_conn", "_token", "_trans", "engine", "failed", "lock_timeout")
 
     def __init__(self, engine: Engine, token: Any, lock_timeout: timedelta = LOCK_TIMEOUT) -> None:
         self.engine = engine
+        self._begin = locking_begin(engine)
         self.failed = False
         self.lock_timeout = lock_timeout
         self._conn: Connection | None = None
@@ -115,7 +137,7 @@ class UnitOfWork:
             self._conn = self.engine.connect()
             self._trans = self._conn.begin()
             try:
-                open_transaction(self._conn, self.lock_timeout)
+                self._begin(self._conn, self.lock_timeout)
             except SQLAlchemyError as exc:
                 self.failed = True
                 raise store_error(exc) from exc
@@ -167,6 +189,8 @@ class SqlConnections:
     _hasher: PasswordHasher | None
     _engine: Engine | None
     _reader: tuple[Engine, Engine] | None
+    #: How a transaction that takes an attempt counter's lock begins on this engine.
+    _locking_begin: LockingBegin = _plain_begin
     #: The Flask-SQLAlchemy ``db`` whose open transaction account writes join (see _account_tx).
     _app_db: Any
 
@@ -179,6 +203,16 @@ class SqlConnections:
                 "authflow.init_app(app) (which binds it), or build it inside an app context"
             )
         return self._engine
+
+    def _bind_engine(self, engine: Engine) -> None:
+        """Run on ``engine`` from now on, with the statements of its database."""
+        self._engine = engine
+        self._use_dialect(engine)
+
+    def _use_dialect(self, engine: Engine) -> None:
+        """Pick, once per engine, how each aggregate talks to its database (an aggregate
+        module with statements of its own for some database extends it)."""
+        self._locking_begin = locking_begin(engine)
 
     @property
     def hasher(self) -> PasswordHasher:
@@ -260,7 +294,7 @@ class SqlConnections:
     def _tx(self, *, locking: bool = False) -> Iterator[Connection]:
         """One transaction (or the open unit of work's); database failures become
         StoreUnavailable (fail closed). ``locking``: it takes an attempt counter's lock,
-        so its wait is bounded (see :func:`open_transaction`)."""
+        so its wait is bounded (see :func:`locking_begin`)."""
         unit = self._unit()
         if unit is not None:
             with self._in_unit(unit) as conn:
@@ -269,7 +303,7 @@ class SqlConnections:
         try:
             with self.engine.begin() as conn:
                 if locking:
-                    open_transaction(conn, self.lock_timeout)
+                    self._locking_begin(conn, self.lock_timeout)
                 yield conn
         except IntegrityError:
             raise
