@@ -588,3 +588,21 @@ class InMemoryBackend:
     def audit_rows(self) -> list[AuditRecord]:
         with self._lock:
             return list(self._audit)
+
+    # --- maintenance (BackendMaintenance) ----------------------------------------------------
+
+    def bind_app(self, app: object) -> InMemoryBackend:
+        """``self``: the memory store serves any app as it is."""
+        return self
+
+    def database_engine(self) -> None:
+        """``None``: nothing of this store is in a database."""
+        return None
+
+    def purge_audit(self, before: datetime) -> int:
+        """Drop the audit rows written before ``before``; returns how many went."""
+        with self._lock:
+            kept = [record for record in self._audit if utc(record.time) >= utc(before)]
+            purged = len(self._audit) - len(kept)
+            self._audit = kept
+        return purged

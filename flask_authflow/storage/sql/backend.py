@@ -148,6 +148,10 @@ class SqlAlchemyBackend(SqlUsers, SqlFactors, SqlAttempts, SqlAudit, SqlIdentity
         if not self._clock_given:
             self.clock = clock
 
+    def database_engine(self) -> Engine:
+        """The engine holding this backend's tables (:attr:`engine`)."""
+        return self.engine
+
     def close(self) -> None:
         """Dispose of the engine if this backend created it from a URL."""
         if self._owns_engine:

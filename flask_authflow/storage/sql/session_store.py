@@ -475,5 +475,9 @@ class SqlAlchemySessionStore:
                 break
         return purged
 
+    def database_engine(self) -> Engine:
+        """The engine holding ``authflow_sessions``."""
+        return self.engine
+
     def __repr__(self) -> str:
         return f"<SqlAlchemySessionStore {self.engine.url.render_as_string(hide_password=True)}>"
