@@ -321,9 +321,7 @@ class FederationService:
     ) -> FederatedIdentity:
         """The validated identity, with its userinfo (when configured) and its existing link."""
         subject = str(claims.sub)
-        userinfo = (
-            provider.fetch_userinfo(tokens.access_token, subject) if provider.config.fetch_userinfo else None
-        )
+        userinfo = provider.fetch_userinfo(tokens.access_token, subject) if provider.uses_userinfo else None
         return FederatedIdentity(
             provider=provider.name,
             issuer=provider.issuer,

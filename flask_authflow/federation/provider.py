@@ -159,8 +159,10 @@ class OAuthProviderConfig:
     :param post_login_redirect: where the callback sends the browser after a login
         without a ``next`` (default ``/``); a same-site path, checked like ``next``.
     :param iat_bound, clock_skew: ID and logout token time checks (5 minutes, 60 s).
-    :param fetch_userinfo: also fetch userinfo after the token exchange (its ``sub`` must
-        equal the ID token's); a provider without ``userinfo_endpoint`` is then refused.
+    :param fetch_userinfo: fetch userinfo after the token exchange (its ``sub`` must
+        equal the ID token's). Default ``None``: when the provider has a
+        ``userinfo_endpoint`` and the scopes ask for more than ``openid``; ``True``
+        requires the endpoint; ``False`` never fetches.
     :param link_by_email: let the default claims mapper link a provider identity to an
         existing local account whose identifier is exactly the token's e-mail (only the
         ASCII domain is lower-cased; an address outside ASCII never links), only when
@@ -196,7 +198,7 @@ class OAuthProviderConfig:
     issuer: str | None = None
     iat_bound: timedelta = timedelta(minutes=5)
     clock_skew: timedelta = timedelta(seconds=60)
-    fetch_userinfo: bool = False
+    fetch_userinfo: bool | None = None
     link_by_email: bool = False
     tenant: str | None = None
     jwks_debounce: timedelta = timedelta(seconds=1)
@@ -510,6 +512,12 @@ class OAuthProvider:
         self.id_token_alg: str = pinned_algorithm(config, metadata)
         if config.fetch_userinfo and metadata.userinfo_endpoint is None:
             raise Discovery("fetch_userinfo is set, but the discovery document has no userinfo_endpoint")
+        #: Whether a login fetches userinfo (see ``fetch_userinfo``).
+        self.uses_userinfo: bool = (
+            metadata.userinfo_endpoint is not None and set(config.scopes) != {"openid"}
+            if config.fetch_userinfo is None
+            else config.fetch_userinfo
+        )
         #: When the discovery document should be fetched again (``None``: never).
         self.fresh_until = fresh_until
         self._assertion = self._client_assertion()
