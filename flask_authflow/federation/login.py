@@ -396,10 +396,15 @@ class FederationService:
         )
         return revoked
 
-    def end_session_url(self, federation: Mapping[str, str], state: str) -> str | None:
+    def end_session_url(
+        self, federation: Mapping[str, str], state: str, *, default_return: str | None = None
+    ) -> str | None:
         """Where RP-initiated logout sends the browser, for a session established by
         ``federation`` (``SessionRecord.federation``), or ``None`` when the provider has no
-        end-session endpoint or the session is not federated."""
+        end-session endpoint or the session is not federated.
+
+        ``default_return`` (the app's own logout-return URL for this provider) is the
+        ``post_logout_redirect_uri`` when the provider's configuration names none."""
         name = federation.get("provider")
         id_token = federation.get("id_token")
         if not name or not id_token:
@@ -410,9 +415,12 @@ class FederationService:
             return None
         if provider.metadata.end_session_endpoint is None:
             return None
-        return provider.build_end_session_url(
-            id_token, post_logout_redirect_uri=provider.config.post_logout_redirect_uri, state=state
-        )
+        target = provider.config.post_logout_redirect_uri
+        if target is None and default_return is not None:
+            return provider.build_end_session_url(
+                id_token, default_return, state=state, also_allowed=(default_return,)
+            )
+        return provider.build_end_session_url(id_token, post_logout_redirect_uri=target, state=state)
 
 
 def _federation_record(

@@ -755,10 +755,17 @@ class OAuthProvider:
         )
 
     def build_end_session_url(
-        self, id_token_hint: str, post_logout_redirect_uri: str | None = None, state: str | None = None
+        self,
+        id_token_hint: str,
+        post_logout_redirect_uri: str | None = None,
+        state: str | None = None,
+        *,
+        also_allowed: tuple[str, ...] = (),
     ) -> str:
         """The provider's end-session URL for RP-initiated logout.
 
+        :param also_allowed: redirect URIs allowed besides the configured ones (the
+            app's own logout-return URL, which the web layer derives).
         :raises EndSessionRefused: the provider has no end-session endpoint, or
             ``post_logout_redirect_uri`` is not on ``allowed_post_logout_redirect_uris``
             (an empty list allows none).
@@ -768,7 +775,8 @@ class OAuthProvider:
             raise EndSessionRefused("the provider has no end_session_endpoint")
         params: dict[str, str] = {"id_token_hint": id_token_hint, "client_id": self.client_id}
         if post_logout_redirect_uri is not None:
-            if post_logout_redirect_uri not in self.config.allowed_post_logout_redirect_uris:
+            allowed = (*self.config.allowed_post_logout_redirect_uris, *also_allowed)
+            if post_logout_redirect_uri not in allowed:
                 raise EndSessionRefused(
                     "post_logout_redirect_uri is not on allowed_post_logout_redirect_uris"
                 )

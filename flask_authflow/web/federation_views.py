@@ -147,13 +147,19 @@ def provider_logout_url(session: AuthSession, federation: dict[str, Any]) -> str
     """Where to send the browser after the local logout of a federated session (its
     ``record.federation``, read before the logout): the provider's end-session URL with a
     fresh ``state``, remembered in ``session`` for :func:`logout_return`; ``None`` when the
-    provider has no end-session endpoint or refuses the redirect."""
+    provider has no end-session endpoint or refuses the redirect. The
+    ``post_logout_redirect_uri`` is the provider's configured one, else this app's
+    ``/logout/return/<provider>`` route."""
     service = get_state().federation
-    if not federation or not isinstance(service, FederationService):
+    provider_name = federation.get("provider") if federation else None
+    if not isinstance(provider_name, str) or not provider_name or not isinstance(service, FederationService):
         return None
     state = secrets.token_urlsafe(32)
     try:
-        url = service.end_session_url(federation, state)
+        # Without a configured post-logout URI, the provider sends the browser back to this
+        # app's logout-return route (register it at the provider).
+        own_return = url_for(f"{OAUTH_BLUEPRINT}.logout_return", provider=provider_name, _external=True)
+        url = service.end_session_url(federation, state, default_return=own_return)
     except AuthFlowError:
         return None
     if url is not None:
