@@ -327,6 +327,21 @@ def _read_capped(response: requests.Response, host: str, max_bytes: int, deadlin
     return bytes(body)
 
 
+def _read_in_full(
+    response: requests.Response, host: str, max_bytes: int, deadline: float
+) -> requests.Response:
+    """``response`` with its whole body read (capped, by ``deadline``), as requests leaves
+    it after a non-streamed read; closed when reading fails."""
+    try:
+        body = _read_capped(response, host, max_bytes, deadline)
+    except BaseException:
+        response.close()
+        raise
+    response._content = body
+    response._content_consumed = True  # type: ignore[attr-defined]
+    return response
+
+
 @functools.cache
 def _capped_adapter_class() -> Callable[..., requests.adapters.BaseAdapter]:
     import requests
@@ -373,15 +388,7 @@ def _capped_adapter_class() -> Callable[..., requests.adapters.BaseAdapter]:
                 )
             except requests.exceptions.RequestException as exc:
                 raise ProviderUnreachable(f"{host}: {_failure_kind(exc)}") from exc
-            try:
-                body = _read_capped(response, host, self.max_bytes, deadline)
-            except BaseException:
-                response.close()
-                raise
-            # The body is complete: hand it over as requests does after a non-streamed read.
-            response._content = body
-            response._content_consumed = True  # type: ignore[attr-defined]
-            return response
+            return _read_in_full(response, host, self.max_bytes, deadline)
 
         def close(self) -> None:
             self.inner.close()

@@ -634,7 +634,7 @@ class OAuthProvider:
         return str(url)
 
     def exchange_code(self, code: str, code_verifier: str) -> TokenSet:
-        """The token request, authenticated with :attr:`token_auth_method`.
+        """The token request, authenticated with ``token_auth_method``.
 
         :raises TokenExchange: an error answer (``error`` holds its code, e.g.
             ``invalid_client``) or an answer without an ID token or access token, or

@@ -6,11 +6,10 @@ provider: discovery, ``/authorize`` (automatic consent for the subject chosen wi
 ``/end_session``. It can rotate its signing key, send a back-channel logout token
 to your app, and produce faulty tokens on purpose (:data:`Tamper`) for negative
 tests. It is scriptable to emulate what real providers and certification suites do:
-keys published without ``alg`` (:attr:`~TestOpenIDProvider.publish_alg`), discovery
-members and headers changed (:attr:`~TestOpenIDProvider.discovery_overrides`,
-:attr:`~TestOpenIDProvider.discovery_cache_control`), an issuer ending in ``/``
+keys published without ``alg`` (``publish_alg``), discovery members and headers changed
+(``discovery_overrides``, ``discovery_cache_control``), an issuer ending in ``/``
 (``trailing_slash=True``), a client held to one ``token_endpoint_auth_method``, the
-``state`` it returns after logout (:attr:`~TestOpenIDProvider.logout_state`), and keys
+``state`` it returns after logout (``logout_state``), and keys
 for RS/PS 256/384/512, ES256/384/512, EdDSA and ``Ed25519``. Mount
 :meth:`~TestOpenIDProvider.requests_adapter` on a ``requests`` session (or pass it to
 the federation ``HttpClient``) to reach it in-process::
