@@ -106,6 +106,7 @@ def test_an_id_token_with_another_advertised_algorithm_is_refused(op, mock_clock
     op.rotate_key("ES256")  # a valid provider key of another algorithm
     response = fed.sign_in(fed.client())
     assert response.status_code == 401 and "algorithm not allowed" in response.text
+    assert "accepts RS256 only (id_token_signed_response_alg)" in response.text
 
 
 def test_the_pinned_algorithm_is_the_one_configured(op, mock_clock, authflow_hasher) -> None:
@@ -189,6 +190,21 @@ def test_discovery_is_fetched_again_after_its_max_age(op, mock_clock, authflow_h
     mock_clock.advance(timedelta(seconds=61))
     assert fed.sign_in(fed.client()).status_code == 302 and op.discovery_requests == 2
     assert provider_of(fed).keys.jwks_uri.endswith("?moved=1")
+
+
+def test_a_rediscovered_provider_keeps_its_key_cache_and_one_listener(
+    op, mock_clock, authflow_hasher
+) -> None:
+    op.discovery_cache_control = "max-age=60"
+    fed = federated_app(op, mock_clock, authflow_hasher)
+    assert fed.sign_in(fed.client()).status_code == 302
+    first = provider_of(fed)
+    for _ in range(3):
+        mock_clock.advance(timedelta(seconds=61))
+        assert fed.sign_in(fed.client()).status_code == 302
+    latest = provider_of(fed)
+    assert latest is not first and latest.keys is first.keys and op.discovery_requests == 4
+    assert len(latest.keys._fetch_listeners) == 2  # the app's counters and the current provider
 
 
 @pytest.mark.parametrize(

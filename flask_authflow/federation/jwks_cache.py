@@ -234,6 +234,11 @@ class ProviderKeyCache:
             if listener not in self._fetch_listeners:
                 self._fetch_listeners = (*self._fetch_listeners, listener)
 
+    def remove_fetch_listener(self, listener: Callable[[bool], None]) -> None:
+        """Stop calling ``listener`` (no error when it was not added)."""
+        with self._cond:
+            self._fetch_listeners = tuple(known for known in self._fetch_listeners if known != listener)
+
     def _tell_listeners(self, ok: bool) -> None:
         for listener in self._fetch_listeners:
             try:

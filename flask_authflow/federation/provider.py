@@ -550,6 +550,7 @@ class OAuthProvider:
         metadata = ProviderMetadata.from_document(document, config.expected_issuers)
         if previous is not None and previous.keys.jwks_uri == metadata.jwks_uri:
             keys = previous.keys
+            keys.remove_fetch_listener(previous._key_fetch_ended)  # this provider replaces it
         else:
             keys = ProviderKeyCache(
                 metadata.jwks_uri,
@@ -686,7 +687,10 @@ class OAuthProvider:
                         TokenCheck.UNKNOWN_KID, "logout token signed with an unknown key id"
                     ) from None
             except TokenVerificationError as exc:
-                raise error(exc.reason, f"{error.__name__}: {exc.message}") from None
+                hint = ""
+                if exc.reason == TokenCheck.ALGORITHM:
+                    hint = f"; this client accepts {self.id_token_alg} only (id_token_signed_response_alg)"
+                raise error(exc.reason, f"{error.__name__}: {exc.message}{hint}") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def validate_id_token(self, id_token: str, nonce: str, access_token: str | None = None) -> VerifiedClaims:
