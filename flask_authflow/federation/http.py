@@ -20,10 +20,10 @@ live in one place:
   body. Other statuses (4xx, 5xx) are returned: callers know what each one means.
 
 :class:`RequestsHttpClient` implements it on a :class:`requests.Session` whose adapters
-enforce the rules. :meth:`~HttpClient.mount_into` puts the same adapters on another
-session, such as Authlib's ``OAuth2Session`` for the token request, so it obeys them
-too. ``requests`` (a dependency) is imported only when a :class:`RequestsHttpClient` is
-built.
+enforce the rules. The token request goes through :meth:`~HttpClient.post_form` like
+every other call; :meth:`~HttpClient.mount_into` puts the same adapters on another
+session (an application's own Authlib ``OAuth2Session``, say), so it obeys them too.
+``requests`` (a dependency) is imported only when a :class:`RequestsHttpClient` is built.
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ class HttpClient(Protocol):
 
     @property
     def timeout(self) -> tuple[float, float]:
-        """``(connect, read)`` timeouts in seconds (also passed to Authlib's token request)."""
+        """``(connect, read)`` timeouts in seconds (each read; the total deadline is the client's own)."""
         ...
 
     def get(self, url: str, *, headers: Mapping[str, str] | None = None) -> HttpResponse:
