@@ -31,7 +31,14 @@ from flask_authflow.federation.login import email_link_key
 from flask_authflow.federation.provider import OAuthProviderConfig
 from flask_authflow.testing.provider import TestOpenIDProvider
 from flask_authflow.web.state import get_state
-from tests.federation_support import CLIENT_ID, PROVIDER, REDIRECT_URI, FederatedApp, federated_app
+from tests.federation_support import (
+    CLIENT_ID,
+    PROVIDER,
+    REDIRECT_URI,
+    FederatedApp,
+    ServedProvider,
+    federated_app,
+)
 
 
 def audit(fed: FederatedApp, event: str = "oauth_login") -> list[tuple[str, str | None]]:
@@ -556,3 +563,26 @@ def test_a_bad_discovery_answer_is_a_502(op, mock_clock, authflow_hasher, kind: 
     assert isinstance(get_state(fed.app).federation, object)
     with fed.app.test_request_context(), pytest.raises((Discovery, ProviderUnreachable)):
         fed.authflow.oauth_provider(PROVIDER)
+
+
+@pytest.mark.http
+def test_a_slow_token_endpoint_is_a_502_with_an_audit_row(mock_clock, authflow_hasher) -> None:
+    served = ServedProvider()
+    try:
+        op = served.provider
+        op.login_as("alice-sub")
+        fed = federated_app(op, mock_clock, authflow_hasher)
+        get_state(fed.app).federation.registry.http = RequestsHttpClient(total_timeout=1)
+
+        @op.app.before_request
+        def slow() -> None:
+            if request.path.endswith("/token"):
+                time.sleep(2)
+
+        started = time.monotonic()
+        response = fed.sign_in(fed.client())
+        assert response.status_code == 502 and "timed out" in response.text
+        assert time.monotonic() - started < 2
+        assert audit(fed) == [("failure", ProviderUnreachable.code)]
+    finally:
+        served.stop()
