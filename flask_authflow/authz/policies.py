@@ -162,7 +162,7 @@ def _schema(source: SchemaSource) -> Any:
         text, is_json = json.dumps(source), True
     elif isinstance(source, str) and source.lstrip().startswith("{"):
         text, is_json = source, True
-    elif isinstance(source, str) and ("\n" in source or ";" in source):
+    elif isinstance(source, str) and any(mark in source for mark in "\n;{}"):
         text = source
     else:
         path = Path(os.fspath(source))
@@ -173,16 +173,17 @@ def _schema(source: SchemaSource) -> Any:
         raise ConfigurationError(f"{name}: the Cedar schema is invalid: {exc} ({_SCHEMA_KEY})") from None
 
 
-def _validate(source: PolicySource, schema: Any, lines: list[int]) -> None:
+def _validate(source: PolicySource, schema: Any, lines: list[int], labels: list[str]) -> None:
     result = cedar().validate_policies(source.text, schema)
     if result.validation_passed:
         return
     first = result.errors[0]
     index = int(first.policy_id[6:]) if first.policy_id[6:].isdigit() else 0
     line = lines[index] if index < len(lines) else 1
+    error = LoadedPolicies(None, tuple(labels)).relabel(first.error)
     more = f" (and {len(result.errors) - 1} more)" if len(result.errors) > 1 else ""
     raise ConfigurationError(
-        f"{source.name}:{line}: the policy does not match the schema: {first.error}{more} ({_SCHEMA_KEY})"
+        f"{source.name}:{line}: the policy does not match the schema: {error}{more} ({_SCHEMA_KEY})"
     )
 
 
@@ -217,8 +218,9 @@ def load_policies(settings: AuthzSettings) -> LoadedPolicies | None:
     for source in sources:
         parsed = _parse(source)
         lines = statement_lines(source.text)
+        own = _labels(source, parsed, lines)
         if schema is not None:
-            _validate(source, schema, lines)
-        labels.extend(_labels(source, parsed, lines))
+            _validate(source, schema, lines, own)
+        labels.extend(own)
     combined = "\n".join(source.text for source in sources)
     return LoadedPolicies(cedar().PolicySet.from_str(combined), tuple(labels))

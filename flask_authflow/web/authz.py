@@ -24,9 +24,11 @@ import functools
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from flask import Flask, Response, current_app, render_template_string, request
+from flask import Flask, Response, current_app, request
+from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from flask_authflow.authz import AuthzSettings, Decision, Evaluator, Principal, load_policies
 from flask_authflow.errors import PermissionDenied
@@ -59,6 +61,12 @@ _DENIED_PAGE = """{% extends "authflow/base.html" %}
 {% block content %}<h1>Not allowed</h1>
 <p class="error" role="alert">{{ message }}</p>
 <p><a href="/">Back to the start page</a></p>{% endblock %}"""
+
+
+#: The ready views' templates, read without the views' blueprint (an app may not register it).
+_PAGES = Environment(
+    loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape(default=True)
+)
 
 
 @dataclass(eq=False)
@@ -168,7 +176,7 @@ def denied_response(error: PermissionDenied) -> Any:
     browser = any(value == "text/html" and quality > 0 for value, quality in request.accept_mimetypes)
     if _app_answers_403() or wants_json() or not browser:
         raise error
-    body = render_template_string(_DENIED_PAGE, message=error.message)
+    body = _PAGES.from_string(_DENIED_PAGE).render(message=error.message)
     response = Response(body, status=error.status, mimetype="text/html")
     response.headers["Cache-Control"] = "no-store"
     response.headers["X-Frame-Options"] = "DENY"
