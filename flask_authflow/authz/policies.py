@@ -63,7 +63,7 @@ class LoadedPolicies:
         return cedar_id
 
     def relabel(self, message: str) -> str:
-        """``message`` (a Cedar error) with each ```policyN``` replaced by its label."""
+        """``message`` (a Cedar error) with each quoted Cedar id (``policyN``) replaced by its label."""
         return _POLICY_ID.sub(lambda match: f"`{self.label(match.group(1))}`", message)
 
 

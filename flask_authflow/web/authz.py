@@ -193,7 +193,7 @@ def _value(given: Any, view_kwargs: Mapping[str, Any]) -> Any:
 
 def authorize(action: str, resource: Any = None, *, context: Any = None) -> Callable[[F], F]:
     """Let the view run only when the policies allow ``action`` on ``resource`` for the
-    current user; a guest is asked to log in (as :func:`login_required`), a denied user gets
+    current user; a guest is asked to log in (as :func:`~flask_authflow.login_required`), a denied user gets
     403.
 
     ``resource`` and ``context`` are values, or functions called with the view's keyword
