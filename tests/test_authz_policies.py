@@ -416,10 +416,23 @@ def test_guest_is_asked_to_log_in_not_evaluated(
     assert not caplog.records
 
 
-def test_authorize_method_uses_attributes_hook(login_client: Any, authflow_client: Any) -> None:
+def test_authorize_method_uses_attributes_hook(
+    login_client: Any, authflow_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     assert login_client("bob").get("/docs/1/view").json == {"allowed": True}
     assert login_client("alice").get("/docs/1/view").json == {"allowed": False}
+    caplog.set_level(logging.INFO, logger="flask_authflow.authz")
     assert authflow_client.get("/docs/1/view").json == {"allowed": False}  # a guest: no user
+    assert [r.getMessage() for r in caplog.records] == ["authz deny: no signed-in user, action='view'"]
+
+
+def test_resource_ids_cannot_forge_log_lines(evaluator: Evaluator, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="flask_authflow.authz")
+    evaluator.decide(
+        _user(), "edit", Entity("Document", "1\nauthz allow: forged", {"tenant": "acme"}), now=NOW
+    )
+    (record,) = caplog.records
+    assert "\n" not in record.getMessage() and "\\n" in record.getMessage()
 
 
 def test_principal_carries_session_facts(app: Flask, login_client: Any) -> None:
@@ -457,6 +470,28 @@ def test_the_applications_403_handler_answers(app: Flask, login_client: Any) -> 
 
     response = login_client("alice").get("/docs/2/edit", headers=BROWSER)
     assert response.status_code == 403 and response.text.startswith("custom: You are signed in")
+
+
+def test_the_applications_permission_denied_handler_answers(app: Flask, login_client: Any) -> None:
+    from flask_authflow.errors import PermissionDenied
+
+    @app.errorhandler(PermissionDenied)
+    def denied(error: PermissionDenied) -> tuple[str, int]:
+        return f"mine: {error.code}", error.status
+
+    response = login_client("alice").get("/docs/2/edit", headers=BROWSER)
+    assert response.status_code == 403 and response.text == "mine: permission_denied"
+
+
+def test_a_base_class_handler_flask_would_not_pick_leaves_the_page(app: Flask, login_client: Any) -> None:
+    from flask_authflow.errors import AuthnError
+
+    @app.errorhandler(AuthnError)
+    def authn(error: AuthnError) -> tuple[str, int]:  # pragma: no cover - the extension's is more specific
+        return "base", error.status
+
+    response = login_client("alice").get("/docs/2/edit", headers=BROWSER)
+    assert response.status_code == 403 and "Not allowed" in response.text
 
 
 def test_decorator_refuses_a_non_string_action() -> None:

@@ -90,8 +90,9 @@ class Evaluator:
 
 
 def _describe(resource: Any) -> str:
+    """The resource's uid for the log, control characters escaped (no forged log lines)."""
     try:
-        return str(resource_entity(resource))
+        return str(resource_entity(resource))[:200].encode("unicode_escape").decode("ascii")
     except Exception:  # noqa: BLE001 - only for the log line
         return f"<{type(resource).__name__}>"
 

@@ -31,6 +31,7 @@ from flask import Flask, Response, current_app, request
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from flask_authflow.authz import AuthzSettings, Decision, Evaluator, Principal, load_policies
+from flask_authflow.authz.evaluator import log
 from flask_authflow.errors import PermissionDenied
 from flask_authflow.responses import wants_json
 from flask_authflow.web.current_user import load_current_user
@@ -149,6 +150,7 @@ def decide(action: Any, resource: Any, context: Mapping[str, Any] | None = None)
     authz = _app_authz()
     principal = current_principal()
     if principal is None:
+        log.info("authz deny: no signed-in user, action=%.200r", action)
         return Decision(False, (), ("no signed-in user",))
     return authz.evaluator.decide(principal, action, resource, context, now=get_state().clock.now())
 
@@ -159,14 +161,18 @@ def is_authorized(action: Any, resource: Any, context: Mapping[str, Any] | None 
 
 
 def _app_answers_403() -> bool:
-    """The application registered its own handler for 403 or for ``PermissionDenied``."""
-    for name in (*request.blueprints, None):
-        spec = current_app.error_handler_spec.get(name, {})
-        if spec.get(403):
-            return True
-        handler = spec.get(None, {}).get(PermissionDenied)
-        if handler is not None and handler is not denial_response:
-            return True
+    """Flask would hand ``PermissionDenied`` to the application's own code: a 403 handler (the
+    extension's handler defers to one), or a class handler Flask finds before the extension's."""
+    blueprints = (*request.blueprints, None)
+    specs = [current_app.error_handler_spec.get(name, {}) for name in blueprints]
+    if any(spec.get(403) for spec in specs):
+        return True
+    for spec in specs:
+        by_class = spec.get(None, {})
+        for cls in PermissionDenied.__mro__:
+            handler = by_class.get(cls)
+            if handler is not None:
+                return handler is not denial_response
     return False
 
 
