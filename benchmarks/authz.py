@@ -7,11 +7,14 @@ Three ways to answer "may this editor edit this document of their tenant?":
 * ``Evaluator.decide`` on the Cedar policies (the principal, its roles and the document
   built into Cedar entities, evaluated, logged);
 * ``authflow.authorize`` inside a request of a signed-in user (the session, the roles and
-  attributes hooks, then ``decide``).
+  attributes hooks, then ``decide``);
+* and, for scale, one bare ``cedarpy.is_authorized`` call on a one-line policy with no
+  entities: the engine's own floor per call, which ``decide`` cannot go below.
 
 Each is timed in windows taken round-robin, so drift in the machine's speed hits all alike;
 the best window of each counts. The decision log is on (INFO to a null handler), as in
-production. A decision is a few dozen microseconds: far below a request's own cost.
+production. Most of a decision's time is the engine's floor per call (the request and
+entities cross into Rust as JSON); building the entities and the log line add the rest.
 
     .venv/bin/python benchmarks/authz.py [--rounds 5] [--window 0.3]
 """
@@ -29,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import cedarpy
 from flask import Flask
 
 from flask_authflow import AuthFlow
@@ -134,9 +138,21 @@ def main() -> int:
         assert decision.allowed
         return decision
 
+    floor_policy = cedarpy.PolicySet.from_str("permit(principal, action, resource);")
+    floor_request = {
+        "principal": {"type": "User", "id": "u1"},
+        "action": {"type": "Action", "id": "edit"},
+        "resource": {"type": "Document", "id": "42"},
+        "context": {},
+    }
+
+    def engine_floor() -> object:
+        return cedarpy.is_authorized(floor_request, floor_policy, [])
+
     rates = per_second(
         {
             "hand-written role check": by_hand,
+            "cedarpy floor (no entities)": engine_floor,
             "Evaluator.decide": by_policy,
             "authflow.authorize": web_decision(),
         },
@@ -147,7 +163,7 @@ def main() -> int:
     print(f"Python {sys.version.split()[0]}; best of {args.rounds} x {args.window}s windows; decisions/s")
     for name, rate in rates.items():
         ratio = "" if rate == floor else f"   hand-written/this = {floor / rate:8.1f}x"
-        print(f"  {name:<26}{rate:>12,.0f}/s  {1e6 / rate:8.2f} us{ratio}")
+        print(f"  {name:<28}{rate:>12,.0f}/s  {1e6 / rate:8.2f} us{ratio}")
     return 0
 
 
