@@ -435,6 +435,15 @@ def test_resource_ids_cannot_forge_log_lines(evaluator: Evaluator, caplog: pytes
     assert "\n" not in record.getMessage() and "\\n" in record.getMessage()
 
 
+def test_a_user_the_loader_no_longer_finds_is_no_principal(app: Flask, login_client: Any) -> None:
+    from flask_authflow.web.state import get_state
+
+    bob = login_client("bob")
+    assert bob.get("/docs/1/view").json == {"allowed": True}
+    get_state(app).hooks.user_loader = lambda tenant, user_id: None  # the account is gone
+    assert bob.get("/docs/1/view").json == {"allowed": False}
+
+
 def test_principal_carries_session_facts(app: Flask, login_client: Any) -> None:
     client = login_client("alice")
     seen: list[Decision] = []
@@ -496,7 +505,7 @@ def test_a_base_class_handler_flask_would_not_pick_leaves_the_page(app: Flask, l
 
 def test_decorator_refuses_a_non_string_action() -> None:
     with pytest.raises(TypeError, match="action's name as a string"):
-        authorize(3)  # type: ignore[arg-type]
+        authorize(3, 'Document::"1"')  # type: ignore[arg-type]
 
 
 def test_invalid_policy_file_stops_init_app(mock_clock: Any, authflow_hasher: Any, tmp_path: Path) -> None:

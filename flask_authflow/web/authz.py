@@ -34,7 +34,7 @@ from flask_authflow.authz import AuthzSettings, Decision, Evaluator, Principal, 
 from flask_authflow.authz.evaluator import log
 from flask_authflow.errors import PermissionDenied
 from flask_authflow.responses import wants_json
-from flask_authflow.web.current_user import load_current_user
+from flask_authflow.web.current_user import ANONYMOUS_USER, load_current_user
 from flask_authflow.web.decorators import denial_response, login_required
 from flask_authflow.web.state import current_auth_session, get_state
 
@@ -131,9 +131,14 @@ def current_principal() -> Principal | None:
     if not session.is_authenticated or session.tenant is None or session.user_id is None:
         return None
     hooks = _app_authz().hooks
-    user = load_current_user() if hooks.roles is not None or hooks.attributes is not None else None
-    roles = frozenset(hooks.roles(user)) if hooks.roles is not None and user else frozenset()
-    attributes = dict(hooks.attributes(user)) if hooks.attributes is not None and user else {}
+    roles: frozenset[str] = frozenset()
+    attributes: dict[str, Any] = {}
+    if hooks.roles is not None or hooks.attributes is not None:
+        user = load_current_user()
+        if user is ANONYMOUS_USER:  # the user loader no longer finds this user: no principal
+            return None
+        roles = frozenset(hooks.roles(user)) if hooks.roles is not None else roles
+        attributes = dict(hooks.attributes(user)) if hooks.attributes is not None else attributes
     return Principal(
         id=session.user_id,
         tenant=session.tenant,
@@ -176,7 +181,7 @@ def _app_answers_403() -> bool:
     return False
 
 
-def denied_response(error: PermissionDenied) -> Any:
+def _denied(error: PermissionDenied) -> Any:
     """The answer to a policy denial: the application's handler, else HTML for a browser,
     else the JSON or text error."""
     browser = any(value == "text/html" and quality > 0 for value, quality in request.accept_mimetypes)
@@ -197,10 +202,10 @@ def _value(given: Any, view_kwargs: Mapping[str, Any]) -> Any:
     return given
 
 
-def authorize(action: str, resource: Any = None, *, context: Any = None) -> Callable[[F], F]:
+def authorize(action: str, resource: Any, *, context: Any = None) -> Callable[[F], F]:
     """Let the view run only when the policies allow ``action`` on ``resource`` for the
-    current user; a guest is asked to log in (as :func:`~flask_authflow.login_required`), a denied user gets
-    403.
+    current user; a guest is asked to log in (as :func:`~flask_authflow.login_required`), a
+    denied user gets 403.
 
     ``resource`` and ``context`` are values, or functions called with the view's keyword
     arguments (``resource=lambda doc_id: Document.get(doc_id)``).
@@ -212,7 +217,7 @@ def authorize(action: str, resource: Any = None, *, context: Any = None) -> Call
             target = _value(resource, kwargs)
             facts = _value(context, kwargs)
             if not decide(action, target, facts).allowed:
-                return denied_response(PermissionDenied())
+                return _denied(PermissionDenied())
             return current_app.ensure_sync(view)(*args, **kwargs)
 
         return login_required(cast(F, wrapper))
