@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "mfa": FEATURE,
     "federation": FEATURE,
     "issuer": FEATURE,
+    "authz": FEATURE,
     "storage": STORAGE,
     "web": COMPOSITION,
     "cli": COMPOSITION,
