@@ -255,7 +255,7 @@ class StoreContract:
 
     def test_service_on_this_backend(self, backend: Any, clock: MockClock) -> None:
         backend.with_user_password("Alice", "acme", "correct horse")
-        service = AuthnService(backend, backend, clock=clock)
+        service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
         handle = service.with_audit_context(CTX)
         user = backend.find_user("acme", "alice")
 

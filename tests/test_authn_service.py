@@ -289,7 +289,7 @@ def test_custom_policy() -> None:
     clock = MockClock()
     backend = InMemoryBackend(hasher=fast_hasher(), clock=clock).with_user_password("a", "t", "pw")
     policy = LockoutPolicy(max_failures=2, lock_duration=timedelta(minutes=1))
-    service = AuthnService(backend, backend, lockout=policy, clock=clock)
+    service = AuthnService(backend, backend, hasher=backend.hasher, lockout=policy, clock=clock)
     assert fail_times(service, clock, "a", "t", 2) == [
         InvalidCredential(),
         Locked(clock.now() + timedelta(minutes=1)),
@@ -346,14 +346,14 @@ def test_relogin_refused_when_store_down_keeps_the_old_login(
 
 
 class BrokenIdentities(InMemoryBackend):
-    def find_user(self, tenant: str, identifier: str) -> Any:
+    def login_facts(self, tenant: str, identifier: str, now: Any) -> Any:
         raise RuntimeError("connection reset")
 
 
 def test_any_store_exception_fails_closed() -> None:
     clock = MockClock()
     backend = BrokenIdentities(hasher=fast_hasher(), clock=clock)
-    service = AuthnService(backend, backend, clock=clock)
+    service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
     session = new_session(clock)
     with pytest.raises(StoreUnavailable):
         service.with_audit_context(CTX).begin_login("alice", "acme", session)
@@ -424,7 +424,7 @@ def test_separate_audit_sink() -> None:
     clock = MockClock()
     backend = InMemoryBackend(hasher=fast_hasher(), clock=clock).with_user_password("a", "t", "pw")
     sink = MemoryAuditSink()
-    service = AuthnService(backend, backend, audit_sink=sink, clock=clock)
+    service = AuthnService(backend, backend, audit_sink=sink, hasher=backend.hasher, clock=clock)
     session = new_session(clock)
     sink.broken = True
     with pytest.raises(AuditWriteError):
@@ -600,6 +600,9 @@ class FakeTotp:
     """Stands in for the TOTP verifier of a later issue."""
 
     kind = FactorKind.TOTP
+    expensive = False
+    challenge_on_request = False
+    digits = 6
 
     def __init__(self) -> None:
         self.seen: list[str] = []
@@ -744,13 +747,23 @@ def test_service_needs_attempt_store_and_sink() -> None:
     class OnlyIdentities:
         def find_user(self, tenant: str, identifier: str) -> None: ...
 
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(ConfigurationError, match="login store"):
         AuthnService(OnlyIdentities(), OnlyIdentities())  # type: ignore[arg-type]
     backend = InMemoryBackend(hasher=fast_hasher())
-    service = AuthnService(backend, backend)
-    assert service.hasher is backend.hasher
-    assert service.attempt_store is backend and service.audit_sink is backend
+    with pytest.raises(ConfigurationError, match="one LoginStore"):
+        AuthnService(backend, InMemoryBackend(hasher=fast_hasher()))
+    hasher = fast_hasher()
+    service = AuthnService(backend, backend, hasher=hasher)
+    assert service.hasher is hasher  # passed by the wiring, never read off the store
+    assert service.store is service.attempt_store is backend and service.audit_sink is backend
     assert "correct" not in repr(service)
+
+
+def test_the_default_hasher_is_argon2id_of_its_own() -> None:
+    backend = InMemoryBackend(hasher=fast_hasher())
+    service = AuthnService(backend, backend)
+    assert service.hasher is not backend.hasher
+    assert service.hasher.parameters.memory_cost == 64 * 1024 and service.hasher.parameters.time_cost == 3
 
 
 def test_audit_context_is_required_shape() -> None:
