@@ -31,7 +31,7 @@ from flask_authflow.errors import ConfigurationError
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql import backend as backend_module
+from flask_authflow.storage.sql import audit as audit_module
 from flask_authflow.storage.sql import session_store as store_module
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore, sessions_table
@@ -263,7 +263,7 @@ def test_purge_audit_deletes_rows_before_the_cutoff_in_batches(
 ) -> None:
     clock = MockClock()
     backend = SqlAlchemyBackend(database_url, hasher=PasswordHasher.fast_for_tests(), clock=clock)
-    monkeypatch.setattr(backend_module, "AUDIT_PURGE_BATCH", 2)
+    monkeypatch.setattr(audit_module, "AUDIT_PURGE_BATCH", 2)
     try:
         for day in range(5):
             backend.write(audit_row(clock, f"day{day}"))

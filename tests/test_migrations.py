@@ -33,14 +33,14 @@ from flask_authflow.errors import ConfigurationError
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql import keystore, migrations, session_store  # noqa: F401 (their tables)
+from flask_authflow.storage.sql import migrations
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.base import add_tables_to, metadata
+from flask_authflow.storage.sql.schema import add_tables_to, metadata
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct horse battery staple"
 HASHER = PasswordHasher.fast_for_tests()
-AUTHFLOW_TABLES = set(metadata.tables)  # every store module is imported: all of them
+AUTHFLOW_TABLES = set(metadata.tables)  # the schema module defines every table
 
 
 @pytest.fixture
