@@ -14,6 +14,7 @@ from flask_authflow.audit.context import AuditContext
 from flask_authflow.audit.sinks import AuditRecord, MemoryAuditSink
 from flask_authflow.clock import MockClock
 from flask_authflow.core.factors import Accepted, FactorContext, Rejected
+from flask_authflow.core.ports import AttemptKey
 from flask_authflow.core.session import AuthSession, AuthState
 from flask_authflow.errors import (
     AuditWriteError,
@@ -35,6 +36,7 @@ from flask_authflow.outcomes import (
 )
 from flask_authflow.storage.memory import InMemoryBackend
 from tests.authn_support import CTX, fast_hasher, memory_service, new_session
+from tests.store_contract import WINDOW
 
 PW = FactorCredential.password
 
@@ -391,6 +393,43 @@ def test_audit_failure_fails_the_login_and_keeps_session(
     assert state_of(session) == before
     assert session.is_authenticating and not session.is_authenticated
     assert service.counters.snapshot()["login_successes"] == 0
+
+
+def test_a_passed_step_whose_audit_fails_keeps_nothing_of_its_unit(
+    env: tuple[AuthnService, InMemoryBackend, MockClock],
+) -> None:
+    """The success settlement ran in the step's unit; the failed audit write rolls it back,
+    reservation included, so the attempt log and the lockout are as before the step."""
+    service, backend, clock = env
+    handle = service.with_audit_context(CTX)
+    session = new_session(clock)
+    handle.begin_login("alice", "acme", session)
+    log_before = backend.attempt_log
+    backend.fail_next_write()
+    with pytest.raises(AuditWriteError):
+        handle.verify_factor(PW("correct horse"), session)
+    assert backend.attempt_log == log_before
+    assert isinstance(handle.verify_factor(PW("correct horse"), session), Authenticated)
+    assert [e.success for e in backend.attempt_log] == [True]
+
+
+def test_a_wrong_password_whose_audit_fails_is_still_counted_once(
+    env: tuple[AuthnService, InMemoryBackend, MockClock],
+) -> None:
+    """The unit that counted the failure is rolled back with its audit row; the failure is
+    then counted again on its own: a broken commit never buys a free guess."""
+    service, backend, clock = env
+    handle = service.with_audit_context(CTX)
+    session = new_session(clock)
+    handle.begin_login("alice", "acme", session)
+    backend.fail_next_write()
+    with pytest.raises(AuditWriteError):
+        handle.verify_factor(PW("wrong"), session)
+    assert [e.success for e in backend.attempt_log] == [False]
+    assert session.is_authenticating  # the session is as before the step
+    key = AttemptKey("acme", "alice", "password")
+    granted = [backend.reserve_attempt(key, now=clock.now(), **WINDOW).granted for _ in range(5)]
+    assert granted == [True, True, True, True, False]  # one failure counted, no reservation left
 
 
 def test_audit_failure_on_logout_still_logs_out(
