@@ -342,9 +342,10 @@ class UnitOfWork(Protocol):
 
 
 @runtime_checkable
-class LoginStore(IdentityStore, FactorRecordStore, AttemptStore, Protocol):
-    """What the login service runs on: identities, factors and attempt counters in one
-    store, with one unit of work across them (``InMemoryBackend``, ``SqlAlchemyBackend``)."""
+class LoginStore(IdentityStore, FactorRecordStore, AttemptStore, AuditSink, Protocol):
+    """What the login service runs on: identities, factors, attempt counters and audit
+    rows in one store, with one unit of work across them (``InMemoryBackend``,
+    ``SqlAlchemyBackend``)."""
 
     def login_facts(self, tenant: str, identifier: str, now: datetime) -> LoginFacts:
         """What ``begin_login`` decides on, in one read: the user of ``identifier`` in

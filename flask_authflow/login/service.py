@@ -158,7 +158,7 @@ class AuthnService:
         self.factor_store: FactorRecordStore = self.store
         self.attempt_store: AttemptStore = self.store
         # ``is None``, not ``or``: a sink may define __len__ and be falsy when empty.
-        self.audit_sink: AuditSink = audit_sink if audit_sink is not None else _sink_of(self.store)
+        self.audit_sink: AuditSink = audit_sink if audit_sink is not None else self.store
         #: Where a logout's audit row goes when the audit sink fails (a logout always succeeds).
         self.audit_fallback = audit_fallback
         self.hasher = hasher if hasher is not None else PasswordHasher()
@@ -241,17 +241,11 @@ def _one_store(identity: object, factors: object, attempts: object | None) -> Lo
     store = attempts if attempts is not None else identity
     if not isinstance(store, LoginStore):
         raise ConfigurationError(
-            "AuthnService needs a login store: identities, factors and attempt counters with a "
-            "unit of work (InMemoryBackend or SqlAlchemyBackend)"
+            "AuthnService needs a login store: identities, factors, attempt counters and audit "
+            "rows with a unit of work (InMemoryBackend or SqlAlchemyBackend)"
         )
     if identity is not store or factors is not store:
         raise ConfigurationError("the identity, factor and attempt store must be one LoginStore")
-    return store
-
-
-def _sink_of(store: LoginStore) -> AuditSink:
-    if not isinstance(store, AuditSink):
-        raise ConfigurationError("AuthnService needs an audit sink (audit_sink=...)")
     return store
 
 
