@@ -11,6 +11,8 @@ not), lockout and timing match those of a wrong password.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.core.identifiers import check_tenant, normalise_identifier
 from flask_authflow.core.ports import LoginFacts
@@ -51,18 +53,17 @@ def begin_login(
             op.end_previous_login()
         facts = guard_store(lambda: svc.store.login_facts(tenant, ident, op.now))
         if facts.locked_until is not None:
-            return _locked(op, facts)
+            return _locked(op, facts, facts.locked_until)
         return _start(op, svc, facts)
 
 
-def _locked(op: Operation, facts: LoginFacts) -> Locked:
+def _locked(op: Operation, facts: LoginFacts, until: datetime) -> Locked:
     op.session.transition(lambda r: fail_login(r, now=op.now))
     audit_user = facts.user.user_id if facts.user is not None else None
     op.audit("locked", "locked", user_id=audit_user)
     op.signal("login_failed", tenant=op.fields["tenant"], identifier=op.fields["identifier"], reason="locked")
     op.count("login_failures")
-    assert facts.locked_until is not None
-    return Locked(facts.locked_until)
+    return Locked(until)
 
 
 def _start(op: Operation, svc: LoginServices, facts: LoginFacts) -> FactorRequired:

@@ -304,8 +304,7 @@ class Operation:
             elif isinstance(exc, AuditWriteError):
                 self._drop()
                 self.session.restore(self._snapshot)
-            elif isinstance(exc, (StoreUnavailable, *self.refuse_on)):
-                assert isinstance(exc, AuthFlowError)
+            elif isinstance(exc, AuthFlowError) and isinstance(exc, (StoreUnavailable, *self.refuse_on)):
                 self.refuse(exc, "error")
             else:
                 self._drop()

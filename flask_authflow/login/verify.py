@@ -186,9 +186,9 @@ def _settle(
     """Settle the reserved check: a lock set meanwhile, a success, or a counted failure."""
     lockout, who = svc.lockout, step.who
     ok = bool(checked) and not step.phantom
-    single_use = isinstance(checked, Accepted) and checked.commit is not None
+    commit = checked.commit if isinstance(checked, Accepted) else None  # makes it single-use
     locked_now: datetime | None = None
-    if ok and not single_use:
+    if ok and commit is None:
         # Looked for while the success is settled, in the settlement's unit (one statement
         # on PostgreSQL); found, only the reservation is given back.
         op.unit()
@@ -197,12 +197,10 @@ def _settle(
         )
     elif ok:
         locked_now = lockout.locked_until(who.tenant, step.subject, op.now)
-    if ok and locked_now is None and single_use:
+    if ok and locked_now is None and commit is not None:
         # The single-use update joins the settlement's unit: the code is used up exactly
         # when the step passes and its rows are written.
         op.unit()
-        assert isinstance(checked, Accepted) and checked.commit is not None
-        commit = checked.commit
         if not guard_store(commit):  # a parallel request used the credential first
             ok, checked = False, Rejected(RejectReason.REPLAYED)
     if locked_now is not None:

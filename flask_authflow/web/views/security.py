@@ -20,7 +20,7 @@ from flask.typing import ResponseReturnValue
 from markupsafe import Markup
 from werkzeug.wrappers.response import Response as BaseResponse
 
-from flask_authflow.core.factors import Enrollment, EnrollmentStart
+from flask_authflow.core.factors import EnrollmentStart
 from flask_authflow.core.ports import FactorConfig
 from flask_authflow.errors import AuthFlowError, EnrollmentError, FactorNotRegistered, StepUpNeeded
 from flask_authflow.outcomes import FactorCredential, FactorKind
@@ -103,7 +103,11 @@ def _can_enroll(kind: FactorKind) -> bool:
     state = get_state()
     if kind is FactorKind.EMAIL_OTP and state.mail_sender is None:
         return False
-    return isinstance(state.service.factor(kind), Enrollment)
+    try:
+        state.service.enrollment(kind)
+    except FactorNotRegistered:
+        return False
+    return True
 
 
 def _masked(address: str) -> str:
