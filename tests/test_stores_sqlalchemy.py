@@ -137,7 +137,7 @@ def test_unreachable_database_fails_closed(tmp_path: Path, clock: MockClock) -> 
     path.unlink()
     path.mkdir()  # the database turns into something SQLite cannot open
     try:
-        service = AuthnService(store, store, clock=clock)
+        service = AuthnService(store, store, hasher=store.hasher, clock=clock)
         session = new_session(clock)
         with pytest.raises(StoreUnavailable):
             service.with_audit_context(CTX).begin_login("alice", "acme", session)
@@ -313,7 +313,7 @@ def test_upgrading_a_revision_0001_database_keeps_its_factors(database_url: str,
 
 def test_lockout_table_lost_mid_login_fails_closed(backend: SqlAlchemyBackend, clock: MockClock) -> None:
     backend.with_user_password("alice", "acme", "pw")
-    service = AuthnService(backend, backend, clock=clock)
+    service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
     handle = service.with_audit_context(CTX)
     session = new_session(clock)
     assert isinstance(handle.begin_login("alice", "acme", session), FactorRequired)
@@ -328,7 +328,7 @@ def test_lockout_table_lost_mid_login_fails_closed(backend: SqlAlchemyBackend, c
 
 def test_audit_table_lost_fails_the_login(backend: SqlAlchemyBackend, clock: MockClock) -> None:
     backend.with_user_password("alice", "acme", "pw")
-    service = AuthnService(backend, backend, clock=clock)
+    service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
     handle = service.with_audit_context(CTX)
     session = new_session(clock)
     handle.begin_login("alice", "acme", session)
