@@ -509,3 +509,34 @@ def test_the_apple_key_must_be_a_p256_private_key() -> None:
     _private, public = p256_pem()
     with pytest.raises(ConfigurationError, match="P-256 private key"):
         AppleClientSecret(team_id="T", key_id="K", private_key=public, client_id="c")
+
+
+def test_apple_refuses_a_client_secret_signed_by_another_key(mock_clock, authflow_hasher) -> None:
+    fed = apple_app(mock_clock, authflow_hasher)
+    fed.op.team_key = ECKey.import_key(p256_pem()[1])  # Apple knows another key for the team
+    client = fed.client()
+    _query, params = fed.authorize(client, drop_iss=True)
+    response = client.post("/auth/callback/apple", data=params)
+    assert response.status_code == 401
+    assert "invalid_client" in response.text
+    assert fed.audit()[-1] == ("failure", "token_exchange_failed")
+    assert client.get("/whoami").status_code != 200
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status"),
+    [
+        ('{"code": "c", "state": "s"}', "application/json", 405),
+        ("code=a&code=b&state=s", "application/x-www-form-urlencoded", 400),
+        ("state=s&state=t", "application/x-www-form-urlencoded", 400),
+        ("\xff\xfe=%ZZ", "application/x-www-form-urlencoded", 401),
+    ],
+    ids=["json_body", "repeated_code", "repeated_state", "garbage_form"],
+)
+def test_hostile_form_posts_get_a_4xx(mock_clock, authflow_hasher, body, content_type, status) -> None:
+    fed = apple_app(mock_clock, authflow_hasher)
+    client = fed.client()
+    fed.authorize(client, drop_iss=True)
+    response = client.post("/auth/callback/apple", data=body.encode("latin-1"), content_type=content_type)
+    assert response.status_code == status, response.text
+    assert client.get("/whoami").status_code != 200
