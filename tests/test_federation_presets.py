@@ -16,7 +16,7 @@ import pytest
 import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from flask import Flask, Response, request
+from flask import Flask, Response, jsonify, request
 from flask.testing import FlaskClient
 from joserfc import jwt
 from joserfc.errors import JoseError
@@ -25,12 +25,14 @@ from joserfc.jwk import ECKey
 from flask_authflow import AuthFlow, current_session, current_user, login_required
 from flask_authflow.clock import MockClock
 from flask_authflow.errors import ConfigurationError
+from flask_authflow.federation.ceremony import pkce_challenge
+from flask_authflow.federation.errors import UnknownProvider
 from flask_authflow.federation.http import RequestsHttpClient
 from flask_authflow.federation.presets import APPLE_ISSUER, AppleClientSecret, preset
 from flask_authflow.federation.provider import OAuthProviderConfig
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.provider import RegisteredClient, TestOpenIDProvider
+from flask_authflow.testing.provider import RegisteredClient, TestOpenIDProvider, wsgi_adapter
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
 
 CLIENT_ID = "preset-client"
@@ -540,3 +542,174 @@ def test_hostile_form_posts_get_a_4xx(mock_clock, authflow_hasher, body, content
     response = client.post("/auth/callback/apple", data=body.encode("latin-1"), content_type=content_type)
     assert response.status_code == status, response.text
     assert client.get("/whoami").status_code != 200
+
+
+# --- github: plain OAuth 2.0, identity from the user API ---------------------------------------
+
+
+class GitHubEmulation:
+    """github.com's authorize and token endpoints and api.github.com's user and e-mail APIs."""
+
+    def __init__(self) -> None:
+        self.emails: list[dict[str, Any]] = [
+            {
+                "email": "octo@users.noreply.github.com",
+                "primary": False,
+                "verified": True,
+                "visibility": None,
+            },
+            {"email": "octocat@github.example", "primary": True, "verified": True, "visibility": "public"},
+        ]
+        self.token_error: str | None = None
+        self.authorize_args: dict[str, str] = {}
+        self._codes: dict[str, str] = {}
+        self._tokens: set[str] = set()
+        self.web = Flask("github_web")
+        self.api = Flask("github_api")
+        self.web.add_url_rule("/login/oauth/authorize", "authorize", self._authorize)
+        self.web.add_url_rule("/login/oauth/access_token", "token", self._token, methods=["POST"])
+        self.api.add_url_rule("/user", "user", self._user)
+        self.api.add_url_rule("/user/emails", "emails", self._emails)
+
+    def adapters(self) -> dict[str, Any]:
+        return {
+            "https://github.com/": wsgi_adapter(self.web),
+            "https://api.github.com/": wsgi_adapter(self.api),
+        }
+
+    def _authorize(self) -> Response:
+        self.authorize_args = dict(request.args)
+        if request.args.get("client_id") != CLIENT_ID or request.args.get("redirect_uri") != redirect_uri(
+            "github"
+        ):
+            return Response("bad client", status=400)
+        code = secrets.token_urlsafe(16)
+        self._codes[code] = request.args["code_challenge"]
+        target = f"{redirect_uri('github')}?code={code}&state={request.args['state']}"
+        return Response(status=302, headers={"Location": target})
+
+    def _token(self) -> Response:
+        form = request.form
+        challenge = self._codes.pop(form.get("code", ""), None)
+        verifier = form.get("code_verifier", "")
+        if (
+            self.token_error is not None
+            or challenge is None
+            or (form.get("client_id"), form.get("client_secret")) != (CLIENT_ID, CLIENT_SECRET)
+            or pkce_challenge(verifier) != challenge
+        ):  # GitHub answers its errors with HTTP 200
+            return jsonify(error=self.token_error or "bad_verification_code")
+        token = "gho_" + secrets.token_urlsafe(24)
+        self._tokens.add(token)
+        # An id_token here would be a forgery: a plain OAuth provider's answer is never read for one.
+        return jsonify(
+            access_token=token, token_type="bearer", scope="read:user,user:email", id_token="x.y.z"
+        )
+
+    def _authorized(self) -> bool:
+        auth = request.headers.get("Authorization", "")
+        return auth.startswith("Bearer ") and auth[7:] in self._tokens
+
+    def _user(self) -> Response:
+        if not self._authorized():
+            return Response(status=401)
+        return jsonify(
+            id=583231, login="octocat", name="The Octocat", email=None, node_id="MDQ6VXNlcjU4MzIzMQ=="
+        )
+
+    def _emails(self) -> Response:
+        return jsonify(self.emails) if self._authorized() else Response(status=401)
+
+
+def github_app(clock: MockClock, hasher: Any, gh: GitHubEmulation, **values: Any) -> PresetApp:
+    fed = PresetApp.__new__(PresetApp)
+    fed.name = "github"
+    fed.app = Flask("preset_github")
+    fed.app.config.update(
+        TESTING=True,
+        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
+        AUTHFLOW_OAUTH_PROVIDERS={"github": settings("github", **values)},
+    )
+    fed.backend = InMemoryBackend(hasher=hasher, clock=clock)
+    fed.authflow = AuthFlow(
+        fed.app,
+        backend=fed.backend,
+        session_store=MemorySessionStore(clock=clock),
+        clock=clock,
+        hasher=hasher,
+        http_client=RequestsHttpClient(adapters=gh.adapters()),
+    )
+
+    @fed.app.get("/whoami")
+    @login_required
+    def whoami() -> str:
+        return f"{current_user.identifier} via {current_session.record.auth_method}"
+
+    return fed
+
+
+def github_sign_in(fed: PresetApp, gh: GitHubEmulation, client: FlaskClient, **override: str) -> Any:
+    start = client.get("/auth/login/github")
+    assert start.status_code == 302, start.text
+    answer = gh.web.test_client().get(start.location.replace("https://github.com", ""))
+    assert answer.status_code == 302, answer.text
+    params = {**dict(parse_qsl(urlsplit(answer.location).query)), **override}
+    return client.get("/auth/callback/github", query_string=params)
+
+
+def test_github_signs_in_through_its_user_api_never_as_openid(mock_clock, authflow_hasher) -> None:
+    gh = GitHubEmulation()
+    fed = github_app(mock_clock, authflow_hasher, gh)
+    client = fed.client()
+    response = github_sign_in(fed, gh, client)
+    assert response.status_code == 302, response.text
+    page = client.get("/whoami")
+    assert page.text == "github:583231 via oauth:github"
+    args = gh.authorize_args
+    assert args["scope"] == "read:user user:email"
+    assert args["code_challenge_method"] == "S256" and args["state"]
+    assert "nonce" not in args and "openid" not in args["scope"]
+    link = fed.backend.find_link("https://github.com", "583231")
+    assert link is not None
+    record = fed.backend.audit_rows[-1]
+    assert record.status == "success"
+
+
+def test_github_without_a_verified_primary_email_is_refused(mock_clock, authflow_hasher) -> None:
+    gh = GitHubEmulation()
+    gh.emails = [
+        {"email": "octocat@github.example", "primary": True, "verified": False},
+        {"email": "other@github.example", "primary": False, "verified": True},
+    ]
+    fed = github_app(mock_clock, authflow_hasher, gh)
+    client = fed.client()
+    response = github_sign_in(fed, gh, client)
+    assert response.status_code == 401
+    assert "no verified primary e-mail" in response.text
+    assert fed.audit()[-1] == ("failure", "userinfo_failed")
+    assert fed.backend.find_link("https://github.com", "583231") is None
+    assert client.get("/whoami").status_code != 200
+
+
+def test_github_state_and_token_errors_are_refused(mock_clock, authflow_hasher) -> None:
+    gh = GitHubEmulation()
+    fed = github_app(mock_clock, authflow_hasher, gh)
+    client = fed.client()
+    assert github_sign_in(fed, gh, client, state="forged").status_code == 401
+    assert fed.audit()[-1] == ("failure", "csrf_mismatch")
+    gh.token_error = "bad_verification_code"
+    response = github_sign_in(fed, gh, client)
+    assert response.status_code == 401 and "bad_verification_code" in response.text
+    assert fed.audit()[-1] == ("failure", "token_exchange_failed")
+    assert client.get("/whoami").status_code != 200
+
+
+def test_github_is_not_an_openid_provider(mock_clock, authflow_hasher) -> None:
+    gh = GitHubEmulation()
+    fed = github_app(mock_clock, authflow_hasher, gh)
+    response = fed.client().post("/auth/backchannel-logout/github", data={"logout_token": "x.y.z"})
+    assert response.status_code == 400  # no logout tokens from a plain OAuth provider
+    with fed.app.test_request_context(), pytest.raises(UnknownProvider, match=r"plain OAuth 2\.0"):
+        fed.authflow.oauth_provider("github")
+    with pytest.raises(ConfigurationError, match="not OpenID Connect"):
+        github_app(mock_clock, authflow_hasher, gh, scopes=["openid", "read:user"])

@@ -10,7 +10,9 @@ in the configuration::
                    "redirect_uri": "https://app.example/auth/callback/google"},
     }
 
-or in code with :func:`preset` (``OAuthProviderConfig(**preset("google", ...))``). Any
+or in code with :func:`preset` (``OAuthProviderConfig(**preset("google", ...))``).
+``github`` is a plain OAuth 2.0 provider (see :mod:`~flask_authflow.federation.oauth2`):
+its settings make an ``OAuth2ProviderConfig``. Any
 other provider setting (``link_by_email``, ``scopes``, ...) passes through and wins over
 the preset's. A missing required value raises :class:`ConfigurationError` naming it, at
 ``init_app``.
@@ -27,8 +29,10 @@ from typing import Any, Final
 
 from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.errors import ConfigurationError
+from flask_authflow.federation.oauth2 import GITHUB, OAuth2ProviderConfig
+from flask_authflow.federation.provider import OAuthProviderConfig
 
-__all__ = ["PRESETS", "AppleClientSecret", "expand_preset", "preset"]
+__all__ = ["PRESETS", "AppleClientSecret", "preset", "provider_config"]
 
 _DISCOVERY: Final = "/.well-known/openid-configuration"
 _HOST_RE: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(?::[0-9]{1,5})?")
@@ -133,12 +137,18 @@ def _apple(values: Mapping[str, Any], what: str) -> dict[str, Any]:
     )
 
 
+def _github(values: Mapping[str, Any], what: str) -> dict[str, Any]:
+    return dict(GITHUB)  # plain OAuth 2.0: identity from the user API, never an ID token
+
+
 @dataclass(frozen=True)
 class _Preset:
     build: Callable[[Mapping[str, Any], str], dict[str, Any]]
     #: Preset-only values (consumed here, not passed to the provider configuration).
     own: tuple[str, ...] = ()
     needs_secret: bool = True
+    #: ``oidc`` (an OAuthProviderConfig) or ``oauth2`` (a plain OAuth2ProviderConfig).
+    kind: str = "oidc"
 
 
 #: The presets by name.
@@ -151,6 +161,7 @@ PRESETS: Final[Mapping[str, _Preset]] = {
     "apple": _Preset(_apple, ("team_id", "key_id", "private_key"), needs_secret=False),
     "gitlab": _Preset(_gitlab, ("base_url",)),
     "cognito": _Preset(_cognito, ("region", "user_pool_id")),
+    "github": _Preset(_github, kind="oauth2"),
 }
 
 
@@ -177,12 +188,16 @@ def preset(name: str, *, what: str | None = None, **values: Any) -> dict[str, An
     return settings
 
 
-def expand_preset(entry: Mapping[str, Any], what: str) -> Mapping[str, Any]:
-    """An ``AUTHFLOW_OAUTH_PROVIDERS`` entry with its ``preset`` key expanded (others unchanged)."""
+def provider_config(entry: Mapping[str, Any], what: str) -> OAuthProviderConfig | OAuth2ProviderConfig:
+    """The configuration of an ``AUTHFLOW_OAUTH_PROVIDERS`` entry, its ``preset`` expanded:
+    an OpenID provider, or a plain OAuth 2.0 one (``github``)."""
     if not isinstance(entry, Mapping) or "preset" not in entry:
-        return entry
+        return OAuthProviderConfig.from_mapping(entry, what=what)
     values = {k: v for k, v in entry.items() if k != "preset"}
-    return preset(entry["preset"], what=what, **values)
+    settings = preset(entry["preset"], what=what, **values)
+    if PRESETS[entry["preset"]].kind == "oauth2":
+        return OAuth2ProviderConfig.from_mapping(settings, what=what)
+    return OAuthProviderConfig.from_mapping(settings, what=what)
 
 
 class AppleClientSecret:

@@ -54,6 +54,7 @@ from flask_authflow.federation.errors import (
 )
 from flask_authflow.federation.http import HttpClient, RequestsHttpClient, check_provider_url
 from flask_authflow.federation.jwks_cache import ProviderKeyCache, cache_max_age
+from flask_authflow.federation.oauth2 import OAuth2Provider, OAuth2ProviderConfig
 from flask_authflow.federation.tenants import tenant_issuer_refusal
 from flask_authflow.federation.tokens import (
     ID_TOKEN_ALGORITHMS,
@@ -868,6 +869,8 @@ class ProviderRegistry:
         #: Told of every JWKS fetch of the providers handed out (the app's counters).
         self.on_key_fetch = on_key_fetch
         self._definitions: dict[str, OAuthProviderConfig | OAuthProvider | ProviderFactory] = {}
+        #: Plain OAuth 2.0 providers (no OpenID Connect), built at registration.
+        self._plain: dict[str, OAuth2Provider] = {}
         self._built: dict[tuple[str, str | None], OAuthProvider] = {}
         self._building: dict[tuple[str, str | None], threading.Lock] = {}
         self._lock = threading.Lock()
@@ -882,9 +885,20 @@ class ProviderRegistry:
                 "same-site path (it is checked like next: no //host, no backslash, no scheme)"
             )
 
-    def register(self, name: str, definition: OAuthProviderConfig | OAuthProvider | ProviderFactory) -> None:
+    def register(
+        self,
+        name: str,
+        definition: OAuthProviderConfig | OAuthProvider | ProviderFactory | OAuth2ProviderConfig,
+    ) -> None:
         """Register (or replace) a provider under ``name`` (a slug)."""
         check_provider_name(name)
+        if isinstance(definition, OAuth2ProviderConfig):
+            if self.redirect_rule is not None and self.redirect_rule(definition.post_login_redirect) is None:
+                raise ConfigurationError(f"provider {name!r}: post_login_redirect is not a same-site path")
+            with self._lock:
+                self._definitions.pop(name, None)
+                self._plain[name] = OAuth2Provider(name, definition, http=self.http, clock=self.clock)
+            return
         if not isinstance(definition, OAuthProviderConfig | OAuthProvider) and not callable(definition):
             raise ConfigurationError(
                 f"provider {name!r}: expected an OAuthProviderConfig, an OAuthProvider or a factory"
@@ -895,16 +909,23 @@ class ProviderRegistry:
             self._check_redirects(name, definition.config)
         with self._lock:
             self._definitions[name] = definition
+            self._plain.pop(name, None)
             for key in [k for k in self._built if k[0] == name]:
                 del self._built[key]
 
     def names(self) -> list[str]:
         with self._lock:
-            return sorted(self._definitions)
+            return sorted([*self._definitions, *self._plain])
 
     def __contains__(self, name: object) -> bool:
         with self._lock:
-            return name in self._definitions
+            return name in self._definitions or name in self._plain
+
+    def get_any(self, name: str, tenant: str | None = None) -> OAuthProvider | OAuth2Provider:
+        """The provider ``name`` of either kind: OpenID Connect or plain OAuth 2.0 (for login)."""
+        with self._lock:
+            plain = self._plain.get(name) if isinstance(name, str) else None
+        return plain if plain is not None else self.get(name, tenant)
 
     def get(self, name: str, tenant: str | None = None) -> OAuthProvider:
         """The provider ``name`` (for ``tenant`` when its definition is a factory).
@@ -915,6 +936,8 @@ class ProviderRegistry:
         if not isinstance(name, str) or not PROVIDER_NAME_RE.fullmatch(name):
             raise UnknownProvider(f"no provider named {name!r}")
         with self._lock:
+            if name in self._plain:
+                raise UnknownProvider(f"provider {name!r} is plain OAuth 2.0, not an OpenID provider")
             definition = self._definitions.get(name)
             if definition is None:
                 raise UnknownProvider(f"no provider named {name!r}")

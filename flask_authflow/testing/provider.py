@@ -989,6 +989,12 @@ def _make_wsgi_adapter(app: Flask) -> requests.adapters.BaseAdapter:
     return _WsgiAdapter()
 
 
+def wsgi_adapter(app: Flask) -> requests.adapters.BaseAdapter:
+    """A ``requests`` adapter serving any Flask app in-process (to emulate providers that are
+    not OpenID providers, such as a plain OAuth 2.0 provider's user API)."""
+    return _make_wsgi_adapter(app)
+
+
 def query_params(url: str) -> dict[str, str]:
     """The query parameters of ``url`` as a dict (last one wins); handy for redirect assertions."""
     return dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))

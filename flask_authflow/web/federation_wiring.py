@@ -17,8 +17,8 @@ from flask_authflow.extras import require_extra
 from flask_authflow.federation.http import HttpClient, RequestsHttpClient
 from flask_authflow.federation.links import FederationStore
 from flask_authflow.federation.login import FederationService
-from flask_authflow.federation.presets import expand_preset
-from flask_authflow.federation.provider import OAuthProviderConfig, ProviderRegistry, check_provider_name
+from flask_authflow.federation.presets import provider_config
+from flask_authflow.federation.provider import ProviderRegistry, check_provider_name
 from flask_authflow.federation.settings import FederationSettings
 from flask_authflow.web.decorators import safe_next
 from flask_authflow.web.federation_views import (
@@ -79,7 +79,7 @@ def build_federation(
     for name, entry in settings.providers.items():
         check_provider_name(name)
         what = f"AUTHFLOW_OAUTH_PROVIDERS[{name!r}]"
-        registry.register(name, OAuthProviderConfig.from_mapping(expand_preset(entry, what), what=what))
+        registry.register(name, provider_config(entry, what))
     for name, definition in definitions.items():
         registry.register(name, definition)
     accounts: Any = backend  # an AuthBackend: users are created there
