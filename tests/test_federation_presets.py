@@ -28,7 +28,7 @@ from flask_authflow.errors import ConfigurationError
 from flask_authflow.federation.ceremony import pkce_challenge
 from flask_authflow.federation.errors import UnknownProvider
 from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.presets import APPLE_ISSUER, AppleClientSecret, preset
+from flask_authflow.federation.presets import APPLE_ISSUER, AppleClientSecret, preset, provider_config
 from flask_authflow.federation.provider import OAuthProviderConfig
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
@@ -713,3 +713,20 @@ def test_github_is_not_an_openid_provider(mock_clock, authflow_hasher) -> None:
         fed.authflow.oauth_provider("github")
     with pytest.raises(ConfigurationError, match="not OpenID Connect"):
         github_app(mock_clock, authflow_hasher, gh, scopes=["openid", "read:user"])
+
+
+def test_provider_settings_pass_through_a_preset_and_win() -> None:
+    config = OAuthProviderConfig(
+        **preset(
+            "google",
+            client_id="c",
+            client_secret="s",
+            redirect_uri="https://app.example/cb",
+            scopes=["openid", "email"],
+            link_by_email=True,
+        )
+    )
+    assert config.scopes == ("openid", "email") and config.link_by_email
+    assert config.discovery_url == "https://accounts.google.com/.well-known/openid-configuration"
+    with pytest.raises(ConfigurationError, match="unknown key"):
+        provider_config(settings("google", colour="blue"), "AUTHFLOW_OAUTH_PROVIDERS['google']")
