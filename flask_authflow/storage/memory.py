@@ -606,3 +606,109 @@ class InMemoryBackend:
             purged = len(self._audit) - len(kept)
             self._audit = kept
         return purged
+
+    # --- roles (RoleStore) -------------------------------------------------------------------
+    #
+    # Kept apart from the state __init__ sets up: created on first use. A deleted user's
+    # assignments are dropped by the next role call (the user is gone from _users_by_id).
+
+    def _role_state(self) -> _RoleState:
+        state: _RoleState | None = self.__dict__.get("_roles_state")
+        if state is None:
+            state = self.__dict__["_roles_state"] = _RoleState()
+        for key in [k for k in state.held if self.get_user(k[0], k[1]) is None]:
+            del state.held[key]
+        return state
+
+    def _known_role(self, tenant: str, name: str) -> _RoleState:
+        state = self._role_state()
+        if (check_tenant(tenant), check_name(name)) not in state.roles:
+            raise RoleNotFound()
+        return state
+
+    def create_role(self, tenant: str, name: str, description: str = "") -> Role:
+        role = Role(check_tenant(tenant), check_name(name), check_description(description))
+        with self._lock:
+            state = self._role_state()
+            if (role.tenant, role.name) in state.roles:
+                raise RoleExists()
+            state.roles[(role.tenant, role.name)] = description
+        return role
+
+    def delete_role(self, tenant: str, name: str, *, force: bool = False) -> None:
+        with self._lock:
+            state = self._known_role(tenant, name)
+            holders = [key for key, roles in state.held.items() if key[0] == tenant and name in roles]
+            if holders and not force:
+                raise RoleInUse()
+            for key in holders:
+                state.held[key].discard(name)
+            state.grants.pop((tenant, name), None)
+            del state.roles[(tenant, name)]
+
+    def list_roles(self, tenant: str) -> list[Role]:
+        with self._lock:
+            state = self._role_state()
+            return [
+                Role(t, name, description, tuple(sorted(state.grants.get((t, name), ()))))
+                for (t, name), description in sorted(state.roles.items())
+                if t == tenant
+            ]
+
+    def grant_permission(self, tenant: str, role: str, permission: str) -> bool:
+        permission = check_name(permission, "permission")
+        with self._lock:
+            grants = self._known_role(tenant, role).grants.setdefault((tenant, role), set())
+            new = permission not in grants
+            grants.add(permission)
+            return new
+
+    def revoke_permission(self, tenant: str, role: str, permission: str) -> bool:
+        permission = check_name(permission, "permission")
+        with self._lock:
+            grants = self._known_role(tenant, role).grants.get((tenant, role), set())
+            had = permission in grants
+            grants.discard(permission)
+            return had
+
+    def add_user_role(self, tenant: str, user_id: str, role: str) -> bool:
+        with self._lock:
+            if self.get_user(check_tenant(tenant), user_id) is None:
+                raise UserNotFound()
+            held = self._known_role(tenant, role).held.setdefault((tenant, user_id), set())
+            new = role not in held
+            held.add(role)
+            return new
+
+    def remove_user_role(self, tenant: str, user_id: str, role: str) -> bool:
+        with self._lock:
+            held = self._known_role(tenant, role).held.get((tenant, user_id), set())
+            had = role in held
+            held.discard(role)
+            return had
+
+    def roles_of(self, tenant: str, user_id: str) -> list[str]:
+        with self._lock:
+            return sorted(self._role_state().held.get((tenant, user_id), ()))
+
+    def permissions_of(self, tenant: str, user_id: str) -> list[str]:
+        with self._lock:
+            state = self._role_state()
+            roles = state.held.get((tenant, user_id), ())
+            return sorted({p for role in roles for p in state.grants.get((tenant, role), ())})
+
+
+from dataclasses import field  # noqa: E402 - imports of the appended roles block
+
+from flask_authflow.core.ports import Role  # noqa: E402
+from flask_authflow.core.roles import check_description, check_name  # noqa: E402
+from flask_authflow.errors import RoleExists, RoleInUse, RoleNotFound  # noqa: E402
+
+
+@dataclass(slots=True)
+class _RoleState:
+    """The memory store's roles: (tenant, name) -> description, grants and assignments."""
+
+    roles: dict[tuple[str, str], str] = field(default_factory=dict)
+    grants: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    held: dict[tuple[str, str], set[str]] = field(default_factory=dict)
