@@ -1,6 +1,6 @@
 """The names of roles and permissions: what the stores accept.
 
-A name is 1 to 80 characters of ASCII letters, digits and ``_ . : -``, starting with a
+A name is 1 to 64 characters of ASCII letters, digits and ``_ . : -``, starting with a
 letter or digit (``admin``, ``documents:edit``); names are case-sensitive, as
 Flask-Security-Too's are. Anything else is refused with
 :class:`~flask_authflow.errors.InvalidInput` before it reaches a store.
@@ -14,9 +14,9 @@ from flask_authflow.errors import InvalidInput
 
 __all__ = ["MAX_DESCRIPTION_LENGTH", "MAX_NAME_LENGTH", "check_description", "check_name"]
 
-MAX_NAME_LENGTH = 80
+MAX_NAME_LENGTH = 64
 MAX_DESCRIPTION_LENGTH = 255
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 
 
 def check_name(value: object, what: str = "role") -> str:

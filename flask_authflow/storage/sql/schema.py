@@ -230,7 +230,7 @@ roles_table = Table(
     "authflow_roles",
     metadata,
     Column("tenant", String(128), primary_key=True),
-    Column("name", String(80), primary_key=True),
+    Column("name", String(64), primary_key=True),
     Column("description", String(255), nullable=False, default="", server_default=text("''")),
 )
 
@@ -239,8 +239,8 @@ role_permissions_table = Table(
     "authflow_role_permissions",
     metadata,
     Column("tenant", String(128), primary_key=True),
-    Column("role", String(80), primary_key=True),
-    Column("permission", String(80), primary_key=True),
+    Column("role", String(64), primary_key=True),
+    Column("permission", String(64), primary_key=True),
     ForeignKeyConstraint(
         ["tenant", "role"],
         ["authflow_roles.tenant", "authflow_roles.name"],
@@ -255,7 +255,7 @@ user_roles_table = Table(
     metadata,
     Column("tenant", String(128), primary_key=True),
     Column("user_id", String(32), ForeignKey("authflow_users.user_id", ondelete="CASCADE"), primary_key=True),
-    Column("role", String(80), primary_key=True),
+    Column("role", String(64), primary_key=True),
     ForeignKeyConstraint(
         ["tenant", "role"],
         ["authflow_roles.tenant", "authflow_roles.name"],

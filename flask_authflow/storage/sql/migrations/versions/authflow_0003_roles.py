@@ -34,15 +34,15 @@ def upgrade() -> None:
     op.create_table(
         "authflow_roles",
         sa.Column("tenant", sa.String(128), nullable=False),
-        sa.Column("name", sa.String(80), nullable=False),
+        sa.Column("name", sa.String(64), nullable=False),
         sa.Column("description", sa.String(255), nullable=False, server_default=sa.text("''")),
         sa.PrimaryKeyConstraint("tenant", "name", name="pk_authflow_roles"),
     )
     op.create_table(
         "authflow_role_permissions",
         sa.Column("tenant", sa.String(128), nullable=False),
-        sa.Column("role", sa.String(80), nullable=False),
-        sa.Column("permission", sa.String(80), nullable=False),
+        sa.Column("role", sa.String(64), nullable=False),
+        sa.Column("permission", sa.String(64), nullable=False),
         sa.PrimaryKeyConstraint("tenant", "role", "permission", name="pk_authflow_role_permissions"),
         _role_key("authflow_role_permissions"),
     )
@@ -50,7 +50,7 @@ def upgrade() -> None:
         "authflow_user_roles",
         sa.Column("tenant", sa.String(128), nullable=False),
         sa.Column("user_id", sa.String(32), nullable=False),
-        sa.Column("role", sa.String(80), nullable=False),
+        sa.Column("role", sa.String(64), nullable=False),
         sa.PrimaryKeyConstraint("tenant", "user_id", "role", name="pk_authflow_user_roles"),
         sa.ForeignKeyConstraint(
             ["user_id"],
