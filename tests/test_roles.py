@@ -4,6 +4,7 @@ changes, and the ``flask authflow roles`` / ``users add-role`` commands."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import threading
 from pathlib import Path
@@ -249,3 +250,63 @@ def test_parallel_role_changes_over_sql_leave_one_row_and_no_error(tmp_path: Pat
         )
     assert events.count("role_added") - events.count("role_removed") == 1
     backend.close()
+
+
+# -- the commands ---------------------------------------------------------------------------
+
+
+def _cli(app: Flask, *args: str) -> Any:
+    return app.test_cli_runner().invoke(args=["authflow", *args])
+
+
+def test_cli_manages_roles_and_a_users_roles(app: Flask, login_client) -> None:
+    client = login_client("alice")  # creates alice
+    assert client.get("/admin", headers=JSON).status_code == 403
+    result = _cli(app, "roles", "create", "auditor", "--description", "Reads the logs")
+    assert result.exit_code == 0, result.output
+    assert _cli(app, "roles", "grant", "auditor", "logs:read").exit_code == 0
+    listed = _cli(app, "roles", "list", "--json")
+    assert {"name": "auditor", "description": "Reads the logs", "permissions": ["logs:read"]} in json.loads(
+        listed.output
+    )
+    result = _cli(app, "users", "add-role", "ALICE", "admin")
+    assert result.exit_code == 0, result.output
+    assert "now holds role 'admin'" in result.output
+    assert client.get("/admin").text == "admin page"  # the same session, on its next request
+    assert _cli(app, "users", "remove-role", "alice", "admin").exit_code == 0
+    assert client.get("/admin", headers=JSON).status_code == 403
+    assert _cli(app, "roles", "revoke", "auditor", "logs:read").exit_code == 0
+    assert "auditor (Reads the logs): -" in _cli(app, "roles", "list").output
+    assert _cli(app, "roles", "delete", "auditor").exit_code == 0
+    assert "auditor" not in _cli(app, "roles", "list").output
+
+
+def test_cli_refuses_unknown_users_and_roles_with_a_message(app: Flask, login_client) -> None:
+    login_client("alice")
+    for args, message in (
+        (("users", "add-role", "nobody", "admin"), "no user 'nobody'"),
+        (("users", "add-role", "alice", "ghost"), "no role 'ghost'"),
+        (("users", "remove-role", "alice", "ghost"), "no role 'ghost'"),
+        (("roles", "grant", "ghost", "x"), "no role 'ghost'"),
+        (("roles", "delete", "ghost"), "no role 'ghost'"),
+        (("roles", "create", "admin"), "already exists"),
+        (("roles", "create", "bad name"), "role name is 1 to 64"),
+    ):
+        result = _cli(app, *args)
+        assert result.exit_code == 1, (args, result.output)
+        assert message in result.output, (args, result.output)
+        assert "Traceback" not in result.output
+    failed = _cli(app, "users", "add-role", "alice", "ghost", "--json")
+    assert json.loads(failed.output)["error"] == "role_not_found"
+
+
+def test_cli_deletes_a_role_in_use_only_with_force(app: Flask, login_client) -> None:
+    client = login_client("alice")
+    assert _cli(app, "users", "add-role", "alice", "admin").exit_code == 0
+    refused = _cli(app, "roles", "delete", "admin")
+    assert refused.exit_code == 1 and "--force" in refused.output
+    assert client.get("/admin").status_code == 200
+    assert _cli(app, "roles", "delete", "admin", "--force").exit_code == 0
+    assert client.get("/admin", headers=JSON).status_code == 403
+    events = [row.event for row in get_state(app).backend.audit_rows]
+    assert events.count("role_added") == 1 and events.count("role_deleted") == 1
