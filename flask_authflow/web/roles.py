@@ -3,7 +3,8 @@
 Each function changes the app's :class:`~flask_authflow.core.ports.RoleStore` (the
 backend), writes one audit row (event ``role_added``, ``role_removed``,
 ``role_deleted``, ``permission_granted`` or ``permission_revoked``, status ``success``,
-the role name in ``reason``) and sends :data:`~flask_authflow.signals.roles_changed`.
+the role name in ``reason``) and sends the ``roles_changed`` signal of
+:mod:`flask_authflow.signals`.
 Nothing is written or sent when nothing changed (the user already held the role). No
 session ends: ``current_user.has_role()`` and the decorators read the roles once per
 request, so the change applies from the user's next request.
