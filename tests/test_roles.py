@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from flask import Flask
+from flask import Flask, render_template_string
 
 from flask_authflow import (
     AuthFlow,
+    UserMixin,
     current_user,
     permissions_accepted,
     permissions_required,
@@ -310,3 +311,52 @@ def test_cli_deletes_a_role_in_use_only_with_force(app: Flask, login_client) -> 
     assert client.get("/admin", headers=JSON).status_code == 403
     events = [row.event for row in get_state(app).backend.audit_rows]
     assert events.count("role_added") == 1 and events.count("role_deleted") == 1
+
+
+# -- templates, user loaders, unknown names -------------------------------------------------
+
+
+def test_templates_read_roles_through_current_user(app: Flask, logged_in_client) -> None:
+    template = "{% if current_user.has_role('admin') %}admin{% else %}plain{% endif %}"
+
+    @app.get("/nav")
+    def nav() -> str:
+        return render_template_string(template)
+
+    assert logged_in_client.get("/nav").text == "plain"
+    _give(app, "admin")
+    assert logged_in_client.get("/nav").text == "admin"
+
+
+def test_the_checks_work_on_the_applications_user_objects(app: Flask, logged_in_client) -> None:
+    class Member(UserMixin):
+        def __init__(self, user_id: str) -> None:
+            self.id = user_id
+
+    get_state(app).hooks.user_loader = lambda tenant, user_id: Member(user_id)
+
+    @app.get("/member")
+    def member() -> dict[str, Any]:
+        return {
+            "type": type(current_user._get_current_object()).__name__,
+            "admin": current_user.has_role("admin"),
+        }
+
+    assert logged_in_client.get("/member").json == {"type": "Member", "admin": False}
+    _give(app, "admin")
+    assert logged_in_client.get("/member").json == {"type": "Member", "admin": True}
+    assert logged_in_client.get("/admin").text == "admin page"
+    # A user the loader no longer finds holds nothing and is treated as a guest.
+    get_state(app).hooks.user_loader = lambda tenant, user_id: None
+    assert logged_in_client.get("/admin", headers=JSON).status_code == 401
+
+
+def test_a_view_naming_a_role_nobody_created_refuses_with_403(app: Flask, logged_in_client) -> None:
+    @app.get("/ghost")
+    @roles_accepted("ghost")
+    def ghost() -> str:
+        return "never"
+
+    response = logged_in_client.get("/ghost", headers=JSON)
+    assert response.status_code == 403
+    assert response.json["error"] == "permission_denied"
