@@ -360,3 +360,31 @@ def test_a_view_naming_a_role_nobody_created_refuses_with_403(app: Flask, logged
     response = logged_in_client.get("/ghost", headers=JSON)
     assert response.status_code == 403
     assert response.json["error"] == "permission_denied"
+
+
+# -- migration 0003 -------------------------------------------------------------------------
+
+
+def test_revision_0003_adds_the_role_tables_and_keeps_what_a_store_created(
+    database_url: str, authflow_hasher
+) -> None:
+    from flask_authflow.storage.sql import migrations
+    from tests.test_migrations import schema_differences
+
+    engine = sa.create_engine(database_url)
+    try:
+        migrations.upgrade(engine, "0002")
+        assert "authflow_roles" not in sa.inspect(engine).get_table_names()
+        # A store of this version built on it creates the role tables from the models...
+        store = SqlAlchemyBackend(engine, hasher=authflow_hasher)
+        store.create_role("acme", "admin")
+        # ... and the upgrade keeps them (and the row) instead of failing on them.
+        assert (migrations.upgrade(engine).before, migrations.current(engine)) == ("0002", "0003")
+        assert schema_differences(engine) == []
+        assert [r.name for r in store.list_roles("acme")] == ["admin"]
+        assert migrations.downgrade(engine, "0002").after == "0002"
+        assert not {"authflow_roles", "authflow_user_roles"} & set(sa.inspect(engine).get_table_names())
+        assert migrations.upgrade(engine).after == "0003"
+        assert schema_differences(engine) == []
+    finally:
+        engine.dispose()

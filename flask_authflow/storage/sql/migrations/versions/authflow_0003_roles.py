@@ -8,6 +8,10 @@ Create Date: 2026-11-25
 permissions a role grants) and ``authflow_user_roles`` (the roles a user holds). A
 deleted user's rows go with the user; a deleted role's permissions and assignments go
 with the role. The downgrade drops the three tables.
+
+A store of this version built with ``create_tables=True`` on a database at 0002 has
+already created the three tables from the models (identical to these): the upgrade then
+leaves them as they are.
 """
 
 from __future__ import annotations
@@ -31,6 +35,16 @@ def _role_key(table: str) -> sa.ForeignKeyConstraint:
 
 
 def upgrade() -> None:
+    existing = set(sa.inspect(op.get_bind()).get_table_names())
+    if "authflow_roles" not in existing:
+        _roles()
+    if "authflow_role_permissions" not in existing:
+        _role_permissions()
+    if "authflow_user_roles" not in existing:
+        _user_roles()
+
+
+def _roles() -> None:
     op.create_table(
         "authflow_roles",
         sa.Column("tenant", sa.String(128), nullable=False),
@@ -38,6 +52,9 @@ def upgrade() -> None:
         sa.Column("description", sa.String(255), nullable=False, server_default=sa.text("''")),
         sa.PrimaryKeyConstraint("tenant", "name", name="pk_authflow_roles"),
     )
+
+
+def _role_permissions() -> None:
     op.create_table(
         "authflow_role_permissions",
         sa.Column("tenant", sa.String(128), nullable=False),
@@ -46,6 +63,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("tenant", "role", "permission", name="pk_authflow_role_permissions"),
         _role_key("authflow_role_permissions"),
     )
+
+
+def _user_roles() -> None:
     op.create_table(
         "authflow_user_roles",
         sa.Column("tenant", sa.String(128), nullable=False),
