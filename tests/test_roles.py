@@ -388,3 +388,21 @@ def test_revision_0003_adds_the_role_tables_and_keeps_what_a_store_created(
         assert schema_differences(engine) == []
     finally:
         engine.dispose()
+
+
+def test_deleting_a_user_drops_its_roles_without_foreign_key_enforcement(
+    tmp_path: Path, authflow_hasher
+) -> None:
+    # An application's own SQLite engine: SQLite enforces no foreign key unless told to.
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'plain.db'}")
+    try:
+        store = SqlAlchemyBackend(engine, hasher=authflow_hasher)
+        alice = store.create_user("acme", "alice", "pw")
+        store.create_role("acme", "admin")
+        store.add_user_role("acme", alice.user_id, "admin")
+        store.delete_user("acme", "alice")
+        with engine.connect() as conn:
+            assert conn.execute(sa.select(user_roles_table)).all() == []
+        store.delete_role("acme", "admin")  # no longer in use
+    finally:
+        engine.dispose()
