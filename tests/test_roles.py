@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from flask import Flask, render_template_string
+from jinja2 import ChoiceLoader, DictLoader
 
 from flask_authflow import (
     AuthFlow,
@@ -406,3 +407,12 @@ def test_deleting_a_user_drops_its_roles_without_foreign_key_enforcement(
         store.delete_role("acme", "admin")  # no longer in use
     finally:
         engine.dispose()
+
+
+def test_an_application_restyles_the_403_page_with_its_own_template(app: Flask, logged_in_client) -> None:
+    app.jinja_env.loader = ChoiceLoader(
+        [DictLoader({"authflow/forbidden.html": "<p id=own>ours</p>"}), app.jinja_env.loader]
+    )
+    response = logged_in_client.get("/admin", headers=HTML)
+    assert response.status_code == 403
+    assert response.text == "<p id=own>ours</p>"
