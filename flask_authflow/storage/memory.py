@@ -16,7 +16,7 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import MutableMapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,9 +31,19 @@ from flask_authflow.core.ports import (
     FailureCount,
     LoginFacts,
     Reservation,
+    Role,
     UserRecord,
 )
-from flask_authflow.errors import AuditWriteError, StoreUnavailable, UserExists, UserNotFound
+from flask_authflow.core.roles import check_description, check_name
+from flask_authflow.errors import (
+    AuditWriteError,
+    RoleExists,
+    RoleInUse,
+    RoleNotFound,
+    StoreUnavailable,
+    UserExists,
+    UserNotFound,
+)
 from flask_authflow.federation.links import IdentityLink
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.outcomes import FactorKind
@@ -138,6 +148,7 @@ class InMemoryBackend:
         self._reservations: dict[AttemptKey, dict[str, datetime]] = {}
         self._attempts: deque[AttemptLogEntry] = deque(maxlen=max_attempt_log)
         self._audit: deque[AuditRecord] = deque()
+        self._roles = _RoleState()
         self._links: dict[tuple[str, str], IdentityLink] = {}
         self._jtis: dict[tuple[str, str], datetime] = {}
         self._fail_writes = 0
@@ -270,6 +281,7 @@ class InMemoryBackend:
             self._forget_attempts(tenant, user.identifier)
             for link_key in [k for k, link in self._links.items() if link.user_id == user.user_id]:
                 self._remove(self._links, link_key)
+            self._remove(self._roles.held, (tenant, user.user_id))
             return user
 
     def find_user(self, tenant: str, identifier: str) -> UserRecord | None:
@@ -715,6 +727,85 @@ class InMemoryBackend:
             self._audit.extend(kept)
         return purged
 
+    # --- roles (RoleStore) -------------------------------------------------------------------
+
+    def _known_role(self, tenant: str, name: str) -> _RoleState:
+        state = self._roles
+        if (check_tenant(tenant), check_name(name)) not in state.roles:
+            raise RoleNotFound()
+        return state
+
+    def create_role(self, tenant: str, name: str, description: str = "") -> Role:
+        role = Role(check_tenant(tenant), check_name(name), check_description(description))
+        with self._lock:
+            state = self._roles
+            if (role.tenant, role.name) in state.roles:
+                raise RoleExists()
+            state.roles[(role.tenant, role.name)] = description
+        return role
+
+    def delete_role(self, tenant: str, name: str, *, force: bool = False) -> None:
+        with self._lock:
+            state = self._known_role(tenant, name)
+            holders = [key for key, roles in state.held.items() if key[0] == tenant and name in roles]
+            if holders and not force:
+                raise RoleInUse()
+            for key in holders:
+                state.held[key].discard(name)
+            state.grants.pop((tenant, name), None)
+            del state.roles[(tenant, name)]
+
+    def list_roles(self, tenant: str) -> list[Role]:
+        with self._lock:
+            state = self._roles
+            return [
+                Role(t, name, description, tuple(sorted(state.grants.get((t, name), ()))))
+                for (t, name), description in sorted(state.roles.items())
+                if t == tenant
+            ]
+
+    def grant_permission(self, tenant: str, role: str, permission: str) -> bool:
+        permission = check_name(permission, "permission")
+        with self._lock:
+            grants = self._known_role(tenant, role).grants.setdefault((tenant, role), set())
+            new = permission not in grants
+            grants.add(permission)
+            return new
+
+    def revoke_permission(self, tenant: str, role: str, permission: str) -> bool:
+        permission = check_name(permission, "permission")
+        with self._lock:
+            grants = self._known_role(tenant, role).grants.get((tenant, role), set())
+            had = permission in grants
+            grants.discard(permission)
+            return had
+
+    def add_user_role(self, tenant: str, user_id: str, role: str) -> bool:
+        with self._lock:
+            if self.get_user(check_tenant(tenant), user_id) is None:
+                raise UserNotFound()
+            held = self._known_role(tenant, role).held.setdefault((tenant, user_id), set())
+            new = role not in held
+            held.add(role)
+            return new
+
+    def remove_user_role(self, tenant: str, user_id: str, role: str) -> bool:
+        with self._lock:
+            held = self._known_role(tenant, role).held.get((tenant, user_id), set())
+            had = role in held
+            held.discard(role)
+            return had
+
+    def roles_of(self, tenant: str, user_id: str) -> list[str]:
+        with self._lock:
+            return sorted(self._roles.held.get((tenant, user_id), ()))
+
+    def permissions_of(self, tenant: str, user_id: str) -> list[str]:
+        with self._lock:
+            state = self._roles
+            roles = state.held.get((tenant, user_id), ())
+            return sorted({p for role in roles for p in state.grants.get((tenant, role), ())})
+
 
 def _undo(container: Any, key: Any, before: Any) -> None:
     """Put one journaled change of a unit back."""
@@ -726,3 +817,12 @@ def _undo(container: Any, key: Any, before: Any) -> None:
         container.pop(key, None)
     else:
         container[key] = before
+
+
+@dataclass(slots=True)
+class _RoleState:
+    """The memory store's roles: (tenant, name) -> description, grants and assignments."""
+
+    roles: dict[tuple[str, str], str] = field(default_factory=dict)
+    grants: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    held: dict[tuple[str, str], set[str]] = field(default_factory=dict)
