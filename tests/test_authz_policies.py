@@ -23,6 +23,7 @@ from flask_authflow.settings import apply_defaults
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import login_test_client
 from flask_authflow.web.authz import AUTHZ_KEY, authorize, authz_hooks, decide
+from flask_authflow.web.state import get_state
 
 assert cedarpy.PolicySet  # the module is imported for real, not stubbed
 
@@ -400,7 +401,8 @@ def test_decorator_denial_is_html_for_a_browser_and_json_for_an_api(login_client
     alice = login_client("alice")
     page = alice.get("/docs/2/edit", headers=BROWSER)  # another tenant's document
     assert page.status_code == 403 and page.mimetype == "text/html"
-    assert "Not allowed" in page.text and "signed in, but not allowed" in page.text
+    assert "Not allowed" in page.text and "your account may not open this page" in page.text
+    assert page.headers["X-Frame-Options"] == "DENY" and page.headers["Cache-Control"] == "no-store"
     assert page.headers["Cache-Control"] == "no-store" and page.headers["X-Frame-Options"] == "DENY"
     api = alice.get("/docs/2/edit", headers=API)
     assert api.status_code == 403 and api.json["error"] == "permission_denied"
@@ -436,7 +438,6 @@ def test_resource_ids_cannot_forge_log_lines(evaluator: Evaluator, caplog: pytes
 
 
 def test_a_user_the_loader_no_longer_finds_is_no_principal(app: Flask, login_client: Any) -> None:
-    from flask_authflow.web.state import get_state
 
     bob = login_client("bob")
     assert bob.get("/docs/1/view").json == {"allowed": True}
@@ -532,3 +533,32 @@ def test_app_without_policies_denies_everything(mock_clock: Any, authflow_hasher
 def test_authorization_needs_an_initialised_app() -> None:
     with Flask("bare").test_request_context(), pytest.raises(RuntimeError, match="not initialised"):
         decide("view", 'Document::"1"')
+
+
+def test_stored_roles_are_the_principals_roles_without_a_roles_loader(
+    tmp_path: Path, mock_clock: Any, authflow_hasher: Any
+) -> None:
+    """With no roles_loader hook, a role given with the store (as ``users add-role`` does) is
+    what the policies see; taking it away denies on the next request."""
+    policy = _write(tmp_path, "editors.cedar", 'permit(principal in Role::"editor", action, resource);\n')
+    app = Flask(__name__)
+    app.config.update(
+        TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), AUTHFLOW_AUTHZ_POLICIES=[policy]
+    )
+    backend = InMemoryBackend(hasher=authflow_hasher, clock=mock_clock)
+    AuthFlow(app, backend=backend, session_store=MemorySessionStore(clock=mock_clock), clock=mock_clock)
+
+    @app.get("/edit")
+    @authorize("edit", 'Document::"1"')
+    def edit() -> str:
+        return "editing"
+
+    user = backend.create_user("default", "erin", "correct horse battery")
+    backend.create_role("default", "editor")
+    client = login_test_client(app, "erin", password="correct horse battery")
+    json_only = {"Accept": "application/json"}
+    assert client.get("/edit", headers=json_only).status_code == 403
+    backend.add_user_role("default", user.user_id, "editor")
+    assert client.get("/edit").text == "editing"
+    backend.remove_user_role("default", user.user_id, "editor")
+    assert client.get("/edit", headers=json_only).status_code == 403

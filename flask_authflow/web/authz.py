@@ -2,9 +2,9 @@
 
 ``init_app`` calls :func:`install`, which loads ``AUTHFLOW_AUTHZ_POLICIES`` (checked against
 ``AUTHFLOW_AUTHZ_SCHEMA``) once, at start-up. A decision's principal is the current user
-(:func:`current_principal`): the session's user id and tenant, the roles of the
-``roles_loader`` hook (none without one), the attributes of the ``principal_attributes``
-hook, and the session's authentication time and factors passed. Hooks are registered per
+(:func:`current_principal`): the session's user id and tenant, its stored roles (or those
+of the ``roles_loader`` hook, when one is registered), the attributes of the
+``principal_attributes`` hook, and the session's authentication time and factors passed. Hooks are registered per
 extension object, like the user loader::
 
     hooks = authz_hooks(authflow)
@@ -13,8 +13,9 @@ extension object, like the user loader::
     def roles(user):
         return user.roles
 
-A denial is :class:`~flask_authflow.errors.PermissionDenied` (403): a browser gets an HTML
-page in the ready views' style, an API client ``{"error": "permission_denied", ...}``; an
+A denial is :class:`~flask_authflow.errors.PermissionDenied` (403), answered like every
+other denial (:func:`~flask_authflow.web.decorators.denial_response`): a browser gets the
+``authflow/forbidden.html`` page, an API client ``{"error": "permission_denied", ...}``; an
 application's ``@app.errorhandler(403)`` (or one for ``PermissionDenied``) answers instead.
 """
 
@@ -24,18 +25,15 @@ import functools
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from flask import Flask, Response, current_app, request
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from flask import Flask, current_app
 
 from flask_authflow.authz import AuthzSettings, Decision, Evaluator, Principal, load_policies
 from flask_authflow.authz.evaluator import log
 from flask_authflow.errors import PermissionDenied
-from flask_authflow.responses import wants_json
-from flask_authflow.web.current_user import ANONYMOUS_USER, load_current_user
-from flask_authflow.web.decorators import denial_response, login_required
+from flask_authflow.web.current_user import ANONYMOUS_USER, current_roles, load_current_user
+from flask_authflow.web.decorators import login_required
 from flask_authflow.web.state import current_auth_session, get_state
 
 __all__ = [
@@ -56,19 +54,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 RolesLoader = Callable[[Any], Iterable[str]]
 #: ``principal_attributes(user)``: more attributes of the principal (``principal.<name>``).
 AttributesLoader = Callable[[Any], Mapping[str, Any]]
-
-_DENIED_PAGE = """{% extends "authflow/base.html" %}
-{% block title %}Not allowed{% endblock %}
-{% block content %}<h1>Not allowed</h1>
-<p class="error" role="alert">{{ message }}</p>
-<p><a href="/">Back to the start page</a></p>{% endblock %}"""
-
-
-#: The ready views' templates, read without the views' blueprint (an app may not register it).
-_PAGES = Environment(
-    loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape(default=True)
-)
-
 
 @dataclass(eq=False)
 class AuthzHooks:
@@ -131,14 +116,11 @@ def current_principal() -> Principal | None:
     if not session.is_authenticated or session.tenant is None or session.user_id is None:
         return None
     hooks = _app_authz().hooks
-    roles: frozenset[str] = frozenset()
-    attributes: dict[str, Any] = {}
-    if hooks.roles is not None or hooks.attributes is not None:
-        user = load_current_user()
-        if user is ANONYMOUS_USER:  # the user loader no longer finds this user: no principal
-            return None
-        roles = frozenset(hooks.roles(user)) if hooks.roles is not None else roles
-        attributes = dict(hooks.attributes(user)) if hooks.attributes is not None else attributes
+    user = load_current_user()
+    if user is ANONYMOUS_USER:  # the user loader no longer finds this user: no principal
+        return None
+    roles = frozenset(hooks.roles(user)) if hooks.roles is not None else current_roles()
+    attributes = dict(hooks.attributes(user)) if hooks.attributes is not None else {}
     return Principal(
         id=session.user_id,
         tenant=session.tenant,
@@ -165,36 +147,6 @@ def is_authorized(action: Any, resource: Any, context: Mapping[str, Any] | None 
     return decide(action, resource, context).allowed
 
 
-def _app_answers_403() -> bool:
-    """Flask would hand ``PermissionDenied`` to the application's own code: a 403 handler (the
-    extension's handler defers to one), or a class handler Flask finds before the extension's."""
-    blueprints = (*request.blueprints, None)
-    specs = [current_app.error_handler_spec.get(name, {}) for name in blueprints]
-    if any(spec.get(403) for spec in specs):
-        return True
-    for spec in specs:
-        by_class = spec.get(None, {})
-        for cls in PermissionDenied.__mro__:
-            handler = by_class.get(cls)
-            if handler is not None:
-                return handler is not denial_response
-    return False
-
-
-def _denied(error: PermissionDenied) -> Any:
-    """The answer to a policy denial: the application's handler, else HTML for a browser,
-    else the JSON or text error."""
-    browser = any(value == "text/html" and quality > 0 for value, quality in request.accept_mimetypes)
-    if _app_answers_403() or wants_json() or not browser:
-        raise error
-    body = _PAGES.from_string(_DENIED_PAGE).render(message=error.message)
-    response = Response(body, status=error.status, mimetype="text/html")
-    response.headers["Cache-Control"] = "no-store"
-    response.headers["X-Frame-Options"] = "DENY"
-    response.headers.setdefault("Content-Security-Policy", "frame-ancestors 'none'")
-    return response
-
-
 def _value(given: Any, view_kwargs: Mapping[str, Any]) -> Any:
     """``given``, or what it returns when it is a function of the view's arguments."""
     if callable(given) and not isinstance(given, type) and not hasattr(given, "policy_entity"):
@@ -217,7 +169,7 @@ def authorize(action: str, resource: Any, *, context: Any = None) -> Callable[[F
             target = _value(resource, kwargs)
             facts = _value(context, kwargs)
             if not decide(action, target, facts).allowed:
-                return _denied(PermissionDenied())
+                raise PermissionDenied()  # answered by the extension's denial handler
             return current_app.ensure_sync(view)(*args, **kwargs)
 
         return login_required(cast(F, wrapper))

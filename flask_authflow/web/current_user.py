@@ -21,7 +21,6 @@ from typing import Any, Final, cast
 from flask import g
 from werkzeug.local import LocalProxy
 
-from flask_authflow.core.ports import RoleStore
 from flask_authflow.web.state import AuthFlowState, current_auth_session, get_state
 
 __all__ = [
@@ -147,10 +146,7 @@ def _role_sets() -> tuple[frozenset[str], frozenset[str]]:
     if cached is not None and cached[0] == key:
         return cast(tuple[frozenset[str], frozenset[str]], cached[1])
     store = get_state().backend
-    if isinstance(store, RoleStore):
-        sets = frozenset(store.roles_of(*key)), frozenset(store.permissions_of(*key))
-    else:  # a store without roles: nobody holds one
-        sets = frozenset(), frozenset()
+    sets = frozenset(store.roles_of(*key)), frozenset(store.permissions_of(*key))
     setattr(g, _ROLES_KEY, (key, sets))
     return sets
 

@@ -167,6 +167,8 @@ def _forbidden_page() -> Response:
         body = _TEMPLATES.get_template("authflow/forbidden.html").render()
     response = Response(body, status=403, mimetype="text/html")
     response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers.setdefault("Content-Security-Policy", "frame-ancestors 'none'")
     return response
 
 

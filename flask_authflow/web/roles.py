@@ -18,7 +18,6 @@ from flask_authflow import signals
 from flask_authflow.audit.context import audit_context
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.core.ports import Role, RoleStore
-from flask_authflow.errors import ConfigurationError
 from flask_authflow.web.state import AuthFlowState, get_state
 
 __all__ = [
@@ -33,11 +32,8 @@ __all__ = [
 
 
 def role_store(app: Flask | None = None) -> RoleStore:
-    """The app's role store (its backend); :class:`ConfigurationError` if it has none."""
-    backend = get_state(app).backend
-    if not isinstance(backend, RoleStore):
-        raise ConfigurationError(f"{type(backend).__name__} does not store roles (it is no RoleStore)")
-    return backend
+    """The app's role store: its backend."""
+    return get_state(app).backend
 
 
 def _record(

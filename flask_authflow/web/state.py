@@ -28,6 +28,7 @@ from flask_authflow.core.ports import (
     FactorStore,
     IdentityStore,
     MaintainedSessionStore,
+    RoleStore,
     UserRecord,
 )
 from flask_authflow.core.session import AuthSession
@@ -60,9 +61,11 @@ EXTENSION_KEY = "authflow"
 
 
 @runtime_checkable
-class AuthBackend(IdentityStore, FactorStore, AttemptStore, AuditSink, BackendMaintenance, Protocol):
-    """One store for users, factors, attempts and audit rows, plus account administration
-    and the maintenance the wiring and the command line call.
+class AuthBackend(
+    IdentityStore, FactorStore, AttemptStore, AuditSink, BackendMaintenance, RoleStore, Protocol
+):
+    """One store for users, factors, attempts, audit rows and roles, plus account
+    administration and the maintenance the wiring and the command line call.
 
     :class:`~flask_authflow.storage.memory.InMemoryBackend` and
     :class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend` implement it.
