@@ -4,8 +4,8 @@
 ``AUTHFLOW_AUTHZ_SCHEMA``) once, at start-up. A decision's principal is the current user
 (:func:`current_principal`): the session's user id and tenant, its stored roles (or those
 of the ``roles_loader`` hook, when one is registered), the attributes of the
-``principal_attributes`` hook, and the session's authentication time and factors passed. Hooks are registered per
-extension object, like the user loader::
+``principal_attributes`` hook, and the session's authentication time and factors passed.
+Hooks are registered per extension object, like the user loader::
 
     hooks = authz_hooks(authflow)
 
@@ -14,7 +14,7 @@ extension object, like the user loader::
         return user.roles
 
 A denial is :class:`~flask_authflow.errors.PermissionDenied` (403), answered like every
-other denial (:func:`~flask_authflow.web.decorators.denial_response`): a browser gets the
+other denial (by the error handler ``init_app`` registers): a browser gets the
 ``authflow/forbidden.html`` page, an API client ``{"error": "permission_denied", ...}``; an
 application's ``@app.errorhandler(403)`` (or one for ``PermissionDenied``) answers instead.
 """
