@@ -320,6 +320,7 @@ def _metric(client: FlaskClient, name: str) -> int:
 
 
 @pytest.mark.http
+@pytest.mark.authflow_stores("app")  # a provider over real HTTP dates its tokens by the system clock
 def test_metrics_count_every_real_jwks_fetch_and_its_failures(tmp_path: Path) -> None:
     served = ServedProvider()
     try:
