@@ -36,6 +36,10 @@ from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql import keystore, migrations, session_store  # noqa: F401 (their tables)
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.base import add_tables_to, metadata
+from tests.appfactory import AppFactory
+
+# The schema of the app's SQL database is the point: never the plugin's in-memory stores.
+pytestmark = pytest.mark.authflow_stores("sql")
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct horse battery staple"
@@ -59,23 +63,16 @@ def engines() -> Iterator[Callable[[str], sa.Engine]]:
 
 
 @pytest.fixture
-def apps() -> Iterator[Callable[..., Flask]]:
-    """``make(url, tmp_path, **config)``: an app on the default store (``url`` ``None``: SQLite
-    in the instance folder); its engine is disposed of after the test."""
-    made: list[Flask] = []
+def apps(app_factory: AppFactory) -> Callable[..., Flask]:
+    """``make(url, tmp_path, **config)``: an ``app_factory`` app on the default store (``url``
+    ``None``: SQLite in the instance folder) with one signing key for every app of the test."""
 
     def make(url: str | None, tmp: Path, **config: Any) -> Flask:
-        app = Flask(__name__, instance_path=str(tmp / "instance"))
-        app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="m" * 40, **config)
         if url is not None:
-            app.config["AUTHFLOW_DATABASE_URL"] = url
-        AuthFlow(app, hasher=HASHER)
-        made.append(app)
-        return app
+            config["AUTHFLOW_DATABASE_URL"] = url
+        return app_factory(instance_path=tmp / "instance", AUTHFLOW_SIGNING_KEY="m" * 40, **config)
 
-    yield make
-    for app in made:
-        get_state(app).backend.close()
+    return make
 
 
 def differences(engine: sa.Engine, target: sa.MetaData | list[sa.MetaData], **hooks: Any) -> list[Any]:
@@ -216,6 +213,7 @@ def test_processes_upgrading_at_once_take_turns(
 # -- the app at start-up ------------------------------------------------------------------------------
 
 
+@pytest.mark.authflow_stores("app")  # the default database, in the instance folder
 def test_the_sqlite_default_upgrades_itself(tmp_path: Path, apps: Callable[..., Flask]) -> None:
     app = apps(None, tmp_path)  # no AUTHFLOW_DATABASE_URL: SQLite in the instance folder
     engine = get_state(app).backend.engine
