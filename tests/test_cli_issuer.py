@@ -32,6 +32,10 @@ from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from tests.parts import missing_part
 
+# The tokens minted here are checked by PyJWT and node's jose against the wall clock: the
+# app keeps its own (system) clock and its own in-memory stores.
+pytestmark = pytest.mark.authflow_stores("app")
+
 ROOT = Path(__file__).resolve().parent.parent
 INTEROP = ROOT / "tests" / "interop"
 ISS = "https://cli-issuer.example"
