@@ -453,6 +453,7 @@ def test_app_errorhandler_403_answers_a_failed_predicate(app_factory) -> None:
 # --- init_app injectables and Flask-SQLAlchemy ---------------------------------------------------
 
 
+@pytest.mark.authflow_stores("sql")  # the factory's own SQL stores, sessions included
 def test_init_app_takes_the_clock_of_a_factory(tmp_path: Path, authflow_hasher) -> None:
     clock = MockClock()
     authflow = AuthFlow()  # at import time, as in a factory-pattern app
@@ -477,6 +478,7 @@ def test_init_app_takes_the_clock_of_a_factory(tmp_path: Path, authflow_hasher) 
     assert client.get("/me", headers={"Accept": "application/json"}).status_code == 401
 
 
+@pytest.mark.authflow_stores("sql")  # the factory's own SQL stores, sessions included
 def test_flask_sqlalchemy_model_integration_without_app_context(tmp_path: Path, authflow_hasher) -> None:
     from flask_sqlalchemy import SQLAlchemy
     from sqlalchemy import inspect
@@ -526,6 +528,7 @@ def test_flask_sqlalchemy_model_integration_without_app_context(tmp_path: Path, 
     assert client.get("/me").text == "Alice Liddell"
 
 
+@pytest.mark.authflow_stores("sql")  # the factory's own SQL stores, sessions included
 def test_flask_sqlalchemy_backend_needs_db_init_app_first(tmp_path: Path, authflow_hasher) -> None:
     from flask_sqlalchemy import SQLAlchemy
 
@@ -541,6 +544,7 @@ def test_flask_sqlalchemy_backend_needs_db_init_app_first(tmp_path: Path, authfl
         AuthFlow(app, backend=backend)
 
 
+@pytest.mark.authflow_stores("sql")  # the factory's own SQL stores, sessions included
 def test_one_import_time_backend_serves_every_app_of_a_factory(tmp_path: Path, authflow_hasher) -> None:
     from flask_sqlalchemy import SQLAlchemy
 
