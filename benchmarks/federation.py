@@ -11,9 +11,10 @@ would, so concurrent callers really do overlap with the fetch).
     ``jwt.decode`` with a ``PyJWKClient`` (the same checks, nonce included), RS256 and ES256,
     interleaved rounds; prints the ratio of bests, the median of per-round ratios and the spread.
 (b) debounce: ``--tokens`` tokens with random ``kid`` values, spread over ``--seconds`` of real
-    time by ``--workers`` threads, against a cold cache with the default 10 s debounce; prints the
-    fetches and the debounce windows touched (expected: at most 1 per window). Then the same
-    tokens spread over 60 s of mock-clock time, to show the bound across several windows.
+    time by ``--workers`` threads, against a cold cache with the default 1 s floor and token
+    bucket (3 in a row, then one per 20 s); prints the fetches and the floor windows touched
+    (expected: at most 1 per window). Then the same tokens spread over 60 s of mock-clock time,
+    where the bucket bounds the fetches to a few per minute.
 
     .venv/bin/python benchmarks/federation.py [--threads 64] [--tokens 10000] [--seconds 1]
 """
@@ -258,7 +259,13 @@ def _compare_validation(algorithm: str, args: argparse.Namespace) -> None:
     try:
         http = RequestsHttpClient()
         ours = OAuthProviderConfig.discover(
-            provider.discovery_url, CLIENT, "secret", "http://127.0.0.1/cb", name="bench", http=http
+            provider.discovery_url,
+            CLIENT,
+            "secret",
+            "http://127.0.0.1/cb",
+            name="bench",
+            http=http,
+            id_token_signed_response_alg=algorithm,  # the one algorithm the client accepts
         )
         nonce = secrets.token_urlsafe(16)
         token = provider.id_token(CLIENT, "user-1", nonce=nonce)

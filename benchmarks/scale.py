@@ -237,7 +237,7 @@ class SqliteQueryFloor:
         if self.connection is None:
             import sqlite3
 
-            from flask_authflow.storage.sql.base import _sqlite_pragmas
+            from flask_authflow.storage.sql.engine import _sqlite_pragmas
 
             self.connection = sqlite3.connect(self.path, check_same_thread=False)
             _sqlite_pragmas(self.connection, None)

@@ -122,10 +122,11 @@ def federated_app(
 class ServedProvider:
     """The in-process test provider behind a real HTTP server on 127.0.0.1; its JWKS can fail."""
 
-    def __init__(self) -> None:
+    def __init__(self, **options: Any) -> None:
+        """``options`` go to :class:`TestOpenIDProvider` (``algorithm``, ``trailing_slash``...)."""
         self.jwks_down = False
         self.server = make_server("127.0.0.1", 0, self._wsgi, threaded=True)
-        self.provider = TestOpenIDProvider(f"http://127.0.0.1:{self.server.port}")
+        self.provider = TestOpenIDProvider(f"http://127.0.0.1:{self.server.port}", **options)
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05})
         self.thread.start()
 

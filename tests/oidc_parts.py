@@ -1,7 +1,9 @@
 """A real OpenID provider for the interop tests: panva's ``oidc-provider`` run by ``tests/interop/op.mjs``.
 
 ``oidc_op`` (session-scoped) starts ``node op.mjs`` on a free 127.0.0.1 port with one client
-(``reference-app`` signs ID tokens with RS256, ``reference-app-es256`` with ES256), and a small
+(``reference-app`` signs ID tokens with RS256, ``reference-app-es256`` with ES256,
+``reference-app-ps256`` with PS256; ``reference-app-post`` uses client_secret_post and
+``reference-app-special`` has :data:`SPECIAL_SECRET`), and a small
 HTTP receiver on 127.0.0.1 that records the back-channel logout tokens the provider POSTs.
 :func:`start_oidc_provider` starts another one with your own redirect and logout URIs (for an
 app served on a real port). :func:`drive_login` and :func:`drive_logout` act as the browser with
@@ -38,6 +40,8 @@ OP_SCRIPT = INTEROP / "op.mjs"
 CLIENT_ID = "reference-app"
 ES256_CLIENT_ID = "reference-app-es256"
 CLIENT_SECRET = "reference-app-secret-0123456789abcdef"
+#: The secret of ``reference-app-special``: what client_secret_basic must form-urlencode.
+SPECIAL_SECRET = "sp+ec%ial&sec=ret 0123456789abcdef"
 MAX_STEPS = 12
 
 
@@ -194,6 +198,7 @@ def start_oidc_provider(
         {
             "OP_CLIENT_ID": CLIENT_ID,
             "OP_CLIENT_SECRET": CLIENT_SECRET,
+            "OP_SPECIAL_SECRET": SPECIAL_SECRET,
             "OP_REDIRECT_URIS": ",".join(redirect_uris),
             "OP_POST_LOGOUT_REDIRECT_URIS": ",".join(post_logout_redirect_uris),
             "OP_BACKCHANNEL_LOGOUT_URI": backchannel_logout_uri or "",

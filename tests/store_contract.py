@@ -253,6 +253,23 @@ class StoreContract:
         backend.write(row)
         assert backend.audit_rows == [row]
 
+    def test_purge_audit_deletes_the_rows_written_before_the_cutoff(self, backend: Any) -> None:
+        def row(minutes: int) -> AuditRecord:
+            return AuditRecord(time=T0 + timedelta(minutes=minutes), event=f"e{minutes}", status="success")
+
+        for minutes in (0, 5, 10):
+            backend.write(row(minutes))
+        assert backend.purge_audit(T0 + timedelta(minutes=5)) == 1  # strictly before the cutoff
+        assert [r.event for r in backend.audit_rows] == ["e5", "e10"]
+        assert backend.purge_audit(T0) == 0
+        assert backend.purge_audit(T0 + timedelta(hours=1)) == 2
+        assert backend.audit_rows == []
+
+    def test_maintenance_members(self, backend: Any) -> None:
+        assert backend.bind_app(object()) is backend  # no Flask-SQLAlchemy db: the backend itself
+        engine = backend.database_engine()
+        assert engine is None or engine is backend.engine
+
     def test_service_on_this_backend(self, backend: Any, clock: MockClock) -> None:
         backend.with_user_password("Alice", "acme", "correct horse")
         service = AuthnService(backend, backend, clock=clock)

@@ -252,7 +252,7 @@ def test_factors_list_shows_the_factors_and_no_secret(app: Flask, mock_clock: Mo
     assert lines[0].split() == ["ID", "KIND", "LABEL", "CREATED", "LAST", "USED", "CONFIRMED"]
     row = next(line for line in lines if line.startswith(totp.factor_id))
     assert row.split()[1] == "totp" and "Authenticator app" in row
-    assert "2026-01-01T00:00:00+00:00" in row and "never" in row and row.endswith("yes")
+    assert mock_clock.now().isoformat() in row and "never" in row and row.endswith("yes")
     assert any(line.startswith(password.factor_id) and " password " in line for line in lines)
     assert lines[-1] == "2 factor(s) of 'alice' in tenant 'default'"
     for secret in (key, totp.secret, password.secret):
@@ -269,7 +269,7 @@ def test_factors_list_shows_the_factors_and_no_secret(app: Flask, mock_clock: Mo
         "id": totp.factor_id,
         "kind": "totp",
         "label": "Authenticator app",
-        "created_at": "2026-01-01T00:00:00+00:00",
+        "created_at": mock_clock.now().isoformat(),
         "last_used_at": None,
         "confirmed": True,
     }

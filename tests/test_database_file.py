@@ -11,7 +11,7 @@ import pytest
 from flask_authflow import AuthFlow, get_state
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.login.password import PasswordHasher
-from flask_authflow.storage.sql import base
+from flask_authflow.storage.sql import engine as engine_module
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from tests.appfactory import base_app
 
@@ -59,7 +59,7 @@ def test_a_database_owned_by_someone_else_is_refused(tmp_path: Path, monkeypatch
     db.write_bytes(b"")
     db.chmod(0o644)
     real_uid = os.geteuid()
-    monkeypatch.setattr(base.os, "geteuid", lambda: real_uid + 1)  # as if another user owned the file
+    monkeypatch.setattr(engine_module.os, "geteuid", lambda: real_uid + 1)  # as if another user owned it
     with pytest.raises(ConfigurationError, match=rf"AUTHFLOW_DATABASE_URL: .*chmod 600 {db}"):
         SqlAlchemyBackend(f"sqlite:///{db}", hasher=PasswordHasher.fast_for_tests())
     assert mode(db) == 0o644  # untouched

@@ -189,7 +189,7 @@ def test_packaging_promises() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     assert [requirement.split(">")[0] for requirement in extras["docs"]] == ["sphinx"]
-    assert project["license"] == {"text": "MIT"}
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
     license_text = (REPO / "LICENSE").read_text()
     assert license_text.startswith("MIT License\n\nCopyright (c) 2026 the flask-authflow authors\n")
     changes = (REPO / "CHANGES.rst").read_text()

@@ -464,3 +464,26 @@ def test_the_loopback_memory_is_bounded_and_keeps_no_long_strings() -> None:
     before = cached.cache_info().currsize
     assert not extension._is_loopback("127.0.0.1" + " " * 200)  # an X-Forwarded-For hop of junk
     assert cached.cache_info().currsize == before
+
+
+def corp_factory(tenant: str | None) -> dict[str, str]:
+    """A provider factory (called on first use only)."""
+    return PROVIDER_ENTRY
+
+
+def test_a_provider_registered_after_the_first_request_is_refused(authflow_hasher) -> None:
+    app = _app(AUTHFLOW_SESSION_STORE="memory")
+    ext = AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    app.test_client().get("/")
+    with pytest.raises(RuntimeError, match="register_provider after the app served requests"):
+        ext.register_provider("corp", corp_factory)
+    assert get_state(app).federation is None
+    assert "authflow_oauth" not in app.blueprints
+
+
+def test_a_provider_registered_before_the_first_request_installs_federation(authflow_hasher) -> None:
+    app = _app(AUTHFLOW_SESSION_STORE="memory")
+    ext = AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    ext.register_provider("corp", corp_factory)
+    assert get_state(app).federation is not None
+    assert "authflow_oauth" in app.blueprints

@@ -127,7 +127,7 @@ def test_claims_mapper_decides_the_user(fed: FederatedApp) -> None:
 def test_claims_mapper_refusal_is_user_not_linked(fed: FederatedApp) -> None:
     fed.authflow.claims_mapper(lambda identity: None)
     response = fed.sign_in(fed.client())
-    assert response.status_code == 401 and "no local account" in response.text
+    assert response.status_code == 403 and "no local account" in response.text
     assert login_rows(fed) == [("failure", "user_not_linked")]
 
 
@@ -312,7 +312,7 @@ def test_provider_error_answer_is_refused(fed: FederatedApp) -> None:
 
 
 def test_unknown_provider(fed: FederatedApp) -> None:
-    assert fed.client().get("/auth/login/nobody").status_code == 400
+    assert fed.client().get("/auth/login/nobody").status_code == 404
     with fed.app.test_request_context(), pytest.raises(UnknownProvider):
         fed.authflow.oauth_provider("nobody")
 
@@ -598,24 +598,25 @@ def _keys_without_alg(provider: Any, monkeypatch: Any) -> None:
     monkeypatch.setattr(provider, "jwks", jwks)
 
 
-def test_keys_without_alg_are_skipped_by_default(
+def test_keys_without_alg_are_used_by_default(
     oidc_provider, mock_clock, authflow_hasher, monkeypatch
 ) -> None:
     oidc_provider.login_as("alice-sub")
     _keys_without_alg(oidc_provider, monkeypatch)
     fed = federated_app(oidc_provider, mock_clock, authflow_hasher)
-    response = fed.sign_in(fed.client())
-    # No usable key at all: the key set counts as a failed fetch, and the login is refused.
-    assert response.status_code == 401 and login_rows(fed) == [("failure", ProviderUnreachable.code)]
+    assert fed.sign_in(fed.client()).status_code == 302
 
 
-def test_keys_without_alg_are_used_when_the_provider_says_so(
+def test_keys_without_alg_skipped_on_request_name_alg_and_the_option(
     oidc_provider, mock_clock, authflow_hasher, monkeypatch
 ) -> None:
     oidc_provider.login_as("alice-sub")
     _keys_without_alg(oidc_provider, monkeypatch)
-    fed = federated_app(oidc_provider, mock_clock, authflow_hasher, jwks_require_alg=False)
-    assert fed.sign_in(fed.client()).status_code == 302
+    fed = federated_app(oidc_provider, mock_clock, authflow_hasher, jwks_require_alg=True)
+    response = fed.sign_in(fed.client())
+    # No usable key at all: the key set counts as a failed fetch, and the login is refused.
+    assert response.status_code == 502 and login_rows(fed) == [("failure", ProviderUnreachable.code)]
+    assert "without alg" in response.text and "jwks_require_alg=False" in response.text
 
 
 def test_a_per_tenant_factory_is_built_once_per_tenant(oidc_provider, mock_clock, authflow_hasher) -> None:

@@ -31,7 +31,7 @@ from flask_authflow.errors import ConfigurationError
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql import backend as backend_module
+from flask_authflow.storage.sql import audit as audit_module
 from flask_authflow.storage.sql import session_store as store_module
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore, sessions_table
@@ -267,7 +267,7 @@ def test_purge_audit_deletes_rows_before_the_cutoff_in_batches(
 ) -> None:
     clock = MockClock()
     backend = SqlAlchemyBackend(database_url, hasher=PasswordHasher.fast_for_tests(), clock=clock)
-    monkeypatch.setattr(backend_module, "AUDIT_PURGE_BATCH", 2)
+    monkeypatch.setattr(audit_module, "AUDIT_PURGE_BATCH", 2)
     try:
         for day in range(5):
             backend.write(audit_row(clock, f"day{day}"))
@@ -416,20 +416,6 @@ def test_sessions_purge_of_one_tenant(app: Flask, mock_clock: MockClock, stores:
     assert failure(app, "sessions", "purge", "--tenant", "")["error"] == "invalid_input"
 
 
-def test_sessions_purge_of_one_tenant_needs_a_store_that_can(
-    app_factory: AppFactory, mock_clock: MockClock
-) -> None:
-    class WholeStorePurge(MemorySessionStore):
-        def purge_expired(self) -> int:  # type: ignore[override]
-            return super().purge_expired()
-
-    app = app_factory(backend=InMemoryBackend(), session_store=WholeStorePurge(clock=mock_clock))
-    refused = failure(app, "sessions", "purge", "--tenant", "acme")
-    assert refused["error"] == "not_supported"
-    assert "WholeStorePurge" in refused["message"]
-    assert run_json(app, "sessions", "purge") == {"purged": 0}
-
-
 def write_aged_rows(app: Flask, ages_in_days: list[int]) -> MockClock:
     """One audit row written ``age`` days before the app's clock's current time, for each age."""
     state = get_state(app)
@@ -490,8 +476,12 @@ def test_audit_purge_refuses_a_malformed_age(app: Flask, age: str) -> None:
 
 
 @pytest.mark.authflow_stores("memory")
-def test_audit_purge_on_a_backend_without_a_purge(app_factory: AppFactory) -> None:
-    app = app_factory()
-    refused = failure(app, "audit", "purge")
-    assert refused["error"] == "not_supported"
-    assert "InMemoryBackend" in refused["message"]
+def test_audit_purge_on_the_memory_backend(app_factory: AppFactory) -> None:
+    app = app_factory(AUTHFLOW_AUDIT_RETENTION=timedelta(days=90))
+    write_aged_rows(app, [400, 91, 89, 0])
+    assert run_json(app, "audit", "purge")["deleted"] == 2
+    backend = get_state(app).backend
+    assert isinstance(backend, InMemoryBackend)
+    assert [row.event for row in backend.audit_rows] == ["age89", "age0"]
+    refused = failure(app, "audit", "purge", "--older-than", "30d")
+    assert refused["error"] == "retention"

@@ -26,7 +26,7 @@ from flask_authflow.issuer import (
     LocalIdpSigningKey,
     MemoryLocalIdpKeyStore,
 )
-from flask_authflow.storage.sql.base import resolve_engine
+from flask_authflow.storage.sql.engine import resolve_engine
 from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
 
 ROOT = Path(__file__).resolve().parent.parent

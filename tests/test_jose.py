@@ -148,7 +148,7 @@ def test_token_without_kid_uses_the_only_matching_key(clock: MockClock, ec_key: 
 
 
 @pytest.mark.parametrize(
-    "algs", [[], ["none"], ["HS256"], ["HS512"], ["RS256", "none"], ["ES512"], ["rs256"], "RS256"]
+    "algs", [[], ["none"], ["HS256"], ["HS512"], ["RS256", "none"], ["ES256K"], ["rs256"], "RS256"]
 )
 def test_unsafe_or_empty_allowlist_rejected_at_construction(handle: JwksHandle, algs: Any) -> None:
     with pytest.raises(ConfigurationError):

@@ -29,13 +29,15 @@ from flask.testing import FlaskCliRunner
 
 import flask_authflow
 from flask_authflow import AuthFlow, get_state
+from flask_authflow.core.crypto import SessionCrypto
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql import keystore, migrations, session_store  # noqa: F401 (their tables)
+from flask_authflow.storage.sql import migrations
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.base import add_tables_to, metadata
+from flask_authflow.storage.sql.schema import add_tables_to, metadata
+from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
 from tests.appfactory import AppFactory
 
 # The schema of the app's SQL database is the point: never the plugin's in-memory stores.
@@ -44,7 +46,7 @@ pytestmark = pytest.mark.authflow_stores("sql")
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct horse battery staple"
 HASHER = PasswordHasher.fast_for_tests()
-AUTHFLOW_TABLES = set(metadata.tables)  # every store module is imported: all of them
+AUTHFLOW_TABLES = set(metadata.tables)  # the schema module defines every table
 
 
 @pytest.fixture
@@ -314,6 +316,20 @@ def test_db_commands_need_a_sql_store(tmp_path: Path) -> None:
     code, output = run(app.test_cli_runner(), "db", "current")
     assert code == 1
     assert output.startswith("Error: this app keeps no flask-authflow tables in a SQL database")
+
+
+def test_db_commands_migrate_the_session_stores_database(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
+    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="m" * 40)
+    store = SqlAlchemySessionStore(url, crypto=SessionCrypto(secrets.token_bytes(32)), create_tables=False)
+    AuthFlow(app, backend=InMemoryBackend(hasher=HASHER), session_store=store)
+    head = migrations.head()
+    try:
+        assert run(app.test_cli_runner(), "db", "upgrade") == (0, f"upgraded from none to {head}\n")
+        assert migrations.current(store.engine) == head
+    finally:
+        store.engine.dispose()
 
 
 @pytest.mark.postgres

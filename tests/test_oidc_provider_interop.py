@@ -4,6 +4,10 @@ The tests act as the relying party with plain ``requests`` (authorize with PKCE 
 provider's development login and consent pages, the token exchange) and check what comes back
 with our own verifier (:class:`flask_authflow.jose.JwtVerifier`): RS256 and ES256 ID tokens, key
 rotation between two logins, RP-initiated logout and the back-channel logout token it POSTs.
+Then our own relying party (:class:`~flask_authflow.federation.provider.OAuthProvider`) logs
+in against it: ES256, PS256 and RS256 ID tokens under a pinned algorithm, a client secret
+with ``+%&=`` (client_secret_basic form-urlencodes it), client_secret_post, and a key
+rotation one second after a login.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import time
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,10 +25,14 @@ import requests
 from flask import Flask, request
 
 from flask_authflow.errors import TokenVerificationError, UnknownKeyId
+from flask_authflow.federation.ceremony import Ceremony
+from flask_authflow.federation.errors import IdTokenValidation, TokenExchange
+from flask_authflow.federation.provider import OAuthProvider, OAuthProviderConfig
 from flask_authflow.jose import JwksHandle, JwtVerifier, VerifiedClaims, b64url_encode, parse_public_jwk
 from flask_authflow.testing.provider import BACKCHANNEL_LOGOUT_EVENT
 from tests import oidc_parts
 from tests.oidc_parts import (
+    SPECIAL_SECRET,
     FinalRedirect,
     OidcProviderProcess,
     drive_login,
@@ -355,3 +365,69 @@ def test_a_relying_party_on_loopback_is_signed_out_by_the_providers_post() -> No
     finally:
         op.stop()
         served.stop()
+
+
+# --- our relying party (OAuthProvider) against the real provider -----------------------------------
+
+
+def _our_rp(op: OidcProviderProcess, client_id: str, secret: str, **options: Any) -> OAuthProvider:
+    """Our relying party for ``client_id``, discovered from the real provider."""
+    return OAuthProviderConfig.discover(op.discovery_url, client_id, secret, op.redirect_uri, **options)
+
+
+def _our_login(op: OidcProviderProcess, rp: OAuthProvider, user: str) -> VerifiedClaims:
+    """A login through our provider object: authorize URL, the provider's pages, our token
+    request (its client authentication) and our ID-token checks (pinned algorithm, at_hash)."""
+    ceremony = Ceremony.start(rp.name, rp.issuer, datetime.now(UTC))
+    back = drive_login(rp.authorization_url(ceremony), user, requests.Session(), issuer=op.issuer)
+    assert back.state == ceremony.state and back.iss == op.issuer
+    tokens = rp.exchange_code(back.code, ceremony.code_verifier)
+    claims = rp.validate_id_token(tokens.id_token, ceremony.nonce, tokens.access_token)
+    assert claims.sub == user
+    assert rp.fetch_userinfo(tokens.access_token, user)["email"] == f"{user}@example.com"
+    return claims
+
+
+@pytest.mark.parametrize(("suffix", "alg"), [("-es256", "ES256"), ("-ps256", "PS256"), ("", "RS256")])
+def test_our_rp_verifies_es256_ps256_and_rs256_id_tokens(
+    oidc_op: OidcProviderProcess, suffix: str, alg: str
+) -> None:
+    rp = _our_rp(oidc_op, oidc_op.client_id + suffix, oidc_op.client_secret, id_token_signed_response_alg=alg)
+    assert _our_login(oidc_op, rp, "ivan").alg == alg
+    other = "ES256" if alg != "ES256" else "RS256"
+    pinned_elsewhere = _our_rp(
+        oidc_op, oidc_op.client_id + suffix, oidc_op.client_secret, id_token_signed_response_alg=other
+    )
+    with pytest.raises(IdTokenValidation, match="algorithm"):
+        _our_login(oidc_op, pinned_elsewhere, "ivan")
+
+
+def test_our_rp_sends_a_secret_with_plus_percent_ampersand_equals(oidc_op: OidcProviderProcess) -> None:
+    assert set("+%&=") <= set(SPECIAL_SECRET)
+    rp = _our_rp(oidc_op, f"{oidc_op.client_id}-special", SPECIAL_SECRET)
+    assert rp.token_auth_method == "client_secret_basic"
+    assert _our_login(oidc_op, rp, "judy").sub == "judy"
+    wrong = _our_rp(oidc_op, f"{oidc_op.client_id}-special", SPECIAL_SECRET.replace("+", " "))
+    with pytest.raises(TokenExchange, match="invalid_client"):
+        _our_login(oidc_op, wrong, "judy")
+
+
+def test_our_rp_authenticates_with_client_secret_post(oidc_op: OidcProviderProcess) -> None:
+    client_id = f"{oidc_op.client_id}-post"
+    rp = _our_rp(oidc_op, client_id, oidc_op.client_secret, token_endpoint_auth_method="client_secret_post")
+    assert rp.token_auth_method == "client_secret_post"
+    assert _our_login(oidc_op, rp, "mallory").sub == "mallory"
+    wrong = _our_rp(oidc_op, client_id, "not-the-secret", token_endpoint_auth_method="client_secret_post")
+    with pytest.raises(TokenExchange, match="invalid_client"):
+        _our_login(oidc_op, wrong, "mallory")
+
+
+def test_our_rp_follows_a_rotation_one_second_after_a_login(oidc_op: OidcProviderProcess) -> None:
+    rp = _our_rp(oidc_op, oidc_op.client_id, oidc_op.client_secret)
+    first = _our_login(oidc_op, rp, "oscar")
+    fetches = rp.keys.fetch_count
+    new_kids = oidc_op.rotate_keys(keep_old=False)  # the old keys are gone at once
+    time.sleep(1.05)  # the 1 s floor since the last key fetch
+    second = _our_login(oidc_op, rp, "oscar")
+    assert second.kid != first.kid and second.kid in new_kids
+    assert rp.keys.fetch_count == fetches + 1

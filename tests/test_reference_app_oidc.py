@@ -60,7 +60,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         f"{rp}/auth/backchannel-logout/op",
     )
 
-    def provider(client_id: str, name: str) -> dict[str, Any]:
+    def provider(client_id: str, name: str, alg: str = "RS256") -> dict[str, Any]:
         return {
             "discovery_url": op.discovery_url,
             "client_id": client_id,
@@ -68,7 +68,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             "redirect_uri": f"{rp}/auth/callback/{name}",
             "allowed_post_logout_redirect_uris": [f"{rp}/auth/logout/return/{name}"],
             "post_login_redirect": "/dashboard",
-            "jwks_debounce": 1,
+            # the algorithm registered for the client (RS256, the default, needs no setting)
+            "id_token_signed_response_alg": alg,
         }
 
     instance = tmp_path_factory.mktemp("reference-oidc")
@@ -80,7 +81,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             "AUTHFLOW_DATABASE_URL": f"sqlite:///{instance / 'authflow.db'}",
             "AUTHFLOW_OAUTH_PROVIDERS": {
                 "op": provider(op.client_id, "op"),
-                "op-es256": provider(op.es256_client_id, "op-es256"),
+                "op-es256": provider(op.es256_client_id, "op-es256", "ES256"),
             },
         },
         instance_path=str(instance),
@@ -160,7 +161,7 @@ def test_key_rotation_at_the_provider_between_two_logins(deployment: Deployment)
     first = requests.Session()
     deployment.sign_in(first, "mona")
     deployment.op.rotate_keys(keep_old=False)
-    time.sleep(1.1)  # past this deployment's key-cache debounce (1 s): the new kid is fetched
+    time.sleep(1.1)  # past the key cache's 1 s floor: the new kid is fetched
     second = requests.Session()
     deployment.sign_in(second, "mona")
     assert second.get(f"{deployment.rp}/dashboard", timeout=10).status_code == 200

@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError
 
 from flask_authflow.clock import MockClock
 from flask_authflow.core.crypto import SessionCrypto
-from flask_authflow.core.ports import SessionStore
+from flask_authflow.core.ports import MaintainedSessionStore, SessionStore
 from flask_authflow.core.session import (
     AuthState,
     SessionRecord,
@@ -49,7 +49,7 @@ KEY = bytes(range(32))
 OTHER_KEY = bytes(range(100, 132))
 MARKER = "plaintext-marker-7f3a"
 
-StoreFactory = Callable[[MockClock], SessionStore]
+StoreFactory = Callable[[MockClock], MaintainedSessionStore]
 
 
 def user_record(
@@ -69,7 +69,7 @@ class StoreContract:
         return MockClock()
 
     @pytest.fixture
-    def store(self, make_store: StoreFactory, clock: MockClock) -> SessionStore:
+    def store(self, make_store: StoreFactory, clock: MockClock) -> MaintainedSessionStore:
         return make_store(clock)
 
     def test_is_a_session_store(self, store: SessionStore) -> None:
@@ -146,7 +146,7 @@ class StoreContract:
         assert [r.sid for r in store.list_user_sessions("globex", "alice")] == [other_tenant.sid]
         assert store.list_user_sessions("acme", "nobody") == []
 
-    def test_delete_user_sessions(self, store: SessionStore, clock: MockClock) -> None:
+    def test_delete_user_sessions(self, store: MaintainedSessionStore, clock: MockClock) -> None:
         a1, a2, bob = user_record(clock), user_record(clock), user_record(clock, user="bob")
         other_tenant = user_record(clock, tenant="globex")
         expired = user_record(clock)
@@ -155,22 +155,33 @@ class StoreContract:
         store.save(expired, clock.now() + timedelta(minutes=1))
         clock.advance(timedelta(minutes=5))
         assert store.delete_user_sessions("acme", "alice") == 2  # live sessions only
-        assert getattr(store, "purge_expired")() == 0  # noqa: B009 - the expired row went too
+        assert store.purge_expired() == 0  # the expired row went too
         assert store.load(a1.sid) is None and store.load(a2.sid) is None
         assert store.load(bob.sid) == bob
         assert store.load(other_tenant.sid) == other_tenant
         assert store.delete_user_sessions("acme", "alice") == 0
 
-    def test_purge_expired(self, store: SessionStore, clock: MockClock) -> None:
+    def test_purge_expired(self, store: MaintainedSessionStore, clock: MockClock) -> None:
         live = user_record(clock)
         store.save(live, clock.now() + timedelta(hours=2))
         for _ in range(3):
             store.save(user_record(clock, user="gone"), clock.now() + timedelta(hours=1))
-        purge = getattr(store, "purge_expired")  # noqa: B009 - not part of the protocol
-        assert purge() == 0
+        assert store.purge_expired() == 0
         clock.advance(timedelta(hours=1))
-        assert purge() == 3
-        assert purge() == 0
+        assert store.purge_expired() == 3
+        assert store.purge_expired() == 0
+        assert store.load(live.sid) == live
+
+    def test_purge_expired_of_one_tenant(self, store: MaintainedSessionStore, clock: MockClock) -> None:
+        live = user_record(clock)
+        store.save(live, clock.now() + timedelta(hours=2))
+        for user, tenant in (("a", "acme"), ("b", "acme"), ("a", "globex")):
+            store.save(user_record(clock, user=user, tenant=tenant), clock.now() + timedelta(hours=1))
+        clock.advance(timedelta(hours=1))
+        assert store.purge_expired(tenant="acme") == 2
+        assert store.purge_expired(tenant="acme") == 0
+        assert store.purge_expired(tenant="initech") == 0
+        assert store.purge_expired() == 1  # globex's
         assert store.load(live.sid) == live
 
     def test_saved_record_does_not_alias_callers_data(self, store: SessionStore, clock: MockClock) -> None:

@@ -15,7 +15,7 @@ from flask_authflow import AuthFlow, current_session, get_state
 from flask_authflow.core.crypto import SessionCrypto
 from flask_authflow.errors import MissingExtraError
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.base import resolve_engine
+from flask_authflow.storage.sql.engine import resolve_engine
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
 from flask_authflow.testing import login_test_client
 

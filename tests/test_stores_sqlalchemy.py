@@ -19,9 +19,9 @@ from flask_authflow.core.ports import AttemptKey
 from flask_authflow.errors import AuditWriteError, StoreUnavailable
 from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import FactorCredential, FactorKind, FactorRequired
-from flask_authflow.storage.sql import keystore, migrations, session_store  # noqa: F401 (their tables)
+from flask_authflow.storage.sql import migrations
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.base import metadata
+from flask_authflow.storage.sql.schema import metadata
 from tests.authn_support import CTX, fast_hasher, new_session
 from tests.store_contract import T0, WINDOW, AuditRecord, StoreContract, factor
 
@@ -342,7 +342,7 @@ def test_audit_table_lost_fails_the_login(backend: SqlAlchemyBackend, clock: Moc
 
 
 def test_engine_objects_are_accepted(database_url: str) -> None:
-    from flask_authflow.storage.sql.base import resolve_engine
+    from flask_authflow.storage.sql.engine import resolve_engine
 
     engine = resolve_engine(database_url)
     try:

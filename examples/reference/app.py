@@ -25,7 +25,12 @@ Routes (JSON / plain text):
   ...}`` for a malformed body or code;
 * ``POST /login/factor/send`` JSON ``{"kind": "email_otp"}``: (re)send the code of the
   pending step; 200 as above;
-* ``POST /logout``; ``GET /metrics`` (Prometheus text).
+* ``POST /logout``; ``GET /metrics`` (Prometheus text) for a client on this machine (no
+  proxy in between) or with ``Authorization: Bearer <METRICS_TOKEN>`` (``FLASK_METRICS_TOKEN``,
+  compared in constant time); else 401 when a token is configured, 404 when none is.
+
+Every HTML response carries ``X-Frame-Options: DENY``, ``Content-Security-Policy:
+frame-ancestors 'none'`` and ``Cache-Control: no-store`` (:func:`protect_pages`).
 
 HTML pages: flask-authflow's ready views (``GET /login``, the factor steps, ``/step-up``,
 ``/account`` with password change and the session list, ``/account/factors`` to add an
@@ -39,6 +44,8 @@ RP-initiated logout.
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import json
 import logging
 import os
@@ -48,7 +55,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, Response, abort, jsonify, request
+from flask import Flask, Response, abort, current_app, jsonify, request
 
 from flask_authflow import (
     Authenticated,
@@ -196,14 +203,195 @@ def _factor_kind(body: dict[str, Any]) -> FactorKind | Response:
     return FactorKind(kind)
 
 
-def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str | None = None) -> Flask:
-    """Build the reference app; ``test_config`` overrides the environment."""
-    app = Flask(
-        __name__,
-        instance_relative_config=True,
-        # beside this file, however the app is imported (flask --app path, or as a module)
-        instance_path=instance_path or str(Path(__file__).resolve().parent / "instance"),
+#: The shortest ``METRICS_TOKEN`` accepted (a guessable token would open ``/metrics`` to anyone).
+MIN_METRICS_TOKEN_LENGTH = 16
+
+#: Headers by which a proxy says it relays another client: such a request is not local.
+FORWARDING_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Real-IP")
+
+
+def protect_pages(response: Response) -> Response:
+    """Every HTML response (the ready views' pages, also when this app's own ``POST /login``
+    and ``POST /login/factor`` hand a form to them, and Flask's error pages): never inside
+    another site's frame, never stored by a cache (they hold CSRF tokens and the user's data)."""
+    if response.mimetype == "text/html":
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        if "Content-Security-Policy" not in response.headers:
+            response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
+        if not response.cache_control.no_store:
+            response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _is_local_client() -> bool:
+    """The TCP peer is this machine and no proxy says it relays someone else."""
+    if any(name in request.headers for name in FORWARDING_HEADERS):
+        return False
+    try:
+        return ipaddress.ip_address(request.remote_addr or "").is_loopback
+    except ValueError:
+        return False
+
+
+def _metrics_refusal() -> Response | None:
+    """Why ``/metrics`` is not answered: ``None`` for the right bearer token or a local
+    client without one; 401 for a missing or wrong token when one is configured; 404 to
+    everyone else (as if there were no such page)."""
+    token: str | None = current_app.config.get("METRICS_TOKEN")
+    given = request.authorization
+    if given is not None and given.type == "bearer" and given.token:
+        if token and hmac.compare_digest(given.token.encode("utf-8"), token.encode("utf-8")):
+            return None
+    elif _is_local_client():
+        return None
+    if not token:
+        response = _text("not found", 404)
+    else:
+        response = _text("a valid bearer token is required", 401)
+        response.headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def refuse_oversized_bodies() -> None:
+    """Werkzeug enforces MAX_CONTENT_LENGTH only when a view reads the body; refuse a declared
+    oversized body before anything else runs (a view that never reads it, or answers 401
+    first, must not be a way to make the server accept 50 MB)."""
+    declared = request.content_length  # parsed from the headers on every access: once
+    if declared is not None and declared > current_app.config["MAX_CONTENT_LENGTH"]:
+        abort(413)
+
+
+def index() -> Response:
+    return _text(
+        "flask-authflow reference app: POST /login, POST /login/factor, GET /dashboard, POST /logout, "
+        "GET /metrics"
     )
+
+
+@login_required
+def dashboard() -> Response:
+    return _text(f"dashboard of user {current_session.user_id} in tenant {current_session.tenant}")
+
+
+def _login_answer(outcome: Any) -> Response:
+    if isinstance(outcome, Authenticated):
+        rotate_csrf_token()  # a form token seen before the login is worthless after it
+    text, status = _outcome_text(outcome)
+    if isinstance(outcome, FactorRequired) and outcome.kind is not FactorKind.PASSWORD:
+        kinds = ", ".join(kind.value for kind in outcome.kinds)
+        response = _text(f"{text}\naccepted factors: {kinds}", status)
+        response.headers["Authflow-Factor-Kinds"] = kinds
+        return response
+    return _text(text, status)
+
+
+def login() -> Any:
+    if not request.is_json:  # a browser's form: the ready views' login page handles it
+        return current_app.view_functions["authflow_views.login"]()
+    body = _json_body()
+    if body is None:
+        return _text("the body must be a JSON object {username, password}", 400)
+    username, password, tenant = body.get("username"), body.get("password"), body.get("tenant")
+    if not isinstance(username, str) or not isinstance(password, str):
+        return _text("username and password are required strings", 400)
+    if tenant is not None and not isinstance(tenant, str):
+        return _text("tenant must be a string", 400)
+    try:
+        outcome = authflow.login_with_password(username, password, tenant=tenant)
+    except AuthFlowError as error:
+        if error.status >= 500:  # a store is down: refused (fail closed), not "bad credentials"
+            return _unavailable(error)
+        return _text(f"login error: {error.message}", 401)
+    return _login_answer(outcome)
+
+
+def _factor_secret(kind: FactorKind, body: dict[str, Any]) -> str | Response:
+    """The credential of a JSON factor step as the service takes it, or the 400 refusal."""
+    if kind is FactorKind.WEBAUTHN:
+        credential = body.get("credential")
+        if not isinstance(credential, dict):
+            return _json_error("invalid_input", "credential must be the PublicKeyCredential as a JSON object")
+        return json.dumps(credential, separators=(",", ":"))
+    code = body.get("code")
+    if not isinstance(code, str):
+        return _json_error("invalid_input", "code must be a string")
+    if len(code) > MAX_CODE_LENGTH:
+        return _json_error("invalid_input", f"the code is too long (at most {MAX_CODE_LENGTH} characters)")
+    return code
+
+
+def login_factor() -> Any:
+    if not request.is_json:  # a browser's form: the ready views' factor step handles it
+        return current_app.view_functions["authflow_views.factor"]()
+    body = _json_body()
+    if body is None:
+        return _json_error(
+            "invalid_body", 'the body must be a JSON object {"kind", "code"} or {"kind", "credential"}'
+        )
+    kind = _factor_kind(body)
+    if isinstance(kind, Response):
+        return kind
+    secret = _factor_secret(kind, body)
+    if isinstance(secret, Response):
+        return secret
+    return _guarded(lambda: _factor_json(authflow.verify_factor(kind, secret)))
+
+
+def login_factor_send() -> Any:
+    if not request.is_json:  # the factor page's "E-mail me a code" button
+        return current_app.view_functions["authflow_views.factor_send"]()
+    body = _json_body()
+    if body is None:
+        return _json_error("invalid_body", 'the body must be a JSON object {"kind": "email_otp"}')
+    kind = _factor_kind(body)
+    if isinstance(kind, Response):
+        return kind
+
+    def send() -> Response:
+        outcome = authflow.challenge_factor(kind)
+        public = outcome.challenges.get(kind)
+        problem = public.get("error") if public is not None else None
+        if problem is not None:  # the factor declined: too many codes for this login ...
+            status = 429 if problem == "too_many_sends" else 400
+            return _json_error(str(problem), "no code was sent for this login", status)
+        return _required_json(outcome)
+
+    return _guarded(send)
+
+
+def logout() -> Any:
+    # A JSON request cannot be sent cross-site without a CORS preflight; a form is the
+    # ready views' logout, which checks its CSRF token.
+    if request.is_json:
+        authflow.logout()
+        return _text("logged out")
+    return current_app.view_functions["authflow_logout.logout"]()
+
+
+def metrics() -> Response:
+    """The counters in Prometheus' text format, for local clients or the ``METRICS_TOKEN`` bearer."""
+    refused = _metrics_refusal()
+    if refused is not None:
+        return refused
+    body = get_state().counters.render_prometheus()
+    response = Response(body, mimetype="text/plain; version=0.0.4")
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+ROUTES: list[tuple[str, Callable[..., Any], list[str]]] = [
+    ("/", index, ["GET"]),
+    ("/dashboard", dashboard, ["GET"]),
+    ("/login", login, ["POST"]),
+    ("/login/factor", login_factor, ["POST"]),
+    ("/login/factor/send", login_factor_send, ["POST"]),
+    ("/logout", logout, ["POST"]),
+    ("/metrics", metrics, ["GET"]),
+]
+
+
+def _configure(app: Flask, test_config: dict[str, Any] | None) -> None:
     app.config.from_prefixed_env()
     if test_config:
         app.config.update(test_config)
@@ -215,126 +403,28 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
         app.config.setdefault("AUTHFLOW_ALLOW_INSECURE_LOOPBACK", True)
     if app.config.get("MAX_CONTENT_LENGTH") is None:  # Flask presets None, so setdefault would not do it
         app.config["MAX_CONTENT_LENGTH"] = 64 * 1024  # login bodies are small: refuse huge ones (413)
-    authflow.init_app(app)
-
-    @app.before_request
-    def refuse_oversized_bodies() -> None:
-        # Werkzeug enforces MAX_CONTENT_LENGTH only when a view reads the body; refuse a
-        # declared oversized body before anything else runs (a view that never reads it,
-        # or answers 401 first, must not be a way to make the server accept 50 MB).
-        declared = request.content_length  # parsed from the headers on every access: once
-        if declared is not None and declared > app.config["MAX_CONTENT_LENGTH"]:
-            abort(413)
-
-    @app.get("/")
-    def index() -> Response:
-        return _text(
-            "flask-authflow reference app: POST /login, POST /login/factor, GET /dashboard, POST /logout, "
-            "GET /metrics"
+    token = app.config.get("METRICS_TOKEN")
+    if token is not None and (not isinstance(token, str) or len(token) < MIN_METRICS_TOKEN_LENGTH):
+        raise ValueError(
+            f"METRICS_TOKEN must be a string of at least {MIN_METRICS_TOKEN_LENGTH} characters "
+            "(for example: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
         )
 
-    @app.get("/dashboard")
-    @login_required
-    def dashboard() -> Response:
-        return _text(f"dashboard of user {current_session.user_id} in tenant {current_session.tenant}")
 
-    @app.post("/login")
-    def login() -> Any:
-        if not request.is_json:  # a browser's form: the ready views' login page handles it
-            return app.view_functions["authflow_views.login"]()
-        try:
-            body = request.get_json(silent=True)
-        except RecursionError:  # nested deeper than the JSON parser goes: not a login
-            body = None
-        if not isinstance(body, dict):
-            return _text("the body must be a JSON object {username, password}", 400)
-        username, password, tenant = body.get("username"), body.get("password"), body.get("tenant")
-        if not isinstance(username, str) or not isinstance(password, str):
-            return _text("username and password are required strings", 400)
-        if tenant is not None and not isinstance(tenant, str):
-            return _text("tenant must be a string", 400)
-        try:
-            outcome = authflow.login_with_password(username, password, tenant=tenant)
-        except AuthFlowError as error:
-            if error.status >= 500:  # a store is down: refused (fail closed), not "bad credentials"
-                return _unavailable(error)
-            return _text(f"login error: {error.message}", 401)
-        if isinstance(outcome, Authenticated):
-            rotate_csrf_token()  # a form token seen before the login is worthless after it
-        text, status = _outcome_text(outcome)
-        if isinstance(outcome, FactorRequired) and outcome.kind is not FactorKind.PASSWORD:
-            kinds = ", ".join(kind.value for kind in outcome.kinds)
-            response = _text(f"{text}\naccepted factors: {kinds}", status)
-            response.headers["Authflow-Factor-Kinds"] = kinds
-            return response
-        return _text(text, status)
-
-    @app.post("/login/factor")
-    def login_factor() -> Any:
-        if not request.is_json:  # a browser's form: the ready views' factor step handles it
-            return app.view_functions["authflow_views.factor"]()
-        body = _json_body()
-        if body is None:
-            return _json_error(
-                "invalid_body", 'the body must be a JSON object {"kind", "code"} or {"kind", "credential"}'
-            )
-        kind = _factor_kind(body)
-        if isinstance(kind, Response):
-            return kind
-        if kind is FactorKind.WEBAUTHN:
-            credential = body.get("credential")
-            if not isinstance(credential, dict):
-                return _json_error(
-                    "invalid_input", "credential must be the PublicKeyCredential as a JSON object"
-                )
-            secret = json.dumps(credential, separators=(",", ":"))
-        else:
-            code = body.get("code")
-            if not isinstance(code, str):
-                return _json_error("invalid_input", "code must be a string")
-            if len(code) > MAX_CODE_LENGTH:
-                return _json_error(
-                    "invalid_input", f"the code is too long (at most {MAX_CODE_LENGTH} characters)"
-                )
-            secret = code
-        return _guarded(lambda: _factor_json(authflow.verify_factor(kind, secret)))
-
-    @app.post("/login/factor/send")
-    def login_factor_send() -> Any:
-        if not request.is_json:  # the factor page's "E-mail me a code" button
-            return app.view_functions["authflow_views.factor_send"]()
-        body = _json_body()
-        if body is None:
-            return _json_error("invalid_body", 'the body must be a JSON object {"kind": "email_otp"}')
-        kind = _factor_kind(body)
-        if isinstance(kind, Response):
-            return kind
-
-        def send() -> Response:
-            outcome = authflow.challenge_factor(kind)
-            public = outcome.challenges.get(kind)
-            problem = public.get("error") if public is not None else None
-            if problem is not None:  # the factor declined: too many codes for this login ...
-                status = 429 if problem == "too_many_sends" else 400
-                return _json_error(str(problem), "no code was sent for this login", status)
-            return _required_json(outcome)
-
-        return _guarded(send)
-
-    @app.post("/logout")
-    def logout() -> Any:
-        # A JSON request cannot be sent cross-site without a CORS preflight; a form is the
-        # ready views' logout, which checks its CSRF token.
-        if request.is_json:
-            authflow.logout()
-            return _text("logged out")
-        return app.view_functions["authflow_logout.logout"]()
-
-    @app.get("/metrics")
-    def metrics() -> Response:
-        body = get_state().counters.render_prometheus()
-        return Response(body, mimetype="text/plain; version=0.0.4")
-
+def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str | None = None) -> Flask:
+    """Build the reference app; ``test_config`` overrides the environment."""
+    app = Flask(
+        __name__,
+        instance_relative_config=True,
+        # beside this file, however the app is imported (flask --app path, or as a module)
+        instance_path=instance_path or str(Path(__file__).resolve().parent / "instance"),
+    )
+    _configure(app, test_config)
+    authflow.init_app(app)
+    app.before_request(refuse_oversized_bodies)
+    app.after_request(protect_pages)
+    for rule, view, methods in ROUTES:
+        app.add_url_rule(rule, view.__name__, view, methods=methods)
     # The ready views (sign-in, factor steps, step-up, account) after the JSON routes above,
     # so that POST /login and POST /logout with JSON keep the reference wiring's answers.
     authflow.views.register(app)

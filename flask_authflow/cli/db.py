@@ -22,12 +22,9 @@ def db() -> None:
 
 def _schema_engine() -> Any:
     """The engine of the app's flask-authflow tables (those of the backend, else of the sessions)."""
-    from sqlalchemy import Engine
-
     state = get_state()
-    for store in (state.backend, state.session_store):
-        engine = getattr(store, "engine", None)
-        if isinstance(engine, Engine):
+    for engine in (state.backend.database_engine(), state.session_store.database_engine()):
+        if engine is not None:
             return engine
     raise CommandFailed(
         "this app keeps no flask-authflow tables in a SQL database (its stores are not SQLAlchemy "

@@ -423,3 +423,47 @@ class LoginRecorder(Protocol):
         factor: str | None = None,
         reason: str | None = None,
     ) -> None: ...
+
+
+# --- maintenance: what the wiring and the command line call on the adapters -----------------------
+
+
+class BackendMaintenance(Protocol):
+    """What ``AuthFlow.init_app`` and the ``flask authflow`` commands call on an app's
+    backend, beside the storage ports. :class:`~flask_authflow.storage.memory.InMemoryBackend`
+    and :class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend` implement it; so does
+    an application's own backend."""
+
+    def bind_app(self, app: Any) -> BackendMaintenance:
+        """The backend to use for ``app`` (``self``, or a copy bound to that app's database)."""
+        ...
+
+    def adopt_defaults(self, *, hasher: Any, clock: Any) -> None:
+        """Use the app's password hasher and clock where none was given at construction."""
+        ...
+
+    def database_engine(self) -> Any:
+        """The SQLAlchemy engine holding this backend's tables (the SQL session store and
+        ``flask authflow db`` use it too), or ``None`` when it keeps none."""
+        ...
+
+    def purge_audit(self, before: datetime) -> int:
+        """Delete the audit rows written before ``before``; returns how many went."""
+        ...
+
+
+class SessionMaintenance(Protocol):
+    """What the ``flask authflow`` commands call on a session store; every session store
+    of the package implements it."""
+
+    def purge_expired(self, *, tenant: str | None = None) -> int:
+        """Delete the expired sessions now (only those of ``tenant`` when given); returns how many."""
+        ...
+
+    def database_engine(self) -> Any:
+        """The SQLAlchemy engine holding the sessions (``flask authflow db`` migrates it), or ``None``."""
+        ...
+
+
+class MaintainedSessionStore(SessionStore, SessionMaintenance, Protocol):
+    """A :class:`SessionStore` the command line can maintain (what an app's store is)."""

@@ -1,17 +1,26 @@
-"""``private_key_jwt`` client authentication at the token endpoint (RFC 7523, OIDC Core §9).
+"""Client authentication at the token endpoint (RFC 6749 §2.3.1, RFC 7523, OIDC Core §9).
 
-The client proves itself with a short JWT signed by its own private key instead of a
-shared secret. The assertion is assembled here over the JOSE layer's one signing call
-(:func:`~flask_authflow.jose.algorithms.signer`) and handed to Authlib's OAuth 2 client as
-a client-authentication method.
+:func:`client_credentials` gives the headers and form fields of each
+``token_endpoint_auth_method``:
+
+* ``client_secret_basic``: HTTP Basic with the client id and secret each
+  form-urlencoded first, as RFC 6749 §2.3.1 requires (a secret with ``+``, ``%``, ``&``
+  or ``=`` reaches the provider intact);
+* ``client_secret_post``: ``client_id`` and ``client_secret`` in the form;
+* ``private_key_jwt``: a short JWT signed by the client's own private key, assembled over
+  the JOSE layer's one signing call (:func:`~flask_authflow.jose.algorithms.signer`);
+* ``client_secret_jwt``: a short JWT signed HS256 with the client secret, by joserfc;
+* ``none``: only ``client_id`` (a public client; PKCE protects the code).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
+from collections.abc import Callable
 from typing import Any, Final
-from urllib.parse import urlencode
+from urllib.parse import quote_plus, urlencode
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -21,12 +30,92 @@ from flask_authflow.core.encoding import b64url_encode
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.jose.algorithms import signer
 
-__all__ = ["ASSERTION_TYPE", "PrivateKeyJwt", "load_client_key"]
+__all__ = [
+    "ASSERTION_TYPE",
+    "TOKEN_AUTH_METHODS",
+    "ClientSecretJwt",
+    "PrivateKeyJwt",
+    "basic_authorization",
+    "client_credentials",
+    "load_client_key",
+]
 
 #: The ``client_assertion_type`` of a JWT assertion.
 ASSERTION_TYPE: Final = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 #: How long an assertion is valid: one token request.
 ASSERTION_LIFETIME: Final = 60
+#: The ``token_endpoint_auth_method`` values a client may be configured with.
+TOKEN_AUTH_METHODS: Final = (
+    "client_secret_basic",
+    "client_secret_post",
+    "private_key_jwt",
+    "client_secret_jwt",
+    "none",
+)
+
+
+def basic_authorization(client_id: str, client_secret: str) -> str:
+    """The ``Authorization`` value of ``client_secret_basic``: both parts form-urlencoded
+    (RFC 6749 §2.3.1), joined by ``:``, base64-encoded."""
+    raw = f"{quote_plus(client_id)}:{quote_plus(client_secret)}"
+    return "Basic " + base64.b64encode(raw.encode("utf-8")).decode("ascii")
+
+
+def _assertion_claims(client_id: str, audience: str, clock: Clock) -> dict[str, Any]:
+    now = int(clock.now().timestamp())
+    return {
+        "iss": client_id,
+        "sub": client_id,
+        "aud": audience,
+        "jti": secrets.token_urlsafe(24),
+        "iat": now,
+        "exp": now + ASSERTION_LIFETIME,
+    }
+
+
+def client_credentials(
+    method: str, client_id: str, client_secret: str, *, assertion: Callable[[], str] | None = None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The headers and form fields that authenticate the client with ``method``.
+
+    ``assertion`` makes the JWT of ``private_key_jwt`` and ``client_secret_jwt``.
+    """
+    if method == "client_secret_basic":
+        return {"Authorization": basic_authorization(client_id, client_secret)}, {}
+    if method == "client_secret_post":
+        return {}, {"client_id": client_id, "client_secret": client_secret}
+    if method in ("private_key_jwt", "client_secret_jwt"):
+        if assertion is None:
+            raise ConfigurationError(f"{method} needs a client assertion")
+        return {}, {
+            "client_id": client_id,
+            "client_assertion_type": ASSERTION_TYPE,
+            "client_assertion": assertion(),
+        }
+    if method == "none":
+        return {}, {"client_id": client_id}
+    raise ConfigurationError(f"token_endpoint_auth_method {method!r} is not one of {TOKEN_AUTH_METHODS!r}")
+
+
+class ClientSecretJwt:
+    """``client_secret_jwt``: an assertion signed HS256 with the client secret (by joserfc)."""
+
+    name = "client_secret_jwt"
+
+    def __init__(self, client_id: str, audience: str, client_secret: str, *, clock: Clock) -> None:
+        from joserfc.jwk import OctKey
+
+        self.client_id = client_id
+        self.audience = audience
+        self.clock = clock
+        self._key = OctKey.import_key(client_secret.encode("utf-8"))
+
+    def assertion(self) -> str:
+        """A fresh assertion: ``iss`` = ``sub`` = client id, ``aud`` = token endpoint."""
+        from joserfc import jwt
+
+        claims = _assertion_claims(self.client_id, self.audience, self.clock)
+        return jwt.encode({"alg": "HS256", "typ": "JWT"}, claims, self._key, algorithms=["HS256"])
 
 
 def load_client_key(pem: str | bytes) -> tuple[Any, str]:
@@ -65,18 +154,10 @@ class PrivateKeyJwt:
 
     def assertion(self) -> str:
         """A fresh signed assertion: ``iss`` = ``sub`` = client id, ``aud`` = token endpoint."""
-        now = int(self.clock.now().timestamp())
         header: dict[str, str] = {"alg": self.algorithm, "typ": "JWT"}
         if self.kid:
             header["kid"] = self.kid
-        claims = {
-            "iss": self.client_id,
-            "sub": self.client_id,
-            "aud": self.audience,
-            "jti": secrets.token_urlsafe(24),
-            "iat": now,
-            "exp": now + ASSERTION_LIFETIME,
-        }
+        claims = _assertion_claims(self.client_id, self.audience, self.clock)
         signing_input = ".".join(
             b64url_encode(json.dumps(part, separators=(",", ":")).encode()) for part in (header, claims)
         )

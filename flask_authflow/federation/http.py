@@ -6,7 +6,9 @@ live in one place:
 * **https only**, except plain http on a loopback host (``127.0.0.1``, ``::1``,
   ``localhost``) for development and tests; no credentials and no fragment in the URL
   (:func:`check_provider_url`, also used to check the endpoints of a discovery document);
-* **timeouts** on connecting and on reading (5 s and 10 s by default);
+* **timeouts** on connecting and on each read (5 s and 10 s by default), and a **total
+  deadline** per exchange (15 s by default): an answer trickled a few bytes at a time is
+  cut off when the deadline passes, however steadily the bytes come;
 * **a size cap** on every answer (1 MiB by default), enforced while the body streams in,
   so an answer without ``Content-Length`` cannot grow past it either, and refused at once
   when ``Content-Length`` already says it is too large;
@@ -18,15 +20,16 @@ live in one place:
   body. Other statuses (4xx, 5xx) are returned: callers know what each one means.
 
 :class:`RequestsHttpClient` implements it on a :class:`requests.Session` whose adapters
-enforce the rules. :meth:`~HttpClient.mount_into` puts the same adapters on another
-session, such as Authlib's ``OAuth2Session`` for the token request, so it obeys them
-too. ``requests`` (a dependency) is imported only when a :class:`RequestsHttpClient` is
-built.
+enforce the rules. The token request goes through :meth:`~HttpClient.post_form` like
+every other call; :meth:`~HttpClient.mount_into` puts the same adapters on another
+session (an application's own Authlib ``OAuth2Session``, say), so it obeys them too.
+``requests`` (a dependency) is imported only when a :class:`RequestsHttpClient` is built.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
@@ -44,6 +47,7 @@ __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_READ_TIMEOUT",
+    "DEFAULT_TOTAL_TIMEOUT",
     "LOOPBACK_HOSTS",
     "HttpClient",
     "HttpResponse",
@@ -54,6 +58,8 @@ __all__ = [
 
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_READ_TIMEOUT: Final = 10.0
+#: The longest one exchange (connect, send, headers and the whole body) may take, in seconds.
+DEFAULT_TOTAL_TIMEOUT: Final = 15.0
 #: The largest answer accepted from a provider, in bytes (after content decoding).
 DEFAULT_MAX_BYTES: Final = 1_048_576
 #: Hosts on which plain http is allowed (development servers and tests).
@@ -211,7 +217,7 @@ class HttpClient(Protocol):
 
     @property
     def timeout(self) -> tuple[float, float]:
-        """``(connect, read)`` timeouts in seconds (also passed to Authlib's token request)."""
+        """``(connect, read)`` timeouts in seconds (each read; the total deadline is the client's own)."""
         ...
 
     def get(self, url: str, *, headers: Mapping[str, str] | None = None) -> HttpResponse:
@@ -266,9 +272,37 @@ def _failure_kind(exc: BaseException) -> str:
     return f"request failed ({type(exc).__name__})"
 
 
-def _read_capped(response: requests.Response, host: str, max_bytes: int) -> bytes:
-    """The whole body of a streamed ``response``, refused when it redirects or exceeds ``max_bytes``."""
+def _bound_socket(raw: Any, deadline: float) -> None:
+    """Make the next read of ``raw`` (a urllib3 response) wait no longer than ``deadline``."""
+    sock = getattr(getattr(raw, "connection", None), "sock", None)
+    settimeout = getattr(sock, "settimeout", None)
+    if callable(settimeout):
+        settimeout(max(0.01, deadline - time.monotonic()))
+
+
+def _chunks(response: requests.Response, host: str, deadline: float) -> Iterator[bytes]:
+    """The body of a streamed ``response`` as it arrives, cut off at ``deadline`` (monotonic)."""
+    raw = response.raw
+    read1 = getattr(raw, "read1", None)
+    if read1 is None or not hasattr(getattr(raw, "_fp", None), "read1"):
+        # Not a socket (an in-process or mocked transport): read as requests does.
+        yield from response.iter_content(chunk_size=_CHUNK)
+        return
+    while True:
+        if time.monotonic() >= deadline:
+            raise ProviderUnreachable(f"{host}: the answer took longer than the total deadline")
+        _bound_socket(raw, deadline)
+        chunk = read1(_CHUNK, decode_content=True)
+        if not chunk:
+            return
+        yield chunk
+
+
+def _read_capped(response: requests.Response, host: str, max_bytes: int, deadline: float) -> bytes:
+    """The whole body of a streamed ``response``, refused when it redirects, exceeds
+    ``max_bytes`` or is not complete by ``deadline``."""
     import requests
+    import urllib3.exceptions
 
     status = response.status_code
     if 300 <= status < 400:
@@ -280,13 +314,32 @@ def _read_capped(response: requests.Response, host: str, max_bytes: int) -> byte
         raise ProviderUnreachable(f"{host} answered {int(declared)} bytes, over the {max_bytes}-byte limit")
     body = bytearray()
     try:
-        for chunk in response.iter_content(chunk_size=_CHUNK):
+        for chunk in _chunks(response, host, deadline):
             body += chunk
             if len(body) > max_bytes:
                 raise ProviderUnreachable(f"{host} answered more than the {max_bytes}-byte limit")
     except requests.exceptions.RequestException as exc:
         raise ProviderUnreachable(f"{host}: {_failure_kind(exc)}") from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        timed_out = isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError)
+        kind = "timed out reading the answer" if timed_out else "malformed answer"
+        raise ProviderUnreachable(f"{host}: {kind}") from exc
     return bytes(body)
+
+
+def _read_in_full(
+    response: requests.Response, host: str, max_bytes: int, deadline: float
+) -> requests.Response:
+    """``response`` with its whole body read (capped, by ``deadline``), as requests leaves
+    it after a non-streamed read; closed when reading fails."""
+    try:
+        body = _read_capped(response, host, max_bytes, deadline)
+    except BaseException:
+        response.close()
+        raise
+    response._content = body
+    response._content_consumed = True  # type: ignore[attr-defined]
+    return response
 
 
 @functools.cache
@@ -298,12 +351,18 @@ def _capped_adapter_class() -> Callable[..., requests.adapters.BaseAdapter]:
         """Wraps a transport adapter with the rules of provider traffic (module docstring)."""
 
         def __init__(
-            self, inner: requests.adapters.BaseAdapter, *, max_bytes: int, timeout: tuple[float, float]
+            self,
+            inner: requests.adapters.BaseAdapter,
+            *,
+            max_bytes: int,
+            timeout: tuple[float, float],
+            total: float = DEFAULT_TOTAL_TIMEOUT,
         ) -> None:
             super().__init__()
             self.inner = inner
             self.max_bytes = max_bytes
             self.timeout = timeout
+            self.total = total
 
         def send(
             self,
@@ -316,26 +375,20 @@ def _capped_adapter_class() -> Callable[..., requests.adapters.BaseAdapter]:
         ) -> requests.Response:
             url = check_provider_url(request.url or "", "request URL")
             host = _host(url)
+            deadline = time.monotonic() + self.total
+            connect, read = self.timeout
             try:
                 response = self.inner.send(
                     request,
                     stream=True,
-                    timeout=timeout if timeout is not None else self.timeout,
+                    timeout=(connect, min(read, self.total)),
                     verify=verify,
                     cert=cert,
                     proxies=proxies,
                 )
             except requests.exceptions.RequestException as exc:
                 raise ProviderUnreachable(f"{host}: {_failure_kind(exc)}") from exc
-            try:
-                body = _read_capped(response, host, self.max_bytes)
-            except BaseException:
-                response.close()
-                raise
-            # The body is complete: hand it over as requests does after a non-streamed read.
-            response._content = body
-            response._content_consumed = True  # type: ignore[attr-defined]
-            return response
+            return _read_in_full(response, host, self.max_bytes, deadline)
 
         def close(self) -> None:
             self.inner.close()
@@ -363,6 +416,7 @@ class RequestsHttpClient:
         *,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
+        total_timeout: float = DEFAULT_TOTAL_TIMEOUT,
         max_bytes: int = DEFAULT_MAX_BYTES,
         adapters: Mapping[str, requests.adapters.BaseAdapter] | None = None,
     ) -> None:
@@ -373,12 +427,18 @@ class RequestsHttpClient:
             raise MissingExtraError("oidc", exc.name or "requests") from exc
         from http.cookiejar import DefaultCookiePolicy
 
-        for name, value in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
+        timeouts = (
+            ("connect_timeout", connect_timeout),
+            ("read_timeout", read_timeout),
+            ("total_timeout", total_timeout),
+        )
+        for name, value in timeouts:
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 3600:
                 raise ValueError(f"{name} must be a number of seconds between 0 and 3600")
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
             raise ValueError("max_bytes must be a positive number of bytes")
         self._timeout = (float(connect_timeout), float(read_timeout))
+        self.total_timeout = float(total_timeout)
         self.max_bytes = max_bytes
         capped = _capped_adapter_class()
         session = requests.Session()
@@ -392,7 +452,7 @@ class RequestsHttpClient:
         }
         transports.update(adapters or {})
         for prefix, inner in transports.items():
-            adapter = capped(inner, max_bytes=max_bytes, timeout=self._timeout)
+            adapter = capped(inner, max_bytes=max_bytes, timeout=self._timeout, total=self.total_timeout)
             self._mounted[prefix] = adapter
             session.mount(prefix, adapter)
         self._session = session

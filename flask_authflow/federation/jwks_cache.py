@@ -1,29 +1,33 @@
-"""The provider's signing keys, cached: single-flight refreshes, debounced, kept while the provider is down.
+"""The provider's signing keys, cached: single-flight refreshes, rate-limited, kept while it is down.
 
 :class:`ProviderKeyCache` owns a :class:`~flask_authflow.jose.JwksHandle` filled from the
 provider's ``jwks_uri``; verifiers made by :meth:`ProviderKeyCache.verifier` read it.
 
 * **Usable keys only.** Each fetch replaces the keys with the usable ones of the set:
   keys with ``use=enc``, an unknown ``kty`` or curve, RSA under 2048 bits, malformed
-  values, an ``alg`` we do not verify, or (unless ``require_alg=False``) no ``alg`` at
-  all are skipped and counted; one bad key never spoils the set.
+  values or an ``alg`` we do not verify are skipped and counted; one bad key never
+  spoils the set. A key without ``alg`` is kept: it verifies only the algorithms of its
+  own key type within the verifier's allow-list (``require_alg=True`` skips it instead).
+* **Hostile sets.** A key that publishes private members (``d``, ``p``, ``q``, ``dp``,
+  ``dq``, ``qi``, ``oth``, or a symmetric ``k``) is skipped and logged: the provider
+  leaked it, so anyone may sign with it. A ``kid`` that several keys share is refused
+  (every key of it is skipped and logged), so which key checks a token is never a guess.
 * **Failures keep what is known.** A fetch that fails (transport error, a status other
   than 200, a body that is not a JSON object with a ``keys`` list, or no usable key at
   all) leaves the keys in place, so logins keep working while the provider is down; it
   is counted (:attr:`~ProviderKeyCache.failure_count`) and logged.
 * **Freshness.** Keys are kept for the ``max-age`` of the JWKS answer's
   ``Cache-Control``, capped at ``max_age_cap`` (1 day). ``no-store``, ``no-cache`` and
-  ``max-age=0`` mean "as short as allowed", which is the debounce window: refreshing
-  for every token would turn each login into a provider request. Without ``max-age``
-  the keys are kept for ``default_max_age`` (1 hour). ``Expires`` and ``Age`` are not
-  read.
-* **Single-flight and debounce.** At most one fetch runs at a time: callers arriving
-  during a fetch wait for its result (at most ``wait_timeout``, by default the HTTP
-  client's connect plus read timeouts) instead of fetching again. And at most one fetch
-  starts per ``debounce`` window (10 s), counted from the start of the previous one,
-  whatever its outcome: a stream of tokens with made-up ``kid`` values costs the
-  provider one request per window, not one per token. :meth:`~ProviderKeyCache.load`
-  alone ignores the window.
+  ``max-age=0`` mean "as short as allowed", which is the floor. Without ``max-age`` the
+  keys are kept for ``default_max_age`` (1 hour). ``Expires`` and ``Age`` are not read.
+* **Single-flight, floor and token bucket.** At most one fetch runs at a time: callers
+  arriving during a fetch wait for its result (at most ``wait_timeout``, by default the
+  HTTP client's total deadline) instead of fetching again. No fetch starts within
+  ``debounce`` (the floor, 1 s) of the previous one. A token with an unknown ``kid``
+  also spends a token of a bucket holding ``refresh_burst`` (3) that refills one per
+  ``refresh_interval`` (20 s): a genuine rotation is followed at once, while a flood
+  of made-up ``kid`` values causes at most a few fetches per minute.
+  :meth:`~ProviderKeyCache.load` alone ignores both limits.
 
 * **Observable.** Listeners added with :meth:`~ProviderKeyCache.add_fetch_listener` are
   told of every fetch when it ends (``True`` for success): the app's
@@ -48,11 +52,13 @@ from flask_authflow.federation.errors import OAuthError, ProviderUnreachable
 from flask_authflow.federation.http import HttpClient, check_provider_url
 from flask_authflow.jose import JwksHandle, JwksSnapshot, JwtVerifier, VerificationKey, parse_public_jwk
 
-__all__ = ["ProviderKeyCache", "cache_max_age"]
+__all__ = ["PRIVATE_MEMBERS", "ProviderKeyCache", "cache_max_age"]
 
 log = logging.getLogger("flask_authflow.federation")
 
 _ACCEPT: Final = {"Accept": "application/jwk-set+json, application/json"}
+#: JWK members that only a private (or symmetric) key has: a set publishing one is leaking it.
+PRIVATE_MEMBERS: Final = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
 
 
 def cache_max_age(cache_control: str | None) -> timedelta | None:
@@ -99,14 +105,16 @@ class ProviderKeyCache:
         :func:`~flask_authflow.federation.http.check_provider_url`).
     :param http: the :class:`~flask_authflow.federation.http.HttpClient` to fetch with.
     :param clock: the time source of freshness and debounce.
-    :param debounce: the least time between two fetches (except :meth:`load`); also the
-        shortest time keys are considered fresh.
+    :param debounce: the floor: the least time between two fetches (except :meth:`load`);
+        also the shortest time keys are considered fresh (default 1 s).
     :param default_max_age: how long keys stay fresh when the answer has no ``max-age``.
     :param max_age_cap: the longest a ``max-age`` is honoured.
-    :param require_alg: skip keys without ``alg``. RFC 7517 makes ``alg`` optional and
-        some providers leave it out (Microsoft Entra ID, as far as we know); a key
-        without ``alg`` still verifies only the algorithms of its own key type within
-        the verifier's allowlist. Set ``False`` for such providers.
+    :param require_alg: skip keys without ``alg`` (default ``False``). RFC 7517 makes
+        ``alg`` optional and some providers leave it out (Microsoft Entra ID); a key
+        without ``alg`` verifies only the algorithms of its own key type within the
+        verifier's allow-list, so keeping it is safe.
+    :param refresh_burst, refresh_interval: the token bucket of unknown-``kid`` refreshes:
+        at most ``refresh_burst`` in a row, then one per ``refresh_interval``.
     :param wait_timeout: the longest a caller waits for another thread's fetch
         (default: the HTTP client's connect plus read timeouts).
     """
@@ -117,10 +125,12 @@ class ProviderKeyCache:
         http: HttpClient,
         *,
         clock: Clock,
-        debounce: timedelta = timedelta(seconds=10),
+        debounce: timedelta = timedelta(seconds=1),
         default_max_age: timedelta = timedelta(hours=1),
         max_age_cap: timedelta = timedelta(days=1),
-        require_alg: bool = True,
+        require_alg: bool = False,
+        refresh_burst: int = 3,
+        refresh_interval: timedelta = timedelta(seconds=20),
         wait_timeout: timedelta | None = None,
     ) -> None:
         self.jwks_uri = check_provider_url(jwks_uri, "jwks_uri")
@@ -130,6 +140,12 @@ class ProviderKeyCache:
         self.default_max_age = _positive(default_max_age, "default_max_age")
         self.max_age_cap = _positive(max_age_cap, "max_age_cap")
         self.require_alg = require_alg
+        if isinstance(refresh_burst, bool) or not isinstance(refresh_burst, int) or refresh_burst < 1:
+            raise ConfigurationError("refresh_burst must be a positive number of refreshes")
+        self.refresh_burst = refresh_burst
+        self.refresh_interval = _positive(refresh_interval, "refresh_interval")
+        self._bucket = float(refresh_burst)
+        self._bucket_at: datetime | None = None
         if wait_timeout is None:
             wait_timeout = timedelta(seconds=sum(http.timeout) + 1.0)
         self._wait_seconds = _positive(wait_timeout, "wait_timeout").total_seconds()
@@ -218,6 +234,11 @@ class ProviderKeyCache:
             if listener not in self._fetch_listeners:
                 self._fetch_listeners = (*self._fetch_listeners, listener)
 
+    def remove_fetch_listener(self, listener: Callable[[bool], None]) -> None:
+        """Stop calling ``listener`` (no error when it was not added)."""
+        with self._cond:
+            self._fetch_listeners = tuple(known for known in self._fetch_listeners if known != listener)
+
     def _tell_listeners(self, ok: bool) -> None:
         for listener in self._fetch_listeners:
             try:
@@ -263,14 +284,14 @@ class ProviderKeyCache:
     def refresh_for_unknown_kid(self, kid: str | None) -> bool:
         """A token names ``kid``, which is not cached: fetch once, then say whether it is known.
 
-        Many concurrent callers cause one fetch (the others wait for its result); inside
-        the debounce window of the previous fetch no fetch is made and the answer is
-        given at once. Never raises for a failed fetch: the answer is then ``False``
-        unless the key is known anyway.
+        Many concurrent callers cause one fetch (the others wait for its result); within
+        the floor of the previous fetch, or with the token bucket empty, no fetch is made
+        and the answer is given at once. Never raises for a failed fetch: the answer is
+        then ``False`` unless the key is known anyway.
         """
 
         def unknown(now: datetime) -> bool:
-            return not self.knows(kid) and self._outside_debounce(now)
+            return not self.knows(kid) and self._outside_debounce(now) and self._take_token(now)
 
         if self.knows(kid):
             return True
@@ -281,6 +302,18 @@ class ProviderKeyCache:
         last = self._last_fetch_at
         # A clock set back (last in the future) does not lock refreshes out until it catches up.
         return last is None or not (timedelta(0) <= now - last < self.debounce)
+
+    def _take_token(self, now: datetime) -> bool:
+        """Spend one token of the unknown-``kid`` bucket, refilled by elapsed time (under the lock)."""
+        last = self._bucket_at
+        if last is not None and now > last:
+            refill = (now - last) / self.refresh_interval
+            self._bucket = min(float(self.refresh_burst), self._bucket + refill)
+        self._bucket_at = now if last is None or now > last else last
+        if self._bucket < 1.0:
+            return False
+        self._bucket -= 1.0
+        return True
 
     def _single_flight(
         self, wanted: Callable[[datetime], bool], *, wait_if_loaded: bool = True
@@ -336,23 +369,50 @@ class ProviderKeyCache:
         entries = document.get("keys")
         if not isinstance(entries, list):
             return _Fetched(error='the JWKS has no "keys" list')
-        keys: list[VerificationKey] = []
-        skipped = 0
+        keys, skipped, without_alg = self._usable_keys(entries)
+        if not keys:
+            hint = (
+                f"; {without_alg} without alg (set jwks_require_alg=False to use them)"
+                if without_alg
+                else "; a key needs an alg we verify or none at all"
+            )
+            return _Fetched(
+                skipped=skipped, error=f"the JWKS has no usable signature key ({skipped} skipped{hint})"
+            )
+        return _Fetched(tuple(keys), skipped, cache_max_age(response.headers.get("cache-control")))
+
+    def _usable_keys(self, entries: list[object]) -> tuple[list[VerificationKey], int, int]:
+        """The usable keys of ``entries``, how many were skipped, and how many of those lacked ``alg``."""
+        kids: dict[str, int] = {}
         for entry in entries:
+            kid = entry.get("kid") if isinstance(entry, dict) else None
+            if isinstance(kid, str):
+                kids[kid] = kids.get(kid, 0) + 1
+        keys: list[VerificationKey] = []
+        skipped = without_alg = 0
+        for entry in entries:
+            if isinstance(entry, dict) and PRIVATE_MEMBERS.intersection(entry):
+                log.warning(
+                    "JWKS from %s: key %r publishes private members: skipped", self.jwks_uri, entry.get("kid")
+                )
+                skipped += 1
+                continue
+            kid = entry.get("kid") if isinstance(entry, dict) else None
+            if isinstance(kid, str) and kids[kid] > 1:
+                log.warning("JWKS from %s: kid %r is shared by several keys: refused", self.jwks_uri, kid)
+                skipped += 1
+                continue
             try:
-                key = parse_public_jwk(entry)
+                key = parse_public_jwk(entry)  # type: ignore[arg-type]
             except ValueError:
                 skipped += 1  # use=enc, unknown kty or curve, malformed: RFC 7517 §5 says ignore
                 continue
             if self.require_alg and key.alg is None:
                 skipped += 1
+                without_alg += 1
                 continue
             keys.append(key)
-        if not keys:
-            return _Fetched(
-                skipped=skipped, error=f"the JWKS has no usable signature key ({skipped} skipped)"
-            )
-        return _Fetched(tuple(keys), skipped, cache_max_age(response.headers.get("cache-control")))
+        return keys, skipped, without_alg
 
     def _apply(self, fetched: _Fetched, started: datetime) -> None:
         """Record a finished fetch (under the lock)."""

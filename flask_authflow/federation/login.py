@@ -20,7 +20,7 @@ from typing import Any
 
 from flask_authflow import signals
 from flask_authflow.clock import Clock
-from flask_authflow.core.identifiers import normalise_identifier
+from flask_authflow.core.identifiers import MAX_IDENTIFIER_LENGTH, normalise_identifier
 from flask_authflow.core.ports import IdentityStore, LoginRecorder, SessionStore, UserRecord
 from flask_authflow.core.session import AuthSession, AuthState, SessionRecord, begin_flow, clear_flow
 from flask_authflow.errors import AuthFlowError, TokenCheck
@@ -45,6 +45,7 @@ __all__ = [
     "FederationService",
     "OAuthLoginOptions",
     "default_claims_mapper",
+    "email_link_key",
 ]
 
 log = logging.getLogger("flask_authflow.federation")
@@ -98,6 +99,22 @@ class FederatedIdentity:
         return None
 
 
+def email_link_key(email: str) -> str | None:
+    """The address an e-mail link compares, exactly: the local part as the provider sent
+    it and the domain with its ASCII letters lower-cased; ``None`` (never link) for an
+    address outside ASCII, or without exactly one ``@`` between two non-empty parts.
+
+    No Unicode folding: a provider-verified address whose first letter is the fullwidth
+    ``a`` (U+FF41) is not the local ``alice@example.com``.
+    """
+    if not email.isascii() or email.count("@") != 1:
+        return None
+    local, _, domain = email.partition("@")
+    if not local or not domain or any(ch.isspace() or ord(ch) < 0x21 or ord(ch) == 0x7F for ch in email):
+        return None
+    return f"{local}@{domain.lower()}"
+
+
 #: ``claims_mapper(identity)``: the local user (an id or a ``UserRecord``) to log in, or ``None`` to refuse.
 ClaimsMapper = Callable[[FederatedIdentity], "str | UserRecord | None"]
 
@@ -106,17 +123,20 @@ def default_claims_mapper(identity: FederatedIdentity, accounts: IdentityStore) 
     """The mapping used when the application registers no ``claims_mapper``.
 
     1. An identity already linked logs in as its linked user.
-    2. With ``link_by_email`` on the provider and a *verified* e-mail that is the
-       identifier of an existing local account in the tenant, that account.
+    2. With ``link_by_email`` on the provider and a *verified* e-mail that is exactly
+       (:func:`email_link_key`) the identifier of an existing local account in the
+       tenant, that account. An address outside ASCII never links here: an application
+       that wants it decides in its own ``claims_mapper``.
     3. Otherwise a new passwordless local account named ``<provider>:<sub>`` (found again
        if it exists), which the caller links.
     """
     if identity.link is not None:
         return identity.link.user_id
     email = identity.verified_email
-    if identity.link_by_email and email is not None:
-        existing = accounts.find_user(identity.tenant, normalise_identifier(email))
-        if existing is not None:
+    key = email_link_key(email) if identity.link_by_email and email is not None else None
+    if key is not None and len(key) <= MAX_IDENTIFIER_LENGTH:
+        existing = accounts.find_user(identity.tenant, normalise_identifier(key))
+        if existing is not None and existing.identifier == key:
             return existing.user_id
     name = f"{identity.provider}:{identity.subject}"
     found = accounts.find_user(identity.tenant, normalise_identifier(name))
@@ -243,7 +263,7 @@ class FederationService:
         if not isinstance(code, str) or not code:
             raise CsrfMismatch("the callback carries no authorization code")
         tokens = provider.exchange_code(code, ceremony.code_verifier)
-        claims = provider.validate_id_token(tokens.id_token, ceremony.nonce)
+        claims = provider.validate_id_token(tokens.id_token, ceremony.nonce, tokens.access_token)
         identity = self._identity(provider, claims, tokens)
         user_id = self._map(identity)
         link = identity.link
@@ -301,9 +321,7 @@ class FederationService:
     ) -> FederatedIdentity:
         """The validated identity, with its userinfo (when configured) and its existing link."""
         subject = str(claims.sub)
-        userinfo = (
-            provider.fetch_userinfo(tokens.access_token, subject) if provider.config.fetch_userinfo else None
-        )
+        userinfo = provider.fetch_userinfo(tokens.access_token, subject) if provider.uses_userinfo else None
         return FederatedIdentity(
             provider=provider.name,
             issuer=provider.issuer,
@@ -378,10 +396,15 @@ class FederationService:
         )
         return revoked
 
-    def end_session_url(self, federation: Mapping[str, str], state: str) -> str | None:
+    def end_session_url(
+        self, federation: Mapping[str, str], state: str, *, default_return: str | None = None
+    ) -> str | None:
         """Where RP-initiated logout sends the browser, for a session established by
         ``federation`` (``SessionRecord.federation``), or ``None`` when the provider has no
-        end-session endpoint or the session is not federated."""
+        end-session endpoint or the session is not federated.
+
+        ``default_return`` (the app's own logout-return URL for this provider) is the
+        ``post_logout_redirect_uri`` when the provider's configuration names none."""
         name = federation.get("provider")
         id_token = federation.get("id_token")
         if not name or not id_token:
@@ -392,9 +415,12 @@ class FederationService:
             return None
         if provider.metadata.end_session_endpoint is None:
             return None
-        return provider.build_end_session_url(
-            id_token, post_logout_redirect_uri=provider.config.post_logout_redirect_uri, state=state
-        )
+        target = provider.config.post_logout_redirect_uri
+        if target is None and default_return is not None:
+            return provider.build_end_session_url(
+                id_token, default_return, state=state, also_allowed=(default_return,)
+            )
+        return provider.build_end_session_url(id_token, post_logout_redirect_uri=target, state=state)
 
 
 def _federation_record(

@@ -2,19 +2,25 @@
 
 ``OAuthProviderConfig.discover(discovery_url, client_id, client_secret, redirect_uri,
 **options)`` fetches and checks the discovery document and returns an
-:class:`OAuthProvider`: the authorize URL, the token request (through Authlib's OAuth 2
-client), ID-token and logout-token validation (through our one JWT verification path,
-:class:`~flask_authflow.jose.JwtVerifier`, on the provider's key cache), userinfo, and
-the RP-initiated logout URL.
+:class:`OAuthProvider`: the authorize URL (through Authlib's OAuth 2 client), the token
+request (through the provider HTTP client, with the configured client authentication),
+ID-token and logout-token validation (through our one JWT verification path,
+:class:`~flask_authflow.jose.JwtVerifier`, on the provider's key cache, with the
+client's one pinned algorithm), userinfo, and the RP-initiated logout URL.
+
+The discovery document is kept for the ``max-age`` of its ``Cache-Control`` (between 1
+minute and 1 day; 1 hour without one) and fetched again when a key fetch fails: the
+:class:`ProviderRegistry` rebuilds a stale provider on its next use.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -27,7 +33,13 @@ from flask_authflow.errors import (
     UnknownKeyId,
 )
 from flask_authflow.federation.ceremony import Ceremony
-from flask_authflow.federation.client_auth import PrivateKeyJwt, load_client_key
+from flask_authflow.federation.client_auth import (
+    TOKEN_AUTH_METHODS,
+    ClientSecretJwt,
+    PrivateKeyJwt,
+    client_credentials,
+    load_client_key,
+)
 from flask_authflow.federation.errors import (
     Discovery,
     EndSessionRefused,
@@ -41,10 +53,11 @@ from flask_authflow.federation.errors import (
     UserInfo,
 )
 from flask_authflow.federation.http import HttpClient, RequestsHttpClient, check_provider_url
-from flask_authflow.federation.jwks_cache import ProviderKeyCache
+from flask_authflow.federation.jwks_cache import ProviderKeyCache, cache_max_age
 from flask_authflow.federation.tokens import (
     ID_TOKEN_ALGORITHMS,
     LogoutClaims,
+    check_at_hash,
     check_id_token,
     check_logout_token,
     check_logout_token_size,
@@ -61,12 +74,21 @@ __all__ = [
     "TokenSet",
 ]
 
+log = logging.getLogger("flask_authflow.federation")
+
 #: Provider names are slugs (they appear in URLs and, as ``oidc:<name>``, in audit rows).
 PROVIDER_NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,25}")
 _DISCOVERY_SUFFIX: Final = "/.well-known/openid-configuration"
 #: The longest a ceremony may be allowed to wait for its callback (1 hour).
 MAX_CEREMONY_TIMEOUT: Final = timedelta(hours=1)
-_TOKEN_AUTH_METHODS: Final = ("client_secret_basic", "client_secret_post")
+#: How long a discovery document is kept: its ``max-age`` within these bounds, else the default.
+DISCOVERY_MIN_AGE: Final = timedelta(minutes=1)
+DISCOVERY_MAX_AGE: Final = timedelta(days=1)
+DISCOVERY_DEFAULT_AGE: Final = timedelta(hours=1)
+#: The algorithm OpenID Connect Registration gives a client that names none.
+DEFAULT_ID_TOKEN_ALG: Final = "RS256"  # noqa: S105 - an algorithm name, not a secret
+#: Methods chosen, in order, when ``token_endpoint_auth_method`` is not set.
+_AUTO_AUTH_METHODS: Final = ("client_secret_basic", "client_secret_post")
 #: The keys accepted in ``AUTHFLOW_OAUTH_PROVIDERS`` entries (and by ``OAuthProviderConfig.from_mapping``).
 PROVIDER_CONFIG_KEYS: Final = (
     "discovery_url",
@@ -88,6 +110,8 @@ PROVIDER_CONFIG_KEYS: Final = (
     "jwks_require_alg",
     "client_private_key",
     "client_key_id",
+    "id_token_signed_response_alg",
+    "token_endpoint_auth_method",
 )
 
 
@@ -123,7 +147,8 @@ class OAuthProviderConfig:
 
     :param discovery_url: ``{issuer}/.well-known/openid-configuration``.
     :param issuer: the issuer the discovery document must name exactly (default: the
-        discovery URL without ``/.well-known/openid-configuration``).
+        issuer OpenID Connect Discovery maps to the discovery URL: the URL without
+        ``/.well-known/openid-configuration``, with or without a terminating ``/``).
     :param scopes: at least ``openid``; default ``openid profile email``.
     :param ceremony_timeout: how long a login may wait for its callback (default 15
         minutes, at most 1 hour).
@@ -132,23 +157,33 @@ class OAuthProviderConfig:
     :param post_logout_redirect_uri: the one used by ``POST /auth/logout`` (default: the
         first allowed one).
     :param post_login_redirect: where the callback sends the browser after a login
-        without a ``next`` (default ``/``).
+        without a ``next`` (default ``/``); a same-site path, checked like ``next``.
     :param iat_bound, clock_skew: ID and logout token time checks (5 minutes, 60 s).
-    :param fetch_userinfo: also fetch userinfo after the token exchange (its ``sub`` must
-        equal the ID token's).
+    :param fetch_userinfo: fetch userinfo after the token exchange (its ``sub`` must
+        equal the ID token's). Default ``None``: when the provider has a
+        ``userinfo_endpoint`` and the scopes ask for more than ``openid``; ``True``
+        requires the endpoint; ``False`` never fetches.
     :param link_by_email: let the default claims mapper link a provider identity to an
-        existing local account whose identifier is the token's e-mail, only when
+        existing local account whose identifier is exactly the token's e-mail (only the
+        ASCII domain is lower-cased; an address outside ASCII never links), only when
         ``email_verified`` is true (default ``False``: never link by e-mail).
     :param tenant: the local tenant of users signing in with this provider (default
         ``AUTHFLOW_DEFAULT_TENANT``).
-    :param jwks_debounce: at most one key refresh for an unknown ``kid`` per this long
-        (default 10 s, at least 1 s).
+    :param jwks_debounce: the least time between two key fetches (default and minimum
+        1 s); unknown-``kid`` refreshes are further limited by a token bucket (3 in a
+        row, then one per 20 s).
     :param client_private_key, client_key_id: a PEM private key (and its ``kid`` at the
-        provider) to authenticate at the token endpoint with ``private_key_jwt`` when the
-        provider supports it; ``client_secret`` is then not sent.
-    :param jwks_require_alg: skip provider keys without an ``alg`` member (default). A
-        provider whose keys name no ``alg`` (Microsoft Entra ID) needs ``False``: such keys
-        then verify only the allowed algorithms of their own key type.
+        provider) to authenticate at the token endpoint with ``private_key_jwt``;
+        ``client_secret`` is then not sent.
+    :param jwks_require_alg: skip provider keys without an ``alg`` member (default
+        ``False``: such keys verify only the allowed algorithm of their own key type).
+    :param id_token_signed_response_alg: the one algorithm ID tokens and logout tokens
+        of this client may use (default: the provider's only advertised algorithm, else
+        ``RS256``).
+    :param token_endpoint_auth_method: ``client_secret_basic``, ``client_secret_post``,
+        ``private_key_jwt``, ``client_secret_jwt`` or ``none`` (a public client with
+        PKCE). Default: ``private_key_jwt`` with ``client_private_key``, else
+        ``client_secret_basic`` or, when the provider lists only that, ``client_secret_post``.
     """
 
     discovery_url: str
@@ -163,24 +198,59 @@ class OAuthProviderConfig:
     issuer: str | None = None
     iat_bound: timedelta = timedelta(minutes=5)
     clock_skew: timedelta = timedelta(seconds=60)
-    fetch_userinfo: bool = False
+    fetch_userinfo: bool | None = None
     link_by_email: bool = False
     tenant: str | None = None
-    jwks_debounce: timedelta = timedelta(seconds=10)
-    jwks_require_alg: bool = True
+    jwks_debounce: timedelta = timedelta(seconds=1)
+    jwks_require_alg: bool = False
     client_private_key: str | None = field(default=None, repr=False)
     client_key_id: str | None = None
+    id_token_signed_response_alg: str | None = None
+    token_endpoint_auth_method: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("discovery_url", "client_id", "client_secret", "redirect_uri"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                raise ConfigurationError(f"OAuth provider {name} must be a non-empty string")
+        self._check_credentials()
         check_provider_url(self.discovery_url, "discovery_url", error=ConfigurationError)
         check_provider_url(self.redirect_uri, "redirect_uri", error=ConfigurationError)
         object.__setattr__(self, "scopes", _strings(self.scopes, "scopes"))
         if "openid" not in self.scopes:
             raise ConfigurationError("OAuth provider scopes must include 'openid'")
+        self._check_logout_redirects()
+        for name in ("ceremony_timeout", "iat_bound", "clock_skew", "jwks_debounce"):
+            object.__setattr__(self, name, _duration(getattr(self, name), name))
+        if self.jwks_debounce < timedelta(seconds=1):
+            raise ConfigurationError("jwks_debounce below 1 second would let tokens drive key fetches")
+        if self.ceremony_timeout > MAX_CEREMONY_TIMEOUT:
+            raise ConfigurationError("ceremony_timeout is capped at 1 hour: set a shorter one (15 minutes)")
+        if not isinstance(self.post_login_redirect, str) or not self.post_login_redirect.startswith("/"):
+            raise ConfigurationError("post_login_redirect must be a path of this site, such as '/dashboard'")
+        alg = self.id_token_signed_response_alg
+        if alg is not None and alg not in ID_TOKEN_ALGORITHMS:
+            raise ConfigurationError(
+                f"id_token_signed_response_alg {alg!r} is not one of {sorted(ID_TOKEN_ALGORITHMS)!r}"
+            )
+        if self.issuer is None and not self.discovery_url.endswith(_DISCOVERY_SUFFIX):
+            raise ConfigurationError(
+                f"discovery_url does not end with {_DISCOVERY_SUFFIX}: set issuer= to the expected issuer"
+            )
+
+    def _check_credentials(self) -> None:
+        method = self.token_endpoint_auth_method
+        if method is not None and method not in TOKEN_AUTH_METHODS:
+            raise ConfigurationError(
+                f"token_endpoint_auth_method {method!r} is not one of {', '.join(TOKEN_AUTH_METHODS)}"
+            )
+        if method == "private_key_jwt" and self.client_private_key is None:
+            raise ConfigurationError("token_endpoint_auth_method private_key_jwt needs client_private_key")
+        secretless = method in ("none", "private_key_jwt") or (
+            method is None and self.client_private_key is not None
+        )
+        for name in ("discovery_url", "client_id", "client_secret", "redirect_uri"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or (not value and not (name == "client_secret" and secretless)):
+                raise ConfigurationError(f"OAuth provider {name} must be a non-empty string")
+
+    def _check_logout_redirects(self) -> None:
         allowed = _strings(self.allowed_post_logout_redirect_uris, "allowed_post_logout_redirect_uris")
         object.__setattr__(self, "allowed_post_logout_redirect_uris", allowed)
         for uri in allowed:
@@ -191,25 +261,23 @@ class OAuthProviderConfig:
             raise ConfigurationError(
                 "post_logout_redirect_uri must be one of allowed_post_logout_redirect_uris"
             )
-        for name in ("ceremony_timeout", "iat_bound", "clock_skew", "jwks_debounce"):
-            object.__setattr__(self, name, _duration(getattr(self, name), name))
-        if self.jwks_debounce < timedelta(seconds=1):
-            raise ConfigurationError("jwks_debounce below 1 second would let tokens drive key fetches")
-        if self.ceremony_timeout > MAX_CEREMONY_TIMEOUT:
-            raise ConfigurationError("ceremony_timeout is capped at 1 hour: set a shorter one (15 minutes)")
-        if not isinstance(self.post_login_redirect, str) or not self.post_login_redirect.startswith("/"):
-            raise ConfigurationError("post_login_redirect must be a path of this site, such as '/dashboard'")
-        if self.issuer is None:
-            if not self.discovery_url.endswith(_DISCOVERY_SUFFIX):
-                raise ConfigurationError(
-                    f"discovery_url does not end with {_DISCOVERY_SUFFIX}: set issuer= to the expected issuer"
-                )
-            object.__setattr__(self, "issuer", self.discovery_url[: -len(_DISCOVERY_SUFFIX)])
 
     @property
     def expected_issuer(self) -> str:
-        assert self.issuer is not None  # set in __post_init__
-        return self.issuer
+        """The issuer set, or the one derived from the discovery URL (without a final ``/``)."""
+        if self.issuer is not None:
+            return self.issuer
+        return self.discovery_url[: -len(_DISCOVERY_SUFFIX)]
+
+    @property
+    def expected_issuers(self) -> tuple[str, ...]:
+        """Every issuer the discovery document may name: the one set, or the two that
+        OpenID Connect Discovery §4 maps to the discovery URL (a terminating ``/`` is
+        removed before ``/.well-known/openid-configuration`` is appended)."""
+        if self.issuer is not None:
+            return (self.issuer,)
+        base = self.expected_issuer
+        return (base,) if base.endswith("/") else (base, base + "/")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], *, what: str = "provider") -> OAuthProviderConfig:
@@ -259,44 +327,43 @@ class ProviderMetadata:
     authorization_endpoint: str
     token_endpoint: str
     jwks_uri: str
-    userinfo_endpoint: str
+    userinfo_endpoint: str | None
     end_session_endpoint: str | None
     id_token_algorithms: tuple[str, ...]
     token_endpoint_auth_methods: tuple[str, ...]
     iss_parameter_supported: bool
     backchannel_logout_supported: bool
+    #: ``id_token_signing_alg_values_supported`` as the provider wrote it.
+    advertised_algorithms: tuple[str, ...] = ()
 
     @classmethod
-    def from_document(cls, document: Mapping[str, Any], expected_issuer: str) -> ProviderMetadata:
-        """Check ``document`` against what a login needs.
+    def from_document(
+        cls, document: Mapping[str, Any], expected_issuer: str | Iterable[str]
+    ) -> ProviderMetadata:
+        """Check ``document`` against what a login needs (``userinfo_endpoint`` is optional).
 
         :raises Discovery: naming what is wrong.
         """
+        expected = (expected_issuer,) if isinstance(expected_issuer, str) else tuple(expected_issuer)
         issuer = document.get("issuer")
-        if issuer != expected_issuer:
+        if not isinstance(issuer, str) or issuer not in expected:
             raise Discovery(
-                f"the discovery document names issuer {issuer!r}, expected exactly {expected_issuer!r}"
+                f"the discovery document names issuer {issuer!r}, expected exactly "
+                + " or ".join(repr(e) for e in expected)
             )
         endpoints: dict[str, str] = {}
-        for name in ("authorization_endpoint", "token_endpoint", "jwks_uri", "userinfo_endpoint"):
+        for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
             value = document.get(name)
             if not isinstance(value, str) or not value:
                 raise Discovery(f"the discovery document has no {name}")
             endpoints[name] = check_provider_url(value, name)
-        end_session = document.get("end_session_endpoint")
-        if end_session is not None:
-            if not isinstance(end_session, str):
-                raise Discovery("end_session_endpoint is not a URL")
-            end_session = check_provider_url(end_session, "end_session_endpoint")
-        advertised = document.get("id_token_signing_alg_values_supported")
-        if not isinstance(advertised, list) or not all(isinstance(a, str) for a in advertised):
-            raise Discovery("the discovery document has no id_token_signing_alg_values_supported list")
-        algorithms = tuple(a for a in advertised if a in ID_TOKEN_ALGORITHMS)
-        if not algorithms:
-            raise Discovery(
-                f"the provider signs ID tokens only with {advertised!r}; "
-                f"accepted: {sorted(ID_TOKEN_ALGORITHMS)!r}"
-            )
+        optional: dict[str, str | None] = {}
+        for name in ("userinfo_endpoint", "end_session_endpoint"):
+            value = document.get(name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise Discovery(f"{name} is not a URL")
+            optional[name] = None if value is None else check_provider_url(value, name)
+        advertised, algorithms = _id_token_algorithms(document)
         methods = document.get("token_endpoint_auth_methods_supported", ["client_secret_basic"])
         if not isinstance(methods, list):
             raise Discovery("token_endpoint_auth_methods_supported is not a list")
@@ -308,13 +375,71 @@ class ProviderMetadata:
             authorization_endpoint=endpoints["authorization_endpoint"],
             token_endpoint=endpoints["token_endpoint"],
             jwks_uri=endpoints["jwks_uri"],
-            userinfo_endpoint=endpoints["userinfo_endpoint"],
-            end_session_endpoint=end_session,
+            userinfo_endpoint=optional["userinfo_endpoint"],
+            end_session_endpoint=optional["end_session_endpoint"],
             id_token_algorithms=algorithms,
             token_endpoint_auth_methods=tuple(m for m in methods if isinstance(m, str)),
             iss_parameter_supported=document.get("authorization_response_iss_parameter_supported") is True,
             backchannel_logout_supported=document.get("backchannel_logout_supported") is True,
+            advertised_algorithms=advertised,
         )
+
+
+def _id_token_algorithms(document: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The advertised ID-token algorithms, and those of them we verify."""
+    advertised = document.get("id_token_signing_alg_values_supported")
+    if not isinstance(advertised, list) or not all(isinstance(a, str) for a in advertised):
+        raise Discovery("the discovery document has no id_token_signing_alg_values_supported list")
+    algorithms = tuple(a for a in advertised if a in ID_TOKEN_ALGORITHMS)
+    if not algorithms:
+        raise Discovery(
+            f"the provider signs ID tokens only with {advertised!r}; "
+            f"accepted: {sorted(ID_TOKEN_ALGORITHMS)!r}"
+        )
+    return tuple(advertised), algorithms
+
+
+def pinned_algorithm(config: OAuthProviderConfig, metadata: ProviderMetadata) -> str:
+    """The one algorithm this client's ID and logout tokens may use.
+
+    ``id_token_signed_response_alg`` when set; else the provider's only advertised
+    algorithm; else ``RS256``, the registration default.
+
+    :raises Discovery: the provider does not advertise the algorithm chosen.
+    """
+    chosen = config.id_token_signed_response_alg
+    if chosen is None:
+        single = metadata.advertised_algorithms
+        chosen = single[0] if len(single) == 1 else DEFAULT_ID_TOKEN_ALG
+    if chosen not in metadata.id_token_algorithms:
+        raise Discovery(
+            f"ID tokens of this client are expected signed with {chosen}, which the provider does not "
+            f"advertise ({list(metadata.advertised_algorithms)!r}): set id_token_signed_response_alg "
+            "to the algorithm registered for the client"
+        )
+    return chosen
+
+
+def _token_auth_method(config: OAuthProviderConfig, metadata: ProviderMetadata) -> str:
+    """The configured ``token_endpoint_auth_method``, or the first usable of the defaults."""
+    supported = metadata.token_endpoint_auth_methods
+    method = config.token_endpoint_auth_method
+    if method is None and config.client_private_key is not None:
+        method = "private_key_jwt"
+    if method is not None:
+        if method not in supported:
+            raise Discovery(
+                f"token_endpoint_auth_method {method} is set, but the provider's token endpoint "
+                f"accepts only {list(supported)!r}"
+            )
+        return method
+    for candidate in _AUTO_AUTH_METHODS:
+        if candidate in supported:
+            return candidate
+    raise Discovery(
+        f"the token endpoint accepts only {list(supported)!r}; set token_endpoint_auth_method "
+        f"(one of {', '.join(TOKEN_AUTH_METHODS)})"
+    )
 
 
 @dataclass(frozen=True)
@@ -336,10 +461,33 @@ def _oauth2_session(**kwargs: Any) -> Any:
     return OAuth2Session(**kwargs)
 
 
+def _token_set(token: Mapping[str, Any]) -> TokenSet:
+    """The checked parts of a successful token answer."""
+    id_token = token.get("id_token")
+    access_token = token.get("access_token")
+    if not isinstance(id_token, str) or not id_token:
+        raise TokenExchange("the token endpoint answered without an id_token")
+    if not isinstance(access_token, str) or not access_token:
+        raise TokenExchange("the token endpoint answered without an access_token")
+    token_type = token.get("token_type", "Bearer")
+    if not isinstance(token_type, str) or token_type.lower() != "bearer":
+        raise TokenExchange(f"unsupported token_type {str(token_type)[:32]!r}")
+    refresh = token.get("refresh_token")
+    expires_in = token.get("expires_in")
+    return TokenSet(
+        id_token=id_token,
+        access_token=access_token,
+        refresh_token=refresh if isinstance(refresh, str) else None,
+        token_type=token_type,
+        expires_in=expires_in if isinstance(expires_in, int) and not isinstance(expires_in, bool) else None,
+    )
+
+
 class OAuthProvider:
     """One OpenID provider as a relying party sees it (see the module docstring).
 
-    Thread-safe: the only mutable part is the key cache, which is.
+    Thread-safe: the only mutable parts are the key cache, which is, and the discovery
+    freshness, read by the registry.
     """
 
     def __init__(
@@ -351,6 +499,7 @@ class OAuthProvider:
         http: HttpClient,
         keys: ProviderKeyCache,
         clock: Clock,
+        fresh_until: datetime | None = None,
     ) -> None:
         self.name = check_provider_name(name)
         self.config = config
@@ -358,17 +507,20 @@ class OAuthProvider:
         self.http = http
         self.keys = keys
         self.clock = clock
-        methods: list[str] = [m for m in _TOKEN_AUTH_METHODS if m in metadata.token_endpoint_auth_methods]
-        if config.client_private_key is not None:
-            if "private_key_jwt" not in metadata.token_endpoint_auth_methods:
-                raise Discovery("client_private_key is set, but the provider does not accept private_key_jwt")
-            methods = ["private_key_jwt"]
-        if not methods:
-            raise Discovery(
-                f"the token endpoint accepts only {list(metadata.token_endpoint_auth_methods)!r}; "
-                f"flask-authflow authenticates with {list(_TOKEN_AUTH_METHODS)!r}"
-            )
-        self.token_auth_method: str = methods[0]
+        self.token_auth_method: str = _token_auth_method(config, metadata)
+        #: The one algorithm ID tokens and logout tokens of this client may use.
+        self.id_token_alg: str = pinned_algorithm(config, metadata)
+        if config.fetch_userinfo and metadata.userinfo_endpoint is None:
+            raise Discovery("fetch_userinfo is set, but the discovery document has no userinfo_endpoint")
+        #: Whether a login fetches userinfo (see ``fetch_userinfo``).
+        self.uses_userinfo: bool = (
+            metadata.userinfo_endpoint is not None and set(config.scopes) != {"openid"}
+            if config.fetch_userinfo is None
+            else config.fetch_userinfo
+        )
+        #: When the discovery document should be fetched again (``None``: never).
+        self.fresh_until = fresh_until
+        self._assertion = self._client_assertion()
 
     @classmethod
     def from_config(
@@ -378,10 +530,16 @@ class OAuthProvider:
         *,
         http: HttpClient | None = None,
         clock: Clock | None = None,
+        previous: OAuthProvider | None = None,
     ) -> OAuthProvider:
-        """Fetch the discovery document, check it and build the key cache (see ``discover``)."""
+        """Fetch the discovery document, check it and build the key cache (see ``discover``).
+
+        ``previous`` (the provider this one replaces) lends its key cache when the
+        ``jwks_uri`` did not change, so the keys known stay known.
+        """
         client = http if http is not None else RequestsHttpClient()
         used_clock = clock if clock is not None else SystemClock()
+        started = used_clock.now()
         response = client.get(config.discovery_url, headers={"Accept": "application/json"})
         if response.status != 200:
             raise Discovery(f"the discovery document answered HTTP {response.status}")
@@ -389,15 +547,38 @@ class OAuthProvider:
             document = response.json_object()
         except ProviderUnreachable as exc:
             raise Discovery(f"the discovery document is unusable: {exc.message}") from None
-        metadata = ProviderMetadata.from_document(document, config.expected_issuer)
-        keys = ProviderKeyCache(
-            metadata.jwks_uri,
-            client,
-            clock=used_clock,
-            debounce=config.jwks_debounce,
-            require_alg=config.jwks_require_alg,
+        metadata = ProviderMetadata.from_document(document, config.expected_issuers)
+        if previous is not None and previous.keys.jwks_uri == metadata.jwks_uri:
+            keys = previous.keys
+            keys.remove_fetch_listener(previous._key_fetch_ended)  # this provider replaces it
+        else:
+            keys = ProviderKeyCache(
+                metadata.jwks_uri,
+                client,
+                clock=used_clock,
+                debounce=config.jwks_debounce,
+                require_alg=config.jwks_require_alg,
+            )
+        age = cache_max_age(response.headers.get("cache-control"))
+        lifetime = (
+            DISCOVERY_DEFAULT_AGE if age is None else min(max(age, DISCOVERY_MIN_AGE), DISCOVERY_MAX_AGE)
         )
-        return cls(name, config, metadata, http=client, keys=keys, clock=used_clock)
+        provider = cls(
+            name, config, metadata, http=client, keys=keys, clock=used_clock, fresh_until=started + lifetime
+        )
+        keys.add_fetch_listener(provider._key_fetch_ended)
+        return provider
+
+    def _key_fetch_ended(self, ok: bool) -> None:
+        """A failed key fetch may mean the provider moved its ``jwks_uri``: discover again soon."""
+        if not ok:
+            retry = self.clock.now() + DISCOVERY_MIN_AGE
+            if self.fresh_until is None or retry < self.fresh_until:
+                self.fresh_until = retry
+
+    def is_stale(self, now: datetime) -> bool:
+        """Whether the discovery document should be fetched again."""
+        return self.fresh_until is not None and now >= self.fresh_until
 
     @property
     def issuer(self) -> str:
@@ -412,22 +593,14 @@ class OAuthProvider:
 
     # --- the code flow ----------------------------------------------------------------------
 
-    def _session(self, **kwargs: Any) -> Any:
-        private_key_jwt = self.token_auth_method == PrivateKeyJwt.name
-        oauth = _oauth2_session(
-            client_id=self.config.client_id,
-            client_secret=None if private_key_jwt else self.config.client_secret,
-            token_endpoint_auth_method=self.token_auth_method,
-            redirect_uri=self.config.redirect_uri,
-            code_challenge_method="S256",
-            **kwargs,
-        )
-        if private_key_jwt:
-            oauth.register_client_auth_method(self._client_assertion())
-        self.http.mount_into(oauth)
-        return oauth
-
-    def _client_assertion(self) -> PrivateKeyJwt:
+    def _client_assertion(self) -> Callable[[], str] | None:
+        method = self.token_auth_method
+        if method == "client_secret_jwt":
+            return ClientSecretJwt(
+                self.client_id, self.metadata.token_endpoint, self.config.client_secret, clock=self.clock
+            ).assertion
+        if method != "private_key_jwt":
+            return None
         key, algorithm = load_client_key(self.config.client_private_key or "")
         return PrivateKeyJwt(
             self.client_id,
@@ -436,14 +609,19 @@ class OAuthProvider:
             algorithm,
             kid=self.config.client_key_id,
             clock=self.clock,
-        )
+        ).assertion
 
     def authorization_url(
         self, ceremony: Ceremony, *, scopes: Iterable[str] | None = None, **extra: str
     ) -> str:
         """The authorize URL of ``ceremony``: code flow, PKCE S256, state and nonce."""
         scope = " ".join(scopes if scopes is not None else self.config.scopes)
-        oauth = self._session(scope=scope)
+        oauth = _oauth2_session(
+            client_id=self.config.client_id,
+            redirect_uri=self.config.redirect_uri,
+            code_challenge_method="S256",
+            scope=scope,
+        )
         try:
             url, _state = oauth.create_authorization_url(
                 self.metadata.authorization_endpoint,
@@ -457,61 +635,46 @@ class OAuthProvider:
         return str(url)
 
     def exchange_code(self, code: str, code_verifier: str) -> TokenSet:
-        """The token request (client_secret_basic, or _post when the provider asks).
+        """The token request, authenticated with ``token_auth_method``.
 
         :raises TokenExchange: an error answer (``error`` holds its code, e.g.
-            ``invalid_client``) or an answer without an ID token or access token.
-        :raises ProviderUnreachable: the token endpoint did not answer usably.
+            ``invalid_client``) or an answer without an ID token or access token, or
+            with a ``token_type`` other than Bearer.
+        :raises ProviderUnreachable: the token endpoint did not answer usably (transport
+            failure, redirect, oversize, 5xx, not a JSON object).
         """
-        oauth = self._session()
-        try:
-            try:
-                token = oauth.fetch_token(
-                    self.metadata.token_endpoint,
-                    grant_type="authorization_code",
-                    code=code,
-                    code_verifier=code_verifier,
-                    timeout=self.http.timeout,
-                    allow_redirects=False,
-                )
-            except OAuthError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - Authlib raises its own tree and requests' errors
-                error = getattr(exc, "error", None)
-                if isinstance(error, str) and error:
-                    raise TokenExchange(f"the token endpoint answered {error}", error=error) from None
-                raise TokenExchange(f"the token request failed ({type(exc).__name__})") from None
-        finally:
-            oauth.close()
-        id_token = token.get("id_token")
-        access_token = token.get("access_token")
-        if not isinstance(id_token, str) or not id_token:
-            raise TokenExchange("the token endpoint answered without an id_token")
-        if not isinstance(access_token, str) or not access_token:
-            raise TokenExchange("the token endpoint answered without an access_token")
-        token_type = token.get("token_type", "Bearer")
-        if not isinstance(token_type, str) or token_type.lower() != "bearer":
-            raise TokenExchange(f"unsupported token_type {token_type!r}")
-        refresh = token.get("refresh_token")
-        expires_in = token.get("expires_in")
-        return TokenSet(
-            id_token=id_token,
-            access_token=access_token,
-            refresh_token=refresh if isinstance(refresh, str) else None,
-            expires_in=expires_in
-            if isinstance(expires_in, int) and not isinstance(expires_in, bool)
-            else None,
+        headers, form = client_credentials(
+            self.token_auth_method, self.client_id, self.config.client_secret, assertion=self._assertion
         )
+        form.update(
+            grant_type="authorization_code",
+            code=code,
+            code_verifier=code_verifier,
+            redirect_uri=self.config.redirect_uri,
+        )
+        response = self.http.post_form(
+            self.metadata.token_endpoint, form, headers={**headers, "Accept": "application/json"}
+        )
+        if response.status >= 500:
+            raise ProviderUnreachable(f"the token endpoint answered HTTP {response.status}")
+        token = response.json_object()
+        if response.status != 200:
+            error = token.get("error")
+            if isinstance(error, str) and error and error.isascii() and len(error) <= 64:
+                raise TokenExchange(f"the token endpoint answered {error}", error=error)
+            raise TokenExchange(f"the token endpoint answered HTTP {response.status}")
+        return _token_set(token)
 
     # --- token checks ----------------------------------------------------------------------------
 
     def _verify(self, token: str, error: type[IdTokenValidation | LogoutTokenInvalid]) -> VerifiedClaims:
-        """Signature, ``exp``, ``iss``, ``aud`` through the one verification path; an
-        unknown ``kid`` refreshes the keys once (single-flight, debounced)."""
+        """Signature with the pinned algorithm, ``exp``, ``iss``, ``aud`` through the one
+        verification path; an unknown ``kid`` refreshes the keys once (single-flight,
+        floor and token bucket)."""
         self.keys.ensure_fresh()
         skew = self.config.clock_skew
         for attempt in (1, 2):
-            verifier = self.keys.verifier(self.metadata.id_token_algorithms)
+            verifier = self.keys.verifier((self.id_token_alg,))
             try:
                 return verifier.verify(
                     token, self.client_id, issuer=self.issuer, leeway=skew, clock=self.clock
@@ -524,15 +687,21 @@ class OAuthProvider:
                         TokenCheck.UNKNOWN_KID, "logout token signed with an unknown key id"
                     ) from None
             except TokenVerificationError as exc:
-                raise error(exc.reason, f"{error.__name__}: {exc.message}") from None
+                hint = ""
+                if exc.reason == TokenCheck.ALGORITHM:
+                    hint = f"; this client accepts {self.id_token_alg} only (id_token_signed_response_alg)"
+                raise error(exc.reason, f"{error.__name__}: {exc.message}{hint}") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def validate_id_token(self, id_token: str, nonce: str) -> VerifiedClaims:
-        """The six ID-token checks plus algorithm pinning, ``crit`` and ``sub``.
+    def validate_id_token(self, id_token: str, nonce: str, access_token: str | None = None) -> VerifiedClaims:
+        """The six ID-token checks plus algorithm pinning, ``crit``, ``sub`` and, when the
+        token carries one and ``access_token`` is given, ``at_hash``.
 
         :raises IdTokenValidation: (or :class:`UnknownKid`) naming the failed check.
         """
         claims = self._verify(id_token, IdTokenValidation)
+        if access_token is not None:
+            check_at_hash(claims, access_token)
         check_id_token(
             claims,
             client_id=self.client_id,
@@ -549,8 +718,11 @@ class OAuthProvider:
         :raises UserInfo: a refusal (401: the scopes lack what userinfo needs), a
             non-JSON answer, or another ``sub``.
         """
+        endpoint = self.metadata.userinfo_endpoint
+        if endpoint is None:
+            raise UserInfo("the provider has no userinfo_endpoint")
         response = self.http.get(
-            self.metadata.userinfo_endpoint,
+            endpoint,
             headers={"Authorization": f"Bearer {access_token}", "Accept": "application/json"},
         )
         if response.status == 401:
@@ -587,10 +759,17 @@ class OAuthProvider:
         )
 
     def build_end_session_url(
-        self, id_token_hint: str, post_logout_redirect_uri: str | None = None, state: str | None = None
+        self,
+        id_token_hint: str,
+        post_logout_redirect_uri: str | None = None,
+        state: str | None = None,
+        *,
+        also_allowed: tuple[str, ...] = (),
     ) -> str:
         """The provider's end-session URL for RP-initiated logout.
 
+        :param also_allowed: redirect URIs allowed besides the configured ones (the
+            app's own logout-return URL, which the web layer derives).
         :raises EndSessionRefused: the provider has no end-session endpoint, or
             ``post_logout_redirect_uri`` is not on ``allowed_post_logout_redirect_uris``
             (an empty list allows none).
@@ -600,7 +779,8 @@ class OAuthProvider:
             raise EndSessionRefused("the provider has no end_session_endpoint")
         params: dict[str, str] = {"id_token_hint": id_token_hint, "client_id": self.client_id}
         if post_logout_redirect_uri is not None:
-            if post_logout_redirect_uri not in self.config.allowed_post_logout_redirect_uris:
+            allowed = (*self.config.allowed_post_logout_redirect_uris, *also_allowed)
+            if post_logout_redirect_uri not in allowed:
                 raise EndSessionRefused(
                     "post_logout_redirect_uri is not on allowed_post_logout_redirect_uris"
                 )
@@ -621,7 +801,12 @@ class ProviderRegistry:
     A definition is an :class:`OAuthProviderConfig`, a ready :class:`OAuthProvider`, or a
     factory called with the tenant (per-tenant federation). Building (discovery) happens
     on first use, once even when many requests ask at the same time (single-flight); a
-    failed build is not cached, so the next request tries again.
+    failed build is not cached, so the next request tries again. A provider whose
+    discovery document is stale (its ``Cache-Control``, or a failed key fetch) is built
+    again on its next use; while that fails, the one known keeps serving.
+
+    ``redirect_rule`` is the application's check of ``next`` targets (the value, or
+    ``None`` when refused): every provider's ``post_login_redirect`` must pass it.
     """
 
     def __init__(
@@ -630,6 +815,7 @@ class ProviderRegistry:
         http: HttpClient | None = None,
         clock: Clock | None = None,
         on_key_fetch: Callable[[bool], None] | None = None,
+        redirect_rule: Callable[[str], str | None] | None = None,
     ) -> None:
         #: Told of every JWKS fetch of the providers handed out (the app's counters).
         self.on_key_fetch = on_key_fetch
@@ -639,6 +825,14 @@ class ProviderRegistry:
         self._lock = threading.Lock()
         self.http = http
         self.clock = clock
+        self.redirect_rule = redirect_rule
+
+    def _check_redirects(self, name: str, config: OAuthProviderConfig) -> None:
+        if self.redirect_rule is not None and self.redirect_rule(config.post_login_redirect) is None:
+            raise ConfigurationError(
+                f"provider {name!r}: post_login_redirect {config.post_login_redirect[:80]!r} is not a "
+                "same-site path (it is checked like next: no //host, no backslash, no scheme)"
+            )
 
     def register(self, name: str, definition: OAuthProviderConfig | OAuthProvider | ProviderFactory) -> None:
         """Register (or replace) a provider under ``name`` (a slug)."""
@@ -647,6 +841,10 @@ class ProviderRegistry:
             raise ConfigurationError(
                 f"provider {name!r}: expected an OAuthProviderConfig, an OAuthProvider or a factory"
             )
+        if isinstance(definition, OAuthProviderConfig):
+            self._check_redirects(name, definition)
+        elif isinstance(definition, OAuthProvider):
+            self._check_redirects(name, definition.config)
         with self._lock:
             self._definitions[name] = definition
             for key in [k for k in self._built if k[0] == name]:
@@ -677,26 +875,54 @@ class ProviderRegistry:
                 tenant if callable(definition) and not isinstance(definition, OAuthProvider) else None,
             )
             built = self._built.get(key)
-            if built is not None:
+            if built is not None and not built.is_stale(self._now()):
                 return built
             building = self._building.setdefault(key, threading.Lock())
         with building:  # single-flight: one thread discovers, the others wait and reuse
             with self._lock:
                 built = self._built.get(key)
-            if built is not None:
+            if built is not None and not built.is_stale(self._now()):
                 return built
-            provider = self._build(name, definition, tenant)
-            if self.on_key_fetch is not None:
-                provider.keys.add_fetch_listener(self.on_key_fetch)
+            provider = self._rebuild(name, definition, tenant, built)
             with self._lock:
                 if self._definitions.get(name) is definition:
                     self._built[key] = provider
             return provider
 
+    def _now(self) -> datetime:
+        return (self.clock or SystemClock()).now()
+
+    def _rebuild(
+        self,
+        name: str,
+        definition: OAuthProviderConfig | OAuthProvider | ProviderFactory,
+        tenant: str | None,
+        previous: OAuthProvider | None,
+    ) -> OAuthProvider:
+        """A fresh build; when it fails and an earlier one exists, the earlier one (retried later)."""
+        try:
+            provider = self._build(name, definition, tenant, previous)
+        except OAuthError as exc:
+            if previous is None:
+                raise
+            log.warning(
+                "discovery of provider %r failed again (%s); keeping the known one", name, exc.message
+            )
+            previous.fresh_until = self._now() + DISCOVERY_MIN_AGE
+            return previous
+        if self.on_key_fetch is not None:
+            provider.keys.add_fetch_listener(self.on_key_fetch)
+        return provider
+
     def _build(
-        self, name: str, definition: OAuthProviderConfig | OAuthProvider | ProviderFactory, tenant: str | None
+        self,
+        name: str,
+        definition: OAuthProviderConfig | OAuthProvider | ProviderFactory,
+        tenant: str | None,
+        previous: OAuthProvider | None = None,
     ) -> OAuthProvider:
         if isinstance(definition, OAuthProvider):
+            definition.fresh_until = None  # built by the application: it refreshes it
             return definition
         made: Any = definition if isinstance(definition, OAuthProviderConfig) else definition(tenant or "")
         if isinstance(made, OAuthProvider):
@@ -707,4 +933,5 @@ class ProviderRegistry:
             raise ConfigurationError(f"the factory of provider {name!r} returned {type(made).__name__}")
         if tenant is not None and made.tenant is None:
             made = replace(made, tenant=tenant)
-        return OAuthProvider.from_config(name, made, http=self.http, clock=self.clock)
+        self._check_redirects(name, made)
+        return OAuthProvider.from_config(name, made, http=self.http, clock=self.clock, previous=previous)

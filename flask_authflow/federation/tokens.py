@@ -9,12 +9,14 @@ runs both steps.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
+from flask_authflow.core.encoding import b64url_encode
 from flask_authflow.errors import TokenCheck
 from flask_authflow.federation.errors import IdTokenValidation, LogoutTokenInvalid
 from flask_authflow.jose import VerifiedClaims
@@ -24,13 +26,30 @@ __all__ = [
     "ID_TOKEN_ALGORITHMS",
     "LOGOUT_TOKEN_MAX_BYTES",
     "LogoutClaims",
+    "check_at_hash",
     "check_id_token",
     "check_logout_token",
     "check_logout_token_size",
 ]
 
 #: Algorithms an ID token may use; a provider's advertised list is intersected with it.
-ID_TOKEN_ALGORITHMS: Final = frozenset({"RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"})
+ID_TOKEN_ALGORITHMS: Final = frozenset(
+    {
+        "RS256",
+        "RS384",
+        "RS512",
+        "PS256",
+        "PS384",
+        "PS512",
+        "ES256",
+        "ES384",
+        "ES512",
+        "EdDSA",
+        "Ed25519",
+    }
+)
+#: The hash of ``at_hash`` per algorithm (the one of the signature; SHA-512 for Ed25519).
+_AT_HASH: Final = {"256": "sha256", "384": "sha384", "512": "sha512", "EdDSA": "sha512", "Ed25519": "sha512"}
 #: The event a back-channel logout token must carry in ``events``.
 BACKCHANNEL_LOGOUT_EVENT: Final = "http://schemas.openid.net/event/backchannel-logout"
 #: Largest logout token accepted (8 KiB), checked before anything is parsed.
@@ -82,6 +101,24 @@ def check_id_token(
     _iat(claims, now, iat_bound, clock_skew, IdTokenValidation)
     if not isinstance(claims.sub, str) or not claims.sub:
         raise IdTokenValidation(TokenCheck.SUBJECT, "sub is missing")
+
+
+def check_at_hash(claims: VerifiedClaims, access_token: str) -> None:
+    """When the ID token carries ``at_hash``, it must be the left half of the access token's
+    hash (the hash of the token's algorithm), base64url-encoded.
+
+    :raises IdTokenValidation: ``at_hash`` is not a string or does not match.
+    """
+    at_hash = claims.claims.get("at_hash")
+    if at_hash is None:
+        return
+    name = _AT_HASH.get(claims.alg) or _AT_HASH.get(claims.alg[-3:])
+    if not isinstance(at_hash, str) or name is None:
+        raise IdTokenValidation(TokenCheck.CLAIM, "at_hash is malformed")
+    digest = hashlib.new(name, access_token.encode("ascii", "replace")).digest()
+    expected = b64url_encode(digest[: len(digest) // 2])
+    if not hmac.compare_digest(expected.encode(), at_hash.encode("utf-8", "replace")):
+        raise IdTokenValidation(TokenCheck.CLAIM, "at_hash does not match the access token")
 
 
 @dataclass(frozen=True, slots=True)

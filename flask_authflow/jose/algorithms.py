@@ -24,6 +24,7 @@ _ALG_KEY_TYPES: Final[Mapping[str, tuple[str, frozenset[str] | None]]] = Mapping
         "PS512": ("RSA", None),
         "ES256": ("EC", frozenset({"P-256"})),
         "ES384": ("EC", frozenset({"P-384"})),
+        "ES512": ("EC", frozenset({"P-521"})),
         "EdDSA": ("OKP", frozenset({"Ed25519", "Ed448"})),
         "Ed25519": ("OKP", frozenset({"Ed25519"})),
     }
@@ -38,7 +39,7 @@ _HASHES: Final[Mapping[str, type[hashes.HashAlgorithm]]] = MappingProxyType(
 )
 
 
-#: Algorithms a local key can sign with (the verify side accepts these and ``Ed25519``).
+#: Algorithms a local key can sign with (the verify side accepts these, ``ES512`` and ``Ed25519``).
 SIGNING_ALGORITHMS: Final = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"}
 )

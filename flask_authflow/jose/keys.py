@@ -122,7 +122,7 @@ class VerificationKey:
 
 
 _CURVES: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
-    {"EC": frozenset({"P-256", "P-384"}), "OKP": frozenset({"Ed25519", "Ed448"})}
+    {"EC": frozenset({"P-256", "P-384", "P-521"}), "OKP": frozenset({"Ed25519", "Ed448"})}
 )
 
 

@@ -228,6 +228,10 @@ class MemorySessionStore:
                 self._remove(sid)
         return len(expired)
 
+    def database_engine(self) -> None:
+        """``None``: the sessions are in process memory."""
+        return None
+
     def __repr__(self) -> str:
         return f"<MemorySessionStore sessions={self.count()}>"
 

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 import secrets
 import threading
 import uuid
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
 
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import Clock, SystemClock, utc
+from flask_authflow.core.factor_data import check_factor_config
 from flask_authflow.core.identifiers import check_tenant, normalise_identifier
 from flask_authflow.core.ports import (
     RESERVATION_TTL,
@@ -36,36 +34,6 @@ from flask_authflow.login.password import PasswordHasher
 from flask_authflow.outcomes import FactorKind
 
 __all__ = ["AttemptLogEntry", "InMemoryBackend", "LockState", "count_failure"]
-
-#: The longest factor id and lookup value the SQL store keeps (both backends refuse longer ones).
-MAX_FACTOR_ID = 64
-MAX_LOOKUP = 255
-
-
-def check_factor_config(config: FactorConfig) -> dict[str, Any]:
-    """``config.data`` as the JSON round trip gives it back (what both backends store),
-    after the checks :meth:`add_factor` makes: :class:`ValueError` for an empty or overlong
-    ``factor_id``, an overlong ``lookup``, a negative counter, or data that is not JSON."""
-    if not isinstance(config.factor_id, str) or not 0 < len(config.factor_id) <= MAX_FACTOR_ID:
-        raise ValueError(f"a factor id is a non-empty string of at most {MAX_FACTOR_ID} characters")
-    if config.lookup is not None and not 0 < len(config.lookup) <= MAX_LOOKUP:
-        raise ValueError(f"a factor lookup is a non-empty string of at most {MAX_LOOKUP} characters")
-    if config.counter < 0:
-        raise ValueError("a factor counter starts at 0 or above")
-    return load_factor_data(dump_factor_data(config.data))
-
-
-def dump_factor_data(data: Mapping[str, Any]) -> str:
-    """A factor's public data as JSON text; :class:`ValueError` when it is not JSON-serialisable."""
-    try:
-        return json.dumps(dict(data), separators=(",", ":"), sort_keys=True, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"factor data must be JSON-serialisable: {exc}") from None
-
-
-def load_factor_data(text: str) -> dict[str, Any]:
-    loaded = json.loads(text)
-    return loaded if isinstance(loaded, dict) else {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -620,3 +588,21 @@ class InMemoryBackend:
     def audit_rows(self) -> list[AuditRecord]:
         with self._lock:
             return list(self._audit)
+
+    # --- maintenance (BackendMaintenance) ----------------------------------------------------
+
+    def bind_app(self, app: object) -> InMemoryBackend:
+        """``self``: the memory store serves any app as it is."""
+        return self
+
+    def database_engine(self) -> None:
+        """``None``: nothing of this store is in a database."""
+        return None
+
+    def purge_audit(self, before: datetime) -> int:
+        """Drop the audit rows written before ``before``; returns how many went."""
+        with self._lock:
+            kept = [record for record in self._audit if utc(record.time) >= utc(before)]
+            purged = len(self._audit) - len(kept)
+            self._audit = kept
+        return purged

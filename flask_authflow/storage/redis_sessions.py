@@ -445,18 +445,18 @@ class RedisSessionStore:
                 self._delete_index(keys=[index], args=[self._now(), self._record_prefix, field, tenant_index])
             )
 
-    def purge_expired(self) -> int:
-        """Delete every record whose expiry has passed by the store's clock; returns how many.
+    def purge_expired(self, *, tenant: str | None = None) -> int:
+        """Delete every record whose expiry has passed by the store's clock (only those of
+        ``tenant`` when given); returns how many.
 
         Redis removes expired keys by itself, so with the system clock there is rarely
-        anything left to do; this walks the store's keys (``SCAN``), for operators and
-        for clocks that run ahead of Redis's.
+        anything left to do; this walks the store's keys (``SCAN``), or the tenant's index
+        sets, for operators and for clocks that run ahead of Redis's.
         """
         removed = 0
-        pattern = _glob_escape(self._record_prefix) + "*"
         with self._guard():
-            batch: list[bytes] = []
-            for key in self._redis.scan_iter(match=pattern, count=PURGE_BATCH):
+            batch: list[Any] = []
+            for key in self._record_keys() if tenant is None else self._tenant_record_keys(tenant):
                 batch.append(key)
                 if len(batch) >= PURGE_BATCH:
                     removed += int(self._purge(keys=batch, args=[self._now(), self._record_prefix]))
@@ -464,6 +464,20 @@ class RedisSessionStore:
             if batch:
                 removed += int(self._purge(keys=batch, args=[self._now(), self._record_prefix]))
         return removed
+
+    def _record_keys(self) -> Iterator[Any]:
+        return iter(self._redis.scan_iter(match=_glob_escape(self._record_prefix) + "*", count=PURGE_BATCH))
+
+    def _tenant_record_keys(self, tenant: str) -> Iterator[bytes]:
+        """The record keys the tenant's user sets name (the purge script checks each expiry)."""
+        prefix = self._record_prefix.encode()
+        for user_index in self._redis.smembers(self._tenant_index(tenant)):
+            for member in self._redis.smembers(user_index):  # bytes: the client never decodes
+                yield prefix + (member.encode() if isinstance(member, str) else member)
+
+    def database_engine(self) -> None:
+        """``None``: the sessions are in Redis."""
+        return None
 
     def __repr__(self) -> str:
         kwargs = self._redis.get_connection_kwargs()

@@ -1,4 +1,18 @@
-"""Test helpers: the in-process issuer fixture and the pytest plugin's helpers."""
+"""Test helpers: the in-process issuer fixture and the pytest plugin's helpers.
+
+They need pytest, the ``[testing]`` extra (``pip install 'flask-authflow[testing]'``):
+without it, importing this package raises :class:`~flask_authflow.errors.MissingExtraError`
+naming the extra, instead of a bare ``ModuleNotFoundError`` from deep inside the plugin.
+"""
+
+from flask_authflow.errors import MissingExtraError
+
+try:
+    import pytest  # noqa: F401  (the plugin below is built on it)
+except ModuleNotFoundError as exc:  # the extra is not installed
+    if exc.name != "pytest":
+        raise
+    raise MissingExtraError("testing", "pytest") from exc
 
 from flask_authflow.testing.fixture import (
     IssuanceEvent,

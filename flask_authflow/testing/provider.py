@@ -5,8 +5,14 @@ provider: discovery, ``/authorize`` (automatic consent for the subject chosen wi
 :meth:`~TestOpenIDProvider.login_as`), ``/token``, ``/jwks``, ``/userinfo`` and
 ``/end_session``. It can rotate its signing key, send a back-channel logout token
 to your app, and produce faulty tokens on purpose (:data:`Tamper`) for negative
-tests. Mount :meth:`~TestOpenIDProvider.requests_adapter` on a ``requests``
-session (or pass it to the federation ``HttpClient``) to reach it in-process::
+tests. It is scriptable to emulate what real providers and certification suites do:
+keys published without ``alg`` (``publish_alg``), discovery members and headers changed
+(``discovery_overrides``, ``discovery_cache_control``), an issuer ending in ``/``
+(``trailing_slash=True``), a client held to one ``token_endpoint_auth_method``, the
+``state`` it returns after logout (``logout_state``), and keys
+for RS/PS 256/384/512, ES256/384/512, EdDSA and ``Ed25519``. Mount
+:meth:`~TestOpenIDProvider.requests_adapter` on a ``requests`` session (or pass it to
+the federation ``HttpClient``) to reach it in-process::
 
     provider = TestOpenIDProvider()
     provider.register_client("app", "secret", ["https://app.test/auth/callback/op"])
@@ -35,6 +41,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 from urllib.parse import parse_qsl, unquote_plus, urlencode, urlsplit, urlunsplit
 
 from cryptography.hazmat.primitives import hashes, hmac, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from flask import Flask, Response, jsonify, request
 from flask.testing import FlaskClient
 
@@ -42,6 +50,7 @@ from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.errors import ConfigurationError, SigningKeyError, TokenVerificationError
 from flask_authflow.issuer.keys import LocalIdpSigningKey
 from flask_authflow.jose import JwksHandle, JwtVerifier, b64url_encode, parse_public_jwk
+from flask_authflow.jose.keys import jwk_thumbprint, public_jwk
 
 if TYPE_CHECKING:
     import requests
@@ -82,18 +91,69 @@ Tamper = Literal[
     "logout_oversize",  # logout token larger than 8 KiB
     "logout_typ_jwt",  # logout token with typ "JWT" instead of "logout+jwt"
     "userinfo_wrong_sub",  # userinfo answering another sub
+    "no_iat",  # iat left out
+    "wrong_at_hash",  # at_hash of another access token
+    "wrong_alg",  # signed with a published key of another algorithm (ES256, or RS256 for an EC key)
 ]
 _TAMPERS: Final = frozenset(get_args(Tamper))
 
 _SIGNING_TAMPERS: Final = frozenset(
-    {"alg_none", "hs256_public_key", "missing_kid", "unknown_kid", "bad_signature"}
+    {"alg_none", "hs256_public_key", "missing_kid", "unknown_kid", "bad_signature", "wrong_alg"}
 )
+#: What :attr:`TestOpenIDProvider.logout_state` may say about the ``state`` sent back after logout.
+LogoutState = Literal["echo", "other", "omit"]
 _RSA_BITS: Final = 2048  # fast to generate; a test provider only
 _TOKEN_LIFETIME: Final = 300
 _CODE_LIFETIME: Final = 60
 
 
-def _new_key(algorithm: str) -> LocalIdpSigningKey:
+class _P521Key:
+    """An ES512 signing key (P-521); the library signs no ES512 itself, the test provider does."""
+
+    algorithm = "ES512"
+
+    def __init__(self) -> None:
+        self._private = ec.generate_private_key(ec.SECP521R1())
+        self.kid = jwk_thumbprint(self._private)
+
+    def public_key(self) -> ec.EllipticCurvePublicKey:
+        return self._private.public_key()
+
+    def public_jwk(self) -> dict[str, Any]:
+        return public_jwk(self._private.public_key(), kid=self.kid, alg=self.algorithm)
+
+    def sign(self, signing_input: bytes) -> bytes:
+        r, s = decode_dss_signature(self._private.sign(signing_input, ec.ECDSA(hashes.SHA512())))
+        return r.to_bytes(66, "big") + s.to_bytes(66, "big")
+
+
+class _Ed25519Named:
+    """An EdDSA key that signs and publishes under the fully specified name ``Ed25519``."""
+
+    algorithm = "Ed25519"
+
+    def __init__(self) -> None:
+        self._inner = LocalIdpSigningKey.generate_ed25519()
+        self.kid = self._inner.kid
+
+    def public_key(self) -> Any:
+        return self._inner.public_key()
+
+    def public_jwk(self) -> dict[str, Any]:
+        return {**self._inner.public_jwk(), "alg": self.algorithm}
+
+    def sign(self, signing_input: bytes) -> bytes:
+        return self._inner.sign(signing_input)
+
+
+_SigningKey = LocalIdpSigningKey | _P521Key | _Ed25519Named
+
+
+def _new_key(algorithm: str) -> _SigningKey:
+    if algorithm == "ES512":
+        return _P521Key()
+    if algorithm == "Ed25519":
+        return _Ed25519Named()
     try:
         return LocalIdpSigningKey.generate(algorithm, rsa_bits=_RSA_BITS)
     except SigningKeyError as exc:
@@ -117,6 +177,8 @@ class RegisteredClient:
     redirect_uris: tuple[str, ...]
     post_logout_redirect_uris: tuple[str, ...] = ()
     backchannel_logout_uri: str | None = None
+    #: The one method the token endpoint accepts from this client (``None``: basic or post).
+    token_endpoint_auth_method: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,8 +209,24 @@ class _Grant:
 class TestOpenIDProvider:
     """An OpenID provider served in-process; ``TestOpenIDProvider()`` answers at ``https://op.test``.
 
-    ``algorithm`` picks the ID-token signing algorithm (``RS256`` default, ``ES256``).
-    All state lives in memory and is guarded by one lock.
+    ``algorithm`` picks the ID-token signing algorithm (``RS256`` default, ``ES256``,
+    ``PS256``, ``ES512``, ``EdDSA``, ``Ed25519``...). ``trailing_slash=True`` names the
+    issuer with a terminating ``/`` (``https://op.test/``) while the discovery document
+    stays at ``https://op.test/.well-known/openid-configuration``, as OpenID Connect
+    Discovery maps it. All state lives in memory and is guarded by one lock.
+
+    Scriptable attributes (set them at any time):
+
+    * ``publish_alg`` (``True``): ``False`` publishes the keys without ``alg``;
+    * ``discovery_overrides`` (``{}``): members merged into the discovery document
+      (a value of ``None`` removes the member);
+    * ``discovery_cache_control`` (``None``): the discovery answer's ``Cache-Control``;
+    * ``logout_state`` (``"echo"``): the ``state`` sent back after RP-initiated logout:
+      the one received, ``"other"`` (a random one) or ``"omit"``.
+
+    Observable: ``token_requests`` (the client authentication method of each token
+    request: ``client_secret_basic`` or ``client_secret_post``), ``userinfo_requests``
+    and ``discovery_requests`` (counts).
     """
 
     __test__ = False  # not a pytest test class despite its name
@@ -160,6 +238,7 @@ class TestOpenIDProvider:
         algorithm: str = "RS256",
         clock: Clock | None = None,
         token_lifetime: int = _TOKEN_LIFETIME,
+        trailing_slash: bool = False,
     ) -> None:
         parts = urlsplit(issuer)
         if parts.scheme not in ("https", "http") or not parts.netloc or parts.query or parts.fragment:
@@ -168,11 +247,19 @@ class TestOpenIDProvider:
             issuer.rstrip("/") if parts.path not in ("", "/") else f"{parts.scheme}://{parts.netloc}"
         )
         self._prefix = urlsplit(self._issuer).path
+        self._iss = self._issuer + "/" if trailing_slash else self._issuer
+        self.publish_alg = True
+        self.discovery_overrides: dict[str, Any] = {}
+        self.discovery_cache_control: str | None = None
+        self.logout_state: LogoutState = "echo"
+        self.token_requests: list[str] = []
+        self.userinfo_requests = 0
+        self.discovery_requests = 0
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._token_lifetime = token_lifetime
         self._lock = threading.Lock()
         self._key = _new_key(algorithm)
-        self._published: list[LocalIdpSigningKey] = [self._key]
+        self._published: list[_SigningKey] = [self._key]
         self._clients: dict[str, RegisteredClient] = {}
         self._codes: dict[str, _Grant] = {}
         self._access_tokens: dict[str, _Grant] = {}
@@ -187,7 +274,8 @@ class TestOpenIDProvider:
 
     @property
     def issuer(self) -> str:
-        return self._issuer
+        """The issuer as the provider names it (with the final ``/`` of ``trailing_slash``)."""
+        return self._iss
 
     @property
     def base_url(self) -> str:
@@ -220,8 +308,13 @@ class TestOpenIDProvider:
         *,
         post_logout_redirect_uris: Iterable[str] = (),
         backchannel_logout_uri: str | None = None,
+        token_endpoint_auth_method: str | None = None,
     ) -> RegisteredClient:
-        """Register (or replace) a client; redirect URIs are matched exactly."""
+        """Register (or replace) a client; redirect URIs are matched exactly.
+
+        ``token_endpoint_auth_method`` (``client_secret_basic`` or ``client_secret_post``)
+        makes the token endpoint refuse the other method with ``invalid_client``.
+        """
         if not client_id or not client_secret:
             raise ConfigurationError("a client needs a client_id and a client_secret")
         uris = tuple(redirect_uris)
@@ -233,6 +326,7 @@ class TestOpenIDProvider:
             uris,
             tuple(post_logout_redirect_uris),
             backchannel_logout_uri,
+            token_endpoint_auth_method,
         )
         with self._lock:
             self._clients[client_id] = client
@@ -277,20 +371,24 @@ class TestOpenIDProvider:
 
     def jwks(self) -> dict[str, Any]:
         with self._lock:
-            return {"keys": [key.public_jwk() for key in self._published]}
+            keys = [key.public_jwk() for key in self._published]
+        if not self.publish_alg:
+            keys = [{k: v for k, v in key.items() if k != "alg"} for key in keys]
+        return {"keys": keys}
 
     def verifier(self) -> JwtVerifier:
         """A :class:`JwtVerifier` over a JWKS snapshot; allows RS256, ES256 and the keys' algorithms."""
         jwks = self.jwks()
         handle = JwksHandle()
         handle.replace_keys(parse_public_jwk(jwk) for jwk in jwks["keys"])
-        algs = sorted({"RS256", "ES256"} | {jwk["alg"] for jwk in jwks["keys"]})
+        with self._lock:
+            algs = sorted({"RS256", "ES256"} | {key.algorithm for key in self._published})
         return JwtVerifier(handle, clock=self._clock).with_algorithms(algs)
 
     def discovery_document(self) -> dict[str, Any]:
         iss = self._issuer
-        return {
-            "issuer": iss,
+        document = {
+            "issuer": self._iss,
             "authorization_endpoint": f"{iss}/authorize",
             "token_endpoint": f"{iss}/token",
             "jwks_uri": f"{iss}/jwks",
@@ -310,6 +408,12 @@ class TestOpenIDProvider:
             "frontchannel_logout_supported": False,
             "authorization_response_iss_parameter_supported": True,
         }
+        for name, value in self.discovery_overrides.items():
+            if value is None:
+                document.pop(name, None)
+            else:
+                document[name] = value
+        return document
 
     def sign(
         self,
@@ -321,7 +425,7 @@ class TestOpenIDProvider:
     ) -> str:
         """Sign ``claims`` as a compact JWS with the current key, spoiled as ``tamper`` says."""
         bad = frozenset(tamper)
-        key = self._key
+        key = self._other_algorithm_key() if "wrong_alg" in bad else self._key
         head: dict[str, Any] = {"alg": key.algorithm, "kid": key.kid, "typ": typ}
         if "missing_kid" in bad:
             del head["kid"]
@@ -353,6 +457,18 @@ class TestOpenIDProvider:
             signature = key.sign(signing_input)
         return signing_input.decode("ascii") + "." + b64url_encode(signature)
 
+    def _other_algorithm_key(self) -> _SigningKey:
+        """A published key of another algorithm family than the current one (made when missing)."""
+        wanted = "RS256" if self._key.algorithm.startswith("ES") else "ES256"
+        with self._lock:
+            for key in self._published:
+                if key.algorithm == wanted:
+                    return key
+        other = _new_key(wanted)
+        with self._lock:
+            self._published.append(other)
+        return other
+
     def _now(self) -> int:
         return int(self._clock.now().timestamp())
 
@@ -360,11 +476,18 @@ class TestOpenIDProvider:
         if "wrong_iss" in bad:
             return "https://evil.test"
         if "iss_trailing_slash" in bad:
-            return self._issuer + "/"
+            return self._iss + "/"
         if "iss_case" in bad:
-            parts = urlsplit(self._issuer)
+            parts = urlsplit(self._iss)
             return urlunsplit((parts.scheme, parts.netloc.upper(), parts.path, "", ""))
-        return self._issuer
+        return self._iss
+
+    def at_hash(self, access_token: str) -> str:
+        """The ``at_hash`` of ``access_token`` for the current algorithm (left half of its hash)."""
+        alg = self._key.algorithm
+        name = "sha512" if alg in ("EdDSA", "Ed25519") else f"sha{alg[-3:]}"
+        digest = hashlib.new(name, access_token.encode("ascii")).digest()
+        return b64url_encode(digest[: len(digest) // 2])
 
     def id_token(
         self,
@@ -376,8 +499,12 @@ class TestOpenIDProvider:
         sid: str | None = None,
         auth_time: int | None = None,
         tamper: Iterable[Tamper] = (),
+        access_token: str | None = None,
     ) -> str:
-        """An ID token for ``client_id`` (used by ``/token``; call it directly for negative tests)."""
+        """An ID token for ``client_id`` (used by ``/token``; call it directly for negative tests).
+
+        With ``access_token`` it carries that token's ``at_hash``.
+        """
         bad = frozenset(tamper)
         now = self._now()
         iat = now - 86400 if "old_iat" in bad else now
@@ -402,14 +529,17 @@ class TestOpenIDProvider:
             payload["azp"] = "another-client"
         if "no_sub" in bad:
             del payload["sub"]
+        if "no_iat" in bad:
+            del payload["iat"]
+        if access_token is not None:
+            payload["at_hash"] = self.at_hash(
+                "another" + access_token if "wrong_at_hash" in bad else access_token
+            )
         if "wrong_nonce" in bad:
             payload["nonce"] = secrets.token_urlsafe(16)
         elif nonce is not None and "no_nonce" not in bad:
             payload["nonce"] = nonce
-        return self.sign(
-            payload,
-            tamper=bad & {"alg_none", "hs256_public_key", "missing_kid", "unknown_kid", "bad_signature"},
-        )
+        return self.sign(payload, tamper=bad & _SIGNING_TAMPERS)
 
     def logout_token(
         self,
@@ -529,7 +659,12 @@ class TestOpenIDProvider:
         return app
 
     def _discovery(self) -> Response:
-        return jsonify(self.discovery_document())
+        with self._lock:
+            self.discovery_requests += 1
+        resp = jsonify(self.discovery_document())
+        if self.discovery_cache_control is not None:
+            resp.headers["Cache-Control"] = self.discovery_cache_control
+        return resp
 
     def _jwks_view(self) -> Response:
         resp = jsonify(self.jwks())
@@ -560,7 +695,7 @@ class TestOpenIDProvider:
             query = dict(params)
             if state is not None:
                 query["state"] = state
-            query["iss"] = self._issuer
+            query["iss"] = self._iss
             sep = "&" if urlsplit(redirect_uri).query else "?"
             return _redirect(redirect_uri + sep + urlencode(query))
 
@@ -612,16 +747,21 @@ class TestOpenIDProvider:
             client_id, secret = unquote_plus(raw_id), unquote_plus(raw_secret)
             if "client_secret" in request.form:
                 return self._error(400, "invalid_request", "one client authentication method only")
+            method = "client_secret_basic"
         else:
             client_id = request.form.get("client_id")
             secret = request.form.get("client_secret")
+            method = "client_secret_post"
         if not client_id or secret is None:
             return self._invalid_client()
         with self._lock:
             client = self._clients.get(client_id)
+            self.token_requests.append(method)
         if client is None or not secrets.compare_digest(
             client.client_secret.encode("utf-8"), secret.encode("utf-8")
         ):
+            return self._invalid_client()
+        if client.token_endpoint_auth_method not in (None, method):
             return self._invalid_client()
         return client
 
@@ -675,6 +815,7 @@ class TestOpenIDProvider:
                 sid=grant.sid,
                 auth_time=grant.auth_time,
                 tamper=grant.tamper,  # type: ignore[arg-type]
+                access_token=access,
             )
         with self._lock:
             self._access_tokens[access] = grant
@@ -692,6 +833,7 @@ class TestOpenIDProvider:
         token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
         with self._lock:
             grant = self._access_tokens.get(token) if token else None
+            self.userinfo_requests += 1
         if grant is None:
             resp = self._error(401, "invalid_token", "missing or unknown access token")
             resp.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
@@ -709,7 +851,7 @@ class TestOpenIDProvider:
         if hint:
             try:
                 verified = self.verifier().verify(
-                    hint, client_id or _unverified_aud(hint), issuer=self._issuer, leeway=timedelta(days=1)
+                    hint, client_id or _unverified_aud(hint), issuer=self._iss, leeway=timedelta(days=1)
                 )
             except (TokenVerificationError, ConfigurationError, ValueError):
                 return self._error(400, "invalid_request", "id_token_hint does not verify")
@@ -731,6 +873,10 @@ class TestOpenIDProvider:
             self._subject = None
         if post_logout is None:
             return Response("signed out", mimetype="text/plain")
+        if self.logout_state == "other":
+            state = secrets.token_urlsafe(16)
+        elif self.logout_state == "omit":
+            state = None
         sep = "&" if urlsplit(post_logout).query else "?"
         target = post_logout + (sep + urlencode({"state": state}) if state is not None else "")
         return _redirect(target)

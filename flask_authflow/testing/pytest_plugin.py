@@ -12,7 +12,8 @@ write into a development database and ``mock_clock.advance()`` reaches the app. 
 Fixtures:
 
 ``mock_clock``
-    A :class:`~flask_authflow.clock.MockClock` (shared by ``authflow_app``).
+    A :class:`~flask_authflow.clock.MockClock` frozen at the real time the test starts
+    (whole seconds; shared by ``authflow_app``); only ``mock_clock.advance()`` moves it.
 ``authflow_hasher``
     A fast Argon2id profile for tests (still Argon2id, still verified; only cheaper).
 ``authflow_app``
@@ -165,10 +166,13 @@ def login_test_client(
 
 @pytest.fixture
 def mock_clock() -> MockClock:
-    """A clock that moves only when the test says so."""
+    """A clock frozen at the real time the test starts (UTC, whole seconds, as token times
+    are); it moves only when the test says so (``mock_clock.advance``)."""
+    from datetime import UTC, datetime
+
     from flask_authflow.clock import MockClock
 
-    return MockClock()
+    return MockClock(datetime.now(UTC).replace(microsecond=0))
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from flask_authflow.audit.sinks import AuthCounters
 from flask_authflow.audit.spool import SpoolAuditSink
 from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.core.factors import EnrollmentStart, Factor
-from flask_authflow.core.ports import FactorConfig, SessionStore
+from flask_authflow.core.ports import FactorConfig, MaintainedSessionStore, SessionStore
 from flask_authflow.core.session import AuthSession
 from flask_authflow.errors import (
     AuthFlowError,
@@ -138,18 +138,14 @@ def _open_backend(
         except BaseException:
             backend.close()  # its pooled connections, before the refusal propagates
             raise
-    bind = getattr(backend, "bind_app", None)
-    if callable(bind):
-        backend = bind(app)
-    adopt = getattr(backend, "adopt_defaults", None)
-    if callable(adopt):
-        adopt(hasher=hasher, clock=clock)
+    backend = backend.bind_app(app)
+    backend.adopt_defaults(hasher=hasher, clock=clock)
     return backend, schema_behind
 
 
 def _session_store(
     settings: SessionSettings, sql_source: Callable[[], Any], clock: Clock, *, create_tables: bool
-) -> SessionStore:
+) -> MaintainedSessionStore:
     """The store ``AUTHFLOW_SESSION_STORE`` names, records encrypted at rest."""
     if settings.store == "memory":
         return MemorySessionStore(clock=clock)
@@ -287,7 +283,7 @@ class AuthFlow:
         app: Flask | None = None,
         *,
         backend: Any = None,
-        session_store: SessionStore | None = None,
+        session_store: MaintainedSessionStore | None = None,
         clock: Clock | None = None,
         hasher: PasswordHasher | None = None,
         http_client: Any = None,
@@ -316,7 +312,7 @@ class AuthFlow:
         clock: Clock | None = None,
         hasher: PasswordHasher | None = None,
         backend: Any = None,
-        session_store: SessionStore | None = None,
+        session_store: MaintainedSessionStore | None = None,
         http_client: Any = None,
     ) -> None:
         """Validate configuration and install sessions, login, audit and CLI on ``app``.
@@ -347,7 +343,8 @@ class AuthFlow:
         backend, schema_behind = _open_backend(app, given.backend, database, hasher, clock)
 
         def sql_source() -> Any:  # the SQL stores share the backend's engine when it has one
-            return getattr(backend, "engine", None) or database()
+            engine = backend.database_engine()
+            return engine if engine is not None else database()
 
         store = given.session_store
         if store is None:  # ``is None``: an empty store is falsy (it has __len__)
@@ -390,7 +387,7 @@ class AuthFlow:
     def _install_federation(self, app: Flask, state: AuthFlowState, http_client: Any) -> None:
         from flask_authflow.web.federation_wiring import build_federation, register_oauth_blueprint
 
-        state.federation = build_federation(
+        federation = build_federation(
             app,
             state.config.federation,
             backend=state.backend,
@@ -400,7 +397,14 @@ class AuthFlow:
             definitions=self._providers,
             http_client=http_client,
         )
-        register_oauth_blueprint(app, state.config.federation.url_prefix)
+        try:
+            register_oauth_blueprint(app, state.config.federation.url_prefix)
+        except AssertionError:  # Flask refuses setup methods once the app served a request
+            raise RuntimeError(
+                "register_provider after the app served requests: register providers before "
+                "the first request (or set AUTHFLOW_OAUTH_PROVIDERS)"
+            ) from None
+        state.federation = federation
 
     # --- factors ------------------------------------------------------------------------------
 
@@ -431,11 +435,6 @@ class AuthFlow:
         for app in list(self._apps):
             state = get_state(app)
             if state.federation is None:
-                if getattr(app, "_got_first_request", False):
-                    raise RuntimeError(
-                        "register_provider after the app served requests: register providers before "
-                        "the first request (or set AUTHFLOW_OAUTH_PROVIDERS)"
-                    )
                 self._install_federation(app, state, self.adapters.http_client)
             else:
                 state.federation.registry.register(name, config_or_factory)

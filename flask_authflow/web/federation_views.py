@@ -5,10 +5,12 @@ Routes (under ``AUTHFLOW_OAUTH_URL_PREFIX``, default ``/auth``):
 ``GET /login/<provider>``
     302 to the provider's authorize URL (``?next=/path`` is remembered, same-site paths
     only; ``?tenant=`` reaches a per-tenant provider factory); 400 with the error text on
-    failure.
+    failure (404 for an unknown provider, 502 when the provider cannot be reached or its
+    discovery document is unusable).
 ``GET /callback/<provider>``
     302 to ``next`` or the provider's ``post_login_redirect``; 401 with the error text on
-    failure.
+    failure (502 when the provider failed, 403 when no local account maps to the
+    identity, 404 for an unknown provider); every failure writes an audit row.
 ``POST /backchannel-logout/<provider>``
     The provider's back-channel logout (form field ``logout_token``): 200, or 400 with a
     JSON error; always ``Cache-Control: no-store``.
@@ -60,6 +62,14 @@ def _text(message: str, status: int) -> Response:
     return response
 
 
+def _failure_status(exc: AuthFlowError, default: int) -> int:
+    """A provider that failed (unreachable, unusable discovery) is a 502; a refusal of the
+    request is its own 4xx (404 unknown provider, 403 no local account), else ``default``."""
+    if isinstance(exc, OAuthError) and exc.status in (403, 404, 502):
+        return exc.status
+    return default
+
+
 def _single(name: str) -> str | None:
     """A query parameter given at most once (a repeated one is refused as ambiguous)."""
     values = request.args.getlist(name)
@@ -83,7 +93,7 @@ def login(provider: str) -> Response:
     except AuthFlowError as exc:
         if exc.status >= 500 and not isinstance(exc, OAuthError):
             raise
-        return _text(exc.message, 400)
+        return _text(exc.message, _failure_status(exc, 400))
     response = redirect(url)
     response.headers["Cache-Control"] = "no-store"
     return response  # type: ignore[return-value]
@@ -106,7 +116,7 @@ def callback(provider: str) -> Response:
     except AuthFlowError as exc:
         if exc.status >= 500 and not isinstance(exc, OAuthError):
             raise  # a store outage is a 503, not the client's fault
-        return _text(exc.message, 401)
+        return _text(exc.message, _failure_status(exc, 401))
     if session.is_authenticating:
         # Factors beyond the federated login (TOTP, a key) are still required.
         if "authflow_views" in current_app.blueprints:
@@ -137,13 +147,19 @@ def provider_logout_url(session: AuthSession, federation: dict[str, Any]) -> str
     """Where to send the browser after the local logout of a federated session (its
     ``record.federation``, read before the logout): the provider's end-session URL with a
     fresh ``state``, remembered in ``session`` for :func:`logout_return`; ``None`` when the
-    provider has no end-session endpoint or refuses the redirect."""
+    provider has no end-session endpoint or refuses the redirect. The
+    ``post_logout_redirect_uri`` is the provider's configured one, else this app's
+    ``/logout/return/<provider>`` route."""
     service = get_state().federation
-    if not federation or not isinstance(service, FederationService):
+    provider_name = federation.get("provider") if federation else None
+    if not isinstance(provider_name, str) or not provider_name or not isinstance(service, FederationService):
         return None
     state = secrets.token_urlsafe(32)
     try:
-        url = service.end_session_url(federation, state)
+        # Without a configured post-logout URI, the provider sends the browser back to this
+        # app's logout-return route (register it at the provider).
+        own_return = url_for(f"{OAUTH_BLUEPRINT}.logout_return", provider=provider_name, _external=True)
+        url = service.end_session_url(federation, state, default_return=own_return)
     except AuthFlowError:
         return None
     if url is not None:

@@ -65,7 +65,10 @@ def build_federation(
         )
     counters = get_state(app).counters  # every JWKS fetch shows in the app's /metrics
     registry = ProviderRegistry(
-        http=http_client or RequestsHttpClient(), clock=clock, on_key_fetch=counters.jwks_fetched
+        http=http_client or RequestsHttpClient(),
+        clock=clock,
+        on_key_fetch=counters.jwks_fetched,
+        redirect_rule=safe_next,  # post_login_redirect obeys the rule of next
     )
     for name, entry in settings.providers.items():
         check_provider_name(name)

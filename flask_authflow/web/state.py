@@ -24,9 +24,10 @@ from flask_authflow.clock import Clock
 from flask_authflow.core.ports import (
     AttemptStore,
     AuditSink,
+    BackendMaintenance,
     FactorStore,
     IdentityStore,
-    SessionStore,
+    MaintainedSessionStore,
     UserRecord,
 )
 from flask_authflow.core.session import AuthSession
@@ -59,8 +60,9 @@ EXTENSION_KEY = "authflow"
 
 
 @runtime_checkable
-class AuthBackend(IdentityStore, FactorStore, AttemptStore, AuditSink, Protocol):
-    """One store for users, factors, attempts and audit rows, plus account administration.
+class AuthBackend(IdentityStore, FactorStore, AttemptStore, AuditSink, BackendMaintenance, Protocol):
+    """One store for users, factors, attempts and audit rows, plus account administration
+    and the maintenance the wiring and the command line call.
 
     :class:`~flask_authflow.storage.memory.InMemoryBackend` and
     :class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend` implement it.
@@ -98,7 +100,7 @@ class AuthFlowState:
 
     config: AuthFlowConfig
     clock: Clock
-    session_store: SessionStore
+    session_store: MaintainedSessionStore
     session_interface: AuthFlowSessionInterface
     backend: AuthBackend
     service: AuthnService
@@ -140,7 +142,7 @@ class Adapters:
     clock: Clock | None = None
     hasher: PasswordHasher | None = None
     backend: Any = None
-    session_store: SessionStore | None = None
+    session_store: MaintainedSessionStore | None = None
     http_client: Any = None
 
     def over(self, defaults: Adapters) -> Adapters:

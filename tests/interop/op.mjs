@@ -2,13 +2,16 @@
 //
 // Usage: node op.mjs <port>            (or OP_PORT=<port> node op.mjs)
 //
-// Environment (one client, registered twice: "<id>" signs ID tokens with RS256, "<id>-es256" with ES256):
+// Environment (one client, registered five times: "<id>" signs ID tokens with RS256, "<id>-es256" with ES256,
+// "<id>-ps256" with PS256, "<id>-post" authenticates with client_secret_post, "<id>-special" has the secret
+// OP_SPECIAL_SECRET, which holds characters that client_secret_basic must form-urlencode):
 //   OP_CLIENT_ID, OP_CLIENT_SECRET                    client credentials (client_secret_basic)
+//   OP_SPECIAL_SECRET                                 the secret of "<id>-special"
 //   OP_REDIRECT_URIS, OP_POST_LOGOUT_REDIRECT_URIS    comma-separated lists
 //   OP_BACKCHANNEL_LOGOUT_URI                         where the provider POSTs logout tokens (optional)
 //   OP_KEEP_SSRF_GUARD=1                              keep oidc-provider's SSRF guard (refuses loopback)
 //
-// Test-only admin route: POST /__admin/rotate?keep_old=1 replaces the RS256 and ES256 signing keys (the
+// Test-only admin route: POST /__admin/rotate?keep_old=1 replaces the RS256, ES256 and PS256 signing keys (the
 // old ones stay published after the new ones when keep_old=1) and answers {"kids": [...]}, the new
 // published kids, newest first. Grants and sessions survive (the memory adapter is module-wide).
 //
@@ -31,6 +34,7 @@ const issuer = `http://127.0.0.1:${port}`;
 const list = (name) => (process.env[name] ?? '').split(',').map((s) => s.trim()).filter(Boolean);
 const clientId = process.env.OP_CLIENT_ID ?? 'reference-app';
 const clientSecret = process.env.OP_CLIENT_SECRET ?? 'reference-app-secret-0123456789abcdef';
+const specialSecret = process.env.OP_SPECIAL_SECRET ?? 'sp+ec%ial&sec=ret 0123456789abcdef';
 const redirectUris = list('OP_REDIRECT_URIS');
 const postLogoutRedirectUris = list('OP_POST_LOGOUT_REDIRECT_URIS');
 const backchannelLogoutUri = process.env.OP_BACKCHANNEL_LOGOUT_URI || undefined;
@@ -46,11 +50,11 @@ function fetchWithoutSsrfGuard(url, options) {
   return globalThis.fetch(url, rest);
 }
 
-function clientFor(id, alg) {
+function clientFor(id, alg, { secret = clientSecret, auth = 'client_secret_basic' } = {}) {
   const client = {
     client_id: id,
-    client_secret: clientSecret,
-    token_endpoint_auth_method: 'client_secret_basic',
+    client_secret: secret,
+    token_endpoint_auth_method: auth,
     redirect_uris: redirectUris,
     post_logout_redirect_uris: postLogoutRedirectUris,
     response_types: ['code'],
@@ -71,14 +75,27 @@ async function signingKey(alg, options) {
 }
 
 async function freshKeys() {
-  return [await signingKey('RS256', { modulusLength: 2048 }), await signingKey('ES256')];
+  return [
+    await signingKey('RS256', { modulusLength: 2048 }),
+    await signingKey('ES256'),
+    await signingKey('PS256', { modulusLength: 2048 }),
+  ];
 }
 
 const cookieKeys = [randomBytes(32).toString('hex')];
 
 function build(keys) {
   const provider = new Provider(issuer, {
-    clients: [clientFor(clientId, 'RS256'), clientFor(`${clientId}-es256`, 'ES256')],
+    clients: [
+      clientFor(clientId, 'RS256'),
+      clientFor(`${clientId}-es256`, 'ES256'),
+      clientFor(`${clientId}-ps256`, 'PS256'),
+      clientFor(`${clientId}-post`, 'RS256', { auth: 'client_secret_post' }),
+      clientFor(`${clientId}-special`, 'RS256', { secret: specialSecret }),
+    ],
+    enabledJWA: {
+      idTokenSigningAlgValues: ['RS256', 'ES256', 'PS256'],
+    },
     jwks: { keys },
     cookies: { keys: cookieKeys },
     pkce: { required: () => true },

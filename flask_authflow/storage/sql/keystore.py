@@ -22,27 +22,10 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from sqlalchemy import (
-    Boolean,
-    Connection,
-    Engine,
-    Index,
-    String,
-    Table,
-    Text,
-    delete,
-    false,
-    insert,
-    inspect,
-    select,
-    text,
-    true,
-    update,
-)
+from sqlalchemy import Connection, Engine, delete, false, insert, inspect, select, text, true, update
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.orm import Mapped, mapped_column
 
 from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.core.crypto import SessionCrypto
@@ -55,9 +38,10 @@ from flask_authflow.errors import (
 )
 from flask_authflow.issuer.keys import LoadedKeys, LocalIdpSigningKey
 from flask_authflow.issuer.keystores import RotationState
-from flask_authflow.storage.sql.base import Base, EngineSource, UTCDateTime, resolve_engine
+from flask_authflow.storage.sql.engine import EngineSource, resolve_engine
+from flask_authflow.storage.sql.schema import issuer_key_schedule_table, issuer_keys_table, metadata
 
-__all__ = ["IssuerKeyRow", "IssuerKeyScheduleRow", "SqlAlchemyLocalIdpKeyStore"]
+__all__ = ["SqlAlchemyLocalIdpKeyStore"]
 
 T = TypeVar("T")
 
@@ -65,42 +49,16 @@ _RETRIES = 30
 _SEALED_PREFIX = "enc1:"
 
 
-class IssuerKeyRow(Base):
-    """One issuer signing key; exactly one row is current."""
+_table = issuer_keys_table
+_schedule = issuer_key_schedule_table
 
-    __tablename__ = "authflow_issuer_keys"
-
-    kid: Mapped[str] = mapped_column(String(64), primary_key=True)
-    pem: Mapped[str] = mapped_column(Text, nullable=False)
-    alg: Mapped[str] = mapped_column(String(16), nullable=False)
-    is_current: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
-
-    __table_args__ = (
-        Index(
-            "uq_authflow_issuer_keys_one_current",
-            "is_current",
-            unique=True,
-            postgresql_where=text("is_current"),
-            sqlite_where=text("is_current"),
-        ),
-    )
-
-
-_table: Table = IssuerKeyRow.__table__  # type: ignore[assignment]
-
-
-class IssuerKeyScheduleRow(Base):
-    """Staged-rotation bookkeeping: when a key was staged, or when it stopped signing."""
-
-    __tablename__ = "authflow_issuer_key_schedule"
-
-    kid: Mapped[str] = mapped_column(String(64), primary_key=True)
-    staged_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-
-
-_schedule: Table = IssuerKeyScheduleRow.__table__  # type: ignore[assignment]
+#: Per database, what serialises rotators: PostgreSQL's table lock lets plain SELECTs
+#: (load_all) through. A rotation on another database writes first instead.
+_ROTATION_LOCKS: dict[str, Any] = {
+    "postgresql": text(f"LOCK TABLE {_table.name} IN SHARE ROW EXCLUSIVE MODE"),
+}
+#: Elsewhere a write that changes nothing takes SQLite's write lock before any read.
+_TAKE_WRITE_LOCK = update(_table).where(false()).values(is_current=False)
 
 
 class SqlAlchemyLocalIdpKeyStore:
@@ -119,6 +77,9 @@ class SqlAlchemyLocalIdpKeyStore:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._ready = False
         self._ready_lock = threading.Lock()
+        # This database's locking statements, chosen once.
+        self._rotation_lock: Any = _ROTATION_LOCKS.get(self._engine.dialect.name)
+        self._write_lock: Any = self._rotation_lock if self._rotation_lock is not None else _TAKE_WRITE_LOCK
 
     @property
     def engine(self) -> Engine:
@@ -130,7 +91,7 @@ class SqlAlchemyLocalIdpKeyStore:
             if self._ready:
                 return
             try:
-                Base.metadata.create_all(self._engine, tables=[_table, _schedule], checkfirst=True)
+                metadata.create_all(self._engine, tables=[_table, _schedule], checkfirst=True)
             except SQLAlchemyError as exc:
                 # Another process may have created it between the check and the CREATE.
                 try:
@@ -198,14 +159,13 @@ class SqlAlchemyLocalIdpKeyStore:
             raise KeyStoreError("rotate() needs a LocalIdpSigningKey")
         self.create_table()
         pem = self._seal(new_current)
-        is_pg = self._engine.dialect.name == "postgresql"
         last: Exception | None = None
         for attempt in range(_RETRIES):
             try:
                 with self._engine.begin() as conn:
-                    if is_pg:
+                    if self._rotation_lock is not None:
                         # Serialises rotators; plain SELECTs (load_all) are not blocked.
-                        conn.execute(text(f"LOCK TABLE {_table.name} IN SHARE ROW EXCLUSIVE MODE"))
+                        conn.execute(self._rotation_lock)
                     # Write first: on SQLite this takes the write lock before any read,
                     # so concurrent rotators queue instead of failing on a stale snapshot.
                     conn.execute(update(_table).where(_table.c.is_current == true()).values(is_current=False))
@@ -233,15 +193,11 @@ class SqlAlchemyLocalIdpKeyStore:
     def _write(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one write transaction, serialised like :meth:`rotate` (retried on races)."""
         self.create_table()
-        is_pg = self._engine.dialect.name == "postgresql"
         last: Exception | None = None
         for attempt in range(_RETRIES):
             try:
                 with self._engine.begin() as conn:
-                    if is_pg:
-                        conn.execute(text(f"LOCK TABLE {_table.name} IN SHARE ROW EXCLUSIVE MODE"))
-                    else:  # take SQLite's write lock before reading
-                        conn.execute(update(_table).where(false()).values(is_current=False))
+                    conn.execute(self._write_lock)  # before any read
                     return work(conn)
             except DBAPIError as exc:
                 last = exc

@@ -19,14 +19,9 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import (
-    Column,
     Connection,
     Engine,
-    Index,
     Integer,
-    LargeBinary,
-    String,
-    Table,
     and_,
     bindparam,
     delete,
@@ -50,39 +45,21 @@ from flask_authflow.core.session import (
 )
 from flask_authflow.errors import StoreUnavailable
 from flask_authflow.sessions.stores import RecordOpener, serialize_record, store_unavailable
-from flask_authflow.storage.sql.base import (
+from flask_authflow.storage.sql.engine import (
     EngineSource,
-    UTCDateTime,
     autocommit_reads,
-    metadata,
     resolve_engine,
     run_read,
     run_statement,
     run_transaction,
 )
+from flask_authflow.storage.sql.schema import UTCDateTime, metadata, sessions_table
 
 __all__ = ["FULL_PURGE_BATCH", "PURGE_BATCH", "SqlAlchemySessionStore", "sessions_table"]
 
 log = logging.getLogger("flask_authflow.sessions")
 
 T = TypeVar("T")
-
-
-sessions_table = Table(
-    "authflow_sessions",
-    metadata,
-    Column("sid_hash", String(64), primary_key=True),
-    Column("tenant", String(255), nullable=True),
-    Column("user_id", String(255), nullable=True),
-    Column("state", String(32), nullable=False),
-    Column("expires_at", UTCDateTime(), nullable=False, index=True),
-    Column("updated_at", UTCDateTime(), nullable=False),
-    Column("data", LargeBinary, nullable=False),
-    # federation_key(issuer, sid) of a federated login: back-channel logout looks it up.
-    Column("federation_key", String(64), nullable=True),
-    Index("ix_authflow_sessions_tenant_user_id", "tenant", "user_id"),
-    Index("ix_authflow_sessions_federation_key", "federation_key"),
-)
 
 
 _LOAD_QUERY = select(sessions_table.c.data).where(
@@ -113,21 +90,25 @@ _OF_USER = and_(_OF_TENANT, sessions_table.c.user_id == bindparam("user_id"))
 _OF_FEDERATION = sessions_table.c.federation_key == bindparam("federation_key")
 
 
-def _purge_batch(dialect: str, *, of_tenant: bool = False) -> Any:
-    """DELETE at most ``:batch`` expired rows (of ``:tenant`` only, with ``of_tenant``); on
-    PostgreSQL rows another purger holds are skipped, not waited for."""
+def _purge_batch(*, skip_locked: bool = False, of_tenant: bool = False) -> Any:
+    """DELETE at most ``:batch`` expired rows (of ``:tenant`` only, with ``of_tenant``); with
+    ``skip_locked`` (PostgreSQL) rows another purger holds are skipped, not waited for."""
     expired = select(sessions_table.c.sid_hash).where(sessions_table.c.expires_at <= _NOW)
     if of_tenant:
         expired = expired.where(_OF_TENANT)
     expired = expired.limit(bindparam("batch", type_=Integer()))
-    if dialect == "postgresql":
+    if skip_locked:
         expired = expired.with_for_update(skip_locked=True)
     return delete(sessions_table).where(sessions_table.c.sid_hash.in_(expired.scalar_subquery()))
 
 
-#: (every tenant, one tenant) purge statements per dialect.
-_PURGE_BATCH = {name: (_purge_batch(name), _purge_batch(name, of_tenant=True)) for name in ("postgresql", "")}
-_LOCK_FOR_REVOCATION = text("LOCK TABLE authflow_sessions IN SHARE ROW EXCLUSIVE MODE")
+#: (every tenant, one tenant) purge statements: PostgreSQL's, and every other database's.
+_PURGE_BATCH = {
+    "postgresql": (_purge_batch(skip_locked=True), _purge_batch(skip_locked=True, of_tenant=True)),
+}
+_PORTABLE_PURGE_BATCH = (_purge_batch(), _purge_batch(of_tenant=True))
+#: Per database, the statement a bulk revocation begins with (see _delete_where).
+_REVOCATION_LOCKS = {"postgresql": text("LOCK TABLE authflow_sessions IN SHARE ROW EXCLUSIVE MODE")}
 _DELETE_LIVE_OF_USER = delete(sessions_table).where(_OF_USER, _LIVE)
 _DELETE_ALL_OF_USER = delete(sessions_table).where(_OF_USER)
 _DELETE_LIVE_OF_TENANT = delete(sessions_table).where(_OF_TENANT, _LIVE)
@@ -219,9 +200,11 @@ class SqlAlchemySessionStore:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._purge_every = purge_every
         self._purge_size = purge_batch
-        self._purge_statement, self._purge_tenant_statement = _PURGE_BATCH.get(
-            self.engine.dialect.name, _PURGE_BATCH[""]
-        )
+        # This database's statements, chosen once.
+        dialect = self.engine.dialect.name
+        self._purge_statement, self._purge_tenant_statement = _PURGE_BATCH.get(dialect, _PORTABLE_PURGE_BATCH)
+        self._upsert_statement: Any = _UPSERTS.get(dialect)
+        self._revocation_lock: Any = _REVOCATION_LOCKS.get(dialect)
         self._saves = itertools.count(1)
         _engines.add(self.engine)
         if create_tables:
@@ -359,7 +342,7 @@ class SqlAlchemySessionStore:
         return True
 
     def _insert(self, key: str, values: dict[str, Any], old_keys: list[str]) -> bool:
-        upsert = _UPSERTS.get(self.engine.dialect.name)
+        upsert = self._upsert_statement
         if not old_keys and upsert is not None:  # a new session replacing nothing: one statement
             self._write_one(upsert, {"sid_hash": key, **values})
             return True
@@ -389,8 +372,7 @@ class SqlAlchemySessionStore:
         return int(self._run(lambda conn: conn.execute(statement, params).rowcount))
 
     def _upsert(self, conn: Connection, key: str, values: dict[str, Any]) -> None:
-        name = conn.dialect.name
-        upsert = _UPSERTS.get(name)
+        upsert = self._upsert_statement
         if upsert is not None:
             conn.execute(upsert, {"sid_hash": key, **values})
             return
@@ -451,8 +433,8 @@ class SqlAlchemySessionStore:
         params = {**params, "now": self._clock.now()}
 
         def work(conn: Connection) -> int:
-            if conn.dialect.name == "postgresql":
-                conn.execute(_LOCK_FOR_REVOCATION)
+            if self._revocation_lock is not None:
+                conn.execute(self._revocation_lock)
             gone = conn.execute(live, params)
             conn.execute(everything, params)  # expired leftovers too
             return int(gone.rowcount)
@@ -492,6 +474,10 @@ class SqlAlchemySessionStore:
             if deleted < batch:
                 break
         return purged
+
+    def database_engine(self) -> Engine:
+        """The engine holding ``authflow_sessions``."""
+        return self.engine
 
     def __repr__(self) -> str:
         return f"<SqlAlchemySessionStore {self.engine.url.render_as_string(hide_password=True)}>"

@@ -196,10 +196,16 @@ def revoke_other_sessions() -> ResponseReturnValue:
 
 
 def _frame_guard(response: Response) -> Response:
-    """The pages hold password forms and "log out" buttons: never inside another site's frame."""
+    """The pages hold password forms, CSRF tokens and "log out" buttons: never inside another
+    site's frame, and no HTML of theirs in a cache (a guest's sign-in page included). Runs
+    for every response of the views and of the logout route (whose refusal is a page too)."""
+    if request.blueprint not in (VIEWS_BLUEPRINT, LOGOUT_BLUEPRINT):
+        return response
     response.headers.setdefault("X-Frame-Options", "DENY")
     if "Content-Security-Policy" not in response.headers:
         response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
+    if response.mimetype == "text/html" and not response.cache_control.no_store:
+        response.headers["Cache-Control"] = "no-store"
     return response
 
 
@@ -241,7 +247,7 @@ def build_blueprint(*, with_logout: bool = True) -> Blueprint:
         rules.append(("/logout", "logout", logout, ["POST"]))
     for rule, endpoint, view, methods in rules:
         bp.add_url_rule(rule, endpoint, view, methods=methods)
-    bp.after_request(_frame_guard)
+    bp.after_app_request(_frame_guard)  # the logout route's pages are another blueprint's
     return bp
 
 

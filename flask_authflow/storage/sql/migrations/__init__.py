@@ -39,7 +39,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect, text
 
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.storage.sql.base import EngineSource, metadata, resolve_engine
+from flask_authflow.storage.sql.engine import EngineSource, resolve_engine
+from flask_authflow.storage.sql.schema import metadata
 
 __all__ = [
     "BASELINE",
@@ -307,9 +308,6 @@ def ensure_schema(engine: EngineSource, *, auto_upgrade: bool | None = None) -> 
 
 def authflow_table_names() -> frozenset[str]:
     """Every table flask-authflow creates, its version table included."""
-    # The tables are defined by the modules of the stores: import them all first.
-    from flask_authflow.storage.sql import backend, keystore, session_store  # noqa: F401
-
     return frozenset(metadata.tables) | {VERSION_TABLE}
 
 

@@ -1,8 +1,11 @@
-"""Shared SQLAlchemy plumbing: one ``MetaData`` for every table, and engine resolution.
+"""Engines: resolution from an engine, a URL or a Flask-SQLAlchemy ``db``; SQLite's
+pragmas and file mode; and disconnect handling.
 
 All stores accept an :class:`~sqlalchemy.engine.Engine`, a database URL, or a
 Flask-SQLAlchemy ``db`` object, so flask-authflow works with or without
-Flask-SQLAlchemy.
+Flask-SQLAlchemy. A connection that died under the pool (a database restart) is handled
+as SQLAlchemy documents it: the error says ``connection_invalidated``, the pool has
+been invalidated, and an operation that is safe to repeat runs once more.
 """
 
 from __future__ import annotations
@@ -11,29 +14,21 @@ import logging
 import os
 import stat
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import URL, Connection, DateTime, Dialect, Engine, MetaData, create_engine, event, make_url
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
-from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.pool import StaticPool
-from sqlalchemy.types import TypeDecorator
 
-from flask_authflow.clock import utc
 from flask_authflow.errors import ConfigurationError, MissingExtraError
 
 __all__ = [
     "POOL_RECYCLE_SECONDS",
-    "Base",
     "EngineSource",
-    "UTCDateTime",
-    "add_tables_to",
     "autocommit_reads",
     "is_disconnect",
     "is_flask_sqlalchemy",
-    "metadata",
     "resolve_engine",
     "run_read",
     "run_statement",
@@ -49,43 +44,6 @@ T = TypeVar("T")
 #: a firewall, a load balancer or the server's idle timeout drops them unseen.
 POOL_RECYCLE_SECONDS = 1800
 
-metadata = MetaData(
-    naming_convention={
-        "ix": "ix_%(column_0_label)s",
-        "uq": "uq_%(table_name)s_%(column_0_name)s",
-        "ck": "ck_%(table_name)s_%(constraint_name)s",
-        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-        "pk": "pk_%(table_name)s",
-    }
-)
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Aware UTC datetimes on every dialect: the one time column type of every table.
-
-    PostgreSQL stores ``timestamptz``; SQLite has no time zones, so values are stored as
-    naive UTC there and made aware again on the way out. Comparisons in SQL stay correct
-    on both because every value written is converted to UTC first.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        value = utc(value)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        return None if value is None else utc(value)
-
-
-class Base(DeclarativeBase):
-    """Declarative base of every flask-authflow table (prefix ``authflow_``)."""
-
-    metadata = metadata
-
 
 EngineSource = Any  # Engine | str | flask_sqlalchemy.SQLAlchemy
 
@@ -96,21 +54,6 @@ def is_flask_sqlalchemy(source: object) -> bool:
     return not isinstance(source, Engine | str) and all(
         hasattr(type(source), name) for name in ("init_app", "engines", "create_all")
     )
-
-
-def add_tables_to(target: MetaData) -> None:
-    """Copy every ``authflow_*`` table into ``target`` (an application's metadata, such as
-    Flask-SQLAlchemy's ``db.metadata``), so Alembic / Flask-Migrate autogenerate sees them.
-
-    Tables ``target`` already has are left alone; the copies have the same names and
-    columns, so the stores work on either.
-    """
-    # The tables are defined by the modules of the stores: import them all first.
-    from flask_authflow.storage.sql import backend, keystore, session_store  # noqa: F401
-
-    for table in metadata.sorted_tables:
-        if table.name not in target.tables:
-            table.to_metadata(target)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -1,0 +1,341 @@
+"""The package as it is published: ``python -m build`` makes an sdist and a wheel that
+``twine check --strict`` accepts; the wheel, installed (not editable) into a new virtualenv
+from local files only (``pip install --no-index``), carries its templates, migrations,
+password blocklist and ``py.typed``, serves the reference app and passes the pytest
+plugin's tests.
+
+The package is built once per test session. The wheels it depends on are gathered with
+``pip download`` (the pip cache and the configured indexes), or taken from the folder
+named by ``AUTHFLOW_WHEELHOUSE`` on a machine without any index. Under ``CI=true`` a part
+that cannot run here fails these tests instead of skipping them.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+import zipfile
+from dataclasses import dataclass
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+from tests.parts import missing_part
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "flask_authflow"
+#: What the sdist is built from: the repository's tracked layout, without local state.
+SOURCE_FILES = ("pyproject.toml", "setup.cfg", "MANIFEST.in", "README.rst", "LICENSE", "CHANGES.rst")
+SOURCE_FOLDERS = ("flask_authflow", "docs", "examples", "tests", "scripts")
+LOCAL_STATE = shutil.ignore_patterns(
+    "__pycache__", "*.py[cod]", "*.egg-info", "node_modules", "instance", "_build", ".*", "*.db"
+)
+PASSWORD = "wonderland-rabbit-42"
+
+
+@dataclass(frozen=True)
+class Dists:
+    sdist: Path
+    wheel: Path
+
+
+def _run(command: list[str], cwd: Path, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    """``command`` with this process's environment, less what would point it at this checkout."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", **extra_env)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900, check=False)
+
+
+def _package_files() -> set[str]:
+    """Every file of the package in this checkout, as the wheel names it."""
+    return {
+        path.relative_to(REPO).as_posix()
+        for path in PACKAGE.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo")
+    }
+
+
+@pytest.fixture(scope="session")
+def dists(tmp_path_factory: pytest.TempPathFactory) -> Dists:
+    """``python -m build`` of a copy of this checkout (sdist, then the wheel from the sdist)."""
+    if importlib.util.find_spec("build") is None:
+        missing_part("the 'build' package is not installed (it is in the [dev] extra)")
+    base = tmp_path_factory.mktemp("packaging")
+    source = base / "source"
+    for folder in SOURCE_FOLDERS:
+        shutil.copytree(REPO / folder, source / folder, ignore=LOCAL_STATE)
+    for name in SOURCE_FILES:
+        shutil.copy2(REPO / name, source / name)
+    out = base / "dist"
+    # --no-isolation: the [dev] extra's setuptools builds it, so no index is needed here
+    built = _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(source)], base)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    (sdist,) = out.glob("*.tar.gz")
+    (wheel,) = out.glob("*.whl")
+    return Dists(sdist, wheel)
+
+
+def _wheelhouse(base: Path, requirement: str) -> Path:
+    given = os.environ.get("AUTHFLOW_WHEELHOUSE")
+    if given:
+        return Path(given)
+    wheelhouse = base / "wheelhouse"
+    fetched = _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--only-binary",
+            ":all:",
+            "-d",
+            str(wheelhouse),
+            requirement,
+        ],
+        base,
+    )
+    if fetched.returncode != 0:
+        missing_part(
+            "the wheels flask-authflow depends on cannot be gathered here (no index and no pip cache; "
+            f"set AUTHFLOW_WHEELHOUSE to a folder of them): {fetched.stderr[-800:]}"
+        )
+    return wheelhouse
+
+
+@pytest.fixture(scope="session")
+def fresh_python(dists: Dists, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The interpreter of a new virtualenv with the wheel (and ``[testing]``) installed from
+    local files only: ``pip install --no-index``, not editable."""
+    base = tmp_path_factory.mktemp("fresh")
+    requirement = f"{dists.wheel}[testing]"
+    wheelhouse = _wheelhouse(base, requirement)
+    venv = base / "venv"
+    created = _run([sys.executable, "-m", "venv", str(venv)], base)
+    if created.returncode != 0:
+        missing_part(f"python -m venv cannot make a virtualenv here: {created.stderr[-500:]}")
+    python = venv / "bin" / "python"
+    installed = _run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--find-links",
+            str(wheelhouse),
+            requirement,
+        ],
+        base,
+    )
+    assert installed.returncode == 0, installed.stderr[-4000:]
+    return python
+
+
+# -- the dists as the package index sees them -------------------------------------------------------
+
+
+def test_twine_accepts_the_sdist_and_the_wheel(dists: Dists) -> None:
+    if importlib.util.find_spec("twine") is None:
+        missing_part("the 'twine' package is not installed (it is in the [dev] extra)")
+    checked = _run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(dists.sdist), str(dists.wheel)], REPO
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.count("PASSED") == 2, checked.stdout
+
+
+def test_the_wheels_metadata_says_what_pyproject_says(dists: Dists) -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    with zipfile.ZipFile(dists.wheel) as wheel:
+        meta = Parser().parsestr(
+            wheel.read(f"flask_authflow-{project['version']}.dist-info/METADATA").decode()
+        )
+        entry_points = wheel.read(f"flask_authflow-{project['version']}.dist-info/entry_points.txt").decode()
+    assert meta["Name"] == "flask-authflow" and meta["Version"] == project["version"]
+    assert meta["License-Expression"] == "MIT"
+    assert meta["Description-Content-Type"] == "text/x-rst"
+    assert meta.get_payload().startswith(
+        "flask-authflow\n=============="
+    )  # README.rst, as the index shows it
+    required = {re.split(r"[<>=\[; ]", line, maxsplit=1)[0] for line in meta.get_all("Requires-Dist") or []}
+    assert {re.split(r"[<>=\[]", dep, maxsplit=1)[0] for dep in project["dependencies"]} <= required
+    assert set(project["optional-dependencies"]) <= set(meta.get_all("Provides-Extra") or [])
+    assert "[pytest11]\nauthflow = flask_authflow.testing.pytest_plugin" in entry_points
+
+
+def test_the_wheel_holds_every_file_of_the_package_and_nothing_else(dists: Dists) -> None:
+    with zipfile.ZipFile(dists.wheel) as wheel:
+        names = set(wheel.namelist())
+    package = {name for name in names if name.startswith("flask_authflow/")}
+    assert package == _package_files()
+    assert names - package == {name for name in names if ".dist-info/" in name}
+    for needed in (
+        "flask_authflow/py.typed",
+        "flask_authflow/login/data/common-passwords.txt",
+        "flask_authflow/web/templates/authflow/login.html",
+        "flask_authflow/storage/sql/migrations/env.py",
+        "flask_authflow/storage/sql/migrations/script.py.mako",
+        "flask_authflow/storage/sql/migrations/versions/authflow_0001_baseline.py",
+    ):
+        assert needed in package
+
+
+def test_the_sdist_holds_the_package_docs_tests_and_examples(dists: Dists) -> None:
+    with tarfile.open(dists.sdist) as sdist:
+        root = sdist.getnames()[0].split("/")[0]
+        names = {name.removeprefix(f"{root}/") for name in sdist.getnames()}
+    assert _package_files() <= names
+    for needed in (
+        "CHANGES.rst",
+        "LICENSE",
+        "README.rst",
+        "docs/index.rst",
+        "docs/conf.py",
+        "examples/reference/app.py",
+        "tests/conftest.py",
+        "tests/parts.py",
+        "tests/apps/notes/pytest.ini",
+        "tests/interop/package-lock.json",
+        "scripts/test",
+    ):
+        assert needed in names, needed
+    stray = [name for name in names if re.search(r"(__pycache__|node_modules|/instance/|\.pyc$)", name)]
+    assert stray == []
+
+
+# -- the wheel installed ----------------------------------------------------------------------------
+
+INSTALLED_CHECK = """
+import json
+import sys
+from importlib.metadata import distribution
+from importlib.resources import files
+from pathlib import Path
+
+import flask_authflow
+from flask_authflow.storage.sql.migrations import current, head, upgrade
+
+root = files("flask_authflow")
+direct = json.loads(distribution("flask-authflow").read_text("direct_url.json") or "{}")
+blocklist = (root / "login" / "data" / "common-passwords.txt").read_text().split()
+database = f"sqlite:///{Path(sys.argv[1]) / 'migrated.db'}"
+upgrade(database)
+print(json.dumps({
+    "file": flask_authflow.__file__,
+    "editable": direct.get("dir_info", {}).get("editable", False),
+    "typed": (root / "py.typed").is_file(),
+    "templates": sorted(p.name for p in (root / "web" / "templates" / "authflow").iterdir()),
+    "versions": sorted(p.name for p in (root / "storage" / "sql" / "migrations" / "versions").iterdir()
+                       if p.name.endswith(".py")),
+    "mako": (root / "storage" / "sql" / "migrations" / "script.py.mako").is_file(),
+    "blocklist": len(blocklist),
+    "migrated": current(database) == head(),
+}))
+"""
+
+
+def test_the_installed_wheel_has_its_templates_migrations_blocklist_and_types(
+    fresh_python: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "check.py").write_text(INSTALLED_CHECK)
+    run = _run([str(fresh_python), "check.py", str(tmp_path)], tmp_path)
+    assert run.returncode == 0, run.stderr[-4000:]
+    found = json.loads(run.stdout)
+    assert "site-packages" in Path(found["file"]).parts and not found["editable"]
+    assert found["typed"] and found["mako"] and found["migrated"]
+    source = PACKAGE / "web" / "templates" / "authflow"
+    assert found["templates"] == sorted(p.name for p in source.iterdir())
+    versions = PACKAGE / "storage" / "sql" / "migrations" / "versions"
+    assert found["versions"] == sorted(p.name for p in versions.glob("*.py"))
+    assert found["blocklist"] == len(
+        (PACKAGE / "login" / "data" / "common-passwords.txt").read_text().split()
+    )
+
+
+REFERENCE_SMOKE = """
+import sys
+from pathlib import Path
+
+import flask_authflow
+from app import create_app
+
+assert "site-packages" in Path(flask_authflow.__file__).parts, flask_authflow.__file__
+client = create_app().test_client()
+page = client.get("/login")
+assert page.status_code == 200 and 'name="password"' in page.text, page.text
+answer = client.post("/login", json={"username": "alice", "password": sys.argv[1]})
+assert answer.text == "authenticated\\n", answer.text
+assert client.get("/dashboard").status_code == 200
+account = client.get("/account")
+assert account.status_code == 200 and "alice" in account.text
+assert client.post("/logout", json={}).text == "logged out\\n"
+assert client.get("/dashboard").status_code == 401
+print("smoke ok")
+"""
+
+
+def test_the_reference_app_runs_on_the_installed_wheel(fresh_python: Path, tmp_path: Path) -> None:
+    """Create a user with the installed ``flask authflow`` command, then log in, see the
+    dashboard and the account page (templates from the wheel), log out."""
+    shutil.copy2(REPO / "examples" / "reference" / "app.py", tmp_path / "app.py")
+    env = {
+        "FLASK_TESTING": "true",
+        "FLASK_AUTHFLOW_SIGNING_KEY": "k" * 48,
+        "FLASK_AUTHFLOW_DATABASE_URL": f"sqlite:///{tmp_path / 'reference.db'}",
+    }
+    flask = str(fresh_python.parent / "flask")
+    command = [flask, "--app", "app.py", "authflow", "create-user", "alice", "--password-stdin"]
+    created = subprocess.run(
+        command,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | env,
+        input=f"{PASSWORD}\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert created.returncode == 0, created.stdout + created.stderr
+    (tmp_path / "smoke.py").write_text(REFERENCE_SMOKE)
+    run = _run([str(fresh_python), "smoke.py", PASSWORD], tmp_path, **env)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert run.stdout.strip().endswith("smoke ok")
+
+
+INSTALLED_PLUGIN_TEST = """
+import flask_authflow.testing.pytest_plugin as plugin
+
+
+def test_the_plugin_is_the_installed_one(request):
+    assert "site-packages" in plugin.__file__
+    assert request.config.pluginmanager.get_plugin("authflow") is plugin
+"""
+
+
+def test_the_plugin_tests_pass_against_the_installed_wheel(fresh_python: Path, tmp_path: Path) -> None:
+    """``tests/test_pytest_plugin.py`` (it imports only the package), run by the new
+    virtualenv's pytest with the plugin found through its entry point."""
+    shutil.copy2(REPO / "tests" / "test_pytest_plugin.py", tmp_path / "test_pytest_plugin.py")
+    (tmp_path / "test_installed_plugin.py").write_text(INSTALLED_PLUGIN_TEST)
+    # as in this suite's pyproject.toml: the plugin's tests build their apps themselves
+    (tmp_path / "pytest.ini").write_text("[pytest]\nauthflow_autowire = false\naddopts = --strict-markers\n")
+    run = _run([str(fresh_python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error"], tmp_path)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    module = ast.parse((REPO / "tests" / "test_pytest_plugin.py").read_text())
+    tests = 1 + sum(
+        isinstance(node, ast.FunctionDef) and node.name.startswith("test_") for node in module.body
+    )
+    passed = re.search(r"(\d+) passed", run.stdout)
+    assert passed is not None and int(passed.group(1)) >= tests, run.stdout[-2000:]
+    assert "failed" not in run.stdout and "skipped" not in run.stdout
