@@ -267,13 +267,13 @@ def run(runner: FlaskCliRunner, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_db_commands_on_a_database_behind_head(tmp_path: Path, engines: Callable[[str], sa.Engine]) -> None:
+def test_db_commands_on_a_database_behind_head(
+    tmp_path: Path, engines: Callable[[str], sa.Engine], app_factory: AppFactory
+) -> None:
     url = f"sqlite:///{tmp_path / 'app.db'}"
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="m" * 40)
     # A backend of the application's own: its schema is left to the operator.
     backend = SqlAlchemyBackend(url, hasher=HASHER, create_tables=False)
-    AuthFlow(app, backend=backend, session_store=MemorySessionStore())
+    app = app_factory(backend=backend, session_store=MemorySessionStore())
     runner = app.test_cli_runner()
     head = migrations.head()
     try:
@@ -309,21 +309,17 @@ def test_db_commands_on_a_database_behind_head(tmp_path: Path, engines: Callable
         backend.close()
 
 
-def test_db_commands_need_a_sql_store(tmp_path: Path) -> None:
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="m" * 40)
-    AuthFlow(app, backend=InMemoryBackend(hasher=HASHER), session_store=MemorySessionStore())
+def test_db_commands_need_a_sql_store(app_factory: AppFactory) -> None:
+    app = app_factory(backend=InMemoryBackend(hasher=HASHER), session_store=MemorySessionStore())
     code, output = run(app.test_cli_runner(), "db", "current")
     assert code == 1
     assert output.startswith("Error: this app keeps no flask-authflow tables in a SQL database")
 
 
-def test_db_commands_migrate_the_session_stores_database(tmp_path: Path) -> None:
+def test_db_commands_migrate_the_session_stores_database(tmp_path: Path, app_factory: AppFactory) -> None:
     url = f"sqlite:///{tmp_path / 'sessions.db'}"
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="m" * 40)
     store = SqlAlchemySessionStore(url, crypto=SessionCrypto(secrets.token_bytes(32)), create_tables=False)
-    AuthFlow(app, backend=InMemoryBackend(hasher=HASHER), session_store=store)
+    app = app_factory(backend=InMemoryBackend(hasher=HASHER), session_store=store)
     head = migrations.head()
     try:
         assert run(app.test_cli_runner(), "db", "upgrade") == (0, f"upgraded from none to {head}\n")
