@@ -472,7 +472,7 @@ def corp_factory(tenant: str | None) -> dict[str, str]:
 
 
 def test_a_provider_registered_after_the_first_request_is_refused(authflow_hasher) -> None:
-    app = _app(AUTHFLOW_SESSION_STORE="memory")
+    app = base_app(AUTHFLOW_SESSION_STORE="memory")
     ext = AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
     app.test_client().get("/")
     with pytest.raises(RuntimeError, match="register_provider after the app served requests"):
@@ -482,7 +482,7 @@ def test_a_provider_registered_after_the_first_request_is_refused(authflow_hashe
 
 
 def test_a_provider_registered_before_the_first_request_installs_federation(authflow_hasher) -> None:
-    app = _app(AUTHFLOW_SESSION_STORE="memory")
+    app = base_app(AUTHFLOW_SESSION_STORE="memory")
     ext = AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
     ext.register_provider("corp", corp_factory)
     assert get_state(app).federation is not None
