@@ -21,7 +21,15 @@ from flask_authflow.outcomes import (
     StepUpRequired,
 )
 from flask_authflow.web.current_user import AnonymousUser, UserMixin, current_user
-from flask_authflow.web.decorators import fresh_login_required, login_required, safe_next
+from flask_authflow.web.decorators import (
+    fresh_login_required,
+    login_required,
+    permissions_accepted,
+    permissions_required,
+    roles_accepted,
+    roles_required,
+    safe_next,
+)
 from flask_authflow.web.extension import AuthFlow
 from flask_authflow.web.state import current_session, get_state
 
@@ -50,5 +58,9 @@ __all__ = [
     "fresh_login_required",
     "get_state",
     "login_required",
+    "permissions_accepted",
+    "permissions_required",
+    "roles_accepted",
+    "roles_required",
     "safe_next",
 ]

@@ -29,6 +29,9 @@ __all__ = [
     "MissingExtraError",
     "PasswordTooLong",
     "PermissionDenied",
+    "RoleExists",
+    "RoleInUse",
+    "RoleNotFound",
     "RotationRefused",
     "SessionDataTooLarge",
     "SessionDecryptError",
@@ -341,3 +344,24 @@ class MailDeliveryError(AuthFlowError):
 
     code = "mail_delivery_failed"
     status = 503
+
+
+class RoleNotFound(AuthnError):
+    """No role of this name exists in the tenant."""
+
+    code = "role_not_found"
+    status = 404
+
+
+class RoleExists(AuthnError):
+    """A role of this name already exists in the tenant."""
+
+    code = "role_exists"
+    status = 409
+
+
+class RoleInUse(AuthnError):
+    """The role is held by users; deleting it needs ``force``."""
+
+    code = "role_in_use"
+    status = 409

@@ -24,6 +24,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "postgres": ("psycopg",),
     "redis": ("redis",),
     "zxcvbn": ("zxcvbn",),
+    "cedar": ("cedarpy",),
 }
 
 
@@ -54,6 +55,8 @@ def _needed(config: Mapping[str, Any], federation: bool) -> list[tuple[str, str]
         needed.append(("redis", "AUTHFLOW_SESSION_STORE='redis'"))
     if config.get("AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE") is not None:
         needed.append(("zxcvbn", "AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE"))
+    if config.get("AUTHFLOW_AUTHZ_POLICIES"):
+        needed.append(("cedar", "AUTHFLOW_AUTHZ_POLICIES"))
     return needed
 
 

@@ -250,6 +250,29 @@ def webauthn_origins(name: str, value: Any) -> tuple[str, ...]:
     return tuple(o.rstrip("/") for o in origins)
 
 
+def policy_entries(name: str, value: Any) -> tuple[Any, ...]:
+    """Cedar policy sources: one string or path, or a list of them (each a ``.cedar`` file, a
+    directory of them, or policy text)."""
+    if value is None:
+        return ()
+    if isinstance(value, str | os.PathLike):
+        return (value,)
+    if isinstance(value, list | tuple) and all(isinstance(v, str | os.PathLike) for v in value):
+        return tuple(value)
+    raise ConfigurationError(
+        f"{name} must be a list of .cedar file paths, directories or policy texts, got {value!r}"
+    )
+
+
+def schema_source(name: str, value: Any) -> Any:
+    """``None``, a Cedar schema file (``.cedarschema`` or ``.json``), schema text or a JSON object."""
+    if value is None or isinstance(value, str | os.PathLike | Mapping):
+        return value
+    raise ConfigurationError(
+        f"{name} must be a schema file path, Cedar schema text or a JSON schema object, got {value!r}"
+    )
+
+
 # --- checks of one value ---------------------------------------------------------------------------
 
 
@@ -476,6 +499,9 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_SMTP_FROM", raw),
     Key("AUTHFLOW_SMTP_TIMEOUT", raw, 10),
     Key("AUTHFLOW_SMTP_CAFILE", raw),
+    # authorization policies (flask_authflow.authz; the [cedar] extra)
+    Key("AUTHFLOW_AUTHZ_POLICIES", policy_entries, []),
+    Key("AUTHFLOW_AUTHZ_SCHEMA", schema_source),
 )
 
 _TABLE: Mapping[str, Key] = MappingProxyType({key.name: key for key in KEYS})

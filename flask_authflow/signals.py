@@ -5,6 +5,12 @@ keyword arguments. Signals never carry secrets (no tokens, passwords or keys).
 
 * ``login_succeeded``, ``login_failed``, ``factor_verified``, ``session_revoked``:
   sent by the login and session parts.
+* ``roles_changed``: sent after a role is given to or taken from a user, a role is
+  deleted, or a permission is granted to or revoked from a role (see
+  :mod:`flask_authflow.web.roles`), with ``tenant``, ``user_id`` (``None`` unless one
+  user changed), ``role``, ``permission`` (``None`` unless a grant changed) and ``action``
+  (the audit event: ``role_added``, ``role_removed``, ``role_deleted``,
+  ``permission_granted``, ``permission_revoked``).
 * ``key_rotated``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after a
   rotation, with ``previous_kid`` and ``new_kid``.
 * ``token_minted``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after each
@@ -21,6 +27,7 @@ __all__ = [
     "key_rotated",
     "login_failed",
     "login_succeeded",
+    "roles_changed",
     "session_revoked",
     "token_minted",
 ]
@@ -33,3 +40,4 @@ factor_verified = authflow_signals.signal("factor-verified")
 session_revoked = authflow_signals.signal("session-revoked")
 key_rotated = authflow_signals.signal("key-rotated")
 token_minted = authflow_signals.signal("token-minted")
+roles_changed = authflow_signals.signal("roles-changed")

@@ -30,4 +30,4 @@ def memory_service(clock: MockClock | None = None) -> tuple[AuthnService, InMemo
     backend.with_user_password("Alice", "acme", "correct horse").with_user_password(
         "bob", "globex", "hunter2"
     )
-    return AuthnService(backend, backend, clock=clock), backend, clock
+    return AuthnService(backend, backend, hasher=_FAST, clock=clock), backend, clock

@@ -19,8 +19,11 @@ from flask_authflow.core.ports import (
     FactorRecordStore,
     FactorStore,
     IdentityStore,
+    LoginStore,
+    Role,
+    RoleStore,
 )
-from flask_authflow.errors import InvalidInput, UserExists, UserNotFound
+from flask_authflow.errors import InvalidInput, RoleExists, RoleInUse, RoleNotFound, UserExists, UserNotFound
 from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import (
     Authenticated,
@@ -91,8 +94,97 @@ class StoreContract:
     """Mixed into a test class whose module provides ``backend`` and ``clock`` fixtures."""
 
     def test_implements_every_protocol(self, backend: Any) -> None:
-        for protocol in (IdentityStore, FactorStore, AttemptStore, AuditSink):
+        for protocol in (IdentityStore, FactorStore, AttemptStore, AuditSink, LoginStore, RoleStore):
             assert isinstance(backend, protocol)
+
+    # --- the one-read login facts and the unit of work (LoginStore) ---------------------------
+
+    def test_login_facts_answer_the_three_reads_they_replace(self, backend: Any, clock: MockClock) -> None:
+        """begin_login's one read agrees with find_user, required_factors and locked_until."""
+        alice = backend.create_user("acme", "alice", "pw")
+        backend.add_factor("acme", factor(alice.user_id, "t1", FactorKind.TOTP, confirmed=True))
+        backend.add_factor("acme", factor(alice.user_id, "h1", FactorKind.HOTP))  # pending: not a step
+        backend.create_user("acme", "bob")  # no password, no factor
+        backend.create_user("globex", "carol", "pw")
+        backend.set_disabled("globex", "carol")
+        backend.set_lock(AttemptKey("acme", "alice", "totp"), clock.now() + timedelta(minutes=5))
+        backend.set_lock(AttemptKey("acme", "nobody", "password"), clock.now() + timedelta(minutes=9))
+        backend.set_lock(AttemptKey("acme", "bob", "password"), clock.now() - timedelta(minutes=1))  # over
+        for tenant, identifier in [
+            ("acme", "alice"),
+            ("acme", "bob"),
+            ("acme", "nobody"),
+            ("globex", "alice"),
+            ("globex", "carol"),
+        ]:
+            facts = backend.login_facts(tenant, identifier, clock.now())
+            user = backend.find_user(tenant, identifier)
+            assert facts.user == user
+            assert facts.kinds == (backend.required_factors(tenant, user.user_id) if user is not None else [])
+            assert facts.locked_until == backend.locked_until(tenant, identifier, clock.now())
+        facts = backend.login_facts("acme", "alice", clock.now())
+        assert facts.kinds == [FactorKind.PASSWORD, FactorKind.TOTP]
+        assert facts.locked_until == clock.now() + timedelta(minutes=5)
+        assert backend.login_facts("globex", "carol", clock.now()).user.disabled
+
+    def _unit_writes(self, backend: Any, clock: MockClock, uid: str) -> None:
+        """One of each write a login step makes in its unit: a failure counted, an audit row,
+        a one-time token used, a factor's secret swapped, a reservation settled."""
+        key = AttemptKey("acme", "alice", "recovery_code")
+        token = backend.reserve_attempt(key, now=clock.now(), **WINDOW).token
+        assert token is not None
+        backend.register_failure(key, now=clock.now(), reservation=token, **WINDOW)
+        backend.write(AuditRecord(time=clock.now(), event="factor_verify", status="failure"))
+        assert backend.use_once("login", "txn-1", expires_at=clock.now() + timedelta(minutes=5))
+        assert backend.swap_factor_secret(
+            "acme", uid, "codes", expected_counter=0, secret="v1", now=clock.now()
+        )
+
+    def test_a_unit_commits_its_writes_together(self, backend: Any, clock: MockClock) -> None:
+        uid = backend.create_user("acme", "alice").user_id
+        backend.add_factor(
+            "acme", factor(uid, "codes", FactorKind.RECOVERY_CODE, confirmed=True, secret="v0")
+        )
+        unit = backend.begin_unit()
+        self._unit_writes(backend, clock, uid)
+        unit.commit()
+        assert [r.event for r in backend.audit_rows] == ["factor_verify"]
+        assert backend.get_factor("acme", uid, "codes").secret == "v1"
+        assert not backend.use_once("login", "txn-1", expires_at=clock.now() + timedelta(minutes=5))
+        # One failure counted and the reservation settled: four more reservations, no fifth.
+        key = AttemptKey("acme", "alice", "recovery_code")
+        granted = [backend.reserve_attempt(key, now=clock.now(), **WINDOW).granted for _ in range(5)]
+        assert granted == [True, True, True, True, False]
+
+    def test_a_unit_rolled_back_keeps_nothing(self, backend: Any, clock: MockClock) -> None:
+        uid = backend.create_user("acme", "alice").user_id
+        backend.add_factor(
+            "acme", factor(uid, "codes", FactorKind.RECOVERY_CODE, confirmed=True, secret="v0")
+        )
+        backend.write(AuditRecord(time=clock.now(), event="login_begin", status="started"))
+        unit = backend.begin_unit()
+        self._unit_writes(backend, clock, uid)
+        unit.rollback()
+        assert [r.event for r in backend.audit_rows] == ["login_begin"]
+        stored = backend.get_factor("acme", uid, "codes")
+        assert (stored.secret, stored.counter) == ("v0", 0)
+        assert backend.use_once("login", "txn-1", expires_at=clock.now() + timedelta(minutes=5))
+        # Neither the failure nor the reservation is left: five fresh reservations.
+        key = AttemptKey("acme", "alice", "recovery_code")
+        granted = [backend.reserve_attempt(key, now=clock.now(), **WINDOW).granted for _ in range(6)]
+        assert granted == [True, True, True, True, True, False]
+
+    def test_units_do_not_nest_and_end_once(self, backend: Any, clock: MockClock) -> None:
+        unit = backend.begin_unit()
+        with pytest.raises(RuntimeError):
+            backend.begin_unit()
+        backend.write(AuditRecord(time=clock.now(), event="logout", status="success"))
+        unit.rollback()
+        unit.rollback()  # a second end changes nothing
+        again = backend.begin_unit()  # the first one is over
+        backend.write(AuditRecord(time=clock.now(), event="login_begin", status="started"))
+        again.commit()
+        assert [r.event for r in backend.audit_rows] == ["login_begin"]
 
     def test_users(self, backend: Any) -> None:
         alice = backend.create_user("acme", " Alice ", "pw")
@@ -272,7 +364,7 @@ class StoreContract:
 
     def test_service_on_this_backend(self, backend: Any, clock: MockClock) -> None:
         backend.with_user_password("Alice", "acme", "correct horse")
-        service = AuthnService(backend, backend, clock=clock)
+        service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
         handle = service.with_audit_context(CTX)
         user = backend.find_user("acme", "alice")
 
@@ -608,3 +700,98 @@ class StoreContract:
         assert won.count(True) == 1
         left = backend.list_user_factors("acme", uid, include_pending=True)
         assert [(c.factor_id, c.confirmed) for c in left] == [(f"p{won.index(True)}", True)]
+
+    # --- roles and permissions ------------------------------------------------------------
+
+    def test_roles_and_permissions(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        assert backend.create_role("acme", "editor", "Edits documents") == Role(
+            "acme", "editor", "Edits documents"
+        )
+        backend.create_role("acme", "admin")
+        with pytest.raises(RoleExists):
+            backend.create_role("acme", "admin")
+        assert backend.grant_permission("acme", "editor", "documents:edit")
+        assert not backend.grant_permission("acme", "editor", "documents:edit")  # already granted
+        assert backend.grant_permission("acme", "editor", "documents:read")
+        assert backend.grant_permission("acme", "admin", "documents:read")
+        assert backend.roles_of("acme", alice.user_id) == []
+        assert backend.permissions_of("acme", alice.user_id) == []
+        assert backend.add_user_role("acme", alice.user_id, "editor")
+        assert not backend.add_user_role("acme", alice.user_id, "editor")
+        assert backend.add_user_role("acme", alice.user_id, "admin")
+        assert backend.roles_of("acme", alice.user_id) == ["admin", "editor"]
+        assert backend.permissions_of("acme", alice.user_id) == ["documents:edit", "documents:read"]
+        assert backend.list_roles("acme") == [
+            Role("acme", "admin", "", ("documents:read",)),
+            Role("acme", "editor", "Edits documents", ("documents:edit", "documents:read")),
+        ]
+        assert backend.revoke_permission("acme", "editor", "documents:edit")
+        assert not backend.revoke_permission("acme", "editor", "documents:edit")
+        assert backend.remove_user_role("acme", alice.user_id, "admin")
+        assert not backend.remove_user_role("acme", alice.user_id, "admin")
+        assert backend.roles_of("acme", alice.user_id) == ["editor"]
+        assert backend.permissions_of("acme", alice.user_id) == ["documents:read"]
+
+    def test_roles_are_tenant_scoped_and_refuse_unknown_names(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        backend.create_role("acme", "admin")
+        backend.create_role("other", "admin")  # the same name in another tenant is another role
+        backend.grant_permission("other", "admin", "everything")
+        backend.add_user_role("acme", alice.user_id, "admin")
+        assert backend.permissions_of("acme", alice.user_id) == []
+        assert backend.roles_of("other", alice.user_id) == []
+        with pytest.raises(UserNotFound):  # alice is not a user of "other"
+            backend.add_user_role("other", alice.user_id, "admin")
+        with pytest.raises(UserNotFound):
+            backend.add_user_role("acme", "no-such-user", "admin")
+        with pytest.raises(RoleNotFound):
+            backend.add_user_role("acme", alice.user_id, "ghost")
+        with pytest.raises(RoleNotFound):
+            backend.grant_permission("acme", "ghost", "x")
+        with pytest.raises(RoleNotFound):
+            backend.delete_role("acme", "ghost")
+        for bad in ("", " admin", "a b", "x" * 65, "r\u00f4le", "-admin", "admin\n"):
+            with pytest.raises(InvalidInput):
+                backend.create_role("acme", bad)
+        with pytest.raises(InvalidInput):
+            backend.grant_permission("acme", "admin", "no spaces")
+        with pytest.raises(InvalidInput):
+            backend.create_role("acme", "fine", "bad\x00description")
+        assert [r.name for r in backend.list_roles("acme")] == ["admin"]
+
+    def test_deleting_a_role_in_use_needs_force(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        backend.create_role("acme", "admin")
+        backend.grant_permission("acme", "admin", "all")
+        backend.add_user_role("acme", alice.user_id, "admin")
+        with pytest.raises(RoleInUse):
+            backend.delete_role("acme", "admin")
+        assert backend.roles_of("acme", alice.user_id) == ["admin"]
+        backend.delete_role("acme", "admin", force=True)
+        assert backend.roles_of("acme", alice.user_id) == []
+        assert backend.list_roles("acme") == []
+        # A new role of the same name starts without the old grants.
+        backend.create_role("acme", "admin")
+        assert backend.list_roles("acme") == [Role("acme", "admin")]
+        backend.delete_role("acme", "admin")  # not in use: no force needed
+        assert backend.list_roles("acme") == []
+
+    def test_deleting_a_user_removes_its_roles(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        backend.create_role("acme", "admin")
+        backend.add_user_role("acme", alice.user_id, "admin")
+        backend.delete_user("acme", "alice")
+        assert backend.roles_of("acme", alice.user_id) == []
+        backend.delete_role("acme", "admin")  # no longer in use
+        assert backend.list_roles("acme") == []
+
+    def test_parallel_role_changes_stay_consistent(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        backend.create_role("acme", "admin")
+        added = race(20, lambda i: backend.add_user_role("acme", alice.user_id, "admin"))
+        assert added.count(True) == 1
+        assert backend.roles_of("acme", alice.user_id) == ["admin"]
+        removed = race(20, lambda i: backend.remove_user_role("acme", alice.user_id, "admin"))
+        assert removed.count(True) == 1
+        assert backend.roles_of("acme", alice.user_id) == []

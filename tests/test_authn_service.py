@@ -14,6 +14,7 @@ from flask_authflow.audit.context import AuditContext
 from flask_authflow.audit.sinks import AuditRecord, MemoryAuditSink
 from flask_authflow.clock import MockClock
 from flask_authflow.core.factors import Accepted, FactorContext, Rejected
+from flask_authflow.core.ports import AttemptKey
 from flask_authflow.core.session import AuthSession, AuthState
 from flask_authflow.errors import (
     AuditWriteError,
@@ -35,6 +36,7 @@ from flask_authflow.outcomes import (
 )
 from flask_authflow.storage.memory import InMemoryBackend
 from tests.authn_support import CTX, fast_hasher, memory_service, new_session
+from tests.store_contract import WINDOW
 
 PW = FactorCredential.password
 
@@ -289,7 +291,7 @@ def test_custom_policy() -> None:
     clock = MockClock()
     backend = InMemoryBackend(hasher=fast_hasher(), clock=clock).with_user_password("a", "t", "pw")
     policy = LockoutPolicy(max_failures=2, lock_duration=timedelta(minutes=1))
-    service = AuthnService(backend, backend, lockout=policy, clock=clock)
+    service = AuthnService(backend, backend, hasher=backend.hasher, lockout=policy, clock=clock)
     assert fail_times(service, clock, "a", "t", 2) == [
         InvalidCredential(),
         Locked(clock.now() + timedelta(minutes=1)),
@@ -346,14 +348,14 @@ def test_relogin_refused_when_store_down_keeps_the_old_login(
 
 
 class BrokenIdentities(InMemoryBackend):
-    def find_user(self, tenant: str, identifier: str) -> Any:
+    def login_facts(self, tenant: str, identifier: str, now: Any) -> Any:
         raise RuntimeError("connection reset")
 
 
 def test_any_store_exception_fails_closed() -> None:
     clock = MockClock()
     backend = BrokenIdentities(hasher=fast_hasher(), clock=clock)
-    service = AuthnService(backend, backend, clock=clock)
+    service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
     session = new_session(clock)
     with pytest.raises(StoreUnavailable):
         service.with_audit_context(CTX).begin_login("alice", "acme", session)
@@ -393,6 +395,43 @@ def test_audit_failure_fails_the_login_and_keeps_session(
     assert service.counters.snapshot()["login_successes"] == 0
 
 
+def test_a_passed_step_whose_audit_fails_keeps_nothing_of_its_unit(
+    env: tuple[AuthnService, InMemoryBackend, MockClock],
+) -> None:
+    """The success settlement ran in the step's unit; the failed audit write rolls it back,
+    reservation included, so the attempt log and the lockout are as before the step."""
+    service, backend, clock = env
+    handle = service.with_audit_context(CTX)
+    session = new_session(clock)
+    handle.begin_login("alice", "acme", session)
+    log_before = backend.attempt_log
+    backend.fail_next_write()
+    with pytest.raises(AuditWriteError):
+        handle.verify_factor(PW("correct horse"), session)
+    assert backend.attempt_log == log_before
+    assert isinstance(handle.verify_factor(PW("correct horse"), session), Authenticated)
+    assert [e.success for e in backend.attempt_log] == [True]
+
+
+def test_a_wrong_password_whose_audit_fails_is_still_counted_once(
+    env: tuple[AuthnService, InMemoryBackend, MockClock],
+) -> None:
+    """The unit that counted the failure is rolled back with its audit row; the failure is
+    then counted again on its own: a broken commit never buys a free guess."""
+    service, backend, clock = env
+    handle = service.with_audit_context(CTX)
+    session = new_session(clock)
+    handle.begin_login("alice", "acme", session)
+    backend.fail_next_write()
+    with pytest.raises(AuditWriteError):
+        handle.verify_factor(PW("wrong"), session)
+    assert [e.success for e in backend.attempt_log] == [False]
+    assert session.is_authenticating  # the session is as before the step
+    key = AttemptKey("acme", "alice", "password")
+    granted = [backend.reserve_attempt(key, now=clock.now(), **WINDOW).granted for _ in range(5)]
+    assert granted == [True, True, True, True, False]  # one failure counted, no reservation left
+
+
 def test_audit_failure_on_logout_still_logs_out(
     env: tuple[AuthnService, InMemoryBackend, MockClock],
 ) -> None:
@@ -424,7 +463,7 @@ def test_separate_audit_sink() -> None:
     clock = MockClock()
     backend = InMemoryBackend(hasher=fast_hasher(), clock=clock).with_user_password("a", "t", "pw")
     sink = MemoryAuditSink()
-    service = AuthnService(backend, backend, audit_sink=sink, clock=clock)
+    service = AuthnService(backend, backend, audit_sink=sink, hasher=backend.hasher, clock=clock)
     session = new_session(clock)
     sink.broken = True
     with pytest.raises(AuditWriteError):
@@ -600,6 +639,9 @@ class FakeTotp:
     """Stands in for the TOTP verifier of a later issue."""
 
     kind = FactorKind.TOTP
+    expensive = False
+    challenge_on_request = False
+    digits = 6
 
     def __init__(self) -> None:
         self.seen: list[str] = []
@@ -744,13 +786,23 @@ def test_service_needs_attempt_store_and_sink() -> None:
     class OnlyIdentities:
         def find_user(self, tenant: str, identifier: str) -> None: ...
 
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(ConfigurationError, match="login store"):
         AuthnService(OnlyIdentities(), OnlyIdentities())  # type: ignore[arg-type]
     backend = InMemoryBackend(hasher=fast_hasher())
-    service = AuthnService(backend, backend)
-    assert service.hasher is backend.hasher
-    assert service.attempt_store is backend and service.audit_sink is backend
+    with pytest.raises(ConfigurationError, match="one LoginStore"):
+        AuthnService(backend, InMemoryBackend(hasher=fast_hasher()))
+    hasher = fast_hasher()
+    service = AuthnService(backend, backend, hasher=hasher)
+    assert service.hasher is hasher  # passed by the wiring, never read off the store
+    assert service.store is service.attempt_store is backend and service.audit_sink is backend
     assert "correct" not in repr(service)
+
+
+def test_the_default_hasher_is_argon2id_of_its_own() -> None:
+    backend = InMemoryBackend(hasher=fast_hasher())
+    service = AuthnService(backend, backend)
+    assert service.hasher is not backend.hasher
+    assert service.hasher.parameters.memory_cost == 64 * 1024 and service.hasher.parameters.time_cost == 3
 
 
 def test_audit_context_is_required_shape() -> None:

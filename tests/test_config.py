@@ -214,6 +214,7 @@ SETTINGS_CLASSES = [
     "flask_authflow.issuer.settings:IssuerSettings",
     "flask_authflow.federation.settings:FederationSettings",
     "flask_authflow.web.config:WebSettings",
+    "flask_authflow.authz.settings:AuthzSettings",
 ]
 
 

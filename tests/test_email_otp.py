@@ -156,7 +156,9 @@ def make_env(
     sealer = FactorSealer.from_key(secrets.token_bytes(32))
     holder: list[MailSender | None] = [outbox]
     factor = EmailOtpFactor(sealer, lambda: holder[0], site_name=SITE, **factor_options)
-    service = AuthnService(backend, backend, audit_sink=audit, clock=clock, lockout=lockout)
+    service = AuthnService(
+        backend, backend, audit_sink=audit, hasher=backend.hasher, clock=clock, lockout=lockout
+    )
     service.register_factor(factor)
     service.register_factor(TotpFactor(sealer))
     service.site_name = SITE

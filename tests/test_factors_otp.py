@@ -54,7 +54,7 @@ class Env:
         self.backend = backend
         self.clock = clock
         self.sealer = sealer or FactorSealer.from_key(KEY)
-        self.service = AuthnService(backend, backend, clock=clock)
+        self.service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
         for factor in (TotpFactor(self.sealer), HotpFactor(self.sealer), RecoveryCodeFactor(self.sealer)):
             self.service.register_factor(factor)
         self.handle = self.service.with_audit_context(CTX)

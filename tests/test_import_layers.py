@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "mfa": FEATURE,
     "federation": FEATURE,
     "issuer": FEATURE,
+    "authz": FEATURE,
     "storage": STORAGE,
     "web": COMPOSITION,
     "cli": COMPOSITION,
@@ -168,3 +169,57 @@ def test_every_top_level_module_has_a_layer() -> None:
     modules = {p.stem for p in PACKAGE.glob("*.py")}
     packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
     assert modules | packages <= set(LAYERS), sorted((modules | packages) - set(LAYERS))
+
+
+def _login_graph() -> dict[str, set[str]]:
+    """Which modules of the login feature each of its modules imports (deferred imports
+    included); ``from flask_authflow.login import begin`` names the module ``login/begin``."""
+    login = PACKAGE / "login"
+    names = {p.stem for p in login.glob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in login.glob("*.py"):
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "flask_authflow.login":
+                edges |= {alias.name for alias in node.names if alias.name in names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flask_authflow.login."):
+                edges.add((node.module or "").split(".")[2])
+        graph[path.stem] = edges - {path.stem}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph``, if it has any."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return None
+        for target in sorted(graph.get(node, ())):
+            found = visit(target, [*path, node])
+            if found:
+                return found
+        done.add(node)
+        return None
+
+    return next((c for c in (visit(n, []) for n in sorted(graph)) if c), None)
+
+
+def test_login_flows_import_the_template_and_never_the_service() -> None:
+    """Each flow module imports the operation template and the core; only the thin
+    service imports the flows, so the login feature has no import cycle, deferred or not."""
+    graph = _login_graph()
+    flows = {"begin", "verify", "establish", "step_up", "enrollment", "passkey", "logout"}
+    assert flows <= set(graph)
+    assert all("operation" in graph[flow] for flow in flows)
+    below_the_service = flows | {"operation", "challenges", "lockout", "password"}
+    assert not any(graph[m] & {"service", "accounts", "__init__"} for m in below_the_service)
+    assert flows <= graph["service"]
+    assert _cycle(graph) is None
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None

@@ -52,7 +52,9 @@ SPAWN = multiprocessing.get_context("spawn")
 
 
 def make_service(backend: SqlAlchemyBackend, clock: MockClock, outbox: Outbox | None = None) -> AuthnService:
-    service = AuthnService(backend, backend, clock=clock, lockout=LockoutPolicy(max_failures=5))
+    service = AuthnService(
+        backend, backend, hasher=backend.hasher, clock=clock, lockout=LockoutPolicy(max_failures=5)
+    )
     sealer = FactorSealer.from_key(KEY)
     service.register_factor(TotpFactor(sealer))
     service.register_factor(RecoveryCodeFactor(sealer))
@@ -207,7 +209,7 @@ def test_an_authenticator_without_a_counter_passes_once_for_parallel_posts(tmp_p
     backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'keys.db'}", hasher=fast_hasher(), clock=clock)
     try:
         backend.with_user_password("alice", "acme", "correct horse")
-        service = AuthnService(backend, backend, clock=clock)
+        service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
         service.register_factor(WebAuthnFactor(settings()))
         env = KeyEnv(service, backend, clock)
         key = SoftAuthenticator()

@@ -406,7 +406,7 @@ def test_a_credential_checks_attempt_and_audit_rows_commit_in_one_transaction(da
     backend = SqlAlchemyBackend(database_url, hasher=PasswordHasher.fast_for_tests(), clock=clock)
     try:
         backend.create_user("default", "alice", PASSWORD)
-        service = AuthnService(backend, backend, clock=clock)
+        service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
         commits: list[str] = []
         event.listen(backend.engine, "commit", lambda conn: commits.append("commit"))
         outcome, _session = login_once(service, "wrong password", commits)
@@ -431,7 +431,7 @@ def test_when_the_audit_row_fails_the_attempt_is_rolled_back_but_a_failure_still
     backend = FailingAudit(database_url, hasher=PasswordHasher.fast_for_tests(), clock=clock)
     try:
         backend.create_user("default", "alice", PASSWORD)
-        service = AuthnService(backend, backend, clock=clock)
+        service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
         key = AttemptKey("default", "alice", "password")
 
         outcome, session = login_once(service, PASSWORD)

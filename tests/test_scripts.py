@@ -144,7 +144,7 @@ def test_scripts_test_says_what_it_will_install_before_installing(repo: Path, tm
     assert lines[0] == "scripts/test: before running the tests, this will"
     apt = next(line for line in lines if "apt-get" in line)
     assert "redis-server" in apt and "nodejs" in apt and "chromium" in apt
-    assert any("install flask-authflow[dev,oidc,postgres,testing]" in line for line in lines)
+    assert any("install flask-authflow[dev,oidc,postgres,testing,cedar]" in line for line in lines)
     assert any("npm ci" in line for line in lines)
     assert _calls(repo) == []  # a plan only: apt-get, pip and npm never ran
 

@@ -68,6 +68,44 @@ def test_switches(backend: InMemoryBackend) -> None:
     assert backend.audit_rows == [row]
 
 
+def test_a_unit_holds_other_threads_back_until_it_ends(backend: InMemoryBackend) -> None:
+    """Like SQLite's write lock: another thread's write waits for the open unit, so it can
+    never be undone by that unit's rollback, nor see its writes before they are kept."""
+    key = AttemptKey("t", "a", "password")
+    unit = backend.begin_unit()
+    backend.register_failure(key, now=T0, **WINDOW)
+    other = threading.Thread(target=lambda: backend.register_failure(key, now=T0, **WINDOW))
+    other.start()
+    other.join(0.2)
+    assert other.is_alive()  # waiting for the unit
+    unit.rollback()
+    other.join(5)
+    assert not other.is_alive()
+    assert [e.success for e in backend.attempt_log] == [False]  # the other thread's failure only
+
+
+def test_a_rolled_back_unit_restores_a_full_attempt_log(clock: MockClock) -> None:
+    backend = InMemoryBackend(hasher=fast_hasher(), clock=clock, max_attempt_log=2)
+    key = AttemptKey("t", "a", "password")
+    backend.register_failure(key, now=T0, client_ip="192.0.2.1", **WINDOW)
+    backend.register_success(key, now=T0, client_ip="192.0.2.2")
+    unit = backend.begin_unit()
+    backend.register_success(key, now=T0, client_ip="192.0.2.3")  # pushes the oldest entry out
+    unit.rollback()
+    assert [e.client_ip for e in backend.attempt_log] == ["192.0.2.1", "192.0.2.2"]
+
+
+def test_a_rolled_back_unit_restores_users_and_factors(backend: InMemoryBackend) -> None:
+    alice = backend.create_user("t", "alice", "pw")
+    unit = backend.begin_unit()
+    backend.create_user("t", "bob")
+    backend.delete_user("t", "alice")
+    unit.rollback()
+    assert backend.find_user("t", "bob") is None
+    assert backend.find_user("t", "alice") == alice
+    assert backend.get_password_hash("t", alice.user_id) is not None
+
+
 def test_attempt_log(backend: InMemoryBackend) -> None:
     key = AttemptKey("t", "a", "password")
     backend.register_failure(key, now=T0, client_ip="203.0.113.1", **WINDOW)

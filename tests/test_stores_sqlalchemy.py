@@ -137,7 +137,7 @@ def test_unreachable_database_fails_closed(tmp_path: Path, clock: MockClock) -> 
     path.unlink()
     path.mkdir()  # the database turns into something SQLite cannot open
     try:
-        service = AuthnService(store, store, clock=clock)
+        service = AuthnService(store, store, hasher=store.hasher, clock=clock)
         session = new_session(clock)
         with pytest.raises(StoreUnavailable):
             service.with_audit_context(CTX).begin_login("alice", "acme", session)
@@ -261,7 +261,7 @@ def test_upgrading_a_revision_0001_database_keeps_its_factors(database_url: str,
             row_ids = conn.execute(text("SELECT id FROM authflow_factors ORDER BY id")).scalars().all()
 
         result = migrations.upgrade(engine)
-        assert (result.before, result.after) == ("0001", "0002")
+        assert (result.before, result.after) == ("0001", "0003")
         assert schema_differences(engine) == []
         store = SqlAlchemyBackend(engine, hasher=fast_hasher(), clock=clock, create_tables=False)
         factors = store.list_factors("acme", "u1")
@@ -287,7 +287,7 @@ def test_upgrading_a_revision_0001_database_keeps_its_factors(database_url: str,
             store.add_factor("acme", factor("u1", f"legacy-{row_ids[1]}"))
 
         result = migrations.downgrade(engine, "0001")
-        assert (result.before, result.after) == ("0002", "0001")
+        assert (result.before, result.after) == ("0003", "0001")
         with engine.connect() as conn:
             columns = {c["name"] for c in inspect(conn).get_columns("authflow_factors")}
             kept = conn.execute(text("SELECT id, kind FROM authflow_factors ORDER BY id")).all()
@@ -304,7 +304,7 @@ def test_upgrading_a_revision_0001_database_keeps_its_factors(database_url: str,
                         "VALUES ('u1', 'password', 'x', '2026-01-01 00:00:00')"
                     )
                 )
-        assert migrations.upgrade(engine).after == "0002"
+        assert migrations.upgrade(engine).after == "0003"
         assert schema_differences(engine) == []
         assert len(store.list_factors("acme", "u1")) == 4
     finally:
@@ -313,7 +313,7 @@ def test_upgrading_a_revision_0001_database_keeps_its_factors(database_url: str,
 
 def test_lockout_table_lost_mid_login_fails_closed(backend: SqlAlchemyBackend, clock: MockClock) -> None:
     backend.with_user_password("alice", "acme", "pw")
-    service = AuthnService(backend, backend, clock=clock)
+    service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
     handle = service.with_audit_context(CTX)
     session = new_session(clock)
     assert isinstance(handle.begin_login("alice", "acme", session), FactorRequired)
@@ -328,7 +328,7 @@ def test_lockout_table_lost_mid_login_fails_closed(backend: SqlAlchemyBackend, c
 
 def test_audit_table_lost_fails_the_login(backend: SqlAlchemyBackend, clock: MockClock) -> None:
     backend.with_user_password("alice", "acme", "pw")
-    service = AuthnService(backend, backend, clock=clock)
+    service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
     handle = service.with_audit_context(CTX)
     session = new_session(clock)
     handle.begin_login("alice", "acme", session)

@@ -577,6 +577,9 @@ class FixedCode:
 
     code: str
     kind: FactorKind = FactorKind.TOTP
+    expensive: bool = False
+    challenge_on_request: bool = False
+    digits: int | None = 6
 
     def check_input(self, credential: FactorCredential) -> None:
         if len(credential) > 32:
@@ -674,7 +677,11 @@ def test_the_factor_step_refuses_an_unsafe_next(mfa_site: Site, target: str) -> 
 def test_the_factor_page_names_the_pending_factor(
     site: Site, kind: FactorKind, label: str, inputmode: str, maxlength: str
 ) -> None:
-    get_state(site.app).service.register_factor(FixedCode("24681357", kind=kind))
+    # The field is sized by the digits the factor declares (two characters per digit), and
+    # a factor that sends its code offers to send it, as the e-mail factor declares.
+    mail = kind is FactorKind.EMAIL_OTP
+    stand_in = FixedCode("24681357", kind=kind, digits=8 if mail else 6, challenge_on_request=mail)
+    get_state(site.app).service.register_factor(stand_in)
     site.backend.enroll_factor("default", site.user_id(), kind, "seed")
     client = site.client()
     assert login(client).location == "/login/factor"
@@ -1691,6 +1698,7 @@ class FakeMailCode(FixedCode):
     kind: FactorKind = FactorKind.EMAIL_OTP
     sent: int = 0
     challenge_on_request: bool = True
+    digits: int | None = 8
 
     def challenge(self, ctx: FactorContext) -> dict[str, Any]:  # type: ignore[override]
         if self.sent >= 2:
@@ -1783,6 +1791,9 @@ class FakeKey(StoredEnrollment):
     kind: FactorKind = FactorKind.WEBAUTHN
     replaces_kind: bool = False
     issued: int = 0
+    expensive: bool = False
+    challenge_on_request: bool = False
+    digits: int | None = None
 
     def check_input(self, credential: FactorCredential) -> None:
         try:

@@ -19,7 +19,9 @@ from flask_authflow.cli.base import (
     user_document,
     user_locked_until,
 )
+from flask_authflow.cli.roles import about_role
 from flask_authflow.core.identifiers import normalise_identifier
+from flask_authflow.web import roles as role_changes
 from flask_authflow.web.state import account_admin, get_state
 
 
@@ -66,7 +68,8 @@ def set_password(username: str, tenant: str | None, password_stdin: bool, as_jso
 
 @authflow_cli.group("users")
 def users() -> None:
-    """List, disable, enable, unlock or delete users (disabling and deleting end their sessions)."""
+    """List, disable, enable, unlock or delete users (disabling and deleting end their sessions);
+    give or take their roles."""
 
 
 @users.command("list")
@@ -180,4 +183,40 @@ def users_delete(username: str, tenant: str | None, yes: bool, as_json: bool) ->
         as_json,
         {"identifier": identifier, "tenant": tenant_name, "deleted": True, "sessions_revoked": revoked},
         f"user {identifier!r} deleted; {revoked} session(s) revoked",
+    )
+
+
+@users.command("add-role")
+@click.argument("username")
+@click.argument("role")
+@tenant_option
+@json_option
+def users_add_role(username: str, role: str, tenant: str | None, as_json: bool) -> None:
+    """Give USERNAME the role ROLE (from the user's next request; no session ends)."""
+    user = find_user(username, tenant_or_default(tenant))
+    with about_role(role, user.tenant):
+        changed = role_changes.add_user_role(user.tenant, user.user_id, role)
+    text = f"user {user.identifier!r} {'now holds' if changed else 'already held'} role {role!r}"
+    emit(
+        as_json,
+        {"identifier": user.identifier, "tenant": user.tenant, "role": role, "changed": changed},
+        text,
+    )
+
+
+@users.command("remove-role")
+@click.argument("username")
+@click.argument("role")
+@tenant_option
+@json_option
+def users_remove_role(username: str, role: str, tenant: str | None, as_json: bool) -> None:
+    """Take the role ROLE from USERNAME (from the user's next request; no session ends)."""
+    user = find_user(username, tenant_or_default(tenant))
+    with about_role(role, user.tenant):
+        changed = role_changes.remove_user_role(user.tenant, user.user_id, role)
+    text = f"user {user.identifier!r} {'no longer holds' if changed else 'did not hold'} role {role!r}"
+    emit(
+        as_json,
+        {"identifier": user.identifier, "tenant": user.tenant, "role": role, "changed": changed},
+        text,
     )

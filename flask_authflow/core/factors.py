@@ -160,15 +160,31 @@ class EnrollmentStart:
 class Factor(Protocol):
     """Verifies credentials of one factor kind during a login step.
 
-    A factor may set ``expensive = False`` when its check is cheap (no password hash):
-    the service then runs the attempt's reservation, the check and the settlement in one
-    transaction (one commit per step). Without it, a factor counts as expensive and the
-    reservation commits on its own before the check, so no database lock is held while
-    it runs.
+    Besides its methods, every factor declares three plain attributes, which the service
+    and the ready views read as they are:
+
+    * ``expensive``: ``True`` when a check costs real work (a password hash). The attempt's
+      reservation then commits on its own before the check, so no database lock is held
+      while it runs. ``False`` for a cheap check (a code, a signature): reservation, check,
+      single-use update and settlement share one unit of work (one commit per step).
+    * ``challenge_on_request``: ``True`` when ``challenge`` has a side effect (it sends an
+      e-mail or a text): the factor is challenged on entering a step only when it is the
+      step's only kind, otherwise when the user asks ("send me a code").
+    * ``digits``: how many digits the factor's codes have (the sign-in form sizes its field
+      by it); ``None`` when its credential is not a numeric code.
     """
 
     @property
     def kind(self) -> FactorKind: ...
+
+    @property
+    def expensive(self) -> bool: ...
+
+    @property
+    def challenge_on_request(self) -> bool: ...
+
+    @property
+    def digits(self) -> int | None: ...
 
     def check_input(self, credential: FactorCredential) -> None:
         """Refuse malformed input (:class:`~flask_authflow.errors.InvalidInput`) before any work."""
@@ -192,6 +208,8 @@ class Enrollment(Protocol):
     several security keys). ``begin`` stores a pending factor (``confirmed=False``);
     ``confirm`` checks the proof; on :class:`Accepted` the service confirms it in the store
     and then runs ``Accepted.commit`` if there is one (TOTP marks the proving code used).
+    ``remaining`` says how many uses an enrolled factor has left (recovery codes), ``None``
+    when its uses are not counted.
     """
 
     @property
@@ -199,6 +217,8 @@ class Enrollment(Protocol):
 
     @property
     def replaces_kind(self) -> bool: ...
+
+    def remaining(self, config: FactorConfig) -> int | None: ...
 
     def begin(self, ctx: EnrollContext, params: Mapping[str, Any]) -> EnrollmentStart: ...
 
@@ -239,6 +259,10 @@ class StoredEnrollment:
     @property
     def replaces_kind(self) -> bool:
         return True
+
+    def remaining(self, config: FactorConfig) -> int | None:
+        """Uses of ``config`` are not counted (recovery codes count theirs)."""
+        return None
 
     def list(self, ctx: EnrollContext) -> list[FactorConfig]:
         return ctx.store.list_user_factors(ctx.tenant, ctx.user_id, kind=self.kind)

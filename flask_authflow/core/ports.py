@@ -1,9 +1,11 @@
 """What the login service needs from storage, as protocols.
 
-One object may implement all four (``InMemoryBackend`` and ``SqlAlchemyBackend`` do);
-the service then uses it for everything. Every method that a security decision
-depends on raises :class:`~flask_authflow.errors.StoreUnavailable` when the store
-cannot answer, and the service refuses the attempt (fail closed).
+The login service runs on one :class:`LoginStore`: identities, factors and attempt
+counters in one store with one :class:`UnitOfWork` (``InMemoryBackend`` and
+``SqlAlchemyBackend`` implement it, and every store takes the same path through the
+service). Every method that a security decision depends on raises
+:class:`~flask_authflow.errors.StoreUnavailable` when the store cannot answer, and the
+service refuses the attempt (fail closed).
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ __all__ = [
     "FailureCount",
     "IdentityStore",
     "LoginFacts",
-    "LoginLookup",
     "LoginRecorder",
+    "LoginStore",
     "Reservation",
     "SessionStore",
+    "UnitOfWork",
     "UserRecord",
 ]
 
@@ -308,7 +311,7 @@ class AttemptStore(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class LoginFacts:
-    """What ``begin_login`` decides on, read together (see :class:`LoginLookup`)."""
+    """What ``begin_login`` decides on, read together (see :meth:`LoginStore.login_facts`)."""
 
     #: The user of the identifier in the tenant, if any (disabled ones included).
     user: UserRecord | None
@@ -318,16 +321,44 @@ class LoginFacts:
     locked_until: datetime | None
 
 
+class UnitOfWork(Protocol):
+    """The writes (and reads) of several store calls, kept together or not at all.
+
+    Opened by :meth:`LoginStore.begin_unit`; every call of that store in the same context
+    (thread, task) joins it until :meth:`commit` or :meth:`rollback`. A login step settles
+    a credential check in one: the attempt row, the counter change, the single-use update
+    of a one-time code and (when the store is also the audit sink) the audit rows.
+    """
+
+    def commit(self) -> None:
+        """Keep every write of the unit; :class:`~flask_authflow.errors.AuditWriteError`
+        (a :class:`~flask_authflow.errors.StoreUnavailable`) when that fails, and then
+        nothing of the unit was kept."""
+        ...
+
+    def rollback(self) -> None:
+        """Drop every write of the unit (never raises)."""
+        ...
+
+
 @runtime_checkable
-class LoginLookup(Protocol):
-    """Optional: a store that is identity, factor *and* attempt store at once may answer
-    ``find_user``, ``required_factors`` and ``locked_until`` of a login in one read
-    (``SqlAlchemyBackend``: one statement instead of three round trips). The service
-    uses it only when one object plays all three roles."""
+class LoginStore(IdentityStore, FactorRecordStore, AttemptStore, AuditSink, Protocol):
+    """What the login service runs on: identities, factors, attempt counters and audit
+    rows in one store, with one unit of work across them (``InMemoryBackend``,
+    ``SqlAlchemyBackend``)."""
 
     def login_facts(self, tenant: str, identifier: str, now: datetime) -> LoginFacts:
-        """The user of ``identifier`` in ``tenant``, their confirmed factor kinds (as
-        ``required_factors``), and the active lock on ``identifier`` (as ``locked_until``)."""
+        """What ``begin_login`` decides on, in one read: the user of ``identifier`` in
+        ``tenant`` (as ``find_user``), their confirmed factor kinds (as
+        ``required_factors``; empty without a user) and the active lock on ``identifier``
+        (as ``locked_until``). A phantom login makes the same read as a real one."""
+        ...
+
+    def begin_unit(self) -> UnitOfWork:
+        """Open a unit of work in this context (see :class:`UnitOfWork`).
+
+        :raises RuntimeError: a unit of this store is already open in this context (units
+            do not nest; the calls then join the open one)."""
         ...
 
 
@@ -467,3 +498,68 @@ class SessionMaintenance(Protocol):
 
 class MaintainedSessionStore(SessionStore, SessionMaintenance, Protocol):
     """A :class:`SessionStore` the command line can maintain (what an app's store is)."""
+
+
+# --- roles and permissions -------------------------------------------------------------------
+
+__all__ += ["Role", "RoleStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """A role of a tenant and the permissions it grants (sorted)."""
+
+    tenant: str
+    name: str
+    description: str = ""
+    permissions: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class RoleStore(Protocol):
+    """Roles per tenant, the permissions they grant and the users who hold them.
+
+    Names of roles and permissions are checked with
+    :func:`~flask_authflow.core.roles.check_name` (``InvalidInput`` otherwise). A role
+    that does not exist raises :class:`~flask_authflow.errors.RoleNotFound`; a user that
+    does not exist in the tenant raises :class:`~flask_authflow.errors.UserNotFound`.
+    Deleting a user removes the roles it held.
+    """
+
+    def create_role(self, tenant: str, name: str, description: str = "") -> Role:
+        """Add a role; :class:`~flask_authflow.errors.RoleExists` if the name is taken."""
+        ...
+
+    def delete_role(self, tenant: str, name: str, *, force: bool = False) -> None:
+        """Remove a role and its permissions; a role some user holds is refused
+        (:class:`~flask_authflow.errors.RoleInUse`) unless ``force``, which also takes it
+        from every user."""
+        ...
+
+    def list_roles(self, tenant: str) -> list[Role]:
+        """The tenant's roles, by name, with their permissions."""
+        ...
+
+    def grant_permission(self, tenant: str, role: str, permission: str) -> bool:
+        """Let ``role`` do ``permission``; false if it already could."""
+        ...
+
+    def revoke_permission(self, tenant: str, role: str, permission: str) -> bool:
+        """Take ``permission`` from ``role``; false if it did not have it."""
+        ...
+
+    def add_user_role(self, tenant: str, user_id: str, role: str) -> bool:
+        """Give the user ``role``; false if the user already held it."""
+        ...
+
+    def remove_user_role(self, tenant: str, user_id: str, role: str) -> bool:
+        """Take ``role`` from the user; false if the user did not hold it."""
+        ...
+
+    def roles_of(self, tenant: str, user_id: str) -> list[str]:
+        """The names of the roles the user holds, sorted."""
+        ...
+
+    def permissions_of(self, tenant: str, user_id: str) -> list[str]:
+        """Every permission the user's roles grant, sorted, each once."""
+        ...

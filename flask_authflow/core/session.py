@@ -33,6 +33,7 @@ __all__ = [
     "AuthState",
     "InvalidTransition",
     "SessionRecord",
+    "SessionSnapshot",
     "begin_flow",
     "clean_user_agent",
     "clear_flow",
@@ -377,6 +378,17 @@ def _custom_size(data: Mapping[str, Any]) -> int:
     return len(custom_serializer.dumps(dict(data)).encode("utf-8"))
 
 
+@dataclass(frozen=True, slots=True)
+class SessionSnapshot:
+    """The request-visible state of an :class:`AuthSession` (see :meth:`AuthSession.snapshot`)."""
+
+    record: SessionRecord
+    dead_sids: tuple[str, ...]
+    data: dict[str, Any]
+    modified: bool
+    accessed: bool
+
+
 class AuthSession(CallbackDict[str, Any], SessionMixin):
     """The session of the current request (``flask.session`` and ``current_session``).
 
@@ -585,6 +597,25 @@ class AuthSession(CallbackDict[str, Any], SessionMixin):
         self.modified = True
         self.accessed = True
         return after
+
+    def snapshot(self) -> SessionSnapshot:
+        """What this request sees of the session now, to put back with :meth:`restore`."""
+        return SessionSnapshot(
+            record=self._record,
+            dead_sids=tuple(self.dead_sids),
+            data=dict(self),
+            modified=self.modified,
+            accessed=self.accessed,
+        )
+
+    def restore(self, snapshot: SessionSnapshot) -> None:
+        """Undo every change since ``snapshot`` (a login step whose audit or commit failed)."""
+        self._record = snapshot.record
+        self.dead_sids[:] = snapshot.dead_sids
+        dict.clear(self)
+        dict.update(self, snapshot.data)
+        self.modified = snapshot.modified
+        self.accessed = snapshot.accessed
 
     def rotate_id(self) -> None:
         """Give the session a new id now; the old one dies when the response is saved."""

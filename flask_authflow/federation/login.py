@@ -34,6 +34,7 @@ from flask_authflow.federation.errors import (
     UserNotLinked,
 )
 from flask_authflow.federation.links import FederationStore, IdentityLink
+from flask_authflow.federation.oauth2 import OAuth2Provider, PlainIdentity
 from flask_authflow.federation.provider import OAuthProvider, ProviderRegistry, TokenSet
 from flask_authflow.jose import VerifiedClaims
 from flask_authflow.outcomes import Authenticated, FactorRequired
@@ -204,7 +205,7 @@ class FederationService:
         """
         opts = options if options is not None else OAuthLoginOptions()
         tenant = opts.tenant or self.default_tenant
-        provider = self.registry.get(provider_name, tenant)
+        provider = self.registry.get_any(provider_name, tenant)
         ceremony = Ceremony.start(
             provider.name,
             provider.issuer,
@@ -262,9 +263,16 @@ class FederationService:
         ceremony, provider = self._checked_callback(provider_name, ceremony, state, iss, error)
         if not isinstance(code, str) or not code:
             raise CsrfMismatch("the callback carries no authorization code")
-        tokens = provider.exchange_code(code, ceremony.code_verifier)
-        claims = provider.validate_id_token(tokens.id_token, ceremony.nonce, tokens.access_token)
-        identity = self._identity(provider, claims, tokens)
+        if isinstance(provider, OAuth2Provider):  # never OpenID Connect: no ID token is read
+            plain = provider.sign_in(code, ceremony.code_verifier)
+            tokens = TokenSet(id_token="", access_token=plain.access_token)
+            identity = self._plain_identity(provider, plain)
+            record = {"provider": provider.name, "issuer": provider.issuer, "sub": identity.subject}
+        else:
+            tokens = provider.exchange_code(code, ceremony.code_verifier)
+            claims = provider.validate_id_token(tokens.id_token, ceremony.nonce, tokens.access_token)
+            identity = self._identity(provider, claims, tokens)
+            record = _federation_record(provider, identity.subject, tokens, claims.claims)
         user_id = self._map(identity)
         link = identity.link
         if link is None or link.user_id != user_id or link.tenant != identity.tenant:
@@ -273,9 +281,9 @@ class FederationService:
             session,
             identity.tenant,
             user_id,
-            method=f"oidc:{provider.name}",
+            method=f"{'oauth' if isinstance(provider, OAuth2Provider) else 'oidc'}:{provider.name}",
             pending_workflow=ceremony.pending_workflow,
-            federation=_federation_record(provider, identity.subject, tokens, claims.claims),
+            federation=record,
         )
         return FederatedLogin(
             provider=provider.name,
@@ -294,7 +302,7 @@ class FederationService:
         state: str | None,
         iss: str | None,
         error: str | None,
-    ) -> tuple[Ceremony, OAuthProvider]:
+    ) -> tuple[Ceremony, OAuthProvider | OAuth2Provider]:
         """The ceremony and provider of a callback whose state, timing and issuer hold."""
         if (
             ceremony is None
@@ -303,12 +311,12 @@ class FederationService:
             or not hmac.compare_digest(ceremony.state.encode(), state.encode("utf-8", "replace"))
         ):
             raise CsrfMismatch("the login callback does not belong to a login started in this session")
-        provider = self.registry.get(provider_name, ceremony.tenant)
+        provider = self.registry.get_any(provider_name, ceremony.tenant)
         if self.clock.now() - ceremony.started_at > provider.config.ceremony_timeout:
             raise Expired("the login took longer than the ceremony timeout: start again")
         if iss is not None and iss != provider.issuer:
             raise IssuerMismatch("the callback's iss parameter names another issuer")
-        if iss is None and provider.metadata.iss_parameter_supported:
+        if iss is None and isinstance(provider, OAuthProvider) and provider.metadata.iss_parameter_supported:
             raise IssuerMismatch("the provider sends an iss parameter, and this callback has none")
         if ceremony.issuer != provider.issuer:
             raise CsrfMismatch("the provider changed since the login started")
@@ -330,6 +338,18 @@ class FederationService:
             claims=dict(claims.claims),
             userinfo=userinfo,
             link=self.links.find_link(provider.issuer, subject),
+            link_by_email=provider.config.link_by_email,
+        )
+
+    def _plain_identity(self, provider: OAuth2Provider, plain: PlainIdentity) -> FederatedIdentity:
+        """The identity a plain OAuth 2.0 provider's user API vouched for (no ID token)."""
+        return FederatedIdentity(
+            provider=provider.name,
+            issuer=provider.issuer,
+            subject=plain.subject,
+            tenant=provider.config.tenant or self.default_tenant,
+            claims=dict(plain.claims),
+            link=self.links.find_link(provider.issuer, plain.subject),
             link_by_email=provider.config.link_by_email,
         )
 

@@ -54,6 +54,8 @@ from flask_authflow.federation.errors import (
 )
 from flask_authflow.federation.http import HttpClient, RequestsHttpClient, check_provider_url
 from flask_authflow.federation.jwks_cache import ProviderKeyCache, cache_max_age
+from flask_authflow.federation.oauth2 import OAuth2Provider, OAuth2ProviderConfig
+from flask_authflow.federation.tenants import tenant_issuer_refusal
 from flask_authflow.federation.tokens import (
     ID_TOKEN_ALGORITHMS,
     LogoutClaims,
@@ -112,7 +114,14 @@ PROVIDER_CONFIG_KEYS: Final = (
     "client_key_id",
     "id_token_signed_response_alg",
     "token_endpoint_auth_method",
+    "allowed_tenants",
+    "response_mode",
+    "client_secret_factory",
 )
+#: The placeholder of a multi-tenant issuer (Microsoft's ``common`` and ``organizations``).
+TENANT_PLACEHOLDER: Final = "{tenantid}"
+#: The response modes a callback accepts (``form_post``: the provider POSTs code and state).
+RESPONSE_MODES: Final = ("query", "form_post")
 
 
 def check_provider_name(name: Any) -> str:
@@ -184,6 +193,13 @@ class OAuthProviderConfig:
         ``private_key_jwt``, ``client_secret_jwt`` or ``none`` (a public client with
         PKCE). Default: ``private_key_jwt`` with ``client_private_key``, else
         ``client_secret_basic`` or, when the provider lists only that, ``client_secret_post``.
+    :param allowed_tenants: for a multi-tenant issuer (``issuer`` containing
+        ``{tenantid}``): the tenant ids (``tid``) whose users may sign in; empty allows
+        every tenant. Each token's ``iss`` must be the issuer with its own ``tid`` filled in.
+    :param response_mode: ``query`` (default) or ``form_post`` (the provider POSTs the
+        code and state to the callback).
+    :param client_secret_factory: called for the client secret at each token request
+        instead of ``client_secret`` (a secret the provider wants freshly minted).
     """
 
     discovery_url: str
@@ -207,9 +223,13 @@ class OAuthProviderConfig:
     client_key_id: str | None = None
     id_token_signed_response_alg: str | None = None
     token_endpoint_auth_method: str | None = None
+    allowed_tenants: tuple[str, ...] = ()
+    response_mode: str | None = None
+    client_secret_factory: Callable[[], str] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._check_credentials()
+        self._check_tenancy()
         check_provider_url(self.discovery_url, "discovery_url", error=ConfigurationError)
         check_provider_url(self.redirect_uri, "redirect_uri", error=ConfigurationError)
         object.__setattr__(self, "scopes", _strings(self.scopes, "scopes"))
@@ -242,13 +262,32 @@ class OAuthProviderConfig:
             )
         if method == "private_key_jwt" and self.client_private_key is None:
             raise ConfigurationError("token_endpoint_auth_method private_key_jwt needs client_private_key")
-        secretless = method in ("none", "private_key_jwt") or (
-            method is None and self.client_private_key is not None
+        secretless = (
+            method in ("none", "private_key_jwt")
+            or (method is None and self.client_private_key is not None)
+            or self.client_secret_factory is not None
         )
         for name in ("discovery_url", "client_id", "client_secret", "redirect_uri"):
             value = getattr(self, name)
             if not isinstance(value, str) or (not value and not (name == "client_secret" and secretless)):
                 raise ConfigurationError(f"OAuth provider {name} must be a non-empty string")
+
+    def _check_tenancy(self) -> None:
+        if self.response_mode is not None and self.response_mode not in RESPONSE_MODES:
+            raise ConfigurationError(f"response_mode must be one of {', '.join(RESPONSE_MODES)}")
+        if self.client_secret_factory is not None and not callable(self.client_secret_factory):
+            raise ConfigurationError("client_secret_factory must be callable")
+        tenants = _strings(self.allowed_tenants, "allowed_tenants")
+        object.__setattr__(self, "allowed_tenants", tenants)
+        if tenants and not self.multi_tenant:
+            raise ConfigurationError(
+                f"allowed_tenants needs a multi-tenant issuer (one containing {TENANT_PLACEHOLDER})"
+            )
+
+    @property
+    def multi_tenant(self) -> bool:
+        """Whether the issuer is a template filled with each token's ``tid``."""
+        return self.issuer is not None and TENANT_PLACEHOLDER in self.issuer
 
     def _check_logout_redirects(self) -> None:
         allowed = _strings(self.allowed_post_logout_redirect_uris, "allowed_post_logout_redirect_uris")
@@ -616,6 +655,8 @@ class OAuthProvider:
     ) -> str:
         """The authorize URL of ``ceremony``: code flow, PKCE S256, state and nonce."""
         scope = " ".join(scopes if scopes is not None else self.config.scopes)
+        if self.config.response_mode == "form_post":
+            extra = {**extra, "response_mode": "form_post"}
         oauth = _oauth2_session(
             client_id=self.config.client_id,
             redirect_uri=self.config.redirect_uri,
@@ -643,8 +684,10 @@ class OAuthProvider:
         :raises ProviderUnreachable: the token endpoint did not answer usably (transport
             failure, redirect, oversize, 5xx, not a JSON object).
         """
+        factory = self.config.client_secret_factory
+        secret = factory() if factory is not None else self.config.client_secret
         headers, form = client_credentials(
-            self.token_auth_method, self.client_id, self.config.client_secret, assertion=self._assertion
+            self.token_auth_method, self.client_id, secret, assertion=self._assertion
         )
         form.update(
             grant_type="authorization_code",
@@ -673,12 +716,18 @@ class OAuthProvider:
         floor and token bucket)."""
         self.keys.ensure_fresh()
         skew = self.config.clock_skew
+        issuer = None if self.config.multi_tenant else self.issuer  # checked per tid below
         for attempt in (1, 2):
             verifier = self.keys.verifier((self.id_token_alg,))
             try:
-                return verifier.verify(
-                    token, self.client_id, issuer=self.issuer, leeway=skew, clock=self.clock
-                )
+                claims = verifier.verify(token, self.client_id, issuer=issuer, leeway=skew, clock=self.clock)
+                if issuer is None:
+                    refusal = tenant_issuer_refusal(
+                        claims.claims, self.issuer, self.config.allowed_tenants, TENANT_PLACEHOLDER
+                    )
+                    if refusal is not None:
+                        raise error(refusal[0], f"{error.__name__}: {refusal[1]}")
+                return claims
             except UnknownKeyId as exc:
                 if attempt == 2 or not self.keys.refresh_for_unknown_kid(exc.kid):
                     if error is IdTokenValidation:
@@ -820,6 +869,8 @@ class ProviderRegistry:
         #: Told of every JWKS fetch of the providers handed out (the app's counters).
         self.on_key_fetch = on_key_fetch
         self._definitions: dict[str, OAuthProviderConfig | OAuthProvider | ProviderFactory] = {}
+        #: Plain OAuth 2.0 providers (no OpenID Connect), built at registration.
+        self._plain: dict[str, OAuth2Provider] = {}
         self._built: dict[tuple[str, str | None], OAuthProvider] = {}
         self._building: dict[tuple[str, str | None], threading.Lock] = {}
         self._lock = threading.Lock()
@@ -834,9 +885,20 @@ class ProviderRegistry:
                 "same-site path (it is checked like next: no //host, no backslash, no scheme)"
             )
 
-    def register(self, name: str, definition: OAuthProviderConfig | OAuthProvider | ProviderFactory) -> None:
+    def register(
+        self,
+        name: str,
+        definition: OAuthProviderConfig | OAuthProvider | ProviderFactory | OAuth2ProviderConfig,
+    ) -> None:
         """Register (or replace) a provider under ``name`` (a slug)."""
         check_provider_name(name)
+        if isinstance(definition, OAuth2ProviderConfig):
+            if self.redirect_rule is not None and self.redirect_rule(definition.post_login_redirect) is None:
+                raise ConfigurationError(f"provider {name!r}: post_login_redirect is not a same-site path")
+            with self._lock:
+                self._definitions.pop(name, None)
+                self._plain[name] = OAuth2Provider(name, definition, http=self.http, clock=self.clock)
+            return
         if not isinstance(definition, OAuthProviderConfig | OAuthProvider) and not callable(definition):
             raise ConfigurationError(
                 f"provider {name!r}: expected an OAuthProviderConfig, an OAuthProvider or a factory"
@@ -847,16 +909,23 @@ class ProviderRegistry:
             self._check_redirects(name, definition.config)
         with self._lock:
             self._definitions[name] = definition
+            self._plain.pop(name, None)
             for key in [k for k in self._built if k[0] == name]:
                 del self._built[key]
 
     def names(self) -> list[str]:
         with self._lock:
-            return sorted(self._definitions)
+            return sorted([*self._definitions, *self._plain])
 
     def __contains__(self, name: object) -> bool:
         with self._lock:
-            return name in self._definitions
+            return name in self._definitions or name in self._plain
+
+    def get_any(self, name: str, tenant: str | None = None) -> OAuthProvider | OAuth2Provider:
+        """The provider ``name`` of either kind: OpenID Connect or plain OAuth 2.0 (for login)."""
+        with self._lock:
+            plain = self._plain.get(name) if isinstance(name, str) else None
+        return plain if plain is not None else self.get(name, tenant)
 
     def get(self, name: str, tenant: str | None = None) -> OAuthProvider:
         """The provider ``name`` (for ``tenant`` when its definition is a factory).
@@ -867,6 +936,8 @@ class ProviderRegistry:
         if not isinstance(name, str) or not PROVIDER_NAME_RE.fullmatch(name):
             raise UnknownProvider(f"no provider named {name!r}")
         with self._lock:
+            if name in self._plain:
+                raise UnknownProvider(f"provider {name!r} is plain OAuth 2.0, not an OpenID provider")
             definition = self._definitions.get(name)
             if definition is None:
                 raise UnknownProvider(f"no provider named {name!r}")

@@ -1,4 +1,5 @@
-"""Password login with chained factors: the service, its outcomes, stores and lockout."""
+"""Password login with chained factors: the service, its flows (one module each, run in
+the :class:`Operation` template), its outcomes, its store and lockout."""
 
 from __future__ import annotations
 
@@ -22,9 +23,12 @@ from flask_authflow.core.ports import (
     FactorStore,
     FailureCount,
     IdentityStore,
+    LoginStore,
+    UnitOfWork,
     UserRecord,
 )
 from flask_authflow.login.lockout import Lockout, LockoutPolicy
+from flask_authflow.login.operation import Operation
 from flask_authflow.login.password import MAX_PASSWORD_BYTES, PasswordFactor, PasswordHasher
 from flask_authflow.login.service import (
     AuthnRequest,
@@ -77,11 +81,14 @@ __all__ = [
     "LockoutPolicy",
     "LoginOutcome",
     "LoginSteps",
+    "LoginStore",
+    "Operation",
     "PasswordFactor",
     "PasswordHasher",
     "RejectReason",
     "Rejected",
     "StepUpRequired",
+    "UnitOfWork",
     "UserRecord",
     "default_login_steps",
     "normalise_identifier",

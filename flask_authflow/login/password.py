@@ -240,6 +240,10 @@ class PasswordFactor:
     """The ``password`` factor: Argon2id verify, rehash when the parameters changed."""
 
     __slots__ = ("hasher", "store")
+    #: An Argon2 verify: the attempt's reservation commits before it, so no lock is held.
+    expensive = True
+    challenge_on_request = False
+    digits = None
 
     def __init__(self, hasher: PasswordHasher, store: FactorStore) -> None:
         self.hasher = hasher

@@ -173,6 +173,7 @@ class EmailOtpFactor(StoredEnrollment):
     #: Sending an e-mail is a side effect: the service challenges this factor on entering a
     #: step only when the step has no other kind; otherwise on request.
     challenge_on_request: Final = True
+    digits: Final = EMAIL_OTP_DIGITS
     label: Final = "E-mail"
 
     def __init__(

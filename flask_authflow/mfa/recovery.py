@@ -69,6 +69,9 @@ class RecoveryCodeFactor(StoredEnrollment):
     __slots__ = ("sealer",)
     #: A cheap check: reservation, check and settlement share one transaction.
     expensive = False
+    challenge_on_request = False
+    #: A recovery code is letters and digits (xxxxx-xxxxx), not a numeric code.
+    digits = None
 
     def __init__(self, sealer: FactorSealer) -> None:
         self.sealer = sealer

@@ -76,6 +76,9 @@ class TotpFactor(StoredEnrollment):
     __slots__ = ("sealer",)
     #: A cheap check: reservation, check and settlement share one transaction.
     expensive = False
+    #: Nothing to send: the authenticator app shows the code.
+    challenge_on_request = False
+    digits = TOTP_DIGITS
 
     def __init__(self, sealer: FactorSealer) -> None:
         self.sealer = sealer

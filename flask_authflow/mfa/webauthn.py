@@ -292,6 +292,9 @@ class WebAuthnFactor(StoredEnrollment):
     __slots__ = ("settings",)
     #: A cheap check: reservation, check and settlement share one transaction.
     expensive = False
+    challenge_on_request = False
+    #: A signed assertion, not a code.
+    digits = None
 
     def __init__(self, settings: WebAuthnSettings) -> None:
         self.settings = settings

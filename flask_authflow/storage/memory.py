@@ -1,8 +1,10 @@
 """Everything the login service stores, in process memory (tests and development).
 
-One lock guards all state, so every counter update is atomic across threads. Nothing
-survives a restart: use :class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend`
-for anything real.
+One lock guards all state, so every counter update is atomic across threads. A unit of
+work (:meth:`InMemoryBackend.begin_unit`) holds that lock until it ends and journals every
+change it makes, so its rollback puts the state back as it was: the same contract as the
+SQL store's transaction. Nothing survives a restart: use
+:class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend` for anything real.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import secrets
 import threading
 import uuid
 from collections import deque
-from dataclasses import dataclass, replace
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import Clock, SystemClock, utc
@@ -25,15 +29,26 @@ from flask_authflow.core.ports import (
     AttemptKey,
     FactorConfig,
     FailureCount,
+    LoginFacts,
     Reservation,
+    Role,
     UserRecord,
 )
-from flask_authflow.errors import AuditWriteError, StoreUnavailable, UserExists, UserNotFound
+from flask_authflow.core.roles import check_description, check_name
+from flask_authflow.errors import (
+    AuditWriteError,
+    RoleExists,
+    RoleInUse,
+    RoleNotFound,
+    StoreUnavailable,
+    UserExists,
+    UserNotFound,
+)
 from flask_authflow.federation.links import IdentityLink
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.outcomes import FactorKind
 
-__all__ = ["AttemptLogEntry", "InMemoryBackend", "LockState", "count_failure"]
+__all__ = ["AttemptLogEntry", "InMemoryBackend", "LockState", "MemoryUnit", "count_failure"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +86,35 @@ def count_failure(
     return LockState(failures, start, state.locked_until), FailureCount(failures, None)
 
 
+#: The journal's mark of a key that was absent before the change (and of no dropped row).
+_ABSENT: Any = object()
+#: The journal's key for a row appended to a log (undone by removing it again).
+_APPENDED: Any = object()
+
+
+class MemoryUnit:
+    """A unit of work of :class:`InMemoryBackend` (see :meth:`InMemoryBackend.begin_unit`)."""
+
+    __slots__ = ("_backend", "_open")
+
+    def __init__(self, backend: InMemoryBackend) -> None:
+        self._backend = backend
+        self._open = True
+
+    def commit(self) -> None:
+        """Keep every change of the unit (a memory store cannot fail to keep them)."""
+        self._end(keep=True)
+
+    def rollback(self) -> None:
+        """Put back every change of the unit, newest first."""
+        self._end(keep=False)
+
+    def _end(self, *, keep: bool) -> None:
+        if self._open:
+            self._open = False
+            self._backend._end_unit(keep=keep)
+
+
 class InMemoryBackend:
     """Identity, factor, attempt and audit store in one object.
 
@@ -103,10 +147,13 @@ class InMemoryBackend:
         # Attempts reserved and not yet settled: key -> {token: reserved at}.
         self._reservations: dict[AttemptKey, dict[str, datetime]] = {}
         self._attempts: deque[AttemptLogEntry] = deque(maxlen=max_attempt_log)
-        self._audit: list[AuditRecord] = []
+        self._audit: deque[AuditRecord] = deque()
+        self._roles = _RoleState()
         self._links: dict[tuple[str, str], IdentityLink] = {}
         self._jtis: dict[tuple[str, str], datetime] = {}
         self._fail_writes = 0
+        # The open unit's undo journal: (container, key, value before) per change.
+        self._journal: list[tuple[Any, Any, Any]] | None = None
         #: While true, the attempt store raises StoreUnavailable (tests of fail-closed).
         self.attempts_unavailable = False
 
@@ -130,6 +177,51 @@ class InMemoryBackend:
     def __repr__(self) -> str:
         return f"<InMemoryBackend users={len(self._users)} audit_rows={len(self._audit)}>"
 
+    # --- unit of work ------------------------------------------------------------------------
+
+    def begin_unit(self) -> MemoryUnit:
+        """Open a unit of work: this thread holds the store's lock until the unit's
+        ``commit()`` or ``rollback()`` (other threads wait, as behind SQLite's write lock),
+        and every change it makes is journaled so that ``rollback()`` undoes it.
+
+        :raises RuntimeError: this thread has a unit open already (units do not nest)."""
+        self._lock.acquire()
+        if self._journal is not None:
+            self._lock.release()
+            raise RuntimeError("a unit of work is already open in this context")
+        self._journal = []
+        return MemoryUnit(self)
+
+    def _end_unit(self, *, keep: bool) -> None:
+        journal, self._journal = self._journal, None
+        try:
+            if not keep and journal:
+                for container, key, before in reversed(journal):
+                    _undo(container, key, before)
+        finally:
+            self._lock.release()
+
+    def _put(self, mapping: MutableMapping[Any, Any], key: Any, value: Any) -> None:
+        """``mapping[key] = value``, journaled in an open unit (caller holds the lock)."""
+        if self._journal is not None:
+            self._journal.append((mapping, key, mapping.get(key, _ABSENT)))
+        mapping[key] = value
+
+    def _remove(self, mapping: MutableMapping[Any, Any], key: Any) -> Any:
+        """``mapping.pop(key, None)``, journaled in an open unit (caller holds the lock)."""
+        if key not in mapping:
+            return None
+        if self._journal is not None:
+            self._journal.append((mapping, key, mapping[key]))
+        return mapping.pop(key)
+
+    def _append(self, log: deque[Any], row: Any) -> None:
+        """Append ``row`` to a log, journaled in an open unit (caller holds the lock)."""
+        if self._journal is not None:
+            full = log.maxlen is not None and len(log) == log.maxlen
+            self._journal.append((log, _APPENDED, log[0] if full else _ABSENT))
+        log.append(row)
+
     # --- identities --------------------------------------------------------------------------
 
     def with_user_password(self, username: str, tenant: str, password: str) -> InMemoryBackend:
@@ -146,9 +238,9 @@ class InMemoryBackend:
             if (tenant, identifier) in self._users:
                 raise UserExists()
             user = UserRecord(uuid.uuid4().hex, tenant, identifier, now)
-            self._users[(tenant, identifier)] = user
-            self._users_by_id[user.user_id] = user
-            self._factors[user.user_id] = {}
+            self._put(self._users, (tenant, identifier), user)
+            self._put(self._users_by_id, user.user_id, user)
+            self._put(self._factors, user.user_id, {})
             if password_hash is not None:
                 self._store_factor(
                     FactorConfig(
@@ -173,25 +265,23 @@ class InMemoryBackend:
             if user is None:
                 raise UserNotFound()
             updated = replace(user, disabled=disabled)
-            self._users[(tenant, user.identifier)] = updated
-            self._users_by_id[user.user_id] = updated
+            self._put(self._users, (tenant, user.identifier), updated)
+            self._put(self._users_by_id, user.user_id, updated)
 
     def delete_user(self, tenant: str, identifier: str) -> UserRecord:
         """Remove the user, its factors, its lockout counters and reservations (audit rows stay)."""
         with self._lock:
-            user = self._users.pop((tenant, normalise_identifier(identifier)), None)
+            user: UserRecord | None = self._remove(self._users, (tenant, normalise_identifier(identifier)))
             if user is None:
                 raise UserNotFound()
-            self._users_by_id.pop(user.user_id, None)
+            self._remove(self._users_by_id, user.user_id)
             for config in list(self._factors.get(user.user_id, {}).values()):
                 self._drop_factor(config)
-            self._factors.pop(user.user_id, None)
-            for key in [k for k in self._locks if k.tenant == tenant and k.subject == user.identifier]:
-                del self._locks[key]
-            for key in [k for k in self._reservations if k.tenant == tenant and k.subject == user.identifier]:
-                del self._reservations[key]
+            self._remove(self._factors, user.user_id)
+            self._forget_attempts(tenant, user.identifier)
             for link_key in [k for k, link in self._links.items() if link.user_id == user.user_id]:
-                del self._links[link_key]
+                self._remove(self._links, link_key)
+            self._remove(self._roles.held, (tenant, user.user_id))
             return user
 
     def find_user(self, tenant: str, identifier: str) -> UserRecord | None:
@@ -221,7 +311,11 @@ class InMemoryBackend:
         user = self._users_by_id.get(user_id)
         if user is None or user.tenant != tenant:
             return None
-        return self._factors.setdefault(user_id, {})
+        factors = self._factors.get(user_id)
+        if factors is None:
+            factors = {}
+            self._put(self._factors, user_id, factors)
+        return factors
 
     def _ordered(self, configs: list[FactorConfig]) -> list[FactorConfig]:
         """Oldest first; factors enrolled at the same instant in enrollment order (caller holds the lock)."""
@@ -230,19 +324,23 @@ class InMemoryBackend:
 
     def _store_factor(self, config: FactorConfig) -> None:
         """Insert ``config`` in every index (caller holds the lock and made the checks)."""
-        self._factors.setdefault(config.user_id, {})[config.factor_id] = config
-        self._factor_seq[config.factor_id] = next(self._sequence)
-        self._factor_owner[config.factor_id] = config.user_id
+        factors = self._factors.get(config.user_id)
+        if factors is None:
+            factors = {}
+            self._put(self._factors, config.user_id, factors)
+        self._put(factors, config.factor_id, config)
+        self._put(self._factor_seq, config.factor_id, next(self._sequence))
+        self._put(self._factor_owner, config.factor_id, config.user_id)
         if config.lookup is not None:
-            self._lookups[(config.kind.value, config.lookup)] = config.factor_id
+            self._put(self._lookups, (config.kind.value, config.lookup), config.factor_id)
 
     def _drop_factor(self, config: FactorConfig) -> None:
         """Remove ``config`` from every index (caller holds the lock)."""
-        self._factors.get(config.user_id, {}).pop(config.factor_id, None)
-        self._factor_seq.pop(config.factor_id, None)
-        self._factor_owner.pop(config.factor_id, None)
+        self._remove(self._factors.get(config.user_id, {}), config.factor_id)
+        self._remove(self._factor_seq, config.factor_id)
+        self._remove(self._factor_owner, config.factor_id)
         if config.lookup is not None:
-            self._lookups.pop((config.kind.value, config.lookup), None)
+            self._remove(self._lookups, (config.kind.value, config.lookup))
 
     def _password(self, factors: dict[str, FactorConfig]) -> FactorConfig | None:
         return next((c for c in factors.values() if c.kind is FactorKind.PASSWORD), None)
@@ -261,7 +359,9 @@ class InMemoryBackend:
                 raise UserNotFound()
             existing = self._password(factors)
             if existing is not None:
-                factors[existing.factor_id] = replace(existing, secret=password_hash, confirmed=True)
+                self._put(
+                    factors, existing.factor_id, replace(existing, secret=password_hash, confirmed=True)
+                )
                 return
             self._store_factor(
                 FactorConfig(
@@ -302,6 +402,15 @@ class InMemoryBackend:
 
     def list_factors(self, tenant: str, user_id: str) -> list[FactorConfig]:
         return self.list_user_factors(tenant, user_id)
+
+    def login_facts(self, tenant: str, identifier: str, now: datetime) -> LoginFacts:
+        """``find_user``, ``required_factors`` of that user and ``locked_until`` of the
+        identifier, read under one hold of the lock."""
+        with self._lock:
+            self._check_available()
+            user = self._users.get((tenant, identifier))
+            kinds = self.required_factors(tenant, user.user_id) if user is not None else []
+            return LoginFacts(user, kinds, self._active_lock(tenant, identifier, now))
 
     def add_factor(self, tenant: str, config: FactorConfig) -> None:
         data = check_factor_config(config)
@@ -361,7 +470,7 @@ class InMemoryBackend:
             if replace_kind:
                 for other in [c for c in factors.values() if c.kind is config.kind and c is not config]:
                     self._drop_factor(other)
-            factors[factor_id] = replace(config, confirmed=True)
+            self._put(factors, factor_id, replace(config, confirmed=True))
             return True
 
     def delete_factor(self, tenant: str, user_id: str, factor_id: str) -> bool:
@@ -382,7 +491,7 @@ class InMemoryBackend:
             config = factors.get(factor_id)
             if config is None or not config.confirmed or config.counter >= new_counter:
                 return False
-            factors[factor_id] = replace(config, counter=new_counter, last_used_at=utc(now))
+            self._put(factors, factor_id, replace(config, counter=new_counter, last_used_at=utc(now)))
             return True
 
     def swap_factor_secret(
@@ -400,8 +509,10 @@ class InMemoryBackend:
             config = factors.get(factor_id)
             if config is None or not config.confirmed or config.counter != expected_counter:
                 return False
-            factors[factor_id] = replace(
-                config, secret=secret, counter=expected_counter + 1, last_used_at=utc(now)
+            self._put(
+                factors,
+                factor_id,
+                replace(config, secret=secret, counter=expected_counter + 1, last_used_at=utc(now)),
             )
             return True
 
@@ -454,7 +565,7 @@ class InMemoryBackend:
                 return Reservation(None, now + lock_duration)
             token = uuid.uuid4().hex
             live[token] = now
-            self._reservations[key] = live
+            self._put(self._reservations, key, live)
             return Reservation(token)
 
     def _settle(self, key: AttemptKey, token: str | None) -> None:
@@ -462,9 +573,9 @@ class InMemoryBackend:
         if token is not None:
             pending = self._reservations.get(key)
             if pending is not None:
-                pending.pop(token, None)
+                self._remove(pending, token)
                 if not pending:
-                    del self._reservations[key]
+                    self._remove(self._reservations, key)
 
     def release_attempt(self, key: AttemptKey, token: str) -> None:
         with self._lock:
@@ -492,8 +603,10 @@ class InMemoryBackend:
                 max_failures=max_failures,
                 lock_duration=lock_duration,
             )
-            self._locks[key] = state
-            self._attempts.append(AttemptLogEntry(now, key.tenant, key.subject, key.factor, False, client_ip))
+            self._put(self._locks, key, state)
+            self._append(
+                self._attempts, AttemptLogEntry(now, key.tenant, key.subject, key.factor, False, client_ip)
+            )
             return result
 
     def register_success(
@@ -504,8 +617,10 @@ class InMemoryBackend:
             self._settle(key, reservation)
             state = self._locks.get(key)
             if state is not None:
-                self._locks[key] = LockState(0, None, state.locked_until)
-            self._attempts.append(AttemptLogEntry(now, key.tenant, key.subject, key.factor, True, client_ip))
+                self._put(self._locks, key, LockState(0, None, state.locked_until))
+            self._append(
+                self._attempts, AttemptLogEntry(now, key.tenant, key.subject, key.factor, True, client_ip)
+            )
 
     def register_success_unless_locked(
         self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
@@ -522,15 +637,19 @@ class InMemoryBackend:
     def set_lock(self, key: AttemptKey, until: datetime) -> None:
         with self._lock:
             self._check_available()
-            self._locks[key] = replace(self._locks.get(key, LockState()), locked_until=until)
+            self._put(self._locks, key, replace(self._locks.get(key, LockState()), locked_until=until))
 
     def clear_lock(self, tenant: str, subject: str) -> None:
         with self._lock:
             self._check_available()
-            for key in [k for k in self._locks if k.tenant == tenant and k.subject == subject]:
-                del self._locks[key]
-            for key in [k for k in self._reservations if k.tenant == tenant and k.subject == subject]:
-                del self._reservations[key]
+            self._forget_attempts(tenant, subject)
+
+    def _forget_attempts(self, tenant: str, subject: str) -> None:
+        """Drop the counters and reservations of ``subject`` (caller holds the lock)."""
+        for key in [k for k in self._locks if k.tenant == tenant and k.subject == subject]:
+            self._remove(self._locks, key)
+        for key in [k for k in self._reservations if k.tenant == tenant and k.subject == subject]:
+            self._remove(self._reservations, key)
 
     @property
     def attempt_log(self) -> list[AttemptLogEntry]:
@@ -544,7 +663,7 @@ class InMemoryBackend:
     def link_identity(self, issuer: str, subject: str, tenant: str, user_id: str) -> IdentityLink:
         link = IdentityLink(issuer, subject, tenant, user_id, self.clock.now())
         with self._lock:
-            self._links[(issuer, subject)] = link
+            self._put(self._links, (issuer, subject), link)
         return link
 
     def find_link(self, issuer: str, subject: str) -> IdentityLink | None:
@@ -560,16 +679,16 @@ class InMemoryBackend:
 
     def unlink_identity(self, issuer: str, subject: str) -> bool:
         with self._lock:
-            return self._links.pop((issuer, subject), None) is not None
+            return self._remove(self._links, (issuer, subject)) is not None
 
     def remember_jti(self, issuer: str, jti: str, expires_at: datetime) -> bool:
         now = self.clock.now()
         with self._lock:
             for key in [k for k, until in self._jtis.items() if until <= now]:
-                del self._jtis[key]
+                self._remove(self._jtis, key)
             if (issuer, jti) in self._jtis:
                 return False
-            self._jtis[(issuer, jti)] = expires_at
+            self._put(self._jtis, (issuer, jti), expires_at)
             return True
 
     def fail_next_write(self, count: int = 1) -> None:
@@ -582,7 +701,7 @@ class InMemoryBackend:
             if self._fail_writes > 0:
                 self._fail_writes -= 1
                 raise AuditWriteError()
-            self._audit.append(record)
+            self._append(self._audit, record)
 
     @property
     def audit_rows(self) -> list[AuditRecord]:
@@ -604,5 +723,106 @@ class InMemoryBackend:
         with self._lock:
             kept = [record for record in self._audit if utc(record.time) >= utc(before)]
             purged = len(self._audit) - len(kept)
-            self._audit = kept
+            self._audit.clear()  # in place: a unit's journal refers to this deque
+            self._audit.extend(kept)
         return purged
+
+    # --- roles (RoleStore) -------------------------------------------------------------------
+
+    def _known_role(self, tenant: str, name: str) -> _RoleState:
+        state = self._roles
+        if (check_tenant(tenant), check_name(name)) not in state.roles:
+            raise RoleNotFound()
+        return state
+
+    def create_role(self, tenant: str, name: str, description: str = "") -> Role:
+        role = Role(check_tenant(tenant), check_name(name), check_description(description))
+        with self._lock:
+            state = self._roles
+            if (role.tenant, role.name) in state.roles:
+                raise RoleExists()
+            state.roles[(role.tenant, role.name)] = description
+        return role
+
+    def delete_role(self, tenant: str, name: str, *, force: bool = False) -> None:
+        with self._lock:
+            state = self._known_role(tenant, name)
+            holders = [key for key, roles in state.held.items() if key[0] == tenant and name in roles]
+            if holders and not force:
+                raise RoleInUse()
+            for key in holders:
+                state.held[key].discard(name)
+            state.grants.pop((tenant, name), None)
+            del state.roles[(tenant, name)]
+
+    def list_roles(self, tenant: str) -> list[Role]:
+        with self._lock:
+            state = self._roles
+            return [
+                Role(t, name, description, tuple(sorted(state.grants.get((t, name), ()))))
+                for (t, name), description in sorted(state.roles.items())
+                if t == tenant
+            ]
+
+    def grant_permission(self, tenant: str, role: str, permission: str) -> bool:
+        permission = check_name(permission, "permission")
+        with self._lock:
+            grants = self._known_role(tenant, role).grants.setdefault((tenant, role), set())
+            new = permission not in grants
+            grants.add(permission)
+            return new
+
+    def revoke_permission(self, tenant: str, role: str, permission: str) -> bool:
+        permission = check_name(permission, "permission")
+        with self._lock:
+            grants = self._known_role(tenant, role).grants.get((tenant, role), set())
+            had = permission in grants
+            grants.discard(permission)
+            return had
+
+    def add_user_role(self, tenant: str, user_id: str, role: str) -> bool:
+        with self._lock:
+            if self.get_user(check_tenant(tenant), user_id) is None:
+                raise UserNotFound()
+            held = self._known_role(tenant, role).held.setdefault((tenant, user_id), set())
+            new = role not in held
+            held.add(role)
+            return new
+
+    def remove_user_role(self, tenant: str, user_id: str, role: str) -> bool:
+        with self._lock:
+            held = self._known_role(tenant, role).held.get((tenant, user_id), set())
+            had = role in held
+            held.discard(role)
+            return had
+
+    def roles_of(self, tenant: str, user_id: str) -> list[str]:
+        with self._lock:
+            return sorted(self._roles.held.get((tenant, user_id), ()))
+
+    def permissions_of(self, tenant: str, user_id: str) -> list[str]:
+        with self._lock:
+            state = self._roles
+            roles = state.held.get((tenant, user_id), ())
+            return sorted({p for role in roles for p in state.grants.get((tenant, role), ())})
+
+
+def _undo(container: Any, key: Any, before: Any) -> None:
+    """Put one journaled change of a unit back."""
+    if key is _APPENDED:
+        container.pop()
+        if before is not _ABSENT:
+            container.appendleft(before)  # the row the append pushed out of a full log
+    elif before is _ABSENT:
+        container.pop(key, None)
+    else:
+        container[key] = before
+
+
+@dataclass(slots=True)
+class _RoleState:
+    """The memory store's roles: (tenant, name) -> description, grants and assignments."""
+
+    roles: dict[tuple[str, str], str] = field(default_factory=dict)
+    grants: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    held: dict[tuple[str, str], set[str]] = field(default_factory=dict)

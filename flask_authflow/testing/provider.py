@@ -222,7 +222,10 @@ class TestOpenIDProvider:
       (a value of ``None`` removes the member);
     * ``discovery_cache_control`` (``None``): the discovery answer's ``Cache-Control``;
     * ``logout_state`` (``"echo"``): the ``state`` sent back after RP-initiated logout:
-      the one received, ``"other"`` (a random one) or ``"omit"``.
+      the one received, ``"other"`` (a random one) or ``"omit"``;
+    * ``token_issuer`` (``None``): the ``iss`` of the tokens issued, when it differs from
+      the discovery issuer (a multi-tenant endpoint whose discovery names the template
+      ``https://login.microsoftonline.com/{tenantid}/v2.0`` issues each tenant's own).
 
     Observable: ``token_requests`` (the client authentication method of each token
     request: ``client_secret_basic`` or ``client_secret_post``), ``userinfo_requests``
@@ -252,6 +255,7 @@ class TestOpenIDProvider:
         self.discovery_overrides: dict[str, Any] = {}
         self.discovery_cache_control: str | None = None
         self.logout_state: LogoutState = "echo"
+        self.token_issuer: str | None = None
         self.token_requests: list[str] = []
         self.userinfo_requests = 0
         self.discovery_requests = 0
@@ -473,6 +477,8 @@ class TestOpenIDProvider:
         return int(self._clock.now().timestamp())
 
     def _issuer_claim(self, bad: frozenset[str]) -> str:
+        if self.token_issuer is not None and not bad & {"wrong_iss", "iss_trailing_slash", "iss_case"}:
+            return self.token_issuer
         if "wrong_iss" in bad:
             return "https://evil.test"
         if "iss_trailing_slash" in bad:
@@ -981,6 +987,12 @@ def _make_wsgi_adapter(app: Flask) -> requests.adapters.BaseAdapter:
             return None
 
     return _WsgiAdapter()
+
+
+def wsgi_adapter(app: Flask) -> requests.adapters.BaseAdapter:
+    """A ``requests`` adapter serving any Flask app in-process (to emulate providers that are
+    not OpenID providers, such as a plain OAuth 2.0 provider's user API)."""
+    return _make_wsgi_adapter(app)
 
 
 def query_params(url: str) -> dict[str, str]:

@@ -7,20 +7,35 @@ session (a guest, a login still waiting for a factor), or whose user the loader 
 longer finds, gets :data:`ANONYMOUS_USER` (``is_authenticated`` is false). The user is
 loaded at most once per request and loaded again only if the session's user changes
 within the request (a login or logout in the view).
+
+``current_user.has_role(name)`` and ``current_user.has_permission(name)`` answer from
+the user's roles in the store (:class:`~flask_authflow.core.ports.RoleStore`), read
+once per request (two queries) and cached on the request: a role granted or taken
+away applies from the next request, and no session ends. A guest has no role.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from flask import g
 from werkzeug.local import LocalProxy
 
+from flask_authflow.core.ports import RoleStore
 from flask_authflow.web.state import AuthFlowState, current_auth_session, get_state
 
-__all__ = ["ANONYMOUS_USER", "AnonymousUser", "UserMixin", "current_user", "load_current_user"]
+__all__ = [
+    "ANONYMOUS_USER",
+    "AnonymousUser",
+    "UserMixin",
+    "current_permissions",
+    "current_roles",
+    "current_user",
+    "load_current_user",
+]
 
 _CACHE_KEY = "_authflow_current_user"
+_ROLES_KEY = "_authflow_current_roles"
 
 
 class AnonymousUser:
@@ -40,6 +55,14 @@ class AnonymousUser:
 
     def get_id(self) -> None:
         return None
+
+    def has_role(self, name: str) -> bool:
+        """A guest holds no role."""
+        return False
+
+    def has_permission(self, name: str) -> bool:
+        """A guest has no permission."""
+        return False
 
     def __bool__(self) -> bool:
         return False
@@ -73,6 +96,14 @@ class UserMixin:
     def get_id(self) -> str:
         return str(getattr(self, "id"))  # noqa: B009 - mixins cannot declare the attribute
 
+    def has_role(self, name: str) -> bool:
+        """Whether the current request's user holds the role ``name`` (see the module docstring)."""
+        return name in current_roles()
+
+    def has_permission(self, name: str) -> bool:
+        """Whether a role of the current request's user grants ``name``."""
+        return name in current_permissions()
+
 
 #: The one anonymous user object.
 ANONYMOUS_USER: Final = AnonymousUser()
@@ -104,7 +135,48 @@ def load_current_user() -> Any:
     return user
 
 
+def _role_sets() -> tuple[frozenset[str], frozenset[str]]:
+    """The current user's (roles, permissions), read once per request and user."""
+    session = current_auth_session()
+    if not session.is_authenticated or session.tenant is None or session.user_id is None:
+        return frozenset(), frozenset()
+    if load_current_user() is ANONYMOUS_USER:  # the user loader no longer finds this user
+        return frozenset(), frozenset()
+    key = (session.tenant, session.user_id)
+    cached = g.get(_ROLES_KEY)
+    if cached is not None and cached[0] == key:
+        return cast(tuple[frozenset[str], frozenset[str]], cached[1])
+    store = get_state().backend
+    if isinstance(store, RoleStore):
+        sets = frozenset(store.roles_of(*key)), frozenset(store.permissions_of(*key))
+    else:  # a store without roles: nobody holds one
+        sets = frozenset(), frozenset()
+    setattr(g, _ROLES_KEY, (key, sets))
+    return sets
+
+
+def current_roles() -> frozenset[str]:
+    """The names of the roles the current request's user holds (empty for a guest)."""
+    return _role_sets()[0]
+
+
+def current_permissions() -> frozenset[str]:
+    """Every permission the current request's user's roles grant (empty for a guest)."""
+    return _role_sets()[1]
+
+
+class _CurrentUserProxy(LocalProxy[Any]):
+    """``current_user``: the user object, plus :meth:`has_role` and :meth:`has_permission`
+    on whatever the user object is (the library's record or the application's model)."""
+
+    def has_role(self, name: str) -> bool:
+        return name in current_roles()
+
+    def has_permission(self, name: str) -> bool:
+        return name in current_permissions()
+
+
 #: The current request's user: the application's object (``@authflow.user_loader``), the
 #: library's :class:`~flask_authflow.core.ports.UserRecord` without a loader, or
-#: :data:`ANONYMOUS_USER`.
-current_user: Any = LocalProxy(load_current_user)
+#: :data:`ANONYMOUS_USER`; with ``has_role()`` and ``has_permission()`` in every case.
+current_user: Any = _CurrentUserProxy(load_current_user)

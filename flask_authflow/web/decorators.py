@@ -1,4 +1,5 @@
-"""View decorators: ``login_required`` and ``fresh_login_required``, and how denials answer.
+"""View decorators: ``login_required``, ``fresh_login_required``, the role and permission
+checks, and how denials answer.
 
 Both work on sync and async views (through ``current_app.ensure_sync``), bare or called::
 
@@ -6,6 +7,10 @@ Both work on sync and async views (through ``current_app.ensure_sync``), bare or
     @login_required(lambda user: user.is_admin)       # ... whose current_user passes: else 403
     @fresh_login_required                             # logged in within AUTHFLOW_FRESHNESS
     @fresh_login_required(within=timedelta(minutes=5))
+    @roles_required("admin", "editor")                # holds every role named
+    @roles_accepted("admin", "editor")                # holds at least one
+    @permissions_required("documents:edit")           # (all) as Flask-Security-Too's
+    @permissions_accepted("documents:edit", "documents:review")   # (any)
 
 A denial goes to the application's handler when one is registered
 (``@authflow.unauthorized_handler``, ``@authflow.step_up_handler``); otherwise the
@@ -14,7 +19,9 @@ decorator raises the typed error (:class:`~flask_authflow.errors.Unauthenticated
 so ``@app.errorhandler(Unauthenticated)`` and ``@app.errorhandler(401)`` answer it. With
 neither, :func:`denial_response` answers: browsers are redirected to the login (or
 step-up) view with a ``next`` that only ever holds a same-site relative path (see
-:func:`safe_next`), other clients get the JSON or text error.
+:func:`safe_next`), other clients get the JSON or text error; a browser denied a page it is signed in for
+(:class:`~flask_authflow.errors.PermissionDenied`) gets the ``authflow/forbidden.html``
+page (status 403).
 """
 
 from __future__ import annotations
@@ -23,24 +30,42 @@ import functools
 import inspect
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar, cast, overload
 from urllib.parse import urlsplit
 
-from flask import current_app, has_request_context, redirect, request, url_for
+from flask import Response, current_app, has_request_context, redirect, render_template, request, url_for
+from jinja2 import Environment, FileSystemLoader, TemplateNotFound, select_autoescape
 from werkzeug.exceptions import Forbidden, HTTPException, Unauthorized
 
+from flask_authflow.core.roles import check_name
 from flask_authflow.errors import (
     AuthFlowError,
+    InvalidInput,
     PermissionDenied,
     StepUpNeeded,
     StoreUnavailable,
     Unauthenticated,
 )
 from flask_authflow.responses import error_response
-from flask_authflow.web.current_user import ANONYMOUS_USER, load_current_user
+from flask_authflow.web.current_user import (
+    ANONYMOUS_USER,
+    current_permissions,
+    current_roles,
+    load_current_user,
+)
 from flask_authflow.web.state import DenialHandler, current_auth_session, get_state
 
-__all__ = ["denial_response", "fresh_login_required", "login_required", "safe_next"]
+__all__ = [
+    "denial_response",
+    "fresh_login_required",
+    "login_required",
+    "permissions_accepted",
+    "permissions_required",
+    "roles_accepted",
+    "roles_required",
+    "safe_next",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: A ``login_required`` predicate: called with ``current_user``, true to let the view run.
@@ -50,6 +75,11 @@ UserPredicate = Callable[[Any], Any]
 _VIEWS_LOGIN = "authflow_views.login"
 _VIEWS_STEP_UP = "authflow_views.step_up"
 _HTTP_ERRORS: dict[int, type[HTTPException]] = {401: Unauthorized, 403: Forbidden}
+#: The ready views' templates, for the 403 page of an app that did not register them.
+_TEMPLATES = Environment(
+    loader=FileSystemLoader(str(Path(__file__).resolve().parent / "templates")),
+    autoescape=select_autoescape(default=True),
+)
 
 
 def safe_next(target: str | None) -> str | None:
@@ -124,7 +154,20 @@ def denial_response(error: AuthFlowError) -> Any:
         if endpoint:
             target = safe_next(request.full_path.rstrip("?"))
             return redirect(url_for(endpoint, next=target))
+    if _wants_html() and isinstance(error, PermissionDenied):
+        return _forbidden_page()
     return error_response(error)
+
+
+def _forbidden_page() -> Response:
+    """``authflow/forbidden.html`` (the application's own copy first), status 403, never cached."""
+    try:
+        body = render_template("authflow/forbidden.html")
+    except TemplateNotFound:  # the ready views' templates are not registered on this app
+        body = _TEMPLATES.get_template("authflow/forbidden.html").render()
+    response = Response(body, status=403, mimetype="text/html")
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 def _deny(handler: DenialHandler | None, error: AuthFlowError) -> Any:
@@ -251,3 +294,48 @@ def fresh_login_required(view: Any = None, *, within: timedelta | None = None, m
     if view is None:
         return lambda real_view: _fresh(real_view, within)
     return _fresh(view, within)
+
+
+def _names(names: tuple[object, ...], what: str, decorator: str) -> frozenset[str]:
+    """The names a role or permission decorator was given, checked when it decorates."""
+    if not names:
+        raise TypeError(f"{decorator}() needs at least one {what} name")
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(
+                f"{decorator}() takes {what} names (strings), not {name!r}: call it, as @{decorator}('name')"
+            )
+        try:
+            check_name(name, what)
+        except InvalidInput as exc:  # a mistake in the code, found at import time
+            raise ValueError(f"{decorator}({name!r}): {exc.message}") from None
+    return frozenset(cast(tuple[str, ...], names))
+
+
+def roles_required(*names: str) -> Callable[[F], F]:
+    """Let the view run only for a signed-in user who holds *every* role named.
+
+    A guest is answered as by :func:`login_required` (401, or a redirect to the login
+    page); a user lacking a role gets :class:`~flask_authflow.errors.PermissionDenied`
+    (403: a page for browsers, ``{"error": "permission_denied", ...}`` for API clients).
+    """
+    wanted = _names(names, "role", "roles_required")
+    return lambda view: _guard(view, lambda _user: wanted <= current_roles())
+
+
+def roles_accepted(*names: str) -> Callable[[F], F]:
+    """Like :func:`roles_required`, but holding *one* of the roles named is enough."""
+    wanted = _names(names, "role", "roles_accepted")
+    return lambda view: _guard(view, lambda _user: not wanted.isdisjoint(current_roles()))
+
+
+def permissions_required(*names: str) -> Callable[[F], F]:
+    """Let the view run only if the user's roles grant *every* permission named (else 403)."""
+    wanted = _names(names, "permission", "permissions_required")
+    return lambda view: _guard(view, lambda _user: wanted <= current_permissions())
+
+
+def permissions_accepted(*names: str) -> Callable[[F], F]:
+    """Like :func:`permissions_required`, but *one* of the permissions named is enough."""
+    wanted = _names(names, "permission", "permissions_accepted")
+    return lambda view: _guard(view, lambda _user: not wanted.isdisjoint(current_permissions()))

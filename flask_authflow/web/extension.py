@@ -56,6 +56,7 @@ from flask_authflow.sessions.interface import AuthFlowSessionInterface
 from flask_authflow.sessions.settings import SessionSettings
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.settings import apply_defaults
+from flask_authflow.web import authz
 from flask_authflow.web.config import AuthFlowConfig
 from flask_authflow.web.current_user import current_user
 from flask_authflow.web.decorators import denial_response
@@ -376,6 +377,7 @@ class AuthFlow:
             mail_sender=SmtpSender(config.mail) if config.mail is not None else None,
             password_policy=PasswordPolicy.from_settings(config.passwords),
         )
+        authz.install(app, self)  # Cedar policies: loaded and checked now, before anything is installed
         _install(app, state)
         register_logout(app, config.web.logout_url_prefix)  # POST /auth/logout: the app's one logout route
         if config.federation.providers or self._providers:
@@ -620,6 +622,10 @@ class AuthFlow:
         """Finish a passkey login with the browser's assertion JSON."""
         with FactorCredential(FactorKind.WEBAUTHN, credential_json) as credential:
             return self._request_handle().finish_passkey_login(credential, current_auth_session())
+
+    def authorize(self, action: str, resource: Any, context: Mapping[str, Any] | None = None) -> bool:
+        """Whether the policies let the current user do ``action`` on ``resource`` (:doc:`/authz`)."""
+        return authz.is_authorized(action, resource, context)
 
 
 class ViewsRegistrar:

@@ -11,6 +11,9 @@ Routes (under ``AUTHFLOW_OAUTH_URL_PREFIX``, default ``/auth``):
     302 to ``next`` or the provider's ``post_login_redirect``; 401 with the error text on
     failure (502 when the provider failed, 403 when no local account maps to the
     identity, 404 for an unknown provider); every failure writes an audit row.
+``POST /callback/<provider>``
+    The callback of a ``form_post`` provider (Sign in with Apple): code and state as a
+    form; checked like the GET callback (405 for a provider in query mode).
 ``POST /backchannel-logout/<provider>``
     The provider's back-channel logout (form field ``logout_token``): 200, or 400 with a
     JSON error; always ``Cache-Control: no-store``.
@@ -28,6 +31,7 @@ from __future__ import annotations
 import hmac
 import secrets
 from typing import Any
+from urllib.parse import urlencode
 
 from flask import Blueprint, Response, current_app, jsonify, redirect, request, url_for
 
@@ -35,12 +39,19 @@ from flask_authflow.audit.context import audit_context
 from flask_authflow.core.identifiers import check_tenant
 from flask_authflow.core.session import AuthSession, begin_flow, clear_flow
 from flask_authflow.errors import AuthFlowError, InvalidInput
+from flask_authflow.federation.ceremony import CEREMONY_KEY
 from flask_authflow.federation.errors import OAuthError
 from flask_authflow.federation.login import FederationService, OAuthLoginOptions
 from flask_authflow.web.decorators import safe_next
 from flask_authflow.web.state import current_auth_session, get_state
 
-__all__ = ["OAUTH_BLUEPRINT", "build_oauth_blueprint", "federation_service", "provider_logout_url"]
+__all__ = [
+    "OAUTH_BLUEPRINT",
+    "build_oauth_blueprint",
+    "federation_service",
+    "form_post_callback",
+    "provider_logout_url",
+]
 
 #: The blueprint's name (endpoints are ``authflow_oauth.login`` and so on).
 OAUTH_BLUEPRINT = "authflow_oauth"
@@ -100,6 +111,38 @@ def login(provider: str) -> Response:
 
 
 def callback(provider: str) -> Response:
+    return _complete(provider, {name: _single(name) for name in ("code", "state", "iss", "error")})
+
+
+def form_post_callback(provider: str) -> Response:
+    """The callback of a ``response_mode=form_post`` provider: code and state arrive as a
+    form POST. Without the login's session (a ``SameSite=Lax`` cookie is not sent on the
+    provider's cross-site POST), a 303 turns it into the GET callback, which carries the
+    cookie and checks the state; with it, the state is checked here. Providers in query
+    mode get 405."""
+    service = federation_service()
+    try:
+        mode = service.provider(provider).config.response_mode
+    except AuthFlowError as exc:
+        if exc.status >= 500 and not isinstance(exc, OAuthError):
+            raise
+        return _text(exc.message, _failure_status(exc, 400))
+    if mode != "form_post" or request.mimetype != "application/x-www-form-urlencoded":
+        return _text("this callback accepts a form POST only from a form_post provider", 405)
+    values: dict[str, str | None] = {}
+    for name in ("code", "state", "iss", "error"):
+        given = request.form.getlist(name)
+        if len(given) > 1:
+            return _text(f"the callback repeats the {name} parameter", 400)
+        values[name] = given[0] if given else None
+    if CEREMONY_KEY not in (current_auth_session().flow or {}):
+        query = {k: v for k, v in values.items() if v is not None}
+        target = url_for(f"{OAUTH_BLUEPRINT}.callback", provider=provider) + "?" + urlencode(query)
+        return redirect(target, code=303)  # type: ignore[return-value]
+    return _complete(provider, values)
+
+
+def _complete(provider: str, values: dict[str, str | None]) -> Response:
     service = federation_service()
     session = current_auth_session()
     handle = get_state().service.with_audit_context(audit_context())
@@ -108,10 +151,10 @@ def callback(provider: str) -> Response:
             handle,
             session,
             provider,
-            _single("code"),
-            _single("state"),
-            iss=_single("iss"),
-            error=_single("error"),
+            values["code"],
+            values["state"],
+            iss=values["iss"],
+            error=values["error"],
         )
     except AuthFlowError as exc:
         if exc.status >= 500 and not isinstance(exc, OAuthError):
@@ -189,6 +232,7 @@ def build_oauth_blueprint() -> Blueprint:
     blueprint = Blueprint(OAUTH_BLUEPRINT, __name__)
     blueprint.add_url_rule("/login/<provider>", "login", login, methods=["GET"])
     blueprint.add_url_rule("/callback/<provider>", "callback", callback, methods=["GET"])
+    blueprint.add_url_rule("/callback/<provider>", "form_post_callback", form_post_callback, methods=["POST"])
     blueprint.add_url_rule(
         "/backchannel-logout/<provider>", "backchannel_logout", backchannel_logout, methods=["POST"]
     )

@@ -17,10 +17,16 @@ from flask_authflow.extras import require_extra
 from flask_authflow.federation.http import HttpClient, RequestsHttpClient
 from flask_authflow.federation.links import FederationStore
 from flask_authflow.federation.login import FederationService
-from flask_authflow.federation.provider import OAuthProviderConfig, ProviderRegistry, check_provider_name
+from flask_authflow.federation.presets import provider_config
+from flask_authflow.federation.provider import ProviderRegistry, check_provider_name
 from flask_authflow.federation.settings import FederationSettings
 from flask_authflow.web.decorators import safe_next
-from flask_authflow.web.federation_views import OAUTH_BLUEPRINT, backchannel_logout, build_oauth_blueprint
+from flask_authflow.web.federation_views import (
+    OAUTH_BLUEPRINT,
+    backchannel_logout,
+    build_oauth_blueprint,
+    form_post_callback,
+)
 from flask_authflow.web.state import AuthFlowHooks, get_state
 
 __all__ = ["build_federation", "register_oauth_blueprint"]
@@ -72,9 +78,8 @@ def build_federation(
     )
     for name, entry in settings.providers.items():
         check_provider_name(name)
-        registry.register(
-            name, OAuthProviderConfig.from_mapping(entry, what=f"AUTHFLOW_OAUTH_PROVIDERS[{name!r}]")
-        )
+        what = f"AUTHFLOW_OAUTH_PROVIDERS[{name!r}]"
+        registry.register(name, provider_config(entry, what))
     for name, definition in definitions.items():
         registry.register(name, definition)
     accounts: Any = backend  # an AuthBackend: users are created there
@@ -91,8 +96,9 @@ def build_federation(
 
 
 def register_oauth_blueprint(app: Flask, url_prefix: str) -> None:
-    """Register the ``authflow_oauth`` blueprint once; exempt the back-channel route from
-    Flask-WTF's CSRF check (the provider posts it, server to server)."""
+    """Register the ``authflow_oauth`` blueprint once; exempt the back-channel route (the
+    provider posts it, server to server) and the ``form_post`` callback (the login's
+    ``state`` protects it) from Flask-WTF's CSRF check."""
     if OAUTH_BLUEPRINT in app.blueprints:
         return
     blueprint = build_oauth_blueprint()
@@ -102,3 +108,5 @@ def register_oauth_blueprint(app: Flask, url_prefix: str) -> None:
     exempt = getattr(csrf, "exempt", None)
     if callable(exempt):  # Flask-WTF names exempt views by "module.function"
         exempt(f"{backchannel_logout.__module__}.{backchannel_logout.__name__}")
+        # The provider's form_post of code and state: its state is the CSRF check.
+        exempt(f"{form_post_callback.__module__}.{form_post_callback.__name__}")

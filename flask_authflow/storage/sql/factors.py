@@ -311,7 +311,7 @@ class SqlFactors(SqlConnections):
 
     def login_facts(self, tenant: str, identifier: str, now: datetime) -> LoginFacts:
         """``find_user``, ``required_factors`` of that user and ``locked_until`` of the
-        identifier in one statement (see :class:`~flask_authflow.core.ports.LoginLookup`):
+        identifier in one statement (see :meth:`~flask_authflow.core.ports.LoginStore.login_facts`):
         one round trip for ``begin_login`` instead of three, whether the user exists or not."""
         params = {"tenant": tenant, "identifier": identifier, "subject": identifier, "now": utc(now)}
         rows = self._fetch(lambda conn: conn.execute(_LOGIN_FACTS, params).all())

@@ -17,6 +17,7 @@ from sqlalchemy import (
     DateTime,
     Dialect,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     LargeBinary,
@@ -46,7 +47,10 @@ __all__ = [
     "logout_jtis_table",
     "metadata",
     "reservations_table",
+    "role_permissions_table",
+    "roles_table",
     "sessions_table",
+    "user_roles_table",
     "users_table",
 ]
 
@@ -221,6 +225,47 @@ logout_jtis_table = Table(
     Column("expires_at", _Time, nullable=False, index=True),
 )
 
+#: Roles per tenant (revision 0003 added the three role tables).
+roles_table = Table(
+    "authflow_roles",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("name", String(64), primary_key=True),
+    Column("description", String(255), nullable=False, default="", server_default=text("''")),
+)
+
+#: The permissions a role grants.
+role_permissions_table = Table(
+    "authflow_role_permissions",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("role", String(64), primary_key=True),
+    Column("permission", String(64), primary_key=True),
+    ForeignKeyConstraint(
+        ["tenant", "role"],
+        ["authflow_roles.tenant", "authflow_roles.name"],
+        name="fk_authflow_role_permissions_tenant_authflow_roles",
+        ondelete="CASCADE",
+    ),
+)
+
+#: The roles a user holds; the primary key keeps one row per (tenant, user, role).
+user_roles_table = Table(
+    "authflow_user_roles",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("user_id", String(32), ForeignKey("authflow_users.user_id", ondelete="CASCADE"), primary_key=True),
+    Column("role", String(64), primary_key=True),
+    ForeignKeyConstraint(
+        ["tenant", "role"],
+        ["authflow_roles.tenant", "authflow_roles.name"],
+        name="fk_authflow_user_roles_tenant_authflow_roles",
+        ondelete="CASCADE",
+    ),
+)
+# "Is this role in use?" without a scan.
+Index("ix_authflow_user_roles_role", user_roles_table.c.tenant, user_roles_table.c.role)
+
 
 sessions_table = Table(
     "authflow_sessions",
@@ -275,6 +320,9 @@ BACKEND_TABLES = [
     audit_table,
     identity_links_table,
     logout_jtis_table,
+    roles_table,
+    role_permissions_table,
+    user_roles_table,
 ]
 
 

@@ -19,6 +19,7 @@ from flask_authflow.storage.sql.schema import (
     identity_links_table,
     lockouts_table,
     reservations_table,
+    user_roles_table,
     users_table,
 )
 from flask_authflow.storage.sql.uow import SqlConnections
@@ -99,7 +100,7 @@ class SqlUsers(SqlConnections):
             raise UserNotFound()
 
     def delete_user(self, tenant: str, identifier: str) -> UserRecord:
-        """Remove the user, factors, lockout counters and reservations in one transaction.
+        """Remove the user, factors, lockout counters, reservations and roles held in one transaction.
 
         Audit rows stay."""
         user = self.find_user(check_tenant(tenant), normalise_identifier(identifier))
@@ -116,6 +117,8 @@ class SqlUsers(SqlConnections):
                 delete(reservations_table).where(held.tenant == user.tenant, held.subject == user.identifier)
             )
             conn.execute(delete(identity_links_table).where(identity_links_table.c.user_id == user.user_id))
+            # Also a foreign-key cascade, but not every SQLite connection enforces those.
+            conn.execute(delete(user_roles_table).where(user_roles_table.c.user_id == user.user_id))
             gone = conn.execute(delete(users_table).where(users_table.c.user_id == user.user_id))
         if gone.rowcount == 0:
             raise UserNotFound()

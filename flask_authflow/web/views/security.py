@@ -20,9 +20,9 @@ from flask.typing import ResponseReturnValue
 from markupsafe import Markup
 from werkzeug.wrappers.response import Response as BaseResponse
 
-from flask_authflow.core.factors import Enrollment, EnrollmentStart
+from flask_authflow.core.factors import EnrollmentStart
 from flask_authflow.core.ports import FactorConfig
-from flask_authflow.errors import AuthFlowError, EnrollmentError, StepUpNeeded
+from flask_authflow.errors import AuthFlowError, EnrollmentError, FactorNotRegistered, StepUpNeeded
 from flask_authflow.outcomes import FactorCredential, FactorKind
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.decorators import login_required
@@ -103,7 +103,11 @@ def _can_enroll(kind: FactorKind) -> bool:
     state = get_state()
     if kind is FactorKind.EMAIL_OTP and state.mail_sender is None:
         return False
-    return isinstance(state.service.factor(kind), Enrollment)
+    try:
+        state.service.enrollment(kind)
+    except FactorNotRegistered:
+        return False
+    return True
 
 
 def _masked(address: str) -> str:
@@ -112,18 +116,24 @@ def _masked(address: str) -> str:
     return f"{local[:1]}***@{domain}" if at and local else "***"
 
 
+def _remaining(config: FactorConfig) -> int | None:
+    """How many uses the factor has left (recovery codes), as its enrollment counts them."""
+    try:
+        enrollment = get_state().service.enrollment(config.kind)
+    except FactorNotRegistered:
+        return None
+    return enrollment.remaining(config)
+
+
 def _factor_row(config: FactorConfig) -> dict[str, Any]:
     kind = config.kind.value
     data: Mapping[str, Any] = config.data or {}
     label = data.get("label")
     detail = None
-    if kind == FactorKind.RECOVERY_CODE.value:
-        factor = get_state().service.factor(config.kind)
-        remaining = getattr(factor, "remaining", None)
-        if callable(remaining):
-            left = remaining(config)
-            total = data.get("count")
-            detail = f"{left} of {total} codes left" if isinstance(total, int) else f"{left} codes left"
+    left = _remaining(config)
+    if left is not None:
+        total = data.get("count")
+        detail = f"{left} of {total} codes left" if isinstance(total, int) else f"{left} codes left"
     elif kind == FactorKind.EMAIL_OTP.value and isinstance(data.get("address"), str):
         detail = _masked(data["address"])
     elif kind == FactorKind.WEBAUTHN.value and data.get("passkey") is True:

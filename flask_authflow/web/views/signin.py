@@ -17,7 +17,7 @@ from flask import Response, jsonify, redirect, request, url_for
 from flask.typing import ResponseReturnValue
 from werkzeug.wrappers.response import Response as BaseResponse
 
-from flask_authflow.core.factors import PasskeyFactor
+from flask_authflow.core.factors import Factor, PasskeyFactor
 from flask_authflow.errors import AuthFlowError
 from flask_authflow.outcomes import (
     Authenticated,
@@ -133,22 +133,21 @@ _GENERIC_TEXTS = (
     "text",
     "one-time-code",
 )
-_DIGITS = {"totp": 6, "hotp": 6, "email_otp": 8}
 
 
-def _maxlength(kind: str, factor: object) -> int:
+def _maxlength(kind: str, factor: Factor | None) -> int:
     """Room for the code as people type it (digits in groups, a hyphen), not its exact length:
     the server strips spaces and checks the format itself."""
     if kind == "recovery_code":
         return 16
-    digits = getattr(factor, "digits", _DIGITS.get(kind))
-    return 2 * digits if isinstance(digits, int) and 0 < digits <= 32 else 64
+    digits = factor.digits if factor is not None else None
+    return 2 * digits if digits is not None and 0 < digits <= 32 else 64
 
 
-def sends_codes(kind: str, factor: object) -> bool:
+def sends_codes(kind: str, factor: Factor | None) -> bool:
     """The factor sends a code when asked ("e-mail me a code"): e-mail codes, or an
     application's own kind that declares ``challenge_on_request`` (an SMS code)."""
-    return kind == FactorKind.EMAIL_OTP.value or getattr(factor, "challenge_on_request", False) is True
+    return factor is not None and factor.challenge_on_request
 
 
 def _send_label(kind: str, again: bool = False) -> str:

@@ -1,0 +1,171 @@
+"""Policy decisions per second beside a hand-written role check.
+
+Three ways to answer "may this editor edit this document of their tenant?":
+
+* a hand-written check in Python (``"editor" in roles and doc.tenant == user.tenant``),
+  the floor: what an application writes without a policy engine;
+* ``Evaluator.decide`` on the Cedar policies (the principal, its roles and the document
+  built into Cedar entities, evaluated, logged);
+* ``authflow.authorize`` inside a request of a signed-in user (the session, the roles and
+  attributes hooks, then ``decide``);
+* and, for scale, one bare ``cedarpy.is_authorized`` call on a one-line policy with no
+  entities: the engine's own floor per call, which ``decide`` cannot go below.
+
+Each is timed in windows taken round-robin, so drift in the machine's speed hits all alike;
+the best window of each counts. The decision log is on (INFO to a null handler), as in
+production. Most of a decision's time is the engine's floor per call (the request and
+entities cross into Rust as JSON); building the entities and the log line add the rest.
+
+    .venv/bin/python benchmarks/authz.py [--rounds 5] [--window 0.3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import cedarpy
+from flask import Flask
+
+from flask_authflow import AuthFlow
+from flask_authflow.authz import AuthzSettings, Entity, Evaluator, Principal, load_policies
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.testing.pytest_plugin import login_test_client
+from flask_authflow.web.authz import authz_hooks
+
+POLICIES = """
+@id("editors-edit-own-tenant")
+permit(principal in Role::"editor", action == Action::"edit", resource)
+when { resource.tenant == principal.tenant };
+
+@id("no-archive-edits")
+forbid(principal, action == Action::"edit", resource == Document::"archive");
+"""
+SCHEMA = """
+entity Role;
+entity User in [Role] {
+  id: String, tenant: String, roles: Set<String>,
+  session: { factors: Set<String>, device_trusted: Bool, authenticated_at?: Long, auth_age?: Long },
+};
+entity Document { tenant: String };
+action edit appliesTo { principal: [User], resource: [Document] };
+"""
+
+
+def per_second(variants: dict[str, Callable[[], object]], rounds: int, window: float) -> dict[str, float]:
+    """Calls per second of each variant: the best of ``rounds`` windows, taken round-robin."""
+    best = dict.fromkeys(variants, 0.0)
+    for fn in variants.values():
+        fn()  # warm up
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            calls, started = 0, time.perf_counter()
+            while (elapsed := time.perf_counter() - started) < window:
+                for _ in range(20):
+                    fn()
+                calls += 20
+            best[name] = max(best[name], calls / elapsed)
+    return best
+
+
+def web_decision() -> Callable[[], object]:
+    """``authflow.authorize`` in a signed-in user's request (memory stores)."""
+    app = Flask("authz_bench")
+    app.config.update(
+        TESTING=True,
+        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
+        AUTHFLOW_SESSION_STORE="memory",
+        AUTHFLOW_AUTHZ_POLICIES=[POLICIES],
+        AUTHFLOW_AUTHZ_SCHEMA=SCHEMA,
+    )
+    hasher = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)  # only the login uses it
+    authflow = AuthFlow(
+        backend=InMemoryBackend(hasher=hasher), session_store=MemorySessionStore(), hasher=hasher
+    )
+    authz_hooks(authflow).roles_loader(lambda user: ("editor",))
+    authflow.init_app(app)
+    document = Entity("Document", "42", {"tenant": "default"})
+    client = login_test_client(app, "alice")
+    cookie = client.get_cookie(app.config["AUTHFLOW_COOKIE_NAME"])
+    assert cookie is not None
+    headers = {"Cookie": f"{cookie.key}={cookie.value}", "User-Agent": client.environ_base["HTTP_USER_AGENT"]}
+
+    def decide() -> object:
+        with app.test_request_context("/", headers=headers):
+            allowed = authflow.authorize("edit", document)
+            assert allowed
+            return allowed
+
+    return decide
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--window", type=float, default=0.3, help="seconds per timed window")
+    args = parser.parse_args()
+    logging.getLogger("flask_authflow.authz").addHandler(logging.NullHandler())
+    logging.getLogger("flask_authflow.authz").setLevel(logging.INFO)
+    logging.getLogger("flask_authflow.authz").propagate = False
+
+    now = datetime.now(UTC)
+    evaluator = Evaluator(load_policies(AuthzSettings(policies=(POLICIES,), schema=SCHEMA)))
+    principal = Principal(
+        "u1",
+        "acme",
+        frozenset({"editor"}),
+        authenticated_at=now - timedelta(minutes=1),
+        factors=("password",),
+    )
+    document = Entity("Document", "42", {"tenant": "acme"})
+
+    def by_hand() -> object:
+        allowed = "editor" in principal.roles and document.attributes["tenant"] == principal.tenant
+        return allowed and document.id != "archive"
+
+    def by_policy() -> object:
+        decision = evaluator.decide(principal, "edit", document, now=now)
+        assert decision.allowed
+        return decision
+
+    floor_policy = cedarpy.PolicySet.from_str("permit(principal, action, resource);")
+    floor_request = {
+        "principal": {"type": "User", "id": "u1"},
+        "action": {"type": "Action", "id": "edit"},
+        "resource": {"type": "Document", "id": "42"},
+        "context": {},
+    }
+
+    def engine_floor() -> object:
+        return cedarpy.is_authorized(floor_request, floor_policy, [])
+
+    rates = per_second(
+        {
+            "hand-written role check": by_hand,
+            "cedarpy floor (no entities)": engine_floor,
+            "Evaluator.decide": by_policy,
+            "authflow.authorize": web_decision(),
+        },
+        args.rounds,
+        args.window,
+    )
+    floor = rates["hand-written role check"]
+    print(f"Python {sys.version.split()[0]}; best of {args.rounds} x {args.window}s windows; decisions/s")
+    for name, rate in rates.items():
+        ratio = "" if rate == floor else f"   hand-written/this = {floor / rate:8.1f}x"
+        print(f"  {name:<28}{rate:>12,.0f}/s  {1e6 / rate:8.2f} us{ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Deciding: put one request to the policies, answer a :class:`Decision`, log it.
+
+Default deny: no policy, no permitting policy, a request of the wrong shape, an error
+while evaluating any policy, a failure inside Cedar: each is a denial (``errors`` says
+why), never an exception. Every decision is logged on ``flask_authflow.authz`` with the
+ids of the policies that determined it (INFO; WARNING when there were errors).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from .entities import BadRequest, Principal, action_entity, entity_json, resource_entity, to_cedar
+from .policies import LoadedPolicies, cedar
+
+__all__ = ["Decision", "Evaluator", "log"]
+
+log = logging.getLogger("flask_authflow.authz")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer to one request: ``allowed``, the ``policies`` that determined it (their
+    ``@id`` or ``file:line``: the permits of an allow, the forbids of an explicit deny, none
+    for a default deny) and the ``errors`` that made it a denial."""
+
+    allowed: bool
+    policies: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+class Evaluator:
+    """Decides requests against ``policies`` (``None``: no policy, so every request is denied)."""
+
+    def __init__(self, policies: LoadedPolicies | None) -> None:
+        self.policies = policies
+
+    def decide(
+        self,
+        principal: Principal,
+        action: Any,
+        resource: Any,
+        context: Mapping[str, Any] | None = None,
+        *,
+        now: datetime | None = None,
+    ) -> Decision:
+        """May ``principal`` do ``action`` (``"edit"`` or ``'Action::"edit"'``) on ``resource``?
+
+        ``context`` holds request facts for ``context.*`` in the policies. ``now`` (default:
+        the system clock) dates the session's ``auth_age``.
+        """
+        try:
+            request, entities = _request(principal, action, resource, context, now or datetime.now(UTC))
+        except BadRequest as exc:
+            return self._logged(principal, action, resource, Decision(False, (), (str(exc),)))
+        if self.policies is None:
+            return self._logged(principal, action, resource, Decision(False))
+        try:
+            result = cedar().is_authorized(request, self.policies.policy_set, entities)
+            reasons = tuple(self.policies.label(reason) for reason in result.diagnostics.reasons)
+            errors = tuple(self.policies.relabel(str(error)) for error in result.diagnostics.errors)
+            allowed = bool(result.allowed) and not errors
+        except Exception as exc:  # noqa: BLE001 - Cedar failing is a denial, never a 500
+            reasons, errors, allowed = (), (f"the policy engine failed: {exc}",), False
+        return self._logged(principal, action, resource, Decision(allowed, reasons, errors))
+
+    @staticmethod
+    def _logged(principal: Principal, action: Any, resource: Any, decision: Decision) -> Decision:
+        level = logging.WARNING if decision.errors else logging.INFO
+        if log.isEnabledFor(level):
+            log.log(
+                level,
+                "authz %s: principal=%s tenant=%s action=%.200r resource=%.200s policies=%s errors=%s",
+                "allow" if decision.allowed else "deny",
+                principal.id,
+                principal.tenant,
+                action,
+                _describe(resource),
+                ",".join(decision.policies) or "-",
+                "; ".join(decision.errors) or "-",
+            )
+        return decision
+
+
+def _describe(resource: Any) -> str:
+    """The resource's uid for the log, control characters escaped (no forged log lines)."""
+    try:
+        return str(resource_entity(resource))[:200].encode("unicode_escape").decode("ascii")
+    except Exception:  # noqa: BLE001 - only for the log line
+        return f"<{type(resource).__name__}>"
+
+
+def _request(
+    principal: Principal, action: Any, resource: Any, context: Mapping[str, Any] | None, now: datetime
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Cedar's request and entities for one decision (:class:`BadRequest` for a wrong shape)."""
+    if not isinstance(principal, Principal):
+        raise BadRequest("the principal must be a flask_authflow.authz.Principal")
+    if context is not None and not isinstance(context, Mapping):
+        raise BadRequest(f"the context must be a mapping, got {type(context).__name__}")
+    action_uid = action_entity(action)
+    target = resource_entity(resource)
+    entities = principal.entities(now)
+    principal_uid = entities[0]["uid"]
+    if target.uid != principal_uid and all(entity["uid"] != target.uid for entity in entities):
+        entities.append(entity_json(target))
+    request = {
+        "principal": principal_uid,
+        "action": action_uid.uid,
+        "resource": target.uid,
+        "context": to_cedar(dict(context or {}), "the context"),
+    }
+    return request, entities

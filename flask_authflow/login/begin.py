@@ -1,0 +1,90 @@
+"""``begin_login``: start a password login for an identifier.
+
+**No oracle.** An unknown identifier, a user of another tenant and a disabled account go
+through the same steps as a real account: ``begin_login`` answers
+``FactorRequired(PASSWORD)`` and moves the session to Authenticating for a *phantom* user
+that can never authenticate; ``verify_factor`` then spends one Argon2 verify on a dummy
+hash and answers ``InvalidCredential``. Outcomes, store round trips (one
+:meth:`~flask_authflow.core.ports.LoginStore.login_facts` read whether the user exists or
+not), lockout and timing match those of a wrong password.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from flask_authflow.audit.context import AuditContext
+from flask_authflow.core.identifiers import check_tenant, normalise_identifier
+from flask_authflow.core.ports import LoginFacts
+from flask_authflow.core.session import (
+    AuthSession,
+    AuthState,
+    begin_flow,
+    fail_login,
+    start_login,
+    step_kinds,
+)
+from flask_authflow.errors import InvalidInput
+from flask_authflow.login.operation import (
+    LOGIN_IDENTIFIER_KEY,
+    TRANSACTION_KEY,
+    LoginServices,
+    Operation,
+    guard_store,
+    new_transaction,
+)
+from flask_authflow.outcomes import FactorKind, FactorRequired, Locked, LoginOutcome
+
+__all__ = ["begin_login"]
+
+
+def begin_login(
+    svc: LoginServices, ctx: AuditContext, identifier: str, tenant: str, session: AuthSession
+) -> LoginOutcome:
+    """Start a login for ``identifier`` in ``tenant`` (see the module docstring)."""
+    try:
+        ident = normalise_identifier(identifier)
+        tenant = check_tenant(tenant)
+    except InvalidInput as exc:
+        Operation(svc, ctx, session, "login_begin").refuse(exc, "error")
+        raise
+    with Operation(svc, ctx, session, "login_begin", tenant=tenant, identifier=ident) as op:
+        if session.state in (AuthState.AUTHENTICATED, AuthState.PENDING_WORKFLOW):
+            op.end_previous_login()
+        facts = guard_store(lambda: svc.store.login_facts(tenant, ident, op.now))
+        if facts.locked_until is not None:
+            return _locked(op, facts, facts.locked_until)
+        return _start(op, svc, facts)
+
+
+def _locked(op: Operation, facts: LoginFacts, until: datetime) -> Locked:
+    op.session.transition(lambda r: fail_login(r, now=op.now))
+    audit_user = facts.user.user_id if facts.user is not None else None
+    op.audit("locked", "locked", user_id=audit_user)
+    op.signal("login_failed", tenant=op.fields["tenant"], identifier=op.fields["identifier"], reason="locked")
+    op.count("login_failures")
+    return Locked(until)
+
+
+def _start(op: Operation, svc: LoginServices, facts: LoginFacts) -> FactorRequired:
+    """Authenticating for the user, or for the identifier's phantom (the same steps)."""
+    tenant: str = op.fields["tenant"]
+    ident: str = op.fields["identifier"]
+    user = facts.user
+    usable = user is not None and not user.disabled
+    subject_id = user.user_id if usable and user is not None else svc.phantom_user_id(tenant, ident)
+    steps = svc.steps_for(tenant, subject_id, facts.kinds) if usable else []
+    if not steps or FactorKind.PASSWORD.value not in step_kinds(steps[0]):
+        subject_id = svc.phantom_user_id(tenant, ident)
+        steps = [FactorKind.PASSWORD.value]
+    flow = {LOGIN_IDENTIFIER_KEY: ident, TRANSACTION_KEY: new_transaction()}
+    op.session.transition(
+        lambda r: begin_flow(
+            start_login(r, tenant=tenant, user_id=subject_id, factors=steps, now=op.now), flow
+        )
+    )
+    reason = None if usable else ("disabled" if user is not None else "unknown_identifier")
+    if usable and user is not None and subject_id != user.user_id:
+        reason = "no_password"
+    op.audit("started", reason, user_id=user.user_id if user is not None else None, factor=steps[0])
+    return FactorRequired(FactorKind.PASSWORD)

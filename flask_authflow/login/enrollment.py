@@ -1,0 +1,215 @@
+"""Adding and removing a user's factors: ``begin_enrollment``, ``confirm_enrollment``,
+``disable_factor`` and ``user_factors``.
+
+A change needs a fresh authentication whose last factor is of the user's strongest step
+(a password step-up alone does not let a stolen session with a known password remove the
+second factor); it ends the user's other sessions and gives this one a new id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from flask_authflow.audit.context import AuditContext
+from flask_authflow.core.factors import Accepted, EnrollContext, EnrollmentStart, Rejected, RejectReason
+from flask_authflow.core.ports import FactorConfig
+from flask_authflow.core.session import (
+    AuthSession,
+    AuthState,
+    SessionRecord,
+    begin_flow,
+    clear_flow,
+    step_kinds,
+)
+from flask_authflow.errors import EnrollmentError, StepUpNeeded, UserNotFound
+from flask_authflow.login.operation import LoginServices, Operation, guard_store, log, write_rows
+from flask_authflow.outcomes import FactorCredential, FactorKind
+
+__all__ = ["ENROLLMENT_TTL", "begin_enrollment", "confirm_enrollment", "disable_factor", "user_factors"]
+
+#: Prefix of an enrollment's slot in the session flow (``"enroll:webauthn"``).
+_ENROLL_SLOT = "enroll:"
+#: How long a begun enrollment waits for its proof of possession.
+ENROLLMENT_TTL = timedelta(minutes=10)
+
+
+@dataclass(frozen=True, slots=True)
+class _Fresh:
+    """The user of a session fresh enough to change factors."""
+
+    tenant: str
+    user_id: str
+    now: datetime
+
+
+def _fresh_user(svc: LoginServices, session: AuthSession, action: str) -> _Fresh:
+    """:raises StepUpNeeded: not authenticated, or the last authentication is older than the
+    service's ``freshness``, or its last factor is not of the user's strongest step."""
+    now = svc.clock.now()
+    record = session.record
+    if record.state is not AuthState.AUTHENTICATED or record.tenant is None or record.user_id is None:
+        raise StepUpNeeded(f"{action} needs an authenticated session")
+    if record.authenticated_at is None or now - record.authenticated_at > svc.freshness:
+        raise StepUpNeeded(f"{action} needs a fresh authentication: verify your identity again")
+    tenant, user_id = record.tenant, record.user_id
+    enrolled = guard_store(lambda: svc.store.required_factors(tenant, user_id))
+    steps = svc.steps_for(tenant, user_id, enrolled)
+    last = record.factors_passed[-1] if record.factors_passed else None
+    # A login that proved the user another way and passed nothing since (a passkey, a
+    # federated login, ``login_user``) counts as it is.
+    other_way = len(record.factors_passed) == 1 and last == record.auth_method and last not in FactorKind
+    # A second factor verified last counts even if it was removed since (the strongest
+    # step may have become the password).
+    second_factor = last is not None and last in FactorKind and last != FactorKind.PASSWORD.value
+    if steps and last not in step_kinds(steps[-1]) and not other_way and not second_factor:
+        raise StepUpNeeded(f"{action} needs your second factor again (a step-up of the strongest step)")
+    return _Fresh(tenant, user_id, now)
+
+
+def _enroll_context(
+    svc: LoginServices, session: AuthSession, kind: FactorKind, fresh: _Fresh
+) -> EnrollContext:
+    user = guard_store(lambda: svc.store.get_user(fresh.tenant, fresh.user_id))
+    if user is None or user.disabled:
+        raise UserNotFound()
+    slot = (session.record.flow or {}).get(_ENROLL_SLOT + kind.value)
+    return EnrollContext(
+        tenant=fresh.tenant,
+        user_id=fresh.user_id,
+        account_name=user.identifier,
+        issuer_name=svc.site_name,
+        now=fresh.now,
+        store=svc.store,
+        flow=dict(slot) if isinstance(slot, Mapping) else {},
+    )
+
+
+def _store_enroll_slot(session: AuthSession, kind: FactorKind, update: dict[str, Any] | None) -> None:
+    """Keep the enrollment's new slot (``{}`` ends it; ``None`` leaves it as it was)."""
+    if update is None:
+        return
+    key = _ENROLL_SLOT + kind.value
+
+    def change(r: SessionRecord) -> SessionRecord:
+        flow = {k: v for k, v in (r.flow or {}).items() if k != key}
+        if update:
+            flow[key] = update
+        return begin_flow(r, flow) if flow else clear_flow(r)
+
+    session.transition(change)
+
+
+def begin_enrollment(
+    svc: LoginServices,
+    ctx: AuditContext,
+    session: AuthSession,
+    kind: FactorKind,
+    params: Mapping[str, Any] | None = None,
+) -> EnrollmentStart:
+    """Start adding a factor of ``kind`` (see ``AuthnRequest.begin_enrollment``)."""
+    fresh = _fresh_user(svc, session, "adding a factor")
+    enrollment = svc.enrollment(kind)
+    enroll_ctx = _enroll_context(svc, session, kind, fresh)
+    fields: dict[str, Any] = {"tenant": fresh.tenant, "user_id": fresh.user_id, "factor": kind.value}
+    with Operation(svc, ctx, session, "factor_enroll", now=fresh.now, **fields) as op:
+        start = guard_store(lambda: enrollment.begin(enroll_ctx, dict(params or {})))
+        _store_enroll_slot(session, kind, enroll_ctx.flow_update)
+        op.audit("started")
+    return start
+
+
+def confirm_enrollment(
+    svc: LoginServices,
+    ctx: AuditContext,
+    session: AuthSession,
+    kind: FactorKind,
+    factor_id: str,
+    credential: FactorCredential,
+) -> FactorConfig:
+    """Finish an enrollment with the user's proof (see ``AuthnRequest.confirm_enrollment``)."""
+    fresh = _fresh_user(svc, session, "adding a factor")
+    enrollment = svc.enrollment(kind)
+    factor = svc.factor(kind)
+    if factor is not None:
+        factor.check_input(credential)
+    enroll_ctx = _enroll_context(svc, session, kind, fresh)
+    store, tenant, user_id, now = svc.store, fresh.tenant, fresh.user_id, fresh.now
+    fields: dict[str, Any] = {"tenant": tenant, "user_id": user_id, "factor": kind.value}
+    op = Operation(svc, ctx, session, "factor_enrolled", now=now, **fields)
+
+    def refuse(reason: str, slot: dict[str, Any] | None = None) -> EnrollmentError:
+        # The enrollment's slot as the factor left it (a try counted); ``{}`` ends it.
+        _store_enroll_slot(session, kind, slot)
+        write_rows(svc, [op.row("failure", reason, event="factor_enroll")])
+        return EnrollmentError(
+            "the code or response did not match: try again"
+            if reason == RejectReason.INVALID.value
+            else "the enrollment could not be confirmed: start again"
+        )
+
+    config = guard_store(lambda: store.get_factor(tenant, user_id, factor_id))
+    if config is None or config.kind is not kind or config.confirmed:
+        raise refuse("no_pending_factor", {})
+    if now - config.created_at > ENROLLMENT_TTL:
+        guard_store(lambda: store.delete_factor(tenant, user_id, factor_id))
+        raise refuse("expired", {})
+    checked = guard_store(lambda: enrollment.confirm(enroll_ctx, factor_id, credential))
+    if not checked:
+        raise refuse(checked.code if isinstance(checked, Rejected) else "invalid", enroll_ctx.flow_update)
+    replace_kind = enrollment.replaces_kind
+    if not guard_store(lambda: store.confirm_factor(tenant, user_id, factor_id, replace_kind=replace_kind)):
+        raise refuse("no_pending_factor", {})
+    # An enrollment's commit runs once the factor counts (it marks the proving code used).
+    if isinstance(checked, Accepted) and checked.commit is not None and not guard_store(checked.commit):
+        log.warning("the code that proved a new %s factor could not be marked used", kind.value)
+    _store_enroll_slot(session, kind, {})
+    with op:
+        _after_factor_change(op, svc, kind, credit=True)
+    confirmed = guard_store(lambda: store.get_factor(tenant, user_id, factor_id))
+    return confirmed if confirmed is not None else replace(config, confirmed=True)
+
+
+def disable_factor(svc: LoginServices, ctx: AuditContext, session: AuthSession, factor_id: str) -> bool:
+    """Remove one of the session's user's factors (see ``AuthnRequest.disable_factor``)."""
+    fresh = _fresh_user(svc, session, "removing a factor")
+    store, tenant, user_id = svc.store, fresh.tenant, fresh.user_id
+    config = guard_store(lambda: store.get_factor(tenant, user_id, factor_id))
+    if config is None or config.kind is FactorKind.PASSWORD:
+        return False
+    fields: dict[str, Any] = {"tenant": tenant, "user_id": user_id, "factor": config.kind.value}
+    with Operation(svc, ctx, session, "factor_disabled", now=fresh.now, **fields) as op:
+        if not guard_store(lambda: store.delete_factor(tenant, user_id, factor_id)):
+            return False
+        _after_factor_change(op, svc, config.kind)
+    return True
+
+
+def _after_factor_change(
+    op: Operation, svc: LoginServices, kind: FactorKind, *, credit: bool = False
+) -> None:
+    """Revoke the user's other sessions, rotate this one's id, audit. With ``credit`` the
+    factor counts as verified in this login (confirming it proved possession), so adding
+    another factor right after needs no further step-up."""
+    session, revoke = op.session, svc.revoke_sessions
+    tenant, user_id = op.fields["tenant"], op.fields["user_id"]
+    revoked = 0
+    if revoke is not None:
+        revoked = guard_store(lambda: revoke(tenant, user_id, session.sid, op.event))
+    sid = session.sid
+    if credit:
+        session.transition(lambda r: replace(r, factors_passed=(*r.factors_passed, kind.value)))
+    if session.sid == sid:
+        session.rotate_id()
+    op.audit("success", f"revoked_sessions={revoked}" if revoked else None)
+
+
+def user_factors(svc: LoginServices, session: AuthSession) -> list[FactorConfig]:
+    """The session's user's confirmed factors (for an account page); empty for a guest."""
+    record = session.record
+    if record.state is not AuthState.AUTHENTICATED or record.tenant is None or record.user_id is None:
+        return []
+    tenant, user_id = record.tenant, record.user_id
+    return guard_store(lambda: svc.store.list_factors(tenant, user_id))

@@ -1,0 +1,323 @@
+"""``verify_factor`` and ``challenge``: the factor steps of a login or a step-up.
+
+Every credential check is reserved with the lockout before it runs, so a burst of
+parallel guesses cannot buy more verifications than the policy allows, and it is settled
+(a failure counted, a success logged) in the step's unit of work with its audit rows. A
+one-time credential is used up in that same commit, or not at all: a parallel request
+that used it first makes this one count as ``replayed``. A lock set while the check ran
+wins over a success. **Fail closed**: if the attempt store cannot count a failure, the
+attempt is refused with :class:`~flask_authflow.errors.StoreUnavailable`; it never
+succeeds by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from flask_authflow.audit.context import AuditContext
+from flask_authflow.core.factors import Accepted, Factor, FactorCheck, Rejected, RejectReason
+from flask_authflow.core.session import (
+    AuthSession,
+    AuthState,
+    SessionRecord,
+    begin_flow,
+    clear_flow,
+    fail_login,
+    pass_factor,
+)
+from flask_authflow.errors import AuthFlowError, FactorNotRegistered, InvalidInput, LoginNotStarted
+from flask_authflow.login.challenges import (
+    FACTOR_SLOT,
+    StepUser,
+    challenge_step,
+    factor_context,
+    next_step,
+    required,
+    store_slots,
+)
+from flask_authflow.login.operation import (
+    LOGIN_IDENTIFIER_KEY,
+    PHANTOM_PREFIX,
+    LoginServices,
+    Operation,
+    guard_store,
+    lockout_subject,
+)
+from flask_authflow.outcomes import (
+    Authenticated,
+    FactorCredential,
+    FactorKind,
+    FactorOutcome,
+    FactorRequired,
+    InvalidCredential,
+    Locked,
+)
+
+__all__ = ["challenge", "verify_factor"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """The step a session waits for, as a credential of ``expected`` meets it."""
+
+    who: StepUser
+    expected: str
+    in_step: bool
+    subject: str
+    phantom: bool
+    step_up: bool
+    first_step: bool
+
+    @classmethod
+    def of(cls, record: SessionRecord, kind_name: str) -> _Step:
+        flow = record.flow or {}
+        step = record.pending_step
+        in_step = kind_name in step
+        user_id = record.user_id or ""
+        identifier = flow.get(LOGIN_IDENTIFIER_KEY)
+        step_up = record.state is AuthState.AUTHENTICATED
+        who = StepUser(
+            record.tenant or "",
+            user_id,
+            identifier if isinstance(identifier, str) else None,
+            "step_up" if step_up else "login",
+        )
+        return cls(
+            who=who,
+            expected=kind_name if in_step else step[0],
+            in_step=in_step,
+            subject=lockout_subject(flow, user_id),
+            phantom=user_id.startswith(PHANTOM_PREFIX),
+            step_up=step_up,
+            first_step=not step_up and not record.factors_passed,
+        )
+
+    def keep_trying(
+        self, now: datetime, update: dict[str, Any] | None
+    ) -> Callable[[SessionRecord], SessionRecord]:
+        """A failed step-up keeps the login but forgets the step-up; a failure at the first
+        step ends the login; at a later step the login waits for another try."""
+        slot_key = FACTOR_SLOT + self.expected
+
+        def change(r: SessionRecord) -> SessionRecord:
+            if r.state is AuthState.AUTHENTICATED:
+                return clear_flow(r)
+            if self.first_step or self.phantom:
+                return fail_login(r, now=now)
+            if update is None:
+                return r
+            return begin_flow(r, {**(r.flow or {}), slot_key: update})
+
+        return change
+
+
+def _end(now: datetime) -> Callable[[SessionRecord], SessionRecord]:
+    def end(r: SessionRecord) -> SessionRecord:
+        return clear_flow(r) if r.state is AuthState.AUTHENTICATED else fail_login(r, now=now)
+
+    return end
+
+
+def verify_factor(
+    svc: LoginServices, ctx: AuditContext, credential: FactorCredential, session: AuthSession
+) -> FactorOutcome:
+    """Check the credential for the step the session waits for (credential first, then the session).
+
+    Any kind of the pending step passes it; a kind outside the step is refused
+    (``InvalidCredential``, audited ``unexpected_factor``), never a skip. A wrong credential
+    ends the login at its first step (the password), and keeps it at a later step so the
+    user can retry within the lockout policy; the session id rotates after each passed step.
+    """
+    record = session.record
+    if not record.pending_step:
+        with Operation(svc, ctx, session, "factor_verify", factor=credential.kind.value) as op:
+            op.count("login_attempts", "login_failures")
+            op.audit("failure", "no_login_in_progress")
+        return InvalidCredential()
+    step = _Step.of(record, credential.kind.value)
+    who = step.who
+    factor = svc.factor(credential.kind) if step.in_step else None
+    fields: dict[str, Any] = {
+        "tenant": who.tenant,
+        "user_id": who.user_id,
+        "identifier": who.identifier,
+        "factor": step.expected,
+    }
+    with Operation(svc, ctx, session, "factor_verify", **fields) as op:
+        if factor is not None:
+            try:
+                factor.check_input(credential)
+            except InvalidInput as exc:
+                op.refuse(exc, "error")
+                raise
+        op.count("login_attempts")
+        if factor is not None and not factor.expensive:
+            # A cheap check (no Argon2): reservation, check, single-use update, settlement
+            # and audit rows in one unit. The reservation's lock on the counter row (or
+            # SQLite's write lock) holds parallel checks of the subject until it commits,
+            # so they still count one after another: one commit per step.
+            op.unit()
+        locked = op.reserve(who.tenant, step.subject, step.expected)
+        if locked is not None:
+            return _locked(op, step, locked, "locked")
+        checked, update = _check(op, svc, step, factor, credential)
+        return _settle(op, svc, step, checked, update)
+
+
+def _check(
+    op: Operation, svc: LoginServices, step: _Step, factor: Factor | None, credential: FactorCredential
+) -> tuple[FactorCheck, dict[str, Any] | None]:
+    """Run the factor's check (after the reservation); its answer and its new flow slot."""
+    if not step.in_step:
+        return Rejected(RejectReason.WRONG_KIND), None
+    if factor is None:
+        return Rejected("unsupported_factor"), None
+    ctx = factor_context(svc, op.now, op.session, credential.kind, step.who)
+    checked = guard_store(lambda: factor.verify(ctx, credential))
+    return checked, ctx.flow_update
+
+
+def _settle(
+    op: Operation, svc: LoginServices, step: _Step, checked: FactorCheck, update: dict[str, Any] | None
+) -> FactorOutcome:
+    """Settle the reserved check: a lock set meanwhile, a success, or a counted failure."""
+    lockout, who = svc.lockout, step.who
+    ok = bool(checked) and not step.phantom
+    commit = checked.commit if isinstance(checked, Accepted) else None  # makes it single-use
+    locked_now: datetime | None = None
+    if ok and commit is None:
+        # Looked for while the success is settled, in the settlement's unit (one statement
+        # on PostgreSQL); found, only the reservation is given back.
+        op.unit()
+        locked_now = lockout.success_unless_locked(
+            who.tenant, step.subject, step.expected, op.now, op.ctx.client_ip, reservation=op.hand_off()
+        )
+    elif ok:
+        locked_now = lockout.locked_until(who.tenant, step.subject, op.now)
+    if ok and locked_now is None and commit is not None:
+        # The single-use update joins the settlement's unit: the code is used up exactly
+        # when the step passes and its rows are written.
+        op.unit()
+        if not guard_store(commit):  # a parallel request used the credential first
+            ok, checked = False, Rejected(RejectReason.REPLAYED)
+    if locked_now is not None:
+        token = op.hand_off()
+        if token is not None:
+            lockout.release(who.tenant, step.subject, step.expected, token)
+        return _locked(op, step, locked_now, "locked_during_check")
+    if ok:
+        token = op.hand_off()
+        if token is not None:
+            op.unit()  # the settlement and the audit rows: one unit
+            lockout.success(
+                who.tenant, step.subject, step.expected, op.now, op.ctx.client_ip, reservation=token
+            )
+        return _passed(op, svc, step)
+    reason = "invalid_credential"
+    if step.phantom:
+        reason = "unknown_identifier"
+    elif isinstance(checked, Rejected):
+        reason = checked.code
+    return _failed(op, svc, step, reason, update)
+
+
+def _locked(op: Operation, step: _Step, until: datetime, reason: str) -> Locked:
+    """Refuse the attempt as locked: no credential check was counted for it."""
+    op.session.transition(_end(op.now))
+    op.audit("locked", reason)
+    op.count("login_failures")
+    op.signal("login_failed", tenant=step.who.tenant, identifier=step.who.identifier, reason="locked")
+    return Locked(until)
+
+
+def _passed(op: Operation, svc: LoginServices, step: _Step) -> FactorOutcome:
+    """The step passed: the session moves on (its id rotates), written in the step's unit."""
+    expected, who, now = step.expected, step.who, op.now
+
+    def advance(r: SessionRecord) -> SessionRecord:
+        after = pass_factor(r, expected, now=now)
+        if after.state is AuthState.AUTHENTICATED:
+            return clear_flow(after)
+        rest = {k: v for k, v in (after.flow or {}).items() if not k.startswith(FACTOR_SLOT)}
+        return begin_flow(after, rest)
+
+    after = op.session.transition(advance)
+    op.write_session = True  # with the credential it used up, or not at all
+    op.signal("factor_verified", user_id=who.user_id, tenant=who.tenant, factor=expected)
+    if after.state is AuthState.AUTHENTICATED:
+        op.audit("success", "step_up" if step.step_up else None)
+        op.count("login_successes")
+        op.signal("login_succeeded", user_id=who.user_id, tenant=who.tenant, step_up=step.step_up)
+        return Authenticated(who.user_id, who.tenant)
+    op.audit("success", "next_factor")
+    return next_step(svc, now, op.session, StepUser(who.tenant, who.user_id, who.identifier))
+
+
+def _failed(
+    op: Operation, svc: LoginServices, step: _Step, reason: str, update: dict[str, Any] | None
+) -> FactorOutcome:
+    """Count the failure (settling the reservation); the threshold locks the subject."""
+    lockout, who = svc.lockout, step.who
+    token = op.hand_off()
+    op.unit()
+
+    def count_failure() -> object:
+        return lockout.failure(
+            who.tenant, step.subject, step.expected, op.now, op.ctx.client_ip, reservation=token
+        )
+
+    result = lockout.failure(
+        who.tenant, step.subject, step.expected, op.now, op.ctx.client_ip, reservation=token
+    )
+    op.recount_with(count_failure)
+    op.count("login_failures")
+    outcome: FactorOutcome
+    if result.locked_until is not None:
+        op.session.transition(_end(op.now))
+        op.audit("locked", reason)
+        op.count("lockouts")
+        outcome = Locked(result.locked_until)
+    else:
+        op.session.transition(step.keep_trying(op.now, update))
+        op.audit("failure", reason)
+        outcome = InvalidCredential()
+    failed = "locked" if result.locked_until else "invalid_credential"
+    op.signal("login_failed", tenant=who.tenant, identifier=who.identifier, reason=failed)
+    return outcome
+
+
+def challenge(
+    svc: LoginServices, ctx: AuditContext, kind: FactorKind, session: AuthSession
+) -> FactorRequired:
+    """(Re)issue the challenge of ``kind`` for the pending step ("send me a code by e-mail",
+    "use my security key"). The step must accept ``kind``.
+
+    :raises LoginNotStarted: no step is pending, or ``kind`` does not pass it.
+    :raises FactorNotRegistered: no factor of ``kind`` is registered.
+    """
+    record = session.record
+    kinds = record.pending_step
+    if kind.value not in kinds or (record.user_id or "").startswith(PHANTOM_PREFIX):
+        raise LoginNotStarted(f"no pending step accepts {kind.value!r}")
+    if svc.factor(kind) is None:
+        raise FactorNotRegistered(f"no factor of kind {kind.value!r} is registered")
+    ident = (record.flow or {}).get(LOGIN_IDENTIFIER_KEY)
+    who = StepUser(
+        record.tenant or "",
+        record.user_id or "",
+        ident if isinstance(ident, str) else None,
+        "step_up" if record.state is AuthState.AUTHENTICATED else "login",
+    )
+    fields: dict[str, Any] = {"tenant": record.tenant, "user_id": record.user_id, "factor": kind.value}
+    with Operation(svc, ctx, session, "factor_challenge", refuse_on=(AuthFlowError,), **fields) as op:
+        # The mail server is down, no sender is configured: refused, recorded, undone.
+        public, slots = challenge_step(svc, op.now, session, kinds, who, only=kind)
+        store_slots(session, slots)
+        answer: Mapping[str, Any] = public.get(kind, {})
+        error = answer.get("error")
+        refused = isinstance(error, str)
+        op.audit("refused" if refused else "sent", error if refused else None)
+    return required(kinds, public)
