@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.provider import TestOpenIDProvider
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
+from tests.appfactory import make_app
 
 PROVIDER = "test-op"
 CLIENT_ID = "test-client"
@@ -94,21 +94,18 @@ def federated_app(
         "post_login_redirect": "/dashboard",
     }
     settings.update(provider_settings)
-    app = Flask("federated_app")
-    app.config.update(
-        TESTING=True,
-        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
-        AUTHFLOW_OAUTH_PROVIDERS={PROVIDER: settings},
-    )
     backend = InMemoryBackend(hasher=hasher, clock=clock)
     sessions = MemorySessionStore(clock=clock)
-    authflow = AuthFlow(
-        app,
+    authflow = AuthFlow()
+    app = make_app(
+        authflow=authflow,
+        import_name="federated_app",
         backend=backend,
         session_store=sessions,
         clock=clock,
         hasher=hasher,
         http_client=RequestsHttpClient(adapters=provider.http_adapters()),
+        AUTHFLOW_OAUTH_PROVIDERS={PROVIDER: settings},
     )
 
     @app.get("/dashboard")

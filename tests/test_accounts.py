@@ -2,46 +2,42 @@
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from flask import Flask
 
-from flask_authflow import AuthFlow, get_state, login_required, signals
+from flask_authflow import get_state, login_required, signals
 from flask_authflow.errors import UserNotFound
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.testing.pytest_plugin import login_test_client
 from flask_authflow.web.state import account_admin
+from tests.appfactory import AppFactory
+
+# Every store on purpose: the plugin's in-memory stores would replace them.
+pytestmark = pytest.mark.authflow_stores("sql")
 
 PASSWORD = "correct horse battery staple"
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
-def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Flask]:
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
+def app(request: pytest.FixtureRequest, tmp_path: Path, app_factory: AppFactory) -> Flask:
     if request.param == "memory":
-        app.config["AUTHFLOW_SESSION_STORE"] = "memory"
-        app.config["AUTHFLOW_DATABASE_URL"] = f"sqlite:///{tmp_path / 'users.db'}"
-    elif request.param == "sqlite":
-        app.config["AUTHFLOW_DATABASE_URL"] = f"sqlite:///{tmp_path / 'authflow.db'}"
-    else:
-        app.config["AUTHFLOW_DATABASE_URL"] = request.getfixturevalue("postgres_server").new_database(
-            migrated=True
+        app = app_factory(
+            AUTHFLOW_SESSION_STORE="memory", AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'users.db'}"
         )
-    AuthFlow(app, hasher=PasswordHasher.fast_for_tests())
+    elif request.param == "sqlite":
+        app = app_factory(AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'authflow.db'}")
+    else:
+        server = request.getfixturevalue("postgres_server")
+        app = app_factory(AUTHFLOW_DATABASE_URL=server.new_database(migrated=True))
 
     @app.get("/dashboard")
     @login_required
     def dashboard() -> str:
         return "dashboard"
 
-    yield app
-    backend: Any = get_state(app).backend
-    backend.close()
+    return app
 
 
 def two_clients(app: Flask) -> tuple[Any, Any]:

@@ -11,6 +11,8 @@ import pytest
 
 from flask_authflow.audit.sinks import AuditRecord, AuthCounters, MemoryAuditSink, hash_session_id
 from flask_authflow.errors import AuditWriteError
+from flask_authflow.web.state import get_state
+from tests.appfactory import AppFactory
 
 ROW = AuditRecord(time=datetime(2026, 1, 1, tzinfo=UTC), event="logout", status="success")
 
@@ -139,19 +141,15 @@ def test_escaping_is_idempotent_and_leaves_printable_text_alone() -> None:
     assert again == real
 
 
-def test_login_with_a_separator_in_the_user_agent_stores_an_escaped_row() -> None:
-    from flask import Flask
-
+def test_login_with_a_separator_in_the_user_agent_stores_an_escaped_row(app_factory: AppFactory) -> None:
     from flask_authflow import AuthFlow
-    from flask_authflow.login.password import PasswordHasher
-    from flask_authflow.sessions.stores import MemorySessionStore
     from flask_authflow.storage.memory import InMemoryBackend
 
-    backend = InMemoryBackend(hasher=PasswordHasher(time_cost=1, memory_cost=8, parallelism=1))
+    authflow = AuthFlow()
+    app = app_factory(authflow=authflow)
+    backend = get_state(app).backend
+    assert isinstance(backend, InMemoryBackend)
     backend.create_user("default", "alice", "correct horse battery")
-    app = Flask(__name__)
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="k" * 32)
-    authflow = AuthFlow(app, backend=backend, session_store=MemorySessionStore())
 
     @app.post("/login")
     def login() -> str:

@@ -14,12 +14,14 @@ from flask import Flask
 from flask_authflow import AuthFlow, login_required
 from flask_authflow.audit.sinks import AuditRecord, MemoryAuditSink
 from flask_authflow.audit.spool import SpoolAuditSink
+from flask_authflow.clock import MockClock
 from flask_authflow.errors import AuditWriteError
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import login_test_client
 from flask_authflow.web.state import get_state
+from tests.appfactory import AppFactory
 
 ROW = AuditRecord(
     time=datetime(2026, 1, 1, tzinfo=UTC), event="logout", status="success", tenant="t", user_id="u1"
@@ -72,11 +74,14 @@ def test_parallel_writers_lose_no_row(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def app(tmp_path: Path) -> Flask:
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="k" * 32)
-    backend = InMemoryBackend(hasher=PasswordHasher.fast_for_tests())
-    authflow = AuthFlow(app, backend=backend, session_store=MemorySessionStore())
+def app(app_factory: AppFactory, mock_clock: MockClock, authflow_hasher: PasswordHasher) -> Flask:
+    # Its own in-memory stores, also for the test of the spool's default place (unwired).
+    authflow = AuthFlow()
+    app = app_factory(
+        authflow=authflow,
+        backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
+        session_store=MemorySessionStore(clock=mock_clock),
+    )
 
     @app.post("/logout")
     def logout() -> str:
@@ -91,6 +96,7 @@ def app(tmp_path: Path) -> Flask:
     return app
 
 
+@pytest.mark.authflow_stores("app")  # the spool's default place: the instance folder
 def test_logout_with_the_audit_store_down_ends_the_session_and_spools_the_row(app: Flask) -> None:
     client = login_test_client(app, "alice")
     state = get_state(app)
@@ -115,8 +121,9 @@ def test_logout_with_both_the_store_and_the_spool_down_still_logs_out(app: Flask
     client = login_test_client(app, "alice")
     state = get_state(app)
     backend: InMemoryBackend = state.backend  # type: ignore[assignment]
-    blocker = Path(app.instance_path) / "authflow-audit-spool.jsonl"
-    blocker.mkdir(parents=True)  # a directory where the spool file should be: writes fail
+    spool = state.service.audit_fallback
+    assert isinstance(spool, SpoolAuditSink)
+    spool.path.mkdir(parents=True)  # a directory where the spool file should be: writes fail
     backend.fail_next_write()
     assert client.post("/logout").status_code == 200
     assert client.get("/dashboard").status_code == 401

@@ -9,19 +9,18 @@ added to the login path fails here.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from flask import Flask
 from sqlalchemy import Engine, event
 from sqlalchemy.pool import Pool
 
 from flask_authflow import AuthFlow
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from tests.appfactory import AppFactory
 
 pytestmark = pytest.mark.postgres
 
@@ -76,15 +75,14 @@ def trace() -> Iterator[Trace]:
             event.remove(Engine, name, listener)
 
 
+@pytest.mark.authflow_stores("sql")  # the sessions' round trips too: the SQL session store
 def test_one_password_login_on_postgresql_costs_fourteen_round_trips(
-    postgres_server: Any, trace: Trace
+    postgres_server: Any, trace: Trace, app_factory: AppFactory
 ) -> None:
     url = postgres_server.new_database()
-    hasher = PasswordHasher.fast_for_tests()
-    app = Flask("round_trips")
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), AUTHFLOW_DATABASE_URL=url)
-    backend = SqlAlchemyBackend(url, hasher=hasher)
-    authflow = AuthFlow(app, hasher=hasher, backend=backend)
+    backend = SqlAlchemyBackend(url, hasher=PasswordHasher.fast_for_tests())
+    authflow = AuthFlow()
+    app = app_factory(authflow=authflow, backend=backend, AUTHFLOW_DATABASE_URL=url)
     with app.app_context():
         authflow.state.backend.create_user("default", "alice", PASSWORD)
 

@@ -2,33 +2,21 @@
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 import click
 import pytest
 from flask import Flask
 
-from flask_authflow import AuthFlow, get_state
+from flask_authflow import get_state
 from flask_authflow.cli import authflow_cli
-from flask_authflow.clock import MockClock
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import login_test_client
+from tests.appfactory import AppFactory
 
 
 @pytest.fixture
-def app(mock_clock: MockClock, authflow_hasher: PasswordHasher) -> Flask:
-    app = Flask(__name__)
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
-    AuthFlow(
-        app,
-        backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
-        session_store=MemorySessionStore(clock=mock_clock),
-        clock=mock_clock,
-        hasher=authflow_hasher,
-    )
+def app(app_factory: AppFactory) -> Flask:
+    app = app_factory()
 
     @app.get("/who")
     def who() -> str:

@@ -8,7 +8,6 @@ the code pyotp computes at the app clock's time), on memory stores and on SQLite
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,14 +21,13 @@ from click.testing import Result
 from flask import Flask
 from flask.testing import FlaskClient
 
-from flask_authflow import AuthFlow, get_state, signals
+from flask_authflow import get_state, signals
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.clock import MockClock
 from flask_authflow.core.ports import FactorConfig
 from flask_authflow.core.session import AuthSession
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.login.accounts import AccountAdmin
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,
@@ -38,11 +36,11 @@ from flask_authflow.outcomes import (
     FactorRequired,
     InvalidCredential,
 )
-from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT, login_test_client
 from flask_authflow.web.state import account_admin
-from tests.test_cli_operators import build_app
+from tests.appfactory import AppFactory
+from tests.test_cli_operators import STORES, build_app, unreachable_app
 
 PASSWORD = "correct-horse-42"
 #: A TOTP time step: after a code is used, the next login needs the next step's code.
@@ -50,11 +48,9 @@ STEP = 30
 FACTOR_FIELDS = {"id", "kind", "label", "created_at", "last_used_at", "confirmed"}
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def app(
-    request: pytest.FixtureRequest, tmp_path: Path, mock_clock: MockClock, authflow_hasher: PasswordHasher
-) -> Flask:
-    app = build_app(tmp_path, mock_clock, authflow_hasher, request.param)
+@pytest.fixture(params=STORES)
+def app(request: pytest.FixtureRequest, tmp_path: Path, app_factory: AppFactory) -> Flask:
+    app = build_app(app_factory, tmp_path, request.param)
     with app.app_context():
         account_admin(app).create_user("default", "alice", PASSWORD)
     return app
@@ -495,16 +491,13 @@ def test_an_unknown_user(app: Flask, command: list[str]) -> None:
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
 def test_a_database_that_cannot_be_opened(
-    tmp_path: Path, authflow_hasher: PasswordHasher, command: list[str]
+    tmp_path: Path, app_factory: AppFactory, command: list[str]
 ) -> None:
     folder = tmp_path / "gone"
     folder.mkdir()
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
-    backend = SqlAlchemyBackend(
-        f"sqlite:///{folder / 'authflow.db'}", hasher=authflow_hasher, create_tables=False
-    )
-    AuthFlow(app, backend=backend, session_store=MemorySessionStore(), hasher=authflow_hasher)
+    app = unreachable_app(app_factory, f"sqlite:///{folder / 'authflow.db'}")
+    backend = get_state(app).backend
+    assert isinstance(backend, SqlAlchemyBackend)
     shutil.rmtree(folder)  # the database's folder went away after the app started
     backend.engine.dispose()
     assert_error(

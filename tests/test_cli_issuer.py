@@ -24,13 +24,20 @@ import pytest
 from click.testing import Result
 from flask import Flask
 
-from flask_authflow import AuthFlow, get_state
+from flask_authflow import get_state
+from flask_authflow.clock import SystemClock
 from flask_authflow.issuer import FileLocalIdpKeyStore, LocalIdp
 from flask_authflow.jose import JwksHandle, JwtVerifier, b64url_decode
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
+from tests.appfactory import AppFactory
 from tests.parts import missing_part
+
+# Unwired: the issuer's default key store stays in the app's own database (instance folder),
+# and the tokens minted here are checked by PyJWT and node's jose against the wall clock,
+# which issuer_cli_app passes to the apps.
+pytestmark = pytest.mark.authflow_stores("app")
 
 ROOT = Path(__file__).resolve().parent.parent
 INTEROP = ROOT / "tests" / "interop"
@@ -44,26 +51,20 @@ FAST_ARGON2 = {
 }
 
 
-def make_app(instance: Path, **config: Any) -> Flask:
-    # Each app gets its own instance folder (the test's tmp_path, removed by pytest): the
-    # default issuer key store is the SQL store in the app's database, which must not be
-    # shared between tests.
-    app = Flask(__name__, instance_path=str(instance / "instance"))
-    app.config.update(
-        {
-            "TESTING": True,
-            "AUTHFLOW_SIGNING_KEY": secrets.token_bytes(32),
-            "AUTHFLOW_SESSION_STORE": "memory",
-            **FAST_ARGON2,
-            **config,
+@pytest.fixture
+def issuer_cli_app(app_factory: AppFactory) -> AppFactory:
+    """``app_factory`` with what these apps change in the base: the wall clock, their own
+    in-memory users and sessions; the test's overrides on top."""
+
+    def make(**overrides: Any) -> Flask:
+        adapters = {
+            "clock": SystemClock(),
+            "backend": InMemoryBackend(hasher=PasswordHasher.fast_for_tests()),
+            "session_store": MemorySessionStore(),
         }
-    )
-    AuthFlow(
-        app,
-        backend=InMemoryBackend(hasher=PasswordHasher.fast_for_tests()),
-        session_store=MemorySessionStore(),
-    )
-    return app
+        return app_factory(**{**adapters, **overrides})
+
+    return make
 
 
 @pytest.fixture
@@ -72,8 +73,8 @@ def key_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def app(key_dir: Path, tmp_path: Path) -> Flask:
-    return make_app(tmp_path, AUTHFLOW_ISSUER=ISS, AUTHFLOW_ISSUER_KEY_STORE=f"file:{key_dir}")
+def app(key_dir: Path, issuer_cli_app: AppFactory) -> Flask:
+    return issuer_cli_app(AUTHFLOW_ISSUER=ISS, AUTHFLOW_ISSUER_KEY_STORE=f"file:{key_dir}")
 
 
 def issuer_of(app: Flask) -> LocalIdp:
@@ -182,8 +183,8 @@ def test_rotate_key_rs256_with_kid(app: Flask) -> None:
     assert verify_with_authflow(app, token)["sub"] == "svc"
 
 
-def test_rotate_key_defaults_to_the_configured_algorithm(tmp_path: Path) -> None:
-    app = make_app(tmp_path, AUTHFLOW_ISSUER=ISS, AUTHFLOW_ISSUER_ALGORITHM="RS256")
+def test_rotate_key_defaults_to_the_configured_algorithm(issuer_cli_app: AppFactory) -> None:
+    app = issuer_cli_app(AUTHFLOW_ISSUER=ISS, AUTHFLOW_ISSUER_ALGORITHM="RS256")
     assert issuer_of(app).algorithm == "RS256"
     result = run(app, "rotate-key", "--force", "--kid", "next")
     assert result.exit_code == 0, result.output
@@ -220,8 +221,8 @@ def test_rotate_key_unknown_algorithm_is_a_usage_error(app: Flask) -> None:
 
 
 @pytest.mark.parametrize("command", [["rotate-key"], ["mint", "--sub", "s", "--aud", AUD]])
-def test_issuer_off_is_a_clean_error_naming_the_key(command: list[str], tmp_path: Path) -> None:
-    app = make_app(tmp_path)
+def test_issuer_off_is_a_clean_error_naming_the_key(command: list[str], issuer_cli_app: AppFactory) -> None:
+    app = issuer_cli_app()
     result = run(app, *command)
     assert_clean_error(result, "AUTHFLOW_ISSUER")
     assert "eyJ" not in result.output
@@ -321,9 +322,8 @@ def test_mint_claim_overriding_a_registered_claim_is_a_clean_error(app: Flask, c
     assert "eyJ" not in result.output
 
 
-def test_mint_ttl_over_max_lifetime_is_a_clean_error(key_dir: Path, tmp_path: Path) -> None:
-    app = make_app(
-        tmp_path,
+def test_mint_ttl_over_max_lifetime_is_a_clean_error(key_dir: Path, issuer_cli_app: AppFactory) -> None:
+    app = issuer_cli_app(
         AUTHFLOW_ISSUER=ISS,
         AUTHFLOW_ISSUER_KEY_STORE=f"file:{key_dir}",
         AUTHFLOW_ISSUER_MAX_LIFETIME=timedelta(minutes=10),
@@ -410,9 +410,9 @@ def test_flask_cli_subprocess_mints_with_the_issuer_example(tmp_path: Path) -> N
         ("mint", "--sub", "svc", "--aud", "api://x"),
     ],
 )
-def test_memory_key_store_is_refused_by_the_cli(args: tuple[str, ...], tmp_path: Path) -> None:
+def test_memory_key_store_is_refused_by_the_cli(args: tuple[str, ...], issuer_cli_app: AppFactory) -> None:
     """Issue 6 point 5: a CLI run on the memory store would use a throwaway key."""
-    app = make_app(tmp_path, AUTHFLOW_ISSUER=ISS, AUTHFLOW_ISSUER_KEY_STORE="memory")
+    app = issuer_cli_app(AUTHFLOW_ISSUER=ISS, AUTHFLOW_ISSUER_KEY_STORE="memory")
     before = issuer_of(app).current_kid
     result = run(app, *args)
     assert_clean_error(result, "memory", "throwaway key")

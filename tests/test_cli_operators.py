@@ -9,7 +9,6 @@ a database that cannot be reached and failures of the operating system.
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 from collections.abc import Iterator
 from datetime import timedelta
@@ -22,7 +21,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from flask_authflow import AuthFlow, current_session, get_state, signals
+from flask_authflow import current_session, get_state, signals
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.audit.spool import SpoolAuditSink
@@ -43,6 +42,7 @@ from flask_authflow.outcomes import (
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from tests.appfactory import AppFactory
 from tests.parts import free_port
 
 MAX_FAILURES = 3
@@ -59,23 +59,17 @@ PASSWORD = "correct-horse-42"
 LOCKOUT = {"AUTHFLOW_LOCKOUT_MAX_FAILURES": MAX_FAILURES, "AUTHFLOW_LOCKOUT_DURATION": LOCK}
 
 
-def build_app(tmp_path: Path, clock: MockClock, hasher: PasswordHasher, store: str, **config: Any) -> Flask:
-    """An app on memory stores or on a SQLite file, with ``GET /who`` (the session's state)."""
-    app = Flask(__name__, instance_path=str(tmp_path / f"instance-{store}"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), **config)
-    if store == "memory":
-        AuthFlow(
-            app,
-            backend=InMemoryBackend(hasher=hasher, clock=clock),
-            session_store=MemorySessionStore(clock=clock),
-            clock=clock,
-            hasher=hasher,
-        )
-    else:
-        app.config.update(
-            AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'authflow.db'}", AUTHFLOW_SESSION_STORE="sql"
-        )
-        AuthFlow(app, clock=clock, hasher=hasher)
+def build_app(app_factory: AppFactory, tmp_path: Path, store: str, **config: Any) -> Flask:
+    """An ``app_factory`` app with ``GET /who`` (the session's state): on the plugin's in-memory
+    stores, or with ``store="sqlite"`` (a test marked for the SQL wiring) on a SQLite file."""
+    if store == "sqlite":
+        config = {
+            "AUTHFLOW_DATABASE_URL": f"sqlite:///{tmp_path / 'authflow.db'}",
+            "AUTHFLOW_SESSION_STORE": "sql",
+            **config,
+        }
+    app = app_factory(instance_path=tmp_path / f"instance-{store}", **config)
+    assert isinstance(get_state(app).backend, InMemoryBackend) is (store == "memory")
 
     @app.get("/who")
     def who() -> str:
@@ -84,16 +78,18 @@ def build_app(tmp_path: Path, clock: MockClock, hasher: PasswordHasher, store: s
     return app
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def app(
-    request: pytest.FixtureRequest, tmp_path: Path, mock_clock: MockClock, authflow_hasher: PasswordHasher
-) -> Flask:
-    return build_app(tmp_path, mock_clock, authflow_hasher, request.param, **LOCKOUT)
+#: Each test runs on the plugin's in-memory stores and on a SQLite file.
+STORES = ["memory", pytest.param("sqlite", marks=pytest.mark.authflow_stores("sql"))]
+
+
+@pytest.fixture(params=STORES)
+def app(request: pytest.FixtureRequest, tmp_path: Path, app_factory: AppFactory) -> Flask:
+    return build_app(app_factory, tmp_path, request.param, **LOCKOUT)
 
 
 @pytest.fixture
-def memory_app(tmp_path: Path, mock_clock: MockClock, authflow_hasher: PasswordHasher) -> Flask:
-    return build_app(tmp_path, mock_clock, authflow_hasher, "memory", **LOCKOUT)
+def memory_app(tmp_path: Path, app_factory: AppFactory) -> Flask:
+    return build_app(app_factory, tmp_path, "memory", **LOCKOUT)
 
 
 # --- helpers ---------------------------------------------------------------------------------------
@@ -663,11 +659,10 @@ ISS = "https://cli-operators.example"
 
 
 @pytest.fixture
-def issuer_app(tmp_path: Path, mock_clock: MockClock, authflow_hasher: PasswordHasher) -> Flask:
+def issuer_app(tmp_path: Path, app_factory: AppFactory) -> Flask:
     return build_app(
+        app_factory,
         tmp_path,
-        mock_clock,
-        authflow_hasher,
         "memory",
         AUTHFLOW_ISSUER=ISS,
         AUTHFLOW_ISSUER_KEY_STORE=f"file:{tmp_path / 'keys'}",
@@ -781,21 +776,19 @@ USER_COMMANDS = [
 ]
 
 
-def unreachable_app(tmp_path: Path, url: str, authflow_hasher: PasswordHasher) -> Flask:
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
-    backend = SqlAlchemyBackend(url, hasher=authflow_hasher, create_tables=False)
-    AuthFlow(app, backend=backend, session_store=MemorySessionStore(), hasher=authflow_hasher)
-    return app
+def unreachable_app(app_factory: AppFactory, url: str) -> Flask:
+    """An ``app_factory`` app whose backend is the SQL database at ``url`` (about to go away)."""
+    backend = SqlAlchemyBackend(url, hasher=PasswordHasher.fast_for_tests(), create_tables=False)
+    return app_factory(backend=backend, session_store=MemorySessionStore())
 
 
 @pytest.mark.parametrize("command", USER_COMMANDS, ids=lambda c: " ".join(c[:2]))
 def test_a_sqlite_file_that_cannot_be_opened(
-    tmp_path: Path, authflow_hasher: PasswordHasher, command: list[str]
+    tmp_path: Path, app_factory: AppFactory, command: list[str]
 ) -> None:
     folder = tmp_path / "gone"
     folder.mkdir()
-    app = unreachable_app(tmp_path, f"sqlite:///{folder / 'authflow.db'}", authflow_hasher)
+    app = unreachable_app(app_factory, f"sqlite:///{folder / 'authflow.db'}")
     shutil.rmtree(folder)  # the database's folder went away after the app started
     backend = get_state(app).backend
     assert isinstance(backend, SqlAlchemyBackend)
@@ -807,11 +800,9 @@ def test_a_sqlite_file_that_cannot_be_opened(
 
 
 @pytest.mark.parametrize("command", USER_COMMANDS[:3], ids=lambda c: " ".join(c[:2]))
-def test_a_postgresql_server_that_is_not_there(
-    tmp_path: Path, authflow_hasher: PasswordHasher, command: list[str]
-) -> None:
+def test_a_postgresql_server_that_is_not_there(app_factory: AppFactory, command: list[str]) -> None:
     url = f"postgresql+psycopg://authflow@127.0.0.1:{free_port()}/authflow?connect_timeout=5"
-    app = unreachable_app(tmp_path, url, authflow_hasher)
+    app = unreachable_app(app_factory, url)
     message = assert_error(
         run(app, *command, stdin="some-password-1\n"), "the authentication database is unavailable: "
     )
@@ -832,12 +823,8 @@ class BrokenBackend(InMemoryBackend):
 
 
 @pytest.fixture
-def broken_app(tmp_path: Path, mock_clock: MockClock, authflow_hasher: PasswordHasher) -> Flask:
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
-    backend = BrokenBackend(hasher=authflow_hasher, clock=mock_clock)
-    AuthFlow(app, backend=backend, session_store=MemorySessionStore(clock=mock_clock), clock=mock_clock)
-    return app
+def broken_app(app_factory: AppFactory) -> Flask:
+    return app_factory(backend=BrokenBackend())
 
 
 def set_error(app: Flask, error: Exception) -> None:

@@ -9,6 +9,7 @@ from flask import Flask
 
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.web.config import DEFAULTS, load_config
+from tests.appfactory import AppFactory, base_app
 
 KEY = "k" * 32
 
@@ -132,8 +133,7 @@ def test_weak_argon2_allowed_only_when_testing() -> None:
 def test_init_app_refuses_unsafe_config_with_message() -> None:
     from flask_authflow import AuthFlow
 
-    app = Flask(__name__)
-    app.config["AUTHFLOW_SIGNING_KEY"] = "too-short"
+    app = base_app(TESTING=False, AUTHFLOW_SIGNING_KEY="too-short")
     with pytest.raises(ConfigurationError, match="at least 32"):
         AuthFlow(app)
     assert "authflow" not in app.extensions
@@ -165,10 +165,8 @@ def test_cookie_name_prefixes_keep_their_browser_rules(settings: dict[str, objec
         _load(debug=True, **settings)
 
 
-def test_host_prefixed_cookie_is_accepted_and_set_host_only() -> None:
-    from flask_authflow import AuthFlow, current_session
-    from flask_authflow.sessions.stores import MemorySessionStore
-    from flask_authflow.storage.memory import InMemoryBackend
+def test_host_prefixed_cookie_is_accepted_and_set_host_only(app_factory: AppFactory) -> None:
+    from flask_authflow import current_session
 
     cfg, _ = _load(AUTHFLOW_COOKIE_NAME="__Host-authflow")
     session = cfg.session
@@ -177,9 +175,7 @@ def test_host_prefixed_cookie_is_accepted_and_set_host_only() -> None:
         and session.cookie_path == "/"
         and session.cookie_domain is None
     )
-    app = Flask(__name__)
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="k" * 32, AUTHFLOW_COOKIE_NAME="__Host-authflow")
-    AuthFlow(app, backend=InMemoryBackend(), session_store=MemorySessionStore())
+    app = app_factory(AUTHFLOW_COOKIE_NAME="__Host-authflow")
 
     @app.get("/put")
     def put() -> str:
@@ -199,8 +195,7 @@ def test_trusted_proxies_that_cover_everything_are_refused(proxies: object) -> N
     from flask_authflow.sessions.stores import MemorySessionStore
     from flask_authflow.storage.memory import InMemoryBackend
 
-    app = Flask(__name__)
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="k" * 32, AUTHFLOW_TRUSTED_PROXIES=proxies)
+    app = base_app(AUTHFLOW_TRUSTED_PROXIES=proxies)
     with pytest.raises(ConfigurationError, match=r"AUTHFLOW_TRUSTED_PROXIES: .*cover every IPv"):
         AuthFlow(app, backend=InMemoryBackend(), session_store=MemorySessionStore())
     assert "authflow" not in app.extensions

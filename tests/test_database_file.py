@@ -7,19 +7,20 @@ import stat
 from pathlib import Path
 
 import pytest
-from flask import Flask
 
 from flask_authflow import AuthFlow, get_state
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql import engine as engine_module
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from tests.appfactory import base_app
 
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+@pytest.mark.authflow_stores("app")  # the default database, in the instance folder
 def test_default_database_is_created_0600(tmp_path: Path) -> None:
     previous = os.umask(0o022)  # the usual umask, under which SQLite alone would make 0644
     try:
@@ -29,8 +30,7 @@ def test_default_database_is_created_0600(tmp_path: Path) -> None:
 
 
 def _default_database_is_private(tmp_path: Path) -> None:
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="k" * 32)
+    app = base_app(instance_path=tmp_path / "instance")
     AuthFlow(app, hasher=PasswordHasher.fast_for_tests())
     with app.app_context():
         get_state(app).backend.create_user("default", "alice", "correct horse battery staple")
@@ -73,9 +73,9 @@ def test_a_database_owned_by_someone_else_is_refused(tmp_path: Path, monkeypatch
         "sqlite:////proc/definitely/not/here/authflow.db",
     ],
 )
+@pytest.mark.authflow_stores("sql")  # the configured URL reaches the check
 def test_bad_database_urls_are_configuration_errors(tmp_path: Path, url: str) -> None:
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="k" * 32, AUTHFLOW_DATABASE_URL=url)
+    app = base_app(instance_path=tmp_path / "instance", AUTHFLOW_DATABASE_URL=url)
     with pytest.raises(ConfigurationError, match="AUTHFLOW_DATABASE_URL"):
         AuthFlow(app, hasher=PasswordHasher.fast_for_tests())
     assert "authflow" not in app.extensions

@@ -2,31 +2,21 @@
 
 from __future__ import annotations
 
-import secrets
 from datetime import timedelta
 
 import pytest
 from flask import Flask
 
-from flask_authflow import AuthFlow, current_session, fresh_login_required, login_required, safe_next
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow import current_session, fresh_login_required, login_required, safe_next
+from flask_authflow.clock import MockClock
+from flask_authflow.testing import login_test_client
+from tests.appfactory import AppFactory
 
 
 @pytest.fixture
-def app(mock_clock, authflow_hasher) -> Flask:
+def app(app_factory: AppFactory) -> Flask:
     """Our own app: the plugin's authflow_app / logged_in_client pick it up."""
-    authflow_app = Flask(__name__)
-    authflow_app.config.update(
-        TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), AUTHFLOW_LOGIN_VIEW="login_page"
-    )
-    AuthFlow(
-        authflow_app,
-        backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
-        session_store=MemorySessionStore(clock=mock_clock),
-        clock=mock_clock,
-        hasher=authflow_hasher,
-    )
+    authflow_app = app_factory(AUTHFLOW_LOGIN_VIEW="login_page")
 
     @authflow_app.get("/login")
     def login_page() -> str:
@@ -113,22 +103,10 @@ def test_safe_next_keeps_relative_paths(target: str) -> None:
     assert safe_next(target) == target
 
 
-def test_fresh_login_required_with_zero_max_age_always_asks_for_step_up() -> None:
-    from flask_authflow.clock import MockClock
-    from flask_authflow.login.password import PasswordHasher
-    from flask_authflow.testing import login_test_client
-
-    clock = MockClock()
-    hasher = PasswordHasher.fast_for_tests()
-    app = Flask(__name__)
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
-    AuthFlow(
-        app,
-        backend=InMemoryBackend(hasher=hasher, clock=clock),
-        session_store=MemorySessionStore(clock=clock),
-        clock=clock,
-        hasher=hasher,
-    )
+def test_fresh_login_required_with_zero_max_age_always_asks_for_step_up(
+    app_factory: AppFactory, mock_clock: MockClock
+) -> None:
+    app = app_factory()
 
     @app.get("/now-only")
     @fresh_login_required(timedelta(0))
@@ -136,7 +114,7 @@ def test_fresh_login_required_with_zero_max_age_always_asks_for_step_up() -> Non
         return "fresh"
 
     client = login_test_client(app, "alice")
-    clock.advance(timedelta(seconds=1))  # well inside the 10-minute default, but not within 0
+    mock_clock.advance(timedelta(seconds=1))  # well inside the 10-minute default, but not within 0
     response = client.get("/now-only", headers={"Accept": "application/json"})
     assert response.status_code == 401
     assert response.get_json()["error"] == "step_up_required"

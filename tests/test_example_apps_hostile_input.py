@@ -17,6 +17,9 @@ from flask_authflow.errors import InvalidInput
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.outcomes import FactorCredential
 
+# The example apps as configured: their SQLite files in tmp_path, where hostile input meets SQL.
+pytestmark = pytest.mark.authflow_stores("sql")
+
 FAST_ARGON2 = {
     "TESTING": True,
     "AUTHFLOW_ARGON2_TIME_COST": 1,

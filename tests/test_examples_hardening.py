@@ -14,6 +14,9 @@ from examples.issuer.app import create_app as create_issuer_app
 from examples.reference.app import create_app as create_reference_app
 from flask_authflow.errors import ConfigurationError
 
+# The example apps as configured: their SQLite files in tmp_path, where hostile input meets SQL.
+pytestmark = pytest.mark.authflow_stores("sql")
+
 FAST = {"AUTHFLOW_ARGON2_TIME_COST": 1, "AUTHFLOW_ARGON2_MEMORY_COST": 8, "AUTHFLOW_ARGON2_PARALLELISM": 1}
 FIFTY_MB = 50 * 1024 * 1024
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import secrets
 import sys
 
 import pytest
@@ -16,20 +15,15 @@ from flask_authflow.responses import SERVER_ERROR_MESSAGE
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.web import extension
-
-
-def _app(**config: object) -> Flask:
-    app = Flask(__name__)
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), **config)
-    return app
+from tests.appfactory import base_app
 
 
 def test_direct_and_factory_forms_both_install_state(tmp_path, authflow_hasher) -> None:
-    direct = _app(AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'a.db'}")
+    direct = base_app(AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'a.db'}")
     AuthFlow(direct, hasher=authflow_hasher)
     ext = AuthFlow(hasher=authflow_hasher)
-    one = _app(AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'b.db'}")
-    two = _app(AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'c.db'}")
+    one = base_app(AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'b.db'}")
+    two = base_app(AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'c.db'}")
     ext.init_app(one)
     ext.init_app(two)
     assert get_state(direct) is not get_state(one) is not get_state(two)
@@ -39,7 +33,7 @@ def test_direct_and_factory_forms_both_install_state(tmp_path, authflow_hasher) 
 
 
 def test_second_init_app_is_refused(authflow_hasher) -> None:
-    app = _app(AUTHFLOW_SESSION_STORE="memory")
+    app = base_app(AUTHFLOW_SESSION_STORE="memory")
     ext = AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
     with pytest.raises(RuntimeError, match="already initialised"):
         ext.init_app(app)
@@ -52,9 +46,9 @@ def test_get_state_without_init_names_the_fix() -> None:
         get_state()
 
 
+@pytest.mark.authflow_stores("app")  # the default database, in the instance folder
 def test_default_database_is_sqlite_in_instance_folder(tmp_path, authflow_hasher) -> None:
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
+    app = base_app(instance_path=tmp_path / "instance")
     AuthFlow(app, hasher=authflow_hasher)
     with app.app_context():
         get_state(app).backend.create_user("default", "alice", "correct horse battery")
@@ -135,9 +129,8 @@ def test_custom_data_over_limit_is_413_not_500(authflow_app, authflow_client) ->
 
 
 def test_insecure_loopback_mode_refuses_non_loopback_peers(authflow_hasher) -> None:
-    app = Flask(__name__)
-    app.config.update(
-        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
+    app = base_app(
+        TESTING=False,
         AUTHFLOW_COOKIE_SECURE=False,
         AUTHFLOW_ALLOW_INSECURE_LOOPBACK=True,
         AUTHFLOW_SESSION_STORE="memory",
@@ -196,8 +189,9 @@ def test_every_error_class_has_code_and_status() -> None:
             assert cls.code and 400 <= cls.status < 600, name
 
 
+@pytest.mark.authflow_stores("app")  # the session store the setting names, not the plugin's
 def test_memory_store_option(authflow_hasher) -> None:
-    app = _app(AUTHFLOW_SESSION_STORE="memory")
+    app = base_app(AUTHFLOW_SESSION_STORE="memory")
     AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
     assert isinstance(get_state(app).session_store, MemorySessionStore)
 
@@ -222,7 +216,7 @@ def test_store_outage_on_save_is_503_and_keeps_nothing(authflow_hasher, mock_clo
     from flask_authflow.testing import login_test_client
 
     store = _FlakyStore(clock=mock_clock)
-    app = _app()
+    app = base_app()
     AuthFlow(
         app,
         backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
@@ -254,7 +248,7 @@ def test_logout_during_outage_fails_closed(authflow_hasher, mock_clock) -> None:
     from flask_authflow.testing import login_test_client
 
     store = _FlakyStore(clock=mock_clock)
-    app = _app()
+    app = base_app()
     authflow = AuthFlow(
         app,
         backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
@@ -309,10 +303,11 @@ NEEDS_AN_EXTRA = [
 
 
 @pytest.mark.parametrize(("extra", "module", "config"), NEEDS_AN_EXTRA)
+@pytest.mark.authflow_stores("sql")  # the configured URL reaches the check
 def test_a_setting_whose_package_is_missing_fails_at_init_app(
     monkeypatch: pytest.MonkeyPatch, authflow_hasher, extra: str, module: str, config: dict[str, object]
 ) -> None:
-    app = _app(**config)
+    app = base_app(**config)
     for name in [n for n in sys.modules if n == module or n.startswith(f"{module}.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, module, None)  # an import of the package now fails
@@ -327,7 +322,7 @@ def test_a_setting_whose_package_is_missing_fails_at_init_app(
 def test_a_provider_registered_in_code_without_its_packages_fails_at_registration(
     monkeypatch: pytest.MonkeyPatch, authflow_hasher
 ) -> None:
-    app = _app(AUTHFLOW_SESSION_STORE="memory")
+    app = base_app(AUTHFLOW_SESSION_STORE="memory")
     ext = AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
     monkeypatch.setitem(sys.modules, "authlib", None)
     with pytest.raises(ConfigurationError, match=re.escape("flask-authflow[oidc]")):
@@ -340,7 +335,7 @@ def test_settings_without_optional_packages_need_none(
 ) -> None:
     for _extra, module, _config in NEEDS_AN_EXTRA:
         monkeypatch.setitem(sys.modules, module, None)
-    app = _app(AUTHFLOW_SESSION_STORE="memory")
+    app = base_app(AUTHFLOW_SESSION_STORE="memory")
     AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
     assert get_state(app).federation is None
 
@@ -348,29 +343,28 @@ def test_settings_without_optional_packages_need_none(
 # --- composition: adapters, settings, nothing test-aware ----------------------------------------
 
 
+@pytest.mark.authflow_stores("app")  # the extension's own defaults
 def test_init_app_arguments_win_over_the_constructors_adapters(authflow_hasher, mock_clock) -> None:
     from flask_authflow.clock import MockClock, SystemClock
 
     ext = AuthFlow(hasher=authflow_hasher, clock=mock_clock)
     assert ext.adapters.clock is mock_clock and ext.adapters.backend is None
-    shared = _app(AUTHFLOW_SESSION_STORE="memory")
+    shared = base_app(AUTHFLOW_SESSION_STORE="memory")
     ext.init_app(shared, backend=InMemoryBackend(hasher=authflow_hasher))
     own_clock = MockClock()
-    own = _app(AUTHFLOW_SESSION_STORE="memory")
+    own = base_app(AUTHFLOW_SESSION_STORE="memory")
     ext.init_app(own, clock=own_clock, backend=InMemoryBackend(hasher=authflow_hasher))
     assert get_state(shared).clock is mock_clock
     assert get_state(own).clock is own_clock
     assert get_state(shared).hasher is get_state(own).hasher is authflow_hasher
-    plain = _app(AUTHFLOW_SESSION_STORE="memory")
+    plain = base_app(AUTHFLOW_SESSION_STORE="memory")
     AuthFlow(plain, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
     assert isinstance(get_state(plain).clock, SystemClock)  # nothing else supplies a clock
 
 
+@pytest.mark.authflow_stores("app")  # the plugin would point the spool away from the folder
 def test_a_given_backend_leaves_the_instance_folder_alone(tmp_path, authflow_hasher) -> None:
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(
-        TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), AUTHFLOW_SESSION_STORE="memory"
-    )
+    app = base_app(instance_path=tmp_path / "instance", AUTHFLOW_SESSION_STORE="memory")
     AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
     assert not (tmp_path / "instance").exists()  # no database file nor spool was made for nothing
 
@@ -378,7 +372,7 @@ def test_a_given_backend_leaves_the_instance_folder_alone(tmp_path, authflow_has
 def test_the_login_service_is_built_from_the_settings(authflow_hasher) -> None:
     from datetime import timedelta
 
-    app = _app(
+    app = base_app(
         AUTHFLOW_SESSION_STORE="memory",
         AUTHFLOW_FRESHNESS=180,
         AUTHFLOW_SITE_NAME="Acme",
@@ -398,7 +392,7 @@ def test_the_login_service_is_built_from_the_settings(authflow_hasher) -> None:
 def test_smtp_settings_are_parsed_once_into_the_sender(authflow_hasher) -> None:
     from flask_authflow.mail import SmtpSender
 
-    app = _app(
+    app = base_app(
         AUTHFLOW_SESSION_STORE="memory",
         AUTHFLOW_SMTP_HOST="smtp.example.com",
         AUTHFLOW_SMTP_FROM="no-reply@example.com",
@@ -412,7 +406,7 @@ def test_smtp_settings_are_parsed_once_into_the_sender(authflow_hasher) -> None:
 
 
 def test_a_refused_setting_leaves_the_app_untouched(authflow_hasher) -> None:
-    app = _app(AUTHFLOW_SESSION_STORE="memory", AUTHFLOW_SMTP_HOST="smtp.example.com")  # no FROM
+    app = base_app(AUTHFLOW_SESSION_STORE="memory", AUTHFLOW_SMTP_HOST="smtp.example.com")  # no FROM
     with pytest.raises(ConfigurationError, match="AUTHFLOW_SMTP_FROM is not set"):
         AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
     assert "authflow" not in app.extensions
@@ -478,7 +472,7 @@ def corp_factory(tenant: str | None) -> dict[str, str]:
 
 
 def test_a_provider_registered_after_the_first_request_is_refused(authflow_hasher) -> None:
-    app = _app(AUTHFLOW_SESSION_STORE="memory")
+    app = base_app(AUTHFLOW_SESSION_STORE="memory")
     ext = AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
     app.test_client().get("/")
     with pytest.raises(RuntimeError, match="register_provider after the app served requests"):
@@ -488,7 +482,7 @@ def test_a_provider_registered_after_the_first_request_is_refused(authflow_hashe
 
 
 def test_a_provider_registered_before_the_first_request_installs_federation(authflow_hasher) -> None:
-    app = _app(AUTHFLOW_SESSION_STORE="memory")
+    app = base_app(AUTHFLOW_SESSION_STORE="memory")
     ext = AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
     ext.register_provider("corp", corp_factory)
     assert get_state(app).federation is not None

@@ -37,6 +37,7 @@ from flask_authflow.federation.login import FederatedIdentity
 from flask_authflow.federation.provider import OAuthProviderConfig
 from flask_authflow.testing.provider import BACKCHANNEL_LOGOUT_EVENT
 from flask_authflow.web.views import csrf_token
+from tests.appfactory import base_app
 from tests.federation_support import (
     CLIENT_ID,
     LOGOUT_RETURN,
@@ -380,8 +381,6 @@ def test_provider_config_refusals() -> None:
 def test_oauth_providers_from_the_environment(monkeypatch, oidc_provider) -> None:
     import json
 
-    from flask import Flask
-
     from flask_authflow import AuthFlow
 
     monkeypatch.setenv(
@@ -398,11 +397,8 @@ def test_oauth_providers_from_the_environment(monkeypatch, oidc_provider) -> Non
             }
         ),
     )
-    app = Flask("env_app")
+    app = base_app(import_name="env_app", AUTHFLOW_SESSION_STORE="memory")
     app.config.from_prefixed_env()
-    app.config.update(
-        TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), AUTHFLOW_SESSION_STORE="memory"
-    )
     AuthFlow(
         app, http_client=RequestsHttpClient(adapters=oidc_provider.http_adapters()), backend=_memory_backend()
     )

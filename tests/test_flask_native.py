@@ -38,10 +38,10 @@ from flask_authflow.errors import (
     Unauthenticated,
     UserNotFound,
 )
-from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing import login_test_client
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
+from tests.appfactory import AppFactory
 
 
 @dataclass
@@ -53,18 +53,12 @@ class AppUser(UserMixin):
     is_admin: bool = False
 
 
-def make_app(mock_clock: MockClock, hasher: Any, **config: Any) -> tuple[Flask, AuthFlow, InMemoryBackend]:
-    app = Flask(__name__)
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), **config)
-    backend = InMemoryBackend(hasher=hasher, clock=mock_clock)
+def site(app_factory: AppFactory, **config: Any) -> tuple[Flask, AuthFlow, InMemoryBackend]:
+    """An ``app_factory`` app, the extension that initialised it and its in-memory backend."""
     authflow = AuthFlow()
-    authflow.init_app(
-        app,
-        backend=backend,
-        session_store=MemorySessionStore(clock=mock_clock),
-        clock=mock_clock,
-        hasher=hasher,
-    )
+    app = app_factory(authflow=authflow, **config)
+    backend = get_state(app).backend
+    assert isinstance(backend, InMemoryBackend)
     return app, authflow, backend
 
 
@@ -77,8 +71,8 @@ def client_of(app: Flask) -> Any:
 # --- current_user ---------------------------------------------------------------------------
 
 
-def test_current_user_without_loader_is_the_library_record(mock_clock, authflow_hasher) -> None:
-    app, _, _ = make_app(mock_clock, authflow_hasher)
+def test_current_user_without_loader_is_the_library_record(app_factory) -> None:
+    app, _, _ = site(app_factory)
 
     @app.get("/me")
     def me() -> Any:
@@ -95,8 +89,8 @@ def test_current_user_without_loader_is_the_library_record(mock_clock, authflow_
     assert alice == {"kind": "UserRecord", "authenticated": True, "identifier": "alice"}
 
 
-def test_user_loader_gives_the_app_object_once_per_request(mock_clock, authflow_hasher) -> None:
-    app, authflow, backend = make_app(mock_clock, authflow_hasher)
+def test_user_loader_gives_the_app_object_once_per_request(app_factory) -> None:
+    app, authflow, backend = site(app_factory)
     calls: list[tuple[str, str]] = []
 
     @authflow.user_loader
@@ -121,8 +115,8 @@ def test_user_loader_gives_the_app_object_once_per_request(mock_clock, authflow_
     assert len(calls) == 2  # the next request loads again
 
 
-def test_loader_returning_none_means_anonymous_and_denied(mock_clock, authflow_hasher) -> None:
-    app, authflow, _ = make_app(mock_clock, authflow_hasher)
+def test_loader_returning_none_means_anonymous_and_denied(app_factory) -> None:
+    app, authflow, _ = site(app_factory)
     gone: set[str] = set()
 
     @authflow.user_loader
@@ -145,8 +139,8 @@ def test_loader_returning_none_means_anonymous_and_denied(mock_clock, authflow_h
     assert client.get("/who").text == "<AnonymousUser>"
 
 
-def test_anonymous_while_a_login_waits_for_a_factor(mock_clock, authflow_hasher) -> None:
-    app, authflow, backend = make_app(mock_clock, authflow_hasher)
+def test_anonymous_while_a_login_waits_for_a_factor(app_factory) -> None:
+    app, authflow, backend = site(app_factory)
     user = backend.create_user("default", "alice", "a long enough password")
     backend.enroll_factor("default", user.user_id, FactorKind.TOTP, "secret")
 
@@ -158,8 +152,8 @@ def test_anonymous_while_a_login_waits_for_a_factor(mock_clock, authflow_hasher)
     assert client_of(app).post("/start").text == "FactorRequired:False:authenticating"
 
 
-def test_current_user_and_session_in_templates(mock_clock, authflow_hasher) -> None:
-    app, authflow, _ = make_app(mock_clock, authflow_hasher)
+def test_current_user_and_session_in_templates(app_factory) -> None:
+    app, authflow, _ = site(app_factory)
 
     @authflow.user_loader
     def load(tenant: str, user_id: str) -> AppUser:
@@ -189,8 +183,8 @@ def test_anonymous_user_answers_like_flask_login() -> None:
 # --- login_user -----------------------------------------------------------------------------
 
 
-def test_login_user_goes_through_the_state_machine(mock_clock, authflow_hasher) -> None:
-    app, authflow, backend = make_app(mock_clock, authflow_hasher)
+def test_login_user_goes_through_the_state_machine(app_factory) -> None:
+    app, authflow, backend = site(app_factory)
     user = backend.create_user("default", "alice", None)
     received: list[dict[str, Any]] = []
 
@@ -229,8 +223,8 @@ def test_login_user_goes_through_the_state_machine(mock_clock, authflow_hasher) 
     assert thief.get("/me", headers={"Accept": "application/json"}).status_code == 401
 
 
-def test_login_user_refuses_disabled_and_unknown_users(mock_clock, authflow_hasher) -> None:
-    app, authflow, backend = make_app(mock_clock, authflow_hasher)
+def test_login_user_refuses_disabled_and_unknown_users(app_factory) -> None:
+    app, authflow, backend = site(app_factory)
     user = backend.create_user("default", "alice", None)
     backend.set_disabled("default", "alice", True)
 
@@ -250,8 +244,8 @@ def test_login_user_refuses_disabled_and_unknown_users(mock_clock, authflow_hash
         assert session.is_guest  # a refused login changed nothing
 
 
-def test_login_user_never_skips_enrolled_factors_unless_asked(mock_clock, authflow_hasher) -> None:
-    app, authflow, backend = make_app(mock_clock, authflow_hasher)
+def test_login_user_never_skips_enrolled_factors_unless_asked(app_factory) -> None:
+    app, authflow, backend = site(app_factory)
     user = backend.create_user("default", "alice", "a long enough password")
     backend.enroll_factor("default", user.user_id, FactorKind.TOTP, "secret")
 
@@ -273,8 +267,8 @@ def test_login_user_never_skips_enrolled_factors_unless_asked(mock_clock, authfl
     assert rows == [("next_factor", "magic_link", None), ("success", "support_override", "factors_skipped")]
 
 
-def test_login_user_ends_another_users_login_first(mock_clock, authflow_hasher) -> None:
-    app, authflow, backend = make_app(mock_clock, authflow_hasher)
+def test_login_user_ends_another_users_login_first(app_factory) -> None:
+    app, authflow, backend = site(app_factory)
     bob = backend.create_user("default", "bob", None)
 
     @app.post("/as-bob")
@@ -289,8 +283,8 @@ def test_login_user_ends_another_users_login_first(mock_clock, authflow_hasher) 
 
 
 @pytest.mark.parametrize("method", ["", "Magic Link", "x" * 33, "sign\nup", "ok;drop"])
-def test_login_user_refuses_a_bad_method_label(mock_clock, authflow_hasher, method: str) -> None:
-    app, authflow, backend = make_app(mock_clock, authflow_hasher)
+def test_login_user_refuses_a_bad_method_label(app_factory, method: str) -> None:
+    app, authflow, backend = site(app_factory)
     user = backend.create_user("default", "alice", None)
     with app.test_request_context(), pytest.raises(InvalidInput):
         authflow.login_user(user.user_id, method=method)
@@ -299,8 +293,8 @@ def test_login_user_refuses_a_bad_method_label(mock_clock, authflow_hasher, meth
 # --- handlers and decorators ------------------------------------------------------------------
 
 
-def protected_app(mock_clock, hasher, **config: Any) -> tuple[Flask, AuthFlow]:
-    app, authflow, _ = make_app(mock_clock, hasher, **config)
+def protected_app(app_factory: AppFactory, **config: Any) -> tuple[Flask, AuthFlow]:
+    app, authflow, _ = site(app_factory, **config)
 
     @app.get("/secret")
     @login_required
@@ -325,8 +319,8 @@ def protected_app(mock_clock, hasher, **config: Any) -> tuple[Flask, AuthFlow]:
     return app, authflow
 
 
-def test_unauthorized_handler_answers_denials(mock_clock, authflow_hasher) -> None:
-    app, authflow = protected_app(mock_clock, authflow_hasher)
+def test_unauthorized_handler_answers_denials(app_factory) -> None:
+    app, authflow = protected_app(app_factory)
 
     @authflow.unauthorized_handler
     def unauthorized() -> Any:
@@ -337,8 +331,8 @@ def test_unauthorized_handler_answers_denials(mock_clock, authflow_hasher) -> No
     assert client_of(app).get("/fresh").status_code == 418
 
 
-def test_without_handler_app_errorhandler_for_the_typed_error_works(mock_clock, authflow_hasher) -> None:
-    app, _ = protected_app(mock_clock, authflow_hasher)
+def test_without_handler_app_errorhandler_for_the_typed_error_works(app_factory) -> None:
+    app, _ = protected_app(app_factory)
 
     @app.errorhandler(Unauthenticated)
     def custom(error: Unauthenticated) -> Any:
@@ -348,8 +342,8 @@ def test_without_handler_app_errorhandler_for_the_typed_error_works(mock_clock, 
     assert (response.status_code, response.text) == (401, "custom 401: unauthenticated")
 
 
-def test_without_handler_app_errorhandler_401_works(mock_clock, authflow_hasher) -> None:
-    app, _ = protected_app(mock_clock, authflow_hasher)
+def test_without_handler_app_errorhandler_401_works(app_factory) -> None:
+    app, _ = protected_app(app_factory)
 
     @app.errorhandler(401)
     def custom(error: HTTPException) -> Any:
@@ -360,9 +354,9 @@ def test_without_handler_app_errorhandler_401_works(mock_clock, authflow_hasher)
     assert response.text == f"<h1>Who are you?</h1><p>{Unauthenticated().message}</p>"
 
 
-def test_default_denials_redirect_browsers_and_answer_json(mock_clock, authflow_hasher) -> None:
+def test_default_denials_redirect_browsers_and_answer_json(app_factory, mock_clock) -> None:
     app, _ = protected_app(
-        mock_clock, authflow_hasher, AUTHFLOW_LOGIN_VIEW="login_page", AUTHFLOW_STEP_UP_VIEW="step_up_page"
+        app_factory, AUTHFLOW_LOGIN_VIEW="login_page", AUTHFLOW_STEP_UP_VIEW="step_up_page"
     )
     app.add_url_rule("/login", "login_page", lambda: "login")
     app.add_url_rule("/step-up", "step_up_page", lambda: "step up")
@@ -381,8 +375,8 @@ def test_default_denials_redirect_browsers_and_answer_json(mock_clock, authflow_
     assert as_json.headers["Cache-Control"] == "no-store"
 
 
-def test_fresh_login_required_bare_and_called(mock_clock, authflow_hasher) -> None:
-    app, _ = protected_app(mock_clock, authflow_hasher)
+def test_fresh_login_required_bare_and_called(app_factory, mock_clock) -> None:
+    app, _ = protected_app(app_factory)
     client = login_test_client(app, "alice")
     json = {"Accept": "application/json"}
     assert [client.get(p).status_code for p in ("/fresh", "/fresh-5", "/fresh-positional")] == [200] * 3
@@ -398,8 +392,8 @@ def test_fresh_login_required_bare_and_called(mock_clock, authflow_hasher) -> No
     assert client_of(app).get("/fresh", headers=json).json["error"] == "unauthenticated"
 
 
-def test_step_up_handler_answers_stale_logins(mock_clock, authflow_hasher) -> None:
-    app, authflow = protected_app(mock_clock, authflow_hasher)
+def test_step_up_handler_answers_stale_logins(app_factory, mock_clock) -> None:
+    app, authflow = protected_app(app_factory)
 
     @authflow.step_up_handler
     def stale() -> Any:
@@ -411,8 +405,8 @@ def test_step_up_handler_answers_stale_logins(mock_clock, authflow_hasher) -> No
     assert (response.status_code, response.text) == (428, "confirm your password")
 
 
-def test_login_required_with_a_predicate(mock_clock, authflow_hasher) -> None:
-    app, authflow, backend = make_app(mock_clock, authflow_hasher)
+def test_login_required_with_a_predicate(app_factory) -> None:
+    app, authflow, backend = site(app_factory)
     admins: set[str] = set()
 
     @authflow.user_loader
@@ -440,8 +434,8 @@ def test_login_required_with_a_predicate(mock_clock, authflow_hasher) -> None:
     assert client.get("/admin-kw").text == "admin kw"
 
 
-def test_app_errorhandler_403_answers_a_failed_predicate(mock_clock, authflow_hasher) -> None:
-    app, _, _ = make_app(mock_clock, authflow_hasher)
+def test_app_errorhandler_403_answers_a_failed_predicate(app_factory) -> None:
+    app, _, _ = site(app_factory)
 
     @app.get("/admin")
     @login_required(lambda user: user.identifier == "root")
@@ -459,6 +453,7 @@ def test_app_errorhandler_403_answers_a_failed_predicate(mock_clock, authflow_ha
 # --- init_app injectables and Flask-SQLAlchemy ---------------------------------------------------
 
 
+@pytest.mark.authflow_stores("sql")  # the factory's own SQL stores, sessions included
 def test_init_app_takes_the_clock_of_a_factory(tmp_path: Path, authflow_hasher) -> None:
     clock = MockClock()
     authflow = AuthFlow()  # at import time, as in a factory-pattern app
@@ -483,6 +478,7 @@ def test_init_app_takes_the_clock_of_a_factory(tmp_path: Path, authflow_hasher) 
     assert client.get("/me", headers={"Accept": "application/json"}).status_code == 401
 
 
+@pytest.mark.authflow_stores("sql")  # the factory's own SQL stores, sessions included
 def test_flask_sqlalchemy_model_integration_without_app_context(tmp_path: Path, authflow_hasher) -> None:
     from flask_sqlalchemy import SQLAlchemy
     from sqlalchemy import inspect
@@ -532,6 +528,7 @@ def test_flask_sqlalchemy_model_integration_without_app_context(tmp_path: Path, 
     assert client.get("/me").text == "Alice Liddell"
 
 
+@pytest.mark.authflow_stores("sql")  # the factory's own SQL stores, sessions included
 def test_flask_sqlalchemy_backend_needs_db_init_app_first(tmp_path: Path, authflow_hasher) -> None:
     from flask_sqlalchemy import SQLAlchemy
 
@@ -547,6 +544,7 @@ def test_flask_sqlalchemy_backend_needs_db_init_app_first(tmp_path: Path, authfl
         AuthFlow(app, backend=backend)
 
 
+@pytest.mark.authflow_stores("sql")  # the factory's own SQL stores, sessions included
 def test_one_import_time_backend_serves_every_app_of_a_factory(tmp_path: Path, authflow_hasher) -> None:
     from flask_sqlalchemy import SQLAlchemy
 

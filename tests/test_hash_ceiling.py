@@ -6,7 +6,6 @@ import re
 from typing import Any
 
 import pytest
-from flask import Flask
 
 from flask_authflow import AuthFlow
 from flask_authflow.clock import MockClock
@@ -17,6 +16,7 @@ from flask_authflow.outcomes import FactorCredential, InvalidCredential
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.web.state import get_state
+from tests.appfactory import base_app
 from tests.authn_support import CTX, new_session
 
 PASSWORD = "correct horse battery staple"
@@ -93,17 +93,11 @@ def test_login_against_a_planted_hash_is_an_audited_invalid_credential() -> None
     assert [(e.subject, e.success) for e in backend.attempt_log] == [("alice", False)]
 
 
+@pytest.mark.authflow_stores("app")  # the hasher built from the config
 def test_init_app_passes_the_configured_ceilings() -> None:
-    app = Flask(__name__)
-    app.config.update(
-        TESTING=True,
-        AUTHFLOW_SIGNING_KEY="k" * 32,
-        AUTHFLOW_ARGON2_MAX_MEMORY_COST=128 * 1024,
-        AUTHFLOW_ARGON2_MEMORY_COST=64 * 1024,
-    )
+    app = base_app(AUTHFLOW_ARGON2_MAX_MEMORY_COST=128 * 1024, AUTHFLOW_ARGON2_MEMORY_COST=64 * 1024)
     AuthFlow(app, backend=InMemoryBackend(), session_store=MemorySessionStore())
     assert get_state(app).hasher.max_memory_cost == 128 * 1024
-    bad = Flask(__name__)
-    bad.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="k" * 32, AUTHFLOW_ARGON2_MAX_TIME_COST=2)
+    bad = base_app(AUTHFLOW_ARGON2_MAX_TIME_COST=2)
     with pytest.raises(ConfigurationError, match="AUTHFLOW_ARGON2_MAX_TIME_COST"):
         AuthFlow(bad, backend=InMemoryBackend(), session_store=MemorySessionStore())

@@ -21,7 +21,7 @@ from click.testing import Result
 from flask import Flask
 from sqlalchemy import func, select, text
 
-from flask_authflow import AuthFlow, get_state
+from flask_authflow import get_state
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import MockClock
 from flask_authflow.core.crypto import SessionCrypto
@@ -36,6 +36,10 @@ from flask_authflow.storage.sql import session_store as store_module
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore, sessions_table
 from flask_authflow.web.config import load_config
+from tests.appfactory import AppFactory
+
+# The purge and audit commands run on the SQL store the app configures.
+pytestmark = pytest.mark.authflow_stores("sql")
 
 KEY = bytes(range(32))
 HOUR = timedelta(hours=1)
@@ -294,27 +298,14 @@ def test_audit_retention_defaults_to_a_year_and_may_be_forever() -> None:
 # --- the commands --------------------------------------------------------------------------------
 
 
-def build_app(tmp_path: Path, clock: MockClock, *, memory: bool = False, **config: Any) -> Flask:
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), **config)
-    hasher = PasswordHasher.fast_for_tests()
-    if memory:
-        AuthFlow(
-            app,
-            backend=InMemoryBackend(hasher=hasher, clock=clock),
-            session_store=MemorySessionStore(clock=clock),
-            clock=clock,
-            hasher=hasher,
-        )
-    else:
-        app.config["AUTHFLOW_DATABASE_URL"] = f"sqlite:///{tmp_path / 'authflow.db'}"
-        AuthFlow(app, clock=clock, hasher=hasher)
-    return app
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'authflow.db'}"
 
 
 @pytest.fixture
-def app(tmp_path: Path) -> Flask:
-    return build_app(tmp_path, MockClock())
+def app(app_factory: AppFactory, sqlite_url: str) -> Flask:
+    return app_factory(AUTHFLOW_DATABASE_URL=sqlite_url)
 
 
 def run(app: Flask, *args: str) -> Result:
@@ -404,10 +395,14 @@ def test_sessions_purge(app: Flask) -> None:
     assert state.session_store.load(live.sid) == live
 
 
-@pytest.mark.parametrize("memory", [False, True], ids=["sqlite", "memory"])
-def test_sessions_purge_of_one_tenant(tmp_path: Path, memory: bool) -> None:
-    clock = MockClock()
-    app = build_app(tmp_path, clock, memory=memory)
+@pytest.mark.parametrize(
+    "stores",
+    ["sql", pytest.param("memory", marks=pytest.mark.authflow_stores("memory"))],
+    ids=["sqlite", "memory"],
+)
+def test_sessions_purge_of_one_tenant(app: Flask, mock_clock: MockClock, stores: str) -> None:
+    clock = mock_clock
+    assert isinstance(get_state(app).session_store, MemorySessionStore) is (stores == "memory")
     store = get_state(app).session_store
     for tenant in ("acme", "acme", "globex"):
         store.save(signed_in(clock, "old", tenant=tenant), clock.now() + timedelta(minutes=1))
@@ -437,8 +432,10 @@ def audit_events(app: Flask) -> list[str]:
     return [row.event for row in backend.audit_rows]
 
 
-def test_audit_purge_keeps_every_row_younger_than_the_retention(tmp_path: Path) -> None:
-    app = build_app(tmp_path, MockClock(), AUTHFLOW_AUDIT_RETENTION=timedelta(days=90))
+def test_audit_purge_keeps_every_row_younger_than_the_retention(
+    app_factory: AppFactory, sqlite_url: str
+) -> None:
+    app = app_factory(AUTHFLOW_DATABASE_URL=sqlite_url, AUTHFLOW_AUDIT_RETENTION=timedelta(days=90))
     write_aged_rows(app, [400, 120, 91, 89, 10, 0])
 
     result = run(app, "audit", "purge")
@@ -454,8 +451,8 @@ def test_audit_purge_keeps_every_row_younger_than_the_retention(tmp_path: Path) 
     assert audit_events(app) == ["age89", "age10", "age0"]
 
 
-def test_audit_purge_older_than_a_longer_age(tmp_path: Path) -> None:
-    app = build_app(tmp_path, MockClock(), AUTHFLOW_AUDIT_RETENTION=timedelta(days=30))
+def test_audit_purge_older_than_a_longer_age(app_factory: AppFactory, sqlite_url: str) -> None:
+    app = app_factory(AUTHFLOW_DATABASE_URL=sqlite_url, AUTHFLOW_AUDIT_RETENTION=timedelta(days=30))
     clock = write_aged_rows(app, [400, 200, 100, 5])
     document = run_json(app, "audit", "purge", "--older-than", "26w")  # 182 days
     assert document["deleted"] == 2
@@ -464,8 +461,8 @@ def test_audit_purge_older_than_a_longer_age(tmp_path: Path) -> None:
     assert audit_events(app) == ["age100", "age5"]
 
 
-def test_audit_purge_is_refused_when_rows_are_kept_forever(tmp_path: Path) -> None:
-    app = build_app(tmp_path, MockClock(), AUTHFLOW_AUDIT_RETENTION=None)
+def test_audit_purge_is_refused_when_rows_are_kept_forever(app_factory: AppFactory, sqlite_url: str) -> None:
+    app = app_factory(AUTHFLOW_DATABASE_URL=sqlite_url, AUTHFLOW_AUDIT_RETENTION=None)
     write_aged_rows(app, [4000])
     refused = failure(app, "audit", "purge", "--older-than", "520w")
     assert refused["error"] == "retention"
@@ -478,8 +475,9 @@ def test_audit_purge_refuses_a_malformed_age(app: Flask, age: str) -> None:
     assert failure(app, "audit", "purge", "--older-than", age, exit_code=2)["error"] == "usage_error"
 
 
-def test_audit_purge_on_the_memory_backend(tmp_path: Path) -> None:
-    app = build_app(tmp_path, MockClock(), memory=True, AUTHFLOW_AUDIT_RETENTION=timedelta(days=90))
+@pytest.mark.authflow_stores("memory")
+def test_audit_purge_on_the_memory_backend(app_factory: AppFactory) -> None:
+    app = app_factory(AUTHFLOW_AUDIT_RETENTION=timedelta(days=90))
     write_aged_rows(app, [400, 91, 89, 0])
     assert run_json(app, "audit", "purge")["deleted"] == 2
     backend = get_state(app).backend

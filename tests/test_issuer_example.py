@@ -30,6 +30,10 @@ from flask_authflow.errors import TokenVerificationError
 from flask_authflow.jose import JwksHandle, JwtVerifier, b64url_decode
 from tests.parts import free_port
 
+# The example as deployed: its SQLite file (in tmp_path) and, where a test passes none, the
+# system clock, which PyJWT's own expiry check over HTTP also reads.
+pytestmark = pytest.mark.authflow_stores("app")
+
 ISS = "https://issuer-example.test"
 AUD = "https://api.example"
 PASSWORDS = {"alice": "wonderland-rabbit-42", "root": "operator-pass-1"}

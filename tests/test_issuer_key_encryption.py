@@ -10,13 +10,17 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 
-from flask_authflow import AuthFlow, get_state
+from flask_authflow import get_state
 from flask_authflow.core.crypto import SessionCrypto
 from flask_authflow.errors import KeyStoreError
 from flask_authflow.issuer import LocalIdp, LocalIdpSigningKey
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
+from tests.appfactory import AppFactory
+
+# The issuer's keys are read back from the app's SQL database.
+pytestmark = pytest.mark.authflow_stores("sql")
 
 ISS = "https://issuer.example"
 
@@ -30,22 +34,14 @@ def _rows(url: str) -> dict[str, str]:
         engine.dispose()
 
 
-def _app(tmp_path: Path, **config: Any) -> Flask:
-    app = Flask(__name__, instance_path=str(tmp_path))
-    app.config.update(
-        {
-            "TESTING": True,
-            "AUTHFLOW_SESSION_STORE": "memory",
-            "AUTHFLOW_ISSUER": ISS,
-            "AUTHFLOW_DATABASE_URL": f"sqlite:///{tmp_path / 'app.db'}",
-            "AUTHFLOW_ARGON2_TIME_COST": 1,
-            "AUTHFLOW_ARGON2_MEMORY_COST": 8,
-            "AUTHFLOW_ARGON2_PARALLELISM": 1,
-            **config,
-        }
-    )
-    AuthFlow(app, backend=InMemoryBackend(hasher=PasswordHasher.fast_for_tests()))
-    return app
+def _issuer_on_sqlite(tmp_path: Path) -> dict[str, Any]:
+    """What these apps change in the base config: an issuer whose keys live in ``app.db``."""
+    return {
+        "AUTHFLOW_SESSION_STORE": "memory",
+        "AUTHFLOW_ISSUER": ISS,
+        "AUTHFLOW_DATABASE_URL": f"sqlite:///{tmp_path / 'app.db'}",
+        "backend": InMemoryBackend(hasher=PasswordHasher.fast_for_tests()),
+    }
 
 
 def _issuer(app: Flask) -> LocalIdp:
@@ -102,16 +98,26 @@ def test_rows_written_unencrypted_are_read_and_resealed(tmp_path: Path) -> None:
     sealed.engine.dispose()
 
 
-def test_app_encrypts_under_the_configured_key_and_honours_previous_keys(tmp_path: Path) -> None:
+def test_app_encrypts_under_the_configured_key_and_honours_previous_keys(
+    tmp_path: Path, app_factory: AppFactory
+) -> None:
     signing = secrets.token_bytes(32)
     old_kek, new_kek = secrets.token_bytes(32), secrets.token_bytes(32)
-    first = _app(tmp_path, AUTHFLOW_SIGNING_KEY=signing, AUTHFLOW_ISSUER_KEY_ENCRYPTION_KEY=old_kek)
+    first = app_factory(
+        **_issuer_on_sqlite(tmp_path),
+        AUTHFLOW_SIGNING_KEY=signing,
+        AUTHFLOW_ISSUER_KEY_ENCRYPTION_KEY=old_kek,
+    )
     kid = _issuer(first).current_kid
     assert _rows(f"sqlite:///{tmp_path / 'app.db'}")[kid].startswith("enc1:")
     with pytest.raises(KeyStoreError):
-        _app(tmp_path, AUTHFLOW_SIGNING_KEY=signing, AUTHFLOW_ISSUER_KEY_ENCRYPTION_KEY=new_kek)
-    rotated = _app(
-        tmp_path,
+        app_factory(
+            **_issuer_on_sqlite(tmp_path),
+            AUTHFLOW_SIGNING_KEY=signing,
+            AUTHFLOW_ISSUER_KEY_ENCRYPTION_KEY=new_kek,
+        )
+    rotated = app_factory(
+        **_issuer_on_sqlite(tmp_path),
         AUTHFLOW_SIGNING_KEY=signing,
         AUTHFLOW_ISSUER_KEY_ENCRYPTION_KEY=new_kek,
         AUTHFLOW_PREVIOUS_ISSUER_KEY_ENCRYPTION_KEYS=[old_kek],
@@ -119,12 +125,16 @@ def test_app_encrypts_under_the_configured_key_and_honours_previous_keys(tmp_pat
     assert _issuer(rotated).current_kid == kid
 
 
-def test_derived_key_follows_signing_key_rotation(tmp_path: Path) -> None:
+def test_derived_key_follows_signing_key_rotation(tmp_path: Path, app_factory: AppFactory) -> None:
     old_signing, new_signing = secrets.token_bytes(32), secrets.token_bytes(32)
-    kid = _issuer(_app(tmp_path, AUTHFLOW_SIGNING_KEY=old_signing)).current_kid
+    kid = _issuer(app_factory(**_issuer_on_sqlite(tmp_path), AUTHFLOW_SIGNING_KEY=old_signing)).current_kid
     stored = _rows(f"sqlite:///{tmp_path / 'app.db'}")[kid]
     assert stored.startswith("enc1:") and "PRIVATE KEY" not in stored
     with pytest.raises(KeyStoreError):
-        _app(tmp_path, AUTHFLOW_SIGNING_KEY=new_signing)
-    app = _app(tmp_path, AUTHFLOW_SIGNING_KEY=new_signing, AUTHFLOW_PREVIOUS_SIGNING_KEYS=[old_signing])
+        app_factory(**_issuer_on_sqlite(tmp_path), AUTHFLOW_SIGNING_KEY=new_signing)
+    app = app_factory(
+        **_issuer_on_sqlite(tmp_path),
+        AUTHFLOW_SIGNING_KEY=new_signing,
+        AUTHFLOW_PREVIOUS_SIGNING_KEYS=[old_signing],
+    )
     assert _issuer(app).current_kid == kid

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from flask_authflow import AuthFlow, get_state
+from flask_authflow import get_state
 from flask_authflow.clock import MockClock
 from flask_authflow.errors import DuplicateKeyId, RotationRefused, UnknownKeyId
 from flask_authflow.issuer import (
@@ -27,9 +27,9 @@ from flask_authflow.issuer import (
 )
 from flask_authflow.jose import JwtVerifier, b64url_decode
 from flask_authflow.login.password import PasswordHasher
-from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
+from tests.appfactory import AppFactory
 
 ISS = "https://issuer.test"
 NOW = datetime(2026, 5, 1, 8, 0, tzinfo=UTC)
@@ -177,23 +177,14 @@ def test_a_key_retired_without_a_recorded_time_is_never_pruned(make_store: Any) 
 
 
 @pytest.fixture
-def cli_app(tmp_path: Path) -> Iterator[Flask]:
+def cli_app(tmp_path: Path, app_factory: AppFactory) -> Iterator[Flask]:
     clock = MockClock(NOW)
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(
-        TESTING=True,
-        AUTHFLOW_SIGNING_KEY="k" * 32,
-        AUTHFLOW_ISSUER=ISS,
-        AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'cli.db'}",
-        AUTHFLOW_ARGON2_TIME_COST=1,
-        AUTHFLOW_ARGON2_MEMORY_COST=8,
-        AUTHFLOW_ARGON2_PARALLELISM=1,
-    )
-    AuthFlow(
-        app,
+    app = app_factory(
         clock=clock,
         backend=InMemoryBackend(hasher=PasswordHasher.fast_for_tests()),
-        session_store=MemorySessionStore(),
+        AUTHFLOW_SESSION_STORE="memory",
+        AUTHFLOW_ISSUER=ISS,
+        AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'cli.db'}",  # the issuer's keys
     )
     app.extensions["test_clock"] = clock
     yield app
@@ -202,6 +193,7 @@ def cli_app(tmp_path: Path) -> Iterator[Flask]:
     idp.key_store.dispose()  # type: ignore[attr-defined]
 
 
+@pytest.mark.authflow_stores("sql")  # the issuer's keys in cli.db, across CLI runs
 def test_cli_procedure(cli_app: Flask) -> None:
     clock: MockClock = cli_app.extensions["test_clock"]
     runner = cli_app.test_cli_runner()

@@ -31,48 +31,34 @@ from flask_authflow.issuer import (
 )
 from flask_authflow.jose import JwksHandle, JwtVerifier
 from flask_authflow.login.password import PasswordHasher
-from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
+from tests.appfactory import AppFactory, base_app
 
 ISS = "https://issuer.example"
 AUD = "api://wiring"
-FAST_ARGON2 = {
-    "AUTHFLOW_ARGON2_TIME_COST": 1,
-    "AUTHFLOW_ARGON2_MEMORY_COST": 8,
-    "AUTHFLOW_ARGON2_PARALLELISM": 1,
+
+
+#: What these tests change in the base config: the issuer on, with the throwaway memory key
+#: store unless a test names another, and sessions in memory.
+ISSUER_ON: dict[str, Any] = {
+    "AUTHFLOW_SESSION_STORE": "memory",
+    "AUTHFLOW_ISSUER": ISS,
+    "AUTHFLOW_ISSUER_KEY_STORE": "memory",
 }
-
-
-def base_config(**extra: Any) -> dict[str, Any]:
-    return {
-        "TESTING": True,
-        "AUTHFLOW_SIGNING_KEY": secrets.token_bytes(32),
-        "AUTHFLOW_SESSION_STORE": "memory",
-        "AUTHFLOW_ISSUER": ISS,
-        # Tests of the wiring use the throwaway memory store unless they name another.
-        "AUTHFLOW_ISSUER_KEY_STORE": "memory",
-        **FAST_ARGON2,
-        **extra,
-    }
 
 
 def fast_backend() -> InMemoryBackend:
     return InMemoryBackend(hasher=PasswordHasher.fast_for_tests())
 
 
-def make_app(clock: Any = None, *, backend: Any = "memory", **config: Any) -> Flask:
-    """An app with the issuer on; in-memory users and sessions unless ``backend=None``."""
-    clock = clock or MockClock()
-    app = Flask(__name__)
-    app.config.update(base_config(**config))
-    kwargs: dict[str, Any] = {"clock": clock}
-    if backend == "memory":
-        kwargs["backend"] = InMemoryBackend(hasher=PasswordHasher.fast_for_tests(), clock=clock)
-        kwargs["session_store"] = MemorySessionStore(clock=clock)
-    elif backend is not None:
-        kwargs["backend"] = backend
-    AuthFlow(app, **kwargs)
-    return app
+@pytest.fixture
+def issuer_app(app_factory: AppFactory) -> AppFactory:
+    """``app_factory`` with :data:`ISSUER_ON` under the test's own overrides."""
+
+    def make(**overrides: Any) -> Flask:
+        return app_factory(**{**ISSUER_ON, **overrides})
+
+    return make
 
 
 @pytest.fixture
@@ -118,12 +104,8 @@ def mint_and_verify(app: Flask, path: str = "/jwks.json") -> dict[str, Any]:
 # -- mounting -------------------------------------------------------------------------------------------
 
 
-def test_issuer_off_by_default_mounts_nothing() -> None:
-    app = Flask(__name__)
-    config = base_config()
-    del config["AUTHFLOW_ISSUER"]
-    app.config.update(config)
-    AuthFlow(app, backend=fast_backend())
+def test_issuer_off_by_default_mounts_nothing(app_factory: AppFactory) -> None:
+    app = app_factory(AUTHFLOW_SESSION_STORE="memory", backend=fast_backend())
     assert get_state(app).issuer is None
     assert "authflow_issuer" not in app.blueprints
     client = app.test_client()
@@ -131,9 +113,9 @@ def test_issuer_off_by_default_mounts_nothing() -> None:
     assert client.get("/.well-known/openid-configuration").status_code == 404
 
 
-def test_memory_store_mounts_the_issuer_blueprint() -> None:
+def test_memory_store_mounts_the_issuer_blueprint(issuer_app: AppFactory) -> None:
     clock = MockClock()
-    app = make_app(clock)
+    app = issuer_app(clock=clock)
     issuer = issuer_of(app)
     assert "authflow_issuer" in app.blueprints
     assert issuer.issuer == ISS
@@ -154,31 +136,30 @@ def test_memory_store_mounts_the_issuer_blueprint() -> None:
     assert claims["iat"] == int(clock.now().timestamp())
 
 
-def test_default_key_store_is_sql_in_the_apps_database(tmp_path: Path) -> None:
+@pytest.mark.authflow_stores("sql")  # the key store in the app's SQL database
+def test_default_key_store_is_sql_in_the_apps_database(tmp_path: Path, app_factory: AppFactory) -> None:
     """Issue 6 point 5: without AUTHFLOW_ISSUER_KEY_STORE the keys live in the app's
     database, so a second app (another worker, a CLI run) signs with the same key."""
     from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
 
-    config = base_config()
-    del config["AUTHFLOW_ISSUER_KEY_STORE"]
-    config["AUTHFLOW_DATABASE_URL"] = f"sqlite:///{tmp_path / 'app.db'}"
-    apps = []
-    for _ in range(2):
-        app = Flask(__name__, instance_path=str(tmp_path))
-        app.config.update(config)
-        AuthFlow(app, backend=fast_backend())
-        apps.append(app)
+    config = {
+        "AUTHFLOW_SESSION_STORE": "memory",
+        "AUTHFLOW_ISSUER": ISS,  # and no AUTHFLOW_ISSUER_KEY_STORE
+        "AUTHFLOW_DATABASE_URL": f"sqlite:///{tmp_path / 'app.db'}",
+        "AUTHFLOW_SIGNING_KEY": secrets.token_bytes(32),  # one for both: the keys are sealed under it
+    }
+    apps = [app_factory(backend=fast_backend(), **config) for _ in range(2)]
     first, second = (issuer_of(app) for app in apps)
     assert isinstance(first.key_store, SqlAlchemyLocalIdpKeyStore)
     assert first.current_kid == second.current_kid
 
 
-def test_memory_store_keys_die_with_the_app() -> None:
-    assert issuer_of(make_app()).current_kid != issuer_of(make_app()).current_kid
+def test_memory_store_keys_die_with_the_app(issuer_app: AppFactory) -> None:
+    assert issuer_of(issuer_app()).current_kid != issuer_of(issuer_app()).current_kid
 
 
-def test_rs256_algorithm_generates_an_rsa_key() -> None:
-    app = make_app(AUTHFLOW_ISSUER_ALGORITHM="RS256")
+def test_rs256_algorithm_generates_an_rsa_key(issuer_app: AppFactory) -> None:
+    app = issuer_app(AUTHFLOW_ISSUER_ALGORITHM="RS256")
     issuer = issuer_of(app)
     assert issuer.algorithm == "RS256"
     (jwk,) = served_jwks(app)["keys"]
@@ -187,13 +168,13 @@ def test_rs256_algorithm_generates_an_rsa_key() -> None:
     assert mint_and_verify(app)["sub"] == "svc"
 
 
-def test_unknown_algorithm_is_refused() -> None:
+def test_unknown_algorithm_is_refused(issuer_app: AppFactory) -> None:
     with pytest.raises(ConfigurationError, match="AUTHFLOW_ISSUER_ALGORITHM"):
-        make_app(AUTHFLOW_ISSUER_ALGORITHM="HS256")
+        issuer_app(AUTHFLOW_ISSUER_ALGORITHM="HS256")
 
 
-def test_base_url_sets_jwks_uri_and_the_host_header_does_not() -> None:
-    app = make_app(AUTHFLOW_ISSUER_BASE_URL="https://public.example/auth/")
+def test_base_url_sets_jwks_uri_and_the_host_header_does_not(issuer_app: AppFactory) -> None:
+    app = issuer_app(AUTHFLOW_ISSUER_BASE_URL="https://public.example/auth/")
     client = app.test_client()
     doc = client.get(
         "/.well-known/openid-configuration",
@@ -203,8 +184,8 @@ def test_base_url_sets_jwks_uri_and_the_host_header_does_not() -> None:
     assert doc["jwks_uri"] == "https://public.example/auth/jwks.json"
 
 
-def test_url_prefix_moves_both_routes() -> None:
-    app = make_app(
+def test_url_prefix_moves_both_routes(issuer_app: AppFactory) -> None:
+    app = issuer_app(
         AUTHFLOW_ISSUER="https://issuer.example/idp",
         AUTHFLOW_ISSUER_URL_PREFIX="/idp",
     )
@@ -217,8 +198,8 @@ def test_url_prefix_moves_both_routes() -> None:
     assert [k["kid"] for k in served_jwks(app, "/idp/jwks.json")["keys"]] == [issuer_of(app).current_kid]
 
 
-def test_max_lifetime_caps_minting() -> None:
-    app = make_app(AUTHFLOW_ISSUER_MAX_LIFETIME=timedelta(minutes=10))
+def test_max_lifetime_caps_minting(issuer_app: AppFactory) -> None:
+    app = issuer_app(AUTHFLOW_ISSUER_MAX_LIFETIME=timedelta(minutes=10))
     issuer = issuer_of(app)
     now = issuer.clock.now()
     assert issuer.max_lifetime == timedelta(minutes=10)
@@ -227,10 +208,10 @@ def test_max_lifetime_caps_minting() -> None:
         issuer.mint(MintClaims("svc", now + timedelta(minutes=10, seconds=1)))
 
 
-def test_max_lifetime_in_seconds_and_its_ceiling() -> None:
-    assert issuer_of(make_app(AUTHFLOW_ISSUER_MAX_LIFETIME=90)).max_lifetime == timedelta(seconds=90)
+def test_max_lifetime_in_seconds_and_its_ceiling(issuer_app: AppFactory) -> None:
+    assert issuer_of(issuer_app(AUTHFLOW_ISSUER_MAX_LIFETIME=90)).max_lifetime == timedelta(seconds=90)
     with pytest.raises(ConfigurationError, match="AUTHFLOW_ISSUER_MAX_LIFETIME"):
-        make_app(AUTHFLOW_ISSUER_MAX_LIFETIME=timedelta(days=2))
+        issuer_app(AUTHFLOW_ISSUER_MAX_LIFETIME=timedelta(days=2))
 
 
 # -- bad store specs ------------------------------------------------------------------------------------
@@ -238,8 +219,7 @@ def test_max_lifetime_in_seconds_and_its_ceiling() -> None:
 
 @pytest.mark.parametrize("spec", ["file:", "disk", "sql:", "FILE:/tmp/x", "memory ", "", "sqlite:///x.db"])
 def test_bad_store_spec_names_the_key(spec: str) -> None:
-    app = Flask(__name__)
-    app.config.update(base_config(AUTHFLOW_ISSUER_KEY_STORE=spec))
+    app = base_app(**{**ISSUER_ON, "AUTHFLOW_ISSUER_KEY_STORE": spec})
     with pytest.raises(ConfigurationError, match="AUTHFLOW_ISSUER_KEY_STORE") as info:
         AuthFlow(app, backend=fast_backend())
     assert "file:<directory>" in info.value.message
@@ -254,9 +234,11 @@ def test_bad_store_spec_names_the_key(spec: str) -> None:
 # -- file store -----------------------------------------------------------------------------------------
 
 
-def test_file_store_is_initialized_on_first_start_and_reloaded_on_the_second(tmp_path: Path) -> None:
+def test_file_store_is_initialized_on_first_start_and_reloaded_on_the_second(
+    tmp_path: Path, issuer_app: AppFactory
+) -> None:
     directory = tmp_path / "keys"
-    first = make_app(AUTHFLOW_ISSUER_KEY_STORE=f"file:{directory}")
+    first = issuer_app(AUTHFLOW_ISSUER_KEY_STORE=f"file:{directory}")
     kid = issuer_of(first).current_kid
     assert isinstance(issuer_of(first).key_store, FileLocalIdpKeyStore)
     assert (directory / "current.kid").read_text() == f"{kid}\n"
@@ -267,7 +249,7 @@ def test_file_store_is_initialized_on_first_start_and_reloaded_on_the_second(tmp
         MintClaims("svc", issuer_of(first).clock.now() + timedelta(minutes=1)).with_audience(AUD)
     )
 
-    second = make_app(AUTHFLOW_ISSUER_KEY_STORE=f"file:{directory}")
+    second = issuer_app(AUTHFLOW_ISSUER_KEY_STORE=f"file:{directory}")
     assert issuer_of(second).current_kid == kid
     assert served_jwks(second) == served_jwks(first)
     assert sorted(p.name for p in (directory / "historical").iterdir()) == [f"{kid}.pem"]
@@ -276,20 +258,22 @@ def test_file_store_is_initialized_on_first_start_and_reloaded_on_the_second(tmp
     assert verifier.with_algorithms(["ES256"]).verify(token, AUD, issuer=ISS).sub == "svc"
 
 
-def test_file_store_rotation_survives_a_restart(tmp_path: Path) -> None:
+def test_file_store_rotation_survives_a_restart(tmp_path: Path, issuer_app: AppFactory) -> None:
     spec = f"file:{tmp_path / 'keys'}"
-    first = make_app(AUTHFLOW_ISSUER_KEY_STORE=spec)
+    first = issuer_app(AUTHFLOW_ISSUER_KEY_STORE=spec)
     old = issuer_of(first).current_kid
     issuer_of(first).rotate_signing_key(LocalIdpSigningKey.generate_es256().with_key_id("second"))
-    restarted = make_app(AUTHFLOW_ISSUER_KEY_STORE=spec)
+    restarted = issuer_app(AUTHFLOW_ISSUER_KEY_STORE=spec)
     assert issuer_of(restarted).current_kid == "second"
     assert [k["kid"] for k in served_jwks(restarted)["keys"]] == ["second", old]
 
 
-def test_file_store_in_an_existing_empty_directory_is_initialized(tmp_path: Path) -> None:
+def test_file_store_in_an_existing_empty_directory_is_initialized(
+    tmp_path: Path, issuer_app: AppFactory
+) -> None:
     directory = tmp_path / "provisioned"
     directory.mkdir(mode=0o755)
-    app = make_app(AUTHFLOW_ISSUER_KEY_STORE=f"file:{directory}")
+    app = issuer_app(AUTHFLOW_ISSUER_KEY_STORE=f"file:{directory}")
     assert (directory / "current.kid").read_text() == f"{issuer_of(app).current_kid}\n"
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
 
@@ -367,8 +351,7 @@ def test_damaged_file_store_fails_init_app_without_a_new_key(
     damage(directory, kid)
     before = _files(directory)
     modes = {p: stat.S_IMODE(p.stat().st_mode) for p in directory.rglob("*") if not p.is_symlink()}
-    app = Flask(__name__)
-    app.config.update(base_config(AUTHFLOW_ISSUER_KEY_STORE=f"file:{directory}"))
+    app = base_app(**{**ISSUER_ON, "AUTHFLOW_ISSUER_KEY_STORE": f"file:{directory}"})
     with pytest.raises(KeyStoreError, match=message):
         AuthFlow(app, backend=fast_backend())
     assert _files(directory) == before  # nothing written: no silent new key
@@ -379,8 +362,9 @@ def test_damaged_file_store_fails_init_app_without_a_new_key(
 # -- SQL store ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.authflow_stores("sql")  # the key store in the app's SQL database
 def test_sql_store_keeps_the_key_across_two_app_instances(
-    database_url: str, disposing: Callable[[Flask], Flask]
+    database_url: str, disposing: Callable[[Flask], Flask], issuer_app: AppFactory
 ) -> None:
     from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
     from flask_authflow.storage.sql.migrations import upgrade
@@ -392,7 +376,7 @@ def test_sql_store_keeps_the_key_across_two_app_instances(
         "AUTHFLOW_ISSUER_KEY_STORE": "sql",
         "AUTHFLOW_SIGNING_KEY": secrets.token_bytes(32),
     }
-    first = make_app(backend=None, **config)
+    first = issuer_app(**config)
     disposing(first)
     store = issuer_of(first).key_store
     assert isinstance(store, SqlAlchemyLocalIdpKeyStore)
@@ -400,7 +384,7 @@ def test_sql_store_keeps_the_key_across_two_app_instances(
     assert store.engine is get_state(first).backend.engine
     kid = issuer_of(first).current_kid
 
-    second = make_app(backend=None, **config)
+    second = issuer_app(**config)
     disposing(second)
     assert issuer_of(second).current_kid == kid
     assert served_jwks(second) == served_jwks(first)
@@ -413,16 +397,20 @@ def test_sql_store_keeps_the_key_across_two_app_instances(
     assert mint_and_verify(second)["sub"] == "svc"
 
 
+@pytest.mark.authflow_stores("sql")  # the key store in the app's SQL database
 def test_sql_store_with_a_custom_backend_uses_the_database_url(
-    tmp_path: Path, disposing: Callable[[Flask], Flask]
+    tmp_path: Path, disposing: Callable[[Flask], Flask], issuer_app: AppFactory
 ) -> None:
     url = f"sqlite:///{tmp_path / 'keys.db'}"
     signing = secrets.token_bytes(32)
-    first = make_app(AUTHFLOW_DATABASE_URL=url, AUTHFLOW_ISSUER_KEY_STORE="sql", AUTHFLOW_SIGNING_KEY=signing)
+    config = {
+        "AUTHFLOW_DATABASE_URL": url,
+        "AUTHFLOW_ISSUER_KEY_STORE": "sql",
+        "AUTHFLOW_SIGNING_KEY": signing,
+    }
+    first = issuer_app(backend=fast_backend(), **config)
     disposing(first)
-    second = make_app(
-        AUTHFLOW_DATABASE_URL=url, AUTHFLOW_ISSUER_KEY_STORE="sql", AUTHFLOW_SIGNING_KEY=signing
-    )
+    second = issuer_app(backend=fast_backend(), **config)
     disposing(second)
     assert (tmp_path / "keys.db").exists()
     assert issuer_of(first).current_kid == issuer_of(second).current_kid
@@ -430,9 +418,9 @@ def test_sql_store_with_a_custom_backend_uses_the_database_url(
 
 
 @pytest.mark.parametrize("prefix", ["/idp", "/auth/issuer"])
-def test_discovery_jwks_uri_honours_the_url_prefix(prefix: str) -> None:
+def test_discovery_jwks_uri_honours_the_url_prefix(prefix: str, issuer_app: AppFactory) -> None:
     """Issue 6 point 14: the advertised jwks_uri answers 200 through the app."""
-    app = make_app(AUTHFLOW_ISSUER_URL_PREFIX=prefix)
+    app = issuer_app(AUTHFLOW_ISSUER_URL_PREFIX=prefix)
     client = app.test_client()
     discovery = client.get(f"{prefix}/.well-known/openid-configuration")
     assert discovery.status_code == 200
@@ -443,8 +431,8 @@ def test_discovery_jwks_uri_honours_the_url_prefix(prefix: str) -> None:
     assert served.get_json() == issuer_of(app).jwks()
 
 
-def test_jwks_max_age_comes_from_the_config() -> None:
-    app = make_app(AUTHFLOW_ISSUER_JWKS_MAX_AGE=timedelta(minutes=1))
+def test_jwks_max_age_comes_from_the_config(issuer_app: AppFactory) -> None:
+    app = issuer_app(AUTHFLOW_ISSUER_JWKS_MAX_AGE=timedelta(minutes=1))
     client = app.test_client()
     for path in ("/jwks.json", "/.well-known/openid-configuration"):
         assert client.get(path).headers["Cache-Control"] == "public, max-age=60"

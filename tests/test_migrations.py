@@ -38,6 +38,10 @@ from flask_authflow.storage.sql import migrations
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.schema import add_tables_to, metadata
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
+from tests.appfactory import AppFactory
+
+# The schema of the app's SQL database is the point: never the plugin's in-memory stores.
+pytestmark = pytest.mark.authflow_stores("sql")
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct horse battery staple"
@@ -61,23 +65,16 @@ def engines() -> Iterator[Callable[[str], sa.Engine]]:
 
 
 @pytest.fixture
-def apps() -> Iterator[Callable[..., Flask]]:
-    """``make(url, tmp_path, **config)``: an app on the default store (``url`` ``None``: SQLite
-    in the instance folder); its engine is disposed of after the test."""
-    made: list[Flask] = []
+def apps(app_factory: AppFactory) -> Callable[..., Flask]:
+    """``make(url, tmp_path, **config)``: an ``app_factory`` app on the default store (``url``
+    ``None``: SQLite in the instance folder) with one signing key for every app of the test."""
 
     def make(url: str | None, tmp: Path, **config: Any) -> Flask:
-        app = Flask(__name__, instance_path=str(tmp / "instance"))
-        app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="m" * 40, **config)
         if url is not None:
-            app.config["AUTHFLOW_DATABASE_URL"] = url
-        AuthFlow(app, hasher=HASHER)
-        made.append(app)
-        return app
+            config["AUTHFLOW_DATABASE_URL"] = url
+        return app_factory(instance_path=tmp / "instance", AUTHFLOW_SIGNING_KEY="m" * 40, **config)
 
-    yield make
-    for app in made:
-        get_state(app).backend.close()
+    return make
 
 
 def differences(engine: sa.Engine, target: sa.MetaData | list[sa.MetaData], **hooks: Any) -> list[Any]:
@@ -218,6 +215,7 @@ def test_processes_upgrading_at_once_take_turns(
 # -- the app at start-up ------------------------------------------------------------------------------
 
 
+@pytest.mark.authflow_stores("app")  # the default database, in the instance folder
 def test_the_sqlite_default_upgrades_itself(tmp_path: Path, apps: Callable[..., Flask]) -> None:
     app = apps(None, tmp_path)  # no AUTHFLOW_DATABASE_URL: SQLite in the instance folder
     engine = get_state(app).backend.engine
@@ -269,13 +267,13 @@ def run(runner: FlaskCliRunner, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_db_commands_on_a_database_behind_head(tmp_path: Path, engines: Callable[[str], sa.Engine]) -> None:
+def test_db_commands_on_a_database_behind_head(
+    tmp_path: Path, engines: Callable[[str], sa.Engine], app_factory: AppFactory
+) -> None:
     url = f"sqlite:///{tmp_path / 'app.db'}"
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="m" * 40)
     # A backend of the application's own: its schema is left to the operator.
     backend = SqlAlchemyBackend(url, hasher=HASHER, create_tables=False)
-    AuthFlow(app, backend=backend, session_store=MemorySessionStore())
+    app = app_factory(backend=backend, session_store=MemorySessionStore())
     runner = app.test_cli_runner()
     head = migrations.head()
     try:
@@ -311,21 +309,17 @@ def test_db_commands_on_a_database_behind_head(tmp_path: Path, engines: Callable
         backend.close()
 
 
-def test_db_commands_need_a_sql_store(tmp_path: Path) -> None:
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="m" * 40)
-    AuthFlow(app, backend=InMemoryBackend(hasher=HASHER), session_store=MemorySessionStore())
+def test_db_commands_need_a_sql_store(app_factory: AppFactory) -> None:
+    app = app_factory(backend=InMemoryBackend(hasher=HASHER), session_store=MemorySessionStore())
     code, output = run(app.test_cli_runner(), "db", "current")
     assert code == 1
     assert output.startswith("Error: this app keeps no flask-authflow tables in a SQL database")
 
 
-def test_db_commands_migrate_the_session_stores_database(tmp_path: Path) -> None:
+def test_db_commands_migrate_the_session_stores_database(tmp_path: Path, app_factory: AppFactory) -> None:
     url = f"sqlite:///{tmp_path / 'sessions.db'}"
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY="m" * 40)
     store = SqlAlchemySessionStore(url, crypto=SessionCrypto(secrets.token_bytes(32)), create_tables=False)
-    AuthFlow(app, backend=InMemoryBackend(hasher=HASHER), session_store=store)
+    app = app_factory(backend=InMemoryBackend(hasher=HASHER), session_store=store)
     head = migrations.head()
     try:
         assert run(app.test_cli_runner(), "db", "upgrade") == (0, f"upgraded from none to {head}\n")

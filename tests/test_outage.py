@@ -13,7 +13,6 @@ The server is a private one (the suite's shared server is never stopped), crashe
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 import threading
 import time
@@ -42,7 +41,11 @@ from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend, attempts_table, audit_table
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
+from tests.appfactory import AppFactory
 from tests.parts import PostgresServer, start_postgres
+
+# Outages of the SQL stores are the point: the app's own database, never the plugin's memory.
+pytestmark = pytest.mark.authflow_stores("sql")
 
 PASSWORD = "correct horse battery staple"
 USERS = ["alice", "bob", "carol"]
@@ -82,19 +85,18 @@ def private_server() -> Iterator[PostgresServer]:
     server.stop()
 
 
-def build_app(url: str) -> tuple[Flask, SqlAlchemyBackend]:
-    hasher = PasswordHasher.fast_for_tests()
-    backend = SqlAlchemyBackend(url, hasher=hasher)
+def outage_app(app_factory: AppFactory, url: str) -> tuple[Flask, SqlAlchemyBackend]:
+    """An app on the database at ``url``, with its users, a JSON login and a protected page."""
+    backend = SqlAlchemyBackend(url, hasher=PasswordHasher.fast_for_tests())
     for user in USERS:
         backend.create_user("default", user, PASSWORD)
-    app = Flask(__name__)
-    app.config.update(
-        TESTING=True,
-        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
+    authflow = AuthFlow()
+    app = app_factory(
+        authflow=authflow,
+        backend=backend,
         AUTHFLOW_COOKIE_SECURE=False,
         AUTHFLOW_LOCKOUT_MAX_FAILURES=10**6,  # the attacker is counted, never locked, here
     )
-    authflow = AuthFlow(app, backend=backend, hasher=hasher)
 
     @app.post("/login")
     def login() -> str:
@@ -153,9 +155,11 @@ def load(app: Flask, user: str, stop: threading.Event, answers: list[Answer]) ->
 
 
 @pytest.mark.postgres
-def test_the_database_goes_away_under_load_and_comes_back(private_server: PostgresServer) -> None:
+def test_the_database_goes_away_under_load_and_comes_back(
+    private_server: PostgresServer, app_factory: AppFactory
+) -> None:
     url = private_server.new_database()
-    app, backend = build_app(url)
+    app, backend = outage_app(app_factory, url)
     try:
         check_outage(private_server, app, backend)
     finally:
@@ -262,13 +266,17 @@ def tally(answers: list[Answer]) -> dict[tuple[str, int], int]:
 
 
 @pytest.mark.postgres
-def test_a_restart_nobody_saw_costs_no_request(private_server: PostgresServer) -> None:
+def test_a_restart_nobody_saw_costs_no_request(
+    private_server: PostgresServer, app_factory: AppFactory
+) -> None:
     """No pre-ping: the first use of each pooled connection after a restart finds it dead.
     Reads and transactions that had not reached their commit run once more on a new
     connection, so the first requests after the restart succeed."""
     url = private_server.new_database()
-    app, backend = build_app(url)
-    store = SqlAlchemySessionStore(url, crypto=SessionCrypto(bytes(32)), purge_every=None)
+    app, backend = outage_app(app_factory, url)
+    store = SqlAlchemySessionStore(
+        url, crypto=SessionCrypto(bytes(32)), purge_every=None, clock=backend.clock
+    )
     try:
         check_unseen_restart(private_server, app, backend, store)
     finally:
@@ -316,16 +324,14 @@ class DownStore(MemorySessionStore):
         return super().load(sid)
 
 
-def test_session_dependent_routes_answer_503_while_the_store_is_down() -> None:
-    store = DownStore()
-    hasher = PasswordHasher.fast_for_tests()
-    app = Flask(__name__)
-    app.config.update(
-        TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), AUTHFLOW_COOKIE_SECURE=False
-    )
-    backend = InMemoryBackend(hasher=hasher)
+def test_session_dependent_routes_answer_503_while_the_store_is_down(
+    app_factory: AppFactory, mock_clock: MockClock
+) -> None:
+    store = DownStore(clock=mock_clock)
+    backend = InMemoryBackend(hasher=PasswordHasher.fast_for_tests())
     backend.create_user("default", "alice", PASSWORD)
-    authflow = AuthFlow(app, backend=backend, session_store=store, hasher=hasher)
+    authflow = AuthFlow()
+    app = app_factory(authflow=authflow, backend=backend, session_store=store, AUTHFLOW_COOKIE_SECURE=False)
     handled: list[str] = []
 
     @authflow.unauthorized_handler

@@ -4,10 +4,8 @@ before hashing, and that logins (and hashes made before the policy) are never ch
 from __future__ import annotations
 
 import importlib.util
-import secrets
 import sys
 import unicodedata
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +36,7 @@ from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import login_test_client
 from flask_authflow.web.config import load_config
 from flask_authflow.web.state import account_admin
+from tests.appfactory import AppFactory, base_app
 from tests.parts import missing_part
 
 #: Fifteen characters that break no other rule.
@@ -370,14 +369,8 @@ def test_unsafe_config_is_refused_naming_the_key(key: str, value: object) -> Non
         _load(**{key: value})
 
 
-def test_init_app_refuses_a_minimum_below_nist(tmp_path: Path) -> None:
-    app = Flask(__name__, instance_path=str(tmp_path))
-    app.config.update(
-        TESTING=True,
-        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
-        AUTHFLOW_SESSION_STORE="memory",
-        AUTHFLOW_PASSWORD_MIN_LENGTH=6,
-    )
+def test_init_app_refuses_a_minimum_below_nist() -> None:
+    app = base_app(AUTHFLOW_SESSION_STORE="memory", AUTHFLOW_PASSWORD_MIN_LENGTH=6)
     with pytest.raises(ConfigurationError, match=r"AUTHFLOW_PASSWORD_MIN_LENGTH=6 .*NIST"):
         AuthFlow(app, backend=InMemoryBackend(hasher=PasswordHasher.fast_for_tests()))
 
@@ -468,32 +461,21 @@ def test_hash_refuses_a_password_over_1024_bytes_once_normalised(hasher: Passwor
 # --- applied by account administration, never at login ----------------------------------------------------
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Flask]:
-    app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(
-        TESTING=True,
-        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
-        AUTHFLOW_SITE_NAME="Acme Notes",
-        AUTHFLOW_PASSWORD_BLOCKLIST=["rocketship"],
-    )
-    hasher = PasswordHasher.fast_for_tests()
+@pytest.fixture(params=["memory", pytest.param("sqlite", marks=pytest.mark.authflow_stores("sql"))])
+def app(request: pytest.FixtureRequest, tmp_path: Path, app_factory: AppFactory) -> Flask:
+    policy = {"AUTHFLOW_SITE_NAME": "Acme Notes", "AUTHFLOW_PASSWORD_BLOCKLIST": ["rocketship"]}
     if request.param == "memory":
-        app.config["AUTHFLOW_SESSION_STORE"] = "memory"
-        AuthFlow(app, backend=InMemoryBackend(hasher=hasher), hasher=hasher)
+        app = app_factory(**policy)
     else:
-        app.config["AUTHFLOW_DATABASE_URL"] = f"sqlite:///{tmp_path / 'authflow.db'}"
-        AuthFlow(app, hasher=hasher)
+        app = app_factory(AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'authflow.db'}", **policy)
+    assert isinstance(get_state(app).backend, InMemoryBackend) is (request.param == "memory")
 
     @app.get("/dashboard")
     @login_required
     def dashboard() -> str:
         return "dashboard"
 
-    yield app
-    backend: Any = get_state(app).backend
-    if hasattr(backend, "close"):
-        backend.close()
+    return app
 
 
 def test_create_user_applies_the_policy(app: Flask) -> None:

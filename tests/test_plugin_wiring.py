@@ -1,11 +1,12 @@
 """The plugin wires apps built during a test: mock_clock, fast hasher, in-memory stores.
 
-Run through ``pytester`` with the defaults a user gets (flask-authflow's own suite turns
-the wiring off in its ini file). The user's factory configures a SQLite file in a
+Run through ``pytester`` with the defaults a user gets. The user's factory configures a SQLite file in a
 "development" folder outside the test's temporary folder: with the default wiring that
 file is never created; with ``authflow_stores("sql")`` the run is refused with a message.
 The last tests drive :class:`PluginWiring` in this process: it passes its adapters to
-``init_app`` as keyword arguments while it applies, and leaves ``init_app`` as it was after.
+``init_app`` as keyword arguments while it applies, replaces the wiring around it (the
+plugin's, in this suite) instead of being layered under it, and leaves ``init_app`` as it
+was after.
 """
 
 from __future__ import annotations
@@ -191,6 +192,7 @@ def _factory_app(**config: object) -> Flask:
     return app
 
 
+@pytest.mark.authflow_stores("app")  # an app built after the block must see no wiring at all
 def test_the_wiring_passes_its_adapters_to_init_app_and_then_goes(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -216,7 +218,7 @@ def test_the_wiring_passes_its_adapters_to_init_app_and_then_goes(
     assert isinstance(get_state(after).clock, SystemClock)
 
 
-def test_sql_wiring_keeps_the_database_inside_tmp_path(
+def test_sql_wiring_keeps_the_database_inside_tmp_path(  # inside the plugin's memory wiring
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     wiring = PluginWiring(
@@ -241,3 +243,38 @@ def test_sql_wiring_keeps_the_database_inside_tmp_path(
         assert "authflow" not in refused.extensions
     finally:
         get_state(app).backend.close()
+
+
+def test_a_nested_wiring_replaces_the_plugins_and_gives_it_back(tmp_path: Path) -> None:
+    """The plugin wires this test with in-memory stores; a ``stores="sql"`` block inside it
+    gets SQL stores (not the plugin's memory ones under its own), and after the block the
+    plugin's wiring is back."""
+    wired = AuthFlow.init_app
+    wiring = PluginWiring(
+        clock=MockClock(), hasher=PasswordHasher.fast_for_tests(), tmp_path=tmp_path, stores="sql"
+    )
+    with wiring.applied():
+        inner = _factory_app()
+        AuthFlow(inner)
+    try:
+        assert isinstance(get_state(inner).backend, SqlAlchemyBackend)
+        assert get_state(inner).clock is wiring.clock
+        assert AuthFlow.init_app is wired
+        outer = _factory_app()
+        AuthFlow(outer)
+        assert isinstance(get_state(outer).backend, InMemoryBackend)
+    finally:
+        get_state(inner).backend.close()
+
+
+@pytest.mark.parametrize("url", ["not a url", "nosuchdb://host/db"])
+def test_sql_wiring_leaves_a_bad_database_url_to_the_configuration_check(tmp_path: Path, url: str) -> None:
+    """Under ``stores="sql"`` an unparsable URL gets the extension's ConfigurationError, not
+    the URL parser's own exception from inside the wiring."""
+    wiring = PluginWiring(
+        clock=MockClock(), hasher=PasswordHasher.fast_for_tests(), tmp_path=tmp_path, stores="sql"
+    )
+    app = _factory_app(AUTHFLOW_DATABASE_URL=url)
+    with wiring.applied(), pytest.raises(ConfigurationError, match="AUTHFLOW_DATABASE_URL"):
+        AuthFlow(app)
+    assert "authflow" not in app.extensions

@@ -26,10 +26,9 @@ from typing import Any
 
 import pytest
 import redis
-from flask import Flask
 from sqlalchemy import create_engine, inspect, text
 
-from flask_authflow import AuthFlow, current_session, get_state, login_required
+from flask_authflow import current_session, get_state, login_required
 from flask_authflow.clock import MockClock, SystemClock
 from flask_authflow.core.crypto import SessionCrypto
 from flask_authflow.core.ports import SessionStore
@@ -52,6 +51,7 @@ from flask_authflow.testing.pytest_plugin import login_test_client
 from flask_authflow.web.config import load_config
 from flask_authflow.web.state import account_admin
 from tests import test_session_revocation as revocation
+from tests.appfactory import AppFactory
 from tests.concurrency import run_together
 from tests.parts import RedisServer, free_port, start_redis
 from tests.test_session_interface import cookie_value, set_cookies, sid_of
@@ -529,16 +529,11 @@ def test_server_stopped_after_start(own_server: RedisServer, caplog: pytest.LogC
         store.close()
 
 
-def test_app_answers_a_guest_while_redis_is_down(own_server: RedisServer, authflow_hasher: Any) -> None:
-    app = Flask(__name__)
-    app.config.update(
-        TESTING=True,
-        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
-        AUTHFLOW_SESSION_STORE="redis",
-        AUTHFLOW_REDIS_URL=own_server.url(),
-        AUTHFLOW_DATABASE_URL="sqlite://",
+@pytest.mark.authflow_stores("sql")  # the configured stores: sessions in redis
+def test_app_answers_a_guest_while_redis_is_down(own_server: RedisServer, app_factory: AppFactory) -> None:
+    app = app_factory(
+        AUTHFLOW_SESSION_STORE="redis", AUTHFLOW_REDIS_URL=own_server.url(), AUTHFLOW_DATABASE_URL="sqlite://"
     )
-    AuthFlow(app, hasher=authflow_hasher)
     store = get_state(app).session_store
     assert isinstance(store, RedisSessionStore)
 
@@ -789,19 +784,16 @@ def test_config_needs_a_url_for_redis() -> None:
 # --- an app on it ------------------------------------------------------------------------------------
 
 
+@pytest.mark.authflow_stores("sql")  # the configured stores: sessions in redis, users in SQLite
 def test_app_end_to_end_with_sessions_in_redis(
-    redis_server: RedisServer, raw: redis.Redis, tmp_path: Path, authflow_hasher: Any
+    redis_server: RedisServer, raw: redis.Redis, tmp_path: Path, app_factory: AppFactory
 ) -> None:
     database = tmp_path / "authflow.db"
-    app = Flask(__name__)
-    app.config.update(
-        TESTING=True,
-        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
+    app = app_factory(
         AUTHFLOW_SESSION_STORE="redis",
         AUTHFLOW_REDIS_URL=redis_server.url(3),
         AUTHFLOW_DATABASE_URL=f"sqlite:///{database}",
     )
-    AuthFlow(app, hasher=authflow_hasher)
     state = get_state(app)
     store = state.session_store
     assert isinstance(store, RedisSessionStore)

@@ -24,6 +24,9 @@ from examples.reference.app import create_app
 from tests.federation_support import ServedProvider
 from tests.parts import free_port, wait_for_port
 
+# The app as configured: its SQLite file in tmp_path (the plugin still gives it mock_clock).
+pytestmark = pytest.mark.authflow_stores("sql")
+
 ROOT = Path(__file__).resolve().parent.parent
 FAST_ARGON2 = {
     "AUTHFLOW_ARGON2_TIME_COST": 1,
@@ -320,6 +323,7 @@ def _metric(client: FlaskClient, name: str) -> int:
 
 
 @pytest.mark.http
+@pytest.mark.authflow_stores("app")  # a provider over real HTTP dates its tokens by the system clock
 def test_metrics_count_every_real_jwks_fetch_and_its_failures(tmp_path: Path) -> None:
     served = ServedProvider()
     try:

@@ -48,7 +48,9 @@ from flask_authflow import get_state
 from flask_authflow.testing.provider import TestOpenIDProvider
 from tests.federation_support import ServedProvider
 
-pytestmark = pytest.mark.http
+# A deployment over real HTTP: the app keeps its wall clock (its JWKS refetch floor is waited
+# out with time.sleep) and its SQLite file, as deployed.
+pytestmark = [pytest.mark.http, pytest.mark.authflow_stores("app")]
 
 NAME = "op"
 CLIENT_ID = "rp-certification"

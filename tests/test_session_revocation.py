@@ -29,12 +29,11 @@ from flask_authflow.core.crypto import SessionCrypto
 from flask_authflow.core.ports import SessionStore
 from flask_authflow.core.session import AuthSession, new_guest_record, new_session_id
 from flask_authflow.errors import SessionDataTooLarge
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.sessions.interface import AuthFlowSessionInterface
 from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
 from flask_authflow.testing.pytest_plugin import login_test_client
+from tests.appfactory import AppFactory, base_app
 from tests.test_session_interface import (
     COOKIE,
     KEY,
@@ -322,8 +321,6 @@ def test_unaccessed_session_is_not_touched() -> None:
 
 
 ISSUER_CONFIG: dict[str, Any] = {
-    "TESTING": True,
-    "AUTHFLOW_SIGNING_KEY": b"S" * 32,
     "AUTHFLOW_SESSION_STORE": "memory",
     "AUTHFLOW_ISSUER": "https://issuer.example",
     "AUTHFLOW_ISSUER_KEY_STORE": "memory",
@@ -331,17 +328,12 @@ ISSUER_CONFIG: dict[str, Any] = {
 
 
 @pytest.mark.parametrize("path", ["/jwks.json", "/.well-known/openid-configuration"])
-def test_issuer_documents_never_touch_a_stale_session(path: str) -> None:
-    clock = MockClock()
+def test_issuer_documents_never_touch_a_stale_session(
+    path: str, app_factory: AppFactory, mock_clock: MockClock
+) -> None:
+    clock = mock_clock
     store = SpyStore(clock)
-    app = Flask(__name__)
-    app.config.update(ISSUER_CONFIG)
-    AuthFlow(
-        app,
-        clock=clock,
-        backend=InMemoryBackend(hasher=PasswordHasher.fast_for_tests(), clock=clock),
-        session_store=store,
-    )
+    app = app_factory(session_store=store, **ISSUER_CONFIG)
     client = login_test_client(app, "alice")
     saves = store.saves
     clock.advance(timedelta(minutes=30))  # the session is due for a last-seen refresh
@@ -401,10 +393,7 @@ def test_non_canonical_signature_spellings_are_a_guest() -> None:
 
 
 def test_after_request_registered_before_init_app_is_saved() -> None:
-    clock = MockClock()
-    app = Flask(__name__)
-    app.config.update(ISSUER_CONFIG)
-    app.config.pop("AUTHFLOW_ISSUER")
+    app = base_app(AUTHFLOW_SESSION_STORE="memory")
 
     @app.after_request
     def stamp(response: Response) -> Response:
@@ -412,12 +401,7 @@ def test_after_request_registered_before_init_app_is_saved() -> None:
             session["stamp"] = "late"
         return response
 
-    AuthFlow(
-        app,
-        clock=clock,
-        backend=InMemoryBackend(hasher=PasswordHasher.fast_for_tests(), clock=clock),
-        session_store=MemorySessionStore(clock=clock),
-    )
+    AuthFlow(app)  # the plugin's clock, hasher and in-memory stores
 
     @app.get("/stamp")
     def read_stamp() -> str:

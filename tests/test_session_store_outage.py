@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from flask_authflow import AuthFlow, current_session
+from flask_authflow import AuthFlow, current_session, get_state
 from flask_authflow.errors import StoreUnavailable
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.responses import SERVER_ERROR_MESSAGE
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
+from tests.appfactory import AppFactory
 
 
 class _DownStore(MemorySessionStore):
@@ -40,16 +40,13 @@ class _DownStore(MemorySessionStore):
         super().delete(sid)
 
 
-def _outage_app(store: _DownStore, hasher: PasswordHasher, clock: Any) -> tuple[Flask, AuthFlow]:
-    app = Flask(__name__)
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
-    authflow = AuthFlow(
-        app,
-        backend=InMemoryBackend(hasher=hasher, clock=clock).with_user_password("bob", "default", "pw-bob-1"),
-        session_store=store,
-        clock=clock,
-        hasher=hasher,
-    )
+def _outage_app(app_factory: AppFactory, store: _DownStore) -> tuple[Flask, AuthFlow]:
+    """An ``app_factory`` app on ``store``, with the user bob, a login and a logout."""
+    authflow = AuthFlow()
+    app = app_factory(authflow=authflow, session_store=store)
+    backend = get_state(app).backend
+    assert isinstance(backend, InMemoryBackend)
+    backend.with_user_password("bob", "default", "pw-bob-1")
 
     @app.post("/logout")
     def logout() -> str:
@@ -69,12 +66,12 @@ def _outage_app(store: _DownStore, hasher: PasswordHasher, clock: Any) -> tuple[
 
 
 def test_logout_while_the_store_cannot_be_read_is_503_not_a_fake_success(
-    authflow_hasher: PasswordHasher, mock_clock: Any
+    app_factory: AppFactory, mock_clock: Any
 ) -> None:
     from flask_authflow.testing import login_test_client
 
     store = _DownStore(clock=mock_clock)
-    app, _ = _outage_app(store, authflow_hasher, mock_clock)
+    app, _ = _outage_app(app_factory, store)
     client = login_test_client(app, "alice")
     assert client.get("/state").text == "authenticated"
     store.down = True
@@ -88,13 +85,11 @@ def test_logout_while_the_store_cannot_be_read_is_503_not_a_fake_success(
     assert client.get("/state").text == "authenticated"  # nothing happened, and the client was told so
 
 
-def test_login_while_the_store_cannot_be_read_is_503(
-    authflow_hasher: PasswordHasher, mock_clock: Any
-) -> None:
+def test_login_while_the_store_cannot_be_read_is_503(app_factory: AppFactory, mock_clock: Any) -> None:
     from flask_authflow.testing import login_test_client
 
     store = _DownStore(clock=mock_clock)
-    app, _ = _outage_app(store, authflow_hasher, mock_clock)
+    app, _ = _outage_app(app_factory, store)
     client = login_test_client(app, "alice")  # the browser holds a session cookie
     store.down = True
     response = client.post("/login")
@@ -105,10 +100,10 @@ def test_login_while_the_store_cannot_be_read_is_503(
 
 
 def test_reading_a_session_during_an_outage_still_serves_a_guest(
-    authflow_hasher: PasswordHasher, mock_clock: Any
+    app_factory: AppFactory, mock_clock: Any
 ) -> None:
     store = _DownStore(clock=mock_clock)
-    app, _ = _outage_app(store, authflow_hasher, mock_clock)
+    app, _ = _outage_app(app_factory, store)
     store.down = True
     response = app.test_client().get("/state")
     assert response.status_code == 200

@@ -37,7 +37,6 @@ from flask_authflow.core.factors import (
 from flask_authflow.core.ports import FactorConfig
 from flask_authflow.core.session import sid_hash
 from flask_authflow.errors import ConfigurationError, InvalidInput
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.mfa.email_otp import EmailOtpFactor
 from flask_authflow.mfa.webauthn import WebAuthnFactor, WebAuthnSettings
 from flask_authflow.outcomes import FactorCredential, FactorKind
@@ -48,6 +47,7 @@ from flask_authflow.web.csrf import SESSION_KEY
 from flask_authflow.web.state import account_admin
 from flask_authflow.web.views import VIEWS_BLUEPRINT, csrf_token, register_views
 from flask_authflow.web.views.common import MESSAGES
+from tests.appfactory import AppFactory, base_app
 from tests.parts import missing_part
 from tests.webauthn_soft import SoftAuthenticator
 
@@ -83,24 +83,25 @@ class Site:
 
 
 def make_site(
-    clock: MockClock,
-    hasher: PasswordHasher,
+    app_factory: AppFactory,
     *,
     template_folder: str | None = None,
     register: bool = False,
     url_prefix: str | None = None,
     **config: Any,
 ) -> Site:
-    app = Flask(__name__, template_folder=template_folder or "templates")
-    app.config.update(
-        TESTING=True,
-        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
+    authflow = AuthFlow()
+    app = app_factory(
+        authflow=authflow,
+        import_name=__name__,
+        template_folder=template_folder or "templates",
         AUTHFLOW_VIEWS=not register,
         **config,
     )
-    backend = InMemoryBackend(hasher=hasher, clock=clock)
-    store = MemorySessionStore(clock=clock)
-    authflow = AuthFlow(app, backend=backend, session_store=store, clock=clock, hasher=hasher)
+    state = get_state(app)
+    backend, store, clock = state.backend, state.session_store, state.clock
+    assert isinstance(backend, InMemoryBackend) and isinstance(store, MemorySessionStore)
+    assert isinstance(clock, MockClock)
     if register:
         register_views(app, url_prefix=url_prefix)
     backend.create_user("default", "alice", PASSWORD)
@@ -120,8 +121,8 @@ def make_site(
 
 
 @pytest.fixture
-def site(mock_clock: MockClock, authflow_hasher: PasswordHasher) -> Site:
-    return make_site(mock_clock, authflow_hasher)
+def site(app_factory: AppFactory) -> Site:
+    return make_site(app_factory)
 
 
 # --- HTML helpers --------------------------------------------------------------------------------
@@ -256,8 +257,8 @@ def test_config_key_registers_the_endpoints_at_their_paths(site: Site) -> None:
     assert _rules(site.app) == EXPECTED_RULES
 
 
-def test_register_views_takes_a_prefix_and_is_idempotent(mock_clock, authflow_hasher) -> None:
-    site = make_site(mock_clock, authflow_hasher, register=True, url_prefix="/auth")
+def test_register_views_takes_a_prefix_and_is_idempotent(app_factory) -> None:
+    site = make_site(app_factory, register=True, url_prefix="/auth")
     assert _rules(site.app) == {
         endpoint: ("/auth" + path, methods) for endpoint, (path, methods) in EXPECTED_RULES.items()
     }
@@ -276,8 +277,7 @@ def test_register_views_takes_a_prefix_and_is_idempotent(mock_clock, authflow_ha
 
 
 def test_views_stay_off_unless_asked_and_need_the_extension(mock_clock, authflow_hasher) -> None:
-    app = Flask(__name__)
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
+    app = base_app(import_name=__name__)
     authflow = AuthFlow(
         app, backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock), clock=mock_clock
     )
@@ -368,10 +368,9 @@ def test_wrong_password_and_unknown_user_get_the_same_generic_answer(site: Site)
     assert site.sessions() == []
 
 
-def test_lockout_answers_403_with_the_lock_end_and_lifts(mock_clock, authflow_hasher) -> None:
+def test_lockout_answers_403_with_the_lock_end_and_lifts(app_factory, mock_clock) -> None:
     site = make_site(
-        mock_clock,
-        authflow_hasher,
+        app_factory,
         AUTHFLOW_LOCKOUT_MAX_FAILURES=2,
         AUTHFLOW_LOCKOUT_DURATION=timedelta(minutes=15),
     )
@@ -474,13 +473,11 @@ def _logout_rules(app: Flask) -> dict[str, tuple[str, set[str]]]:
     }
 
 
-def password_only_app(hasher: PasswordHasher, clock: MockClock, **config: Any) -> Flask:
+def password_only_app(app_factory: AppFactory, **config: Any) -> Flask:
     """A bare ``AuthFlow(app)`` (no views, no provider) with a JSON login and a CSRF token route."""
-    app = Flask(__name__)
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), **config)
-    backend = InMemoryBackend(hasher=hasher, clock=clock)
-    authflow = AuthFlow(app, backend=backend, session_store=MemorySessionStore(clock=clock), clock=clock)
-    backend.create_user("default", "alice", PASSWORD)
+    authflow = AuthFlow()
+    app = app_factory(authflow=authflow, **config)
+    get_state(app).backend.create_user("default", "alice", PASSWORD)
 
     @app.post("/api/login")
     def api_login() -> str:
@@ -505,10 +502,8 @@ def _signed_in(app: Flask) -> FlaskClient:
     return client
 
 
-def test_a_password_only_app_has_one_csrf_protected_logout_route(
-    mock_clock: MockClock, authflow_hasher: PasswordHasher
-) -> None:
-    app = password_only_app(authflow_hasher, mock_clock)
+def test_a_password_only_app_has_one_csrf_protected_logout_route(app_factory: AppFactory) -> None:
+    app = password_only_app(app_factory)
     assert _logout_rules(app) == {"authflow_logout.logout": ("/auth/logout", {"POST"})}
     client = _signed_in(app)
     assert client.post("/auth/logout").status_code == 400  # a form without the token
@@ -535,26 +530,22 @@ def test_a_password_only_app_has_one_csrf_protected_logout_route(
     assert form.get("/private", headers={"Accept": "application/json"}).status_code == 401
 
 
-def test_the_logout_route_prefix_is_configurable_and_can_be_switched_off(
-    mock_clock: MockClock, authflow_hasher: PasswordHasher
-) -> None:
-    root = password_only_app(authflow_hasher, mock_clock, AUTHFLOW_LOGOUT_URL_PREFIX="")
+def test_the_logout_route_prefix_is_configurable_and_can_be_switched_off(app_factory: AppFactory) -> None:
+    root = password_only_app(app_factory, AUTHFLOW_LOGOUT_URL_PREFIX="")
     assert _logout_rules(root) == {"authflow_logout.logout": ("/logout", {"POST"})}
     assert _signed_in(root).post("/logout", json={}).json == {"status": "logged_out"}
-    nested = password_only_app(authflow_hasher, mock_clock, AUTHFLOW_LOGOUT_URL_PREFIX="/api/session")
+    nested = password_only_app(app_factory, AUTHFLOW_LOGOUT_URL_PREFIX="/api/session")
     assert _logout_rules(nested) == {"authflow_logout.logout": ("/api/session/logout", {"POST"})}
-    off = password_only_app(authflow_hasher, mock_clock, AUTHFLOW_LOGOUT_URL_PREFIX=None)
+    off = password_only_app(app_factory, AUTHFLOW_LOGOUT_URL_PREFIX=None)
     assert _logout_rules(off) == {}
     assert _signed_in(off).post("/auth/logout", json={}).status_code == 404
     for bad in ("auth", "/auth/", 3):
         with pytest.raises(ConfigurationError, match="AUTHFLOW_LOGOUT_URL_PREFIX"):
-            password_only_app(authflow_hasher, mock_clock, AUTHFLOW_LOGOUT_URL_PREFIX=bad)
+            password_only_app(app_factory, AUTHFLOW_LOGOUT_URL_PREFIX=bad)
 
 
-def test_the_ready_views_use_the_app_logout_route_or_bring_it_when_it_is_off(
-    mock_clock: MockClock, authflow_hasher: PasswordHasher
-) -> None:
-    on = make_site(mock_clock, authflow_hasher)
+def test_the_ready_views_use_the_app_logout_route_or_bring_it_when_it_is_off(app_factory: AppFactory) -> None:
+    on = make_site(app_factory)
     assert _logout_rules(on.app) == {"authflow_logout.logout": ("/auth/logout", {"POST"})}
     client = on.client()
     client.post(
@@ -562,7 +553,7 @@ def test_the_ready_views_use_the_app_logout_route_or_bring_it_when_it_is_off(
         data={"username": "alice", "password": PASSWORD, "csrf_token": csrf_of(client.get("/login").text)},
     )
     assert parse(client.get("/account").text).forms["logout-form"]["attrs"]["action"] == "/auth/logout"
-    off = make_site(mock_clock, authflow_hasher, AUTHFLOW_LOGOUT_URL_PREFIX=None)
+    off = make_site(app_factory, AUTHFLOW_LOGOUT_URL_PREFIX=None)
     assert _logout_rules(off.app) == {"authflow_views.logout": ("/logout", {"POST"})}
     client = off.client()
     client.post(
@@ -779,8 +770,8 @@ def test_step_up_refuses_an_unsafe_next(site: Site, target: str) -> None:
     assert "Thank you: your identity is confirmed." in client.get(done.location).text
 
 
-def test_step_up_checks_token_input_and_lockout(mock_clock, authflow_hasher) -> None:
-    site = make_site(mock_clock, authflow_hasher, AUTHFLOW_LOCKOUT_MAX_FAILURES=2)
+def test_step_up_checks_token_input_and_lockout(app_factory) -> None:
+    site = make_site(app_factory, AUTHFLOW_LOCKOUT_MAX_FAILURES=2)
     client = site.client()
     login(client)
     token = csrf_of(client.get("/step-up").text)
@@ -943,10 +934,8 @@ def test_change_password_needs_the_token(site: Site) -> None:
     assert login(site.client()).location == "/account"
 
 
-def test_change_password_with_a_wrong_current_password_is_lockout_protected(
-    mock_clock, authflow_hasher
-) -> None:
-    site = make_site(mock_clock, authflow_hasher, AUTHFLOW_LOCKOUT_MAX_FAILURES=2)
+def test_change_password_with_a_wrong_current_password_is_lockout_protected(app_factory) -> None:
+    site = make_site(app_factory, AUTHFLOW_LOCKOUT_MAX_FAILURES=2)
     client = site.client()
     login(client)
     form = {"current_password": "guess", "new_password": "n3w pass!", "new_password_confirm": "n3w pass!"}
@@ -1045,7 +1034,7 @@ def test_an_unknown_notice_shows_nothing(site: Site) -> None:
 # --- template overrides --------------------------------------------------------------------------
 
 
-def test_an_app_template_overrides_the_packaged_one(mock_clock, authflow_hasher, tmp_path: Path) -> None:
+def test_an_app_template_overrides_the_packaged_one(app_factory: AppFactory, tmp_path: Path) -> None:
     (tmp_path / "authflow").mkdir()
     (tmp_path / "authflow" / "login.html").write_text(
         "<h1>Welcome to Example Corp</h1>"
@@ -1056,7 +1045,7 @@ def test_an_app_template_overrides_the_packaged_one(mock_clock, authflow_hasher,
         '<input id="p" name="password" type="password" autocomplete="current-password">'
         "{% if error %}<p>{{ error }}</p>{% endif %}</form>"
     )
-    site = make_site(mock_clock, authflow_hasher, template_folder=str(tmp_path))
+    site = make_site(app_factory, template_folder=str(tmp_path))
     client = site.client()
     page = client.get("/login")
     assert "Welcome to Example Corp" in page.text and "Sign in</h1>" not in page.text
@@ -1066,15 +1055,13 @@ def test_an_app_template_overrides_the_packaged_one(mock_clock, authflow_hasher,
     assert account.status_code == 200 and 'id="change-password-form"' in account.text
 
 
-def test_overriding_the_base_template_restyles_every_page(
-    mock_clock, authflow_hasher, tmp_path: Path
-) -> None:
+def test_overriding_the_base_template_restyles_every_page(app_factory: AppFactory, tmp_path: Path) -> None:
     (tmp_path / "authflow").mkdir()
     (tmp_path / "authflow" / "base.html").write_text(
         "<!doctype html><title>{% block title %}{% endblock %} | Example</title>"
         "<nav>Example Corp</nav>{% block content %}{% endblock %}"
     )
-    site = make_site(mock_clock, authflow_hasher, template_folder=str(tmp_path))
+    site = make_site(app_factory, template_folder=str(tmp_path))
     client = site.client()
     page = client.get("/login").text
     assert "<title>Sign in | Example</title>" in page and "<nav>Example Corp</nav>" in page
@@ -1091,13 +1078,13 @@ def test_without_an_override_the_packaged_template_is_used(site: Site) -> None:
 # --- Flask-WTF -----------------------------------------------------------------------------------
 
 
-def _wtf_site(mock_clock: MockClock, hasher: PasswordHasher, **config: Any) -> tuple[Site, CSRFProtect]:
-    site = make_site(mock_clock, hasher, SECRET_KEY=secrets.token_hex(32), **config)
+def _wtf_site(app_factory: AppFactory, **config: Any) -> tuple[Site, CSRFProtect]:
+    site = make_site(app_factory, SECRET_KEY=secrets.token_hex(32), **config)
     return site, CSRFProtect(site.app)
 
 
-def test_with_flask_wtf_its_token_is_used_and_rotated_at_login(mock_clock, authflow_hasher) -> None:
-    site, _ = _wtf_site(mock_clock, authflow_hasher)
+def test_with_flask_wtf_its_token_is_used_and_rotated_at_login(app_factory) -> None:
+    site, _ = _wtf_site(app_factory)
     client = site.client()
     page = client.get("/login")
     token = csrf_of(page.text)
@@ -1115,8 +1102,8 @@ def test_with_flask_wtf_its_token_is_used_and_rotated_at_login(mock_clock, authf
     assert client.get("/account").status_code == 401
 
 
-def test_flask_wtf_rejects_a_missing_or_foreign_token_before_the_view(mock_clock, authflow_hasher) -> None:
-    site, _ = _wtf_site(mock_clock, authflow_hasher)
+def test_flask_wtf_rejects_a_missing_or_foreign_token_before_the_view(app_factory) -> None:
+    site, _ = _wtf_site(app_factory)
     client = site.client()
     client.get("/login")
     missing = client.post("/login", data={"username": "alice", "password": PASSWORD})
@@ -1130,11 +1117,9 @@ def test_flask_wtf_rejects_a_missing_or_foreign_token_before_the_view(mock_clock
 
 
 @pytest.mark.parametrize("setup", ["check_default_off", "exempt"])
-def test_the_views_run_flask_wtf_themselves_when_it_skipped_them(
-    mock_clock, authflow_hasher, setup: str
-) -> None:
+def test_the_views_run_flask_wtf_themselves_when_it_skipped_them(app_factory: AppFactory, setup: str) -> None:
     config = {"WTF_CSRF_CHECK_DEFAULT": False} if setup == "check_default_off" else {}
-    site, csrf = _wtf_site(mock_clock, authflow_hasher, **config)
+    site, csrf = _wtf_site(app_factory, **config)
     if setup == "exempt":
         csrf.exempt(site.app.blueprints[VIEWS_BLUEPRINT])
     client = site.client()
@@ -1148,8 +1133,8 @@ def test_the_views_run_flask_wtf_themselves_when_it_skipped_them(
     assert done.location == "/account"
 
 
-def test_flask_wtf_disabled_leaves_the_built_in_token(mock_clock, authflow_hasher) -> None:
-    site, _ = _wtf_site(mock_clock, authflow_hasher, WTF_CSRF_ENABLED=False)
+def test_flask_wtf_disabled_leaves_the_built_in_token(app_factory) -> None:
+    site, _ = _wtf_site(app_factory, WTF_CSRF_ENABLED=False)
     client = site.client()
     page = client.get("/login")
     with client.session_transaction() as session:
@@ -1159,8 +1144,8 @@ def test_flask_wtf_disabled_leaves_the_built_in_token(mock_clock, authflow_hashe
     assert login(client).location == "/account"
 
 
-def test_flask_wtf_field_name_is_followed(mock_clock, authflow_hasher) -> None:
-    site, _ = _wtf_site(mock_clock, authflow_hasher, WTF_CSRF_FIELD_NAME="xsrf")
+def test_flask_wtf_field_name_is_followed(app_factory) -> None:
+    site, _ = _wtf_site(app_factory, WTF_CSRF_FIELD_NAME="xsrf")
     client = site.client()
     page = client.get("/login")
     assert 'name="csrf_token"' not in page.text
@@ -1565,8 +1550,8 @@ def test_a_password_step_up_does_not_let_a_totp_user_change_factors(site: Site) 
     assert remove(client, factor_id).location == "/account/factors?notice=factor_removed"
 
 
-def test_a_wrong_code_at_the_step_up_changes_nothing(mock_clock, authflow_hasher) -> None:
-    site = make_site(mock_clock, authflow_hasher, AUTHFLOW_LOCKOUT_MAX_FAILURES=3)
+def test_a_wrong_code_at_the_step_up_changes_nothing(app_factory) -> None:
+    site = make_site(app_factory, AUTHFLOW_LOCKOUT_MAX_FAILURES=3)
     client = site.client()
     login(client)
     secret = enroll_totp(site, client)
@@ -1965,10 +1950,9 @@ def run_webauthn_script(
 
 
 @pytest.fixture
-def key_site(mock_clock: MockClock, authflow_hasher: PasswordHasher) -> tuple[Site, FakeKey]:
+def key_site(app_factory: AppFactory) -> tuple[Site, FakeKey]:
     site = make_site(
-        mock_clock,
-        authflow_hasher,
+        app_factory,
         AUTHFLOW_WEBAUTHN_RP_ID="example.com",
         AUTHFLOW_WEBAUTHN_ORIGINS=["https://example.com"],
         AUTHFLOW_PASSKEY_LOGIN=True,
@@ -2286,10 +2270,9 @@ def test_totp_or_an_e_mail_code_sent_on_request(site: Site, outbox: Outbox) -> N
 
 
 @pytest.fixture
-def webauthn_site(mock_clock: MockClock, authflow_hasher: PasswordHasher) -> Site:
+def webauthn_site(app_factory: AppFactory) -> Site:
     site = make_site(
-        mock_clock,
-        authflow_hasher,
+        app_factory,
         AUTHFLOW_WEBAUTHN_RP_ID="example.com",
         AUTHFLOW_WEBAUTHN_ORIGINS=["https://example.com"],
         AUTHFLOW_PASSKEY_LOGIN=True,

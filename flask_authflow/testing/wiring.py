@@ -10,7 +10,9 @@ give them.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+import inspect
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,10 @@ from flask_authflow.web.extension import AuthFlow
 from flask_authflow.web.state import EXTENSION_KEY, Adapters
 
 __all__ = ["PluginWiring"]
+
+#: The ``init_app`` wrappers of :meth:`PluginWiring.applied`, so that a nested block wraps the
+#: extension's own ``init_app`` rather than the wiring around it.
+_WRAPPERS: weakref.WeakSet[Callable[..., None]] = weakref.WeakSet()
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,8 +54,12 @@ class PluginWiring:
 
     @contextmanager
     def applied(self) -> Iterator[None]:
-        """Wrap ``AuthFlow.init_app`` with this wiring until the block ends."""
-        original = AuthFlow.init_app
+        """Wrap ``AuthFlow.init_app`` with this wiring until the block ends.
+
+        Inside a test the plugin already wired (or another ``applied()`` block), this wiring
+        replaces the one around it for the block instead of being layered under it: what it
+        leaves to the application's configuration stays the configuration's."""
+        original = inspect.unwrap(AuthFlow.init_app, stop=lambda f: f not in _WRAPPERS)
         wiring = self
 
         @functools.wraps(original)
@@ -57,6 +67,7 @@ class PluginWiring:
             original(extension, app, **wiring.adapters_for(extension, app, given))
             wiring.refuse_outside(getattr(app.extensions[EXTENSION_KEY].backend, "engine", None))
 
+        _WRAPPERS.add(init_app)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(AuthFlow, "init_app", init_app)
             yield
@@ -87,12 +98,17 @@ class PluginWiring:
         """The configured database, unless it is a SQLite file outside ``tmp_path`` (refused);
         none configured: a file in ``tmp_path``."""
         from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
 
         url = app.config.get("AUTHFLOW_DATABASE_URL")
         if url is None:
             app.config["AUTHFLOW_DATABASE_URL"] = f"sqlite:///{self.tmp_path / 'authflow.db'}"
             return
-        path = self._sqlite_file_outside(make_url(url))
+        try:
+            parsed = make_url(url)
+        except (ArgumentError, TypeError, ValueError):
+            return  # not a URL: init_app's own check refuses it, with its message
+        path = self._sqlite_file_outside(parsed)
         if path is not None:
             raise ConfigurationError(
                 f"AUTHFLOW_DATABASE_URL points at {path}, outside this test's temporary folder "
