@@ -23,6 +23,9 @@ __all__ = [
     "login_succeeded",
     "session_revoked",
     "token_minted",
+    "workflow_aborted",
+    "workflow_completed",
+    "workflow_started",
 ]
 
 authflow_signals = Namespace()
@@ -33,3 +36,6 @@ factor_verified = authflow_signals.signal("factor-verified")
 session_revoked = authflow_signals.signal("session-revoked")
 key_rotated = authflow_signals.signal("key-rotated")
 token_minted = authflow_signals.signal("token-minted")
+workflow_started = authflow_signals.signal("workflow-started")
+workflow_completed = authflow_signals.signal("workflow-completed")
+workflow_aborted = authflow_signals.signal("workflow-aborted")
