@@ -35,6 +35,9 @@ __all__ = [
     "Locked",
     "LoginOutcome",
     "StepUpRequired",
+    "WorkflowOutcome",
+    "WorkflowPending",
+    "WorkflowStarted",
 ]
 
 
@@ -180,6 +183,42 @@ class Authenticated:
 
     user_id: str
     tenant: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowPending:
+    """The user is known, but the session is in ``pending_workflow``, not Authenticated: a
+    longer ceremony (a sign-up) must finish first."""
+
+    user_id: str
+    tenant: str
+    state: str = "pending_workflow"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowStarted:
+    """A workflow is pending on the session. ``token`` (43 URL-safe characters) is its
+    single-use proof, shown once: mail it, or keep it for the step that completes it. The
+    session keeps only its hash."""
+
+    kind: str
+    token: str = field(repr=False)
+    expires_at: datetime
+    data: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowOutcome:
+    """A workflow ended (``completed`` true, or aborted): ``state`` is the state the session
+    is in now (``"guest"`` or ``"authenticated"``, the one the workflow was started from),
+    ``data`` what the workflow carried."""
+
+    kind: str
+    completed: bool
+    state: str
+    data: Mapping[str, Any]
+    user_id: str | None = None
+    tenant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

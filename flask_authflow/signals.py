@@ -30,6 +30,9 @@ __all__ = [
     "roles_changed",
     "session_revoked",
     "token_minted",
+    "workflow_aborted",
+    "workflow_completed",
+    "workflow_started",
 ]
 
 authflow_signals = Namespace()
@@ -41,3 +44,6 @@ session_revoked = authflow_signals.signal("session-revoked")
 key_rotated = authflow_signals.signal("key-rotated")
 token_minted = authflow_signals.signal("token-minted")
 roles_changed = authflow_signals.signal("roles-changed")
+workflow_started = authflow_signals.signal("workflow-started")
+workflow_completed = authflow_signals.signal("workflow-completed")
+workflow_aborted = authflow_signals.signal("workflow-aborted")

@@ -86,6 +86,9 @@ def test_prometheus_text_format() -> None:
         "authflow_jwks_refresh_failures_total": 0,
         "authflow_audit_fallback_writes_total": 0,
         "authflow_audit_lost_writes_total": 0,
+        "authflow_workflows_started_total": 0,
+        "authflow_workflows_completed_total": 0,
+        "authflow_workflows_aborted_total": 0,
     }
 
 

@@ -150,6 +150,9 @@ COUNTER_HELP: dict[str, str] = {
     "jwks_refresh_failures": "Provider JWK set fetches that failed (the keys known before were kept).",
     "audit_fallback_writes": "Audit rows written to the spool file because the audit store failed.",
     "audit_lost_writes": "Audit rows that neither the audit store nor the spool file could take.",
+    "workflows_started": "Workflows (sign-up, e-mail verification, password reset, custom) started.",
+    "workflows_completed": "Workflows completed with their token or kind.",
+    "workflows_aborted": "Workflows aborted, expired, or ended by a new login.",
 }
 
 

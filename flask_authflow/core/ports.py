@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from flask_authflow.audit.sinks import AuditRecord, AuditSink
 from flask_authflow.core.session import AuthSession, SessionRecord
-from flask_authflow.outcomes import Authenticated, FactorKind, FactorRequired
+from flask_authflow.outcomes import Authenticated, FactorKind, FactorRequired, WorkflowPending
 
 __all__ = [
     "RESERVATION_TTL",
@@ -441,7 +441,7 @@ class LoginRecorder(Protocol):
         pending_workflow: bool = False,
         federation: Mapping[str, str] | None = None,
         multi_factor: bool = False,
-    ) -> Authenticated | FactorRequired: ...
+    ) -> Authenticated | FactorRequired | WorkflowPending: ...
 
     def record_event(
         self,

@@ -37,7 +37,7 @@ from flask_authflow.federation.links import FederationStore, IdentityLink
 from flask_authflow.federation.oauth2 import OAuth2Provider, PlainIdentity
 from flask_authflow.federation.provider import OAuthProvider, ProviderRegistry, TokenSet
 from flask_authflow.jose import VerifiedClaims
-from flask_authflow.outcomes import Authenticated, FactorRequired
+from flask_authflow.outcomes import Authenticated, FactorRequired, WorkflowPending
 
 __all__ = [
     "ClaimsMapper",
@@ -152,7 +152,7 @@ class FederatedLogin:
 
     provider: str
     identity: FederatedIdentity
-    outcome: Authenticated | FactorRequired
+    outcome: Authenticated | FactorRequired | WorkflowPending
     state: AuthState
     return_to: str | None
     tokens: TokenSet = field(repr=False)

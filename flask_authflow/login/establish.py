@@ -29,7 +29,8 @@ from flask_authflow.login.operation import (
     guard_store,
     new_transaction,
 )
-from flask_authflow.outcomes import Authenticated, FactorKind, FactorRequired
+from flask_authflow.login.workflow import abandon
+from flask_authflow.outcomes import Authenticated, FactorKind, FactorRequired, WorkflowPending
 
 __all__ = ["Establish", "establish"]
 
@@ -51,7 +52,7 @@ class Establish:
 
 def establish(
     svc: LoginServices, ctx: AuditContext, session: AuthSession, tenant: str, user_id: str, how: Establish
-) -> Authenticated | FactorRequired:
+) -> Authenticated | FactorRequired | WorkflowPending:
     """Log ``user_id`` in on ``session`` (see ``AuthnRequest.establish``)."""
     method = how.method
     if not isinstance(method, str) or not _METHOD_RE.fullmatch(method):
@@ -74,6 +75,8 @@ def establish(
         steps = svc.steps_for(tenant, user.user_id, [FactorKind.PASSWORD, *enrolled])
         remaining = [] if how.skip_factors or how.multi_factor else steps[1:]
         skipped = how.skip_factors and len(steps) > 1 and not how.multi_factor
+        if session.workflow is not None:  # a login ends the workflow in progress first
+            abandon(op, "new_login")
         if session.state in (AuthState.AUTHENTICATED, AuthState.PENDING_WORKFLOW):
             op.end_previous_login()
         elif session.state is AuthState.AUTHENTICATING:  # an unfinished login: dropped, not a logout
@@ -100,7 +103,9 @@ def _next_factor(
     return next_step(svc, op.now, op.session, StepUser(user.tenant, user.user_id, user.identifier))
 
 
-def _complete(op: Operation, user: UserRecord, how: Establish, skipped: bool) -> Authenticated:
+def _complete(
+    op: Operation, user: UserRecord, how: Establish, skipped: bool
+) -> Authenticated | WorkflowPending:
     op.session.transition(
         lambda r: complete_login(
             r,
@@ -119,9 +124,8 @@ def _complete(op: Operation, user: UserRecord, how: Establish, skipped: bool) ->
         identifier=user.identifier,
         factor=how.method,
     )
-    if not how.pending_workflow:
-        op.count("login_successes")
-        op.signal(
-            "login_succeeded", user_id=user.user_id, tenant=user.tenant, step_up=False, method=how.method
-        )
+    if how.pending_workflow:  # the outcome names the state the session is really in
+        return WorkflowPending(user.user_id, user.tenant)
+    op.count("login_successes")
+    op.signal("login_succeeded", user_id=user.user_id, tenant=user.tenant, step_up=False, method=how.method)
     return Authenticated(user.user_id, user.tenant)

@@ -32,7 +32,14 @@ from flask_authflow.core.session import (
 from flask_authflow.errors import FactorNotRegistered, InvalidInput, PermissionDenied
 from flask_authflow.login.establish import Establish, establish
 from flask_authflow.login.operation import LoginServices, Operation, guard_store, new_transaction
-from flask_authflow.outcomes import FactorCredential, FactorKind, FactorOutcome, InvalidCredential, Locked
+from flask_authflow.outcomes import (
+    FactorCredential,
+    FactorKind,
+    FactorOutcome,
+    InvalidCredential,
+    Locked,
+    WorkflowPending,
+)
 
 __all__ = ["begin_passkey_login", "finish_passkey_login"]
 
@@ -111,7 +118,9 @@ def finish_passkey_login(
             return InvalidCredential()
         lockout.success(tenant, user.identifier, _WEBAUTHN, op.now, ctx.client_ip, reservation=op.hand_off())
     session.transition(_forget)
-    return establish(svc, ctx, session, tenant, user.user_id, Establish("passkey", multi_factor=True))
+    outcome = establish(svc, ctx, session, tenant, user.user_id, Establish("passkey", multi_factor=True))
+    assert not isinstance(outcome, WorkflowPending)  # a passkey login is never part of a workflow
+    return outcome
 
 
 def _check(

@@ -67,6 +67,7 @@ from flask_authflow.outcomes import (
     FactorRequired,
     LoginOutcome,
     StepUpRequired,
+    WorkflowPending,
 )
 
 __all__ = [
@@ -297,7 +298,7 @@ class AuthnRequest:
         pending_workflow: bool = False,
         federation: Mapping[str, str] | None = None,
         multi_factor: bool = False,
-    ) -> Authenticated | FactorRequired:
+    ) -> Authenticated | FactorRequired | WorkflowPending:
         """Log ``user_id`` in on ``session`` after the application proved who it is some other
         way (sign-up, a magic link, a federated login): ``method`` names that way.
 
@@ -308,7 +309,8 @@ class AuthnRequest:
         enrolled stay required (the outcome is ``FactorRequired``, continued with
         :meth:`verify_factor`) unless ``skip_factors`` is true, which is audited
         (reason ``factors_skipped``). ``pending_workflow`` ends in PendingWorkflow instead
-        of Authenticated (a federated step of a longer ceremony, such as a sign-up);
+        of Authenticated (a federated step of a longer ceremony, such as a sign-up; the
+        outcome is then ``WorkflowPending``);
         ``federation`` is kept on the session (see ``SessionRecord.federation``).
         ``multi_factor`` says ``method`` proved every factor at once (a passkey with user
         verification): no later step remains, and nothing is audited as skipped.

@@ -56,12 +56,13 @@ def _detached(record: SessionRecord) -> SessionRecord:
     dirty flag. Records with no custom data and no flow (the common authenticated
     session) are returned as they are: nothing to copy, nothing to pay.
     """
-    if not record.custom and not record.flow:
+    if not record.custom and not record.flow and not record.workflow:
         return record
     return replace(
         record,
         custom=copy.deepcopy(dict(record.custom)) if record.custom else {},
         flow=copy.deepcopy(dict(record.flow)) if record.flow else record.flow,
+        workflow=copy.deepcopy(dict(record.workflow)) if record.workflow else record.workflow,
     )
 
 
@@ -277,6 +278,7 @@ def serialize_record(record: SessionRecord) -> bytes:
         "federation": dict(record.federation) if record.federation else None,
         "flow": None if record.flow is None else custom_serializer.dumps(dict(record.flow)),
         "custom": custom_serializer.dumps(dict(record.custom)) if record.custom else None,
+        "workflow": dict(record.workflow) if record.workflow is not None else None,
     }
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
@@ -330,6 +332,9 @@ def deserialize_record(data: bytes) -> SessionRecord:
         custom = {} if custom_raw is None else custom_serializer.loads(custom_raw)
         if (flow is not None and not isinstance(flow, dict)) or not isinstance(custom, dict):
             raise SessionRecordError("malformed session record: bad flow or custom data")
+        workflow = doc.get("workflow")  # absent from records written before workflows
+        if workflow is not None and not isinstance(workflow, dict):
+            raise SessionRecordError("malformed session record: bad workflow")
         return SessionRecord(
             sid=sid,
             state=AuthState(doc.get("state")),
@@ -347,6 +352,7 @@ def deserialize_record(data: bytes) -> SessionRecord:
             federation=_str_map(doc, "federation"),
             flow=flow,
             custom=custom,
+            workflow=workflow,
         )
     except SessionRecordError:
         raise

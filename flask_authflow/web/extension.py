@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from flask import Flask, Response, current_app, g, request
 
 from flask_authflow.audit.client_ip import MAX_ADDRESS_CHARS, parse_ip
-from flask_authflow.audit.context import audit_context
+from flask_authflow.audit.context import AuditContext, audit_context
 from flask_authflow.audit.sinks import AuthCounters
 from flask_authflow.audit.spool import SpoolAuditSink
 from flask_authflow.clock import Clock, SystemClock
@@ -35,6 +35,7 @@ from flask_authflow.errors import (
     Unauthenticated,
 )
 from flask_authflow.extras import check_extras
+from flask_authflow.login import workflow
 from flask_authflow.login.accounts import AccountAdmin
 from flask_authflow.login.lockout import LockoutPolicy
 from flask_authflow.login.password import PasswordHasher
@@ -50,6 +51,9 @@ from flask_authflow.outcomes import (
     FactorOutcome,
     FactorRequired,
     LoginOutcome,
+    WorkflowOutcome,
+    WorkflowPending,
+    WorkflowStarted,
 )
 from flask_authflow.responses import error_response
 from flask_authflow.sessions.interface import AuthFlowSessionInterface
@@ -547,10 +551,11 @@ class AuthFlow:
         *,
         method: str = "external",
         skip_factors: bool = False,
-    ) -> Authenticated | FactorRequired:
+    ) -> Authenticated | FactorRequired | WorkflowPending:
         """Log the user in on the current session after the application checked who it is
         (sign-up, a magic link): see :meth:`AuthnRequest.establish
-        <flask_authflow.login.service.AuthnRequest.establish>`.
+        <flask_authflow.login.service.AuthnRequest.establish>`. A workflow pending on the
+        session ends first (audited ``workflow_aborted``, reason ``new_login``).
 
         Returns ``Authenticated``, or ``FactorRequired`` when the user has enrolled factors
         beyond the password (never skipped unless ``skip_factors=True``, which is audited).
@@ -627,6 +632,22 @@ class AuthFlow:
         """Whether the policies let the current user do ``action`` on ``resource`` (:doc:`/authz`)."""
         return authz.is_authorized(action, resource, context)
 
+    # --- workflows (:doc:`/workflows`) ------------------------------------------------------------
+
+    def start_workflow(self, kind: str, data: Any = None, expires_in: Any = None) -> WorkflowStarted:
+        """Start a workflow of ``kind`` on the current session; the outcome holds its token."""
+        return workflow.start(
+            *_here(), kind, data, expires_in, current_app.config.get("AUTHFLOW_WORKFLOW_EXPIRY")
+        )
+
+    def complete_workflow(self, token_or_kind: str) -> WorkflowOutcome:
+        """Complete the current session's workflow with its token (or a ``WorkflowKind``)."""
+        return workflow.complete(*_here(), token_or_kind)
+
+    def abort_workflow(self) -> WorkflowOutcome:
+        """End the current session's workflow without completing it."""
+        return workflow.abort(*_here())
+
 
 class ViewsRegistrar:
     """``authflow.views``: registers the ready-made pages (the ``authflow_views`` blueprint)."""
@@ -639,6 +660,11 @@ class ViewsRegistrar:
         if VIEWS_BLUEPRINT in app.blueprints:
             return
         register_views(app, url_prefix=url_prefix)
+
+
+def _here() -> tuple[AuthnService, AuditContext, AuthSession]:
+    """The service, audit context and session of the current request (for the workflow steps)."""
+    return get_state().service, audit_context(), current_auth_session()
 
 
 def _kind(kind: FactorKind | str) -> FactorKind:
