@@ -11,6 +11,8 @@ keyword arguments. Signals never carry secrets (no tokens, passwords or keys).
   user changed), ``role``, ``permission`` (``None`` unless a grant changed) and ``action``
   (the audit event: ``role_added``, ``role_removed``, ``role_deleted``,
   ``permission_granted``, ``permission_revoked``).
+* ``workflow_started``, ``workflow_completed``, ``workflow_aborted``: sent by the
+  workflow steps, with ``kind``, ``tenant`` and ``user_id``.
 * ``key_rotated``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after a
   rotation, with ``previous_kid`` and ``new_kid``.
 * ``token_minted``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after each
