@@ -55,6 +55,7 @@ RolesLoader = Callable[[Any], Iterable[str]]
 #: ``principal_attributes(user)``: more attributes of the principal (``principal.<name>``).
 AttributesLoader = Callable[[Any], Mapping[str, Any]]
 
+
 @dataclass(eq=False)
 class AuthzHooks:
     """The application's authorization callbacks, shared by every app of one extension."""
