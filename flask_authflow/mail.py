@@ -4,8 +4,8 @@ One-time codes by e-mail need a way out of the app. :class:`SmtpSender` delivers
 an SMTP server with the standard library's :mod:`smtplib`, over STARTTLS or implicit TLS
 with the certificate and host name verified (``AUTHFLOW_SMTP_*``, read by
 :meth:`SmtpSettings.from_config`); an application may plug in its own sender instead (a
-provider's API). Tests use :class:`flask_authflow.testing.pytest_plugin.Outbox`, which the
-pytest plugin's ``mail_outbox`` fixture installs.
+provider's API). Any object with this ``send`` method will do, for example one that keeps the
+messages in a list for a test to read.
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ class EmailOtpFactor(StoredEnrollment):
     :param sealer: hashes codes under the server's code key (``FactorSealer.code_digest``).
     :param sender: returns the app's :class:`~flask_authflow.mail.MailSender` when a code is
         sent (a callable, so that the sender can be installed or swapped after
-        ``init_app``: the pytest plugin's ``mail_outbox``); ``None`` means none is configured.
+        ``init_app``, e.g. a test's outbox); ``None`` means none is configured.
     :param ttl: how long a code is valid (``AUTHFLOW_EMAIL_OTP_TTL``).
     :param max_tries: wrong codes allowed per code (``AUTHFLOW_EMAIL_OTP_MAX_TRIES``).
     :param site_name: named in the e-mails (``AUTHFLOW_SITE_NAME``).

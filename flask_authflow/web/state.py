@@ -2,7 +2,7 @@
 
 ``AuthFlow.init_app`` builds one :class:`AuthFlowState` per app and keeps it in
 ``app.extensions["authflow"]``; everything that runs inside a request or a CLI command
-(decorators, views, the CLI, the pytest plugin) reads it through :func:`get_state`.
+(decorators, views, the CLI, test fixtures) reads it through :func:`get_state`.
 This module sits between the parts (sessions, login, issuer, stores) and the modules
 that wire or use them (``extension``, ``decorators``, ``cli``), so none of those needs
 to import another to find the state.
