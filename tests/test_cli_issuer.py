@@ -411,7 +411,7 @@ def test_flask_cli_subprocess_mints_with_the_issuer_example(tmp_path: Path) -> N
     ],
 )
 def test_memory_key_store_is_refused_by_the_cli(args: tuple[str, ...], issuer_cli_app: AppFactory) -> None:
-    """Issue 6 point 5: a CLI run on the memory store would use a throwaway key."""
+    """A CLI run on the memory store would use a throwaway key."""
     app = issuer_cli_app(AUTHFLOW_ISSUER=ISS, AUTHFLOW_ISSUER_KEY_STORE="memory")
     before = issuer_of(app).current_kid
     result = run(app, *args)

@@ -222,7 +222,7 @@ def test_mint_with_header(idp: LocalIdp, key: LocalIdpSigningKey, clock: MockClo
         {"jwk": {"kty": "EC"}},
         {"x5u": "https://evil.test/cert"},
         {"x5c": ["AAAA"]},
-        {"zip": "DEF"},  # issue 6 point 9: never a compressed payload
+        {"zip": "DEF"},  # never a compressed payload
         {"enc": "A256GCM"},  # nor a JWE header
         {"typ": ""},
         {"typ": 5},
@@ -336,7 +336,7 @@ def test_reload_waits_for_the_interval(tmp_path: Path, clock: MockClock) -> None
 
 
 def test_periodic_reload_follows_the_injected_clock(tmp_path: Path, clock: MockClock) -> None:
-    """Issue 6 point 16: the 5 s reload interval is measured on the issuer's clock."""
+    """The 5 s reload interval is measured on the issuer's clock."""
     FileLocalIdpKeyStore.initialize(tmp_path / "keys", LocalIdpSigningKey.generate_es256())
     a = LocalIdp.from_key_store(ISS, FileLocalIdpKeyStore(tmp_path / "keys"))
     b = LocalIdp.from_key_store(ISS, FileLocalIdpKeyStore(tmp_path / "keys")).with_clock(clock)
@@ -514,7 +514,7 @@ def test_signal_names_exist() -> None:
 def test_builders_return_a_new_issuer_and_leave_the_original_unchanged(
     idp: LocalIdp, clock: MockClock
 ) -> None:
-    """Issue 6 point 20: every with_* builder returns a new value."""
+    """Every with_* builder returns a new value."""
     extra = LocalIdpSigningKey.generate_es256().with_key_id("next")
     before_doc, before_jwks = idp.discovery_document(), idp.jwks()
     other_clock = MockClock(NOW + timedelta(days=1))

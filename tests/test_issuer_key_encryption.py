@@ -1,4 +1,4 @@
-"""Issue 6 point 4: issuer private keys are encrypted at rest in the SQL key store."""
+"""Issuer private keys are encrypted at rest in the SQL key store."""
 
 from __future__ import annotations
 

@@ -384,7 +384,7 @@ def test_sql_concurrent_rotation_from_two_engines(database_url: str) -> None:
         e.dispose()
 
 
-# -- the algorithm survives a reload (issue 6 point 13) and unsafe folders (point 4) -------------------
+# -- the algorithm survives a reload and unsafe folders -------------------
 
 ALL_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"]
 

@@ -138,7 +138,7 @@ def test_memory_store_mounts_the_issuer_blueprint(issuer_app: AppFactory) -> Non
 
 @pytest.mark.authflow_stores("sql")  # the key store in the app's SQL database
 def test_default_key_store_is_sql_in_the_apps_database(tmp_path: Path, app_factory: AppFactory) -> None:
-    """Issue 6 point 5: without AUTHFLOW_ISSUER_KEY_STORE the keys live in the app's
+    """Without AUTHFLOW_ISSUER_KEY_STORE the keys live in the app's
     database, so a second app (another worker, a CLI run) signs with the same key."""
     from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
 
@@ -419,7 +419,7 @@ def test_sql_store_with_a_custom_backend_uses_the_database_url(
 
 @pytest.mark.parametrize("prefix", ["/idp", "/auth/issuer"])
 def test_discovery_jwks_uri_honours_the_url_prefix(prefix: str, issuer_app: AppFactory) -> None:
-    """Issue 6 point 14: the advertised jwks_uri answers 200 through the app."""
+    """The advertised jwks_uri answers 200 through the app."""
     app = issuer_app(AUTHFLOW_ISSUER_URL_PREFIX=prefix)
     client = app.test_client()
     discovery = client.get(f"{prefix}/.well-known/openid-configuration")

@@ -649,7 +649,7 @@ def test_key_without_alg_accepts_any_matching_algorithm(
         v.verify(make(rsa_key.with_algorithm("RS512")), AUD)
 
 
-# -- typed rejection reasons (issue 6 point 19) and zip/enc (point 9) --------------------------------
+# -- typed rejection reasons and zip/enc --------------------------------
 
 
 def _reason_cases(ec_key: LocalIdpSigningKey, rsa_key: LocalIdpSigningKey) -> list[tuple[str, TokenCheck]]:

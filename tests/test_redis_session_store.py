@@ -1,4 +1,4 @@
-"""The Redis session store (issue 10, point 6), against a real redis-server.
+"""The Redis session store, against a real redis-server.
 
 The same contract as the memory and SQL stores (``StoreContract`` of
 tests/test_session_stores.py and the no-resurrection checks of

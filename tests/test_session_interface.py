@@ -962,7 +962,7 @@ def test_oversized_nested_change_falls_back_to_the_stored_data(client: FlaskClie
     client.post("/cart")
     sid = sid_of(cookie_value(client))
     response = client.post("/grow")
-    # nothing is dropped silently: the request answers 413 (issue 6, point 12)
+    # nothing is dropped silently: the request answers 413
     assert response.status_code == 413
     assert b"custom session data is" in response.data
     assert state(client)["custom"] == {"cart": []}

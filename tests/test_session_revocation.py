@@ -1,4 +1,4 @@
-"""Issue 6: revocation stays revoked, caching headers, canonical cookies, late writes, size cap.
+"""Revocation stays revoked, caching headers, canonical cookies, late writes, size cap.
 
 * point 2: saving an existing session never re-creates it (memory, SQLite, PostgreSQL,
   threads and several processes on PostgreSQL, and through a Flask app);
