@@ -5,6 +5,8 @@ keyword arguments. Signals never carry secrets (no tokens, passwords or keys).
 
 * ``login_succeeded``, ``login_failed``, ``factor_verified``, ``session_revoked``:
   sent by the login and session parts.
+* ``identity_linked``, ``identity_unlinked``: sent when a signed-in user links or unlinks
+  a provider, with ``tenant``, ``user_id``, ``provider`` and ``issuer``.
 * ``key_rotated``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after a
   rotation, with ``previous_kid`` and ``new_kid``.
 * ``token_minted``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after each
@@ -18,6 +20,8 @@ from blinker import Namespace
 __all__ = [
     "authflow_signals",
     "factor_verified",
+    "identity_linked",
+    "identity_unlinked",
     "key_rotated",
     "login_failed",
     "login_succeeded",
@@ -33,3 +37,5 @@ factor_verified = authflow_signals.signal("factor-verified")
 session_revoked = authflow_signals.signal("session-revoked")
 key_rotated = authflow_signals.signal("key-rotated")
 token_minted = authflow_signals.signal("token-minted")
+identity_linked = authflow_signals.signal("identity-linked")
+identity_unlinked = authflow_signals.signal("identity-unlinked")
