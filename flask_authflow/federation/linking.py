@@ -1,7 +1,7 @@
 """Account linking and provisioning: what a signed-in user's link and unlink need.
 
 A link ceremony is a federated login started by a signed-in user (the session stores
-:data:`LINK_KEY` next to the ceremony, naming that user): its callback links the provider
+``LINK_KEY`` next to the ceremony, naming that user): its callback links the provider
 identity to that user instead of logging in. An identity already linked to another user
 is refused (:class:`IdentityLinkedElsewhere`); an unlink that would leave the user no way
 to sign in (no password, no passkey, no other link) is refused (:class:`LastSignInMethod`).

@@ -576,9 +576,10 @@ class FederationService:
         """Unlink every identity of ``provider_name`` from the signed-in user; returns how many.
 
         :raises StepUpNeeded: the last authentication is older than ``fresh_within``.
-        :raises NotLinked: the provider is not linked to the user.
-        :raises LastSignInMethod: it is the user's last way to sign in (no password, no
-            passkey, no other linked provider).
+
+        Refuses with ``NotLinked`` when the provider is not linked to the user, and with
+        ``LastSignInMethod`` when it is their last way to sign in (no password, no
+        passkey, no other linked provider).
         """
         user = self._fresh_user(session, fresh_within)
         factor = f"oidc:{provider_name}"[:32]
