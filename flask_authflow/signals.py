@@ -13,6 +13,8 @@ keyword arguments. Signals never carry secrets (no tokens, passwords or keys).
   ``permission_granted``, ``permission_revoked``).
 * ``workflow_started``, ``workflow_completed``, ``workflow_aborted``: sent by the
   workflow steps, with ``kind``, ``tenant`` and ``user_id``.
+* ``identity_linked``, ``identity_unlinked``: sent when a signed-in user links or unlinks
+  a provider, with ``tenant``, ``user_id``, ``provider`` and ``issuer``.
 * ``key_rotated``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after a
   rotation, with ``previous_kid`` and ``new_kid``.
 * ``token_minted``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after each
@@ -26,6 +28,8 @@ from blinker import Namespace
 __all__ = [
     "authflow_signals",
     "factor_verified",
+    "identity_linked",
+    "identity_unlinked",
     "key_rotated",
     "login_failed",
     "login_succeeded",
@@ -49,3 +53,5 @@ roles_changed = authflow_signals.signal("roles-changed")
 workflow_started = authflow_signals.signal("workflow-started")
 workflow_completed = authflow_signals.signal("workflow-completed")
 workflow_aborted = authflow_signals.signal("workflow-aborted")
+identity_linked = authflow_signals.signal("identity-linked")
+identity_unlinked = authflow_signals.signal("identity-unlinked")

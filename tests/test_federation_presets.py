@@ -125,8 +125,8 @@ def settings(name: str, **values: Any) -> dict[str, Any]:
 def signed_in_as(fed: PresetApp, client: FlaskClient, identifier: str) -> None:
     page = client.get("/whoami")
     assert page.status_code == 200, page.text
-    # Local identifiers are normalised (lower-cased); the link keeps the sub exactly.
-    assert page.text == f"{identifier.lower()} via oidc:{fed.name}"
+    # The account named after the provider identity keeps the sub's case, as the link does.
+    assert page.text == f"{identifier} via oidc:{fed.name}"
 
 
 # --- google -------------------------------------------------------------------------------------

@@ -7,15 +7,28 @@ counting failures means the lockout cannot be sidestepped by changing the case.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from flask_authflow.errors import InvalidInput
 
-__all__ = ["MAX_IDENTIFIER_LENGTH", "MAX_TENANT_LENGTH", "check_tenant", "normalise_identifier"]
+__all__ = [
+    "MAX_IDENTIFIER_LENGTH",
+    "MAX_TENANT_LENGTH",
+    "check_tenant",
+    "normalise_identifier",
+    "provider_identifier",
+]
 
 #: The longest identifier accepted (an e-mail address is at most 254 characters).
 MAX_IDENTIFIER_LENGTH = 254
 MAX_TENANT_LENGTH = 128
+
+#: ``<provider>:<subject>``: the identifier of an account a federated sign-in created. The
+#: provider name is lower-case ASCII; the subject is printable ASCII without ``@`` and
+#: keeps its case (providers such as Microsoft and Apple issue subjects that differ only
+#: in case: folding them would give two people one account).
+_PROVIDER_IDENTIFIER = re.compile(r"[a-z0-9][a-z0-9_-]{0,25}:[!-?A-~]{1,255}")
 
 
 def _has_control(value: str) -> bool:
@@ -26,12 +39,28 @@ def _has_control(value: str) -> bool:
     return any((cat := unicodedata.category(ch)).startswith("C") or cat in ("Zl", "Zp") for ch in value)
 
 
+def provider_identifier(provider: str, subject: str) -> str:
+    """The identifier of the local account created for a provider identity,
+    ``<provider>:<subject>``, with the subject's case kept (:func:`normalise_identifier`
+    leaves it as it is); :class:`InvalidInput` if it is not of that form."""
+    value = f"{provider}:{subject}"
+    if len(value) > MAX_IDENTIFIER_LENGTH or not _PROVIDER_IDENTIFIER.fullmatch(value):
+        raise InvalidInput("the provider identity cannot name a local account")
+    return value
+
+
 def normalise_identifier(value: str) -> str:
-    """NFKC, case-folded, stripped; :class:`InvalidInput` if empty, too long or with control characters."""
+    """NFKC, case-folded, stripped; :class:`InvalidInput` if empty, too long or with control characters.
+
+    A provider-derived identifier (:func:`provider_identifier`, ``<provider>:<subject>``
+    in ASCII) is kept exactly: its subject is case-sensitive.
+    """
     if not isinstance(value, str):
         raise InvalidInput("the identifier must be a string")
     if len(value) > 4 * MAX_IDENTIFIER_LENGTH:  # refuse before normalising absurd input
         raise InvalidInput("the identifier is too long")
+    if len(value) <= MAX_IDENTIFIER_LENGTH and _PROVIDER_IDENTIFIER.fullmatch(value):
+        return value
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", value).casefold()).strip()
     if not folded:
         raise InvalidInput("the identifier is empty")

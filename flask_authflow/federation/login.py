@@ -15,15 +15,15 @@ import hmac
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flask_authflow import signals
 from flask_authflow.clock import Clock
-from flask_authflow.core.identifiers import MAX_IDENTIFIER_LENGTH, normalise_identifier
-from flask_authflow.core.ports import IdentityStore, LoginRecorder, SessionStore, UserRecord
+from flask_authflow.core.identifiers import MAX_IDENTIFIER_LENGTH, normalise_identifier, provider_identifier
+from flask_authflow.core.ports import FactorStore, IdentityStore, LoginRecorder, SessionStore, UserRecord
 from flask_authflow.core.session import AuthSession, AuthState, SessionRecord, begin_flow, clear_flow
-from flask_authflow.errors import AuthFlowError, TokenCheck
+from flask_authflow.errors import AuthFlowError, StepUpNeeded, TokenCheck
 from flask_authflow.federation.ceremony import CEREMONY_KEY, Ceremony
 from flask_authflow.federation.errors import (
     CsrfMismatch,
@@ -32,6 +32,18 @@ from flask_authflow.federation.errors import (
     LogoutTokenInvalid,
     OAuthError,
     UserNotLinked,
+)
+from flask_authflow.federation.linking import (
+    LINK_KEY,
+    IdentityLinked,
+    IdentityLinkedElsewhere,
+    LastSignInMethod,
+    LinkIntent,
+    NotLinked,
+    ProvisionHook,
+    ProvisioningFailed,
+    has_other_way,
+    provisioned_id,
 )
 from flask_authflow.federation.links import FederationStore, IdentityLink
 from flask_authflow.federation.oauth2 import OAuth2Provider, PlainIdentity
@@ -47,7 +59,12 @@ __all__ = [
     "OAuthLoginOptions",
     "default_claims_mapper",
     "email_link_key",
+    "email_linked_user",
 ]
+
+#: ``(commit, rollback)`` of the application's own database transaction, if it has one
+#: (Flask-SQLAlchemy's ``db.session``): provisioning commits the hook's rows with the link.
+AppTransaction = Callable[[], "tuple[Callable[[], None], Callable[[], None]] | None"]
 
 log = logging.getLogger("flask_authflow.federation")
 
@@ -88,6 +105,12 @@ class FederatedIdentity:
     link: IdentityLink | None = None
     #: The provider allows linking to an existing account by verified e-mail.
     link_by_email: bool = False
+
+    @property
+    def local_identifier(self) -> str:
+        """``<provider>:<sub>``, the sub's case kept: the identifier the default mapping
+        gives the local account it creates (a ``provision_user`` hook may use it too)."""
+        return provider_identifier(self.provider, self.subject)
 
     @property
     def verified_email(self) -> str | None:
@@ -133,17 +156,26 @@ def default_claims_mapper(identity: FederatedIdentity, accounts: IdentityStore) 
     """
     if identity.link is not None:
         return identity.link.user_id
+    matched = email_linked_user(identity, accounts)
+    if matched is not None:
+        return matched
+    name = identity.local_identifier
+    found = accounts.find_user(identity.tenant, normalise_identifier(name))
+    if found is not None:
+        return found.user_id
+    return accounts.create_user(identity.tenant, name, None).user_id
+
+
+def email_linked_user(identity: FederatedIdentity, accounts: IdentityStore) -> str | None:
+    """The existing local account that ``link_by_email`` links the identity to (its
+    verified e-mail is exactly that account's identifier), or ``None``."""
     email = identity.verified_email
     key = email_link_key(email) if identity.link_by_email and email is not None else None
     if key is not None and len(key) <= MAX_IDENTIFIER_LENGTH:
         existing = accounts.find_user(identity.tenant, normalise_identifier(key))
         if existing is not None and existing.identifier == key:
             return existing.user_id
-    name = f"{identity.provider}:{identity.subject}"
-    found = accounts.find_user(identity.tenant, normalise_identifier(name))
-    if found is not None:
-        return found.user_id
-    return accounts.create_user(identity.tenant, name, None).user_id
+    return None
 
 
 @dataclass(frozen=True)
@@ -163,6 +195,7 @@ class FederatedLogin:
 def _without_ceremony(record: SessionRecord) -> SessionRecord:
     flow = dict(record.flow or {})
     flow.pop(CEREMONY_KEY, None)
+    flow.pop(LINK_KEY, None)
     return begin_flow(record, flow) if flow else clear_flow(record)
 
 
@@ -180,6 +213,9 @@ class FederationService:
         default_tenant: str,
         claims_mapper: Callable[[], ClaimsMapper | None] = lambda: None,
         sender: object = None,
+        factors: FactorStore | None = None,
+        provision_user: Callable[[], ProvisionHook | None] = lambda: None,
+        app_transaction: AppTransaction = lambda: None,
     ) -> None:
         self.registry = registry
         self.links = links
@@ -188,6 +224,12 @@ class FederationService:
         self.clock = clock
         self.default_tenant = default_tenant
         self._claims_mapper = claims_mapper
+        self._provision_user = provision_user
+        self._app_transaction = app_transaction
+        #: where unlink looks for the user's other ways to sign in (password, passkey).
+        self.factors = (
+            factors if factors is not None else (accounts if isinstance(accounts, FactorStore) else None)
+        )
         #: what ``session_revoked`` is sent with (the Flask app, as Flask does).
         self.sender = sender if sender is not None else self
 
@@ -203,8 +245,17 @@ class FederationService:
 
         :raises UnknownProvider, Discovery, ProviderUnreachable: the provider cannot be used.
         """
+        return self._begin(session, provider_name, options, None)
+
+    def _begin(
+        self,
+        session: AuthSession,
+        provider_name: str,
+        options: OAuthLoginOptions | None,
+        link: LinkIntent | None,
+    ) -> str:
         opts = options if options is not None else OAuthLoginOptions()
-        tenant = opts.tenant or self.default_tenant
+        tenant = link.tenant if link is not None else opts.tenant or self.default_tenant
         provider = self.registry.get_any(provider_name, tenant)
         ceremony = Ceremony.start(
             provider.name,
@@ -216,7 +267,15 @@ class FederationService:
         )
         extra = {k: v for k, v in (("prompt", opts.prompt), ("login_hint", opts.login_hint)) if v}
         url = provider.authorization_url(ceremony, scopes=opts.scopes, **extra)
-        session.transition(lambda r: begin_flow(r, {**(r.flow or {}), CEREMONY_KEY: ceremony.to_flow()}))
+        flow: dict[str, Any] = {CEREMONY_KEY: ceremony.to_flow()}
+        if link is not None:
+            flow[LINK_KEY] = link.to_flow()
+
+        def started(r: SessionRecord) -> SessionRecord:
+            earlier = {k: v for k, v in (r.flow or {}).items() if k not in (CEREMONY_KEY, LINK_KEY)}
+            return begin_flow(r, {**earlier, **flow})
+
+        session.transition(started)
         return url
 
     def finish(
@@ -229,18 +288,25 @@ class FederationService:
         *,
         iss: str | None = None,
         error: str | None = None,
-    ) -> FederatedLogin:
+    ) -> FederatedLogin | IdentityLinked:
         """Complete the login from the callback's query (``code``, ``state``, and the RFC 9207
-        ``iss`` / the ``error`` parameters when present).
+        ``iss`` / the ``error`` parameters when present). The callback of a link ceremony
+        (:meth:`begin_link`) links the identity to the signed-in user instead, and returns
+        :class:`~flask_authflow.federation.linking.IdentityLinked`.
 
         :raises OAuthError: the variant names the failed step (the session does not
             transition; the ceremony is cleared either way).
         """
         flow = session.flow or {}
         stored = flow.get(CEREMONY_KEY)
-        if stored is not None:
+        intent = LinkIntent.from_flow(flow.get(LINK_KEY))
+        if stored is not None or LINK_KEY in flow:
             session.transition(_without_ceremony)  # single use, whatever happens next
         ceremony = Ceremony.from_flow(stored)
+        if intent is not None:
+            return self._finish_link(
+                handle, session, provider_name, intent, ceremony, (code, state, iss, error)
+            )
         try:
             return self._finish(handle, session, provider_name, ceremony, code, state, iss, error)
         except OAuthError as exc:
@@ -261,22 +327,8 @@ class FederationService:
         error: str | None,
     ) -> FederatedLogin:
         ceremony, provider = self._checked_callback(provider_name, ceremony, state, iss, error)
-        if not isinstance(code, str) or not code:
-            raise CsrfMismatch("the callback carries no authorization code")
-        if isinstance(provider, OAuth2Provider):  # never OpenID Connect: no ID token is read
-            plain = provider.sign_in(code, ceremony.code_verifier)
-            tokens = TokenSet(id_token="", access_token=plain.access_token)
-            identity = self._plain_identity(provider, plain)
-            record = {"provider": provider.name, "issuer": provider.issuer, "sub": identity.subject}
-        else:
-            tokens = provider.exchange_code(code, ceremony.code_verifier)
-            claims = provider.validate_id_token(tokens.id_token, ceremony.nonce, tokens.access_token)
-            identity = self._identity(provider, claims, tokens)
-            record = _federation_record(provider, identity.subject, tokens, claims.claims)
-        user_id = self._map(identity)
-        link = identity.link
-        if link is None or link.user_id != user_id or link.tenant != identity.tenant:
-            self.links.link_identity(provider.issuer, identity.subject, identity.tenant, user_id)
+        identity, tokens, record = self._callback_identity(provider, ceremony, code)
+        user_id = self._map_and_link(identity)
         outcome = handle.establish(
             session,
             identity.tenant,
@@ -294,6 +346,27 @@ class FederationService:
             tokens=tokens,
             post_login_redirect=provider.config.post_login_redirect,
         )
+
+    def _callback_identity(
+        self, provider: OAuthProvider | OAuth2Provider, ceremony: Ceremony, code: str | None
+    ) -> tuple[FederatedIdentity, TokenSet, dict[str, str]]:
+        """The callback's identity (code exchanged, ID token checked), its tokens and what
+        the session keeps of it."""
+        if not isinstance(code, str) or not code:
+            raise CsrfMismatch("the callback carries no authorization code")
+        if isinstance(provider, OAuth2Provider):  # never OpenID Connect: no ID token is read
+            plain = provider.sign_in(code, ceremony.code_verifier)
+            tokens = TokenSet(id_token="", access_token=plain.access_token)
+            identity = self._plain_identity(provider, plain)
+            return (
+                identity,
+                tokens,
+                {"provider": provider.name, "issuer": provider.issuer, "sub": identity.subject},
+            )
+        tokens = provider.exchange_code(code, ceremony.code_verifier)
+        claims = provider.validate_id_token(tokens.id_token, ceremony.nonce, tokens.access_token)
+        identity = self._identity(provider, claims, tokens)
+        return identity, tokens, _federation_record(provider, identity.subject, tokens, claims.claims)
 
     def _checked_callback(
         self,
@@ -353,6 +426,45 @@ class FederationService:
             link_by_email=provider.config.link_by_email,
         )
 
+    def _map_and_link(self, identity: FederatedIdentity) -> str:
+        """The local user of the identity, linked to it: the claims mapper's, else the
+        linked one, else (with ``link_by_email``) the account of its verified e-mail, else
+        the ``provision_user`` hook's (with the link, in one transaction), else the
+        default mapping's."""
+        hook = self._provision_user() if identity.link is None and self._claims_mapper() is None else None
+        if hook is not None:
+            matched = email_linked_user(identity, self.accounts)
+            if matched is None:
+                return self._provision(hook, identity)
+            user_id = matched
+        else:
+            user_id = self._map(identity)
+        link = identity.link
+        if link is None or link.user_id != user_id or link.tenant != identity.tenant:
+            self.links.link_identity(identity.issuer, identity.subject, identity.tenant, user_id)
+        return user_id
+
+    def _provision(self, hook: ProvisionHook, identity: FederatedIdentity) -> str:
+        """Run the hook and link its user, committing the application's transaction (its
+        rows and, with a SQL backend sharing it, the link) only when both worked."""
+        transaction = self._app_transaction()
+        try:
+            user_id = provisioned_id(hook(identity, identity.tenant))
+            if user_id is None:
+                raise UserNotLinked("the application created no account for this sign-in")
+            self.links.link_identity(identity.issuer, identity.subject, identity.tenant, user_id)
+            if transaction is not None:
+                transaction[0]()
+        except BaseException as exc:
+            if transaction is not None:
+                transaction[1]()
+            kept = isinstance(exc, OAuthError) or (isinstance(exc, AuthFlowError) and exc.status >= 500)
+            if kept or not isinstance(exc, Exception):
+                raise  # a refusal of its own, a store outage (503), an interrupt
+            log.exception("provision_user failed for a sign-in with %s", identity.provider)
+            raise ProvisioningFailed() from exc
+        return user_id
+
     def _map(self, identity: FederatedIdentity) -> str:
         mapper = self._claims_mapper()
         result = mapper(identity) if mapper is not None else default_claims_mapper(identity, self.accounts)
@@ -361,6 +473,148 @@ class FederationService:
         if isinstance(result, str) and result:
             return result
         raise UserNotLinked("no local account for this sign-in")
+
+    # --- linking ----------------------------------------------------------------------------
+
+    def _fresh_user(self, session: AuthSession, fresh_within: timedelta) -> LinkIntent:
+        """The signed-in user of ``session``, if they authenticated within ``fresh_within``.
+
+        :raises StepUpNeeded: not signed in, or the last authentication is older."""
+        record = session.record
+        if record.state is not AuthState.AUTHENTICATED or record.tenant is None or record.user_id is None:
+            raise StepUpNeeded("linking a provider needs a signed-in session")
+        if record.authenticated_at is None or self.clock.now() - record.authenticated_at > fresh_within:
+            raise StepUpNeeded("linking a provider needs a fresh authentication: verify your identity again")
+        return LinkIntent(record.tenant, record.user_id)
+
+    def begin_link(
+        self,
+        session: AuthSession,
+        provider_name: str,
+        *,
+        fresh_within: timedelta,
+        return_to: str | None = None,
+    ) -> str:
+        """Start linking ``provider_name`` to the signed-in user: the authorize URL. The
+        callback links the provider identity to this user instead of logging in.
+
+        :raises StepUpNeeded: the last authentication is older than ``fresh_within``.
+        :raises UnknownProvider, Discovery, ProviderUnreachable: the provider cannot be used.
+        """
+        intent = self._fresh_user(session, fresh_within)
+        return self._begin(session, provider_name, OAuthLoginOptions(return_to=return_to), intent)
+
+    def _finish_link(
+        self,
+        handle: LoginRecorder,
+        session: AuthSession,
+        provider_name: str,
+        intent: LinkIntent,
+        ceremony: Ceremony | None,
+        query: tuple[str | None, str | None, str | None, str | None],
+    ) -> IdentityLinked:
+        code, state, iss, error = query
+        factor = f"oidc:{provider_name}"[:32]
+        try:
+            ceremony, provider = self._checked_callback(provider_name, ceremony, state, iss, error)
+            signed_in = session.state is AuthState.AUTHENTICATED
+            if not signed_in or (session.tenant, session.user_id) != (intent.tenant, intent.user_id):
+                raise CsrfMismatch("the session changed since the link started")
+            identity = self._callback_identity(provider, ceremony, code)[0]
+            link = self._link_to(identity, intent)
+        except OAuthError as exc:
+            handle.record_event(
+                "identity_link",
+                "failure",
+                session,
+                tenant=intent.tenant,
+                user_id=intent.user_id,
+                factor=factor,
+                reason=exc.code,
+            )
+            raise
+        handle.record_event(
+            "identity_link", "success", session, tenant=intent.tenant, user_id=intent.user_id, factor=factor
+        )
+        signals.identity_linked.send(
+            self.sender,
+            tenant=intent.tenant,
+            user_id=intent.user_id,
+            provider=provider.name,
+            issuer=link.issuer,
+        )
+        return IdentityLinked(provider=provider.name, link=link, return_to=ceremony.return_to)
+
+    def _link_to(self, identity: FederatedIdentity, intent: LinkIntent) -> IdentityLink:
+        existing = identity.link
+        if existing is not None and (existing.tenant, existing.user_id) == (intent.tenant, intent.user_id):
+            return existing  # linked already: nothing changes
+        if existing is not None:
+            raise IdentityLinkedElsewhere()
+        if identity.tenant != intent.tenant:
+            raise UserNotLinked("this provider signs in to another tenant")
+        return self.links.link_identity(identity.issuer, identity.subject, intent.tenant, intent.user_id)
+
+    def linked_providers(self, tenant: str, user_id: str) -> dict[str, list[IdentityLink]]:
+        """The user's links by the name of the provider they came from (providers that
+        cannot be reached now are left out)."""
+        links = self.links.links_of_user(tenant, user_id)
+        found: dict[str, list[IdentityLink]] = {}
+        for name in self.registry.names():
+            try:
+                issuer = self.registry.get_any(name, tenant).issuer
+            except AuthFlowError:
+                continue
+            mine = [link for link in links if link.issuer == issuer]
+            if mine:
+                found[name] = mine
+        return found
+
+    def unlink(
+        self, handle: LoginRecorder, session: AuthSession, provider_name: str, *, fresh_within: timedelta
+    ) -> int:
+        """Unlink every identity of ``provider_name`` from the signed-in user; returns how many.
+
+        :raises StepUpNeeded: the last authentication is older than ``fresh_within``.
+
+        Refuses with ``NotLinked`` when the provider is not linked to the user, and with
+        ``LastSignInMethod`` when it is their last way to sign in (no password, no
+        passkey, no other linked provider).
+        """
+        user = self._fresh_user(session, fresh_within)
+        factor = f"oidc:{provider_name}"[:32]
+        try:
+            links = self.linked_providers(user.tenant, user.user_id).get(provider_name, [])
+            if not links:
+                raise NotLinked()
+            if self.factors is None or not has_other_way(
+                self.factors, self.links, user.tenant, user.user_id, links
+            ):
+                raise LastSignInMethod()
+        except OAuthError as exc:
+            handle.record_event(
+                "identity_unlink",
+                "failure",
+                session,
+                tenant=user.tenant,
+                user_id=user.user_id,
+                factor=factor,
+                reason=exc.code,
+            )
+            raise
+        for link in links:
+            self.links.unlink_identity(link.issuer, link.subject)
+        handle.record_event(
+            "identity_unlink", "success", session, tenant=user.tenant, user_id=user.user_id, factor=factor
+        )
+        signals.identity_unlinked.send(
+            self.sender,
+            tenant=user.tenant,
+            user_id=user.user_id,
+            provider=provider_name,
+            issuer=links[0].issuer,
+        )
+        return len(links)
 
     # --- logout -----------------------------------------------------------------------------
 

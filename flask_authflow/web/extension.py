@@ -648,6 +648,15 @@ class AuthFlow:
         """End the current session's workflow without completing it."""
         return workflow.abort(*_here())
 
+    # --- federation ----------------------------------------------------------------------------
+
+    def provision_user(self, hook: ClaimsMapperT) -> ClaimsMapperT:
+        """Register ``hook(identity, tenant)``: creates the application's user at the first
+        federated sign-in of an identity with no link and returns its id (``None`` refuses
+        the sign-in); see :doc:`/federation`."""
+        self._hooks.provision_user = hook
+        return hook
+
 
 class ViewsRegistrar:
     """``authflow.views``: registers the ready-made pages (the ``authflow_views`` blueprint)."""

@@ -17,6 +17,17 @@ Routes (under ``AUTHFLOW_OAUTH_URL_PREFIX``, default ``/auth``):
 ``POST /backchannel-logout/<provider>``
     The provider's back-channel logout (form field ``logout_token``): 200, or 400 with a
     JSON error; always ``Cache-Control: no-store``.
+``POST /link/<provider>``
+    A signed-in user links the provider to their account (a form with the CSRF token,
+    as the account page's "Link" button sends): 302 to the provider, whose callback then
+    links the provider identity to this user instead of logging in, and comes back to
+    the account page. A login older than ``AUTHFLOW_FRESHNESS`` is sent to the step-up
+    page first. 400 without a valid CSRF token; an identity already linked to another
+    user is refused (409) with an audit row.
+``POST /unlink/<provider>``
+    Unlinks the provider from the signed-in user (CSRF token, fresh login): 302 to the
+    account page; 409 when it is the user's last way to sign in (no password, no
+    passkey, no other linked provider), 404 when it is not linked.
 ``GET /logout/return/<provider>``
     Where the provider sends the browser back (register it as the post-logout redirect
     URI): checks the ``state``, then 302 to ``/``.
@@ -38,10 +49,12 @@ from flask import Blueprint, Response, current_app, jsonify, redirect, request, 
 from flask_authflow.audit.context import audit_context
 from flask_authflow.core.identifiers import check_tenant
 from flask_authflow.core.session import AuthSession, begin_flow, clear_flow
-from flask_authflow.errors import AuthFlowError, InvalidInput
+from flask_authflow.errors import AuthFlowError, InvalidInput, StepUpNeeded
 from flask_authflow.federation.ceremony import CEREMONY_KEY
 from flask_authflow.federation.errors import OAuthError
+from flask_authflow.federation.linking import IdentityLinked
 from flask_authflow.federation.login import FederationService, OAuthLoginOptions
+from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.decorators import safe_next
 from flask_authflow.web.state import current_auth_session, get_state
 
@@ -76,7 +89,7 @@ def _text(message: str, status: int) -> Response:
 def _failure_status(exc: AuthFlowError, default: int) -> int:
     """A provider that failed (unreachable, unusable discovery) is a 502; a refusal of the
     request is its own 4xx (404 unknown provider, 403 no local account), else ``default``."""
-    if isinstance(exc, OAuthError) and exc.status in (403, 404, 502):
+    if isinstance(exc, OAuthError) and exc.status in (403, 404, 409, 502):
         return exc.status
     return default
 
@@ -160,6 +173,8 @@ def _complete(provider: str, values: dict[str, str | None]) -> Response:
         if exc.status >= 500 and not isinstance(exc, OAuthError):
             raise  # a store outage is a 503, not the client's fault
         return _text(exc.message, _failure_status(exc, 401))
+    if isinstance(result, IdentityLinked):
+        return redirect(_account_url(notice="identity_linked"))  # type: ignore[return-value]
     if session.is_authenticating:
         # Factors beyond the federated login (TOTP, a key) are still required.
         if "authflow_views" in current_app.blueprints:
@@ -167,6 +182,71 @@ def _complete(provider: str, values: dict[str, str | None]) -> Response:
         return _text(f"next factor required: {session.next_factor}", 401)
     target = safe_next(result.return_to) or result.post_login_redirect
     return redirect(target)  # type: ignore[return-value]
+
+
+# --- linking ------------------------------------------------------------------------------------
+
+_VIEWS = "authflow_views"
+
+
+def _account_url(**query: Any) -> str:
+    """The ready account page (with a whitelisted ``notice``), or ``/`` without the ready views."""
+    if _VIEWS in current_app.blueprints:
+        return url_for(f"{_VIEWS}.account", **query)
+    return "/"
+
+
+def _link_refused() -> Response | None:
+    """Why a link or unlink form may not run: not signed in (the login page, or 401) or
+    no valid CSRF token (400)."""
+    if not current_auth_session().is_authenticated:
+        if _VIEWS in current_app.blueprints:
+            return redirect(url_for(f"{_VIEWS}.login", next=_account_url()))  # type: ignore[return-value]
+        return _text("sign in first", 401)
+    if not csrf_valid():
+        return _text("the form's security token is missing or expired: reload the page and try again", 400)
+    return None
+
+
+def _linking_failed(exc: AuthFlowError) -> Response:
+    """A link or unlink that cannot go ahead: step up first (the step-up page, which comes
+    back to the account page), or the refusal's text."""
+    if isinstance(exc, StepUpNeeded):
+        if _VIEWS in current_app.blueprints:
+            return redirect(url_for(f"{_VIEWS}.step_up", next=_account_url()))  # type: ignore[return-value]
+        return _text(exc.message, 401)
+    if exc.status >= 500 and not isinstance(exc, OAuthError):
+        raise exc
+    return _text(exc.message, _failure_status(exc, 400))
+
+
+def link(provider: str) -> Response:
+    refused = _link_refused()
+    if refused is not None:
+        return refused
+    freshness = get_state().config.login.freshness
+    try:
+        url = federation_service().begin_link(
+            current_auth_session(), provider, fresh_within=freshness, return_to=_account_url()
+        )
+    except AuthFlowError as exc:
+        return _linking_failed(exc)
+    response = redirect(url)
+    response.headers["Cache-Control"] = "no-store"
+    return response  # type: ignore[return-value]
+
+
+def unlink(provider: str) -> Response:
+    refused = _link_refused()
+    if refused is not None:
+        return refused
+    freshness = get_state().config.login.freshness
+    handle = get_state().service.with_audit_context(audit_context())
+    try:
+        federation_service().unlink(handle, current_auth_session(), provider, fresh_within=freshness)
+    except AuthFlowError as exc:
+        return _linking_failed(exc)
+    return redirect(_account_url(notice="identity_unlinked"))  # type: ignore[return-value]
 
 
 def backchannel_logout(provider: str) -> Response:
@@ -237,4 +317,6 @@ def build_oauth_blueprint() -> Blueprint:
         "/backchannel-logout/<provider>", "backchannel_logout", backchannel_logout, methods=["POST"]
     )
     blueprint.add_url_rule("/logout/return/<provider>", "logout_return", logout_return, methods=["GET"])
+    blueprint.add_url_rule("/link/<provider>", "link", link, methods=["POST"])
+    blueprint.add_url_rule("/unlink/<provider>", "unlink", unlink, methods=["POST"])
     return blueprint

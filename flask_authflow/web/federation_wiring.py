@@ -6,10 +6,10 @@ Imported only when providers are configured, so apps without federation never im
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from flask import Flask, has_request_context, request, url_for
+from flask import Flask, current_app, has_app_context, has_request_context, request, url_for
 
 from flask_authflow.clock import Clock
 from flask_authflow.errors import ConfigurationError
@@ -44,6 +44,16 @@ def _provider_links() -> dict[str, Any]:
         for name in federation.registry.names()
     ]
     return {"authflow_oauth_providers": links}
+
+
+def _app_transaction() -> tuple[Callable[[], None], Callable[[], None]] | None:
+    """Commit and rollback of the app's Flask-SQLAlchemy ``db.session`` (when the app uses
+    Flask-SQLAlchemy): a ``provision_user`` hook's rows commit with the identity link."""
+    db = current_app.extensions.get("sqlalchemy") if has_app_context() else None
+    session = getattr(db, "session", None)
+    if session is None:
+        return None
+    return session.commit, session.rollback
 
 
 def build_federation(
@@ -92,6 +102,8 @@ def build_federation(
         default_tenant=settings.default_tenant,
         claims_mapper=lambda: hooks.claims_mapper,
         sender=app,
+        provision_user=lambda: hooks.provision_user,
+        app_transaction=_app_transaction,
     )
 
 

@@ -95,6 +95,8 @@ class AuthFlowHooks:
     step_up_handler: DenialHandler | None = None
     #: ``claims_mapper(identity)`` maps a federated identity to a local user (see :doc:`/federation`).
     claims_mapper: Callable[[Any], Any] | None = None
+    #: ``provision_user(identity, tenant)`` creates the app's user at a first federated sign-in.
+    provision_user: Callable[[Any, str], Any] | None = None
 
 
 @dataclass(eq=False)

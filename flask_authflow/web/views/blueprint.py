@@ -53,6 +53,8 @@ NOTICES = {
     "session_revoked": "That session has been logged out.",
     "others_revoked": "All your other sessions have been logged out.",
     "stepped_up": "Thank you: your identity is confirmed.",
+    "identity_linked": "The provider is linked: you can now sign in with it.",
+    "identity_unlinked": "The provider is unlinked: it no longer signs you in.",
 }
 
 _SESSION_HASH = re.compile(r"[0-9a-f]{64}")
@@ -78,7 +80,22 @@ def _account_page(status: int = 200, *, error: str | None = None, notice: str | 
         tenant=tenant,
         authenticated_at=session.authenticated_at,
         sessions=sessions,
+        **_provider_rows(tenant, user_id),
     )
+
+
+def _provider_rows(tenant: str, user_id: str) -> dict[str, list[str]]:
+    """The configured providers the user has linked (``linked_providers``) and not
+    (``linkable_providers``), by name, for the account page's unlink and link buttons."""
+    federation = get_state().federation
+    if federation is None:
+        return {"linked_providers": [], "linkable_providers": []}
+    linked = federation.linked_providers(tenant, user_id)
+    names = federation.registry.names()
+    return {
+        "linked_providers": [name for name in names if name in linked],
+        "linkable_providers": [name for name in names if name not in linked],
+    }
 
 
 def _session_row(record: SessionRecord, current_sid: str) -> dict[str, Any]:

@@ -1,0 +1,125 @@
+"""Account linking and provisioning: what a signed-in user's link and unlink need.
+
+A link ceremony is a federated login started by a signed-in user (the session stores
+``LINK_KEY`` next to the ceremony, naming that user): its callback links the provider
+identity to that user instead of logging in. An identity already linked to another user
+is refused (:class:`IdentityLinkedElsewhere`); an unlink that would leave the user no way
+to sign in (no password, no passkey, no other link) is refused (:class:`LastSignInMethod`).
+
+Provisioning: the application's ``provision_user(identity, tenant)`` hook creates its own
+user row at the first federated sign-in of an identity with no link; a hook that raises
+answers :class:`ProvisioningFailed` and leaves no link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flask_authflow.core.ports import FactorStore, UserRecord
+from flask_authflow.federation.errors import OAuthError
+from flask_authflow.federation.links import FederationStore, IdentityLink
+from flask_authflow.outcomes import FactorKind
+
+__all__ = [
+    "LINK_KEY",
+    "IdentityLinked",
+    "IdentityLinkedElsewhere",
+    "LastSignInMethod",
+    "LinkIntent",
+    "NotLinked",
+    "ProvisionHook",
+    "ProvisioningFailed",
+    "has_other_way",
+    "provisioned_id",
+]
+
+#: The session flow's key of a link ceremony: the user the callback links to.
+LINK_KEY = "oauth_link"
+
+#: ``provision_user(identity, tenant)``: the id of the user it created (or its
+#: ``UserRecord``, or an object with ``get_id()``), or ``None`` to refuse the sign-in.
+ProvisionHook = Callable[[Any, str], Any]
+
+
+class IdentityLinkedElsewhere(OAuthError):
+    """This provider account is already linked to another user."""
+
+    code = "identity_linked_elsewhere"
+    status = 409
+
+
+class LastSignInMethod(OAuthError):
+    """This is your last way to sign in: set a password or add a passkey first."""
+
+    code = "last_sign_in_method"
+    status = 409
+
+
+class NotLinked(OAuthError):
+    """This provider is not linked to your account."""
+
+    code = "not_linked"
+    status = 404
+
+
+class ProvisioningFailed(OAuthError):
+    """Your account could not be created: please try again later."""
+
+    code = "provisioning_failed"
+    status = 403
+
+
+@dataclass(frozen=True)
+class LinkIntent:
+    """The signed-in user a link ceremony links to."""
+
+    tenant: str
+    user_id: str
+
+    def to_flow(self) -> dict[str, str]:
+        return {"tenant": self.tenant, "user_id": self.user_id}
+
+    @classmethod
+    def from_flow(cls, value: Any) -> LinkIntent | None:
+        if not isinstance(value, Mapping):
+            return None
+        tenant, user_id = value.get("tenant"), value.get("user_id")
+        if not isinstance(tenant, str) or not isinstance(user_id, str) or not tenant or not user_id:
+            return None
+        return cls(tenant, user_id)
+
+
+@dataclass(frozen=True)
+class IdentityLinked:
+    """The result of a link ceremony's callback: the provider identity now belongs to the user."""
+
+    provider: str
+    link: IdentityLink
+    return_to: str | None
+
+
+def provisioned_id(result: Any) -> str | None:
+    """The user id a ``provision_user`` hook answered (a string, a ``UserRecord`` or an
+    object with ``get_id()``), or ``None`` when it refused."""
+    if isinstance(result, UserRecord):
+        return result.user_id
+    if result is not None and not isinstance(result, str):
+        get_id = getattr(result, "get_id", None)
+        result = get_id() if callable(get_id) else None
+    return result if isinstance(result, str) and result else None
+
+
+def has_other_way(
+    factors: FactorStore, links: FederationStore, tenant: str, user_id: str, without: Collection[IdentityLink]
+) -> bool:
+    """The user can still sign in once the links ``without`` are gone: a password, a
+    passkey or another linked provider identity."""
+    gone = {(link.issuer, link.subject) for link in without}
+    if factors.get_password_hash(tenant, user_id) is not None:
+        return True
+    for config in factors.list_factors(tenant, user_id):
+        if config.kind is FactorKind.WEBAUTHN and (config.data or {}).get("passkey") is True:
+            return True
+    return any((link.issuer, link.subject) not in gone for link in links.links_of_user(tenant, user_id))
