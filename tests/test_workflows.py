@@ -41,6 +41,9 @@ from flask_authflow.testing.pytest_plugin import login_test_client
 from tests.concurrency import run_together
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+#: The one-winner guarantee holds where the session is written in the backend's database:
+#: these apps keep the SQL stores they configure (the plugin would swap in memory stores).
+pytestmark = pytest.mark.authflow_stores("sql")
 TOKEN = secrets.token_urlsafe(32)
 PASSWORD = "correct horse battery staple"
 KINDS = ["signup", "email_verification", "password_reset", "custom:accept_terms"]
