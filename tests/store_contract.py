@@ -104,6 +104,7 @@ class StoreContract:
         alice = backend.create_user("acme", "alice", "pw")
         backend.add_factor("acme", factor(alice.user_id, "t1", FactorKind.TOTP, confirmed=True))
         backend.add_factor("acme", factor(alice.user_id, "h1", FactorKind.HOTP))  # pending: not a step
+        backend.add_factor("acme", factor(alice.user_id, "t2", FactorKind.TOTP, confirmed=True))
         backend.create_user("acme", "bob")  # no password, no factor
         backend.create_user("globex", "carol", "pw")
         backend.set_disabled("globex", "carol")

@@ -352,35 +352,3 @@ def test_engine_objects_are_accepted(database_url: str) -> None:
         assert store.find_user("acme", "alice") is not None
     finally:
         engine.dispose()
-
-
-def test_login_facts_answer_the_three_reads_they_replace(
-    backend: SqlAlchemyBackend, clock: MockClock
-) -> None:
-    """begin_login's one read agrees with find_user, required_factors and locked_until."""
-    alice = backend.create_user("acme", "alice", "pw")
-    backend.add_factor("acme", factor(alice.user_id, "t1", FactorKind.TOTP, confirmed=True))
-    backend.add_factor("acme", factor(alice.user_id, "h1", FactorKind.HOTP))  # pending: not a step
-    backend.add_factor("acme", factor(alice.user_id, "t2", FactorKind.TOTP, confirmed=True))
-    backend.create_user("acme", "bob")  # no password, no factor
-    backend.create_user("globex", "carol", "pw")
-    backend.set_disabled("globex", "carol")
-    backend.set_lock(AttemptKey("acme", "alice", "totp"), clock.now() + timedelta(minutes=5))
-    backend.set_lock(AttemptKey("acme", "nobody", "password"), clock.now() + timedelta(minutes=9))
-    backend.set_lock(AttemptKey("acme", "bob", "password"), clock.now() - timedelta(minutes=1))  # over
-    for tenant, identifier in [
-        ("acme", "alice"),
-        ("acme", "bob"),
-        ("acme", "nobody"),
-        ("globex", "alice"),
-        ("globex", "carol"),
-    ]:
-        facts = backend.login_facts(tenant, identifier, clock.now())
-        user = backend.find_user(tenant, identifier)
-        assert facts.user == user
-        assert facts.kinds == (backend.required_factors(tenant, user.user_id) if user is not None else [])
-        assert facts.locked_until == backend.locked_until(tenant, identifier, clock.now())
-    facts = backend.login_facts("acme", "alice", clock.now())
-    assert facts.kinds == [FactorKind.PASSWORD, FactorKind.TOTP]
-    assert facts.locked_until == clock.now() + timedelta(minutes=5)
-    assert backend.login_facts("globex", "carol", clock.now()).user.disabled  # type: ignore[union-attr]
