@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import enum
 
+from flask_authflow.i18n import N_
+
 __all__ = [
+    "USER_FACING_DEFAULTS",
     "AccountDisabled",
     "AuditWriteError",
     "AuthFlowError",
@@ -365,3 +368,27 @@ class RoleInUse(AuthnError):
 
     code = "role_in_use"
     status = 409
+
+
+#: The default messages (first docstring lines) of the errors people see on the pages and in
+#: error responses, marked for the package's catalogues: they are translated where they are
+#: shown (``flask_authflow.i18n.translate``). Federation errors are listed here too.
+USER_FACING_DEFAULTS = (
+    N_("Authentication required."),
+    N_("This action needs a recent authentication: verify your password again."),
+    N_("The account is disabled: no session can be established for it."),
+    N_("You are signed in, but not allowed to do this."),
+    N_("There is no login in progress on this session."),
+    N_("The request's input is malformed."),
+    N_("The password is longer than allowed."),
+    N_("An enrollment cannot go on: no such pending factor, it expired, or the proof was wrong."),
+    N_("A login operation could not be carried out."),
+    N_("Too many requests wait for the same account right now; try again in a moment."),
+    N_("This development server only answers clients on this machine."),
+    N_("The session could not be used."),
+    N_("A federated login, logout or provider operation failed."),
+    N_("This provider account is already linked to another user."),
+    N_("This is your last way to sign in: set a password or add a passkey first."),
+    N_("This provider is not linked to your account."),
+    N_("Your account could not be created: please try again later."),
+)

@@ -13,6 +13,7 @@ import uuid
 from flask import Response, g, has_request_context, jsonify, request
 
 from flask_authflow.errors import AuthFlowError
+from flask_authflow.i18n import N_, gettext, translate
 
 __all__ = ["AUDIT_CONTEXT_KEY", "SERVER_ERROR_MESSAGE", "error_response", "request_id", "wants_json"]
 
@@ -22,7 +23,7 @@ log = logging.getLogger("flask_authflow")
 AUDIT_CONTEXT_KEY = "_authflow_audit_context"
 _FALLBACK_ID_KEY = "_authflow_error_request_id"
 #: What a client sees of a 5xx error (followed by the request id).
-SERVER_ERROR_MESSAGE = "the service could not complete the request; try again later"
+SERVER_ERROR_MESSAGE = N_("the service could not complete the request; try again later")
 
 
 def request_id() -> str:
@@ -56,13 +57,15 @@ def error_response(error: AuthFlowError) -> Response:
     For a 5xx status the message is replaced by :data:`SERVER_ERROR_MESSAGE` and the
     request id (the body also carries ``"request_id"``); the real message is logged.
     """
-    body = error.to_dict()
+    body = {**error.to_dict(), "message": translate(error.message)}
     if error.status >= 500:
         rid = request_id()
         log.error("%s (%s) answered %d, request id %s", error.code, error.message, error.status, rid)
         body = {
             "error": error.code,
-            "message": f"{SERVER_ERROR_MESSAGE} (request id {rid})",
+            "message": gettext(
+                "%(message)s (request id %(id)s)", message=translate(SERVER_ERROR_MESSAGE), id=rid
+            ),
             "request_id": rid,
         }
     if wants_json():

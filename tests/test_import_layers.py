@@ -30,6 +30,7 @@ CORE, FEATURE, STORAGE, COMPOSITION, TESTING, FACADE = range(6)
 LAYERS: dict[str, int] = {
     "clock": CORE,
     "errors": CORE,
+    "i18n": CORE,
     "signals": CORE,
     "settings": CORE,
     "extras": CORE,

@@ -28,6 +28,7 @@ from flask.sessions import SessionMixin
 from werkzeug.datastructures import CallbackDict
 
 from flask_authflow.errors import InvalidInput, InvalidTransition, SessionDataTooLarge
+from flask_authflow.i18n import gettext
 
 __all__ = [
     "CUSTOM_DATA_LIMIT",
@@ -141,11 +142,11 @@ def describe_device(device: str | None) -> str:
     A best-effort reading of the User-Agent for people, never a security signal.
     """
     if not device:
-        return "unknown device"
+        return gettext("unknown device")
     browser = next((name for token, name in _BROWSERS if token in device), None)
     system = next((name for token, name in _SYSTEMS if token in device), None)
     if browser and system:
-        return f"{browser} on {system}"
+        return gettext("%(browser)s on %(system)s", browser=browser, system=system)
     if browser or system:
         return str(browser or system)
     return device.split(" ", 1)[0][:40]

@@ -39,6 +39,7 @@ from importlib import resources
 from typing import Any
 
 from flask_authflow.errors import ConfigurationError, InvalidInput, MissingExtraError, WeakPassword
+from flask_authflow.i18n import N_, gettext
 from flask_authflow.login.settings import PasswordPolicySettings
 from flask_authflow.settings import MAX_PASSWORD_MIN_LENGTH, MIN_PASSWORD_LENGTH
 
@@ -153,13 +154,16 @@ def _context_keys(
     username: str | None, tenant: str | None, site_name: str | None
 ) -> Iterator[tuple[str, str]]:
     if username:
-        yield _key(username), "your username"
+        yield _key(username), N_("Choose a password that is not based on your username.")
         if "@" in username:
-            yield _key(username.rsplit("@", 1)[0]), "your username"
+            yield (
+                _key(username.rsplit("@", 1)[0]),
+                N_("Choose a password that is not based on your username."),
+            )
     if tenant:
-        yield _key(tenant), "the tenant (organisation) name"
+        yield _key(tenant), N_("Choose a password that is not based on the tenant (organisation) name.")
     if site_name:
-        yield _key(site_name), "the name of this site"
+        yield _key(site_name), N_("Choose a password that is not based on the name of this site.")
 
 
 def _load_zxcvbn() -> Callable[..., Any]:
@@ -263,8 +267,11 @@ class PasswordPolicy:
             raise InvalidInput("the password is not valid Unicode text") from None
         too_long = WeakPassword(
             "too_long",
-            f"Choose a password of at most {self.max_bytes} bytes: that is {self.max_bytes} plain "
-            "letters and digits, fewer with accented or non-Latin characters.",
+            gettext(
+                "Choose a password of at most %(max)d bytes: that is %(max)d plain "
+                "letters and digits, fewer with accented or non-Latin characters.",
+                max=self.max_bytes,
+            ),
         )
         if typed_bytes > self.max_bytes:
             raise too_long
@@ -275,21 +282,27 @@ class PasswordPolicy:
         if len(normalised) < required:
             raise WeakPassword(
                 "too_short",
-                f"Choose a password of at least {required} characters (this one has {len(normalised)}). "
-                "A few unrelated words make a long password that is easy to remember.",
+                gettext(
+                    "Choose a password of at least %(required)d characters (this one has %(length)d). "
+                    "A few unrelated words make a long password that is easy to remember.",
+                    required=required,
+                    length=len(normalised),
+                ),
             )
         key = _key(normalised)
         variants = _variants(key) if key else set()
-        for word, what in _context_keys(username, tenant, self.site_name):
+        for word, message in _context_keys(username, tenant, self.site_name):
             if word and word in variants:
-                raise WeakPassword("context", f"Choose a password that is not based on {what}.")
+                raise WeakPassword("context", gettext(message))
         if variants & self._blocked:
-            raise WeakPassword("blocklisted", "This password is not allowed on this site; choose another.")
+            raise WeakPassword(
+                "blocklisted", gettext("This password is not allowed on this site; choose another.")
+            )
         if variants & common_passwords():
-            raise WeakPassword("blocklisted", "This password is too common; choose another.")
+            raise WeakPassword("blocklisted", gettext("This password is too common; choose another."))
         if _pattern(key or "".join(normalised.split()) or normalised):
             raise WeakPassword(
-                "blocklisted", "This password is a repeated or sequential pattern; choose another."
+                "blocklisted", gettext("This password is a repeated or sequential pattern; choose another.")
             )
         if self._zxcvbn is not None and self.zxcvbn_min_score is not None:
             self._check_zxcvbn(self._zxcvbn, normalised, username, tenant)
@@ -305,7 +318,7 @@ class PasswordPolicy:
             result = zxcvbn(password[:_ZXCVBN_MAX_LENGTH], user_inputs=inputs)
         if int(result["score"]) < self.zxcvbn_min_score:
             warning = str(result.get("feedback", {}).get("warning") or "").strip()
-            message = "This password is too easy to guess; add another word or two."
+            message = gettext("This password is too easy to guess; add another word or two.")
             if warning:
                 message += f" ({warning})"
             raise WeakPassword("too_guessable", message)

@@ -52,6 +52,7 @@ from flask_authflow.errors import (
     InvalidInput,
     MailDeliveryError,
 )
+from flask_authflow.i18n import gettext, ngettext
 from flask_authflow.mail import MailSender
 from flask_authflow.mfa.otp import codes_equal, parse_code
 from flask_authflow.mfa.sealing import FactorSealer
@@ -95,20 +96,24 @@ def check_address(value: object) -> str:
     :raises InvalidInput: anything else.
     """
     if not isinstance(value, str) or not value:
-        raise InvalidInput("an e-mail address is required")
+        raise InvalidInput(gettext("An e-mail address is required."))
     if len(value) > MAX_ADDRESS_LENGTH:
-        raise InvalidInput(f"an e-mail address has at most {MAX_ADDRESS_LENGTH} characters")
+        raise InvalidInput(
+            gettext("An e-mail address has at most %(max)d characters.", max=MAX_ADDRESS_LENGTH)
+        )
     if any(char.isspace() or not char.isprintable() for char in value):
-        raise InvalidInput("an e-mail address has no spaces, line breaks or control characters")
+        raise InvalidInput(gettext("An e-mail address has no spaces, line breaks or control characters."))
     if any(char in _FORBIDDEN for char in value):
-        raise InvalidInput('an e-mail address is one plain address, without <>,;:()[]\\"')
+        raise InvalidInput(gettext('An e-mail address is one plain address, without <>,;:()[]\\".'))
     local, at, domain = value.partition("@")
     if not at or "@" in domain:
-        raise InvalidInput("an e-mail address has exactly one @")
+        raise InvalidInput(gettext("An e-mail address has exactly one @."))
     if not local or len(local) > _MAX_LOCAL_LENGTH:
-        raise InvalidInput(f"the part before the @ must have 1 to {_MAX_LOCAL_LENGTH} characters")
+        raise InvalidInput(
+            gettext("The part before the @ must have 1 to %(max)d characters.", max=_MAX_LOCAL_LENGTH)
+        )
     if not domain or domain.startswith(".") or domain.endswith(".") or ".." in domain:
-        raise InvalidInput("the part after the @ must be a domain name")
+        raise InvalidInput(gettext("The part after the @ must be a domain name."))
     return value
 
 
@@ -123,9 +128,8 @@ def mask_address(address: str) -> str:
 def _lifetime(ttl: timedelta) -> str:
     seconds = math.ceil(ttl.total_seconds())
     if seconds % 60 == 0:
-        minutes = seconds // 60
-        return f"{minutes} minute{'s' if minutes != 1 else ''}"
-    return f"{seconds} second{'s' if seconds != 1 else ''}"
+        return ngettext("%(num)d minute", "%(num)d minutes", seconds // 60)
+    return ngettext("%(num)d second", "%(num)d seconds", seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,25 +247,31 @@ class EmailOtpFactor(StoredEnrollment):
     def login_message(self, code: str) -> tuple[str, str]:
         """(subject, body) of the e-mail that carries a login code."""
         site, lifetime = self.site_name, _lifetime(self.ttl)
-        subject = f"Your {site} sign-in code"
-        body = (
-            f"Your {site} sign-in code is:\n\n"
-            f"    {code}\n\n"
-            f"It expires in {lifetime} and works once, in the sign-in that asked for it.\n\n"
+        subject = gettext("Your %(site)s sign-in code", site=site)
+        body = gettext(
+            "Your %(site)s sign-in code is:\n\n"
+            "    %(code)s\n\n"
+            "It expires in %(lifetime)s and works once, in the sign-in that asked for it.\n\n"
             "If you did not try to sign in, someone may know your password: change it, and do "
-            "not give this code to anyone.\n"
+            "not give this code to anyone.\n",
+            site=site,
+            code=code,
+            lifetime=lifetime,
         )
         return subject, body
 
     def enrollment_message(self, code: str) -> tuple[str, str]:
         """(subject, body) of the e-mail that confirms a new address."""
         site, lifetime = self.site_name, _lifetime(self.ttl)
-        subject = f"Confirm your e-mail address for {site}"
-        body = (
-            f"To receive your {site} sign-in codes at this address, enter this code:\n\n"
-            f"    {code}\n\n"
-            f"It expires in {lifetime}.\n\n"
-            "If you did not ask for this, ignore this e-mail: nothing changes.\n"
+        subject = gettext("Confirm your e-mail address for %(site)s", site=site)
+        body = gettext(
+            "To receive your %(site)s sign-in codes at this address, enter this code:\n\n"
+            "    %(code)s\n\n"
+            "It expires in %(lifetime)s.\n\n"
+            "If you did not ask for this, ignore this e-mail: nothing changes.\n",
+            site=site,
+            code=code,
+            lifetime=lifetime,
         )
         return subject, body
 
@@ -364,8 +374,12 @@ class EmailOtpFactor(StoredEnrollment):
         sends = _int(slot.get("sends")) if live else 0
         if sends >= self.max_sends:
             raise EnrollmentError(
-                f"{sends} codes were sent already: enter the last one, or start again in "
-                f"{_lifetime(self.ttl)}"
+                ngettext(
+                    "%(num)d code was sent already: enter the last one, or start again in %(lifetime)s.",
+                    "%(num)d codes were sent already: enter the last one, or start again in %(lifetime)s.",
+                    sends,
+                    lifetime=_lifetime(self.ttl),
+                )
             )
         earlier = slot.get("factor_id")
         if isinstance(earlier, str) and earlier:

@@ -14,6 +14,7 @@ from datetime import datetime
 import pyotp
 
 from flask_authflow.errors import InvalidInput
+from flask_authflow.i18n import gettext
 from flask_authflow.outcomes import FactorCredential
 
 __all__ = [
@@ -47,7 +48,7 @@ def parse_code(credential: FactorCredential, digits: int) -> str:
         pattern = _PATTERNS.setdefault(digits, re.compile(rb"[0-9]{%d}" % digits))
     raw = credential.secret_bytes()
     if pattern.fullmatch(raw) is None:
-        raise InvalidInput(f"the code must be exactly {digits} digits 0-9")
+        raise InvalidInput(gettext("The code must be exactly %(digits)d digits 0-9.", digits=digits))
     return raw.decode("ascii")
 
 

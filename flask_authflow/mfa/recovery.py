@@ -34,6 +34,7 @@ from flask_authflow.core.factors import (
 )
 from flask_authflow.core.ports import FactorConfig, FactorRecordStore
 from flask_authflow.errors import InvalidInput
+from flask_authflow.i18n import gettext
 from flask_authflow.mfa.sealing import FactorSealer
 from flask_authflow.outcomes import FactorCredential, FactorKind
 
@@ -59,7 +60,7 @@ def format_code(code: str) -> str:
 def _parse(credential: FactorCredential) -> str:
     raw = credential.secret_bytes().strip()
     if _INPUT.fullmatch(raw) is None:
-        raise InvalidInput("a recovery code is 10 letters and digits, as xxxxx-xxxxx")
+        raise InvalidInput(gettext("A recovery code is 10 letters and digits, as xxxxx-xxxxx."))
     return raw.replace(b"-", b"").decode("ascii").lower()
 
 

@@ -47,6 +47,7 @@ from flask_authflow.errors import (
     StoreUnavailable,
     Unauthenticated,
 )
+from flask_authflow.i18n import template_context
 from flask_authflow.responses import error_response
 from flask_authflow.web.current_user import (
     ANONYMOUS_USER,
@@ -162,9 +163,9 @@ def denial_response(error: AuthFlowError) -> Any:
 def _forbidden_page() -> Response:
     """``authflow/forbidden.html`` (the application's own copy first), status 403, never cached."""
     try:
-        body = render_template("authflow/forbidden.html")
+        body = render_template("authflow/forbidden.html", **template_context())
     except TemplateNotFound:  # the ready views' templates are not registered on this app
-        body = _TEMPLATES.get_template("authflow/forbidden.html").render()
+        body = _TEMPLATES.get_template("authflow/forbidden.html").render(**template_context())
     response = Response(body, status=403, mimetype="text/html")
     response.headers["Cache-Control"] = "no-store"
     response.headers["X-Frame-Options"] = "DENY"

@@ -21,6 +21,7 @@ from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow.core.session import AuthSession, SessionRecord, describe_device, sid_hash
 from flask_authflow.errors import AuthFlowError
+from flask_authflow.i18n import N_
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
 from flask_authflow.web.csrf import csrf_valid, rotate_csrf_token
 from flask_authflow.web.decorators import login_required
@@ -49,12 +50,12 @@ __all__ = ["TEMPLATE_FOLDER", "VIEWS_BLUEPRINT", "build_blueprint", "register_vi
 #: The notices the account page shows after a redirect (``?notice=...``); only these keys
 #: are accepted, so the query string cannot put text on the page.
 NOTICES = {
-    "password_changed": "Your password has been changed. Your other sessions have been logged out.",
-    "session_revoked": "That session has been logged out.",
-    "others_revoked": "All your other sessions have been logged out.",
-    "stepped_up": "Thank you: your identity is confirmed.",
-    "identity_linked": "The provider is linked: you can now sign in with it.",
-    "identity_unlinked": "The provider is unlinked: it no longer signs you in.",
+    "password_changed": N_("Your password has been changed. Your other sessions have been logged out."),
+    "session_revoked": N_("That session has been logged out."),
+    "others_revoked": N_("All your other sessions have been logged out."),
+    "stepped_up": N_("Thank you: your identity is confirmed."),
+    "identity_linked": N_("The provider is linked: you can now sign in with it."),
+    "identity_unlinked": N_("The provider is unlinked: it no longer signs you in."),
 }
 
 _SESSION_HASH = re.compile(r"[0-9a-f]{64}")

@@ -15,6 +15,7 @@ from werkzeug.wrappers.response import Response as BaseResponse
 from flask_authflow.audit.context import audit_context
 from flask_authflow.core.session import AuthSession, AuthState
 from flask_authflow.errors import AuthFlowError
+from flask_authflow.i18n import N_, format_datetime, gettext, template_context, translate
 from flask_authflow.login.service import AuthnRequest
 from flask_authflow.web.csrf import csrf_field_name, csrf_token
 from flask_authflow.web.current_user import ANONYMOUS_USER, load_current_user
@@ -58,33 +59,35 @@ MAX_CODE_LENGTH = 256
 MAX_CREDENTIAL_LENGTH = 16 * 1024
 
 MESSAGES = {
-    "invalid": "Wrong username or password.",
-    "invalid_code": "That code was not accepted. Sign in again.",
-    "retry_code": "That code was not accepted. Try again.",
-    "retry_key": "Your security key was not accepted. Try again.",
-    "csrf": "This form has expired or did not come from this site. Please try again.",
-    "missing": "Enter your username and password.",
-    "missing_code": "Enter the code.",
-    "missing_credential": "Use your security key first (this needs JavaScript).",
-    "missing_password": "Enter your password.",
-    "missing_address": "Enter an e-mail address.",
-    "too_long": f"The code is too long (at most {MAX_CODE_LENGTH} characters).",
-    "credential_too_long": "The security key's response is too large.",
-    "wrong_kind": "This sign-in step does not take that kind of code.",
-    "sends_nothing": "That sign-in method does not send codes.",
-    "wrong_password": "Your password is not correct.",
-    "wrong_current_password": "Your current password is not correct.",
-    "password_fields": "Fill in your current password and the new password twice.",
-    "password_mismatch": "The two new passwords do not match.",
-    "no_password": "This account has no password to confirm.",
-    "no_session": "That session is not one of yours, or it has already ended.",
-    "no_factor": "That sign-in method is not one of yours, or it has already been removed.",
-    "no_pending": "That set-up has expired or was already finished. Start again.",
-    "enroll_code": "That code was not accepted. Try again, or start again.",
-    "enroll_key": "Your security key's response was not accepted. Start again.",
-    "unavailable_kind": "This site does not offer that sign-in method.",
-    "passkey_refused": "That passkey was not accepted.",
-    "stronger_step": "Your password alone is not enough here: confirm it is you with one of the ways below.",
+    "invalid": N_("Wrong username or password."),
+    "invalid_code": N_("That code was not accepted. Sign in again."),
+    "retry_code": N_("That code was not accepted. Try again."),
+    "retry_key": N_("Your security key was not accepted. Try again."),
+    "csrf": N_("This form has expired or did not come from this site. Please try again."),
+    "missing": N_("Enter your username and password."),
+    "missing_code": N_("Enter the code."),
+    "missing_credential": N_("Use your security key first (this needs JavaScript)."),
+    "missing_password": N_("Enter your password."),
+    "missing_address": N_("Enter an e-mail address."),
+    "too_long": N_("The code is too long (at most 256 characters)."),
+    "credential_too_long": N_("The security key's response is too large."),
+    "wrong_kind": N_("This sign-in step does not take that kind of code."),
+    "sends_nothing": N_("That sign-in method does not send codes."),
+    "wrong_password": N_("Your password is not correct."),
+    "wrong_current_password": N_("Your current password is not correct."),
+    "password_fields": N_("Fill in your current password and the new password twice."),
+    "password_mismatch": N_("The two new passwords do not match."),
+    "no_password": N_("This account has no password to confirm."),
+    "no_session": N_("That session is not one of yours, or it has already ended."),
+    "no_factor": N_("That sign-in method is not one of yours, or it has already been removed."),
+    "no_pending": N_("That set-up has expired or was already finished. Start again."),
+    "enroll_code": N_("That code was not accepted. Try again, or start again."),
+    "enroll_key": N_("Your security key's response was not accepted. Start again."),
+    "unavailable_kind": N_("This site does not offer that sign-in method."),
+    "passkey_refused": N_("That passkey was not accepted."),
+    "stronger_step": N_(
+        "Your password alone is not enough here: confirm it is you with one of the ways below."
+    ),
 }
 
 
@@ -109,8 +112,12 @@ def page(template: str, status: int = 200, **context: Any) -> Response:
     context.setdefault("error", None)
     context.setdefault("next", None)
     context.setdefault("notice", None)
+    for key in ("error", "notice"):  # English constants and typed errors' messages, translated
+        if isinstance(context[key], str):
+            context[key] = translate(context[key])
     body = render_template(
         f"authflow/{template}",
+        **template_context(),
         csrf_token=csrf_token(),
         csrf_field_name=csrf_field_name(),
         logout_endpoint=logout_endpoint(),
@@ -121,7 +128,7 @@ def page(template: str, status: int = 200, **context: Any) -> Response:
 
 def json_error(code: str, message: str, status: int, **extra: Any) -> Response:
     """``{"error": code, "message": ...}`` with ``status``, never cached (the WebAuthn scripts read it)."""
-    response = jsonify({"error": code, "message": message, **extra})
+    response = jsonify({"error": code, "message": translate(str(message)), **extra})
     response.status_code = status
     response.headers["Cache-Control"] = "no-store"
     return response
@@ -136,12 +143,12 @@ def error_message(error: AuthFlowError) -> str:
     """What a page shows for ``error``: its message, except for server-side failures whose
     messages may name hosts or paths."""
     if error.status >= 500:
-        return "The service could not complete the request. Try again later."
+        return N_("The service could not complete the request. Try again later.")
     return error.message
 
 
 def lock_message(until: datetime) -> str:
-    return f"Too many failed attempts. Try again after {until.strftime('%Y-%m-%d %H:%M:%S')} UTC."
+    return gettext("Too many failed attempts. Try again after %(time)s.", time=format_datetime(until))
 
 
 # --- navigation ----------------------------------------------------------------------------------

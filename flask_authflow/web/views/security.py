@@ -23,6 +23,7 @@ from werkzeug.wrappers.response import Response as BaseResponse
 from flask_authflow.core.factors import EnrollmentStart
 from flask_authflow.core.ports import FactorConfig
 from flask_authflow.errors import AuthFlowError, EnrollmentError, FactorNotRegistered, StepUpNeeded
+from flask_authflow.i18n import N_, gettext, ngettext, translate
 from flask_authflow.outcomes import FactorCredential, FactorKind
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.decorators import login_required
@@ -61,23 +62,23 @@ __all__ = [
 
 #: What the factors page calls each kind.
 KIND_NAMES = {
-    "totp": "Authenticator app",
-    "hotp": "Hardware token",
-    "email_otp": "E-mail codes",
-    "webauthn": "Security key",
-    "recovery_code": "Recovery codes",
+    "totp": N_("Authenticator app"),
+    "hotp": N_("Hardware token"),
+    "email_otp": N_("E-mail codes"),
+    "webauthn": N_("Security key"),
+    "recovery_code": N_("Recovery codes"),
 }
 
 #: The notices the factors page shows after a redirect (``?notice=...``); only these keys.
 FACTORS_NOTICES = {
-    "totp_added": "Your authenticator app is set up. Your other sessions have been logged out.",
-    "webauthn_added": "Your security key is added. Your other sessions have been logged out.",
-    "email_added": "E-mail codes are set up. Your other sessions have been logged out.",
-    "recovery_added": (
+    "totp_added": N_("Your authenticator app is set up. Your other sessions have been logged out."),
+    "webauthn_added": N_("Your security key is added. Your other sessions have been logged out."),
+    "email_added": N_("E-mail codes are set up. Your other sessions have been logged out."),
+    "recovery_added": N_(
         "Your recovery codes are active; earlier recovery codes no longer work. "
         "Your other sessions have been logged out."
     ),
-    "factor_removed": "The sign-in method has been removed. Your other sessions have been logged out.",
+    "factor_removed": N_("The sign-in method has been removed. Your other sessions have been logged out."),
 }
 
 _FACTOR_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -133,16 +134,20 @@ def _factor_row(config: FactorConfig) -> dict[str, Any]:
     left = _remaining(config)
     if left is not None:
         total = data.get("count")
-        detail = f"{left} of {total} codes left" if isinstance(total, int) else f"{left} codes left"
+        detail = (
+            ngettext("%(num)d of %(total)d codes left", "%(num)d of %(total)d codes left", left, total=total)
+            if isinstance(total, int)
+            else ngettext("%(num)d code left", "%(num)d codes left", left)
+        )
     elif kind == FactorKind.EMAIL_OTP.value and isinstance(data.get("address"), str):
         detail = _masked(data["address"])
     elif kind == FactorKind.WEBAUTHN.value and data.get("passkey") is True:
-        detail = "Passkey: signs you in without a password"
+        detail = gettext("Passkey: signs you in without a password")
     return {
         "id": config.factor_id,
         "kind": kind,
-        "kind_name": KIND_NAMES.get(kind, kind.replace("_", " ").capitalize()),
-        "label": label if isinstance(label, str) and label else KIND_NAMES.get(kind, kind),
+        "kind_name": translate(KIND_NAMES.get(kind, kind.replace("_", " ").capitalize())),
+        "label": label if isinstance(label, str) and label else translate(KIND_NAMES.get(kind, kind)),
         "created_at": config.created_at,
         "last_used_at": config.last_used_at,
         "detail": detail,
@@ -363,7 +368,9 @@ def enroll_email() -> ResponseReturnValue:
     if not address:
         return _factors_page(400, error=MESSAGES["missing_address"])
     if len(address) > _MAX_ADDRESS:
-        return _factors_page(400, error=f"The address is too long (at most {_MAX_ADDRESS} characters).")
+        return _factors_page(
+            400, error=gettext("The address is too long (at most %(max)d characters).", max=_MAX_ADDRESS)
+        )
     start = _begin(FactorKind.EMAIL_OTP, {"address": address})
     if not isinstance(start, EnrollmentStart):
         return start
@@ -386,21 +393,27 @@ def webauthn_enroll_options() -> ResponseReturnValue:
     """JSON: start adding a security key: ``{"factor_id", "publicKey"}`` for
     ``navigator.credentials.create``; a step-up or a login answers with a ``location``."""
     if not signed_in():
-        return json_error("unauthenticated", "Sign in first.", 401, location=to_login(_here()).location)
+        return json_error("unauthenticated", N_("Sign in first."), 401, location=to_login(_here()).location)
     if not csrf_valid():
         return json_error("csrf", MESSAGES["csrf"], 400)
     if not _can_enroll(FactorKind.WEBAUTHN):
         return json_error("factor_not_registered", MESSAGES["unavailable_kind"], 400)
-    label = " ".join(form_text("label").split()) or "Security key"
+    label = " ".join(form_text("label").split()) or gettext("Security key")
     if len(label) > _MAX_LABEL:
-        return json_error("invalid_input", f"The name is too long (at most {_MAX_LABEL} characters).", 400)
+        return json_error(
+            "invalid_input",
+            gettext("The name is too long (at most %(max)d characters).", max=_MAX_LABEL),
+            400,
+        )
     passkey = form_text("passkey").strip().lower() in _TRUE
     try:
         start = handle().begin_enrollment(
             current_auth_session(), FactorKind.WEBAUTHN, {"label": label, "passkey": passkey}
         )
     except StepUpNeeded as error:
-        return json_error(error.code, "Confirm it is you first.", 401, location=to_step_up(_here()).location)
+        return json_error(
+            error.code, N_("Confirm it is you first."), 401, location=to_step_up(_here()).location
+        )
     except AuthFlowError as error:
         return json_error(error.code, error_message(error), error_status(error))
     public = dict(start.public)

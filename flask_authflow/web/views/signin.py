@@ -19,6 +19,7 @@ from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow.core.factors import Factor, PasskeyFactor
 from flask_authflow.errors import AuthFlowError
+from flask_authflow.i18n import N_, gettext, translate
 from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,
@@ -67,7 +68,7 @@ __all__ = [
 ]
 
 #: The notices the factor page shows after a redirect (``?notice=...``); only these keys.
-FACTOR_NOTICES = {"code_sent": "We sent a code to your e-mail address. It is valid for a few minutes."}
+FACTOR_NOTICES = {"code_sent": N_("We sent a code to your e-mail address. It is valid for a few minutes.")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,38 +99,38 @@ class StepMethod:
 # (title, label, hint, inputmode, autocomplete)
 _CODE_TEXTS: dict[str, tuple[str, str, str, str, str]] = {
     "totp": (
-        "Use your authenticator app",
-        "Authentication code",
-        "The 6-digit code from your authenticator app.",
+        N_("Use your authenticator app"),
+        N_("Authentication code"),
+        N_("The 6-digit code from your authenticator app."),
         "numeric",
         "one-time-code",
     ),
     "hotp": (
-        "Use your security token",
-        "Authentication code",
-        "The code your security token shows.",
+        N_("Use your security token"),
+        N_("Authentication code"),
+        N_("The code your security token shows."),
         "numeric",
         "one-time-code",
     ),
     "email_otp": (
-        "Use a code sent by e-mail",
-        "Code from your e-mail",
-        "We sent a code to your e-mail address.",
+        N_("Use a code sent by e-mail"),
+        N_("Code from your e-mail"),
+        N_("We sent a code to your e-mail address."),
         "numeric",
         "one-time-code",
     ),
     "recovery_code": (
-        "Use a recovery code",
-        "Recovery code",
-        "One of the recovery codes you saved (xxxxx-xxxxx). Each works once.",
+        N_("Use a recovery code"),
+        N_("Recovery code"),
+        N_("One of the recovery codes you saved (xxxxx-xxxxx). Each works once."),
         "text",
         "off",
     ),
 }
 _GENERIC_TEXTS = (
-    "Use a verification code",
-    "Verification code",
-    "The code for the next step of your sign-in.",
+    N_("Use a verification code"),
+    N_("Verification code"),
+    N_("The code for the next step of your sign-in."),
     "text",
     "one-time-code",
 )
@@ -151,8 +152,9 @@ def sends_codes(kind: str, factor: Factor | None) -> bool:
 
 
 def _send_label(kind: str, again: bool = False) -> str:
-    what = "E-mail me" if kind == FactorKind.EMAIL_OTP.value else "Send me"
-    return f"{what} a new code" if again else f"{what} a code"
+    if kind == FactorKind.EMAIL_OTP.value:
+        return gettext("E-mail me a new code") if again else gettext("E-mail me a code")
+    return gettext("Send me a new code") if again else gettext("Send me a code")
 
 
 def step_methods(kinds: tuple[str, ...]) -> list[StepMethod]:
@@ -168,17 +170,21 @@ def step_methods(kinds: tuple[str, ...]) -> list[StepMethod]:
         if name == FactorKind.WEBAUTHN.value:
             methods.append(
                 StepMethod(
-                    kind=name, type="webauthn", title="Use your security key or passkey",
-                    label="Use your security key", hint="Your browser asks for your security key or passkey.",
+                    kind=name, type="webauthn", title=gettext("Use your security key or passkey"),
+                    label=gettext("Use your security key"),
+                    hint=gettext("Your browser asks for your security key or passkey."),
                     inputmode="none", autocomplete="off", maxlength=MAX_CREDENTIAL_LENGTH,
                 )
             )  # fmt: skip
             continue
         title, label, hint, inputmode, autocomplete = _CODE_TEXTS.get(name, _GENERIC_TEXTS)
+        title, label, hint = translate(title), translate(label), translate(hint)
         send = sends_codes(name, factor)
         sent = send and len(kinds) == 1  # the service sends the code itself when it is the only way
         if send and not sent:
-            hint = f"Press “{_send_label(name)}”, then type the code from the message."
+            hint = gettext(
+                "Press “%(button)s”, then type the code from the message.", button=_send_label(name)
+            )
         methods.append(
             StepMethod(
                 kind=name, type="code", title=title, label=label, hint=hint, inputmode=inputmode,
@@ -347,11 +353,13 @@ def send_refused(problem: object, *, step_up: bool = False) -> str:
     """What the page says when the factor declined to send a code (``problem``: its error)."""
     if step_up:
         if problem == "too_many_sends":
-            return "You asked for the most codes one confirmation may send. Use the last one, or another way."
-        return "No code could be sent. Try again later, or use another way."
+            return gettext(
+                "You asked for the most codes one confirmation may send. Use the last one, or another way."
+            )
+        return gettext("No code could be sent. Try again later, or use another way.")
     if problem == "too_many_sends":
-        return "You asked for the most codes one sign-in may send. Start over to get a new one."
-    return "No code could be sent for this sign-in. Start over, or use another way."
+        return gettext("You asked for the most codes one sign-in may send. Start over to get a new one.")
+    return gettext("No code could be sent for this sign-in. Start over, or use another way.")
 
 
 def _webauthn_options(public: Mapping[str, Any]) -> Response:
@@ -375,7 +383,7 @@ def factor_webauthn_options() -> ResponseReturnValue:
             else url_for(f"{VIEWS_BLUEPRINT}.login")
         )
         return json_error(
-            "login_not_started", "No sign-in step is waiting for a security key.", 409, location=location
+            "login_not_started", N_("No sign-in step is waiting for a security key."), 409, location=location
         )
     if not csrf_valid():
         return json_error("csrf", MESSAGES["csrf"], 400)
@@ -385,7 +393,7 @@ def factor_webauthn_options() -> ResponseReturnValue:
         return json_error(error.code, error_message(error), error_status(error))
     public = required.challenges.get(FactorKind.WEBAUTHN)
     if not isinstance(public, Mapping) or not public or "error" in public:
-        return json_error("no_challenge", "The security key request could not be prepared.", 503)
+        return json_error("no_challenge", N_("The security key request could not be prepared."), 503)
     return _webauthn_options(public)
 
 
