@@ -89,9 +89,10 @@ def _selected_locale() -> str:
     if config.locale_selector is not None:
         return str(_flask_babel.get_locale() or config.default_locale)
     if has_request_context():
-        best = request.accept_languages.best_match(LOCALES)
-        if best:
-            return str(best)
+        for value, quality in request.accept_languages:  # the most wanted first
+            language = value.replace("_", "-").split("-", 1)[0].lower()
+            if quality > 0 and language in LOCALES:
+                return language
     return str(config.default_locale)
 
 

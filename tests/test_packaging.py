@@ -187,6 +187,8 @@ def test_the_wheel_holds_every_file_of_the_package_and_nothing_else(dists: Dists
         "flask_authflow/storage/sql/migrations/env.py",
         "flask_authflow/storage/sql/migrations/script.py.mako",
         "flask_authflow/storage/sql/migrations/versions/authflow_0001_baseline.py",
+        "flask_authflow/translations/de/LC_MESSAGES/flask_authflow.mo",
+        "flask_authflow/translations/fr/LC_MESSAGES/flask_authflow.mo",
     ):
         assert needed in package
 
@@ -239,6 +241,8 @@ print(json.dumps({
     "versions": sorted(p.name for p in (root / "storage" / "sql" / "migrations" / "versions").iterdir()
                        if p.name.endswith(".py")),
     "mako": (root / "storage" / "sql" / "migrations" / "script.py.mako").is_file(),
+    "catalogues": sorted(p.name for p in (root / "translations").iterdir()
+                         if (p / "LC_MESSAGES" / "flask_authflow.mo").is_file()),
     "blocklist": len(blocklist),
     "migrated": current(database) == head(),
 }))
@@ -254,6 +258,7 @@ def test_the_installed_wheel_has_its_templates_migrations_blocklist_and_types(
     found = json.loads(run.stdout)
     assert "site-packages" in Path(found["file"]).parts and not found["editable"]
     assert found["typed"] and found["mako"] and found["migrated"]
+    assert found["catalogues"] == ["de", "fr"]
     source = PACKAGE / "web" / "templates" / "authflow"
     assert found["templates"] == sorted(p.name for p in source.iterdir())
     versions = PACKAGE / "storage" / "sql" / "migrations" / "versions"

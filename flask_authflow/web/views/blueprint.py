@@ -21,7 +21,7 @@ from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow.core.session import AuthSession, SessionRecord, describe_device, sid_hash
 from flask_authflow.errors import AuthFlowError
-from flask_authflow.i18n import N_
+from flask_authflow.i18n import N_, translate
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
 from flask_authflow.web.csrf import csrf_valid, rotate_csrf_token
 from flask_authflow.web.decorators import login_required
@@ -59,6 +59,16 @@ NOTICES = {
 }
 
 _SESSION_HASH = re.compile(r"[0-9a-f]{64}")
+
+#: How the account page names the first step a session signed in with (a provider: its name).
+_METHOD_NAMES = {
+    "password": N_("password"),
+    "webauthn": N_("security key or passkey"),
+    "totp": N_("authenticator app"),
+    "hotp": N_("hardware token"),
+    "email_otp": N_("e-mail code"),
+    "recovery_code": N_("recovery code"),
+}
 
 
 # --- the pages -----------------------------------------------------------------------------------
@@ -99,6 +109,12 @@ def _provider_rows(tenant: str, user_id: str) -> dict[str, list[str]]:
     }
 
 
+def _method_name(method: str | None) -> str | None:
+    if method is None or method in _METHOD_NAMES:
+        return translate(_METHOD_NAMES[method]) if method else method
+    return method.partition(":")[2] or method  # "oidc:acme": acme
+
+
 def _session_row(record: SessionRecord, current_sid: str) -> dict[str, Any]:
     return {
         "hash": sid_hash(record.sid),
@@ -106,7 +122,7 @@ def _session_row(record: SessionRecord, current_sid: str) -> dict[str, Any]:
         "last_seen_at": record.last_seen_at,
         "created_at": record.created_at,
         "authenticated_at": record.authenticated_at,
-        "auth_method": record.auth_method,
+        "auth_method": _method_name(record.auth_method),
         "current": hmac.compare_digest(record.sid, current_sid),
     }
 

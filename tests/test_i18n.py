@@ -1,0 +1,283 @@
+"""Translations of the package's pages, messages and e-mails (``flask_authflow.i18n``).
+
+Without Flask-Babel on the app everything is the source's English; with ``Babel(app)`` the
+package's catalogues answer in the locale of the app's selector, else of the browser's
+``Accept-Language`` (German, French), and times follow the request's time zone.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from flask import Flask, render_template_string
+from flask.testing import FlaskClient
+
+from flask_authflow import get_state, roles_required
+from flask_authflow.errors import USER_FACING_DEFAULTS, PermissionDenied, Unauthenticated
+from flask_authflow.i18n import (
+    current_locale,
+    format_datetime,
+    gettext,
+    lazy_gettext,
+    ngettext,
+    template_context,
+    translate,
+    translations_active,
+)
+from flask_authflow.mfa.email_otp import EmailOtpFactor
+from flask_authflow.mfa.sealing import FactorSealer
+from flask_authflow.storage.memory import InMemoryBackend
+from tests.appfactory import AppFactory
+
+flask_babel = pytest.importorskip("flask_babel", reason="Flask-Babel is in the [babel] and [dev] extras")
+
+PASSWORD = "correct horse battery"
+GERMAN = {"Accept-Language": "de-DE,de;q=0.9,en;q=0.5"}
+FRENCH = {"Accept-Language": "fr-CH, fr;q=0.9"}
+
+
+def make(app_factory: AppFactory, *, babel: bool = True, **babel_options: Any) -> Flask:
+    app = app_factory(AUTHFLOW_VIEWS=True, **babel_options.pop("config", {}))
+    if babel:
+        flask_babel.Babel(app, **babel_options)
+    backend = get_state(app).backend
+    assert isinstance(backend, InMemoryBackend)
+    backend.create_user("default", "alice", PASSWORD)
+    return app
+
+
+def csrf_of(html: str) -> str:
+    match = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert match is not None
+    return match.group(1)
+
+
+def login(client: FlaskClient, headers: dict[str, str], password: str = PASSWORD) -> Any:
+    page = client.get("/login", headers=headers)
+    form = {"username": "alice", "password": password, "csrf_token": csrf_of(page.text)}
+    return client.post("/login", data=form, headers=headers)
+
+
+# --- without Flask-Babel: English, as before -------------------------------------------------------
+
+
+def test_without_babel_the_functions_answer_formatted_english(app_factory: AppFactory) -> None:
+    assert gettext("Sign in") == "Sign in"  # no app at all
+    assert gettext("Sign in with %(provider)s", provider="Acme") == "Sign in with Acme"
+    assert ngettext("%(num)d minute", "%(num)d minutes", 1) == "1 minute"
+    assert ngettext("%(num)d minute", "%(num)d minutes", 5) == "5 minutes"
+    app = make(app_factory, babel=False)
+    with app.test_request_context("/", headers=GERMAN):
+        assert not translations_active() and current_locale() == "en"
+        assert gettext("Sign in") == "Sign in"
+        assert str(lazy_gettext("Sign in")) == "Sign in"
+        when = datetime(2026, 11, 25, 13, 40, tzinfo=UTC)
+        assert format_datetime(when) == "2026-11-25 13:40 UTC"
+        assert format_datetime(when.replace(tzinfo=None)) == "2026-11-25 13:40 UTC"
+    page = app.test_client().get("/login", headers=GERMAN)
+    assert '<html lang="en">' in page.text and "<h1>Sign in</h1>" in page.text
+
+
+# --- the locale ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("accept", "locale", "heading"),
+    [
+        ("de-DE,de;q=0.9,en;q=0.5", "de", "<h1>Anmelden</h1>"),
+        ("fr-CH, fr;q=0.9", "fr", "<h1>Se connecter</h1>"),
+        ("en-GB,de;q=0.5", "en", "<h1>Sign in</h1>"),
+        ("es-ES,es;q=0.9", "en", "<h1>Sign in</h1>"),  # no catalogue: the app's default locale
+        ("", "en", "<h1>Sign in</h1>"),
+    ],
+)
+def test_without_a_selector_the_pages_follow_accept_language(
+    app_factory: AppFactory, accept: str, locale: str, heading: str
+) -> None:
+    app = make(app_factory)
+    page = app.test_client().get("/login", headers={"Accept-Language": accept} if accept else {})
+    assert page.status_code == 200
+    assert f'<html lang="{locale}">' in page.text and heading in page.text
+
+
+def test_the_apps_locale_selector_wins_over_the_browser(app_factory: AppFactory) -> None:
+    app = make(app_factory, locale_selector=lambda: "fr")
+    page = app.test_client().get("/login", headers=GERMAN)
+    assert '<html lang="fr">' in page.text and "Nom d\u2019utilisateur" in page.text
+
+
+def test_a_selector_for_a_region_uses_the_language_catalogue(app_factory: AppFactory) -> None:
+    app = make(app_factory, locale_selector=lambda: "de_AT")
+    page = app.test_client().get("/login")
+    assert "<h1>Anmelden</h1>" in page.text
+
+
+def test_the_apps_own_templates_keep_the_apps_domain(app_factory: AppFactory) -> None:
+    """The package's ``_`` is given to its own templates only: the app's ``_`` (its Babel domain,
+    which has no catalogue here) still answers the app's English."""
+    app = make(app_factory)
+    with app.test_request_context("/", headers=GERMAN):
+        assert render_template_string('{{ _("Sign in") }}') == "Sign in"
+        assert gettext("Sign in") == "Anmelden"
+
+
+# --- messages, errors and escaping -----------------------------------------------------------------
+
+
+def test_a_refused_login_shows_the_error_in_the_browsers_language(app_factory: AppFactory) -> None:
+    app = make(app_factory)
+    wrong = login(app.test_client(), GERMAN, password="not the password")
+    assert wrong.status_code == 401
+    assert "Falscher Benutzername oder falsches Passwort." in wrong.text
+    assert "Wrong username or password" not in wrong.text
+    wrong = login(app.test_client(), FRENCH, password="not the password")
+    assert "Nom d\u2019utilisateur ou mot de passe incorrect." in wrong.text
+
+
+def test_the_lock_message_shows_the_time_in_the_apps_time_zone(app_factory: AppFactory, mock_clock) -> None:
+    app = make(
+        app_factory,
+        config={"AUTHFLOW_LOCKOUT_MAX_FAILURES": 1, "AUTHFLOW_LOCKOUT_DURATION": timedelta(minutes=15)},
+        default_timezone="Europe/Berlin",
+    )
+    client = app.test_client()
+    login(client, GERMAN, password="wrong")
+    locked = login(client, GERMAN)
+    assert locked.status_code == 403
+    berlin = (mock_clock.now() + timedelta(minutes=15)).astimezone(ZoneInfo("Europe/Berlin"))
+    assert f"Versuchen Sie es nach {berlin:%d.%m.%Y}, {berlin:%H:%M}" in locked.text
+    assert re.search(r"\d\d:\d\d:\d\d MES?Z erneut", locked.text) and "Too many" not in locked.text
+
+
+def test_values_put_into_translated_markup_are_escaped(app_factory: AppFactory) -> None:
+    app = make(app_factory)
+    backend = get_state(app).backend
+    assert isinstance(backend, InMemoryBackend)
+    backend.create_user("default", "<b>eve</b>", PASSWORD)
+    client = app.test_client()
+    page = client.get("/login", headers=GERMAN)
+    form = {"username": "<b>eve</b>", "password": PASSWORD, "csrf_token": csrf_of(page.text)}
+    assert client.post("/login", data=form, headers=GERMAN).status_code == 302
+    account = client.get("/account", headers=GERMAN)
+    assert "Angemeldet als <strong>&lt;b&gt;eve&lt;/b&gt;</strong>." in account.text
+    assert "<b>eve</b>" not in account.text
+    again = client.get("/login", headers=GERMAN)
+    assert "Sie sind als <strong>&lt;b&gt;eve&lt;/b&gt;</strong> angemeldet." in again.text
+
+
+def test_the_account_page_shows_times_in_the_users_time_zone(app_factory: AppFactory, mock_clock) -> None:
+    app = make(app_factory, timezone_selector=lambda: "America/New_York")
+    client = app.test_client()
+    assert login(client, FRENCH).status_code == 302
+    account = client.get("/account", headers=FRENCH)
+    started = mock_clock.now().astimezone(ZoneInfo("America/New_York"))
+    shown = re.search(r"ouverte le <time datetime=\"[^\"]+\">([^<]+)</time> avec mot de passe", account.text)
+    assert shown is not None, account.text
+    assert f"{started.day} " in shown.group(1) and f"{started:%H:%M}" in shown.group(1)
+    assert shown.group(1).endswith(("HNE", "HAE"))  # heure normale / avancée de l'Est
+    assert "UTC" not in account.text and "Last seen" not in account.text
+
+
+def test_json_errors_are_translated_too(app_factory: AppFactory) -> None:
+    app = make(app_factory)
+    refused = app.test_client().post("/login/passkey/options", headers=GERMAN)
+    assert refused.status_code == 400
+    assert refused.json == {
+        "error": "csrf",
+        "message": "Dieses Formular ist abgelaufen oder stammt nicht von dieser Website. "
+        "Bitte versuchen Sie es erneut.",
+    }
+
+
+def test_typed_errors_show_their_translated_default_message(app_factory: AppFactory) -> None:
+    app = make(app_factory)
+    with app.test_request_context("/", headers=FRENCH):
+        assert translate(Unauthenticated().message) == "Authentification requise."
+        assert translate(PermissionDenied().message).startswith("Vous êtes connecté")
+        for message in USER_FACING_DEFAULTS:
+            assert translate(message) != message, message
+        assert translate("a message no catalogue has") == "a message no catalogue has"
+
+
+@pytest.mark.parametrize(
+    ("password", "german"),
+    [
+        ("short", "Wählen Sie ein Passwort mit mindestens"),
+        ("abcdefghijklmnopqrs", "Dieses Passwort ist ein wiederholtes oder fortlaufendes Muster"),
+    ],
+)
+def test_the_password_policy_speaks_the_users_language(
+    app_factory: AppFactory, password: str, german: str
+) -> None:
+    app = make(app_factory)
+    client = app.test_client()
+    assert login(client, GERMAN).status_code == 302
+    account = client.get("/account", headers=GERMAN)
+    form = {
+        "current_password": PASSWORD,
+        "new_password": password,
+        "new_password_confirm": password,
+        "csrf_token": csrf_of(account.text),
+    }
+    refused = client.post("/account/password", data=form, headers=GERMAN)
+    assert refused.status_code == 400
+    assert german in refused.text and "Choose a password" not in refused.text
+
+
+def test_the_code_mails_are_in_the_users_language(app_factory: AppFactory) -> None:
+    app = make(app_factory)
+    factor = EmailOtpFactor(FactorSealer.from_key(secrets.token_bytes(32)), lambda: None, site_name="Acme")
+    with app.test_request_context("/", headers=GERMAN):
+        subject, body = factor.login_message("12345678")
+        assert subject == "Ihr Anmeldecode für Acme"
+        assert "    12345678\n" in body and "Er läuft in 5 Minuten ab" in body
+        subject, body = factor.enrollment_message("87654321")
+        assert subject == "Bestätigen Sie Ihre E-Mail-Adresse für Acme" and "87654321" in body
+    with app.test_request_context("/", headers=FRENCH):
+        subject, body = factor.login_message("12345678")
+        assert subject == "Votre code de connexion à Acme" and "Il expire dans 5 minutes" in body
+    with app.test_request_context("/"):
+        assert factor.login_message("12345678")[0] == "Your Acme sign-in code"
+
+
+def test_plural_forms_follow_the_locale(app_factory: AppFactory) -> None:
+    app = make(app_factory)
+    with app.test_request_context("/", headers=FRENCH):
+        # French: 0 and 1 are singular
+        assert ngettext("%(num)d code left", "%(num)d codes left", 0) == "0 code restant"
+        assert ngettext("%(num)d code left", "%(num)d codes left", 2) == "2 codes restants"
+    with app.test_request_context("/", headers=GERMAN):
+        assert ngettext("%(num)d code left", "%(num)d codes left", 0) == "0 Codes übrig"
+        assert ngettext("%(num)d code left", "%(num)d codes left", 1) == "1 Code übrig"
+
+
+def test_the_template_context_gives_markup_with_escaped_values(app_factory: AppFactory) -> None:
+    app = make(app_factory)
+    with app.test_request_context("/", headers=GERMAN):
+        context = template_context()
+        assert context["authflow_locale"] == "de"
+        underscore = context["_"]
+        assert callable(underscore)
+        shown = underscore("Signed in as <strong>%(name)s</strong>.", name="<i>x</i>")
+        assert shown == "Angemeldet als <strong>&lt;i&gt;x&lt;/i&gt;</strong>."
+        assert hasattr(shown, "__html__")
+
+
+def test_the_forbidden_page_is_translated(app_factory: AppFactory) -> None:
+    app = make(app_factory)
+
+    @app.get("/admin")
+    @roles_required("admin")
+    def admin() -> str:
+        return "admin"
+
+    client = app.test_client()
+    assert login(client, FRENCH).status_code == 302
+    denied = client.get("/admin", headers={**FRENCH, "Accept": "text/html"})
+    assert denied.status_code == 403
+    assert "<h1>Non autorisé</h1>" in denied.text and "Not allowed" not in denied.text
