@@ -52,7 +52,7 @@ from flask_authflow.errors import (
     InvalidInput,
     MailDeliveryError,
 )
-from flask_authflow.i18n import gettext, ngettext
+from flask_authflow.i18n import N_, gettext, ngettext
 from flask_authflow.mail import MailSender
 from flask_authflow.mfa.otp import codes_equal, parse_code
 from flask_authflow.mfa.sealing import FactorSealer
@@ -178,7 +178,7 @@ class EmailOtpFactor(StoredEnrollment):
     #: step only when the step has no other kind; otherwise on request.
     challenge_on_request: Final = True
     digits: Final = EMAIL_OTP_DIGITS
-    label: Final = "E-mail"
+    label: Final = N_("E-mail")
 
     def __init__(
         self,

@@ -30,6 +30,7 @@ from flask_authflow.core.factors import (
     StoredEnrollment,
 )
 from flask_authflow.core.ports import FactorConfig
+from flask_authflow.i18n import N_
 from flask_authflow.mfa.otp import (
     HOTP_LOOK_AHEAD,
     TOTP_DIGITS,
@@ -138,7 +139,8 @@ class TotpFactor(StoredEnrollment):
             name=account_name, issuer_name=issuer_name
         )
 
-    label = "Authenticator app"
+    #: Stored in English; the pages show it translated.
+    label = N_("Authenticator app")
 
     def begin(self, ctx: EnrollContext, params: Mapping[str, Any]) -> EnrollmentStart:
         """A new key, stored sealed and pending; the URI and its QR code for the user's app."""
@@ -196,7 +198,7 @@ class HotpFactor(TotpFactor):
     """
 
     __slots__ = ()
-    label = "Hardware token"
+    label = N_("Hardware token")
 
     @property
     def kind(self) -> FactorKind:

@@ -49,7 +49,7 @@ from flask_authflow.core.factors import (
 )
 from flask_authflow.core.ports import FactorConfig, FactorRecordStore
 from flask_authflow.errors import ConfigurationError, InvalidInput, MissingExtraError
-from flask_authflow.i18n import gettext
+from flask_authflow.i18n import N_, gettext
 from flask_authflow.mfa.settings import FactorSettings
 from flask_authflow.outcomes import FactorCredential, FactorKind
 
@@ -448,11 +448,11 @@ class WebAuthnFactor(StoredEnrollment):
             raise InvalidInput("'passkey' must be true or false")
         label = params.get("label")
         if label is None:
-            label = "Passkey" if passkey else "Security key"
+            label = N_("Passkey") if passkey else N_("Security key")  # shown translated
         if not isinstance(label, str) or not label.strip() or len(label.strip()) > MAX_LABEL_LENGTH:
-            raise InvalidInput(gettext("A key's name has 1 to %(max)d characters.", max=MAX_LABEL_LENGTH))
+            raise InvalidInput(gettext("A key's label has 1 to %(max)d characters.", max=MAX_LABEL_LENGTH))
         if any(not ch.isprintable() for ch in label):
-            raise InvalidInput(gettext("A key's name may not contain control characters."))
+            raise InvalidInput(gettext("A key's label may not contain control characters."))
         return label.strip(), passkey
 
     def begin(self, ctx: EnrollContext, params: Mapping[str, Any]) -> EnrollmentStart:

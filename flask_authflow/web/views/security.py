@@ -147,7 +147,8 @@ def _factor_row(config: FactorConfig) -> dict[str, Any]:
         "id": config.factor_id,
         "kind": kind,
         "kind_name": translate(KIND_NAMES.get(kind, kind.replace("_", " ").capitalize())),
-        "label": label if isinstance(label, str) and label else translate(KIND_NAMES.get(kind, kind)),
+        # a name the user gave, or a default name stored in English ("Authenticator app")
+        "label": translate(label if isinstance(label, str) and label else KIND_NAMES.get(kind, kind)),
         "created_at": config.created_at,
         "last_used_at": config.last_used_at,
         "detail": detail,
@@ -398,7 +399,7 @@ def webauthn_enroll_options() -> ResponseReturnValue:
         return json_error("csrf", MESSAGES["csrf"], 400)
     if not _can_enroll(FactorKind.WEBAUTHN):
         return json_error("factor_not_registered", MESSAGES["unavailable_kind"], 400)
-    label = " ".join(form_text("label").split()) or gettext("Security key")
+    label = " ".join(form_text("label").split()) or N_("Security key")  # stored in English, shown translated
     if len(label) > _MAX_LABEL:
         return json_error(
             "invalid_input",
