@@ -6,7 +6,7 @@ initialised Flask-Babel (``pip install "flask-authflow[babel]"``, then ``Babel(a
 it every function here answers the English text, formatted.
 
 The locale is the application's: its Flask-Babel locale selector when it has one, else the
-best match of the browser's ``Accept-Language`` among :data:`LOCALES` (then
+best match of the browser's ``Accept-Language`` among ``LOCALES`` (then
 ``BABEL_DEFAULT_LOCALE``). Times are shown in Flask-Babel's time zone of the request
 (``timezone_selector`` or ``BABEL_DEFAULT_TIMEZONE``) and in that locale.
 
