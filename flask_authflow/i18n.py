@@ -86,13 +86,14 @@ def translations_active() -> bool:
 def _selected_locale() -> str:
     assert _flask_babel is not None
     config = _flask_babel.get_babel()
+    if not has_request_context():  # a CLI command: the app's selector may need a request
+        return str(config.default_locale)
     if config.locale_selector is not None:
         return str(_flask_babel.get_locale() or config.default_locale)
-    if has_request_context():
-        for value, quality in request.accept_languages:  # the most wanted first
-            language = value.replace("_", "-").split("-", 1)[0].lower()
-            if quality > 0 and language in LOCALES:
-                return language
+    for value, quality in request.accept_languages:  # the most wanted first
+        language = value.replace("_", "-").split("-", 1)[0].lower()
+        if quality > 0 and language in LOCALES:
+            return language
     return str(config.default_locale)
 
 
@@ -183,7 +184,10 @@ def format_datetime(value: datetime) -> str:
     if not translations_active() or _babel_dates is None:
         return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
     assert _flask_babel is not None
-    zone = _flask_babel.get_timezone()
+    if has_request_context():
+        zone = _flask_babel.get_timezone()
+    else:  # the app's selector may need a request
+        zone = _flask_babel.get_babel().instance.default_timezone
     locale = current_locale()
     shown = _babel_dates.format_datetime(moment, "medium", tzinfo=zone, locale=locale)
     return f"{shown} {_babel_dates.format_datetime(moment, 'zzz', tzinfo=zone, locale=locale)}"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 import secrets
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -83,6 +85,33 @@ def test_without_babel_the_functions_answer_formatted_english(app_factory: AppFa
     assert '<html lang="en">' in page.text and "<h1>Sign in</h1>" in page.text
 
 
+def test_without_flask_babel_installed_the_package_works_in_english(tmp_path) -> None:
+    """``flask_babel`` cannot be imported (the extra is not installed): the functions answer
+    English and the pages render."""
+    script = tmp_path / "no_babel.py"
+    script.write_text(
+        "import secrets, sys\n"
+        "sys.modules['flask_babel'] = None  # ImportError on import\n"
+        "from flask import Flask\n"
+        "from flask_authflow import AuthFlow\n"
+        "from flask_authflow.i18n import gettext, lazy_gettext, ngettext\n"
+        "app = Flask('no_babel')\n"
+        "app.config.update(AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), AUTHFLOW_VIEWS=True)\n"
+        "AuthFlow(app)\n"
+        "page = app.test_client().get('/login', headers={'Accept-Language': 'de'})\n"
+        "assert page.status_code == 200 and '<h1>Sign in</h1>' in page.text, page.text\n"
+        "with app.test_request_context(headers={'Accept-Language': 'fr'}):\n"
+        "    assert gettext('Cancel') == 'Cancel' and str(lazy_gettext('Cancel')) == 'Cancel'\n"
+        "    assert ngettext('%(num)d minute', '%(num)d minutes', 2) == '2 minutes'\n"
+        "print('english')\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-W", "error", str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == "english"
+
+
 # --- the locale ------------------------------------------------------------------------------------
 
 
@@ -103,6 +132,27 @@ def test_without_a_selector_the_pages_follow_accept_language(
     page = app.test_client().get("/login", headers={"Accept-Language": accept} if accept else {})
     assert page.status_code == 200
     assert f'<html lang="{locale}">' in page.text and heading in page.text
+
+
+@pytest.mark.parametrize("accept", ["de;q=0", "*", ";;;,,", "de;q=abc", "x" * 2000, "zz-ZZ, \u00e9"])
+def test_odd_or_refusing_accept_language_headers_get_english(app_factory: AppFactory, accept: str) -> None:
+    app = make(app_factory)
+    page = app.test_client().get("/login", headers={"Accept-Language": accept.encode().decode("latin-1")})
+    assert page.status_code == 200 and "<h1>Sign in</h1>" in page.text
+
+
+def test_outside_a_request_the_default_locale_is_used(app_factory: AppFactory) -> None:
+    """A CLI command runs in an app context without a request: the app's selector (which may
+    read the request) is not called, and ``BABEL_DEFAULT_LOCALE`` applies."""
+
+    def selector() -> str:
+        raise AssertionError("the selector was called outside a request")
+
+    app = make(app_factory, locale_selector=selector, default_locale="fr", default_timezone="Europe/Paris")
+    with app.app_context():
+        assert current_locale() == "fr"
+        assert gettext("Cancel") == "Annuler"
+        assert format_datetime(datetime(2026, 7, 1, 10, 0, tzinfo=UTC)).startswith("1 juil. 2026, 12:00:00")
 
 
 def test_the_apps_locale_selector_wins_over_the_browser(app_factory: AppFactory) -> None:
