@@ -524,6 +524,10 @@ class SessionMaintenance(Protocol):
         """Delete the expired sessions now (only those of ``tenant`` when given); returns how many."""
         ...
 
+    def adopt_clock(self, clock: Any) -> None:
+        """Use the app's clock unless the store was built with one of its own."""
+        ...
+
     def database_engine(self) -> Any:
         """The SQLAlchemy engine holding the sessions (``flask authflow db`` migrates it), or ``None``."""
         ...

@@ -357,6 +357,7 @@ class AuthFlow:
         store = given.session_store
         if store is None:  # ``is None``: an empty store is falsy (it has __len__)
             store = _session_store(config.session, sql_source, clock, create_tables=given.backend is not None)
+        store.adopt_clock(clock)
         interface = _session_interface(config.session, store, clock)
         service = _login_service(
             app, config, backend, hasher, clock, _session_writer(given, config, backend, store, interface)
