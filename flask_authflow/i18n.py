@@ -143,8 +143,10 @@ def ngettext(singular: str, plural: str, num: int, /, **variables: Any) -> str:
 
 def translate(message: str) -> str:
     """An English message marked with :func:`N_` (or a typed error's message), translated if
-    the catalogue has it, else unchanged."""
-    return gettext(message) if message else str(message)
+    the catalogue has it, else unchanged (markup, such as a ``Markup`` a view built, too)."""
+    if not message or hasattr(message, "__html__"):
+        return message
+    return gettext(message)
 
 
 class LazyText:

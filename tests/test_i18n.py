@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from flask import Flask, render_template_string
 from flask.testing import FlaskClient
+from markupsafe import Markup
 
 from flask_authflow import get_state, roles_required
 from flask_authflow.errors import USER_FACING_DEFAULTS, PermissionDenied, Unauthenticated
@@ -252,6 +253,8 @@ def test_typed_errors_show_their_translated_default_message(app_factory: AppFact
         for message in USER_FACING_DEFAULTS:
             assert translate(message) != message, message
         assert translate("a message no catalogue has") == "a message no catalogue has"
+        markup = Markup("<em>Cancel</em>")
+        assert translate(markup) is markup  # a view's own markup is kept as it is
 
 
 @pytest.mark.parametrize(
