@@ -214,13 +214,25 @@ def _markup_ngettext(singular: str, plural: str, num: int, /, **variables: Any) 
     return Markup(text) % variables  # noqa: S704
 
 
-def template_context() -> dict[str, Callable[..., Any] | str]:
+def _plain_gettext(message: str, /, **variables: Any) -> str:
+    return gettext(message, **variables)
+
+
+def _plain_ngettext(singular: str, plural: str, num: int, /, **variables: Any) -> str:
+    return ngettext(singular, plural, num, **variables)
+
+
+def template_context(*, html: bool = True) -> dict[str, Callable[..., Any] | str]:
     """What the package's templates use: ``_``/``gettext``/``ngettext`` (in the package's
-    domain), ``format_datetime`` and ``authflow_locale`` (for ``<html lang>``)."""
+    domain), ``format_datetime`` and ``authflow_locale`` (for ``<html lang>``).
+
+    ``html=False`` is for plain-text templates (the text of an e-mail): the texts are plain
+    strings, their values are not HTML-escaped.
+    """
     return {
-        "_": _markup_gettext,
-        "gettext": _markup_gettext,
-        "ngettext": _markup_ngettext,
+        "_": _markup_gettext if html else _plain_gettext,
+        "gettext": _markup_gettext if html else _plain_gettext,
+        "ngettext": _markup_ngettext if html else _plain_ngettext,
         "format_datetime": format_datetime,
         "authflow_locale": current_locale(),
     }

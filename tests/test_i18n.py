@@ -319,6 +319,13 @@ def test_the_template_context_gives_markup_with_escaped_values(app_factory: AppF
         shown = underscore("Signed in as <strong>%(name)s</strong>.", name="<i>x</i>")
         assert shown == "Angemeldet als <strong>&lt;i&gt;x&lt;/i&gt;</strong>."
         assert hasattr(shown, "__html__")
+        text = template_context(html=False)
+        plain = text["_"]
+        assert callable(plain)
+        # the text of an e-mail: nothing escaped
+        assert plain("Sign in with %(provider)s", provider="A & B") == "Mit A & B anmelden"
+        plural = text["ngettext"]
+        assert callable(plural) and plural("%(num)d minute", "%(num)d minutes", 2) == "2 Minuten"
 
 
 def test_the_forbidden_page_is_translated(app_factory: AppFactory) -> None:
