@@ -34,6 +34,7 @@ __all__ = [
     "TRANSLATIONS_DIRECTORY",
     "LazyText",
     "current_locale",
+    "format_date",
     "format_datetime",
     "gettext",
     "lazy_gettext",
@@ -195,6 +196,18 @@ def format_datetime(value: datetime) -> str:
     return f"{shown} {_babel_dates.format_datetime(moment, 'zzz', tzinfo=zone, locale=locale)}"
 
 
+def format_date(value: datetime) -> str:
+    """The day of ``value`` for people (``2026-11-25`` without Flask-Babel), in the request's
+    time zone and locale."""
+    moment = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    if not translations_active() or _babel_dates is None:
+        return moment.astimezone(UTC).strftime("%Y-%m-%d")
+    assert _flask_babel is not None
+    zone = _flask_babel.get_timezone() if has_request_context() else None
+    shown = moment.astimezone(zone) if zone is not None else moment
+    return str(_babel_dates.format_date(shown.date(), "medium", locale=current_locale()))
+
+
 def _markup_gettext(message: str, /, **variables: Any) -> Markup:
     """The templates' ``_``: the catalogue's text is the package's own markup; the values put
     into it are escaped (as Jinja's i18n extension does with autoescaping)."""
@@ -224,7 +237,7 @@ def _plain_ngettext(singular: str, plural: str, num: int, /, **variables: Any) -
 
 def template_context(*, html: bool = True) -> dict[str, Callable[..., Any] | str]:
     """What the package's templates use: ``_``/``gettext``/``ngettext`` (in the package's
-    domain), ``format_datetime`` and ``authflow_locale`` (for ``<html lang>``).
+    domain), ``format_datetime``, ``format_date`` and ``authflow_locale`` (for ``<html lang>``).
 
     ``html=False`` is for plain-text templates (the text of an e-mail): the texts are plain
     strings, their values are not HTML-escaped.
@@ -234,5 +247,6 @@ def template_context(*, html: bool = True) -> dict[str, Callable[..., Any] | str
         "gettext": _markup_gettext if html else _plain_gettext,
         "ngettext": _markup_ngettext if html else _plain_ngettext,
         "format_datetime": format_datetime,
+        "format_date": format_date,
         "authflow_locale": current_locale(),
     }

@@ -24,6 +24,7 @@ from flask_authflow import get_state, roles_required
 from flask_authflow.errors import USER_FACING_DEFAULTS, PermissionDenied, Unauthenticated
 from flask_authflow.i18n import (
     current_locale,
+    format_date,
     format_datetime,
     gettext,
     lazy_gettext,
@@ -82,6 +83,7 @@ def test_without_babel_the_functions_answer_formatted_english(app_factory: AppFa
         when = datetime(2026, 11, 25, 13, 40, tzinfo=UTC)
         assert format_datetime(when) == "2026-11-25 13:40 UTC"
         assert format_datetime(when.replace(tzinfo=None)) == "2026-11-25 13:40 UTC"
+        assert format_date(when) == "2026-11-25"
     page = app.test_client().get("/login", headers=GERMAN)
     assert '<html lang="en">' in page.text and "<h1>Sign in</h1>" in page.text
 
@@ -154,6 +156,9 @@ def test_outside_a_request_the_default_locale_is_used(app_factory: AppFactory) -
         assert current_locale() == "fr"
         assert gettext("Cancel") == "Annuler"
         assert format_datetime(datetime(2026, 7, 1, 10, 0, tzinfo=UTC)).startswith("1 juil. 2026, 12:00:00")
+    paris = make(app_factory, default_timezone="Europe/Paris")
+    with paris.test_request_context("/", headers=GERMAN):  # 23:30 UTC is the next day in Paris
+        assert format_date(datetime(2026, 7, 1, 23, 30, tzinfo=UTC)) == "02.07.2026"
 
 
 def test_the_apps_locale_selector_wins_over_the_browser(app_factory: AppFactory) -> None:
