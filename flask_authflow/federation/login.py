@@ -20,6 +20,7 @@ from typing import Any
 
 from flask_authflow import signals
 from flask_authflow.clock import Clock
+from flask_authflow.core.app_users import AppTransaction, AppUserHooks
 from flask_authflow.core.identifiers import MAX_IDENTIFIER_LENGTH, normalise_identifier, provider_identifier
 from flask_authflow.core.ports import FactorStore, IdentityStore, LoginRecorder, SessionStore, UserRecord
 from flask_authflow.core.session import AuthSession, AuthState, SessionRecord, begin_flow, clear_flow
@@ -49,7 +50,6 @@ from flask_authflow.federation.links import FederationStore, IdentityLink
 from flask_authflow.federation.oauth2 import OAuth2Provider, PlainIdentity
 from flask_authflow.federation.provider import OAuthProvider, ProviderRegistry, TokenSet
 from flask_authflow.jose import VerifiedClaims
-from flask_authflow.login.app_users import AppTransaction, AppUserHooks
 from flask_authflow.outcomes import Authenticated, FactorRequired, WorkflowPending
 
 __all__ = [

@@ -22,6 +22,7 @@ from flask_authflow.audit.context import AuditContext, audit_context
 from flask_authflow.audit.sinks import AuthCounters
 from flask_authflow.audit.spool import SpoolAuditSink
 from flask_authflow.clock import Clock, SystemClock
+from flask_authflow.core.app_users import UserCreatedHook, UserDeletedHook
 from flask_authflow.core.factors import EnrollmentStart, Factor
 from flask_authflow.core.ports import FactorConfig, MaintainedSessionStore, SessionStore
 from flask_authflow.core.session import AuthSession
@@ -37,7 +38,6 @@ from flask_authflow.errors import (
 from flask_authflow.extras import check_extras
 from flask_authflow.login import workflow
 from flask_authflow.login.accounts import AccountAdmin
-from flask_authflow.login.app_users import UserCreatedHook, UserDeletedHook
 from flask_authflow.login.lockout import LockoutPolicy
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.password_policy import PasswordPolicy
@@ -497,7 +497,7 @@ class AuthFlow:
 
     def user_created(self, hook: UserCreatedT) -> UserCreatedT:
         """Register ``hook(new)``: create the application's row for the new account
-        ``new.account`` (a :class:`~flask_authflow.login.app_users.NewAccount`, which also
+        ``new.account`` (a :class:`~flask_authflow.core.app_users.NewAccount`, which also
         says what created it). Every path that creates an account runs it (the command
         line, sign-up, a federated first sign-in, the pytest plugin's users), in the
         application's Flask-SQLAlchemy transaction: raising keeps neither the row nor the

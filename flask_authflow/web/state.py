@@ -21,6 +21,7 @@ from werkzeug.local import LocalProxy
 from flask_authflow.audit.client_ip import TrustedProxies
 from flask_authflow.audit.sinks import AuthCounters
 from flask_authflow.clock import Clock
+from flask_authflow.core.app_users import AppUserHooks, UserCreatedHook, UserDeletedHook
 from flask_authflow.core.ports import (
     AttemptStore,
     AuditSink,
@@ -33,7 +34,6 @@ from flask_authflow.core.ports import (
 )
 from flask_authflow.core.session import AuthSession
 from flask_authflow.login.accounts import AccountAdmin
-from flask_authflow.login.app_users import AppUserHooks, UserCreatedHook, UserDeletedHook
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.login.service import AuthnService
