@@ -77,6 +77,7 @@ from flask_authflow.web.state import (
     current_session,
     get_state,
 )
+from flask_authflow.web.csrf import template_helpers
 from flask_authflow.web.views.logout import register_logout
 
 log = logging.getLogger("flask_authflow")
@@ -684,7 +685,7 @@ def _kind(kind: FactorKind | str) -> FactorKind:
 
 
 def _template_context() -> dict[str, Any]:
-    return {"current_user": current_user, "current_session": current_session}
+    return {"current_user": current_user, "current_session": current_session, **template_helpers()}
 
 
 def _is_loopback(address: str | None) -> bool:
