@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flask_authflow.audit.settings import AuditSettings
+from flask_authflow.errors import ConfigurationError
 from flask_authflow.federation.settings import FederationSettings
 from flask_authflow.issuer.settings import IssuerSettings
 from flask_authflow.login.settings import (
@@ -24,7 +25,6 @@ from flask_authflow.login.settings import (
     LoginSettings,
     PasswordPolicySettings,
 )
-from flask_authflow.errors import ConfigurationError
 from flask_authflow.mail import SmtpSettings
 from flask_authflow.mfa.settings import FactorSettings
 from flask_authflow.sessions.settings import SessionSettings

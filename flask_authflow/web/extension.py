@@ -62,6 +62,7 @@ from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.settings import apply_defaults
 from flask_authflow.web import authz
 from flask_authflow.web.config import AuthFlowConfig
+from flask_authflow.web.csrf import template_helpers
 from flask_authflow.web.current_user import current_user
 from flask_authflow.web.decorators import denial_response
 from flask_authflow.web.factor_wiring import built_in_factors
@@ -77,7 +78,6 @@ from flask_authflow.web.state import (
     current_session,
     get_state,
 )
-from flask_authflow.web.csrf import template_helpers
 from flask_authflow.web.views.logout import register_logout
 
 log = logging.getLogger("flask_authflow")

@@ -35,13 +35,13 @@ __all__ = [
     "TEMPLATE_FOLDER",
     "VIEWS_BLUEPRINT",
     "after_login",
-    "error_status",
     "destination",
+    "error_status",
     "form_has",
     "form_text",
-    "json_answer",
     "handle",
     "identifier_of",
+    "json_answer",
     "json_error",
     "lock_message",
     "logout_endpoint",
@@ -332,13 +332,13 @@ def _json_body() -> Mapping[str, Any]:
 
 
 def form_text(name: str) -> str:
-    """Field ``name`` of the form, or of the JSON body (an object, such as a WebAuthn
-    credential, as compact JSON; ``true``/``false`` as text), ``""`` when absent."""
+    """Field ``name`` of the form, or of the JSON body (a WebAuthn ``credential`` object as
+    compact JSON; ``true``/``false`` as text), ``""`` when absent or of another type."""
     if request.is_json:
         value: Any = _json_body().get(name)
         if isinstance(value, bool):
             return "true" if value else "false"
-        if isinstance(value, Mapping | list):
+        if isinstance(value, Mapping) and name == "credential":  # the browser's PublicKeyCredential
             return json.dumps(value, separators=(",", ":"))
         return value if isinstance(value, str) else ""
     value = request.form.get(name)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from flask import Blueprint, Flask, Response, current_app, jsonify, redirect, request, url_for
+from flask import Blueprint, Flask, Response, current_app, jsonify, redirect, request
 from flask.typing import ResponseReturnValue
 
 from flask_authflow.audit.context import audit_context

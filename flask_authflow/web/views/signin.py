@@ -19,7 +19,6 @@ from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow.core.factors import Factor, PasskeyFactor
 from flask_authflow.errors import AuthFlowError
-from flask_authflow.responses import wants_json
 from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,
@@ -28,6 +27,7 @@ from flask_authflow.outcomes import (
     InvalidCredential,
     Locked,
 )
+from flask_authflow.responses import wants_json
 from flask_authflow.web.csrf import csrf_valid, rotate_csrf_token
 from flask_authflow.web.state import current_auth_session, get_state
 from flask_authflow.web.views.common import (
