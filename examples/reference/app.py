@@ -271,7 +271,8 @@ INDEX_PAGE = """{% extends authflow_layout %}
 <ul id="pages">
   <li><a href="{{ url_for('authflow_views.login') }}">Sign in</a></li>
   <li><a href="{{ url_for('authflow_views.account') }}">Your account</a> (password, sessions)</li>
-  <li><a href="{{ url_for('authflow_views.factors') }}">Sign-in methods</a> (authenticator app, security keys)</li>
+  <li><a href="{{ url_for('authflow_views.factors') }}">Sign-in methods</a>
+      (authenticator app, security keys)</li>
   <li><a href="{{ url_for('dashboard') }}">Dashboard</a> (signed in only)</li>
 </ul>
 {% if current_session.is_authenticated %}
