@@ -3,29 +3,34 @@
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from flask.testing import FlaskClient
+from werkzeug.test import TestResponse
 
+from flask_authflow.clock import MockClock
+from flask_authflow.testing.provider import TestOpenIDProvider
 from tests.federation_support import PROVIDER, FederatedApp, federated_app
 
 HTML = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
 
 
 @pytest.fixture
-def fed(oidc_provider, mock_clock, authflow_hasher) -> FederatedApp:  # type: ignore[no-untyped-def]
+def fed(oidc_provider: TestOpenIDProvider, mock_clock: MockClock, authflow_hasher: Any) -> FederatedApp:
     oidc_provider.login_as("alice-sub", email="alice@example.com", email_verified=True)
     return federated_app(oidc_provider, mock_clock, authflow_hasher)
 
 
-def _callback(fed: FederatedApp, client, **overrides: str):  # type: ignore[no-untyped-def]
+def _callback(fed: FederatedApp, client: FlaskClient, **overrides: str) -> tuple[str, dict[str, str]]:
     target = urlsplit(fed.authorize(client))
     query = {k: v[0] for k, v in parse_qs(target.query).items()}
     query.update(overrides)
     return target.path, query
 
 
-def _assert_protected(page) -> None:  # type: ignore[no-untyped-def]
+def _assert_protected(page: TestResponse) -> None:
     assert page.mimetype == "text/html"
     assert page.headers["X-Frame-Options"] == "DENY" and page.headers["Cache-Control"] == "no-store"
     assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
