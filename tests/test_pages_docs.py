@@ -17,7 +17,7 @@ FORBIDDEN = re.compile(r"(?i:\bthe spec\b)|\bDESIGN\b|\bdocs/[\w-]+\.rst\b")
 
 
 def _texts() -> list[Path]:
-    files = sorted((REPO / "docs").glob("*.rst"))
+    files = [*sorted((REPO / "docs").glob("*.rst")), REPO / "CHANGES.rst"]  # the changelog page includes it
     package = REPO / "flask_authflow"
     files += sorted(p for p in package.rglob("*") if p.suffix in (".py", ".html", ".txt", ".po"))
     return files
