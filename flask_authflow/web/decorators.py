@@ -156,17 +156,21 @@ def denial_response(error: AuthFlowError) -> Any:
         if endpoint:
             target = safe_next(request.full_path.rstrip("?"))
             return redirect(url_for(endpoint, next=target))
-    if _wants_html() and isinstance(error, PermissionDenied | Unauthenticated | StepUpNeeded):
-        return denial_page(_DENIAL_PAGES[type(error).__name__], error.status)
+    template = _denial_template(error) if _wants_html() else None
+    if template is not None:
+        return denial_page(template, error.status)
     return error_response(error)
 
 
-#: The page a browser gets for a denial no view answers, by the error's class name.
-_DENIAL_PAGES = {
-    "PermissionDenied": "authflow/forbidden.html",
-    "Unauthenticated": "authflow/sign_in_required.html",
-    "StepUpNeeded": "authflow/step_up_required.html",
-}
+def _denial_template(error: AuthFlowError) -> str | None:
+    """The page a browser gets for a denial no view answered (subclasses included)."""
+    if isinstance(error, PermissionDenied):
+        return "authflow/forbidden.html"
+    if isinstance(error, StepUpNeeded):
+        return "authflow/step_up_required.html"
+    if isinstance(error, Unauthenticated):
+        return "authflow/sign_in_required.html"
+    return None
 
 
 def denial_page(template: str, status: int, **context: Any) -> Response:
