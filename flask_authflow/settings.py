@@ -370,7 +370,7 @@ class Key:
 _ALG = "AUTHFLOW_ISSUER_ALGORITHM must be 'ES256' (default) or 'RS256'"
 _UV = "AUTHFLOW_WEBAUTHN_USER_VERIFICATION must be 'required', 'preferred' (default) or 'discouraged'"
 
-#: Every key flask-authflow reads (documented one by one in ``docs/config.rst``).
+#: Every key flask-authflow reads (documented one by one in the manual's "Configuration" page).
 KEYS: tuple[Key, ...] = (
     # sessions
     Key("AUTHFLOW_SIGNING_KEY", signing_key),
@@ -419,6 +419,9 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_LOGIN_VIEW", raw),
     Key("AUTHFLOW_STEP_UP_VIEW", raw),
     Key("AUTHFLOW_VIEWS", boolean, False),
+    Key("AUTHFLOW_VIEWS_LAYOUT", text, "authflow/base.html"),
+    Key("AUTHFLOW_POST_LOGIN_VIEW", optional_text),
+    Key("AUTHFLOW_POST_LOGOUT_VIEW", optional_text),
     # audit and client addresses
     Key("AUTHFLOW_TRUSTED_PROXIES", string_list, ["127.0.0.0/8", "::1/128"]),
     Key("AUTHFLOW_AUDIT_SPOOL_PATH", raw),
@@ -524,7 +527,8 @@ def apply_defaults(config: MutableMapping[str, Any]) -> None:
     unknown = sorted(k for k in config if k.startswith("AUTHFLOW_") and k not in _TABLE)
     if unknown:
         raise ConfigurationError(
-            f"unknown configuration key(s) {', '.join(unknown)}: check the spelling against docs/config.rst"
+            f"unknown configuration key(s) {', '.join(unknown)}: check the spelling against the "
+            '"Configuration" section of the flask-authflow manual (the list of every AUTHFLOW_ key)'
         )
 
 

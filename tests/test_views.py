@@ -242,6 +242,7 @@ EXPECTED_RULES = {
     "authflow_views.webauthn_enroll_options": ("/account/factors/webauthn/options", {"POST"}),
     "authflow_views.confirm_webauthn": ("/account/factors/webauthn/confirm", {"POST"}),
     "authflow_views.remove_factor": ("/account/factors/<factor_id>/remove", {"POST"}),
+    "authflow_views.csrf": ("/csrf", {"GET"}),
 }
 
 
@@ -745,7 +746,14 @@ def test_step_up_refreshes_the_login_and_follows_next(site: Site, mock_clock: Mo
     assert input_named(parsed, "next")["value"] == "/sensitive"
     assert set(parsed.labels) == {"step-up-username", "step-up-password"}
     # no second factor: the password form alone, as it always was
-    assert parsed.ids == ["content", "step-up-form", "step-up-username", "step-up-password", "step-up-submit"]
+    assert parsed.ids == [
+        "home-link",
+        "content",
+        "step-up-form",
+        "step-up-username",
+        "step-up-password",
+        "step-up-submit",
+    ]
     assert "Enter your password again to continue." in page.text and "<script" not in page.text
     token = csrf_of(page.text)
     wrong = client.post("/step-up", data={"password": "nope", "next": "/sensitive", "csrf_token": token})

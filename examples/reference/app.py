@@ -11,7 +11,7 @@ says so, and serves plain-HTTP cookies to loopback clients only.
 
 Routes (JSON / plain text):
 
-* ``GET /`` 200 text; ``GET /dashboard`` 200 when authenticated, else 401;
+* ``GET /`` 200 HTML, links to the pages below; ``GET /dashboard`` 200 when authenticated, else 401;
 * ``POST /login`` JSON ``{"username", "password"[, "tenant"]}``: 200 when
   authenticated or a next factor is named; 401 invalid credentials / step-up / error;
   403 locked (the text names the lock end);
@@ -55,7 +55,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, Response, abort, current_app, jsonify, request
+from flask import Flask, Response, abort, current_app, jsonify, render_template_string, request
 
 from flask_authflow import (
     Authenticated,
@@ -262,11 +262,34 @@ def refuse_oversized_bodies() -> None:
         abort(413)
 
 
+#: The home page: links to the app's pages, the sign-out button for a signed-in user.
+INDEX_PAGE = """{% extends authflow_layout %}
+{% block title %}flask-authflow reference app{% endblock %}
+{% block content %}
+<h1>flask-authflow reference app</h1>
+{% if current_session.is_authenticated %}<p id="whoami">You are signed in.</p>{% endif %}
+<ul id="pages">
+  <li><a href="{{ url_for('authflow_views.login') }}">Sign in</a></li>
+  <li><a href="{{ url_for('authflow_views.account') }}">Your account</a> (password, sessions)</li>
+  <li><a href="{{ url_for('authflow_views.factors') }}">Sign-in methods</a>
+      (authenticator app, security keys)</li>
+  <li><a href="{{ url_for('dashboard') }}">Dashboard</a> (signed in only)</li>
+</ul>
+{% if current_session.is_authenticated %}
+<form method="post" action="{{ url_for('authflow_logout.logout') }}" id="logout-form">
+  <input type="hidden" name="{{ csrf_field_name }}" value="{{ csrf_token() }}">
+  <button type="submit">Sign out</button>
+</form>
+{% endif %}
+<p class="hint">For scripts: <code>POST /login</code>, <code>POST /login/factor</code> and
+<code>POST /logout</code> with JSON bodies; <code>GET /metrics</code> from this machine or with
+its bearer token.</p>
+{% endblock %}
+"""
+
+
 def index() -> Response:
-    return _text(
-        "flask-authflow reference app: POST /login, POST /login/factor, GET /dashboard, POST /logout, "
-        "GET /metrics"
-    )
+    return Response(render_template_string(INDEX_PAGE), mimetype="text/html")
 
 
 @login_required

@@ -21,7 +21,8 @@ neither, :func:`denial_response` answers: browsers are redirected to the login (
 step-up) view with a ``next`` that only ever holds a same-site relative path (see
 :func:`safe_next`), other clients get the JSON or text error; a browser denied a page it is signed in for
 (:class:`~flask_authflow.errors.PermissionDenied`) gets the ``authflow/forbidden.html``
-page (status 403).
+page (status 403), and one the app has no login or step-up view for gets
+``authflow/sign_in_required.html`` or ``authflow/step_up_required.html`` (401).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from flask_authflow.web.current_user import (
 from flask_authflow.web.state import DenialHandler, current_auth_session, get_state
 
 __all__ = [
+    "denial_page",
     "denial_response",
     "fresh_login_required",
     "login_required",
@@ -154,18 +156,33 @@ def denial_response(error: AuthFlowError) -> Any:
         if endpoint:
             target = safe_next(request.full_path.rstrip("?"))
             return redirect(url_for(endpoint, next=target))
-    if _wants_html() and isinstance(error, PermissionDenied):
-        return _forbidden_page()
+    template = _denial_template(error) if _wants_html() else None
+    if template is not None:
+        return denial_page(template, error.status)
     return error_response(error)
 
 
-def _forbidden_page() -> Response:
-    """``authflow/forbidden.html`` (the application's own copy first), status 403, never cached."""
+def _denial_template(error: AuthFlowError) -> str | None:
+    """The page a browser gets for a denial no view answered (subclasses included)."""
+    if isinstance(error, PermissionDenied):
+        return "authflow/forbidden.html"
+    if isinstance(error, StepUpNeeded):
+        return "authflow/step_up_required.html"
+    if isinstance(error, Unauthenticated):
+        return "authflow/sign_in_required.html"
+    return None
+
+
+def denial_page(template: str, status: int, **context: Any) -> Response:
+    """``template`` (the application's own copy first) with ``status``, never cached, never
+    framed: the denial pages (``forbidden.html`` 403, ``sign_in_required.html`` and
+    ``step_up_required.html`` 401, ``sign_in_failed.html``)."""
+    context.setdefault("home_url", (request.script_root if has_request_context() else "") + "/")
     try:
-        body = render_template("authflow/forbidden.html")
+        body = render_template(template, **context)
     except TemplateNotFound:  # the ready views' templates are not registered on this app
-        body = _TEMPLATES.get_template("authflow/forbidden.html").render()
-    response = Response(body, status=403, mimetype="text/html")
+        body = _TEMPLATES.get_template(template).render(**context)
+    response = Response(body, status=status, mimetype="text/html")
     response.headers["Cache-Control"] = "no-store"
     response.headers["X-Frame-Options"] = "DENY"
     response.headers.setdefault("Content-Security-Policy", "frame-ancestors 'none'")

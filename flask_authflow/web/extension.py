@@ -63,6 +63,7 @@ from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.settings import apply_defaults
 from flask_authflow.web import authz
 from flask_authflow.web.config import AuthFlowConfig
+from flask_authflow.web.csrf import template_helpers
 from flask_authflow.web.current_user import current_user
 from flask_authflow.web.decorators import denial_response
 from flask_authflow.web.factor_wiring import built_in_factors
@@ -706,7 +707,7 @@ def _kind(kind: FactorKind | str) -> FactorKind:
 
 
 def _template_context() -> dict[str, Any]:
-    return {"current_user": current_user, "current_session": current_session}
+    return {"current_user": current_user, "current_session": current_session, **template_helpers()}
 
 
 def _is_loopback(address: str | None) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hmac
 import re
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from flask import Blueprint, Flask, Response, redirect, request, url_for
 from flask.typing import ResponseReturnValue
@@ -22,7 +23,8 @@ from werkzeug.wrappers.response import Response as BaseResponse
 from flask_authflow.core.session import AuthSession, SessionRecord, describe_device, sid_hash
 from flask_authflow.errors import AuthFlowError
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
-from flask_authflow.web.csrf import csrf_valid, rotate_csrf_token
+from flask_authflow.responses import wants_json
+from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, csrf_valid, rotate_csrf_token
 from flask_authflow.web.decorators import login_required
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views import security, signin, stepup
@@ -36,8 +38,10 @@ from flask_authflow.web.views.common import (
     form_text,
     handle,
     identifier_of,
+    json_answer,
     lock_message,
     page,
+    readable_time,
     signed_in,
     stored_sid,
     to_login,
@@ -80,8 +84,27 @@ def _account_page(status: int = 200, *, error: str | None = None, notice: str | 
         tenant=tenant,
         authenticated_at=session.authenticated_at,
         sessions=sessions,
+        enrolled_factors=_enrolled_factors(session),
         **_provider_rows(tenant, user_id),
     )
+
+
+def _enrolled_factors(session: AuthSession) -> list[str]:
+    """What the account page lists as the user's sign-in methods besides the password
+    ("Authenticator app", "Security key" ...), each kind once, in enrollment order; empty
+    when the password alone signs the user in (the page then suggests adding one)."""
+    try:
+        configs = handle().user_factors(session)
+    except AuthFlowError:  # a store failed: the page still shows, without the list
+        return []
+    names: list[str] = []
+    for config in configs:
+        if config.kind is FactorKind.PASSWORD or not config.factor_id:
+            continue
+        name = security.KIND_NAMES.get(config.kind.value, config.kind.value.replace("_", " ").capitalize())
+        if name not in names:
+            names.append(name)
+    return names
 
 
 def _provider_rows(tenant: str, user_id: str) -> dict[str, list[str]]:
@@ -212,12 +235,32 @@ def revoke_other_sessions() -> ResponseReturnValue:
     return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="others_revoked"))
 
 
+def csrf() -> ResponseReturnValue:
+    """JSON: the session's CSRF token for a single-page app (``X-CSRF-Token`` header or the
+    ``csrf_token`` field of its requests); never cached."""
+    return json_answer({"csrf_token": csrf_token(), "field": csrf_field_name(), "header": CSRF_HEADER})
+
+
+def _json_redirect(response: Response) -> Response:
+    """In JSON mode a redirect the views answered becomes ``{"status": "done", "location":
+    ..., "notice": ...}`` (200): a script follows ``location`` itself."""
+    location = response.headers.get("Location", "")
+    notice = parse_qs(urlsplit(location).query).get("notice", [None])[0]
+    answer = json_answer({"status": "done", "location": location, "notice": notice})
+    for cookie in response.headers.getlist("Set-Cookie"):
+        answer.headers.add("Set-Cookie", cookie)
+    return answer
+
+
 def _frame_guard(response: Response) -> Response:
     """The pages hold password forms, CSRF tokens and "log out" buttons: never inside another
     site's frame, and no HTML of theirs in a cache (a guest's sign-in page included). Runs
-    for every response of the views and of the logout route (whose refusal is a page too)."""
+    for every response of the views and of the logout route (whose refusal is a page too).
+    In JSON mode, a redirect becomes JSON (:func:`_json_redirect`)."""
     if request.blueprint not in (VIEWS_BLUEPRINT, LOGOUT_BLUEPRINT):
         return response
+    if response.status_code in (301, 302, 303, 307, 308) and wants_json():
+        response = _json_redirect(response)
     response.headers.setdefault("X-Frame-Options", "DENY")
     if "Content-Security-Policy" not in response.headers:
         response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
@@ -259,12 +302,14 @@ def build_blueprint(*, with_logout: bool = True) -> Blueprint:
          ["POST"]),
         ("/account/factors/webauthn/confirm", "confirm_webauthn", security.confirm_webauthn, ["POST"]),
         ("/account/factors/<factor_id>/remove", "remove_factor", security.remove_factor, ["POST"]),
+        ("/csrf", "csrf", csrf, ["GET"]),
     ]  # fmt: skip
     if with_logout:  # the app has no logout route of its own (AUTHFLOW_LOGOUT_URL_PREFIX = None)
         rules.append(("/logout", "logout", logout, ["POST"]))
     for rule, endpoint, view, methods in rules:
         bp.add_url_rule(rule, endpoint, view, methods=methods)
     bp.after_app_request(_frame_guard)  # the logout route's pages are another blueprint's
+    bp.add_app_template_filter(readable_time, "authflow_datetime")
     return bp
 
 

@@ -27,6 +27,7 @@ from flask_authflow.outcomes import (
     InvalidCredential,
     Locked,
 )
+from flask_authflow.responses import wants_json
 from flask_authflow.web.csrf import csrf_valid, rotate_csrf_token
 from flask_authflow.web.state import current_auth_session, get_state
 from flask_authflow.web.views.common import (
@@ -40,10 +41,12 @@ from flask_authflow.web.views.common import (
     form_text,
     handle,
     identifier_of,
+    json_answer,
     json_error,
     lock_message,
     page,
     pending_step_up,
+    post_login_url,
     request_next,
     signed_in,
     to_login,
@@ -239,7 +242,11 @@ def login_outcome(outcome: Any, target: str | None, username: str = "") -> BaseR
         rotate_csrf_token()
         return after_login(target)
     if isinstance(outcome, FactorRequired) and outcome.kind is not FactorKind.PASSWORD:
-        return redirect(url_for(f"{VIEWS_BLUEPRINT}.factor", next=target))
+        location = url_for(f"{VIEWS_BLUEPRINT}.factor", next=target)
+        if wants_json():
+            kinds = [kind.value for kind in outcome.kinds]
+            return json_answer({"status": "factor_required", "kinds": kinds, "location": location})
+        return redirect(location)
     if isinstance(outcome, Locked):
         return login_page(
             403,
@@ -421,8 +428,7 @@ def passkey_login() -> ResponseReturnValue:
         return json_error(error.code, error_message(error), error_status(error))
     if isinstance(outcome, Authenticated):
         rotate_csrf_token()
-        location = target or url_for(f"{VIEWS_BLUEPRINT}.account")
-        return _json({"status": "authenticated", "location": location})
+        return _json({"status": "authenticated", "location": target or post_login_url()})
     if isinstance(outcome, FactorRequired):
         return _json(
             {"status": "factor_required", "location": url_for(f"{VIEWS_BLUEPRINT}.factor", next=target)}
