@@ -15,6 +15,9 @@ keyword arguments. Signals never carry secrets (no tokens, passwords or keys).
   workflow steps, with ``kind``, ``tenant`` and ``user_id``.
 * ``identity_linked``, ``identity_unlinked``: sent when a signed-in user links or unlinks
   a provider, with ``tenant``, ``user_id``, ``provider`` and ``issuer``.
+* ``user_registered``, ``email_confirmed``, ``password_reset``, ``email_changed``: sent
+  by the account flows (sign-up, e-mail verification, password reset, change of e-mail),
+  with ``tenant`` and ``user_id``.
 * ``key_rotated``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after a
   rotation, with ``previous_kid`` and ``new_kid``.
 * ``token_minted``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after each
@@ -27,15 +30,19 @@ from blinker import Namespace
 
 __all__ = [
     "authflow_signals",
+    "email_changed",
+    "email_confirmed",
     "factor_verified",
     "identity_linked",
     "identity_unlinked",
     "key_rotated",
     "login_failed",
     "login_succeeded",
+    "password_reset",
     "roles_changed",
     "session_revoked",
     "token_minted",
+    "user_registered",
     "workflow_aborted",
     "workflow_completed",
     "workflow_started",
@@ -55,3 +62,7 @@ workflow_completed = authflow_signals.signal("workflow-completed")
 workflow_aborted = authflow_signals.signal("workflow-aborted")
 identity_linked = authflow_signals.signal("identity-linked")
 identity_unlinked = authflow_signals.signal("identity-unlinked")
+user_registered = authflow_signals.signal("user-registered")
+email_confirmed = authflow_signals.signal("email-confirmed")
+password_reset = authflow_signals.signal("password-reset")
+email_changed = authflow_signals.signal("email-changed")

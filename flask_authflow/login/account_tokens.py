@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from flask_authflow.core.ports import AccountToken, AccountTokenStore
-from flask_authflow.errors import AuthnError, InvalidInput
+from flask_authflow.errors import AuthnError, ConfigurationError, InvalidInput
 
 __all__ = [
     "CODE_ALPHABET",
@@ -45,8 +45,10 @@ __all__ = [
     "issue",
     "peek_token",
     "token_digest",
+    "token_store",
     "use_code",
     "use_token",
+    "why_not",
 ]
 
 #: The kinds of account token.
@@ -130,6 +132,16 @@ def check_code(code: object) -> str:
     return cleaned
 
 
+def token_store(store: object) -> AccountTokenStore:
+    """``store`` as an account token store (the login store of the app: memory or SQL)."""
+    if not isinstance(store, AccountTokenStore):
+        raise ConfigurationError(
+            "sign-up, password reset and change of e-mail need a store of account tokens "
+            "(InMemoryBackend or SqlAlchemyBackend)"
+        )
+    return store
+
+
 def _check_kind(kind: str) -> str:
     if kind not in KINDS:
         raise InvalidInput(f"unknown account token kind {kind!r}")
@@ -182,7 +194,7 @@ def use_token(store: AccountTokenStore, token: object, kind: str, now: datetime)
     used = store.use_account_token(digest, _check_kind(kind), now)
     if used is not None:
         return used
-    raise _why_not(store.find_account_token(digest), kind, now)
+    raise why_not(store.find_account_token(digest), kind, now)
 
 
 def use_code(
@@ -213,10 +225,10 @@ def peek_token(store: AccountTokenStore, token: object, kind: str, now: datetime
     found = store.find_account_token(digest)
     if found is not None and found.kind == kind and found.used_at is None and found.expires_at > now:
         return found
-    raise _why_not(found, kind, now)
+    raise why_not(found, kind, now)
 
 
-def _why_not(found: AccountToken | None, kind: str, now: datetime) -> AuthnError:
+def why_not(found: AccountToken | None, kind: str, now: datetime) -> AuthnError:
     """The typed error of a token that could not be used."""
     if found is None or not hmac.compare_digest(found.kind, kind):
         return AccountTokenInvalid()
