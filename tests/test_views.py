@@ -242,6 +242,8 @@ EXPECTED_RULES = {
     "authflow_views.webauthn_enroll_options": ("/account/factors/webauthn/options", {"POST"}),
     "authflow_views.confirm_webauthn": ("/account/factors/webauthn/confirm", {"POST"}),
     "authflow_views.remove_factor": ("/account/factors/<factor_id>/remove", {"POST"}),
+    "authflow_views.forgot_password": ("/password/forgot", {"GET", "POST"}),
+    "authflow_views.reset_password": ("/password/reset", {"GET", "POST"}),
 }
 
 

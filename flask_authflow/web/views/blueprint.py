@@ -25,7 +25,7 @@ from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind,
 from flask_authflow.web.csrf import csrf_valid, rotate_csrf_token
 from flask_authflow.web.decorators import login_required
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
-from flask_authflow.web.views import security, signin, stepup
+from flask_authflow.web.views import accounts, security, signin, stepup
 from flask_authflow.web.views.common import (
     LOGOUT_BLUEPRINT,
     MESSAGES,
@@ -260,11 +260,13 @@ def build_blueprint(*, with_logout: bool = True) -> Blueprint:
         ("/account/factors/webauthn/confirm", "confirm_webauthn", security.confirm_webauthn, ["POST"]),
         ("/account/factors/<factor_id>/remove", "remove_factor", security.remove_factor, ["POST"]),
     ]  # fmt: skip
+    rules += accounts.RULES  # sign-up, password reset (each answers 404 unless enabled)
     if with_logout:  # the app has no logout route of its own (AUTHFLOW_LOGOUT_URL_PREFIX = None)
         rules.append(("/logout", "logout", logout, ["POST"]))
     for rule, endpoint, view, methods in rules:
         bp.add_url_rule(rule, endpoint, view, methods=methods)
     bp.after_app_request(_frame_guard)  # the logout route's pages are another blueprint's
+    bp.context_processor(accounts.account_links)
     return bp
 
 

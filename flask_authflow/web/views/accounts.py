@@ -1,0 +1,279 @@
+"""The account pages and their JSON twins: "forgot password" and the reset link.
+
+``/password/forgot`` (``AUTHFLOW_PASSWORD_RESET``) takes a username or an e-mail address
+and answers the same whether an account matches; the mail (text and HTML, from the
+overridable templates ``authflow/mail/<name>.txt`` and ``.html``) is composed in both
+cases and delivered, for a real account only, after the answer went out.
+``/password/reset`` shows the form of a mailed link and sets the new password; a user
+with a second factor passes it on the sign-in factor page first and comes back. A form
+post is an HTML page; a JSON body (``Content-Type: application/json``) gets JSON: 202/200,
+400 for a malformed body, 401/410 for a bad or used token, never a 500.
+
+Every mail goes out through :func:`send_mail` (the one place: a rate limit of mail per
+address or client belongs there).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from flask import Flask, Response, current_app, jsonify, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
+
+from flask_authflow.audit.context import audit_context
+from flask_authflow.errors import AuthFlowError, InvalidInput, MailDeliveryError
+from flask_authflow.login import account_tokens, password_reset
+from flask_authflow.login.account_settings import AccountSettings
+from flask_authflow.login.password_policy import PasswordPolicy
+from flask_authflow.mail import FolderSender, HtmlMailSender, MailSender
+from flask_authflow.outcomes import FactorRequired
+from flask_authflow.web.csrf import csrf_valid
+from flask_authflow.web.state import current_auth_session, get_state
+from flask_authflow.web.views.common import (
+    MESSAGES,
+    VIEWS_BLUEPRINT,
+    error_message,
+    error_status,
+    page,
+)
+
+__all__ = ["account_links", "compose_mail", "forgot_password", "reset_password", "send_mail", "settings"]
+
+log = logging.getLogger("flask_authflow.mail")
+
+#: The largest body an account form or JSON request may have.
+MAX_BODY = 16 * 1024
+
+
+# --- settings and mail ----------------------------------------------------------------------------
+
+
+def settings(app: Flask | None = None) -> AccountSettings:
+    """The app's account settings (``AUTHFLOW_REGISTRATION``, ``AUTHFLOW_PASSWORD_RESET``, ...)."""
+    return AccountSettings.from_config((app or current_app).config)
+
+
+def account_links() -> dict[str, Any]:
+    """What the sign-in page shows of the account flows (a template context processor)."""
+    if request.blueprint != VIEWS_BLUEPRINT:
+        return {}
+    found = settings()
+    signup = found.registration and f"{VIEWS_BLUEPRINT}.signup" in current_app.view_functions
+    return {"authflow_signup": signup, "authflow_password_reset": found.password_reset}
+
+
+def _sender() -> MailSender:
+    outbox = settings().mail_outbox
+    if outbox is not None:
+        return FolderSender(outbox)
+    sender = get_state().mail_sender
+    if sender is None:
+        raise MailDeliveryError("no mail sender is configured (AUTHFLOW_SMTP_HOST or AUTHFLOW_MAIL_OUTBOX)")
+    return sender
+
+
+def compose_mail(name: str, **context: Any) -> tuple[str, str, str]:
+    """``(subject, text, html)`` of mail ``name`` from ``authflow/mail/<name>.txt`` (its
+    first line is ``Subject: ...``) and ``authflow/mail/<name>.html``."""
+    context.setdefault("site_name", get_state().service.site_name)
+    text = render_template(f"authflow/mail/{name}.txt", **context)
+    first, _, body = text.lstrip().partition("\n")
+    if not first.startswith("Subject:"):
+        raise MailDeliveryError(f"the template authflow/mail/{name}.txt must begin with 'Subject: '")
+    html = render_template(f"authflow/mail/{name}.html", **context)
+    return first.removeprefix("Subject:").strip(), body.lstrip("\n"), html
+
+
+def send_mail(to: str, subject: str, text: str, html: str) -> None:
+    """Deliver one composed mail through the app's sender (or into ``AUTHFLOW_MAIL_OUTBOX``).
+
+    :raises MailDeliveryError: no sender, or it failed."""
+    sender = _sender()
+    try:
+        if isinstance(sender, HtmlMailSender):
+            sender.send_html(to, subject, text, html)
+        else:
+            sender.send(to, subject, text)
+    except MailDeliveryError:
+        raise
+    except Exception as exc:
+        raise MailDeliveryError() from exc
+
+
+def _deliver_later(to: str | None, mail: tuple[str, str, str], response: Response) -> Response:
+    """Deliver ``mail`` once ``response`` went out (nothing for ``to=None``): its time and
+    its failure say nothing to the client about whether an account matched."""
+    if to is None:
+        return response
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+
+    def deliver() -> None:
+        with app.app_context():
+            try:
+                send_mail(to, *mail)
+            except MailDeliveryError as exc:
+                log.error("an account mail could not be delivered: %s", exc.message)
+
+    response.call_on_close(deliver)
+    return response
+
+
+# --- request bodies --------------------------------------------------------------------------------
+
+
+def _wants_json() -> bool:
+    return request.is_json
+
+
+def _body() -> Mapping[str, Any]:
+    """The JSON object or the form; :class:`InvalidInput` for anything else or too large."""
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        raise InvalidInput("the request body is too large")
+    if not _wants_json():
+        return request.form
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise InvalidInput("the body must be a JSON object")
+    return body
+
+
+def _text(body: Mapping[str, Any], name: str, limit: int = 1024) -> str | None:
+    value = body.get(name)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > limit:
+        raise InvalidInput(f"{name} must be a string of at most {limit} characters")
+    return value
+
+
+def _json_error(error: AuthFlowError, **extra: Any) -> Response:
+    response = jsonify({"error": error.code, "message": error_message(error), **extra})
+    response.status_code = error_status(error)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _policy() -> PasswordPolicy:
+    state = get_state()
+    return state.password_policy or PasswordPolicy.from_settings(state.config.passwords)
+
+
+def _guarded(view: Callable[[], ResponseReturnValue], form: str, **context: Any) -> ResponseReturnValue:
+    """Run ``view``; a typed error becomes JSON or the form page with the message."""
+    try:
+        return view()
+    except AuthFlowError as error:
+        if _wants_json():
+            return _json_error(error)
+        return page(form, error_status(error), error=error_message(error), **context)
+
+
+def _not_offered() -> Response:
+    return Response("Not Found", status=404, mimetype="text/plain")
+
+
+# --- forgot password -----------------------------------------------------------------------------
+
+
+def forgot_password() -> ResponseReturnValue:
+    """``GET``: the form; ``POST`` (form or JSON ``{"username"}`` / ``{"email"}``): mail a link."""
+    if not settings().password_reset:
+        return _not_offered()
+    if request.method == "GET":
+        return page("forgot.html")
+    return _guarded(_request_reset, "forgot.html")
+
+
+def _request_reset() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("forgot.html", 400, error=MESSAGES["csrf"])
+    _sender()  # no way to send mail: the same error for every request, before anything is done
+    username, email = _text(body, "username", 254), _text(body, "email", 254)
+    tenant = _text(body, "tenant", 128) or get_state().config.default_tenant
+    handle = get_state().service
+    session = current_auth_session()
+    found = password_reset.request_reset(
+        handle, audit_context(), session, tenant, identifier=username, email=email, ttl=settings().reset_ttl
+    )
+    issued = found.issued
+    mail = compose_mail(
+        "password_reset",
+        link=url_for(f"{VIEWS_BLUEPRINT}.reset_password", token=issued.token, _external=True),
+        code=issued.display_code,
+        identifier=found.identifier or "",
+        minutes=int(settings().reset_ttl.total_seconds() // 60),
+    )
+    if _wants_json():
+        answer = jsonify({"status": "sent_if_known"})
+        answer.status_code = 202
+    else:
+        answer = page("forgot.html", 200, sent=True)
+    return _deliver_later(found.to, mail, answer)
+
+
+# --- the reset link ------------------------------------------------------------------------------
+
+
+def reset_password() -> ResponseReturnValue:
+    """``GET ?token=...``: the new-password form of a mailed link; ``POST`` (form or JSON
+    ``{"token", "password"}``): set it."""
+    if not settings().password_reset:
+        return _not_offered()
+    if request.method == "GET":
+        token = request.args.get("token", "")
+        return _guarded(lambda: _reset_form(token), "reset.html", token=None)
+    return _guarded(_reset, "reset.html", token=None)
+
+
+def _reset_form(token: str) -> ResponseReturnValue:
+    store = account_tokens.token_store(get_state().service.store)
+    account_tokens.peek_token(store, token, password_reset.KIND, get_state().service.clock.now())
+    return page("reset.html", token=token)
+
+
+def _reset() -> ResponseReturnValue:
+    body = _body()
+    token = _text(body, "token", 64) or ""
+    if not _wants_json() and not csrf_valid():
+        return page("reset.html", 400, error=MESSAGES["csrf"], token=token)
+    password = _text(body, "password", 4096)
+    confirm = _text(body, "password_confirm", 4096) if not _wants_json() else password
+    if password is None or password != confirm:
+        raise InvalidInput(MESSAGES["password_mismatch"] if password else MESSAGES["missing_password"])
+    outcome = password_reset.reset_password(
+        get_state().service, audit_context(), current_auth_session(), token, password, policy=_policy()
+    )
+    if isinstance(outcome, FactorRequired):
+        return _second_factor_first(token, outcome)
+    if _wants_json():
+        return jsonify({"status": "password_reset", "sessions_ended": outcome.sessions_ended})
+    return page("reset.html", 200, done=True, token=None)
+
+
+def _second_factor_first(token: str, outcome: FactorRequired) -> ResponseReturnValue:
+    """The user has a second factor: pass it on the factor page, then come back here."""
+    kinds = [kind.value for kind in outcome.kinds]
+    if _wants_json():
+        response = jsonify(
+            {
+                "error": "second_factor_required",
+                "message": "Pass your second factor (POST /login/factor), then send this request again.",
+                "kinds": kinds,
+            }
+        )
+        response.status_code = 401
+        return response
+    back = url_for(f"{VIEWS_BLUEPRINT}.reset_password", token=token)
+    return redirect(url_for(f"{VIEWS_BLUEPRINT}.factor", next=back))
+
+
+# --- wiring ---------------------------------------------------------------------------------------
+
+#: The rules of the account views: (rule, endpoint, view, methods).
+RULES: list[tuple[str, str, Any, list[str]]] = [
+    ("/password/forgot", "forgot_password", forgot_password, ["GET", "POST"]),
+    ("/password/reset", "reset_password", reset_password, ["GET", "POST"]),
+]
