@@ -18,6 +18,10 @@ keyword arguments. Signals never carry secrets (no tokens, passwords or keys).
 * ``user_registered``, ``email_confirmed``, ``password_reset``, ``email_changed``: sent
   by the account flows (sign-up, e-mail verification, password reset, change of e-mail),
   with ``tenant`` and ``user_id``.
+* ``user_created``, ``user_deleted``: sent after an account (and, with the application's
+  hooks, its row) was created or deleted, with ``user`` (the
+  :class:`~flask_authflow.core.ports.UserRecord`); ``user_created`` also with ``source``
+  (``cli``, ``admin``, ``signup``, ``federation``, ``test``).
 * ``key_rotated``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after a
   rotation, with ``previous_kid`` and ``new_kid``.
 * ``token_minted``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after each
@@ -42,6 +46,8 @@ __all__ = [
     "roles_changed",
     "session_revoked",
     "token_minted",
+    "user_created",
+    "user_deleted",
     "user_registered",
     "workflow_aborted",
     "workflow_completed",
@@ -66,3 +72,5 @@ user_registered = authflow_signals.signal("user-registered")
 email_confirmed = authflow_signals.signal("email-confirmed")
 password_reset = authflow_signals.signal("password-reset")
 email_changed = authflow_signals.signal("email-changed")
+user_created = authflow_signals.signal("user-created")
+user_deleted = authflow_signals.signal("user-deleted")
