@@ -251,3 +251,86 @@ def test_twenty_threads_one_token_exactly_one_wins(env: Env) -> None:
     winner = won.index(True)
     assert logs_in(env, f"parallel passphrase number {winner}")
     assert [r.status for r in reset_rows(env)].count("success") == 1
+
+
+# --- the request ----------------------------------------------------------------------------------
+
+
+def with_address(env: Env) -> str:
+    env.backend.set_email("acme", env.user_id, "alice@example.com", verified_at=env.clock.now())
+    return "alice@example.com"
+
+
+def test_a_request_for_a_real_account_stores_a_token_and_names_the_address(env: Env) -> None:
+    address = with_address(env)
+    session = new_session(env.clock)
+    for how in ({"identifier": "Alice"}, {"email": "alice@EXAMPLE.com"}):
+        found = password_reset.request_reset(env.service, CTX, session, "acme", **how)
+        assert found.to == address and found.identifier == "alice"
+        live = env.backend.live_account_token("acme", env.user_id, "password_reset", env.clock.now())
+        assert live is not None and live.token_hash == account_tokens.token_digest(found.issued.token)
+        assert found.issued.token not in repr(found) and found.issued.code not in repr(found.issued)
+    assert isinstance(reset(env, found.issued.token), PasswordResetDone)
+    rows = [r for r in env.backend.audit_rows if r.event == "password_reset_requested"]
+    assert [r.status for r in rows] == ["sent", "sent"]
+
+
+@pytest.mark.parametrize("case", ["unknown", "no_address", "disabled", "other_tenant", "unknown_email"])
+def test_a_request_that_matches_no_usable_account_does_the_same_work_and_stores_nothing(
+    env: Env, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same calls in the same order as for a real account (a token, its code and both
+    digests are made, the same store reads): only the write and the address differ."""
+    calls: list[str] = []
+    real_issue = account_tokens.issue
+
+    def counting_issue(*args: Any, **kwargs: Any) -> Any:
+        calls.append(f"issue persist={kwargs['persist']}")
+        return real_issue(*args, **kwargs)
+
+    monkeypatch.setattr(account_tokens, "issue", counting_issue)
+    for name in ("find_user", "find_user_by_email", "issue_account_token"):
+        original = getattr(env.backend, name)
+
+        def spy(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(env.backend, name, spy)
+    if case != "no_address":
+        with_address(env)
+    if case == "disabled":
+        env.backend.set_disabled("acme", "alice")
+    how: dict[str, str] = {"identifier": "nobody" if case == "unknown" else "alice"}
+    if case == "unknown_email":
+        how = {"email": "nobody@example.com"}
+    tenant = "globex" if case == "other_tenant" else "acme"
+    found = password_reset.request_reset(env.service, CTX, new_session(env.clock), tenant, **how)
+    assert found.to is None and found.identifier is None
+    assert len(found.issued.token) == 43 and len(found.issued.code) == 8
+    lookup = "find_user_by_email" if case == "unknown_email" else "find_user"
+    assert calls == [lookup, "issue persist=False"]
+    assert env.backend.live_account_token("acme", env.user_id, "password_reset", env.clock.now()) is None
+    with pytest.raises(AccountTokenInvalid):
+        reset(env, found.issued.token)
+    # A real one: the same lookup and the same issue, plus the write.
+    calls.clear()
+    with_address(env)
+    env.backend.set_disabled("acme", "alice", False)
+    password_reset.request_reset(env.service, CTX, new_session(env.clock), "acme", identifier="alice")
+    assert calls == ["find_user", "issue persist=True", "issue_account_token"]
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        {},
+        {"identifier": "a", "email": "a@example.com"},
+        {"identifier": 5},
+        {"email": "no-at-sign"},
+        {"email": 7},
+    ],
+)
+def test_malformed_requests_are_invalid_input(env: Env, how: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInput):
+        password_reset.request_reset(env.service, CTX, new_session(env.clock), "acme", **how)

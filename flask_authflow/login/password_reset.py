@@ -31,7 +31,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from flask_authflow.audit.context import AuditContext
-from flask_authflow.core.identifiers import check_tenant, normalise_identifier
+from flask_authflow.core.identifiers import check_tenant, normalise_email, normalise_identifier
 from flask_authflow.core.ports import AccountToken, UserRecord
 from flask_authflow.core.session import AuthSession, reset_to_guest
 from flask_authflow.errors import AuthFlowError, InvalidInput, StoreUnavailable
@@ -94,34 +94,30 @@ class PasswordResetDone:
 
 
 def _address(user: UserRecord | None) -> str | None:
-    """Where the user's mail goes: their address, if any (``email`` of the user record)."""
-    value = getattr(user, "email", None) if user is not None else None
-    return value if isinstance(value, str) and value else None
+    """Where the user's mail goes: their address, if any."""
+    return user.email if user is not None and user.email else None
 
 
 def _find(svc: LoginServices, tenant: str, identifier: str | None, email: str | None) -> UserRecord | None:
     """The account an identifier or an e-mail address names, if any."""
-    store: Any = svc.store
     if identifier is not None:
         return guard_store(lambda: svc.store.find_user(tenant, identifier))
-    by_email = getattr(store, "find_user_by_email", None)
-    if by_email is None or email is None:
+    if email is None:
         return None
-    found = guard_store(lambda: by_email(tenant, email))
-    return found if isinstance(found, UserRecord) else None
+    return guard_store(lambda: svc.store.find_user_by_email(tenant, email))
 
 
 def _lookup_key(identifier: object, email: object) -> tuple[str | None, str | None]:
-    """Exactly one of identifier and e-mail, checked (an address is compared in lower case)."""
+    """Exactly one of identifier and e-mail, checked and normalised."""
     if (identifier is None) == (email is None):
         raise InvalidInput("give an identifier or an e-mail address")
     if identifier is not None:
         if not isinstance(identifier, str):
             raise InvalidInput("the identifier must be a string")
         return normalise_identifier(identifier), None
-    if not isinstance(email, str) or not 3 <= len(email) <= 254 or "@" not in email:
+    if not isinstance(email, str):
         raise InvalidInput("not an e-mail address")
-    return None, email.strip().lower()
+    return None, normalise_email(email)
 
 
 def request_reset(
