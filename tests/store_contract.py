@@ -882,7 +882,11 @@ class StoreContract:
         assert backend.live_account_token("acme", alice.user_id, "email_change", T0) == other_kind
         assert backend.live_account_token("acme", bob.user_id, "password_reset", T0) == bobs
         assert backend.live_account_token("globex", alice.user_id, "password_reset", T0) is None
+        assert backend.has_account_token("acme", alice.user_id, "password_reset")
+        assert not backend.has_account_token("acme", alice.user_id, "signup")
+        assert not backend.has_account_token("globex", alice.user_id, "password_reset")
         assert backend.void_account_tokens("acme", alice.user_id, None, T0) == 2
+        assert backend.has_account_token("acme", alice.user_id, "password_reset")  # void, still issued
         assert backend.live_account_token("acme", alice.user_id, "email_change", T0) is None
         assert backend.live_account_token("acme", bob.user_id, "password_reset", T0) == bobs
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import email
+import email.policy
 import html
 import re
 from pathlib import Path
@@ -207,3 +209,23 @@ def test_json_reset_of_a_totp_user_asks_for_the_factor_first(site: Site) -> None
     asked = client.post("/password/reset", json={"token": token, "password": NEW})
     assert asked.status_code == 401 and asked.json["error"] == "second_factor_required"
     assert "totp" in asked.json["kinds"]
+
+
+def test_forgot_mails_a_link_into_the_outbox_folder_and_it_works(site: Site, tmp_path: Path) -> None:
+    site.backend.set_email("default", site.user_id("alice"), "alice@example.com", verified_at=None)
+    client = site.client()
+    for body in ({"username": "alice"}, {"email": "alice@example.com"}, {"username": "bob"}):
+        answer = client.post("/password/forgot", json=body)
+        assert answer.status_code == 202
+        answer.close()  # the mail goes out once the answer was sent
+    files = sorted((tmp_path / "outbox").glob("*.eml"))
+    assert len(files) == 2  # bob has no address: nothing is sent for him
+    message = email.message_from_bytes(files[-1].read_bytes(), policy=email.policy.default)
+    assert message["To"] == "alice@example.com"
+    parts = {part.get_content_type(): part.get_content() for part in message.iter_parts()}
+    assert set(parts) == {"text/plain", "text/html"}
+    token = re.search(r"token=([A-Za-z0-9_-]{43})", parts["text/plain"])
+    assert token is not None and token.group(1) in parts["text/html"]
+    done = client.post("/password/reset", json={"token": token.group(1), "password": NEW})
+    assert done.status_code == 200
+    assert password_ok(site, NEW)

@@ -244,6 +244,9 @@ EXPECTED_RULES = {
     "authflow_views.remove_factor": ("/account/factors/<factor_id>/remove", {"POST"}),
     "authflow_views.forgot_password": ("/password/forgot", {"GET", "POST"}),
     "authflow_views.reset_password": ("/password/reset", {"GET", "POST"}),
+    "authflow_views.signup": ("/signup", {"GET", "POST"}),
+    "authflow_views.signup_verify": ("/signup/verify", {"GET", "POST"}),
+    "authflow_views.signup_resend": ("/signup/resend", {"GET", "POST"}),
 }
 
 

@@ -665,6 +665,10 @@ class AccountTokenStore(Protocol):
         ``max_attempts`` voids the token. ``None`` unless this call used it."""
         ...
 
+    def has_account_token(self, tenant: str, user_id: str, kind: str) -> bool:
+        """Whether the user was ever issued a token of ``kind`` (used, void or live)."""
+        ...
+
     def void_account_tokens(self, tenant: str, user_id: str, kind: str | None, now: datetime) -> int:
         """Void the user's unused tokens (of ``kind``, or every kind); returns how many."""
         ...

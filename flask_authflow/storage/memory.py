@@ -818,6 +818,13 @@ class InMemoryBackend:
             self._put(self._account_tokens, token_hash, replace(live, code_attempts=tried, used_at=voided))
             return None
 
+    def has_account_token(self, tenant: str, user_id: str, kind: str) -> bool:
+        with self._lock:
+            return any(
+                (token.tenant, token.user_id, token.kind) == (tenant, user_id, kind)
+                for token in self._account_tokens.values()
+            )
+
     def void_account_tokens(self, tenant: str, user_id: str, kind: str | None, now: datetime) -> int:
         with self._lock:
             voided = [

@@ -68,6 +68,14 @@ _FIND_LIVE = (
     .limit(1)
 )
 
+_ANY_OF_KIND = (
+    select(_t.token_hash)
+    .where(
+        _t.tenant == bindparam("b_tenant"), _t.user_id == bindparam("b_user"), _t.kind == bindparam("b_kind")
+    )
+    .limit(1)
+)
+
 
 def _token(row: Row[Any]) -> AccountToken:
     return AccountToken(
@@ -137,6 +145,10 @@ class SqlAccountTokens(SqlConnections):
             if row is None:
                 conn.execute(_COUNT_WRONG_CODE, params)
         return _token(row) if row is not None else None
+
+    def has_account_token(self, tenant: str, user_id: str, kind: str) -> bool:
+        params = {"b_tenant": tenant, "b_user": user_id, "b_kind": kind}
+        return self._fetch(lambda conn: conn.execute(_ANY_OF_KIND, params).first()) is not None
 
     def void_account_tokens(self, tenant: str, user_id: str, kind: str | None, now: datetime) -> int:
         with self._tx() as conn:

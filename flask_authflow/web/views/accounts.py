@@ -25,12 +25,13 @@ from flask.typing import ResponseReturnValue
 from flask_authflow.audit.context import audit_context
 from flask_authflow.errors import AuthFlowError, InvalidInput, MailDeliveryError
 from flask_authflow.login import account_tokens, password_reset
+from flask_authflow.login import signup as signup_flow
 from flask_authflow.login.account_settings import AccountSettings
 from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.mail import FolderSender, HtmlMailSender, MailSender
 from flask_authflow.outcomes import FactorRequired
 from flask_authflow.web.csrf import csrf_valid
-from flask_authflow.web.state import current_auth_session, get_state
+from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views.common import (
     MESSAGES,
     VIEWS_BLUEPRINT,
@@ -39,7 +40,17 @@ from flask_authflow.web.views.common import (
     page,
 )
 
-__all__ = ["account_links", "compose_mail", "forgot_password", "reset_password", "send_mail", "settings"]
+__all__ = [
+    "account_links",
+    "compose_mail",
+    "forgot_password",
+    "reset_password",
+    "send_mail",
+    "settings",
+    "signup",
+    "signup_resend",
+    "signup_verify",
+]
 
 log = logging.getLogger("flask_authflow.mail")
 
@@ -192,7 +203,7 @@ def _request_reset() -> ResponseReturnValue:
         return page("forgot.html", 400, error=MESSAGES["csrf"])
     _sender()  # no way to send mail: the same error for every request, before anything is done
     username, email = _text(body, "username", 254), _text(body, "email", 254)
-    tenant = _text(body, "tenant", 128) or get_state().config.default_tenant
+    tenant = get_state().config.default_tenant
     handle = get_state().service
     session = current_auth_session()
     found = password_reset.request_reset(
@@ -270,10 +281,136 @@ def _second_factor_first(token: str, outcome: FactorRequired) -> ResponseReturnV
     return redirect(url_for(f"{VIEWS_BLUEPRINT}.factor", next=back))
 
 
+# --- sign-up -------------------------------------------------------------------------------------
+
+
+def _signup_mail(found: signup_flow.SignupRequest) -> tuple[str, str, str]:
+    minutes = int(settings().verification_ttl.total_seconds() // 60)
+    if found.mail == "notice":
+        return compose_mail("signup_notice", identifier=found.identifier, forgot=_forgot_url())
+    link = url_for(f"{VIEWS_BLUEPRINT}.signup_verify", token=found.issued.token, _external=True)
+    code = found.issued.display_code
+    return compose_mail("signup_verify", link=link, code=code, identifier=found.identifier, minutes=minutes)
+
+
+def _forgot_url() -> str | None:
+    if not settings().password_reset:
+        return None
+    return url_for(f"{VIEWS_BLUEPRINT}.forgot_password", _external=True)
+
+
+def signup() -> ResponseReturnValue:
+    """``GET``: the form; ``POST`` (form or JSON ``{"username", "email", "password"}``):
+    create the account and mail the link (the same answer for an address that has one)."""
+    if not settings().registration:
+        return _not_offered()
+    if request.method == "GET":
+        return page("signup.html")
+    return _guarded(_signup, "signup.html")
+
+
+def _signup() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("signup.html", 400, error=MESSAGES["csrf"])
+    _sender()
+    password = _text(body, "password", 4096)
+    confirm = _text(body, "password_confirm", 4096) if not _wants_json() else password
+    if password is None or password != confirm:
+        raise InvalidInput(MESSAGES["password_mismatch"] if password else MESSAGES["missing_password"])
+    state = get_state()
+    found = signup_flow.signup(
+        state.service,
+        account_admin(),
+        audit_context(),
+        current_auth_session(),
+        state.config.default_tenant,
+        _text(body, "username", 254),
+        _text(body, "email", 254),
+        password,
+        policy=_policy(),
+        ttl=settings().verification_ttl,
+    )
+    mail = _signup_mail(found)
+    if _wants_json():
+        answer = jsonify({"status": "verification_sent"})
+        answer.status_code = 202
+    else:
+        answer = page("signup.html", 200, sent=True)
+    return _deliver_later(found.to, mail, answer)
+
+
+def signup_verify() -> ResponseReturnValue:
+    """``GET ?token=...``: a button that confirms (a mail scanner's fetch changes nothing);
+    ``POST`` (form or JSON ``{"token"}`` or ``{"username", "code"}``): confirm the address."""
+    if not settings().registration:
+        return _not_offered()
+    if request.method == "GET":
+        return page("signup_verify.html", token=request.args.get("token", "")[:64])
+    return _guarded(_verify, "signup_verify.html", token=None)
+
+
+def _verify() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("signup_verify.html", 400, error=MESSAGES["csrf"], token=None)
+    state = get_state()
+    token, code = _text(body, "token", 64), _text(body, "code", 32)
+    user = signup_flow.verify_signup(
+        state.service,
+        audit_context(),
+        current_auth_session(),
+        token,
+        tenant=state.config.default_tenant,
+        identifier=_text(body, "username", 254) if token is None else None,
+        code=code,
+    )
+    if _wants_json():
+        return jsonify({"status": "email_confirmed", "username": user.identifier})
+    return page("signup_verify.html", 200, done=True, token=None)
+
+
+def signup_resend() -> ResponseReturnValue:
+    """``POST`` (form or JSON ``{"username"}`` / ``{"email"}``): mail a new link to an
+    account that is not confirmed yet; the same answer for every input."""
+    if not settings().registration:
+        return _not_offered()
+    if request.method == "GET":
+        return page("signup_resend.html")
+    return _guarded(_resend, "signup_resend.html")
+
+
+def _resend() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("signup_resend.html", 400, error=MESSAGES["csrf"])
+    _sender()
+    state = get_state()
+    found = signup_flow.resend_verification(
+        state.service,
+        audit_context(),
+        current_auth_session(),
+        state.config.default_tenant,
+        identifier=_text(body, "username", 254),
+        email=_text(body, "email", 254),
+        ttl=settings().verification_ttl,
+    )
+    mail = _signup_mail(found) if found is not None else ("", "", "")
+    if _wants_json():
+        answer = jsonify({"status": "sent_if_pending"})
+        answer.status_code = 202
+    else:
+        answer = page("signup_resend.html", 200, sent=True)
+    return _deliver_later(found.to if found is not None else None, mail, answer)
+
+
 # --- wiring ---------------------------------------------------------------------------------------
 
 #: The rules of the account views: (rule, endpoint, view, methods).
 RULES: list[tuple[str, str, Any, list[str]]] = [
     ("/password/forgot", "forgot_password", forgot_password, ["GET", "POST"]),
     ("/password/reset", "reset_password", reset_password, ["GET", "POST"]),
+    ("/signup", "signup", signup, ["GET", "POST"]),
+    ("/signup/verify", "signup_verify", signup_verify, ["GET", "POST"]),
+    ("/signup/resend", "signup_resend", signup_resend, ["GET", "POST"]),
 ]
