@@ -229,3 +229,24 @@ def test_forgot_mails_a_link_into_the_outbox_folder_and_it_works(site: Site, tmp
     done = client.post("/password/reset", json={"token": token.group(1), "password": NEW})
     assert done.status_code == 200
     assert password_ok(site, NEW)
+
+
+def test_cli_users_send_reset(site: Site, tmp_path: Path) -> None:
+    runner = site.app.test_cli_runner()
+    no_address = runner.invoke(args=["authflow", "users", "send-reset", "alice"])
+    assert no_address.exit_code != 0 and "no e-mail address" in no_address.output
+    site.backend.set_email("default", site.user_id("alice"), "alice@example.com", verified_at=None)
+    result = runner.invoke(args=["authflow", "users", "send-reset", "alice", "--json"])
+    assert result.exit_code == 0, result.output
+    assert '"sent_to": "alice@example.com"' in result.output
+    [sent] = (tmp_path / "outbox").glob("*.eml")
+    message = email.message_from_bytes(sent.read_bytes(), policy=email.policy.default)
+    text = message.get_body(preferencelist=("plain",)).get_content()
+    token = re.search(r"token=([A-Za-z0-9_-]{43})", text)
+    assert token is not None
+    assert (
+        site.client().post("/password/reset", json={"token": token.group(1), "password": NEW}).status_code
+        == 200
+    )
+    missing = runner.invoke(args=["authflow", "users", "send-reset", "nobody"])
+    assert missing.exit_code != 0 and "no user" in missing.output

@@ -214,3 +214,19 @@ def test_the_verification_mail_travels_through_a_real_smtp_server(
     token = token_in(parts["text/plain"])
     assert f"token={token}" in parts["text/html"]
     assert site.client().post("/signup/verify", json={"token": token}).status_code == 200
+
+
+def test_cli_users_confirm(site: Site) -> None:
+    sign_up(site)
+    runner = site.app.test_cli_runner()
+    refused = login(site.client(), "carol", PASSWORD)
+    assert refused.status_code == 403
+    result = runner.invoke(args=["authflow", "users", "confirm", "carol", "--json"])
+    assert result.exit_code == 0, result.output
+    assert '"email_confirmed": true' in result.output
+    assert login(site.client(), "carol", PASSWORD).status_code == 302
+    link = token_in(outbox(site).messages[-1].body)
+    assert site.client().post("/signup/verify", json={"token": link}).status_code == 410  # voided
+    assert runner.invoke(args=["authflow", "users", "confirm", "bob"]).exit_code != 0  # no address
+    missing = runner.invoke(args=["authflow", "users", "confirm", "nobody"])
+    assert missing.exit_code != 0 and "no user" in missing.output

@@ -22,8 +22,10 @@ from typing import Any
 from flask import Flask, Response, current_app, jsonify, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
+from flask_authflow import signals
 from flask_authflow.audit.context import audit_context
-from flask_authflow.errors import AuthFlowError, InvalidInput, MailDeliveryError
+from flask_authflow.core.session import AuthSession, new_guest_record
+from flask_authflow.errors import AuthFlowError, InvalidInput, MailDeliveryError, UserNotFound
 from flask_authflow.login import account_tokens, password_reset
 from flask_authflow.login import signup as signup_flow
 from flask_authflow.login.account_settings import AccountSettings
@@ -43,7 +45,9 @@ from flask_authflow.web.views.common import (
 __all__ = [
     "account_links",
     "compose_mail",
+    "confirm_address",
     "forgot_password",
+    "mail_reset_link",
     "reset_password",
     "send_mail",
     "settings",
@@ -402,6 +406,63 @@ def _resend() -> ResponseReturnValue:
     else:
         answer = page("signup_resend.html", 200, sent=True)
     return _deliver_later(found.to if found is not None else None, mail, answer)
+
+
+# --- operators (the command line) ----------------------------------------------------------------
+
+
+def _operator_session() -> AuthSession:
+    return AuthSession(new_guest_record(get_state().service.clock.now()), new=True)
+
+
+def mail_reset_link(tenant: str, identifier: str) -> str | None:
+    """Mail ``identifier`` a reset link now (``flask authflow users send-reset``); the
+    address it went to, ``None`` when the account has none or is disabled. Needs an
+    application context; links use ``SERVER_NAME`` (else ``localhost``).
+
+    :raises MailDeliveryError: the mail could not be sent (the token stays usable)."""
+    _sender()
+    state = get_state()
+    found = password_reset.request_reset(
+        state.service,
+        audit_context(),
+        _operator_session(),
+        tenant,
+        identifier=identifier,
+        ttl=settings().reset_ttl,
+    )
+    if found.to is None:
+        return None
+    with current_app.test_request_context():
+        mail = compose_mail(
+            "password_reset",
+            link=url_for(f"{VIEWS_BLUEPRINT}.reset_password", token=found.issued.token, _external=True),
+            code=found.issued.display_code,
+            identifier=found.identifier or "",
+            minutes=int(settings().reset_ttl.total_seconds() // 60),
+        )
+    send_mail(found.to, *mail)
+    return found.to
+
+
+def confirm_address(tenant: str, identifier: str) -> bool:
+    """Mark the account's address confirmed (``flask authflow users confirm``): it may sign
+    in; its verification links stop working. ``False`` when it has no address.
+
+    :raises UserNotFound: no such account."""
+    state = get_state()
+    store = state.service.store
+    user = store.find_user(tenant, identifier)
+    if user is None:
+        raise UserNotFound()
+    if user.email is None:
+        return False
+    now = state.service.clock.now()
+    store.set_email(tenant, user.user_id, user.email, verified_at=user.email_verified_at or now)
+    account_tokens.token_store(store).void_account_tokens(tenant, user.user_id, signup_flow.KIND, now)
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    signals.email_confirmed.send(app, user_id=user.user_id, tenant=tenant)
+    return True
 
 
 # --- wiring ---------------------------------------------------------------------------------------
