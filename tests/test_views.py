@@ -247,6 +247,8 @@ EXPECTED_RULES = {
     "authflow_views.signup": ("/signup", {"GET", "POST"}),
     "authflow_views.signup_verify": ("/signup/verify", {"GET", "POST"}),
     "authflow_views.signup_resend": ("/signup/resend", {"GET", "POST"}),
+    "authflow_views.change_email": ("/account/email", {"GET", "POST"}),
+    "authflow_views.confirm_email_change": ("/account/email/confirm", {"GET", "POST"}),
 }
 
 

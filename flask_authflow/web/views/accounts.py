@@ -25,8 +25,16 @@ from flask.typing import ResponseReturnValue
 from flask_authflow import signals
 from flask_authflow.audit.context import audit_context
 from flask_authflow.core.session import AuthSession, new_guest_record
-from flask_authflow.errors import AuthFlowError, InvalidInput, MailDeliveryError, UserNotFound
+from flask_authflow.errors import (
+    AuthFlowError,
+    InvalidInput,
+    MailDeliveryError,
+    StepUpNeeded,
+    Unauthenticated,
+    UserNotFound,
+)
 from flask_authflow.login import account_tokens, password_reset
+from flask_authflow.login import email_change as email_change_flow
 from flask_authflow.login import signup as signup_flow
 from flask_authflow.login.account_settings import AccountSettings
 from flask_authflow.login.password_policy import PasswordPolicy
@@ -44,8 +52,10 @@ from flask_authflow.web.views.common import (
 
 __all__ = [
     "account_links",
+    "change_email",
     "compose_mail",
     "confirm_address",
+    "confirm_email",
     "forgot_password",
     "mail_reset_link",
     "reset_password",
@@ -408,6 +418,79 @@ def _resend() -> ResponseReturnValue:
     return _deliver_later(found.to if found is not None else None, mail, answer)
 
 
+# --- change of e-mail ----------------------------------------------------------------------------
+
+
+def change_email() -> ResponseReturnValue:
+    """``GET``: the form (signed in); ``POST`` (form or JSON ``{"email"}``): mail a
+    confirmation link to the new address. Needs a fresh login (else the step-up page, or
+    401 ``step_up_needed`` in JSON)."""
+    session = current_auth_session()
+    if not session.is_authenticated:
+        if _wants_json():
+            return _json_error(Unauthenticated())
+        return redirect(url_for(f"{VIEWS_BLUEPRINT}.login", next=request.path))
+    if request.method == "GET":
+        return page("email_change.html")
+    return _guarded(_change_email, "email_change.html")
+
+
+def _change_email() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("email_change.html", 400, error=MESSAGES["csrf"])
+    _sender()
+    try:
+        found = email_change_flow.request_email_change(
+            get_state().service,
+            audit_context(),
+            current_auth_session(),
+            _text(body, "email", 254),
+            ttl=settings().verification_ttl,
+        )
+    except StepUpNeeded:
+        if _wants_json():
+            raise
+        return redirect(url_for(f"{VIEWS_BLUEPRINT}.step_up", next=request.path))
+    link = url_for(f"{VIEWS_BLUEPRINT}.confirm_email_change", token=found.issued.token, _external=True)
+    minutes = int(settings().verification_ttl.total_seconds() // 60)
+    mail = compose_mail(
+        "email_change_verify", link=link, identifier=found.identifier, minutes=minutes, code=None
+    )
+    if _wants_json():
+        answer = jsonify({"status": "verification_sent"})
+        answer.status_code = 202
+    else:
+        answer = page("email_change.html", 200, sent=True)
+    return _deliver_later(found.to, mail, answer)
+
+
+def confirm_email() -> ResponseReturnValue:
+    """``GET ?token=...``: a button; ``POST`` (form or JSON ``{"token"}``): the new
+    address replaces the old one, which gets a notice."""
+    if request.method == "GET":
+        return page("email_change_confirm.html", token=request.args.get("token", "")[:64])
+    return _guarded(_confirm_email, "email_change_confirm.html", token=None)
+
+
+def _confirm_email() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("email_change_confirm.html", 400, error=MESSAGES["csrf"], token=None)
+    changed = email_change_flow.confirm_email_change(
+        get_state().service, audit_context(), current_auth_session(), _text(body, "token", 64)
+    )
+    if _wants_json():
+        answer = jsonify({"status": "email_changed"})
+    else:
+        answer = page("email_change_confirm.html", 200, done=True, token=None)
+    new = changed.user.email or ""
+    notice = compose_mail(
+        "email_change_notice", identifier=changed.user.identifier, new=email_change_flow.mask(new)
+    )
+    return _deliver_later(changed.previous, notice, answer)
+
+
 # --- operators (the command line) ----------------------------------------------------------------
 
 
@@ -474,4 +557,6 @@ RULES: list[tuple[str, str, Any, list[str]]] = [
     ("/signup", "signup", signup, ["GET", "POST"]),
     ("/signup/verify", "signup_verify", signup_verify, ["GET", "POST"]),
     ("/signup/resend", "signup_resend", signup_resend, ["GET", "POST"]),
+    ("/account/email", "change_email", change_email, ["GET", "POST"]),
+    ("/account/email/confirm", "confirm_email_change", confirm_email, ["GET", "POST"]),
 ]
