@@ -53,6 +53,7 @@ RP-initiated logout.
 from __future__ import annotations
 
 import hmac
+import importlib.util
 import ipaddress
 import json
 import logging
@@ -409,9 +410,10 @@ def _configure(app: Flask, test_config: dict[str, Any] | None) -> None:
         app.config["AUTHFLOW_SIGNING_KEY"] = _development_key(app)
         app.config.setdefault("AUTHFLOW_COOKIE_SECURE", False)
         app.config.setdefault("AUTHFLOW_ALLOW_INSECURE_LOOPBACK", True)
-    # Sign-up and password reset are on; without an SMTP server the mails go into a folder
-    # (instance/outbox, one .eml file per mail) so a person can try the flows.
-    app.config.setdefault("AUTHFLOW_REGISTRATION", True)
+    # Sign-up (when the 'accounts' extra, email-validator, is installed) and password reset
+    # are on; without an SMTP server the mails go into a folder (instance/outbox, one .eml
+    # file per mail) so a person can try the flows.
+    app.config.setdefault("AUTHFLOW_REGISTRATION", importlib.util.find_spec("email_validator") is not None)
     app.config.setdefault("AUTHFLOW_PASSWORD_RESET", True)
     if app.config.get("AUTHFLOW_SMTP_HOST") is None:
         app.config.setdefault("AUTHFLOW_MAIL_OUTBOX", str(Path(app.instance_path) / "outbox"))
