@@ -443,6 +443,12 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_PASSWORD_BLOCKLIST", string_list, [], all_strings),
     Key("AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE", zxcvbn_score),
     Key("AUTHFLOW_SITE_NAME", optional_text),
+    # accounts: sign-up, password reset, change of e-mail (mailed single-use tokens)
+    Key("AUTHFLOW_REGISTRATION", boolean, False),
+    Key("AUTHFLOW_PASSWORD_RESET", boolean, False),
+    Key("AUTHFLOW_PASSWORD_RESET_TTL", duration, timedelta(minutes=30)),
+    Key("AUTHFLOW_EMAIL_VERIFICATION_TTL", duration, timedelta(hours=24)),
+    Key("AUTHFLOW_MAIL_OUTBOX", optional_text),
     # second factors
     Key("AUTHFLOW_FACTOR_ENCRYPTION_KEY", aes_key),
     Key("AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS", aes_keys, []),

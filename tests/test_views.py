@@ -243,6 +243,13 @@ EXPECTED_RULES = {
     "authflow_views.confirm_webauthn": ("/account/factors/webauthn/confirm", {"POST"}),
     "authflow_views.remove_factor": ("/account/factors/<factor_id>/remove", {"POST"}),
     "authflow_views.csrf": ("/csrf", {"GET"}),
+    "authflow_views.forgot_password": ("/password/forgot", {"GET", "POST"}),
+    "authflow_views.reset_password": ("/password/reset", {"GET", "POST"}),
+    "authflow_views.signup": ("/signup", {"GET", "POST"}),
+    "authflow_views.signup_verify": ("/signup/verify", {"GET", "POST"}),
+    "authflow_views.signup_resend": ("/signup/resend", {"GET", "POST"}),
+    "authflow_views.change_email": ("/account/email", {"GET", "POST"}),
+    "authflow_views.confirm_email_change": ("/account/email/confirm", {"GET", "POST"}),
 }
 
 

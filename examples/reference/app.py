@@ -25,6 +25,14 @@ Routes (JSON / plain text):
   ...}`` for a malformed body or code;
 * ``POST /login/factor/send`` JSON ``{"kind": "email_otp"}``: (re)send the code of the
   pending step; 200 as above;
+* ``POST /signup`` JSON ``{"username", "email", "password"}``: 202 ``{"status":
+  "verification_sent"}`` (the same for an address that has an account: its owner gets a
+  notice); ``POST /signup/verify`` ``{"token"}`` (or ``{"username", "code"}``): 200;
+  ``POST /password/forgot`` ``{"username"}`` or ``{"email"}``: 202 whether or not an
+  account matches; ``POST /password/reset`` ``{"token", "password"}``: 200, or 401
+  ``second_factor_required`` (pass ``POST /login/factor``, then send it again). Each
+  answers 400 for a malformed body, 401/410 for a bad or used token, never 500. Mails go
+  to ``AUTHFLOW_SMTP_*`` or, without it, into ``instance/outbox`` (``AUTHFLOW_MAIL_OUTBOX``);
 * ``POST /logout``; ``GET /metrics`` (Prometheus text) for a client on this machine (no
   proxy in between) or with ``Authorization: Bearer <METRICS_TOKEN>`` (``FLASK_METRICS_TOKEN``,
   compared in constant time); else 401 when a token is configured, 404 when none is.
@@ -45,6 +53,7 @@ RP-initiated logout.
 from __future__ import annotations
 
 import hmac
+import importlib.util
 import ipaddress
 import json
 import logging
@@ -424,6 +433,13 @@ def _configure(app: Flask, test_config: dict[str, Any] | None) -> None:
         app.config["AUTHFLOW_SIGNING_KEY"] = _development_key(app)
         app.config.setdefault("AUTHFLOW_COOKIE_SECURE", False)
         app.config.setdefault("AUTHFLOW_ALLOW_INSECURE_LOOPBACK", True)
+    # Sign-up (when the 'accounts' extra, email-validator, is installed) and password reset
+    # are on; without an SMTP server the mails go into a folder (instance/outbox, one .eml
+    # file per mail) so a person can try the flows.
+    app.config.setdefault("AUTHFLOW_REGISTRATION", importlib.util.find_spec("email_validator") is not None)
+    app.config.setdefault("AUTHFLOW_PASSWORD_RESET", True)
+    if app.config.get("AUTHFLOW_SMTP_HOST") is None:
+        app.config.setdefault("AUTHFLOW_MAIL_OUTBOX", str(Path(app.instance_path) / "outbox"))
     if app.config.get("MAX_CONTENT_LENGTH") is None:  # Flask presets None, so setdefault would not do it
         app.config["MAX_CONTENT_LENGTH"] = 64 * 1024  # login bodies are small: refuse huge ones (413)
     token = app.config.get("METRICS_TOKEN")

@@ -600,3 +600,79 @@ class RoleStore(Protocol):
     def permissions_of(self, tenant: str, user_id: str) -> list[str]:
         """Every permission the user's roles grant, sorted, each once."""
         ...
+
+
+# --- account tokens: mailed single-use tokens of sign-up, reset and change of e-mail ------------
+
+__all__ += ["AccountToken", "AccountTokenStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class AccountToken:
+    """A mailed single-use token, as stored: only digests of the token and of its short code.
+
+    :param token_hash: SHA-256 (hex) of the token in the mailed link; the row's key.
+    :param kind: what it proves (``signup``, ``email_verification``, ``password_reset``,
+        ``email_change``).
+    :param code_hash: SHA-256 (hex) of the short code mailed beside the link, salted with
+        ``token_hash`` (a separate secret bound to the same row).
+    :param payload: public, JSON-serialisable data of the step (a new e-mail address).
+    :param code_attempts: wrong codes tried against this token so far.
+    :param used_at: when it was used, or voided by a newer token of its user and kind.
+    """
+
+    token_hash: str
+    kind: str
+    tenant: str
+    user_id: str
+    code_hash: str = field(repr=False)
+    created_at: datetime
+    expires_at: datetime
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    code_attempts: int = 0
+    used_at: datetime | None = None
+
+
+@runtime_checkable
+class AccountTokenStore(Protocol):
+    """Mailed single-use tokens (``InMemoryBackend`` and ``SqlAlchemyBackend`` implement it).
+
+    Using a token is one atomic step (one conditional ``UPDATE``), so of parallel uses of
+    one token exactly one wins, across threads and processes.
+    """
+
+    def issue_account_token(self, token: AccountToken) -> None:
+        """Insert ``token`` and, in the same transaction, void (``used_at``) every unused
+        earlier token of its tenant, user and kind."""
+        ...
+
+    def find_account_token(self, token_hash: str) -> AccountToken | None:
+        """The token with this digest, used or not (to tell why a use failed)."""
+        ...
+
+    def use_account_token(self, token_hash: str, kind: str, now: datetime) -> AccountToken | None:
+        """Mark the unused, unexpired token of ``kind`` with this digest used at ``now`` and
+        return it (used); ``None`` for every other caller. One statement."""
+        ...
+
+    def live_account_token(self, tenant: str, user_id: str, kind: str, now: datetime) -> AccountToken | None:
+        """The user's unused, unexpired token of ``kind`` (issuing voids the older ones, so
+        there is at most one): what a short code is checked against."""
+        ...
+
+    def use_account_code(
+        self, token_hash: str, code_hash: str, now: datetime, *, max_attempts: int
+    ) -> AccountToken | None:
+        """Use the live token ``token_hash`` by its short code: one conditional statement
+        that wins only if ``code_hash`` matches and fewer than ``max_attempts`` wrong codes
+        were tried. A wrong code counts one attempt, and the attempt that reaches
+        ``max_attempts`` voids the token. ``None`` unless this call used it."""
+        ...
+
+    def has_account_token(self, tenant: str, user_id: str, kind: str) -> bool:
+        """Whether the user was ever issued a token of ``kind`` (used, void or live)."""
+        ...
+
+    def void_account_tokens(self, tenant: str, user_id: str, kind: str | None, now: datetime) -> int:
+        """Void the user's unused tokens (of ``kind``, or every kind); returns how many."""
+        ...

@@ -46,6 +46,7 @@ from flask_authflow.login.operation import (
     guard_store,
     lockout_subject,
 )
+from flask_authflow.login.signup import EmailNotVerified, refuse_unverified
 from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,
@@ -236,6 +237,12 @@ def _locked(op: Operation, step: _Step, until: datetime, reason: str) -> Locked:
 def _passed(op: Operation, svc: LoginServices, step: _Step) -> FactorOutcome:
     """The step passed: the session moves on (its id rotates), written in the step's unit."""
     expected, who, now = step.expected, step.who, op.now
+    if step.first_step:
+        try:  # a sign-up that has not confirmed its address yet: told so, nothing kept
+            refuse_unverified(svc, who.tenant, who.user_id)
+        except EmailNotVerified as exc:
+            op.refuse(exc, "refused")
+            raise
 
     def advance(r: SessionRecord) -> SessionRecord:
         after = pass_factor(r, expected, now=now)

@@ -35,6 +35,7 @@ from flask_authflow.clock import utc
 __all__ = [
     "BACKEND_TABLES",
     "UTCDateTime",
+    "account_tokens_table",
     "add_tables_to",
     "attempts_table",
     "audit_table",
@@ -270,6 +271,30 @@ user_roles_table = Table(
 # "Is this role in use?" without a scan.
 Index("ix_authflow_user_roles_role", user_roles_table.c.tenant, user_roles_table.c.role)
 
+#: Mailed single-use tokens (sign-up, e-mail verification, password reset, change of
+#: e-mail): only digests of the token and of its short code (revision 0006).
+account_tokens_table = Table(
+    "authflow_account_tokens",
+    metadata,
+    Column("token_hash", String(64), primary_key=True),
+    Column("kind", String(32), nullable=False),
+    Column("tenant", String(128), nullable=False),
+    Column("user_id", String(32), ForeignKey("authflow_users.user_id", ondelete="CASCADE"), nullable=False),
+    Column("code_hash", String(64), nullable=False),
+    Column("payload", Text, nullable=False, default="{}", server_default=text("'{}'")),
+    Column("code_attempts", Integer, nullable=False, default=0, server_default=text("0")),
+    Column("created_at", _Time, nullable=False),
+    Column("expires_at", _Time, nullable=False),
+    Column("used_at", _Time),
+)
+# "The user's live token of a kind" and "void the older ones" without a scan.
+Index(
+    "ix_authflow_account_tokens_user",
+    account_tokens_table.c.tenant,
+    account_tokens_table.c.user_id,
+    account_tokens_table.c.kind,
+)
+
 
 sessions_table = Table(
     "authflow_sessions",
@@ -327,6 +352,7 @@ BACKEND_TABLES = [
     roles_table,
     role_permissions_table,
     user_roles_table,
+    account_tokens_table,
 ]
 
 

@@ -27,7 +27,7 @@ from flask_authflow.responses import wants_json
 from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, csrf_valid, rotate_csrf_token
 from flask_authflow.web.decorators import login_required
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
-from flask_authflow.web.views import security, signin, stepup
+from flask_authflow.web.views import accounts, security, signin, stepup
 from flask_authflow.web.views.common import (
     LOGOUT_BLUEPRINT,
     MESSAGES,
@@ -304,12 +304,14 @@ def build_blueprint(*, with_logout: bool = True) -> Blueprint:
         ("/account/factors/<factor_id>/remove", "remove_factor", security.remove_factor, ["POST"]),
         ("/csrf", "csrf", csrf, ["GET"]),
     ]  # fmt: skip
+    rules += accounts.RULES  # sign-up, password reset (each answers 404 unless enabled)
     if with_logout:  # the app has no logout route of its own (AUTHFLOW_LOGOUT_URL_PREFIX = None)
         rules.append(("/logout", "logout", logout, ["POST"]))
     for rule, endpoint, view, methods in rules:
         bp.add_url_rule(rule, endpoint, view, methods=methods)
     bp.after_app_request(_frame_guard)  # the logout route's pages are another blueprint's
     bp.add_app_template_filter(readable_time, "authflow_datetime")
+    bp.context_processor(accounts.account_links)
     return bp
 
 
