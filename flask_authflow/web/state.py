@@ -22,6 +22,7 @@ from flask_authflow.audit.client_ip import TrustedProxies
 from flask_authflow.audit.sinks import AuthCounters
 from flask_authflow.clock import Clock
 from flask_authflow.core.ports import (
+    ApiTokenStore,
     AttemptStore,
     AuditSink,
     BackendMaintenance,
@@ -62,9 +63,16 @@ EXTENSION_KEY = "authflow"
 
 @runtime_checkable
 class AuthBackend(
-    IdentityStore, FactorStore, AttemptStore, AuditSink, BackendMaintenance, RoleStore, Protocol
+    IdentityStore,
+    FactorStore,
+    AttemptStore,
+    AuditSink,
+    BackendMaintenance,
+    RoleStore,
+    ApiTokenStore,
+    Protocol,
 ):
-    """One store for users, factors, attempts, audit rows and roles, plus account
+    """One store for users, factors, attempts, audit rows, roles and API tokens, plus account
     administration and the maintenance the wiring and the command line call.
 
     :class:`~flask_authflow.storage.memory.InMemoryBackend` and
@@ -97,6 +105,8 @@ class AuthFlowHooks:
     claims_mapper: Callable[[Any], Any] | None = None
     #: ``provision_user(identity, tenant)`` creates the app's user at a first federated sign-in.
     provision_user: Callable[[Any, str], Any] | None = None
+    #: ``request_loader(request)`` returns the user of a request without a session (API views).
+    request_loader: Callable[[Any], Any] | None = None
 
 
 @dataclass(eq=False)
