@@ -38,6 +38,7 @@ from flask_authflow.errors import (
 from flask_authflow.extras import check_extras
 from flask_authflow.login import workflow
 from flask_authflow.login.accounts import AccountAdmin
+from flask_authflow.login.app_users import UserCreatedHook, UserDeletedHook
 from flask_authflow.login.lockout import LockoutPolicy
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.password_policy import PasswordPolicy
@@ -87,6 +88,8 @@ UserLoaderT = TypeVar("UserLoaderT", bound=UserLoader)
 ClaimsMapperT = TypeVar("ClaimsMapperT", bound=Callable[..., Any])
 DenialHandlerT = TypeVar("DenialHandlerT", bound=DenialHandler)
 RequestLoaderT = TypeVar("RequestLoaderT", bound=Callable[[Any], Any])
+UserCreatedT = TypeVar("UserCreatedT", bound=UserCreatedHook)
+UserDeletedT = TypeVar("UserDeletedT", bound=UserDeletedHook)
 
 __all__ = ["Adapters", "AuthFlow", "AuthFlowState", "current_auth_session", "current_session", "get_state"]
 
@@ -507,6 +510,24 @@ class AuthFlow:
     def api_tokens(self) -> ApiTokenService:
         """The current app's personal API tokens (create, list, revoke; see :doc:`/api_tokens`)."""
         return api_tokens()
+
+    def user_created(self, hook: UserCreatedT) -> UserCreatedT:
+        """Register ``hook(new)``: create the application's row for the new account
+        ``new.account`` (a :class:`~flask_authflow.login.app_users.NewAccount`, which also
+        says what created it). Every path that creates an account runs it (the command
+        line, sign-up, a federated first sign-in, the pytest plugin's users), in the
+        application's Flask-SQLAlchemy transaction: raising keeps neither the row nor the
+        account. See :doc:`/users`."""
+        self._hooks.user_created = hook
+        return hook
+
+    def user_deleted(self, hook: UserDeletedT) -> UserDeletedT:
+        """Register ``hook(account)``: delete the application's row of an account being
+        deleted (``flask authflow users delete``, :meth:`AccountAdmin.delete
+        <flask_authflow.login.accounts.AccountAdmin.delete>`), in the same transaction as
+        the account's removal."""
+        self._hooks.user_deleted = hook
+        return hook
 
     def unauthorized_handler(self, handler: DenialHandlerT) -> DenialHandlerT:
         """Register the response to a request that needs a login and has none
