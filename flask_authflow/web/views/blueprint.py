@@ -22,10 +22,12 @@ from werkzeug.wrappers.response import Response as BaseResponse
 from flask_authflow.core.session import AuthSession, SessionRecord, describe_device, sid_hash
 from flask_authflow.errors import AuthFlowError
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
+from flask_authflow.web.api_auth import api_tokens
 from flask_authflow.web.csrf import csrf_valid, rotate_csrf_token
 from flask_authflow.web.decorators import login_required
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views import security, signin, stepup
+from flask_authflow.web.views.api_tokens import api_token_rows, create_api_token, revoke_api_token
 from flask_authflow.web.views.common import (
     LOGOUT_BLUEPRINT,
     MESSAGES,
@@ -51,7 +53,8 @@ __all__ = ["TEMPLATE_FOLDER", "VIEWS_BLUEPRINT", "build_blueprint", "register_vi
 NOTICES = {
     "password_changed": "Your password has been changed. Your other sessions have been logged out.",
     "session_revoked": "That session has been logged out.",
-    "others_revoked": "All your other sessions have been logged out.",
+    "others_revoked": "All your other sessions have been logged out. Your API tokens have been revoked.",
+    "api_token_revoked": "The API token has been revoked.",
     "stepped_up": "Thank you: your identity is confirmed.",
     "identity_linked": "The provider is linked: you can now sign in with it.",
     "identity_unlinked": "The provider is unlinked: it no longer signs you in.",
@@ -63,7 +66,9 @@ _SESSION_HASH = re.compile(r"[0-9a-f]{64}")
 # --- the pages -----------------------------------------------------------------------------------
 
 
-def _account_page(status: int = 200, *, error: str | None = None, notice: str | None = None) -> Response:
+def _account_page(
+    status: int = 200, *, error: str | None = None, notice: str | None = None, **extra: Any
+) -> Response:
     session = current_auth_session()
     state = get_state()
     tenant, user_id = str(session.tenant), str(session.user_id)
@@ -81,6 +86,8 @@ def _account_page(status: int = 200, *, error: str | None = None, notice: str | 
         authenticated_at=session.authenticated_at,
         sessions=sessions,
         **_provider_rows(tenant, user_id),
+        **api_token_rows(tenant, user_id),
+        **extra,
     )
 
 
@@ -108,6 +115,10 @@ def _session_row(record: SessionRecord, current_sid: str) -> dict[str, Any]:
         "auth_method": record.auth_method,
         "current": hmac.compare_digest(record.sid, current_sid),
     }
+
+
+#: The account page for the account actions of other modules (the API tokens).
+account_page = _account_page
 
 
 # --- the views -----------------------------------------------------------------------------------
@@ -147,7 +158,7 @@ def account() -> ResponseReturnValue:
     return _account_page(notice=notice)
 
 
-def _account_post_refused() -> BaseResponse | None:
+def account_post_refused() -> BaseResponse | None:
     """Why an account form may not run: not signed in (to the login page) or a bad token."""
     if not signed_in():
         return to_login(url_for(f"{VIEWS_BLUEPRINT}.account"))
@@ -157,7 +168,7 @@ def _account_post_refused() -> BaseResponse | None:
 
 
 def change_password() -> ResponseReturnValue:
-    refused = _account_post_refused()
+    refused = account_post_refused()
     if refused is not None:
         return refused
     session = current_auth_session()
@@ -186,7 +197,7 @@ def change_password() -> ResponseReturnValue:
 
 
 def revoke_session(session_hash: str) -> ResponseReturnValue:
-    refused = _account_post_refused()
+    refused = account_post_refused()
     if refused is not None:
         return refused
     session = current_auth_session()
@@ -202,13 +213,15 @@ def revoke_session(session_hash: str) -> ResponseReturnValue:
 
 
 def revoke_other_sessions() -> ResponseReturnValue:
-    refused = _account_post_refused()
+    refused = account_post_refused()
     if refused is not None:
         return refused
     session = current_auth_session()
     account_admin().revoke_sessions(
         str(session.tenant), str(session.user_id), keep_sid=stored_sid(session), reason="revoked_by_user"
     )
+    # Everywhere else includes the user's scripts: their API tokens end too.
+    api_tokens().revoke_all(str(session.tenant), str(session.user_id), reason="revoked_by_user")
     return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="others_revoked"))
 
 
@@ -246,6 +259,8 @@ def build_blueprint(*, with_logout: bool = True) -> Blueprint:
         ("/account/password", "change_password", change_password, ["POST"]),
         ("/account/sessions/<session_hash>/revoke", "revoke_session", revoke_session, ["POST"]),
         ("/account/sessions/revoke-others", "revoke_other_sessions", revoke_other_sessions, ["POST"]),
+        ("/account/api-tokens", "create_api_token", create_api_token, ["POST"]),
+        ("/account/api-tokens/revoke", "revoke_api_token", revoke_api_token, ["POST"]),
         ("/account/factors", "factors", security.factors, ["GET"]),
         ("/account/factors/totp", "enroll_totp", security.enroll_totp, ["GET", "POST"]),
         ("/account/factors/totp/confirm", "confirm_totp", security.confirm_totp, ["POST"]),
