@@ -142,3 +142,14 @@ def test_log_out_all_other_sessions_revokes_the_tokens_too(app_factory: AppFacto
     assert "Your API tokens have been revoked." in client.get(response.location).text
     assert bearer(site, alices.value) == 401
     assert bearer(site, bobs.value) == 200
+
+
+def test_a_guest_session_cookie_and_a_bearer_is_the_tokens_user(app_factory: AppFactory) -> None:
+    site = token_site(app_factory)
+    alices = api_tokens(site.app).create("default", site.user_id(), "ci")
+    client = site.client()
+    assert client.get("/login").status_code == 200  # a guest session with its CSRF token
+    assert client.get_cookie("authflow_session") is not None
+    answer = client.get("/api/me", headers={"Authorization": f"Bearer {alices.value}"})
+    assert answer.status_code == 200 and answer.get_json() == {"identifier": "alice"}
+    assert client.get("/account").status_code == 401  # the cookie's session is still a guest's

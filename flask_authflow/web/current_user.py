@@ -6,7 +6,9 @@ for the session's ``(tenant, user_id)``; without one, it is the library's own
 session (a guest, a login still waiting for a factor), or whose user the loader no
 longer finds, gets :data:`ANONYMOUS_USER` (``is_authenticated`` is false). The user is
 loaded at most once per request and loaded again only if the session's user changes
-within the request (a login or logout in the view).
+within the request (a login or logout in the view). On a view that allows API access,
+a request without an Authenticated session gets the user of its bearer token or of the
+request loader (:mod:`flask_authflow.web.api_auth`), loaded the same way.
 
 ``current_user.has_role(name)`` and ``current_user.has_permission(name)`` answer from
 the user's roles in the store (:class:`~flask_authflow.core.ports.RoleStore`), read
