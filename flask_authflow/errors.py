@@ -365,3 +365,22 @@ class RoleInUse(AuthnError):
 
     code = "role_in_use"
     status = 409
+
+
+# --- personal API tokens -----------------------------------------------------------------------
+
+__all__ += ["ApiTokenNameTaken", "InsufficientScope"]
+
+
+class ApiTokenNameTaken(AuthnError):
+    """The user already has an API token of this name (names are how tokens are revoked)."""
+
+    code = "token_name_taken"
+    status = 409
+
+
+class InsufficientScope(PermissionDenied):
+    """The bearer token is valid but was not given a scope the view needs (RFC 6750 §3.1)."""
+
+    code = "insufficient_scope"
+    status = 403

@@ -508,6 +508,12 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_SMTP_FROM", raw),
     Key("AUTHFLOW_SMTP_TIMEOUT", raw, 10),
     Key("AUTHFLOW_SMTP_CAFILE", raw),
+    # personal API tokens (flask_authflow.api_auth)
+    Key("AUTHFLOW_API_TOKEN_DEFAULT_EXPIRY", optional_duration, timedelta(days=90)),
+    Key("AUTHFLOW_API_TOKEN_MAX_EXPIRY", optional_duration, timedelta(days=366)),
+    Key("AUTHFLOW_API_TOKEN_LAST_USED_INTERVAL", duration, timedelta(minutes=1)),
+    Key("AUTHFLOW_API_TOKEN_MAX_PER_USER", integer, 50),
+    Key("AUTHFLOW_API_TOKEN_SCOPES", string_list, [], all_strings),
     # authorization policies (flask_authflow.authz; the [cedar] extra)
     Key("AUTHFLOW_AUTHZ_POLICIES", policy_entries, []),
     Key("AUTHFLOW_AUTHZ_SCHEMA", schema_source),

@@ -216,6 +216,7 @@ SETTINGS_CLASSES = [
     "flask_authflow.web.config:WebSettings",
     "flask_authflow.authz.settings:AuthzSettings",
     "flask_authflow.login.account_settings:AccountSettings",
+    "flask_authflow.api_auth.settings:ApiTokenSettings",
 ]
 
 

@@ -228,6 +228,8 @@ EXPECTED_RULES = {
     "authflow_views.change_password": ("/account/password", {"POST"}),
     "authflow_views.revoke_session": ("/account/sessions/<session_hash>/revoke", {"POST"}),
     "authflow_views.revoke_other_sessions": ("/account/sessions/revoke-others", {"POST"}),
+    "authflow_views.create_api_token": ("/account/api-tokens", {"POST"}),
+    "authflow_views.revoke_api_token": ("/account/api-tokens/revoke", {"POST"}),
     "authflow_views.factor_send": ("/login/factor/send", {"POST"}),
     "authflow_views.factor_webauthn_options": ("/login/factor/webauthn-options", {"POST"}),
     "authflow_views.passkey_options": ("/login/passkey/options", {"POST"}),
@@ -823,6 +825,9 @@ def test_account_page_forms_have_stable_names_labels_and_autocomplete(site: Site
         "current-password": "Current password",
         "new-password": "New password",
         "new-password-confirm": "New password, again",
+        "api-token-name": "Name",
+        "api-token-scopes": "Scopes (separated by spaces; optional)",
+        "api-token-days": "Expires in (days)",
     }
     for form_id, button in (("revoke-others-form", "revoke-others-submit"), ("logout-form", "logout-submit")):
         form = page.forms[form_id]

@@ -33,6 +33,10 @@ Routes (JSON / plain text):
   ``second_factor_required`` (pass ``POST /login/factor``, then send it again). Each
   answers 400 for a malformed body, 401/410 for a bad or used token, never 500. Mails go
   to ``AUTHFLOW_SMTP_*`` or, without it, into ``instance/outbox`` (``AUTHFLOW_MAIL_OUTBOX``);
+* ``GET /api/me``: the signed-in user as JSON (``user_id``, ``tenant``, ``identifier``, ``via``
+  ``"session"`` or ``"token"``, the token's ``scopes``), for a session or a personal API token
+  (``Authorization: Bearer afp_...``, created on ``/account`` or with ``flask authflow tokens
+  create``); else 401 with ``WWW-Authenticate: Bearer``;
 * ``POST /logout``; ``GET /metrics`` (Prometheus text) for a client on this machine (no
   proxy in between) or with ``Authorization: Bearer <METRICS_TOKEN>`` (``FLASK_METRICS_TOKEN``,
   compared in constant time); else 401 when a token is configured, 404 when none is.
@@ -76,10 +80,12 @@ from flask_authflow import (
     Locked,
     StepUpRequired,
     current_session,
+    current_user,
     get_state,
     login_required,
 )
 from flask_authflow.outcomes import InvalidCredentials
+from flask_authflow.web.api_auth import current_api_token
 from flask_authflow.web.views import rotate_csrf_token
 
 authflow = AuthFlow()
@@ -306,6 +312,20 @@ def dashboard() -> Response:
     return _text(f"dashboard of user {current_session.user_id} in tenant {current_session.tenant}")
 
 
+@login_required(api=True)
+def api_me() -> Response:
+    token = current_api_token()
+    return _json(
+        {
+            "user_id": current_user.user_id,
+            "tenant": current_user.tenant,
+            "identifier": current_user.identifier,
+            "via": "token" if token is not None else "session",
+            "scopes": list(token.scopes) if token is not None else [],
+        }
+    )
+
+
 def _login_answer(outcome: Any) -> Response:
     if isinstance(outcome, Authenticated):
         rotate_csrf_token()  # a form token seen before the login is worthless after it
@@ -415,6 +435,7 @@ def metrics() -> Response:
 ROUTES: list[tuple[str, Callable[..., Any], list[str]]] = [
     ("/", index, ["GET"]),
     ("/dashboard", dashboard, ["GET"]),
+    ("/api/me", api_me, ["GET"]),
     ("/login", login, ["POST"]),
     ("/login/factor", login_factor, ["POST"]),
     ("/login/factor/send", login_factor_send, ["POST"]),

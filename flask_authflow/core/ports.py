@@ -676,3 +676,63 @@ class AccountTokenStore(Protocol):
     def void_account_tokens(self, tenant: str, user_id: str, kind: str | None, now: datetime) -> int:
         """Void the user's unused tokens (of ``kind``, or every kind); returns how many."""
         ...
+
+
+# --- personal API tokens ---------------------------------------------------------------------
+
+__all__ += ["ApiTokenRecord", "ApiTokenStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiTokenRecord:
+    """A personal API token as stored: never the token itself, only its SHA-256.
+
+    ``token_id`` is the token's public lookup part (the one indexed read of a
+    verification); ``name`` is unique per user; ``scopes`` are sorted.
+    """
+
+    token_id: str
+    tenant: str
+    user_id: str
+    name: str
+    token_hash: str
+    scopes: tuple[str, ...]
+    created_at: datetime
+    expires_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+
+@runtime_checkable
+class ApiTokenStore(Protocol):
+    """The personal API tokens of every user (deleting a user deletes its tokens).
+
+    A revoked token is deleted: there is nothing left to verify it against.
+    """
+
+    def add_api_token(self, record: ApiTokenRecord) -> None:
+        """Store a new token; :class:`~flask_authflow.errors.ApiTokenNameTaken` when the
+        user has a token of that name, :class:`~flask_authflow.errors.UserNotFound` when
+        the user does not exist in the tenant."""
+        ...
+
+    def get_api_token(self, token_id: str) -> ApiTokenRecord | None:
+        """The token with this lookup id (one indexed read), or ``None``."""
+        ...
+
+    def list_api_tokens(self, tenant: str, user_id: str) -> list[ApiTokenRecord]:
+        """The user's tokens, by name."""
+        ...
+
+    def delete_api_token(self, tenant: str, user_id: str, name: str) -> ApiTokenRecord | None:
+        """Delete the user's token called ``name``; the deleted record, or ``None``."""
+        ...
+
+    def delete_user_api_tokens(self, tenant: str, user_id: str) -> int:
+        """Delete every token of the user; how many there were."""
+        ...
+
+    def touch_api_token(self, token_id: str, at: datetime, *, unless_since: datetime) -> bool:
+        """Set the token's ``last_used_at`` to ``at`` unless it is already at or after
+        ``unless_since`` (so a token in constant use is written at most once per interval);
+        true if it was written."""
+        ...

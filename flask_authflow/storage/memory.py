@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import Clock, SystemClock, utc
@@ -27,6 +27,7 @@ from flask_authflow.core.identifiers import check_tenant, normalise_email, norma
 from flask_authflow.core.ports import (
     RESERVATION_TTL,
     AccountToken,
+    ApiTokenRecord,
     AttemptKey,
     FactorConfig,
     FailureCount,
@@ -37,6 +38,7 @@ from flask_authflow.core.ports import (
 )
 from flask_authflow.core.roles import check_description, check_name
 from flask_authflow.errors import (
+    ApiTokenNameTaken,
     AuditWriteError,
     RoleExists,
     RoleInUse,
@@ -150,6 +152,7 @@ class InMemoryBackend:
         self._attempts: deque[AttemptLogEntry] = deque(maxlen=max_attempt_log)
         self._audit: deque[AuditRecord] = deque()
         self._roles = _RoleState()
+        self._api_tokens: dict[str, ApiTokenRecord] = {}  # token id -> record
         self._links: dict[tuple[str, str], IdentityLink] = {}
         self._jtis: dict[tuple[str, str], datetime] = {}
         # Account tokens by digest (see the section "account tokens").
@@ -322,6 +325,7 @@ class InMemoryBackend:
                 self._remove(self._links, link_key)
             self._remove(self._roles.held, (tenant, user.user_id))
             self.void_account_tokens(tenant, user.user_id, None, self.clock.now())
+            self._drop_api_tokens(tenant, user.user_id)
             return user
 
     def find_user(self, tenant: str, identifier: str) -> UserRecord | None:
@@ -916,6 +920,60 @@ class InMemoryBackend:
             state = self._roles
             roles = state.held.get((tenant, user_id), ())
             return sorted({p for role in roles for p in state.grants.get((tenant, role), ())})
+
+    # --- personal API tokens (ApiTokenStore) --------------------------------------------------
+    #
+    # One dict, token id -> record; a user's tokens are found by a scan (a memory store
+    # holds few), names are unique per user as the SQL store's constraint has them.
+
+    def _user_tokens(self, tenant: str, user_id: str) -> list[ApiTokenRecord]:
+        return sorted(
+            (r for r in self._api_tokens.values() if r.tenant == tenant and r.user_id == user_id),
+            key=lambda r: r.name,
+        )
+
+    def _drop_api_tokens(self, tenant: str, user_id: str) -> int:
+        doomed = [r.token_id for r in self._user_tokens(tenant, user_id)]
+        for token_id in doomed:
+            self._remove(self._api_tokens, token_id)
+        return len(doomed)
+
+    def add_api_token(self, record: ApiTokenRecord) -> None:
+        with self._lock:
+            if self.get_user(record.tenant, record.user_id) is None:
+                raise UserNotFound()
+            if record.token_id in self._api_tokens or any(
+                r.name == record.name for r in self._user_tokens(record.tenant, record.user_id)
+            ):
+                raise ApiTokenNameTaken()
+            self._put(self._api_tokens, record.token_id, record)
+
+    def get_api_token(self, token_id: str) -> ApiTokenRecord | None:
+        with self._lock:
+            return self._api_tokens.get(token_id)
+
+    def list_api_tokens(self, tenant: str, user_id: str) -> list[ApiTokenRecord]:
+        with self._lock:
+            return self._user_tokens(tenant, user_id)
+
+    def delete_api_token(self, tenant: str, user_id: str, name: str) -> ApiTokenRecord | None:
+        with self._lock:
+            for record in self._user_tokens(tenant, user_id):
+                if record.name == name:
+                    return cast(ApiTokenRecord, self._remove(self._api_tokens, record.token_id))
+            return None
+
+    def delete_user_api_tokens(self, tenant: str, user_id: str) -> int:
+        with self._lock:
+            return self._drop_api_tokens(tenant, user_id)
+
+    def touch_api_token(self, token_id: str, at: datetime, *, unless_since: datetime) -> bool:
+        with self._lock:
+            record = self._api_tokens.get(token_id)
+            if record is None or (record.last_used_at is not None and record.last_used_at >= unless_since):
+                return False
+            self._put(self._api_tokens, token_id, replace(record, last_used_at=at))
+            return True
 
 
 def _undo(container: Any, key: Any, before: Any) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from flask import Flask, Response, current_app, g, request
 
+from flask_authflow.api_auth import ApiTokenService
 from flask_authflow.audit.client_ip import MAX_ADDRESS_CHARS, parse_ip
 from flask_authflow.audit.context import AuditContext, audit_context
 from flask_authflow.audit.sinks import AuthCounters
@@ -62,6 +63,7 @@ from flask_authflow.sessions.settings import SessionSettings
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.settings import apply_defaults
 from flask_authflow.web import authz
+from flask_authflow.web.api_auth import api_tokens, install_api_tokens
 from flask_authflow.web.config import AuthFlowConfig
 from flask_authflow.web.csrf import template_helpers
 from flask_authflow.web.current_user import current_user
@@ -86,6 +88,7 @@ log = logging.getLogger("flask_authflow")
 UserLoaderT = TypeVar("UserLoaderT", bound=UserLoader)
 ClaimsMapperT = TypeVar("ClaimsMapperT", bound=Callable[..., Any])
 DenialHandlerT = TypeVar("DenialHandlerT", bound=DenialHandler)
+RequestLoaderT = TypeVar("RequestLoaderT", bound=Callable[[Any], Any])
 UserCreatedT = TypeVar("UserCreatedT", bound=UserCreatedHook)
 UserDeletedT = TypeVar("UserDeletedT", bound=UserDeletedHook)
 
@@ -260,6 +263,7 @@ def _build_issuer(settings: IssuerSettings, sql_source: Callable[[], Any], clock
 
 def _install(app: Flask, state: AuthFlowState) -> None:
     """Put the state on the app and hook sessions, error handlers and the CLI into it."""
+    install_api_tokens(app, state)  # first: its settings may still be refused
     app.extensions[EXTENSION_KEY] = state
     interface = state.session_interface
     app.session_interface = interface
@@ -495,6 +499,19 @@ class AuthFlow:
         """
         self._hooks.user_loader = loader
         return loader
+
+    def request_loader(self, loader: RequestLoaderT) -> RequestLoaderT:
+        """Register ``loader(request)``: the user of a request without an Authenticated
+        session, or ``None`` (as Flask-Login's ``request_loader``). Consulted only on views
+        that allow API access (``login_required(api=True)``), after a personal API token;
+        ``current_user`` is what it returns (see :doc:`/api_tokens`)."""
+        self._hooks.request_loader = loader
+        return loader
+
+    @property
+    def api_tokens(self) -> ApiTokenService:
+        """The current app's personal API tokens (create, list, revoke; see :doc:`/api_tokens`)."""
+        return api_tokens()
 
     def user_created(self, hook: UserCreatedT) -> UserCreatedT:
         """Register ``hook(new)``: create the application's row for the new account

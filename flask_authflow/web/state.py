@@ -23,6 +23,7 @@ from flask_authflow.audit.sinks import AuthCounters
 from flask_authflow.clock import Clock
 from flask_authflow.core.app_users import AppUserHooks, UserCreatedHook, UserDeletedHook
 from flask_authflow.core.ports import (
+    ApiTokenStore,
     AttemptStore,
     AuditSink,
     BackendMaintenance,
@@ -65,9 +66,16 @@ EXTENSION_KEY = "authflow"
 
 @runtime_checkable
 class AuthBackend(
-    IdentityStore, FactorStore, AttemptStore, AuditSink, BackendMaintenance, RoleStore, Protocol
+    IdentityStore,
+    FactorStore,
+    AttemptStore,
+    AuditSink,
+    BackendMaintenance,
+    RoleStore,
+    ApiTokenStore,
+    Protocol,
 ):
-    """One store for users, factors, attempts, audit rows and roles, plus account
+    """One store for users, factors, attempts, audit rows, roles and API tokens, plus account
     administration and the maintenance the wiring and the command line call.
 
     :class:`~flask_authflow.storage.memory.InMemoryBackend` and
@@ -100,6 +108,8 @@ class AuthFlowHooks:
     claims_mapper: Callable[[Any], Any] | None = None
     #: ``provision_user(identity, tenant)`` creates the app's user at a first federated sign-in.
     provision_user: Callable[[Any, str], Any] | None = None
+    #: ``request_loader(request)`` returns the user of a request without a session (API views).
+    request_loader: Callable[[Any], Any] | None = None
     #: ``user_created(new)`` creates the app's row for a new account (see :doc:`/users`).
     user_created: UserCreatedHook | None = None
     #: ``user_deleted(account)`` deletes the app's row of an account being deleted.

@@ -37,6 +37,7 @@ __all__ = [
     "UTCDateTime",
     "account_tokens_table",
     "add_tables_to",
+    "api_tokens_table",
     "attempts_table",
     "audit_table",
     "aware",
@@ -296,6 +297,24 @@ Index(
 )
 
 
+#: Personal API tokens (revision 0009): the SHA-256 of each token, never the token; the
+#: primary key is the token's public lookup id, so a verification is one indexed read.
+api_tokens_table = Table(
+    "authflow_api_tokens",
+    metadata,
+    Column("token_id", String(16), primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("user_id", String(32), ForeignKey("authflow_users.user_id", ondelete="CASCADE"), nullable=False),
+    Column("name", String(64), nullable=False),
+    Column("token_hash", String(64), nullable=False),
+    Column("scopes", Text, nullable=False),
+    Column("created_at", _Time, nullable=False),
+    Column("expires_at", _Time),
+    Column("last_used_at", _Time),
+    UniqueConstraint("tenant", "user_id", "name", name="uq_authflow_api_tokens_tenant_user_name"),
+)
+
+
 sessions_table = Table(
     "authflow_sessions",
     metadata,
@@ -353,6 +372,7 @@ BACKEND_TABLES = [
     role_permissions_table,
     user_roles_table,
     account_tokens_table,
+    api_tokens_table,
 ]
 
 

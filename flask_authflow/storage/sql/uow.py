@@ -60,8 +60,6 @@ def store_error(exc: SQLAlchemyError) -> StoreUnavailable:
     return StoreUnavailable("the authentication database is unavailable")
 
 
-
-
 def _flushed(session: Any, _context: Any) -> None:
     session.info[APP_WROTE] = True
 

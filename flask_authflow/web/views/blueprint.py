@@ -24,10 +24,12 @@ from flask_authflow.core.session import AuthSession, SessionRecord, describe_dev
 from flask_authflow.errors import AuthFlowError
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
 from flask_authflow.responses import wants_json
+from flask_authflow.web.api_auth import api_tokens
 from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, csrf_valid, rotate_csrf_token
 from flask_authflow.web.decorators import login_required
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views import accounts, security, signin, stepup
+from flask_authflow.web.views.api_tokens import api_token_rows, create_api_token, revoke_api_token
 from flask_authflow.web.views.common import (
     LOGOUT_BLUEPRINT,
     MESSAGES,
@@ -55,7 +57,8 @@ __all__ = ["TEMPLATE_FOLDER", "VIEWS_BLUEPRINT", "build_blueprint", "register_vi
 NOTICES = {
     "password_changed": "Your password has been changed. Your other sessions have been logged out.",
     "session_revoked": "That session has been logged out.",
-    "others_revoked": "All your other sessions have been logged out.",
+    "others_revoked": "All your other sessions have been logged out. Your API tokens have been revoked.",
+    "api_token_revoked": "The API token has been revoked.",
     "stepped_up": "Thank you: your identity is confirmed.",
     "identity_linked": "The provider is linked: you can now sign in with it.",
     "identity_unlinked": "The provider is unlinked: it no longer signs you in.",
@@ -67,7 +70,9 @@ _SESSION_HASH = re.compile(r"[0-9a-f]{64}")
 # --- the pages -----------------------------------------------------------------------------------
 
 
-def _account_page(status: int = 200, *, error: str | None = None, notice: str | None = None) -> Response:
+def _account_page(
+    status: int = 200, *, error: str | None = None, notice: str | None = None, **extra: Any
+) -> Response:
     session = current_auth_session()
     state = get_state()
     tenant, user_id = str(session.tenant), str(session.user_id)
@@ -86,6 +91,8 @@ def _account_page(status: int = 200, *, error: str | None = None, notice: str | 
         sessions=sessions,
         enrolled_factors=_enrolled_factors(session),
         **_provider_rows(tenant, user_id),
+        **api_token_rows(tenant, user_id),
+        **extra,
     )
 
 
@@ -133,6 +140,10 @@ def _session_row(record: SessionRecord, current_sid: str) -> dict[str, Any]:
     }
 
 
+#: The account page for the account actions of other modules (the API tokens).
+account_page = _account_page
+
+
 # --- the views -----------------------------------------------------------------------------------
 
 
@@ -170,7 +181,7 @@ def account() -> ResponseReturnValue:
     return _account_page(notice=notice)
 
 
-def _account_post_refused() -> BaseResponse | None:
+def account_post_refused() -> BaseResponse | None:
     """Why an account form may not run: not signed in (to the login page) or a bad token."""
     if not signed_in():
         return to_login(url_for(f"{VIEWS_BLUEPRINT}.account"))
@@ -180,7 +191,7 @@ def _account_post_refused() -> BaseResponse | None:
 
 
 def change_password() -> ResponseReturnValue:
-    refused = _account_post_refused()
+    refused = account_post_refused()
     if refused is not None:
         return refused
     session = current_auth_session()
@@ -209,7 +220,7 @@ def change_password() -> ResponseReturnValue:
 
 
 def revoke_session(session_hash: str) -> ResponseReturnValue:
-    refused = _account_post_refused()
+    refused = account_post_refused()
     if refused is not None:
         return refused
     session = current_auth_session()
@@ -225,13 +236,15 @@ def revoke_session(session_hash: str) -> ResponseReturnValue:
 
 
 def revoke_other_sessions() -> ResponseReturnValue:
-    refused = _account_post_refused()
+    refused = account_post_refused()
     if refused is not None:
         return refused
     session = current_auth_session()
     account_admin().revoke_sessions(
         str(session.tenant), str(session.user_id), keep_sid=stored_sid(session), reason="revoked_by_user"
     )
+    # Everywhere else includes the user's scripts: their API tokens end too.
+    api_tokens().revoke_all(str(session.tenant), str(session.user_id), reason="revoked_by_user")
     return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="others_revoked"))
 
 
@@ -289,6 +302,8 @@ def build_blueprint(*, with_logout: bool = True) -> Blueprint:
         ("/account/password", "change_password", change_password, ["POST"]),
         ("/account/sessions/<session_hash>/revoke", "revoke_session", revoke_session, ["POST"]),
         ("/account/sessions/revoke-others", "revoke_other_sessions", revoke_other_sessions, ["POST"]),
+        ("/account/api-tokens", "create_api_token", create_api_token, ["POST"]),
+        ("/account/api-tokens/revoke", "revoke_api_token", revoke_api_token, ["POST"]),
         ("/account/factors", "factors", security.factors, ["GET"]),
         ("/account/factors/totp", "enroll_totp", security.enroll_totp, ["GET", "POST"]),
         ("/account/factors/totp/confirm", "confirm_totp", security.confirm_totp, ["POST"]),
