@@ -33,6 +33,7 @@ class Scripted:
     Refresh tokens are single use (each refresh rotates them) unless ``rotate`` is off:
     spending one twice answers ``invalid_grant``, as a provider enforcing rotation does.
     ``answers`` are served first (``(status, content type, body)``), one per refresh.
+    With ``passthrough`` the provider's own token endpoint answers the other refreshes.
     """
 
     valid: set[str] = field(default_factory=set)
@@ -44,6 +45,7 @@ class Scripted:
     revoked: list[tuple[str, str]] = field(default_factory=list)
     revoke_status: int = 200
     issued: int = 0
+    passthrough: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def install(self, provider: TestOpenIDProvider) -> None:
@@ -70,7 +72,7 @@ class Scripted:
         if scripted is not None:
             status, content_type, body = scripted
             return Response(body, status=status, content_type=content_type)
-        return self._refreshed(spent)
+        return None if self.passthrough else self._refreshed(spent)
 
     def _refreshed(self, spent: str) -> Response:
         with self.lock:
