@@ -133,7 +133,7 @@ def test_upgrading_an_empty_database_gives_exactly_the_models_schema(
     assert migrations.is_behind(engine)
     result = migrations.upgrade(engine)
     assert (result.before, result.after, result.adopted) == (None, migrations.head(), [])
-    assert migrations.current(engine) == migrations.head() == "0003"
+    assert migrations.current(engine) == migrations.head() == "0005"
     assert not migrations.is_behind(engine)
     assert schema_differences(engine) == []
     # Our own version table, never the application's alembic_version.

@@ -30,14 +30,13 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Final
+from typing import Final, Protocol
 
 from flask_authflow.clock import Clock
 from flask_authflow.core.ports import ProviderTokenStore, StoredProviderTokens
 from flask_authflow.errors import AuthFlowError, FactorSecretError
 from flask_authflow.federation.errors import OAuthError, ProviderUnreachable, TokenExchange
 from flask_authflow.federation.provider import OAuthProvider, ProviderRegistry, TokenSet
-from flask_authflow.mfa.sealing import FactorSealer
 
 __all__ = [
     "CLAIM_TTL",
@@ -47,6 +46,7 @@ __all__ = [
     "NoRefreshToken",
     "ProviderTokens",
     "RefreshTokenExpired",
+    "Sealer",
     "TokenAudit",
     "TokenRefreshBusy",
 ]
@@ -63,6 +63,15 @@ log = logging.getLogger("flask_authflow.federation")
 
 #: ``audit(event, status, tenant, user_id, provider, reason)``: writes one audit row.
 TokenAudit = Callable[[str, str, str, str, str, "str | None"], None]
+
+
+class Sealer(Protocol):
+    """Seals and opens secrets bound to a name (the app's factor-secret sealer,
+    :class:`~flask_authflow.mfa.sealing.FactorSealer`)."""
+
+    def seal(self, factor_id: str, plaintext: bytes) -> str: ...
+
+    def open(self, factor_id: str, sealed: str) -> bytes: ...
 
 
 class NoProviderToken(OAuthError):
@@ -158,7 +167,7 @@ class ProviderTokens:
         self,
         store: ProviderTokenStore,
         registry: ProviderRegistry,
-        sealer: FactorSealer,
+        sealer: Sealer,
         clock: Clock,
         audit: TokenAudit,
         *,
