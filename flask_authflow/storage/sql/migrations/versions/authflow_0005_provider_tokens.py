@@ -1,7 +1,7 @@
 """Provider tokens kept for calling the provider's APIs.
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 Create Date: 2026-11-25
 
 ``authflow_provider_tokens`` holds, per (tenant, user, provider), the provider's access
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
-down_revision: str | None = "0003"
+down_revision: str | None = "0004"
 branch_labels: str | None = None
 depends_on: str | None = None
 
