@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -221,6 +222,30 @@ def test_a_failed_refresh_is_typed_and_leaves_the_row_intact(
     assert kept.audit[-1] == ("provider_token_refresh", "failure", code)
     assert kept.get("u1").startswith("access-")  # the claim was released: the next call refreshes
     assert script.refreshes == [token, token]
+
+
+def test_a_row_refreshed_by_another_process_before_the_claim_is_not_refreshed_again(
+    kept: Keeper,
+    script: Scripted,
+    mock_clock: MockClock,
+    backend: InMemoryBackend,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kept.keep("u1", refresh=script.new_refresh_token())
+    _expire(mock_clock)
+    claim = backend.claim_provider_tokens
+
+    def after_another_process(*args: Any, **kwargs: Any) -> bool:
+        # Between this process's read and its claim, another one refreshed the row (and
+        # ended its claim): the claim succeeds, on a row that is fresh again.
+        kept.keep("u1", refresh="rotated-elsewhere")
+        return claim(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "claim_provider_tokens", after_another_process)
+    assert kept.get("u1") == "access-0"
+    assert script.refreshes == []  # the stale refresh token was not spent
+    now = mock_clock.now()
+    assert claim("default", "u1", PROVIDER, "next", now=now, until=now + timedelta(seconds=1))  # released
 
 
 def test_no_kept_token_is_refused(kept: Keeper) -> None:

@@ -199,12 +199,12 @@ def provider_config_at(discovery_url: str) -> OAuthProviderConfig:
 @pytest.mark.postgres
 def test_worker_processes_refresh_once(postgres_server: PostgresServer) -> None:
     served = ServedProvider()
+    url = postgres_server.new_database()
+    backend = SqlAlchemyBackend(url)
     try:
         script = Scripted(delay=0.5)
         script.install(served.provider)
         served.provider.register_client(CLIENT_ID, CLIENT_SECRET, [REDIRECT_URI])
-        url = postgres_server.new_database()
-        backend = SqlAlchemyBackend(url)
         alice = _user(backend)
         kept = keeper(backend, SystemClock(), RequestsHttpClient(), provider_config(served.provider))
         kept.keep(alice, refresh=script.new_refresh_token(), expires_in=0)  # expired already
@@ -226,6 +226,6 @@ def test_worker_processes_refresh_once(postgres_server: PostgresServer) -> None:
         assert len(script.refreshes) == 1
         assert len(set(tokens)) == 1 and tokens[0].startswith("access-"), tokens
         assert kept.get(alice) == tokens[0]  # the refreshed row serves this process too
-        backend.engine.dispose()
     finally:
+        backend.engine.dispose()
         served.stop()

@@ -313,15 +313,28 @@ class ProviderTokens:
             if self.store.claim_provider_tokens(
                 tenant, user_id, provider, claim, now=now, until=now + self.claim_ttl
             ):
-                return self._refresh_claimed(row, claim, wanted)
+                return self._refresh_claimed(
+                    self._claimed_row(tenant, user_id, provider, claim), claim, wanted
+                )
             if time.monotonic() >= deadline:
                 raise TokenRefreshBusy()
             time.sleep(_WAIT_STEP)
+
+    def _claimed_row(self, tenant: str, user_id: str, provider: str, claim: str) -> StoredProviderTokens:
+        """The row as it is now that the claim is ours: another process may have refreshed
+        it (and ended its own claim) between our read and our claim."""
+        row = self.store.get_provider_tokens(tenant, user_id, provider)
+        if row is None:
+            raise NoProviderToken()
+        return row
 
     def _refresh_claimed(self, row: StoredProviderTokens, claim: str, wanted: frozenset[str]) -> str:
         key = (row.tenant, row.user_id, row.provider)
         try:
             opened = self._open_or_forget(row)
+            if self._fresh(row):  # refreshed by another process just before our claim
+                self.store.release_provider_tokens(*key, claim)
+                return self._scoped(row, wanted, opened.access_token)
             if opened.refresh_token is None:
                 raise NoRefreshToken()
             answer = self._post_refresh(self.registry.get(row.provider, row.tenant), opened.refresh_token)
@@ -340,10 +353,14 @@ class ProviderTokens:
             self._audit("provider_token_refresh", "failure", *key, "claim_lost")
             raise TokenRefreshBusy("the stored tokens changed during the refresh: try again")
         self._audit("provider_token_refresh", "success", *key, "rotated" if answer.refresh_token else None)
-        missing = wanted - set(fresh.scopes)
+        return self._scoped(fresh, wanted, answer.access_token)
+
+    @staticmethod
+    def _scoped(row: StoredProviderTokens, wanted: frozenset[str], access_token: str) -> str:
+        missing = wanted - set(row.scopes)
         if missing:
             raise InsufficientScope(missing)
-        return answer.access_token
+        return access_token
 
     def _post_refresh(self, provider: OAuthProvider, refresh_token: str) -> TokenSet:
         """The refresh request (RFC 6749 section 6), authenticated as the login's token request.
