@@ -98,6 +98,9 @@ def test_the_granted_scope_of_the_answer_is_kept(kept: Keeper) -> None:
         kept.get("u1", scopes=["email", "calendar", "drive"])
     assert refused.value.missing == ("calendar", "drive")
     assert refused.value.status == 403 and isinstance(refused.value, OAuthError)
+    assert kept.get("u1", scopes="openid email") == "access-0"  # a space-separated string
+    with pytest.raises(InsufficientScope):
+        kept.get("u1", scopes="openid calendar")
 
 
 # --- refresh ---------------------------------------------------------------------------------------

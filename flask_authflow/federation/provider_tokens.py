@@ -247,13 +247,14 @@ class ProviderTokens:
         expires within the skew.
 
         :raises NoProviderToken: none is kept for the user.
-        :raises InsufficientScope: ``scopes`` were not all granted.
+        :raises InsufficientScope: ``scopes`` (names, or one space-separated string) were
+            not all granted.
         :raises NoRefreshToken: it expired and there is no refresh token.
         :raises RefreshTokenExpired: the provider refused the refresh token (the row is deleted).
         :raises ProviderUnreachable, TokenExchange: the refresh failed for now (the row stays).
         :raises TokenRefreshBusy: another process's refresh did not finish in time.
         """
-        wanted = frozenset(scopes or ())
+        wanted = frozenset(scopes.split() if isinstance(scopes, str) else scopes or ())
         row = self._stored(tenant, user_id, provider, wanted)
         if self._fresh(row):
             return self._open_or_forget(row).access_token
