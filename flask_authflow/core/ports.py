@@ -736,3 +736,66 @@ class ApiTokenStore(Protocol):
         ``unless_since`` (so a token in constant use is written at most once per interval);
         true if it was written."""
         ...
+
+
+# --- provider tokens: a user's access and refresh tokens of a provider -------------------------
+
+__all__ += ["ProviderTokenStore", "StoredProviderTokens"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredProviderTokens:
+    """A user's tokens of one provider, as stored (federation's ``store_tokens``).
+
+    ``sealed`` holds the access and refresh tokens, encrypted and bound to the row's key
+    (tenant, user, provider); the other fields are not secret.
+    """
+
+    tenant: str
+    user_id: str
+    provider: str
+    sealed: str = field(repr=False)
+    token_type: str
+    scopes: tuple[str, ...]
+    expires_at: datetime | None
+    updated_at: datetime
+
+
+@runtime_checkable
+class ProviderTokenStore(Protocol):
+    """The provider tokens kept per (tenant, user, provider), and the claim that lets one
+    process at a time refresh a row (so two workers never both spend a rotated refresh
+    token). Deleting a user removes its rows."""
+
+    def save_provider_tokens(self, tokens: StoredProviderTokens) -> None:
+        """Insert or replace the row of (tenant, user, provider); any claim on it ends."""
+        ...
+
+    def get_provider_tokens(self, tenant: str, user_id: str, provider: str) -> StoredProviderTokens | None:
+        """The row, or ``None``."""
+        ...
+
+    def provider_tokens_of_user(self, tenant: str, user_id: str) -> list[StoredProviderTokens]:
+        """Every row of the user, by provider."""
+        ...
+
+    def delete_provider_tokens(self, tenant: str, user_id: str, provider: str) -> bool:
+        """Remove the row; ``False`` if there was none."""
+        ...
+
+    def claim_provider_tokens(
+        self, tenant: str, user_id: str, provider: str, claim: str, *, now: datetime, until: datetime
+    ) -> bool:
+        """Take the row's refresh claim (named ``claim``) until ``until``, unless another
+        claim holds it past ``now``; ``False`` when it does or the row is gone. Atomic
+        across threads and, for the SQL store, across processes."""
+        ...
+
+    def replace_claimed_provider_tokens(self, tokens: StoredProviderTokens, claim: str) -> bool:
+        """Replace the row with ``tokens`` and end the claim, only while ``claim`` holds
+        it; ``False`` (nothing written) otherwise."""
+        ...
+
+    def release_provider_tokens(self, tenant: str, user_id: str, provider: str, claim: str) -> None:
+        """End the claim ``claim`` if it still holds the row; the row stays as it is."""
+        ...

@@ -34,6 +34,7 @@ from flask_authflow.core.ports import (
     LoginFacts,
     Reservation,
     Role,
+    StoredProviderTokens,
     UserRecord,
 )
 from flask_authflow.core.roles import check_description, check_name
@@ -157,6 +158,9 @@ class InMemoryBackend:
         self._jtis: dict[tuple[str, str], datetime] = {}
         # Account tokens by digest (see the section "account tokens").
         self._account_tokens: dict[str, AccountToken] = {}
+        # Provider tokens per (tenant, user id, provider), and each row's refresh claim.
+        self._provider_tokens: dict[tuple[str, str, str], StoredProviderTokens] = {}
+        self._token_claims: dict[tuple[str, str, str], tuple[str, datetime]] = {}
         self._fail_writes = 0
         # The open unit's undo journal: (container, key, value before) per change.
         self._journal: list[tuple[Any, Any, Any]] | None = None
@@ -326,6 +330,9 @@ class InMemoryBackend:
             self._remove(self._roles.held, (tenant, user.user_id))
             self.void_account_tokens(tenant, user.user_id, None, self.clock.now())
             self._drop_api_tokens(tenant, user.user_id)
+            for token_key in [k for k in self._provider_tokens if k[:2] == (tenant, user.user_id)]:
+                self._remove(self._provider_tokens, token_key)
+                self._remove(self._token_claims, token_key)
             return user
 
     def find_user(self, tenant: str, identifier: str) -> UserRecord | None:
@@ -751,6 +758,57 @@ class InMemoryBackend:
     def audit_rows(self) -> list[AuditRecord]:
         with self._lock:
             return list(self._audit)
+
+    # --- provider tokens (ProviderTokenStore) -------------------------------------------------
+
+    def save_provider_tokens(self, tokens: StoredProviderTokens) -> None:
+        key = (tokens.tenant, tokens.user_id, tokens.provider)
+        with self._lock:
+            self._put(self._provider_tokens, key, tokens)
+            self._remove(self._token_claims, key)
+
+    def get_provider_tokens(self, tenant: str, user_id: str, provider: str) -> StoredProviderTokens | None:
+        with self._lock:
+            return self._provider_tokens.get((tenant, user_id, provider))
+
+    def provider_tokens_of_user(self, tenant: str, user_id: str) -> list[StoredProviderTokens]:
+        with self._lock:
+            found = [row for key, row in self._provider_tokens.items() if key[:2] == (tenant, user_id)]
+        return sorted(found, key=lambda row: row.provider)
+
+    def delete_provider_tokens(self, tenant: str, user_id: str, provider: str) -> bool:
+        key = (tenant, user_id, provider)
+        with self._lock:
+            self._remove(self._token_claims, key)
+            return self._remove(self._provider_tokens, key) is not None
+
+    def claim_provider_tokens(
+        self, tenant: str, user_id: str, provider: str, claim: str, *, now: datetime, until: datetime
+    ) -> bool:
+        key = (tenant, user_id, provider)
+        with self._lock:
+            held = self._token_claims.get(key)
+            if key not in self._provider_tokens or (held is not None and held[1] > now):
+                return False
+            self._put(self._token_claims, key, (claim, until))
+            return True
+
+    def replace_claimed_provider_tokens(self, tokens: StoredProviderTokens, claim: str) -> bool:
+        key = (tokens.tenant, tokens.user_id, tokens.provider)
+        with self._lock:
+            held = self._token_claims.get(key)
+            if held is None or held[0] != claim or key not in self._provider_tokens:
+                return False
+            self._put(self._provider_tokens, key, tokens)
+            self._remove(self._token_claims, key)
+            return True
+
+    def release_provider_tokens(self, tenant: str, user_id: str, provider: str, claim: str) -> None:
+        key = (tenant, user_id, provider)
+        with self._lock:
+            held = self._token_claims.get(key)
+            if held is not None and held[0] == claim:
+                self._remove(self._token_claims, key)
 
     # --- maintenance (BackendMaintenance) ----------------------------------------------------
 

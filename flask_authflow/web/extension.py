@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,7 +26,7 @@ from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.core.app_users import UserCreatedHook, UserDeletedHook
 from flask_authflow.core.factors import EnrollmentStart, Factor
 from flask_authflow.core.ports import FactorConfig, MaintainedSessionStore, SessionStore
-from flask_authflow.core.session import AuthSession
+from flask_authflow.core.session import AuthSession, AuthState
 from flask_authflow.errors import (
     AuthFlowError,
     ConfigurationError,
@@ -477,6 +477,24 @@ class AuthFlow:
         (see ``FederationService.finish``); raises an ``OAuthError`` variant on failure."""
         handle = get_state().service.with_audit_context(audit_context())
         return self._federation().finish(handle, session, provider_name, code, state, iss=iss)
+
+    def provider_token(self, provider: str, *, scopes: Iterable[str] | None = None) -> str:
+        """A valid access token of ``provider`` for the signed-in user, to call the
+        provider's APIs (the provider needs ``store_tokens``); an expired one is refreshed
+        first. See :doc:`/federation` ("Calling the provider's APIs").
+
+        :raises Unauthenticated: no user is signed in.
+        :raises NoProviderToken, NoRefreshToken, RefreshTokenExpired, InsufficientScope:
+            sign in with the provider again (granting ``scopes``).
+        :raises ProviderUnreachable, TokenExchange, TokenRefreshBusy: the refresh failed for now.
+        """
+        federation = self._federation()
+        session = current_auth_session()
+        if session.state is not AuthState.AUTHENTICATED or session.tenant is None or session.user_id is None:
+            raise Unauthenticated("sign in to use the provider's tokens")
+        if federation.tokens is None:
+            raise ConfigurationError("the backend cannot store provider tokens (see ProviderTokenStore)")
+        return str(federation.tokens.access_token(session.tenant, session.user_id, provider, scopes=scopes))
 
     @staticmethod
     def _federation() -> Any:

@@ -6,7 +6,7 @@ The backend is a thin composite: each aggregate lives in a module of its own
 :mod:`~flask_authflow.storage.sql.attempts`, :mod:`~flask_authflow.storage.sql.audit`,
 :mod:`~flask_authflow.storage.sql.identity_links`, :mod:`~flask_authflow.storage.sql.one_time`,
 :mod:`~flask_authflow.storage.sql.roles`, :mod:`~flask_authflow.storage.sql.account_tokens`,
-:mod:`~flask_authflow.storage.sql.api_tokens`),
+:mod:`~flask_authflow.storage.sql.api_tokens`, :mod:`~flask_authflow.storage.sql.provider_tokens`),
 every table in :mod:`~flask_authflow.storage.sql.schema`, and the one connection per unit
 of work in :mod:`~flask_authflow.storage.sql.uow`. Every database error becomes
 :class:`~flask_authflow.errors.StoreUnavailable` (or
@@ -36,6 +36,7 @@ from flask_authflow.storage.sql.engine import EngineSource, is_flask_sqlalchemy,
 from flask_authflow.storage.sql.factors import SqlFactors
 from flask_authflow.storage.sql.identity_links import SqlIdentityLinks
 from flask_authflow.storage.sql.one_time import SqlOneTime
+from flask_authflow.storage.sql.provider_tokens import SqlProviderTokens
 from flask_authflow.storage.sql.roles import SqlRoles
 from flask_authflow.storage.sql.schema import (
     BACKEND_TABLES,
@@ -85,6 +86,7 @@ class SqlAlchemyBackend(
     SqlRoles,
     SqlAccountTokens,
     SqlApiTokens,
+    SqlProviderTokens,
 ):
     """Identity, factor, attempt and audit store on SQLite or PostgreSQL.
 

@@ -48,6 +48,7 @@ __all__ = [
     "lockouts_table",
     "logout_jtis_table",
     "metadata",
+    "provider_tokens_table",
     "reservations_table",
     "role_permissions_table",
     "roles_table",
@@ -359,6 +360,24 @@ issuer_key_schedule_table = Table(
 )
 
 #: The tables of :class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend`.
+#: A user's tokens of one provider (federation's ``store_tokens``; revision 0005): the
+#: access and refresh tokens sealed in ``sealed``, and the refresh claim (``claim`` until
+#: ``claimed_until``) that lets one process at a time spend the refresh token.
+provider_tokens_table = Table(
+    "authflow_provider_tokens",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("user_id", String(32), ForeignKey("authflow_users.user_id", ondelete="CASCADE"), primary_key=True),
+    Column("provider", String(32), primary_key=True),
+    Column("sealed", Text, nullable=False),
+    Column("token_type", String(32), nullable=False),
+    Column("scopes", Text, nullable=False),
+    Column("expires_at", _Time),
+    Column("updated_at", _Time, nullable=False),
+    Column("claim", String(64)),
+    Column("claimed_until", _Time),
+)
+
 BACKEND_TABLES = [
     users_table,
     factors_table,
@@ -373,6 +392,7 @@ BACKEND_TABLES = [
     user_roles_table,
     account_tokens_table,
     api_tokens_table,
+    provider_tokens_table,
 ]
 
 

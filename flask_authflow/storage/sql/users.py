@@ -20,6 +20,7 @@ from flask_authflow.storage.sql.schema import (
     factors_table,
     identity_links_table,
     lockouts_table,
+    provider_tokens_table,
     reservations_table,
     user_roles_table,
     users_table,
@@ -137,6 +138,7 @@ class SqlUsers(SqlConnections):
                 delete(reservations_table).where(held.tenant == user.tenant, held.subject == user.identifier)
             )
             conn.execute(delete(identity_links_table).where(identity_links_table.c.user_id == user.user_id))
+            conn.execute(delete(provider_tokens_table).where(provider_tokens_table.c.user_id == user.user_id))
             # Also a foreign-key cascade, but not every SQLite connection enforces those.
             conn.execute(delete(user_roles_table).where(user_roles_table.c.user_id == user.user_id))
             conn.execute(delete(api_tokens_table).where(api_tokens_table.c.user_id == user.user_id))

@@ -1,7 +1,7 @@
 """Account tokens: the mailed single-use tokens of sign-up, reset and change of e-mail.
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 Create Date: 2026-11-25
 
 ``authflow_account_tokens`` keeps the SHA-256 of each mailed token (the key) and of its
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006"
-down_revision: str | None = "0004"
+down_revision: str | None = "0005"
 branch_labels: str | None = None
 depends_on: str | None = None
 
