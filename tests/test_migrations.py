@@ -133,7 +133,7 @@ def test_upgrading_an_empty_database_gives_exactly_the_models_schema(
     assert migrations.is_behind(engine)
     result = migrations.upgrade(engine)
     assert (result.before, result.after, result.adopted) == (None, migrations.head(), [])
-    assert migrations.current(engine) == migrations.head() == "0003"
+    assert migrations.current(engine) == migrations.head() == "0007"
     assert not migrations.is_behind(engine)
     assert schema_differences(engine) == []
     # Our own version table, never the application's alembic_version.
@@ -422,6 +422,7 @@ def create_pre_migration_schema(engine: sa.Engine) -> None:
     )
     old.create_all(engine)
     with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE authflow_audit DROP COLUMN device_id"))  # revision 0007 added it
         conn.execute(
             sa.text(
                 "INSERT INTO authflow_users (user_id, tenant, identifier, created_at, disabled) "

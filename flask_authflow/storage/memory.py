@@ -22,11 +22,13 @@ from typing import Any
 
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import Clock, SystemClock, utc
+from flask_authflow.core.devices import MAX_LABEL_LENGTH, MAX_PLACE_LENGTH, check_device_id, clean_text
 from flask_authflow.core.factor_data import check_factor_config
 from flask_authflow.core.identifiers import check_tenant, normalise_identifier
 from flask_authflow.core.ports import (
     RESERVATION_TTL,
     AttemptKey,
+    DeviceRecord,
     FactorConfig,
     FailureCount,
     LoginFacts,
@@ -149,6 +151,8 @@ class InMemoryBackend:
         self._attempts: deque[AttemptLogEntry] = deque(maxlen=max_attempt_log)
         self._audit: deque[AuditRecord] = deque()
         self._roles = _RoleState()
+        # Devices: (tenant, user id, device id) -> record.
+        self._devices: dict[tuple[str, str, str], DeviceRecord] = {}
         self._links: dict[tuple[str, str], IdentityLink] = {}
         self._jtis: dict[tuple[str, str], datetime] = {}
         self._fail_writes = 0
@@ -282,6 +286,8 @@ class InMemoryBackend:
             for link_key in [k for k, link in self._links.items() if link.user_id == user.user_id]:
                 self._remove(self._links, link_key)
             self._remove(self._roles.held, (tenant, user.user_id))
+            for device_key in [k for k in self._devices if k[:2] == (tenant, user.user_id)]:
+                self._remove(self._devices, device_key)
             return user
 
     def find_user(self, tenant: str, identifier: str) -> UserRecord | None:
@@ -805,6 +811,63 @@ class InMemoryBackend:
             state = self._roles
             roles = state.held.get((tenant, user_id), ())
             return sorted({p for role in roles for p in state.grants.get((tenant, role), ())})
+
+    # --- devices (DeviceStore) ---------------------------------------------------------------
+
+    def _device_key(self, tenant: str, user_id: str, device_id: str) -> tuple[str, str, str]:
+        return (check_tenant(tenant), user_id, check_device_id(device_id))
+
+    def touch_device(
+        self, tenant: str, user_id: str, device_id: str, *, label: str, place: str | None, now: datetime
+    ) -> bool:
+        key = self._device_key(tenant, user_id, device_id)
+        label = clean_text(label, MAX_LABEL_LENGTH)
+        place = clean_text(place, MAX_PLACE_LENGTH) if place is not None else None
+        with self._lock:
+            if self.get_user(key[0], user_id) is None:
+                raise UserNotFound()
+            known = self._devices.get(key)
+            if known is None:
+                self._put(self._devices, key, DeviceRecord(*key, label, utc(now), utc(now), place))
+                return True
+            self._put(self._devices, key, replace(known, label=label, place=place, last_seen_at=utc(now)))
+            return False
+
+    def get_device(self, tenant: str, user_id: str, device_id: str) -> DeviceRecord | None:
+        key = self._device_key(tenant, user_id, device_id)
+        with self._lock:
+            return self._devices.get(key)
+
+    def list_devices(self, tenant: str, user_id: str) -> list[DeviceRecord]:
+        with self._lock:
+            mine = [r for k, r in self._devices.items() if k[:2] == (tenant, user_id)]
+        return sorted(mine, key=lambda r: (r.last_seen_at, r.device_id), reverse=True)
+
+    def forget_device(self, tenant: str, user_id: str, device_id: str) -> bool:
+        key = self._device_key(tenant, user_id, device_id)
+        with self._lock:
+            return self._remove(self._devices, key) is not None
+
+    def trust_device(self, tenant: str, user_id: str, device_id: str, until: datetime) -> bool:
+        key = self._device_key(tenant, user_id, device_id)
+        with self._lock:
+            known = self._devices.get(key)
+            if known is None:
+                return False
+            self._put(self._devices, key, replace(known, trusted_until=utc(until)))
+            return True
+
+    def end_device_trust(self, tenant: str, user_id: str, device_id: str | None = None) -> int:
+        wanted = check_device_id(device_id) if device_id is not None else None
+        with self._lock:
+            keys = [
+                k
+                for k, r in self._devices.items()
+                if k[:2] == (tenant, user_id) and r.trusted_until is not None and wanted in (None, k[2])
+            ]
+            for key in keys:
+                self._put(self._devices, key, replace(self._devices[key], trusted_until=None))
+            return len(keys)
 
 
 def _undo(container: Any, key: Any, before: Any) -> None:

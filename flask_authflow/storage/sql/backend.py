@@ -5,7 +5,7 @@ The backend is a thin composite: each aggregate lives in a module of its own
 (:mod:`~flask_authflow.storage.sql.users`, :mod:`~flask_authflow.storage.sql.factors`,
 :mod:`~flask_authflow.storage.sql.attempts`, :mod:`~flask_authflow.storage.sql.audit`,
 :mod:`~flask_authflow.storage.sql.identity_links`, :mod:`~flask_authflow.storage.sql.one_time`,
-:mod:`~flask_authflow.storage.sql.roles`),
+:mod:`~flask_authflow.storage.sql.roles`, :mod:`~flask_authflow.storage.sql.devices`),
 every table in :mod:`~flask_authflow.storage.sql.schema`, and the one connection per unit
 of work in :mod:`~flask_authflow.storage.sql.uow`. Every database error becomes
 :class:`~flask_authflow.errors.StoreUnavailable` (or
@@ -29,6 +29,7 @@ from flask_authflow.errors import ConfigurationError
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.attempts import SqlAttempts
 from flask_authflow.storage.sql.audit import AUDIT_PURGE_BATCH, SqlAudit
+from flask_authflow.storage.sql.devices import SqlDevices
 from flask_authflow.storage.sql.engine import EngineSource, is_flask_sqlalchemy, resolve_engine
 from flask_authflow.storage.sql.factors import SqlFactors
 from flask_authflow.storage.sql.identity_links import SqlIdentityLinks
@@ -72,7 +73,9 @@ __all__ = [
 ]
 
 
-class SqlAlchemyBackend(SqlUsers, SqlFactors, SqlAttempts, SqlAudit, SqlIdentityLinks, SqlOneTime, SqlRoles):
+class SqlAlchemyBackend(
+    SqlUsers, SqlFactors, SqlAttempts, SqlAudit, SqlIdentityLinks, SqlOneTime, SqlRoles, SqlDevices
+):
     """Identity, factor, attempt and audit store on SQLite or PostgreSQL.
 
     :param engine_source: an ``Engine``, a database URL, or a Flask-SQLAlchemy ``db``.

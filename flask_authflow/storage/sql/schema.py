@@ -39,6 +39,7 @@ __all__ = [
     "attempts_table",
     "audit_table",
     "aware",
+    "devices_table",
     "factors_table",
     "identity_links_table",
     "issuer_key_schedule_table",
@@ -199,6 +200,7 @@ audit_table = Table(
     Column("user_agent", String(512)),
     Column("request_id", String(128)),
     Column("reason", String(64)),
+    Column("device_id", String(64)),  # revision 0007
 )
 Index("ix_authflow_audit_time", audit_table.c.time)
 
@@ -266,6 +268,20 @@ user_roles_table = Table(
 # "Is this role in use?" without a scan.
 Index("ix_authflow_user_roles_role", user_roles_table.c.tenant, user_roles_table.c.role)
 
+#: The devices (browsers) each user signed in from, and the trust given to them (revision 0007).
+devices_table = Table(
+    "authflow_devices",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("user_id", String(32), ForeignKey("authflow_users.user_id", ondelete="CASCADE"), primary_key=True),
+    Column("device_id", String(64), primary_key=True),
+    Column("label", String(128), nullable=False),
+    Column("place", String(128)),
+    Column("first_seen_at", _Time, nullable=False),
+    Column("last_seen_at", _Time, nullable=False),
+    Column("trusted_until", _Time),
+)
+
 
 sessions_table = Table(
     "authflow_sessions",
@@ -323,6 +339,7 @@ BACKEND_TABLES = [
     roles_table,
     role_permissions_table,
     user_roles_table,
+    devices_table,
 ]
 
 

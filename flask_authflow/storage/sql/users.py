@@ -15,6 +15,7 @@ from flask_authflow.core.ports import UserRecord
 from flask_authflow.errors import UserExists, UserNotFound
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.storage.sql.schema import (
+    devices_table,
     factors_table,
     identity_links_table,
     lockouts_table,
@@ -119,6 +120,7 @@ class SqlUsers(SqlConnections):
             conn.execute(delete(identity_links_table).where(identity_links_table.c.user_id == user.user_id))
             # Also a foreign-key cascade, but not every SQLite connection enforces those.
             conn.execute(delete(user_roles_table).where(user_roles_table.c.user_id == user.user_id))
+            conn.execute(delete(devices_table).where(devices_table.c.user_id == user.user_id))
             gone = conn.execute(delete(users_table).where(users_table.c.user_id == user.user_id))
         if gone.rowcount == 0:
             raise UserNotFound()
