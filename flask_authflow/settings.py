@@ -499,6 +499,23 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_SMTP_FROM", raw),
     Key("AUTHFLOW_SMTP_TIMEOUT", raw, 10),
     Key("AUTHFLOW_SMTP_CAFILE", raw),
+    # devices (flask_authflow.devices): the device cookie, trusted devices, new-device mail
+    Key("AUTHFLOW_DEVICE_COOKIE_NAME", text, "authflow_device"),
+    Key(
+        "AUTHFLOW_DEVICE_COOKIE_LIFETIME",
+        duration,
+        timedelta(days=365),
+        at_most(
+            timedelta(days=400), "AUTHFLOW_DEVICE_COOKIE_LIFETIME over 400 days is refused: browsers cap it"
+        ),
+    ),
+    Key(
+        "AUTHFLOW_DEVICE_TRUST_DURATION",
+        duration,
+        timedelta(days=30),
+        at_most(timedelta(days=365), "AUTHFLOW_DEVICE_TRUST_DURATION over 365 days is refused"),
+    ),
+    Key("AUTHFLOW_DEVICE_NEW_DEVICE_MAIL", boolean, False),
     # authorization policies (flask_authflow.authz; the [cedar] extra)
     Key("AUTHFLOW_AUTHZ_POLICIES", policy_entries, []),
     Key("AUTHFLOW_AUTHZ_SCHEMA", schema_source),

@@ -45,6 +45,7 @@ LAYERS: dict[str, int] = {
     "federation": FEATURE,
     "issuer": FEATURE,
     "authz": FEATURE,
+    "devices": FEATURE,
     "storage": STORAGE,
     "web": COMPOSITION,
     "cli": COMPOSITION,

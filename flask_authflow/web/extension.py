@@ -64,6 +64,7 @@ from flask_authflow.web import authz
 from flask_authflow.web.config import AuthFlowConfig
 from flask_authflow.web.current_user import current_user
 from flask_authflow.web.decorators import denial_response
+from flask_authflow.web.devices import install_devices, request_trust
 from flask_authflow.web.factor_wiring import built_in_factors
 from flask_authflow.web.state import (
     EXTENSION_KEY,
@@ -382,6 +383,7 @@ class AuthFlow:
             password_policy=PasswordPolicy.from_settings(config.passwords),
         )
         authz.install(app, self)  # Cedar policies: loaded and checked now, before anything is installed
+        install_devices(app, state)  # the device cookie, device records, trusted devices
         _install(app, state)
         register_logout(app, config.web.logout_url_prefix)  # POST /auth/logout: the app's one logout route
         if config.federation.providers or self._providers:
@@ -582,12 +584,18 @@ class AuthFlow:
     def _request_handle(self) -> AuthnRequest:
         return get_state().service.with_audit_context(audit_context())
 
-    def verify_factor(self, kind: FactorKind | str, secret: str | bytes) -> FactorOutcome:
+    def verify_factor(
+        self, kind: FactorKind | str, secret: str | bytes, *, trust_device: bool = False
+    ) -> FactorOutcome:
         """Present the credential of ``kind`` for the current session's pending step: a code
         (TOTP, HOTP, e-mail, recovery code) or WebAuthn's response JSON. See
         :meth:`AuthnRequest.verify_factor <flask_authflow.login.service.AuthnRequest.verify_factor>`.
+        With ``trust_device`` (a JSON client's ``"trust_device": true``), a sign-in this step
+        completes trusts the browser's device for ``AUTHFLOW_DEVICE_TRUST_DURATION`` (see
+        :doc:`/devices`).
 
         :raises InvalidInput: an unknown kind or a malformed credential."""
+        request_trust(trust_device is True)
         with FactorCredential(_kind(kind), secret) as credential:
             return self._request_handle().verify_factor(credential, current_auth_session())
 

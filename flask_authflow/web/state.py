@@ -25,6 +25,7 @@ from flask_authflow.core.ports import (
     AttemptStore,
     AuditSink,
     BackendMaintenance,
+    DeviceStore,
     FactorStore,
     IdentityStore,
     MaintainedSessionStore,
@@ -62,9 +63,9 @@ EXTENSION_KEY = "authflow"
 
 @runtime_checkable
 class AuthBackend(
-    IdentityStore, FactorStore, AttemptStore, AuditSink, BackendMaintenance, RoleStore, Protocol
+    IdentityStore, FactorStore, AttemptStore, AuditSink, BackendMaintenance, RoleStore, DeviceStore, Protocol
 ):
-    """One store for users, factors, attempts, audit rows and roles, plus account
+    """One store for users, factors, attempts, audit rows, roles and devices, plus account
     administration and the maintenance the wiring and the command line call.
 
     :class:`~flask_authflow.storage.memory.InMemoryBackend` and
@@ -97,6 +98,9 @@ class AuthFlowHooks:
     claims_mapper: Callable[[Any], Any] | None = None
     #: ``provision_user(identity, tenant)`` creates the app's user at a first federated sign-in.
     provision_user: Callable[[Any, str], Any] | None = None
+    #: ``device_place(request)``: an approximate place of the client ("Berlin, DE") for the
+    #: device list, or ``None`` (see :doc:`/devices`).
+    device_place: Callable[[Any], str | None] | None = None
 
 
 @dataclass(eq=False)
@@ -126,6 +130,11 @@ class AuthFlowState:
     #: The policy new passwords must pass (``init_app`` builds it from ``AUTHFLOW_PASSWORD_*``;
     #: ``None`` builds it from the config on each use).
     password_policy: PasswordPolicy | None = None
+    #: The devices of users (a :class:`~flask_authflow.web.devices.DeviceWiring`).
+    devices: Any = None
+    #: Adds the request's device to its audit context (set by the device wiring; read by
+    #: :func:`~flask_authflow.audit.context.audit_context`).
+    device_context: Callable[[Any, Any], Any] | None = None
 
     def __repr__(self) -> str:
         return (

@@ -28,6 +28,7 @@ from flask_authflow.outcomes import (
     Locked,
 )
 from flask_authflow.web.csrf import csrf_valid, rotate_csrf_token
+from flask_authflow.web.devices import request_trust
 from flask_authflow.web.state import current_auth_session, get_state
 from flask_authflow.web.views.common import (
     MAX_CODE_LENGTH,
@@ -270,6 +271,7 @@ def _factor_page(target: str | None, status: int = 200, **context: Any) -> Respo
         next=target,
         kinds=kinds,
         methods=methods,
+        trust_days=get_state().devices.settings.trust_duration.days or None,
         factor=methods[0].kind if methods else (kinds[0] if kinds else None),
         **context,
     )
@@ -303,6 +305,7 @@ def factor() -> ResponseReturnValue:
             return _factor_page(target, 400, error=MESSAGES["missing_code"])
         if len(secret) > MAX_CODE_LENGTH:
             return _factor_page(target, 400, error=MESSAGES["too_long"])
+    request_trust(form_text("trust_device") == "1")  # "trust this device", if the sign-in completes
     try:
         with FactorCredential(kind, secret) as credential:
             outcome = handle().verify_factor(credential, session)

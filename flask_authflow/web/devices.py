@@ -1,0 +1,202 @@
+"""The device feature in a Flask app: the device cookie on requests and responses, the
+device on every audit row, the record of each sign-in, trusted devices and the end of
+their trust.
+
+* The request's device is read lazily, when something asks for the audit context (a
+  login step, a recorded event): a valid device cookie gives its id and its user; a
+  request without one gets a fresh id, which the browser keeps only if a sign-in
+  succeeds. A forged, expired or rebound cookie is ignored (the login audits why).
+* After a sign-in (``login_succeeded``, not a step-up) the device is recorded for the
+  user (a new one is announced by mail if the app opted in), trusted when the user asked
+  for it at a second factor, and the cookie is (re)issued bound to the User-Agent.
+* Every ``session_revoked`` but a logout or a new login on the same session (a password
+  or factor change, a disabled or deleted user, an operator's revoke) ends the user's
+  device trusts.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+from flask import Flask, Request, Response, current_app, g, has_request_context, request
+
+from flask_authflow import signals
+from flask_authflow.audit.context import AuditContext, audit_context
+from flask_authflow.devices import DeviceClaim, DeviceCookie, DeviceReading, DeviceService, new_device_id
+from flask_authflow.devices.settings import DeviceSettings
+from flask_authflow.web.state import AuthFlowState, current_auth_session, get_state
+
+__all__ = ["TRUST_KEPT_ON", "DeviceWiring", "install_devices", "request_trust"]
+
+log = logging.getLogger("flask_authflow.devices")
+
+#: ``session_revoked`` reasons that leave device trusts alone (the user logged out, or a
+#: new login replaced the session); every other revocation ends them.
+TRUST_KEPT_ON = frozenset({"logout", "new_login", "backchannel_logout"})
+#: ``flask.g`` key of the request's device bookkeeping.
+_G_KEY = "_authflow_device"
+
+
+@dataclass(slots=True)
+class _RequestDevice:
+    """The device of one request: what the cookie said, and what the response must do."""
+
+    reading: DeviceReading
+    device_id: str
+    trust_requested: bool = False
+    issue: DeviceClaim | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceWiring:
+    """The app's device parts (``get_state().devices``)."""
+
+    settings: DeviceSettings
+    cookie: DeviceCookie
+    service: DeviceService
+    secure: bool
+    samesite: str
+    domain: str | None
+    path: str
+
+
+def install_devices(app: Flask, state: AuthFlowState) -> DeviceWiring:
+    """Build the device parts of ``app`` and hook them into its requests and signals."""
+    settings = DeviceSettings.from_config(app.config)
+    session = state.config.session
+    wiring = DeviceWiring(
+        settings=settings,
+        cookie=DeviceCookie(
+            session.signing_key, session.previous_signing_keys, lifetime=settings.cookie_lifetime
+        ),
+        service=DeviceService(state.backend, settings),
+        secure=session.cookie_secure,
+        samesite=session.cookie_samesite,
+        domain=session.cookie_domain,
+        path=session.cookie_path,
+    )
+    state.devices = wiring
+    state.device_context = _device_context
+    state.service.device_trusted = wiring.service.is_trusted
+    app.after_request(_set_cookie)
+    signals.login_succeeded.connect(_signed_in, sender=app, weak=False)
+    signals.session_revoked.connect(_revoked, sender=app, weak=False)
+    return wiring
+
+
+def _device_context(ctx: AuditContext, req: Request) -> AuditContext:
+    """``ctx`` with the request's device (read once per request); never raises."""
+    try:
+        found = _request_device(req)
+    except Exception:  # the audit context cannot fail, by contract
+        log.exception("the device cookie could not be read")
+        return ctx
+    claim = found.reading.claim
+    return replace(
+        ctx,
+        device_id=found.device_id,
+        device_user=claim.user_id if claim is not None else None,
+        device_refused=found.reading.refused,
+    )
+
+
+def _request_device(req: Request) -> _RequestDevice:
+    found: _RequestDevice | None = g.get(_G_KEY)
+    if found is None:
+        wiring: DeviceWiring = get_state().devices
+        raw = req.cookies.get(wiring.settings.cookie_name)
+        reading = wiring.cookie.read(raw, req.headers.get("User-Agent"))
+        device_id = reading.claim.device_id if reading.claim is not None else new_device_id()
+        found = _RequestDevice(reading, device_id)
+        setattr(g, _G_KEY, found)
+    return found
+
+
+def request_trust(wanted: bool = True) -> None:
+    """Ask that a sign-in completed in this request with a second factor trusts this
+    device (the factor page's "trust this device" box, ``trust_device`` in JSON)."""
+    if wanted and has_request_context() and get_state().devices is not None:
+        _request_device(request).trust_requested = True
+
+
+def _signed_in(app: Flask, *, user_id: str, tenant: str, step_up: bool = False, **_: Any) -> None:
+    """After a sign-in: record the device, trust it if asked, (re)issue its cookie."""
+    if step_up or not has_request_context():
+        return
+    try:
+        _record_sign_in(get_state(app), user_id, tenant)
+    except Exception:  # the sign-in is committed; the device record is best effort
+        log.exception("the device of a sign-in could not be recorded")
+
+
+def _record_sign_in(state: AuthFlowState, user_id: str, tenant: str) -> None:
+    wiring: DeviceWiring = state.devices
+    ctx = audit_context()
+    found = _request_device(request)
+    claim = found.reading.claim
+    device_id = found.device_id if claim is None or claim.user_id == user_id else new_device_id()
+    now = state.clock.now()
+    hook = state.hooks.device_place
+    place = hook(request) if hook is not None else None
+    new = wiring.service.signed_in(
+        tenant, user_id, device_id, user_agent=request.headers.get("User-Agent"), place=place, now=now
+    )
+    found.issue = DeviceClaim(device_id, tenant, user_id)
+    session = current_auth_session()
+    handle = state.service.with_audit_context(replace(ctx, device_id=device_id))
+    handle.record_event("device_sign_in", "new" if new else "known", session, tenant=tenant, user_id=user_id)
+    if found.trust_requested:
+        passed_second = len(session.record.factors_passed) > 1
+        until = wiring.service.trust(tenant, user_id, device_id, now) if passed_second else None
+        status, reason = ("success", None) if until is not None else ("refused", "no_second_factor")
+        handle.record_event("device_trusted", status, session, tenant=tenant, user_id=user_id, reason=reason)
+    if new and wiring.settings.new_device_mail:
+        from flask_authflow.web.device_mail import send_new_device_mail
+
+        send_new_device_mail(state, tenant, user_id, device_id)
+
+
+def _set_cookie(response: Response) -> Response:
+    found: _RequestDevice | None = g.get(_G_KEY)
+    if found is None or found.issue is None:
+        return response
+    wiring: DeviceWiring = get_state().devices
+    value = wiring.cookie.issue(found.issue, request.headers.get("User-Agent"))
+    response.set_cookie(
+        wiring.settings.cookie_name,
+        value,
+        max_age=int(wiring.settings.cookie_lifetime.total_seconds()),
+        secure=wiring.secure,
+        httponly=True,
+        samesite=wiring.samesite,
+        domain=wiring.domain,
+        path=wiring.path,
+    )
+    return response
+
+
+def _revoked(
+    app: Flask, *, user_id: str | None = None, tenant: str | None = None, reason: str = "", **_: Any
+) -> None:
+    """A password or factor change, a disabled user, an operator's revoke: trust ends."""
+    if reason in TRUST_KEPT_ON or user_id is None or tenant is None:
+        return
+    state = get_state(app)
+    ended = state.devices.service.end_trust(tenant, user_id)
+    if ended:
+        session = current_auth_session() if has_request_context() else None
+        handle = state.service.with_audit_context(audit_context())
+        if session is not None:
+            handle.record_event(
+                "device_trust_ended", "success", session, tenant=tenant, user_id=user_id, reason=reason[:64]
+            )
+        else:
+            log.info("ended %d device trust(s) of user %s (%s)", ended, user_id, reason)
+
+
+def current_wiring() -> DeviceWiring:
+    """The current app's device parts."""
+    wiring: DeviceWiring = get_state(current_app).devices
+    return wiring

@@ -1,0 +1,187 @@
+"""Devices through the ready-made pages: the device cookie, trusted devices, the device
+list and "forget this device", the audit rows, and cookies that must be ignored."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from flask_authflow.outcomes import FactorKind
+from flask_authflow.web.state import get_state
+from tests.appfactory import AppFactory
+from tests.test_views import PASSWORD, FixedCode, Site, csrf_of, login, make_site
+
+COOKIE = "authflow_device"
+FIREFOX = "Mozilla/5.0 (X11; Ubuntu; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0"
+CHROME = (
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/131.0.0.0 Safari/537.36"
+)
+
+
+@pytest.fixture
+def site(app_factory: AppFactory) -> Site:
+    site = make_site(app_factory)
+    get_state(site.app).service.register_factor(FixedCode("123456"))
+    site.backend.enroll_factor("default", site.user_id(), FactorKind.TOTP, "seed")
+    return site
+
+
+def device_cookie(client: FlaskClient) -> str | None:
+    cookie = client.get_cookie(COOKIE)
+    return cookie.value if cookie is not None else None
+
+
+def sign_in(
+    client: FlaskClient, *, trust: bool = False, user: str = "alice", password: str = PASSWORD
+) -> Any:
+    """Password, then (when asked for) the TOTP step; the last response."""
+    step = login(client, password=password)
+    if step.location is None or not step.location.startswith("/login/factor"):
+        return step
+    page = client.get("/login/factor")
+    form = {"code": "123456", "csrf_token": csrf_of(page.text)}
+    if trust:
+        form["trust_device"] = "1"
+    return client.post("/login/factor", data=form)
+
+
+def sign_out(client: FlaskClient) -> None:
+    page = client.get("/account")
+    client.post("/auth/logout", data={"csrf_token": csrf_of(page.text)})
+    assert client.get("/account").status_code == 401
+
+
+def rows(site: Site, event: str) -> list[Any]:
+    return [r for r in site.backend.audit_rows if r.event == event]
+
+
+def test_a_sign_in_records_the_device_and_sets_its_cookie(site: Site) -> None:
+    client = site.client(FIREFOX)
+    done = sign_in(client)
+    assert done.status_code == 302
+    header = next(h for h in done.headers.getlist("Set-Cookie") if h.startswith(COOKIE + "="))
+    assert "HttpOnly" in header and "SameSite=Lax" in header and "Secure" in header
+    assert "Max-Age=31536000" in header
+    [device] = site.backend.list_devices("default", site.user_id())
+    assert device.label == "Firefox 120 on Ubuntu" and device.trusted_until is None
+    assert [r.status for r in rows(site, "device_sign_in")] == ["new"]
+    # Every row of the sign-in request carries the device.
+    login_rows = [r for r in site.backend.audit_rows if r.event in ("login_begin", "factor_verify")]
+    assert login_rows and login_rows[-1].device_id == device.device_id
+    sign_out(client)
+    site.clock.advance(timedelta(minutes=5))
+    sign_in(client)
+    [again] = site.backend.list_devices("default", site.user_id())
+    assert again.device_id == device.device_id and again.last_seen_at > device.last_seen_at
+    assert [r.status for r in rows(site, "device_sign_in")] == ["new", "known"]
+
+
+def test_a_trusted_device_asks_for_the_password_only(site: Site) -> None:
+    client = site.client(FIREFOX)
+    assert sign_in(client, trust=True).status_code == 302
+    [device] = site.backend.list_devices("default", site.user_id())
+    assert device.trusted_until == site.clock.now() + timedelta(days=30)
+    assert [r.status for r in rows(site, "device_trusted")] == ["success"]
+    sign_out(client)
+    step = login(client)
+    assert step.status_code == 302 and not step.location.startswith("/login/factor")
+    assert client.get("/account").status_code == 200
+    started = [r for r in rows(site, "login_begin") if r.status == "started"]
+    assert started[-1].reason == "trusted_device"
+    # Another browser of the same user still needs the second factor.
+    other = site.client(CHROME)
+    assert login(other).location.startswith("/login/factor")
+
+
+def test_the_trust_expires(site: Site) -> None:
+    client = site.client(FIREFOX)
+    sign_in(client, trust=True)
+    sign_out(client)
+    site.clock.advance(timedelta(days=30))
+    assert login(client).location.startswith("/login/factor")
+
+
+def test_trust_ends_with_a_password_change(site: Site) -> None:
+    client = site.client(FIREFOX)
+    sign_in(client, trust=True)
+    sign_out(client)
+    with site.app.test_request_context():
+        site.authflow.accounts.set_password("default", "alice", "a brand new long password")
+    assert site.backend.list_devices("default", site.user_id())[0].trusted_until is None
+    assert login(client, password="a brand new long password").location.startswith("/login/factor")
+
+
+def test_trust_is_not_given_without_a_second_factor(app_factory: AppFactory) -> None:
+    site = make_site(app_factory)  # alice has the password only
+    client = site.client(FIREFOX)
+    page = client.get("/login")
+    client.post(
+        "/login",
+        data={
+            "username": "alice",
+            "password": PASSWORD,
+            "csrf_token": csrf_of(page.text),
+            "trust_device": "1",
+        },
+    )
+    assert site.backend.list_devices("default", site.user_id())[0].trusted_until is None
+    assert rows(site, "device_trusted") == []
+
+
+def test_a_user_agent_change_ignores_the_cookie(site: Site) -> None:
+    client = site.client(FIREFOX)
+    sign_in(client, trust=True)
+    sign_out(client)
+    client.environ_base["HTTP_USER_AGENT"] = CHROME
+    assert login(client).location.startswith("/login/factor")
+    started = [r for r in rows(site, "login_begin") if r.status == "started"]
+    assert started[-1].reason == "device_ua_mismatch"
+
+
+def test_a_forged_cookie_is_ignored_and_audited(site: Site) -> None:
+    client = site.client(FIREFOX)
+    sign_in(client, trust=True)
+    sign_out(client)
+    value = device_cookie(client)
+    assert value is not None
+    for forged in (value[:-2] + ("AA" if not value.endswith("AA") else "BB"), "garbage", "x" * 3000, "é"):
+        client.set_cookie(COOKIE, forged)
+        step = login(client)
+        assert step.status_code == 302 and step.location.startswith("/login/factor")
+        started = [r for r in rows(site, "login_begin") if r.status == "started"]
+        assert started[-1].reason == "device_forged"
+        client.get("/login")  # the unfinished login is simply dropped by the next one
+
+
+def test_another_users_cookie_is_ignored(site: Site) -> None:
+    site.backend.enroll_factor("default", site.user_id("bob"), FactorKind.TOTP, "seed")
+    client = site.client(FIREFOX)
+    sign_in(client, trust=True)  # alice trusts this browser
+    alice_device = device_cookie(client)
+    sign_out(client)
+    step = login(client, username="bob", password="bob's own password")
+    assert step.location.startswith("/login/factor")  # bob is asked for his second factor
+    started = [r for r in rows(site, "login_begin") if r.status == "started"]
+    assert started[-1].reason == "foreign_device"
+    page = client.get("/login/factor")
+    client.post("/login/factor", data={"code": "123456", "csrf_token": csrf_of(page.text)})
+    [bobs] = site.backend.list_devices("default", site.user_id("bob"))
+    [alices] = site.backend.list_devices("default", site.user_id())
+    assert bobs.device_id != alices.device_id  # a new device for bob, alice's left alone
+    assert device_cookie(client) != alice_device
+
+
+def test_an_expired_cookie_is_ignored(site: Site) -> None:
+    client = site.client(FIREFOX)
+    sign_in(client, trust=True)
+    sign_out(client)
+    value = device_cookie(client)
+    app = site.app
+    wiring = get_state(app).devices
+    assert wiring.cookie.read(value, FIREFOX).claim is not None
+    short = type(wiring.cookie)(app.config["AUTHFLOW_SIGNING_KEY"], lifetime=timedelta(seconds=-1))
+    assert short.read(value, FIREFOX).refused == "expired"
