@@ -185,3 +185,47 @@ def test_an_expired_cookie_is_ignored(site: Site) -> None:
     assert wiring.cookie.read(value, FIREFOX).claim is not None
     short = type(wiring.cookie)(app.config["AUTHFLOW_SIGNING_KEY"], lifetime=timedelta(seconds=-1))
     assert short.read(value, FIREFOX).refused == "expired"
+
+
+def test_the_account_page_lists_devices_and_forgets_one(site: Site) -> None:
+    client = site.client(FIREFOX)
+    sign_in(client, trust=True)
+    other = site.client(CHROME)
+    sign_in(other)
+    page = client.get("/account")
+    devices = site.backend.list_devices("default", site.user_id())
+    assert len(devices) == 2
+    mine = next(d for d in devices if d.label.startswith("Firefox"))
+    assert f'id="device-{mine.device_id}" data-device="{mine.device_id}" data-current="true"' in page.text
+    assert 'data-trusted="true"' in page.text and "Chrome 131 on Windows" in page.text
+    assert page.text.index("Firefox 120 on Ubuntu") < page.text.index(
+        "Chrome 131 on Windows"
+    )  # this one first
+    token = csrf_of(page.text)
+    assert client.post(f"/account/devices/{mine.device_id}/forget").status_code == 400  # no token
+    done = client.post(f"/account/devices/{mine.device_id}/forget", data={"csrf_token": token})
+    assert done.status_code == 302 and done.location == "/account?notice=device_forgotten"
+    assert [d.label for d in site.backend.list_devices("default", site.user_id())] == [
+        "Chrome 131 on Windows"
+    ]
+    [row] = rows(site, "device_forgotten")
+    assert row.reason == f"device={mine.device_id}" and row.device_id == mine.device_id
+    sign_out(client)
+    assert login(client).location.startswith("/login/factor")  # forgotten: the TOTP step again
+
+
+def test_forgetting_refuses_other_users_devices_and_bad_ids(site: Site) -> None:
+    bob = site.client(CHROME)
+    login(bob, username="bob", password="bob's own password")
+    [bobs] = site.backend.list_devices("default", site.user_id("bob"))
+    client = site.client(FIREFOX)
+    sign_in(client)
+    token = csrf_of(client.get("/account").text)
+    for device_id in (bobs.device_id, "short", "x" * 80, "a" * 22 + "%00"):
+        refused = client.post(f"/account/devices/{device_id}/forget", data={"csrf_token": token})
+        assert refused.status_code == 404, device_id
+        assert "That device is not one of yours" in refused.text
+    assert site.backend.list_devices("default", site.user_id("bob")) == [bobs]
+    guest = site.client(FIREFOX)
+    assert guest.post(f"/account/devices/{bobs.device_id}/forget").status_code in (302, 400)
+    assert site.backend.list_devices("default", site.user_id("bob")) == [bobs]

@@ -228,6 +228,7 @@ EXPECTED_RULES = {
     "authflow_views.change_password": ("/account/password", {"POST"}),
     "authflow_views.revoke_session": ("/account/sessions/<session_hash>/revoke", {"POST"}),
     "authflow_views.revoke_other_sessions": ("/account/sessions/revoke-others", {"POST"}),
+    "authflow_views.forget_device": ("/account/devices/<device_id>/forget", {"POST"}),
     "authflow_views.factor_send": ("/login/factor/send", {"POST"}),
     "authflow_views.factor_webauthn_options": ("/login/factor/webauthn-options", {"POST"}),
     "authflow_views.passkey_options": ("/login/passkey/options", {"POST"}),

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-from flask import Flask, Request, Response, current_app, g, has_request_context, request
+from flask import Flask, Request, Response, g, has_request_context, request
 
 from flask_authflow import signals
 from flask_authflow.audit.context import AuditContext, audit_context
@@ -28,7 +28,7 @@ from flask_authflow.devices import DeviceClaim, DeviceCookie, DeviceReading, Dev
 from flask_authflow.devices.settings import DeviceSettings
 from flask_authflow.web.state import AuthFlowState, current_auth_session, get_state
 
-__all__ = ["TRUST_KEPT_ON", "DeviceWiring", "install_devices", "request_trust"]
+__all__ = ["TRUST_KEPT_ON", "DeviceWiring", "current_device_id", "install_devices", "request_trust"]
 
 log = logging.getLogger("flask_authflow.devices")
 
@@ -196,7 +196,9 @@ def _revoked(
             log.info("ended %d device trust(s) of user %s (%s)", ended, user_id, reason)
 
 
-def current_wiring() -> DeviceWiring:
-    """The current app's device parts."""
-    wiring: DeviceWiring = get_state(current_app).devices
-    return wiring
+def current_device_id() -> str | None:
+    """The id of this browser's device, from a valid device cookie (``None`` without one)."""
+    if not has_request_context():
+        return None
+    claim = _request_device(request).reading.claim
+    return claim.device_id if claim is not None else None

@@ -25,7 +25,7 @@ from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind,
 from flask_authflow.web.csrf import csrf_valid, rotate_csrf_token
 from flask_authflow.web.decorators import login_required
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
-from flask_authflow.web.views import security, signin, stepup
+from flask_authflow.web.views import devices, security, signin, stepup
 from flask_authflow.web.views.common import (
     LOGOUT_BLUEPRINT,
     MESSAGES,
@@ -52,6 +52,7 @@ NOTICES = {
     "password_changed": "Your password has been changed. Your other sessions have been logged out.",
     "session_revoked": "That session has been logged out.",
     "others_revoked": "All your other sessions have been logged out.",
+    "device_forgotten": "That device has been forgotten. Its next sign-in counts as a new device.",
     "stepped_up": "Thank you: your identity is confirmed.",
     "identity_linked": "The provider is linked: you can now sign in with it.",
     "identity_unlinked": "The provider is unlinked: it no longer signs you in.",
@@ -81,6 +82,7 @@ def _account_page(status: int = 200, *, error: str | None = None, notice: str | 
         authenticated_at=session.authenticated_at,
         sessions=sessions,
         **_provider_rows(tenant, user_id),
+        **devices.device_rows(tenant, user_id),
     )
 
 
@@ -212,6 +214,16 @@ def revoke_other_sessions() -> ResponseReturnValue:
     return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="others_revoked"))
 
 
+def forget_device(device_id: str) -> ResponseReturnValue:
+    """ "Forget this device": its record and trust go; its next sign-in is a new device."""
+    refused = _account_post_refused()
+    if refused is not None:
+        return refused
+    if not devices.forget_device_of_current_user(device_id):
+        return _account_page(404, error=MESSAGES["no_device"])
+    return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="device_forgotten"))
+
+
 def _frame_guard(response: Response) -> Response:
     """The pages hold password forms, CSRF tokens and "log out" buttons: never inside another
     site's frame, and no HTML of theirs in a cache (a guest's sign-in page included). Runs
@@ -246,6 +258,7 @@ def build_blueprint(*, with_logout: bool = True) -> Blueprint:
         ("/account/password", "change_password", change_password, ["POST"]),
         ("/account/sessions/<session_hash>/revoke", "revoke_session", revoke_session, ["POST"]),
         ("/account/sessions/revoke-others", "revoke_other_sessions", revoke_other_sessions, ["POST"]),
+        ("/account/devices/<device_id>/forget", "forget_device", forget_device, ["POST"]),
         ("/account/factors", "factors", security.factors, ["GET"]),
         ("/account/factors/totp", "enroll_totp", security.enroll_totp, ["GET", "POST"]),
         ("/account/factors/totp/confirm", "confirm_totp", security.confirm_totp, ["POST"]),
