@@ -24,6 +24,11 @@ CHROME = (
 
 @pytest.fixture
 def site(app_factory: AppFactory) -> Site:
+    return make_device_site(app_factory)
+
+
+def make_device_site(app_factory: AppFactory) -> Site:
+    """The views' test site where alice also has a TOTP step (code 123456)."""
     site = make_site(app_factory)
     get_state(site.app).service.register_factor(FixedCode("123456"))
     site.backend.enroll_factor("default", site.user_id(), FactorKind.TOTP, "seed")

@@ -24,11 +24,21 @@ from flask import Flask, Request, Response, g, has_request_context, request
 
 from flask_authflow import signals
 from flask_authflow.audit.context import AuditContext, audit_context
+from flask_authflow.audit.sinks import AuditRecord, hash_session_id
 from flask_authflow.devices import DeviceClaim, DeviceCookie, DeviceReading, DeviceService, new_device_id
 from flask_authflow.devices.settings import DeviceSettings
 from flask_authflow.web.state import AuthFlowState, current_auth_session, get_state
 
-__all__ = ["TRUST_KEPT_ON", "DeviceWiring", "current_device_id", "install_devices", "request_trust"]
+__all__ = [
+    "TRUST_KEPT_ON",
+    "DeviceWiring",
+    "current_device_id",
+    "end_device_trust",
+    "forget_device",
+    "install_devices",
+    "record_device_event",
+    "request_trust",
+]
 
 log = logging.getLogger("flask_authflow.devices")
 
@@ -133,7 +143,6 @@ def _signed_in(app: Flask, *, user_id: str, tenant: str, step_up: bool = False, 
 
 def _record_sign_in(state: AuthFlowState, user_id: str, tenant: str) -> None:
     wiring: DeviceWiring = state.devices
-    ctx = audit_context()
     found = _request_device(request)
     claim = found.reading.claim
     device_id = found.device_id if claim is None or claim.user_id == user_id else new_device_id()
@@ -144,14 +153,13 @@ def _record_sign_in(state: AuthFlowState, user_id: str, tenant: str) -> None:
         tenant, user_id, device_id, user_agent=request.headers.get("User-Agent"), place=place, now=now
     )
     found.issue = DeviceClaim(device_id, tenant, user_id)
-    session = current_auth_session()
-    handle = state.service.with_audit_context(replace(ctx, device_id=device_id))
-    handle.record_event("device_sign_in", "new" if new else "known", session, tenant=tenant, user_id=user_id)
+    who = {"tenant": tenant, "user_id": user_id, "device_id": device_id}
+    record_device_event(state, "device_sign_in", "new" if new else "known", **who)
     if found.trust_requested:
-        passed_second = len(session.record.factors_passed) > 1
+        passed_second = len(current_auth_session().record.factors_passed) > 1
         until = wiring.service.trust(tenant, user_id, device_id, now) if passed_second else None
         status, reason = ("success", None) if until is not None else ("refused", "no_second_factor")
-        handle.record_event("device_trusted", status, session, tenant=tenant, user_id=user_id, reason=reason)
+        record_device_event(state, "device_trusted", status, reason=reason, **who)
     if new and wiring.settings.new_device_mail:
         from flask_authflow.web.device_mail import send_new_device_mail
 
@@ -177,23 +185,73 @@ def _set_cookie(response: Response) -> Response:
     return response
 
 
+def record_device_event(
+    state: AuthFlowState,
+    event: str,
+    status: str,
+    *,
+    tenant: str,
+    user_id: str,
+    reason: str | None = None,
+    device_id: str | None = None,
+) -> None:
+    """One audit row of a device decision, in a request (its context, its session) or on
+    the command line (no context); ``device_id`` overrides the request's device."""
+    ctx = audit_context()
+    session_id = None
+    if has_request_context():
+        session_id = hash_session_id(current_auth_session().sid)
+    state.service.audit_sink.write(
+        AuditRecord(
+            time=state.clock.now(),
+            event=event,
+            status=status,
+            tenant=tenant,
+            user_id=user_id,
+            session_id=session_id,
+            client_ip=ctx.client_ip,
+            ip_source=ctx.ip_source,
+            user_agent=ctx.user_agent,
+            request_id=ctx.request_id,
+            reason=reason[:64] if reason is not None else None,
+            device_id=device_id if device_id is not None else ctx.device_id,
+        )
+    )
+
+
+def forget_device(state: AuthFlowState, tenant: str, user_id: str, device_id: str) -> bool:
+    """Forget one device of the user (audited ``device_forgotten``, the device named in the
+    reason); false when the user has no such device."""
+    wiring: DeviceWiring = state.devices
+    if not wiring.service.forget(tenant, user_id, device_id):
+        return False
+    record_device_event(
+        state, "device_forgotten", "success", tenant=tenant, user_id=user_id, reason=f"device={device_id}"
+    )
+    return True
+
+
+def end_device_trust(
+    state: AuthFlowState, tenant: str, user_id: str, device_id: str | None = None, *, reason: str
+) -> int:
+    """End the trust of one device or of all the user's devices (audited
+    ``device_trust_ended`` with ``reason`` when any trust ended); how many ended."""
+    wiring: DeviceWiring = state.devices
+    ended = wiring.service.end_trust(tenant, user_id, device_id)
+    if ended:
+        record_device_event(
+            state, "device_trust_ended", "success", tenant=tenant, user_id=user_id, reason=reason
+        )
+    return ended
+
+
 def _revoked(
     app: Flask, *, user_id: str | None = None, tenant: str | None = None, reason: str = "", **_: Any
 ) -> None:
     """A password or factor change, a disabled user, an operator's revoke: trust ends."""
     if reason in TRUST_KEPT_ON or user_id is None or tenant is None:
         return
-    state = get_state(app)
-    ended = state.devices.service.end_trust(tenant, user_id)
-    if ended:
-        session = current_auth_session() if has_request_context() else None
-        handle = state.service.with_audit_context(audit_context())
-        if session is not None:
-            handle.record_event(
-                "device_trust_ended", "success", session, tenant=tenant, user_id=user_id, reason=reason[:64]
-            )
-        else:
-            log.info("ended %d device trust(s) of user %s (%s)", ended, user_id, reason)
+    end_device_trust(get_state(app), tenant, user_id, reason=reason)
 
 
 def current_device_id() -> str | None:

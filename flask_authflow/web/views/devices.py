@@ -9,9 +9,8 @@ from typing import Any
 
 from flask_authflow.core.devices import check_device_id
 from flask_authflow.errors import InvalidInput
-from flask_authflow.web.devices import current_device_id
+from flask_authflow.web.devices import current_device_id, forget_device
 from flask_authflow.web.state import current_auth_session, get_state
-from flask_authflow.web.views.common import handle
 
 __all__ = ["DeviceRow", "device_rows", "forget_device_of_current_user"]
 
@@ -58,11 +57,4 @@ def forget_device_of_current_user(device_id: str) -> bool:
     except InvalidInput:
         return False
     session = current_auth_session()
-    tenant, user_id = str(session.tenant), str(session.user_id)
-    if not get_state().devices.service.forget(tenant, user_id, device_id):
-        return False
-    reason = f"device={device_id}"  # which one (the row's device_id is the browser's that asked)
-    handle().record_event(
-        "device_forgotten", "success", session, tenant=tenant, user_id=user_id, reason=reason
-    )
-    return True
+    return forget_device(get_state(), str(session.tenant), str(session.user_id), device_id)
