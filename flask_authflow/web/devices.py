@@ -147,8 +147,7 @@ def _record_sign_in(state: AuthFlowState, user_id: str, tenant: str) -> None:
     claim = found.reading.claim
     device_id = found.device_id if claim is None or claim.user_id == user_id else new_device_id()
     now = state.clock.now()
-    hook = state.hooks.device_place
-    place = hook(request) if hook is not None else None
+    place = _place(state)
     new = wiring.service.signed_in(
         tenant, user_id, device_id, user_agent=request.headers.get("User-Agent"), place=place, now=now
     )
@@ -164,6 +163,20 @@ def _record_sign_in(state: AuthFlowState, user_id: str, tenant: str) -> None:
         from flask_authflow.web.device_mail import send_new_device_mail
 
         send_new_device_mail(state, tenant, user_id, device_id)
+
+
+def _place(state: AuthFlowState) -> str | None:
+    """What the application's ``device_place`` hook says of this request; a hook that fails
+    or answers something other than text means "unknown" (logged), never a failed sign-in."""
+    hook = state.hooks.device_place
+    if hook is None:
+        return None
+    try:
+        place = hook(request)
+    except Exception:  # the application's code: the place is only informative
+        log.exception("the device_place hook failed")
+        return None
+    return place if isinstance(place, str) and place.strip() else None
 
 
 def _set_cookie(response: Response) -> Response:

@@ -502,6 +502,12 @@ class AuthFlow:
         self._hooks.unauthorized_handler = handler
         return handler
 
+    def device_place(self, hook: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+        """Register ``hook(request)``: an approximate place of the client ("Berlin, DE") for
+        the device list and the new-device mail, or ``None`` (see :doc:`/devices`)."""
+        self._hooks.device_place = hook
+        return hook
+
     def step_up_handler(self, handler: DenialHandlerT) -> DenialHandlerT:
         """Register the response to a request whose login is too old for
         :func:`~flask_authflow.fresh_login_required` (Flask-Login's ``needs_refresh_handler``).
