@@ -379,6 +379,14 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS", aes_keys, []),
     Key("AUTHFLOW_SESSION_TTL", duration, timedelta(hours=12)),
     Key("AUTHFLOW_SESSION_IDLE_TIMEOUT", duration, timedelta(hours=1)),
+    # "remember me": the absolute lifetime of a session whose login asked for it
+    Key(
+        "AUTHFLOW_REMEMBER_ME_TTL",
+        duration,
+        timedelta(days=30),
+        at_most(timedelta(days=90), "AUTHFLOW_REMEMBER_ME_TTL over 90 days is refused"),
+    ),
+    Key("AUTHFLOW_REMEMBER_ME_IDLE_TIMEOUT", boolean, True),
     Key(
         "AUTHFLOW_SESSION_STORE",
         raw,

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from flask_authflow.errors import ConfigurationError
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
@@ -234,3 +235,64 @@ def test_forgetting_refuses_other_users_devices_and_bad_ids(site: Site) -> None:
     guest = site.client(FIREFOX)
     assert guest.post(f"/account/devices/{bobs.device_id}/forget").status_code in (302, 400)
     assert site.backend.list_devices("default", site.user_id("bob")) == [bobs]
+
+
+# --- remember me ------------------------------------------------------------------------------
+
+
+def stay_active(site: Site, *clients: FlaskClient, hours: int) -> None:
+    """Use the sessions every 50 minutes (under the idle timeout) for ``hours``."""
+    for _ in range(hours * 60 // 50):
+        site.clock.advance(timedelta(minutes=50))
+        for client in clients:
+            client.get("/private")
+
+
+def test_remember_me_gives_the_longer_lifetime_and_keeps_the_idle_timeout(site: Site) -> None:
+    plain, remembered = site.client(FIREFOX), site.client(CHROME)
+    login(plain, username="bob", password="bob's own password")
+    login(remembered, username="bob", password="bob's own password", remember="1")
+    assert [r.status for r in rows(site, "remember_me")] == ["success"]
+    stay_active(site, plain, remembered, hours=13)
+    assert plain.get("/private").status_code == 401  # the 12 h lifetime is over
+    assert remembered.get("/private").text == "private page"
+    site.clock.advance(timedelta(minutes=61))  # idle longer than the idle timeout
+    assert remembered.get("/private").status_code == 401
+
+
+def test_remember_me_survives_the_second_factor_and_ends_at_its_own_lifetime(site: Site) -> None:
+    client = site.client(FIREFOX)
+    step = login(client, remember="1")
+    assert step.location.startswith("/login/factor")
+    page = client.get("/login/factor")
+    client.post("/login/factor", data={"code": "123456", "csrf_token": csrf_of(page.text)})
+    [record] = site.sessions()
+    assert record.remember and record.state.value == "authenticated"
+    stay_active(site, client, hours=30 * 24 - 1)
+    assert client.get("/private").text == "private page"
+    stay_active(site, client, hours=2)
+    assert client.get("/private").status_code == 401  # 30 days, not more
+
+
+def test_a_wrong_password_remembers_nothing(site: Site) -> None:
+    client = site.client(FIREFOX)
+    assert login(client, password="wrong password here", remember="1").status_code == 401
+    assert login(client, username="nobody", password="whatever it is", remember="1").status_code == 401
+    assert rows(site, "remember_me") == []
+
+
+def test_remember_me_without_the_idle_timeout(app_factory: AppFactory) -> None:
+    site = make_site(app_factory, AUTHFLOW_REMEMBER_ME_IDLE_TIMEOUT=False)
+    client = site.client(FIREFOX)
+    login(client, remember="1")
+    site.clock.advance(timedelta(days=3))  # idle for days: still signed in
+    assert client.get("/private").text == "private page"
+
+
+def test_remember_me_lifetime_is_bounded(app_factory: AppFactory) -> None:
+    with pytest.raises(ConfigurationError, match="AUTHFLOW_REMEMBER_ME_TTL over 90 days is refused"):
+        make_site(app_factory, AUTHFLOW_REMEMBER_ME_TTL=timedelta(days=91))
+    with pytest.raises(
+        ConfigurationError, match="AUTHFLOW_REMEMBER_ME_TTL is shorter than AUTHFLOW_SESSION_TTL"
+    ):
+        make_site(app_factory, AUTHFLOW_REMEMBER_ME_TTL=timedelta(hours=1))

@@ -25,8 +25,10 @@ from flask import Flask, Request, Response, g, has_request_context, request
 from flask_authflow import signals
 from flask_authflow.audit.context import AuditContext, audit_context
 from flask_authflow.audit.sinks import AuditRecord, hash_session_id
+from flask_authflow.core.session import AuthSession, AuthState
 from flask_authflow.devices import DeviceClaim, DeviceCookie, DeviceReading, DeviceService, new_device_id
 from flask_authflow.devices.settings import DeviceSettings
+from flask_authflow.login.operation import PHANTOM_PREFIX
 from flask_authflow.web.state import AuthFlowState, current_auth_session, get_state
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "forget_device",
     "install_devices",
     "record_device_event",
+    "remember_session",
     "request_trust",
 ]
 
@@ -129,6 +132,23 @@ def request_trust(wanted: bool = True) -> None:
     device (the factor page's "trust this device" box, ``trust_device`` in JSON)."""
     if wanted and has_request_context() and get_state().devices is not None:
         _request_device(request).trust_requested = True
+
+
+def remember_session(session: AuthSession) -> bool:
+    """ "Remember me" (the login form's box, ``"remember": true`` in JSON), after the password
+    step: the session, signed in or waiting for its next factor, lives
+    ``AUTHFLOW_REMEMBER_ME_TTL`` once signed in (audited ``remember_me``); false, and nothing
+    changes, for a session the password did not get that far."""
+    record = session.record
+    if record.state not in (AuthState.AUTHENTICATING, AuthState.AUTHENTICATED) or record.remember:
+        return False
+    if record.tenant is None or record.user_id is None or record.user_id.startswith(PHANTOM_PREFIX):
+        return False
+    if record.state is AuthState.AUTHENTICATING and not record.factors_passed:
+        return False  # the password step did not pass
+    session.transition(lambda r: replace(r, remember=True))
+    record_device_event(get_state(), "remember_me", "success", tenant=record.tenant, user_id=record.user_id)
+    return True
 
 
 def _signed_in(app: Flask, *, user_id: str, tenant: str, step_up: bool = False, **_: Any) -> None:

@@ -64,7 +64,7 @@ from flask_authflow.web import authz
 from flask_authflow.web.config import AuthFlowConfig
 from flask_authflow.web.current_user import current_user
 from flask_authflow.web.decorators import denial_response
-from flask_authflow.web.devices import install_devices, request_trust
+from flask_authflow.web.devices import install_devices, remember_session, request_trust
 from flask_authflow.web.factor_wiring import built_in_factors
 from flask_authflow.web.state import (
     EXTENSION_KEY,
@@ -183,6 +183,8 @@ def _session_interface(
         cookie_path=settings.cookie_path,
         clock=clock,
         custom_limit=settings.custom_data_limit,
+        remember_ttl=settings.remember_ttl,
+        remember_idle_timeout=settings.remember_idle_timeout,
     )
 
 
@@ -535,12 +537,14 @@ class AuthFlow:
         return account_admin()
 
     def login_with_password(
-        self, identifier: str, password: str, *, tenant: str | None = None
+        self, identifier: str, password: str, *, tenant: str | None = None, remember: bool = False
     ) -> LoginOutcome | FactorOutcome:
         """Begin a login and verify the password in one call, as ``POST /login`` does.
 
         Returns the ``begin_login`` outcome when it is not ``FactorRequired(PASSWORD)``
-        (locked, step-up), else the ``verify_factor`` outcome.
+        (locked, step-up), else the ``verify_factor`` outcome. With ``remember`` (a JSON
+        client's ``"remember": true``), the session of a sign-in completed in this request
+        lives ``AUTHFLOW_REMEMBER_ME_TTL`` (see :doc:`/devices`).
         """
         state = get_state()
         session = current_auth_session()
@@ -550,7 +554,10 @@ class AuthFlow:
             begun = handle.begin_login(identifier, tenant_name, session)
             if not (isinstance(begun, FactorRequired) and begun.kind is FactorKind.PASSWORD):
                 return begun
-            return handle.verify_factor(credential, session)
+            outcome = handle.verify_factor(credential, session)
+        if remember is True:
+            remember_session(session)
+        return outcome
 
     def login_user(
         self,

@@ -28,7 +28,7 @@ from flask_authflow.outcomes import (
     Locked,
 )
 from flask_authflow.web.csrf import csrf_valid, rotate_csrf_token
-from flask_authflow.web.devices import request_trust
+from flask_authflow.web.devices import remember_session, request_trust
 from flask_authflow.web.state import current_auth_session, get_state
 from flask_authflow.web.views.common import (
     MAX_CODE_LENGTH,
@@ -229,6 +229,8 @@ def login() -> ResponseReturnValue:
                 outcome: Any = request_handle.verify_factor(credential, session)
             else:
                 outcome = begun
+        if form_text("remember") == "1":
+            remember_session(session)  # "keep me signed in": a longer session once signed in
     except AuthFlowError as error:
         return login_page(error_status(error), next=target, username=username, error=error_message(error))
     return login_outcome(outcome, target, username)
