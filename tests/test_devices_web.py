@@ -11,6 +11,7 @@ from flask.testing import FlaskClient
 
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.outcomes import FactorKind
+from flask_authflow.testing.pytest_plugin import Outbox
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 from tests.test_views import PASSWORD, FixedCode, Site, csrf_of, login, make_site
@@ -83,7 +84,7 @@ def test_a_sign_in_records_the_device_and_sets_its_cookie(site: Site) -> None:
     sign_in(client)
     [again] = site.backend.list_devices("default", site.user_id())
     assert again.device_id == device.device_id and again.last_seen_at > device.last_seen_at
-    assert [r.status for r in rows(site, "device_sign_in")] == ["new", "known"]
+    assert [r.status for r in rows(site, "device_sign_in")] == ["new"]  # a known device: no row
 
 
 def test_a_trusted_device_asks_for_the_password_only(site: Site) -> None:
@@ -296,3 +297,58 @@ def test_remember_me_lifetime_is_bounded(app_factory: AppFactory) -> None:
         ConfigurationError, match="AUTHFLOW_REMEMBER_ME_TTL is shorter than AUTHFLOW_SESSION_TTL"
     ):
         make_site(app_factory, AUTHFLOW_REMEMBER_ME_TTL=timedelta(hours=1))
+
+
+# --- mail on a sign-in from a new device ---------------------------------------------------------
+
+
+class BrokenSender:
+    def send(self, to: str, subject: str, body: str) -> None:
+        raise OSError("the mail server is down")
+
+
+def test_a_new_device_is_mailed_when_the_app_opted_in(app_factory: AppFactory) -> None:
+    site = make_site(app_factory, AUTHFLOW_DEVICE_NEW_DEVICE_MAIL=True)
+    outbox = Outbox()
+    get_state(site.app).mail_sender = outbox
+    site.backend.create_user("default", "carol", "carols long passphrase", email="carol@example.com")
+    site.authflow.device_place(lambda request: request.headers.get("X-City"))
+    client = site.client(FIREFOX)
+    client.environ_base["HTTP_X_CITY"] = "Berlin, DE"
+    login(client, username="carol", password="carols long passphrase")
+    [message] = outbox.messages
+    assert message.to == "carol@example.com" and "new device" in message.subject
+    assert (
+        "Device: Firefox 120 on Ubuntu" in message.body and "Place:  Berlin, DE (approximate)" in message.body
+    )
+    sign_out(client)
+    login(client, username="carol", password="carols long passphrase")
+    assert len(outbox) == 1  # a known device: no mail
+    # No address (alice's identifier is not one): nothing sent. A failing sender: the
+    # sign-in still succeeds.
+    login(site.client(CHROME))
+    assert len(outbox) == 1
+    get_state(site.app).mail_sender = BrokenSender()
+    other = site.client(CHROME)
+    assert login(other, username="carol", password="carols long passphrase").status_code == 302
+    assert other.get("/private").text == "private page"
+
+
+def test_no_mail_without_the_opt_in(site: Site) -> None:
+    outbox = Outbox()
+    get_state(site.app).mail_sender = outbox
+    site.backend.create_user("default", "carol", "carols long passphrase", email="carol@example.com")
+    login(site.client(FIREFOX), username="carol", password="carols long passphrase")
+    assert outbox.messages == []
+    assert [r.status for r in rows(site, "device_sign_in")] == ["new"]
+
+
+def test_a_failing_place_hook_is_unknown_place(site: Site) -> None:
+    def broken(request: Any) -> str:
+        raise RuntimeError("no geo database")
+
+    site.authflow.device_place(broken)
+    client = site.client(FIREFOX)
+    assert login(client, username="bob", password="bob's own password").status_code == 302
+    [device] = site.backend.list_devices("default", site.user_id("bob"))
+    assert device.place is None

@@ -16,7 +16,10 @@ log = logging.getLogger("flask_authflow.devices")
 
 
 def mail_address_of(user: UserRecord) -> str | None:
-    """Where mail for ``user`` goes: an identifier that is an e-mail address, else nowhere."""
+    """Where mail for ``user`` goes: the account's e-mail address, else an identifier that
+    is one, else nowhere."""
+    if user.email is not None:
+        return user.email
     identifier = user.identifier
     return identifier if "@" in identifier.strip("@") else None
 

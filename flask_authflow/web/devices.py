@@ -173,7 +173,8 @@ def _record_sign_in(state: AuthFlowState, user_id: str, tenant: str) -> None:
     )
     found.issue = DeviceClaim(device_id, tenant, user_id)
     who = {"tenant": tenant, "user_id": user_id, "device_id": device_id}
-    record_device_event(state, "device_sign_in", "new" if new else "known", **who)
+    if new:  # a known device is on the sign-in's own rows (their device_id): no row of its own
+        record_device_event(state, "device_sign_in", "new", **who)
     if found.trust_requested:
         passed_second = len(current_auth_session().record.factors_passed) > 1
         until = wiring.service.trust(tenant, user_id, device_id, now) if passed_second else None

@@ -1,28 +1,28 @@
 """Devices in SQL: the browsers each user signed in from, and the trust given to them.
 
-A sign-in from a device is one upsert (``ON CONFLICT DO UPDATE`` on SQLite and
-PostgreSQL), so parallel sign-ins from one new device leave one row and say "new" once.
+A sign-in from a device is one statement (an ``INSERT ... SELECT`` from the user's row
+with ``ON CONFLICT DO UPDATE``, on SQLite and PostgreSQL): parallel sign-ins from one new
+device leave one row, and a login costs one round trip more, not a transaction.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import String, bindparam, delete, literal_column, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, Row
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import SQLAlchemyError
 
 from flask_authflow.clock import utc
 from flask_authflow.core.devices import MAX_LABEL_LENGTH, MAX_PLACE_LENGTH, check_device_id, clean_text
 from flask_authflow.core.identifiers import check_tenant
 from flask_authflow.core.ports import DeviceRecord
 from flask_authflow.errors import UserNotFound
-from flask_authflow.storage.sql.schema import aware, devices_table, users_table
-from flask_authflow.storage.sql.uow import SqlConnections
+from flask_authflow.storage.sql.schema import UTCDateTime, aware, devices_table, users_table
+from flask_authflow.storage.sql.uow import SqlConnections, store_error
 
 __all__ = ["SqlDevices"]
 
@@ -30,21 +30,36 @@ _d = devices_table.c
 _KEY = (_d.tenant, _d.user_id, _d.device_id)
 
 
-def _upserts() -> dict[str, Any]:
-    """Per dialect: insert the device, or refresh the known one; ``new`` says which
-    (PostgreSQL: ``xmax = 0`` for an inserted row; SQLite: first seen equals last seen)."""
+def _touches() -> dict[str, Any]:
+    """Per dialect, one statement for a sign-in from a device: insert the device of a user
+    that exists in the tenant (``INSERT ... SELECT`` from the users table: no row, no user),
+    or refresh the known one (``ON CONFLICT DO UPDATE``), returning whether it was new
+    (PostgreSQL: ``xmax = 0`` for an inserted row; SQLite: its first sign-in is now)."""
+    now = bindparam("now", type_=UTCDateTime())
+    source = select(
+        bindparam("tenant", type_=String()),
+        users_table.c.user_id,
+        bindparam("device_id", type_=String()),
+        bindparam("label", type_=String()),
+        bindparam("place", type_=String()),
+        now,
+        now,
+    ).where(users_table.c.tenant == bindparam("tenant"), users_table.c.user_id == bindparam("user_id"))
+    columns = ["tenant", "user_id", "device_id", "label", "place", "first_seen_at", "last_seen_at"]
     made: dict[str, Any] = {}
     for name, dialect_insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert)):
-        statement = dialect_insert(devices_table)
+        statement = dialect_insert(devices_table).from_select(columns, source)
         excluded = statement.excluded
-        made[name] = statement.on_conflict_do_update(
+        upsert = statement.on_conflict_do_update(
             index_elements=list(_KEY),
             set_={"label": excluded.label, "place": excluded.place, "last_seen_at": excluded.last_seen_at},
         )
+        new = literal_column("xmax = 0") if name == "postgresql" else _d.first_seen_at == now
+        made[name] = upsert.returning(new.label("new"))
     return made
 
 
-_UPSERT = _upserts()
+_TOUCH = _touches()
 
 
 def _record(row: Row[Any]) -> DeviceRecord:
@@ -63,53 +78,40 @@ def _record(row: Row[Any]) -> DeviceRecord:
 class SqlDevices(SqlConnections):
     """The devices of :class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend`."""
 
-    #: The upsert of this engine's database (``None``: insert, then update on a conflict).
-    _device_upsert: Any = None
-    _device_upserts: Mapping[str, Any] = MappingProxyType(_UPSERT)
+    #: The one-statement sign-in of this engine's database (SQLite or PostgreSQL).
+    _device_touch: Any = None
 
     def _use_dialect(self, engine: Engine) -> None:
         super()._use_dialect(engine)
-        self._device_upsert = self._device_upserts.get(engine.dialect.name)
+        self._device_touch = _TOUCH.get(engine.dialect.name)
 
     def touch_device(
         self, tenant: str, user_id: str, device_id: str, *, label: str, place: str | None, now: datetime
     ) -> bool:
-        row = {
+        params = {
             "tenant": check_tenant(tenant),
             "user_id": user_id,
             "device_id": check_device_id(device_id),
             "label": clean_text(label, MAX_LABEL_LENGTH),
             "place": clean_text(place, MAX_PLACE_LENGTH) if place is not None else None,
-            "first_seen_at": utc(now),
-            "last_seen_at": utc(now),
+            "now": utc(now),
         }
-        with self._tx(locking=True) as conn:
-            if conn.execute(select(users_table.c.user_id).where(_user_is(tenant, user_id))).first() is None:
-                raise UserNotFound()
-            known = self._device_row(conn, row)
-            if known is None:
-                self._insert_device(conn, row)
-                return True
-            conn.execute(
-                update(devices_table)
-                .where(*_key_is(row))
-                .values(label=row["label"], place=row["place"], last_seen_at=row["last_seen_at"])
-            )
-            return False
+        row = self._returning(self._device_touch, params)
+        if row is None:
+            raise UserNotFound()
+        return bool(row.new)
 
-    @staticmethod
-    def _device_row(conn: Connection, row: Mapping[str, Any]) -> Row[Any] | None:
-        return conn.execute(select(_d.device_id).where(*_key_is(row))).first()
-
-    def _insert_device(self, conn: Connection, row: dict[str, Any]) -> None:
-        if self._device_upsert is not None:  # a parallel insert of the same device: refreshed
-            conn.execute(self._device_upsert, row)
-            return
-        try:  # pragma: no cover - SQLite and PostgreSQL have upserts
-            with conn.begin_nested():
-                conn.execute(insert(devices_table), row)
-        except IntegrityError:  # pragma: no cover - see above
-            pass
+    def _returning(self, statement: Any, params: dict[str, Any]) -> Row[Any] | None:
+        """Run one write that returns a row, committed on its own (in AUTOCOMMIT on a server
+        database: one round trip), or in the open unit of work."""
+        if self._unit() is not None or self._read_engine is self.engine:
+            with self._tx() as conn:
+                return conn.execute(statement, params).first()
+        try:
+            with self._read_engine.connect() as conn:
+                return conn.execute(statement, params).first()
+        except SQLAlchemyError as exc:
+            raise store_error(exc) from exc
 
     def get_device(self, tenant: str, user_id: str, device_id: str) -> DeviceRecord | None:
         key = {"tenant": check_tenant(tenant), "user_id": user_id, "device_id": check_device_id(device_id)}
@@ -142,10 +144,6 @@ class SqlDevices(SqlConnections):
         with self._tx() as conn:
             ended = conn.execute(update(devices_table).where(*conditions).values(trusted_until=None))
             return int(ended.rowcount)
-
-
-def _user_is(tenant: str, user_id: str) -> Any:
-    return (users_table.c.tenant == tenant) & (users_table.c.user_id == user_id)
 
 
 def _key_is(key: Mapping[str, Any]) -> list[Any]:

@@ -1,7 +1,7 @@
 """Devices: the browsers each user signed in from, and the device of each audit row.
 
 Revision ID: 0007
-Revises: 0003
+Revises: 0004
 Create Date: 2026-11-25
 
 ``authflow_devices`` (tenant, user, device id, label, place, first and last seen, trusted
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007"
-down_revision: str | None = "0003"
+down_revision: str | None = "0004"
 branch_labels: str | None = None
 depends_on: str | None = None
 
