@@ -261,7 +261,8 @@ def _build_issuer(settings: IssuerSettings, sql_source: Callable[[], Any], clock
 
 
 def _install(app: Flask, state: AuthFlowState) -> None:
-    """Put the state on the app and hook sessions, error handlers and the CLI into it."""
+    """Put the state on the app and hook devices, sessions, error handlers and the CLI into it."""
+    install_devices(app, state)  # the device cookie, device records, trusted devices
     app.extensions[EXTENSION_KEY] = state
     interface = state.session_interface
     app.session_interface = interface
@@ -389,7 +390,6 @@ class AuthFlow:
             password_policy=PasswordPolicy.from_settings(config.passwords),
         )
         authz.install(app, self)  # Cedar policies: loaded and checked now, before anything is installed
-        install_devices(app, state)  # the device cookie, device records, trusted devices
         _install(app, state)
         register_logout(app, config.web.logout_url_prefix)  # POST /auth/logout: the app's one logout route
         if config.federation.providers or self._providers:
