@@ -379,6 +379,14 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS", aes_keys, []),
     Key("AUTHFLOW_SESSION_TTL", duration, timedelta(hours=12)),
     Key("AUTHFLOW_SESSION_IDLE_TIMEOUT", duration, timedelta(hours=1)),
+    # "remember me": the absolute lifetime of a session whose login asked for it
+    Key(
+        "AUTHFLOW_REMEMBER_ME_TTL",
+        duration,
+        timedelta(days=30),
+        at_most(timedelta(days=90), "AUTHFLOW_REMEMBER_ME_TTL over 90 days is refused"),
+    ),
+    Key("AUTHFLOW_REMEMBER_ME_IDLE_TIMEOUT", boolean, True),
     Key(
         "AUTHFLOW_SESSION_STORE",
         raw,
@@ -514,6 +522,23 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_API_TOKEN_LAST_USED_INTERVAL", duration, timedelta(minutes=1)),
     Key("AUTHFLOW_API_TOKEN_MAX_PER_USER", integer, 50),
     Key("AUTHFLOW_API_TOKEN_SCOPES", string_list, [], all_strings),
+    # devices (flask_authflow.devices): the device cookie, trusted devices, new-device mail
+    Key("AUTHFLOW_DEVICE_COOKIE_NAME", text, "authflow_device"),
+    Key(
+        "AUTHFLOW_DEVICE_COOKIE_LIFETIME",
+        duration,
+        timedelta(days=365),
+        at_most(
+            timedelta(days=400), "AUTHFLOW_DEVICE_COOKIE_LIFETIME over 400 days is refused: browsers cap it"
+        ),
+    ),
+    Key(
+        "AUTHFLOW_DEVICE_TRUST_DURATION",
+        duration,
+        timedelta(days=30),
+        at_most(timedelta(days=365), "AUTHFLOW_DEVICE_TRUST_DURATION over 365 days is refused"),
+    ),
+    Key("AUTHFLOW_DEVICE_NEW_DEVICE_MAIL", boolean, False),
     # authorization policies (flask_authflow.authz; the [cedar] extra)
     Key("AUTHFLOW_AUTHZ_POLICIES", policy_entries, []),
     Key("AUTHFLOW_AUTHZ_SCHEMA", schema_source),

@@ -217,6 +217,7 @@ SETTINGS_CLASSES = [
     "flask_authflow.authz.settings:AuthzSettings",
     "flask_authflow.login.account_settings:AccountSettings",
     "flask_authflow.api_auth.settings:ApiTokenSettings",
+    "flask_authflow.devices.settings:DeviceSettings",
 ]
 
 

@@ -46,6 +46,7 @@ LAYERS: dict[str, int] = {
     "issuer": FEATURE,
     "authz": FEATURE,
     "api_auth": FEATURE,
+    "devices": FEATURE,
     "storage": STORAGE,
     "web": COMPOSITION,
     "cli": COMPOSITION,

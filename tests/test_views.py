@@ -230,6 +230,7 @@ EXPECTED_RULES = {
     "authflow_views.revoke_other_sessions": ("/account/sessions/revoke-others", {"POST"}),
     "authflow_views.create_api_token": ("/account/api-tokens", {"POST"}),
     "authflow_views.revoke_api_token": ("/account/api-tokens/revoke", {"POST"}),
+    "authflow_views.forget_device": ("/account/devices/<device_id>/forget", {"POST"}),
     "authflow_views.factor_send": ("/login/factor/send", {"POST"}),
     "authflow_views.factor_webauthn_options": ("/login/factor/webauthn-options", {"POST"}),
     "authflow_views.passkey_options": ("/login/passkey/options", {"POST"}),

@@ -102,6 +102,8 @@ class LoginServices(Protocol):
     def revoke_sessions(self) -> Callable[[str, str, str | None, str], int] | None: ...
     @property
     def passkey_login_allowed(self) -> Callable[[str], bool]: ...
+    @property
+    def device_trusted(self) -> Callable[[str, str, str, datetime], bool] | None: ...
     def phantom_user_id(self, tenant: str, identifier: str) -> str: ...
 
     def factor(self, kind: FactorKind) -> Factor | None: ...
@@ -169,6 +171,7 @@ def audit_row(
         ip_source=ctx.ip_source,
         user_agent=ctx.user_agent,
         request_id=ctx.request_id,
+        device_id=ctx.device_id,
         **fields,
     )
 

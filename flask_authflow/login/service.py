@@ -28,7 +28,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from flask_authflow.audit.context import AuditContext
@@ -186,6 +186,10 @@ class AuthnService:
         #: in, or not at all: ``(session, unit) -> after_commit``, ``None`` if the session
         #: was revoked meanwhile. Without it the session is written with the response.
         self.session_writer = session_writer
+        #: ``(tenant, user_id, device_id, now) -> bool``: whether the user trusts that device
+        #: now (wired by ``init_app`` to the device store); a login from a trusted device asks
+        #: for the password only. ``None``: no device is ever trusted.
+        self.device_trusted: Callable[[str, str, str, datetime], bool] | None = None
         # Per-process key: phantom ids are stable for one identifier but unguessable.
         self._phantom_key = secrets.token_bytes(32)
 

@@ -22,6 +22,7 @@ from typing import Any, cast
 
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import Clock, SystemClock, utc
+from flask_authflow.core.devices import MAX_LABEL_LENGTH, MAX_PLACE_LENGTH, check_device_id, clean_text
 from flask_authflow.core.factor_data import check_factor_config
 from flask_authflow.core.identifiers import check_tenant, normalise_email, normalise_identifier
 from flask_authflow.core.ports import (
@@ -29,6 +30,7 @@ from flask_authflow.core.ports import (
     AccountToken,
     ApiTokenRecord,
     AttemptKey,
+    DeviceRecord,
     FactorConfig,
     FailureCount,
     LoginFacts,
@@ -154,6 +156,8 @@ class InMemoryBackend:
         self._audit: deque[AuditRecord] = deque()
         self._roles = _RoleState()
         self._api_tokens: dict[str, ApiTokenRecord] = {}  # token id -> record
+        # Devices: (tenant, user id, device id) -> record.
+        self._devices: dict[tuple[str, str, str], DeviceRecord] = {}
         self._links: dict[tuple[str, str], IdentityLink] = {}
         self._jtis: dict[tuple[str, str], datetime] = {}
         # Account tokens by digest (see the section "account tokens").
@@ -333,6 +337,8 @@ class InMemoryBackend:
             for token_key in [k for k in self._provider_tokens if k[:2] == (tenant, user.user_id)]:
                 self._remove(self._provider_tokens, token_key)
                 self._remove(self._token_claims, token_key)
+            for device_key in [k for k in self._devices if k[:2] == (tenant, user.user_id)]:
+                self._remove(self._devices, device_key)
             return user
 
     def find_user(self, tenant: str, identifier: str) -> UserRecord | None:
@@ -1032,6 +1038,63 @@ class InMemoryBackend:
                 return False
             self._put(self._api_tokens, token_id, replace(record, last_used_at=at))
             return True
+
+    # --- devices (DeviceStore) ---------------------------------------------------------------
+
+    def _device_key(self, tenant: str, user_id: str, device_id: str) -> tuple[str, str, str]:
+        return (check_tenant(tenant), user_id, check_device_id(device_id))
+
+    def touch_device(
+        self, tenant: str, user_id: str, device_id: str, *, label: str, place: str | None, now: datetime
+    ) -> bool:
+        key = self._device_key(tenant, user_id, device_id)
+        label = clean_text(label, MAX_LABEL_LENGTH)
+        place = clean_text(place, MAX_PLACE_LENGTH) if place is not None else None
+        with self._lock:
+            if self.get_user(key[0], user_id) is None:
+                raise UserNotFound()
+            known = self._devices.get(key)
+            if known is None:
+                self._put(self._devices, key, DeviceRecord(*key, label, utc(now), utc(now), place))
+                return True
+            self._put(self._devices, key, replace(known, label=label, place=place, last_seen_at=utc(now)))
+            return False
+
+    def get_device(self, tenant: str, user_id: str, device_id: str) -> DeviceRecord | None:
+        key = self._device_key(tenant, user_id, device_id)
+        with self._lock:
+            return self._devices.get(key)
+
+    def list_devices(self, tenant: str, user_id: str) -> list[DeviceRecord]:
+        with self._lock:
+            mine = [r for k, r in self._devices.items() if k[:2] == (tenant, user_id)]
+        return sorted(mine, key=lambda r: (r.last_seen_at, r.device_id), reverse=True)
+
+    def forget_device(self, tenant: str, user_id: str, device_id: str) -> bool:
+        key = self._device_key(tenant, user_id, device_id)
+        with self._lock:
+            return self._remove(self._devices, key) is not None
+
+    def trust_device(self, tenant: str, user_id: str, device_id: str, until: datetime) -> bool:
+        key = self._device_key(tenant, user_id, device_id)
+        with self._lock:
+            known = self._devices.get(key)
+            if known is None:
+                return False
+            self._put(self._devices, key, replace(known, trusted_until=utc(until)))
+            return True
+
+    def end_device_trust(self, tenant: str, user_id: str, device_id: str | None = None) -> int:
+        wanted = check_device_id(device_id) if device_id is not None else None
+        with self._lock:
+            keys = [
+                k
+                for k, r in self._devices.items()
+                if k[:2] == (tenant, user_id) and r.trusted_until is not None and wanted in (None, k[2])
+            ]
+            for key in keys:
+                self._put(self._devices, key, replace(self._devices[key], trusted_until=None))
+            return len(keys)
 
 
 def _undo(container: Any, key: Any, before: Any) -> None:

@@ -68,6 +68,7 @@ from flask_authflow.web.config import AuthFlowConfig
 from flask_authflow.web.csrf import template_helpers
 from flask_authflow.web.current_user import current_user
 from flask_authflow.web.decorators import denial_response
+from flask_authflow.web.devices import install_devices, remember_session, request_trust
 from flask_authflow.web.factor_wiring import built_in_factors
 from flask_authflow.web.state import (
     EXTENSION_KEY,
@@ -189,6 +190,8 @@ def _session_interface(
         cookie_path=settings.cookie_path,
         clock=clock,
         custom_limit=settings.custom_data_limit,
+        remember_ttl=settings.remember_ttl,
+        remember_idle_timeout=settings.remember_idle_timeout,
     )
 
 
@@ -262,8 +265,10 @@ def _build_issuer(settings: IssuerSettings, sql_source: Callable[[], Any], clock
 
 
 def _install(app: Flask, state: AuthFlowState) -> None:
-    """Put the state on the app and hook sessions, error handlers and the CLI into it."""
+    """Put the state on the app and hook devices, API tokens, sessions, error handlers and the
+    CLI into it."""
     install_api_tokens(app, state)  # first: its settings may still be refused
+    install_devices(app, state)  # the device cookie, device records, trusted devices
     app.extensions[EXTENSION_KEY] = state
     interface = state.session_interface
     app.session_interface = interface
@@ -558,6 +563,12 @@ class AuthFlow:
         self._hooks.unauthorized_handler = handler
         return handler
 
+    def device_place(self, hook: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+        """Register ``hook(request)``: an approximate place of the client ("Berlin, DE") for
+        the device list and the new-device mail, or ``None`` (see :doc:`/devices`)."""
+        self._hooks.device_place = hook
+        return hook
+
     def step_up_handler(self, handler: DenialHandlerT) -> DenialHandlerT:
         """Register the response to a request whose login is too old for
         :func:`~flask_authflow.fresh_login_required` (Flask-Login's ``needs_refresh_handler``).
@@ -585,12 +596,14 @@ class AuthFlow:
         return account_admin()
 
     def login_with_password(
-        self, identifier: str, password: str, *, tenant: str | None = None
+        self, identifier: str, password: str, *, tenant: str | None = None, remember: bool = False
     ) -> LoginOutcome | FactorOutcome:
         """Begin a login and verify the password in one call, as ``POST /login`` does.
 
         Returns the ``begin_login`` outcome when it is not ``FactorRequired(PASSWORD)``
-        (locked, step-up), else the ``verify_factor`` outcome.
+        (locked, step-up), else the ``verify_factor`` outcome. With ``remember`` (a JSON
+        client's ``"remember": true``), the session of a sign-in completed in this request
+        lives ``AUTHFLOW_REMEMBER_ME_TTL`` (see :doc:`/devices`).
         """
         state = get_state()
         session = current_auth_session()
@@ -600,7 +613,10 @@ class AuthFlow:
             begun = handle.begin_login(identifier, tenant_name, session)
             if not (isinstance(begun, FactorRequired) and begun.kind is FactorKind.PASSWORD):
                 return begun
-            return handle.verify_factor(credential, session)
+            outcome = handle.verify_factor(credential, session)
+        if remember is True:
+            remember_session(session)
+        return outcome
 
     def login_user(
         self,
@@ -640,12 +656,18 @@ class AuthFlow:
     def _request_handle(self) -> AuthnRequest:
         return get_state().service.with_audit_context(audit_context())
 
-    def verify_factor(self, kind: FactorKind | str, secret: str | bytes) -> FactorOutcome:
+    def verify_factor(
+        self, kind: FactorKind | str, secret: str | bytes, *, trust_device: bool = False
+    ) -> FactorOutcome:
         """Present the credential of ``kind`` for the current session's pending step: a code
         (TOTP, HOTP, e-mail, recovery code) or WebAuthn's response JSON. See
         :meth:`AuthnRequest.verify_factor <flask_authflow.login.service.AuthnRequest.verify_factor>`.
+        With ``trust_device`` (a JSON client's ``"trust_device": true``), a sign-in this step
+        completes trusts the browser's device for ``AUTHFLOW_DEVICE_TRUST_DURATION`` (see
+        :doc:`/devices`).
 
         :raises InvalidInput: an unknown kind or a malformed credential."""
+        request_trust(trust_device is True)
         with FactorCredential(_kind(kind), secret) as credential:
             return self._request_handle().verify_factor(credential, current_auth_session())
 

@@ -27,6 +27,7 @@ from flask_authflow.core.ports import (
     AttemptStore,
     AuditSink,
     BackendMaintenance,
+    DeviceStore,
     FactorStore,
     IdentityStore,
     MaintainedSessionStore,
@@ -73,9 +74,10 @@ class AuthBackend(
     BackendMaintenance,
     RoleStore,
     ApiTokenStore,
+    DeviceStore,
     Protocol,
 ):
-    """One store for users, factors, attempts, audit rows, roles and API tokens, plus account
+    """One store for users, factors, attempts, audit rows, roles, API tokens and devices, plus account
     administration and the maintenance the wiring and the command line call.
 
     :class:`~flask_authflow.storage.memory.InMemoryBackend` and
@@ -110,6 +112,9 @@ class AuthFlowHooks:
     provision_user: Callable[[Any, str], Any] | None = None
     #: ``request_loader(request)`` returns the user of a request without a session (API views).
     request_loader: Callable[[Any], Any] | None = None
+    #: ``device_place(request)``: an approximate place of the client ("Berlin, DE") for the
+    #: device list, or ``None`` (see :doc:`/devices`).
+    device_place: Callable[[Any], str | None] | None = None
     #: ``user_created(new)`` creates the app's row for a new account (see :doc:`/users`).
     user_created: UserCreatedHook | None = None
     #: ``user_deleted(account)`` deletes the app's row of an account being deleted.
@@ -143,6 +148,11 @@ class AuthFlowState:
     #: The policy new passwords must pass (``init_app`` builds it from ``AUTHFLOW_PASSWORD_*``;
     #: ``None`` builds it from the config on each use).
     password_policy: PasswordPolicy | None = None
+    #: The devices of users (a :class:`~flask_authflow.web.devices.DeviceWiring`).
+    devices: Any = None
+    #: Adds the request's device to its audit context (set by the device wiring; read by
+    #: :func:`~flask_authflow.audit.context.audit_context`).
+    device_context: Callable[[Any, Any], Any] | None = None
 
     def __repr__(self) -> str:
         return (

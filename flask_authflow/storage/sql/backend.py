@@ -6,7 +6,8 @@ The backend is a thin composite: each aggregate lives in a module of its own
 :mod:`~flask_authflow.storage.sql.attempts`, :mod:`~flask_authflow.storage.sql.audit`,
 :mod:`~flask_authflow.storage.sql.identity_links`, :mod:`~flask_authflow.storage.sql.one_time`,
 :mod:`~flask_authflow.storage.sql.roles`, :mod:`~flask_authflow.storage.sql.account_tokens`,
-:mod:`~flask_authflow.storage.sql.api_tokens`, :mod:`~flask_authflow.storage.sql.provider_tokens`),
+:mod:`~flask_authflow.storage.sql.api_tokens`, :mod:`~flask_authflow.storage.sql.provider_tokens`,
+:mod:`~flask_authflow.storage.sql.devices`),
 every table in :mod:`~flask_authflow.storage.sql.schema`, and the one connection per unit
 of work in :mod:`~flask_authflow.storage.sql.uow`. Every database error becomes
 :class:`~flask_authflow.errors.StoreUnavailable` (or
@@ -32,6 +33,7 @@ from flask_authflow.storage.sql.account_tokens import SqlAccountTokens
 from flask_authflow.storage.sql.api_tokens import SqlApiTokens
 from flask_authflow.storage.sql.attempts import SqlAttempts
 from flask_authflow.storage.sql.audit import AUDIT_PURGE_BATCH, SqlAudit
+from flask_authflow.storage.sql.devices import SqlDevices
 from flask_authflow.storage.sql.engine import EngineSource, is_flask_sqlalchemy, resolve_engine
 from flask_authflow.storage.sql.factors import SqlFactors
 from flask_authflow.storage.sql.identity_links import SqlIdentityLinks
@@ -87,6 +89,7 @@ class SqlAlchemyBackend(
     SqlAccountTokens,
     SqlApiTokens,
     SqlProviderTokens,
+    SqlDevices,
 ):
     """Identity, factor, attempt and audit store on SQLite or PostgreSQL.
 

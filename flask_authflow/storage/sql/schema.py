@@ -41,6 +41,7 @@ __all__ = [
     "attempts_table",
     "audit_table",
     "aware",
+    "devices_table",
     "factors_table",
     "identity_links_table",
     "issuer_key_schedule_table",
@@ -206,6 +207,7 @@ audit_table = Table(
     Column("user_agent", String(512)),
     Column("request_id", String(128)),
     Column("reason", String(64)),
+    Column("device_id", String(64)),  # revision 0007
 )
 Index("ix_authflow_audit_time", audit_table.c.time)
 
@@ -316,6 +318,21 @@ api_tokens_table = Table(
 )
 
 
+#: The devices (browsers) each user signed in from, and the trust given to them (revision 0007).
+devices_table = Table(
+    "authflow_devices",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("user_id", String(32), ForeignKey("authflow_users.user_id", ondelete="CASCADE"), primary_key=True),
+    Column("device_id", String(64), primary_key=True),
+    Column("label", String(128), nullable=False),
+    Column("place", String(128)),
+    Column("first_seen_at", _Time, nullable=False),
+    Column("last_seen_at", _Time, nullable=False),
+    Column("trusted_until", _Time),
+)
+
+
 sessions_table = Table(
     "authflow_sessions",
     metadata,
@@ -393,6 +410,7 @@ BACKEND_TABLES = [
     account_tokens_table,
     api_tokens_table,
     provider_tokens_table,
+    devices_table,
 ]
 
 

@@ -28,7 +28,7 @@ from flask_authflow.web.api_auth import api_tokens
 from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, csrf_valid, rotate_csrf_token
 from flask_authflow.web.decorators import login_required
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
-from flask_authflow.web.views import accounts, security, signin, stepup
+from flask_authflow.web.views import accounts, devices, security, signin, stepup
 from flask_authflow.web.views.api_tokens import api_token_rows, create_api_token, revoke_api_token
 from flask_authflow.web.views.common import (
     LOGOUT_BLUEPRINT,
@@ -59,6 +59,7 @@ NOTICES = {
     "session_revoked": "That session has been logged out.",
     "others_revoked": "All your other sessions have been logged out. Your API tokens have been revoked.",
     "api_token_revoked": "The API token has been revoked.",
+    "device_forgotten": "That device has been forgotten. Its next sign-in counts as a new device.",
     "stepped_up": "Thank you: your identity is confirmed.",
     "identity_linked": "The provider is linked: you can now sign in with it.",
     "identity_unlinked": "The provider is unlinked: it no longer signs you in.",
@@ -93,6 +94,7 @@ def _account_page(
         **_provider_rows(tenant, user_id),
         **api_token_rows(tenant, user_id),
         **extra,
+        **devices.device_rows(tenant, user_id),
     )
 
 
@@ -265,6 +267,16 @@ def _json_redirect(response: Response) -> Response:
     return answer
 
 
+def forget_device(device_id: str) -> ResponseReturnValue:
+    """ "Forget this device": its record and trust go; its next sign-in is a new device."""
+    refused = account_post_refused()
+    if refused is not None:
+        return refused
+    if not devices.forget_device_of_current_user(device_id):
+        return _account_page(404, error=MESSAGES["no_device"])
+    return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="device_forgotten"))
+
+
 def _frame_guard(response: Response) -> Response:
     """The pages hold password forms, CSRF tokens and "log out" buttons: never inside another
     site's frame, and no HTML of theirs in a cache (a guest's sign-in page included). Runs
@@ -304,6 +316,7 @@ def build_blueprint(*, with_logout: bool = True) -> Blueprint:
         ("/account/sessions/revoke-others", "revoke_other_sessions", revoke_other_sessions, ["POST"]),
         ("/account/api-tokens", "create_api_token", create_api_token, ["POST"]),
         ("/account/api-tokens/revoke", "revoke_api_token", revoke_api_token, ["POST"]),
+        ("/account/devices/<device_id>/forget", "forget_device", forget_device, ["POST"]),
         ("/account/factors", "factors", security.factors, ["GET"]),
         ("/account/factors/totp", "enroll_totp", security.enroll_totp, ["GET", "POST"]),
         ("/account/factors/totp/confirm", "confirm_totp", security.confirm_totp, ["POST"]),

@@ -91,6 +91,7 @@ MESSAGES = {
     "password_mismatch": "The two new passwords do not match.",
     "no_password": "This account has no password to confirm.",
     "no_session": "That session is not one of yours, or it has already ended.",
+    "no_device": "That device is not one of yours, or it has already been forgotten.",
     "no_factor": "That sign-in method is not one of yours, or it has already been removed.",
     "no_pending": "That set-up has expired or was already finished. Start again.",
     "enroll_code": "That code was not accepted. Try again, or start again.",

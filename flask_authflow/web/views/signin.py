@@ -29,6 +29,7 @@ from flask_authflow.outcomes import (
 )
 from flask_authflow.responses import wants_json
 from flask_authflow.web.csrf import csrf_valid, rotate_csrf_token
+from flask_authflow.web.devices import remember_session, request_trust
 from flask_authflow.web.state import current_auth_session, get_state
 from flask_authflow.web.views.common import (
     MAX_CODE_LENGTH,
@@ -231,6 +232,8 @@ def login() -> ResponseReturnValue:
                 outcome: Any = request_handle.verify_factor(credential, session)
             else:
                 outcome = begun
+        if form_text("remember") == "1":
+            remember_session(session)  # "keep me signed in": a longer session once signed in
     except AuthFlowError as error:
         return login_page(error_status(error), next=target, username=username, error=error_message(error))
     return login_outcome(outcome, target, username)
@@ -277,6 +280,7 @@ def _factor_page(target: str | None, status: int = 200, **context: Any) -> Respo
         next=target,
         kinds=kinds,
         methods=methods,
+        trust_days=get_state().devices.settings.trust_duration.days or None,
         factor=methods[0].kind if methods else (kinds[0] if kinds else None),
         **context,
     )
@@ -310,6 +314,7 @@ def factor() -> ResponseReturnValue:
             return _factor_page(target, 400, error=MESSAGES["missing_code"])
         if len(secret) > MAX_CODE_LENGTH:
             return _factor_page(target, 400, error=MESSAGES["too_long"])
+    request_trust(form_text("trust_device") == "1")  # "trust this device", if the sign-in completes
     try:
         with FactorCredential(kind, secret) as credential:
             outcome = handle().verify_factor(credential, session)

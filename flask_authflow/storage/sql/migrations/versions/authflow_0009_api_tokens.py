@@ -1,7 +1,7 @@
 """Personal API tokens.
 
 Revision ID: 0009
-Revises: 0006
+Revises: 0007
 Create Date: 2026-11-25
 
 ``authflow_api_tokens``: one row per token (its public lookup id as the primary key, the
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0009"
-down_revision: str | None = "0006"
+down_revision: str | None = "0007"
 branch_labels: str | None = None
 depends_on: str | None = None
 
