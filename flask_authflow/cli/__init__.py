@@ -14,7 +14,7 @@ status 1 (2 for a usage error) and never prints a traceback: :class:`AuthflowGro
 turns library errors, database errors and operating-system errors into that message.
 """
 
-from flask_authflow.cli import audit, db, factors, keys, roles, sessions, users
+from flask_authflow.cli import audit, db, factors, import_users, keys, roles, sessions, users
 from flask_authflow.cli.base import (
     SCHEMA_ERROR_KEY,
     AuthflowGroup,
@@ -32,6 +32,7 @@ __all__ = [
     "db",
     "defer_schema_refusal",
     "factors",
+    "import_users",
     "keys",
     "roles",
     "sessions",

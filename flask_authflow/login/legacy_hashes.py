@@ -209,17 +209,26 @@ class LegacyHashes:
         scheme = identify(stored)
         return scheme is not None and scheme in self.schemes and not stored.startswith("$argon2id$")
 
-    def verify(self, stored: str, password: bytes, *, hmac_only: bool = False) -> LegacyResult:
-        """Check ``password`` (as typed, UTF-8) against ``stored``. ``hmac_only``: try only the
-        Flask-Security-Too HMAC form (a native Argon2id hash already failed as typed)."""
+    def inspect(self, stored: str) -> LegacyResult | None:
+        """Why ``stored`` could never log in (:attr:`LegacyResult.MALFORMED`: not a well-formed
+        hash of an enabled scheme; :attr:`LegacyResult.OVER_CEILING`), or ``None`` when it
+        can. Nothing is computed."""
         scheme = identify(stored)
         if scheme is None or scheme not in self.schemes:
             return LegacyResult.MALFORMED
         cost_ok = self._within_ceilings(scheme, stored)
         if cost_ok is None:
             return LegacyResult.MALFORMED
-        if not cost_ok:
-            return LegacyResult.OVER_CEILING
+        return None if cost_ok else LegacyResult.OVER_CEILING
+
+    def verify(self, stored: str, password: bytes, *, hmac_only: bool = False) -> LegacyResult:
+        """Check ``password`` (as typed, UTF-8) against ``stored``. ``hmac_only``: try only the
+        Flask-Security-Too HMAC form (a native Argon2id hash already failed as typed)."""
+        refused = self.inspect(stored)
+        if refused is not None:
+            return refused
+        scheme = identify(stored)
+        assert scheme is not None  # inspect() found it
         candidates = self._candidates(scheme, password)
         if hmac_only:
             candidates = candidates if self.salt is not None else []
