@@ -354,6 +354,16 @@ class AuthnRequest:
         """
         return step_up.begin_step_up(self.service, self.ctx, session, strongest=strongest)
 
+    def check_password_change(self, session: AuthSession) -> None:
+        """Refuse a change of the session's user's password when the user has a second factor
+        and this session has not passed the strongest login step within ``freshness`` (a
+        stolen session with a known password cannot change it). Call it before asking for
+        the current password.
+
+        :raises StepUpNeeded: ask for ``begin_step_up(session, strongest=True)`` first.
+        """
+        enrollment.check_password_change(self.service, session)
+
     def begin_enrollment(
         self, session: AuthSession, kind: FactorKind, params: Mapping[str, Any] | None = None
     ) -> EnrollmentStart:
