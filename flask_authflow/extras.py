@@ -25,6 +25,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "redis": ("redis",),
     "zxcvbn": ("zxcvbn",),
     "cedar": ("cedarpy",),
+    "legacy": ("passlib", "bcrypt"),
 }
 
 
@@ -57,6 +58,8 @@ def _needed(config: Mapping[str, Any], federation: bool) -> list[tuple[str, str]
         needed.append(("zxcvbn", "AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE"))
     if config.get("AUTHFLOW_AUTHZ_POLICIES"):
         needed.append(("cedar", "AUTHFLOW_AUTHZ_POLICIES"))
+    if config.get("AUTHFLOW_LEGACY_PASSWORD_SCHEMES"):
+        needed.append(("legacy", "AUTHFLOW_LEGACY_PASSWORD_SCHEMES"))
     return needed
 
 
