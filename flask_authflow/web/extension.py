@@ -37,6 +37,7 @@ from flask_authflow.errors import (
 from flask_authflow.extras import check_extras
 from flask_authflow.login import workflow
 from flask_authflow.login.accounts import AccountAdmin
+from flask_authflow.login.app_users import UserCreatedHook, UserDeletedHook
 from flask_authflow.login.legacy_hashes import LegacyHashes
 from flask_authflow.login.lockout import LockoutPolicy
 from flask_authflow.login.password import PasswordHasher
@@ -85,6 +86,8 @@ log = logging.getLogger("flask_authflow")
 UserLoaderT = TypeVar("UserLoaderT", bound=UserLoader)
 ClaimsMapperT = TypeVar("ClaimsMapperT", bound=Callable[..., Any])
 DenialHandlerT = TypeVar("DenialHandlerT", bound=DenialHandler)
+UserCreatedT = TypeVar("UserCreatedT", bound=UserCreatedHook)
+UserDeletedT = TypeVar("UserDeletedT", bound=UserDeletedHook)
 
 __all__ = ["Adapters", "AuthFlow", "AuthFlowState", "current_auth_session", "current_session", "get_state"]
 
@@ -504,6 +507,24 @@ class AuthFlow:
         """
         self._hooks.user_loader = loader
         return loader
+
+    def user_created(self, hook: UserCreatedT) -> UserCreatedT:
+        """Register ``hook(new)``: create the application's row for the new account
+        ``new.account`` (a :class:`~flask_authflow.login.app_users.NewAccount`, which also
+        says what created it). Every path that creates an account runs it (the command
+        line, sign-up, a federated first sign-in, the pytest plugin's users), in the
+        application's Flask-SQLAlchemy transaction: raising keeps neither the row nor the
+        account. See :doc:`/users`."""
+        self._hooks.user_created = hook
+        return hook
+
+    def user_deleted(self, hook: UserDeletedT) -> UserDeletedT:
+        """Register ``hook(account)``: delete the application's row of an account being
+        deleted (``flask authflow users delete``, :meth:`AccountAdmin.delete
+        <flask_authflow.login.accounts.AccountAdmin.delete>`), in the same transaction as
+        the account's removal."""
+        self._hooks.user_deleted = hook
+        return hook
 
     def unauthorized_handler(self, handler: DenialHandlerT) -> DenialHandlerT:
         """Register the response to a request that needs a login and has none
