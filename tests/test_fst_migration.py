@@ -115,6 +115,7 @@ def test_every_fst_user_logs_in_and_is_rehashed(
         with app.app_context():
             user = backend.find_user("default", email)
             assert user is not None, scheme
+            assert user.email == email and user.email_verified_at is not None  # confirmed in FST
             before = backend.get_password_hash("default", user.user_id)
         with pytest.raises(RuntimeError, match="failed"):
             login_test_client(app, email, password="not " + PASSWORD)

@@ -15,7 +15,7 @@ from passlib import hash as passlib_hash  # type: ignore[import-untyped]
 from sqlalchemy import Boolean, Column, DateTime, Integer, MetaData, String, Table, create_engine
 from werkzeug.security import generate_password_hash
 
-from flask_authflow import get_state
+from flask_authflow import AuthFlow, get_state
 from flask_authflow.errors import StoreUnavailable
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import login_test_client
@@ -61,6 +61,8 @@ def rows(app: Flask) -> list[dict[str, Any]]:
         {"identifier": "ivan", "hash": "$2b$12$broken"},
         {"identifier": "judy", "hash": bcrypt_hash(), "disabled": "maybe"},
         {"identifier": "ken\x00", "hash": bcrypt_hash()},
+        {"identifier": "mallory", "hash": bcrypt_hash(), "email": "not an address"},
+        {"identifier": "alice2", "hash": bcrypt_hash(), "email": "alice@example.com"},
     ]
 
 
@@ -73,6 +75,8 @@ EXPECTED_REFUSALS = {
     "ivan": "malformed",
     "judy": "disabled is not a yes/no value",
     "ken\x00": "identifier",
+    "mallory": "the e-mail address is malformed",
+    "alice2": "belongs to another user already",
 }
 
 
@@ -120,12 +124,15 @@ def test_csv_import_logs_users_in_and_a_second_run_changes_nothing(app: Flask, t
         alice = backend.find_user("default", "alice")
         assert alice is not None
         assert str(backend.get_password_hash("default", alice.user_id)).startswith("$argon2id$")
+        assert alice.email == "alice@example.com" and alice.email_verified_at is not None
+        bob = backend.find_user("acme", "bob")
+        assert bob is not None and bob.email is None and bob.email_verified_at is None
 
 
 def test_text_report_names_counts_and_reasons(app: Flask, tmp_path: Path) -> None:
     result = run(app, str(write_csv(tmp_path / "users.csv", rows(app))))
     assert result.exit_code == 0, result.output
-    assert "4 imported, 0 already present, 8 refused" in result.output
+    assert "4 imported, 0 already present, 10 refused" in result.output
     assert "refused 'frank': the hash is of no scheme" in result.output
     assert PASSWORD not in result.output and "$2b$" not in result.output
 
@@ -250,3 +257,35 @@ def test_from_url_reads_a_flask_security_table(app: Flask, tmp_path: Path) -> No
         bee = get_state(app).backend.find_user("default", "bee")
     assert bee is not None and bee.disabled
     assert json.loads(run(app, "--from-url", url, "--json").output)["imported"] == 0
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_the_application_user_hook_runs_for_each_imported_user(
+    app_factory: AppFactory, tmp_path: Path, store: str
+) -> None:
+    authflow = AuthFlow()
+    app = build_app(app_factory, tmp_path, store, authflow=authflow)
+    seen: list[tuple[str, str]] = []
+
+    @authflow.user_created
+    def created(new: Any) -> None:
+        if new.account.identifier == "bad":
+            raise RuntimeError("the application refuses this user")
+        seen.append((new.account.identifier, new.source))
+
+    items = [
+        {"identifier": "alice", "hash": bcrypt_hash(), "email": "a@example.com", "confirmed": "no"},
+        {"identifier": "bad", "hash": bcrypt_hash()},
+    ]
+    result = run(app, str(write_csv(tmp_path / "hooked.csv", items)), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["refused"] == [
+        {"identifier": "bad", "reason": "the application's user_created hook failed (RuntimeError)"}
+    ]
+    assert seen == [("alice", "import")]
+    with app.app_context():
+        backend = get_state(app).backend
+        assert backend.find_user("default", "bad") is None  # removed with the hook's failure
+        alice = backend.find_user("default", "alice")
+    assert alice is not None and alice.email == "a@example.com" and alice.email_verified_at is None
+    login_test_client(app, "alice", password=PASSWORD)

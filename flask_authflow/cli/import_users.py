@@ -18,23 +18,34 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 import click
+from sqlalchemy.exc import SQLAlchemyError
 
 from flask_authflow.cli.base import CommandFailed, emit, json_option, tenant_or_default
 from flask_authflow.cli.users import users
-from flask_authflow.core.identifiers import check_tenant, normalise_identifier
-from flask_authflow.core.ports import IdentityStore, UnitOfWork
+from flask_authflow.core.identifiers import check_tenant, normalise_email, normalise_identifier
+from flask_authflow.core.ports import IdentityStore, UnitOfWork, UserRecord
 from flask_authflow.errors import AuthFlowError, UserExists
+from flask_authflow.login.app_users import AppUserHooks
 from flask_authflow.login.legacy_hashes import LegacyHashes, LegacyResult, identify
 from flask_authflow.login.password import PasswordHasher
-from flask_authflow.web.state import get_state
+from flask_authflow.web.state import account_admin, get_state
 
-__all__ = ["ImportReport", "ImportRow", "ImportStore", "import_rows", "read_file", "read_fst_database"]
+__all__ = [
+    "ImportReport",
+    "ImportRow",
+    "ImportStore",
+    "ImportTarget",
+    "import_rows",
+    "read_file",
+    "read_fst_database",
+]
 
 #: Largest import file read (a user list, not a database dump).
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -73,6 +84,8 @@ class ImportReport:
 
 class ImportStore(IdentityStore, Protocol):
     """What an import writes to (both backends are one)."""
+
+    def find_user_by_email(self, tenant: str, email: str) -> UserRecord | None: ...
 
     def set_password_hash(self, tenant: str, user_id: str, password_hash: str) -> None: ...
 
@@ -121,8 +134,9 @@ def _hash_refusal(stored: str, hasher: PasswordHasher, legacy: LegacyHashes) -> 
 
 def _checked(
     row: ImportRow, default_tenant: str, hasher: PasswordHasher, legacy: LegacyHashes
-) -> tuple[str, str]:
-    """``(tenant, identifier)`` of a row that may be imported; :class:`_Refused` otherwise."""
+) -> tuple[str, str, str | None]:
+    """``(tenant, identifier, e-mail)`` of a row that may be imported; :class:`_Refused`
+    otherwise."""
     if not isinstance(row.identifier, str) or not row.identifier.strip():
         raise _Refused("no identifier")
     tenant = row.tenant if row.tenant not in (None, "") else default_tenant
@@ -138,45 +152,101 @@ def _checked(
         raise _Refused(refusal)
     _flag(row.disabled, "disabled")
     _flag(row.confirmed, "confirmed")
-    return tenant, identifier
+    return tenant, identifier, _email(row.email)
 
 
-def _create(store: ImportStore, row: ImportRow, tenant: str, identifier: str) -> bool:
-    """Create the user in one unit of work; ``False`` if one was there already."""
+def _email(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _Refused("the e-mail address is not text")
+    try:
+        return normalise_email(value)
+    except AuthFlowError:
+        raise _Refused("the e-mail address is malformed") from None
+
+
+def _write(
+    store: ImportStore, row: ImportRow, tenant: str, identifier: str, email: str | None, now: datetime
+) -> UserRecord:
+    """Create the account with its hash and flags (the caller keeps it together)."""
+    verified_at = now if email is not None and _flag(row.confirmed, "confirmed") else None
+    user = store.create_user(tenant, identifier, None, email=email, email_verified_at=verified_at)
+    store.set_password_hash(tenant, user.user_id, row.hash)
+    if _flag(row.disabled, "disabled"):
+        store.set_disabled(tenant, identifier, True)
+    return user
+
+
+def _in_unit(store: ImportStore, write: Callable[[], UserRecord]) -> UserRecord:
     unit = store.begin_unit()
     try:
-        if store.find_user(tenant, identifier) is not None:
-            unit.rollback()
-            return False
-        user = store.create_user(tenant, identifier, None)
-        store.set_password_hash(tenant, user.user_id, row.hash)
-        if _flag(row.disabled, "disabled"):
-            store.set_disabled(tenant, identifier, True)
-    except UserExists:
-        unit.rollback()
-        return False
+        user = write()
     except BaseException:
         unit.rollback()
         raise
     unit.commit()
+    return user
+
+
+def _create(target: ImportTarget, row: ImportRow, tenant: str, identifier: str, email: str | None) -> bool:
+    """Create the user, its hash and flags together, with the application's ``user_created``
+    hook (source ``"import"``) when it has one; ``False`` if the identifier or the e-mail
+    is taken in the tenant."""
+    store = target.store
+    if store.find_user(tenant, identifier) is not None:
+        return False
+    if email is not None and store.find_user_by_email(tenant, email) is not None:
+        raise _Refused("the e-mail address belongs to another user already")
+
+    def make() -> UserRecord:
+        return _in_unit(store, lambda: _write(store, row, tenant, identifier, email, target.now))
+
+    try:
+        if target.app_users is None:
+            make()
+        else:  # with the application's hook: the account is removed again if it fails
+            _with_hook(target.app_users, store, make)
+    except UserExists:
+        if store.find_user(tenant, identifier) is not None:
+            return False  # a parallel import made it
+        raise _Refused("the e-mail address belongs to another user already") from None
     return True
 
 
-def import_rows(
-    store: ImportStore,
-    rows: Iterable[ImportRow],
-    *,
-    default_tenant: str,
-    hasher: PasswordHasher,
-    legacy: LegacyHashes,
-) -> ImportReport:
-    """Import ``rows`` into ``store`` (see the module's documentation)."""
+def _with_hook(app_users: AppUserHooks, store: ImportStore, make: Callable[[], UserRecord]) -> None:
+    """``make()`` with the ``user_created`` hook; a failure of the application's own code
+    refuses the row (the account is gone again), while the library's and the database's
+    errors end the import."""
+    try:
+        app_users.create(store, make, source="import")
+    except (AuthFlowError, SQLAlchemyError, OSError):
+        raise
+    except Exception as error:  # noqa: BLE001 - the application's hook: reported per row
+        raise _Refused(f"the application's user_created hook failed ({type(error).__name__})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ImportTarget:
+    """Where an import writes: the store, the application-user hooks (``None``: none), the
+    hasher and legacy schemes that decide which hashes can log in, and the time verified
+    e-mail addresses are stamped with."""
+
+    store: ImportStore
+    hasher: PasswordHasher
+    legacy: LegacyHashes
+    now: datetime
+    app_users: AppUserHooks | None = None
+
+
+def import_rows(target: ImportTarget, rows: Iterable[ImportRow], *, default_tenant: str) -> ImportReport:
+    """Import ``rows`` (see the module's documentation)."""
     report = ImportReport()
     for row in rows:
         label = row.identifier if isinstance(row.identifier, str) else repr(row.identifier)
         try:
-            tenant, identifier = _checked(row, default_tenant, hasher, legacy)
-            created = _create(store, row, tenant, identifier)
+            tenant, identifier, email = _checked(row, default_tenant, target.hasher, target.legacy)
+            created = _create(target, row, tenant, identifier, email)
         except _Refused as refused:
             report.refused.append((label[:200], refused.reason))
             continue
@@ -289,13 +359,14 @@ def users_import(file: Path | None, url: str | None, table: str, tenant: str | N
     legacy = LegacyHashes(
         hashing.legacy_schemes, salt=hashing.legacy_salt, argon2_over_ceiling=state.hasher.over_ceiling
     )
-    report = import_rows(
-        cast(ImportStore, state.backend),
-        rows,
-        default_tenant=tenant_or_default(tenant),
+    target = ImportTarget(
+        store=cast(ImportStore, state.backend),
         hasher=state.hasher,
         legacy=legacy,
+        now=state.clock.now(),
+        app_users=account_admin().app_users,
     )
+    report = import_rows(target, rows, default_tenant=tenant_or_default(tenant))
     lines = [
         f"{len(report.imported)} imported, {len(report.present)} already present, "
         f"{len(report.refused)} refused",
