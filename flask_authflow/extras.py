@@ -26,6 +26,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "zxcvbn": ("zxcvbn",),
     "cedar": ("cedarpy",),
     "accounts": ("email_validator",),
+    "legacy": ("passlib", "bcrypt"),
 }
 
 
@@ -60,6 +61,8 @@ def _needed(config: Mapping[str, Any], federation: bool) -> list[tuple[str, str]
         needed.append(("accounts", "AUTHFLOW_REGISTRATION"))
     if config.get("AUTHFLOW_AUTHZ_POLICIES"):
         needed.append(("cedar", "AUTHFLOW_AUTHZ_POLICIES"))
+    if config.get("AUTHFLOW_LEGACY_PASSWORD_SCHEMES"):
+        needed.append(("legacy", "AUTHFLOW_LEGACY_PASSWORD_SCHEMES"))
     return needed
 
 

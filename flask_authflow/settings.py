@@ -322,6 +322,12 @@ def all_strings(name: str, value: tuple[Any, ...]) -> None:
         raise ConfigurationError(f"{name} must be a list of strings")
 
 
+def legacy_salt(name: str, value: Any) -> None:
+    """``None`` or a non-empty string or bytes (Flask-Security-Too's ``SECURITY_PASSWORD_SALT``)."""
+    if value is not None and (not isinstance(value, str | bytes) or not value):
+        raise ConfigurationError(f"{name} must be the old app's SECURITY_PASSWORD_SALT (non-empty) or None")
+
+
 def redis_url(name: str, value: Any) -> None:
     """``None`` or a non-blank string."""
     if value is not None and (not isinstance(value, str) or not value.strip()):
@@ -446,6 +452,8 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_ARGON2_MAX_MEMORY_COST", integer, 256 * 1024),
     Key("AUTHFLOW_ARGON2_MAX_PARALLELISM", integer, 16),
     Key("AUTHFLOW_MAX_CONCURRENT_HASHES", integer, 2 * (os.cpu_count() or 1)),
+    Key("AUTHFLOW_LEGACY_PASSWORD_SCHEMES", string_list, [], all_strings),
+    Key("AUTHFLOW_LEGACY_PASSWORD_SALT", raw, None, legacy_salt),
     Key("AUTHFLOW_PASSWORD_MIN_LENGTH", integer, 15, password_length),
     Key("AUTHFLOW_PASSWORD_MIN_LENGTH_WITH_SECOND_FACTOR", integer, 8, password_length),
     Key("AUTHFLOW_PASSWORD_BLOCKLIST", string_list, [], all_strings),

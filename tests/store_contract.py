@@ -500,7 +500,7 @@ class StoreContract:
         # Accepted: the same lookup for another kind, no lookup twice, the longest id.
         backend.add_factor("globex", factor(bob.user_id, "f-6", FactorKind.HOTP, lookup="cred-1"))
         backend.add_factor("globex", factor(bob.user_id, "f-7"))
-        backend.add_factor("globex", factor(bob.user_id, "y" * 64))
+        backend.add_factor("globex", factor(bob.user_id, "y" * 64, FactorKind.WEBAUTHN))
         assert len(backend.list_user_factors("globex", bob.user_id, include_pending=True)) == 3
 
     def test_factor_records_are_tenant_scoped(self, backend: Any, clock: MockClock) -> None:
@@ -535,10 +535,9 @@ class StoreContract:
         uid = backend.create_user("acme", "alice", "pw").user_id
         backend.add_factor("acme", factor(uid, "old", confirmed=True))
         backend.add_factor("acme", factor(uid, "a"))
-        backend.add_factor("acme", factor(uid, "b"))
-        backend.add_factor("acme", factor(uid, "c"))
-        backend.add_factor("acme", factor(uid, "key", FactorKind.WEBAUTHN, confirmed=True))
         assert backend.confirm_factor("acme", uid, "a", replace_kind=False)
+        backend.add_factor("acme", factor(uid, "b"))
+        backend.add_factor("acme", factor(uid, "key", FactorKind.WEBAUTHN, confirmed=True))
         totp = backend.list_user_factors("acme", uid, kind=FactorKind.TOTP)
         assert [c.factor_id for c in totp] == ["old", "a"]  # both confirmed: nothing replaced
         assert not backend.confirm_factor("acme", uid, "a", replace_kind=True)  # confirmed already
@@ -547,10 +546,9 @@ class StoreContract:
             "old",
             "a",
             "b",
-            "c",
             "key",
         ]
-        # Replacing the kind deletes the user's other factors of it, confirmed and pending.
+        # Replacing the kind deletes the user's other factors of it.
         assert backend.confirm_factor("acme", uid, "b", replace_kind=True)
         remaining = backend.list_user_factors("acme", uid, include_pending=True)
         assert [(c.kind, c.factor_id, c.confirmed) for c in remaining] == [
@@ -558,7 +556,7 @@ class StoreContract:
             (FactorKind.TOTP, "b", True),
             (FactorKind.WEBAUTHN, "key", True),
         ]
-        assert backend.get_factor("acme", uid, "c") is None
+        assert backend.get_factor("acme", uid, "a") is None
 
     def test_delete_factor(self, backend: Any) -> None:
         uid = backend.create_user("acme", "alice", "pw").user_id
@@ -726,6 +724,40 @@ class StoreContract:
             assert won.count(True) == 1
             stored = backend.get_factor("acme", uid, "codes")
             assert (stored.counter, stored.secret) == (expected + 1, f"v{expected + 1}-by-{won.index(True)}")
+
+    def test_a_pending_factor_replaces_the_pending_one_of_its_kind(self, backend: Any) -> None:
+        uid = backend.create_user("acme", "alice", "pw").user_id
+        other = backend.create_user("acme", "bob").user_id
+        backend.add_factor("acme", factor(uid, "confirmed", confirmed=True))
+        backend.add_factor("acme", factor(uid, "key", FactorKind.WEBAUTHN, lookup="cred-1"))
+        backend.add_factor("acme", factor(other, "bobs"))
+        backend.add_factor("acme", factor(uid, "first"))
+        backend.add_factor("acme", factor(uid, "second"))
+        pending = backend.list_user_factors("acme", uid, include_pending=True)
+        assert sorted((c.factor_id, c.confirmed) for c in pending if c.kind is not FactorKind.PASSWORD) == [
+            ("confirmed", True),
+            ("key", False),
+            ("second", False),
+        ]
+        assert backend.get_factor("acme", uid, "first") is None
+        assert backend.get_factor("acme", other, "bobs") is not None  # another user's stays
+        assert not backend.confirm_factor("acme", uid, "first", replace_kind=False)
+        unit = backend.begin_unit()
+        backend.add_factor("acme", factor(uid, "third"))
+        unit.rollback()  # the replacement is undone with the unit
+        assert backend.get_factor("acme", uid, "second") is not None
+        assert backend.get_factor("acme", uid, "third") is None
+
+    def test_parallel_pending_starts_leave_one(self, backend: Any) -> None:
+        uid = backend.create_user("acme", "alice").user_id
+
+        def start(i: int) -> bool:
+            backend.add_factor("acme", factor(uid, f"start-{i}"))
+            return True
+
+        race(RACERS, start)
+        left = backend.list_user_factors("acme", uid, kind=FactorKind.TOTP, include_pending=True)
+        assert len(left) == 1 and not left[0].confirmed
 
     def test_parallel_confirmations_that_replace_the_kind_leave_one_factor(self, backend: Any) -> None:
         uid = backend.create_user("acme", "alice").user_id

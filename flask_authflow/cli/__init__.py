@@ -14,7 +14,7 @@ status 1 (2 for a usage error) and never prints a traceback: :class:`AuthflowGro
 turns library errors, database errors and operating-system errors into that message.
 """
 
-from flask_authflow.cli import audit, db, devices, factors, keys, roles, sessions, tokens, users
+from flask_authflow.cli import audit, db, devices, factors, import_users, keys, roles, sessions, tokens, users
 from flask_authflow.cli.base import (
     SCHEMA_ERROR_KEY,
     AuthflowGroup,
@@ -33,6 +33,7 @@ __all__ = [
     "defer_schema_refusal",
     "devices",
     "factors",
+    "import_users",
     "keys",
     "roles",
     "sessions",

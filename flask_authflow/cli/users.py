@@ -77,7 +77,7 @@ def set_password(username: str, tenant: str | None, password_stdin: bool, as_jso
 @authflow_cli.group("users")
 def users() -> None:
     """List, disable, enable, unlock or delete users (disabling and deleting end their sessions);
-    give or take their roles."""
+    give or take their roles; import users of another application."""
 
 
 @users.command("list")

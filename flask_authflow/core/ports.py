@@ -213,7 +213,9 @@ class FactorRecordStore(FactorStore, Protocol):
     """
 
     def add_factor(self, tenant: str, config: FactorConfig) -> None:
-        """Insert ``config`` as given (usually ``confirmed=False``).
+        """Insert ``config`` as given (usually ``confirmed=False``). A pending one
+        (``confirmed=False``) replaces the user's other pending factors of its kind in the
+        same transaction, serialised per user: at most one enrollment of a kind waits.
 
         :raises UserNotFound: the user is not in ``tenant``.
         :raises ValueError: ``config.factor_id`` is empty or already used, or

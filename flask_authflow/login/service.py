@@ -49,6 +49,7 @@ from flask_authflow.core.session import AuthSession, step_name
 from flask_authflow.errors import ConfigurationError, FactorNotRegistered
 from flask_authflow.login import begin, enrollment, establish, logout, passkey, step_up, verify
 from flask_authflow.login.enrollment import ENROLLMENT_TTL
+from flask_authflow.login.legacy_hashes import LegacyHashes
 from flask_authflow.login.lockout import Lockout, LockoutPolicy
 from flask_authflow.login.operation import (
     LOGIN_IDENTIFIER_KEY,
@@ -153,6 +154,7 @@ class AuthnService:
         passkey_login_allowed: Callable[[str], bool] = lambda tenant: False,
         revoke_sessions: Callable[[str, str, str | None, str], int] | None = None,
         session_writer: SessionWriter | None = None,
+        legacy_hashes: LegacyHashes | None = None,
     ) -> None:
         self.store: LoginStore = _one_store(identity_store, factor_store, attempt_store)
         self.identity_store: IdentityStore = self.store
@@ -168,7 +170,7 @@ class AuthnService:
         self.clock: Clock = clock or SystemClock()
         self.counters = counters if counters is not None else AuthCounters()
         self._factors: dict[FactorKind, Factor] = {}
-        self.register_factor(PasswordFactor(self.hasher, self.store))
+        self.register_factor(PasswordFactor(self.hasher, self.store, legacy_hashes))
         #: ``(tenant, user_id, enrolled kinds) -> steps``; see ``default_login_steps``.
         self.login_steps: LoginSteps = login_steps or default_login_steps
         #: How recent the last authentication must be to enroll, change or disable a factor.
@@ -355,6 +357,16 @@ class AuthnRequest:
         Authenticated throughout; :meth:`verify_factor` completes the step-up.
         """
         return step_up.begin_step_up(self.service, self.ctx, session, strongest=strongest)
+
+    def check_password_change(self, session: AuthSession) -> None:
+        """Refuse a change of the session's user's password when the user has a second factor
+        and this session has not passed the strongest login step within ``freshness`` (a
+        stolen session with a known password cannot change it). Call it before asking for
+        the current password.
+
+        :raises StepUpNeeded: ask for ``begin_step_up(session, strongest=True)`` first.
+        """
+        enrollment.check_password_change(self.service, session)
 
     def begin_enrollment(
         self, session: AuthSession, kind: FactorKind, params: Mapping[str, Any] | None = None

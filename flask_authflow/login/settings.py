@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from flask_authflow.errors import ConfigurationError
+from flask_authflow.login.legacy_hashes import LEGACY_SCHEMES
 from flask_authflow.settings import Settings, flask_flag, setting
 
 __all__ = [
@@ -44,7 +45,7 @@ class LockoutSettings(Settings):
 
 @dataclass(frozen=True, slots=True)
 class HashingSettings(Settings):
-    """``AUTHFLOW_ARGON2_*`` and ``AUTHFLOW_MAX_CONCURRENT_HASHES``."""
+    """``AUTHFLOW_ARGON2_*``, ``AUTHFLOW_MAX_CONCURRENT_HASHES`` and ``AUTHFLOW_LEGACY_PASSWORD_*``."""
 
     time_cost: int = field(metadata=setting("AUTHFLOW_ARGON2_TIME_COST"))
     memory_cost: int = field(metadata=setting("AUTHFLOW_ARGON2_MEMORY_COST"))
@@ -53,9 +54,19 @@ class HashingSettings(Settings):
     max_memory_cost: int = field(metadata=setting("AUTHFLOW_ARGON2_MAX_MEMORY_COST"))
     max_parallelism: int = field(metadata=setting("AUTHFLOW_ARGON2_MAX_PARALLELISM"))
     max_concurrent: int = field(metadata=setting("AUTHFLOW_MAX_CONCURRENT_HASHES"))
+    #: Hashes of other software verified at login and replaced by Argon2id (off when empty).
+    legacy_schemes: tuple[str, ...] = field(metadata=setting("AUTHFLOW_LEGACY_PASSWORD_SCHEMES"))
+    #: Flask-Security-Too's ``SECURITY_PASSWORD_SALT`` (its HMAC before hashing).
+    legacy_salt: str | bytes | None = field(metadata=setting("AUTHFLOW_LEGACY_PASSWORD_SALT"))
     testing: bool = field(metadata=flask_flag("TESTING"))
 
     def __post_init__(self) -> None:
+        unknown = [scheme for scheme in self.legacy_schemes if scheme not in LEGACY_SCHEMES]
+        if unknown:
+            raise ConfigurationError(
+                f"AUTHFLOW_LEGACY_PASSWORD_SCHEMES: unknown scheme(s) {', '.join(map(repr, unknown))}; "
+                f"choose from {', '.join(LEGACY_SCHEMES)}"
+            )
         if self.memory_cost < OWASP_MIN_MEMORY_COST and not self.testing:
             raise ConfigurationError(
                 f"AUTHFLOW_ARGON2_MEMORY_COST below {OWASP_MIN_MEMORY_COST} KiB is weaker than OWASP's "

@@ -482,6 +482,9 @@ class InMemoryBackend:
                 raise ValueError(f"a {kind.value} factor with this lookup is already enrolled")
             if kind is FactorKind.PASSWORD and self._password(factors) is not None:
                 raise ValueError("the user has a password already")
+            if not config.confirmed:  # one pending enrollment per kind: the new one replaces it
+                for stale in [c for c in factors.values() if c.kind is kind and not c.confirmed]:
+                    self._drop_factor(stale)
             self._store_factor(
                 replace(
                     config,

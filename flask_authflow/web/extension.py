@@ -39,6 +39,7 @@ from flask_authflow.errors import (
 from flask_authflow.extras import check_extras
 from flask_authflow.login import workflow
 from flask_authflow.login.accounts import AccountAdmin
+from flask_authflow.login.legacy_hashes import LegacyHashes
 from flask_authflow.login.lockout import LockoutPolicy
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.password_policy import PasswordPolicy
@@ -238,6 +239,19 @@ def _login_service(
         passkey_login_allowed=config.factors.passkey_login_allowed,
         revoke_sessions=revoke_sessions,  # a factor change ends the user's other sessions
         session_writer=session_writer,
+        legacy_hashes=_legacy_hashes(config.hashing, hasher),
+    )
+
+
+def _legacy_hashes(settings: HashingSettings, hasher: PasswordHasher) -> LegacyHashes | None:
+    """The legacy schemes ``AUTHFLOW_LEGACY_PASSWORD_*`` enable, under the hasher's ceilings."""
+    if not settings.legacy_schemes:
+        return None
+    return LegacyHashes(
+        settings.legacy_schemes,
+        salt=settings.legacy_salt,
+        argon2_over_ceiling=hasher.over_ceiling,
+        slot=hasher.slot,
     )
 
 

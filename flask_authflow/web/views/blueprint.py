@@ -21,7 +21,7 @@ from flask.typing import ResponseReturnValue
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow.core.session import AuthSession, SessionRecord, describe_device, sid_hash
-from flask_authflow.errors import AuthFlowError
+from flask_authflow.errors import AuthFlowError, StepUpNeeded
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
 from flask_authflow.responses import wants_json
 from flask_authflow.web.api_auth import api_tokens
@@ -47,6 +47,7 @@ from flask_authflow.web.views.common import (
     signed_in,
     stored_sid,
     to_login,
+    to_step_up,
 )
 from flask_authflow.web.views.logout import logout
 
@@ -206,6 +207,10 @@ def change_password() -> ResponseReturnValue:
         return _account_page(400, error=MESSAGES["password_fields"])
     if not hmac.compare_digest(new.encode("utf-8"), confirm.encode("utf-8")):
         return _account_page(400, error=MESSAGES["password_mismatch"])
+    try:  # a user with a second factor passes it again first
+        handle().check_password_change(session)
+    except StepUpNeeded:
+        return to_step_up(url_for(f"{VIEWS_BLUEPRINT}.account"))
     confirmed = _confirm_password(session, current)
     if not isinstance(confirmed, Authenticated):
         message, status = confirmed
