@@ -428,6 +428,10 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_LOCKOUT_MAX_FAILURES", integer, 5),
     Key("AUTHFLOW_LOCKOUT_WINDOW", duration, timedelta(hours=1)),
     Key("AUTHFLOW_LOCKOUT_DURATION", duration, timedelta(minutes=15)),
+    # abuse protection: rate limits (see flask_authflow.throttle)
+    Key("AUTHFLOW_THROTTLE", boolean, True),
+    Key("AUTHFLOW_THROTTLE_STORAGE_URL", raw),
+    Key("AUTHFLOW_THROTTLE_LIMITS", raw),
     Key("AUTHFLOW_ARGON2_TIME_COST", integer, 3),
     Key("AUTHFLOW_ARGON2_MEMORY_COST", integer, 64 * 1024),
     Key("AUTHFLOW_ARGON2_PARALLELISM", integer, 4),

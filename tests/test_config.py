@@ -215,6 +215,7 @@ SETTINGS_CLASSES = [
     "flask_authflow.federation.settings:FederationSettings",
     "flask_authflow.web.config:WebSettings",
     "flask_authflow.authz.settings:AuthzSettings",
+    "flask_authflow.throttle.settings:ThrottleSettings",
 ]
 
 

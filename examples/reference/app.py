@@ -113,6 +113,14 @@ def _unavailable(error: AuthFlowError) -> Response:
     return response
 
 
+def _retry_later(error: AuthFlowError) -> Response:
+    """A throttled request: 429 with ``Retry-After`` (the seconds until the limit has room)."""
+    response = _text(f"too many requests: {error.message}", 429)
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["Retry-After"] = str(error.retry_after or 1)
+    return response
+
+
 def _outcome_text(outcome: Any) -> tuple[str, int]:
     """The reference mapping of login outcomes to text and status (401, 403 for a lock)."""
     match outcome:
@@ -147,7 +155,10 @@ def _json_error(code: str, message: str, status: int = 400, **extra: Any) -> Res
 def _error_json(error: AuthFlowError) -> Response:
     """A typed error as JSON: its own 4xx, a 5xx as 503 without its message (never a 500)."""
     if 400 <= error.status < 500:
-        return _json_error(error.code, error.message, error.status)
+        response = _json_error(error.code, error.message, error.status)
+        if error.retry_after is not None:  # throttled (429): when to try again
+            response.headers["Retry-After"] = str(error.retry_after)
+        return response
     response = _json_error(error.code, "the service could not complete the request; try again later", 503)
     if error.retry_after is not None:
         response.headers["Retry-After"] = str(error.retry_after)
@@ -302,6 +313,8 @@ def login() -> Any:
     except AuthFlowError as error:
         if error.status >= 500:  # a store is down: refused (fail closed), not "bad credentials"
             return _unavailable(error)
+        if error.status == 429:  # throttled: no credential was checked; try again later
+            return _retry_later(error)
         return _text(f"login error: {error.message}", 401)
     return _login_answer(outcome)
 

@@ -33,6 +33,7 @@ from flask_authflow.login.operation import (
     guard_store,
     new_transaction,
 )
+from flask_authflow.login.throttling import refuse_if_throttled
 from flask_authflow.outcomes import FactorKind, FactorRequired, Locked, LoginOutcome
 
 __all__ = ["begin_login"]
@@ -49,6 +50,7 @@ def begin_login(
         Operation(svc, ctx, session, "login_begin").refuse(exc, "error")
         raise
     with Operation(svc, ctx, session, "login_begin", tenant=tenant, identifier=ident) as op:
+        refuse_if_throttled(op, svc, "login")
         if session.state in (AuthState.AUTHENTICATED, AuthState.PENDING_WORKFLOW):
             op.end_previous_login()
         facts = guard_store(lambda: svc.store.login_facts(tenant, ident, op.now))

@@ -46,6 +46,7 @@ from flask_authflow.login.operation import (
     guard_store,
     lockout_subject,
 )
+from flask_authflow.login.throttling import refuse_if_throttled
 from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,
@@ -153,6 +154,7 @@ def verify_factor(
             except InvalidInput as exc:
                 op.refuse(exc, "error")
                 raise
+        refuse_if_throttled(op, svc, "factor")  # before the reservation and any Argon2
         op.count("login_attempts")
         if factor is not None and not factor.expensive:
             # A cheap check (no Argon2): reservation, check, single-use update, settlement
@@ -274,6 +276,7 @@ def _failed(
     )
     op.recount_with(count_failure)
     op.count("login_failures")
+    svc.throttle.failure()  # the failure-rate guard
     outcome: FactorOutcome
     if result.locked_until is not None:
         op.session.transition(_end(op.now))

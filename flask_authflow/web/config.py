@@ -34,6 +34,7 @@ from flask_authflow.settings import (
     coerce_key,
     setting,
 )
+from flask_authflow.throttle import ThrottleSettings
 
 __all__ = ["DEFAULTS", "MIN_SIGNING_KEY_BYTES", "AuthFlowConfig", "WebSettings", "coerce_key", "load_config"]
 
@@ -61,6 +62,7 @@ class AuthFlowConfig:
     audit: AuditSettings
     login: LoginSettings
     lockout: LockoutSettings
+    throttle: ThrottleSettings
     hashing: HashingSettings
     passwords: PasswordPolicySettings
     factors: FactorSettings
@@ -88,6 +90,7 @@ class AuthFlowConfig:
             audit=AuditSettings.from_config(config),
             login=LoginSettings.from_config(config),
             lockout=LockoutSettings.from_config(config),
+            throttle=ThrottleSettings.from_config(config),
             hashing=HashingSettings.from_config(config),
             passwords=PasswordPolicySettings.from_config(config),
             factors=FactorSettings.from_config(config),

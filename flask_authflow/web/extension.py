@@ -60,6 +60,7 @@ from flask_authflow.sessions.interface import AuthFlowSessionInterface
 from flask_authflow.sessions.settings import SessionSettings
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.settings import apply_defaults
+from flask_authflow.throttle import Throttle
 from flask_authflow.web import authz
 from flask_authflow.web.config import AuthFlowConfig
 from flask_authflow.web.current_user import current_user
@@ -228,6 +229,7 @@ def _login_service(
         passkey_login_allowed=config.factors.passkey_login_allowed,
         revoke_sessions=revoke_sessions,  # a factor change ends the user's other sessions
         session_writer=session_writer,
+        throttle=Throttle.from_settings(config.throttle),
     )
 
 
