@@ -32,6 +32,7 @@ from limits import RateLimitItem
 from limits.storage import MemoryStorage, Storage, storage_from_string
 from limits.strategies import MovingWindowRateLimiter
 
+from flask_authflow.audit.context import audit_context
 from flask_authflow.errors import ConfigurationError, StoreUnavailable, Throttled
 from flask_authflow.throttle.keys import address_key, digest, network_key
 from flask_authflow.throttle.settings import DEFAULT_LIMITS, SCOPES, ThrottleSettings, parse_limits
@@ -118,6 +119,15 @@ class Throttle:
         if scope == "login" and self.spiking():
             counted.append(("login.spike", address_key(address)))
         self._hit_all([(name, key) for name, key in counted if name in self._limits])
+
+    def mail(self, to: str, tenant: str, user_id: str) -> None:
+        """Count one mail to ``to`` for the account (tenant, user_id), from the current
+        request's client address (see :meth:`hit`); call it before sending.
+
+        :raises Throttled: the address, its network, the recipient or the account has
+            had its share of mails.
+        """
+        self.hit("mail", address=audit_context().client_ip, recipient=to, account=(tenant, user_id))
 
     def failure(self) -> None:
         """Report one failed credential check to the failure-rate guard (never raises)."""

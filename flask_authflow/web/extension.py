@@ -361,7 +361,9 @@ class AuthFlow:
             app, config, backend, hasher, clock, _session_writer(given, config, backend, store, interface)
         )
         sealer = factor_sealer(config.factors)
-        for factor in built_in_factors(config.factors, sealer, lambda: get_state(app).mail_sender):
+        for factor in built_in_factors(
+            config.factors, sealer, lambda: get_state(app).mail_sender, service.throttle
+        ):
             service.register_factor(factor)
         for factor in self._factors.values():
             service.register_factor(factor)
