@@ -56,6 +56,10 @@ def begin_login(
         facts = guard_store(lambda: svc.store.login_facts(tenant, ident, op.now))
         if facts.locked_until is not None:
             return _locked(op, facts, facts.locked_until)
+        # This address's own lock on the identifier (others may still log in).
+        pair = guard_store(lambda: svc.lockout.pair_locked_until(tenant, ident, op.ctx.client_ip, op.now))
+        if pair is not None:
+            return _locked(op, facts, pair)
         return _start(op, svc, facts)
 
 

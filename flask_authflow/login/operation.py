@@ -278,7 +278,7 @@ class Operation:
 
     def reserve(self, tenant: str, subject: str, factor: str) -> datetime | None:
         """Reserve one credential check; ``None`` when granted, else the end of the lock."""
-        reserved = self.svc.lockout.reserve(tenant, subject, factor, self.now)
+        reserved = self.svc.lockout.reserve(tenant, subject, factor, self.now, self.ctx.client_ip)
         if reserved.token is None:
             return reserved.locked_until or self.now
         self._reservation = (tenant, subject, factor, reserved.token)

@@ -219,7 +219,12 @@ def _login_service(
         backend,
         hasher=hasher,
         lockout=LockoutPolicy(
-            max_failures=lockout.max_failures, window=lockout.window, lock_duration=lockout.duration
+            max_failures=lockout.max_failures,
+            window=lockout.window,
+            lock_duration=lockout.duration,
+            account_max_failures=lockout.account_max_failures,
+            max_lock_duration=lockout.max_duration,
+            failure_cap=lockout.failure_cap,
         ),
         clock=clock,
         counters=AuthCounters(),
