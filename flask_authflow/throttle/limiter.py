@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Iterable, Mapping
 
@@ -54,7 +55,7 @@ class Throttle:
     :param enabled: ``False`` makes every check pass (nothing is counted).
     """
 
-    __slots__ = ("_limiter", "_limits", "enabled", "storage")
+    __slots__ = ("_limiter", "_limits", "_lock", "enabled", "storage")
 
     def __init__(
         self,
@@ -70,6 +71,9 @@ class Throttle:
         self.storage: Storage = storage if storage is not None else MemoryStorage()
         self._limiter = MovingWindowRateLimiter(self.storage)
         self.enabled = enabled
+        # Test-then-count is one step within the process (a parallel burst cannot slip past a
+        # limit); across processes sharing Redis, concurrent requests may overshoot by a few.
+        self._lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, settings: ThrottleSettings) -> Throttle:
@@ -154,6 +158,10 @@ class Throttle:
             raise StoreUnavailable("the rate limiter's storage failed") from exc
 
     def _hit_all(self, counted: Counted) -> None:
+        with self._lock:
+            self._hit_all_locked(counted)
+
+    def _hit_all_locked(self, counted: Counted) -> None:
         try:
             refused = [
                 (name, item, key)
