@@ -15,6 +15,10 @@ keyword arguments. Signals never carry secrets (no tokens, passwords or keys).
   workflow steps, with ``kind``, ``tenant`` and ``user_id``.
 * ``identity_linked``, ``identity_unlinked``: sent when a signed-in user links or unlinks
   a provider, with ``tenant``, ``user_id``, ``provider`` and ``issuer``.
+* ``user_created``, ``user_deleted``: sent after an account (and, with the application's
+  hooks, its row) was created or deleted, with ``user`` (the
+  :class:`~flask_authflow.core.ports.UserRecord`); ``user_created`` also with ``source``
+  (``cli``, ``admin``, ``signup``, ``federation``, ``test``).
 * ``key_rotated``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after a
   rotation, with ``previous_kid`` and ``new_kid``.
 * ``token_minted``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after each
@@ -36,6 +40,8 @@ __all__ = [
     "roles_changed",
     "session_revoked",
     "token_minted",
+    "user_created",
+    "user_deleted",
     "workflow_aborted",
     "workflow_completed",
     "workflow_started",
@@ -55,3 +61,5 @@ workflow_completed = authflow_signals.signal("workflow-completed")
 workflow_aborted = authflow_signals.signal("workflow-aborted")
 identity_linked = authflow_signals.signal("identity-linked")
 identity_unlinked = authflow_signals.signal("identity-unlinked")
+user_created = authflow_signals.signal("user-created")
+user_deleted = authflow_signals.signal("user-deleted")

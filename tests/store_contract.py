@@ -208,6 +208,37 @@ class StoreContract:
         with pytest.raises(InvalidInput):
             backend.create_user("acme", "bad\x00name")
 
+    def test_emails(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", email=" Alice@Example.COM ")
+        assert (alice.email, alice.email_verified_at) == ("Alice@example.com", None)
+        assert backend.find_user_by_email("acme", "Alice@EXAMPLE.com") == alice
+        assert backend.find_user_by_email("acme", "alice@example.com") is None  # local part exact
+        assert backend.find_user_by_email("globex", "Alice@example.com") is None
+        with pytest.raises(UserExists):
+            backend.create_user("acme", "alice2", email="Alice@example.com")
+        assert backend.find_user("acme", "alice2") is None
+        bob = backend.create_user("acme", "bob")
+        with pytest.raises(UserExists):  # another user's address
+            backend.set_email("acme", bob.user_id, "Alice@example.com", verified_at=None)
+        moved = backend.set_email("acme", alice.user_id, "new@example.com", verified_at=T0)
+        assert (moved.email, moved.email_verified_at) == ("new@example.com", T0)
+        assert backend.get_user("acme", alice.user_id) == moved == backend.find_user("acme", "alice")
+        assert backend.find_user_by_email("acme", "Alice@example.com") is None
+        backend.set_email("acme", bob.user_id, "Alice@example.com", verified_at=None)  # free again
+        with pytest.raises(UserNotFound):  # a user of another tenant is not found
+            backend.set_email("globex", alice.user_id, "x@example.com", verified_at=None)
+        for bad in (
+            "no-at",
+            "two@@example.com",
+            "a b@example.com",
+            "@example.com",
+            "a@",
+            "x" * 250 + "@e.com",
+        ):
+            with pytest.raises(InvalidInput):
+                backend.create_user("acme", "carol", email=bad)
+        assert backend.find_user("acme", "carol") is None
+
     def test_passwords(self, backend: Any) -> None:
         alice = backend.create_user("acme", "alice", "first")
         stored = backend.get_password_hash("acme", alice.user_id)

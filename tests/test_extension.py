@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import secrets
 import sys
 
 import pytest
@@ -487,3 +488,19 @@ def test_a_provider_registered_before_the_first_request_installs_federation(auth
     ext.register_provider("corp", corp_factory)
     assert get_state(app).federation is not None
     assert "authflow_oauth" in app.blueprints
+
+
+def test_a_session_store_built_without_a_clock_follows_the_apps(mock_clock, authflow_hasher) -> None:
+    from datetime import timedelta
+
+    from flask_authflow.sessions.stores import MemorySessionStore
+    from flask_authflow.testing import login_test_client
+
+    store = MemorySessionStore()  # built at import time, before the app chose a clock
+    app = Flask("adopted_clock")
+    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
+    AuthFlow(app, session_store=store, clock=mock_clock, hasher=authflow_hasher)
+    login_test_client(app, "alice", password="x")
+    assert store.purge_expired() == 0
+    mock_clock.advance(timedelta(hours=13))  # past the absolute lifetime, on the app's clock
+    assert store.purge_expired() == 1  # the store reads the same clock

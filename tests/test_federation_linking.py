@@ -391,3 +391,34 @@ def _check_provisioned(
         assert answer.status_code == 302, answer.text
         assert link is not None and [p.id for p in people] == [link.user_id] == [account.user_id]
         assert client.get("/me").text == "True:Carol"  # current_user is the app's user at once
+
+
+# --- the application-user hook at a first sign-in without provision_user ---------------------
+
+
+def test_user_created_makes_the_apps_row_at_a_first_sign_in(fed: FederatedApp) -> None:
+    seen: list[tuple[str, str, str | None]] = []
+
+    @fed.authflow.user_created
+    def created(new: Any) -> None:
+        seen.append((new.account.identifier, new.source, new.claims.get("email")))
+
+    client = fed.client()
+    assert fed.sign_in(client).status_code == 302
+    assert seen == [("test-op:Linked-Sub", "federation", "bob@example.com")]
+    assert fed.sign_in(fed.client()).status_code == 302
+    assert len(seen) == 1  # the link finds the account from then on
+
+
+def test_a_refusing_user_created_hook_is_a_clear_403_without_an_account(fed: FederatedApp) -> None:
+    def created(new: Any) -> None:
+        raise RuntimeError("the profile service is down")
+
+    fed.authflow.user_created(created)
+    client = fed.client()
+    refused = fed.sign_in(client)
+    assert refused.status_code == 403
+    assert "profile service" not in refused.text
+    assert fed.backend.find_user("default", "test-op:Linked-Sub") is None
+    assert fed.backend.find_link(fed.provider.issuer, "Linked-Sub") is None
+    assert client.get("/me").text == "anonymous"

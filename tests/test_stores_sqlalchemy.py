@@ -261,7 +261,7 @@ def test_upgrading_a_revision_0001_database_keeps_its_factors(database_url: str,
             row_ids = conn.execute(text("SELECT id FROM authflow_factors ORDER BY id")).scalars().all()
 
         result = migrations.upgrade(engine)
-        assert (result.before, result.after) == ("0001", "0003")
+        assert (result.before, result.after) == ("0001", migrations.head())
         assert schema_differences(engine) == []
         store = SqlAlchemyBackend(engine, hasher=fast_hasher(), clock=clock, create_tables=False)
         factors = store.list_factors("acme", "u1")
@@ -287,7 +287,7 @@ def test_upgrading_a_revision_0001_database_keeps_its_factors(database_url: str,
             store.add_factor("acme", factor("u1", f"legacy-{row_ids[1]}"))
 
         result = migrations.downgrade(engine, "0001")
-        assert (result.before, result.after) == ("0003", "0001")
+        assert (result.before, result.after) == (migrations.head(), "0001")
         with engine.connect() as conn:
             columns = {c["name"] for c in inspect(conn).get_columns("authflow_factors")}
             kept = conn.execute(text("SELECT id, kind FROM authflow_factors ORDER BY id")).all()
@@ -304,7 +304,7 @@ def test_upgrading_a_revision_0001_database_keeps_its_factors(database_url: str,
                         "VALUES ('u1', 'password', 'x', '2026-01-01 00:00:00')"
                     )
                 )
-        assert migrations.upgrade(engine).after == "0003"
+        assert migrations.upgrade(engine).after == migrations.head()
         assert schema_differences(engine) == []
         assert len(store.list_factors("acme", "u1")) == 4
     finally:

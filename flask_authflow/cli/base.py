@@ -264,6 +264,8 @@ def user_document(user: UserRecord, locked_until: datetime | None = None) -> dic
         "identifier": user.identifier,
         "tenant": user.tenant,
         "disabled": user.disabled,
+        "email": user.email,
+        "email_verified": user.email_verified_at is not None,
         "created_at": iso_time(user.created_at),
         "locked": locked_until is not None,
         "locked_until": iso_time(locked_until),

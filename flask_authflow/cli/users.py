@@ -29,12 +29,19 @@ from flask_authflow.web.state import account_admin, get_state
 @click.argument("username")
 @tenant_option
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@click.option("--email", default=None, help="The user's e-mail address (stored as verified).")
 @json_option
-def create_user(username: str, tenant: str | None, password_stdin: bool, as_json: bool) -> None:
-    """Create USERNAME with a password (prompted, or read from stdin)."""
+def create_user(
+    username: str, tenant: str | None, password_stdin: bool, email: str | None, as_json: bool
+) -> None:
+    """Create USERNAME with a password (prompted, or read from stdin), and the application's
+    row through its ``user_created`` hook."""
     tenant_name = tenant_or_default(tenant)
     password = read_password(password_stdin, confirm=True)
-    user = account_admin().create_user(tenant_name, username, password)
+    verified_at = get_state().clock.now() if email is not None else None
+    user = account_admin().create_user(
+        tenant_name, username, password, email=email, email_verified_at=verified_at, source="cli"
+    )
     emit(
         as_json,
         user_document(user),

@@ -13,9 +13,11 @@ import unicodedata
 from flask_authflow.errors import InvalidInput
 
 __all__ = [
+    "MAX_EMAIL_LENGTH",
     "MAX_IDENTIFIER_LENGTH",
     "MAX_TENANT_LENGTH",
     "check_tenant",
+    "normalise_email",
     "normalise_identifier",
     "provider_identifier",
 ]
@@ -23,6 +25,8 @@ __all__ = [
 #: The longest identifier accepted (an e-mail address is at most 254 characters).
 MAX_IDENTIFIER_LENGTH = 254
 MAX_TENANT_LENGTH = 128
+#: The longest e-mail address stored (RFC 5321's path limit less the angle brackets).
+MAX_EMAIL_LENGTH = 254
 
 #: ``<provider>:<subject>``: the identifier of an account a federated sign-in created. The
 #: provider name is lower-case ASCII; the subject is printable ASCII without ``@`` and
@@ -76,3 +80,28 @@ def check_tenant(value: str) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_TENANT_LENGTH or _has_control(value):
         raise InvalidInput("invalid tenant")
     return value
+
+
+def normalise_email(value: str) -> str:
+    """The stored form of an account's e-mail address: stripped, the local part exactly as
+    given and the domain's ASCII letters lower-cased; :class:`InvalidInput` if it is not
+    one ``@`` between two non-empty parts, too long, or holds spaces or control characters.
+
+    No Unicode folding: an address with a fullwidth ``a`` (U+FF41) is not
+    ``alice@example.com``. Whether the address is deliverable is the caller's check
+    (sign-up validates with ``email-validator``); this is only the canonical form that
+    lookups and the per-tenant uniqueness compare.
+    """
+    if not isinstance(value, str):
+        raise InvalidInput("the e-mail address must be a string")
+    address = value.strip()
+    if len(address) > MAX_EMAIL_LENGTH or address.count("@") != 1:
+        raise InvalidInput("not an e-mail address")
+    local, _, domain = address.partition("@")
+    if not local or not domain or _has_control(address) or any(ch.isspace() for ch in address):
+        raise InvalidInput("not an e-mail address")
+    return f"{local}@{domain.translate(_ASCII_LOWER)}"
+
+
+#: Lower-cases ASCII letters only (``str.lower`` would also fold non-ASCII ones).
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")

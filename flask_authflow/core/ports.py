@@ -50,6 +50,11 @@ class UserRecord:
     identifier: str
     created_at: datetime
     disabled: bool = False
+    #: The account's e-mail address (:func:`~flask_authflow.core.identifiers.normalise_email`),
+    #: unique per tenant; ``None`` when it has none.
+    email: str | None = None
+    #: When the owner proved they read mail at ``email`` (``None``: not verified).
+    email_verified_at: datetime | None = None
 
     # What Flask-Login's UserMixin answers, so ``current_user`` works the same without a
     # user loader (then ``current_user`` is this record).
@@ -151,9 +156,37 @@ class IdentityStore(Protocol):
 
     def get_user(self, tenant: str, user_id: str) -> UserRecord | None: ...
 
-    def create_user(self, tenant: str, identifier: str, password: str | None = None) -> UserRecord: ...
+    def create_user(
+        self,
+        tenant: str,
+        identifier: str,
+        password: str | None = None,
+        *,
+        email: str | None = None,
+        email_verified_at: datetime | None = None,
+    ) -> UserRecord:
+        """Add a user (:class:`~flask_authflow.errors.UserExists` if the identifier or the
+        e-mail address is taken in the tenant)."""
+        ...
 
     def list_users(self, tenant: str | None = None) -> list[UserRecord]: ...
+
+    def delete_user(self, tenant: str, identifier: str) -> UserRecord:
+        """Remove the user and what is theirs (factors, counters, links, roles); audit rows
+        stay. :class:`~flask_authflow.errors.UserNotFound` without the user."""
+        ...
+
+    def find_user_by_email(self, tenant: str, email: str) -> UserRecord | None:
+        """The user of ``tenant`` whose address is ``email`` (in its normalised form)."""
+        ...
+
+    def set_email(
+        self, tenant: str, user_id: str, email: str | None, *, verified_at: datetime | None
+    ) -> UserRecord:
+        """Replace the user's address and its verification time;
+        :class:`~flask_authflow.errors.UserExists` if another user of the tenant has that
+        address, :class:`~flask_authflow.errors.UserNotFound` without the user."""
+        ...
 
 
 @runtime_checkable
@@ -503,6 +536,10 @@ class SessionMaintenance(Protocol):
 
     def purge_expired(self, *, tenant: str | None = None) -> int:
         """Delete the expired sessions now (only those of ``tenant`` when given); returns how many."""
+        ...
+
+    def adopt_clock(self, clock: Any) -> None:
+        """Use the app's clock unless the store was built with one of its own."""
         ...
 
     def database_engine(self) -> Any:

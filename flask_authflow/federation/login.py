@@ -49,6 +49,7 @@ from flask_authflow.federation.links import FederationStore, IdentityLink
 from flask_authflow.federation.oauth2 import OAuth2Provider, PlainIdentity
 from flask_authflow.federation.provider import OAuthProvider, ProviderRegistry, TokenSet
 from flask_authflow.jose import VerifiedClaims
+from flask_authflow.login.app_users import AppTransaction, AppUserHooks
 from flask_authflow.outcomes import Authenticated, FactorRequired, WorkflowPending
 
 __all__ = [
@@ -64,7 +65,7 @@ __all__ = [
 
 #: ``(commit, rollback)`` of the application's own database transaction, if it has one
 #: (Flask-SQLAlchemy's ``db.session``): provisioning commits the hook's rows with the link.
-AppTransaction = Callable[[], "tuple[Callable[[], None], Callable[[], None]] | None"]
+AppTransactionSource = Callable[[], "AppTransaction | None"]
 
 log = logging.getLogger("flask_authflow.federation")
 
@@ -143,7 +144,12 @@ def email_link_key(email: str) -> str | None:
 ClaimsMapper = Callable[[FederatedIdentity], "str | UserRecord | None"]
 
 
-def default_claims_mapper(identity: FederatedIdentity, accounts: IdentityStore) -> str:
+def default_claims_mapper(
+    identity: FederatedIdentity,
+    accounts: IdentityStore,
+    *,
+    create_account: Callable[[FederatedIdentity, str], UserRecord] | None = None,
+) -> str:
     """The mapping used when the application registers no ``claims_mapper``.
 
     1. An identity already linked logs in as its linked user.
@@ -152,7 +158,8 @@ def default_claims_mapper(identity: FederatedIdentity, accounts: IdentityStore) 
        tenant, that account. An address outside ASCII never links here: an application
        that wants it decides in its own ``claims_mapper``.
     3. Otherwise a new passwordless local account named ``<provider>:<sub>`` (found again
-       if it exists), which the caller links.
+       if it exists), which the caller links; ``create_account(identity, name)`` makes it
+       (the service passes one that runs the application's ``user_created`` hook).
     """
     if identity.link is not None:
         return identity.link.user_id
@@ -163,7 +170,20 @@ def default_claims_mapper(identity: FederatedIdentity, accounts: IdentityStore) 
     found = accounts.find_user(identity.tenant, normalise_identifier(name))
     if found is not None:
         return found.user_id
+    if create_account is not None:
+        return create_account(identity, name).user_id
     return accounts.create_user(identity.tenant, name, None).user_id
+
+
+def _provisioning_error(exc: BaseException, hook: str, identity: FederatedIdentity) -> BaseException:
+    """What a failed provisioning hook answers: its own refusal (an ``OAuthError``), a
+    store outage (503) or an interrupt as they are; any other failure as
+    :class:`ProvisioningFailed` (logged, never shown to the browser)."""
+    kept = isinstance(exc, OAuthError) or (isinstance(exc, AuthFlowError) and exc.status >= 500)
+    if kept or not isinstance(exc, Exception):
+        return exc
+    log.exception("%s failed for a sign-in with %s", hook, identity.provider)
+    return ProvisioningFailed()
 
 
 def email_linked_user(identity: FederatedIdentity, accounts: IdentityStore) -> str | None:
@@ -215,7 +235,8 @@ class FederationService:
         sender: object = None,
         factors: FactorStore | None = None,
         provision_user: Callable[[], ProvisionHook | None] = lambda: None,
-        app_transaction: AppTransaction = lambda: None,
+        app_transaction: AppTransactionSource = lambda: None,
+        app_users: AppUserHooks | None = None,
     ) -> None:
         self.registry = registry
         self.links = links
@@ -226,6 +247,8 @@ class FederationService:
         self._claims_mapper = claims_mapper
         self._provision_user = provision_user
         self._app_transaction = app_transaction
+        #: runs the application's ``user_created`` hook for an account a sign-in creates.
+        self.app_users = app_users
         #: where unlink looks for the user's other ways to sign in (password, passkey).
         self.factors = (
             factors if factors is not None else (accounts if isinstance(accounts, FactorStore) else None)
@@ -454,25 +477,44 @@ class FederationService:
                 raise UserNotLinked("the application created no account for this sign-in")
             self.links.link_identity(identity.issuer, identity.subject, identity.tenant, user_id)
             if transaction is not None:
-                transaction[0]()
+                transaction.commit()
         except BaseException as exc:
             if transaction is not None:
-                transaction[1]()
-            kept = isinstance(exc, OAuthError) or (isinstance(exc, AuthFlowError) and exc.status >= 500)
-            if kept or not isinstance(exc, Exception):
-                raise  # a refusal of its own, a store outage (503), an interrupt
-            log.exception("provision_user failed for a sign-in with %s", identity.provider)
-            raise ProvisioningFailed() from exc
+                transaction.rollback()
+            error = _provisioning_error(exc, "provision_user", identity)
+            if error is exc:
+                raise
+            raise error from exc
         return user_id
 
     def _map(self, identity: FederatedIdentity) -> str:
         mapper = self._claims_mapper()
-        result = mapper(identity) if mapper is not None else default_claims_mapper(identity, self.accounts)
+        if mapper is not None:
+            result = mapper(identity)
+        else:
+            result = default_claims_mapper(identity, self.accounts, create_account=self._create_account)
         if isinstance(result, UserRecord):
             return result.user_id
         if isinstance(result, str) and result:
             return result
         raise UserNotLinked("no local account for this sign-in")
+
+    def _create_account(self, identity: FederatedIdentity, name: str) -> UserRecord:
+        """A passwordless account named ``name`` for the identity, with the application's
+        row (its ``user_created`` hook, told the token's claims)."""
+
+        def make() -> UserRecord:
+            return self.accounts.create_user(identity.tenant, name, None)
+
+        if self.app_users is None:
+            return make()
+        try:
+            return self.app_users.create(self.accounts, make, source="federation", claims=identity.claims)
+        except BaseException as exc:
+            error = _provisioning_error(exc, "user_created", identity)
+            if error is exc:
+                raise
+            raise error from exc
 
     # --- linking ----------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ given to :class:`AccountAdmin`; logins never check it, so older passwords keep w
 from __future__ import annotations
 
 import hmac
+from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from flask_authflow import signals
@@ -22,6 +23,7 @@ from flask_authflow.core.identifiers import check_tenant, normalise_identifier
 from flask_authflow.core.ports import FactorConfig, FactorRecordStore, IdentityStore, SessionStore, UserRecord
 from flask_authflow.core.session import sid_hash
 from flask_authflow.errors import ConfigurationError, EnrollmentError, FactorNotRegistered, UserNotFound
+from flask_authflow.login.app_users import AppUserHooks
 from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.outcomes import FactorKind
 
@@ -56,6 +58,8 @@ class AccountAdmin:
         :meth:`regenerate_recovery_codes`) use; they raise
         :class:`~flask_authflow.errors.ConfigurationError` without one.
         :func:`flask_authflow.web.state.account_admin` passes the app's service.
+    :param app_users: runs the application's ``user_created`` / ``user_deleted`` hooks
+        with each account created or deleted here (:mod:`flask_authflow.login.app_users`).
     """
 
     def __init__(
@@ -66,8 +70,10 @@ class AccountAdmin:
         sender: object = None,
         policy: PasswordPolicy | None = None,
         service: AuthnService | None = None,
+        app_users: AppUserHooks | None = None,
     ) -> None:
         self.backend = backend
+        self.app_users = app_users
         self.session_store = session_store
         self.sender = sender
         self.policy = policy
@@ -136,15 +142,35 @@ class AccountAdmin:
                 has_second_factor=has_second_factor,
             )
 
-    def create_user(self, tenant: str, identifier: str, password: str | None = None) -> UserRecord:
-        """Create a user (with ``password``, or none for a passwordless account).
+    def create_user(
+        self,
+        tenant: str,
+        identifier: str,
+        password: str | None = None,
+        *,
+        email: str | None = None,
+        email_verified_at: datetime | None = None,
+        source: str = "admin",
+        check_policy: bool = True,
+    ) -> UserRecord:
+        """Create a user (with ``password``, or none for a passwordless account), and the
+        application's row through its ``user_created`` hook (told ``source``).
 
         The password must pass the policy for a user whose only factor it is
-        (:class:`~flask_authflow.errors.WeakPassword` otherwise; nothing is created)."""
+        (:class:`~flask_authflow.errors.WeakPassword` otherwise; nothing is created), unless
+        ``check_policy`` is false (the pytest plugin's throw-away users)."""
         tenant = check_tenant(tenant)
-        if password is not None:
+        if password is not None and check_policy:
             self.check_password(tenant, identifier, password)
-        return self.backend.create_user(tenant, identifier, password)
+
+        def make() -> UserRecord:
+            return self.backend.create_user(
+                tenant, identifier, password, email=email, email_verified_at=email_verified_at
+            )
+
+        if self.app_users is None:
+            return make()
+        return self.app_users.create(self.backend, make, source=source)
 
     def has_second_factor(self, user: UserRecord) -> bool:
         """True if ``user`` has an enrolled factor besides the password."""
@@ -172,7 +198,14 @@ class AccountAdmin:
         # disabled user without sessions, never sessions of a deleted user.
         self.backend.set_disabled(user.tenant, user.identifier, True)
         count = self._revoke(user, "user_deleted")
-        self.backend.delete_user(user.tenant, user.identifier)
+
+        def remove() -> None:
+            self.backend.delete_user(user.tenant, user.identifier)
+
+        if self.app_users is None:
+            remove()
+        else:
+            self.app_users.delete(user, remove)
         return count
 
     def set_password(

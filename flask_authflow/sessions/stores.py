@@ -78,6 +78,7 @@ class MemorySessionStore:
 
     def __init__(self, *, clock: Clock | None = None, purge_every: int = 1024) -> None:
         self._clock: Clock = clock if clock is not None else SystemClock()
+        self._clock_given = clock is not None
         self._lock = threading.Lock()
         self._records: dict[str, tuple[SessionRecord, datetime]] = {}
         self._by_user: dict[tuple[str, str], set[str]] = {}
@@ -214,6 +215,13 @@ class MemorySessionStore:
                 if entry is not None and entry[1] > now:
                     removed += 1
         return removed
+
+    def adopt_clock(self, clock: Clock) -> None:
+        """Use the app's clock when none was given at construction (``AuthFlow.init_app``
+        calls it, so a store built at import time follows the app and a test's
+        ``mock_clock``, as the backends do)."""
+        if not self._clock_given:
+            self._clock = clock
 
     def purge_expired(self, *, tenant: str | None = None) -> int:
         """Drop every expired record now (only those of ``tenant`` when given); returns how

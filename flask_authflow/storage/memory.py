@@ -23,7 +23,7 @@ from typing import Any
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import Clock, SystemClock, utc
 from flask_authflow.core.factor_data import check_factor_config
-from flask_authflow.core.identifiers import check_tenant, normalise_identifier
+from flask_authflow.core.identifiers import check_tenant, normalise_email, normalise_identifier
 from flask_authflow.core.ports import (
     PAIR_SEPARATOR,
     RESERVATION_TTL,
@@ -230,15 +230,24 @@ class InMemoryBackend:
         self.create_user(tenant, username, password)
         return self
 
-    def create_user(self, tenant: str, identifier: str, password: str | None = None) -> UserRecord:
+    def create_user(
+        self,
+        tenant: str,
+        identifier: str,
+        password: str | None = None,
+        *,
+        email: str | None = None,
+        email_verified_at: datetime | None = None,
+    ) -> UserRecord:
         tenant = check_tenant(tenant)
         identifier = normalise_identifier(identifier)
+        address = normalise_email(email) if email is not None else None
         password_hash = self.hasher.hash(password) if password is not None else None
         now = self.clock.now()
         with self._lock:
-            if (tenant, identifier) in self._users:
+            if (tenant, identifier) in self._users or self._email_owner(tenant, address) is not None:
                 raise UserExists()
-            user = UserRecord(uuid.uuid4().hex, tenant, identifier, now)
+            user = UserRecord(uuid.uuid4().hex, tenant, identifier, now, False, address, email_verified_at)
             self._put(self._users, (tenant, identifier), user)
             self._put(self._users_by_id, user.user_id, user)
             self._put(self._factors, user.user_id, {})
@@ -253,6 +262,33 @@ class InMemoryBackend:
                     )
                 )
             return user
+
+    def _email_owner(self, tenant: str, address: str | None) -> UserRecord | None:
+        """The user of ``tenant`` with this (normalised) address (caller holds the lock)."""
+        if address is None:
+            return None
+        return next((u for u in self._users.values() if u.tenant == tenant and u.email == address), None)
+
+    def find_user_by_email(self, tenant: str, email: str) -> UserRecord | None:
+        address = normalise_email(email)
+        with self._lock:
+            return self._email_owner(tenant, address)
+
+    def set_email(
+        self, tenant: str, user_id: str, email: str | None, *, verified_at: datetime | None
+    ) -> UserRecord:
+        address = normalise_email(email) if email is not None else None
+        with self._lock:
+            user = self._users_by_id.get(user_id)
+            if user is None or user.tenant != tenant:
+                raise UserNotFound()
+            owner = self._email_owner(tenant, address)
+            if owner is not None and owner.user_id != user_id:
+                raise UserExists()
+            updated = replace(user, email=address, email_verified_at=verified_at)
+            self._put(self._users, (tenant, user.identifier), updated)
+            self._put(self._users_by_id, user_id, updated)
+            return updated
 
     def set_password(self, tenant: str, identifier: str, password: str) -> None:
         user = self.find_user(tenant, normalise_identifier(identifier))

@@ -297,6 +297,7 @@ class RedisSessionStore:
         self._crypto = crypto
         self._opener = RecordOpener(crypto, log=log, what="key")
         self._clock: Clock = clock if clock is not None else SystemClock()
+        self._clock_given = clock is not None
         self.prefix = prefix
         self._record_prefix = f"{prefix}s:"
         self._save = client.register_script(_SAVE)
@@ -444,6 +445,13 @@ class RedisSessionStore:
             return int(
                 self._delete_index(keys=[index], args=[self._now(), self._record_prefix, field, tenant_index])
             )
+
+    def adopt_clock(self, clock: Clock) -> None:
+        """Use the app's clock when none was given at construction (``AuthFlow.init_app``
+        calls it, so a store built at import time follows the app and a test's
+        ``mock_clock``, as the backends do)."""
+        if not self._clock_given:
+            self._clock = clock
 
     def purge_expired(self, *, tenant: str | None = None) -> int:
         """Delete every record whose expiry has passed by the store's clock (only those of

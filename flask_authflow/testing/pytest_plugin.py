@@ -137,7 +137,7 @@ def login_test_client(
     from flask_authflow.core.identifiers import normalise_identifier
     from flask_authflow.core.session import AuthSession
     from flask_authflow.outcomes import Authenticated, FactorCredential, FactorRequired
-    from flask_authflow.web.state import get_state
+    from flask_authflow.web.state import account_admin, get_state
 
     state = get_state(app)
     tenant_name = tenant or state.config.default_tenant
@@ -145,7 +145,8 @@ def login_test_client(
     with app.app_context():
         # Looked up the way a login looks it up: "Alice" is the user "alice".
         if state.backend.find_user(tenant_name, normalise_identifier(username)) is None:
-            state.backend.create_user(tenant_name, username, secret)
+            # With the app's user_created hook, as every account is made.
+            account_admin(app).create_user(tenant_name, username, secret, source="test", check_policy=False)
         elif password is None:
             raise RuntimeError(f"user {username!r} exists: pass its password to log in")
     client = app.test_client()

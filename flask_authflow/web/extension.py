@@ -37,6 +37,7 @@ from flask_authflow.errors import (
 from flask_authflow.extras import check_extras
 from flask_authflow.login import workflow
 from flask_authflow.login.accounts import AccountAdmin
+from flask_authflow.login.app_users import UserCreatedHook, UserDeletedHook
 from flask_authflow.login.lockout import LockoutPolicy
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.password_policy import PasswordPolicy
@@ -85,6 +86,8 @@ log = logging.getLogger("flask_authflow")
 UserLoaderT = TypeVar("UserLoaderT", bound=UserLoader)
 ClaimsMapperT = TypeVar("ClaimsMapperT", bound=Callable[..., Any])
 DenialHandlerT = TypeVar("DenialHandlerT", bound=DenialHandler)
+UserCreatedT = TypeVar("UserCreatedT", bound=UserCreatedHook)
+UserDeletedT = TypeVar("UserDeletedT", bound=UserDeletedHook)
 
 __all__ = ["Adapters", "AuthFlow", "AuthFlowState", "current_auth_session", "current_session", "get_state"]
 
@@ -361,6 +364,7 @@ class AuthFlow:
         store = given.session_store
         if store is None:  # ``is None``: an empty store is falsy (it has __len__)
             store = _session_store(config.session, sql_source, clock, create_tables=given.backend is not None)
+        store.adopt_clock(clock)
         interface = _session_interface(config.session, store, clock)
         service = _login_service(
             app, config, backend, hasher, clock, _session_writer(given, config, backend, store, interface)
@@ -499,6 +503,24 @@ class AuthFlow:
         """
         self._hooks.user_loader = loader
         return loader
+
+    def user_created(self, hook: UserCreatedT) -> UserCreatedT:
+        """Register ``hook(new)``: create the application's row for the new account
+        ``new.account`` (a :class:`~flask_authflow.login.app_users.NewAccount`, which also
+        says what created it). Every path that creates an account runs it (the command
+        line, sign-up, a federated first sign-in, the pytest plugin's users), in the
+        application's Flask-SQLAlchemy transaction: raising keeps neither the row nor the
+        account. See :doc:`/users`."""
+        self._hooks.user_created = hook
+        return hook
+
+    def user_deleted(self, hook: UserDeletedT) -> UserDeletedT:
+        """Register ``hook(account)``: delete the application's row of an account being
+        deleted (``flask authflow users delete``, :meth:`AccountAdmin.delete
+        <flask_authflow.login.accounts.AccountAdmin.delete>`), in the same transaction as
+        the account's removal."""
+        self._hooks.user_deleted = hook
+        return hook
 
     def unauthorized_handler(self, handler: DenialHandlerT) -> DenialHandlerT:
         """Register the response to a request that needs a login and has none

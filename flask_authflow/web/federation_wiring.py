@@ -6,10 +6,10 @@ Imported only when providers are configured, so apps without federation never im
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from flask import Flask, current_app, has_app_context, has_request_context, request, url_for
+from flask import Flask, has_request_context, request, url_for
 
 from flask_authflow.clock import Clock
 from flask_authflow.errors import ConfigurationError
@@ -20,6 +20,7 @@ from flask_authflow.federation.login import FederationService
 from flask_authflow.federation.presets import provider_config
 from flask_authflow.federation.provider import ProviderRegistry, check_provider_name
 from flask_authflow.federation.settings import FederationSettings
+from flask_authflow.web.app_transaction import app_transaction
 from flask_authflow.web.decorators import safe_next
 from flask_authflow.web.federation_views import (
     OAUTH_BLUEPRINT,
@@ -27,7 +28,7 @@ from flask_authflow.web.federation_views import (
     build_oauth_blueprint,
     form_post_callback,
 )
-from flask_authflow.web.state import AuthFlowHooks, get_state
+from flask_authflow.web.state import AuthFlowHooks, app_user_hooks, get_state
 
 __all__ = ["build_federation", "register_oauth_blueprint"]
 
@@ -44,16 +45,6 @@ def _provider_links() -> dict[str, Any]:
         for name in federation.registry.names()
     ]
     return {"authflow_oauth_providers": links}
-
-
-def _app_transaction() -> tuple[Callable[[], None], Callable[[], None]] | None:
-    """Commit and rollback of the app's Flask-SQLAlchemy ``db.session`` (when the app uses
-    Flask-SQLAlchemy): a ``provision_user`` hook's rows commit with the identity link."""
-    db = current_app.extensions.get("sqlalchemy") if has_app_context() else None
-    session = getattr(db, "session", None)
-    if session is None:
-        return None
-    return session.commit, session.rollback
 
 
 def build_federation(
@@ -103,7 +94,8 @@ def build_federation(
         claims_mapper=lambda: hooks.claims_mapper,
         sender=app,
         provision_user=lambda: hooks.provision_user,
-        app_transaction=_app_transaction,
+        app_transaction=app_transaction,
+        app_users=app_user_hooks(app),
     )
 
 

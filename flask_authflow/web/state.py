@@ -33,12 +33,14 @@ from flask_authflow.core.ports import (
 )
 from flask_authflow.core.session import AuthSession
 from flask_authflow.login.accounts import AccountAdmin
+from flask_authflow.login.app_users import AppUserHooks, UserCreatedHook, UserDeletedHook
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.login.service import AuthnService
 from flask_authflow.mail import MailSender
 from flask_authflow.mfa.sealing import FactorSealer
 from flask_authflow.sessions.interface import AuthFlowSessionInterface
+from flask_authflow.web.app_transaction import app_transaction
 from flask_authflow.web.config import AuthFlowConfig
 
 if TYPE_CHECKING:
@@ -51,6 +53,7 @@ __all__ = [
     "AuthFlowHooks",
     "AuthFlowState",
     "account_admin",
+    "app_user_hooks",
     "current_auth_session",
     "current_session",
     "get_state",
@@ -97,6 +100,10 @@ class AuthFlowHooks:
     claims_mapper: Callable[[Any], Any] | None = None
     #: ``provision_user(identity, tenant)`` creates the app's user at a first federated sign-in.
     provision_user: Callable[[Any, str], Any] | None = None
+    #: ``user_created(new)`` creates the app's row for a new account (see :doc:`/users`).
+    user_created: UserCreatedHook | None = None
+    #: ``user_deleted(account)`` deletes the app's row of an account being deleted.
+    user_deleted: UserDeletedHook | None = None
 
 
 @dataclass(eq=False)
@@ -181,7 +188,24 @@ def account_admin(app: Flask | None = None) -> AccountAdmin:
     state = get_state(target)
     policy = state.password_policy or PasswordPolicy.from_settings(state.config.passwords)
     return AccountAdmin(
-        state.backend, state.session_store, sender=target, policy=policy, service=state.service
+        state.backend,
+        state.session_store,
+        sender=target,
+        policy=policy,
+        service=state.service,
+        app_users=app_user_hooks(target),
+    )
+
+
+def app_user_hooks(app: Flask) -> AppUserHooks:
+    """The application-user hook pair of ``app`` (``@authflow.user_created`` /
+    ``@authflow.user_deleted``), run in its Flask-SQLAlchemy transaction when it has one."""
+    hooks = get_state(app).hooks
+    return AppUserHooks(
+        created=lambda: hooks.user_created,
+        deleted=lambda: hooks.user_deleted,
+        transaction=app_transaction,
+        sender=app,
     )
 
 

@@ -102,7 +102,11 @@ users_table = Table(
     Column("identifier", String(254), nullable=False),
     Column("created_at", _Time, nullable=False),
     Column("disabled", Boolean, nullable=False, default=False),
+    # Revision 0004: the account's address (unique per tenant) and when it was verified.
+    Column("email", String(254)),
+    Column("email_verified_at", _Time),
     UniqueConstraint("tenant", "identifier", name="uq_authflow_users_tenant_identifier"),
+    UniqueConstraint("tenant", "email", name="uq_authflow_users_tenant_email"),
 )
 
 #: Every factor of every user, the password included: confirmed ones and enrollments

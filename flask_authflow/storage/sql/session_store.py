@@ -198,6 +198,7 @@ class SqlAlchemySessionStore:
         self._crypto = crypto
         self._opener = RecordOpener(crypto, log=log, what="row")
         self._clock: Clock = clock if clock is not None else SystemClock()
+        self._clock_given = clock is not None
         self._purge_every = purge_every
         self._purge_size = purge_batch
         # This database's statements, chosen once.
@@ -461,6 +462,13 @@ class SqlAlchemySessionStore:
             _DELETE_ALL_OF_FEDERATION,
             {"federation_key": federation_key(issuer, provider_sid)},
         )
+
+    def adopt_clock(self, clock: Clock) -> None:
+        """Use the app's clock when none was given at construction (``AuthFlow.init_app``
+        calls it, so a store built at import time follows the app and a test's
+        ``mock_clock``, as the backends do)."""
+        if not self._clock_given:
+            self._clock = clock
 
     def purge_expired(self, limit: int | None = None, *, tenant: str | None = None) -> int:
         """Delete expired rows now, in transactions of at most FULL_PURGE_BATCH rows (so

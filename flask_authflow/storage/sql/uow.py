@@ -31,6 +31,7 @@ __all__ = [
     "LockingBegin",
     "SqlConnections",
     "UnitOfWork",
+    "join_account_writes",
     "locking_begin",
     "store_error",
     "watch_writes",
@@ -70,6 +71,15 @@ def _flushed(session: Any, _context: Any) -> None:
 def _ended(session: Any, transaction: Any) -> None:
     if transaction.parent is None:  # the outermost transaction: its writes are settled
         session.info.pop(_APP_WROTE, None)
+
+
+def join_account_writes(session: Any) -> None:
+    """Let the next account writes of a backend bound to this Flask-SQLAlchemy session's
+    database run in its transaction (begun now if none is open), as if the application
+    had flushed rows of its own: the application-user hooks keep the account and the
+    application's row in one commit."""
+    session.connection()
+    session.info[_APP_WROTE] = True
 
 
 def watch_writes(scoped: Any) -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from datetime import datetime
 from typing import Any, Self
 
 from sqlalchemy import Row, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from flask_authflow.clock import utc
-from flask_authflow.core.identifiers import check_tenant, normalise_identifier
+from flask_authflow.core.identifiers import check_tenant, normalise_email, normalise_identifier
 from flask_authflow.core.ports import UserRecord
 from flask_authflow.errors import UserExists, UserNotFound
 from flask_authflow.outcomes import FactorKind
@@ -34,6 +35,8 @@ def user_record(row: Row[Any]) -> UserRecord:
         identifier=row.identifier,
         created_at=utc(row.created_at),
         disabled=bool(row.disabled),
+        email=row.email,
+        email_verified_at=utc(row.email_verified_at) if row.email_verified_at is not None else None,
     )
 
 
@@ -41,6 +44,9 @@ def user_record(row: Row[Any]) -> UserRecord:
 # it on SQLite, and SQLAlchemy caches the compiled form of a reused statement.
 FIND_USER = select(users_table).where(
     users_table.c.tenant == bindparam("tenant"), users_table.c.identifier == bindparam("identifier")
+)
+FIND_BY_EMAIL = select(users_table).where(
+    users_table.c.tenant == bindparam("tenant"), users_table.c.email == bindparam("email")
 )
 GET_USER = select(users_table).where(
     users_table.c.tenant == bindparam("tenant"), users_table.c.user_id == bindparam("user_id")
@@ -54,12 +60,23 @@ class SqlUsers(SqlConnections):
         self.create_user(tenant, username, password)
         return self
 
-    def create_user(self, tenant: str, identifier: str, password: str | None = None) -> UserRecord:
-        """Add a user (and their password); :class:`UserExists` if the identifier is taken."""
+    def create_user(
+        self,
+        tenant: str,
+        identifier: str,
+        password: str | None = None,
+        *,
+        email: str | None = None,
+        email_verified_at: datetime | None = None,
+    ) -> UserRecord:
+        """Add a user (and their password); :class:`UserExists` if the identifier or the
+        address is taken in the tenant."""
         tenant = check_tenant(tenant)
         identifier = normalise_identifier(identifier)
+        address = normalise_email(email) if email is not None else None
         password_hash = self.hasher.hash(password) if password is not None else None
-        user = UserRecord(uuid.uuid4().hex, tenant, identifier, utc(self.clock.now()))
+        now = utc(self.clock.now())
+        user = UserRecord(uuid.uuid4().hex, tenant, identifier, now, False, address, email_verified_at)
         try:
             with self._account_tx() as conn:
                 conn.execute(
@@ -69,6 +86,8 @@ class SqlUsers(SqlConnections):
                         identifier=identifier,
                         created_at=user.created_at,
                         disabled=False,
+                        email=address,
+                        email_verified_at=email_verified_at,
                     )
                 )
                 if password_hash is not None:
@@ -107,7 +126,7 @@ class SqlUsers(SqlConnections):
         if user is None:
             raise UserNotFound()
         lock = lockouts_table.c
-        with self._tx() as conn:
+        with self._account_tx() as conn:
             conn.execute(delete(factors_table).where(factors_table.c.user_id == user.user_id))
             conn.execute(
                 delete(lockouts_table).where(lock.tenant == user.tenant, lock.subject == user.identifier)
@@ -133,6 +152,30 @@ class SqlUsers(SqlConnections):
         params = {"tenant": tenant, "user_id": user_id}
         row = self._fetch(lambda conn: conn.execute(GET_USER, params).first())
         return user_record(row) if row is not None else None
+
+    def find_user_by_email(self, tenant: str, email: str) -> UserRecord | None:
+        params = {"tenant": tenant, "email": normalise_email(email)}
+        row = self._fetch(lambda conn: conn.execute(FIND_BY_EMAIL, params).first())
+        return user_record(row) if row is not None else None
+
+    def set_email(
+        self, tenant: str, user_id: str, email: str | None, *, verified_at: datetime | None
+    ) -> UserRecord:
+        address = normalise_email(email) if email is not None else None
+        users = users_table.c
+        try:
+            with self._account_tx() as conn:
+                row = conn.execute(
+                    update(users_table)
+                    .where(users.tenant == tenant, users.user_id == user_id)
+                    .values(email=address, email_verified_at=verified_at)
+                    .returning(*users_table.c)
+                ).first()
+        except IntegrityError as exc:
+            raise UserExists() from exc
+        if row is None:
+            raise UserNotFound()
+        return user_record(row)
 
     def list_users(self, tenant: str | None = None) -> list[UserRecord]:
         query = select(users_table).order_by(users_table.c.tenant, users_table.c.identifier)
