@@ -181,7 +181,8 @@ class WeakPassword(InvalidInput):
 
     ``reason`` is one of ``too_short``, ``too_long``, ``blocklisted`` (a common or
     predictable password, or a word of ``AUTHFLOW_PASSWORD_BLOCKLIST``), ``context`` (the
-    username, the tenant or the site name) and ``too_guessable`` (a low zxcvbn score).
+    username, the tenant or the site name), ``too_guessable`` (a low zxcvbn score) and
+    ``breached`` (found in the Pwned Passwords corpus, when that check is on).
     Raised when a password is set, never at login.
     """
 

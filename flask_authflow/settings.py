@@ -452,6 +452,9 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_PASSWORD_BLOCKLIST", string_list, [], all_strings),
     Key("AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE", zxcvbn_score),
     Key("AUTHFLOW_SITE_NAME", optional_text),
+    Key("AUTHFLOW_PASSWORD_BREACH_CHECK", boolean, False),
+    Key("AUTHFLOW_PASSWORD_BREACH_CHECK_URL", text, "https://api.pwnedpasswords.com/range"),
+    Key("AUTHFLOW_PASSWORD_BREACH_CHECK_FAIL_CLOSED", boolean, False),
     # second factors
     Key("AUTHFLOW_FACTOR_ENCRYPTION_KEY", aes_key),
     Key("AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS", aes_keys, []),

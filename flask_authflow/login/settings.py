@@ -103,3 +103,9 @@ class PasswordPolicySettings(Settings):
     blocklist: tuple[str, ...] = field(metadata=setting("AUTHFLOW_PASSWORD_BLOCKLIST"))
     zxcvbn_min_score: int | None = field(metadata=setting("AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE"))
     site_name: str | None = field(metadata=setting("AUTHFLOW_SITE_NAME"))
+    #: Check new passwords against the Pwned Passwords range API (opt-in).
+    breach_check: bool = field(metadata=setting("AUTHFLOW_PASSWORD_BREACH_CHECK"))
+    #: The range API's base URL (``{url}/{five hex characters}``).
+    breach_check_url: str = field(metadata=setting("AUTHFLOW_PASSWORD_BREACH_CHECK_URL"))
+    #: Refuse the password when the service cannot be asked (default: accept it).
+    breach_check_fail_closed: bool = field(metadata=setting("AUTHFLOW_PASSWORD_BREACH_CHECK_FAIL_CLOSED"))

@@ -40,7 +40,6 @@ from flask_authflow.login.accounts import AccountAdmin
 from flask_authflow.login.app_users import UserCreatedHook, UserDeletedHook
 from flask_authflow.login.lockout import LockoutPolicy
 from flask_authflow.login.password import PasswordHasher
-from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.login.service import AuthnRequest, AuthnService, SessionWriter
 from flask_authflow.login.settings import HashingSettings
 from flask_authflow.mail import SmtpSender
@@ -63,6 +62,7 @@ from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.settings import apply_defaults
 from flask_authflow.throttle import Throttle
 from flask_authflow.web import authz
+from flask_authflow.web.breach_wiring import password_policy
 from flask_authflow.web.config import AuthFlowConfig
 from flask_authflow.web.current_user import current_user
 from flask_authflow.web.decorators import denial_response
@@ -392,7 +392,7 @@ class AuthFlow:
             hooks=self._hooks,
             sealer=sealer,
             mail_sender=SmtpSender(config.mail) if config.mail is not None else None,
-            password_policy=PasswordPolicy.from_settings(config.passwords),
+            password_policy=password_policy(config.passwords, given.http_client),
         )
         authz.install(app, self)  # Cedar policies: loaded and checked now, before anything is installed
         _install(app, state)
