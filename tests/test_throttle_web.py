@@ -93,3 +93,22 @@ def test_malformed_or_flooded_forwarding_headers_never_give_a_500(tmp_path: Path
 def test_throttling_can_be_switched_off(tmp_path: Path) -> None:
     client = make_app(tmp_path, AUTHFLOW_THROTTLE=False).test_client()
     assert all(login(client).status_code == 401 for _ in range(4))
+
+
+def test_admin_answers_the_admin_role_and_refuses_others(tmp_path: Path) -> None:
+    app = make_app(tmp_path, AUTHFLOW_THROTTLE=False)
+    runner = app.test_cli_runner()
+    runner.invoke(args=["authflow", "create-user", "bob", "--password-stdin"], input=f"{PASSWORD}\n")
+    assert runner.invoke(args=["authflow", "roles", "create", "admin"]).exit_code == 0
+    assert runner.invoke(args=["authflow", "users", "add-role", "alice", "admin"]).exit_code == 0
+    admin = app.test_client()
+    assert login(admin, PASSWORD).status_code == 200
+    assert admin.get("/admin").status_code == 200
+    other = app.test_client()
+    assert other.post("/login", json={"username": "bob", "password": PASSWORD}).status_code == 200
+    refused = other.get("/admin", headers={"Accept": "application/json"})
+    assert refused.status_code == 403
+    assert refused.get_json()["error"] == "permission_denied"
+    assert runner.invoke(args=["authflow", "users", "remove-role", "alice", "admin"]).exit_code == 0
+    assert admin.get("/admin", headers={"Accept": "application/json"}).status_code == 403
+    assert app.test_client().get("/admin", headers={"Accept": "application/json"}).status_code == 401

@@ -11,10 +11,15 @@ says so, and serves plain-HTTP cookies to loopback clients only.
 
 Routes (JSON / plain text):
 
-* ``GET /`` 200 text; ``GET /dashboard`` 200 when authenticated, else 401;
+* ``GET /`` 200 text; ``GET /dashboard`` 200 when authenticated, else 401; ``GET /admin``
+  200 for a user with the role ``admin`` (``flask authflow roles create admin``, then
+  ``flask authflow users add-role alice admin``), 403 otherwise (JSON ``{"error":
+  "permission_denied", ...}`` for API clients);
 * ``POST /login`` JSON ``{"username", "password"[, "tenant"]}``: 200 when
   authenticated or a next factor is named; 401 invalid credentials / step-up / error;
-  403 locked (the text names the lock end);
+  403 locked (the text names the lock end); 429 with ``Retry-After`` when the client's
+  address (from ``X-Forwarded-For`` when the peer is one of ``AUTHFLOW_TRUSTED_PROXIES``,
+  loopback by default) is throttled;
   when a factor is next, a second line and the ``Authflow-Factor-Kinds`` header list every
   kind that passes the step (``totp, recovery_code``);
 * ``POST /login/factor`` JSON ``{"kind": "totp", "code": "123456"}`` or ``{"kind":
@@ -69,6 +74,7 @@ from flask_authflow import (
     current_session,
     get_state,
     login_required,
+    roles_required,
 )
 from flask_authflow.outcomes import InvalidCredentials
 from flask_authflow.web.views import rotate_csrf_token
@@ -285,6 +291,11 @@ def dashboard() -> Response:
     return _text(f"dashboard of user {current_session.user_id} in tenant {current_session.tenant}")
 
 
+@roles_required("admin")
+def admin() -> Response:
+    return _text(f"admin area of tenant {current_session.tenant}")
+
+
 def _login_answer(outcome: Any) -> Response:
     if isinstance(outcome, Authenticated):
         rotate_csrf_token()  # a form token seen before the login is worthless after it
@@ -396,6 +407,7 @@ def metrics() -> Response:
 ROUTES: list[tuple[str, Callable[..., Any], list[str]]] = [
     ("/", index, ["GET"]),
     ("/dashboard", dashboard, ["GET"]),
+    ("/admin", admin, ["GET"]),
     ("/login", login, ["POST"]),
     ("/login/factor", login_factor, ["POST"]),
     ("/login/factor/send", login_factor_send, ["POST"]),
