@@ -370,11 +370,8 @@ class AuthFlow:
             app, config, backend, hasher, clock, _session_writer(given, config, backend, store, interface)
         )
         sealer = factor_sealer(config.factors)
-        for factor in built_in_factors(
-            config.factors, sealer, lambda: get_state(app).mail_sender, service.throttle
-        ):
-            service.register_factor(factor)
-        for factor in self._factors.values():
+        mail = (lambda: get_state(app).mail_sender), service.throttle
+        for factor in [*built_in_factors(config.factors, sealer, *mail), *self._factors.values()]:
             service.register_factor(factor)
         # Not on a schema that is behind, which only `flask authflow db` may use.
         issuer_wanted = bool(config.issuer.issuer) and not schema_behind
