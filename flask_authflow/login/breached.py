@@ -68,7 +68,7 @@ def _count(answer: str, suffix: str) -> int:
 class BreachedPasswords:
     """Refuses passwords found in the corpus at least ``min_count`` times.
 
-    :param fetch: asks the range API (see :data:`RangeFetch`).
+    :param fetch: asks the range API (a ``RangeFetch``: ``fetch(prefix) -> answer text``).
     :param fail_closed: refuse the password when the service cannot be asked (default:
         accept it and log a warning).
     :param min_count: how often a password must have been seen to be refused (default 1).
