@@ -41,6 +41,7 @@ __all__ = [
     "StepUpNeeded",
     "StoreBusy",
     "StoreUnavailable",
+    "Throttled",
     "TokenCheck",
     "TokenVerificationError",
     "Unauthenticated",
@@ -101,6 +102,20 @@ class StoreUnavailable(AuthFlowError):
 
     code = "store_unavailable"
     status = 503
+
+
+class Throttled(AuthFlowError):
+    """Too many requests from this address (or for this account or recipient); try again later."""
+
+    code = "throttled"
+    status = 429
+
+    def __init__(self, message: str | None = None, *, retry_after: int = 1, scope: str = "") -> None:
+        super().__init__(message)
+        #: Whole seconds until the limit that refused the request lets one through again.
+        self.retry_after = max(1, int(retry_after))
+        #: The limit that refused it (``login.address``, ``mail.recipient``, ...), for the audit.
+        self.scope = scope
 
 
 class StoreBusy(StoreUnavailable):
@@ -166,7 +181,8 @@ class WeakPassword(InvalidInput):
 
     ``reason`` is one of ``too_short``, ``too_long``, ``blocklisted`` (a common or
     predictable password, or a word of ``AUTHFLOW_PASSWORD_BLOCKLIST``), ``context`` (the
-    username, the tenant or the site name) and ``too_guessable`` (a low zxcvbn score).
+    username, the tenant or the site name), ``too_guessable`` (a low zxcvbn score) and
+    ``breached`` (found in the Pwned Passwords corpus, when that check is on).
     Raised when a password is set, never at login.
     """
 

@@ -102,6 +102,11 @@ def integer(name: str, value: Any) -> int:
     return result
 
 
+def optional_integer(name: str, value: Any) -> int | None:
+    """A positive integer, or ``None`` (the feature's derived default)."""
+    return None if value is None else integer(name, value)
+
+
 def boolean(name: str, value: Any) -> bool:
     """``True``/``False``, or "1/true/yes/on", "0/false/no/off" from the environment."""
     if isinstance(value, bool):
@@ -445,6 +450,13 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_LOCKOUT_MAX_FAILURES", integer, 5),
     Key("AUTHFLOW_LOCKOUT_WINDOW", duration, timedelta(hours=1)),
     Key("AUTHFLOW_LOCKOUT_DURATION", duration, timedelta(minutes=15)),
+    Key("AUTHFLOW_LOCKOUT_ACCOUNT_MAX_FAILURES", optional_integer),
+    Key("AUTHFLOW_LOCKOUT_MAX_DURATION", duration, timedelta(hours=24)),
+    Key("AUTHFLOW_LOCKOUT_FAILURE_CAP", integer, 100),
+    # abuse protection: rate limits (see flask_authflow.throttle)
+    Key("AUTHFLOW_THROTTLE", boolean, True),
+    Key("AUTHFLOW_THROTTLE_STORAGE_URL", raw),
+    Key("AUTHFLOW_THROTTLE_LIMITS", raw),
     Key("AUTHFLOW_ARGON2_TIME_COST", integer, 3),
     Key("AUTHFLOW_ARGON2_MEMORY_COST", integer, 64 * 1024),
     Key("AUTHFLOW_ARGON2_PARALLELISM", integer, 4),
@@ -465,6 +477,9 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_PASSWORD_RESET_TTL", duration, timedelta(minutes=30)),
     Key("AUTHFLOW_EMAIL_VERIFICATION_TTL", duration, timedelta(hours=24)),
     Key("AUTHFLOW_MAIL_OUTBOX", optional_text),
+    Key("AUTHFLOW_PASSWORD_BREACH_CHECK", boolean, False),
+    Key("AUTHFLOW_PASSWORD_BREACH_CHECK_URL", text, "https://api.pwnedpasswords.com/range"),
+    Key("AUTHFLOW_PASSWORD_BREACH_CHECK_FAIL_CLOSED", boolean, False),
     # second factors
     Key("AUTHFLOW_FACTOR_ENCRYPTION_KEY", aes_key),
     Key("AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS", aes_keys, []),

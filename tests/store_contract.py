@@ -316,6 +316,28 @@ class StoreContract:
         assert backend.locked_until("acme", "alice", T0) is None
         assert backend.register_failure(key, now=T0, **WINDOW).failures == 1
 
+    def test_clear_lock_ends_the_locks_of_the_subjects_address_pairs_too(self, backend: Any) -> None:
+        pair = AttemptKey("acme", "alice\x1f@203.0.113.9", "password")
+        lookalike = AttemptKey("acme", "alice2\x1f@203.0.113.9", "password")
+        for key in (pair, lookalike):
+            backend.set_lock(key, T0 + timedelta(hours=1))
+        backend.clear_lock("acme", "alice")
+        assert backend.locked_until("acme", pair.subject, T0) is None
+        assert backend.locked_until("acme", lookalike.subject, T0) == T0 + timedelta(hours=1)
+
+    def test_failures_since_success_count_back_to_the_keys_last_success(self, backend: Any) -> None:
+        key = AttemptKey("acme", "alice", "totp")
+        other = AttemptKey("acme", "alice", "password")
+        for minute in range(3):
+            backend.register_failure(key, now=T0 + timedelta(minutes=minute), **WINDOW)
+        backend.register_success(other, now=T0 + timedelta(minutes=4))  # another factor: no reset
+        assert backend.failures_since_success(key, since=T0 - timedelta(days=1)) == 3
+        assert backend.failures_since_success(key, since=T0) == 2  # only rows after ``since``
+        backend.register_success(key, now=T0 + timedelta(minutes=5))
+        backend.register_failure(key, now=T0 + timedelta(minutes=6), **WINDOW)
+        assert backend.failures_since_success(key, since=T0 - timedelta(days=1)) == 1
+        assert backend.failures_since_success(AttemptKey("acme", "bob", "totp"), since=T0) == 0
+
     def test_a_success_is_settled_unless_a_lock_is_active(self, backend: Any) -> None:
         """Without a lock: logged, counter reset, reservation settled. With a lock on any factor
         of the subject: only the reservation is given back, and the lock's end answered."""

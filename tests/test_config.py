@@ -218,6 +218,7 @@ SETTINGS_CLASSES = [
     "flask_authflow.login.account_settings:AccountSettings",
     "flask_authflow.api_auth.settings:ApiTokenSettings",
     "flask_authflow.devices.settings:DeviceSettings",
+    "flask_authflow.throttle.settings:ThrottleSettings",
 ]
 
 

@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "core": CORE,
     "jose": CORE,
     "audit": CORE,
+    "throttle": CORE,
     "sessions": FEATURE,
     "login": FEATURE,
     "mfa": FEATURE,

@@ -11,10 +11,15 @@ says so, and serves plain-HTTP cookies to loopback clients only.
 
 Routes (JSON / plain text):
 
-* ``GET /`` 200 HTML, links to the pages below; ``GET /dashboard`` 200 when authenticated, else 401;
+* ``GET /`` 200 HTML, links to the pages below; ``GET /dashboard`` 200 when authenticated,
+  else 401; ``GET /admin`` 200 for a user with the role ``admin`` (``flask authflow roles
+  create admin``, then ``flask authflow users add-role alice admin``), 403 otherwise (JSON
+  ``{"error": "permission_denied", ...}`` for API clients);
 * ``POST /login`` JSON ``{"username", "password"[, "tenant"]}``: 200 when
   authenticated or a next factor is named; 401 invalid credentials / step-up / error;
-  403 locked (the text names the lock end);
+  403 locked (the text names the lock end); 429 with ``Retry-After`` when the client's
+  address (from ``X-Forwarded-For`` when the peer is one of ``AUTHFLOW_TRUSTED_PROXIES``,
+  loopback by default) is throttled;
   when a factor is next, a second line and the ``Authflow-Factor-Kinds`` header list every
   kind that passes the step (``totp, recovery_code``);
 * ``POST /login/factor`` JSON ``{"kind": "totp", "code": "123456"}`` or ``{"kind":
@@ -83,6 +88,7 @@ from flask_authflow import (
     current_user,
     get_state,
     login_required,
+    roles_required,
 )
 from flask_authflow.outcomes import InvalidCredentials
 from flask_authflow.web.api_auth import current_api_token
@@ -128,6 +134,14 @@ def _unavailable(error: AuthFlowError) -> Response:
     return response
 
 
+def _retry_later(error: AuthFlowError) -> Response:
+    """A throttled request: 429 with ``Retry-After`` (the seconds until the limit has room)."""
+    response = _text(f"too many requests: {error.message}", 429)
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["Retry-After"] = str(error.retry_after or 1)
+    return response
+
+
 def _outcome_text(outcome: Any) -> tuple[str, int]:
     """The reference mapping of login outcomes to text and status (401, 403 for a lock)."""
     match outcome:
@@ -162,7 +176,10 @@ def _json_error(code: str, message: str, status: int = 400, **extra: Any) -> Res
 def _error_json(error: AuthFlowError) -> Response:
     """A typed error as JSON: its own 4xx, a 5xx as 503 without its message (never a 500)."""
     if 400 <= error.status < 500:
-        return _json_error(error.code, error.message, error.status)
+        response = _json_error(error.code, error.message, error.status)
+        if error.retry_after is not None:  # throttled (429): when to try again
+            response.headers["Retry-After"] = str(error.retry_after)
+        return response
     response = _json_error(error.code, "the service could not complete the request; try again later", 503)
     if error.retry_after is not None:
         response.headers["Retry-After"] = str(error.retry_after)
@@ -326,6 +343,11 @@ def api_me() -> Response:
     )
 
 
+@roles_required("admin")
+def admin() -> Response:
+    return _text(f"admin area of tenant {current_session.tenant}")
+
+
 def _login_answer(outcome: Any) -> Response:
     if isinstance(outcome, Authenticated):
         rotate_csrf_token()  # a form token seen before the login is worthless after it
@@ -354,6 +376,8 @@ def login() -> Any:
     except AuthFlowError as error:
         if error.status >= 500:  # a store is down: refused (fail closed), not "bad credentials"
             return _unavailable(error)
+        if error.status == 429:  # throttled: no credential was checked; try again later
+            return _retry_later(error)
         return _text(f"login error: {error.message}", 401)
     return _login_answer(outcome)
 
@@ -436,6 +460,7 @@ ROUTES: list[tuple[str, Callable[..., Any], list[str]]] = [
     ("/", index, ["GET"]),
     ("/dashboard", dashboard, ["GET"]),
     ("/api/me", api_me, ["GET"]),
+    ("/admin", admin, ["GET"]),
     ("/login", login, ["POST"]),
     ("/login/factor", login_factor, ["POST"]),
     ("/login/factor/send", login_factor_send, ["POST"]),

@@ -29,10 +29,10 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from flask_authflow.cli.base import CommandFailed, emit, json_option, tenant_or_default
 from flask_authflow.cli.users import users
+from flask_authflow.core.app_users import AppUserHooks
 from flask_authflow.core.identifiers import check_tenant, normalise_email, normalise_identifier
 from flask_authflow.core.ports import IdentityStore, UnitOfWork, UserRecord
 from flask_authflow.errors import AuthFlowError, UserExists
-from flask_authflow.core.app_users import AppUserHooks
 from flask_authflow.login.legacy_hashes import LegacyHashes, LegacyResult, identify
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.web.state import account_admin, get_state

@@ -20,6 +20,7 @@ from flask_authflow.core.session import AuthSession, SessionRecord
 from flask_authflow.outcomes import Authenticated, FactorKind, FactorRequired, WorkflowPending
 
 __all__ = [
+    "PAIR_SEPARATOR",
     "RESERVATION_TTL",
     "AttemptKey",
     "AttemptStore",
@@ -102,6 +103,11 @@ class FactorConfig:
     lookup: str | None = None
     confirmed: bool = True
     last_used_at: datetime | None = None
+
+
+#: Joins a lockout subject and a client address into the subject of an (account, address)
+#: pair (see :mod:`flask_authflow.login.lockout`).
+PAIR_SEPARATOR = "\x1f@"
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,7 +347,15 @@ class AttemptStore(Protocol):
 
     def set_lock(self, key: AttemptKey, until: datetime) -> None: ...
 
-    def clear_lock(self, tenant: str, subject: str) -> None: ...
+    def clear_lock(self, tenant: str, subject: str) -> None:
+        """End every lock of ``subject`` and forget its counters, those of its (subject,
+        address) pairs included (subjects that start with ``subject`` + ``"\x1f@"``)."""
+        ...
+
+    def failures_since_success(self, key: AttemptKey, *, since: datetime) -> int:
+        """Failures of ``key`` logged after ``since`` and after the last success of ``key``
+        (how far a lock escalates, and the failure cap)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from flask_authflow.login.operation import (
     guard_store,
     new_transaction,
 )
+from flask_authflow.login.throttling import refuse_if_throttled
 from flask_authflow.outcomes import FactorKind, FactorRequired, Locked, LoginOutcome
 
 __all__ = ["begin_login"]
@@ -49,11 +50,16 @@ def begin_login(
         Operation(svc, ctx, session, "login_begin").refuse(exc, "error")
         raise
     with Operation(svc, ctx, session, "login_begin", tenant=tenant, identifier=ident) as op:
+        refuse_if_throttled(op, svc, "login")
         if session.state in (AuthState.AUTHENTICATED, AuthState.PENDING_WORKFLOW):
             op.end_previous_login()
         facts = guard_store(lambda: svc.store.login_facts(tenant, ident, op.now))
         if facts.locked_until is not None:
             return _locked(op, facts, facts.locked_until)
+        # This address's own lock on the identifier (others may still log in).
+        pair = guard_store(lambda: svc.lockout.pair_locked_until(tenant, ident, op.ctx.client_ip, op.now))
+        if pair is not None:
+            return _locked(op, facts, pair)
         return _start(op, svc, facts)
 
 

@@ -43,6 +43,7 @@ from flask_authflow.core.session import AuthSession, SessionSnapshot, reset_to_g
 from flask_authflow.errors import AuditWriteError, AuthFlowError, LoginNotStarted, StoreUnavailable
 from flask_authflow.login.lockout import Lockout
 from flask_authflow.outcomes import FactorKind
+from flask_authflow.throttle import Throttle
 
 __all__ = [
     "LOGIN_IDENTIFIER_KEY",
@@ -88,6 +89,8 @@ class LoginServices(Protocol):
     def audit_fallback(self) -> AuditSink | None: ...
     @property
     def lockout(self) -> Lockout: ...
+    @property
+    def throttle(self) -> Throttle: ...
     @property
     def clock(self) -> Clock: ...
     @property
@@ -278,7 +281,7 @@ class Operation:
 
     def reserve(self, tenant: str, subject: str, factor: str) -> datetime | None:
         """Reserve one credential check; ``None`` when granted, else the end of the lock."""
-        reserved = self.svc.lockout.reserve(tenant, subject, factor, self.now)
+        reserved = self.svc.lockout.reserve(tenant, subject, factor, self.now, self.ctx.client_ip)
         if reserved.token is None:
             return reserved.locked_until or self.now
         self._reservation = (tenant, subject, factor, reserved.token)

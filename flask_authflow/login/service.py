@@ -70,6 +70,7 @@ from flask_authflow.outcomes import (
     StepUpRequired,
     WorkflowPending,
 )
+from flask_authflow.throttle import Throttle
 
 __all__ = [
     "ENROLLMENT_TTL",
@@ -155,6 +156,7 @@ class AuthnService:
         revoke_sessions: Callable[[str, str, str | None, str], int] | None = None,
         session_writer: SessionWriter | None = None,
         legacy_hashes: LegacyHashes | None = None,
+        throttle: Throttle | None = None,
     ) -> None:
         self.store: LoginStore = _one_store(identity_store, factor_store, attempt_store)
         self.identity_store: IdentityStore = self.store
@@ -167,6 +169,8 @@ class AuthnService:
         self.hasher = hasher if hasher is not None else PasswordHasher()
         self.policy = lockout or LockoutPolicy()
         self.lockout = Lockout(self.policy, self.store)
+        #: Rate limits checked before any credential (none unless given: ``init_app`` gives one).
+        self.throttle = throttle if throttle is not None else Throttle.disabled()
         self.clock: Clock = clock or SystemClock()
         self.counters = counters if counters is not None else AuthCounters()
         self._factors: dict[FactorKind, Factor] = {}

@@ -38,9 +38,28 @@ class LoginSettings(Settings):
 class LockoutSettings(Settings):
     """``AUTHFLOW_LOCKOUT_*``: failures within a window lock the account for a while."""
 
+    #: Failures from one address that lock the (account, address) pair.
     max_failures: int = field(metadata=setting("AUTHFLOW_LOCKOUT_MAX_FAILURES"))
     window: timedelta = field(metadata=setting("AUTHFLOW_LOCKOUT_WINDOW"))
     duration: timedelta = field(metadata=setting("AUTHFLOW_LOCKOUT_DURATION"))
+    #: Failures from any address that lock the account (``None``: twenty times ``max_failures``).
+    account_max_failures: int | None = field(metadata=setting("AUTHFLOW_LOCKOUT_ACCOUNT_MAX_FAILURES"))
+    #: The longest an escalated lock lasts.
+    max_duration: timedelta = field(metadata=setting("AUTHFLOW_LOCKOUT_MAX_DURATION"))
+    #: Failures of one factor since its last success past which every lock is the longest.
+    failure_cap: int = field(metadata=setting("AUTHFLOW_LOCKOUT_FAILURE_CAP"))
+
+    def __post_init__(self) -> None:
+        account = self.account_max_failures or 20 * self.max_failures
+        if account < self.max_failures:
+            raise ConfigurationError(
+                "AUTHFLOW_LOCKOUT_ACCOUNT_MAX_FAILURES is below AUTHFLOW_LOCKOUT_MAX_FAILURES: one address "
+                "could then lock the owner out; leave it unset (four times as many) or raise it"
+            )
+        if self.max_duration < self.duration:
+            raise ConfigurationError(
+                "AUTHFLOW_LOCKOUT_MAX_DURATION is shorter than AUTHFLOW_LOCKOUT_DURATION"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,3 +114,9 @@ class PasswordPolicySettings(Settings):
     blocklist: tuple[str, ...] = field(metadata=setting("AUTHFLOW_PASSWORD_BLOCKLIST"))
     zxcvbn_min_score: int | None = field(metadata=setting("AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE"))
     site_name: str | None = field(metadata=setting("AUTHFLOW_SITE_NAME"))
+    #: Check new passwords against the Pwned Passwords range API (opt-in).
+    breach_check: bool = field(metadata=setting("AUTHFLOW_PASSWORD_BREACH_CHECK"))
+    #: The range API's base URL (``{url}/{five hex characters}``).
+    breach_check_url: str = field(metadata=setting("AUTHFLOW_PASSWORD_BREACH_CHECK_URL"))
+    #: Refuse the password when the service cannot be asked (default: accept it).
+    breach_check_fail_closed: bool = field(metadata=setting("AUTHFLOW_PASSWORD_BREACH_CHECK_FAIL_CLOSED"))

@@ -47,6 +47,7 @@ from flask_authflow.login.operation import (
     lockout_subject,
 )
 from flask_authflow.login.signup import EmailNotVerified, refuse_unverified
+from flask_authflow.login.throttling import refuse_if_throttled
 from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,
@@ -154,6 +155,7 @@ def verify_factor(
             except InvalidInput as exc:
                 op.refuse(exc, "error")
                 raise
+        refuse_if_throttled(op, svc, "factor")  # before the reservation and any Argon2
         op.count("login_attempts")
         if factor is not None and not factor.expensive:
             # A cheap check (no Argon2): reservation, check, single-use update, settlement
@@ -281,6 +283,7 @@ def _failed(
     )
     op.recount_with(count_failure)
     op.count("login_failures")
+    svc.throttle.failure()  # the failure-rate guard
     outcome: FactorOutcome
     if result.locked_until is not None:
         op.session.transition(_end(op.now))

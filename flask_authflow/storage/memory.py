@@ -26,6 +26,7 @@ from flask_authflow.core.devices import MAX_LABEL_LENGTH, MAX_PLACE_LENGTH, chec
 from flask_authflow.core.factor_data import check_factor_config
 from flask_authflow.core.identifiers import check_tenant, normalise_email, normalise_identifier
 from flask_authflow.core.ports import (
+    PAIR_SEPARATOR,
     RESERVATION_TTL,
     AccountToken,
     ApiTokenRecord,
@@ -705,11 +706,32 @@ class InMemoryBackend:
             self._forget_attempts(tenant, subject)
 
     def _forget_attempts(self, tenant: str, subject: str) -> None:
-        """Drop the counters and reservations of ``subject`` (caller holds the lock)."""
-        for key in [k for k in self._locks if k.tenant == tenant and k.subject == subject]:
+        """Drop the counters and reservations of ``subject`` and of its (subject, address)
+        pairs (caller holds the lock)."""
+        pairs = subject + PAIR_SEPARATOR
+
+        def of_subject(key: AttemptKey) -> bool:
+            return key.tenant == tenant and (key.subject == subject or key.subject.startswith(pairs))
+
+        for key in [k for k in self._locks if of_subject(k)]:
             self._remove(self._locks, key)
-        for key in [k for k in self._reservations if k.tenant == tenant and k.subject == subject]:
+        for key in [k for k in self._reservations if of_subject(k)]:
             self._remove(self._reservations, key)
+
+    def failures_since_success(self, key: AttemptKey, *, since: datetime) -> int:
+        """Walks the attempt log back from the newest row (bounded by ``max_attempt_log``)."""
+        with self._lock:
+            self._check_available()
+            failures = 0
+            for row in reversed(self._attempts):
+                if row.at <= since:
+                    break
+                if (row.tenant, row.subject, row.factor) != (key.tenant, key.subject, key.factor):
+                    continue
+                if row.success:
+                    break
+                failures += 1
+            return failures
 
     @property
     def attempt_log(self) -> list[AttemptLogEntry]:

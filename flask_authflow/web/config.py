@@ -36,6 +36,7 @@ from flask_authflow.settings import (
     coerce_key,
     setting,
 )
+from flask_authflow.throttle import ThrottleSettings
 
 __all__ = [
     "DEFAULTS",
@@ -104,6 +105,7 @@ class AuthFlowConfig:
     audit: AuditSettings
     login: LoginSettings
     lockout: LockoutSettings
+    throttle: ThrottleSettings
     hashing: HashingSettings
     passwords: PasswordPolicySettings
     factors: FactorSettings
@@ -131,6 +133,7 @@ class AuthFlowConfig:
             audit=AuditSettings.from_config(config),
             login=LoginSettings.from_config(config),
             lockout=LockoutSettings.from_config(config),
+            throttle=ThrottleSettings.from_config(config),
             hashing=HashingSettings.from_config(config),
             passwords=PasswordPolicySettings.from_config(config),
             factors=FactorSettings.from_config(config),

@@ -42,7 +42,6 @@ from flask_authflow.login.accounts import AccountAdmin
 from flask_authflow.login.legacy_hashes import LegacyHashes
 from flask_authflow.login.lockout import LockoutPolicy
 from flask_authflow.login.password import PasswordHasher
-from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.login.service import AuthnRequest, AuthnService, SessionWriter
 from flask_authflow.login.settings import HashingSettings
 from flask_authflow.mail import SmtpSender
@@ -63,8 +62,10 @@ from flask_authflow.sessions.interface import AuthFlowSessionInterface
 from flask_authflow.sessions.settings import SessionSettings
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.settings import apply_defaults
+from flask_authflow.throttle import Throttle
 from flask_authflow.web import authz
 from flask_authflow.web.api_auth import api_tokens, install_api_tokens
+from flask_authflow.web.breach_wiring import password_policy
 from flask_authflow.web.config import AuthFlowConfig
 from flask_authflow.web.csrf import template_helpers
 from flask_authflow.web.current_user import current_user
@@ -229,7 +230,12 @@ def _login_service(
         backend,
         hasher=hasher,
         lockout=LockoutPolicy(
-            max_failures=lockout.max_failures, window=lockout.window, lock_duration=lockout.duration
+            max_failures=lockout.max_failures,
+            window=lockout.window,
+            lock_duration=lockout.duration,
+            account_max_failures=lockout.account_max_failures,
+            max_lock_duration=lockout.max_duration,
+            failure_cap=lockout.failure_cap,
         ),
         clock=clock,
         counters=AuthCounters(),
@@ -240,6 +246,7 @@ def _login_service(
         revoke_sessions=revoke_sessions,  # a factor change ends the user's other sessions
         session_writer=session_writer,
         legacy_hashes=_legacy_hashes(config.hashing, hasher),
+        throttle=Throttle.from_settings(config.throttle),
     )
 
 
@@ -387,9 +394,8 @@ class AuthFlow:
             app, config, backend, hasher, clock, _session_writer(given, config, backend, store, interface)
         )
         sealer = factor_sealer(config.factors)
-        for factor in built_in_factors(config.factors, sealer, lambda: get_state(app).mail_sender):
-            service.register_factor(factor)
-        for factor in self._factors.values():
+        mail = (lambda: get_state(app).mail_sender), service.throttle
+        for factor in [*built_in_factors(config.factors, sealer, *mail), *self._factors.values()]:
             service.register_factor(factor)
         # Not on a schema that is behind, which only `flask authflow db` may use.
         issuer_wanted = bool(config.issuer.issuer) and not schema_behind
@@ -407,7 +413,7 @@ class AuthFlow:
             hooks=self._hooks,
             sealer=sealer,
             mail_sender=SmtpSender(config.mail) if config.mail is not None else None,
-            password_policy=PasswordPolicy.from_settings(config.passwords),
+            password_policy=password_policy(config.passwords, given.http_client),
         )
         authz.install(app, self)  # Cedar policies: loaded and checked now, before anything is installed
         _install(app, state)
