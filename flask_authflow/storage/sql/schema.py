@@ -300,7 +300,7 @@ Index(
 )
 
 
-#: Personal API tokens (revision 0009): the SHA-256 of each token, never the token; the
+#: Personal API tokens (revision 0008): the SHA-256 of each token, never the token; the
 #: primary key is the token's public lookup id, so a verification is one indexed read.
 api_tokens_table = Table(
     "authflow_api_tokens",

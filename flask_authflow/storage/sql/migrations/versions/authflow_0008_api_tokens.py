@@ -1,6 +1,6 @@
 """Personal API tokens.
 
-Revision ID: 0009
+Revision ID: 0008
 Revises: 0007
 Create Date: 2026-11-25
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009"
+revision = "0008"
 down_revision: str | None = "0007"
 branch_labels: str | None = None
 depends_on: str | None = None
