@@ -385,7 +385,7 @@ class RoleInUse(AuthnError):
 
 # --- personal API tokens -----------------------------------------------------------------------
 
-__all__ += ["ApiTokenNameTaken", "InsufficientScope"]
+__all__ += ["ApiTokenNameTaken", "InsufficientApiScope"]
 
 
 class ApiTokenNameTaken(AuthnError):
@@ -395,7 +395,7 @@ class ApiTokenNameTaken(AuthnError):
     status = 409
 
 
-class InsufficientScope(PermissionDenied):
+class InsufficientApiScope(PermissionDenied):
     """The bearer token is valid but was not given a scope the view needs (RFC 6750 §3.1)."""
 
     code = "insufficient_scope"

@@ -50,7 +50,7 @@ class UserRecord:
     identifier: str
     created_at: datetime
     disabled: bool = False
-    #: The account's e-mail address (:func:`~flask_authflow.core.identifiers.normalise_email`),
+    #: The account's e-mail address (``flask_authflow.core.identifiers.normalise_email``),
     #: unique per tenant; ``None`` when it has none.
     email: str | None = None
     #: When the owner proved they read mail at ``email`` (``None``: not verified).

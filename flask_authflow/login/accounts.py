@@ -59,7 +59,7 @@ class AccountAdmin:
         :class:`~flask_authflow.errors.ConfigurationError` without one.
         :func:`flask_authflow.web.state.account_admin` passes the app's service.
     :param app_users: runs the application's ``user_created`` / ``user_deleted`` hooks
-        with each account created or deleted here (:mod:`flask_authflow.core.app_users`).
+        with each account created or deleted here (:class:`~flask_authflow.core.app_users.AppUserHooks`).
     """
 
     def __init__(

@@ -29,14 +29,15 @@ from typing import Any, Literal
 
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.core.identifiers import check_tenant, normalise_email, normalise_identifier
-from flask_authflow.core.ports import AccountTokenStore, UserRecord
+from flask_authflow.core.ports import UserRecord
 from flask_authflow.core.session import AuthSession
-from flask_authflow.errors import AuthFlowError, AuthnError, ConfigurationError, InvalidInput
+from flask_authflow.errors import AuthFlowError, ConfigurationError, InvalidInput
 from flask_authflow.login import account_tokens
 from flask_authflow.login.account_tokens import AccountTokenInvalid, IssuedToken
 from flask_authflow.login.accounts import AccountAdmin
 from flask_authflow.login.operation import LoginServices, Operation, guard_store
 from flask_authflow.login.password_policy import PasswordPolicy
+from flask_authflow.login.verification import KIND, EmailNotVerified, needs_verification, refuse_unverified
 
 __all__ = [
     "DEFAULT_VERIFICATION_TTL",
@@ -51,18 +52,9 @@ __all__ = [
     "verify_signup",
 ]
 
-#: The account token kind of a sign-up's verification.
-KIND = "signup"
 #: How long a verification link works.
 DEFAULT_VERIFICATION_TTL = timedelta(hours=24)
 _RESERVED = re.compile(r"^[^:]*:")
-
-
-class EmailNotVerified(AuthnError):
-    """Confirm your e-mail address first: follow the link we sent, or ask for a new one."""
-
-    code = "email_not_verified"
-    status = 403
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,16 +227,6 @@ def _use(
     return account_tokens.use_code(store, user.tenant, user.user_id, KIND, code, now)
 
 
-def needs_verification(svc: LoginServices, user: UserRecord) -> bool:
-    """Whether ``user`` signed up and has not confirmed the address yet."""
-    if user.email is None or user.email_verified_at is not None:
-        return False
-    store = svc.store
-    if not isinstance(store, AccountTokenStore):  # an application's own store without sign-up
-        return False
-    return bool(guard_store(lambda: store.has_account_token(user.tenant, user.user_id, KIND)))
-
-
 def resend_verification(
     svc: LoginServices,
     ctx: AuditContext,
@@ -273,11 +255,3 @@ def resend_verification(
     if user is None or user.disabled or not needs_verification(svc, user):
         return None
     return _mail_verification(svc, ctx, session, user, ttl, "signup_resent")
-
-
-def refuse_unverified(svc: LoginServices, tenant: str, user_id: str) -> None:
-    """Raise :class:`EmailNotVerified` when the user signed up and is not verified yet
-    (the login calls it once the password passed)."""
-    user = guard_store(lambda: svc.store.get_user(tenant, user_id))
-    if user is not None and needs_verification(svc, user):
-        raise EmailNotVerified()

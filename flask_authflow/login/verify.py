@@ -46,8 +46,8 @@ from flask_authflow.login.operation import (
     guard_store,
     lockout_subject,
 )
-from flask_authflow.login.signup import EmailNotVerified, refuse_unverified
 from flask_authflow.login.throttling import refuse_if_throttled
+from flask_authflow.login.verification import EmailNotVerified, refuse_unverified
 from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,

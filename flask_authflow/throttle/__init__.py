@@ -1,6 +1,6 @@
 """Abuse protection: rate limits per address, network, account and mail recipient.
 
-See :mod:`flask_authflow.throttle.limiter` for how a flow asks, and docs/security.rst for
+See :mod:`flask_authflow.throttle.limiter` for how a flow asks, and the manual's "Security" page for
 the limits and why they are what they are.
 """
 

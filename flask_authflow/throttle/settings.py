@@ -23,7 +23,7 @@ __all__ = ["DEFAULT_LIMITS", "SCOPES", "ThrottleSettings", "parse_limits"]
 #: The flows that are limited; each is limited per address and per network.
 SCOPES = ("login", "factor", "signup", "reset", "mail")
 
-#: The default of every limit (see docs/security.rst for the reasoning).
+#: The default of every limit (the manual's "Security" page gives the reasoning).
 DEFAULT_LIMITS: Mapping[str, str] = MappingProxyType(
     {
         "login.address": "20/minute;200/hour",

@@ -26,7 +26,7 @@ from flask_authflow.api_auth import ApiTokenService, ApiTokenSettings, TokenRefu
 from flask_authflow.api_auth.tokens import TOKEN_PREFIX
 from flask_authflow.audit.context import audit_context
 from flask_authflow.core.ports import ApiTokenRecord, UserRecord
-from flask_authflow.errors import AuthFlowError, InsufficientScope
+from flask_authflow.errors import AuthFlowError, InsufficientApiScope
 from flask_authflow.web.current_user import load_user, set_api_user
 from flask_authflow.web.state import AuthFlowState, get_state
 
@@ -158,13 +158,13 @@ def current_api_token() -> ApiTokenRecord | None:
     return cached.token if isinstance(cached, ApiPrincipal) else None
 
 
-def missing_scopes(wanted: frozenset[str]) -> InsufficientScope | None:
+def missing_scopes(wanted: frozenset[str]) -> InsufficientApiScope | None:
     """A refusal when the request's token lacks a scope of ``wanted`` (sessions and request
     loader users are the user themself: scopes restrict tokens only)."""
     token = current_api_token()
     if token is None or wanted <= frozenset(token.scopes):
         return None
-    refusal = InsufficientScope("the access token lacks a scope this endpoint needs")
+    refusal = InsufficientApiScope("the access token lacks a scope this endpoint needs")
     api_tokens().audit_refusal("insufficient_scope", token, context=audit_context())
     return refusal
 
@@ -174,9 +174,9 @@ def api_denial(error: AuthFlowError, scopes: frozenset[str] = frozenset()) -> Re
     response = jsonify(error.to_dict())
     response.status_code = error.status
     challenge = 'Bearer realm="api"'
-    if isinstance(error, TokenRefused | InsufficientScope):
+    if isinstance(error, TokenRefused | InsufficientApiScope):
         challenge += f', error="{error.code}"'
-    if isinstance(error, InsufficientScope) and scopes:
+    if isinstance(error, InsufficientApiScope) and scopes:
         challenge += f', scope="{" ".join(sorted(scopes))}"'
     response.headers["WWW-Authenticate"] = challenge
     response.headers["Cache-Control"] = "no-store"

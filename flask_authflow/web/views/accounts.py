@@ -30,6 +30,7 @@ from flask_authflow.errors import (
     InvalidInput,
     MailDeliveryError,
     StepUpNeeded,
+    Throttled,
     Unauthenticated,
     UserNotFound,
 )
@@ -133,11 +134,17 @@ def _deliver_later(to: str | None, mail: tuple[str, str, str], response: Respons
     if to is None:
         return response
     app = current_app._get_current_object()  # type: ignore[attr-defined]
+    client_ip = audit_context().client_ip
 
     def deliver() -> None:
         with app.app_context():
             try:
+                # Per recipient, silently: a refusal here would answer differently for an
+                # address that has an account than for one that has none.
+                get_state().service.throttle.hit("mail", address=client_ip, recipient=to)
                 send_mail(to, *mail)
+            except Throttled:
+                log.warning("an account mail was not sent: its recipient had its share of mails")
             except MailDeliveryError as exc:
                 log.error("an account mail could not be delivered: %s", exc.message)
 
@@ -186,13 +193,26 @@ def _policy() -> PasswordPolicy:
 
 
 def _guarded(view: Callable[[], ResponseReturnValue], form: str, **context: Any) -> ResponseReturnValue:
-    """Run ``view``; a typed error becomes JSON or the form page with the message."""
+    """Run ``view``; a typed error becomes JSON or the form page with the message (and
+    ``Retry-After`` when it is a throttle's refusal)."""
     try:
         return view()
     except AuthFlowError as error:
-        if _wants_json():
-            return _json_error(error)
-        return page(form, error_status(error), error=error_message(error), **context)
+        answer = (
+            _json_error(error)
+            if _wants_json()
+            else page(form, error_status(error), error=error_message(error), **context)
+        )
+        if error.retry_after is not None:
+            answer = current_app.make_response(answer)
+            answer.headers["Retry-After"] = str(error.retry_after)
+        return answer
+
+
+def _throttle(scope: str) -> None:
+    """Count one ``signup`` or ``reset`` request from the client's address and network;
+    :class:`~flask_authflow.errors.Throttled` (429) when they had their share."""
+    get_state().service.throttle.hit(scope, address=audit_context().client_ip)
 
 
 def _not_offered() -> Response:
@@ -215,6 +235,7 @@ def _request_reset() -> ResponseReturnValue:
     body = _body()
     if not _wants_json() and not csrf_valid():
         return page("forgot.html", 400, error=MESSAGES["csrf"])
+    _throttle("reset")
     _sender()  # no way to send mail: the same error for every request, before anything is done
     username, email = _text(body, "username", 254), _text(body, "email", 254)
     tenant = get_state().config.default_tenant
@@ -327,6 +348,7 @@ def _signup() -> ResponseReturnValue:
     body = _body()
     if not _wants_json() and not csrf_valid():
         return page("signup.html", 400, error=MESSAGES["csrf"])
+    _throttle("signup")
     _sender()
     password = _text(body, "password", 4096)
     confirm = _text(body, "password_confirm", 4096) if not _wants_json() else password
@@ -398,6 +420,7 @@ def _resend() -> ResponseReturnValue:
     body = _body()
     if not _wants_json() and not csrf_valid():
         return page("signup_resend.html", 400, error=MESSAGES["csrf"])
+    _throttle("signup")
     _sender()
     state = get_state()
     found = signup_flow.resend_verification(
