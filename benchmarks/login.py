@@ -11,12 +11,16 @@ Prints medians over N runs, with the production Argon2id profile (t=3, m=64 MiB,
   (must be at most 5), on the memory and SQLite backends,
 * TOTP as the second step: a password + TOTP login beside a password-only login on the
   same store (the TOTP step's overhead; target < 2 ms on SQLite), with pyotp's own
-  verify as the floor (``--totp-only`` runs just this part).
+  verify as the floor (``--totp-only`` runs just this part),
+* legacy hashes (``--legacy-only`` runs just this part): the first login of a user brought
+  over from Flask-Security-Too with a bcrypt hash (cost 12) and with FST's default (Argon2id
+  of the HMAC of the password), each verify plus the rehash to Argon2id, beside a native
+  Argon2id login; and a wrong password against the FST default beside an unknown user.
 
 With ``--postgres`` (a URL, or ``auto`` for a throwaway server started with initdb/pg_ctl
 as the tests do), the overheads are also measured with every store on PostgreSQL.
 
-    .venv/bin/python benchmarks/login.py [--runs 21] [--postgres auto|URL]
+    .venv/bin/python benchmarks/login.py [--runs 21] [--postgres auto|URL] [--totp-only|--legacy-only]
 """
 
 from __future__ import annotations
@@ -341,7 +345,65 @@ def main_totp(workdir: Path, runs: int) -> None:
         )
 
 
+def main_legacy(runs: int) -> None:
+    """First logins of users with legacy hashes (verify + rehash) beside a native login."""
+    from passlib import hash as passlib_hash  # type: ignore[import-untyped]
+
+    from flask_authflow.login.legacy_hashes import LegacyHashes, fst_hmac
+
+    salt = "benchmark-fst-salt"
+    hasher = PasswordHasher()
+    backend = InMemoryBackend(hasher=hasher)
+    signed = fst_hmac(salt.encode(), PASSWORD.encode())
+    old = {
+        "bcrypt": str(passlib_hash.bcrypt.using(rounds=12).hash(signed[:72])),
+        "fst_default": str(passlib_hash.argon2.hash(signed)),  # FST 5.9's default, as FST makes it
+    }
+    users = {name: backend.create_user("default", name, PASSWORD).user_id for name in (*old, "native")}
+    legacy = LegacyHashes(
+        ["bcrypt", "argon2"], salt=salt, argon2_over_ceiling=hasher.over_ceiling, slot=hasher.slot
+    )
+    service = AuthnService(
+        backend, backend, hasher=hasher, lockout=LockoutPolicy(max_failures=10**9), legacy_hashes=legacy
+    )
+    handle = service.with_audit_context(AuditContext.unknown())
+
+    def login(name: str, password: str = PASSWORD) -> object:
+        if name in old:
+            backend.set_password_hash("default", users[name], old[name])  # a first login each time
+        session = AuthSession(new_guest_record(service.clock.now()), new=True, request_fingerprint="fp")
+        handle.begin_login(name, "default", session)
+        return handle.verify_factor(FactorCredential.password(password), session)
+
+    for name in (*old, "native"):
+        assert type(login(name)).__name__ == "Authenticated", name
+    medians = interleaved_medians(
+        {
+            "native": lambda: login("native"),
+            "bcrypt": lambda: login("bcrypt"),
+            "fst_default": lambda: login("fst_default"),
+            "fst_wrong": lambda: login("fst_default", "wrong password"),
+            "unknown": lambda: login("nobody"),
+        },
+        runs,
+    )
+    print(f"Legacy hashes (medians of {runs} interleaved runs; production Argon2id for the rehash):")
+    rows = [
+        ("native Argon2id login", "native", ""),
+        ("FST bcrypt (cost 12, HMAC) first login", "bcrypt", "verify + rehash"),
+        ("FST default (Argon2id of HMAC) first login", "fst_default", "native try + HMAC verify + rehash"),
+        ("FST default, wrong password", "fst_wrong", ""),
+        ("unknown user", "unknown", f"ratio {medians['unknown'] / medians['fst_wrong']:.3f}x wrong password"),
+    ]
+    for label, name, note in rows:
+        print(f"  {label:<44} {medians[name]:8.2f} ms   {note}")
+
+
 if __name__ == "__main__":
+    if "--legacy-only" in sys.argv:
+        sys.argv.remove("--legacy-only")
+        main_legacy(21)
+        raise SystemExit(0)
     if "--totp-only" in sys.argv:
         sys.argv.remove("--totp-only")
         main_totp(bench_workdir(), 301)
@@ -349,3 +411,4 @@ if __name__ == "__main__":
     main()
     main_totp(bench_workdir(), 301)
     main_parallel(bench_workdir())
+    main_legacy(21)

@@ -41,6 +41,7 @@ _THIRD_PARTY = (
     "cryptography",
     "flask",
     "joserfc",
+    "limits",
     "pytest",
     "requests",
     "sqlalchemy",

@@ -44,6 +44,7 @@ __all__ = [
     "StepUpNeeded",
     "StoreBusy",
     "StoreUnavailable",
+    "Throttled",
     "TokenCheck",
     "TokenVerificationError",
     "Unauthenticated",
@@ -104,6 +105,20 @@ class StoreUnavailable(AuthFlowError):
 
     code = "store_unavailable"
     status = 503
+
+
+class Throttled(AuthFlowError):
+    """Too many requests from this address (or for this account or recipient); try again later."""
+
+    code = "throttled"
+    status = 429
+
+    def __init__(self, message: str | None = None, *, retry_after: int = 1, scope: str = "") -> None:
+        super().__init__(message)
+        #: Whole seconds until the limit that refused the request lets one through again.
+        self.retry_after = max(1, int(retry_after))
+        #: The limit that refused it (``login.address``, ``mail.recipient``, ...), for the audit.
+        self.scope = scope
 
 
 class StoreBusy(StoreUnavailable):
@@ -169,7 +184,8 @@ class WeakPassword(InvalidInput):
 
     ``reason`` is one of ``too_short``, ``too_long``, ``blocklisted`` (a common or
     predictable password, or a word of ``AUTHFLOW_PASSWORD_BLOCKLIST``), ``context`` (the
-    username, the tenant or the site name) and ``too_guessable`` (a low zxcvbn score).
+    username, the tenant or the site name), ``too_guessable`` (a low zxcvbn score) and
+    ``breached`` (found in the Pwned Passwords corpus, when that check is on).
     Raised when a password is set, never at login.
     """
 
@@ -391,4 +407,30 @@ USER_FACING_DEFAULTS = (
     N_("This is your last way to sign in: set a password or add a passkey first."),
     N_("This provider is not linked to your account."),
     N_("Your account could not be created: please try again later."),
+    N_("A user with this identifier already exists in the tenant."),
+    N_("Too many requests from this address (or for this account or recipient); try again later."),
+    N_("This link or code is not valid."),
+    N_("This link or code was already used, or a newer one was sent."),
+    N_("This link or code has expired: ask for a new one."),
+    N_("Confirm your e-mail address first: follow the link we sent, or ask for a new one."),
+    N_("The user already has an API token of this name (names are how tokens are revoked)."),
 )
+
+
+# --- personal API tokens -----------------------------------------------------------------------
+
+__all__ += ["ApiTokenNameTaken", "InsufficientApiScope"]
+
+
+class ApiTokenNameTaken(AuthnError):
+    """The user already has an API token of this name (names are how tokens are revoked)."""
+
+    code = "token_name_taken"
+    status = 409
+
+
+class InsufficientApiScope(PermissionDenied):
+    """The bearer token is valid but was not given a scope the view needs (RFC 6750 §3.1)."""
+
+    code = "insufficient_scope"
+    status = 403

@@ -25,6 +25,8 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "redis": ("redis",),
     "zxcvbn": ("zxcvbn",),
     "cedar": ("cedarpy",),
+    "accounts": ("email_validator",),
+    "legacy": ("passlib", "bcrypt"),
 }
 
 
@@ -55,8 +57,12 @@ def _needed(config: Mapping[str, Any], federation: bool) -> list[tuple[str, str]
         needed.append(("redis", "AUTHFLOW_SESSION_STORE='redis'"))
     if config.get("AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE") is not None:
         needed.append(("zxcvbn", "AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE"))
+    if config.get("AUTHFLOW_REGISTRATION"):
+        needed.append(("accounts", "AUTHFLOW_REGISTRATION"))
     if config.get("AUTHFLOW_AUTHZ_POLICIES"):
         needed.append(("cedar", "AUTHFLOW_AUTHZ_POLICIES"))
+    if config.get("AUTHFLOW_LEGACY_PASSWORD_SCHEMES"):
+        needed.append(("legacy", "AUTHFLOW_LEGACY_PASSWORD_SCHEMES"))
     return needed
 
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import secrets
 import smtplib
 import ssl
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from email import errors as email_errors
@@ -26,11 +28,14 @@ from typing import Any, Final, Literal, Protocol, runtime_checkable
 from flask_authflow.errors import ConfigurationError, InvalidInput, MailDeliveryError
 
 __all__ = [
+    "FolderSender",
+    "HtmlMailSender",
     "MailDeliveryError",
     "MailSender",
     "SmtpSecurity",
     "SmtpSender",
     "SmtpSettings",
+    "build_message",
 ]
 
 #: How the connection to the SMTP server is protected: ``"starttls"`` (upgrade a plain
@@ -268,6 +273,66 @@ class SmtpSettings:
         return context
 
 
+@runtime_checkable
+class HtmlMailSender(MailSender, Protocol):
+    """A :class:`MailSender` that can also send a message with an HTML alternative (the
+    account mails use it when the app's sender has it, else they go as text only)."""
+
+    def send_html(self, to: str, subject: str, body: str, html: str) -> None: ...
+
+
+def build_message(sender: str, to: str, subject: str, body: str, html: str | None = None) -> EmailMessage:
+    """A message from ``sender`` to ``to``: ``text/plain`` in UTF-8, with ``html`` as a
+    ``text/html`` alternative when given. Raises
+    :class:`~flask_authflow.errors.InvalidInput` for a recipient that is not exactly one
+    address, or a recipient or subject with a line break (header injection)."""
+    if not isinstance(to, str) or _single_address(to) is None:
+        raise InvalidInput("the recipient must be exactly one e-mail address, on one line")
+    if not isinstance(subject, str) or _has_line_break(subject):
+        raise InvalidInput("the subject of an e-mail must be one line (no CR or LF)")
+    domain = (_single_address(sender) or "").rpartition("@")[2].strip("[]") or None
+    # 7-bit on the wire (a UTF-8 body goes quoted-printable or base64): no server needs 8BITMIME
+    message = EmailMessage(policy=_MESSAGE_POLICY)
+    message["From"] = sender
+    message["To"] = to
+    message["Subject"] = subject
+    message["Date"] = formatdate(usegmt=True)
+    message["Message-ID"] = make_msgid(domain=domain)
+    message.set_content(body, subtype="plain", charset="utf-8")
+    if html is not None:
+        message.add_alternative(html, subtype="html", charset="utf-8")
+    return message
+
+
+class FolderSender:
+    """A :class:`HtmlMailSender` that writes each message into a folder as an ``.eml``
+    file instead of sending it (``AUTHFLOW_MAIL_OUTBOX``: try the account flows without
+    an SMTP server; never in production, the files hold live links)."""
+
+    def __init__(self, folder: str | os.PathLike[str], sender: str = "no-reply@localhost") -> None:
+        self.folder = os.fspath(folder)
+        self.sender = sender
+
+    def __repr__(self) -> str:
+        return f"FolderSender({self.folder!r})"
+
+    def send(self, to: str, subject: str, body: str) -> None:
+        self._write(build_message(self.sender, to, subject, body))
+
+    def send_html(self, to: str, subject: str, body: str, html: str) -> None:
+        self._write(build_message(self.sender, to, subject, body, html))
+
+    def _write(self, message: EmailMessage) -> None:
+        try:
+            os.makedirs(self.folder, mode=0o700, exist_ok=True)
+            name = f"{time.time_ns()}-{secrets.token_hex(4)}.eml"
+            descriptor = os.open(os.path.join(self.folder, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "wb") as out:
+                out.write(message.as_bytes())
+        except OSError as exc:
+            raise MailDeliveryError(f"could not write the e-mail into {self.folder}: {exc.strerror}") from exc
+
+
 class SmtpSender:
     """A :class:`MailSender` that delivers through an SMTP server, one connection per message.
 
@@ -282,31 +347,23 @@ class SmtpSender:
     def __repr__(self) -> str:
         return f"SmtpSender({self.settings!r})"
 
-    def build_message(self, to: str, subject: str, body: str) -> EmailMessage:
-        """The message :meth:`send` would send: ``text/plain`` in UTF-8 with ``From``,
-        ``To``, ``Subject``, ``Date`` and ``Message-ID``. Raises
-        :class:`~flask_authflow.errors.InvalidInput` for a recipient that is not exactly one
-        address, or a recipient or subject with a line break (header injection)."""
-        if not isinstance(to, str) or _single_address(to) is None:
-            raise InvalidInput("the recipient must be exactly one e-mail address, on one line")
-        if not isinstance(subject, str) or _has_line_break(subject):
-            raise InvalidInput("the subject of an e-mail must be one line (no CR or LF)")
-        sender = self.settings.sender
-        domain = (_single_address(sender) or "").rpartition("@")[2].strip("[]") or None
-        # 7-bit on the wire (a UTF-8 body goes quoted-printable or base64): no server needs 8BITMIME
-        message = EmailMessage(policy=_MESSAGE_POLICY)
-        message["From"] = sender
-        message["To"] = to
-        message["Subject"] = subject
-        message["Date"] = formatdate(usegmt=True)
-        message["Message-ID"] = make_msgid(domain=domain)
-        message.set_content(body, subtype="plain", charset="utf-8")
-        return message
+    def build_message(self, to: str, subject: str, body: str, html: str | None = None) -> EmailMessage:
+        """The message :meth:`send` would send: ``text/plain`` in UTF-8 (with ``html`` as a
+        ``text/html`` alternative) with ``From``, ``To``, ``Subject``, ``Date`` and
+        ``Message-ID``. Raises :class:`~flask_authflow.errors.InvalidInput` for a recipient
+        that is not exactly one address, or a recipient or subject with a line break."""
+        return build_message(self.settings.sender, to, subject, body, html)
 
     def send(self, to: str, subject: str, body: str) -> None:
         """Send one message, or raise :class:`MailDeliveryError` (or
         :class:`~flask_authflow.errors.InvalidInput` for a malformed recipient or subject)."""
-        message = self.build_message(to, subject, body)
+        self._deliver(to, self.build_message(to, subject, body))
+
+    def send_html(self, to: str, subject: str, body: str, html: str) -> None:
+        """:meth:`send` with an HTML alternative of ``body`` (see :class:`HtmlMailSender`)."""
+        self._deliver(to, self.build_message(to, subject, body, html))
+
+    def _deliver(self, to: str, message: EmailMessage) -> None:
         settings = self.settings
         envelope_from = _single_address(settings.sender)
         envelope_to = _single_address(to)

@@ -102,6 +102,11 @@ def integer(name: str, value: Any) -> int:
     return result
 
 
+def optional_integer(name: str, value: Any) -> int | None:
+    """A positive integer, or ``None`` (the feature's derived default)."""
+    return None if value is None else integer(name, value)
+
+
 def boolean(name: str, value: Any) -> bool:
     """``True``/``False``, or "1/true/yes/on", "0/false/no/off" from the environment."""
     if isinstance(value, bool):
@@ -322,6 +327,12 @@ def all_strings(name: str, value: tuple[Any, ...]) -> None:
         raise ConfigurationError(f"{name} must be a list of strings")
 
 
+def legacy_salt(name: str, value: Any) -> None:
+    """``None`` or a non-empty string or bytes (Flask-Security-Too's ``SECURITY_PASSWORD_SALT``)."""
+    if value is not None and (not isinstance(value, str | bytes) or not value):
+        raise ConfigurationError(f"{name} must be the old app's SECURITY_PASSWORD_SALT (non-empty) or None")
+
+
 def redis_url(name: str, value: Any) -> None:
     """``None`` or a non-blank string."""
     if value is not None and (not isinstance(value, str) or not value.strip()):
@@ -370,7 +381,7 @@ class Key:
 _ALG = "AUTHFLOW_ISSUER_ALGORITHM must be 'ES256' (default) or 'RS256'"
 _UV = "AUTHFLOW_WEBAUTHN_USER_VERIFICATION must be 'required', 'preferred' (default) or 'discouraged'"
 
-#: Every key flask-authflow reads (documented one by one in ``docs/config.rst``).
+#: Every key flask-authflow reads (documented one by one in the manual's "Configuration" page).
 KEYS: tuple[Key, ...] = (
     # sessions
     Key("AUTHFLOW_SIGNING_KEY", signing_key),
@@ -379,6 +390,14 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_PREVIOUS_SESSION_ENCRYPTION_KEYS", aes_keys, []),
     Key("AUTHFLOW_SESSION_TTL", duration, timedelta(hours=12)),
     Key("AUTHFLOW_SESSION_IDLE_TIMEOUT", duration, timedelta(hours=1)),
+    # "remember me": the absolute lifetime of a session whose login asked for it
+    Key(
+        "AUTHFLOW_REMEMBER_ME_TTL",
+        duration,
+        timedelta(days=30),
+        at_most(timedelta(days=90), "AUTHFLOW_REMEMBER_ME_TTL over 90 days is refused"),
+    ),
+    Key("AUTHFLOW_REMEMBER_ME_IDLE_TIMEOUT", boolean, True),
     Key(
         "AUTHFLOW_SESSION_STORE",
         raw,
@@ -419,6 +438,9 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_LOGIN_VIEW", raw),
     Key("AUTHFLOW_STEP_UP_VIEW", raw),
     Key("AUTHFLOW_VIEWS", boolean, False),
+    Key("AUTHFLOW_VIEWS_LAYOUT", text, "authflow/base.html"),
+    Key("AUTHFLOW_POST_LOGIN_VIEW", optional_text),
+    Key("AUTHFLOW_POST_LOGOUT_VIEW", optional_text),
     # audit and client addresses
     Key("AUTHFLOW_TRUSTED_PROXIES", string_list, ["127.0.0.0/8", "::1/128"]),
     Key("AUTHFLOW_AUDIT_SPOOL_PATH", raw),
@@ -428,6 +450,13 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_LOCKOUT_MAX_FAILURES", integer, 5),
     Key("AUTHFLOW_LOCKOUT_WINDOW", duration, timedelta(hours=1)),
     Key("AUTHFLOW_LOCKOUT_DURATION", duration, timedelta(minutes=15)),
+    Key("AUTHFLOW_LOCKOUT_ACCOUNT_MAX_FAILURES", optional_integer),
+    Key("AUTHFLOW_LOCKOUT_MAX_DURATION", duration, timedelta(hours=24)),
+    Key("AUTHFLOW_LOCKOUT_FAILURE_CAP", integer, 100),
+    # abuse protection: rate limits (see flask_authflow.throttle)
+    Key("AUTHFLOW_THROTTLE", boolean, True),
+    Key("AUTHFLOW_THROTTLE_STORAGE_URL", raw),
+    Key("AUTHFLOW_THROTTLE_LIMITS", raw),
     Key("AUTHFLOW_ARGON2_TIME_COST", integer, 3),
     Key("AUTHFLOW_ARGON2_MEMORY_COST", integer, 64 * 1024),
     Key("AUTHFLOW_ARGON2_PARALLELISM", integer, 4),
@@ -435,11 +464,22 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_ARGON2_MAX_MEMORY_COST", integer, 256 * 1024),
     Key("AUTHFLOW_ARGON2_MAX_PARALLELISM", integer, 16),
     Key("AUTHFLOW_MAX_CONCURRENT_HASHES", integer, 2 * (os.cpu_count() or 1)),
+    Key("AUTHFLOW_LEGACY_PASSWORD_SCHEMES", string_list, [], all_strings),
+    Key("AUTHFLOW_LEGACY_PASSWORD_SALT", raw, None, legacy_salt),
     Key("AUTHFLOW_PASSWORD_MIN_LENGTH", integer, 15, password_length),
     Key("AUTHFLOW_PASSWORD_MIN_LENGTH_WITH_SECOND_FACTOR", integer, 8, password_length),
     Key("AUTHFLOW_PASSWORD_BLOCKLIST", string_list, [], all_strings),
     Key("AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE", zxcvbn_score),
     Key("AUTHFLOW_SITE_NAME", optional_text),
+    # accounts: sign-up, password reset, change of e-mail (mailed single-use tokens)
+    Key("AUTHFLOW_REGISTRATION", boolean, False),
+    Key("AUTHFLOW_PASSWORD_RESET", boolean, False),
+    Key("AUTHFLOW_PASSWORD_RESET_TTL", duration, timedelta(minutes=30)),
+    Key("AUTHFLOW_EMAIL_VERIFICATION_TTL", duration, timedelta(hours=24)),
+    Key("AUTHFLOW_MAIL_OUTBOX", optional_text),
+    Key("AUTHFLOW_PASSWORD_BREACH_CHECK", boolean, False),
+    Key("AUTHFLOW_PASSWORD_BREACH_CHECK_URL", text, "https://api.pwnedpasswords.com/range"),
+    Key("AUTHFLOW_PASSWORD_BREACH_CHECK_FAIL_CLOSED", boolean, False),
     # second factors
     Key("AUTHFLOW_FACTOR_ENCRYPTION_KEY", aes_key),
     Key("AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS", aes_keys, []),
@@ -499,6 +539,29 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_SMTP_FROM", raw),
     Key("AUTHFLOW_SMTP_TIMEOUT", raw, 10),
     Key("AUTHFLOW_SMTP_CAFILE", raw),
+    # personal API tokens (flask_authflow.api_auth)
+    Key("AUTHFLOW_API_TOKEN_DEFAULT_EXPIRY", optional_duration, timedelta(days=90)),
+    Key("AUTHFLOW_API_TOKEN_MAX_EXPIRY", optional_duration, timedelta(days=366)),
+    Key("AUTHFLOW_API_TOKEN_LAST_USED_INTERVAL", duration, timedelta(minutes=1)),
+    Key("AUTHFLOW_API_TOKEN_MAX_PER_USER", integer, 50),
+    Key("AUTHFLOW_API_TOKEN_SCOPES", string_list, [], all_strings),
+    # devices (flask_authflow.devices): the device cookie, trusted devices, new-device mail
+    Key("AUTHFLOW_DEVICE_COOKIE_NAME", text, "authflow_device"),
+    Key(
+        "AUTHFLOW_DEVICE_COOKIE_LIFETIME",
+        duration,
+        timedelta(days=365),
+        at_most(
+            timedelta(days=400), "AUTHFLOW_DEVICE_COOKIE_LIFETIME over 400 days is refused: browsers cap it"
+        ),
+    ),
+    Key(
+        "AUTHFLOW_DEVICE_TRUST_DURATION",
+        duration,
+        timedelta(days=30),
+        at_most(timedelta(days=365), "AUTHFLOW_DEVICE_TRUST_DURATION over 365 days is refused"),
+    ),
+    Key("AUTHFLOW_DEVICE_NEW_DEVICE_MAIL", boolean, False),
     # authorization policies (flask_authflow.authz; the [cedar] extra)
     Key("AUTHFLOW_AUTHZ_POLICIES", policy_entries, []),
     Key("AUTHFLOW_AUTHZ_SCHEMA", schema_source),
@@ -524,7 +587,8 @@ def apply_defaults(config: MutableMapping[str, Any]) -> None:
     unknown = sorted(k for k in config if k.startswith("AUTHFLOW_") and k not in _TABLE)
     if unknown:
         raise ConfigurationError(
-            f"unknown configuration key(s) {', '.join(unknown)}: check the spelling against docs/config.rst"
+            f"unknown configuration key(s) {', '.join(unknown)}: check the spelling against the "
+            '"Configuration" section of the flask-authflow manual (the list of every AUTHFLOW_ key)'
         )
 
 

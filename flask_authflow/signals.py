@@ -15,6 +15,9 @@ keyword arguments. Signals never carry secrets (no tokens, passwords or keys).
   workflow steps, with ``kind``, ``tenant`` and ``user_id``.
 * ``identity_linked``, ``identity_unlinked``: sent when a signed-in user links or unlinks
   a provider, with ``tenant``, ``user_id``, ``provider`` and ``issuer``.
+* ``user_registered``, ``email_confirmed``, ``password_reset``, ``email_changed``: sent
+  by the account flows (sign-up, e-mail verification, password reset, change of e-mail),
+  with ``tenant`` and ``user_id``.
 * ``user_created``, ``user_deleted``: sent after an account (and, with the application's
   hooks, its row) was created or deleted, with ``user`` (the
   :class:`~flask_authflow.core.ports.UserRecord`); ``user_created`` also with ``source``
@@ -31,17 +34,21 @@ from blinker import Namespace
 
 __all__ = [
     "authflow_signals",
+    "email_changed",
+    "email_confirmed",
     "factor_verified",
     "identity_linked",
     "identity_unlinked",
     "key_rotated",
     "login_failed",
     "login_succeeded",
+    "password_reset",
     "roles_changed",
     "session_revoked",
     "token_minted",
     "user_created",
     "user_deleted",
+    "user_registered",
     "workflow_aborted",
     "workflow_completed",
     "workflow_started",
@@ -61,5 +68,9 @@ workflow_completed = authflow_signals.signal("workflow-completed")
 workflow_aborted = authflow_signals.signal("workflow-aborted")
 identity_linked = authflow_signals.signal("identity-linked")
 identity_unlinked = authflow_signals.signal("identity-unlinked")
+user_registered = authflow_signals.signal("user-registered")
+email_confirmed = authflow_signals.signal("email-confirmed")
+password_reset = authflow_signals.signal("password-reset")
+email_changed = authflow_signals.signal("email-changed")
 user_created = authflow_signals.signal("user-created")
 user_deleted = authflow_signals.signal("user-deleted")

@@ -15,6 +15,8 @@ from flask_authflow.core.ports import (
     AttemptKey,
     AttemptStore,
     AuditSink,
+    DeviceRecord,
+    DeviceStore,
     FactorConfig,
     FactorRecordStore,
     FactorStore,
@@ -94,7 +96,8 @@ class StoreContract:
     """Mixed into a test class whose module provides ``backend`` and ``clock`` fixtures."""
 
     def test_implements_every_protocol(self, backend: Any) -> None:
-        for protocol in (IdentityStore, FactorStore, AttemptStore, AuditSink, LoginStore, RoleStore):
+        protocols = (IdentityStore, FactorStore, AttemptStore, AuditSink, LoginStore, RoleStore, DeviceStore)
+        for protocol in protocols:
             assert isinstance(backend, protocol)
 
     # --- the one-read login facts and the unit of work (LoginStore) ---------------------------
@@ -313,6 +316,28 @@ class StoreContract:
         assert backend.locked_until("acme", "alice", T0) is None
         assert backend.register_failure(key, now=T0, **WINDOW).failures == 1
 
+    def test_clear_lock_ends_the_locks_of_the_subjects_address_pairs_too(self, backend: Any) -> None:
+        pair = AttemptKey("acme", "alice\x1f@203.0.113.9", "password")
+        lookalike = AttemptKey("acme", "alice2\x1f@203.0.113.9", "password")
+        for key in (pair, lookalike):
+            backend.set_lock(key, T0 + timedelta(hours=1))
+        backend.clear_lock("acme", "alice")
+        assert backend.locked_until("acme", pair.subject, T0) is None
+        assert backend.locked_until("acme", lookalike.subject, T0) == T0 + timedelta(hours=1)
+
+    def test_failures_since_success_count_back_to_the_keys_last_success(self, backend: Any) -> None:
+        key = AttemptKey("acme", "alice", "totp")
+        other = AttemptKey("acme", "alice", "password")
+        for minute in range(3):
+            backend.register_failure(key, now=T0 + timedelta(minutes=minute), **WINDOW)
+        backend.register_success(other, now=T0 + timedelta(minutes=4))  # another factor: no reset
+        assert backend.failures_since_success(key, since=T0 - timedelta(days=1)) == 3
+        assert backend.failures_since_success(key, since=T0) == 2  # only rows after ``since``
+        backend.register_success(key, now=T0 + timedelta(minutes=5))
+        backend.register_failure(key, now=T0 + timedelta(minutes=6), **WINDOW)
+        assert backend.failures_since_success(key, since=T0 - timedelta(days=1)) == 1
+        assert backend.failures_since_success(AttemptKey("acme", "bob", "totp"), since=T0) == 0
+
     def test_a_success_is_settled_unless_a_lock_is_active(self, backend: Any) -> None:
         """Without a lock: logged, counter reset, reservation settled. With a lock on any factor
         of the subject: only the reservation is given back, and the lock's end answered."""
@@ -497,7 +522,7 @@ class StoreContract:
         # Accepted: the same lookup for another kind, no lookup twice, the longest id.
         backend.add_factor("globex", factor(bob.user_id, "f-6", FactorKind.HOTP, lookup="cred-1"))
         backend.add_factor("globex", factor(bob.user_id, "f-7"))
-        backend.add_factor("globex", factor(bob.user_id, "y" * 64))
+        backend.add_factor("globex", factor(bob.user_id, "y" * 64, FactorKind.WEBAUTHN))
         assert len(backend.list_user_factors("globex", bob.user_id, include_pending=True)) == 3
 
     def test_factor_records_are_tenant_scoped(self, backend: Any, clock: MockClock) -> None:
@@ -532,10 +557,9 @@ class StoreContract:
         uid = backend.create_user("acme", "alice", "pw").user_id
         backend.add_factor("acme", factor(uid, "old", confirmed=True))
         backend.add_factor("acme", factor(uid, "a"))
-        backend.add_factor("acme", factor(uid, "b"))
-        backend.add_factor("acme", factor(uid, "c"))
-        backend.add_factor("acme", factor(uid, "key", FactorKind.WEBAUTHN, confirmed=True))
         assert backend.confirm_factor("acme", uid, "a", replace_kind=False)
+        backend.add_factor("acme", factor(uid, "b"))
+        backend.add_factor("acme", factor(uid, "key", FactorKind.WEBAUTHN, confirmed=True))
         totp = backend.list_user_factors("acme", uid, kind=FactorKind.TOTP)
         assert [c.factor_id for c in totp] == ["old", "a"]  # both confirmed: nothing replaced
         assert not backend.confirm_factor("acme", uid, "a", replace_kind=True)  # confirmed already
@@ -544,10 +568,9 @@ class StoreContract:
             "old",
             "a",
             "b",
-            "c",
             "key",
         ]
-        # Replacing the kind deletes the user's other factors of it, confirmed and pending.
+        # Replacing the kind deletes the user's other factors of it.
         assert backend.confirm_factor("acme", uid, "b", replace_kind=True)
         remaining = backend.list_user_factors("acme", uid, include_pending=True)
         assert [(c.kind, c.factor_id, c.confirmed) for c in remaining] == [
@@ -555,7 +578,7 @@ class StoreContract:
             (FactorKind.TOTP, "b", True),
             (FactorKind.WEBAUTHN, "key", True),
         ]
-        assert backend.get_factor("acme", uid, "c") is None
+        assert backend.get_factor("acme", uid, "a") is None
 
     def test_delete_factor(self, backend: Any) -> None:
         uid = backend.create_user("acme", "alice", "pw").user_id
@@ -724,6 +747,40 @@ class StoreContract:
             stored = backend.get_factor("acme", uid, "codes")
             assert (stored.counter, stored.secret) == (expected + 1, f"v{expected + 1}-by-{won.index(True)}")
 
+    def test_a_pending_factor_replaces_the_pending_one_of_its_kind(self, backend: Any) -> None:
+        uid = backend.create_user("acme", "alice", "pw").user_id
+        other = backend.create_user("acme", "bob").user_id
+        backend.add_factor("acme", factor(uid, "confirmed", confirmed=True))
+        backend.add_factor("acme", factor(uid, "key", FactorKind.WEBAUTHN, lookup="cred-1"))
+        backend.add_factor("acme", factor(other, "bobs"))
+        backend.add_factor("acme", factor(uid, "first"))
+        backend.add_factor("acme", factor(uid, "second"))
+        pending = backend.list_user_factors("acme", uid, include_pending=True)
+        assert sorted((c.factor_id, c.confirmed) for c in pending if c.kind is not FactorKind.PASSWORD) == [
+            ("confirmed", True),
+            ("key", False),
+            ("second", False),
+        ]
+        assert backend.get_factor("acme", uid, "first") is None
+        assert backend.get_factor("acme", other, "bobs") is not None  # another user's stays
+        assert not backend.confirm_factor("acme", uid, "first", replace_kind=False)
+        unit = backend.begin_unit()
+        backend.add_factor("acme", factor(uid, "third"))
+        unit.rollback()  # the replacement is undone with the unit
+        assert backend.get_factor("acme", uid, "second") is not None
+        assert backend.get_factor("acme", uid, "third") is None
+
+    def test_parallel_pending_starts_leave_one(self, backend: Any) -> None:
+        uid = backend.create_user("acme", "alice").user_id
+
+        def start(i: int) -> bool:
+            backend.add_factor("acme", factor(uid, f"start-{i}"))
+            return True
+
+        race(RACERS, start)
+        left = backend.list_user_factors("acme", uid, kind=FactorKind.TOTP, include_pending=True)
+        assert len(left) == 1 and not left[0].confirmed
+
     def test_parallel_confirmations_that_replace_the_kind_leave_one_factor(self, backend: Any) -> None:
         uid = backend.create_user("acme", "alice").user_id
         for i in range(RACERS):
@@ -827,3 +884,211 @@ class StoreContract:
         removed = race(20, lambda i: backend.remove_user_role("acme", alice.user_id, "admin"))
         assert removed.count(True) == 1
         assert backend.roles_of("acme", alice.user_id) == []
+
+    # --- account tokens (AccountTokenStore) ---------------------------------------------------
+
+    def _account_token(self, user_id: str, name: str, *, kind: str = "password_reset", **kw: Any) -> Any:
+        from flask_authflow.core.ports import AccountToken
+
+        fields: dict[str, Any] = {
+            "token_hash": f"{name:0<64}"[:64],
+            "kind": kind,
+            "tenant": "acme",
+            "user_id": user_id,
+            "code_hash": f"code-{name}",
+            "created_at": T0,
+            "expires_at": T0 + timedelta(minutes=30),
+            "payload": {"email": "a@example.com"},
+        }
+        return AccountToken(**{**fields, **kw})
+
+    def test_account_tokens_are_single_use_and_expire(self, backend: Any) -> None:
+        from flask_authflow.core.ports import AccountTokenStore
+
+        assert isinstance(backend, AccountTokenStore)
+        alice = backend.create_user("acme", "alice", "pw")
+        token = self._account_token(alice.user_id, "a")
+        backend.issue_account_token(token)
+        assert backend.find_account_token(token.token_hash) == token
+        # Another kind, or past its expiry: not used, and still there.
+        assert backend.use_account_token(token.token_hash, "signup", T0) is None
+        assert backend.use_account_token(token.token_hash, "password_reset", token.expires_at) is None
+        assert backend.find_account_token(token.token_hash).used_at is None
+        used = backend.use_account_token(token.token_hash, "password_reset", T0 + timedelta(minutes=1))
+        assert used is not None and used.user_id == alice.user_id and used.payload == token.payload
+        assert used.used_at == T0 + timedelta(minutes=1)
+        later = T0 + timedelta(minutes=2)
+        assert backend.use_account_token(token.token_hash, "password_reset", later) is None
+        assert backend.find_account_token("f" * 64) is None
+        assert backend.use_account_token("f" * 64, "password_reset", T0) is None
+
+    def test_a_new_account_token_voids_the_older_ones_of_its_kind(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        bob = backend.create_user("acme", "bob", "pw")
+        first = self._account_token(alice.user_id, "1")
+        other_kind = self._account_token(alice.user_id, "2", kind="email_change")
+        bobs = self._account_token(bob.user_id, "3")
+        for token in (first, other_kind, bobs):
+            backend.issue_account_token(token)
+        second = self._account_token(alice.user_id, "4", created_at=T0 + timedelta(minutes=1))
+        backend.issue_account_token(second)
+        assert backend.find_account_token(first.token_hash).used_at == second.created_at
+        assert backend.use_account_token(first.token_hash, "password_reset", second.created_at) is None
+        assert backend.live_account_token("acme", alice.user_id, "password_reset", T0) == second
+        # The other kind and the other user keep theirs.
+        assert backend.live_account_token("acme", alice.user_id, "email_change", T0) == other_kind
+        assert backend.live_account_token("acme", bob.user_id, "password_reset", T0) == bobs
+        assert backend.live_account_token("globex", alice.user_id, "password_reset", T0) is None
+        assert backend.has_account_token("acme", alice.user_id, "password_reset")
+        assert not backend.has_account_token("acme", alice.user_id, "signup")
+        assert not backend.has_account_token("globex", alice.user_id, "password_reset")
+        assert backend.void_account_tokens("acme", alice.user_id, None, T0) == 2
+        assert backend.has_account_token("acme", alice.user_id, "password_reset")  # void, still issued
+        assert backend.live_account_token("acme", alice.user_id, "email_change", T0) is None
+        assert backend.live_account_token("acme", bob.user_id, "password_reset", T0) == bobs
+
+    def test_account_codes_count_wrong_guesses(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        token = self._account_token(alice.user_id, "c")
+        backend.issue_account_token(token)
+        for tried in range(1, 3):
+            assert backend.use_account_code(token.token_hash, "wrong", T0, max_attempts=3) is None
+            assert backend.find_account_token(token.token_hash).code_attempts == tried
+        used = backend.use_account_code(token.token_hash, token.code_hash, T0, max_attempts=3)
+        assert used is not None and used.used_at == T0
+        assert backend.use_account_code(token.token_hash, token.code_hash, T0, max_attempts=3) is None
+        # The attempt that reaches the limit voids the token: the right code is then refused.
+        again = self._account_token(alice.user_id, "d")
+        backend.issue_account_token(again)
+        for _ in range(3):
+            assert backend.use_account_code(again.token_hash, "wrong", T0, max_attempts=3) is None
+        assert backend.find_account_token(again.token_hash).used_at == T0
+        assert backend.use_account_code(again.token_hash, again.code_hash, T0, max_attempts=3) is None
+        assert backend.live_account_token("acme", alice.user_id, "password_reset", T0) is None
+
+    def test_parallel_uses_of_one_account_token_have_one_winner(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        token = self._account_token(alice.user_id, "r")
+        backend.issue_account_token(token)
+        digest = token.token_hash
+        won = race(RACERS, lambda _i: backend.use_account_token(digest, "password_reset", T0) is not None)
+        assert won.count(True) == 1
+        coded = self._account_token(alice.user_id, "s")
+        backend.issue_account_token(coded)
+        won = race(
+            RACERS,
+            lambda _i: (
+                backend.use_account_code(coded.token_hash, coded.code_hash, T0, max_attempts=5) is not None
+            ),
+        )
+        assert won.count(True) == 1
+
+    def test_a_rolled_back_unit_leaves_the_account_token_unused(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        token = self._account_token(alice.user_id, "u")
+        backend.issue_account_token(token)
+        unit = backend.begin_unit()
+        assert backend.use_account_token(token.token_hash, "password_reset", T0) is not None
+        unit.rollback()
+        assert backend.find_account_token(token.token_hash).used_at is None
+        unit = backend.begin_unit()
+        assert backend.use_account_token(token.token_hash, "password_reset", T0) is not None
+        unit.commit()
+        assert backend.find_account_token(token.token_hash).used_at == T0
+
+    def test_deleting_a_user_leaves_no_live_account_token(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        token = self._account_token(alice.user_id, "x")
+        backend.issue_account_token(token)
+        backend.delete_user("acme", "alice")
+        assert backend.use_account_token(token.token_hash, "password_reset", T0) is None
+
+    # --- devices ------------------------------------------------------------------------------
+
+    def test_devices_are_recorded_listed_and_forgotten(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        laptop, phone = "L" * 22, "P" * 22
+        assert backend.touch_device(
+            "acme", alice.user_id, laptop, label="Firefox on Ubuntu", place=None, now=T0
+        )
+        later = T0 + timedelta(hours=1)
+        assert backend.touch_device(
+            "acme", alice.user_id, phone, label="Safari on iOS", place="Berlin", now=later
+        )
+        # The known device: not new; last seen, label and place follow the newest sign-in.
+        again = T0 + timedelta(hours=2)
+        assert not backend.touch_device(
+            "acme", alice.user_id, laptop, label="Firefox 2", place="Paris", now=again
+        )
+        assert backend.list_devices("acme", alice.user_id) == [
+            DeviceRecord("acme", alice.user_id, laptop, "Firefox 2", T0, again, "Paris"),
+            DeviceRecord("acme", alice.user_id, phone, "Safari on iOS", later, later, "Berlin"),
+        ]
+        assert backend.get_device("acme", alice.user_id, phone) == DeviceRecord(
+            "acme", alice.user_id, phone, "Safari on iOS", later, later, "Berlin"
+        )
+        assert backend.forget_device("acme", alice.user_id, phone)
+        assert not backend.forget_device("acme", alice.user_id, phone)
+        assert backend.get_device("acme", alice.user_id, phone) is None
+        assert [d.device_id for d in backend.list_devices("acme", alice.user_id)] == [laptop]
+
+    def test_device_trust_starts_and_ends(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        one, two = "a" * 22, "b" * 22
+        until = T0 + timedelta(days=30)
+        assert not backend.trust_device("acme", alice.user_id, one, until)  # unknown device
+        for device in (one, two):
+            backend.touch_device("acme", alice.user_id, device, label="x", place=None, now=T0)
+            assert backend.trust_device("acme", alice.user_id, device, until)
+        record = backend.get_device("acme", alice.user_id, one)
+        assert record.trusted_until == until
+        assert record.trusted_at(T0) and not record.trusted_at(until)
+        # A new sign-in from a trusted device keeps its trust.
+        backend.touch_device("acme", alice.user_id, one, label="y", place=None, now=T0 + timedelta(days=1))
+        assert backend.get_device("acme", alice.user_id, one).trusted_until == until
+        assert backend.end_device_trust("acme", alice.user_id, one) == 1
+        assert backend.get_device("acme", alice.user_id, one).trusted_until is None
+        assert backend.get_device("acme", alice.user_id, two).trusted_until == until
+        assert backend.end_device_trust("acme", alice.user_id) == 1  # the other one
+        assert backend.end_device_trust("acme", alice.user_id) == 0
+        assert all(d.trusted_until is None for d in backend.list_devices("acme", alice.user_id))
+
+    def test_devices_are_per_user_and_tenant_and_refuse_bad_input(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        bob = backend.create_user("acme", "bob", "pw")
+        shared = "s" * 22
+        backend.touch_device("acme", alice.user_id, shared, label="x", place=None, now=T0)
+        backend.trust_device("acme", alice.user_id, shared, T0 + timedelta(days=1))
+        assert backend.get_device("acme", bob.user_id, shared) is None
+        assert backend.get_device("other", alice.user_id, shared) is None
+        assert not backend.forget_device("acme", bob.user_id, shared)
+        assert backend.end_device_trust("acme", bob.user_id) == 0
+        assert backend.get_device("acme", alice.user_id, shared).trusted_until is not None
+        with pytest.raises(UserNotFound):
+            backend.touch_device("other", alice.user_id, shared, label="x", place=None, now=T0)
+        with pytest.raises(UserNotFound):
+            backend.touch_device("acme", "no-such-user", shared, label="x", place=None, now=T0)
+        for bad in ("", "short", "x" * 65, "a" * 21 + "!", "a" * 22 + "\n", None):
+            with pytest.raises(InvalidInput):
+                backend.touch_device("acme", alice.user_id, bad, label="x", place=None, now=T0)
+            with pytest.raises(InvalidInput):
+                backend.get_device("acme", alice.user_id, bad)
+        # Labels and places are cut to their columns and lose control characters.
+        backend.touch_device("acme", bob.user_id, shared, label="L\x00" + "x" * 300, place="p" * 300, now=T0)
+        record = backend.get_device("acme", bob.user_id, shared)
+        assert record.label == "L?" + "x" * 126 and record.place == "p" * 128
+
+    def test_deleting_a_user_removes_its_devices(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        backend.touch_device("acme", alice.user_id, "d" * 22, label="x", place=None, now=T0)
+        backend.delete_user("acme", "alice")
+        assert backend.list_devices("acme", alice.user_id) == []
+        again = backend.create_user("acme", "alice", "pw")
+        assert backend.list_devices("acme", again.user_id) == []
+
+    def test_a_rolled_back_unit_leaves_no_device(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        unit = backend.begin_unit()
+        backend.touch_device("acme", alice.user_id, "u" * 22, label="x", place=None, now=T0)
+        unit.rollback()
+        assert backend.list_devices("acme", alice.user_id) == []

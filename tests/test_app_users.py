@@ -13,9 +13,9 @@ from flask_sqlalchemy import SQLAlchemy
 
 from flask_authflow import AuthFlow, UserMixin, current_user, signals
 from flask_authflow.clock import MockClock
+from flask_authflow.core.app_users import NewAccount
 from flask_authflow.core.ports import UserRecord
 from flask_authflow.errors import UserExists
-from flask_authflow.login.app_users import NewAccount
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend

@@ -410,7 +410,7 @@ def test_a_passed_step_whose_audit_fails_keeps_nothing_of_its_unit(
         handle.verify_factor(PW("correct horse"), session)
     assert backend.attempt_log == log_before
     assert isinstance(handle.verify_factor(PW("correct horse"), session), Authenticated)
-    assert [e.success for e in backend.attempt_log] == [True]
+    assert [e.success for e in backend.attempt_log if e.subject == "alice"] == [True]
 
 
 def test_a_wrong_password_whose_audit_fails_is_still_counted_once(
@@ -425,7 +425,7 @@ def test_a_wrong_password_whose_audit_fails_is_still_counted_once(
     backend.fail_next_write()
     with pytest.raises(AuditWriteError):
         handle.verify_factor(PW("wrong"), session)
-    assert [e.success for e in backend.attempt_log] == [False]
+    assert [e.success for e in backend.attempt_log if e.subject == "alice"] == [False]
     assert session.is_authenticating  # the session is as before the step
     key = AttemptKey("acme", "alice", "password")
     granted = [backend.reserve_attempt(key, now=clock.now(), **WINDOW).granted for _ in range(5)]

@@ -56,7 +56,12 @@ PASSWORD = "correct-horse-42"
 
 
 #: The lockout these tests count against (the apps of tests/test_cli_factors.py keep the default).
-LOCKOUT = {"AUTHFLOW_LOCKOUT_MAX_FAILURES": MAX_FAILURES, "AUTHFLOW_LOCKOUT_DURATION": LOCK}
+# The account-wide lock at the per-address threshold: these tests lock accounts from one address.
+LOCKOUT = {
+    "AUTHFLOW_LOCKOUT_MAX_FAILURES": MAX_FAILURES,
+    "AUTHFLOW_LOCKOUT_ACCOUNT_MAX_FAILURES": MAX_FAILURES,
+    "AUTHFLOW_LOCKOUT_DURATION": LOCK,
+}
 
 
 def build_app(app_factory: AppFactory, tmp_path: Path, store: str, **config: Any) -> Flask:

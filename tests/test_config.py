@@ -215,6 +215,10 @@ SETTINGS_CLASSES = [
     "flask_authflow.federation.settings:FederationSettings",
     "flask_authflow.web.config:WebSettings",
     "flask_authflow.authz.settings:AuthzSettings",
+    "flask_authflow.login.account_settings:AccountSettings",
+    "flask_authflow.api_auth.settings:ApiTokenSettings",
+    "flask_authflow.devices.settings:DeviceSettings",
+    "flask_authflow.throttle.settings:ThrottleSettings",
 ]
 
 

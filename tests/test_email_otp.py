@@ -679,7 +679,9 @@ def test_enrollment_code_of_another_pending_factor_is_refused(memory_env: Env) -
     confirming = context(first_ctx.flow_update)
     credential = FactorCredential.code(EMAIL, first_code)
     assert env.factor.confirm(confirming, second.factor_id, credential) == Rejected(FOREIGN_ENROLLMENT)
-    assert env.factor.confirm(confirming, first.factor_id, credential)
+    # One pending enrollment per kind and user: the second start replaced the first.
+    assert env.backend.get_factor("acme", env.user_id, first.factor_id) is None
+    assert not env.factor.confirm(confirming, first.factor_id, credential)
 
 
 def test_list_and_disable(memory_env: Env) -> None:

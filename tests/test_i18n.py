@@ -232,7 +232,9 @@ def test_the_account_page_shows_times_in_the_users_time_zone(app_factory: AppFac
     assert login(client, FRENCH).status_code == 302
     account = client.get("/account", headers=FRENCH)
     started = mock_clock.now().astimezone(ZoneInfo("America/New_York"))
-    shown = re.search(r"ouverte le <time datetime=\"[^\"]+\"[^>]*>([^<]+)</time> avec mot de passe", account.text)
+    shown = re.search(
+        r"ouverte le <time datetime=\"[^\"]+\"[^>]*>([^<]+)</time> avec mot de passe", account.text
+    )
     assert shown is not None, account.text
     assert f"{started.day} " in shown.group(1) and f"{started:%H:%M}" in shown.group(1)
     assert shown.group(1).endswith(("HNE", "HAE"))  # heure normale / avancée de l'Est
@@ -260,6 +262,25 @@ def test_typed_errors_show_their_translated_default_message(app_factory: AppFact
         assert translate("a message no catalogue has") == "a message no catalogue has"
         markup = Markup("<em>Cancel</em>")
         assert translate(markup) is markup  # a view's own markup is kept as it is
+
+
+def test_the_errors_pages_show_have_their_default_message_marked() -> None:
+    """The typed errors a page or a form shows by their default message are in the catalogue."""
+    from flask_authflow.errors import ApiTokenNameTaken, StepUpNeeded, Throttled, UserExists
+    from flask_authflow.login.account_tokens import AccountTokenExpired, AccountTokenInvalid, AccountTokenUsed
+
+    for error in (
+        Unauthenticated,
+        PermissionDenied,
+        StepUpNeeded,
+        UserExists,
+        Throttled,
+        ApiTokenNameTaken,
+        AccountTokenInvalid,
+        AccountTokenUsed,
+        AccountTokenExpired,
+    ):
+        assert error.default_message() in USER_FACING_DEFAULTS, error
 
 
 @pytest.mark.parametrize(

@@ -432,6 +432,7 @@ def create_pre_migration_schema(engine: sa.Engine) -> None:
     )
     old.create_all(engine)
     with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE authflow_audit DROP COLUMN device_id"))  # revision 0007 added it
         conn.execute(
             sa.text(
                 "INSERT INTO authflow_users (user_id, tenant, identifier, created_at, disabled) "

@@ -6,8 +6,9 @@ with our own verifier (:class:`flask_authflow.jose.JwtVerifier`): RS256 and ES25
 rotation between two logins, RP-initiated logout and the back-channel logout token it POSTs.
 Then our own relying party (:class:`~flask_authflow.federation.provider.OAuthProvider`) logs
 in against it: ES256, PS256 and RS256 ID tokens under a pinned algorithm, a client secret
-with ``+%&=`` (client_secret_basic form-urlencodes it), client_secret_post, and a key
-rotation one second after a login.
+with ``+%&=`` (client_secret_basic form-urlencodes it), client_secret_post, a key
+rotation one second after a login, and stored tokens refreshed after the access token
+expires (rotated refresh token, then revoked).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import base64
 import json
 import secrets
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -24,11 +25,14 @@ import pytest
 import requests
 from flask import Flask, request
 
+from flask_authflow.clock import SystemClock
 from flask_authflow.errors import TokenVerificationError, UnknownKeyId
 from flask_authflow.federation.ceremony import Ceremony
 from flask_authflow.federation.errors import IdTokenValidation, TokenExchange
+from flask_authflow.federation.http import RequestsHttpClient
 from flask_authflow.federation.provider import OAuthProvider, OAuthProviderConfig
 from flask_authflow.jose import JwksHandle, JwtVerifier, VerifiedClaims, b64url_encode, parse_public_jwk
+from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.provider import BACKCHANNEL_LOGOUT_EVENT
 from tests import oidc_parts
 from tests.oidc_parts import (
@@ -41,6 +45,7 @@ from tests.oidc_parts import (
     start_backchannel_receiver,
     start_oidc_provider,
 )
+from tests.provider_tokens_support import PROVIDER, keeper
 
 pytestmark = [pytest.mark.http, pytest.mark.node]
 
@@ -431,3 +436,56 @@ def test_our_rp_follows_a_rotation_one_second_after_a_login(oidc_op: OidcProvide
     second = _our_login(oidc_op, rp, "oscar")
     assert second.kid != first.kid and second.kid in new_kids
     assert rp.keys.fetch_count == fetches + 1
+
+
+# --- stored provider tokens ------------------------------------------------------------------------
+
+
+def test_stored_tokens_refreshed_after_access_token_expires(oidc_op: OidcProviderProcess) -> None:
+    """``store_tokens`` with the real provider: the client ``-tokens`` gets access tokens of
+    3 s and a new refresh token at every refresh; the revocation endpoint is on."""
+    config = OAuthProviderConfig(
+        oidc_op.discovery_url,
+        f"{oidc_op.client_id}-tokens",
+        oidc_op.client_secret,
+        oidc_op.redirect_uri,
+        store_tokens=True,
+        scopes=("openid", "email", "offline_access"),
+    )
+    store = InMemoryBackend()
+    kept = keeper(store, SystemClock(), RequestsHttpClient(), config)
+    kept.tokens.skew = timedelta(0)  # the whole 3 s lifetime is used here
+    rp = kept.tokens.registry.get(PROVIDER, "default")
+    assert rp.metadata.revocation_endpoint is not None
+    ceremony = Ceremony.start(rp.name, rp.issuer, datetime.now(UTC))
+    url = rp.authorization_url(ceremony, scopes=config.scopes, prompt="consent")
+    back = drive_login(url, "peggy", requests.Session(), issuer=oidc_op.issuer)
+    tokens = rp.exchange_code(back.code, ceremony.code_verifier)
+    assert tokens.refresh_token is not None and tokens.expires_in == 3
+    assert kept.tokens.keep("default", "u-peggy", rp, tokens, config.scopes)
+
+    first = kept.get("u-peggy")
+    assert first == tokens.access_token
+    assert rp.fetch_userinfo(first, "peggy")["email"] == "peggy@example.com"
+    assert kept.get("u-peggy") == first  # still valid: no refresh
+    assert kept.audit == [("provider_token_store", "success", None)]
+    time.sleep(3.2)  # past the access token's expires_in
+    second = kept.get("u-peggy")
+    assert second != first
+    assert rp.fetch_userinfo(second, "peggy")["email"] == "peggy@example.com"
+    row = store.get_provider_tokens("default", "u-peggy", PROVIDER)
+    assert row is not None
+    rotated = json.loads(
+        kept.tokens.sealer.open(f"provider-token\x00default\x00u-peggy\x00{PROVIDER}", row.sealed)
+    )
+    assert rotated["refresh_token"] not in (None, tokens.refresh_token)  # the provider rotated it
+    assert kept.audit[-1] == ("provider_token_refresh", "success", "rotated")
+
+    # Unlinking (here: forget) revokes the refresh token at the provider and deletes the row.
+    assert kept.tokens.forget("default", "u-peggy", PROVIDER, reason="unlink")
+    assert kept.audit[-1] == ("provider_token_revoke", "success", "unlink")
+    assert store.get_provider_tokens("default", "u-peggy", PROVIDER) is None
+    spent = rp.client_request(
+        rp.metadata.token_endpoint, {"grant_type": "refresh_token", "refresh_token": rotated["refresh_token"]}
+    )
+    assert spent.status == 400 and spent.json_object()["error"] == "invalid_grant"

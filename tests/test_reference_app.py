@@ -62,10 +62,15 @@ def _login(client: FlaskClient, username: str, password: str, **extra: str):
     return client.post("/login", json={"username": username, "password": password, **extra})
 
 
-def test_index_is_plain_text(client: FlaskClient) -> None:
+def test_index_is_a_page_with_links_to_the_pages(client: FlaskClient) -> None:
     response = client.get("/")
     assert response.status_code == 200
-    assert response.mimetype == "text/plain"
+    assert response.mimetype == "text/html"
+    for path in ("/login", "/account", "/account/factors", "/dashboard"):
+        assert f'href="{path}"' in response.text
+    assert 'id="logout-form"' not in response.text  # a guest has nothing to sign out of
+    assert response.headers["X-Frame-Options"] == "DENY"
+    assert response.headers["Cache-Control"] == "no-store"
 
 
 def test_dashboard_requires_login(client: FlaskClient) -> None:

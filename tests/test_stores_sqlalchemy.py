@@ -282,7 +282,7 @@ def test_upgrading_a_revision_0001_database_keeps_its_factors(database_url: str,
         assert store.advance_factor_counter("acme", "u1", f"legacy-{row_ids[1]}", 3, now=T0)
         store.add_factor("acme", factor("u1", "new-pending", FactorKind.HOTP, lookup="l1"))
         with pytest.raises(ValueError):  # (kind, lookup) is unique on the migrated table too
-            store.add_factor("acme", factor("u1", "other", FactorKind.HOTP, lookup="l1"))
+            store.add_factor("acme", factor("u1", "other", FactorKind.HOTP, lookup="l1", confirmed=True))
         with pytest.raises(ValueError):  # so is the factor id
             store.add_factor("acme", factor("u1", f"legacy-{row_ids[1]}"))
 

@@ -228,6 +228,9 @@ EXPECTED_RULES = {
     "authflow_views.change_password": ("/account/password", {"POST"}),
     "authflow_views.revoke_session": ("/account/sessions/<session_hash>/revoke", {"POST"}),
     "authflow_views.revoke_other_sessions": ("/account/sessions/revoke-others", {"POST"}),
+    "authflow_views.create_api_token": ("/account/api-tokens", {"POST"}),
+    "authflow_views.revoke_api_token": ("/account/api-tokens/revoke", {"POST"}),
+    "authflow_views.forget_device": ("/account/devices/<device_id>/forget", {"POST"}),
     "authflow_views.factor_send": ("/login/factor/send", {"POST"}),
     "authflow_views.factor_webauthn_options": ("/login/factor/webauthn-options", {"POST"}),
     "authflow_views.passkey_options": ("/login/passkey/options", {"POST"}),
@@ -242,6 +245,14 @@ EXPECTED_RULES = {
     "authflow_views.webauthn_enroll_options": ("/account/factors/webauthn/options", {"POST"}),
     "authflow_views.confirm_webauthn": ("/account/factors/webauthn/confirm", {"POST"}),
     "authflow_views.remove_factor": ("/account/factors/<factor_id>/remove", {"POST"}),
+    "authflow_views.csrf": ("/csrf", {"GET"}),
+    "authflow_views.forgot_password": ("/password/forgot", {"GET", "POST"}),
+    "authflow_views.reset_password": ("/password/reset", {"GET", "POST"}),
+    "authflow_views.signup": ("/signup", {"GET", "POST"}),
+    "authflow_views.signup_verify": ("/signup/verify", {"GET", "POST"}),
+    "authflow_views.signup_resend": ("/signup/resend", {"GET", "POST"}),
+    "authflow_views.change_email": ("/account/email", {"GET", "POST"}),
+    "authflow_views.confirm_email_change": ("/account/email/confirm", {"GET", "POST"}),
 }
 
 
@@ -745,7 +756,14 @@ def test_step_up_refreshes_the_login_and_follows_next(site: Site, mock_clock: Mo
     assert input_named(parsed, "next")["value"] == "/sensitive"
     assert set(parsed.labels) == {"step-up-username", "step-up-password"}
     # no second factor: the password form alone, as it always was
-    assert parsed.ids == ["content", "step-up-form", "step-up-username", "step-up-password", "step-up-submit"]
+    assert parsed.ids == [
+        "home-link",
+        "content",
+        "step-up-form",
+        "step-up-username",
+        "step-up-password",
+        "step-up-submit",
+    ]
     assert "Enter your password again to continue." in page.text and "<script" not in page.text
     token = csrf_of(page.text)
     wrong = client.post("/step-up", data={"password": "nope", "next": "/sensitive", "csrf_token": token})
@@ -808,6 +826,9 @@ def test_account_page_forms_have_stable_names_labels_and_autocomplete(site: Site
         "current-password": "Current password",
         "new-password": "New password",
         "new-password-confirm": "New password, again",
+        "api-token-name": "Name",
+        "api-token-scopes": "Scopes (separated by spaces; optional)",
+        "api-token-days": "Expires in (days)",
     }
     for form_id, button in (("revoke-others-form", "revoke-others-submit"), ("logout-form", "logout-submit")):
         form = page.forms[form_id]
@@ -1526,8 +1547,8 @@ def test_a_password_step_up_does_not_let_a_totp_user_change_factors(site: Site) 
         assert 'id="factor-form-totp"' in refused.text and 'id="step-up-password"' not in refused.text
     assert remove(client, factor_id).location == "/step-up?next=/account/factors"
 
-    # The account's password change re-verifies the password (a password step-up): the login
-    # is fresh for fresh_login_required, but changing factors still needs the second factor.
+    # The account's password change needs the second factor too: the current password alone
+    # (a password step-up) is not enough, and nothing changes.
     changed = client.post(
         "/account/password",
         data={
@@ -1537,8 +1558,8 @@ def test_a_password_step_up_does_not_let_a_totp_user_change_factors(site: Site) 
             "csrf_token": account_token(client),
         },
     )
-    assert changed.location == "/account?notice=password_changed"
-    assert client.get("/sensitive").text == "sensitive page"
+    assert changed.location == "/step-up?next=/account"
+    assert client.get("/sensitive").status_code == 401  # not refreshed either
     assert remove(client, factor_id).location == "/step-up?next=/account/factors"
     assert client.post("/account/factors/totp", data={"csrf_token": factors_token(client)}).location == (
         "/step-up?next=/account/factors"

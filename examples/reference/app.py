@@ -11,10 +11,15 @@ says so, and serves plain-HTTP cookies to loopback clients only.
 
 Routes (JSON / plain text):
 
-* ``GET /`` 200 text; ``GET /dashboard`` 200 when authenticated, else 401;
+* ``GET /`` 200 HTML, links to the pages below; ``GET /dashboard`` 200 when authenticated,
+  else 401; ``GET /admin`` 200 for a user with the role ``admin`` (``flask authflow roles
+  create admin``, then ``flask authflow users add-role alice admin``), 403 otherwise (JSON
+  ``{"error": "permission_denied", ...}`` for API clients);
 * ``POST /login`` JSON ``{"username", "password"[, "tenant"]}``: 200 when
   authenticated or a next factor is named; 401 invalid credentials / step-up / error;
-  403 locked (the text names the lock end);
+  403 locked (the text names the lock end); 429 with ``Retry-After`` when the client's
+  address (from ``X-Forwarded-For`` when the peer is one of ``AUTHFLOW_TRUSTED_PROXIES``,
+  loopback by default) is throttled;
   when a factor is next, a second line and the ``Authflow-Factor-Kinds`` header list every
   kind that passes the step (``totp, recovery_code``);
 * ``POST /login/factor`` JSON ``{"kind": "totp", "code": "123456"}`` or ``{"kind":
@@ -25,6 +30,18 @@ Routes (JSON / plain text):
   ...}`` for a malformed body or code;
 * ``POST /login/factor/send`` JSON ``{"kind": "email_otp"}``: (re)send the code of the
   pending step; 200 as above;
+* ``POST /signup`` JSON ``{"username", "email", "password"}``: 202 ``{"status":
+  "verification_sent"}`` (the same for an address that has an account: its owner gets a
+  notice); ``POST /signup/verify`` ``{"token"}`` (or ``{"username", "code"}``): 200;
+  ``POST /password/forgot`` ``{"username"}`` or ``{"email"}``: 202 whether or not an
+  account matches; ``POST /password/reset`` ``{"token", "password"}``: 200, or 401
+  ``second_factor_required`` (pass ``POST /login/factor``, then send it again). Each
+  answers 400 for a malformed body, 401/410 for a bad or used token, never 500. Mails go
+  to ``AUTHFLOW_SMTP_*`` or, without it, into ``instance/outbox`` (``AUTHFLOW_MAIL_OUTBOX``);
+* ``GET /api/me``: the signed-in user as JSON (``user_id``, ``tenant``, ``identifier``, ``via``
+  ``"session"`` or ``"token"``, the token's ``scopes``), for a session or a personal API token
+  (``Authorization: Bearer afp_...``, created on ``/account`` or with ``flask authflow tokens
+  create``); else 401 with ``WWW-Authenticate: Bearer``;
 * ``POST /logout``; ``GET /metrics`` (Prometheus text) for a client on this machine (no
   proxy in between) or with ``Authorization: Bearer <METRICS_TOKEN>`` (``FLASK_METRICS_TOKEN``,
   compared in constant time); else 401 when a token is configured, 404 when none is.
@@ -45,6 +62,7 @@ RP-initiated logout.
 from __future__ import annotations
 
 import hmac
+import importlib.util
 import ipaddress
 import json
 import logging
@@ -55,7 +73,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, Response, abort, current_app, jsonify, request
+from flask import Flask, Response, abort, current_app, jsonify, render_template_string, request
 
 from flask_authflow import (
     Authenticated,
@@ -67,10 +85,13 @@ from flask_authflow import (
     Locked,
     StepUpRequired,
     current_session,
+    current_user,
     get_state,
     login_required,
+    roles_required,
 )
 from flask_authflow.outcomes import InvalidCredentials
+from flask_authflow.web.api_auth import current_api_token
 from flask_authflow.web.views import rotate_csrf_token
 
 authflow = AuthFlow()
@@ -113,6 +134,14 @@ def _unavailable(error: AuthFlowError) -> Response:
     return response
 
 
+def _retry_later(error: AuthFlowError) -> Response:
+    """A throttled request: 429 with ``Retry-After`` (the seconds until the limit has room)."""
+    response = _text(f"too many requests: {error.message}", 429)
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["Retry-After"] = str(error.retry_after or 1)
+    return response
+
+
 def _outcome_text(outcome: Any) -> tuple[str, int]:
     """The reference mapping of login outcomes to text and status (401, 403 for a lock)."""
     match outcome:
@@ -147,7 +176,10 @@ def _json_error(code: str, message: str, status: int = 400, **extra: Any) -> Res
 def _error_json(error: AuthFlowError) -> Response:
     """A typed error as JSON: its own 4xx, a 5xx as 503 without its message (never a 500)."""
     if 400 <= error.status < 500:
-        return _json_error(error.code, error.message, error.status)
+        response = _json_error(error.code, error.message, error.status)
+        if error.retry_after is not None:  # throttled (429): when to try again
+            response.headers["Retry-After"] = str(error.retry_after)
+        return response
     response = _json_error(error.code, "the service could not complete the request; try again later", 503)
     if error.retry_after is not None:
         response.headers["Retry-After"] = str(error.retry_after)
@@ -262,16 +294,58 @@ def refuse_oversized_bodies() -> None:
         abort(413)
 
 
+#: The home page: links to the app's pages, the sign-out button for a signed-in user.
+INDEX_PAGE = """{% extends authflow_layout %}
+{% block title %}flask-authflow reference app{% endblock %}
+{% block content %}
+<h1>flask-authflow reference app</h1>
+{% if current_session.is_authenticated %}<p id="whoami">You are signed in.</p>{% endif %}
+<ul id="pages">
+  <li><a href="{{ url_for('authflow_views.login') }}">Sign in</a></li>
+  <li><a href="{{ url_for('authflow_views.account') }}">Your account</a> (password, sessions)</li>
+  <li><a href="{{ url_for('authflow_views.factors') }}">Sign-in methods</a>
+      (authenticator app, security keys)</li>
+  <li><a href="{{ url_for('dashboard') }}">Dashboard</a> (signed in only)</li>
+</ul>
+{% if current_session.is_authenticated %}
+<form method="post" action="{{ url_for('authflow_logout.logout') }}" id="logout-form">
+  <input type="hidden" name="{{ csrf_field_name }}" value="{{ csrf_token() }}">
+  <button type="submit">Sign out</button>
+</form>
+{% endif %}
+<p class="hint">For scripts: <code>POST /login</code>, <code>POST /login/factor</code> and
+<code>POST /logout</code> with JSON bodies; <code>GET /metrics</code> from this machine or with
+its bearer token.</p>
+{% endblock %}
+"""
+
+
 def index() -> Response:
-    return _text(
-        "flask-authflow reference app: POST /login, POST /login/factor, GET /dashboard, POST /logout, "
-        "GET /metrics"
-    )
+    return Response(render_template_string(INDEX_PAGE), mimetype="text/html")
 
 
 @login_required
 def dashboard() -> Response:
     return _text(f"dashboard of user {current_session.user_id} in tenant {current_session.tenant}")
+
+
+@login_required(api=True)
+def api_me() -> Response:
+    token = current_api_token()
+    return _json(
+        {
+            "user_id": current_user.user_id,
+            "tenant": current_user.tenant,
+            "identifier": current_user.identifier,
+            "via": "token" if token is not None else "session",
+            "scopes": list(token.scopes) if token is not None else [],
+        }
+    )
+
+
+@roles_required("admin")
+def admin() -> Response:
+    return _text(f"admin area of tenant {current_session.tenant}")
 
 
 def _login_answer(outcome: Any) -> Response:
@@ -302,6 +376,8 @@ def login() -> Any:
     except AuthFlowError as error:
         if error.status >= 500:  # a store is down: refused (fail closed), not "bad credentials"
             return _unavailable(error)
+        if error.status == 429:  # throttled: no credential was checked; try again later
+            return _retry_later(error)
         return _text(f"login error: {error.message}", 401)
     return _login_answer(outcome)
 
@@ -383,6 +459,8 @@ def metrics() -> Response:
 ROUTES: list[tuple[str, Callable[..., Any], list[str]]] = [
     ("/", index, ["GET"]),
     ("/dashboard", dashboard, ["GET"]),
+    ("/api/me", api_me, ["GET"]),
+    ("/admin", admin, ["GET"]),
     ("/login", login, ["POST"]),
     ("/login/factor", login_factor, ["POST"]),
     ("/login/factor/send", login_factor_send, ["POST"]),
@@ -401,6 +479,13 @@ def _configure(app: Flask, test_config: dict[str, Any] | None) -> None:
         app.config["AUTHFLOW_SIGNING_KEY"] = _development_key(app)
         app.config.setdefault("AUTHFLOW_COOKIE_SECURE", False)
         app.config.setdefault("AUTHFLOW_ALLOW_INSECURE_LOOPBACK", True)
+    # Sign-up (when the 'accounts' extra, email-validator, is installed) and password reset
+    # are on; without an SMTP server the mails go into a folder (instance/outbox, one .eml
+    # file per mail) so a person can try the flows.
+    app.config.setdefault("AUTHFLOW_REGISTRATION", importlib.util.find_spec("email_validator") is not None)
+    app.config.setdefault("AUTHFLOW_PASSWORD_RESET", True)
+    if app.config.get("AUTHFLOW_SMTP_HOST") is None:
+        app.config.setdefault("AUTHFLOW_MAIL_OUTBOX", str(Path(app.instance_path) / "outbox"))
     if app.config.get("MAX_CONTENT_LENGTH") is None:  # Flask presets None, so setdefault would not do it
         app.config["MAX_CONTENT_LENGTH"] = 64 * 1024  # login bodies are small: refuse huge ones (413)
     token = app.config.get("METRICS_TOKEN")

@@ -27,12 +27,21 @@ _LOOPBACK = TrustedProxies.loopback_only()
 
 @dataclass(frozen=True, slots=True)
 class AuditContext:
-    """Client address (and its source), user agent and request id of one request."""
+    """Client address (and its source), user agent and request id of one request.
+
+    With the device feature, also the request's device: ``device_id`` (from a valid device
+    cookie, or the id a sign-in in this request will give the browser), ``device_user``
+    (the id of the user the valid cookie was issued to) and ``device_refused`` (why
+    a device cookie the browser sent was ignored: ``forged``, ``expired``, ``ua_mismatch``).
+    """
 
     client_ip: str | None
     ip_source: IpSource
     user_agent: str | None
     request_id: str
+    device_id: str | None = None
+    device_user: str | None = None
+    device_refused: str | None = None
 
     @classmethod
     def unknown(cls) -> AuditContext:
@@ -99,6 +108,9 @@ def audit_context() -> AuditContext:
         state = current_app.extensions.get("authflow")
         trusted = getattr(state, "trusted_proxies", None)
         ctx = resolve_audit_context(request.environ, trusted if isinstance(trusted, TrustedProxies) else None)
+        add_device = getattr(state, "device_context", None)
+        if add_device is not None:  # the device feature: the request's device on every row
+            ctx = add_device(ctx, request)
         setattr(g, _G_KEY, ctx)
         return ctx
     except Exception:  # noqa: BLE001 - the extractor cannot fail, by contract

@@ -84,6 +84,7 @@ class AuditRecord:
     user_agent: str | None = None
     request_id: str | None = None
     reason: str | None = None
+    device_id: str | None = None
 
     def __post_init__(self) -> None:
         # Every text field is escaped once, here, so no sink can store a forged line.

@@ -5,7 +5,7 @@ Passwords are read from a hidden prompt or from standard input
 history and ``ps`` output. Commands print no secret or key material, and session ids
 only hashed; the two exceptions are what an operator asks for and must hand to the user,
 printed once: the ``otpauth://`` URI of ``enroll-totp`` (it holds the new key) and the codes
-of ``recovery-codes regenerate``.
+of ``recovery-codes regenerate``, and the new API token of ``tokens create``.
 
 Every command takes ``--json``: its result is then one JSON document on standard
 output, and so is an error (``{"error": code, "message": ...}``). Without ``--json`` an
@@ -14,7 +14,7 @@ status 1 (2 for a usage error) and never prints a traceback: :class:`AuthflowGro
 turns library errors, database errors and operating-system errors into that message.
 """
 
-from flask_authflow.cli import audit, db, factors, keys, roles, sessions, users
+from flask_authflow.cli import audit, db, devices, factors, import_users, keys, roles, sessions, tokens, users
 from flask_authflow.cli.base import (
     SCHEMA_ERROR_KEY,
     AuthflowGroup,
@@ -31,9 +31,12 @@ __all__ = [
     "authflow_cli",
     "db",
     "defer_schema_refusal",
+    "devices",
     "factors",
+    "import_users",
     "keys",
     "roles",
     "sessions",
+    "tokens",
     "users",
 ]

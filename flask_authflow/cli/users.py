@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from flask_authflow.cli.base import (
+    CommandFailed,
     about_user,
     authflow_cli,
     emit,
@@ -76,7 +77,7 @@ def set_password(username: str, tenant: str | None, password_stdin: bool, as_jso
 @authflow_cli.group("users")
 def users() -> None:
     """List, disable, enable, unlock or delete users (disabling and deleting end their sessions);
-    give or take their roles."""
+    give or take their roles; import users of another application."""
 
 
 @users.command("list")
@@ -227,3 +228,44 @@ def users_remove_role(username: str, role: str, tenant: str | None, as_json: boo
         {"identifier": user.identifier, "tenant": user.tenant, "role": role, "changed": changed},
         text,
     )
+
+
+@users.command("confirm")
+@click.argument("username")
+@tenant_option
+@json_option
+def confirm(username: str, tenant: str | None, as_json: bool) -> None:
+    """Mark the e-mail address of USERNAME confirmed (a sign-up may then sign in)."""
+    from flask_authflow.web.views.accounts import confirm_address
+
+    tenant_name = tenant_or_default(tenant)
+    with about_user(username, tenant_name):
+        confirmed = confirm_address(tenant_name, normalise_identifier(username))
+    if not confirmed:
+        raise CommandFailed(f"{username!r} has no e-mail address to confirm", "no_email")
+    identifier = normalise_identifier(username)
+    emit(as_json, {"identifier": identifier, "tenant": tenant_name, "email_confirmed": True},
+         f"the address of {identifier!r} is confirmed")  # fmt: skip
+
+
+@users.command("send-reset")
+@click.argument("username")
+@tenant_option
+@json_option
+def send_reset(username: str, tenant: str | None, as_json: bool) -> None:
+    """Mail USERNAME a password reset link (to the account's address)."""
+    from flask_authflow.errors import MailDeliveryError
+    from flask_authflow.web.views.accounts import mail_reset_link
+
+    tenant_name = tenant_or_default(tenant)
+    user = find_user(username, tenant_name)
+    try:
+        sent_to = mail_reset_link(tenant_name, user.identifier)
+    except MailDeliveryError as exc:
+        raise CommandFailed(exc.message, exc.code) from None
+    if sent_to is None:
+        raise CommandFailed(
+            f"{username!r} has no e-mail address or is disabled: no link was sent", "no_email"
+        )
+    emit(as_json, {"identifier": user.identifier, "tenant": tenant_name, "sent_to": sent_to},
+         f"a reset link for {user.identifier!r} was sent to {sent_to}")  # fmt: skip

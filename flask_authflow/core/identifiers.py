@@ -11,6 +11,7 @@ import re
 import unicodedata
 
 from flask_authflow.errors import InvalidInput
+from flask_authflow.i18n import N_
 
 __all__ = [
     "MAX_EMAIL_LENGTH",
@@ -62,14 +63,14 @@ def normalise_identifier(value: str) -> str:
     if not isinstance(value, str):
         raise InvalidInput("the identifier must be a string")
     if len(value) > 4 * MAX_IDENTIFIER_LENGTH:  # refuse before normalising absurd input
-        raise InvalidInput("the identifier is too long")
+        raise InvalidInput(N_("the identifier is too long"))
     if len(value) <= MAX_IDENTIFIER_LENGTH and _PROVIDER_IDENTIFIER.fullmatch(value):
         return value
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", value).casefold()).strip()
     if not folded:
         raise InvalidInput("the identifier is empty")
     if len(folded) > MAX_IDENTIFIER_LENGTH:
-        raise InvalidInput("the identifier is too long")
+        raise InvalidInput(N_("the identifier is too long"))
     if _has_control(folded):
         raise InvalidInput("the identifier contains control characters")
     return folded
@@ -96,10 +97,10 @@ def normalise_email(value: str) -> str:
         raise InvalidInput("the e-mail address must be a string")
     address = value.strip()
     if len(address) > MAX_EMAIL_LENGTH or address.count("@") != 1:
-        raise InvalidInput("not an e-mail address")
+        raise InvalidInput(N_("not an e-mail address"))
     local, _, domain = address.partition("@")
     if not local or not domain or _has_control(address) or any(ch.isspace() for ch in address):
-        raise InvalidInput("not an e-mail address")
+        raise InvalidInput(N_("not an e-mail address"))
     return f"{local}@{domain.translate(_ASCII_LOWER)}"
 
 

@@ -20,6 +20,7 @@ from flask_authflow.core.session import AuthSession, SessionRecord
 from flask_authflow.outcomes import Authenticated, FactorKind, FactorRequired, WorkflowPending
 
 __all__ = [
+    "PAIR_SEPARATOR",
     "RESERVATION_TTL",
     "AttemptKey",
     "AttemptStore",
@@ -49,7 +50,7 @@ class UserRecord:
     identifier: str
     created_at: datetime
     disabled: bool = False
-    #: The account's e-mail address (:func:`~flask_authflow.core.identifiers.normalise_email`),
+    #: The account's e-mail address (``flask_authflow.core.identifiers.normalise_email``),
     #: unique per tenant; ``None`` when it has none.
     email: str | None = None
     #: When the owner proved they read mail at ``email`` (``None``: not verified).
@@ -102,6 +103,11 @@ class FactorConfig:
     lookup: str | None = None
     confirmed: bool = True
     last_used_at: datetime | None = None
+
+
+#: Joins a lockout subject and a client address into the subject of an (account, address)
+#: pair (see :mod:`flask_authflow.login.lockout`).
+PAIR_SEPARATOR = "\x1f@"
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +219,9 @@ class FactorRecordStore(FactorStore, Protocol):
     """
 
     def add_factor(self, tenant: str, config: FactorConfig) -> None:
-        """Insert ``config`` as given (usually ``confirmed=False``).
+        """Insert ``config`` as given (usually ``confirmed=False``). A pending one
+        (``confirmed=False``) replaces the user's other pending factors of its kind in the
+        same transaction, serialised per user: at most one enrollment of a kind waits.
 
         :raises UserNotFound: the user is not in ``tenant``.
         :raises ValueError: ``config.factor_id`` is empty or already used, or
@@ -339,7 +347,15 @@ class AttemptStore(Protocol):
 
     def set_lock(self, key: AttemptKey, until: datetime) -> None: ...
 
-    def clear_lock(self, tenant: str, subject: str) -> None: ...
+    def clear_lock(self, tenant: str, subject: str) -> None:
+        """End every lock of ``subject`` and forget its counters, those of its (subject,
+        address) pairs included (subjects that start with ``subject`` + ``"\x1f@"``)."""
+        ...
+
+    def failures_since_success(self, key: AttemptKey, *, since: datetime) -> int:
+        """Failures of ``key`` logged after ``since`` and after the last success of ``key``
+        (how far a lock escalates, and the failure cap)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -599,4 +615,265 @@ class RoleStore(Protocol):
 
     def permissions_of(self, tenant: str, user_id: str) -> list[str]:
         """Every permission the user's roles grant, sorted, each once."""
+        ...
+
+
+# --- account tokens: mailed single-use tokens of sign-up, reset and change of e-mail ------------
+
+__all__ += ["AccountToken", "AccountTokenStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class AccountToken:
+    """A mailed single-use token, as stored: only digests of the token and of its short code.
+
+    :param token_hash: SHA-256 (hex) of the token in the mailed link; the row's key.
+    :param kind: what it proves (``signup``, ``email_verification``, ``password_reset``,
+        ``email_change``).
+    :param code_hash: SHA-256 (hex) of the short code mailed beside the link, salted with
+        ``token_hash`` (a separate secret bound to the same row).
+    :param payload: public, JSON-serialisable data of the step (a new e-mail address).
+    :param code_attempts: wrong codes tried against this token so far.
+    :param used_at: when it was used, or voided by a newer token of its user and kind.
+    """
+
+    token_hash: str
+    kind: str
+    tenant: str
+    user_id: str
+    code_hash: str = field(repr=False)
+    created_at: datetime
+    expires_at: datetime
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    code_attempts: int = 0
+    used_at: datetime | None = None
+
+
+@runtime_checkable
+class AccountTokenStore(Protocol):
+    """Mailed single-use tokens (``InMemoryBackend`` and ``SqlAlchemyBackend`` implement it).
+
+    Using a token is one atomic step (one conditional ``UPDATE``), so of parallel uses of
+    one token exactly one wins, across threads and processes.
+    """
+
+    def issue_account_token(self, token: AccountToken) -> None:
+        """Insert ``token`` and, in the same transaction, void (``used_at``) every unused
+        earlier token of its tenant, user and kind."""
+        ...
+
+    def find_account_token(self, token_hash: str) -> AccountToken | None:
+        """The token with this digest, used or not (to tell why a use failed)."""
+        ...
+
+    def use_account_token(self, token_hash: str, kind: str, now: datetime) -> AccountToken | None:
+        """Mark the unused, unexpired token of ``kind`` with this digest used at ``now`` and
+        return it (used); ``None`` for every other caller. One statement."""
+        ...
+
+    def live_account_token(self, tenant: str, user_id: str, kind: str, now: datetime) -> AccountToken | None:
+        """The user's unused, unexpired token of ``kind`` (issuing voids the older ones, so
+        there is at most one): what a short code is checked against."""
+        ...
+
+    def use_account_code(
+        self, token_hash: str, code_hash: str, now: datetime, *, max_attempts: int
+    ) -> AccountToken | None:
+        """Use the live token ``token_hash`` by its short code: one conditional statement
+        that wins only if ``code_hash`` matches and fewer than ``max_attempts`` wrong codes
+        were tried. A wrong code counts one attempt, and the attempt that reaches
+        ``max_attempts`` voids the token. ``None`` unless this call used it."""
+        ...
+
+    def has_account_token(self, tenant: str, user_id: str, kind: str) -> bool:
+        """Whether the user was ever issued a token of ``kind`` (used, void or live)."""
+        ...
+
+    def void_account_tokens(self, tenant: str, user_id: str, kind: str | None, now: datetime) -> int:
+        """Void the user's unused tokens (of ``kind``, or every kind); returns how many."""
+        ...
+
+
+# --- personal API tokens ---------------------------------------------------------------------
+
+__all__ += ["ApiTokenRecord", "ApiTokenStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiTokenRecord:
+    """A personal API token as stored: never the token itself, only its SHA-256.
+
+    ``token_id`` is the token's public lookup part (the one indexed read of a
+    verification); ``name`` is unique per user; ``scopes`` are sorted.
+    """
+
+    token_id: str
+    tenant: str
+    user_id: str
+    name: str
+    token_hash: str
+    scopes: tuple[str, ...]
+    created_at: datetime
+    expires_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+
+@runtime_checkable
+class ApiTokenStore(Protocol):
+    """The personal API tokens of every user (deleting a user deletes its tokens).
+
+    A revoked token is deleted: there is nothing left to verify it against.
+    """
+
+    def add_api_token(self, record: ApiTokenRecord) -> None:
+        """Store a new token; :class:`~flask_authflow.errors.ApiTokenNameTaken` when the
+        user has a token of that name, :class:`~flask_authflow.errors.UserNotFound` when
+        the user does not exist in the tenant."""
+        ...
+
+    def get_api_token(self, token_id: str) -> ApiTokenRecord | None:
+        """The token with this lookup id (one indexed read), or ``None``."""
+        ...
+
+    def list_api_tokens(self, tenant: str, user_id: str) -> list[ApiTokenRecord]:
+        """The user's tokens, by name."""
+        ...
+
+    def delete_api_token(self, tenant: str, user_id: str, name: str) -> ApiTokenRecord | None:
+        """Delete the user's token called ``name``; the deleted record, or ``None``."""
+        ...
+
+    def delete_user_api_tokens(self, tenant: str, user_id: str) -> int:
+        """Delete every token of the user; how many there were."""
+        ...
+
+    def touch_api_token(self, token_id: str, at: datetime, *, unless_since: datetime) -> bool:
+        """Set the token's ``last_used_at`` to ``at`` unless it is already at or after
+        ``unless_since`` (so a token in constant use is written at most once per interval);
+        true if it was written."""
+        ...
+
+
+# --- provider tokens: a user's access and refresh tokens of a provider -------------------------
+
+__all__ += ["ProviderTokenStore", "StoredProviderTokens"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredProviderTokens:
+    """A user's tokens of one provider, as stored (federation's ``store_tokens``).
+
+    ``sealed`` holds the access and refresh tokens, encrypted and bound to the row's key
+    (tenant, user, provider); the other fields are not secret.
+    """
+
+    tenant: str
+    user_id: str
+    provider: str
+    sealed: str = field(repr=False)
+    token_type: str
+    scopes: tuple[str, ...]
+    expires_at: datetime | None
+    updated_at: datetime
+
+
+@runtime_checkable
+class ProviderTokenStore(Protocol):
+    """The provider tokens kept per (tenant, user, provider), and the claim that lets one
+    process at a time refresh a row (so two workers never both spend a rotated refresh
+    token). Deleting a user removes its rows."""
+
+    def save_provider_tokens(self, tokens: StoredProviderTokens) -> None:
+        """Insert or replace the row of (tenant, user, provider); any claim on it ends."""
+        ...
+
+    def get_provider_tokens(self, tenant: str, user_id: str, provider: str) -> StoredProviderTokens | None:
+        """The row, or ``None``."""
+        ...
+
+    def provider_tokens_of_user(self, tenant: str, user_id: str) -> list[StoredProviderTokens]:
+        """Every row of the user, by provider."""
+        ...
+
+    def delete_provider_tokens(self, tenant: str, user_id: str, provider: str) -> bool:
+        """Remove the row; ``False`` if there was none."""
+        ...
+
+    def claim_provider_tokens(
+        self, tenant: str, user_id: str, provider: str, claim: str, *, now: datetime, until: datetime
+    ) -> bool:
+        """Take the row's refresh claim (named ``claim``) until ``until``, unless another
+        claim holds it past ``now``; ``False`` when it does or the row is gone. Atomic
+        across threads and, for the SQL store, across processes."""
+        ...
+
+    def replace_claimed_provider_tokens(self, tokens: StoredProviderTokens, claim: str) -> bool:
+        """Replace the row with ``tokens`` and end the claim, only while ``claim`` holds
+        it; ``False`` (nothing written) otherwise."""
+        ...
+
+    def release_provider_tokens(self, tenant: str, user_id: str, provider: str, claim: str) -> None:
+        """End the claim ``claim`` if it still holds the row; the row stays as it is."""
+        ...
+
+
+# --- devices -----------------------------------------------------------------------------------
+
+__all__ += ["DeviceRecord", "DeviceStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRecord:
+    """A browser a user signed in from: its random id (the device cookie's), a label read
+    from its User-Agent, an approximate place if the application supplied one, when it was
+    first and last seen, and until when the user trusts it (``None``: not trusted)."""
+
+    tenant: str
+    user_id: str
+    device_id: str
+    label: str
+    first_seen_at: datetime
+    last_seen_at: datetime
+    place: str | None = None
+    trusted_until: datetime | None = None
+
+    def trusted_at(self, now: datetime) -> bool:
+        """Whether the trust is still running at ``now``."""
+        return self.trusted_until is not None and self.trusted_until > now
+
+
+@runtime_checkable
+class DeviceStore(Protocol):
+    """The devices each user signed in from, and the trust the user gave them.
+
+    Device ids are checked with :func:`~flask_authflow.core.devices.check_device_id`
+    (``InvalidInput`` otherwise); labels and places are cut to their column sizes. A
+    deleted user's devices go with the user.
+    """
+
+    def touch_device(
+        self, tenant: str, user_id: str, device_id: str, *, label: str, place: str | None, now: datetime
+    ) -> bool:
+        """Record a sign-in from the device: a new record (true), or the last-seen time,
+        label and place of the known one (false)."""
+        ...
+
+    def get_device(self, tenant: str, user_id: str, device_id: str) -> DeviceRecord | None:
+        """The user's record of this device, if any."""
+        ...
+
+    def list_devices(self, tenant: str, user_id: str) -> list[DeviceRecord]:
+        """The user's devices, most recently seen first."""
+        ...
+
+    def forget_device(self, tenant: str, user_id: str, device_id: str) -> bool:
+        """Remove the record (and so its trust); false if the user had no such device."""
+        ...
+
+    def trust_device(self, tenant: str, user_id: str, device_id: str, until: datetime) -> bool:
+        """Trust the known device until ``until``; false if the user has no such device."""
+        ...
+
+    def end_device_trust(self, tenant: str, user_id: str, device_id: str | None = None) -> int:
+        """End the trust of one device, or of all the user's devices; how many were trusted."""
         ...

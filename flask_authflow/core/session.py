@@ -213,6 +213,9 @@ class SessionRecord:
         name, its issuer, the user's ``sub``, the provider session ``sid`` (when the ID
         token has one) and the ID token (the hint for RP-initiated logout). Stores index
         (issuer, sid) so a back-channel logout finds the session (:func:`federation_key`).
+    :param remember: the login asked to stay signed in ("remember me"): the session lives
+        the longer ``AUTHFLOW_REMEMBER_ME_TTL`` (its idle timeout still applies unless
+        ``AUTHFLOW_REMEMBER_ME_IDLE_TIMEOUT`` is off). A logout starts a new record without it.
     """
 
     sid: str
@@ -232,6 +235,7 @@ class SessionRecord:
     flow: Mapping[str, Any] | None = None
     custom: Mapping[str, Any] = field(default_factory=dict)
     workflow: Mapping[str, Any] | None = None
+    remember: bool = False
 
     def __post_init__(self) -> None:
         if self.state is AuthState.AUTHENTICATED and self.factors_pending:

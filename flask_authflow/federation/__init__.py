@@ -43,6 +43,14 @@ if TYPE_CHECKING:
         ProviderMetadata,
         ProviderRegistry,
     )
+    from flask_authflow.federation.provider_tokens import (
+        InsufficientScope,
+        NoProviderToken,
+        NoRefreshToken,
+        ProviderTokens,
+        RefreshTokenExpired,
+        TokenRefreshBusy,
+    )
 
 _LAZY = {
     "HttpClient": ".http",
@@ -55,6 +63,12 @@ _LAZY = {
     "OAuthProviderConfig": ".provider",
     "ProviderMetadata": ".provider",
     "ProviderRegistry": ".provider",
+    "InsufficientScope": ".provider_tokens",
+    "NoProviderToken": ".provider_tokens",
+    "NoRefreshToken": ".provider_tokens",
+    "ProviderTokens": ".provider_tokens",
+    "RefreshTokenExpired": ".provider_tokens",
+    "TokenRefreshBusy": ".provider_tokens",
 }
 
 __all__ = [
@@ -69,17 +83,23 @@ __all__ = [
     "HttpClient",
     "IdTokenValidation",
     "IdentityLink",
+    "InsufficientScope",
     "IssuerMismatch",
     "LogoutTokenInvalid",
+    "NoProviderToken",
+    "NoRefreshToken",
     "OAuthError",
     "OAuthLoginOptions",
     "OAuthProvider",
     "OAuthProviderConfig",
     "ProviderMetadata",
     "ProviderRegistry",
+    "ProviderTokens",
     "ProviderUnreachable",
+    "RefreshTokenExpired",
     "RequestsHttpClient",
     "TokenExchange",
+    "TokenRefreshBusy",
     "UnknownKid",
     "UnknownProvider",
     "UserInfo",

@@ -20,10 +20,11 @@ from typing import Any
 
 from flask_authflow import signals
 from flask_authflow.clock import Clock
+from flask_authflow.core.app_users import AppTransaction, AppUserHooks
 from flask_authflow.core.identifiers import MAX_IDENTIFIER_LENGTH, normalise_identifier, provider_identifier
 from flask_authflow.core.ports import FactorStore, IdentityStore, LoginRecorder, SessionStore, UserRecord
 from flask_authflow.core.session import AuthSession, AuthState, SessionRecord, begin_flow, clear_flow
-from flask_authflow.errors import AuthFlowError, StepUpNeeded, TokenCheck
+from flask_authflow.errors import AuthFlowError, ConfigurationError, StepUpNeeded, TokenCheck
 from flask_authflow.federation.ceremony import CEREMONY_KEY, Ceremony
 from flask_authflow.federation.errors import (
     CsrfMismatch,
@@ -48,8 +49,8 @@ from flask_authflow.federation.linking import (
 from flask_authflow.federation.links import FederationStore, IdentityLink
 from flask_authflow.federation.oauth2 import OAuth2Provider, PlainIdentity
 from flask_authflow.federation.provider import OAuthProvider, ProviderRegistry, TokenSet
+from flask_authflow.federation.provider_tokens import ProviderTokens
 from flask_authflow.jose import VerifiedClaims
-from flask_authflow.login.app_users import AppTransaction, AppUserHooks
 from flask_authflow.outcomes import Authenticated, FactorRequired, WorkflowPending
 
 __all__ = [
@@ -237,6 +238,7 @@ class FederationService:
         provision_user: Callable[[], ProvisionHook | None] = lambda: None,
         app_transaction: AppTransactionSource = lambda: None,
         app_users: AppUserHooks | None = None,
+        tokens: ProviderTokens | None = None,
     ) -> None:
         self.registry = registry
         self.links = links
@@ -253,6 +255,8 @@ class FederationService:
         self.factors = (
             factors if factors is not None else (accounts if isinstance(accounts, FactorStore) else None)
         )
+        #: keeps the tokens of providers with ``store_tokens`` (``None``: the store cannot).
+        self.tokens = tokens
         #: what ``session_revoked`` is sent with (the Flask app, as Flask does).
         self.sender = sender if sender is not None else self
 
@@ -352,6 +356,7 @@ class FederationService:
         ceremony, provider = self._checked_callback(provider_name, ceremony, state, iss, error)
         identity, tokens, record = self._callback_identity(provider, ceremony, code)
         user_id = self._map_and_link(identity)
+        self._keep_tokens(provider, identity.tenant, user_id, tokens)
         outcome = handle.establish(
             session,
             identity.tenant,
@@ -448,6 +453,21 @@ class FederationService:
             link=self.links.find_link(provider.issuer, plain.subject),
             link_by_email=provider.config.link_by_email,
         )
+
+    def _keep_tokens(
+        self, provider: OAuthProvider | OAuth2Provider, tenant: str, user_id: str, tokens: TokenSet
+    ) -> None:
+        """Keep the callback's tokens when the provider has ``store_tokens``.
+
+        :raises ConfigurationError: it has, and the backend cannot store them."""
+        if not isinstance(provider, OAuthProvider) or not provider.config.store_tokens:
+            return
+        if self.tokens is None:
+            raise ConfigurationError(
+                f"provider {provider.name!r} has store_tokens, but the backend cannot store provider "
+                "tokens (it must implement ProviderTokenStore)"
+            )
+        self.tokens.keep(tenant, user_id, provider, tokens, provider.config.scopes)
 
     def _map_and_link(self, identity: FederatedIdentity) -> str:
         """The local user of the identity, linked to it: the claims mapper's, else the
@@ -562,8 +582,9 @@ class FederationService:
             signed_in = session.state is AuthState.AUTHENTICATED
             if not signed_in or (session.tenant, session.user_id) != (intent.tenant, intent.user_id):
                 raise CsrfMismatch("the session changed since the link started")
-            identity = self._callback_identity(provider, ceremony, code)[0]
+            identity, tokens, _record = self._callback_identity(provider, ceremony, code)
             link = self._link_to(identity, intent)
+            self._keep_tokens(provider, intent.tenant, intent.user_id, tokens)
         except OAuthError as exc:
             handle.record_event(
                 "identity_link",
@@ -646,6 +667,8 @@ class FederationService:
             raise
         for link in links:
             self.links.unlink_identity(link.issuer, link.subject)
+        if self.tokens is not None:
+            self.tokens.forget(user.tenant, user.user_id, provider_name, reason="unlink")
         handle.record_event(
             "identity_unlink", "success", session, tenant=user.tenant, user_id=user.user_id, factor=factor
         )
@@ -701,6 +724,8 @@ class FederationService:
             signals.session_revoked.send(
                 self.sender, user_id=link.user_id, tenant=link.tenant, reason="backchannel_logout"
             )
+            if self.tokens is not None:
+                self.tokens.forget(link.tenant, link.user_id, provider_name, reason="backchannel_logout")
         handle.record_event(
             "backchannel_logout",
             "success",

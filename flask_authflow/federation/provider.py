@@ -52,7 +52,7 @@ from flask_authflow.federation.errors import (
     UnknownProvider,
     UserInfo,
 )
-from flask_authflow.federation.http import HttpClient, RequestsHttpClient, check_provider_url
+from flask_authflow.federation.http import HttpClient, HttpResponse, RequestsHttpClient, check_provider_url
 from flask_authflow.federation.jwks_cache import ProviderKeyCache, cache_max_age
 from flask_authflow.federation.oauth2 import OAuth2Provider, OAuth2ProviderConfig
 from flask_authflow.federation.tenants import tenant_issuer_refusal
@@ -117,6 +117,7 @@ PROVIDER_CONFIG_KEYS: Final = (
     "allowed_tenants",
     "response_mode",
     "client_secret_factory",
+    "store_tokens",
 )
 #: The placeholder of a multi-tenant issuer (Microsoft's ``common`` and ``organizations``).
 TENANT_PLACEHOLDER: Final = "{tenantid}"
@@ -200,6 +201,8 @@ class OAuthProviderConfig:
         code and state to the callback).
     :param client_secret_factory: called for the client secret at each token request
         instead of ``client_secret`` (a secret the provider wants freshly minted).
+    :param store_tokens: keep the user's access and refresh tokens of this provider,
+        sealed, for ``authflow.provider_token`` (default ``False``: they are thrown away).
     """
 
     discovery_url: str
@@ -226,6 +229,7 @@ class OAuthProviderConfig:
     allowed_tenants: tuple[str, ...] = ()
     response_mode: str | None = None
     client_secret_factory: Callable[[], str] | None = field(default=None, repr=False)
+    store_tokens: bool = False
 
     def __post_init__(self) -> None:
         self._check_credentials()
@@ -374,6 +378,8 @@ class ProviderMetadata:
     backchannel_logout_supported: bool
     #: ``id_token_signing_alg_values_supported`` as the provider wrote it.
     advertised_algorithms: tuple[str, ...] = ()
+    #: The RFC 7009 token revocation endpoint, when the provider has one.
+    revocation_endpoint: str | None = None
 
     @classmethod
     def from_document(
@@ -397,7 +403,7 @@ class ProviderMetadata:
                 raise Discovery(f"the discovery document has no {name}")
             endpoints[name] = check_provider_url(value, name)
         optional: dict[str, str | None] = {}
-        for name in ("userinfo_endpoint", "end_session_endpoint"):
+        for name in ("userinfo_endpoint", "end_session_endpoint", "revocation_endpoint"):
             value = document.get(name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise Discovery(f"{name} is not a URL")
@@ -421,6 +427,7 @@ class ProviderMetadata:
             iss_parameter_supported=document.get("authorization_response_iss_parameter_supported") is True,
             backchannel_logout_supported=document.get("backchannel_logout_supported") is True,
             advertised_algorithms=advertised,
+            revocation_endpoint=optional["revocation_endpoint"],
         )
 
 
@@ -490,6 +497,8 @@ class TokenSet:
     refresh_token: str | None = field(default=None, repr=False)
     token_type: str = "Bearer"  # noqa: S105 - the OAuth token type, not a secret
     expires_in: int | None = None
+    #: The ``scope`` the token endpoint answered (``None``: the scopes requested were granted).
+    scope: str | None = None
 
 
 def _oauth2_session(**kwargs: Any) -> Any:
@@ -513,12 +522,14 @@ def _token_set(token: Mapping[str, Any]) -> TokenSet:
         raise TokenExchange(f"unsupported token_type {str(token_type)[:32]!r}")
     refresh = token.get("refresh_token")
     expires_in = token.get("expires_in")
+    scope = token.get("scope")
     return TokenSet(
         id_token=id_token,
         access_token=access_token,
         refresh_token=refresh if isinstance(refresh, str) else None,
         token_type=token_type,
         expires_in=expires_in if isinstance(expires_in, int) and not isinstance(expires_in, bool) else None,
+        scope=scope if isinstance(scope, str) else None,
     )
 
 
@@ -684,19 +695,14 @@ class OAuthProvider:
         :raises ProviderUnreachable: the token endpoint did not answer usably (transport
             failure, redirect, oversize, 5xx, not a JSON object).
         """
-        factory = self.config.client_secret_factory
-        secret = factory() if factory is not None else self.config.client_secret
-        headers, form = client_credentials(
-            self.token_auth_method, self.client_id, secret, assertion=self._assertion
-        )
-        form.update(
-            grant_type="authorization_code",
-            code=code,
-            code_verifier=code_verifier,
-            redirect_uri=self.config.redirect_uri,
-        )
-        response = self.http.post_form(
-            self.metadata.token_endpoint, form, headers={**headers, "Accept": "application/json"}
+        response = self.client_request(
+            self.metadata.token_endpoint,
+            {
+                "grant_type": "authorization_code",
+                "code": code,
+                "code_verifier": code_verifier,
+                "redirect_uri": self.config.redirect_uri,
+            },
         )
         if response.status >= 500:
             raise ProviderUnreachable(f"the token endpoint answered HTTP {response.status}")
@@ -707,6 +713,21 @@ class OAuthProvider:
                 raise TokenExchange(f"the token endpoint answered {error}", error=error)
             raise TokenExchange(f"the token endpoint answered HTTP {response.status}")
         return _token_set(token)
+
+    def client_request(self, url: str, fields: Mapping[str, str]) -> HttpResponse:
+        """POST ``fields`` to one of the provider's endpoints (the token endpoint, the
+        revocation endpoint), authenticated as this client with ``token_auth_method``,
+        through the provider HTTP client. Non-2xx answers are returned.
+
+        :raises ProviderUnreachable: the endpoint did not answer usably.
+        """
+        factory = self.config.client_secret_factory
+        secret = factory() if factory is not None else self.config.client_secret
+        headers, form = client_credentials(
+            self.token_auth_method, self.client_id, secret, assertion=self._assertion
+        )
+        form.update(fields)
+        return self.http.post_form(url, form, headers={**headers, "Accept": "application/json"})
 
     # --- token checks ----------------------------------------------------------------------------
 

@@ -18,12 +18,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from flask_authflow import signals
+from flask_authflow.core.app_users import AppUserHooks
 from flask_authflow.core.factors import EnrollContext, EnrollmentStart
 from flask_authflow.core.identifiers import check_tenant, normalise_identifier
 from flask_authflow.core.ports import FactorConfig, FactorRecordStore, IdentityStore, SessionStore, UserRecord
 from flask_authflow.core.session import sid_hash
 from flask_authflow.errors import ConfigurationError, EnrollmentError, FactorNotRegistered, UserNotFound
-from flask_authflow.login.app_users import AppUserHooks
 from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.outcomes import FactorKind
 
@@ -59,7 +59,7 @@ class AccountAdmin:
         :class:`~flask_authflow.errors.ConfigurationError` without one.
         :func:`flask_authflow.web.state.account_admin` passes the app's service.
     :param app_users: runs the application's ``user_created`` / ``user_deleted`` hooks
-        with each account created or deleted here (:mod:`flask_authflow.login.app_users`).
+        with each account created or deleted here (:class:`~flask_authflow.core.app_users.AppUserHooks`).
     """
 
     def __init__(

@@ -33,6 +33,7 @@ from flask_authflow.login.operation import (
     guard_store,
     new_transaction,
 )
+from flask_authflow.login.throttling import refuse_if_throttled
 from flask_authflow.outcomes import FactorKind, FactorRequired, Locked, LoginOutcome
 
 __all__ = ["begin_login"]
@@ -49,11 +50,16 @@ def begin_login(
         Operation(svc, ctx, session, "login_begin").refuse(exc, "error")
         raise
     with Operation(svc, ctx, session, "login_begin", tenant=tenant, identifier=ident) as op:
+        refuse_if_throttled(op, svc, "login")
         if session.state in (AuthState.AUTHENTICATED, AuthState.PENDING_WORKFLOW):
             op.end_previous_login()
         facts = guard_store(lambda: svc.store.login_facts(tenant, ident, op.now))
         if facts.locked_until is not None:
             return _locked(op, facts, facts.locked_until)
+        # This address's own lock on the identifier (others may still log in).
+        pair = guard_store(lambda: svc.lockout.pair_locked_until(tenant, ident, op.ctx.client_ip, op.now))
+        if pair is not None:
+            return _locked(op, facts, pair)
         return _start(op, svc, facts)
 
 
@@ -77,6 +83,9 @@ def _start(op: Operation, svc: LoginServices, facts: LoginFacts) -> FactorRequir
     if not steps or FactorKind.PASSWORD.value not in step_kinds(steps[0]):
         subject_id = svc.phantom_user_id(tenant, ident)
         steps = [FactorKind.PASSWORD.value]
+    device = _device_decision(op, svc, subject_id if usable else None, len(steps) > 1)
+    if device == "trusted_device":
+        steps = steps[:1]  # the password is asked; the later steps are waived for this device
     flow = {LOGIN_IDENTIFIER_KEY: ident, TRANSACTION_KEY: new_transaction()}
     op.session.transition(
         lambda r: begin_flow(
@@ -86,5 +95,31 @@ def _start(op: Operation, svc: LoginServices, facts: LoginFacts) -> FactorRequir
     reason = None if usable else ("disabled" if user is not None else "unknown_identifier")
     if usable and user is not None and subject_id != user.user_id:
         reason = "no_password"
+    elif reason is None:
+        reason = device
     op.audit("started", reason, user_id=user.user_id if user is not None else None, factor=steps[0])
     return FactorRequired(FactorKind.PASSWORD)
+
+
+def _device_decision(
+    op: Operation, svc: LoginServices, user_id: str | None, has_later_steps: bool
+) -> str | None:
+    """What the request's device means for this login, as the audit reason of its first row:
+    ``trusted_device`` (a valid device cookie of this user, trusted and not expired: the
+    later steps are waived), ``foreign_device`` (a valid cookie issued to another user:
+    ignored), ``device_forged`` / ``device_expired`` / ``device_ua_mismatch`` (a cookie that
+    was ignored), or ``None``."""
+    ctx = op.ctx
+    if ctx.device_refused is not None:
+        return f"device_{ctx.device_refused}"
+    if user_id is None or ctx.device_id is None or ctx.device_user is None:
+        return None
+    if ctx.device_user != user_id:
+        return "foreign_device"
+    trusted = svc.device_trusted
+    if not has_later_steps or trusted is None:
+        return None
+    device_id, tenant = ctx.device_id, op.fields["tenant"]
+    if guard_store(lambda: trusted(tenant, user_id, device_id, op.now)):
+        return "trusted_device"
+    return None

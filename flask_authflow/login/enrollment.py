@@ -1,9 +1,14 @@
 """Adding and removing a user's factors: ``begin_enrollment``, ``confirm_enrollment``,
-``disable_factor`` and ``user_factors``.
+``disable_factor`` and ``user_factors``; ``check_password_change``.
 
 A change needs a fresh authentication whose last factor is of the user's strongest step
 (a password step-up alone does not let a stolen session with a known password remove the
-second factor); it ends the user's other sessions and gives this one a new id.
+second factor); it ends the user's other sessions and gives this one a new id. So does a
+change of the password of a user with a second factor (``check_password_change``).
+
+A begun enrollment waits as a pending factor; the store keeps at most one per kind and
+user (a new start replaces the older one in the same transaction), so repeated starts
+leave no pile of pending rows.
 """
 
 from __future__ import annotations
@@ -28,7 +33,14 @@ from flask_authflow.errors import EnrollmentError, StepUpNeeded, UserNotFound
 from flask_authflow.login.operation import LoginServices, Operation, guard_store, log, write_rows
 from flask_authflow.outcomes import FactorCredential, FactorKind
 
-__all__ = ["ENROLLMENT_TTL", "begin_enrollment", "confirm_enrollment", "disable_factor", "user_factors"]
+__all__ = [
+    "ENROLLMENT_TTL",
+    "begin_enrollment",
+    "check_password_change",
+    "confirm_enrollment",
+    "disable_factor",
+    "user_factors",
+]
 
 #: Prefix of an enrollment's slot in the session flow (``"enroll:webauthn"``).
 _ENROLL_SLOT = "enroll:"
@@ -67,6 +79,24 @@ def _fresh_user(svc: LoginServices, session: AuthSession, action: str) -> _Fresh
     if steps and last not in step_kinds(steps[-1]) and not other_way and not second_factor:
         raise StepUpNeeded(f"{action} needs your second factor again (a step-up of the strongest step)")
     return _Fresh(tenant, user_id, now)
+
+
+def check_password_change(svc: LoginServices, session: AuthSession) -> None:
+    """Refuse a change of the password unless the session may make it: for a user whose
+    strongest login step is more than the password, a fresh authentication whose last factor
+    is of that step (as a change of factors needs); for a password-only user, nothing here
+    (the current password, asked for with the new one, is the strongest step).
+
+    :raises StepUpNeeded: not authenticated, or the strongest step is needed again."""
+    record = session.record
+    if record.state is not AuthState.AUTHENTICATED or record.tenant is None or record.user_id is None:
+        raise StepUpNeeded("changing the password needs an authenticated session")
+    tenant, user_id = record.tenant, record.user_id
+    enrolled = guard_store(lambda: svc.store.required_factors(tenant, user_id))
+    steps = svc.steps_for(tenant, user_id, enrolled)
+    if not steps or set(step_kinds(steps[-1])) <= {FactorKind.PASSWORD.value}:
+        return
+    _fresh_user(svc, session, "changing the password")
 
 
 def _enroll_context(

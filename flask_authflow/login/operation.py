@@ -43,6 +43,7 @@ from flask_authflow.core.session import AuthSession, SessionSnapshot, reset_to_g
 from flask_authflow.errors import AuditWriteError, AuthFlowError, LoginNotStarted, StoreUnavailable
 from flask_authflow.login.lockout import Lockout
 from flask_authflow.outcomes import FactorKind
+from flask_authflow.throttle import Throttle
 
 __all__ = [
     "LOGIN_IDENTIFIER_KEY",
@@ -89,6 +90,8 @@ class LoginServices(Protocol):
     @property
     def lockout(self) -> Lockout: ...
     @property
+    def throttle(self) -> Throttle: ...
+    @property
     def clock(self) -> Clock: ...
     @property
     def counters(self) -> AuthCounters: ...
@@ -102,6 +105,8 @@ class LoginServices(Protocol):
     def revoke_sessions(self) -> Callable[[str, str, str | None, str], int] | None: ...
     @property
     def passkey_login_allowed(self) -> Callable[[str], bool]: ...
+    @property
+    def device_trusted(self) -> Callable[[str, str, str, datetime], bool] | None: ...
     def phantom_user_id(self, tenant: str, identifier: str) -> str: ...
 
     def factor(self, kind: FactorKind) -> Factor | None: ...
@@ -169,6 +174,7 @@ def audit_row(
         ip_source=ctx.ip_source,
         user_agent=ctx.user_agent,
         request_id=ctx.request_id,
+        device_id=ctx.device_id,
         **fields,
     )
 
@@ -275,7 +281,7 @@ class Operation:
 
     def reserve(self, tenant: str, subject: str, factor: str) -> datetime | None:
         """Reserve one credential check; ``None`` when granted, else the end of the lock."""
-        reserved = self.svc.lockout.reserve(tenant, subject, factor, self.now)
+        reserved = self.svc.lockout.reserve(tenant, subject, factor, self.now, self.ctx.client_ip)
         if reserved.token is None:
             return reserved.locked_until or self.now
         self._reservation = (tenant, subject, factor, reserved.token)

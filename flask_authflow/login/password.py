@@ -13,6 +13,7 @@ costs a second Argon2), and the login then rehashes it in NFKC.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
@@ -21,6 +22,7 @@ import threading
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import argon2
 from argon2.exceptions import InvalidHashError, VerificationError
@@ -31,6 +33,9 @@ from flask_authflow.core.ports import FactorStore
 from flask_authflow.errors import ConfigurationError, InvalidInput, PasswordTooLong
 from flask_authflow.login.password_policy import MAX_PASSWORD_BYTES, normalise_password
 from flask_authflow.outcomes import FactorCredential, FactorKind
+
+if TYPE_CHECKING:
+    from flask_authflow.login.legacy_hashes import LegacyHashes
 
 __all__ = ["MAX_PASSWORD_BYTES", "PasswordFactor", "PasswordHasher", "PasswordMatch"]
 
@@ -157,6 +162,10 @@ class PasswordHasher:
         with self._slots:
             yield
 
+    def slot(self) -> contextlib.AbstractContextManager[None]:
+        """Hold one of the ``max_concurrent`` slots (legacy hashes are verified in one too)."""
+        return self._slot()
+
     def hash(self, password: Secret) -> str:
         """Hash the NFKC form of ``password`` (refused with :class:`PasswordTooLong` over 1 KiB,
         as typed or once normalised)."""
@@ -237,17 +246,24 @@ class PasswordHasher:
 
 
 class PasswordFactor:
-    """The ``password`` factor: Argon2id verify, rehash when the parameters changed."""
+    """The ``password`` factor: Argon2id verify, rehash when the parameters changed.
 
-    __slots__ = ("hasher", "store")
+    With ``legacy`` (:class:`~flask_authflow.login.legacy_hashes.LegacyHashes`), a stored
+    hash of an enabled legacy scheme is verified by it and, when it matches, replaced by
+    an Argon2id hash in the same unit of work."""
+
+    __slots__ = ("hasher", "legacy", "store")
     #: An Argon2 verify: the attempt's reservation commits before it, so no lock is held.
     expensive = True
     challenge_on_request = False
     digits = None
 
-    def __init__(self, hasher: PasswordHasher, store: FactorStore) -> None:
+    def __init__(
+        self, hasher: PasswordHasher, store: FactorStore, legacy: LegacyHashes | None = None
+    ) -> None:
         self.hasher = hasher
         self.store = store
+        self.legacy = legacy
 
     @property
     def kind(self) -> FactorKind:
@@ -266,23 +282,51 @@ class PasswordFactor:
         # trips, same Argon2 work; the service never lets a phantom pass.
         tenant, user_id = ctx.tenant, ctx.user_id
         stored = self.store.get_password_hash(tenant, user_id)
+        legacy = self.legacy
         if stored is None:
             self.hasher.dummy_verify(secret)
+            if legacy is not None and legacy.hmac_argon2:
+                self.hasher.dummy_verify(secret)  # as a known user's second (HMAC) Argon2
             return Rejected(RejectReason.NOT_ENROLLED)
         if self.hasher.over_ceiling(stored):
             # Never computed: a planted hash must not cost gigabytes or minutes per login.
             log.warning("stored Argon2 hash exceeds the configured ceilings; refused without computing it")
             return Rejected("hash_over_ceiling")
+        if legacy is not None and legacy.claims(stored):
+            return self._verify_legacy(legacy, ctx, stored, secret)
         if self.hasher.normalises(secret):
             matched = self.hasher.match(stored, secret)  # a hash made before NFKC is rehashed
         else:
             matched = PasswordMatch.NORMALISED if self.hasher.verify(stored, secret) else None
+        if matched is None and legacy is not None and legacy.hmac_argon2:
+            # Flask-Security-Too's default: Argon2id of the HMAC of the password.
+            return self._verify_legacy(legacy, ctx, stored, secret, hmac_only=True)
         if matched is None:
             return Rejected(RejectReason.INVALID)
         if matched is PasswordMatch.AS_TYPED or self.hasher.needs_rehash(stored):
-            try:
-                rehashed = self.hasher.hash(secret)
-            except PasswordTooLong:  # over 1 KiB once normalised: the hash as typed stays
-                return Accepted()
-            self.store.set_password_hash(tenant, user_id, rehashed)
+            return self._rehash(ctx, secret)
+        return Accepted()
+
+    def _verify_legacy(
+        self, legacy: LegacyHashes, ctx: FactorContext, stored: str, secret: bytes, *, hmac_only: bool = False
+    ) -> FactorCheck:
+        from flask_authflow.login.legacy_hashes import LegacyResult
+
+        result = legacy.verify(stored, secret, hmac_only=hmac_only)
+        if result is LegacyResult.MATCH:
+            return self._rehash(ctx, secret)
+        if result is LegacyResult.OVER_CEILING:
+            log.warning("stored legacy password hash exceeds the cost ceilings; refused without computing it")
+            return Rejected("hash_over_ceiling")
+        if result is LegacyResult.MALFORMED:
+            self.hasher.dummy_verify(secret)  # a broken row is not told apart by its timing
+        return Rejected(RejectReason.INVALID)
+
+    def _rehash(self, ctx: FactorContext, secret: bytes) -> FactorCheck:
+        """Accept, replacing the stored hash by an Argon2id hash of the current parameters."""
+        try:
+            rehashed = self.hasher.hash(secret)
+        except PasswordTooLong:  # over 1 KiB once normalised: the stored hash stays
+            return Accepted()
+        self.store.set_password_hash(ctx.tenant, ctx.user_id, rehashed)
         return Accepted()

@@ -187,6 +187,9 @@ class PasswordPolicy:
     :param site_name: refused as a password, like the username and the tenant.
     :param zxcvbn_min_score: when set (0 to 4), also require this zxcvbn score; needs the
         ``[zxcvbn]`` extra (:class:`~flask_authflow.errors.MissingExtraError` otherwise).
+    :param breach_check: called last with the NFKC form of a password that passed every
+        other rule; raises ``WeakPassword("breached", ...)`` for a breached one (see
+        :class:`~flask_authflow.login.breached.BreachedPasswords`).
 
     Values below NIST's minimum (8 characters) are refused with
     :class:`~flask_authflow.errors.ConfigurationError`.
@@ -198,6 +201,7 @@ class PasswordPolicy:
     blocklist: Collection[str] = ()
     site_name: str | None = None
     zxcvbn_min_score: int | None = None
+    breach_check: Callable[[str], None] | None = field(default=None, compare=False)
     _blocked: frozenset[str] = field(init=False, repr=False, compare=False)
     _zxcvbn: Callable[..., Any] | None = field(init=False, repr=False, compare=False)
 
@@ -306,6 +310,8 @@ class PasswordPolicy:
             )
         if self._zxcvbn is not None and self.zxcvbn_min_score is not None:
             self._check_zxcvbn(self._zxcvbn, normalised, username, tenant)
+        if self.breach_check is not None:  # last: the only rule that asks another service
+            self.breach_check(normalised)
 
     def _check_zxcvbn(
         self, zxcvbn: Callable[..., Any], password: str, username: str | None, tenant: str | None

@@ -28,7 +28,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from flask_authflow.audit.context import AuditContext
@@ -49,6 +49,7 @@ from flask_authflow.core.session import AuthSession, step_name
 from flask_authflow.errors import ConfigurationError, FactorNotRegistered
 from flask_authflow.login import begin, enrollment, establish, logout, passkey, step_up, verify
 from flask_authflow.login.enrollment import ENROLLMENT_TTL
+from flask_authflow.login.legacy_hashes import LegacyHashes
 from flask_authflow.login.lockout import Lockout, LockoutPolicy
 from flask_authflow.login.operation import (
     LOGIN_IDENTIFIER_KEY,
@@ -69,6 +70,7 @@ from flask_authflow.outcomes import (
     StepUpRequired,
     WorkflowPending,
 )
+from flask_authflow.throttle import Throttle
 
 __all__ = [
     "ENROLLMENT_TTL",
@@ -153,6 +155,8 @@ class AuthnService:
         passkey_login_allowed: Callable[[str], bool] = lambda tenant: False,
         revoke_sessions: Callable[[str, str, str | None, str], int] | None = None,
         session_writer: SessionWriter | None = None,
+        legacy_hashes: LegacyHashes | None = None,
+        throttle: Throttle | None = None,
     ) -> None:
         self.store: LoginStore = _one_store(identity_store, factor_store, attempt_store)
         self.identity_store: IdentityStore = self.store
@@ -165,10 +169,12 @@ class AuthnService:
         self.hasher = hasher if hasher is not None else PasswordHasher()
         self.policy = lockout or LockoutPolicy()
         self.lockout = Lockout(self.policy, self.store)
+        #: Rate limits checked before any credential (none unless given: ``init_app`` gives one).
+        self.throttle = throttle if throttle is not None else Throttle.disabled()
         self.clock: Clock = clock or SystemClock()
         self.counters = counters if counters is not None else AuthCounters()
         self._factors: dict[FactorKind, Factor] = {}
-        self.register_factor(PasswordFactor(self.hasher, self.store))
+        self.register_factor(PasswordFactor(self.hasher, self.store, legacy_hashes))
         #: ``(tenant, user_id, enrolled kinds) -> steps``; see ``default_login_steps``.
         self.login_steps: LoginSteps = login_steps or default_login_steps
         #: How recent the last authentication must be to enroll, change or disable a factor.
@@ -186,6 +192,10 @@ class AuthnService:
         #: in, or not at all: ``(session, unit) -> after_commit``, ``None`` if the session
         #: was revoked meanwhile. Without it the session is written with the response.
         self.session_writer = session_writer
+        #: ``(tenant, user_id, device_id, now) -> bool``: whether the user trusts that device
+        #: now (wired by ``init_app`` to the device store); a login from a trusted device asks
+        #: for the password only. ``None``: no device is ever trusted.
+        self.device_trusted: Callable[[str, str, str, datetime], bool] | None = None
         # Per-process key: phantom ids are stable for one identifier but unguessable.
         self._phantom_key = secrets.token_bytes(32)
 
@@ -351,6 +361,16 @@ class AuthnRequest:
         Authenticated throughout; :meth:`verify_factor` completes the step-up.
         """
         return step_up.begin_step_up(self.service, self.ctx, session, strongest=strongest)
+
+    def check_password_change(self, session: AuthSession) -> None:
+        """Refuse a change of the session's user's password when the user has a second factor
+        and this session has not passed the strongest login step within ``freshness`` (a
+        stolen session with a known password cannot change it). Call it before asking for
+        the current password.
+
+        :raises StepUpNeeded: ask for ``begin_step_up(session, strongest=True)`` first.
+        """
+        enrollment.check_password_change(self.service, session)
 
     def begin_enrollment(
         self, session: AuthSession, kind: FactorKind, params: Mapping[str, Any] | None = None

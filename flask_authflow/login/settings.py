@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from flask_authflow.errors import ConfigurationError
+from flask_authflow.login.legacy_hashes import LEGACY_SCHEMES
 from flask_authflow.settings import Settings, flask_flag, setting
 
 __all__ = [
@@ -37,14 +38,33 @@ class LoginSettings(Settings):
 class LockoutSettings(Settings):
     """``AUTHFLOW_LOCKOUT_*``: failures within a window lock the account for a while."""
 
+    #: Failures from one address that lock the (account, address) pair.
     max_failures: int = field(metadata=setting("AUTHFLOW_LOCKOUT_MAX_FAILURES"))
     window: timedelta = field(metadata=setting("AUTHFLOW_LOCKOUT_WINDOW"))
     duration: timedelta = field(metadata=setting("AUTHFLOW_LOCKOUT_DURATION"))
+    #: Failures from any address that lock the account (``None``: twenty times ``max_failures``).
+    account_max_failures: int | None = field(metadata=setting("AUTHFLOW_LOCKOUT_ACCOUNT_MAX_FAILURES"))
+    #: The longest an escalated lock lasts.
+    max_duration: timedelta = field(metadata=setting("AUTHFLOW_LOCKOUT_MAX_DURATION"))
+    #: Failures of one factor since its last success past which every lock is the longest.
+    failure_cap: int = field(metadata=setting("AUTHFLOW_LOCKOUT_FAILURE_CAP"))
+
+    def __post_init__(self) -> None:
+        account = self.account_max_failures or 20 * self.max_failures
+        if account < self.max_failures:
+            raise ConfigurationError(
+                "AUTHFLOW_LOCKOUT_ACCOUNT_MAX_FAILURES is below AUTHFLOW_LOCKOUT_MAX_FAILURES: one address "
+                "could then lock the owner out; leave it unset (four times as many) or raise it"
+            )
+        if self.max_duration < self.duration:
+            raise ConfigurationError(
+                "AUTHFLOW_LOCKOUT_MAX_DURATION is shorter than AUTHFLOW_LOCKOUT_DURATION"
+            )
 
 
 @dataclass(frozen=True, slots=True)
 class HashingSettings(Settings):
-    """``AUTHFLOW_ARGON2_*`` and ``AUTHFLOW_MAX_CONCURRENT_HASHES``."""
+    """``AUTHFLOW_ARGON2_*``, ``AUTHFLOW_MAX_CONCURRENT_HASHES`` and ``AUTHFLOW_LEGACY_PASSWORD_*``."""
 
     time_cost: int = field(metadata=setting("AUTHFLOW_ARGON2_TIME_COST"))
     memory_cost: int = field(metadata=setting("AUTHFLOW_ARGON2_MEMORY_COST"))
@@ -53,9 +73,19 @@ class HashingSettings(Settings):
     max_memory_cost: int = field(metadata=setting("AUTHFLOW_ARGON2_MAX_MEMORY_COST"))
     max_parallelism: int = field(metadata=setting("AUTHFLOW_ARGON2_MAX_PARALLELISM"))
     max_concurrent: int = field(metadata=setting("AUTHFLOW_MAX_CONCURRENT_HASHES"))
+    #: Hashes of other software verified at login and replaced by Argon2id (off when empty).
+    legacy_schemes: tuple[str, ...] = field(metadata=setting("AUTHFLOW_LEGACY_PASSWORD_SCHEMES"))
+    #: Flask-Security-Too's ``SECURITY_PASSWORD_SALT`` (its HMAC before hashing).
+    legacy_salt: str | bytes | None = field(metadata=setting("AUTHFLOW_LEGACY_PASSWORD_SALT"))
     testing: bool = field(metadata=flask_flag("TESTING"))
 
     def __post_init__(self) -> None:
+        unknown = [scheme for scheme in self.legacy_schemes if scheme not in LEGACY_SCHEMES]
+        if unknown:
+            raise ConfigurationError(
+                f"AUTHFLOW_LEGACY_PASSWORD_SCHEMES: unknown scheme(s) {', '.join(map(repr, unknown))}; "
+                f"choose from {', '.join(LEGACY_SCHEMES)}"
+            )
         if self.memory_cost < OWASP_MIN_MEMORY_COST and not self.testing:
             raise ConfigurationError(
                 f"AUTHFLOW_ARGON2_MEMORY_COST below {OWASP_MIN_MEMORY_COST} KiB is weaker than OWASP's "
@@ -84,3 +114,9 @@ class PasswordPolicySettings(Settings):
     blocklist: tuple[str, ...] = field(metadata=setting("AUTHFLOW_PASSWORD_BLOCKLIST"))
     zxcvbn_min_score: int | None = field(metadata=setting("AUTHFLOW_PASSWORD_ZXCVBN_MIN_SCORE"))
     site_name: str | None = field(metadata=setting("AUTHFLOW_SITE_NAME"))
+    #: Check new passwords against the Pwned Passwords range API (opt-in).
+    breach_check: bool = field(metadata=setting("AUTHFLOW_PASSWORD_BREACH_CHECK"))
+    #: The range API's base URL (``{url}/{five hex characters}``).
+    breach_check_url: str = field(metadata=setting("AUTHFLOW_PASSWORD_BREACH_CHECK_URL"))
+    #: Refuse the password when the service cannot be asked (default: accept it).
+    breach_check_fail_closed: bool = field(metadata=setting("AUTHFLOW_PASSWORD_BREACH_CHECK_FAIL_CLOSED"))

@@ -46,6 +46,8 @@ from flask_authflow.login.operation import (
     guard_store,
     lockout_subject,
 )
+from flask_authflow.login.throttling import refuse_if_throttled
+from flask_authflow.login.verification import EmailNotVerified, refuse_unverified
 from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,
@@ -153,6 +155,7 @@ def verify_factor(
             except InvalidInput as exc:
                 op.refuse(exc, "error")
                 raise
+        refuse_if_throttled(op, svc, "factor")  # before the reservation and any Argon2
         op.count("login_attempts")
         if factor is not None and not factor.expensive:
             # A cheap check (no Argon2): reservation, check, single-use update, settlement
@@ -236,6 +239,12 @@ def _locked(op: Operation, step: _Step, until: datetime, reason: str) -> Locked:
 def _passed(op: Operation, svc: LoginServices, step: _Step) -> FactorOutcome:
     """The step passed: the session moves on (its id rotates), written in the step's unit."""
     expected, who, now = step.expected, step.who, op.now
+    if step.first_step:
+        try:  # a sign-up that has not confirmed its address yet: told so, nothing kept
+            refuse_unverified(svc, who.tenant, who.user_id)
+        except EmailNotVerified as exc:
+            op.refuse(exc, "refused")
+            raise
 
     def advance(r: SessionRecord) -> SessionRecord:
         after = pass_factor(r, expected, now=now)
@@ -274,6 +283,7 @@ def _failed(
     )
     op.recount_with(count_failure)
     op.count("login_failures")
+    svc.throttle.failure()  # the failure-rate guard
     outcome: FactorOutcome
     if result.locked_until is not None:
         op.session.transition(_end(op.now))

@@ -170,7 +170,7 @@ class EmailOtpFactor(StoredEnrollment):
         enrollment while its last code is valid.
     """
 
-    __slots__ = ("max_sends", "max_tries", "sealer", "sender", "site_name", "ttl")
+    __slots__ = ("mail_limit", "max_sends", "max_tries", "sealer", "sender", "site_name", "ttl")
     #: A cheap check: reservation, check and settlement share one transaction.
     expensive = False
 
@@ -189,6 +189,7 @@ class EmailOtpFactor(StoredEnrollment):
         max_tries: int = 5,
         site_name: str = "flask-authflow",
         max_sends: int = 3,
+        mail_limit: Callable[[str, str, str], None] | None = None,
     ) -> None:
         if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
             raise ConfigurationError(f"the e-mail code lifetime must be a positive timedelta, got {ttl!r}")
@@ -202,6 +203,8 @@ class EmailOtpFactor(StoredEnrollment):
         self.ttl = ttl
         self.max_tries = max_tries
         self.max_sends = max_sends
+        #: ``(to, tenant, user_id)``, called before each send; raises ``Throttled`` to refuse it.
+        self.mail_limit = mail_limit
         # One line: the name goes into a Subject header.
         self.site_name = " ".join(str(site_name).split()) or "flask-authflow"
 
@@ -301,6 +304,8 @@ class EmailOtpFactor(StoredEnrollment):
         sends = _int(slot.get("sends")) if same_login else 0
         if sends >= self.max_sends:
             return {"error": "too_many_sends"}
+        if self.mail_limit is not None:
+            self.mail_limit(address, ctx.tenant, ctx.user_id)
         code = self.new_code()
         subject, body = self.login_message(code)
         self._send(address, subject, body)
@@ -381,6 +386,8 @@ class EmailOtpFactor(StoredEnrollment):
                     lifetime=_lifetime(self.ttl),
                 )
             )
+        if self.mail_limit is not None:  # before the pending factor is stored
+            self.mail_limit(address, ctx.tenant, ctx.user_id)
         earlier = slot.get("factor_id")
         if isinstance(earlier, str) and earlier:
             stale = ctx.store.get_factor(ctx.tenant, ctx.user_id, earlier)

@@ -172,6 +172,9 @@ class AuthFlowSessionInterface(SessionInterface):
     :param secure: the cookie's ``Secure`` flag; turn off only for plain-HTTP development.
     :param samesite: ``"Lax"`` (default), ``"Strict"``, or ``"None"`` (needs ``secure``).
     :param custom_limit: maximum size of the application's session data (serialised).
+    :param remember_ttl: the absolute lifetime of a session whose login asked to be
+        remembered (default: ``ttl``).
+    :param remember_idle_timeout: whether such a session still ends after ``idle_timeout``.
     :param touch_interval: how stale the stored "last seen" time may get before an
         unchanged session is written again (default: a tenth of ``idle_timeout``), so a
         busy user does not cost one write per request.
@@ -193,12 +196,20 @@ class AuthFlowSessionInterface(SessionInterface):
         clock: Clock | None = None,
         custom_limit: int = CUSTOM_DATA_LIMIT,
         touch_interval: timedelta | None = None,
+        remember_ttl: timedelta | None = None,
+        remember_idle_timeout: bool = True,
     ) -> None:
         requested_touch_interval = touch_interval
         current = _check_signing_key(signing_key, "session signing key")
         previous = tuple(_check_signing_key(k, "previous session signing key") for k in previous_signing_keys)
         self.ttl = _positive(ttl, "the session TTL")
         self.idle_timeout = _positive(idle_timeout, "the session idle timeout")
+        #: The absolute lifetime of a "remember me" session (``None``: the same as ``ttl``).
+        self.remember_ttl = (
+            _positive(remember_ttl, "the remember-me TTL") if remember_ttl is not None else ttl
+        )
+        #: Whether a "remember me" session still ends after ``idle_timeout`` without use.
+        self.remember_idle_timeout = bool(remember_idle_timeout)
         if touch_interval is None:
             touch_interval = idle_timeout / 10
         if not isinstance(touch_interval, timedelta) or not timedelta(0) <= touch_interval < idle_timeout:
@@ -238,6 +249,8 @@ class AuthFlowSessionInterface(SessionInterface):
             "custom_limit": custom_limit,
             # ``None`` stays ``None`` so that with_idle_timeout() recomputes the default.
             "touch_interval": requested_touch_interval,
+            "remember_ttl": remember_ttl,
+            "remember_idle_timeout": remember_idle_timeout,
         }
 
     # --- builders ---------------------------------------------------------------------------
@@ -280,7 +293,13 @@ class AuthFlowSessionInterface(SessionInterface):
         return self._current.signer.sign(sid).decode("ascii")
 
     def expires_at(self, record: SessionRecord) -> datetime:
-        """When ``record`` ends: absolute lifetime or idle timeout, whichever comes first."""
+        """When ``record`` ends: absolute lifetime or idle timeout, whichever comes first (a
+        "remember me" session: its longer lifetime, and the idle timeout unless turned off)."""
+        if record.remember:
+            absolute = record.created_at + self.remember_ttl
+            if not self.remember_idle_timeout:
+                return absolute
+            return min(absolute, record.last_seen_at + self.idle_timeout)
         return min(record.created_at + self.ttl, record.last_seen_at + self.idle_timeout)
 
     def _verify_cookie(self, raw: str) -> tuple[str, _KeySlot] | None:

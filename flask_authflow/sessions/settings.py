@@ -30,6 +30,8 @@ class SessionSettings(Settings):
     )
     ttl: timedelta = field(metadata=setting("AUTHFLOW_SESSION_TTL"))
     idle_timeout: timedelta = field(metadata=setting("AUTHFLOW_SESSION_IDLE_TIMEOUT"))
+    remember_ttl: timedelta = field(metadata=setting("AUTHFLOW_REMEMBER_ME_TTL"))
+    remember_idle_timeout: bool = field(metadata=setting("AUTHFLOW_REMEMBER_ME_IDLE_TIMEOUT"))
     store: str = field(metadata=setting("AUTHFLOW_SESSION_STORE"))
     redis_url: str | None = field(metadata=setting("AUTHFLOW_REDIS_URL"))
     custom_data_limit: int = field(metadata=setting("AUTHFLOW_CUSTOM_DATA_LIMIT"))
@@ -48,6 +50,10 @@ class SessionSettings(Settings):
         if self.idle_timeout > self.ttl:
             raise ConfigurationError(
                 "AUTHFLOW_SESSION_IDLE_TIMEOUT is longer than AUTHFLOW_SESSION_TTL: set it to at most the TTL"
+            )
+        if self.remember_ttl < self.ttl:
+            raise ConfigurationError(
+                "AUTHFLOW_REMEMBER_ME_TTL is shorter than AUTHFLOW_SESSION_TTL: set it to at least the TTL"
             )
         if self.store == "redis":
             if self.redis_url is None:

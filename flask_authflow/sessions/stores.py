@@ -287,6 +287,7 @@ def serialize_record(record: SessionRecord) -> bytes:
         "flow": None if record.flow is None else custom_serializer.dumps(dict(record.flow)),
         "custom": custom_serializer.dumps(dict(record.custom)) if record.custom else None,
         "workflow": dict(record.workflow) if record.workflow is not None else None,
+        "remember": record.remember,
     }
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
@@ -361,6 +362,7 @@ def deserialize_record(data: bytes) -> SessionRecord:
             flow=flow,
             custom=custom,
             workflow=workflow,
+            remember=doc.get("remember") is True,  # absent from records written before "remember me"
         )
     except SessionRecordError:
         raise

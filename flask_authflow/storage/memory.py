@@ -18,24 +18,31 @@ from collections import deque
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import Clock, SystemClock, utc
+from flask_authflow.core.devices import MAX_LABEL_LENGTH, MAX_PLACE_LENGTH, check_device_id, clean_text
 from flask_authflow.core.factor_data import check_factor_config
 from flask_authflow.core.identifiers import check_tenant, normalise_email, normalise_identifier
 from flask_authflow.core.ports import (
+    PAIR_SEPARATOR,
     RESERVATION_TTL,
+    AccountToken,
+    ApiTokenRecord,
     AttemptKey,
+    DeviceRecord,
     FactorConfig,
     FailureCount,
     LoginFacts,
     Reservation,
     Role,
+    StoredProviderTokens,
     UserRecord,
 )
 from flask_authflow.core.roles import check_description, check_name
 from flask_authflow.errors import (
+    ApiTokenNameTaken,
     AuditWriteError,
     RoleExists,
     RoleInUse,
@@ -149,8 +156,16 @@ class InMemoryBackend:
         self._attempts: deque[AttemptLogEntry] = deque(maxlen=max_attempt_log)
         self._audit: deque[AuditRecord] = deque()
         self._roles = _RoleState()
+        self._api_tokens: dict[str, ApiTokenRecord] = {}  # token id -> record
+        # Devices: (tenant, user id, device id) -> record.
+        self._devices: dict[tuple[str, str, str], DeviceRecord] = {}
         self._links: dict[tuple[str, str], IdentityLink] = {}
         self._jtis: dict[tuple[str, str], datetime] = {}
+        # Account tokens by digest (see the section "account tokens").
+        self._account_tokens: dict[str, AccountToken] = {}
+        # Provider tokens per (tenant, user id, provider), and each row's refresh claim.
+        self._provider_tokens: dict[tuple[str, str, str], StoredProviderTokens] = {}
+        self._token_claims: dict[tuple[str, str, str], tuple[str, datetime]] = {}
         self._fail_writes = 0
         # The open unit's undo journal: (container, key, value before) per change.
         self._journal: list[tuple[Any, Any, Any]] | None = None
@@ -318,6 +333,13 @@ class InMemoryBackend:
             for link_key in [k for k, link in self._links.items() if link.user_id == user.user_id]:
                 self._remove(self._links, link_key)
             self._remove(self._roles.held, (tenant, user.user_id))
+            self.void_account_tokens(tenant, user.user_id, None, self.clock.now())
+            self._drop_api_tokens(tenant, user.user_id)
+            for token_key in [k for k in self._provider_tokens if k[:2] == (tenant, user.user_id)]:
+                self._remove(self._provider_tokens, token_key)
+                self._remove(self._token_claims, token_key)
+            for device_key in [k for k in self._devices if k[:2] == (tenant, user.user_id)]:
+                self._remove(self._devices, device_key)
             return user
 
     def find_user(self, tenant: str, identifier: str) -> UserRecord | None:
@@ -461,6 +483,9 @@ class InMemoryBackend:
                 raise ValueError(f"a {kind.value} factor with this lookup is already enrolled")
             if kind is FactorKind.PASSWORD and self._password(factors) is not None:
                 raise ValueError("the user has a password already")
+            if not config.confirmed:  # one pending enrollment per kind: the new one replaces it
+                for stale in [c for c in factors.values() if c.kind is kind and not c.confirmed]:
+                    self._drop_factor(stale)
             self._store_factor(
                 replace(
                     config,
@@ -681,11 +706,32 @@ class InMemoryBackend:
             self._forget_attempts(tenant, subject)
 
     def _forget_attempts(self, tenant: str, subject: str) -> None:
-        """Drop the counters and reservations of ``subject`` (caller holds the lock)."""
-        for key in [k for k in self._locks if k.tenant == tenant and k.subject == subject]:
+        """Drop the counters and reservations of ``subject`` and of its (subject, address)
+        pairs (caller holds the lock)."""
+        pairs = subject + PAIR_SEPARATOR
+
+        def of_subject(key: AttemptKey) -> bool:
+            return key.tenant == tenant and (key.subject == subject or key.subject.startswith(pairs))
+
+        for key in [k for k in self._locks if of_subject(k)]:
             self._remove(self._locks, key)
-        for key in [k for k in self._reservations if k.tenant == tenant and k.subject == subject]:
+        for key in [k for k in self._reservations if of_subject(k)]:
             self._remove(self._reservations, key)
+
+    def failures_since_success(self, key: AttemptKey, *, since: datetime) -> int:
+        """Walks the attempt log back from the newest row (bounded by ``max_attempt_log``)."""
+        with self._lock:
+            self._check_available()
+            failures = 0
+            for row in reversed(self._attempts):
+                if row.at <= since:
+                    break
+                if (row.tenant, row.subject, row.factor) != (key.tenant, key.subject, key.factor):
+                    continue
+                if row.success:
+                    break
+                failures += 1
+            return failures
 
     @property
     def attempt_log(self) -> list[AttemptLogEntry]:
@@ -744,6 +790,57 @@ class InMemoryBackend:
         with self._lock:
             return list(self._audit)
 
+    # --- provider tokens (ProviderTokenStore) -------------------------------------------------
+
+    def save_provider_tokens(self, tokens: StoredProviderTokens) -> None:
+        key = (tokens.tenant, tokens.user_id, tokens.provider)
+        with self._lock:
+            self._put(self._provider_tokens, key, tokens)
+            self._remove(self._token_claims, key)
+
+    def get_provider_tokens(self, tenant: str, user_id: str, provider: str) -> StoredProviderTokens | None:
+        with self._lock:
+            return self._provider_tokens.get((tenant, user_id, provider))
+
+    def provider_tokens_of_user(self, tenant: str, user_id: str) -> list[StoredProviderTokens]:
+        with self._lock:
+            found = [row for key, row in self._provider_tokens.items() if key[:2] == (tenant, user_id)]
+        return sorted(found, key=lambda row: row.provider)
+
+    def delete_provider_tokens(self, tenant: str, user_id: str, provider: str) -> bool:
+        key = (tenant, user_id, provider)
+        with self._lock:
+            self._remove(self._token_claims, key)
+            return self._remove(self._provider_tokens, key) is not None
+
+    def claim_provider_tokens(
+        self, tenant: str, user_id: str, provider: str, claim: str, *, now: datetime, until: datetime
+    ) -> bool:
+        key = (tenant, user_id, provider)
+        with self._lock:
+            held = self._token_claims.get(key)
+            if key not in self._provider_tokens or (held is not None and held[1] > now):
+                return False
+            self._put(self._token_claims, key, (claim, until))
+            return True
+
+    def replace_claimed_provider_tokens(self, tokens: StoredProviderTokens, claim: str) -> bool:
+        key = (tokens.tenant, tokens.user_id, tokens.provider)
+        with self._lock:
+            held = self._token_claims.get(key)
+            if held is None or held[0] != claim or key not in self._provider_tokens:
+                return False
+            self._put(self._provider_tokens, key, tokens)
+            self._remove(self._token_claims, key)
+            return True
+
+    def release_provider_tokens(self, tenant: str, user_id: str, provider: str, claim: str) -> None:
+        key = (tenant, user_id, provider)
+        with self._lock:
+            held = self._token_claims.get(key)
+            if held is not None and held[0] == claim:
+                self._remove(self._token_claims, key)
+
     # --- maintenance (BackendMaintenance) ----------------------------------------------------
 
     def bind_app(self, app: object) -> InMemoryBackend:
@@ -762,6 +859,77 @@ class InMemoryBackend:
             self._audit.clear()  # in place: a unit's journal refers to this deque
             self._audit.extend(kept)
         return purged
+
+    # --- account tokens (AccountTokenStore) --------------------------------------------------
+    #
+    # Mailed single-use tokens by digest. Each change holds the lock for the whole step and
+    # goes through the unit's journal, so a rolled-back step leaves its token unused.
+
+    def issue_account_token(self, token: AccountToken) -> None:
+        with self._lock:
+            self.void_account_tokens(token.tenant, token.user_id, token.kind, token.created_at)
+            self._put(self._account_tokens, token.token_hash, replace(token, payload=dict(token.payload)))
+
+    def find_account_token(self, token_hash: str) -> AccountToken | None:
+        with self._lock:
+            return self._account_tokens.get(token_hash)
+
+    def _live_token(self, token_hash: str, now: datetime) -> AccountToken | None:
+        found = self._account_tokens.get(token_hash)
+        return found if found is not None and found.used_at is None and found.expires_at > now else None
+
+    def use_account_token(self, token_hash: str, kind: str, now: datetime) -> AccountToken | None:
+        with self._lock:
+            live = self._live_token(token_hash, now)
+            if live is None or live.kind != kind:
+                return None
+            used = replace(live, used_at=now)
+            self._put(self._account_tokens, token_hash, used)
+            return used
+
+    def live_account_token(self, tenant: str, user_id: str, kind: str, now: datetime) -> AccountToken | None:
+        with self._lock:
+            for token in self._account_tokens.values():
+                if (token.tenant, token.user_id, token.kind) == (tenant, user_id, kind):
+                    if self._live_token(token.token_hash, now) is not None:
+                        return token
+        return None
+
+    def use_account_code(
+        self, token_hash: str, code_hash: str, now: datetime, *, max_attempts: int
+    ) -> AccountToken | None:
+        with self._lock:
+            live = self._live_token(token_hash, now)
+            if live is None or live.code_attempts >= max_attempts:
+                return None
+            if live.code_hash == code_hash:
+                used = replace(live, used_at=now)
+                self._put(self._account_tokens, token_hash, used)
+                return used
+            tried = live.code_attempts + 1
+            voided = now if tried >= max_attempts else None
+            self._put(self._account_tokens, token_hash, replace(live, code_attempts=tried, used_at=voided))
+            return None
+
+    def has_account_token(self, tenant: str, user_id: str, kind: str) -> bool:
+        with self._lock:
+            return any(
+                (token.tenant, token.user_id, token.kind) == (tenant, user_id, kind)
+                for token in self._account_tokens.values()
+            )
+
+    def void_account_tokens(self, tenant: str, user_id: str, kind: str | None, now: datetime) -> int:
+        with self._lock:
+            voided = [
+                token
+                for token in self._account_tokens.values()
+                if (token.tenant, token.user_id) == (tenant, user_id)
+                and (kind is None or token.kind == kind)
+                and token.used_at is None
+            ]
+            for token in voided:
+                self._put(self._account_tokens, token.token_hash, replace(token, used_at=now))
+            return len(voided)
 
     # --- roles (RoleStore) -------------------------------------------------------------------
 
@@ -841,6 +1009,117 @@ class InMemoryBackend:
             state = self._roles
             roles = state.held.get((tenant, user_id), ())
             return sorted({p for role in roles for p in state.grants.get((tenant, role), ())})
+
+    # --- personal API tokens (ApiTokenStore) --------------------------------------------------
+    #
+    # One dict, token id -> record; a user's tokens are found by a scan (a memory store
+    # holds few), names are unique per user as the SQL store's constraint has them.
+
+    def _user_tokens(self, tenant: str, user_id: str) -> list[ApiTokenRecord]:
+        return sorted(
+            (r for r in self._api_tokens.values() if r.tenant == tenant and r.user_id == user_id),
+            key=lambda r: r.name,
+        )
+
+    def _drop_api_tokens(self, tenant: str, user_id: str) -> int:
+        doomed = [r.token_id for r in self._user_tokens(tenant, user_id)]
+        for token_id in doomed:
+            self._remove(self._api_tokens, token_id)
+        return len(doomed)
+
+    def add_api_token(self, record: ApiTokenRecord) -> None:
+        with self._lock:
+            if self.get_user(record.tenant, record.user_id) is None:
+                raise UserNotFound()
+            if record.token_id in self._api_tokens or any(
+                r.name == record.name for r in self._user_tokens(record.tenant, record.user_id)
+            ):
+                raise ApiTokenNameTaken()
+            self._put(self._api_tokens, record.token_id, record)
+
+    def get_api_token(self, token_id: str) -> ApiTokenRecord | None:
+        with self._lock:
+            return self._api_tokens.get(token_id)
+
+    def list_api_tokens(self, tenant: str, user_id: str) -> list[ApiTokenRecord]:
+        with self._lock:
+            return self._user_tokens(tenant, user_id)
+
+    def delete_api_token(self, tenant: str, user_id: str, name: str) -> ApiTokenRecord | None:
+        with self._lock:
+            for record in self._user_tokens(tenant, user_id):
+                if record.name == name:
+                    return cast(ApiTokenRecord, self._remove(self._api_tokens, record.token_id))
+            return None
+
+    def delete_user_api_tokens(self, tenant: str, user_id: str) -> int:
+        with self._lock:
+            return self._drop_api_tokens(tenant, user_id)
+
+    def touch_api_token(self, token_id: str, at: datetime, *, unless_since: datetime) -> bool:
+        with self._lock:
+            record = self._api_tokens.get(token_id)
+            if record is None or (record.last_used_at is not None and record.last_used_at >= unless_since):
+                return False
+            self._put(self._api_tokens, token_id, replace(record, last_used_at=at))
+            return True
+
+    # --- devices (DeviceStore) ---------------------------------------------------------------
+
+    def _device_key(self, tenant: str, user_id: str, device_id: str) -> tuple[str, str, str]:
+        return (check_tenant(tenant), user_id, check_device_id(device_id))
+
+    def touch_device(
+        self, tenant: str, user_id: str, device_id: str, *, label: str, place: str | None, now: datetime
+    ) -> bool:
+        key = self._device_key(tenant, user_id, device_id)
+        label = clean_text(label, MAX_LABEL_LENGTH)
+        place = clean_text(place, MAX_PLACE_LENGTH) if place is not None else None
+        with self._lock:
+            if self.get_user(key[0], user_id) is None:
+                raise UserNotFound()
+            known = self._devices.get(key)
+            if known is None:
+                self._put(self._devices, key, DeviceRecord(*key, label, utc(now), utc(now), place))
+                return True
+            self._put(self._devices, key, replace(known, label=label, place=place, last_seen_at=utc(now)))
+            return False
+
+    def get_device(self, tenant: str, user_id: str, device_id: str) -> DeviceRecord | None:
+        key = self._device_key(tenant, user_id, device_id)
+        with self._lock:
+            return self._devices.get(key)
+
+    def list_devices(self, tenant: str, user_id: str) -> list[DeviceRecord]:
+        with self._lock:
+            mine = [r for k, r in self._devices.items() if k[:2] == (tenant, user_id)]
+        return sorted(mine, key=lambda r: (r.last_seen_at, r.device_id), reverse=True)
+
+    def forget_device(self, tenant: str, user_id: str, device_id: str) -> bool:
+        key = self._device_key(tenant, user_id, device_id)
+        with self._lock:
+            return self._remove(self._devices, key) is not None
+
+    def trust_device(self, tenant: str, user_id: str, device_id: str, until: datetime) -> bool:
+        key = self._device_key(tenant, user_id, device_id)
+        with self._lock:
+            known = self._devices.get(key)
+            if known is None:
+                return False
+            self._put(self._devices, key, replace(known, trusted_until=utc(until)))
+            return True
+
+    def end_device_trust(self, tenant: str, user_id: str, device_id: str | None = None) -> int:
+        wanted = check_device_id(device_id) if device_id is not None else None
+        with self._lock:
+            keys = [
+                k
+                for k, r in self._devices.items()
+                if k[:2] == (tenant, user_id) and r.trusted_until is not None and wanted in (None, k[2])
+            ]
+            for key in keys:
+                self._put(self._devices, key, replace(self._devices[key], trusted_until=None))
+            return len(keys)
 
 
 def _undo(container: Any, key: Any, before: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from flask import current_app, has_app_context
 
-from flask_authflow.storage.sql.uow import join_account_writes
+from flask_authflow.core.app_users import join_account_writes
 
 __all__ = ["FlaskSqlAlchemyTransaction", "app_transaction"]
 

@@ -9,12 +9,14 @@ wiring reads. Domain modules never import it; they are given the values they nee
 
 from __future__ import annotations
 
+import re
 from collections import ChainMap
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from flask_authflow.audit.settings import AuditSettings
+from flask_authflow.errors import ConfigurationError
 from flask_authflow.federation.settings import FederationSettings
 from flask_authflow.issuer.settings import IssuerSettings
 from flask_authflow.login.settings import (
@@ -34,8 +36,38 @@ from flask_authflow.settings import (
     coerce_key,
     setting,
 )
+from flask_authflow.throttle import ThrottleSettings
 
-__all__ = ["DEFAULTS", "MIN_SIGNING_KEY_BYTES", "AuthFlowConfig", "WebSettings", "coerce_key", "load_config"]
+__all__ = [
+    "DEFAULTS",
+    "MIN_SIGNING_KEY_BYTES",
+    "AuthFlowConfig",
+    "WebSettings",
+    "check_destination",
+    "coerce_key",
+    "load_config",
+]
+
+#: An endpoint name: ``index``, ``main.dashboard`` (dotted blueprint names).
+_ENDPOINT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def check_destination(name: str, value: str | None) -> None:
+    """``value`` is ``None``, an endpoint name, or a same-site path that ``next`` would accept
+    (the rule of :func:`~flask_authflow.web.decorators.safe_next`).
+
+    :raises ConfigurationError: anything else (``https://...``, ``//host``, ``/\\host`` ...).
+    """
+    if value is None or _ENDPOINT.fullmatch(value):
+        return
+    from flask_authflow.web.decorators import safe_next  # the web layer imports this module
+
+    if value.startswith("/") and safe_next(value) == value:
+        return
+    raise ConfigurationError(
+        f"{name} must be an endpoint name ('index', 'main.dashboard') or a path on this site "
+        f"('/home'), got {value!r}: another site's address is refused, as for ?next="
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +82,18 @@ class WebSettings(Settings):
     views: bool = field(metadata=setting("AUTHFLOW_VIEWS"))
     #: Where ``POST .../logout`` is mounted (``None``: no logout route).
     logout_url_prefix: str | None = field(metadata=setting("AUTHFLOW_LOGOUT_URL_PREFIX"))
+    #: The template every ready page extends (``authflow/base.html``: the package's own).
+    views_layout: str = field(metadata=setting("AUTHFLOW_VIEWS_LAYOUT"))
+    #: Where a completed sign-in lands without a safe ``next`` (``None``: the account page).
+    post_login_view: str | None = field(metadata=setting("AUTHFLOW_POST_LOGIN_VIEW"))
+    #: Where a form logout lands (``None``: the sign-in page, or ``/`` without the ready views).
+    post_logout_view: str | None = field(metadata=setting("AUTHFLOW_POST_LOGOUT_VIEW"))
+
+    def __post_init__(self) -> None:
+        if not self.views_layout.strip():
+            raise ConfigurationError("AUTHFLOW_VIEWS_LAYOUT must name a template, such as 'layout.html'")
+        check_destination("AUTHFLOW_POST_LOGIN_VIEW", self.post_login_view)
+        check_destination("AUTHFLOW_POST_LOGOUT_VIEW", self.post_logout_view)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +105,7 @@ class AuthFlowConfig:
     audit: AuditSettings
     login: LoginSettings
     lockout: LockoutSettings
+    throttle: ThrottleSettings
     hashing: HashingSettings
     passwords: PasswordPolicySettings
     factors: FactorSettings
@@ -88,6 +133,7 @@ class AuthFlowConfig:
             audit=AuditSettings.from_config(config),
             login=LoginSettings.from_config(config),
             lockout=LockoutSettings.from_config(config),
+            throttle=ThrottleSettings.from_config(config),
             hashing=HashingSettings.from_config(config),
             passwords=PasswordPolicySettings.from_config(config),
             factors=FactorSettings.from_config(config),

@@ -17,6 +17,11 @@ Two modes, chosen per request:
   rejection (``CSRFError``, a 400) is answered by the app's error handlers. The token is
   rotated at login too.
 
+Every template of the app can call ``csrf_token()`` (and read ``csrf_field_name``) for its
+own forms: the context processor :func:`template_helpers`. A script sends the token in the
+``X-CSRF-Token`` header (or the ``csrf_token`` member of a JSON body); ``GET .../csrf`` of
+the ready views answers it as JSON.
+
 Flask-WTF is optional: it is imported only when an app registered it.
 """
 
@@ -28,14 +33,26 @@ from typing import Any
 
 from flask import current_app, g, request
 
-from flask_authflow.web.state import current_auth_session
+from flask_authflow.web.state import current_auth_session, get_state
 
-__all__ = ["FIELD_NAME", "SESSION_KEY", "csrf_field_name", "csrf_token", "csrf_valid", "rotate_csrf_token"]
+__all__ = [
+    "CSRF_HEADER",
+    "FIELD_NAME",
+    "SESSION_KEY",
+    "csrf_field_name",
+    "csrf_token",
+    "csrf_valid",
+    "rotate_csrf_token",
+    "template_helpers",
+]
 
 #: Key of the built-in token in the session's custom data.
 SESSION_KEY = "_authflow_csrf"
 #: Name of the hidden form field of the built-in token.
 FIELD_NAME = "csrf_token"
+#: The header a script sends the token in (JSON bodies, ``fetch`` of a form); Flask-WTF
+#: reads the same header by default.
+CSRF_HEADER = "X-CSRF-Token"
 
 
 def flask_wtf_protect() -> Any | None:
@@ -84,10 +101,29 @@ def csrf_valid() -> bool:
             protect.protect()  # raises CSRFError (400) when the token is missing or wrong
         return True
     expected = current_auth_session().get(SESSION_KEY)
-    supplied = request.form.get(FIELD_NAME)
+    supplied = request.form.get(FIELD_NAME) or request.headers.get(CSRF_HEADER) or _json_field()
     if not isinstance(expected, str) or not expected or not supplied:
         return False
     return hmac.compare_digest(expected.encode("utf-8"), supplied.encode("utf-8", "surrogatepass"))
+
+
+def _json_field() -> str | None:
+    """The ``csrf_token`` member of a JSON body (an object), if any."""
+    body = request.get_json(silent=True) if request.is_json else None
+    value = body.get(FIELD_NAME) if isinstance(body, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def template_helpers() -> dict[str, Any]:
+    """What every template of the app gets (a context processor ``init_app`` installs):
+    ``csrf_token()``, the token for the app's own forms (the logout button ...), and
+    ``csrf_field_name``, the field to put it in (with Flask-WTF, its token and field); and
+    ``authflow_layout``, the template the ready pages extend (``AUTHFLOW_VIEWS_LAYOUT``)."""
+    return {
+        "csrf_token": csrf_token,
+        "csrf_field_name": csrf_field_name(),
+        "authflow_layout": get_state().config.web.views_layout,
+    }
 
 
 def rotate_csrf_token() -> None:

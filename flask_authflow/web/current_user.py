@@ -6,7 +6,9 @@ for the session's ``(tenant, user_id)``; without one, it is the library's own
 session (a guest, a login still waiting for a factor), or whose user the loader no
 longer finds, gets :data:`ANONYMOUS_USER` (``is_authenticated`` is false). The user is
 loaded at most once per request and loaded again only if the session's user changes
-within the request (a login or logout in the view).
+within the request (a login or logout in the view). On a view that allows API access,
+a request without an Authenticated session gets the user of its bearer token or of the
+request loader (:mod:`flask_authflow.web.api_auth`), loaded the same way.
 
 ``current_user.has_role(name)`` and ``current_user.has_permission(name)`` answer from
 the user's roles in the store (:class:`~flask_authflow.core.ports.RoleStore`), read
@@ -31,10 +33,13 @@ __all__ = [
     "current_roles",
     "current_user",
     "load_current_user",
+    "load_user",
+    "set_api_user",
 ]
 
 _CACHE_KEY = "_authflow_current_user"
 _ROLES_KEY = "_authflow_current_roles"
+_API_KEY = "_authflow_api_user"
 
 
 class AnonymousUser:
@@ -108,18 +113,31 @@ class UserMixin:
 ANONYMOUS_USER: Final = AnonymousUser()
 
 
-def _load(state: AuthFlowState, tenant: str, user_id: str) -> Any:
+def load_user(state: AuthFlowState, tenant: str, user_id: str) -> Any:
+    """The user object for ``(tenant, user_id)``: the user loader's, else the library's record."""
     loader = state.hooks.user_loader
     if loader is not None:
         return loader(tenant, user_id)
     return state.backend.get_user(tenant, user_id)
 
 
+def set_api_user(tenant: str | None, user_id: str | None, user: Any) -> None:
+    """Make ``user`` the current user of a request without an Authenticated session (a
+    bearer token or the request loader on an API view; see :mod:`flask_authflow.web.api_auth`)."""
+    setattr(g, _API_KEY, ((tenant, user_id), user))
+
+
+def _api_user() -> tuple[tuple[str | None, str | None], Any] | None:
+    found = g.get(_API_KEY)
+    return cast(tuple[tuple[str | None, str | None], Any], found) if found is not None else None
+
+
 def load_current_user() -> Any:
     """The current user (see the module docstring); cached on ``flask.g`` for the request."""
     session = current_auth_session()
     if not session.is_authenticated:
-        return ANONYMOUS_USER
+        api = _api_user()
+        return api[1] if api is not None else ANONYMOUS_USER
     tenant, user_id = session.tenant, session.user_id
     if tenant is None or user_id is None:  # pragma: no cover - an Authenticated record has both
         return ANONYMOUS_USER
@@ -127,7 +145,7 @@ def load_current_user() -> Any:
     cached = g.get(_CACHE_KEY)
     if cached is not None and cached[0] == key:
         return cached[1]
-    user = _load(get_state(), tenant, user_id)
+    user = load_user(get_state(), tenant, user_id)
     if user is None:
         user = ANONYMOUS_USER
     setattr(g, _CACHE_KEY, (key, user))
@@ -137,11 +155,13 @@ def load_current_user() -> Any:
 def _role_sets() -> tuple[frozenset[str], frozenset[str]]:
     """The current user's (roles, permissions), read once per request and user."""
     session = current_auth_session()
-    if not session.is_authenticated or session.tenant is None or session.user_id is None:
+    api = None if session.is_authenticated else _api_user()
+    tenant, user_id = api[0] if api is not None else (session.tenant, session.user_id)
+    if (not session.is_authenticated and api is None) or tenant is None or user_id is None:
         return frozenset(), frozenset()
     if load_current_user() is ANONYMOUS_USER:  # the user loader no longer finds this user
         return frozenset(), frozenset()
-    key = (session.tenant, session.user_id)
+    key = (tenant, user_id)
     cached = g.get(_ROLES_KEY)
     if cached is not None and cached[0] == key:
         return cast(tuple[frozenset[str], frozenset[str]], cached[1])

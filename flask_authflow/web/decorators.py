@@ -5,6 +5,8 @@ Both work on sync and async views (through ``current_app.ensure_sync``), bare or
 
     @login_required                                   # any Authenticated session
     @login_required(lambda user: user.is_admin)       # ... whose current_user passes: else 403
+    @login_required(api=True)                         # ... or a bearer token / the request loader
+    @api_scopes_required("notes:read")                # ... whose token carries the scope
     @fresh_login_required                             # logged in within AUTHFLOW_FRESHNESS
     @fresh_login_required(within=timedelta(minutes=5))
     @roles_required("admin", "editor")                # holds every role named
@@ -21,7 +23,8 @@ neither, :func:`denial_response` answers: browsers are redirected to the login (
 step-up) view with a ``next`` that only ever holds a same-site relative path (see
 :func:`safe_next`), other clients get the JSON or text error; a browser denied a page it is signed in for
 (:class:`~flask_authflow.errors.PermissionDenied`) gets the ``authflow/forbidden.html``
-page (status 403).
+page (status 403), and one the app has no login or step-up view for gets
+``authflow/sign_in_required.html`` or ``authflow/step_up_required.html`` (401).
 """
 
 from __future__ import annotations
@@ -34,10 +37,20 @@ from pathlib import Path
 from typing import Any, TypeVar, cast, overload
 from urllib.parse import urlsplit
 
-from flask import Response, current_app, has_request_context, redirect, render_template, request, url_for
+from flask import (
+    Response,
+    current_app,
+    has_request_context,
+    make_response,
+    redirect,
+    render_template,
+    request,
+    url_for,
+)
 from jinja2 import Environment, FileSystemLoader, TemplateNotFound, select_autoescape
 from werkzeug.exceptions import Forbidden, HTTPException, Unauthorized
 
+from flask_authflow.api_auth import TokenRefused, check_scopes
 from flask_authflow.core.roles import check_name
 from flask_authflow.errors import (
     AuthFlowError,
@@ -49,6 +62,7 @@ from flask_authflow.errors import (
 )
 from flask_authflow.i18n import template_context
 from flask_authflow.responses import error_response
+from flask_authflow.web.api_auth import api_denial, api_principal, missing_scopes
 from flask_authflow.web.current_user import (
     ANONYMOUS_USER,
     current_permissions,
@@ -58,6 +72,8 @@ from flask_authflow.web.current_user import (
 from flask_authflow.web.state import DenialHandler, current_auth_session, get_state
 
 __all__ = [
+    "api_scopes_required",
+    "denial_page",
     "denial_response",
     "fresh_login_required",
     "login_required",
@@ -155,18 +171,33 @@ def denial_response(error: AuthFlowError) -> Any:
         if endpoint:
             target = safe_next(request.full_path.rstrip("?"))
             return redirect(url_for(endpoint, next=target))
-    if _wants_html() and isinstance(error, PermissionDenied):
-        return _forbidden_page()
+    template = _denial_template(error) if _wants_html() else None
+    if template is not None:
+        return denial_page(template, error.status)
     return error_response(error)
 
 
-def _forbidden_page() -> Response:
-    """``authflow/forbidden.html`` (the application's own copy first), status 403, never cached."""
+def _denial_template(error: AuthFlowError) -> str | None:
+    """The page a browser gets for a denial no view answered (subclasses included)."""
+    if isinstance(error, PermissionDenied):
+        return "authflow/forbidden.html"
+    if isinstance(error, StepUpNeeded):
+        return "authflow/step_up_required.html"
+    if isinstance(error, Unauthenticated):
+        return "authflow/sign_in_required.html"
+    return None
+
+
+def denial_page(template: str, status: int, **context: Any) -> Response:
+    """``template`` (the application's own copy first) with ``status``, never cached, never
+    framed: the denial pages (``forbidden.html`` 403, ``sign_in_required.html`` and
+    ``step_up_required.html`` 401, ``sign_in_failed.html``)."""
+    context.setdefault("home_url", (request.script_root if has_request_context() else "") + "/")
     try:
-        body = render_template("authflow/forbidden.html", **template_context())
+        body = render_template(template, **template_context(), **context)
     except TemplateNotFound:  # the ready views' templates are not registered on this app
-        body = _TEMPLATES.get_template("authflow/forbidden.html").render(**template_context())
-    response = Response(body, status=403, mimetype="text/html")
+        body = _TEMPLATES.get_template(template).render(**template_context(), **context)
+    response = Response(body, status=status, mimetype="text/html")
     response.headers["Cache-Control"] = "no-store"
     response.headers["X-Frame-Options"] = "DENY"
     response.headers.setdefault("Content-Security-Policy", "frame-ancestors 'none'")
@@ -206,12 +237,51 @@ def _runner(view: Callable[..., Any]) -> Callable[..., Any]:
     return view
 
 
-def _guard(view: F, predicate: UserPredicate | None) -> F:
+def _api_call(
+    run: Callable[..., Any],
+    predicate: UserPredicate | None,
+    scopes: frozenset[str],
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    """A view that allows API access: the session first, then a bearer token or the request
+    loader (see :mod:`flask_authflow.web.api_auth`); their refusals are JSON challenges."""
+    principal = None
+    if not current_auth_session().is_authenticated:
+        try:
+            principal = api_principal()
+        except TokenRefused as refused:
+            return api_denial(refused)
+    if principal is None:
+        denied = _user_denied(predicate)
+        if denied is None:
+            return run(*args, **kwargs)
+        handler = get_state().hooks.unauthorized_handler
+        if isinstance(denied, Unauthenticated) and handler is None and not _wants_html():
+            return api_denial(denied)
+        return _deny(handler if isinstance(denied, Unauthenticated) else None, denied)
+    if predicate is not None and not predicate(principal.user):
+        raise PermissionDenied()
+    missing = missing_scopes(scopes)
+    if missing is not None:
+        return api_denial(missing, scopes)
+    response = make_response(run(*args, **kwargs))
+    if "Cache-Control" not in response.headers:  # an answer for one token holder: never shared
+        response.headers["Cache-Control"] = "private, no-store"
+    response.vary.add("Authorization")
+    return response
+
+
+def _guard(
+    view: F, predicate: UserPredicate | None, *, api: bool = False, scopes: frozenset[str] = frozenset()
+) -> F:
     run = _runner(view)
 
     @functools.wraps(view)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if has_request_context():
+            if api:
+                return _api_call(run, predicate, scopes, *args, **kwargs)
             denied = _user_denied(predicate)
             if denied is not None:
                 hooks = get_state().hooks
@@ -222,7 +292,7 @@ def _guard(view: F, predicate: UserPredicate | None) -> F:
         if predicate is None and len(args) == 1 and not kwargs and callable(args[0]):
             # ``@login_required(lambda user: ...)``: the lambda was taken for a view and
             # this wrapper is now applied to the real view, at import time (no request).
-            return _guard(args[0], cast(UserPredicate, view))
+            return _guard(args[0], cast(UserPredicate, view), api=api, scopes=scopes)
         raise RuntimeError("a login_required view was called outside a request")
 
     return cast(F, wrapper)
@@ -231,20 +301,50 @@ def _guard(view: F, predicate: UserPredicate | None) -> F:
 @overload
 def login_required(view: F) -> F: ...
 @overload
-def login_required(*, predicate: UserPredicate) -> Callable[[F], F]: ...
+def login_required(
+    *, predicate: UserPredicate | None = None, api: bool = False, scopes: tuple[str, ...] = ()
+) -> Callable[[F], F]: ...
 
 
-def login_required(view: Any = None, *, predicate: UserPredicate | None = None) -> Any:
+def login_required(
+    view: Any = None,
+    *,
+    predicate: UserPredicate | None = None,
+    api: bool = False,
+    scopes: tuple[str, ...] = (),
+) -> Any:
     """Let the view run only for an Authenticated session (every factor passed).
 
     With a predicate (``@login_required(lambda user: user.is_admin)`` or
     ``@login_required(predicate=...)``), ``current_user`` must also pass it, else 403
     (:class:`~flask_authflow.errors.PermissionDenied`). With a ``user_loader``, a user the
     loader no longer finds is denied like a guest.
+
+    ``api=True`` lets a request without an Authenticated session in by a personal API
+    token (``Authorization: Bearer afp_...``) or the ``@authflow.request_loader``;
+    ``scopes`` (implies ``api``) are the scopes such a token must carry (see :doc:`/api_tokens`).
     """
+    wanted = frozenset(_scopes(scopes))
+    api = api or bool(wanted)
     if view is None:
-        return lambda real_view: _guard(real_view, predicate)
-    return _guard(view, predicate)
+        return lambda real_view: _guard(real_view, predicate, api=api, scopes=wanted)
+    return _guard(view, predicate, api=api, scopes=wanted)
+
+
+def _scopes(scopes: tuple[str, ...]) -> tuple[str, ...]:
+    """The scopes a decorator was given, checked when it decorates (a mistake in the code)."""
+    try:
+        return check_scopes(scopes)
+    except InvalidInput as exc:
+        raise ValueError(f"scopes {scopes!r}: {exc.message}") from None
+
+
+def api_scopes_required(*scopes: str) -> Callable[[F], F]:
+    """``login_required(api=True, scopes=scopes)``: an API view whose bearer tokens must
+    carry every scope named (else 403 ``insufficient_scope``); a session passes."""
+    if not scopes:
+        raise TypeError("api_scopes_required() needs at least one scope")
+    return login_required(api=True, scopes=scopes)
 
 
 def _too_old(limit: timedelta | None) -> bool:

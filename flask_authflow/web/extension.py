@@ -11,20 +11,22 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from flask import Flask, Response, current_app, g, request
 
+from flask_authflow.api_auth import ApiTokenService
 from flask_authflow.audit.client_ip import MAX_ADDRESS_CHARS, parse_ip
 from flask_authflow.audit.context import AuditContext, audit_context
 from flask_authflow.audit.sinks import AuthCounters
 from flask_authflow.audit.spool import SpoolAuditSink
 from flask_authflow.clock import Clock, SystemClock
+from flask_authflow.core.app_users import UserCreatedHook, UserDeletedHook
 from flask_authflow.core.factors import EnrollmentStart, Factor
 from flask_authflow.core.ports import FactorConfig, MaintainedSessionStore, SessionStore
-from flask_authflow.core.session import AuthSession
+from flask_authflow.core.session import AuthSession, AuthState
 from flask_authflow.errors import (
     AuthFlowError,
     ConfigurationError,
@@ -37,10 +39,9 @@ from flask_authflow.errors import (
 from flask_authflow.extras import check_extras
 from flask_authflow.login import workflow
 from flask_authflow.login.accounts import AccountAdmin
-from flask_authflow.login.app_users import UserCreatedHook, UserDeletedHook
+from flask_authflow.login.legacy_hashes import LegacyHashes
 from flask_authflow.login.lockout import LockoutPolicy
 from flask_authflow.login.password import PasswordHasher
-from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.login.service import AuthnRequest, AuthnService, SessionWriter
 from flask_authflow.login.settings import HashingSettings
 from flask_authflow.mail import SmtpSender
@@ -61,10 +62,15 @@ from flask_authflow.sessions.interface import AuthFlowSessionInterface
 from flask_authflow.sessions.settings import SessionSettings
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.settings import apply_defaults
+from flask_authflow.throttle import Throttle
 from flask_authflow.web import authz
+from flask_authflow.web.api_auth import api_tokens, install_api_tokens
+from flask_authflow.web.breach_wiring import password_policy
 from flask_authflow.web.config import AuthFlowConfig
+from flask_authflow.web.csrf import template_helpers
 from flask_authflow.web.current_user import current_user
 from flask_authflow.web.decorators import denial_response
+from flask_authflow.web.devices import install_devices, remember_session, request_trust
 from flask_authflow.web.factor_wiring import built_in_factors
 from flask_authflow.web.state import (
     EXTENSION_KEY,
@@ -85,6 +91,7 @@ log = logging.getLogger("flask_authflow")
 UserLoaderT = TypeVar("UserLoaderT", bound=UserLoader)
 ClaimsMapperT = TypeVar("ClaimsMapperT", bound=Callable[..., Any])
 DenialHandlerT = TypeVar("DenialHandlerT", bound=DenialHandler)
+RequestLoaderT = TypeVar("RequestLoaderT", bound=Callable[[Any], Any])
 UserCreatedT = TypeVar("UserCreatedT", bound=UserCreatedHook)
 UserDeletedT = TypeVar("UserDeletedT", bound=UserDeletedHook)
 
@@ -185,6 +192,8 @@ def _session_interface(
         cookie_path=settings.cookie_path,
         clock=clock,
         custom_limit=settings.custom_data_limit,
+        remember_ttl=settings.remember_ttl,
+        remember_idle_timeout=settings.remember_idle_timeout,
     )
 
 
@@ -221,7 +230,12 @@ def _login_service(
         backend,
         hasher=hasher,
         lockout=LockoutPolicy(
-            max_failures=lockout.max_failures, window=lockout.window, lock_duration=lockout.duration
+            max_failures=lockout.max_failures,
+            window=lockout.window,
+            lock_duration=lockout.duration,
+            account_max_failures=lockout.account_max_failures,
+            max_lock_duration=lockout.max_duration,
+            failure_cap=lockout.failure_cap,
         ),
         clock=clock,
         counters=AuthCounters(),
@@ -231,6 +245,20 @@ def _login_service(
         passkey_login_allowed=config.factors.passkey_login_allowed,
         revoke_sessions=revoke_sessions,  # a factor change ends the user's other sessions
         session_writer=session_writer,
+        legacy_hashes=_legacy_hashes(config.hashing, hasher),
+        throttle=Throttle.from_settings(config.throttle),
+    )
+
+
+def _legacy_hashes(settings: HashingSettings, hasher: PasswordHasher) -> LegacyHashes | None:
+    """The legacy schemes ``AUTHFLOW_LEGACY_PASSWORD_*`` enable, under the hasher's ceilings."""
+    if not settings.legacy_schemes:
+        return None
+    return LegacyHashes(
+        settings.legacy_schemes,
+        salt=settings.legacy_salt,
+        argon2_over_ceiling=hasher.over_ceiling,
+        slot=hasher.slot,
     )
 
 
@@ -258,7 +286,10 @@ def _build_issuer(settings: IssuerSettings, sql_source: Callable[[], Any], clock
 
 
 def _install(app: Flask, state: AuthFlowState) -> None:
-    """Put the state on the app and hook sessions, error handlers and the CLI into it."""
+    """Put the state on the app and hook devices, API tokens, sessions, error handlers and the
+    CLI into it."""
+    install_api_tokens(app, state)  # first: its settings may still be refused
+    install_devices(app, state)  # the device cookie, device records, trusted devices
     app.extensions[EXTENSION_KEY] = state
     interface = state.session_interface
     app.session_interface = interface
@@ -363,9 +394,8 @@ class AuthFlow:
             app, config, backend, hasher, clock, _session_writer(given, config, backend, store, interface)
         )
         sealer = factor_sealer(config.factors)
-        for factor in built_in_factors(config.factors, sealer, lambda: get_state(app).mail_sender):
-            service.register_factor(factor)
-        for factor in self._factors.values():
+        mail = (lambda: get_state(app).mail_sender), service.throttle
+        for factor in [*built_in_factors(config.factors, sealer, *mail), *self._factors.values()]:
             service.register_factor(factor)
         # Not on a schema that is behind, which only `flask authflow db` may use.
         issuer_wanted = bool(config.issuer.issuer) and not schema_behind
@@ -383,7 +413,7 @@ class AuthFlow:
             hooks=self._hooks,
             sealer=sealer,
             mail_sender=SmtpSender(config.mail) if config.mail is not None else None,
-            password_policy=PasswordPolicy.from_settings(config.passwords),
+            password_policy=password_policy(config.passwords, given.http_client),
         )
         authz.install(app, self)  # Cedar policies: loaded and checked now, before anything is installed
         _install(app, state)
@@ -473,6 +503,24 @@ class AuthFlow:
         handle = get_state().service.with_audit_context(audit_context())
         return self._federation().finish(handle, session, provider_name, code, state, iss=iss)
 
+    def provider_token(self, provider: str, *, scopes: Iterable[str] | None = None) -> str:
+        """A valid access token of ``provider`` for the signed-in user, to call the
+        provider's APIs (the provider needs ``store_tokens``); an expired one is refreshed
+        first. See :doc:`/federation` ("Calling the provider's APIs").
+
+        :raises Unauthenticated: no user is signed in.
+        :raises NoProviderToken, NoRefreshToken, RefreshTokenExpired, InsufficientScope:
+            sign in with the provider again (granting ``scopes``).
+        :raises ProviderUnreachable, TokenExchange, TokenRefreshBusy: the refresh failed for now.
+        """
+        federation = self._federation()
+        session = current_auth_session()
+        if session.state is not AuthState.AUTHENTICATED or session.tenant is None or session.user_id is None:
+            raise Unauthenticated("sign in to use the provider's tokens")
+        if federation.tokens is None:
+            raise ConfigurationError("the backend cannot store provider tokens (see ProviderTokenStore)")
+        return str(federation.tokens.access_token(session.tenant, session.user_id, provider, scopes=scopes))
+
     @staticmethod
     def _federation() -> Any:
         federation = get_state().federation
@@ -495,9 +543,22 @@ class AuthFlow:
         self._hooks.user_loader = loader
         return loader
 
+    def request_loader(self, loader: RequestLoaderT) -> RequestLoaderT:
+        """Register ``loader(request)``: the user of a request without an Authenticated
+        session, or ``None`` (as Flask-Login's ``request_loader``). Consulted only on views
+        that allow API access (``login_required(api=True)``), after a personal API token;
+        ``current_user`` is what it returns (see :doc:`/api_tokens`)."""
+        self._hooks.request_loader = loader
+        return loader
+
+    @property
+    def api_tokens(self) -> ApiTokenService:
+        """The current app's personal API tokens (create, list, revoke; see :doc:`/api_tokens`)."""
+        return api_tokens()
+
     def user_created(self, hook: UserCreatedT) -> UserCreatedT:
         """Register ``hook(new)``: create the application's row for the new account
-        ``new.account`` (a :class:`~flask_authflow.login.app_users.NewAccount`, which also
+        ``new.account`` (a :class:`~flask_authflow.core.app_users.NewAccount`, which also
         says what created it). Every path that creates an account runs it (the command
         line, sign-up, a federated first sign-in, the pytest plugin's users), in the
         application's Flask-SQLAlchemy transaction: raising keeps neither the row nor the
@@ -521,6 +582,12 @@ class AuthFlow:
         ``AUTHFLOW_LOGIN_VIEW`` for browsers, a 401 JSON or text error otherwise)."""
         self._hooks.unauthorized_handler = handler
         return handler
+
+    def device_place(self, hook: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+        """Register ``hook(request)``: an approximate place of the client ("Berlin, DE") for
+        the device list and the new-device mail, or ``None`` (see :doc:`/devices`)."""
+        self._hooks.device_place = hook
+        return hook
 
     def step_up_handler(self, handler: DenialHandlerT) -> DenialHandlerT:
         """Register the response to a request whose login is too old for
@@ -549,12 +616,14 @@ class AuthFlow:
         return account_admin()
 
     def login_with_password(
-        self, identifier: str, password: str, *, tenant: str | None = None
+        self, identifier: str, password: str, *, tenant: str | None = None, remember: bool = False
     ) -> LoginOutcome | FactorOutcome:
         """Begin a login and verify the password in one call, as ``POST /login`` does.
 
         Returns the ``begin_login`` outcome when it is not ``FactorRequired(PASSWORD)``
-        (locked, step-up), else the ``verify_factor`` outcome.
+        (locked, step-up), else the ``verify_factor`` outcome. With ``remember`` (a JSON
+        client's ``"remember": true``), the session of a sign-in completed in this request
+        lives ``AUTHFLOW_REMEMBER_ME_TTL`` (see :doc:`/devices`).
         """
         state = get_state()
         session = current_auth_session()
@@ -564,7 +633,10 @@ class AuthFlow:
             begun = handle.begin_login(identifier, tenant_name, session)
             if not (isinstance(begun, FactorRequired) and begun.kind is FactorKind.PASSWORD):
                 return begun
-            return handle.verify_factor(credential, session)
+            outcome = handle.verify_factor(credential, session)
+        if remember is True:
+            remember_session(session)
+        return outcome
 
     def login_user(
         self,
@@ -604,12 +676,18 @@ class AuthFlow:
     def _request_handle(self) -> AuthnRequest:
         return get_state().service.with_audit_context(audit_context())
 
-    def verify_factor(self, kind: FactorKind | str, secret: str | bytes) -> FactorOutcome:
+    def verify_factor(
+        self, kind: FactorKind | str, secret: str | bytes, *, trust_device: bool = False
+    ) -> FactorOutcome:
         """Present the credential of ``kind`` for the current session's pending step: a code
         (TOTP, HOTP, e-mail, recovery code) or WebAuthn's response JSON. See
         :meth:`AuthnRequest.verify_factor <flask_authflow.login.service.AuthnRequest.verify_factor>`.
+        With ``trust_device`` (a JSON client's ``"trust_device": true``), a sign-in this step
+        completes trusts the browser's device for ``AUTHFLOW_DEVICE_TRUST_DURATION`` (see
+        :doc:`/devices`).
 
         :raises InvalidInput: an unknown kind or a malformed credential."""
+        request_trust(trust_device is True)
         with FactorCredential(_kind(kind), secret) as credential:
             return self._request_handle().verify_factor(credential, current_auth_session())
 
@@ -706,7 +784,7 @@ def _kind(kind: FactorKind | str) -> FactorKind:
 
 
 def _template_context() -> dict[str, Any]:
-    return {"current_user": current_user, "current_session": current_session}
+    return {"current_user": current_user, "current_session": current_session, **template_helpers()}
 
 
 def _is_loopback(address: str | None) -> bool:

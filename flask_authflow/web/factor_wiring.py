@@ -11,12 +11,16 @@ from flask_authflow.mfa.recovery import RecoveryCodeFactor
 from flask_authflow.mfa.sealing import FactorSealer
 from flask_authflow.mfa.settings import FactorSettings
 from flask_authflow.mfa.totp import HotpFactor, TotpFactor
+from flask_authflow.throttle import Throttle
 
 __all__ = ["built_in_factors"]
 
 
 def built_in_factors(
-    settings: FactorSettings, sealer: FactorSealer, mail_sender: Callable[[], MailSender | None]
+    settings: FactorSettings,
+    sealer: FactorSealer,
+    mail_sender: Callable[[], MailSender | None],
+    throttle: Throttle | None = None,
 ) -> list[Factor]:
     """The built-in second factors of an app, sealing their secrets with ``sealer``.
 
@@ -34,6 +38,7 @@ def built_in_factors(
             ttl=settings.email_otp_ttl,
             max_tries=settings.email_otp_max_tries,
             site_name=settings.site_name or "flask-authflow",
+            mail_limit=throttle.mail if throttle is not None else None,
         ),
     ]
     if settings.webauthn_rp_id is not None:

@@ -55,7 +55,7 @@ from flask_authflow.federation.errors import OAuthError
 from flask_authflow.federation.linking import IdentityLinked
 from flask_authflow.federation.login import FederationService, OAuthLoginOptions
 from flask_authflow.web.csrf import csrf_valid
-from flask_authflow.web.decorators import safe_next
+from flask_authflow.web.decorators import denial_page, safe_next
 from flask_authflow.web.state import current_auth_session, get_state
 
 __all__ = [
@@ -84,6 +84,32 @@ def _text(message: str, status: int) -> Response:
     response = Response(f"{message}\n", status=status, mimetype="text/plain")
     response.headers["Cache-Control"] = "no-store"
     return response
+
+
+def _sign_in_failed(provider: str, exc: AuthFlowError, status: int, *, cancelled: bool = False) -> Response:
+    """A sign-in with ``provider`` that did not complete: for a browser, the
+    ``authflow/sign_in_failed.html`` page with a way back (the sign-in page, else ``/``);
+    for other clients, the text. ``cancelled``: the provider answered with an error (the
+    user cancelled or was refused there)."""
+    if not _wants_page():
+        return _text(exc.message, status)
+    views = "authflow_views" in current_app.blueprints
+    return denial_page(
+        "authflow/sign_in_failed.html",
+        status,
+        provider=provider,
+        message=exc.message,
+        cancelled=cancelled,
+        retry_url=url_for("authflow_views.login") if views else None,
+    )
+
+
+def _wants_page() -> bool:
+    """The client is a browser: it prefers HTML to text and JSON."""
+    accept = request.accept_mimetypes
+    return accept.best_match(["text/html", "text/plain", "application/json"]) == "text/html" and (
+        accept["text/html"] > 0
+    )
 
 
 def _failure_status(exc: AuthFlowError, default: int) -> int:
@@ -117,7 +143,7 @@ def login(provider: str) -> Response:
     except AuthFlowError as exc:
         if exc.status >= 500 and not isinstance(exc, OAuthError):
             raise
-        return _text(exc.message, _failure_status(exc, 400))
+        return _sign_in_failed(provider, exc, _failure_status(exc, 400))
     response = redirect(url)
     response.headers["Cache-Control"] = "no-store"
     return response  # type: ignore[return-value]
@@ -172,7 +198,8 @@ def _complete(provider: str, values: dict[str, str | None]) -> Response:
     except AuthFlowError as exc:
         if exc.status >= 500 and not isinstance(exc, OAuthError):
             raise  # a store outage is a 503, not the client's fault
-        return _text(exc.message, _failure_status(exc, 401))
+        cancelled = values["error"] is not None
+        return _sign_in_failed(provider, exc, _failure_status(exc, 401), cancelled=cancelled)
     if isinstance(result, IdentityLinked):
         return redirect(_account_url(notice="identity_linked"))  # type: ignore[return-value]
     if session.is_authenticating:

@@ -11,7 +11,11 @@ from typing import Any
 
 from flask import Flask, has_request_context, request, url_for
 
+from flask_authflow import signals
+from flask_authflow.audit.context import audit_context
+from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import Clock
+from flask_authflow.core.ports import ProviderTokenStore
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.extras import require_extra
 from flask_authflow.federation.http import HttpClient, RequestsHttpClient
@@ -19,6 +23,7 @@ from flask_authflow.federation.links import FederationStore
 from flask_authflow.federation.login import FederationService
 from flask_authflow.federation.presets import provider_config
 from flask_authflow.federation.provider import ProviderRegistry, check_provider_name
+from flask_authflow.federation.provider_tokens import ProviderTokens, TokenAudit
 from flask_authflow.federation.settings import FederationSettings
 from flask_authflow.web.app_transaction import app_transaction
 from flask_authflow.web.decorators import safe_next
@@ -28,7 +33,7 @@ from flask_authflow.web.federation_views import (
     build_oauth_blueprint,
     form_post_callback,
 )
-from flask_authflow.web.state import AuthFlowHooks, app_user_hooks, get_state
+from flask_authflow.web.state import AuthFlowHooks, AuthFlowState, app_user_hooks, get_state
 
 __all__ = ["build_federation", "register_oauth_blueprint"]
 
@@ -45,6 +50,54 @@ def _provider_links() -> dict[str, Any]:
         for name in federation.registry.names()
     ]
     return {"authflow_oauth_providers": links}
+
+
+def _token_audit(state: AuthFlowState) -> TokenAudit:
+    """The audit rows of provider tokens, with the request's context when there is one."""
+
+    def write(event: str, status: str, tenant: str, user_id: str, provider: str, reason: str | None) -> None:
+        context = audit_context()
+        state.service.audit_sink.write(
+            AuditRecord(
+                time=state.clock.now(),
+                event=event,
+                status=status,
+                tenant=tenant,
+                user_id=user_id,
+                factor=f"oidc:{provider}"[:32],
+                client_ip=context.client_ip,
+                ip_source=context.ip_source,
+                user_agent=context.user_agent,
+                request_id=context.request_id,
+                reason=reason,
+            )
+        )
+
+    return write
+
+
+def _provider_tokens(state: AuthFlowState, backend: Any, registry: ProviderRegistry) -> ProviderTokens | None:
+    """The keeper of provider tokens, when the backend can store them."""
+    if not isinstance(backend, ProviderTokenStore) or state.sealer is None:
+        return None
+    return ProviderTokens(backend, registry, state.sealer, state.clock, _token_audit(state))
+
+
+def _forget_deleted_user(sender: Any, **fields: Any) -> None:
+    """A user being deleted (their sessions end first, with reason ``user_deleted``, while
+    the account still exists): revoke and delete their provider tokens."""
+    tenant, user_id = fields.get("tenant"), fields.get("user_id")
+    if fields.get("reason") != "user_deleted" or not isinstance(sender, Flask):
+        return
+    if not isinstance(tenant, str) or not isinstance(user_id, str):
+        return
+    federation = getattr(sender.extensions.get("authflow"), "federation", None)
+    tokens = getattr(federation, "tokens", None)
+    if isinstance(tokens, ProviderTokens):
+        tokens.forget_user(tenant, user_id)
+
+
+signals.session_revoked.connect(_forget_deleted_user)
 
 
 def build_federation(
@@ -70,7 +123,8 @@ def build_federation(
             f"{type(backend).__name__} cannot store identity links: federated login needs a backend "
             "implementing FederationStore (InMemoryBackend, SqlAlchemyBackend)"
         )
-    counters = get_state(app).counters  # every JWKS fetch shows in the app's /metrics
+    state = get_state(app)
+    counters = state.counters  # every JWKS fetch shows in the app's /metrics
     registry = ProviderRegistry(
         http=http_client or RequestsHttpClient(),
         clock=clock,
@@ -96,6 +150,7 @@ def build_federation(
         provision_user=lambda: hooks.provision_user,
         app_transaction=app_transaction,
         app_users=app_user_hooks(app),
+        tokens=_provider_tokens(state, backend, registry),
     )
 
 

@@ -21,10 +21,13 @@ from werkzeug.local import LocalProxy
 from flask_authflow.audit.client_ip import TrustedProxies
 from flask_authflow.audit.sinks import AuthCounters
 from flask_authflow.clock import Clock
+from flask_authflow.core.app_users import AppUserHooks, UserCreatedHook, UserDeletedHook
 from flask_authflow.core.ports import (
+    ApiTokenStore,
     AttemptStore,
     AuditSink,
     BackendMaintenance,
+    DeviceStore,
     FactorStore,
     IdentityStore,
     MaintainedSessionStore,
@@ -33,7 +36,6 @@ from flask_authflow.core.ports import (
 )
 from flask_authflow.core.session import AuthSession
 from flask_authflow.login.accounts import AccountAdmin
-from flask_authflow.login.app_users import AppUserHooks, UserCreatedHook, UserDeletedHook
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.login.service import AuthnService
@@ -65,9 +67,17 @@ EXTENSION_KEY = "authflow"
 
 @runtime_checkable
 class AuthBackend(
-    IdentityStore, FactorStore, AttemptStore, AuditSink, BackendMaintenance, RoleStore, Protocol
+    IdentityStore,
+    FactorStore,
+    AttemptStore,
+    AuditSink,
+    BackendMaintenance,
+    RoleStore,
+    ApiTokenStore,
+    DeviceStore,
+    Protocol,
 ):
-    """One store for users, factors, attempts, audit rows and roles, plus account
+    """One store for users, factors, attempts, audit rows, roles, API tokens and devices, plus account
     administration and the maintenance the wiring and the command line call.
 
     :class:`~flask_authflow.storage.memory.InMemoryBackend` and
@@ -100,6 +110,11 @@ class AuthFlowHooks:
     claims_mapper: Callable[[Any], Any] | None = None
     #: ``provision_user(identity, tenant)`` creates the app's user at a first federated sign-in.
     provision_user: Callable[[Any, str], Any] | None = None
+    #: ``request_loader(request)`` returns the user of a request without a session (API views).
+    request_loader: Callable[[Any], Any] | None = None
+    #: ``device_place(request)``: an approximate place of the client ("Berlin, DE") for the
+    #: device list, or ``None`` (see :doc:`/devices`).
+    device_place: Callable[[Any], str | None] | None = None
     #: ``user_created(new)`` creates the app's row for a new account (see :doc:`/users`).
     user_created: UserCreatedHook | None = None
     #: ``user_deleted(account)`` deletes the app's row of an account being deleted.
@@ -133,6 +148,11 @@ class AuthFlowState:
     #: The policy new passwords must pass (``init_app`` builds it from ``AUTHFLOW_PASSWORD_*``;
     #: ``None`` builds it from the config on each use).
     password_policy: PasswordPolicy | None = None
+    #: The devices of users (a :class:`~flask_authflow.web.devices.DeviceWiring`).
+    devices: Any = None
+    #: Adds the request's device to its audit context (set by the device wiring; read by
+    #: :func:`~flask_authflow.audit.context.audit_context`).
+    device_context: Callable[[Any, Any], Any] | None = None
 
     def __repr__(self) -> str:
         return (

@@ -4,7 +4,9 @@
 //
 // Environment (one client, registered five times: "<id>" signs ID tokens with RS256, "<id>-es256" with ES256,
 // "<id>-ps256" with PS256, "<id>-post" authenticates with client_secret_post, "<id>-special" has the secret
-// OP_SPECIAL_SECRET, which holds characters that client_secret_basic must form-urlencode):
+// OP_SPECIAL_SECRET, which holds characters that client_secret_basic must form-urlencode; "<id>-tokens" gets
+// access tokens that live TOKENS_ACCESS_TTL seconds and refresh tokens rotated at every refresh, for the
+// stored-token tests; the revocation endpoint of RFC 7009 is on for every client):
 //   OP_CLIENT_ID, OP_CLIENT_SECRET                    client credentials (client_secret_basic)
 //   OP_SPECIAL_SECRET                                 the secret of "<id>-special"
 //   OP_REDIRECT_URIS, OP_POST_LOGOUT_REDIRECT_URIS    comma-separated lists
@@ -84,6 +86,17 @@ async function freshKeys() {
 
 const cookieKeys = [randomBytes(32).toString('hex')];
 
+// The stored-token tests' client: short-lived access tokens, a new refresh token at every refresh.
+const TOKENS_ACCESS_TTL = 3;
+const isTokensClient = (client) => client?.clientId === `${clientId}-tokens`;
+// oidc-provider's own rule for the other clients (rotate past 70 % of the lifetime, or for public clients).
+function defaultRotateRefreshToken(ctx) {
+  const { RefreshToken: refreshToken, Client: client } = ctx.oidc.entities;
+  if (refreshToken.totalLifetime() >= 365.25 * 24 * 60 * 60) return false;
+  if (client.clientAuthMethod === 'none' && !refreshToken.isSenderConstrained()) return true;
+  return refreshToken.ttlPercentagePassed() >= 70;
+}
+
 function build(keys) {
   const provider = new Provider(issuer, {
     clients: [
@@ -92,7 +105,16 @@ function build(keys) {
       clientFor(`${clientId}-ps256`, 'PS256'),
       clientFor(`${clientId}-post`, 'RS256', { auth: 'client_secret_post' }),
       clientFor(`${clientId}-special`, 'RS256', { secret: specialSecret }),
+      clientFor(`${clientId}-tokens`, 'RS256'),
     ],
+    ttl: {
+      AccessToken(_ctx, token, client) {
+        return isTokensClient(client) ? TOKENS_ACCESS_TTL : token.resourceServer?.accessTokenTTL || 60 * 60;
+      },
+    },
+    rotateRefreshToken(ctx) {
+      return isTokensClient(ctx.oidc.entities.Client) || defaultRotateRefreshToken(ctx);
+    },
     enabledJWA: {
       idTokenSigningAlgValues: ['RS256', 'ES256', 'PS256'],
     },
@@ -105,6 +127,7 @@ function build(keys) {
       devInteractions: { enabled: true },
       backchannelLogout: { enabled: true },
       rpInitiatedLogout: { enabled: true },
+      revocation: { enabled: true },
     },
     // Any login name is an account; its claims derive from the name.
     async findAccount(_ctx, sub) {

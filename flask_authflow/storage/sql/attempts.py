@@ -37,7 +37,13 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from flask_authflow.clock import utc
-from flask_authflow.core.ports import RESERVATION_TTL, AttemptKey, FailureCount, Reservation
+from flask_authflow.core.ports import (
+    PAIR_SEPARATOR,
+    RESERVATION_TTL,
+    AttemptKey,
+    FailureCount,
+    Reservation,
+)
 from flask_authflow.storage.sql.schema import (
     UTCDateTime,
     attempts_table,
@@ -194,6 +200,29 @@ _PG_LOGGED = (
     .cte("logged")
 )
 _PG_SETTLE_SUCCESS = select(_PG_LOCK.c.until).add_cte(_PG_SETTLED, _PG_RESET, _PG_LOGGED)
+
+# Failures of a key after ``since`` and after its last success (escalation and the cap);
+# the index on (tenant, subject, at) serves both parts.
+_OF_LOGGED_KEY = and_(
+    attempts_table.c.tenant == bindparam("key_tenant"),
+    attempts_table.c.subject == bindparam("key_subject"),
+    attempts_table.c.factor == bindparam("key_factor"),
+)
+_LAST_SUCCESS = (
+    select(func.max(attempts_table.c.at))
+    .where(_OF_LOGGED_KEY, attempts_table.c.success.is_(true()))
+    .scalar_subquery()
+)
+_FAILURES_SINCE_SUCCESS = (
+    select(func.count())
+    .select_from(attempts_table)
+    .where(
+        _OF_LOGGED_KEY,
+        attempts_table.c.success.is_(False),
+        attempts_table.c.at > bindparam("since", type_=UTCDateTime()),
+        or_(_LAST_SUCCESS.is_(None), attempts_table.c.at > _LAST_SUCCESS),
+    )
+)
 
 _KEY_COLUMNS = [lockouts_table.c.tenant, lockouts_table.c.subject, lockouts_table.c.factor]
 _KEY_VALUES: dict[str, Any] = {
@@ -477,9 +506,25 @@ class SqlAttempts(SqlConnections):
     def clear_lock(self, tenant: str, subject: str) -> None:
         t = lockouts_table.c
         r = reservations_table.c
+        pairs = subject + PAIR_SEPARATOR
         with self._tx() as conn:
-            conn.execute(delete(lockouts_table).where(t.tenant == tenant, t.subject == subject))
-            conn.execute(delete(reservations_table).where(r.tenant == tenant, r.subject == subject))
+            conn.execute(
+                delete(lockouts_table).where(
+                    t.tenant == tenant,
+                    or_(t.subject == subject, t.subject.startswith(pairs, autoescape=True)),
+                )
+            )
+            conn.execute(
+                delete(reservations_table).where(
+                    r.tenant == tenant,
+                    or_(r.subject == subject, r.subject.startswith(pairs, autoescape=True)),
+                )
+            )
+
+    def failures_since_success(self, key: AttemptKey, *, since: datetime) -> int:
+        params = {**_key_params(key), "since": utc(since)}
+        with self._tx() as conn:
+            return int(conn.execute(_FAILURES_SINCE_SUCCESS, params).scalar_one())
 
     def failure_count(self, key: AttemptKey) -> int:
         """Failures counted in the current window (for tests and operators)."""

@@ -37,6 +37,8 @@ class SqlAudit(SqlConnections):
         """Insert one audit row (in the open unit of work, if one is, else on its own)."""
         values = record.to_dict()
         values["time"] = utc(record.time)
+        if values["device_id"] is None:  # a row without a device also fits a schema before 0007
+            del values["device_id"]
         unit = self._unit()
         try:
             if unit is not None:

@@ -5,7 +5,9 @@ The backend is a thin composite: each aggregate lives in a module of its own
 (:mod:`~flask_authflow.storage.sql.users`, :mod:`~flask_authflow.storage.sql.factors`,
 :mod:`~flask_authflow.storage.sql.attempts`, :mod:`~flask_authflow.storage.sql.audit`,
 :mod:`~flask_authflow.storage.sql.identity_links`, :mod:`~flask_authflow.storage.sql.one_time`,
-:mod:`~flask_authflow.storage.sql.roles`),
+:mod:`~flask_authflow.storage.sql.roles`, :mod:`~flask_authflow.storage.sql.account_tokens`,
+:mod:`~flask_authflow.storage.sql.api_tokens`, :mod:`~flask_authflow.storage.sql.provider_tokens`,
+:mod:`~flask_authflow.storage.sql.devices`),
 every table in :mod:`~flask_authflow.storage.sql.schema`, and the one connection per unit
 of work in :mod:`~flask_authflow.storage.sql.uow`. Every database error becomes
 :class:`~flask_authflow.errors.StoreUnavailable` (or
@@ -27,12 +29,16 @@ from sqlalchemy import Engine
 from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.login.password import PasswordHasher
+from flask_authflow.storage.sql.account_tokens import SqlAccountTokens
+from flask_authflow.storage.sql.api_tokens import SqlApiTokens
 from flask_authflow.storage.sql.attempts import SqlAttempts
 from flask_authflow.storage.sql.audit import AUDIT_PURGE_BATCH, SqlAudit
+from flask_authflow.storage.sql.devices import SqlDevices
 from flask_authflow.storage.sql.engine import EngineSource, is_flask_sqlalchemy, resolve_engine
 from flask_authflow.storage.sql.factors import SqlFactors
 from flask_authflow.storage.sql.identity_links import SqlIdentityLinks
 from flask_authflow.storage.sql.one_time import SqlOneTime
+from flask_authflow.storage.sql.provider_tokens import SqlProviderTokens
 from flask_authflow.storage.sql.roles import SqlRoles
 from flask_authflow.storage.sql.schema import (
     BACKEND_TABLES,
@@ -72,7 +78,19 @@ __all__ = [
 ]
 
 
-class SqlAlchemyBackend(SqlUsers, SqlFactors, SqlAttempts, SqlAudit, SqlIdentityLinks, SqlOneTime, SqlRoles):
+class SqlAlchemyBackend(
+    SqlUsers,
+    SqlFactors,
+    SqlAttempts,
+    SqlAudit,
+    SqlIdentityLinks,
+    SqlOneTime,
+    SqlRoles,
+    SqlAccountTokens,
+    SqlApiTokens,
+    SqlProviderTokens,
+    SqlDevices,
+):
     """Identity, factor, attempt and audit store on SQLite or PostgreSQL.
 
     :param engine_source: an ``Engine``, a database URL, or a Flask-SQLAlchemy ``db``.

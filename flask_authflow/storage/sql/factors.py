@@ -191,6 +191,12 @@ _DELETE_OTHERS_OF_KIND = delete(factors_table).where(
     factors_table.c.factor_id != bindparam("key_factor_id"),
 )
 _DELETE_FACTOR = delete(factors_table).where(_OF_FACTOR, factors_table.c.kind != FactorKind.PASSWORD.value)
+# The user's pending enrollments of a kind: a new one replaces them.
+_DELETE_PENDING_OF_KIND = delete(factors_table).where(
+    factors_table.c.user_id == bindparam("key_user_id"),
+    factors_table.c.kind == bindparam("new_kind"),
+    factors_table.c.confirmed == false(),
+)
 _CONFIRMED_OF_KIND = and_(
     factors_table.c.user_id == bindparam("key_user_id"),
     factors_table.c.kind == bindparam("key_kind"),
@@ -339,6 +345,12 @@ class SqlFactors(SqlConnections):
         }
         try:
             with self._account_tx() as conn:
+                if not config.confirmed:
+                    # Under the user's row lock (the database lock on SQLite): of parallel
+                    # starts, each replaces the one before it, so one pending factor is left.
+                    if conn.execute(_LOCK_USER, params).first() is None:
+                        raise UserNotFound()
+                    conn.execute(_DELETE_PENDING_OF_KIND, params)
                 inserted = conn.execute(_ADD_FACTOR, params).first() is not None
         except IntegrityError as exc:
             raise ValueError(

@@ -35,10 +35,13 @@ from flask_authflow.clock import utc
 __all__ = [
     "BACKEND_TABLES",
     "UTCDateTime",
+    "account_tokens_table",
     "add_tables_to",
+    "api_tokens_table",
     "attempts_table",
     "audit_table",
     "aware",
+    "devices_table",
     "factors_table",
     "identity_links_table",
     "issuer_key_schedule_table",
@@ -46,6 +49,7 @@ __all__ = [
     "lockouts_table",
     "logout_jtis_table",
     "metadata",
+    "provider_tokens_table",
     "reservations_table",
     "role_permissions_table",
     "roles_table",
@@ -203,6 +207,7 @@ audit_table = Table(
     Column("user_agent", String(512)),
     Column("request_id", String(128)),
     Column("reason", String(64)),
+    Column("device_id", String(64)),  # revision 0007
 )
 Index("ix_authflow_audit_time", audit_table.c.time)
 
@@ -270,6 +275,63 @@ user_roles_table = Table(
 # "Is this role in use?" without a scan.
 Index("ix_authflow_user_roles_role", user_roles_table.c.tenant, user_roles_table.c.role)
 
+#: Mailed single-use tokens (sign-up, e-mail verification, password reset, change of
+#: e-mail): only digests of the token and of its short code (revision 0006).
+account_tokens_table = Table(
+    "authflow_account_tokens",
+    metadata,
+    Column("token_hash", String(64), primary_key=True),
+    Column("kind", String(32), nullable=False),
+    Column("tenant", String(128), nullable=False),
+    Column("user_id", String(32), ForeignKey("authflow_users.user_id", ondelete="CASCADE"), nullable=False),
+    Column("code_hash", String(64), nullable=False),
+    Column("payload", Text, nullable=False, default="{}", server_default=text("'{}'")),
+    Column("code_attempts", Integer, nullable=False, default=0, server_default=text("0")),
+    Column("created_at", _Time, nullable=False),
+    Column("expires_at", _Time, nullable=False),
+    Column("used_at", _Time),
+)
+# "The user's live token of a kind" and "void the older ones" without a scan.
+Index(
+    "ix_authflow_account_tokens_user",
+    account_tokens_table.c.tenant,
+    account_tokens_table.c.user_id,
+    account_tokens_table.c.kind,
+)
+
+
+#: Personal API tokens (revision 0008): the SHA-256 of each token, never the token; the
+#: primary key is the token's public lookup id, so a verification is one indexed read.
+api_tokens_table = Table(
+    "authflow_api_tokens",
+    metadata,
+    Column("token_id", String(16), primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("user_id", String(32), ForeignKey("authflow_users.user_id", ondelete="CASCADE"), nullable=False),
+    Column("name", String(64), nullable=False),
+    Column("token_hash", String(64), nullable=False),
+    Column("scopes", Text, nullable=False),
+    Column("created_at", _Time, nullable=False),
+    Column("expires_at", _Time),
+    Column("last_used_at", _Time),
+    UniqueConstraint("tenant", "user_id", "name", name="uq_authflow_api_tokens_tenant_user_name"),
+)
+
+
+#: The devices (browsers) each user signed in from, and the trust given to them (revision 0007).
+devices_table = Table(
+    "authflow_devices",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("user_id", String(32), ForeignKey("authflow_users.user_id", ondelete="CASCADE"), primary_key=True),
+    Column("device_id", String(64), primary_key=True),
+    Column("label", String(128), nullable=False),
+    Column("place", String(128)),
+    Column("first_seen_at", _Time, nullable=False),
+    Column("last_seen_at", _Time, nullable=False),
+    Column("trusted_until", _Time),
+)
+
 
 sessions_table = Table(
     "authflow_sessions",
@@ -315,6 +377,24 @@ issuer_key_schedule_table = Table(
 )
 
 #: The tables of :class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend`.
+#: A user's tokens of one provider (federation's ``store_tokens``; revision 0005): the
+#: access and refresh tokens sealed in ``sealed``, and the refresh claim (``claim`` until
+#: ``claimed_until``) that lets one process at a time spend the refresh token.
+provider_tokens_table = Table(
+    "authflow_provider_tokens",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("user_id", String(32), ForeignKey("authflow_users.user_id", ondelete="CASCADE"), primary_key=True),
+    Column("provider", String(32), primary_key=True),
+    Column("sealed", Text, nullable=False),
+    Column("token_type", String(32), nullable=False),
+    Column("scopes", Text, nullable=False),
+    Column("expires_at", _Time),
+    Column("updated_at", _Time, nullable=False),
+    Column("claim", String(64)),
+    Column("claimed_until", _Time),
+)
+
 BACKEND_TABLES = [
     users_table,
     factors_table,
@@ -327,6 +407,10 @@ BACKEND_TABLES = [
     roles_table,
     role_permissions_table,
     user_roles_table,
+    account_tokens_table,
+    api_tokens_table,
+    provider_tokens_table,
+    devices_table,
 ]
 
 

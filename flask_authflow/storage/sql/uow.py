@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from flask_authflow.clock import Clock
+from flask_authflow.core.app_users import APP_WROTE
 from flask_authflow.errors import AuditWriteError, ConfigurationError, StoreBusy, StoreUnavailable
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.engine import autocommit_reads, run_read, run_statement
@@ -31,7 +32,6 @@ __all__ = [
     "LockingBegin",
     "SqlConnections",
     "UnitOfWork",
-    "join_account_writes",
     "locking_begin",
     "store_error",
     "watch_writes",
@@ -60,26 +60,13 @@ def store_error(exc: SQLAlchemyError) -> StoreUnavailable:
     return StoreUnavailable("the authentication database is unavailable")
 
 
-#: Set in ``Session.info`` while a transaction of an application's session has flushed rows.
-_APP_WROTE = "authflow_transaction_wrote"
-
-
 def _flushed(session: Any, _context: Any) -> None:
-    session.info[_APP_WROTE] = True
+    session.info[APP_WROTE] = True
 
 
 def _ended(session: Any, transaction: Any) -> None:
     if transaction.parent is None:  # the outermost transaction: its writes are settled
-        session.info.pop(_APP_WROTE, None)
-
-
-def join_account_writes(session: Any) -> None:
-    """Let the next account writes of a backend bound to this Flask-SQLAlchemy session's
-    database run in its transaction (begun now if none is open), as if the application
-    had flushed rows of its own: the application-user hooks keep the account and the
-    application's row in one commit."""
-    session.connection()
-    session.info[_APP_WROTE] = True
+        session.info.pop(APP_WROTE, None)
 
 
 def watch_writes(scoped: Any) -> None:
@@ -265,7 +252,7 @@ class SqlConnections:
         if db is None or self._unit() is not None or not has_app_context():
             return None
         session = db.session()  # the scoped session of this app context
-        wrote = session.info.get(_APP_WROTE) or session.new or session.dirty or session.deleted
+        wrote = session.info.get(APP_WROTE) or session.new or session.dirty or session.deleted
         if not wrote or not session.in_transaction() or session.get_bind() is not self.engine:
             return None
         return session

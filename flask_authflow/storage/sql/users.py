@@ -16,9 +16,12 @@ from flask_authflow.core.ports import UserRecord
 from flask_authflow.errors import UserExists, UserNotFound
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.storage.sql.schema import (
+    api_tokens_table,
+    devices_table,
     factors_table,
     identity_links_table,
     lockouts_table,
+    provider_tokens_table,
     reservations_table,
     user_roles_table,
     users_table,
@@ -136,8 +139,11 @@ class SqlUsers(SqlConnections):
                 delete(reservations_table).where(held.tenant == user.tenant, held.subject == user.identifier)
             )
             conn.execute(delete(identity_links_table).where(identity_links_table.c.user_id == user.user_id))
+            conn.execute(delete(provider_tokens_table).where(provider_tokens_table.c.user_id == user.user_id))
             # Also a foreign-key cascade, but not every SQLite connection enforces those.
             conn.execute(delete(user_roles_table).where(user_roles_table.c.user_id == user.user_id))
+            conn.execute(delete(api_tokens_table).where(api_tokens_table.c.user_id == user.user_id))
+            conn.execute(delete(devices_table).where(devices_table.c.user_id == user.user_id))
             gone = conn.execute(delete(users_table).where(users_table.c.user_id == user.user_id))
         if gone.rowcount == 0:
             raise UserNotFound()

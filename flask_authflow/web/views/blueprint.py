@@ -14,19 +14,23 @@ from __future__ import annotations
 import hmac
 import re
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from flask import Blueprint, Flask, Response, redirect, request, url_for
 from flask.typing import ResponseReturnValue
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow.core.session import AuthSession, SessionRecord, describe_device, sid_hash
-from flask_authflow.errors import AuthFlowError
+from flask_authflow.errors import AuthFlowError, StepUpNeeded
 from flask_authflow.i18n import N_, translate
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
-from flask_authflow.web.csrf import csrf_valid, rotate_csrf_token
+from flask_authflow.responses import wants_json
+from flask_authflow.web.api_auth import api_tokens
+from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, csrf_valid, rotate_csrf_token
 from flask_authflow.web.decorators import login_required
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
-from flask_authflow.web.views import security, signin, stepup
+from flask_authflow.web.views import accounts, devices, security, signin, stepup
+from flask_authflow.web.views.api_tokens import api_token_rows, create_api_token, revoke_api_token
 from flask_authflow.web.views.common import (
     LOGOUT_BLUEPRINT,
     MESSAGES,
@@ -37,11 +41,14 @@ from flask_authflow.web.views.common import (
     form_text,
     handle,
     identifier_of,
+    json_answer,
     lock_message,
     page,
+    readable_time,
     signed_in,
     stored_sid,
     to_login,
+    to_step_up,
 )
 from flask_authflow.web.views.logout import logout
 
@@ -52,7 +59,9 @@ __all__ = ["TEMPLATE_FOLDER", "VIEWS_BLUEPRINT", "build_blueprint", "register_vi
 NOTICES = {
     "password_changed": N_("Your password has been changed. Your other sessions have been logged out."),
     "session_revoked": N_("That session has been logged out."),
-    "others_revoked": N_("All your other sessions have been logged out."),
+    "others_revoked": N_("All your other sessions have been logged out. Your API tokens have been revoked."),
+    "api_token_revoked": N_("The API token has been revoked."),
+    "device_forgotten": N_("That device has been forgotten. Its next sign-in counts as a new device."),
     "stepped_up": N_("Thank you: your identity is confirmed."),
     "identity_linked": N_("The provider is linked: you can now sign in with it."),
     "identity_unlinked": N_("The provider is unlinked: it no longer signs you in."),
@@ -74,7 +83,9 @@ _METHOD_NAMES = {
 # --- the pages -----------------------------------------------------------------------------------
 
 
-def _account_page(status: int = 200, *, error: str | None = None, notice: str | None = None) -> Response:
+def _account_page(
+    status: int = 200, *, error: str | None = None, notice: str | None = None, **extra: Any
+) -> Response:
     session = current_auth_session()
     state = get_state()
     tenant, user_id = str(session.tenant), str(session.user_id)
@@ -91,8 +102,30 @@ def _account_page(status: int = 200, *, error: str | None = None, notice: str | 
         tenant=tenant,
         authenticated_at=session.authenticated_at,
         sessions=sessions,
+        enrolled_factors=_enrolled_factors(session),
         **_provider_rows(tenant, user_id),
+        **api_token_rows(tenant, user_id),
+        **extra,
+        **devices.device_rows(tenant, user_id),
     )
+
+
+def _enrolled_factors(session: AuthSession) -> list[str]:
+    """What the account page lists as the user's sign-in methods besides the password
+    ("Authenticator app", "Security key" ...), each kind once, in enrollment order; empty
+    when the password alone signs the user in (the page then suggests adding one)."""
+    try:
+        configs = handle().user_factors(session)
+    except AuthFlowError:  # a store failed: the page still shows, without the list
+        return []
+    names: list[str] = []
+    for config in configs:
+        if config.kind is FactorKind.PASSWORD or not config.factor_id:
+            continue
+        name = security.KIND_NAMES.get(config.kind.value, config.kind.value.replace("_", " ").capitalize())
+        if name not in names:
+            names.append(name)
+    return names
 
 
 def _provider_rows(tenant: str, user_id: str) -> dict[str, list[str]]:
@@ -125,6 +158,10 @@ def _session_row(record: SessionRecord, current_sid: str) -> dict[str, Any]:
         "auth_method": _method_name(record.auth_method),
         "current": hmac.compare_digest(record.sid, current_sid),
     }
+
+
+#: The account page for the account actions of other modules (the API tokens).
+account_page = _account_page
 
 
 # --- the views -----------------------------------------------------------------------------------
@@ -164,7 +201,7 @@ def account() -> ResponseReturnValue:
     return _account_page(notice=notice)
 
 
-def _account_post_refused() -> BaseResponse | None:
+def account_post_refused() -> BaseResponse | None:
     """Why an account form may not run: not signed in (to the login page) or a bad token."""
     if not signed_in():
         return to_login(url_for(f"{VIEWS_BLUEPRINT}.account"))
@@ -174,7 +211,7 @@ def _account_post_refused() -> BaseResponse | None:
 
 
 def change_password() -> ResponseReturnValue:
-    refused = _account_post_refused()
+    refused = account_post_refused()
     if refused is not None:
         return refused
     session = current_auth_session()
@@ -187,6 +224,10 @@ def change_password() -> ResponseReturnValue:
         return _account_page(400, error=MESSAGES["password_fields"])
     if not hmac.compare_digest(new.encode("utf-8"), confirm.encode("utf-8")):
         return _account_page(400, error=MESSAGES["password_mismatch"])
+    try:  # a user with a second factor passes it again first
+        handle().check_password_change(session)
+    except StepUpNeeded:
+        return to_step_up(url_for(f"{VIEWS_BLUEPRINT}.account"))
     confirmed = _confirm_password(session, current)
     if not isinstance(confirmed, Authenticated):
         message, status = confirmed
@@ -203,7 +244,7 @@ def change_password() -> ResponseReturnValue:
 
 
 def revoke_session(session_hash: str) -> ResponseReturnValue:
-    refused = _account_post_refused()
+    refused = account_post_refused()
     if refused is not None:
         return refused
     session = current_auth_session()
@@ -219,22 +260,54 @@ def revoke_session(session_hash: str) -> ResponseReturnValue:
 
 
 def revoke_other_sessions() -> ResponseReturnValue:
-    refused = _account_post_refused()
+    refused = account_post_refused()
     if refused is not None:
         return refused
     session = current_auth_session()
     account_admin().revoke_sessions(
         str(session.tenant), str(session.user_id), keep_sid=stored_sid(session), reason="revoked_by_user"
     )
+    # Everywhere else includes the user's scripts: their API tokens end too.
+    api_tokens().revoke_all(str(session.tenant), str(session.user_id), reason="revoked_by_user")
     return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="others_revoked"))
+
+
+def csrf() -> ResponseReturnValue:
+    """JSON: the session's CSRF token for a single-page app (``X-CSRF-Token`` header or the
+    ``csrf_token`` field of its requests); never cached."""
+    return json_answer({"csrf_token": csrf_token(), "field": csrf_field_name(), "header": CSRF_HEADER})
+
+
+def _json_redirect(response: Response) -> Response:
+    """In JSON mode a redirect the views answered becomes ``{"status": "done", "location":
+    ..., "notice": ...}`` (200): a script follows ``location`` itself."""
+    location = response.headers.get("Location", "")
+    notice = parse_qs(urlsplit(location).query).get("notice", [None])[0]
+    answer = json_answer({"status": "done", "location": location, "notice": notice})
+    for cookie in response.headers.getlist("Set-Cookie"):
+        answer.headers.add("Set-Cookie", cookie)
+    return answer
+
+
+def forget_device(device_id: str) -> ResponseReturnValue:
+    """ "Forget this device": its record and trust go; its next sign-in is a new device."""
+    refused = account_post_refused()
+    if refused is not None:
+        return refused
+    if not devices.forget_device_of_current_user(device_id):
+        return _account_page(404, error=MESSAGES["no_device"])
+    return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="device_forgotten"))
 
 
 def _frame_guard(response: Response) -> Response:
     """The pages hold password forms, CSRF tokens and "log out" buttons: never inside another
     site's frame, and no HTML of theirs in a cache (a guest's sign-in page included). Runs
-    for every response of the views and of the logout route (whose refusal is a page too)."""
+    for every response of the views and of the logout route (whose refusal is a page too).
+    In JSON mode, a redirect becomes JSON (:func:`_json_redirect`)."""
     if request.blueprint not in (VIEWS_BLUEPRINT, LOGOUT_BLUEPRINT):
         return response
+    if response.status_code in (301, 302, 303, 307, 308) and wants_json():
+        response = _json_redirect(response)
     response.headers.setdefault("X-Frame-Options", "DENY")
     if "Content-Security-Policy" not in response.headers:
         response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
@@ -263,6 +336,9 @@ def build_blueprint(*, with_logout: bool = True) -> Blueprint:
         ("/account/password", "change_password", change_password, ["POST"]),
         ("/account/sessions/<session_hash>/revoke", "revoke_session", revoke_session, ["POST"]),
         ("/account/sessions/revoke-others", "revoke_other_sessions", revoke_other_sessions, ["POST"]),
+        ("/account/api-tokens", "create_api_token", create_api_token, ["POST"]),
+        ("/account/api-tokens/revoke", "revoke_api_token", revoke_api_token, ["POST"]),
+        ("/account/devices/<device_id>/forget", "forget_device", forget_device, ["POST"]),
         ("/account/factors", "factors", security.factors, ["GET"]),
         ("/account/factors/totp", "enroll_totp", security.enroll_totp, ["GET", "POST"]),
         ("/account/factors/totp/confirm", "confirm_totp", security.confirm_totp, ["POST"]),
@@ -276,12 +352,16 @@ def build_blueprint(*, with_logout: bool = True) -> Blueprint:
          ["POST"]),
         ("/account/factors/webauthn/confirm", "confirm_webauthn", security.confirm_webauthn, ["POST"]),
         ("/account/factors/<factor_id>/remove", "remove_factor", security.remove_factor, ["POST"]),
+        ("/csrf", "csrf", csrf, ["GET"]),
     ]  # fmt: skip
+    rules += accounts.RULES  # sign-up, password reset (each answers 404 unless enabled)
     if with_logout:  # the app has no logout route of its own (AUTHFLOW_LOGOUT_URL_PREFIX = None)
         rules.append(("/logout", "logout", logout, ["POST"]))
     for rule, endpoint, view, methods in rules:
         bp.add_url_rule(rule, endpoint, view, methods=methods)
     bp.after_app_request(_frame_guard)  # the logout route's pages are another blueprint's
+    bp.add_app_template_filter(readable_time, "authflow_datetime")
+    bp.context_processor(accounts.account_links)
     return bp
 
 

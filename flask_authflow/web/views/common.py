@@ -1,22 +1,28 @@
 """What every page of the ``authflow_views`` blueprint shares: names, messages, rendering,
-``next`` handling, the signed-in check, the pending step-up and JSON answers for the
-WebAuthn scripts."""
+``next`` handling, the post-login and post-logout destinations, the signed-in check, the
+pending step-up and the JSON mode (a request with a JSON body, or that prefers
+``application/json``, gets JSON where a browser gets a page)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from flask import Response, current_app, jsonify, redirect, render_template, request, url_for
+from werkzeug.routing import BuildError
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow.audit.context import audit_context
 from flask_authflow.core.session import AuthSession, AuthState
 from flask_authflow.errors import AuthFlowError
-from flask_authflow.i18n import N_, format_datetime, gettext, template_context, translate
+from flask_authflow.i18n import N_, format_datetime, gettext, template_context, translate, translations_active
 from flask_authflow.login.service import AuthnRequest
+from flask_authflow.responses import wants_json
 from flask_authflow.web.csrf import csrf_field_name, csrf_token
 from flask_authflow.web.current_user import ANONYMOUS_USER, load_current_user
 from flask_authflow.web.decorators import safe_next
@@ -30,16 +36,23 @@ __all__ = [
     "TEMPLATE_FOLDER",
     "VIEWS_BLUEPRINT",
     "after_login",
+    "destination",
     "error_status",
+    "form_has",
     "form_text",
     "handle",
     "identifier_of",
+    "json_answer",
     "json_error",
     "lock_message",
     "logout_endpoint",
     "next_arg",
     "page",
+    "page_json",
     "pending_step_up",
+    "post_login_url",
+    "post_logout_url",
+    "readable_time",
     "signed_in",
     "stored_sid",
     "to_login",
@@ -79,6 +92,7 @@ MESSAGES = {
     "password_mismatch": N_("The two new passwords do not match."),
     "no_password": N_("This account has no password to confirm."),
     "no_session": N_("That session is not one of yours, or it has already ended."),
+    "no_device": N_("That device is not one of yours, or it has already been forgotten."),
     "no_factor": N_("That sign-in method is not one of yours, or it has already been removed."),
     "no_pending": N_("That set-up has expired or was already finished. Start again."),
     "enroll_code": N_("That code was not accepted. Try again, or start again."),
@@ -89,6 +103,22 @@ MESSAGES = {
         "Your password alone is not enough here: confirm it is you with one of the ways below."
     ),
 }
+
+#: The ``error`` code of a JSON answer whose message is not one of :data:`MESSAGES`, by status.
+STATUS_CODES = {
+    400: "invalid_input",
+    401: "invalid_credential",
+    403: "forbidden",
+    404: "not_found",
+    409: "conflict",
+    429: "too_many_requests",
+    503: "unavailable",
+}
+_CODES = {message: code for code, message in MESSAGES.items()}
+#: Context a page needs and a JSON answer does not (the token is sent under its own name).
+_PAGE_ONLY = frozenset({"csrf_token", "csrf_field_name", "logout_endpoint", "authflow_layout"})
+
+log = logging.getLogger(__name__)
 
 
 # --- rendering -----------------------------------------------------------------------------------
@@ -108,10 +138,14 @@ def logout_endpoint() -> str:
 
 
 def page(template: str, status: int = 200, **context: Any) -> Response:
-    """Render ``authflow/<template>`` with the CSRF field and the defaults every page uses."""
+    """Render ``authflow/<template>`` with the CSRF field and the defaults every page uses
+    (extending ``AUTHFLOW_VIEWS_LAYOUT``); in JSON mode, the same context as JSON
+    (:func:`page_json`)."""
     context.setdefault("error", None)
     context.setdefault("next", None)
     context.setdefault("notice", None)
+    if wants_json():
+        return page_json(template, status, context)
     for key in ("error", "notice"):  # English constants and typed errors' messages, translated
         if isinstance(context[key], str):
             context[key] = translate(context[key])
@@ -121,9 +155,53 @@ def page(template: str, status: int = 200, **context: Any) -> Response:
         csrf_token=csrf_token(),
         csrf_field_name=csrf_field_name(),
         logout_endpoint=logout_endpoint(),
+        authflow_layout=get_state().config.web.views_layout,
         **context,
     )
     return Response(body, status=status, mimetype="text/html")
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON can hold it (dates in ISO 8601, dataclasses as objects); ``None``
+    for what it cannot."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(item) for item in value]
+    return None
+
+
+def page_json(template: str, status: int, context: Mapping[str, Any]) -> Response:
+    """A page's answer in JSON mode: an error is ``{"error": code, "message": ...}`` (the
+    code is the key of :data:`MESSAGES`, or one per status); a page is ``{"page": name,
+    "csrf_token": ..., ...its context}``. Never cached."""
+    error = context.get("error")
+    if status >= 400:
+        message = error if isinstance(error, str) else N_("The request was refused.")
+        code = _CODES.get(message) or STATUS_CODES.get(status, "refused")
+        if context.get("locked_until") is not None:
+            code = "locked"
+        extra = {k: _plain(v) for k, v in context.items() if k in ("locked_until", "kinds")}
+        return json_error(code, message, status, **extra)
+    body = {k: _plain(v) for k, v in context.items() if k not in _PAGE_ONLY}
+    response = jsonify({"page": template.removesuffix(".html"), "csrf_token": csrf_token(), **body})
+    response.status_code = status
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def json_answer(body: Mapping[str, Any], status: int = 200) -> Response:
+    """A JSON answer of the JSON mode, never cached."""
+    response = jsonify(dict(body))
+    response.status_code = status
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 def json_error(code: str, message: str, status: int, **extra: Any) -> Response:
@@ -147,6 +225,17 @@ def error_message(error: AuthFlowError) -> str:
     return error.message
 
 
+def readable_time(value: datetime | None) -> str:
+    """``25 Nov 2026, 12:03 UTC``: a time as people read it (the ``authflow_datetime``
+    filter; the account page's script shows it in the browser's own time zone)."""
+    if value is None:
+        return ""
+    if translations_active():  # the request's time zone and locale
+        return format_datetime(value)
+    utc = value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return f"{utc.day} {utc:%b %Y, %H:%M} UTC"
+
+
 def lock_message(until: datetime) -> str:
     return gettext("Too many failed attempts. Try again after %(time)s.", time=format_datetime(until))
 
@@ -160,21 +249,61 @@ def next_arg(source: Mapping[str, str]) -> str | None:
 
 
 def request_next() -> str | None:
-    """``next`` from the query string (GET) or the form (POST), if it is safe."""
-    return next_arg(request.args if request.method == "GET" else request.form)
+    """``next`` from the query string (GET) or the form or JSON body (POST), if it is safe."""
+    if request.method == "GET":
+        return next_arg(request.args)
+    value = form_text("next") or request.args.get("next")
+    return safe_next(value) if value else None
+
+
+def destination(configured: str | None, default: str) -> str:
+    """The URL of a configured destination (a path, or an endpoint name resolved now), or
+    ``default`` when none is configured or the endpoint does not exist (logged)."""
+    if configured is None:
+        return default
+    if configured.startswith("/"):
+        return configured  # checked at init_app: a same-site path, as ``next`` must be
+    try:
+        return url_for(configured)
+    except BuildError:
+        log.warning("the configured destination %r is not an endpoint of this app", configured)
+        return default
+
+
+def post_login_url() -> str:
+    """``AUTHFLOW_POST_LOGIN_VIEW``, else the account page."""
+    return destination(get_state().config.web.post_login_view, url_for(f"{VIEWS_BLUEPRINT}.account"))
+
+
+def post_logout_url() -> str:
+    """``AUTHFLOW_POST_LOGOUT_VIEW``, else the sign-in page (``/`` without the ready views)."""
+    views = VIEWS_BLUEPRINT in current_app.blueprints
+    return destination(
+        get_state().config.web.post_logout_view, url_for(f"{VIEWS_BLUEPRINT}.login") if views else "/"
+    )
 
 
 def after_login(target: str | None) -> BaseResponse:
-    return redirect(target or url_for(f"{VIEWS_BLUEPRINT}.account"))
+    """Where a completed sign-in goes: a safe ``next``, else ``AUTHFLOW_POST_LOGIN_VIEW``."""
+    location = target or post_login_url()
+    if wants_json():
+        return json_answer({"status": "authenticated", "location": location})
+    return redirect(location)
 
 
 def to_login(target: str | None) -> BaseResponse:
-    return redirect(url_for(f"{VIEWS_BLUEPRINT}.login", next=target))
+    location = url_for(f"{VIEWS_BLUEPRINT}.login", next=target)
+    if wants_json():
+        return json_error("login_required", "Sign in first.", 401, location=location)
+    return redirect(location)
 
 
 def to_step_up(target: str) -> BaseResponse:
     """ "Confirm it is you" first, then back to ``target``."""
-    return redirect(url_for(f"{VIEWS_BLUEPRINT}.step_up", next=target))
+    location = url_for(f"{VIEWS_BLUEPRINT}.step_up", next=target)
+    if wants_json():
+        return json_error("step_up_required", "Confirm it is you first.", 401, location=location)
+    return redirect(location)
 
 
 # --- the session ---------------------------------------------------------------------------------
@@ -207,6 +336,25 @@ def identifier_of(session: AuthSession) -> str | None:
     return user.identifier if user is not None else None
 
 
+def _json_body() -> Mapping[str, Any]:
+    body = request.get_json(silent=True) if request.is_json else None
+    return body if isinstance(body, Mapping) else {}
+
+
 def form_text(name: str) -> str:
+    """Field ``name`` of the form, or of the JSON body (a WebAuthn ``credential`` object as
+    compact JSON; ``true``/``false`` as text), ``""`` when absent or of another type."""
+    if request.is_json:
+        value: Any = _json_body().get(name)
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, Mapping) and name == "credential":  # the browser's PublicKeyCredential
+            return json.dumps(value, separators=(",", ":"))
+        return value if isinstance(value, str) else ""
     value = request.form.get(name)
     return value if isinstance(value, str) else ""
+
+
+def form_has(name: str) -> bool:
+    """The form (or JSON body) carries field ``name``, even empty."""
+    return name in (_json_body() if request.is_json else request.form)

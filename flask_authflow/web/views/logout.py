@@ -10,8 +10,9 @@ It ends the session (audited, id rotated, data dropped) and answers:
 * a JSON request (``Content-Type: application/json``): 200 ``{"status": "logged_out"}``,
   plus ``"location"``, the provider's end-session URL, when a federated session should
   be ended at its provider too;
-* a form: 302 to that URL, else to the ready views' login page when they are registered,
-  else to ``/``.
+* a form: 302 to that URL, else to ``AUTHFLOW_POST_LOGOUT_VIEW``, else to the ready
+  views' login page when they are registered, else to ``/`` (a client that prefers JSON
+  gets ``{"status": "done", "location": ...}`` instead of the redirect).
 
 Cross-site requests are refused (403) whatever their body. A form must carry the
 session's CSRF token (:func:`~flask_authflow.web.csrf.csrf_token`, field ``csrf_token``;
@@ -25,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from flask import Blueprint, Flask, Response, current_app, jsonify, redirect, request, url_for
+from flask import Blueprint, Flask, Response, current_app, jsonify, redirect, request
 from flask.typing import ResponseReturnValue
 
 from flask_authflow.audit.context import audit_context
@@ -33,7 +34,13 @@ from flask_authflow.core.session import AuthSession
 from flask_authflow.responses import wants_json
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.state import current_auth_session, get_state
-from flask_authflow.web.views.common import LOGOUT_BLUEPRINT, MESSAGES, VIEWS_BLUEPRINT, json_error
+from flask_authflow.web.views.common import (
+    LOGOUT_BLUEPRINT,
+    MESSAGES,
+    VIEWS_BLUEPRINT,
+    json_error,
+    post_logout_url,
+)
 
 __all__ = ["LOGOUT_BLUEPRINT", "logout", "register_logout"]
 
@@ -80,10 +87,7 @@ def logout() -> ResponseReturnValue:
     if request.is_json:
         response = jsonify({"status": "logged_out", **({"location": location} if location else {})})
     else:
-        if location is None:
-            views = VIEWS_BLUEPRINT in current_app.blueprints
-            location = url_for(f"{VIEWS_BLUEPRINT}.login") if views else "/"
-        response = redirect(location)  # type: ignore[assignment]
+        response = redirect(location or post_logout_url())  # type: ignore[assignment]
     response.headers["Cache-Control"] = "no-store"
     return response
 

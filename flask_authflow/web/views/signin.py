@@ -28,7 +28,9 @@ from flask_authflow.outcomes import (
     InvalidCredential,
     Locked,
 )
+from flask_authflow.responses import wants_json
 from flask_authflow.web.csrf import csrf_valid, rotate_csrf_token
+from flask_authflow.web.devices import remember_session, request_trust
 from flask_authflow.web.state import current_auth_session, get_state
 from flask_authflow.web.views.common import (
     MAX_CODE_LENGTH,
@@ -41,10 +43,12 @@ from flask_authflow.web.views.common import (
     form_text,
     handle,
     identifier_of,
+    json_answer,
     json_error,
     lock_message,
     page,
     pending_step_up,
+    post_login_url,
     request_next,
     signed_in,
     to_login,
@@ -234,6 +238,8 @@ def login() -> ResponseReturnValue:
                 outcome: Any = request_handle.verify_factor(credential, session)
             else:
                 outcome = begun
+        if form_text("remember") == "1":
+            remember_session(session)  # "keep me signed in": a longer session once signed in
     except AuthFlowError as error:
         return login_page(error_status(error), next=target, username=username, error=error_message(error))
     return login_outcome(outcome, target, username)
@@ -245,7 +251,11 @@ def login_outcome(outcome: Any, target: str | None, username: str = "") -> BaseR
         rotate_csrf_token()
         return after_login(target)
     if isinstance(outcome, FactorRequired) and outcome.kind is not FactorKind.PASSWORD:
-        return redirect(url_for(f"{VIEWS_BLUEPRINT}.factor", next=target))
+        location = url_for(f"{VIEWS_BLUEPRINT}.factor", next=target)
+        if wants_json():
+            kinds = [kind.value for kind in outcome.kinds]
+            return json_answer({"status": "factor_required", "kinds": kinds, "location": location})
+        return redirect(location)
     if isinstance(outcome, Locked):
         return login_page(
             403,
@@ -276,6 +286,7 @@ def _factor_page(target: str | None, status: int = 200, **context: Any) -> Respo
         next=target,
         kinds=kinds,
         methods=methods,
+        trust_days=get_state().devices.settings.trust_duration.days or None,
         factor=methods[0].kind if methods else (kinds[0] if kinds else None),
         **context,
     )
@@ -309,6 +320,7 @@ def factor() -> ResponseReturnValue:
             return _factor_page(target, 400, error=MESSAGES["missing_code"])
         if len(secret) > MAX_CODE_LENGTH:
             return _factor_page(target, 400, error=MESSAGES["too_long"])
+    request_trust(form_text("trust_device") == "1")  # "trust this device", if the sign-in completes
     try:
         with FactorCredential(kind, secret) as credential:
             outcome = handle().verify_factor(credential, session)
@@ -429,8 +441,7 @@ def passkey_login() -> ResponseReturnValue:
         return json_error(error.code, error_message(error), error_status(error))
     if isinstance(outcome, Authenticated):
         rotate_csrf_token()
-        location = target or url_for(f"{VIEWS_BLUEPRINT}.account")
-        return _json({"status": "authenticated", "location": location})
+        return _json({"status": "authenticated", "location": target or post_login_url()})
     if isinstance(outcome, FactorRequired):
         return _json(
             {"status": "factor_required", "location": url_for(f"{VIEWS_BLUEPRINT}.factor", next=target)}

@@ -34,6 +34,7 @@ from flask_authflow.web.views.common import (
     VIEWS_BLUEPRINT,
     error_message,
     error_status,
+    form_has,
     form_text,
     handle,
     identifier_of,
@@ -177,7 +178,7 @@ def step_up() -> ResponseReturnValue:
         kinds = _waiting_step(session) or strongest_step(session)
     except AuthFlowError as failure:
         return _step_up_page(target, error_status(failure), error=error_message(failure), begin=False)
-    chosen = form_text("kind") or (_PASSWORD if "password" in request.form else kinds[0])
+    chosen = form_text("kind") or (_PASSWORD if form_has("password") else kinds[0])
     if chosen not in kinds or chosen not in FactorKind:
         message = MESSAGES["stronger_step"] if chosen == _PASSWORD else MESSAGES["wrong_kind"]
         return _step_up_page(target, 400, error=message)

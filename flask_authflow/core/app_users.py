@@ -24,12 +24,18 @@ from flask_authflow import signals
 from flask_authflow.core.ports import IdentityStore, UserRecord
 
 __all__ = [
+    "APP_WROTE",
     "AppTransaction",
     "AppUserHooks",
     "NewAccount",
     "UserCreatedHook",
     "UserDeletedHook",
+    "join_account_writes",
 ]
+
+#: Set in a Flask-SQLAlchemy session's ``info`` while its transaction holds rows of the
+#: application: the SQL backend's account writes then join that transaction.
+APP_WROTE = "authflow_transaction_wrote"
 
 
 @dataclass(frozen=True)
@@ -153,3 +159,11 @@ def _remove_if_kept(store: IdentityStore, account: UserRecord) -> None:
     """Undo an account whose write did not run in the application's transaction."""
     if store.get_user(account.tenant, account.user_id) is not None:
         store.delete_user(account.tenant, account.identifier)
+
+
+def join_account_writes(session: Any) -> None:
+    """Let the next account writes of a SQL backend bound to this Flask-SQLAlchemy
+    session's database run in its transaction (begun now if none is open), as if the
+    application had flushed rows of its own."""
+    session.connection()
+    session.info[APP_WROTE] = True

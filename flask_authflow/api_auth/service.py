@@ -1,0 +1,250 @@
+"""Personal API tokens: created, listed, revoked and verified, every change audited.
+
+:class:`ApiTokenService` runs on a :class:`~flask_authflow.core.ports.ApiTokenStore` and
+the identity store (a token of a deleted or disabled user is refused). It writes one audit
+row per creation (``api_token_created``), revocation (``api_token_revoked``, or
+``api_tokens_revoked`` for all of a user's tokens at once) and refused use
+(``api_token_refused``, the reason in ``reason``); a row names the token by its public
+lookup id, never by its value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Final
+
+from flask_authflow.api_auth.settings import ApiTokenSettings
+from flask_authflow.api_auth.tokens import (
+    NewToken,
+    check_scopes,
+    check_token_name,
+    hashes_match,
+    new_token,
+    token_id_of,
+)
+from flask_authflow.audit.context import AuditContext
+from flask_authflow.audit.sinks import AuditRecord, AuditSink
+from flask_authflow.clock import Clock
+from flask_authflow.core.ports import ApiTokenRecord, ApiTokenStore, IdentityStore
+from flask_authflow.errors import AuthnError, InvalidInput, UserNotFound
+
+__all__ = ["DEFAULT_EXPIRY", "ApiTokenService", "CreatedToken", "DefaultExpiry", "TokenRefused"]
+
+
+class DefaultExpiry:
+    """The type of :data:`DEFAULT_EXPIRY`."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT_EXPIRY"
+
+
+#: ``expires_in`` of :meth:`ApiTokenService.create` when not given: the configured default.
+DEFAULT_EXPIRY: Final = DefaultExpiry()
+
+
+class TokenRefused(AuthnError):
+    """The bearer token is not valid (RFC 6750 ``invalid_token``)."""
+
+    code = "invalid_token"
+    status = 401
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("the access token is invalid, expired or revoked")
+        #: Why, for the audit row only (``malformed``, ``unknown``, ``mismatch``, ``expired``,
+        #: ``user_unknown``, ``user_disabled``); the client is told no more than the message.
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedToken:
+    """A token just created: ``value`` is shown once and never stored."""
+
+    value: str
+    record: ApiTokenRecord
+
+    def __repr__(self) -> str:
+        return f"CreatedToken(record={self.record!r})"
+
+
+class ApiTokenService:
+    """Create, list, revoke and verify personal API tokens."""
+
+    def __init__(
+        self,
+        store: ApiTokenStore,
+        users: IdentityStore,
+        *,
+        clock: Clock,
+        audit_sink: AuditSink,
+        settings: ApiTokenSettings,
+    ) -> None:
+        self.store = store
+        self.users = users
+        self.clock = clock
+        self.audit_sink = audit_sink
+        self.settings = settings
+
+    # --- audit ---------------------------------------------------------------------------
+
+    def _audit(
+        self,
+        event: str,
+        status: str,
+        context: AuditContext | None,
+        *,
+        tenant: str | None = None,
+        user_id: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        ctx = context if context is not None else AuditContext.unknown()
+        self.audit_sink.write(
+            AuditRecord(
+                time=self.clock.now(),
+                event=event,
+                status=status,
+                tenant=tenant,
+                user_id=user_id,
+                factor="api_token",
+                client_ip=ctx.client_ip,
+                ip_source=ctx.ip_source,
+                user_agent=ctx.user_agent,
+                request_id=ctx.request_id,
+                reason=reason,
+            )
+        )
+
+    # --- changes -------------------------------------------------------------------------
+
+    def _expiry(self, now: datetime, expires_in: timedelta | DefaultExpiry | None) -> datetime | None:
+        lifetime = self.settings.default_expiry if isinstance(expires_in, DefaultExpiry) else expires_in
+        maximum = self.settings.max_expiry
+        if lifetime is None:
+            if maximum is not None:
+                raise InvalidInput(f"a token must expire, within {maximum.days} days")
+            return None
+        if lifetime <= timedelta(0):
+            raise InvalidInput("a token's lifetime must be positive")
+        if maximum is not None and lifetime > maximum:
+            raise InvalidInput(f"a token expires within {maximum.days} days at most")
+        return now + lifetime
+
+    def create(
+        self,
+        tenant: str,
+        user_id: str,
+        name: str,
+        scopes: tuple[str, ...] | list[str] = (),
+        *,
+        expires_in: timedelta | DefaultExpiry | None = DEFAULT_EXPIRY,
+        context: AuditContext | None = None,
+    ) -> CreatedToken:
+        """Create a token for the user; its value is in the result, and nowhere else.
+
+        :raises InvalidInput: a bad name, scope or lifetime, or the user has too many tokens.
+        :raises ~flask_authflow.errors.ApiTokenNameTaken: the user has a token of that name.
+        :raises UserNotFound: no such user in the tenant.
+        """
+        name = check_token_name(name)
+        checked_scopes = check_scopes(scopes, self.settings.scopes)
+        if self.users.get_user(tenant, user_id) is None:
+            raise UserNotFound()
+        if len(self.store.list_api_tokens(tenant, user_id)) >= self.settings.max_per_user:
+            raise InvalidInput(f"a user has at most {self.settings.max_per_user} API tokens")
+        now = self.clock.now()
+        token: NewToken = new_token()
+        record = ApiTokenRecord(
+            token_id=token.token_id,
+            tenant=tenant,
+            user_id=user_id,
+            name=name,
+            token_hash=token.token_hash,
+            scopes=checked_scopes,
+            created_at=now,
+            expires_at=self._expiry(now, expires_in),
+        )
+        self.store.add_api_token(record)
+        self._audit(
+            "api_token_created", "success", context, tenant=tenant, user_id=user_id, reason=token.token_id
+        )
+        return CreatedToken(token.value, record)
+
+    def list(self, tenant: str, user_id: str) -> list[ApiTokenRecord]:
+        """The user's tokens, by name (their hashes included, never their values)."""
+        return self.store.list_api_tokens(tenant, user_id)
+
+    def revoke(self, tenant: str, user_id: str, name: str, *, context: AuditContext | None = None) -> bool:
+        """Delete the user's token called ``name``; false if there was none. Once this
+        returns, no request can be authenticated with it."""
+        record = self.store.delete_api_token(tenant, user_id, check_token_name(name))
+        if record is None:
+            return False
+        self._audit(
+            "api_token_revoked", "success", context, tenant=tenant, user_id=user_id, reason=record.token_id
+        )
+        return True
+
+    def revoke_all(
+        self, tenant: str, user_id: str, *, reason: str = "revoked", context: AuditContext | None = None
+    ) -> int:
+        """Delete every token of the user (with its sessions: log out everywhere, disable,
+        delete); how many there were. Audited when there were any."""
+        count = self.store.delete_user_api_tokens(tenant, user_id)
+        if count:
+            self._audit(
+                "api_tokens_revoked", "success", context, tenant=tenant, user_id=user_id, reason=reason
+            )
+        return count
+
+    # --- use -----------------------------------------------------------------------------
+
+    def audit_refusal(
+        self, reason: str, record: ApiTokenRecord | None = None, *, context: AuditContext | None = None
+    ) -> None:
+        """Write the ``api_token_refused`` row of a refused use (``record``: the token, when
+        the refusal names one; a scope refusal is written by the web layer this way)."""
+        tenant = record.tenant if record is not None else None
+        user_id = record.user_id if record is not None else None
+        detail = f"{reason} {record.token_id}" if record is not None else reason
+        self._audit("api_token_refused", "failure", context, tenant=tenant, user_id=user_id, reason=detail)
+
+    def _check(self, value: str, now: datetime) -> tuple[str, ApiTokenRecord | None]:
+        """Why ``value`` is refused ("" when it is not) and the record it names."""
+        token_id = token_id_of(value)
+        if token_id is None:
+            return "malformed", None
+        record = self.store.get_api_token(token_id)
+        if record is None:
+            return "unknown", None
+        if not hashes_match(record.token_hash, value):
+            return "mismatch", None  # someone who knows the id, not the token: name no user
+        if record.expires_at is not None and now >= record.expires_at:
+            return "expired", record
+        user = self.users.get_user(record.tenant, record.user_id)
+        if user is None:
+            return "user_unknown", record
+        if user.disabled:
+            return "user_disabled", record
+        return "", record
+
+    def verify(self, value: str, *, context: AuditContext | None = None) -> ApiTokenRecord:
+        """The record of a valid token (its ``last_used_at`` brought up to date, written at
+        most once per ``AUTHFLOW_API_TOKEN_LAST_USED_INTERVAL``).
+
+        :raises TokenRefused: malformed, unknown, wrong, expired, or its user is gone or
+            disabled (audited, with the reason).
+        """
+        now = self.clock.now()
+        reason, record = self._check(value, now)
+        if reason or record is None:
+            self.audit_refusal(reason or "unknown", record, context=context)
+            raise TokenRefused(reason or "unknown")
+        interval = self.settings.last_used_interval
+        if record.last_used_at is None or now - record.last_used_at >= interval:
+            if self.store.touch_api_token(record.token_id, now, unless_since=now - interval + _EPSILON):
+                record = replace(record, last_used_at=now)
+        return record
+
+
+#: ``unless_since`` is exclusive of the boundary: a use exactly one interval later writes.
+_EPSILON = timedelta(microseconds=1)

@@ -1,0 +1,29 @@
+"""Devices: a device identity per browser, a device record per user, trusted devices.
+
+* :mod:`~flask_authflow.devices.cookie`: the long-lived signed device cookie, bound to the
+  User-Agent as the session is; a forged, expired or rebound cookie is ignored.
+* :mod:`~flask_authflow.devices.labels`: "Firefox 120 on Ubuntu" from the User-Agent.
+* :mod:`~flask_authflow.devices.service`: record a sign-in, trust, forget, end trusts.
+
+This feature knows nothing of Flask requests: :mod:`flask_authflow.web.devices` reads and
+sets the cookie, and the login decides with the trust it is given
+(:attr:`~flask_authflow.login.service.AuthnService.device_trusted`).
+"""
+
+from __future__ import annotations
+
+from .cookie import DeviceClaim, DeviceCookie, DeviceReading, new_device_id
+from .labels import UNKNOWN_DEVICE, device_label
+from .service import DeviceService
+from .settings import DeviceSettings
+
+__all__ = [
+    "UNKNOWN_DEVICE",
+    "DeviceClaim",
+    "DeviceCookie",
+    "DeviceReading",
+    "DeviceService",
+    "DeviceSettings",
+    "device_label",
+    "new_device_id",
+]

@@ -1,0 +1,438 @@
+"""The provider's tokens, kept to call its APIs: :class:`ProviderTokens`.
+
+With ``store_tokens`` on a provider, the callback keeps the access token, the refresh
+token, their expiry, the granted scopes and the token type per (tenant, user, provider),
+sealed with the factor-secret key (the envelope of
+:class:`~flask_authflow.mfa.sealing.FactorSealer`, bound to the row's key, so a sealed
+value copied onto another row does not open).
+
+:meth:`ProviderTokens.access_token` answers a valid access token. One that expires
+within :data:`EXPIRY_SKEW` is refreshed first, single-flight: in this process one thread
+per (tenant, user, provider) refreshes while the others wait for its result, and across
+processes the store's refresh claim (one conditional write) lets exactly one process
+spend the refresh token, so a rotated refresh token is never spent twice. A rotated
+refresh token replaces the stored one; without one in the answer the old one stays.
+
+Unlink, user deletion and back-channel logout call :meth:`ProviderTokens.forget`: the
+tokens are revoked at the provider (RFC 7009, when discovery names a
+``revocation_endpoint``) and the row is deleted, even when the revocation fails.
+Every store, refresh, revocation and failure writes an audit row; no token is ever logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Final, Protocol
+
+from flask_authflow.clock import Clock
+from flask_authflow.core.ports import ProviderTokenStore, StoredProviderTokens
+from flask_authflow.errors import AuthFlowError, FactorSecretError
+from flask_authflow.federation.errors import OAuthError, ProviderUnreachable, TokenExchange
+from flask_authflow.federation.provider import OAuthProvider, ProviderRegistry, TokenSet
+
+__all__ = [
+    "CLAIM_TTL",
+    "EXPIRY_SKEW",
+    "InsufficientScope",
+    "NoProviderToken",
+    "NoRefreshToken",
+    "ProviderTokens",
+    "RefreshTokenExpired",
+    "Sealer",
+    "TokenAudit",
+    "TokenRefreshBusy",
+]
+
+#: An access token expiring within this is refreshed before it is handed out.
+EXPIRY_SKEW: Final = timedelta(seconds=30)
+#: How long a process's refresh claim holds a row (longer than an HTTP exchange may take).
+CLAIM_TTL: Final = timedelta(seconds=30)
+#: How often a process waiting for another one's refresh looks at the row again (seconds).
+_WAIT_STEP: Final = 0.05
+_MAX_TOKEN_TYPE: Final = 32
+
+log = logging.getLogger("flask_authflow.federation")
+
+#: ``audit(event, status, tenant, user_id, provider, reason)``: writes one audit row.
+TokenAudit = Callable[[str, str, str, str, str, "str | None"], None]
+
+
+class Sealer(Protocol):
+    """Seals and opens secrets bound to a name (the app's factor-secret sealer,
+    :class:`~flask_authflow.mfa.sealing.FactorSealer`)."""
+
+    def seal(self, factor_id: str, plaintext: bytes) -> str: ...
+
+    def open(self, factor_id: str, sealed: str) -> bytes: ...
+
+
+class NoProviderToken(OAuthError):
+    """No token of this provider is kept for you: sign in with the provider again."""
+
+    code = "no_provider_token"
+    status = 404
+
+
+class NoRefreshToken(OAuthError):
+    """The provider's access token expired and no refresh token was kept: sign in with the provider again."""
+
+    code = "no_refresh_token"
+    status = 401
+
+
+class RefreshTokenExpired(OAuthError):
+    """The provider refused the refresh token (expired or revoked): sign in with the provider again."""
+
+    code = "refresh_token_expired"
+    status = 401
+
+
+class InsufficientScope(OAuthError):
+    """The provider did not grant the scopes asked for: sign in with the provider again, granting them."""
+
+    code = "insufficient_scope"
+    status = 403
+
+    def __init__(self, missing: Iterable[str]) -> None:
+        #: the scopes asked for and not granted.
+        self.missing = tuple(sorted(missing))
+        super().__init__(f"the provider did not grant the scope(s) {' '.join(self.missing)[:200]}")
+
+
+class TokenRefreshBusy(OAuthError):
+    """Another process is refreshing this token and did not finish in time: try again."""
+
+    code = "token_refresh_busy"
+    status = 503
+
+
+@dataclass(frozen=True, slots=True)
+class _Opened:
+    access_token: str
+    refresh_token: str | None
+
+
+def _aad(tenant: str, user_id: str, provider: str) -> str:
+    """The associated data of a row's envelope: its key."""
+    return f"provider-token\x00{tenant}\x00{user_id}\x00{provider}"
+
+
+def _positive_int(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def _checked_refresh(body: dict[str, object]) -> TokenSet:
+    """The checked parts of a successful refresh answer (no ID token is needed).
+
+    :raises TokenExchange: no access token, or a ``token_type`` other than Bearer.
+    """
+    access_token = body.get("access_token")
+    if not isinstance(access_token, str) or not access_token:
+        raise TokenExchange("the token endpoint answered the refresh without an access_token")
+    token_type = body.get("token_type", "Bearer")
+    if not isinstance(token_type, str) or token_type.lower() != "bearer":
+        raise TokenExchange(f"unsupported token_type {str(token_type)[:32]!r}")
+    refresh = body.get("refresh_token")
+    scope = body.get("scope")
+    return TokenSet(
+        id_token="",
+        access_token=access_token,
+        refresh_token=refresh if isinstance(refresh, str) and refresh else None,
+        token_type=token_type,
+        expires_in=_positive_int(body.get("expires_in")),
+        scope=scope if isinstance(scope, str) else None,
+    )
+
+
+class ProviderTokens:
+    """Keep, refresh and revoke the provider tokens of users (see the module docstring).
+
+    :param store: where the sealed rows live (the backend).
+    :param registry: the app's providers (token and revocation endpoints, client auth).
+    :param sealer: the factor-secret sealer.
+    :param audit: writes the audit rows.
+    """
+
+    def __init__(
+        self,
+        store: ProviderTokenStore,
+        registry: ProviderRegistry,
+        sealer: Sealer,
+        clock: Clock,
+        audit: TokenAudit,
+        *,
+        skew: timedelta = EXPIRY_SKEW,
+        claim_ttl: timedelta = CLAIM_TTL,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.sealer = sealer
+        self.clock = clock
+        self.skew = skew
+        self.claim_ttl = claim_ttl
+        self._audit = audit
+        self._guard = threading.Lock()
+        self._flights: dict[tuple[str, str, str], tuple[threading.Lock, list[int]]] = {}
+
+    # --- sealing ------------------------------------------------------------------------------
+
+    def _seal(self, tenant: str, user_id: str, provider: str, tokens: TokenSet, refresh: str | None) -> str:
+        plain = json.dumps({"access_token": tokens.access_token, "refresh_token": refresh})
+        return self.sealer.seal(_aad(tenant, user_id, provider), plain.encode("utf-8"))
+
+    def _open(self, row: StoredProviderTokens) -> _Opened:
+        """:raises FactorSecretError: the row does not open (another key, or moved)."""
+        plain = self.sealer.open(_aad(row.tenant, row.user_id, row.provider), row.sealed)
+        try:
+            value = json.loads(plain)
+            access, refresh = value["access_token"], value["refresh_token"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise FactorSecretError("the provider tokens could not be read") from exc
+        if not isinstance(access, str) or (refresh is not None and not isinstance(refresh, str)):
+            raise FactorSecretError("the provider tokens could not be read")
+        return _Opened(access, refresh)
+
+    def _row(
+        self,
+        tenant: str,
+        user_id: str,
+        provider: str,
+        tokens: TokenSet,
+        refresh: str | None,
+        scopes: tuple[str, ...],
+    ) -> StoredProviderTokens:
+        now = self.clock.now()
+        expires = None if tokens.expires_in is None else now + timedelta(seconds=tokens.expires_in)
+        return StoredProviderTokens(
+            tenant=tenant,
+            user_id=user_id,
+            provider=provider,
+            sealed=self._seal(tenant, user_id, provider, tokens, refresh),
+            token_type=tokens.token_type[:_MAX_TOKEN_TYPE],
+            scopes=tuple(tokens.scope.split()) if tokens.scope is not None else scopes,
+            expires_at=expires,
+            updated_at=now,
+        )
+
+    # --- keeping ------------------------------------------------------------------------------
+
+    def keep(
+        self, tenant: str, user_id: str, provider: OAuthProvider, tokens: TokenSet, scopes: Iterable[str]
+    ) -> bool:
+        """Keep the tokens of a callback when the provider has ``store_tokens`` (``scopes``:
+        those requested, granted when the answer names none); ``True`` if they were kept."""
+        if not provider.config.store_tokens:
+            return False
+        row = self._row(tenant, user_id, provider.name, tokens, tokens.refresh_token, tuple(scopes))
+        self.store.save_provider_tokens(row)
+        self._audit("provider_token_store", "success", tenant, user_id, provider.name, None)
+        return True
+
+    # --- handing out --------------------------------------------------------------------------
+
+    def access_token(
+        self, tenant: str, user_id: str, provider: str, *, scopes: Iterable[str] | None = None
+    ) -> str:
+        """A valid access token of ``provider`` for the user, refreshed first when it
+        expires within the skew.
+
+        :raises NoProviderToken: none is kept for the user.
+        :raises InsufficientScope: ``scopes`` (names, or one space-separated string) were
+            not all granted.
+        :raises NoRefreshToken: it expired and there is no refresh token.
+        :raises RefreshTokenExpired: the provider refused the refresh token (the row is deleted).
+        :raises ProviderUnreachable, TokenExchange: the refresh failed for now (the row stays).
+        :raises TokenRefreshBusy: another process's refresh did not finish in time.
+        """
+        wanted = frozenset(scopes.split() if isinstance(scopes, str) else scopes or ())
+        row = self._stored(tenant, user_id, provider, wanted)
+        if self._fresh(row):
+            return self._open_or_forget(row).access_token
+        with self._flight((tenant, user_id, provider)):
+            return self._refresh_once(tenant, user_id, provider, wanted)
+
+    def _stored(
+        self, tenant: str, user_id: str, provider: str, wanted: frozenset[str]
+    ) -> StoredProviderTokens:
+        row = self.store.get_provider_tokens(tenant, user_id, provider)
+        if row is None:
+            raise NoProviderToken()
+        missing = wanted - set(row.scopes)
+        if missing:
+            raise InsufficientScope(missing)
+        return row
+
+    def _fresh(self, row: StoredProviderTokens) -> bool:
+        return row.expires_at is None or row.expires_at - self.skew > self.clock.now()
+
+    def _open_or_forget(self, row: StoredProviderTokens) -> _Opened:
+        """The row's tokens; a row that no longer opens (its key was retired) is deleted."""
+        try:
+            return self._open(row)
+        except FactorSecretError:
+            self.store.delete_provider_tokens(row.tenant, row.user_id, row.provider)
+            self._audit(
+                "provider_token_refresh", "failure", row.tenant, row.user_id, row.provider, "unreadable"
+            )
+            raise NoProviderToken() from None
+
+    @contextmanager
+    def _flight(self, key: tuple[str, str, str]) -> Iterator[None]:
+        """One thread of this process at a time per key; the entry goes with its last user."""
+        with self._guard:
+            lock, users = self._flights.setdefault(key, (threading.Lock(), [0]))
+            users[0] += 1
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                users[0] -= 1
+                if users[0] == 0:
+                    del self._flights[key]
+
+    def _refresh_once(self, tenant: str, user_id: str, provider: str, wanted: frozenset[str]) -> str:
+        """Refresh unless another thread or process just did: read the row again, take the
+        store's claim and refresh, or wait for the claim's holder to write its result."""
+        deadline = time.monotonic() + self.claim_ttl.total_seconds()
+        while True:
+            row = self._stored(tenant, user_id, provider, wanted)
+            if self._fresh(row):
+                return self._open_or_forget(row).access_token
+            claim = secrets.token_urlsafe(24)
+            now = self.clock.now()
+            if self.store.claim_provider_tokens(
+                tenant, user_id, provider, claim, now=now, until=now + self.claim_ttl
+            ):
+                return self._refresh_claimed(
+                    self._claimed_row(tenant, user_id, provider, claim), claim, wanted
+                )
+            if time.monotonic() >= deadline:
+                raise TokenRefreshBusy()
+            time.sleep(_WAIT_STEP)
+
+    def _claimed_row(self, tenant: str, user_id: str, provider: str, claim: str) -> StoredProviderTokens:
+        """The row as it is now that the claim is ours: another process may have refreshed
+        it (and ended its own claim) between our read and our claim."""
+        row = self.store.get_provider_tokens(tenant, user_id, provider)
+        if row is None:
+            raise NoProviderToken()
+        return row
+
+    def _refresh_claimed(self, row: StoredProviderTokens, claim: str, wanted: frozenset[str]) -> str:
+        key = (row.tenant, row.user_id, row.provider)
+        try:
+            opened = self._open_or_forget(row)
+            if self._fresh(row):  # refreshed by another process just before our claim
+                self.store.release_provider_tokens(*key, claim)
+                return self._scoped(row, wanted, opened.access_token)
+            if opened.refresh_token is None:
+                raise NoRefreshToken()
+            answer = self._post_refresh(self.registry.get(row.provider, row.tenant), opened.refresh_token)
+        except RefreshTokenExpired as exc:
+            self.store.delete_provider_tokens(*key)
+            self._audit("provider_token_refresh", "failure", *key, exc.code)
+            raise
+        except BaseException as exc:
+            self.store.release_provider_tokens(*key, claim)
+            if isinstance(exc, AuthFlowError):
+                self._audit("provider_token_refresh", "failure", *key, exc.code)
+            raise
+        refresh = answer.refresh_token or opened.refresh_token  # kept unless rotated
+        fresh = self._row(*key, answer, refresh, row.scopes)
+        if not self.store.replace_claimed_provider_tokens(fresh, claim):
+            self._audit("provider_token_refresh", "failure", *key, "claim_lost")
+            raise TokenRefreshBusy("the stored tokens changed during the refresh: try again")
+        self._audit("provider_token_refresh", "success", *key, "rotated" if answer.refresh_token else None)
+        return self._scoped(fresh, wanted, answer.access_token)
+
+    @staticmethod
+    def _scoped(row: StoredProviderTokens, wanted: frozenset[str], access_token: str) -> str:
+        missing = wanted - set(row.scopes)
+        if missing:
+            raise InsufficientScope(missing)
+        return access_token
+
+    def _post_refresh(self, provider: OAuthProvider, refresh_token: str) -> TokenSet:
+        """The refresh request (RFC 6749 section 6), authenticated as the login's token request.
+
+        :raises RefreshTokenExpired: ``invalid_grant``.
+        :raises TokenExchange: another error answer, or an unusable success answer.
+        :raises ProviderUnreachable: a transport failure, 5xx, or an answer that is not JSON.
+        """
+        response = provider.client_request(
+            provider.metadata.token_endpoint, {"grant_type": "refresh_token", "refresh_token": refresh_token}
+        )
+        if response.status >= 500:
+            raise ProviderUnreachable(f"the token endpoint answered HTTP {response.status}")
+        body = response.json_object()
+        if response.status == 200:
+            return _checked_refresh(body)
+        error = body.get("error")
+        if error == "invalid_grant":
+            raise RefreshTokenExpired()
+        if isinstance(error, str) and error and error.isascii() and len(error) <= 64:
+            raise TokenExchange(f"the token endpoint answered {error}", error=error)
+        raise TokenExchange(f"the token endpoint answered HTTP {response.status}")
+
+    # --- forgetting ---------------------------------------------------------------------------
+
+    def forget(self, tenant: str, user_id: str, provider: str, *, reason: str) -> bool:
+        """Revoke the user's tokens of ``provider`` at the provider and delete the row (even
+        when the revocation fails: that is logged and audited); ``False`` if none was kept.
+        ``reason`` (``unlink``, ``user_deleted``, ``backchannel_logout``) goes in the audit row."""
+        row = self.store.get_provider_tokens(tenant, user_id, provider)
+        if row is None:
+            return False
+        try:
+            revoked = self._revoke(row)
+        except (AuthFlowError, OSError) as exc:
+            code = exc.code if isinstance(exc, AuthFlowError) else "transport"
+            log.warning(
+                "revoking the %s tokens of a user failed (%s); the stored tokens are deleted", provider, code
+            )
+            self._audit(
+                "provider_token_revoke", "failure", tenant, user_id, provider, f"{reason}:{code}"[:64]
+            )
+        else:
+            shown = reason if revoked else f"{reason}:no_revocation_endpoint"
+            self._audit("provider_token_revoke", "success", tenant, user_id, provider, shown[:64])
+        finally:
+            self.store.delete_provider_tokens(tenant, user_id, provider)
+        return True
+
+    def forget_user(self, tenant: str, user_id: str, *, reason: str = "user_deleted") -> int:
+        """:meth:`forget` every provider's tokens of the user; returns how many rows went."""
+        rows = self.store.provider_tokens_of_user(tenant, user_id)
+        return sum(self.forget(tenant, user_id, row.provider, reason=reason) for row in rows)
+
+    def _revoke(self, row: StoredProviderTokens) -> bool:
+        """RFC 7009 at the provider's ``revocation_endpoint``: the refresh token first (which
+        ends its access tokens at most providers), then the access token. ``False`` when the
+        provider has no revocation endpoint.
+
+        :raises ProviderUnreachable: the endpoint did not answer 200.
+        """
+        provider = self.registry.get(row.provider, row.tenant)
+        endpoint = provider.metadata.revocation_endpoint
+        if endpoint is None:
+            return False
+        opened = self._open(row)
+        hints = (("refresh_token", opened.refresh_token), ("access_token", opened.access_token))
+        for hint, token in hints:
+            if token is None:
+                continue
+            response = provider.client_request(endpoint, {"token": token, "token_type_hint": hint})
+            if response.status != 200:
+                raise ProviderUnreachable(f"the revocation endpoint answered HTTP {response.status}")
+        return True

@@ -1,0 +1,258 @@
+"""Sign-up (``AUTHFLOW_REGISTRATION``): an identifier, an e-mail address and a password make
+an unverified account and a verification mail (a link and a short code).
+
+* The address is checked with ``email-validator`` (syntax only: no DNS lookup in a
+  request), the password with the policy, the identifier as every identifier is; an
+  identifier with a ``:`` is refused, since ``<provider>:<subject>`` names federated
+  accounts.
+* **No enumeration of addresses.** An address that already has an account answers
+  exactly as a new one: the same checks, the same password hash, a token made the same
+  way; instead of a verification mail its owner gets a notice ("someone tried to create
+  an account with your address"). A taken identifier with a new address is refused with
+  :class:`~flask_authflow.errors.UserExists` (identifiers are what people sign in with;
+  an application that keeps them secret asks only for an address).
+* The account is created through
+  :meth:`~flask_authflow.login.accounts.AccountAdmin.create_user` with ``source="signup"``,
+  so the application's ``user_created`` hook makes its own row in the same transaction.
+* Until the address is verified, a correct password is answered
+  :class:`EmailNotVerified` (403, after the password step, so it tells nothing to someone
+  without the password); :func:`resend_verification` mails a new link, and answers the
+  same for every input.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from flask_authflow.audit.context import AuditContext
+from flask_authflow.core.identifiers import check_tenant, normalise_email, normalise_identifier
+from flask_authflow.core.ports import UserRecord
+from flask_authflow.core.session import AuthSession
+from flask_authflow.errors import AuthFlowError, ConfigurationError, InvalidInput
+from flask_authflow.i18n import N_
+from flask_authflow.login import account_tokens
+from flask_authflow.login.account_tokens import AccountTokenInvalid, IssuedToken
+from flask_authflow.login.accounts import AccountAdmin
+from flask_authflow.login.operation import LoginServices, Operation, guard_store
+from flask_authflow.login.password_policy import PasswordPolicy
+from flask_authflow.login.verification import KIND, EmailNotVerified, needs_verification, refuse_unverified
+
+__all__ = [
+    "DEFAULT_VERIFICATION_TTL",
+    "KIND",
+    "EmailNotVerified",
+    "SignupRequest",
+    "check_address",
+    "needs_verification",
+    "refuse_unverified",
+    "resend_verification",
+    "signup",
+    "verify_signup",
+]
+
+#: How long a verification link works.
+DEFAULT_VERIFICATION_TTL = timedelta(hours=24)
+_RESERVED = re.compile(r"^[^:]*:")
+
+
+@dataclass(frozen=True, slots=True)
+class SignupRequest:
+    """What a sign-up made: the mail to compose (``mail`` is ``"verify"`` with a link and a
+    code, ``"notice"`` for the owner of an address that has an account, ``None``: nothing
+    to send) and where it goes."""
+
+    issued: IssuedToken
+    to: str | None
+    mail: Literal["verify", "notice"] | None
+    identifier: str
+
+    def __repr__(self) -> str:
+        return f"<SignupRequest mail={self.mail}>"
+
+
+def check_address(value: object) -> str:
+    """A deliverable-looking address, normalised; :class:`InvalidInput` otherwise
+    (``email-validator``'s syntax check, the ``accounts`` extra)."""
+    try:
+        from email_validator import EmailNotValidError, validate_email
+    except ImportError:  # pragma: no cover - the extra is in dev
+        raise ConfigurationError(
+            "sign-up needs the 'email-validator' package: pip install 'flask-authflow[accounts]'"
+        ) from None
+    if not isinstance(value, str) or len(value) > 254:
+        raise InvalidInput(N_("not an e-mail address"))
+    try:
+        checked = validate_email(value, check_deliverability=False)
+    except EmailNotValidError:
+        raise InvalidInput(N_("not an e-mail address")) from None
+    return normalise_email(str(checked.normalized))
+
+
+def _check_identifier(value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput("the username must be a string")
+    identifier = normalise_identifier(value)
+    if _RESERVED.match(identifier):
+        raise InvalidInput(N_("a username may not contain ':' (reserved for accounts of providers)"))
+    return identifier
+
+
+def signup(
+    svc: LoginServices,
+    admin: AccountAdmin,
+    ctx: AuditContext,
+    session: AuthSession,
+    tenant: str,
+    identifier: object,
+    email: object,
+    password: object,
+    *,
+    policy: PasswordPolicy | None = None,
+    ttl: timedelta = DEFAULT_VERIFICATION_TTL,
+) -> SignupRequest:
+    """Create an unverified account and its verification token (see the module's text).
+
+    :raises InvalidInput: a malformed or reserved identifier, not an address, no password.
+    :raises WeakPassword: the policy refused the password. :raises UserExists: the
+        identifier is taken (by an account with another address)."""
+    op = Operation(svc, ctx, session, "signup")
+    try:
+        tenant = check_tenant(tenant)
+        name, address = _check_identifier(identifier), check_address(email)
+        if not isinstance(password, str) or not password:
+            raise InvalidInput("the password must be a non-empty string")
+        if policy is not None:
+            policy.check(password, username=name, tenant=tenant, has_second_factor=False)
+        owner = guard_store(lambda: svc.store.find_user_by_email(tenant, address))
+        if owner is None:
+            user = admin.create_user(tenant, name, password, email=address, source="signup")
+    except AuthFlowError as exc:
+        op.refuse(exc, "refused", tenant=None, identifier=None)
+        raise
+    if owner is not None:
+        return _notice(svc, ctx, session, owner, password, ttl)
+    return _mail_verification(svc, ctx, session, user, ttl, "signup")
+
+
+def _notice(
+    svc: LoginServices,
+    ctx: AuditContext,
+    session: AuthSession,
+    owner: UserRecord,
+    password: str,
+    ttl: timedelta,
+) -> SignupRequest:
+    """The address has an account: the same work as a new one, and a notice to its owner."""
+    hasher: Any = getattr(svc, "hasher", None)
+    if hasher is not None:
+        hasher.hash(password)  # the new account's hash costs this much
+    store = account_tokens.token_store(svc.store)
+    with Operation(svc, ctx, session, "signup", tenant=owner.tenant, user_id=owner.user_id) as op:
+        issued = account_tokens.issue(
+            store, kind=KIND, tenant=owner.tenant, user_id=owner.user_id, now=op.now, ttl=ttl, persist=False
+        )
+        op.audit("refused", "address_taken")
+    return SignupRequest(issued, owner.email, "notice", owner.identifier)
+
+
+def _mail_verification(
+    svc: LoginServices, ctx: AuditContext, session: AuthSession, user: UserRecord, ttl: timedelta, event: str
+) -> SignupRequest:
+    """Issue the verification token of ``user`` (voiding an earlier one)."""
+    store = account_tokens.token_store(svc.store)
+    with Operation(svc, ctx, session, event, tenant=user.tenant, user_id=user.user_id) as op:
+        op.unit()
+        issued = account_tokens.issue(
+            store, kind=KIND, tenant=user.tenant, user_id=user.user_id, now=op.now, ttl=ttl
+        )
+        op.audit("sent", identifier=user.identifier)
+        if event == "signup":
+            op.signal("user_registered", user_id=user.user_id, tenant=user.tenant)
+    return SignupRequest(issued, user.email, "verify", user.identifier)
+
+
+def verify_signup(
+    svc: LoginServices,
+    ctx: AuditContext,
+    session: AuthSession,
+    token: object = None,
+    *,
+    tenant: str | None = None,
+    identifier: object = None,
+    code: object = None,
+) -> UserRecord:
+    """Confirm the address of a sign-up with its link's ``token``, or with ``identifier``
+    and the short ``code``. The account may sign in from now on (nobody is logged in).
+
+    :raises InvalidInput, AccountTokenInvalid, AccountTokenUsed, AccountTokenExpired:
+        the token or code cannot be used (see :mod:`~flask_authflow.login.account_tokens`)."""
+    store = account_tokens.token_store(svc.store)
+    with Operation(svc, ctx, session, "email_confirmed") as op:
+        try:
+            used = _use(svc, store, token, tenant, identifier, code, op.now)
+            user = guard_store(lambda: svc.store.get_user(used.tenant, used.user_id))
+            if user is None or user.email is None:
+                raise AccountTokenInvalid()
+        except AuthFlowError as exc:
+            op.refuse(exc, "refused")
+            raise
+        op.unit()
+        guard_store(lambda: svc.store.set_email(user.tenant, user.user_id, user.email, verified_at=op.now))
+        op.audit("success", tenant=user.tenant, user_id=user.user_id, identifier=user.identifier)
+        op.signal("email_confirmed", user_id=user.user_id, tenant=user.tenant)
+    confirmed = guard_store(lambda: svc.store.get_user(user.tenant, user.user_id))
+    return confirmed if confirmed is not None else user
+
+
+def _use(
+    svc: LoginServices,
+    store: Any,
+    token: object,
+    tenant: str | None,
+    identifier: object,
+    code: object,
+    now: datetime,
+) -> Any:
+    """Use the sign-up token by its link or by identifier and code."""
+    if token is not None:
+        return account_tokens.use_token(store, token, KIND, now)
+    if tenant is None or not isinstance(identifier, str):
+        raise InvalidInput(N_("give the link's token, or the username and the code"))
+    user = guard_store(lambda: svc.store.find_user(tenant, normalise_identifier(identifier)))
+    if user is None:
+        account_tokens.check_code(code)
+        raise AccountTokenInvalid()
+    return account_tokens.use_code(store, user.tenant, user.user_id, KIND, code, now)
+
+
+def resend_verification(
+    svc: LoginServices,
+    ctx: AuditContext,
+    session: AuthSession,
+    tenant: str,
+    *,
+    identifier: object = None,
+    email: object = None,
+    ttl: timedelta = DEFAULT_VERIFICATION_TTL,
+) -> SignupRequest | None:
+    """Mail a new verification link to a sign-up that is not verified yet (voiding the
+    older one); ``None`` for anything else. Answer every caller the same way.
+
+    :raises InvalidInput: neither or both given, or not the shape of one."""
+    tenant = check_tenant(tenant)
+    if (identifier is None) == (email is None):
+        raise InvalidInput(N_("give a username or an e-mail address"))
+    if identifier is not None:
+        name = _check_identifier(identifier)
+        user = guard_store(lambda: svc.store.find_user(tenant, name))
+    else:
+        address = normalise_email(email) if isinstance(email, str) else ""
+        if not address:
+            raise InvalidInput(N_("not an e-mail address"))
+        user = guard_store(lambda: svc.store.find_user_by_email(tenant, address))
+    if user is None or user.disabled or not needs_verification(svc, user):
+        return None
+    return _mail_verification(svc, ctx, session, user, ttl, "signup_resent")

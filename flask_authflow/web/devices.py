@@ -1,0 +1,296 @@
+"""The device feature in a Flask app: the device cookie on requests and responses, the
+device on every audit row, the record of each sign-in, trusted devices and the end of
+their trust.
+
+* The request's device is read lazily, when something asks for the audit context (a
+  login step, a recorded event): a valid device cookie gives its id and its user; a
+  request without one gets a fresh id, which the browser keeps only if a sign-in
+  succeeds. A forged, expired or rebound cookie is ignored (the login audits why).
+* After a sign-in (``login_succeeded``, not a step-up) the device is recorded for the
+  user (a new one is announced by mail if the app opted in), trusted when the user asked
+  for it at a second factor, and the cookie is (re)issued bound to the User-Agent.
+* Every ``session_revoked`` but a logout or a new login on the same session (a password
+  or factor change, a disabled or deleted user, an operator's revoke) ends the user's
+  device trusts.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+from flask import Flask, Request, Response, g, has_request_context, request
+
+from flask_authflow import signals
+from flask_authflow.audit.context import AuditContext, audit_context
+from flask_authflow.audit.sinks import AuditRecord, hash_session_id
+from flask_authflow.core.session import AuthSession, AuthState
+from flask_authflow.devices import DeviceClaim, DeviceCookie, DeviceReading, DeviceService, new_device_id
+from flask_authflow.devices.settings import DeviceSettings
+from flask_authflow.login.operation import PHANTOM_PREFIX
+from flask_authflow.web.state import AuthFlowState, current_auth_session, get_state
+
+__all__ = [
+    "TRUST_KEPT_ON",
+    "DeviceWiring",
+    "current_device_id",
+    "end_device_trust",
+    "forget_device",
+    "install_devices",
+    "record_device_event",
+    "remember_session",
+    "request_trust",
+]
+
+log = logging.getLogger("flask_authflow.devices")
+
+#: ``session_revoked`` reasons that leave device trusts alone (the user logged out, or a
+#: new login replaced the session); every other revocation ends them.
+TRUST_KEPT_ON = frozenset({"logout", "new_login", "backchannel_logout"})
+#: ``flask.g`` key of the request's device bookkeeping.
+_G_KEY = "_authflow_device"
+
+
+@dataclass(slots=True)
+class _RequestDevice:
+    """The device of one request: what the cookie said, and what the response must do."""
+
+    reading: DeviceReading
+    device_id: str
+    trust_requested: bool = False
+    issue: DeviceClaim | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceWiring:
+    """The app's device parts (``get_state().devices``)."""
+
+    settings: DeviceSettings
+    cookie: DeviceCookie
+    service: DeviceService
+    secure: bool
+    samesite: str
+    domain: str | None
+    path: str
+
+
+def install_devices(app: Flask, state: AuthFlowState) -> DeviceWiring:
+    """Build the device parts of ``app`` and hook them into its requests and signals."""
+    settings = DeviceSettings.from_config(app.config)
+    session = state.config.session
+    wiring = DeviceWiring(
+        settings=settings,
+        cookie=DeviceCookie(
+            session.signing_key, session.previous_signing_keys, lifetime=settings.cookie_lifetime
+        ),
+        service=DeviceService(state.backend, settings),
+        secure=session.cookie_secure,
+        samesite=session.cookie_samesite,
+        domain=session.cookie_domain,
+        path=session.cookie_path,
+    )
+    state.devices = wiring
+    state.device_context = _device_context
+    state.service.device_trusted = wiring.service.is_trusted
+    app.after_request(_set_cookie)
+    signals.login_succeeded.connect(_signed_in, sender=app, weak=False)
+    signals.session_revoked.connect(_revoked, sender=app, weak=False)
+    return wiring
+
+
+def _device_context(ctx: AuditContext, req: Request) -> AuditContext:
+    """``ctx`` with the request's device (read once per request); never raises."""
+    try:
+        found = _request_device(req)
+    except Exception:  # the audit context cannot fail, by contract
+        log.exception("the device cookie could not be read")
+        return ctx
+    claim = found.reading.claim
+    return replace(
+        ctx,
+        device_id=found.device_id,
+        device_user=claim.user_id if claim is not None else None,
+        device_refused=found.reading.refused,
+    )
+
+
+def _request_device(req: Request) -> _RequestDevice:
+    found: _RequestDevice | None = g.get(_G_KEY)
+    if found is None:
+        wiring: DeviceWiring = get_state().devices
+        raw = req.cookies.get(wiring.settings.cookie_name)
+        reading = wiring.cookie.read(raw, req.headers.get("User-Agent"))
+        device_id = reading.claim.device_id if reading.claim is not None else new_device_id()
+        found = _RequestDevice(reading, device_id)
+        setattr(g, _G_KEY, found)
+    return found
+
+
+def request_trust(wanted: bool = True) -> None:
+    """Ask that a sign-in completed in this request with a second factor trusts this
+    device (the factor page's "trust this device" box, ``trust_device`` in JSON)."""
+    if wanted and has_request_context() and get_state().devices is not None:
+        _request_device(request).trust_requested = True
+
+
+def remember_session(session: AuthSession) -> bool:
+    """ "Remember me" (the login form's box, ``"remember": true`` in JSON), after the password
+    step: the session, signed in or waiting for its next factor, lives
+    ``AUTHFLOW_REMEMBER_ME_TTL`` once signed in (audited ``remember_me``); false, and nothing
+    changes, for a session the password did not get that far."""
+    record = session.record
+    if record.state not in (AuthState.AUTHENTICATING, AuthState.AUTHENTICATED) or record.remember:
+        return False
+    if record.tenant is None or record.user_id is None or record.user_id.startswith(PHANTOM_PREFIX):
+        return False
+    if record.state is AuthState.AUTHENTICATING and not record.factors_passed:
+        return False  # the password step did not pass
+    session.transition(lambda r: replace(r, remember=True))
+    record_device_event(get_state(), "remember_me", "success", tenant=record.tenant, user_id=record.user_id)
+    return True
+
+
+def _signed_in(app: Flask, *, user_id: str, tenant: str, step_up: bool = False, **_: Any) -> None:
+    """After a sign-in: record the device, trust it if asked, (re)issue its cookie."""
+    if step_up or not has_request_context():
+        return
+    try:
+        _record_sign_in(get_state(app), user_id, tenant)
+    except Exception:  # the sign-in is committed; the device record is best effort
+        log.exception("the device of a sign-in could not be recorded")
+
+
+def _record_sign_in(state: AuthFlowState, user_id: str, tenant: str) -> None:
+    wiring: DeviceWiring = state.devices
+    found = _request_device(request)
+    claim = found.reading.claim
+    device_id = found.device_id if claim is None or claim.user_id == user_id else new_device_id()
+    now = state.clock.now()
+    place = _place(state)
+    new = wiring.service.signed_in(
+        tenant, user_id, device_id, user_agent=request.headers.get("User-Agent"), place=place, now=now
+    )
+    found.issue = DeviceClaim(device_id, tenant, user_id)
+    who = {"tenant": tenant, "user_id": user_id, "device_id": device_id}
+    if new:  # a known device is on the sign-in's own rows (their device_id): no row of its own
+        record_device_event(state, "device_sign_in", "new", **who)
+    if found.trust_requested:
+        passed_second = len(current_auth_session().record.factors_passed) > 1
+        until = wiring.service.trust(tenant, user_id, device_id, now) if passed_second else None
+        status, reason = ("success", None) if until is not None else ("refused", "no_second_factor")
+        record_device_event(state, "device_trusted", status, reason=reason, **who)
+    if new and wiring.settings.new_device_mail:
+        from flask_authflow.web.device_mail import send_new_device_mail
+
+        send_new_device_mail(state, tenant, user_id, device_id)
+
+
+def _place(state: AuthFlowState) -> str | None:
+    """What the application's ``device_place`` hook says of this request; a hook that fails
+    or answers something other than text means "unknown" (logged), never a failed sign-in."""
+    hook = state.hooks.device_place
+    if hook is None:
+        return None
+    try:
+        place = hook(request)
+    except Exception:  # the application's code: the place is only informative
+        log.exception("the device_place hook failed")
+        return None
+    return place if isinstance(place, str) and place.strip() else None
+
+
+def _set_cookie(response: Response) -> Response:
+    found: _RequestDevice | None = g.get(_G_KEY)
+    if found is None or found.issue is None:
+        return response
+    wiring: DeviceWiring = get_state().devices
+    value = wiring.cookie.issue(found.issue, request.headers.get("User-Agent"))
+    response.set_cookie(
+        wiring.settings.cookie_name,
+        value,
+        max_age=int(wiring.settings.cookie_lifetime.total_seconds()),
+        secure=wiring.secure,
+        httponly=True,
+        samesite=wiring.samesite,
+        domain=wiring.domain,
+        path=wiring.path,
+    )
+    return response
+
+
+def record_device_event(
+    state: AuthFlowState,
+    event: str,
+    status: str,
+    *,
+    tenant: str,
+    user_id: str,
+    reason: str | None = None,
+    device_id: str | None = None,
+) -> None:
+    """One audit row of a device decision, in a request (its context, its session) or on
+    the command line (no context); ``device_id`` overrides the request's device."""
+    ctx = audit_context()
+    session_id = None
+    if has_request_context():
+        session_id = hash_session_id(current_auth_session().sid)
+    state.service.audit_sink.write(
+        AuditRecord(
+            time=state.clock.now(),
+            event=event,
+            status=status,
+            tenant=tenant,
+            user_id=user_id,
+            session_id=session_id,
+            client_ip=ctx.client_ip,
+            ip_source=ctx.ip_source,
+            user_agent=ctx.user_agent,
+            request_id=ctx.request_id,
+            reason=reason[:64] if reason is not None else None,
+            device_id=device_id if device_id is not None else ctx.device_id,
+        )
+    )
+
+
+def forget_device(state: AuthFlowState, tenant: str, user_id: str, device_id: str) -> bool:
+    """Forget one device of the user (audited ``device_forgotten``, the device named in the
+    reason); false when the user has no such device."""
+    wiring: DeviceWiring = state.devices
+    if not wiring.service.forget(tenant, user_id, device_id):
+        return False
+    record_device_event(
+        state, "device_forgotten", "success", tenant=tenant, user_id=user_id, reason=f"device={device_id}"
+    )
+    return True
+
+
+def end_device_trust(
+    state: AuthFlowState, tenant: str, user_id: str, device_id: str | None = None, *, reason: str
+) -> int:
+    """End the trust of one device or of all the user's devices (audited
+    ``device_trust_ended`` with ``reason`` when any trust ended); how many ended."""
+    wiring: DeviceWiring = state.devices
+    ended = wiring.service.end_trust(tenant, user_id, device_id)
+    if ended:
+        record_device_event(
+            state, "device_trust_ended", "success", tenant=tenant, user_id=user_id, reason=reason
+        )
+    return ended
+
+
+def _revoked(
+    app: Flask, *, user_id: str | None = None, tenant: str | None = None, reason: str = "", **_: Any
+) -> None:
+    """A password or factor change, a disabled user, an operator's revoke: trust ends."""
+    if reason in TRUST_KEPT_ON or user_id is None or tenant is None:
+        return
+    end_device_trust(get_state(app), tenant, user_id, reason=reason)
+
+
+def current_device_id() -> str | None:
+    """The id of this browser's device, from a valid device cookie (``None`` without one)."""
+    if not has_request_context():
+        return None
+    claim = _request_device(request).reading.claim
+    return claim.device_id if claim is not None else None

@@ -1,0 +1,586 @@
+"""The account pages and their JSON twins: "forgot password" and the reset link.
+
+``/password/forgot`` (``AUTHFLOW_PASSWORD_RESET``) takes a username or an e-mail address
+and answers the same whether an account matches; the mail (text and HTML, from the
+overridable templates ``authflow/mail/<name>.txt`` and ``.html``) is composed in both
+cases and delivered, for a real account only, after the answer went out.
+``/password/reset`` shows the form of a mailed link and sets the new password; a user
+with a second factor passes it on the sign-in factor page first and comes back. A form
+post is an HTML page; a JSON body (``Content-Type: application/json``) gets JSON: 202/200,
+400 for a malformed body, 401/410 for a bad or used token, never a 500.
+
+Every mail goes out through :func:`send_mail` (the one place: a rate limit of mail per
+address or client belongs there).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from flask import Flask, Response, current_app, jsonify, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
+
+from flask_authflow import signals
+from flask_authflow.audit.context import audit_context
+from flask_authflow.core.session import AuthSession, new_guest_record
+from flask_authflow.errors import (
+    AuthFlowError,
+    InvalidInput,
+    MailDeliveryError,
+    StepUpNeeded,
+    Throttled,
+    Unauthenticated,
+    UserNotFound,
+)
+from flask_authflow.i18n import template_context, translate
+from flask_authflow.login import account_tokens, password_reset
+from flask_authflow.login import email_change as email_change_flow
+from flask_authflow.login import signup as signup_flow
+from flask_authflow.login.account_settings import AccountSettings
+from flask_authflow.login.password_policy import PasswordPolicy
+from flask_authflow.mail import FolderSender, HtmlMailSender, MailSender
+from flask_authflow.outcomes import FactorRequired
+from flask_authflow.web.csrf import csrf_valid
+from flask_authflow.web.state import account_admin, current_auth_session, get_state
+from flask_authflow.web.views.common import (
+    MESSAGES,
+    VIEWS_BLUEPRINT,
+    error_message,
+    error_status,
+    page,
+)
+
+__all__ = [
+    "account_links",
+    "change_email",
+    "compose_mail",
+    "confirm_address",
+    "confirm_email",
+    "forgot_password",
+    "mail_reset_link",
+    "reset_password",
+    "send_mail",
+    "settings",
+    "signup",
+    "signup_resend",
+    "signup_verify",
+]
+
+log = logging.getLogger("flask_authflow.mail")
+
+#: The largest body an account form or JSON request may have.
+MAX_BODY = 16 * 1024
+
+
+# --- settings and mail ----------------------------------------------------------------------------
+
+
+def settings(app: Flask | None = None) -> AccountSettings:
+    """The app's account settings (``AUTHFLOW_REGISTRATION``, ``AUTHFLOW_PASSWORD_RESET``, ...)."""
+    return AccountSettings.from_config((app or current_app).config)
+
+
+def account_links() -> dict[str, Any]:
+    """What the sign-in page shows of the account flows (a template context processor)."""
+    if request.blueprint != VIEWS_BLUEPRINT:
+        return {}
+    found = settings()
+    signup = found.registration and f"{VIEWS_BLUEPRINT}.signup" in current_app.view_functions
+    return {"authflow_signup": signup, "authflow_password_reset": found.password_reset}
+
+
+def _sender() -> MailSender:
+    outbox = settings().mail_outbox
+    if outbox is not None:
+        return FolderSender(outbox)
+    sender = get_state().mail_sender
+    if sender is None:
+        raise MailDeliveryError("no mail sender is configured (AUTHFLOW_SMTP_HOST or AUTHFLOW_MAIL_OUTBOX)")
+    return sender
+
+
+def compose_mail(name: str, **context: Any) -> tuple[str, str, str]:
+    """``(subject, text, html)`` of mail ``name`` from ``authflow/mail/<name>.txt`` (its
+    first line is ``Subject: ...``) and ``authflow/mail/<name>.html``."""
+    context.setdefault("site_name", get_state().service.site_name)
+    text = render_template(f"authflow/mail/{name}.txt", **template_context(html=False), **context)
+    first, _, body = text.lstrip().partition("\n")
+    if not first.startswith("Subject:"):
+        raise MailDeliveryError(f"the template authflow/mail/{name}.txt must begin with 'Subject: '")
+    html = render_template(f"authflow/mail/{name}.html", **template_context(), **context)
+    return first.removeprefix("Subject:").strip(), body.lstrip("\n"), html
+
+
+def send_mail(to: str, subject: str, text: str, html: str) -> None:
+    """Deliver one composed mail through the app's sender (or into ``AUTHFLOW_MAIL_OUTBOX``).
+
+    :raises MailDeliveryError: no sender, or it failed."""
+    sender = _sender()
+    try:
+        if isinstance(sender, HtmlMailSender):
+            sender.send_html(to, subject, text, html)
+        else:
+            sender.send(to, subject, text)
+    except MailDeliveryError:
+        raise
+    except Exception as exc:
+        raise MailDeliveryError() from exc
+
+
+def _deliver_later(to: str | None, mail: tuple[str, str, str], response: Response) -> Response:
+    """Deliver ``mail`` once ``response`` went out (nothing for ``to=None``): its time and
+    its failure say nothing to the client about whether an account matched."""
+    if to is None:
+        return response
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    client_ip = audit_context().client_ip
+
+    def deliver() -> None:
+        with app.app_context():
+            try:
+                # Per recipient, silently: a refusal here would answer differently for an
+                # address that has an account than for one that has none.
+                get_state().service.throttle.hit("mail", address=client_ip, recipient=to)
+                send_mail(to, *mail)
+            except Throttled:
+                log.warning("an account mail was not sent: its recipient had its share of mails")
+            except MailDeliveryError as exc:
+                log.error("an account mail could not be delivered: %s", exc.message)
+
+    response.call_on_close(deliver)
+    return response
+
+
+# --- request bodies --------------------------------------------------------------------------------
+
+
+def _wants_json() -> bool:
+    return request.is_json
+
+
+def _body() -> Mapping[str, Any]:
+    """The JSON object or the form; :class:`InvalidInput` for anything else or too large."""
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        raise InvalidInput("the request body is too large")
+    if not _wants_json():
+        return request.form
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise InvalidInput("the body must be a JSON object")
+    return body
+
+
+def _text(body: Mapping[str, Any], name: str, limit: int = 1024) -> str | None:
+    value = body.get(name)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > limit:
+        raise InvalidInput(f"{name} must be a string of at most {limit} characters")
+    return value
+
+
+def _json_error(error: AuthFlowError, **extra: Any) -> Response:
+    response = jsonify({"error": error.code, "message": translate(error_message(error)), **extra})
+    response.status_code = error_status(error)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _policy() -> PasswordPolicy:
+    state = get_state()
+    return state.password_policy or PasswordPolicy.from_settings(state.config.passwords)
+
+
+def _guarded(view: Callable[[], ResponseReturnValue], form: str, **context: Any) -> ResponseReturnValue:
+    """Run ``view``; a typed error becomes JSON or the form page with the message (and
+    ``Retry-After`` when it is a throttle's refusal)."""
+    try:
+        return view()
+    except AuthFlowError as error:
+        answer = (
+            _json_error(error)
+            if _wants_json()
+            else page(form, error_status(error), error=error_message(error), **context)
+        )
+        if error.retry_after is not None:
+            answer = current_app.make_response(answer)
+            answer.headers["Retry-After"] = str(error.retry_after)
+        return answer
+
+
+def _throttle(scope: str) -> None:
+    """Count one ``signup`` or ``reset`` request from the client's address and network;
+    :class:`~flask_authflow.errors.Throttled` (429) when they had their share."""
+    get_state().service.throttle.hit(scope, address=audit_context().client_ip)
+
+
+def _not_offered() -> Response:
+    return Response("Not Found", status=404, mimetype="text/plain")
+
+
+# --- forgot password -----------------------------------------------------------------------------
+
+
+def forgot_password() -> ResponseReturnValue:
+    """``GET``: the form; ``POST`` (form or JSON ``{"username"}`` / ``{"email"}``): mail a link."""
+    if not settings().password_reset:
+        return _not_offered()
+    if request.method == "GET":
+        return page("forgot.html")
+    return _guarded(_request_reset, "forgot.html")
+
+
+def _request_reset() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("forgot.html", 400, error=MESSAGES["csrf"])
+    _throttle("reset")
+    _sender()  # no way to send mail: the same error for every request, before anything is done
+    username, email = _text(body, "username", 254), _text(body, "email", 254)
+    tenant = get_state().config.default_tenant
+    handle = get_state().service
+    session = current_auth_session()
+    found = password_reset.request_reset(
+        handle, audit_context(), session, tenant, identifier=username, email=email, ttl=settings().reset_ttl
+    )
+    issued = found.issued
+    mail = compose_mail(
+        "password_reset",
+        link=url_for(f"{VIEWS_BLUEPRINT}.reset_password", token=issued.token, _external=True),
+        code=issued.display_code,
+        identifier=found.identifier or "",
+        minutes=int(settings().reset_ttl.total_seconds() // 60),
+    )
+    if _wants_json():
+        answer = jsonify({"status": "sent_if_known"})
+        answer.status_code = 202
+    else:
+        answer = page("forgot.html", 200, sent=True)
+    return _deliver_later(found.to, mail, answer)
+
+
+# --- the reset link ------------------------------------------------------------------------------
+
+
+def reset_password() -> ResponseReturnValue:
+    """``GET ?token=...``: the new-password form of a mailed link; ``POST`` (form or JSON
+    ``{"token", "password"}``): set it."""
+    if not settings().password_reset:
+        return _not_offered()
+    if request.method == "GET":
+        token = request.args.get("token", "")
+        return _guarded(lambda: _reset_form(token), "reset.html", token=None)
+    return _guarded(_reset, "reset.html", token=None)
+
+
+def _reset_form(token: str) -> ResponseReturnValue:
+    store = account_tokens.token_store(get_state().service.store)
+    account_tokens.peek_token(store, token, password_reset.KIND, get_state().service.clock.now())
+    return page("reset.html", token=token)
+
+
+def _reset() -> ResponseReturnValue:
+    body = _body()
+    token = _text(body, "token", 64) or ""
+    if not _wants_json() and not csrf_valid():
+        return page("reset.html", 400, error=MESSAGES["csrf"], token=token)
+    password = _text(body, "password", 4096)
+    confirm = _text(body, "password_confirm", 4096) if not _wants_json() else password
+    if password is None or password != confirm:
+        raise InvalidInput(MESSAGES["password_mismatch"] if password else MESSAGES["missing_password"])
+    outcome = password_reset.reset_password(
+        get_state().service, audit_context(), current_auth_session(), token, password, policy=_policy()
+    )
+    if isinstance(outcome, FactorRequired):
+        return _second_factor_first(token, outcome)
+    if _wants_json():
+        return jsonify({"status": "password_reset", "sessions_ended": outcome.sessions_ended})
+    return page("reset.html", 200, done=True, token=None)
+
+
+def _second_factor_first(token: str, outcome: FactorRequired) -> ResponseReturnValue:
+    """The user has a second factor: pass it on the factor page, then come back here."""
+    kinds = [kind.value for kind in outcome.kinds]
+    if _wants_json():
+        response = jsonify(
+            {
+                "error": "second_factor_required",
+                "message": "Pass your second factor (POST /login/factor), then send this request again.",
+                "kinds": kinds,
+            }
+        )
+        response.status_code = 401
+        return response
+    back = url_for(f"{VIEWS_BLUEPRINT}.reset_password", token=token)
+    return redirect(url_for(f"{VIEWS_BLUEPRINT}.factor", next=back))
+
+
+# --- sign-up -------------------------------------------------------------------------------------
+
+
+def _signup_mail(found: signup_flow.SignupRequest) -> tuple[str, str, str]:
+    minutes = int(settings().verification_ttl.total_seconds() // 60)
+    if found.mail == "notice":
+        return compose_mail("signup_notice", identifier=found.identifier, forgot=_forgot_url())
+    link = url_for(f"{VIEWS_BLUEPRINT}.signup_verify", token=found.issued.token, _external=True)
+    code = found.issued.display_code
+    return compose_mail("signup_verify", link=link, code=code, identifier=found.identifier, minutes=minutes)
+
+
+def _forgot_url() -> str | None:
+    if not settings().password_reset:
+        return None
+    return url_for(f"{VIEWS_BLUEPRINT}.forgot_password", _external=True)
+
+
+def signup() -> ResponseReturnValue:
+    """``GET``: the form; ``POST`` (form or JSON ``{"username", "email", "password"}``):
+    create the account and mail the link (the same answer for an address that has one)."""
+    if not settings().registration:
+        return _not_offered()
+    if request.method == "GET":
+        return page("signup.html")
+    return _guarded(_signup, "signup.html")
+
+
+def _signup() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("signup.html", 400, error=MESSAGES["csrf"])
+    _throttle("signup")
+    _sender()
+    password = _text(body, "password", 4096)
+    confirm = _text(body, "password_confirm", 4096) if not _wants_json() else password
+    if password is None or password != confirm:
+        raise InvalidInput(MESSAGES["password_mismatch"] if password else MESSAGES["missing_password"])
+    state = get_state()
+    found = signup_flow.signup(
+        state.service,
+        account_admin(),
+        audit_context(),
+        current_auth_session(),
+        state.config.default_tenant,
+        _text(body, "username", 254),
+        _text(body, "email", 254),
+        password,
+        policy=_policy(),
+        ttl=settings().verification_ttl,
+    )
+    mail = _signup_mail(found)
+    if _wants_json():
+        answer = jsonify({"status": "verification_sent"})
+        answer.status_code = 202
+    else:
+        answer = page("signup.html", 200, sent=True)
+    return _deliver_later(found.to, mail, answer)
+
+
+def signup_verify() -> ResponseReturnValue:
+    """``GET ?token=...``: a button that confirms (a mail scanner's fetch changes nothing);
+    ``POST`` (form or JSON ``{"token"}`` or ``{"username", "code"}``): confirm the address."""
+    if not settings().registration:
+        return _not_offered()
+    if request.method == "GET":
+        return page("signup_verify.html", token=request.args.get("token", "")[:64])
+    return _guarded(_verify, "signup_verify.html", token=None)
+
+
+def _verify() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("signup_verify.html", 400, error=MESSAGES["csrf"], token=None)
+    state = get_state()
+    token, code = _text(body, "token", 64), _text(body, "code", 32)
+    user = signup_flow.verify_signup(
+        state.service,
+        audit_context(),
+        current_auth_session(),
+        token,
+        tenant=state.config.default_tenant,
+        identifier=_text(body, "username", 254) if token is None else None,
+        code=code,
+    )
+    if _wants_json():
+        return jsonify({"status": "email_confirmed", "username": user.identifier})
+    return page("signup_verify.html", 200, done=True, token=None)
+
+
+def signup_resend() -> ResponseReturnValue:
+    """``POST`` (form or JSON ``{"username"}`` / ``{"email"}``): mail a new link to an
+    account that is not confirmed yet; the same answer for every input."""
+    if not settings().registration:
+        return _not_offered()
+    if request.method == "GET":
+        return page("signup_resend.html")
+    return _guarded(_resend, "signup_resend.html")
+
+
+def _resend() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("signup_resend.html", 400, error=MESSAGES["csrf"])
+    _throttle("signup")
+    _sender()
+    state = get_state()
+    found = signup_flow.resend_verification(
+        state.service,
+        audit_context(),
+        current_auth_session(),
+        state.config.default_tenant,
+        identifier=_text(body, "username", 254),
+        email=_text(body, "email", 254),
+        ttl=settings().verification_ttl,
+    )
+    mail = _signup_mail(found) if found is not None else ("", "", "")
+    if _wants_json():
+        answer = jsonify({"status": "sent_if_pending"})
+        answer.status_code = 202
+    else:
+        answer = page("signup_resend.html", 200, sent=True)
+    return _deliver_later(found.to if found is not None else None, mail, answer)
+
+
+# --- change of e-mail ----------------------------------------------------------------------------
+
+
+def change_email() -> ResponseReturnValue:
+    """``GET``: the form (signed in); ``POST`` (form or JSON ``{"email"}``): mail a
+    confirmation link to the new address. Needs a fresh login (else the step-up page, or
+    401 ``step_up_needed`` in JSON)."""
+    session = current_auth_session()
+    if not session.is_authenticated:
+        if _wants_json():
+            return _json_error(Unauthenticated())
+        return redirect(url_for(f"{VIEWS_BLUEPRINT}.login", next=request.path))
+    if request.method == "GET":
+        return page("email_change.html")
+    return _guarded(_change_email, "email_change.html")
+
+
+def _change_email() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("email_change.html", 400, error=MESSAGES["csrf"])
+    _sender()
+    try:
+        found = email_change_flow.request_email_change(
+            get_state().service,
+            audit_context(),
+            current_auth_session(),
+            _text(body, "email", 254),
+            ttl=settings().verification_ttl,
+        )
+    except StepUpNeeded:
+        if _wants_json():
+            raise
+        return redirect(url_for(f"{VIEWS_BLUEPRINT}.step_up", next=request.path))
+    link = url_for(f"{VIEWS_BLUEPRINT}.confirm_email_change", token=found.issued.token, _external=True)
+    minutes = int(settings().verification_ttl.total_seconds() // 60)
+    mail = compose_mail(
+        "email_change_verify", link=link, identifier=found.identifier, minutes=minutes, code=None
+    )
+    if _wants_json():
+        answer = jsonify({"status": "verification_sent"})
+        answer.status_code = 202
+    else:
+        answer = page("email_change.html", 200, sent=True)
+    return _deliver_later(found.to, mail, answer)
+
+
+def confirm_email() -> ResponseReturnValue:
+    """``GET ?token=...``: a button; ``POST`` (form or JSON ``{"token"}``): the new
+    address replaces the old one, which gets a notice."""
+    if request.method == "GET":
+        return page("email_change_confirm.html", token=request.args.get("token", "")[:64])
+    return _guarded(_confirm_email, "email_change_confirm.html", token=None)
+
+
+def _confirm_email() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("email_change_confirm.html", 400, error=MESSAGES["csrf"], token=None)
+    changed = email_change_flow.confirm_email_change(
+        get_state().service, audit_context(), current_auth_session(), _text(body, "token", 64)
+    )
+    if _wants_json():
+        answer = jsonify({"status": "email_changed"})
+    else:
+        answer = page("email_change_confirm.html", 200, done=True, token=None)
+    new = changed.user.email or ""
+    notice = compose_mail(
+        "email_change_notice", identifier=changed.user.identifier, new=email_change_flow.mask(new)
+    )
+    return _deliver_later(changed.previous, notice, answer)
+
+
+# --- operators (the command line) ----------------------------------------------------------------
+
+
+def _operator_session() -> AuthSession:
+    return AuthSession(new_guest_record(get_state().service.clock.now()), new=True)
+
+
+def mail_reset_link(tenant: str, identifier: str) -> str | None:
+    """Mail ``identifier`` a reset link now (``flask authflow users send-reset``); the
+    address it went to, ``None`` when the account has none or is disabled. Needs an
+    application context; links use ``SERVER_NAME`` (else ``localhost``).
+
+    :raises MailDeliveryError: the mail could not be sent (the token stays usable)."""
+    _sender()
+    state = get_state()
+    found = password_reset.request_reset(
+        state.service,
+        audit_context(),
+        _operator_session(),
+        tenant,
+        identifier=identifier,
+        ttl=settings().reset_ttl,
+    )
+    if found.to is None:
+        return None
+    with current_app.test_request_context():
+        mail = compose_mail(
+            "password_reset",
+            link=url_for(f"{VIEWS_BLUEPRINT}.reset_password", token=found.issued.token, _external=True),
+            code=found.issued.display_code,
+            identifier=found.identifier or "",
+            minutes=int(settings().reset_ttl.total_seconds() // 60),
+        )
+    send_mail(found.to, *mail)
+    return found.to
+
+
+def confirm_address(tenant: str, identifier: str) -> bool:
+    """Mark the account's address confirmed (``flask authflow users confirm``): it may sign
+    in; its verification links stop working. ``False`` when it has no address.
+
+    :raises UserNotFound: no such account."""
+    state = get_state()
+    store = state.service.store
+    user = store.find_user(tenant, identifier)
+    if user is None:
+        raise UserNotFound()
+    if user.email is None:
+        return False
+    now = state.service.clock.now()
+    store.set_email(tenant, user.user_id, user.email, verified_at=user.email_verified_at or now)
+    account_tokens.token_store(store).void_account_tokens(tenant, user.user_id, signup_flow.KIND, now)
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    signals.email_confirmed.send(app, user_id=user.user_id, tenant=tenant)
+    return True
+
+
+# --- wiring ---------------------------------------------------------------------------------------
+
+#: The rules of the account views: (rule, endpoint, view, methods).
+RULES: list[tuple[str, str, Any, list[str]]] = [
+    ("/password/forgot", "forgot_password", forgot_password, ["GET", "POST"]),
+    ("/password/reset", "reset_password", reset_password, ["GET", "POST"]),
+    ("/signup", "signup", signup, ["GET", "POST"]),
+    ("/signup/verify", "signup_verify", signup_verify, ["GET", "POST"]),
+    ("/signup/resend", "signup_resend", signup_resend, ["GET", "POST"]),
+    ("/account/email", "change_email", change_email, ["GET", "POST"]),
+    ("/account/email/confirm", "confirm_email_change", confirm_email, ["GET", "POST"]),
+]

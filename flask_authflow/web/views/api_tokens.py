@@ -1,0 +1,92 @@
+"""The account page's API tokens: list, create (shown once, on the answer to the form) and
+revoke. Creating a token is a new credential: it needs a recent sign-in
+(``AUTHFLOW_FRESHNESS``), else the user is sent to confirm it is them first.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from flask import redirect, request, url_for
+from flask.typing import ResponseReturnValue
+
+from flask_authflow.audit.context import audit_context
+from flask_authflow.errors import AuthFlowError, InvalidInput
+from flask_authflow.i18n import N_
+from flask_authflow.web.api_auth import api_tokens
+from flask_authflow.web.state import current_auth_session, get_state
+from flask_authflow.web.views.common import VIEWS_BLUEPRINT, error_status, form_text, to_step_up
+
+__all__ = ["api_token_rows", "create_api_token", "revoke_api_token"]
+
+#: What the ``expires_in_days`` field may hold (a longer lifetime is refused by the settings).
+_MAX_DAYS_DIGITS = 5
+
+
+def api_token_rows(tenant: str, user_id: str) -> dict[str, Any]:
+    """The account page's context for the API token section."""
+    service = api_tokens()
+    default = service.settings.default_expiry
+    return {
+        "api_tokens": service.list(tenant, user_id),
+        "api_token_scopes": service.settings.scopes,
+        "api_token_default_days": default.days if default is not None else None,
+    }
+
+
+def _expires_in_days() -> int | None:
+    raw = form_text("expires_in_days").strip()
+    if not raw:
+        return None
+    if not raw.isdecimal() or len(raw) > _MAX_DAYS_DIGITS or int(raw) < 1:
+        raise InvalidInput("the lifetime is a whole number of days, at least 1")
+    return int(raw)
+
+
+def _too_old() -> bool:
+    session = current_auth_session()
+    state = get_state()
+    at = session.authenticated_at
+    return at is None or state.clock.now() - at > state.config.login.freshness
+
+
+def create_api_token() -> ResponseReturnValue:
+    from flask_authflow.web.views import blueprint as views  # the account page lives there
+
+    refused = views.account_post_refused()
+    if refused is not None:
+        return refused
+    if _too_old():
+        return to_step_up(url_for(f"{VIEWS_BLUEPRINT}.account"))
+    session = current_auth_session()
+    scopes = [*request.form.getlist("scope"), *form_text("scopes").split()]
+    options: dict[str, Any] = {"context": audit_context()}
+    try:
+        days = _expires_in_days()
+        if days is not None:
+            options["expires_in"] = timedelta(days=days)
+        created = api_tokens().create(
+            str(session.tenant), str(session.user_id), form_text("name"), scopes, **options
+        )
+    except AuthFlowError as error:
+        return views.account_page(error_status(error), error=error.message)
+    return views.account_page(201, new_api_token=created.value, new_api_token_name=created.record.name)
+
+
+def revoke_api_token() -> ResponseReturnValue:
+    from flask_authflow.web.views import blueprint as views
+
+    refused = views.account_post_refused()
+    if refused is not None:
+        return refused
+    session = current_auth_session()
+    try:
+        revoked = api_tokens().revoke(
+            str(session.tenant), str(session.user_id), form_text("name"), context=audit_context()
+        )
+    except AuthFlowError as error:
+        return views.account_page(error_status(error), error=error.message)
+    if not revoked:
+        return views.account_page(404, error=N_("You have no API token of that name."))
+    return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="api_token_revoked"))

@@ -1,0 +1,70 @@
+"""The account page's devices: the browsers the user signed in from, which of them is
+this one, which are trusted (and until when), and "forget this device"."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from flask_authflow.core.devices import check_device_id
+from flask_authflow.errors import InvalidInput
+from flask_authflow.i18n import gettext, translate
+from flask_authflow.web.devices import current_device_id, forget_device
+from flask_authflow.web.state import current_auth_session, get_state
+
+__all__ = ["DeviceRow", "device_rows", "forget_device_of_current_user", "shown_label"]
+
+
+def shown_label(label: str) -> str:
+    """A device's stored label ("Firefox 120 on Ubuntu", "Unknown browser", in English) in
+    the language of the page or mail."""
+    browser, on, system = label.rpartition(" on ")
+    if on and browser and system:
+        return gettext("%(browser)s on %(system)s", browser=browser, system=system)
+    return translate(label)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRow:
+    """One device as the account page shows it."""
+
+    device_id: str
+    label: str
+    place: str | None
+    first_seen_at: datetime
+    last_seen_at: datetime
+    trusted_until: datetime | None
+    current: bool
+
+
+def device_rows(tenant: str, user_id: str) -> dict[str, Any]:
+    """``devices``: the user's devices for the account page, this browser's first."""
+    service = get_state().devices.service
+    now = get_state().clock.now()
+    mine = current_device_id()
+    rows = [
+        DeviceRow(
+            device_id=d.device_id,
+            label=shown_label(d.label),
+            place=d.place,
+            first_seen_at=d.first_seen_at,
+            last_seen_at=d.last_seen_at,
+            trusted_until=d.trusted_until if d.trusted_at(now) else None,
+            current=d.device_id == mine,
+        )
+        for d in service.devices(tenant, user_id)
+    ]
+    rows.sort(key=lambda r: not r.current)  # stable: the rest stay most recent first
+    return {"devices": rows}
+
+
+def forget_device_of_current_user(device_id: str) -> bool:
+    """Forget one of the signed-in user's devices (audited ``device_forgotten``); false when
+    the id is malformed or names no device of this user."""
+    try:
+        check_device_id(device_id)
+    except InvalidInput:
+        return False
+    session = current_auth_session()
+    return forget_device(get_state(), str(session.tenant), str(session.user_id), device_id)

@@ -1,0 +1,151 @@
+"""Credential stuffing in parallel: guesses from 50 addresses against one account, and from
+one address against 50 accounts, on memory, SQLite and PostgreSQL (threads), and on
+PostgreSQL from several processes. The owner, from a fresh address, still logs in; the
+hammering address is throttled; a throttled request runs no Argon2 (counted)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flask_authflow.clock import MockClock
+from flask_authflow.errors import Throttled
+from flask_authflow.login.service import AuthnService
+from flask_authflow.outcomes import Authenticated
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.throttle import Throttle, parse_limits
+from tests.test_throttle import RIGHT, CountingHasher, attempt
+
+WRONG = "wrong password 1"
+HAMMER = "203.0.113.66"
+
+
+def make_backend(kind: str, request: pytest.FixtureRequest, tmp_path: Path, hasher: CountingHasher) -> Any:
+    clock = MockClock()
+    if kind == "memory":
+        return InMemoryBackend(hasher=hasher, clock=clock)
+    if kind == "sqlite":
+        backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'race.db'}", hasher=hasher, clock=clock)
+    else:
+        url = request.getfixturevalue("postgres_server").new_database()
+        backend = SqlAlchemyBackend(url, hasher=hasher, clock=clock)
+    request.addfinalizer(backend.close)  # also when an assertion failed
+    return backend
+
+
+def make_service(
+    backend: Any, hasher: CountingHasher, limits: dict[str, str]
+) -> tuple[AuthnService, MockClock]:
+    clock = MockClock()
+    throttle = Throttle(parse_limits("race", limits))
+    return AuthnService(backend, backend, hasher=hasher, clock=clock, throttle=throttle), clock
+
+
+def guess(service: AuthnService, clock: MockClock, ip: str, user: str = "alice") -> str:
+    """``throttled`` or the outcome's class name."""
+    try:
+        return type(attempt(service, clock, ip, WRONG, user=user)).__name__
+    except Throttled:
+        return "throttled"
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_fifty_addresses_against_one_account(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    hasher = CountingHasher()
+    backend = make_backend(kind, request, tmp_path, hasher)
+    backend.create_user("acme", "alice", RIGHT)
+    service, clock = make_service(backend, hasher, {"factor.address": "3/minute", "factor.network": None})
+    addresses = [f"198.51.100.{n + 1}" for n in range(50)] + [HAMMER] * 12
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(lambda ip: (ip, guess(service, clock, ip)), addresses))
+    hammer = [outcome for ip, outcome in results if ip == HAMMER]
+    spread = [outcome for ip, outcome in results if ip != HAMMER]
+    assert hammer.count("throttled") == 12 - 3  # the hammering address is throttled ...
+    assert set(spread) == {"InvalidCredential"}  # ... while one guess per address is only wrong
+    # Every request that was not throttled ran exactly one Argon2 verify; none of the rest did.
+    assert hasher.verifies == len(results) - hammer.count("throttled")
+    before = hasher.verifies
+    assert isinstance(
+        attempt(service, clock, "192.0.2.200", RIGHT), Authenticated
+    )  # the owner, fresh address
+    assert hasher.verifies == before + 1
+
+
+def test_one_address_against_fifty_accounts(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    hasher = CountingHasher()
+    backend = make_backend(kind, request, tmp_path, hasher)
+    for n in range(50):
+        backend.create_user("acme", f"user{n}", RIGHT)
+    service, clock = make_service(backend, hasher, {"login.address": "10/minute", "login.network": None})
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(lambda n: guess(service, clock, HAMMER, user=f"user{n}"), range(50)))
+    assert results.count("throttled") == 40  # one password tried on each account is slowed
+    assert hasher.verifies == 50 - results.count("throttled")
+    assert isinstance(attempt(service, clock, "192.0.2.201", RIGHT, user="user7"), Authenticated)
+
+
+def _process_stuffing(url: str, process: int, start: Any, verifies: Any, throttled: Any, locked: Any) -> None:
+    hasher = CountingHasher()
+    backend = SqlAlchemyBackend(url, hasher=hasher, clock=MockClock())
+    service, clock = make_service(backend, hasher, {"factor.address": "2/minute", "factor.network": None})
+    addresses = [f"198.51.{100 + process}.{n + 1}" for n in range(10)] + [HAMMER] * 5
+    start.wait(20)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda ip: guess(service, clock, ip), addresses))
+    with verifies.get_lock():
+        verifies.value += hasher.verifies
+    with throttled.get_lock():
+        throttled.value += results.count("throttled")
+    with locked.get_lock():
+        locked.value += results.count("Locked")
+    backend.close()
+
+
+@pytest.mark.postgres
+def test_several_processes_on_postgresql(postgres_server: Any, request: pytest.FixtureRequest) -> None:
+    url = postgres_server.new_database()
+    setup = SqlAlchemyBackend(url, hasher=CountingHasher(), clock=MockClock())
+    request.addfinalizer(setup.close)
+    setup.create_user("acme", "alice", RIGHT)
+    context = multiprocessing.get_context("spawn")
+    start = context.Event()
+    verifies, throttled, locked = context.Value("i", 0), context.Value("i", 0), context.Value("i", 0)
+    processes = [
+        context.Process(target=_process_stuffing, args=(url, n, start, verifies, throttled, locked))
+        for n in range(5)
+    ]
+    for process in processes:
+        process.start()
+    time.sleep(1.5)  # let every process import and connect before the burst
+    start.set()
+    for process in processes:
+        process.join(60)
+        assert process.exitcode == 0
+    # Memory counts are per process: each throttles the hammer after two of its five guesses;
+    # the hammer's ten other guesses meet its (account, address) lock in the shared store.
+    assert throttled.value == 5 * 3
+    assert locked.value >= 10 - 5  # at most five of its checks ran, across all processes
+    # Only the requests that were neither throttled nor refused by the lock ran an Argon2
+    # verify (the guess that set the lock ran one): one per spread address, five at most
+    # for the hammer.
+    assert verifies.value == 5 * 15 - throttled.value - (locked.value - 1)
+    assert 50 < verifies.value <= 50 + 5
+    hasher = CountingHasher()
+    checker = SqlAlchemyBackend(url, hasher=hasher, clock=MockClock())
+    request.addfinalizer(checker.close)
+    service, clock = make_service(checker, hasher, {})
+    assert isinstance(attempt(service, clock, "192.0.2.202", RIGHT), Authenticated)
