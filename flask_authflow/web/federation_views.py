@@ -54,6 +54,7 @@ from flask_authflow.federation.ceremony import CEREMONY_KEY
 from flask_authflow.federation.errors import OAuthError
 from flask_authflow.federation.linking import IdentityLinked
 from flask_authflow.federation.login import FederationService, OAuthLoginOptions
+from flask_authflow.i18n import translate
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.decorators import denial_page, safe_next
 from flask_authflow.web.state import current_auth_session, get_state
@@ -98,7 +99,7 @@ def _sign_in_failed(provider: str, exc: AuthFlowError, status: int, *, cancelled
         "authflow/sign_in_failed.html",
         status,
         provider=provider,
-        message=exc.message,
+        message=translate(exc.message),
         cancelled=cancelled,
         retry_url=url_for("authflow_views.login") if views else None,
     )

@@ -122,7 +122,9 @@ def _enrolled_factors(session: AuthSession) -> list[str]:
     for config in configs:
         if config.kind is FactorKind.PASSWORD or not config.factor_id:
             continue
-        name = security.KIND_NAMES.get(config.kind.value, config.kind.value.replace("_", " ").capitalize())
+        name = translate(
+            security.KIND_NAMES.get(config.kind.value, config.kind.value.replace("_", " ").capitalize())
+        )
         if name not in names:
             names.append(name)
     return names
