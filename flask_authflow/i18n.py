@@ -33,6 +33,7 @@ __all__ = [
     "N_",
     "TRANSLATIONS_DIRECTORY",
     "LazyText",
+    "app_template_context",
     "current_locale",
     "format_date",
     "format_datetime",
@@ -250,3 +251,12 @@ def template_context(*, html: bool = True) -> dict[str, Callable[..., Any] | str
         "format_date": format_date,
         "authflow_locale": current_locale(),
     }
+
+
+def app_template_context() -> dict[str, Callable[..., Any] | str]:
+    """What every template of the app gets (through the extension's context processor): the
+    package's :func:`template_context` names the app's own Jinja environment does not define,
+    so a page of the app that extends ``authflow/base.html`` renders, and an app with its own
+    ``_`` (Flask-Babel's) keeps it."""
+    defined = current_app.jinja_env.globals
+    return {name: value for name, value in template_context().items() if name not in defined}

@@ -182,6 +182,24 @@ def test_the_apps_own_templates_keep_the_apps_domain(app_factory: AppFactory) ->
         assert gettext("Sign in") == "Anmelden"
 
 
+@pytest.mark.parametrize("babel", [False, True])
+def test_an_apps_own_page_may_extend_the_ready_layout(app_factory: AppFactory, babel: bool) -> None:
+    """The app's own template extending ``authflow/base.html`` renders: without Flask-Babel the
+    package's ``_`` is in every template; with it, the app's own ``_`` (its domain) is kept."""
+    app = make(app_factory, babel=babel)
+
+    @app.get("/mine")
+    def mine() -> str:
+        return render_template_string(
+            '{% extends "authflow/base.html" %}'
+            '{% block content %}<p id="mine">{{ _("Cancel") }}</p>{% endblock %}'
+        )
+
+    page = app.test_client().get("/mine", headers=GERMAN)
+    assert page.status_code == 200
+    assert '<p id="mine">Cancel</p>' in page.text and "<title>Account</title>" in page.text
+
+
 # --- messages, errors and escaping -----------------------------------------------------------------
 
 

@@ -37,6 +37,7 @@ from flask_authflow.errors import (
     Unauthenticated,
 )
 from flask_authflow.extras import check_extras
+from flask_authflow.i18n import app_template_context
 from flask_authflow.login import workflow
 from flask_authflow.login.accounts import AccountAdmin
 from flask_authflow.login.legacy_hashes import LegacyHashes
@@ -784,7 +785,12 @@ def _kind(kind: FactorKind | str) -> FactorKind:
 
 
 def _template_context() -> dict[str, Any]:
-    return {"current_user": current_user, "current_session": current_session, **template_helpers()}
+    return {
+        **app_template_context(),  # the ready pages' _ for the app's pages that extend them
+        "current_user": current_user,
+        "current_session": current_session,
+        **template_helpers(),
+    }
 
 
 def _is_loopback(address: str | None) -> bool:
