@@ -8,6 +8,7 @@ import logging
 from flask import render_template
 
 from flask_authflow.core.ports import UserRecord
+from flask_authflow.mail import HtmlMailSender
 from flask_authflow.web.state import AuthFlowState
 
 __all__ = ["mail_address_of", "send_new_device_mail"]
@@ -35,8 +36,11 @@ def send_new_device_mail(state: AuthFlowState, tenant: str, user_id: str, device
         log.info("no new-device mail for user %s: no mail sender or no address", user_id)
         return False
     site_name = state.config.login.site_name or "flask-authflow"
-    body = render_template(
-        "authflow/mail/new_device.txt", identifier=user.identifier, site_name=site_name, device=device
-    )
-    sender.send(address, f"{site_name}: sign-in from a new device", body)
+    context = {"identifier": user.identifier, "site_name": site_name, "device": device}
+    body = render_template("authflow/mail/new_device.txt", **context)
+    subject = f"{site_name}: sign-in from a new device"
+    if isinstance(sender, HtmlMailSender):  # a text part and an HTML part, as every mail
+        sender.send_html(address, subject, body, render_template("authflow/mail/new_device.html", **context))
+    else:
+        sender.send(address, subject, body)
     return True
