@@ -377,3 +377,19 @@ def test_the_new_device_mail_has_an_html_part_when_the_sender_takes_one(app_fact
     [html] = outbox.html
     assert "Device: Firefox 120 on Ubuntu" in message.body and "Firefox 120 on Ubuntu" in html
     assert "&lt;b&gt;Berlin&lt;/b&gt;" in html and "<b>Berlin</b>" not in html  # escaped
+
+
+def test_policies_read_the_trust_of_this_browser(site: Site) -> None:
+    from flask_authflow.web.authz import current_principal
+
+    @site.app.get("/trusted")
+    def trusted() -> str:
+        principal = current_principal()
+        return str(principal.device_trusted if principal is not None else None)
+
+    trusting, other = site.client(FIREFOX), site.client(CHROME)
+    sign_in(trusting, trust=True)
+    sign_in(other)  # the second factor passed, trust not asked
+    assert (trusting.get("/trusted").text, other.get("/trusted").text) == ("True", "False")
+    site.backend.end_device_trust("default", site.user_id())  # an operator's revoke
+    assert trusting.get("/trusted").text == "False"
