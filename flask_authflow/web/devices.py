@@ -34,8 +34,8 @@ from flask_authflow.web.state import AuthFlowState, current_auth_session, get_st
 __all__ = [
     "TRUST_KEPT_ON",
     "DeviceWiring",
-    "current_device_trusted",
     "current_device_id",
+    "current_device_trusted",
     "end_device_trust",
     "forget_device",
     "install_devices",
