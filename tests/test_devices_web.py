@@ -352,3 +352,44 @@ def test_a_failing_place_hook_is_unknown_place(site: Site) -> None:
     assert login(client, username="bob", password="bob's own password").status_code == 302
     [device] = site.backend.list_devices("default", site.user_id("bob"))
     assert device.place is None
+
+
+class HtmlOutbox(Outbox):
+    """An outbox that also takes the HTML alternative, as the SMTP sender does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.html: list[str] = []
+
+    def send_html(self, to: str, subject: str, body: str, html: str) -> None:
+        self.send(to, subject, body)
+        self.html.append(html)
+
+
+def test_the_new_device_mail_has_an_html_part_when_the_sender_takes_one(app_factory: AppFactory) -> None:
+    site = make_site(app_factory, AUTHFLOW_DEVICE_NEW_DEVICE_MAIL=True)
+    outbox = HtmlOutbox()
+    get_state(site.app).mail_sender = outbox
+    site.backend.create_user("default", "carol", "carols long passphrase", email="carol@example.com")
+    site.authflow.device_place(lambda request: "<b>Berlin</b>")
+    login(site.client(FIREFOX), username="carol", password="carols long passphrase")
+    [message] = outbox.messages
+    [html] = outbox.html
+    assert "Device: Firefox 120 on Ubuntu" in message.body and "Firefox 120 on Ubuntu" in html
+    assert "&lt;b&gt;Berlin&lt;/b&gt;" in html and "<b>Berlin</b>" not in html  # escaped
+
+
+def test_policies_read_the_trust_of_this_browser(site: Site) -> None:
+    from flask_authflow.web.authz import current_principal
+
+    @site.app.get("/trusted")
+    def trusted() -> str:
+        principal = current_principal()
+        return str(principal.device_trusted if principal is not None else None)
+
+    trusting, other = site.client(FIREFOX), site.client(CHROME)
+    sign_in(trusting, trust=True)
+    sign_in(other)  # the second factor passed, trust not asked
+    assert (trusting.get("/trusted").text, other.get("/trusted").text) == ("True", "False")
+    site.backend.end_device_trust("default", site.user_id())  # an operator's revoke
+    assert trusting.get("/trusted").text == "False"

@@ -646,6 +646,20 @@ def test_passkey_login(passkeys: Env) -> None:
     assert env.keys()[0].counter == credential.sign_count == 1
 
 
+def test_passkey_logins_are_throttled_like_password_logins(passkeys: Env) -> None:
+    from flask_authflow.errors import Throttled
+    from flask_authflow.throttle import Throttle
+    from flask_authflow.throttle.settings import parse_limits
+
+    key, _ = with_key(passkeys, params={"passkey": True})
+    passkeys.service.throttle = Throttle(parse_limits("test", {"login.address": "1/minute"}))
+    outcome, _ = passkey_login(passkeys, key)
+    assert isinstance(outcome, Authenticated)
+    with pytest.raises(Throttled):
+        passkey_login(passkeys, key)
+    assert passkeys.last_row("passkey_login").status == "throttled"
+
+
 def test_enrollment_options_of_a_passkey(passkeys: Env) -> None:
     start = passkeys.handle.begin_enrollment(signed_in(passkeys), WEBAUTHN, {"passkey": True})
     options = start.public["publicKey"]

@@ -81,7 +81,7 @@ class Principal:
     attributes: Mapping[str, Any] = field(default_factory=dict)
     authenticated_at: datetime | None = None
     factors: tuple[str, ...] = ()
-    #: Always ``False`` until devices can be trusted; policies may already test it.
+    #: Whether this browser's device is one the user trusts (see the manual's "Devices" page).
     device_trusted: bool = False
 
     def entities(self, now: datetime) -> list[dict[str, Any]]:

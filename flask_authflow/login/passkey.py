@@ -32,6 +32,7 @@ from flask_authflow.core.session import (
 from flask_authflow.errors import FactorNotRegistered, InvalidInput, PermissionDenied
 from flask_authflow.login.establish import Establish, establish
 from flask_authflow.login.operation import LoginServices, Operation, guard_store, new_transaction
+from flask_authflow.login.throttling import refuse_if_throttled
 from flask_authflow.outcomes import (
     FactorCredential,
     FactorKind,
@@ -88,6 +89,7 @@ def finish_passkey_login(
     if credential.kind is not FactorKind.WEBAUTHN:
         raise InvalidInput("a passkey login takes a WebAuthn credential")
     op = Operation(svc, ctx, session, "passkey_login", tenant=tenant, factor=_WEBAUTHN)
+    refuse_if_throttled(op, svc, "login")  # before any lookup or signature check
     if not isinstance(tenant, str) or not isinstance(slot, Mapping):
         return _refused(op, "failure", "no_challenge")
     factor = _passkey_factor(svc, tenant)

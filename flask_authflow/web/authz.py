@@ -34,6 +34,7 @@ from flask_authflow.authz.evaluator import log
 from flask_authflow.errors import PermissionDenied
 from flask_authflow.web.current_user import ANONYMOUS_USER, current_roles, load_current_user
 from flask_authflow.web.decorators import login_required
+from flask_authflow.web.devices import current_device_trusted
 from flask_authflow.web.state import current_auth_session, get_state
 
 __all__ = [
@@ -129,7 +130,7 @@ def current_principal() -> Principal | None:
         attributes=attributes,
         authenticated_at=session.authenticated_at,
         factors=tuple(session.record.factors_passed),
-        device_trusted=False,
+        device_trusted=current_device_trusted(session.tenant, session.user_id),
     )
 
 

@@ -9,6 +9,7 @@ from flask import render_template
 
 from flask_authflow.core.ports import UserRecord
 from flask_authflow.i18n import gettext, template_context
+from flask_authflow.mail import HtmlMailSender
 from flask_authflow.web.state import AuthFlowState
 from flask_authflow.web.views.devices import shown_label
 
@@ -37,13 +38,17 @@ def send_new_device_mail(state: AuthFlowState, tenant: str, user_id: str, device
         log.info("no new-device mail for user %s: no mail sender or no address", user_id)
         return False
     site_name = state.config.login.site_name or "flask-authflow"
-    body = render_template(
-        "authflow/mail/new_device.txt",
-        **template_context(html=False),
-        identifier=user.identifier,
-        site_name=site_name,
-        device=device,
-        device_label=shown_label(device.label),
-    )
-    sender.send(address, gettext("%(site)s: sign-in from a new device", site=site_name), body)
+    context = {
+        "identifier": user.identifier,
+        "site_name": site_name,
+        "device": device,
+        "device_label": shown_label(device.label),
+    }
+    body = render_template("authflow/mail/new_device.txt", **template_context(html=False), **context)
+    subject = gettext("%(site)s: sign-in from a new device", site=site_name)
+    if isinstance(sender, HtmlMailSender):  # a text part and an HTML part, as every mail
+        html = render_template("authflow/mail/new_device.html", **template_context(html=True), **context)
+        sender.send_html(address, subject, body, html)
+    else:
+        sender.send(address, subject, body)
     return True

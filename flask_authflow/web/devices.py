@@ -35,6 +35,7 @@ __all__ = [
     "TRUST_KEPT_ON",
     "DeviceWiring",
     "current_device_id",
+    "current_device_trusted",
     "end_device_trust",
     "forget_device",
     "install_devices",
@@ -294,3 +295,18 @@ def current_device_id() -> str | None:
         return None
     claim = _request_device(request).reading.claim
     return claim.device_id if claim is not None else None
+
+
+def current_device_trusted(tenant: str, user_id: str) -> bool:
+    """Whether this browser's device (a valid cookie issued to this user) is trusted by the
+    user now: what an authorization policy reads as ``session.device_trusted``."""
+    if not has_request_context():
+        return False
+    state = get_state()
+    wiring: DeviceWiring | None = state.devices
+    if wiring is None:
+        return False
+    claim = _request_device(request).reading.claim
+    if claim is None or claim.user_id != user_id or claim.tenant != tenant:
+        return False
+    return wiring.service.is_trusted(tenant, user_id, claim.device_id, state.clock.now())
