@@ -499,6 +499,7 @@ def test_audit_rows_carry_every_field(env: tuple[AuthnService, InMemoryBackend, 
         )
     assert set(begin.to_dict()) == {
         "time",
+        "device_id",
         "event",
         "status",
         "tenant",

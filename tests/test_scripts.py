@@ -117,7 +117,7 @@ def test_serve_reference_starts_without_reinstalling(repo: Path) -> None:
     assert second.returncode == 0, second.stderr
     calls = _calls(repo)
     assert [call for call in calls if call.startswith("pip ")] == [
-        "pip install -q --disable-pip-version-check -e .[oidc]"
+        "pip install -q --disable-pip-version-check -e .[oidc,accounts]"
     ]
     assert calls[-1] == "flask --app examples/reference/app.py run --host 127.0.0.1 --port 5123"
 

@@ -203,8 +203,8 @@ def _place(state: AuthFlowState) -> str | None:
 
 def _set_cookie(response: Response) -> Response:
     found: _RequestDevice | None = g.get(_G_KEY)
-    if found is None or found.issue is None:
-        return response
+    if found is None or found.issue is None or response.status_code >= 500:
+        return response  # a failed request (a store outage, say) sets nothing
     wiring: DeviceWiring = get_state().devices
     value = wiring.cookie.issue(found.issue, request.headers.get("User-Agent"))
     response.set_cookie(
