@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jinja2 import ChoiceLoader, PackageLoader
 
 from flask_authflow.audit.sinks import MemoryAuditSink
 from flask_authflow.clock import MockClock
@@ -789,3 +790,49 @@ def test_a_step_up_sends_the_code_but_not_to_a_locked_account(env: Env) -> None:
     env.backend.set_lock(AttemptKey("acme", "alice", EMAIL.value), env.clock.now() + timedelta(minutes=15))
     env.handle.begin_step_up(session, strongest=True)
     assert len(env.outbox) == sent + 1  # a locked account gets no e-mail
+
+
+# --- the HTML part --------------------------------------------------------------------------------
+
+
+class HtmlOutbox(Outbox):
+    def __init__(self) -> None:
+        super().__init__()
+        self.html: list[str] = []
+
+    def send_html(self, to: str, subject: str, body: str, html: str) -> None:
+        self.send(to, subject, body)
+        self.html.append(html)
+
+
+def test_a_code_mail_has_an_html_part_from_the_overridable_template(clock: MockClock) -> None:
+    from flask import Flask
+
+    from flask_authflow.web.factor_wiring import code_mail_html
+
+    app = Flask(__name__, root_path=str(Path(__file__).parent))
+    app.jinja_loader = ChoiceLoader([PackageLoader("flask_authflow.web", "templates")])
+    env = make_env(InMemoryBackend(hasher=fast_hasher(), clock=clock), clock, html_body=code_mail_html)
+    html_outbox = HtmlOutbox()
+    env.sender[0] = html_outbox
+    env.enroll_email()
+    with app.test_request_context():
+        env.begin()
+    [message] = html_outbox.messages
+    [html] = html_outbox.html
+    code = message.body.split("\n\n")[1].strip()
+    assert code.isdigit() and f">{code}</p>" in html and "monospace" in html
+    assert "<title>" in html and SITE in html
+
+
+def test_the_html_part_escapes_what_it_is_given() -> None:
+    from flask import Flask
+
+    from flask_authflow.web.factor_wiring import code_mail_html
+
+    app = Flask(__name__)
+    app.jinja_loader = ChoiceLoader([PackageLoader("flask_authflow.web", "templates")])
+    with app.test_request_context():
+        html = code_mail_html("<b>site</b> code", "Hello <script>x</script>\n\n    12345678\n\nbye")
+    assert "<script>" not in html and "&lt;script&gt;" in html and "&lt;b&gt;site" in html
+    assert html.count("<p") == 3

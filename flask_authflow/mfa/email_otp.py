@@ -53,7 +53,7 @@ from flask_authflow.errors import (
     MailDeliveryError,
 )
 from flask_authflow.i18n import N_, gettext, ngettext
-from flask_authflow.mail import MailSender
+from flask_authflow.mail import HtmlMailSender, MailSender
 from flask_authflow.mfa.otp import codes_equal, parse_code
 from flask_authflow.mfa.sealing import FactorSealer
 from flask_authflow.outcomes import FactorCredential, FactorKind
@@ -170,7 +170,7 @@ class EmailOtpFactor(StoredEnrollment):
         enrollment while its last code is valid.
     """
 
-    __slots__ = ("mail_limit", "max_sends", "max_tries", "sealer", "sender", "site_name", "ttl")
+    __slots__ = ("html_body", "mail_limit", "max_sends", "max_tries", "sealer", "sender", "site_name", "ttl")
     #: A cheap check: reservation, check and settlement share one transaction.
     expensive = False
 
@@ -190,6 +190,7 @@ class EmailOtpFactor(StoredEnrollment):
         site_name: str = "flask-authflow",
         max_sends: int = 3,
         mail_limit: Callable[[str, str, str], None] | None = None,
+        html_body: Callable[[str, str], str] | None = None,
     ) -> None:
         if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
             raise ConfigurationError(f"the e-mail code lifetime must be a positive timedelta, got {ttl!r}")
@@ -205,6 +206,9 @@ class EmailOtpFactor(StoredEnrollment):
         self.max_sends = max_sends
         #: ``(to, tenant, user_id)``, called before each send; raises ``Throttled`` to refuse it.
         self.mail_limit = mail_limit
+        #: ``(subject, text) -> html``: the HTML part of a code's mail (the web layer renders
+        #: the overridable ``authflow/mail/email_code.html``); ``None``: text only.
+        self.html_body = html_body
         # One line: the name goes into a Subject header.
         self.site_name = " ".join(str(site_name).split()) or "flask-authflow"
 
@@ -230,7 +234,10 @@ class EmailOtpFactor(StoredEnrollment):
                 "(see AUTHFLOW_SMTP_*), or install a MailSender as the app's mail_sender"
             )
         try:
-            sender.send(to, subject, body)
+            if self.html_body is not None and isinstance(sender, HtmlMailSender):
+                sender.send_html(to, subject, body, self.html_body(subject, body))
+            else:
+                sender.send(to, subject, body)
         except AuthFlowError:
             raise
         except Exception as exc:  # a sender of the application's own: a typed error, 503

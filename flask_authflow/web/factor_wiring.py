@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from flask import render_template
+
 from flask_authflow.core.factors import Factor
+from flask_authflow.i18n import template_context
 from flask_authflow.mail import MailSender
 from flask_authflow.mfa.email_otp import EmailOtpFactor
 from flask_authflow.mfa.recovery import RecoveryCodeFactor
@@ -13,7 +16,7 @@ from flask_authflow.mfa.settings import FactorSettings
 from flask_authflow.mfa.totp import HotpFactor, TotpFactor
 from flask_authflow.throttle import Throttle
 
-__all__ = ["built_in_factors"]
+__all__ = ["built_in_factors", "code_mail_html"]
 
 
 def built_in_factors(
@@ -39,6 +42,7 @@ def built_in_factors(
             max_tries=settings.email_otp_max_tries,
             site_name=settings.site_name or "flask-authflow",
             mail_limit=throttle.mail if throttle is not None else None,
+            html_body=code_mail_html,
         ),
     ]
     if settings.webauthn_rp_id is not None:
@@ -46,3 +50,13 @@ def built_in_factors(
 
         factors.append(WebAuthnFactor(WebAuthnSettings.from_factor_settings(settings)))
     return factors
+
+
+def code_mail_html(subject: str, text: str) -> str:
+    """The HTML part of an e-mail code's mail: the overridable
+    ``authflow/mail/email_code.html`` given the mail's subject and its text's paragraphs
+    (an indented paragraph is the code)."""
+    paragraphs = [paragraph for paragraph in text.split("\n\n") if paragraph.strip()]
+    return render_template(
+        "authflow/mail/email_code.html", **template_context(html=True), subject=subject, paragraphs=paragraphs
+    )
