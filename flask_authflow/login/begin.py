@@ -34,6 +34,7 @@ from flask_authflow.login.operation import (
     new_transaction,
 )
 from flask_authflow.login.throttling import refuse_if_throttled
+from flask_authflow.login.verification import UNVERIFIED_KEY
 from flask_authflow.outcomes import FactorKind, FactorRequired, Locked, LoginOutcome
 
 __all__ = ["begin_login"]
@@ -86,7 +87,9 @@ def _start(op: Operation, svc: LoginServices, facts: LoginFacts) -> FactorRequir
     device = _device_decision(op, svc, subject_id if usable else None, len(steps) > 1)
     if device == "trusted_device":
         steps = steps[:1]  # the password is asked; the later steps are waived for this device
-    flow = {LOGIN_IDENTIFIER_KEY: ident, TRANSACTION_KEY: new_transaction()}
+    flow: dict[str, object] = {LOGIN_IDENTIFIER_KEY: ident, TRANSACTION_KEY: new_transaction()}
+    if usable and user is not None and user.email is not None and user.email_verified_at is None:
+        flow[UNVERIFIED_KEY] = True
     op.session.transition(
         lambda r: begin_flow(
             start_login(r, tenant=tenant, user_id=subject_id, factors=steps, now=op.now), flow

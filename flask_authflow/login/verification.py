@@ -8,10 +8,14 @@ from flask_authflow.core.ports import AccountTokenStore, UserRecord
 from flask_authflow.errors import AuthnError
 from flask_authflow.login.operation import LoginServices, guard_store
 
-__all__ = ["KIND", "EmailNotVerified", "needs_verification", "refuse_unverified"]
+__all__ = ["KIND", "UNVERIFIED_KEY", "EmailNotVerified", "needs_verification", "refuse_unverified"]
 
 #: The account-token kind of a sign-up's verification link.
 KIND = "signup"
+#: The login flow's mark, set by ``begin_login`` from the row it read anyway, that the
+#: account's address is not verified: only then does the password step read the store again
+#: to ask whether the account is a sign-up waiting for its confirmation.
+UNVERIFIED_KEY = "unverified_address"
 
 
 class EmailNotVerified(AuthnError):

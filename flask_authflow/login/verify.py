@@ -47,7 +47,7 @@ from flask_authflow.login.operation import (
     lockout_subject,
 )
 from flask_authflow.login.throttling import refuse_if_throttled
-from flask_authflow.login.verification import EmailNotVerified, refuse_unverified
+from flask_authflow.login.verification import UNVERIFIED_KEY, EmailNotVerified, refuse_unverified
 from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,
@@ -239,7 +239,7 @@ def _locked(op: Operation, step: _Step, until: datetime, reason: str) -> Locked:
 def _passed(op: Operation, svc: LoginServices, step: _Step) -> FactorOutcome:
     """The step passed: the session moves on (its id rotates), written in the step's unit."""
     expected, who, now = step.expected, step.who, op.now
-    if step.first_step:
+    if step.first_step and (op.session.record.flow or {}).get(UNVERIFIED_KEY):
         try:  # a sign-up that has not confirmed its address yet: told so, nothing kept
             refuse_unverified(svc, who.tenant, who.user_id)
         except EmailNotVerified as exc:
