@@ -135,10 +135,12 @@ def test_several_processes_on_postgresql(postgres_server: Any, request: pytest.F
     for process in processes:
         process.join(60)
         assert process.exitcode == 0
-    # Memory counts are per process: each throttles the hammer after two of its five guesses;
-    # the hammer's ten other guesses meet its (account, address) lock in the shared store.
-    assert throttled.value == 5 * 3
-    assert locked.value >= 10 - 5  # at most five of its checks ran, across all processes
+    # Memory counts are per process: each throttles the hammer after two of its five guesses,
+    # unless the (account, address) lock in the shared store, set by then in another
+    # process, refuses a guess first (at begin_login, before the factor step's throttle).
+    # Either way at most five of the hammer's 25 guesses ran a check, across all processes.
+    assert 0 < throttled.value <= 5 * 3
+    assert throttled.value + locked.value >= 25 - 5
     # Only the requests that were neither throttled nor refused by the lock ran an Argon2
     # verify (the guess that set the lock ran one): one per spread address, five at most
     # for the hammer.
