@@ -33,8 +33,10 @@ def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
         "        del sys.modules[loaded]\n"
         "    importlib.import_module(name)\n"
     )
+    # The timeout only guards against a hang: ~190 fresh imports of the package take one to
+    # three minutes on a busy 2-core machine.
     result = subprocess.run(
-        [sys.executable, "-c", code, *modules], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", code, *modules], capture_output=True, text=True, timeout=900, check=False
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(modules) > 30

@@ -24,7 +24,7 @@ from flask_authflow.api_auth.tokens import (
     token_id_of,
 )
 from flask_authflow.audit.context import AuditContext
-from flask_authflow.audit.sinks import AuditRecord, AuditSink
+from flask_authflow.audit.sinks import AuditSink
 from flask_authflow.clock import Clock
 from flask_authflow.core.ports import ApiTokenRecord, ApiTokenStore, IdentityStore
 from flask_authflow.errors import AuthnError, InvalidInput, UserNotFound
@@ -98,21 +98,10 @@ class ApiTokenService:
         reason: str | None = None,
     ) -> None:
         ctx = context if context is not None else AuditContext.unknown()
-        self.audit_sink.write(
-            AuditRecord(
-                time=self.clock.now(),
-                event=event,
-                status=status,
-                tenant=tenant,
-                user_id=user_id,
-                factor="api_token",
-                client_ip=ctx.client_ip,
-                ip_source=ctx.ip_source,
-                user_agent=ctx.user_agent,
-                request_id=ctx.request_id,
-                reason=reason,
-            )
+        row = ctx.row(
+            self.clock.now(), event, status, tenant=tenant, user_id=user_id, factor="api_token", reason=reason
         )
+        self.audit_sink.write(row)
 
     # --- changes -------------------------------------------------------------------------
 

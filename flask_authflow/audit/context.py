@@ -11,9 +11,11 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from flask_authflow.audit.client_ip import IpSource, TrustedProxies
+from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.responses import AUDIT_CONTEXT_KEY
 
 __all__ = ["MAX_USER_AGENT", "AuditContext", "audit_context", "resolve_audit_context"]
@@ -42,6 +44,22 @@ class AuditContext:
     device_id: str | None = None
     device_user: str | None = None
     device_refused: str | None = None
+
+    def row(self, time: datetime, event: str, status: str, **fields: Any) -> AuditRecord:
+        """An audit row of this request: its client address (and source), user agent,
+        request id and device filled in (a ``device_id`` in ``fields`` wins), the rest
+        from ``fields`` (``tenant``, ``user_id``, ``factor``, ``reason`` ...)."""
+        fields.setdefault("device_id", self.device_id)
+        return AuditRecord(
+            time=time,
+            event=event,
+            status=status,
+            client_ip=self.client_ip,
+            ip_source=self.ip_source,
+            user_agent=self.user_agent,
+            request_id=self.request_id,
+            **fields,
+        )
 
     @classmethod
     def unknown(cls) -> AuditContext:

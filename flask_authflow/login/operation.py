@@ -164,19 +164,7 @@ def audit_row(
     user_id = fields.pop("user_id", None)
     if user_id is not None and user_id.startswith(PHANTOM_PREFIX):
         user_id = None
-    return AuditRecord(
-        time=now,
-        event=event,
-        status=status,
-        user_id=user_id,
-        session_id=hash_session_id(session.sid),
-        client_ip=ctx.client_ip,
-        ip_source=ctx.ip_source,
-        user_agent=ctx.user_agent,
-        request_id=ctx.request_id,
-        device_id=ctx.device_id,
-        **fields,
-    )
+    return ctx.row(now, event, status, user_id=user_id, session_id=hash_session_id(session.sid), **fields)
 
 
 def record_event(

@@ -24,7 +24,7 @@ from flask import Flask, Request, Response, g, has_request_context, request
 
 from flask_authflow import signals
 from flask_authflow.audit.context import AuditContext, audit_context
-from flask_authflow.audit.sinks import AuditRecord, hash_session_id
+from flask_authflow.audit.sinks import hash_session_id
 from flask_authflow.core.session import AuthSession, AuthState
 from flask_authflow.devices import DeviceClaim, DeviceCookie, DeviceReading, DeviceService, new_device_id
 from flask_authflow.devices.settings import DeviceSettings
@@ -236,22 +236,17 @@ def record_device_event(
     session_id = None
     if has_request_context():
         session_id = hash_session_id(current_auth_session().sid)
-    state.service.audit_sink.write(
-        AuditRecord(
-            time=state.clock.now(),
-            event=event,
-            status=status,
-            tenant=tenant,
-            user_id=user_id,
-            session_id=session_id,
-            client_ip=ctx.client_ip,
-            ip_source=ctx.ip_source,
-            user_agent=ctx.user_agent,
-            request_id=ctx.request_id,
-            reason=reason[:64] if reason is not None else None,
-            device_id=device_id if device_id is not None else ctx.device_id,
-        )
+    row = ctx.row(
+        state.clock.now(),
+        event,
+        status,
+        tenant=tenant,
+        user_id=user_id,
+        session_id=session_id,
+        reason=reason[:64] if reason is not None else None,
+        device_id=device_id if device_id is not None else ctx.device_id,
     )
+    state.service.audit_sink.write(row)
 
 
 def forget_device(state: AuthFlowState, tenant: str, user_id: str, device_id: str) -> bool:

@@ -13,7 +13,6 @@ from flask import Flask, has_request_context, request, url_for
 
 from flask_authflow import signals
 from flask_authflow.audit.context import audit_context
-from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import Clock
 from flask_authflow.core.ports import ProviderTokenStore
 from flask_authflow.errors import ConfigurationError
@@ -56,22 +55,16 @@ def _token_audit(state: AuthFlowState) -> TokenAudit:
     """The audit rows of provider tokens, with the request's context when there is one."""
 
     def write(event: str, status: str, tenant: str, user_id: str, provider: str, reason: str | None) -> None:
-        context = audit_context()
-        state.service.audit_sink.write(
-            AuditRecord(
-                time=state.clock.now(),
-                event=event,
-                status=status,
-                tenant=tenant,
-                user_id=user_id,
-                factor=f"oidc:{provider}"[:32],
-                client_ip=context.client_ip,
-                ip_source=context.ip_source,
-                user_agent=context.user_agent,
-                request_id=context.request_id,
-                reason=reason,
-            )
+        row = audit_context().row(
+            state.clock.now(),
+            event,
+            status,
+            tenant=tenant,
+            user_id=user_id,
+            factor=f"oidc:{provider}"[:32],
+            reason=reason,
         )
+        state.service.audit_sink.write(row)
 
     return write
 

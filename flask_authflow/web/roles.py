@@ -16,7 +16,6 @@ from flask import Flask, current_app
 
 from flask_authflow import signals
 from flask_authflow.audit.context import audit_context
-from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.core.ports import Role, RoleStore
 from flask_authflow.web.state import AuthFlowState, get_state
 
@@ -45,21 +44,10 @@ def _record(
     user_id: str | None = None,
     permission: str | None = None,
 ) -> None:
-    context = audit_context()
-    state.service.audit_sink.write(
-        AuditRecord(
-            time=state.clock.now(),
-            event=event,
-            status="success",
-            tenant=tenant,
-            user_id=user_id,
-            client_ip=context.client_ip,
-            ip_source=context.ip_source,
-            user_agent=context.user_agent,
-            request_id=context.request_id,
-            reason=role,
-        )
+    row = audit_context().row(
+        state.clock.now(), event, "success", tenant=tenant, user_id=user_id, reason=role
     )
+    state.service.audit_sink.write(row)
     signals.roles_changed.send(
         current_app._get_current_object(),  # type: ignore[attr-defined]
         tenant=tenant,
