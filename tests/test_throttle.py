@@ -15,7 +15,7 @@ from flask_authflow.core.session import AuthSession, new_guest_record
 from flask_authflow.errors import ConfigurationError, StoreUnavailable, Throttled
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.service import AuthnService
-from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential
+from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.throttle import (
     DEFAULT_LIMITS,
@@ -57,7 +57,9 @@ def attempt(
 ) -> Any:
     session = AuthSession(new_guest_record(clock.now()), new=True, request_fingerprint="fp")
     handle = service.with_audit_context(ctx(ip))
-    handle.begin_login(user, "acme", session)
+    begun = handle.begin_login(user, "acme", session)
+    if isinstance(begun, Locked):  # the (account, address) pair's lock refuses at the start
+        return begun
     with FactorCredential.password(password) as credential:
         return handle.verify_factor(credential, session)
 
