@@ -20,7 +20,11 @@ from flask_authflow.i18n import DOMAIN, LOCALES, TRANSLATIONS_DIRECTORY
 
 babel_extract = pytest.importorskip("babel.messages.extract", reason="Babel comes with Flask-Babel ([dev])")
 from babel.messages.catalog import Catalog, Message  # noqa: E402
-from babel.messages.frontend import parse_mapping_cfg  # noqa: E402
+
+try:  # the newer name; flask-babel>=4 allows Babel 2.12, which has only (the now deprecated) parse_mapping
+    from babel.messages.frontend import parse_mapping_cfg
+except ImportError:  # an older Babel
+    from babel.messages.frontend import parse_mapping as parse_mapping_cfg
 from babel.messages.mofile import read_mo, write_mo  # noqa: E402
 from babel.messages.pofile import read_po, write_po  # noqa: E402
 
