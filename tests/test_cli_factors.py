@@ -512,7 +512,7 @@ def test_a_database_that_cannot_be_opened(
 )
 def test_a_user_argument_is_required(app: Flask, command: list[str]) -> None:
     result = run(app, *command)
-    assert result.exit_code == 2 and "Missing argument 'USERNAME'" in result.output
+    assert result.exit_code == 2 and "USERNAME" in result.output  # click's usage error names it
     usage = run(app, *command, "--json")
     assert usage.exit_code == 2 and json.loads(usage.stdout)["error"] == "usage_error"
 

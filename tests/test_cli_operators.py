@@ -261,7 +261,7 @@ def test_an_unknown_option_under_json_is_a_json_usage_error(memory_app: Flask) -
         run(memory_app, "users", "list", "--bogus", "--json"), "usage_error", "--bogus", exit_code=2
     )
     text = run(memory_app, "users", "list", "--bogus")
-    assert text.exit_code == 2 and "No such option" in text.stderr and text.stdout == ""
+    assert text.exit_code == 2 and "--bogus" in text.stderr and text.stdout == ""  # click's usage error
 
 
 def test_users_list_with_a_bad_tenant(memory_app: Flask) -> None:
@@ -655,7 +655,8 @@ def test_users_delete_asks_on_stderr_under_json(memory_app: Flask) -> None:
     assert "delete user 'alice'" in refused.stderr
     assert find(memory_app, "alice") is not None
     text_refused = run(memory_app, "users", "delete", "alice", stdin="n\n")
-    assert text_refused.exit_code == 1 and "Aborted" in text_refused.output
+    assert text_refused.exit_code == 1 and "delete user 'alice'" in text_refused.output  # click's abort
+    assert find(memory_app, "alice") is not None
     accepted = run(memory_app, "users", "delete", "alice", "--json", stdin="y\n")
     assert accepted.exit_code == 0, accepted.output
     assert json.loads(accepted.stdout)["deleted"] is True
