@@ -501,10 +501,11 @@ def test_a_database_that_cannot_be_opened(
     assert isinstance(backend, SqlAlchemyBackend)
     shutil.rmtree(folder)  # the database's folder went away after the app started
     backend.engine.dispose()
-    assert_error(
-        run(app, *command), "the authentication database is unavailable: unable to open database file"
+    # Our words and code; the driver's reason after them (SQLite's) is its own.
+    assert_error(run(app, *command), "the authentication database is unavailable: ")
+    assert_json_error(
+        run(app, *command, "--json"), "store_unavailable", "the authentication database is unavailable"
     )
-    assert_json_error(run(app, *command, "--json"), "store_unavailable", "unable to open database file")
 
 
 @pytest.mark.parametrize(
@@ -512,7 +513,7 @@ def test_a_database_that_cannot_be_opened(
 )
 def test_a_user_argument_is_required(app: Flask, command: list[str]) -> None:
     result = run(app, *command)
-    assert result.exit_code == 2 and "Missing argument 'USERNAME'" in result.output
+    assert result.exit_code == 2 and "USERNAME" in result.output  # click's usage error names it
     usage = run(app, *command, "--json")
     assert usage.exit_code == 2 and json.loads(usage.stdout)["error"] == "usage_error"
 

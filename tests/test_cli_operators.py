@@ -261,7 +261,7 @@ def test_an_unknown_option_under_json_is_a_json_usage_error(memory_app: Flask) -
         run(memory_app, "users", "list", "--bogus", "--json"), "usage_error", "--bogus", exit_code=2
     )
     text = run(memory_app, "users", "list", "--bogus")
-    assert text.exit_code == 2 and "No such option" in text.stderr and text.stdout == ""
+    assert text.exit_code == 2 and "--bogus" in text.stderr and text.stdout == ""  # click's usage error
 
 
 def test_users_list_with_a_bad_tenant(memory_app: Flask) -> None:
@@ -655,7 +655,8 @@ def test_users_delete_asks_on_stderr_under_json(memory_app: Flask) -> None:
     assert "delete user 'alice'" in refused.stderr
     assert find(memory_app, "alice") is not None
     text_refused = run(memory_app, "users", "delete", "alice", stdin="n\n")
-    assert text_refused.exit_code == 1 and "Aborted" in text_refused.output
+    assert text_refused.exit_code == 1 and "delete user 'alice'" in text_refused.output  # click's abort
+    assert find(memory_app, "alice") is not None
     accepted = run(memory_app, "users", "delete", "alice", "--json", stdin="y\n")
     assert accepted.exit_code == 0, accepted.output
     assert json.loads(accepted.stdout)["deleted"] is True
@@ -803,9 +804,9 @@ def test_a_sqlite_file_that_cannot_be_opened(
     assert isinstance(backend, SqlAlchemyBackend)
     backend.engine.dispose()  # and no pooled connection still holds the removed file
     text = run(app, *command, stdin="some-password-1\n")
-    assert_error(text, "the authentication database is unavailable: unable to open database file")
+    assert_error(text, "the authentication database is unavailable: ")  # then SQLite's own reason
     as_json = run(app, *command, "--json", stdin="some-password-1\n")
-    assert_json_error(as_json, "store_unavailable", "unable to open database file")
+    assert_json_error(as_json, "store_unavailable", "the authentication database is unavailable")
 
 
 @pytest.mark.parametrize("command", USER_COMMANDS[:3], ids=lambda c: " ".join(c[:2]))
@@ -815,7 +816,7 @@ def test_a_postgresql_server_that_is_not_there(app_factory: AppFactory, command:
     message = assert_error(
         run(app, *command, stdin="some-password-1\n"), "the authentication database is unavailable: "
     )
-    assert "refused" in message.lower() or "connect" in message.lower()
+    assert message.partition("unavailable: ")[2].strip()  # the driver's reason follows (in its words)
     assert_json_error(run(app, *command, "--json", stdin="some-password-1\n"), "store_unavailable")
 
 
