@@ -5,9 +5,12 @@ password blocklist and ``py.typed``, serves the reference app and passes the pyt
 plugin's tests.
 
 The package is built once per test session. The wheels it depends on are gathered with
-``pip download`` (the pip cache and the configured indexes), or taken from the folder
-named by ``AUTHFLOW_WHEELHOUSE`` on a machine without any index. Under ``CI=true`` a part
-that cannot run here fails these tests instead of skipping them.
+``pip download`` (the pip cache and the configured indexes), at the versions that
+``requirements/test.lock`` pins when it exists (the newest releases otherwise), or taken
+from the folder named by ``AUTHFLOW_WHEELHOUSE`` on a machine without any index (it then
+needs the wheels of ``[testing]``). Only that
+download uses the network: every install is ``--no-index`` from the wheelhouse. Under
+``CI=true`` a part that cannot run here fails these tests instead of skipping them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import sys
 import tarfile
 import tomllib
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from email.parser import Parser
 from pathlib import Path
@@ -30,6 +34,8 @@ from pathlib import Path
 import pytest
 
 from tests.parts import missing_part
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "flask_authflow"
@@ -40,6 +46,13 @@ LOCAL_STATE = shutil.ignore_patterns(
     "__pycache__", "*.py[cod]", "*.egg-info", "node_modules", "instance", "_build", ".*", "*.db"
 )
 PASSWORD = "wonderland-rabbit-42"
+#: The pins the wheelhouse is gathered at (hash-checked, for ``pip install --require-hashes``).
+LOCK = REPO / "requirements" / "test.lock"
+#: A pinned line of a pip-compile lock: ``name[extras]==version ; markers \``.
+_PIN = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*(?P<version>[^\s;\\]+)"
+    r"\s*(?:;(?P<marker>[^\\]*))?"
+)
 
 
 @dataclass(frozen=True)
@@ -84,7 +97,40 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> Dists:
     return Dists(sdist, wheel)
 
 
-def _wheelhouse(base: Path, requirement: str) -> Path:
+def lock_pins(lock: str) -> list[str]:
+    """The ``name==version ; markers`` lines of a pip-compile lock, as a constraints file
+    may hold them: pip refuses hashes (and extras) there, so both are left out, as are
+    comments and options."""
+    pins: list[str] = []
+    for line in lock.splitlines():
+        found = _PIN.match(line.partition("#")[0])
+        if found is None:
+            continue  # a --hash or "# via" continuation, a comment, an option
+        pin = f"{found['name']}=={found['version']}"
+        marker = (found["marker"] or "").strip()
+        pins.append(f"{pin} ; {marker}" if marker else pin)
+    return pins
+
+
+@pytest.fixture(scope="session")
+def constraints(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """A pins-only copy of ``requirements/test.lock`` for ``pip -c``, or None while the
+    repository has no lock (the wheelhouse then holds the newest releases)."""
+    if not LOCK.is_file():
+        return None
+    pins = lock_pins(LOCK.read_text(encoding="utf-8"))
+    assert pins, f"{LOCK} pins nothing (name==version lines)"
+    path = tmp_path_factory.mktemp("constraints") / "test-pins.txt"
+    path.write_text("\n".join(pins) + "\n", encoding="utf-8")
+    return path
+
+
+def _pip_constraint(constraints: Path | None) -> list[str]:
+    return ["-c", str(constraints)] if constraints is not None else []
+
+
+def _wheelhouse(base: Path, requirements: Sequence[str], constraints: Path | None) -> Path:
+    """The wheels ``requirements`` need, at the lock's versions when there is a lock."""
     given = os.environ.get("AUTHFLOW_WHEELHOUSE")
     if given:
         return Path(given)
@@ -100,7 +146,8 @@ def _wheelhouse(base: Path, requirement: str) -> Path:
             ":all:",
             "-d",
             str(wheelhouse),
-            requirement,
+            *_pip_constraint(constraints),
+            *requirements,
         ],
         base,
     )
@@ -113,12 +160,12 @@ def _wheelhouse(base: Path, requirement: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def fresh_python(dists: Dists, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fresh_python(dists: Dists, constraints: Path | None, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The interpreter of a new virtualenv with the wheel (and ``[testing]``) installed from
     local files only: ``pip install --no-index``, not editable."""
     base = tmp_path_factory.mktemp("fresh")
     requirement = f"{dists.wheel}[testing]"
-    wheelhouse = _wheelhouse(base, requirement)
+    wheelhouse = _wheelhouse(base, [requirement], constraints)
     venv = base / "venv"
     created = _run([sys.executable, "-m", "venv", str(venv)], base)
     if created.returncode != 0:
@@ -134,6 +181,7 @@ def fresh_python(dists: Dists, tmp_path_factory: pytest.TempPathFactory) -> Path
             "--no-index",
             "--find-links",
             str(wheelhouse),
+            *_pip_constraint(constraints),
             requirement,
         ],
         base,
@@ -344,3 +392,29 @@ def test_the_plugin_tests_pass_against_the_installed_wheel(fresh_python: Path, t
     passed = re.search(r"(\d+) passed", run.stdout)
     assert passed is not None and int(passed.group(1)) >= tests, run.stdout[-2000:]
     assert "failed" not in run.stdout and "skipped" not in run.stdout
+
+
+# -- the lock's pins -------------------------------------------------------------------------------
+
+
+def test_lock_pins_keep_versions_and_markers_and_drop_hashes_and_extras() -> None:
+    lock = (
+        "# a comment\n"
+        "--index-url https://example.invalid/simple\n"
+        "alembic==1.20.1 \\\n"
+        "    --hash=sha256:83490def \\\n"
+        "    --hash=sha256:9970712c\n"
+        "    # via flask-authflow (pyproject.toml)\n"
+        "psycopg[binary]==3.3.9 \\\n"
+        "    --hash=sha256:aa\n"
+        "deprecated==1.3.1 ; python_full_version < '3.12' \\\n"
+        "    --hash=sha256:bb\n"
+        "colorama==0.4.6 ; os_name == 'nt' or sys_platform == 'win32'    # via click\n"
+        "-e file:.\n"
+    )
+    assert lock_pins(lock) == [
+        "alembic==1.20.1",
+        "psycopg==3.3.9",
+        "deprecated==1.3.1 ; python_full_version < '3.12'",
+        "colorama==0.4.6 ; os_name == 'nt' or sys_platform == 'win32'",
+    ]
