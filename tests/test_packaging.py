@@ -4,10 +4,17 @@ from local files only (``pip install --no-index``), carries its templates, migra
 password blocklist and ``py.typed``, serves the reference app and passes the pytest
 plugin's tests.
 
+The tutorial (docs/tutorial.rst) is followed as a reader would: its install commands run
+in a new folder with the wheel built here where the page names the wheel file, then the
+tutorial's own tests pass with that virtualenv's pytest.
+
 The package is built once per test session. The wheels it depends on are gathered with
-``pip download`` (the pip cache and the configured indexes), or taken from the folder
-named by ``AUTHFLOW_WHEELHOUSE`` on a machine without any index. Under ``CI=true`` a part
-that cannot run here fails these tests instead of skipping them.
+``pip download`` (the pip cache and the configured indexes), at the versions that
+``requirements/test.lock`` pins when it exists (the newest releases otherwise), or taken
+from the folder named by ``AUTHFLOW_WHEELHOUSE`` on a machine without any index (it then
+needs the wheels of ``[testing]``, the tutorial's extras and Flask-SQLAlchemy). Only that
+download uses the network: every install is ``--no-index`` from the wheelhouse. Under
+``CI=true`` a part that cannot run here fails these tests instead of skipping them.
 """
 
 from __future__ import annotations
@@ -17,29 +24,49 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tarfile
 import tomllib
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from email.parser import Parser
 from pathlib import Path
 
 import pytest
+from packaging.markers import Marker
+from packaging.utils import canonicalize_name
 
+from tests.doc_examples import clean_environment, count_tests, parse_blocks, parse_console
 from tests.parts import missing_part
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "flask_authflow"
 #: What the sdist is built from: the repository's tracked layout, without local state.
 SOURCE_FILES = ("pyproject.toml", "setup.cfg", "MANIFEST.in", "README.rst", "LICENSE", "CHANGES.rst")
-SOURCE_FOLDERS = ("flask_authflow", "docs", "examples", "tests", "scripts")
+SOURCE_FOLDERS = ("flask_authflow", "docs", "examples", "tests", "scripts", "requirements")
 LOCAL_STATE = shutil.ignore_patterns(
     "__pycache__", "*.py[cod]", "*.egg-info", "node_modules", "instance", "_build", ".*", "*.db"
 )
 PASSWORD = "wonderland-rabbit-42"
+#: The pins the wheelhouse is gathered at (hash-checked, for ``pip install --require-hashes``).
+LOCK = REPO / "requirements" / "test.lock"
+TUTORIAL = REPO / "docs" / "tutorial.rst"
+#: A wheel file as the pages name it (``…/dist/flask_authflow-0.7.0-py3-none-any.whl[extras]``).
+DOCUMENTED_WHEEL = re.compile(
+    r"^(?:\S*/)?dist/(?P<name>flask_authflow-[^/\[\s]+\.whl)(?P<extras>\[[^\]]*\])?$"
+)
+_WHEEL_VERSION = re.compile(r"flask_authflow-(\d[^-\s/'\[]*)-py3-none-any\.whl")
+#: A pinned line of a pip-compile lock: ``name[extras]==version ; markers \``.
+_PIN = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*(?P<version>[^\s;\\]+)"
+    r"\s*(?:;(?P<marker>[^\\]*))?"
+)
 
 
 @dataclass(frozen=True)
@@ -84,7 +111,40 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> Dists:
     return Dists(sdist, wheel)
 
 
-def _wheelhouse(base: Path, requirement: str) -> Path:
+def lock_pins(lock: str) -> list[str]:
+    """The ``name==version ; markers`` lines of a pip-compile lock, as a constraints file
+    may hold them: pip refuses hashes (and extras) there, so both are left out, as are
+    comments and options."""
+    pins: list[str] = []
+    for line in lock.splitlines():
+        found = _PIN.match(line.partition("#")[0])
+        if found is None:
+            continue  # a --hash or "# via" continuation, a comment, an option
+        pin = f"{found['name']}=={found['version']}"
+        marker = (found["marker"] or "").strip()
+        pins.append(f"{pin} ; {marker}" if marker else pin)
+    return pins
+
+
+@pytest.fixture(scope="session")
+def constraints(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """A pins-only copy of ``requirements/test.lock`` for ``pip -c``, or None while the
+    repository has no lock (the wheelhouse then holds the newest releases)."""
+    if not LOCK.is_file():
+        return None
+    pins = lock_pins(LOCK.read_text(encoding="utf-8"))
+    assert pins, f"{LOCK} pins nothing (name==version lines)"
+    path = tmp_path_factory.mktemp("constraints") / "test-pins.txt"
+    path.write_text("\n".join(pins) + "\n", encoding="utf-8")
+    return path
+
+
+def _pip_constraint(constraints: Path | None) -> list[str]:
+    return ["-c", str(constraints)] if constraints is not None else []
+
+
+def _wheelhouse(base: Path, requirements: Sequence[str], constraints: Path | None) -> Path:
+    """The wheels ``requirements`` need, at the lock's versions when there is a lock."""
     given = os.environ.get("AUTHFLOW_WHEELHOUSE")
     if given:
         return Path(given)
@@ -100,7 +160,8 @@ def _wheelhouse(base: Path, requirement: str) -> Path:
             ":all:",
             "-d",
             str(wheelhouse),
-            requirement,
+            *_pip_constraint(constraints),
+            *requirements,
         ],
         base,
     )
@@ -113,12 +174,12 @@ def _wheelhouse(base: Path, requirement: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def fresh_python(dists: Dists, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fresh_python(dists: Dists, constraints: Path | None, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The interpreter of a new virtualenv with the wheel (and ``[testing]``) installed from
     local files only: ``pip install --no-index``, not editable."""
     base = tmp_path_factory.mktemp("fresh")
     requirement = f"{dists.wheel}[testing]"
-    wheelhouse = _wheelhouse(base, requirement)
+    wheelhouse = _wheelhouse(base, [requirement], constraints)
     venv = base / "venv"
     created = _run([sys.executable, "-m", "venv", str(venv)], base)
     if created.returncode != 0:
@@ -134,6 +195,7 @@ def fresh_python(dists: Dists, tmp_path_factory: pytest.TempPathFactory) -> Path
             "--no-index",
             "--find-links",
             str(wheelhouse),
+            *_pip_constraint(constraints),
             requirement,
         ],
         base,
@@ -210,6 +272,8 @@ def test_the_sdist_holds_the_package_docs_tests_and_examples(dists: Dists) -> No
         "tests/apps/notes/pytest.ini",
         "tests/interop/package-lock.json",
         "scripts/test",
+        "requirements/test.lock",
+        "requirements/reference.lock",
     ):
         assert needed in names, needed
     stray = [name for name in names if re.search(r"(__pycache__|node_modules|/instance/|\.pyc$)", name)]
@@ -344,3 +408,196 @@ def test_the_plugin_tests_pass_against_the_installed_wheel(fresh_python: Path, t
     passed = re.search(r"(\d+) passed", run.stdout)
     assert passed is not None and int(passed.group(1)) >= tests, run.stdout[-2000:]
     assert "failed" not in run.stdout and "skipped" not in run.stdout
+
+
+# -- the tutorial, installed as it says -------------------------------------------------------------
+
+
+def _tutorial_install() -> list[list[str]]:
+    """The commands of the tutorial's console block that installs ``dist/flask_authflow-…whl``,
+    word by word (the lines after ``$``)."""
+    blocks, errors = parse_blocks(TUTORIAL, "docs/tutorial.rst")
+    assert errors == []
+    found: list[list[list[str]]] = []
+    for block in blocks:
+        if block.language != "console":
+            continue
+        commands = [shlex.split(command.text) for command in parse_console(block)]
+        if any(DOCUMENTED_WHEEL.match(word) for words in commands for word in words):
+            found.append(commands)
+    assert len(found) == 1, "docs/tutorial.rst has no single console block that installs the built wheel"
+    return found[0]
+
+
+def _as_run_here(words: list[str], folder: Path, wheel: Path) -> list[str]:
+    """A command of the page as this test runs it in ``folder``: ``python3`` is this
+    interpreter (the wheelhouse holds wheels for it), ``.venv/bin/X`` is the folder's, and the
+    wheel the page names is the one built here, which must have the name the page shows."""
+    program, *arguments = words
+    if program in ("python", "python3"):
+        program = sys.executable
+    elif program.startswith(".venv/bin/"):
+        program = str(folder / program)
+    else:
+        pytest.fail(f"docs/tutorial.rst's install runs {program!r}; this test runs python3 and .venv/bin/")
+    ran = [program]
+    for word in arguments:
+        documented = DOCUMENTED_WHEEL.match(word)
+        if documented is not None:
+            assert documented["name"] == wheel.name, (
+                f"docs/tutorial.rst installs {documented['name']}, python -m build makes {wheel.name}"
+            )
+            word = f"{wheel}{documented['extras'] or ''}"
+        ran.append(word)
+    return ran
+
+
+def _requirements(commands: list[list[str]]) -> list[str]:
+    """What the ``pip install`` commands install: the wheelhouse needs their wheels."""
+    wanted: list[str] = []
+    for words in commands:
+        if "install" in words:
+            wanted += [word for word in words[words.index("install") + 1 :] if not word.startswith("-")]
+    return wanted
+
+
+def _write_tutorial_files(folder: Path) -> int:
+    """The files the tutorial writes (``.. doc-example: file``), written into ``folder``;
+    returns how many tests its ``test_*.py`` files define."""
+    blocks, _ = parse_blocks(TUTORIAL, "docs/tutorial.rst")
+    tests = 0
+    for block in blocks:
+        if block.marker != "file":
+            continue
+        target = folder / block.argument
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(block.text, encoding="utf-8")
+        if Path(block.argument).name.startswith("test_") and block.argument.endswith(".py"):
+            tests += count_tests(block.text)
+    return tests
+
+
+def _locked_versions(constraints: Path) -> dict[str, str]:
+    """The lock's version of each package, for this interpreter (the markers evaluated)."""
+    versions: dict[str, str] = {}
+    for pin in constraints.read_text(encoding="utf-8").splitlines():
+        requirement, _, marker = pin.partition(" ; ")
+        if marker and not Marker(marker).evaluate():
+            continue
+        name, _, version = requirement.partition("==")
+        versions[canonicalize_name(name)] = version
+    return versions
+
+
+def _unlocked_versions(
+    python: Path, folder: Path, env: dict[str, str], locked: dict[str, str]
+) -> dict[str, tuple[str, str]]:
+    """The packages of ``python``'s virtualenv whose version is not the lock's: (installed, locked)."""
+    listed = _reader_run([str(python), "-m", "pip", "list", "--format=json"], folder, env)
+    assert listed.returncode == 0, listed.stderr
+    seeded = {"pip", "setuptools"}  # python -m venv put these there, not the documented install
+    installed = {
+        canonicalize_name(package["name"]): package["version"] for package in json.loads(listed.stdout)
+    }
+    return {
+        name: (version, locked[name])
+        for name, version in installed.items()
+        if name in locked and name not in seeded and version != locked[name]
+    }
+
+
+def _reader_run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900, check=False)
+
+
+def _reader_env(wheelhouse: Path, constraints: Path | None) -> dict[str, str]:
+    """A reader's shell (none of this run's pytest, Flask or checkout settings) whose pip
+    installs from the wheelhouse only, at the lock's versions when there is a lock."""
+    env = {
+        key: value
+        for key, value in clean_environment().items()
+        if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME") and not key.startswith("PIP_")
+    }
+    # no configuration file either: nothing but the wheelhouse (and the pins) decides what pip takes
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        PIP_NO_INDEX="1",
+        PIP_FIND_LINKS=str(wheelhouse),
+    )
+    if constraints is not None:
+        env["PIP_CONSTRAINT"] = str(constraints)
+    return env
+
+
+INSTALLED_WHERE = """
+import json, flask_authflow, flask_sqlalchemy, email_validator, pytest
+print(json.dumps({"file": flask_authflow.__file__, "version": flask_authflow.__version__}))
+"""
+
+
+def test_the_tutorial_passes_on_the_wheel_installed_as_it_says(
+    dists: Dists, constraints: Path | None, tmp_path: Path
+) -> None:
+    """docs/tutorial.rst's install commands, run in a new folder with the wheel built here
+    (installed from the wheelhouse only), then the tutorial's tests with that venv's pytest."""
+    folder = tmp_path / "tasks-app"
+    folder.mkdir()
+    commands = [_as_run_here(words, folder, dists.wheel) for words in _tutorial_install()]
+    env = _reader_env(_wheelhouse(tmp_path, _requirements(commands), constraints), constraints)
+    for command in commands:
+        ran = _reader_run(command, folder, env)
+        if ran.returncode != 0 and command[1:3] == ["-m", "venv"]:
+            missing_part(f"python -m venv cannot make a virtualenv here: {ran.stderr[-500:]}")
+        assert ran.returncode == 0, f"{shlex.join(command)}:\n{ran.stdout[-2000:]}{ran.stderr[-4000:]}"
+    python = folder / ".venv" / "bin" / "python"
+    where = _reader_run([str(python), "-c", INSTALLED_WHERE], folder, env)
+    assert where.returncode == 0, where.stderr[-4000:]
+    installed = json.loads(where.stdout)
+    assert Path(installed["file"]).is_relative_to(folder / ".venv"), installed
+    assert "site-packages" in Path(installed["file"]).parts
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert installed["version"] == project["version"]
+    if constraints is not None:
+        assert _unlocked_versions(python, folder, env, _locked_versions(constraints)) == {}
+    tests = _write_tutorial_files(folder)
+    assert tests > 0
+    run = _reader_run(
+        [str(folder / ".venv" / "bin" / "pytest"), "-q", "-W", "error", "-p", "no:cacheprovider"], folder, env
+    )
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert re.search(rf"^{tests} passed in ", run.stdout, re.MULTILINE), run.stdout[-2000:]
+
+
+def test_lock_pins_keep_versions_and_markers_and_drop_hashes_and_extras() -> None:
+    lock = (
+        "# a comment\n"
+        "--index-url https://example.invalid/simple\n"
+        "alembic==1.20.1 \\\n"
+        "    --hash=sha256:83490def \\\n"
+        "    --hash=sha256:9970712c\n"
+        "    # via flask-authflow (pyproject.toml)\n"
+        "psycopg[binary]==3.3.9 \\\n"
+        "    --hash=sha256:aa\n"
+        "deprecated==1.3.1 ; python_full_version < '3.12' \\\n"
+        "    --hash=sha256:bb\n"
+        "colorama==0.4.6 ; os_name == 'nt' or sys_platform == 'win32'    # via click\n"
+        "-e file:.\n"
+    )
+    assert lock_pins(lock) == [
+        "alembic==1.20.1",
+        "psycopg==3.3.9",
+        "deprecated==1.3.1 ; python_full_version < '3.12'",
+        "colorama==0.4.6 ; os_name == 'nt' or sys_platform == 'win32'",
+    ]
+
+
+def test_the_wheel_the_pages_name_has_pyprojects_version() -> None:
+    """The pages name the wheel file, version included: it must be the version being built."""
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    named: dict[str, set[str]] = {}
+    for page in [REPO / "README.rst", *sorted((REPO / "docs").glob("*.rst"))]:
+        for found in _WHEEL_VERSION.finditer(page.read_text(encoding="utf-8")):
+            named.setdefault(page.relative_to(REPO).as_posix(), set()).add(found.group(1))
+    assert {"docs/installation.rst", "docs/tutorial.rst"} <= set(named)
+    assert {page: versions for page, versions in named.items() if versions != {version}} == {}
