@@ -22,6 +22,7 @@ from flask_authflow import login_required
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import MockClock
 from flask_authflow.core.ports import ApiTokenRecord, AttemptKey
+from flask_authflow.core.session import sid_hash
 from flask_authflow.errors import AuditWriteError
 from flask_authflow.login import account_tokens, recovery
 from flask_authflow.login.service import AuthnService
@@ -263,6 +264,22 @@ def test_a_completed_reset_clears_the_account_wide_lock(site: Site) -> None:
 
 
 # --- finding: ending one session took every API token --------------------------------------------
+
+
+def test_the_cli_single_session_revoke_keeps_the_api_tokens(site: Site) -> None:
+    value = site.api_token()
+    phone, laptop = site.signed_in(), site.signed_in(ATTACKER)
+    with site.app.app_context():
+        store = get_state(site.app).session_store
+        hashes = [sid_hash(record.sid) for record in store.list_user_sessions("default", site.user_id)]
+    result = site.app.test_cli_runner().invoke(
+        args=["authflow", "sessions", "revoke", "--user", "alice", "--session", hashes[0]]
+    )
+    assert result.exit_code == 0, result.output
+    assert site.api_works(value)
+    assert "API tokens are kept" in result.output
+    assert [phone.get("/account").status_code, laptop.get("/account").status_code].count(200) == 1
+    assert site.rows("api_tokens_revoked") == []
 
 
 def test_the_account_pages_end_this_session_keeps_the_api_tokens(site: Site) -> None:
