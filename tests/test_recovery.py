@@ -394,3 +394,38 @@ def test_a_failed_audit_write_leaves_everything_as_it_was(store: Any, failing: s
         CTX, new_session(clock), "acme", user.user_id, NEW,
     )  # fmt: skip
     assert (done.api_tokens, dict(done.account_tokens), done.lock_cleared) == (1, {"email_change": 1}, True)
+
+
+# --- a reset by mail proves the address ----------------------------------------------------------
+
+
+def test_a_reset_through_the_mailed_link_marks_the_address_verified(site: Site) -> None:
+    with site.app.app_context():
+        backend = get_state(site.app).backend
+        bob = account_admin(site.app).create_user("default", "bob", PASSWORD, email="bob@example.com")
+        assert bob.email_verified_at is None
+    client = site.client()
+    client.post("/password/forgot", json={"email": "bob@example.com"}).close()
+    done = client.post(
+        "/password/reset", json={"token": site.token_mailed_to("bob@example.com"), "password": NEW}
+    )
+    done.close()
+    assert done.status_code == 200 and done.json["email_verified"] is True
+    assert backend.find_user("default", "bob").email_verified_at == site.clock.now()
+    [row] = site.rows("email_confirmed")
+    assert (row.user_id, row.reason) == (bob.user_id, "password_reset")
+
+
+def test_a_link_mailed_to_an_earlier_address_proves_nothing(site: Site) -> None:
+    with site.app.app_context():
+        backend = get_state(site.app).backend
+        bob = account_admin(site.app).create_user("default", "bob", PASSWORD, email="bob@example.com")
+    client = site.client()
+    client.post("/password/forgot", json={"email": "bob@example.com"}).close()
+    token = site.token_mailed_to("bob@example.com")
+    backend.set_email("default", bob.user_id, "bob@elsewhere.example", verified_at=None)
+    done = client.post("/password/reset", json={"token": token, "password": NEW})
+    done.close()
+    assert done.status_code == 200 and done.json["email_verified"] is False
+    assert backend.find_user("default", "bob").email_verified_at is None
+    assert site.rows("email_confirmed") == []
