@@ -454,12 +454,22 @@ def test_sessions_revoke_all_text_and_json(app: Flask) -> None:
 
     with signals.session_revoked.connected_to(receiver):
         result = run(app, "sessions", "revoke", "--user", "alice")
-    assert result.exit_code == 0 and result.stdout == "2 session(s) revoked\n"
+    # Every session of the user is "log out everywhere": the output says what else ended.
+    assert result.exit_code == 0 and result.stdout == "2 session(s) revoked; 0 API token(s) revoked\n"
     assert not any(is_logged_in(c) for c in clients)
-    assert [s["reason"] for s in seen] == ["revoked"]
+    assert [s["reason"] for s in seen] == ["logout_everywhere"] * 2  # the flow's two passes
     logged_in(app, "alice")
     document = run_json(app, "sessions", "revoke", "--user", "alice")
-    assert document == {"identifier": "alice", "tenant": "default", "sessions_revoked": 1}
+    assert document == {
+        "identifier": "alice",
+        "tenant": "default",
+        "sessions_revoked": 1,
+        "sessions_ended": 1,
+        "api_tokens_revoked": 0,
+        "account_tokens_voided": {},
+        "email_change_voided": False,
+        "lock_cleared": False,
+    }
     assert run_json(app, "sessions", "revoke", "--user", "alice")["sessions_revoked"] == 0
 
 
@@ -473,7 +483,9 @@ def test_sessions_revoke_one_by_the_hash_the_listing_shows(app: Flask) -> None:
         app, "sessions", "revoke", "--user", "carol", "--tenant", "acme", "--session", phone_hash[:16]
     )
     assert result.exit_code == 0, result.output
-    assert result.stdout == f"session {phone_hash[:16]} revoked\n"
+    assert result.stdout == (
+        f"session {phone_hash[:16]} revoked; the user's other sessions and API tokens are kept\n"
+    )
     assert not is_logged_in(phone) and is_logged_in(laptop)
     [laptop_hash] = session_hashes(app, "carol", "acme")
     document = run_json(
@@ -484,6 +496,7 @@ def test_sessions_revoke_one_by_the_hash_the_listing_shows(app: Flask) -> None:
         "tenant": "acme",
         "session_hash": laptop_hash,
         "sessions_revoked": 1,
+        "api_tokens_revoked": 0,
     }
     assert not is_logged_in(laptop)
 
@@ -575,7 +588,7 @@ def test_create_user_and_set_password_report_the_account_layer_refusal(
         raise TooWeak("the password is too short: use at least 12 characters")
 
     monkeypatch.setattr(AccountAdmin, "create_user", refuse)
-    monkeypatch.setattr(AccountAdmin, "set_password", refuse)
+    monkeypatch.setattr(AccountAdmin, "change_password", refuse)
     for command in (["create-user", "bob"], ["set-password", "alice"]):
         text = run(memory_app, *command, "--password-stdin", stdin="short\n")
         assert assert_error(text) == "Error: the password is too short: use at least 12 characters\n"
@@ -595,6 +608,11 @@ def test_set_password_json_tenant_and_unknown_user(app: Flask) -> None:
         "tenant": "acme",
         "password_changed": True,
         "sessions_revoked": 1,
+        "sessions_ended": 1,
+        "api_tokens_revoked": 0,
+        "account_tokens_voided": {},
+        "email_change_voided": False,
+        "lock_cleared": False,
     }
     assert not is_logged_in(client)
     assert isinstance(login(app, "carol", "new-passphrase-9", tenant="acme")[1], Authenticated)

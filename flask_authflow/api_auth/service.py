@@ -176,8 +176,10 @@ class ApiTokenService:
     def revoke_all(
         self, tenant: str, user_id: str, *, reason: str = "revoked", context: AuditContext | None = None
     ) -> int:
-        """Delete every token of the user (with its sessions: log out everywhere, disable,
-        delete); how many there were. Audited when there were any."""
+        """Delete every token of the user (with every session of the user: disabling,
+        deleting, ``AccountAdmin.revoke_sessions``); how many there were. Audited when there
+        were any. A password reset, a password change and log-out-everywhere delete the
+        tokens in their own unit of work instead (:mod:`flask_authflow.login.recovery`)."""
         count = self.store.delete_user_api_tokens(tenant, user_id)
         if count:
             self._audit(

@@ -19,6 +19,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from flask_authflow.core.identifiers import check_tenant, normalise_identifier
 from flask_authflow.core.ports import UserRecord
 from flask_authflow.errors import AuthFlowError, StoreUnavailable, UserNotFound
+from flask_authflow.login.recovery import Ended
 from flask_authflow.web.state import get_state
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -202,6 +203,18 @@ def tenant_option(function: F) -> F:
 
 def emit(as_json: bool, document: Any, text: str) -> None:
     click.echo(json.dumps(document, indent=2) if as_json else text)
+
+
+def ended_text(ended: Ended) -> str:
+    """What a password change or "log out everywhere" ended, in words: sessions, API
+    tokens, pending mailed links by kind, the lock."""
+    parts = [f"{ended.sessions} session(s) revoked", f"{ended.api_tokens} API token(s) revoked"]
+    if ended.account_tokens:
+        kinds = ", ".join(f"{count} {kind.replace('_', ' ')}" for kind, count in ended.account_tokens.items())
+        parts.append(f"pending mailed links voided: {kinds}")
+    if ended.lock_cleared:
+        parts.append("lock cleared")
+    return "; ".join(parts)
 
 
 def iso_time(value: datetime | None) -> str | None:

@@ -12,6 +12,7 @@ from flask_authflow.cli.base import (
     CommandFailed,
     authflow_cli,
     emit,
+    ended_text,
     find_user,
     iso_time,
     json_option,
@@ -114,7 +115,12 @@ def sessions_revoke(
     as_json: bool,
 ) -> None:
     """Revoke every session of a user (or one with --session HASH), of a tenant
-    (--all-users), or of a provider login session (--issuer and --sid)."""
+    (--all-users), or of a provider login session (--issuer and --sid).
+
+    Every session of a user (--user U) is "log out everywhere": the user's API tokens,
+    pending mailed links (reset, change of e-mail, verification) and lock end too, and the
+    output says how many of each. One session (--session HASH) ends that session only.
+    """
     federated = issuer is not None or provider_sid is not None
     if [username is not None, all_users, federated].count(True) != 1:
         raise click.UsageError("give one of --user U, --all-users, or --issuer with --sid")
@@ -147,8 +153,12 @@ def sessions_revoke(
     admin = account_admin()
     document: dict[str, Any] = {"identifier": user.identifier, "tenant": tenant_name}
     if session_hash is None:
-        count = admin.revoke_sessions(tenant_name, user.user_id)
-        emit(as_json, {**document, "sessions_revoked": count}, f"{count} session(s) revoked")
+        ended = admin.logout_everywhere(tenant_name, user.user_id)
+        emit(
+            as_json,
+            {**document, "sessions_revoked": ended.sessions, **ended.to_dict()},
+            ended_text(ended),
+        )
         return
     full = _resolve_session_hash(tenant_name, user.user_id, session_hash)
     if not admin.revoke_session(tenant_name, user.user_id, full):
@@ -156,8 +166,8 @@ def sessions_revoke(
         raise CommandFailed(f"the user has no session {session_hash!r}", "session_not_found")
     emit(
         as_json,
-        {**document, "session_hash": full, "sessions_revoked": 1},
-        f"session {full[:SHORT_HASH]} revoked",
+        {**document, "session_hash": full, "sessions_revoked": 1, "api_tokens_revoked": 0},
+        f"session {full[:SHORT_HASH]} revoked; the user's other sessions and API tokens are kept",
     )
 
 

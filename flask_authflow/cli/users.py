@@ -9,6 +9,7 @@ from flask_authflow.cli.base import (
     about_user,
     authflow_cli,
     emit,
+    ended_text,
     find_user,
     iso_time,
     json_option,
@@ -56,11 +57,12 @@ def create_user(
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
 @json_option
 def set_password(username: str, tenant: str | None, password_stdin: bool, as_json: bool) -> None:
-    """Set a new password for USERNAME; the user's sessions are revoked."""
+    """Set a new password for USERNAME; the user's sessions, API tokens, pending mailed
+    links (reset, change of e-mail, verification) and lock end with the old one."""
     tenant_name = tenant_or_default(tenant)
     password = read_password(password_stdin, confirm=True)
     with about_user(username, tenant_name):
-        revoked = account_admin().set_password(tenant_name, username, password)
+        ended = account_admin().change_password(tenant_name, username, password)
     identifier = normalise_identifier(username)
     emit(
         as_json,
@@ -68,9 +70,10 @@ def set_password(username: str, tenant: str | None, password_stdin: bool, as_jso
             "identifier": identifier,
             "tenant": tenant_name,
             "password_changed": True,
-            "sessions_revoked": revoked,
+            "sessions_revoked": ended.sessions,
+            **ended.to_dict(),
         },
-        f"password of {identifier!r} changed; {revoked} session(s) revoked",
+        f"password of {identifier!r} changed; {ended_text(ended)}",
     )
 
 

@@ -9,6 +9,12 @@ factor, a new set of recovery codes): a session established under the old factor
 
 A new password (``create_user``, ``set_password``) must pass the :class:`PasswordPolicy`
 given to :class:`AccountAdmin`; logins never check it, so older passwords keep working.
+
+With the app's login service (``service=``, as :func:`flask_authflow.web.state.account_admin`
+builds it), a new password and :meth:`AccountAdmin.logout_everywhere` end more than the
+sessions: API tokens, pending account tokens and the lock (see
+:mod:`~flask_authflow.login.recovery`), audited with the request's context. Ending one
+session (:meth:`AccountAdmin.revoke_session`) ends that session only.
 """
 
 from __future__ import annotations
@@ -18,13 +24,16 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from flask_authflow import signals
+from flask_authflow.audit.context import AuditContext
 from flask_authflow.core.app_users import AppUserHooks
 from flask_authflow.core.factors import EnrollContext, EnrollmentStart
 from flask_authflow.core.identifiers import check_tenant, normalise_identifier
 from flask_authflow.core.ports import FactorConfig, FactorRecordStore, IdentityStore, SessionStore, UserRecord
-from flask_authflow.core.session import sid_hash
+from flask_authflow.core.session import AuthSession, new_guest_record, sid_hash
 from flask_authflow.errors import ConfigurationError, EnrollmentError, FactorNotRegistered, UserNotFound
+from flask_authflow.login import recovery
 from flask_authflow.login.password_policy import PasswordPolicy
+from flask_authflow.login.recovery import Ended
 from flask_authflow.outcomes import FactorKind
 
 if TYPE_CHECKING:
@@ -117,11 +126,13 @@ class AccountAdmin:
         return count
 
     def revoke_session(
-        self, tenant: str, user_id: str, session_hash: str, *, reason: str = "revoked"
+        self, tenant: str, user_id: str, session_hash: str, *, reason: str = "session_revoked"
     ) -> bool:
         """End the one session of this user whose id hashes to ``session_hash`` (the id pages
         and the CLI show, :func:`~flask_authflow.core.session.sid_hash`); ``False`` when the
-        user has no such session. A session of another user is never touched."""
+        user has no such session. A session of another user is never touched, and nothing
+        else of the user ends (API tokens stay: ``reason`` is not one that ends every
+        session)."""
         for record in self.session_store.list_user_sessions(tenant, user_id):
             if hmac.compare_digest(sid_hash(record.sid), session_hash):
                 self.session_store.delete(record.sid)
@@ -209,10 +220,38 @@ class AccountAdmin:
         return count
 
     def set_password(
-        self, tenant: str, identifier: str, password: str, *, keep_sid: str | None = None
+        self,
+        tenant: str,
+        identifier: str,
+        password: str,
+        *,
+        keep_sid: str | None = None,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
     ) -> int:
         """Set a new password and end every session of the user, except ``keep_sid`` when
-        given (the session of a user who changes their own password); returns how many ended.
+        given (the session of a user who changes their own password); returns how many ended
+        (:meth:`change_password` tells what else ended)."""
+        return self.change_password(
+            tenant, identifier, password, keep_sid=keep_sid, context=context, session=session
+        ).sessions
+
+    def change_password(
+        self,
+        tenant: str,
+        identifier: str,
+        password: str,
+        *,
+        keep_sid: str | None = None,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> Ended:
+        """Set a new password and end every session of the user but ``keep_sid``; with the
+        login service also the user's API tokens, pending account tokens (reset, change of
+        e-mail, verification) and locks, audited (``password_changed`` and its side rows)
+        with ``context`` (the request's; unknown from the command line) on ``session`` (the
+        asking one; a guest's for an operator). Without the service, only the password and
+        the sessions change.
 
         The password must pass the policy (shorter passwords are allowed when the user has a
         second factor enrolled); :class:`~flask_authflow.errors.WeakPassword` otherwise, and
@@ -221,8 +260,45 @@ class AccountAdmin:
         self.check_password(
             user.tenant, user.identifier, password, has_second_factor=self.has_second_factor(user)
         )
-        self.backend.set_password(user.tenant, user.identifier, password)
-        return self._revoke(user, "password_changed", keep_sid)
+        if self.service is None:
+            self.backend.set_password(user.tenant, user.identifier, password)
+            return Ended(self._revoke(user, recovery.CHANGE_EVENT, keep_sid))
+        ctx, asking = self._request(context, session)
+        return recovery.change_password(
+            self.service, ctx, asking, user.tenant, user.user_id, password, keep_sid=keep_sid
+        )
+
+    def logout_everywhere(
+        self,
+        tenant: str,
+        user_id: str,
+        *,
+        keep_sid: str | None = None,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> Ended:
+        """Log out everywhere: end every session of the user but ``keep_sid``, and (with
+        the login service) the user's API tokens, pending account tokens and locks, audited
+        ``logout_everywhere`` with ``context`` on ``session`` (as :meth:`change_password`).
+
+        :raises UserNotFound: no such user."""
+        if self.service is None:
+            return Ended(
+                self.revoke_sessions(tenant, user_id, keep_sid=keep_sid, reason=recovery.EVERYWHERE_EVENT)
+            )
+        ctx, asking = self._request(context, session)
+        return recovery.logout_everywhere(self.service, ctx, asking, tenant, user_id, keep_sid=keep_sid)
+
+    def _request(
+        self, context: AuditContext | None, session: AuthSession | None
+    ) -> tuple[AuditContext, AuthSession]:
+        """The audit context and session a flow runs in: the given ones, or an operator's
+        (nothing known, a guest session)."""
+        assert self.service is not None
+        ctx = context if context is not None else AuditContext.unknown()
+        if session is None:
+            session = AuthSession(new_guest_record(self.service.clock.now()), new=True)
+        return ctx, session
 
     # --- second factors, as an operator changes them ------------------------------------------
 

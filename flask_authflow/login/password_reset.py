@@ -9,24 +9,32 @@ do), so the time of the SMTP exchange says nothing either.
 
 ``reset_password`` sets the new password with the token, valid
 :data:`DEFAULT_RESET_TTL` (``AUTHFLOW_PASSWORD_RESET_TTL``), void once used, when a newer
-one is mailed, or when the password changes. The new password must pass the policy
+one is mailed, or when the password changes (a change, another reset or "log out
+everywhere": see :mod:`~flask_authflow.login.recovery`). The new password must pass the policy
 (:class:`~flask_authflow.errors.WeakPassword` otherwise; the token stays usable). A
 user with a second factor must pass it first: the first call logs the session in with
 method ``password_reset`` standing for the password and answers the
 :class:`~flask_authflow.outcomes.FactorRequired` of the user's next step (any of its
 kinds, a recovery code included; ``verify_factor`` as in a login); the same call again
-on that session, after the factor passed, sets the password. A reset ends every session
-of the user, the one that made it included. Each step is one
+on that session, after the factor passed, sets the password.
+
+A completed reset ends everything an attacker may have left (see
+:mod:`~flask_authflow.login.recovery`): every session of the user, the one that made it
+included, every API token, every pending account token (other reset links, a requested
+change of e-mail, verification links) and the account-wide lock. It also **proves the
+address**: the link went to the account's address, so when that is still the account's
+address and was not verified yet, it is marked verified now (audited ``email_confirmed``,
+reason ``password_reset``; signal ``email_confirmed``). Each step is one
 :class:`~flask_authflow.login.operation.Operation`: the token is used up, the password
-set, the user's other reset tokens voided, the sessions ended and the audit row written
-in one unit of work, so of parallel resets with one token exactly one wins and a failed
-one leaves the token usable.
+set, the other tokens voided, the API tokens deleted, the locks cleared and the audit
+rows written in one unit of work, so of parallel resets with one token exactly one wins
+and a failed one leaves the token usable and nothing else changed.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -40,8 +48,8 @@ from flask_authflow.login import account_tokens
 from flask_authflow.login.account_tokens import AccountTokenInvalid, IssuedToken
 from flask_authflow.login.establish import Establish, establish
 from flask_authflow.login.operation import LoginServices, Operation, guard_store
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.password_policy import PasswordPolicy
+from flask_authflow.login.recovery import Ended, RecoveryServices, end_access, end_sessions
 from flask_authflow.outcomes import FactorKind, FactorRequired
 
 __all__ = [
@@ -65,11 +73,9 @@ KIND = "password_reset"
 METHOD = "password_reset"
 
 
-class ResetServices(LoginServices, Protocol):
-    """What the reset needs of the service beyond the login flows: the password hasher."""
-
-    @property
-    def hasher(self) -> PasswordHasher: ...
+class ResetServices(RecoveryServices, Protocol):
+    """What the reset needs of the service beyond the login flows: the password hasher and
+    the API tokens it ends (see :class:`~flask_authflow.login.recovery.RecoveryServices`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +93,15 @@ class ResetRequest:
 
 @dataclass(frozen=True, slots=True)
 class PasswordResetDone:
-    """The password was set; ``sessions_ended`` sessions of the user ended."""
+    """The password was set; ``sessions_ended`` sessions of the user ended, and ``ended``
+    says what else ended (API tokens, pending account tokens, the lock); ``email_verified``:
+    the reset proved the account's address, unverified until now."""
 
     user_id: str
     tenant: str
     sessions_ended: int
+    ended: Ended = field(default_factory=Ended, compare=False)
+    email_verified: bool = field(default=False, compare=False)
 
 
 def _address(user: UserRecord | None) -> str | None:
@@ -155,6 +165,7 @@ def request_reset(
             user_id=user.user_id if user is not None else "",
             now=op.now,
             ttl=ttl,
+            payload={"email": to} if real else None,
             persist=real,
         )
         user_id = user.user_id if user is not None else None
@@ -236,14 +247,15 @@ def _apply(
     user: UserRecord,
     password_hash: str,
 ) -> PasswordResetDone:
-    """End every session of the user, then use the token, set the password and void the
-    other reset tokens in one unit of work (the sessions end first: a failure after that
-    leaves the user logged out with the old password and a usable token, never a new
-    password with old sessions alive; a login in between is ended by a second pass)."""
+    """End every session of the user, then in one unit of work use the token, set the
+    password, prove the address and end what :func:`~flask_authflow.login.recovery.end_access`
+    ends (the sessions end first: a failure after that leaves the user logged out with the
+    old password and a usable token, never a new password with old sessions alive; a login
+    in between is ended by a second pass)."""
     tenant, user_id = user.tenant, user.user_id
     store = account_tokens.token_store(svc.store)
     fields: dict[str, Any] = {"tenant": tenant, "user_id": user_id, "identifier": user.identifier}
-    ended = _end_sessions(svc, tenant, user_id)
+    ended = end_sessions(svc, tenant, user_id, None, KIND)
     with Operation(svc, ctx, session, "password_reset", **fields) as op:
         op.unit()
         used = guard_store(lambda: store.use_account_token(found.token_hash, KIND, op.now))
@@ -252,19 +264,27 @@ def _apply(
             op.refuse(error, "refused")
             raise error
         guard_store(lambda: svc.store.set_password_hash(tenant, user_id, password_hash))
-        guard_store(lambda: store.void_account_tokens(tenant, user_id, KIND, op.now))
         if session.user_id == user_id and session.tenant == tenant:
             session.transition(lambda r: reset_to_guest(r, now=op.now))
         op.audit("success", f"sessions_ended={ended}")
+        verified = _prove_address(op, svc, user, used)
+        access = end_access(op, svc, user)
         op.signal("password_reset", user_id=user_id, tenant=tenant)
     try:
-        ended += _end_sessions(svc, tenant, user_id)
+        ended += end_sessions(svc, tenant, user_id, None, KIND)
     except StoreUnavailable:
         log.warning("sessions started during a password reset could not be ended")
-    return PasswordResetDone(user_id, tenant, ended)
+    return PasswordResetDone(user_id, tenant, ended, access.with_sessions(ended), verified)
 
 
-def _end_sessions(svc: LoginServices, tenant: str, user_id: str) -> int:
-    """End every session of the user (none when no session store is wired)."""
-    revoke = svc.revoke_sessions
-    return guard_store(lambda: revoke(tenant, user_id, None, "password_reset")) if revoke else 0
+def _prove_address(op: Operation, svc: LoginServices, user: UserRecord, token: AccountToken) -> bool:
+    """Mark the account's address verified when the reset link went to it (the token
+    names the address it was mailed to) and it is still the account's, unverified."""
+    address = token.payload.get("email")
+    if user.email is None or user.email_verified_at is not None or address != user.email:
+        return False
+    email, now = user.email, op.now
+    guard_store(lambda: svc.store.set_email(user.tenant, user.user_id, email, verified_at=now))
+    op.audit("success", KIND, event="email_confirmed")
+    op.signal("email_confirmed", user_id=user.user_id, tenant=user.tenant)
+    return True

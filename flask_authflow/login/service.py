@@ -37,6 +37,7 @@ from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.core.factors import Enrollment, EnrollmentStart, Factor
 from flask_authflow.core.identifiers import normalise_identifier
 from flask_authflow.core.ports import (
+    ApiTokenStore,
     AttemptStore,
     AuditSink,
     FactorConfig,
@@ -135,6 +136,9 @@ class AuthnService:
         store's unit commits, outside it.
     :param hasher: verifies and rehashes passwords (the wiring passes the app's; default
         Argon2id with the RFC 9106 low-memory profile).
+    :param api_token_store: the personal API tokens a password reset, a password change and
+        "log out everywhere" delete (:mod:`~flask_authflow.login.recovery`; the wiring
+        passes the backend). ``None``: those flows end no API token.
     """
 
     def __init__(
@@ -157,6 +161,7 @@ class AuthnService:
         session_writer: SessionWriter | None = None,
         legacy_hashes: LegacyHashes | None = None,
         throttle: Throttle | None = None,
+        api_token_store: ApiTokenStore | None = None,
     ) -> None:
         self.store: LoginStore = _one_store(identity_store, factor_store, attempt_store)
         self.identity_store: IdentityStore = self.store
@@ -196,6 +201,10 @@ class AuthnService:
         #: now (wired by ``init_app`` to the device store); a login from a trusted device asks
         #: for the password only. ``None``: no device is ever trusted.
         self.device_trusted: Callable[[str, str, str, datetime], bool] | None = None
+        #: The personal API tokens a password reset, a password change and "log out
+        #: everywhere" delete with the user's sessions (wired by ``init_app`` to the
+        #: backend; ``None``: the flows end no API token). See :mod:`~flask_authflow.login.recovery`.
+        self.api_token_store: ApiTokenStore | None = api_token_store
         # Per-process key: phantom ids are stable for one identifier but unguessable.
         self._phantom_key = secrets.token_bytes(32)
 

@@ -45,8 +45,12 @@ API_TOKENS_KEY = "authflow_api_tokens"
 _PRINCIPAL_KEY = "_authflow_api_principal"
 #: The longest ``Authorization`` value read; longer ones are refused unread.
 MAX_AUTHORIZATION = 4096
-#: Revocations of a user's sessions that take the user's API tokens too.
-REVOKING_REASONS = frozenset({"revoked", "user_disabled", "user_deleted", "password_changed"})
+#: Revocations of a user's sessions that take the user's API tokens too: every session of
+#: the user ended (``AccountAdmin.revoke_sessions``), disabling, deleting. A password reset,
+#: a password change and log-out-everywhere end the tokens in their own unit of work,
+#: audited with the request's context (:mod:`flask_authflow.login.recovery`); ending one
+#: session (``session_revoked``, ``revoked_by_user``) keeps them.
+REVOKING_REASONS = frozenset({"revoked", "user_disabled", "user_deleted"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +86,7 @@ def api_tokens(app: Flask | None = None) -> ApiTokenService:
 
 @signals.session_revoked.connect_via(ANY)
 def _revoke_tokens_with_sessions(sender: Any, **extra: Any) -> None:
-    """Log out everywhere, disabling, deleting and a new password end the user's tokens too."""
+    """Ending every session of a user, disabling and deleting end the user's tokens too."""
     if extra.get("reason") not in REVOKING_REASONS or not isinstance(sender, Flask):
         return
     service = sender.extensions.get(API_TOKENS_KEY)

@@ -248,6 +248,7 @@ def _login_service(
         session_writer=session_writer,
         legacy_hashes=_legacy_hashes(config.hashing, hasher),
         throttle=Throttle.from_settings(config.throttle),
+        api_token_store=backend,  # a reset, a password change and log-out-everywhere end them
     )
 
 

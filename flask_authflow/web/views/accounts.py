@@ -10,17 +10,20 @@ post is an HTML page; a JSON body (``Content-Type: application/json``) gets JSON
 400 for a malformed body, 401/410 for a bad or used token, never a 500.
 
 Every mail goes out through :func:`send_mail` (the one place: a rate limit of mail per
-address or client belongs there).
+address or client belongs there). A completed reset and a password change mail the
+account's address a notice (``authflow/mail/password_changed_notice``) that lists what
+ended with it (:func:`notify_recovery`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from flask import Flask, Response, current_app, jsonify, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
+from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow import signals
 from flask_authflow.audit.context import audit_context
@@ -40,6 +43,7 @@ from flask_authflow.login import email_change as email_change_flow
 from flask_authflow.login import signup as signup_flow
 from flask_authflow.login.account_settings import AccountSettings
 from flask_authflow.login.password_policy import PasswordPolicy
+from flask_authflow.login.recovery import Ended
 from flask_authflow.mail import FolderSender, HtmlMailSender, MailSender
 from flask_authflow.outcomes import FactorRequired
 from flask_authflow.web.csrf import csrf_valid
@@ -60,6 +64,7 @@ __all__ = [
     "confirm_email",
     "forgot_password",
     "mail_reset_link",
+    "notify_recovery",
     "reset_password",
     "send_mail",
     "settings",
@@ -69,6 +74,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("flask_authflow.mail")
+
+R = TypeVar("R", bound=BaseResponse)
 
 #: The largest body an account form or JSON request may have.
 MAX_BODY = 16 * 1024
@@ -129,7 +136,7 @@ def send_mail(to: str, subject: str, text: str, html: str) -> None:
         raise MailDeliveryError() from exc
 
 
-def _deliver_later(to: str | None, mail: tuple[str, str, str], response: Response) -> Response:
+def _deliver_later(to: str | None, mail: tuple[str, str, str], response: R) -> R:
     """Deliver ``mail`` once ``response`` went out (nothing for ``to=None``): its time and
     its failure say nothing to the client about whether an account matched."""
     if to is None:
@@ -151,6 +158,35 @@ def _deliver_later(to: str | None, mail: tuple[str, str, str], response: Respons
 
     response.call_on_close(deliver)
     return response
+
+
+def _can_mail() -> bool:
+    """The app can send mail (a sender or ``AUTHFLOW_MAIL_OUTBOX``)."""
+    return settings().mail_outbox is not None or get_state().mail_sender is not None
+
+
+def notify_recovery(
+    tenant: str, user_id: str, ended: Ended, response: BaseResponse, *, reset: bool
+) -> BaseResponse:
+    """Mail the account's address the notice of a completed reset (``reset``) or a password
+    change, listing what ended with it, once ``response`` went out. Nothing when the account
+    has no address or the app sends no mail."""
+    try:
+        user = get_state().service.store.get_user(tenant, user_id)
+    except AuthFlowError as exc:  # the change is done: the notice alone is lost
+        log.error("the notice of a password change could not be composed: %s", exc.message)
+        return response
+    if user is None or user.email is None or not _can_mail():
+        return response
+    mail = compose_mail(
+        "password_changed_notice",
+        identifier=user.identifier,
+        reset=reset,
+        sessions=ended.sessions,
+        api_tokens=ended.api_tokens,
+        email_change=ended.email_change,
+    )
+    return _deliver_later(user.email, mail, response)
 
 
 # --- request bodies --------------------------------------------------------------------------------
@@ -296,8 +332,12 @@ def _reset() -> ResponseReturnValue:
     if isinstance(outcome, FactorRequired):
         return _second_factor_first(token, outcome)
     if _wants_json():
-        return jsonify({"status": "password_reset", "sessions_ended": outcome.sessions_ended})
-    return page("reset.html", 200, done=True, token=None)
+        answer = jsonify(
+            {"status": "password_reset", **outcome.ended.to_dict(), "email_verified": outcome.email_verified}
+        )
+    else:
+        answer = page("reset.html", 200, done=True, token=None)
+    return notify_recovery(outcome.tenant, outcome.user_id, outcome.ended, answer, reset=True)
 
 
 def _second_factor_first(token: str, outcome: FactorRequired) -> ResponseReturnValue:

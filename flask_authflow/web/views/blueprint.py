@@ -20,12 +20,12 @@ from flask import Blueprint, Flask, Response, redirect, request, url_for
 from flask.typing import ResponseReturnValue
 from werkzeug.wrappers.response import Response as BaseResponse
 
+from flask_authflow.audit.context import audit_context
 from flask_authflow.core.session import AuthSession, SessionRecord, describe_device, sid_hash
 from flask_authflow.errors import AuthFlowError, StepUpNeeded
 from flask_authflow.i18n import N_, translate
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
 from flask_authflow.responses import wants_json
-from flask_authflow.web.api_auth import api_tokens
 from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, csrf_valid, rotate_csrf_token
 from flask_authflow.web.decorators import login_required
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
@@ -237,12 +237,15 @@ def change_password() -> ResponseReturnValue:
     tenant = str(session.tenant)
     identifier = identifier_of(session) or ""
     try:
-        account_admin().set_password(tenant, identifier, new, keep_sid=stored_sid(session))
+        ended = account_admin().change_password(
+            tenant, identifier, new, keep_sid=stored_sid(session), context=audit_context(), session=session
+        )
     except AuthFlowError as error:  # a password policy's WeakPassword, a too long password
         return _account_page(error_status(error), error=error.message)
     session.rotate_id()
     rotate_csrf_token()
-    return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="password_changed"))
+    answer = redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="password_changed"))
+    return accounts.notify_recovery(tenant, str(session.user_id), ended, answer, reset=False)
 
 
 def revoke_session(session_hash: str) -> ResponseReturnValue:
@@ -266,11 +269,14 @@ def revoke_other_sessions() -> ResponseReturnValue:
     if refused is not None:
         return refused
     session = current_auth_session()
-    account_admin().revoke_sessions(
-        str(session.tenant), str(session.user_id), keep_sid=stored_sid(session), reason="revoked_by_user"
+    # Everywhere else includes the user's scripts (API tokens) and pending mailed links.
+    account_admin().logout_everywhere(
+        str(session.tenant),
+        str(session.user_id),
+        keep_sid=stored_sid(session),
+        context=audit_context(),
+        session=session,
     )
-    # Everywhere else includes the user's scripts: their API tokens end too.
-    api_tokens().revoke_all(str(session.tenant), str(session.user_id), reason="revoked_by_user")
     return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="others_revoked"))
 
 
