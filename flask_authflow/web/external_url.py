@@ -6,10 +6,12 @@ user a genuine message whose link hands the token to another site. :func:`mailed
 builds every mailed link on ``AUTHFLOW_EXTERNAL_URL`` or, without it, on Flask's
 ``SERVER_NAME`` + ``PREFERRED_URL_SCHEME`` + ``APPLICATION_ROOT``.
 
-Without an origin a link is refused (503, and the log says what to set), except in
-development (``app.debug``, ``app.testing``, or the loopback-only mode of
-``AUTHFLOW_ALLOW_INSECURE_LOOPBACK``): there a request to a loopback host (``localhost``,
-``127.0.0.1``) gets links on its own address, and the log says so once.
+:func:`check_mail_settings` refuses at ``init_app`` a mail feature without a mail sender, and
+one whose mails carry links without that origin. Without an origin a link is refused at
+request time too (503, and the log says what to set; the change of e-mail has no key to
+check at ``init_app``), except in development (``app.debug``, ``app.testing``, or the
+loopback-only mode of ``AUTHFLOW_ALLOW_INSECURE_LOOPBACK``): there a request to a loopback
+host (``localhost``, ``127.0.0.1``) gets links on its own address, and the log says so once.
 """
 
 from __future__ import annotations
@@ -24,14 +26,23 @@ from flask import Flask, current_app, has_request_context, request
 
 from flask_authflow.errors import ConfigurationError, MailDeliveryError
 from flask_authflow.settings import is_loopback_host, normal_origin, origin_problem, read
+from flask_authflow.web.config import AuthFlowConfig
 
 __all__ = [
+    "LINK_FEATURES",
+    "MAIL_FEATURES",
+    "check_mail_settings",
     "configured_origin",
     "mail_origin",
     "mailed_url",
 ]
 
 log = logging.getLogger("flask_authflow.mail")
+
+#: The keys that turn on a feature whose mails carry a link (with a single-use token).
+LINK_FEATURES = ("AUTHFLOW_REGISTRATION", "AUTHFLOW_PASSWORD_RESET")
+#: The keys that turn on a feature that sends mail.
+MAIL_FEATURES = (*LINK_FEATURES, "AUTHFLOW_DEVICE_NEW_DEVICE_MAIL")
 
 _SET_ORIGIN = (
     "set AUTHFLOW_EXTERNAL_URL to the address users reach this app at, such as "
@@ -131,3 +142,27 @@ def mailed_url(endpoint: str, **values: Any) -> str:
     adapter = app.url_map.bind(parts.netloc, script_name=parts.path or "/", url_scheme=parts.scheme)
     app.inject_url_defaults(endpoint, values)
     return adapter.build(endpoint, values, force_external=True)
+
+
+def check_mail_settings(app: Flask, config: AuthFlowConfig, *, sender_given: bool) -> None:
+    """Refuse (at ``init_app``) a mail feature that has no way to send, and a feature whose
+    mails carry links without an origin for them (outside development, see :func:`mail_origin`).
+
+    ``sender_given``: the application passed its own mail sender. In testing a sender may
+    still be installed after ``init_app`` (the pytest plugin's ``mail_outbox``).
+
+    :raises ConfigurationError: the message names the feature and what to set."""
+    enabled = [key for key in MAIL_FEATURES if read(app.config, key)]
+    if not enabled:
+        return
+    has_sender = sender_given or config.mail is not None or read(app.config, "AUTHFLOW_MAIL_OUTBOX")
+    if not has_sender and not app.testing:
+        raise ConfigurationError(
+            f"{', '.join(enabled)} sends mail, but no mail sender is configured: set "
+            "AUTHFLOW_SMTP_HOST and AUTHFLOW_SMTP_FROM (see the manual's 'Sending e-mail'), pass "
+            "your own sender as AuthFlow(mail_sender=...) or init_app(app, mail_sender=...), or, "
+            "while developing, set AUTHFLOW_MAIL_OUTBOX to a folder"
+        )
+    linked = [key for key in enabled if key in LINK_FEATURES]
+    if linked and configured_origin(app.config) is None and not _development(app):
+        raise ConfigurationError(f"{', '.join(linked)} mails links with single-use tokens: {_SET_ORIGIN}")
