@@ -158,11 +158,13 @@ def check_mail_settings(app: Flask, config: AuthFlowConfig, *, sender_given: boo
     has_sender = sender_given or config.mail is not None or read(app.config, "AUTHFLOW_MAIL_OUTBOX")
     if not has_sender and not app.testing:
         raise ConfigurationError(
-            f"{', '.join(enabled)} sends mail, but no mail sender is configured: set "
+            f"{' and '.join(enabled)} send mail, but no mail sender is configured: set "
             "AUTHFLOW_SMTP_HOST and AUTHFLOW_SMTP_FROM (see the manual's 'Sending e-mail'), pass "
             "your own sender as AuthFlow(mail_sender=...) or init_app(app, mail_sender=...), or, "
             "while developing, set AUTHFLOW_MAIL_OUTBOX to a folder"
         )
     linked = [key for key in enabled if key in LINK_FEATURES]
     if linked and configured_origin(app.config) is None and not _development(app):
-        raise ConfigurationError(f"{', '.join(linked)} mails links with single-use tokens: {_SET_ORIGIN}")
+        raise ConfigurationError(
+            f"the mails of {' and '.join(linked)} carry links with single-use tokens: {_SET_ORIGIN}"
+        )
