@@ -14,6 +14,7 @@ is most often a typo.
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import json
 import os
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
@@ -255,6 +256,70 @@ def webauthn_origins(name: str, value: Any) -> tuple[str, ...]:
     return tuple(o.rstrip("/") for o in origins)
 
 
+def is_loopback_host(host: str | None) -> bool:
+    """``host`` (a name or an address, without a port) is this machine: ``localhost``, a
+    name under ``.localhost``, ``127.0.0.0/8`` or ``::1``."""
+    if not host:
+        return False
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def origin_problem(value: str) -> str | None:
+    """Why ``value`` cannot be the address mailed links start with, or ``None``: it must be
+    an absolute ``https`` URL (``http`` for a loopback host only), with a host, no user,
+    query or fragment, and at most a path (``https://example.com/app``)."""
+    if any(char.isspace() or ord(char) < 0x20 or char in "\x7f\\" for char in value):
+        return "it holds spaces, control characters or a backslash"
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        return "it is not a URL (a malformed host or port)"
+    if parts.scheme.lower() not in ("https", "http") or not parts.netloc:
+        return "it must be an absolute http(s) URL with a host, such as 'https://app.example.com'"
+    if not parts.hostname or "@" in parts.netloc:
+        return "it must name a host, and no user or password"
+    if parts.query or parts.fragment or "?" in value or "#" in value:
+        return "it may hold a path but no query (?...) or fragment (#...)"
+    if port == 0 or any(segment in (".", "..") for segment in parts.path.split("/")):
+        return "it has port 0 or a '.' or '..' path segment"
+    if parts.scheme.lower() == "http" and not is_loopback_host(parts.hostname):
+        return "http is allowed for a loopback host only (localhost, 127.0.0.1, ::1): links carry tokens"
+    return None
+
+
+def normal_origin(value: str) -> str:
+    """``value`` (which :func:`origin_problem` accepted) with its scheme and host in lower
+    case and no trailing slash: ``https://app.example.com/prefix``."""
+    parts = urlsplit(value)
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
+
+
+def external_url(name: str, value: Any) -> str | None:
+    """``None`` or the address users reach the app at, where mailed links start
+    (:func:`origin_problem` says what is refused), without a trailing slash."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(
+            f"{name} must be the address users reach this app at, such as 'https://app.example.com', "
+            f"or unset, got {value!r}"
+        )
+    problem = origin_problem(value)
+    if problem is not None:
+        raise ConfigurationError(
+            f"{name} {value!r} is refused: {problem}. Set it to the address users reach this app at, "
+            "such as 'https://app.example.com' (or 'https://example.com/app' under a path prefix)"
+        )
+    return normal_origin(value)
+
+
 def policy_entries(name: str, value: Any) -> tuple[Any, ...]:
     """Cedar policy sources: one string or path, or a list of them (each a ``.cedar`` file, a
     directory of them, or policy text)."""
@@ -434,6 +499,7 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_REDIS_URL", raw, None, redis_url),
     # the application and its stores
     Key("AUTHFLOW_DATABASE_URL", raw),
+    Key("AUTHFLOW_EXTERNAL_URL", external_url),
     Key("AUTHFLOW_DEFAULT_TENANT", raw, "default"),
     Key("AUTHFLOW_LOGIN_VIEW", raw),
     Key("AUTHFLOW_STEP_UP_VIEW", raw),

@@ -57,6 +57,7 @@ def make_app(
     backend: Any = None,
     session_store: Any = None,
     http_client: Any = None,
+    mail_sender: Any = None,
     import_name: str = __name__,
     instance_path: Path | str | None = None,
     template_folder: str | None = "templates",
@@ -75,6 +76,7 @@ def make_app(
         backend=backend,
         session_store=session_store,
         http_client=http_client,
+        mail_sender=mail_sender,
     )
     return app
 

@@ -7,7 +7,11 @@ Start it (SQLite in ``examples/reference/instance/``)::
 Configure it from the environment with the ``FLASK_`` prefix, e.g.
 ``FLASK_AUTHFLOW_SIGNING_KEY``, ``FLASK_AUTHFLOW_DATABASE_URL``. Started with no
 signing key at all, it creates a development key in its instance folder (mode 0600),
-says so, and serves plain-HTTP cookies to loopback clients only.
+says so, and serves plain-HTTP cookies to loopback clients only (whose own address, such
+as ``http://127.0.0.1:5000``, mailed links then start with). With a signing key, set
+``FLASK_AUTHFLOW_EXTERNAL_URL`` to the address users reach the app at: mailed links start
+there, never with the request's ``Host``, and ``init_app`` refuses password reset and
+sign-up without it.
 
 Routes (JSON / plain text):
 

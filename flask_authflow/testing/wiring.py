@@ -92,6 +92,7 @@ class PluginWiring:
             "backend": backend,
             "session_store": store,
             "http_client": mine.http_client,
+            "mail_sender": mine.mail_sender,
         }
 
     def _sql_database(self, app: Flask) -> None:

@@ -76,6 +76,8 @@ class WebSettings(Settings):
 
     #: The default store's database (``None``: SQLite in the instance folder).
     database_url: str | None = field(metadata=setting("AUTHFLOW_DATABASE_URL"))
+    #: Where mailed links start (``https://app.example.com``; ``None``: Flask's ``SERVER_NAME``).
+    external_url: str | None = field(metadata=setting("AUTHFLOW_EXTERNAL_URL"))
     default_tenant: str = field(metadata=setting("AUTHFLOW_DEFAULT_TENANT"))
     login_view: str | None = field(metadata=setting("AUTHFLOW_LOGIN_VIEW"))
     step_up_view: str | None = field(metadata=setting("AUTHFLOW_STEP_UP_VIEW"))

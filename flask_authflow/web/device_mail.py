@@ -1,15 +1,18 @@
 """The opt-in mail to a user when a sign-in comes from a device new to their account
-(``AUTHFLOW_DEVICE_NEW_DEVICE_MAIL``), through the app's mail sender."""
+(``AUTHFLOW_DEVICE_NEW_DEVICE_MAIL``), through the app's mail sender (or into
+``AUTHFLOW_MAIL_OUTBOX``, as every account mail). It carries no link: a link in it would
+have to start with the configured origin (:func:`~flask_authflow.web.external_url.mailed_url`)."""
 
 from __future__ import annotations
 
 import logging
 
-from flask import render_template
+from flask import current_app, render_template
 
 from flask_authflow.core.ports import UserRecord
 from flask_authflow.i18n import gettext, template_context
-from flask_authflow.mail import HtmlMailSender
+from flask_authflow.mail import FolderSender, HtmlMailSender
+from flask_authflow.settings import read
 from flask_authflow.web.state import AuthFlowState
 from flask_authflow.web.views.devices import shown_label
 
@@ -30,7 +33,8 @@ def mail_address_of(user: UserRecord) -> str | None:
 def send_new_device_mail(state: AuthFlowState, tenant: str, user_id: str, device_id: str) -> bool:
     """Tell the user about a sign-in from a new device; false (logged) when there is no
     sender, no address or no such device. A failing sender raises: the caller logs it."""
-    sender = state.mail_sender
+    outbox = read(current_app.config, "AUTHFLOW_MAIL_OUTBOX")  # as the account mails: a folder wins
+    sender = FolderSender(outbox) if outbox is not None else state.mail_sender
     user = state.backend.get_user(tenant, user_id)
     device = state.backend.get_device(tenant, user_id, device_id)
     address = mail_address_of(user) if user is not None else None

@@ -45,7 +45,7 @@ from flask_authflow.login.lockout import LockoutPolicy
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.service import AuthnRequest, AuthnService, SessionWriter
 from flask_authflow.login.settings import HashingSettings
-from flask_authflow.mail import SmtpSender
+from flask_authflow.mail import MailSender, SmtpSender
 from flask_authflow.mfa.sealing import factor_sealer
 from flask_authflow.outcomes import (
     Authenticated,
@@ -72,6 +72,7 @@ from flask_authflow.web.csrf import template_helpers
 from flask_authflow.web.current_user import current_user
 from flask_authflow.web.decorators import denial_response
 from flask_authflow.web.devices import install_devices, remember_session, request_trust
+from flask_authflow.web.external_url import check_mail_settings
 from flask_authflow.web.factor_wiring import built_in_factors
 from flask_authflow.web.state import (
     EXTENSION_KEY,
@@ -280,6 +281,13 @@ def _session_writer(
     return session_writer(backend, store, interface)
 
 
+def _mail_sender(given: Adapters, config: AuthFlowConfig) -> MailSender | None:
+    """The application's own sender, else SMTP when ``AUTHFLOW_SMTP_HOST`` is set."""
+    if given.mail_sender is not None:  # ``is not None``: a test's outbox is falsy while empty
+        return given.mail_sender
+    return SmtpSender(config.mail) if config.mail is not None else None
+
+
 def _build_issuer(settings: IssuerSettings, sql_source: Callable[[], Any], clock: Clock) -> LocalIdp:
     """The app's local issuer (imported here: an app without one never loads the JOSE layer)."""
     from flask_authflow.web.issuer_wiring import build_issuer
@@ -317,6 +325,8 @@ class AuthFlow:
     :param clock: the clock every part uses (a ``MockClock`` in tests).
     :param hasher: the Argon2id hasher; default from the ``AUTHFLOW_ARGON2_*`` keys.
     :param http_client: carries the provider traffic of federated login.
+    :param mail_sender: sends the app's mail (a :class:`~flask_authflow.mail.MailSender`);
+        default: the SMTP sender of ``AUTHFLOW_SMTP_*``.
     """
 
     def __init__(
@@ -328,11 +338,17 @@ class AuthFlow:
         clock: Clock | None = None,
         hasher: PasswordHasher | None = None,
         http_client: Any = None,
+        mail_sender: MailSender | None = None,
     ) -> None:
         #: What every app this extension initialises runs on, unless ``init_app`` is given
         #: its own (``None`` fields are built from each app's configuration).
         self.adapters = Adapters(
-            clock=clock, hasher=hasher, backend=backend, session_store=session_store, http_client=http_client
+            clock=clock,
+            hasher=hasher,
+            backend=backend,
+            session_store=session_store,
+            http_client=http_client,
+            mail_sender=mail_sender,
         )
         #: Providers registered in code (``register_provider``), for every app.
         self._providers: dict[str, Any] = {}
@@ -355,6 +371,7 @@ class AuthFlow:
         backend: Any = None,
         session_store: MaintainedSessionStore | None = None,
         http_client: Any = None,
+        mail_sender: MailSender | None = None,
     ) -> None:
         """Validate configuration and install sessions, login, audit and CLI on ``app``.
 
@@ -362,7 +379,8 @@ class AuthFlow:
         application factory passes the test's ``mock_clock`` here
         (``authflow.init_app(app, clock=clock)``). ``http_client`` carries the provider
         traffic of federated login (a :class:`~flask_authflow.federation.http.HttpClient`; tests
-        pass one with the test provider's adapters). No application context is needed.
+        pass one with the test provider's adapters); ``mail_sender`` sends the app's mail
+        instead of the SMTP sender of ``AUTHFLOW_SMTP_*``. No application context is needed.
         Nothing is installed on ``app`` until everything was built, so a refused setting
         leaves the app untouched.
         """
@@ -371,13 +389,19 @@ class AuthFlow:
                 "flask-authflow is already initialised on this app; call init_app once per app"
             )
         given = Adapters(
-            clock=clock, hasher=hasher, backend=backend, session_store=session_store, http_client=http_client
+            clock=clock,
+            hasher=hasher,
+            backend=backend,
+            session_store=session_store,
+            http_client=http_client,
+            mail_sender=mail_sender,
         ).over(self.adapters)
         check_extras(
             app.config, federation=bool(app.config.get("AUTHFLOW_OAUTH_PROVIDERS") or self._providers)
         )
         apply_defaults(app.config)
         config = AuthFlowConfig.from_config(app.config)
+        check_mail_settings(app, config, sender_given=given.mail_sender is not None)
         clock = given.clock if given.clock is not None else SystemClock()
         hasher = given.hasher if given.hasher is not None else _hasher(config.hashing)
         database = _database(app, config)
@@ -414,7 +438,7 @@ class AuthFlow:
             issuer=_build_issuer(config.issuer, sql_source, clock) if issuer_wanted else None,
             hooks=self._hooks,
             sealer=sealer,
-            mail_sender=SmtpSender(config.mail) if config.mail is not None else None,
+            mail_sender=_mail_sender(given, config),
             password_policy=password_policy(config.passwords, given.http_client),
         )
         authz.install(app, self)  # Cedar policies: loaded and checked now, before anything is installed

@@ -168,7 +168,8 @@ class Adapters:
     its keyword arguments over those. A ``None`` field is built from the app's configuration:
     the system clock, the Argon2id hasher of ``AUTHFLOW_ARGON2_*``, the SQL backend on
     ``AUTHFLOW_DATABASE_URL``, the session store of ``AUTHFLOW_SESSION_STORE``, an HTTP client
-    on ``requests`` (see :doc:`/testing` for a test's own).
+    on ``requests`` (see :doc:`/testing` for a test's own), the SMTP sender of
+    ``AUTHFLOW_SMTP_*`` (see :doc:`/mail` for one of your own).
     """
 
     clock: Clock | None = None
@@ -176,6 +177,7 @@ class Adapters:
     backend: Any = None
     session_store: MaintainedSessionStore | None = None
     http_client: Any = None
+    mail_sender: MailSender | None = None
 
     def over(self, defaults: Adapters) -> Adapters:
         """These adapters, with ``defaults``' where these are ``None``."""

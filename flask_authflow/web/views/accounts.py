@@ -10,9 +10,11 @@ post is an HTML page; a JSON body (``Content-Type: application/json``) gets JSON
 400 for a malformed body, 401/410 for a bad or used token, never a 500.
 
 Every mail goes out through :func:`send_mail` (the one place: a rate limit of mail per
-address or client belongs there). A completed reset and a password change mail the
-account's address a notice (``authflow/mail/password_changed_notice``) that lists what
-ended with it (:func:`notify_recovery`).
+address or client belongs there). Every link in a mail is built by
+:func:`~flask_authflow.web.external_url.mailed_url` on the configured origin
+(``AUTHFLOW_EXTERNAL_URL``), never on the request's ``Host``. A completed reset and a
+password change mail the account's address a notice (``authflow/mail/password_changed_notice``)
+that lists what ended with it (:func:`notify_recovery`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from flask_authflow.login.recovery import Ended
 from flask_authflow.mail import FolderSender, HtmlMailSender, MailSender
 from flask_authflow.outcomes import FactorRequired
 from flask_authflow.web.csrf import csrf_valid
+from flask_authflow.web.external_url import mail_origin, mailed_url
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views.common import (
     MESSAGES,
@@ -106,6 +109,13 @@ def _sender() -> MailSender:
     if sender is None:
         raise MailDeliveryError("no mail sender is configured (AUTHFLOW_SMTP_HOST or AUTHFLOW_MAIL_OUTBOX)")
     return sender
+
+
+def _mail_ready() -> None:
+    """A sender and an origin for mailed links exist, else :class:`MailDeliveryError`: the
+    same error for every request, before anything is done."""
+    _sender()
+    mail_origin(current_app._get_current_object())  # type: ignore[attr-defined]
 
 
 def compose_mail(name: str, **context: Any) -> tuple[str, str, str]:
@@ -273,7 +283,7 @@ def _request_reset() -> ResponseReturnValue:
     if not _wants_json() and not csrf_valid():
         return page("forgot.html", 400, error=MESSAGES["csrf"])
     _throttle("reset")
-    _sender()  # no way to send mail: the same error for every request, before anything is done
+    _mail_ready()  # no way to send mail: the same error for every request, before anything is done
     username, email = _text(body, "username", 254), _text(body, "email", 254)
     tenant = get_state().config.default_tenant
     handle = get_state().service
@@ -284,7 +294,7 @@ def _request_reset() -> ResponseReturnValue:
     issued = found.issued
     mail = compose_mail(
         "password_reset",
-        link=url_for(f"{VIEWS_BLUEPRINT}.reset_password", token=issued.token, _external=True),
+        link=mailed_url(f"{VIEWS_BLUEPRINT}.reset_password", token=issued.token),
         code=issued.display_code,
         identifier=found.identifier or "",
         minutes=int(settings().reset_ttl.total_seconds() // 60),
@@ -364,7 +374,7 @@ def _signup_mail(found: signup_flow.SignupRequest) -> tuple[str, str, str]:
     minutes = int(settings().verification_ttl.total_seconds() // 60)
     if found.mail == "notice":
         return compose_mail("signup_notice", identifier=found.identifier, forgot=_forgot_url())
-    link = url_for(f"{VIEWS_BLUEPRINT}.signup_verify", token=found.issued.token, _external=True)
+    link = mailed_url(f"{VIEWS_BLUEPRINT}.signup_verify", token=found.issued.token)
     code = found.issued.display_code
     return compose_mail("signup_verify", link=link, code=code, identifier=found.identifier, minutes=minutes)
 
@@ -372,7 +382,7 @@ def _signup_mail(found: signup_flow.SignupRequest) -> tuple[str, str, str]:
 def _forgot_url() -> str | None:
     if not settings().password_reset:
         return None
-    return url_for(f"{VIEWS_BLUEPRINT}.forgot_password", _external=True)
+    return mailed_url(f"{VIEWS_BLUEPRINT}.forgot_password")
 
 
 def signup() -> ResponseReturnValue:
@@ -390,7 +400,7 @@ def _signup() -> ResponseReturnValue:
     if not _wants_json() and not csrf_valid():
         return page("signup.html", 400, error=MESSAGES["csrf"])
     _throttle("signup")
-    _sender()
+    _mail_ready()
     password = _text(body, "password", 4096)
     confirm = _text(body, "password_confirm", 4096) if not _wants_json() else password
     if password is None or password != confirm:
@@ -462,7 +472,7 @@ def _resend() -> ResponseReturnValue:
     if not _wants_json() and not csrf_valid():
         return page("signup_resend.html", 400, error=MESSAGES["csrf"])
     _throttle("signup")
-    _sender()
+    _mail_ready()
     state = get_state()
     found = signup_flow.resend_verification(
         state.service,
@@ -503,7 +513,7 @@ def _change_email() -> ResponseReturnValue:
     body = _body()
     if not _wants_json() and not csrf_valid():
         return page("email_change.html", 400, error=MESSAGES["csrf"])
-    _sender()
+    _mail_ready()
     try:
         found = email_change_flow.request_email_change(
             get_state().service,
@@ -516,7 +526,7 @@ def _change_email() -> ResponseReturnValue:
         if _wants_json():
             raise
         return redirect(url_for(f"{VIEWS_BLUEPRINT}.step_up", next=request.path))
-    link = url_for(f"{VIEWS_BLUEPRINT}.confirm_email_change", token=found.issued.token, _external=True)
+    link = mailed_url(f"{VIEWS_BLUEPRINT}.confirm_email_change", token=found.issued.token)
     minutes = int(settings().verification_ttl.total_seconds() // 60)
     mail = compose_mail(
         "email_change_verify", link=link, identifier=found.identifier, minutes=minutes, code=None
@@ -565,10 +575,12 @@ def _operator_session() -> AuthSession:
 def mail_reset_link(tenant: str, identifier: str) -> str | None:
     """Mail ``identifier`` a reset link now (``flask authflow users send-reset``); the
     address it went to, ``None`` when the account has none or is disabled. Needs an
-    application context; links use ``SERVER_NAME`` (else ``localhost``).
+    application context; the link starts with ``AUTHFLOW_EXTERNAL_URL`` (or ``SERVER_NAME``;
+    in development without either, ``http://localhost``).
 
-    :raises MailDeliveryError: the mail could not be sent (the token stays usable)."""
-    _sender()
+    :raises MailDeliveryError: no sender or no origin for the link, or the mail could not be
+        sent (the token stays usable)."""
+    _mail_ready()
     state = get_state()
     found = password_reset.request_reset(
         state.service,
@@ -580,10 +592,11 @@ def mail_reset_link(tenant: str, identifier: str) -> str | None:
     )
     if found.to is None:
         return None
+    link = mailed_url(f"{VIEWS_BLUEPRINT}.reset_password", token=found.issued.token)
     with current_app.test_request_context():
         mail = compose_mail(
             "password_reset",
-            link=url_for(f"{VIEWS_BLUEPRINT}.reset_password", token=found.issued.token, _external=True),
+            link=link,
             code=found.issued.display_code,
             identifier=found.identifier or "",
             minutes=int(settings().reset_ttl.total_seconds() // 60),
