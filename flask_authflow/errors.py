@@ -413,6 +413,7 @@ USER_FACING_DEFAULTS = (
     N_("This link or code was already used, or a newer one was sent."),
     N_("This link or code has expired: ask for a new one."),
     N_("Confirm your e-mail address first: follow the link we sent, or ask for a new one."),
+    N_("A username with an @ must be the address you sign up with, or have no @ at all."),
     N_("The user already has an API token of this name (names are how tokens are revoked)."),
 )
 

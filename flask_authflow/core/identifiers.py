@@ -84,25 +84,47 @@ def check_tenant(value: str) -> str:
 
 
 def normalise_email(value: str) -> str:
-    """The stored form of an account's e-mail address: stripped, the local part exactly as
-    given and the domain's ASCII letters lower-cased; :class:`InvalidInput` if it is not
-    one ``@`` between two non-empty parts, too long, or holds spaces or control characters.
+    """The stored form of an account's e-mail address: stripped, NFC, and lower-cased in
+    the whole address (local part and domain); :class:`InvalidInput` if it is not one
+    ``@`` between two non-empty parts, too long, or holds spaces or control characters.
 
-    No Unicode folding: an address with a fullwidth ``a`` (U+FF41) is not
-    ``alice@example.com``. Whether the address is deliverable is the caller's check
-    (sign-up validates with ``email-validator``); this is only the canonical form that
-    lookups and the per-tenant uniqueness compare.
+    ``Owner2@Example.com`` and ``owner2@example.com`` are one address: for the per-tenant
+    uniqueness, for every lookup (sign-up, change of address, reset, linking by e-mail)
+    and for where mail goes. Mail systems deliver both to one mailbox in practice, so two
+    accounts must never hold them apart.
+
+    NFC makes canonically equivalent spellings one address, as ``email-validator`` does
+    (a decomposed ``é``, the Kelvin sign and ``K``). No compatibility folding, and the
+    lower-casing never turns a character outside ASCII into ASCII: an address with a
+    fullwidth ``a`` (U+FF41) is not ``alice@example.com``, and the dotted ``İ`` stays as
+    it is rather than becoming an ``i`` with a combining dot.
+    Whether the address is deliverable is the caller's check (sign-up validates with
+    ``email-validator``); this is only the canonical form that lookups and the per-tenant
+    uniqueness compare.
     """
     if not isinstance(value, str):
         raise InvalidInput("the e-mail address must be a string")
-    address = value.strip()
+    if len(value) > 4 * MAX_EMAIL_LENGTH:  # refuse before normalising absurd input
+        raise InvalidInput(N_("not an e-mail address"))
+    address = unicodedata.normalize("NFC", _fold_case(unicodedata.normalize("NFC", value.strip())))
     if len(address) > MAX_EMAIL_LENGTH or address.count("@") != 1:
         raise InvalidInput(N_("not an e-mail address"))
     local, _, domain = address.partition("@")
     if not local or not domain or _has_control(address) or any(ch.isspace() for ch in address):
         raise InvalidInput(N_("not an e-mail address"))
-    return f"{local}@{domain.translate(_ASCII_LOWER)}"
+    return address
 
 
-#: Lower-cases ASCII letters only (``str.lower`` would also fold non-ASCII ones).
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+def _fold_case(address: str) -> str:
+    """``address`` lower-cased character by character, except a character outside ASCII
+    whose lower case would hold an ASCII one (it stays as it is): the case folding of
+    :func:`normalise_email` (which NFC-normalises first). Migration 0009 keeps its own
+    copy, as a revision must not change when this does."""
+    return "".join(_lower_char(ch) for ch in address)
+
+
+def _lower_char(ch: str) -> str:
+    if ch.isascii():
+        return ch.lower()
+    lowered = ch.lower()
+    return ch if any(c.isascii() for c in lowered) else lowered

@@ -21,10 +21,10 @@ from typing import Any
 from flask_authflow import signals
 from flask_authflow.clock import Clock
 from flask_authflow.core.app_users import AppTransaction, AppUserHooks
-from flask_authflow.core.identifiers import MAX_IDENTIFIER_LENGTH, normalise_identifier, provider_identifier
+from flask_authflow.core.identifiers import normalise_email, normalise_identifier, provider_identifier
 from flask_authflow.core.ports import FactorStore, IdentityStore, LoginRecorder, SessionStore, UserRecord
 from flask_authflow.core.session import AuthSession, AuthState, SessionRecord, begin_flow, clear_flow
-from flask_authflow.errors import AuthFlowError, ConfigurationError, StepUpNeeded, TokenCheck
+from flask_authflow.errors import AuthFlowError, ConfigurationError, InvalidInput, StepUpNeeded, TokenCheck
 from flask_authflow.federation.ceremony import CEREMONY_KEY, Ceremony
 from flask_authflow.federation.errors import (
     CsrfMismatch,
@@ -126,9 +126,10 @@ class FederatedIdentity:
 
 
 def email_link_key(email: str) -> str | None:
-    """The address an e-mail link compares, exactly: the local part as the provider sent
-    it and the domain with its ASCII letters lower-cased; ``None`` (never link) for an
-    address outside ASCII, or without exactly one ``@`` between two non-empty parts.
+    """The form of a provider-verified address that linking by e-mail looks up: the whole
+    address lower-cased, as every account's address is stored
+    (:func:`~flask_authflow.core.identifiers.normalise_email`); ``None`` (never link) for
+    an address outside ASCII, or without exactly one ``@`` between two non-empty parts.
 
     No Unicode folding: a provider-verified address whose first letter is the fullwidth
     ``a`` (U+FF41) is not the local ``alice@example.com``.
@@ -138,7 +139,10 @@ def email_link_key(email: str) -> str | None:
     local, _, domain = email.partition("@")
     if not local or not domain or any(ch.isspace() or ord(ch) < 0x21 or ord(ch) == 0x7F for ch in email):
         return None
-    return f"{local}@{domain.lower()}"
+    try:
+        return normalise_email(email)
+    except InvalidInput:
+        return None
 
 
 #: ``claims_mapper(identity)``: the local user (an id or a ``UserRecord``) to log in, or ``None`` to refuse.
@@ -154,10 +158,11 @@ def default_claims_mapper(
     """The mapping used when the application registers no ``claims_mapper``.
 
     1. An identity already linked logs in as its linked user.
-    2. With ``link_by_email`` on the provider and a *verified* e-mail that is exactly
-       (:func:`email_link_key`) the identifier of an existing local account in the
-       tenant, that account. An address outside ASCII never links here: an application
-       that wants it decides in its own ``claims_mapper``.
+    2. With ``link_by_email`` on the provider and an e-mail the provider says is
+       verified, the account of the tenant whose own **verified** address it is
+       (:func:`email_linked_user`; compared in lower case, never with an identifier). An
+       address outside ASCII never links here: an application that wants it decides in
+       its own ``claims_mapper``.
     3. Otherwise a new passwordless local account named ``<provider>:<sub>`` (found again
        if it exists), which the caller links; ``create_account(identity, name)`` makes it
        (the service passes one that runs the application's ``user_created`` hook).
@@ -188,15 +193,22 @@ def _provisioning_error(exc: BaseException, hook: str, identity: FederatedIdenti
 
 
 def email_linked_user(identity: FederatedIdentity, accounts: IdentityStore) -> str | None:
-    """The existing local account that ``link_by_email`` links the identity to (its
-    verified e-mail is exactly that account's identifier), or ``None``."""
+    """The existing local account that ``link_by_email`` links the identity to, or ``None``.
+
+    Only an account whose **verified** e-mail address is the provider's verified address
+    (compared as :func:`email_link_key` has it) is a match: never an account's identifier,
+    which sign-up, an import or an administrator may set to any text, and never an
+    address its account has not proved it reads (a sign-up waiting for confirmation, an
+    unconfirmed import). Without a match the sign-in goes on as if no account had the
+    address."""
     email = identity.verified_email
     key = email_link_key(email) if identity.link_by_email and email is not None else None
-    if key is not None and len(key) <= MAX_IDENTIFIER_LENGTH:
-        existing = accounts.find_user(identity.tenant, normalise_identifier(key))
-        if existing is not None and existing.identifier == key:
-            return existing.user_id
-    return None
+    if key is None:
+        return None
+    existing = accounts.find_user_by_email(identity.tenant, key)
+    if existing is None or existing.email != key or existing.email_verified_at is None:
+        return None
+    return existing.user_id
 
 
 @dataclass(frozen=True)
@@ -471,7 +483,8 @@ class FederationService:
 
     def _map_and_link(self, identity: FederatedIdentity) -> str:
         """The local user of the identity, linked to it: the claims mapper's, else the
-        linked one, else (with ``link_by_email``) the account of its verified e-mail, else
+        linked one, else (with ``link_by_email``) the account whose verified address is
+        its verified e-mail, else
         the ``provision_user`` hook's (with the link, in one transaction), else the
         default mapping's."""
         hook = self._provision_user() if identity.link is None and self._claims_mapper() is None else None

@@ -173,9 +173,10 @@ class OAuthProviderConfig:
         equal the ID token's). Default ``None``: when the provider has a
         ``userinfo_endpoint`` and the scopes ask for more than ``openid``; ``True``
         requires the endpoint; ``False`` never fetches.
-    :param link_by_email: let the default claims mapper link a provider identity to an
-        existing local account whose identifier is exactly the token's e-mail (only the
-        ASCII domain is lower-cased; an address outside ASCII never links), only when
+    :param link_by_email: let the default claims mapper link a provider identity to the
+        existing local account whose own **verified** e-mail address is the token's
+        e-mail (compared in lower case; never an account's identifier, never an
+        unverified address; an address outside ASCII never links), only when
         ``email_verified`` is true (default ``False``: never link by e-mail).
     :param tenant: the local tenant of users signing in with this provider (default
         ``AUTHFLOW_DEFAULT_TENANT``).

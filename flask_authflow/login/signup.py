@@ -5,6 +5,11 @@ an unverified account and a verification mail (a link and a short code).
   request), the password with the policy, the identifier as every identifier is; an
   identifier with a ``:`` is refused, since ``<provider>:<subject>`` names federated
   accounts.
+* **An identifier with an ``@`` must be the account's own address.** Anything else is
+  refused with :class:`IdentifierNotOwnAddress` (400, ``identifier_not_own_address``):
+  a username that is someone else's address would pass for that person's account
+  wherever people read usernames as addresses. Nothing is looked up, so the refusal
+  tells nothing about other accounts.
 * **No enumeration of addresses.** An address that already has an account answers
   exactly as a new one: the same checks, the same password hash, a token made the same
   way; instead of a verification mail its owner gets a notice ("someone tried to create
@@ -44,6 +49,7 @@ __all__ = [
     "DEFAULT_VERIFICATION_TTL",
     "KIND",
     "EmailNotVerified",
+    "IdentifierNotOwnAddress",
     "SignupRequest",
     "check_address",
     "needs_verification",
@@ -56,6 +62,13 @@ __all__ = [
 #: How long a verification link works.
 DEFAULT_VERIFICATION_TTL = timedelta(hours=24)
 _RESERVED = re.compile(r"^[^:]*:")
+
+
+class IdentifierNotOwnAddress(InvalidInput):
+    """A username with an @ must be the address you sign up with, or have no @ at all."""
+
+    code = "identifier_not_own_address"
+    status = 400
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +113,13 @@ def _check_identifier(value: object) -> str:
     return identifier
 
 
+def _check_own_address(identifier: str, address: str) -> None:
+    """:class:`IdentifierNotOwnAddress` when ``identifier`` (normalised) has an ``@`` and
+    is not ``address`` as an identifier reads it."""
+    if "@" in identifier and identifier != normalise_identifier(address):
+        raise IdentifierNotOwnAddress()
+
+
 def signup(
     svc: LoginServices,
     admin: AccountAdmin,
@@ -116,12 +136,14 @@ def signup(
     """Create an unverified account and its verification token (see the module's text).
 
     :raises InvalidInput: a malformed or reserved identifier, not an address, no password.
+    :raises IdentifierNotOwnAddress: the identifier has an ``@`` and is not the address.
     :raises WeakPassword: the policy refused the password. :raises UserExists: the
         identifier is taken (by an account with another address)."""
     op = Operation(svc, ctx, session, "signup")
     try:
         tenant = check_tenant(tenant)
         name, address = _check_identifier(identifier), check_address(email)
+        _check_own_address(name, address)
         if not isinstance(password, str) or not password:
             raise InvalidInput("the password must be a non-empty string")
         if policy is not None:

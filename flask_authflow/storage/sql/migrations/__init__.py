@@ -204,10 +204,14 @@ def _locked(engine: Engine) -> Iterator[Connection]:
             yield connection
 
 
-def _baseline_module() -> Any:
-    script = _scripts().get_revision(BASELINE)
+def _revision_module(revision: str) -> Any:
+    script = _scripts().get_revision(revision)
     assert script is not None
     return script.module
+
+
+def _baseline_module() -> Any:
+    return _revision_module(BASELINE)
 
 
 def _matches_models(connection: Connection, tables: set[str]) -> bool:
@@ -233,8 +237,11 @@ def _adopt(connection: Connection) -> list[str]:
         return []
     if _matches_models(connection, tables):
         # Created by this version's models (``SqlAlchemyBackend(create_tables=True)``):
-        # complete the missing tables from the models, and it is at head.
+        # complete the missing tables from the models, and it is at head. The models
+        # cannot tell whether its rows predate revision 0009's data step (one address
+        # whatever its case), so that step runs here too; it is idempotent.
         metadata.create_all(connection)
+        _revision_module("0009").fold_addresses(connection)
         command.stamp(_config(connection), "head")
         return []
     baseline = _baseline_module()
