@@ -600,6 +600,8 @@ def test_reference_app_on_postgresql_after_db_upgrade(
         **os.environ,
         "FLASK_AUTHFLOW_DATABASE_URL": url,
         "FLASK_AUTHFLOW_SIGNING_KEY": secrets.token_urlsafe(48),
+        # a signing key of its own takes the app out of development: its mailed links need an origin
+        "FLASK_AUTHFLOW_EXTERNAL_URL": "https://app.example.com",
         "PYTHONPATH": str(ROOT),
     }
     for name, value in env.items():
