@@ -88,6 +88,7 @@ def page_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     return PageRuns(selected, tmp_path_factory)
 
 
+@pytest.mark.slow  # a subprocess per batch of pages and a child per page and per command
 @pytest.mark.parametrize("page", PAGES, ids=_page_id)
 def test_page_examples_run(page: Path, page_runs: PageRuns) -> None:
     plan = plan_page(page)

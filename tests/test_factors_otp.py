@@ -567,6 +567,7 @@ def _race_processes(url: str, kind: FactorKind, value: str, at: datetime) -> lis
 
 
 @pytest.mark.postgres
+@pytest.mark.multiprocess
 def test_one_totp_code_from_several_processes_one_wins(postgres_server: Any, tmp_path: Path) -> None:
     clock = MockClock()
     env = Env(_backend("sqlite", tmp_path, clock, postgres_server.new_database()), clock)
@@ -578,6 +579,7 @@ def test_one_totp_code_from_several_processes_one_wins(postgres_server: Any, tmp
 
 
 @pytest.mark.postgres
+@pytest.mark.multiprocess
 def test_one_recovery_code_from_several_processes_one_wins(postgres_server: Any, tmp_path: Path) -> None:
     clock = MockClock()
     env = Env(_backend("sqlite", tmp_path, clock, postgres_server.new_database()), clock)

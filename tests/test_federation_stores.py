@@ -8,6 +8,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from flask_authflow.clock import MockClock
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 
@@ -53,6 +55,7 @@ def _race(url: str, start: Any, wins: Any) -> None:
     backend.close()
 
 
+@pytest.mark.multiprocess
 def test_several_processes_replaying_one_jti_only_one_wins(database_url: str) -> None:
     SqlAlchemyBackend(database_url).close()  # tables first
     context = multiprocessing.get_context("spawn")

@@ -238,6 +238,7 @@ def _process_burst(url: str, count: int, start: Any, verifications: Any) -> None
 
 
 @pytest.mark.postgres
+@pytest.mark.multiprocess
 def test_several_processes_on_postgresql_run_at_most_five_verifications(postgres_server: Any) -> None:
     url = postgres_server.new_database()
     clock = MockClock()

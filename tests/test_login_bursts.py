@@ -291,6 +291,7 @@ def _process_burst(url: str, sids: list[Any], code: str, kind: str, start: Any, 
 
 
 @pytest.mark.postgres
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("kind", ["recovery_code", "email_otp"])
 def test_several_processes_submitting_one_code_log_in_once(postgres_server: Any, kind: str) -> None:
     """recovery_code: 50 logins of alice at their second step submit one code; email_otp: 50

@@ -186,6 +186,7 @@ def _upgrade_when_all_are_ready(url: str, ready: Any, outcomes: Any) -> None:
         engine.dispose()
 
 
+@pytest.mark.multiprocess
 def test_processes_upgrading_at_once_take_turns(
     database_url: str, engines: Callable[[str], sa.Engine]
 ) -> None:

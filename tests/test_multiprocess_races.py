@@ -47,7 +47,7 @@ from flask_authflow.storage.sql.backend import SqlAlchemyBackend, attempts_table
 from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore, sessions_table
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.multiprocess]
 
 KEY = bytes(range(32))
 WORKERS = 3

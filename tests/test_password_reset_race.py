@@ -19,7 +19,7 @@ from flask_authflow.outcomes import FactorCredential, FactorKind, FactorRequired
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from tests.authn_support import CTX, fast_hasher, new_session
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.multiprocess]
 
 PROCESSES = 4
 SPAWN = multiprocessing.get_context("spawn")

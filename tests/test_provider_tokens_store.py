@@ -197,6 +197,7 @@ def provider_config_at(discovery_url: str) -> OAuthProviderConfig:
 
 
 @pytest.mark.postgres
+@pytest.mark.multiprocess
 def test_worker_processes_refresh_once(postgres_server: PostgresServer) -> None:
     served = ServedProvider()
     url = postgres_server.new_database()

@@ -189,6 +189,8 @@ def _process_refresher(url: str, sids: list[str], barrier: Any, out: Any) -> Non
     out.put(written)
 
 
+@pytest.mark.postgres
+@pytest.mark.multiprocess
 def test_refresh_racing_revoke_never_resurrects_processes_postgresql(postgres_server: Any) -> None:
     url = postgres_server.new_database()
     clock = MockClock()

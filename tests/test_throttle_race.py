@@ -116,6 +116,7 @@ def _process_stuffing(url: str, process: int, start: Any, verifies: Any, throttl
 
 
 @pytest.mark.postgres
+@pytest.mark.multiprocess
 def test_several_processes_on_postgresql(postgres_server: Any, request: pytest.FixtureRequest) -> None:
     url = postgres_server.new_database()
     setup = SqlAlchemyBackend(url, hasher=CountingHasher(), clock=MockClock())
