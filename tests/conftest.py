@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import multiprocessing.process
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pytest
 from flask import Flask
 
@@ -68,6 +70,50 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("fast") and FAST_EXPRESSION not in given:
         config.option.markexpr = f"({given}) and {FAST_EXPRESSION}" if given else FAST_EXPRESSION
     _guard_child_processes()
+    Flask.jinja_options = {**Flask.jinja_options, "bytecode_cache": SharedTemplateCode()}
+
+
+class SharedTemplateCode(jinja2.BytecodeCache):
+    """Compiled templates shared by the apps of this test process. Every test builds apps of
+    its own, and compiling the same templates again for each was a quarter of a view test's
+    time; a deployed app compiles each template once too. A template is found by its name,
+    file and environment settings and used only while its source is unchanged (Jinja checks
+    a checksum), so a test's own template or settings get their own compiled code."""
+
+    def __init__(self) -> None:
+        self.code: dict[str, bytes] = {}
+
+    def get_bucket(
+        self, environment: jinja2.Environment, name: str, filename: str | None, source: str
+    ) -> jinja2.bccache.Bucket:
+        autoescape = getattr(environment.autoescape, "__func__", environment.autoescape)
+        settings = (
+            sorted(environment.extensions),
+            getattr(autoescape, "__qualname__", repr(autoescape)),
+            environment.block_start_string,
+            environment.variable_start_string,
+            environment.comment_start_string,
+            environment.line_statement_prefix,
+            environment.trim_blocks,
+            environment.lstrip_blocks,
+            environment.newline_sequence,
+            environment.keep_trailing_newline,
+            environment.optimized,
+            environment.is_async,
+            environment.finalize is None,
+        )
+        key = f"{settings}|{self.get_cache_key(name, filename)}"
+        bucket = jinja2.bccache.Bucket(environment, key, self.get_source_checksum(source))
+        self.load_bytecode(bucket)
+        return bucket
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        code = self.code.get(bucket.key)
+        if code is not None:
+            bucket.bytecode_from_string(code)
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        self.code[bucket.key] = bucket.bytecode_to_string()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -105,6 +151,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for marker in sorted(markers_from_fixtures(item)):
             if item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Iterator[Any]:
+    """Keep pytest's rewritten test modules (tests/__pycache__, ignored by git) even when
+    PYTHONDONTWRITEBYTECODE is set: rewriting the 150 modules again costs every xdist worker
+    about 10 s of CPU at each run; the cached ones are checked against their source."""
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = saved
 
 
 @pytest.hookimpl(wrapper=True)
