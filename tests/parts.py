@@ -10,6 +10,8 @@ import contextlib
 import fcntl
 import glob
 import json
+import multiprocessing
+import multiprocessing.context
 import os
 import shutil
 import socket
@@ -50,6 +52,26 @@ def require_marker(marker: str, part: str) -> None:
             f"add the marker (or a module-level pytestmark), see docs/testing.rst",
             pytrace=False,
         )
+
+
+#: What the forkserver of :func:`child_processes` imports once, before it forks any child.
+CHILD_PRELOAD = [
+    "flask_authflow",
+    "flask_authflow.storage.sql.backend",
+    "flask_authflow.storage.sql.session_store",
+    "flask_authflow.storage.sql.migrations",
+    "psycopg",
+]
+
+
+def child_processes() -> multiprocessing.context.BaseContext:
+    """How the race tests start their processes: ``forkserver``. Each child is a separate
+    process with its own connections, as under ``spawn``, forked from a clean server process
+    that imported the package once, instead of an interpreter that imports it all again
+    (a second or more per child on a busy machine)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(CHILD_PRELOAD)
+    return context
 
 
 def free_port() -> int:

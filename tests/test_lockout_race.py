@@ -9,7 +9,6 @@ threads and across processes.
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from tests.parts import child_processes
 
 CTX = AuditContext(client_ip="203.0.113.7", ip_source="peer", user_agent="race", request_id="race")
 RIGHT = "correct horse battery staple"
@@ -244,7 +244,7 @@ def test_several_processes_on_postgresql_run_at_most_five_verifications(postgres
     clock = MockClock()
     setup = SqlAlchemyBackend(url, hasher=CountingHasher(), clock=clock)
     setup.create_user("acme", "alice", RIGHT)
-    context = multiprocessing.get_context("spawn")
+    context = child_processes()
     start = context.Event()
     verifications = context.Value("i", 0)
     processes = [
