@@ -1,11 +1,22 @@
-"""Shared fixtures of the flask-authflow test suite."""
+"""Shared fixtures of the flask-authflow test suite, its markers and its ``--fast`` option.
+
+The markers say which real parts a test needs (docs/testing.rst, "flask-authflow's own suite"):
+``postgres``, ``redis``, ``browser``, ``interop`` (Node: ``oidc-provider``, ``jose``),
+``multiprocess`` (child processes) and ``slow``. A test that asks for a part's fixture, or
+whose parameters name one (``database_url``'s "postgresql"), is marked here at collection; a
+test that reaches a part in any other way without its marker fails (``tests.parts.require_marker``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import multiprocessing.process
+import os
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pytest
 from flask import Flask
 
@@ -13,24 +24,206 @@ from flask_authflow import get_state
 from flask_authflow.clock import MockClock
 from flask_authflow.login.password import PasswordHasher
 from tests.appfactory import AppFactory, make_app
-from tests.parts import PostgresServer, RedisServer, missing_part, start_postgres, start_redis
+from tests.parts import (
+    PostgresServer,
+    RedisServer,
+    attach_shared_postgres,
+    detach_shared_postgres,
+    missing_part,
+    require_marker,
+    running_test,
+    start_redis,
+)
+
+#: What ``--fast`` leaves out: every test that needs a real server, a browser, Node or child
+#: processes, and the few that are slow on their own.
+FAST_DESELECTS = ("postgres", "redis", "browser", "interop", "multiprocess", "slow")
+FAST_EXPRESSION = f"not ({' or '.join(FAST_DESELECTS)})"
+
+#: A test that uses one of these fixtures gets the marker.
+FIXTURE_MARKERS = {
+    "postgres_server": "postgres",
+    "postgres_cluster": "postgres",
+    "redis_server": "redis",
+    "redis_process": "redis",
+    "oidc_op": "interop",
+    "oidc_op_process": "interop",
+    "browsers": "browser",
+}
+#: A parametrized test with one of these values (a store kind, ``database_url``) gets the marker.
+PARAMETER_MARKERS = {"postgresql": "postgres", "postgres": "postgres", "redis": "redis"}
+#: Modules whose every test is slow, marked here because this file may not edit them.
+SLOW_MODULES = {"test_packaging.py"}  # builds the sdist and the wheel, installs them in new venvs
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help=f"the developer's loop: deselect the tests marked {', '.join(FAST_DESELECTS)} "
+        f"(the same as -m '{FAST_EXPRESSION}'; a -m given too is combined with it)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    given = config.option.markexpr
+    if config.getoption("fast") and FAST_EXPRESSION not in given:
+        config.option.markexpr = f"({given}) and {FAST_EXPRESSION}" if given else FAST_EXPRESSION
+    _guard_child_processes()
+    Flask.jinja_options = {**Flask.jinja_options, "bytecode_cache": SharedTemplateCode()}
+
+
+class SharedTemplateCode(jinja2.BytecodeCache):
+    """Compiled templates shared by the apps of this test process. Every test builds apps of
+    its own, and compiling the same templates again for each was a quarter of a view test's
+    time; a deployed app compiles each template once too. A template is found by its name,
+    file and environment settings and used only while its source is unchanged (Jinja checks
+    a checksum), so a test's own template or settings get their own compiled code."""
+
+    def __init__(self) -> None:
+        self.code: dict[str, bytes] = {}
+
+    def get_bucket(
+        self, environment: jinja2.Environment, name: str, filename: str | None, source: str
+    ) -> jinja2.bccache.Bucket:
+        autoescape = getattr(environment.autoescape, "__func__", environment.autoescape)
+        settings = (
+            sorted(environment.extensions),
+            getattr(autoescape, "__qualname__", repr(autoescape)),
+            environment.block_start_string,
+            environment.variable_start_string,
+            environment.comment_start_string,
+            environment.line_statement_prefix,
+            environment.trim_blocks,
+            environment.lstrip_blocks,
+            environment.newline_sequence,
+            environment.keep_trailing_newline,
+            environment.optimized,
+            environment.is_async,
+            environment.finalize is None,
+        )
+        key = f"{settings}|{self.get_cache_key(name, filename)}"
+        bucket = jinja2.bccache.Bucket(environment, key, self.get_source_checksum(source))
+        self.load_bytecode(bucket)
+        return bucket
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        code = self.code.get(bucket.key)
+        if code is not None:
+            bucket.bytecode_from_string(code)
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        self.code[bucket.key] = bucket.bytecode_to_string()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    if not config.getoption("fast"):
+        return []
+    return [
+        f"--fast: deselects the tests marked {', '.join(FAST_DESELECTS)} (runs -m '{config.option.markexpr}')"
+    ]
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if config.getoption("fast"):
+        terminalreporter.write_line(
+            f"--fast deselected the tests marked {', '.join(FAST_DESELECTS)}; "
+            "./scripts/test without --fast runs them"
+        )
+
+
+def markers_from_fixtures(item: pytest.Item) -> set[str]:
+    """The markers that ``item``'s fixtures, parameters and module call for."""
+    names = getattr(item, "fixturenames", ())
+    found = {marker for fixture, marker in FIXTURE_MARKERS.items() if fixture in names}
+    if item.path.name in SLOW_MODULES:
+        found.add("slow")
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        values = [value for value in callspec.params.values() if isinstance(value, str)]
+        found |= {PARAMETER_MARKERS[value] for value in values if value in PARAMETER_MARKERS}
+    return found
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m (and --fast) deselect on the markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in sorted(markers_from_fixtures(item)):
+            if item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Iterator[Any]:
+    """Keep pytest's rewritten test modules (tests/__pycache__, ignored by git) even when
+    PYTHONDONTWRITEBYTECODE is set: rewriting the 150 modules again costs every xdist worker
+    about 10 s of CPU at each run; the cached ones are checked against their source."""
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = saved
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[Any]:
+    running_test.append(item)
+    try:
+        return (yield)
+    finally:
+        running_test.remove(item)
+
+
+def _guard_child_processes() -> None:
+    """A test that starts a ``multiprocessing`` child must be marked ``multiprocess``."""
+    start: Callable[[Any], None] = multiprocessing.process.BaseProcess.start
+    if getattr(start, "authflow_guard", False):
+        return
+
+    def guarded_start(process: Any) -> None:
+        require_marker("multiprocess", "child processes (multiprocessing)")
+        start(process)
+
+    guarded_start.authflow_guard = True  # type: ignore[attr-defined]
+    multiprocessing.process.BaseProcess.start = guarded_start  # type: ignore[method-assign]
+
+
+def _shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder that every process of this run sees: under xdist, the parent of the workers'
+    base temporary folders (the controller's), else this run's base temporary folder."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """A real PostgreSQL server on 127.0.0.1, started once for the whole run."""
+def postgres_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """The run's PostgreSQL server on 127.0.0.1, one for all xdist workers: the first to need
+    it starts it, the last one done stops it. Tests ask for ``postgres_server``."""
+    shared = _shared_folder(tmp_path_factory)
     try:
-        server = start_postgres()
+        server = attach_shared_postgres(shared)
     except Exception as exc:
         missing_part(f"could not start PostgreSQL: {exc}")
         raise
     yield server
-    server.stop()
+    detach_shared_postgres(shared)
+
+
+@pytest.fixture
+def postgres_server(request: pytest.FixtureRequest) -> Iterator[PostgresServer]:
+    """A real PostgreSQL server, for a test marked ``postgres`` (any other fails): the
+    databases the test creates with ``new_database()`` are dropped after it."""
+    require_marker("postgres", "the postgres_server fixture")
+    server: PostgresServer = request.getfixturevalue("postgres_cluster")
+    before = len(server.created)
+    yield server
+    server.drop_databases(server.created[before:])
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    """A real redis-server on a free port of 127.0.0.1, started once for the whole run."""
+def redis_process() -> Iterator[RedisServer]:
+    """A real redis-server on a free port of 127.0.0.1, started once per worker."""
     try:
         server = start_redis()
     except Exception as exc:
@@ -38,6 +231,14 @@ def redis_server() -> Iterator[RedisServer]:
         raise
     yield server
     server.stop()
+
+
+@pytest.fixture
+def redis_server(request: pytest.FixtureRequest) -> RedisServer:
+    """A real redis-server, for a test marked ``redis`` (any other fails)."""
+    require_marker("redis", "the redis_server fixture")
+    server: RedisServer = request.getfixturevalue("redis_process")
+    return server
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

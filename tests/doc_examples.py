@@ -7,15 +7,19 @@ The rules, as README.rst's "Documentation examples" section states them for auth
   compiles, and an error otherwise (it must say what it is).
 * Python blocks of one page run in order, in one namespace (a module named ``__main__``
   whose file is in the page's temporary folder, so ``Flask(__name__)`` puts its instance
-  folder there), with ``-W error``, in one subprocess per page whose working directory is
-  a fresh temporary folder holding a copy of the repository's ``examples/``.
+  folder there), with ``-W error``, in a process of its own whose working directory is a
+  fresh temporary folder holding a copy of the repository's ``examples/``: a runner
+  subprocess (:func:`run_plans`, several pages) forks one child per page before any page
+  ran, so each page starts from the state of a fresh interpreter that imported
+  :data:`PRELOADED`; a page is killed at its timeout and a crash fails that page alone.
 * ``.. doc-example: file NAME`` before a block writes the block to ``NAME`` in that folder
   instead of running it. When a page wrote ``test_*.py`` files, pytest runs on the folder
   after the page and must pass with one test per ``test_*`` function.
 * Console blocks: each ``$ `` command (``\\`` continues a line; leading ``NAME=value``
   words set the environment) whose program is ``flask`` or ``.venv/bin/flask`` runs in the
   page's folder through click's test runner, as a terminal would show it (hidden prompts
-  get :data:`PASSWORD`). A command that loads ``app.py`` (``--app app``, or no app named)
+  get :data:`PASSWORD`), in a child forked for it by a process that no page touched. A
+  command that loads ``app.py`` (``--app app``, or no app named)
   in a folder without one runs against :data:`DEFAULT_APP`, written there as ``app.py``.
   The output shown under the command must match (``...`` matches anything, trailing
   spaces are ignored; no output shown means it is not compared); the exit status must be
@@ -25,24 +29,27 @@ The rules, as README.rst's "Documentation examples" section states them for auth
   one, and the reason may not be empty.
 * ``.. code-block:: text`` is shown, never run (directory layouts, HTTP transcripts).
 
-Run as a script, this module is the page runner (``run PLAN``) and the console runner
-(``flask REQUEST``); it then imports only the standard library, Flask and click.
+Run as a script (``run BATCH``), this module is the page runner; it then imports only the
+standard library and :data:`PRELOADED`.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import traceback
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -388,30 +395,48 @@ def prepare_folder(folder: Path) -> None:
     )
 
 
+#: The files of a page's run, beside its folder: what to run, how it ended, what it printed.
+RUN_FILES = ("plan.json", "result.json", "log")
+
+
 def run_plan(plan: Plan, folder: Path, *, timeout: float = 180) -> RunResult:
-    """Run the plan's steps in a subprocess whose working directory is ``folder``."""
-    prepare_folder(folder)
-    plan_file = folder.parent / f"{folder.name}-plan.json"
-    result_file = folder.parent / f"{folder.name}-result.json"
-    plan_file.write_text(json.dumps({"page": plan.page, "steps": plan.steps}))
+    """Run one page's plan in a runner subprocess whose page child works in ``folder``."""
+    return run_plans([(plan, folder)], timeout=timeout)[0]
+
+
+def run_plans(jobs: list[tuple[Plan, Path]], *, timeout: float = 180) -> list[RunResult]:
+    """Run several pages' plans, in order, in one runner subprocess: each page runs in a child
+    forked from it before any page ran (a fresh namespace and folder, ``timeout`` seconds)."""
+    batch = []
+    for plan, folder in jobs:
+        prepare_folder(folder)
+        files = {kind: folder.parent / f"{folder.name}-{kind}" for kind in RUN_FILES}
+        files["plan.json"].write_text(json.dumps({"page": plan.page, "steps": plan.steps}))
+        batch.append({"folder": str(folder), "timeout": timeout, **{k: str(v) for k, v in files.items()}})
+    batch_file = jobs[0][1].parent / f"{jobs[0][1].name}-batch.json"
+    batch_file.write_text(json.dumps(batch))
     try:
         process = subprocess.run(
-            [python_executable(), "-P", "-W", "error", str(HELPER), "run", str(plan_file), str(result_file)],
-            cwd=folder,
+            [python_executable(), "-P", "-W", "error", str(HELPER), "run", str(batch_file)],
+            cwd=jobs[0][1].parent,
             env=clean_environment(),
             capture_output=True,
             text=True,
-            timeout=timeout,
+            timeout=timeout * len(jobs) + 60,
             check=False,
         )
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode(errors="replace")
-        started = [line for line in out.splitlines() if line.startswith("step ")]
-        last = started[-1][5:] if started else plan.page
-        return RunResult(len(started) - 1, f"{last}: did not finish within {timeout:.0f} s", out)
-    output = process.stdout + process.stderr
+        crashed = f"the page runner crashed:\n{(process.stdout + process.stderr)[-4000:]}"
+    except subprocess.TimeoutExpired:
+        crashed = "the page runner did not finish"
+    return [_page_result(plan, job, crashed) for (plan, _), job in zip(jobs, batch, strict=True)]
+
+
+def _page_result(plan: Plan, job: dict[str, Any], crashed: str) -> RunResult:
+    log = Path(job["log"])
+    output = log.read_text(errors="replace") if log.exists() else ""
+    result_file = Path(job["result.json"])
     if not result_file.exists():
-        return RunResult(0, f"{plan.page}: the page runner crashed:\n{output[-4000:]}", output)
+        return RunResult(0, f"{plan.page}: {crashed}", output)
     result = json.loads(result_file.read_text())
     return RunResult(result["completed"], result["failure"], output)
 
@@ -495,19 +520,15 @@ def _run_flask_step(step: dict[str, Any]) -> str | None:
     if _uses_app_py(step["env"], step["args"]) and not (folder / "app.py").exists():
         (folder / "app.py").write_text(DEFAULT_APP)
     request = folder.parent / f"{folder.name}-flask.json"
+    outcome_file = folder.parent / f"{folder.name}-flask-outcome.json"
+    log = folder.parent / f"{folder.name}-flask.log"
+    outcome_file.unlink(missing_ok=True)
     request.write_text(json.dumps({"args": step["args"]}))
-    process = subprocess.run(
-        [sys.executable, "-P", "-W", "error", str(HELPER), "flask", str(request)],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if process.returncode != 0:
-        return f"the flask command runner crashed:\n{process.stdout}{process.stderr}"
-    outcome = json.loads(process.stdout)
+    job = {"cwd": str(folder), "env": env, "request": str(request), "outcome": str(outcome_file)}
+    status = _COMMANDS.run({**job, "log": str(log)})
+    if status != 0 or not outcome_file.exists():
+        return f"the flask command runner crashed (status {status}):\n{log.read_text(errors='replace')}"
+    outcome = json.loads(outcome_file.read_text())
     shown = step["expected"]
     expects_error = any(line.startswith("Error:") for line in shown.splitlines())
     if outcome["exception"]:
@@ -538,6 +559,9 @@ def _run_page(plan_path: Path, result_path: Path) -> None:
     failure = None
     page_file = REPO / plan["page"]
     for step in plan["steps"]:
+        # Written before each step: a page killed at its timeout is reported at this step.
+        progress = {"completed": completed, "failure": None, "running": step["where"]}
+        result_path.write_text(json.dumps(progress))
         print(f"step {step['where']}", flush=True)
         try:
             if step["kind"] == "file":
@@ -559,7 +583,7 @@ def _run_page(plan_path: Path, result_path: Path) -> None:
     result_path.write_text(json.dumps({"completed": completed, "failure": failure}))
 
 
-def _run_flask(request_path: Path) -> None:
+def _run_flask(request_path: Path, outcome_path: Path) -> None:
     from click.testing import CliRunner
     from flask.cli import cli
 
@@ -569,7 +593,124 @@ def _run_flask(request_path: Path) -> None:
     exception = None
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         exception = "".join(traceback.format_exception(result.exception))
-    print(json.dumps({"exit_code": result.exit_code, "output": result.output, "exception": exception}))
+    outcome = {"exit_code": result.exit_code, "output": result.output, "exception": exception}
+    outcome_path.write_text(json.dumps(outcome))
+
+
+# -- the runner: pages and commands in forked children ----------------------------------------------
+
+#: What the runner imports before it forks anything, so that no page or command pays for it
+#: again: a child starts as a fresh ``python -P -W error`` that has imported these.
+PRELOADED = ("flask", "flask.cli", "click.testing", "flask_authflow")
+
+
+def _wait(pid: int, timeout: float) -> int | None:
+    """The exit status of child ``pid`` (negative: killed by that signal); ``None`` when it
+    did not end within ``timeout`` seconds (it is killed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.005)
+
+
+def _in_child(work: Callable[[], None], cwd: str, log: str) -> None:
+    """In a forked child: run ``work()`` in ``cwd`` with its output to ``log``, then exit."""
+    status = 1
+    try:
+        os.chdir(cwd)
+        with open(log, "wb") as out:
+            os.dup2(out.fileno(), 1)
+            os.dup2(out.fileno(), 2)
+        work()
+        status = 0
+    except BaseException:  # noqa: BLE001 - reported in the log, the status says it failed
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
+class _CommandServer:
+    """A process forked from the runner before any page ran, which forks one child per
+    ``flask`` command of a page: every command starts as a fresh interpreter would, in the
+    page's folder with the command's environment, however far its page has gone."""
+
+    def __init__(self) -> None:
+        self.requests: Any = None
+        self.replies: Any = None
+
+    def start(self) -> None:
+        request_read, request_write = os.pipe()
+        reply_read, reply_write = os.pipe()
+        if os.fork() == 0:
+            os.close(request_write)
+            os.close(reply_read)
+            self._serve(os.fdopen(request_read), os.fdopen(reply_write, "w"))
+        os.close(request_read)
+        os.close(reply_write)
+        self.requests = os.fdopen(request_write, "w")
+        self.replies = os.fdopen(reply_read)
+
+    def run(self, job: dict[str, Any]) -> int | None:
+        """Run one command (see ``_serve``) and return its exit status."""
+        self.requests.write(json.dumps(job) + "\n")
+        self.requests.flush()
+        status: int | None = json.loads(self.replies.readline())
+        return status
+
+    def _serve(self, requests: Any, replies: Any) -> None:
+        for line in requests:
+            job = json.loads(line)
+            pid = os.fork()
+            if pid == 0:
+                os.environ.clear()
+                os.environ.update(job["env"])
+                command = functools.partial(_run_flask, Path(job["request"]), Path(job["outcome"]))
+                _in_child(command, job["cwd"], job["log"])
+            replies.write(json.dumps(_wait(pid, 120)) + "\n")
+            replies.flush()
+        os._exit(0)
+
+
+_COMMANDS = _CommandServer()
+
+
+def _run_batch(batch_path: Path) -> None:
+    """Run each page of the batch in a child forked from this (untouched) process."""
+    import importlib
+
+    for name in PRELOADED:
+        importlib.import_module(name)
+    _COMMANDS.start()
+    for job in json.loads(batch_path.read_text()):
+        plan, result = Path(job["plan.json"]), Path(job["result.json"])
+        pid = os.fork()
+        if pid == 0:
+            _in_child(functools.partial(_run_page, plan, result), job["folder"], job["log"])
+        status = _wait(pid, job["timeout"])
+        if status == 0 and "running" not in json.loads(result.read_text() if result.exists() else "{}"):
+            continue
+        _record_lost_page(job, status)
+
+
+def _record_lost_page(job: dict[str, Any], status: int | None) -> None:
+    """A page child that was killed at its timeout, or died without its result."""
+    result = Path(job["result.json"])
+    progress = json.loads(result.read_text()) if result.exists() else {"completed": 0}
+    where = progress.get("running", json.loads(Path(job["plan.json"]).read_text())["page"])
+    if status is None:
+        failure = f"{where}: did not finish within {job['timeout']:.0f} s"
+    else:
+        log = Path(job["log"]).read_text(errors="replace")
+        failure = f"{where}: the page runner crashed (status {status}):\n{log[-4000:]}"
+    result.write_text(json.dumps({"completed": progress["completed"], "failure": failure}))
 
 
 def iter_pages() -> Iterator[Path]:
@@ -579,12 +720,10 @@ def iter_pages() -> Iterator[Path]:
 
 
 def _entry(argv: list[str]) -> None:
-    if argv[:1] == ["run"] and len(argv) == 3:
-        _run_page(Path(argv[1]), Path(argv[2]))
-    elif argv[:1] == ["flask"] and len(argv) == 2:
-        _run_flask(Path(argv[1]))
+    if argv[:1] == ["run"] and len(argv) == 2:
+        _run_batch(Path(argv[1]))
     else:
-        raise SystemExit("usage: doc_examples.py run PLAN RESULT | flask REQUEST")
+        raise SystemExit("usage: doc_examples.py run BATCH")
 
 
 __all__ = [
@@ -601,6 +740,7 @@ __all__ = [
     "parse_console",
     "plan_page",
     "run_plan",
+    "run_plans",
     "run_pytest",
 ]
 

@@ -33,7 +33,7 @@ import requests
 from flask import Flask, request
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from tests.parts import free_port, missing_part, wait_for_port
+from tests.parts import free_port, missing_part, require_marker, wait_for_port
 
 INTEROP = Path(__file__).parent / "interop"
 OP_SCRIPT = INTEROP / "op.mjs"
@@ -189,6 +189,7 @@ def start_oidc_provider(
     keep_ssrf_guard: bool = False,
 ) -> OidcProviderProcess:
     """Start ``node op.mjs`` on 127.0.0.1 (a free port unless given) and wait until it listens."""
+    require_marker("interop", "oidc-provider (Node)")
     reason = oidc_provider_ready()
     if reason is not None:
         missing_part(reason)
@@ -236,8 +237,16 @@ def start_oidc_provider(
     )
 
 
+@pytest.fixture
+def oidc_op(request: pytest.FixtureRequest) -> OidcProviderProcess:
+    """The worker's ``oidc-provider``, for a test marked ``interop`` (any other fails)."""
+    require_marker("interop", "the oidc_op fixture")
+    op: OidcProviderProcess = request.getfixturevalue("oidc_op_process")
+    return op
+
+
 @pytest.fixture(scope="session")
-def oidc_op() -> Iterator[OidcProviderProcess]:
+def oidc_op_process() -> Iterator[OidcProviderProcess]:
     """``oidc-provider`` on 127.0.0.1 with a back-channel receiver; the RP callback needs no listener."""
     reason = oidc_provider_ready()
     if reason is not None:

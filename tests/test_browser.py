@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.parts import missing_part
+from tests.parts import missing_part, require_marker
 from tests.test_reference_app import live_server  # noqa: F401 - the real server fixture
 
 pytestmark = pytest.mark.browser
 
 
 def _open_browser() -> Any:
+    require_marker("browser", "headless Chromium")
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_path = shutil.which("chromedriver")
     if not chromium or not driver_path:

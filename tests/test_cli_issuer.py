@@ -32,7 +32,7 @@ from flask_authflow.login.password import PasswordHasher
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from tests.appfactory import AppFactory
-from tests.parts import missing_part
+from tests.parts import missing_part, require_marker
 
 # Unwired: the issuer's default key store stays in the app's own database (instance folder),
 # and the tokens minted here are checked by PyJWT and node's jose against the wall clock,
@@ -131,6 +131,7 @@ def verify_with_pyjwt(app: Flask, token: str, audience: str = AUD) -> dict[str, 
 
 
 def verify_with_node(jwks: dict[str, Any], tokens: list[str]) -> list[dict[str, Any]]:
+    require_marker("interop", "Node.js")
     if shutil.which("node") is None or not (INTEROP / "node_modules" / "jose" / "package.json").exists():
         missing_part("Node.js or tests/interop/node_modules/jose missing: run `npm ci` in tests/interop")
     cases = [
@@ -231,6 +232,7 @@ def test_issuer_off_is_a_clean_error_naming_the_key(command: list[str], issuer_c
 # -- mint -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.interop
 def test_minted_token_verifies_with_authflow_pyjwt_and_node_jose(app: Flask) -> None:
     token = mint(app, "--sub", "billing", "--aud", AUD)
     assert header(token) == {"alg": "ES256", "kid": issuer_of(app).current_kid, "typ": "JWT"}
@@ -248,6 +250,7 @@ def test_minted_token_verifies_with_authflow_pyjwt_and_node_jose(app: Flask) -> 
     assert node[0]["payload"] == ours
 
 
+@pytest.mark.interop
 def test_mint_tokens_before_and_after_rotation_verify_everywhere(app: Flask) -> None:
     before = mint(app, "--sub", "a", "--aud", AUD)
     assert run(app, "rotate-key", "--force", "--kid", "second").exit_code == 0
@@ -355,6 +358,7 @@ def test_mint_needs_sub_and_aud(app: Flask, args: list[str]) -> None:
 # -- a real `flask` process -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a real `flask` process
 def test_flask_cli_subprocess_mints_with_the_issuer_example(tmp_path: Path) -> None:
     keys = tmp_path / "example-keys"
     env = {

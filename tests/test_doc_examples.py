@@ -25,11 +25,14 @@ from tests.doc_examples import (
     REPO,
     Block,
     Command,
+    Plan,
+    RunResult,
     output_matches,
     parse_blocks,
     parse_console,
     plan_page,
     run_plan,
+    run_plans,
     run_pytest,
 )
 
@@ -41,15 +44,59 @@ def _page_id(page: Path) -> str:
     return str(page.relative_to(REPO))
 
 
+#: Pages per runner process: a runner forks a child per page (and per ``flask`` command), so a
+#: page still starts from a fresh interpreter's state without paying for one.
+PAGES_PER_RUNNER = 8
+
+
+class PageRuns:
+    """The pages' runs of this session, made a batch at a time: the first test of a batch runs
+    it and the others read their page's result."""
+
+    def __init__(self, selected: list[Path], folders: pytest.TempPathFactory) -> None:
+        self.selected = selected
+        self.folders = folders
+        self.results: dict[Path, tuple[Path, RunResult]] = {}
+
+    def run(self, page: Path, plan: Plan) -> tuple[Path, RunResult]:
+        if page not in self.results:
+            self._run_batch(page, plan)
+        return self.results[page]
+
+    def _run_batch(self, page: Path, plan: Plan) -> None:
+        jobs: list[tuple[Path, Plan]] = [(page, plan)]
+        following = self.selected[self.selected.index(page) + 1 :] if page in self.selected else []
+        for other in following:
+            if len(jobs) == PAGES_PER_RUNNER:
+                break
+            other_plan = plan_page(other)
+            if other not in self.results and other_plan.steps and not other_plan.errors:
+                jobs.append((other, other_plan))
+        folders = [self.folders.mktemp(_page_id(p).replace("/", "-")) / "page" for p, _ in jobs]
+        results = run_plans([(p, folder) for (_, p), folder in zip(jobs, folders, strict=True)])
+        for (done, _), folder, result in zip(jobs, folders, results, strict=True):
+            self.results[done] = (folder, result)
+
+
+@pytest.fixture(scope="module")
+def page_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> PageRuns:
+    selected = [
+        item.callspec.params["page"]
+        for item in request.session.items
+        if isinstance(item, pytest.Function) and item.originalname == "test_page_examples_run"
+    ]
+    return PageRuns(selected, tmp_path_factory)
+
+
+@pytest.mark.slow  # a subprocess per batch of pages and a child per page and per command
 @pytest.mark.parametrize("page", PAGES, ids=_page_id)
-def test_page_examples_run(page: Path, tmp_path: Path) -> None:
+def test_page_examples_run(page: Path, page_runs: PageRuns) -> None:
     plan = plan_page(page)
     assert plan.errors == [], "\n".join(plan.errors)
     if not plan.steps:
         assert not plan.test_files
         return
-    folder = tmp_path / "page"
-    result = run_plan(plan, folder)
+    folder, result = page_runs.run(page, plan)
     assert result.failure is None, result.failure
     assert result.completed == len(plan.steps), result.output[-4000:]
     if plan.test_files:
@@ -242,6 +289,68 @@ def test_a_command_whose_output_differs_fails(tmp_path: Path) -> None:
     assert result.failure is not None
     assert result.failure.startswith("page.rst:3: flask --app app authflow users list printed:")
     assert "alice" in result.failure  # the default app's user
+
+
+def test_pages_of_one_runner_do_not_see_each_other(tmp_path: Path) -> None:
+    """Two pages in one runner: the second starts without the first's names, modules,
+    environment, folder or signal handlers, and a flask command starts fresh too."""
+    first = _page(
+        tmp_path,
+        """\
+        .. doc-example: file helper_module.py
+
+        .. code-block:: python
+
+            VALUE = 1
+
+        .. code-block:: python
+
+            import os, signal, helper_module
+            leftover = helper_module.VALUE
+            os.environ["LEFT_BY_FIRST_PAGE"] = "1"
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        """,
+    )
+    first_plan = plan_page(first, "first.rst")
+    second = tmp_path / "second.rst"
+    second.write_text(
+        textwrap.dedent(
+            """\
+            .. code-block:: python
+
+                import os, signal, sys
+                from pathlib import Path
+                assert "leftover" not in globals() and "helper_module" not in sys.modules
+                assert "LEFT_BY_FIRST_PAGE" not in os.environ
+                assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+                assert not Path("helper_module.py").exists()
+
+            .. code-block:: console
+
+                $ flask --app app authflow users list
+                ...alice...
+            """
+        )
+    )
+    results = run_plans([(first_plan, tmp_path / "one"), (plan_page(second, "second.rst"), tmp_path / "two")])
+    assert [(r.completed, r.failure) for r in results] == [(2, None), (2, None)]
+
+
+def test_a_page_that_hangs_or_dies_is_reported_and_the_next_page_runs(tmp_path: Path) -> None:
+    hangs = _page(tmp_path, ".. code-block:: python\n\n    import time\n    time.sleep(60)\n")
+    dies = tmp_path / "dies.rst"
+    exits = "    import os\n    os._exit(3)\n"
+    dies.write_text(f".. code-block:: python\n\n    x = 1\n\n.. code-block:: python\n\n{exits}")
+    fine = tmp_path / "fine.rst"
+    fine.write_text(".. code-block:: python\n\n    assert 1 + 1 == 2\n")
+    jobs = [(plan_page(hangs, "hangs.rst"), tmp_path / "a"), (plan_page(dies, "dies.rst"), tmp_path / "b")]
+    jobs.append((plan_page(fine, "fine.rst"), tmp_path / "c"))
+    hung, died, ran = run_plans(jobs, timeout=2)
+    assert (hung.completed, hung.failure) == (0, "hangs.rst:3: did not finish within 2 s")
+    assert died.completed == 1
+    assert died.failure is not None
+    assert died.failure.startswith("dies.rst:7: the page runner crashed (status 3)")
+    assert (ran.completed, ran.failure) == (1, None)
 
 
 def test_documented_test_files_are_counted(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import docutils.core
 import docutils.utils
+import pytest
 
 import flask_authflow
 import flask_authflow.federation
@@ -141,6 +142,7 @@ raise SystemExit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow  # a whole Sphinx build
 def test_sphinx_build_resolves_every_reference_without_warnings(tmp_path: Path) -> None:
     """``sphinx-build -n -W``, with every test dependency made unimportable."""
     result = subprocess.run(

@@ -15,9 +15,12 @@ import sys
 from pathlib import Path
 from xml.etree import ElementTree
 
+import pytest
+
 APPS = Path(__file__).resolve().parent / "apps"
 
 
+@pytest.mark.slow  # the example app's own suite in a subprocess
 def test_the_notes_app_suite_passes(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
     report = tmp_path / "report.xml"

@@ -6,6 +6,8 @@ import pkgutil
 import subprocess
 import sys
 
+import pytest
+
 import flask_authflow
 from flask_authflow import errors
 
@@ -18,6 +20,7 @@ def test_every_public_name_resolves_and_is_defined_elsewhere() -> None:
             assert module != "flask_authflow", f"{name} is defined in the facade"
 
 
+@pytest.mark.slow  # about 190 imports of the package, each from scratch
 def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
     modules = [
         info.name
@@ -73,6 +76,7 @@ def test_importing_the_package_loads_no_database_or_token_library() -> None:
     assert _loaded_after("import flask_authflow") == []
 
 
+@pytest.mark.slow  # a fresh interpreter per feature
 def test_a_feature_loads_its_libraries_when_it_is_used() -> None:
     """The check above can fail: the issuer's names and the SQL store bring them in."""
     loaded = _loaded_after(

@@ -4,7 +4,6 @@ alternatives, single use, every malformed code, sealed secrets, lockout, and rac
 from __future__ import annotations
 
 import base64
-import multiprocessing
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -34,6 +33,7 @@ from flask_authflow.outcomes import (
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from tests.authn_support import CTX, fast_hasher, new_session
+from tests.parts import child_processes
 
 PASSWORD = "correct horse"
 KEY = bytes(range(32, 64))  # the same in every process (spawned workers re-import this module)
@@ -533,7 +533,7 @@ def test_different_recovery_codes_in_parallel_all_win(env: Env) -> None:
 
 # --- several processes on PostgreSQL -----------------------------------------------------------
 
-SPAWN = multiprocessing.get_context("spawn")
+SPAWN = child_processes()
 PROCESSES = 3
 
 
@@ -567,6 +567,7 @@ def _race_processes(url: str, kind: FactorKind, value: str, at: datetime) -> lis
 
 
 @pytest.mark.postgres
+@pytest.mark.multiprocess
 def test_one_totp_code_from_several_processes_one_wins(postgres_server: Any, tmp_path: Path) -> None:
     clock = MockClock()
     env = Env(_backend("sqlite", tmp_path, clock, postgres_server.new_database()), clock)
@@ -578,6 +579,7 @@ def test_one_totp_code_from_several_processes_one_wins(postgres_server: Any, tmp
 
 
 @pytest.mark.postgres
+@pytest.mark.multiprocess
 def test_one_recovery_code_from_several_processes_one_wins(postgres_server: Any, tmp_path: Path) -> None:
     clock = MockClock()
     env = Env(_backend("sqlite", tmp_path, clock, postgres_server.new_database()), clock)

@@ -752,6 +752,7 @@ def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.http
+@pytest.mark.slow  # builds a virtualenv and installs the package into it
 def test_a_plain_install_serves_a_configured_providers_login_redirect(tmp_path: Path) -> None:
     """``pip install .`` (not editable, no extras) into a new virtualenv: the provider works."""
     source = tmp_path / "source"

@@ -511,6 +511,7 @@ def test_bad_limits_are_refused(options: dict[str, Any]) -> None:
         RequestsHttpClient(**options)
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_the_module_imports_without_requests_and_names_the_extra() -> None:
     program = (
         "import sys; sys.modules['requests'] = None\n"

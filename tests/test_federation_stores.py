@@ -3,13 +3,15 @@ replay cache shared by every process of the app."""
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from flask_authflow.clock import MockClock
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from tests.parts import child_processes
 
 ISSUER = "https://op.test"
 
@@ -53,9 +55,10 @@ def _race(url: str, start: Any, wins: Any) -> None:
     backend.close()
 
 
+@pytest.mark.multiprocess
 def test_several_processes_replaying_one_jti_only_one_wins(database_url: str) -> None:
     SqlAlchemyBackend(database_url).close()  # tables first
-    context = multiprocessing.get_context("spawn")
+    context = child_processes()
     start = context.Event()
     wins = context.Value("i", 0)
     processes = [context.Process(target=_race, args=(database_url, start, wins)) for _ in range(4)]

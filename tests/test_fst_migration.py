@@ -88,6 +88,7 @@ def fst_copy(fst_database: tuple[Path, dict[str, str]], tmp_path: Path) -> str:
     return f"sqlite:///{copy}"
 
 
+@pytest.mark.slow  # real legacy hashes at their real costs
 @pytest.mark.authflow_stores("sql")
 def test_every_fst_user_logs_in_and_is_rehashed(
     app_factory: AppFactory, tmp_path: Path, fst_database: tuple[Path, dict[str, str]]

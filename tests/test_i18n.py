@@ -111,6 +111,7 @@ def test_without_babel_the_functions_answer_formatted_english(app_factory: AppFa
     assert '<html lang="en">' in page.text and "<h1>Sign in</h1>" in page.text
 
 
+@pytest.mark.slow  # a fresh interpreter without flask_babel
 def test_without_flask_babel_installed_the_package_works_in_english(tmp_path) -> None:
     """``flask_babel`` cannot be imported (the extra is not installed): the functions answer
     English and the pages render."""

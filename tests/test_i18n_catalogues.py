@@ -284,6 +284,7 @@ def test_the_checker_reports_missing_fuzzy_empty_and_broken_entries(wanted: Cata
     )
 
 
+@pytest.mark.slow  # runs the extraction script
 @pytest.mark.skipif(shutil.which("bash") is None, reason="the script is a bash script")
 def test_the_update_script_finds_nothing_to_do(tmp_path: Path) -> None:
     """``scripts/update-translations --check`` (extract, compare) agrees with the catalogues."""

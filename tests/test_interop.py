@@ -29,9 +29,9 @@ from werkzeug.serving import BaseWSGIServer, make_server
 from flask_authflow.issuer import LocalIdp, LocalIdpSigningKey, MemoryLocalIdpKeyStore, MintClaims
 from flask_authflow.jose import b64url_decode, b64url_encode
 from flask_authflow.testing.fixture import LocalIdpFixture
-from tests.parts import missing_part
+from tests.parts import missing_part, require_marker
 
-pytestmark = [pytest.mark.http, pytest.mark.node]
+pytestmark = [pytest.mark.http, pytest.mark.interop]
 
 INTEROP = Path(__file__).parent / "interop"
 AUD = "api://interop"
@@ -74,6 +74,7 @@ def serve() -> Iterator[Callable[[LocalIdp], Served]]:
 
 
 def node_ready() -> bool:
+    require_marker("interop", "Node.js")
     return shutil.which("node") is not None and (INTEROP / "node_modules" / "jose" / "package.json").exists()
 
 

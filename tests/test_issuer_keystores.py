@@ -245,6 +245,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a subprocess killed in the middle of a rotation
 def test_crash_during_rotation_leaves_a_loadable_store(tmp_path: Path) -> None:
     store = FileLocalIdpKeyStore.initialize(tmp_path / "keys", es().with_key_id("genesis"))
     rng = random.Random(1234)

@@ -9,7 +9,6 @@ threads and across processes.
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from tests.parts import child_processes
 
 CTX = AuditContext(client_ip="203.0.113.7", ip_source="peer", user_agent="race", request_id="race")
 RIGHT = "correct horse battery staple"
@@ -238,12 +238,13 @@ def _process_burst(url: str, count: int, start: Any, verifications: Any) -> None
 
 
 @pytest.mark.postgres
+@pytest.mark.multiprocess
 def test_several_processes_on_postgresql_run_at_most_five_verifications(postgres_server: Any) -> None:
     url = postgres_server.new_database()
     clock = MockClock()
     setup = SqlAlchemyBackend(url, hasher=CountingHasher(), clock=clock)
     setup.create_user("acme", "alice", RIGHT)
-    context = multiprocessing.get_context("spawn")
+    context = child_processes()
     start = context.Event()
     verifications = context.Value("i", 0)
     processes = [

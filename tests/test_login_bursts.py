@@ -15,7 +15,6 @@ another account, keeps logging in; his logins keep their normal latency:
 
 from __future__ import annotations
 
-import multiprocessing
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -40,6 +39,7 @@ from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.testing import Outbox
 from tests.authn_support import CTX, fast_hasher, new_session
 from tests.concurrency import run_together
+from tests.parts import child_processes
 
 PASSWORD = "correct horse battery staple"
 BYSTANDER_PASSWORD = "bystander-kestrel-lantern-77"
@@ -48,7 +48,7 @@ BURST = 50
 #: A bystander's login may take this long while alice's burst runs (it takes milliseconds
 #: alone; before the fix it waited for the pool's 30 s timeout and failed).
 BYSTANDER_LIMIT = 2.0
-SPAWN = multiprocessing.get_context("spawn")
+SPAWN = child_processes()
 
 
 def make_service(backend: SqlAlchemyBackend, clock: MockClock, outbox: Outbox | None = None) -> AuthnService:
@@ -291,6 +291,7 @@ def _process_burst(url: str, sids: list[Any], code: str, kind: str, start: Any, 
 
 
 @pytest.mark.postgres
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("kind", ["recovery_code", "email_otp"])
 def test_several_processes_submitting_one_code_log_in_once(postgres_server: Any, kind: str) -> None:
     """recovery_code: 50 logins of alice at their second step submit one code; email_otp: 50

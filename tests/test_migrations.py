@@ -7,7 +7,6 @@ flask-authflow's tables."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import secrets
 import subprocess
@@ -39,6 +38,7 @@ from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.schema import add_tables_to, metadata
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
 from tests.appfactory import AppFactory
+from tests.parts import child_processes
 
 # The schema of the app's SQL database is the point: never the plugin's in-memory stores.
 pytestmark = pytest.mark.authflow_stores("sql")
@@ -186,12 +186,13 @@ def _upgrade_when_all_are_ready(url: str, ready: Any, outcomes: Any) -> None:
         engine.dispose()
 
 
+@pytest.mark.multiprocess
 def test_processes_upgrading_at_once_take_turns(
     database_url: str, engines: Callable[[str], sa.Engine]
 ) -> None:
     """Several processes (workers starting together) upgrading one new database: the
     schema lock makes one do the work and the others find it done."""
-    context = multiprocessing.get_context("spawn")
+    context = child_processes()
     ready = context.Barrier(3)
     outcomes = context.Queue()
     processes = [

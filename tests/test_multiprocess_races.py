@@ -21,7 +21,6 @@ a table lock), never by Python locks, which do not reach across processes:
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections import Counter
 from dataclasses import replace
@@ -46,12 +45,13 @@ from flask_authflow.outcomes import FactorKind
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend, attempts_table
 from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore, sessions_table
+from tests.parts import child_processes
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.multiprocess]
 
 KEY = bytes(range(32))
 WORKERS = 3
-SPAWN = multiprocessing.get_context("spawn")
+SPAWN = child_processes()
 
 
 def _signed_in(user: str, tenant: str) -> SessionRecord:

@@ -47,9 +47,10 @@ from tests.oidc_parts import (
 )
 from tests.provider_tokens_support import PROVIDER, keeper
 
-pytestmark = [pytest.mark.http, pytest.mark.node]
+pytestmark = [pytest.mark.http, pytest.mark.interop]
 
-oidc_op = oidc_parts.oidc_op  # the session-scoped fixture
+oidc_op = oidc_parts.oidc_op  # the marker check in front of the session-scoped provider
+oidc_op_process = oidc_parts.oidc_op_process
 
 
 def _pkce() -> tuple[str, str]:

@@ -6,7 +6,6 @@ Python lock, which would not reach across processes.
 
 from __future__ import annotations
 
-import multiprocessing
 from typing import Any
 
 import pytest
@@ -18,11 +17,12 @@ from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import FactorCredential, FactorKind, FactorRequired
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from tests.authn_support import CTX, fast_hasher, new_session
+from tests.parts import child_processes
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.multiprocess]
 
 PROCESSES = 4
-SPAWN = multiprocessing.get_context("spawn")
+SPAWN = child_processes()
 
 
 def _racer(url: str, token: str, index: int, barrier: Any, out: Any) -> None:

@@ -102,6 +102,7 @@ def _write_project(pytester: pytest.Pytester, dev_db: Path) -> None:
     pytester.makepyfile(myapp=MYAPP.format(dev_db=str(dev_db)), conftest=CONFTEST, test_myapp=TESTS)
 
 
+@pytest.mark.slow  # pytest runs in a subprocess, as a user's suite
 def test_default_wiring_keeps_tests_off_the_development_database(
     pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -115,6 +116,7 @@ def test_default_wiring_keeps_tests_off_the_development_database(
     assert not dev_db.exists()
 
 
+@pytest.mark.slow  # pytest runs in a subprocess, as a user's suite
 def test_sql_wiring_accepts_a_database_inside_tmp_path(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\n")
     pytester.makepyfile(
@@ -148,6 +150,7 @@ def test_sql_store_used(app, login_client, tmp_path):
     result.assert_outcomes(passed=2)
 
 
+@pytest.mark.slow  # pytest runs in a subprocess, as a user's suite
 def test_app_marker_and_ini_turn_the_wiring_off(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\n")
     pytester.makepyfile(

@@ -3,7 +3,6 @@ PostgreSQL; the refresh claim raced by threads, and by processes against Postgre
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -19,7 +18,7 @@ from flask_authflow.federation.provider import OAuthProviderConfig
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from tests.federation_support import ServedProvider
-from tests.parts import PostgresServer
+from tests.parts import PostgresServer, child_processes
 from tests.provider_tokens_support import (
     CLIENT_ID,
     CLIENT_SECRET,
@@ -31,7 +30,7 @@ from tests.provider_tokens_support import (
 )
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
-SPAWN = multiprocessing.get_context("spawn")
+SPAWN = child_processes()
 WORKERS = 4
 
 
@@ -197,6 +196,7 @@ def provider_config_at(discovery_url: str) -> OAuthProviderConfig:
 
 
 @pytest.mark.postgres
+@pytest.mark.multiprocess
 def test_worker_processes_refresh_once(postgres_server: PostgresServer) -> None:
     served = ServedProvider()
     url = postgres_server.new_database()

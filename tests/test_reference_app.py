@@ -286,6 +286,7 @@ def _call(
         return error.code, error.read().decode()
 
 
+@pytest.mark.slow  # the reference app served by a `flask run` subprocess
 @pytest.mark.http
 def test_reference_app_over_real_http(live_server: str) -> None:
     jar = CookieJar()

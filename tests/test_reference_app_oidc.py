@@ -26,7 +26,7 @@ from flask_authflow import get_state
 from tests.oidc_parts import OidcProviderProcess, drive_login, drive_logout, start_oidc_provider, wait_until
 from tests.parts import free_port
 
-pytestmark = [pytest.mark.http, pytest.mark.node]
+pytestmark = [pytest.mark.http, pytest.mark.interop]
 
 
 @dataclass

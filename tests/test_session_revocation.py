@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -34,6 +33,7 @@ from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
 from flask_authflow.testing.pytest_plugin import login_test_client
 from tests.appfactory import AppFactory, base_app
+from tests.parts import child_processes
 from tests.test_session_interface import (
     COOKIE,
     KEY,
@@ -189,6 +189,8 @@ def _process_refresher(url: str, sids: list[str], barrier: Any, out: Any) -> Non
     out.put(written)
 
 
+@pytest.mark.postgres
+@pytest.mark.multiprocess
 def test_refresh_racing_revoke_never_resurrects_processes_postgresql(postgres_server: Any) -> None:
     url = postgres_server.new_database()
     clock = MockClock()
@@ -197,7 +199,7 @@ def test_refresh_racing_revoke_never_resurrects_processes_postgresql(postgres_se
         records = [user_record(clock) for _ in range(8)]
         for record in records:
             store.save(record, clock.now() + HOUR)
-        ctx = multiprocessing.get_context("spawn")
+        ctx = child_processes()
         workers = 3
         barrier = ctx.Barrier(workers + 1, timeout=60)
         out = ctx.Queue()

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -54,6 +55,7 @@ def _run(code: str, cwd: Path, *extra_path: Path) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_testing_without_pytest_raises_missing_extra_error_naming_the_extra(tmp_path: Path) -> None:
     run = _run(
         """
@@ -78,6 +80,7 @@ def test_testing_without_pytest_raises_missing_extra_error_naming_the_extra(tmp_
     assert "'pytest'" in message
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_a_broken_pytest_install_is_not_reported_as_a_missing_extra(tmp_path: Path) -> None:
     """Only pytest itself missing means the extra is missing; another missing module inside
     pytest is that module's error, unchanged."""

@@ -5,7 +5,6 @@ hammering address is throttled; a throttled request runs no Argon2 (counted)."""
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,6 +19,7 @@ from flask_authflow.outcomes import Authenticated
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.throttle import Throttle, parse_limits
+from tests.parts import child_processes
 from tests.test_throttle import RIGHT, CountingHasher, attempt
 
 WRONG = "wrong password 1"
@@ -116,12 +116,13 @@ def _process_stuffing(url: str, process: int, start: Any, verifies: Any, throttl
 
 
 @pytest.mark.postgres
+@pytest.mark.multiprocess
 def test_several_processes_on_postgresql(postgres_server: Any, request: pytest.FixtureRequest) -> None:
     url = postgres_server.new_database()
     setup = SqlAlchemyBackend(url, hasher=CountingHasher(), clock=MockClock())
     request.addfinalizer(setup.close)
     setup.create_user("acme", "alice", RIGHT)
-    context = multiprocessing.get_context("spawn")
+    context = child_processes()
     start = context.Event()
     verifies, throttled, locked = context.Value("i", 0), context.Value("i", 0), context.Value("i", 0)
     processes = [

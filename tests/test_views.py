@@ -48,7 +48,7 @@ from flask_authflow.web.state import account_admin
 from flask_authflow.web.views import VIEWS_BLUEPRINT, csrf_token, register_views
 from flask_authflow.web.views.common import MESSAGES
 from tests.appfactory import AppFactory, base_app
-from tests.parts import missing_part
+from tests.parts import missing_part, require_marker
 from tests.webauthn_soft import SoftAuthenticator
 
 PASSWORD = "correct horse battery"
@@ -1951,6 +1951,7 @@ def run_webauthn_script(
 ) -> dict[str, Any]:
     """Run the page's WebAuthn script in Node: ``start`` is clicked (a button) or submitted
     (a form); ``responses`` answer its requests by URL."""
+    require_marker("interop", "Node.js")
     node = shutil.which("node")
     if node is None:
         missing_part("Node.js is not installed (scripts/test provisions it): the WebAuthn script cannot run")
@@ -1993,6 +1994,7 @@ def key_site(app_factory: AppFactory) -> tuple[Site, FakeKey]:
     return site, key
 
 
+@pytest.mark.interop  # runs the page's WebAuthn script in Node
 def test_the_security_key_button_passes_the_step(key_site: tuple[Site, FakeKey]) -> None:
     site, key = key_site
     get_state(site.app).service.register_factor(FixedCode("123456"))
@@ -2045,6 +2047,7 @@ def test_the_security_key_button_passes_the_step(key_site: tuple[Site, FakeKey])
     assert done.status_code == 302 and done.location == "/private"
 
 
+@pytest.mark.interop  # runs the page's WebAuthn script in Node
 def test_the_script_reports_refusals_and_follows_locations(key_site: tuple[Site, FakeKey]) -> None:
     site, _ = key_site
     site.backend.enroll_factor("default", site.user_id(), FactorKind.WEBAUTHN, "seed")
@@ -2063,6 +2066,7 @@ def test_the_script_reports_refusals_and_follows_locations(key_site: tuple[Site,
     assert refused["status"] == {"webauthn-status": "Expired."} and refused["submitted"] is None
 
 
+@pytest.mark.interop  # runs the page's WebAuthn script in Node
 def test_add_a_security_key_through_the_page(key_site: tuple[Site, FakeKey]) -> None:
     site, key = key_site
     client, other = site.client(), site.client()
@@ -2109,6 +2113,7 @@ def test_add_a_security_key_through_the_page(key_site: tuple[Site, FakeKey]) -> 
     assert other.get("/account").status_code == 401
 
 
+@pytest.mark.interop  # runs the page's WebAuthn script in Node
 def test_adding_a_key_on_a_stale_login_goes_to_the_step_up(key_site: tuple[Site, FakeKey]) -> None:
     site, _ = key_site
     client = site.client()
@@ -2127,6 +2132,7 @@ def test_adding_a_key_on_a_stale_login_goes_to_the_step_up(key_site: tuple[Site,
     assert too_long.status_code == 400
 
 
+@pytest.mark.interop  # runs the page's WebAuthn script in Node
 def test_sign_in_with_a_passkey(key_site: tuple[Site, FakeKey]) -> None:
     site, key = key_site
     enrolling = site.client()
@@ -2482,6 +2488,7 @@ def test_step_up_with_a_security_key(webauthn_site: Site) -> None:
     assert gone.status_code == 409 and gone.json["location"] == "/step-up?next=/account/factors"
 
 
+@pytest.mark.interop  # runs the page's WebAuthn script in Node
 def test_the_security_key_button_on_the_step_up_page(key_site: tuple[Site, FakeKey]) -> None:
     site, key = key_site
     client = site.client()
