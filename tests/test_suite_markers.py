@@ -25,7 +25,10 @@ from tests.parts import (
 
 pytest_plugins = ["pytester"]
 
-INI = "[pytest]\naddopts = --strict-markers -p no:cacheprovider\nmarkers =\n" + "".join(
+# --assert=plain: the inner runs are in-process, and a worker that already imported
+# tests.oidc_parts for another module would see it "already imported, cannot be rewritten",
+# an error under -W error before any inner test runs.
+INI = "[pytest]\naddopts = --strict-markers -p no:cacheprovider --assert=plain\nmarkers =\n" + "".join(
     f"    {name}: a part marker\n" for name in (*FAST_DESELECTS, "http")
 )
 CONFTEST = 'pytest_plugins = ["tests.conftest", "tests.oidc_parts"]\n'
