@@ -124,12 +124,43 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
+#: What --fast deselected in this process: the total, then the count per marker (a test can
+#: carry several); under xdist each worker sends its counts to the controller.
+FAST_COUNTS = pytest.StashKey[dict[str, int]]()
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if not items or not items[0].config.getoption("fast"):
+        return
+    counts = items[0].config.stash.setdefault(FAST_COUNTS, {})
+    counts["total"] = counts.get("total", 0) + len(items)
+    for marker in FAST_DESELECTS:
+        counts[marker] = counts.get(marker, 0) + sum(1 for item in items if item.get_closest_marker(marker))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["authflow_fast"] = session.config.stash.get(FAST_COUNTS, {})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """The controller keeps one worker's counts: every worker collects the same tests."""
+    counts = getattr(node, "workeroutput", {}).get("authflow_fast")
+    if counts:
+        node.config.stash[FAST_COUNTS] = counts
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    if config.getoption("fast"):
-        terminalreporter.write_line(
-            f"--fast deselected the tests marked {', '.join(FAST_DESELECTS)}; "
-            "./scripts/test without --fast runs them"
-        )
+    if not config.getoption("fast"):
+        return
+    counts = config.stash.get(FAST_COUNTS, {})
+    detail = ", ".join(f"{marker} {counts.get(marker, 0)}" for marker in FAST_DESELECTS)
+    terminalreporter.write_line(
+        f"--fast deselected {counts.get('total', 0)} tests ({detail}; -m '{config.option.markexpr}'); "
+        "./scripts/test without --fast runs them"
+    )
 
 
 def markers_from_fixtures(item: pytest.Item) -> set[str]:
