@@ -53,9 +53,6 @@ FIXTURE_MARKERS = {
 #: A parametrized test with one of these values (a store kind, ``database_url``) gets the marker.
 PARAMETER_MARKERS = {"postgresql": "postgres", "postgres": "postgres", "redis": "redis"}
 #: Modules whose every test is slow, marked here because this file may not edit them.
-SLOW_MODULES = {"test_packaging.py"}  # builds the sdist and the wheel, installs them in new venvs
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--fast",
@@ -167,8 +164,6 @@ def markers_from_fixtures(item: pytest.Item) -> set[str]:
     """The markers that ``item``'s fixtures, parameters and module call for."""
     names = getattr(item, "fixturenames", ())
     found = {marker for fixture, marker in FIXTURE_MARKERS.items() if fixture in names}
-    if item.path.name in SLOW_MODULES:
-        found.add("slow")
     callspec = getattr(item, "callspec", None)
     if callspec is not None:
         values = [value for value in callspec.params.values() if isinstance(value, str)]
