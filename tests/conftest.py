@@ -52,6 +52,8 @@ FIXTURE_MARKERS = {
 }
 #: A parametrized test with one of these values (a store kind, ``database_url``) gets the marker.
 PARAMETER_MARKERS = {"postgresql": "postgres", "postgres": "postgres", "redis": "redis"}
+
+
 #: Modules whose every test is slow, marked here because this file may not edit them.
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
