@@ -59,7 +59,10 @@ def repo(tmp_path: Path) -> Path:
 def _run(
     repo: Path, script: str, *args: str, path: str | None = None, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    environ = dict(os.environ, FAKE_LOG=str(repo / "calls.log"), **env)
+    # the scripts' own variables come from the test, not from the run (./scripts/test-latest
+    # sets AUTHFLOW_VENV for the whole suite)
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("AUTHFLOW_")}
+    environ = dict(inherited, FAKE_LOG=str(repo / "calls.log"), **env)
     if path is not None:
         environ["PATH"] = path
     return subprocess.run(
