@@ -71,9 +71,12 @@ def test_another_key_or_salt_or_payload_is_forged() -> None:
         {"d": CLAIM.device_id, "t": "acme", "u": "u1", "f": "ab", "x": 1},
     ):
         assert cookie.read(str(signer.dumps(payload)), UA).refused == "forged", payload
-    # One flipped character of a valid value.
+    # One flipped character of a valid value's signature: its first character, whose six
+    # bits all count (the last one of a base64 signature carries unused padding bits, so
+    # flipping "B" to "A" there can decode to the same bytes and pass).
     value = cookie.issue(CLAIM, UA)
-    flipped = value[:-1] + ("A" if value[-1] != "A" else "B")
+    head, signature = value.rsplit(".", 1)
+    flipped = f"{head}.{'A' if signature[0] != 'A' else 'B'}{signature[1:]}"
     assert cookie.read(flipped, UA).refused == "forged"
 
 
