@@ -396,12 +396,7 @@ class AuthFlow:
             http_client=http_client,
             mail_sender=mail_sender,
         ).over(self.adapters)
-        check_extras(
-            app.config, federation=bool(app.config.get("AUTHFLOW_OAUTH_PROVIDERS") or self._providers)
-        )
-        apply_defaults(app.config)
-        config = AuthFlowConfig.from_config(app.config)
-        check_mail_settings(app, config, sender_given=given.mail_sender is not None)
+        config = self._checked_config(app, given)
         clock = given.clock if given.clock is not None else SystemClock()
         hasher = given.hasher if given.hasher is not None else _hasher(config.hashing)
         database = _database(app, config)
@@ -449,6 +444,17 @@ class AuthFlow:
         self._apps.add(app)
         if config.web.views:
             self.views.register(app)
+
+    def _checked_config(self, app: Flask, given: Adapters) -> AuthFlowConfig:
+        """``app``'s configuration with its defaults, refused (with what to set) where an extra
+        is missing or a mail feature has no origin for its links or no sender."""
+        check_extras(
+            app.config, federation=bool(app.config.get("AUTHFLOW_OAUTH_PROVIDERS") or self._providers)
+        )
+        apply_defaults(app.config)
+        config = AuthFlowConfig.from_config(app.config)
+        check_mail_settings(app, config, sender_given=given.mail_sender is not None)
+        return config
 
     def _install_federation(self, app: Flask, state: AuthFlowState, http_client: Any) -> None:
         from flask_authflow.web.federation_wiring import build_federation, register_oauth_blueprint
