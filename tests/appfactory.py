@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol
 from flask import Flask
 
 from flask_authflow import AuthFlow
+from flask_authflow.testing import Outbox
 
 __all__ = ["BASE_CONFIG", "AppFactory", "base_app", "make_app"]
 
@@ -85,3 +86,15 @@ class AppFactory(Protocol):
     """:func:`make_app` bound to a test's folder, clock and hasher (the ``app_factory`` fixture)."""
 
     def __call__(self, **overrides: Any) -> Flask: ...
+
+
+class HtmlOutbox(Outbox):
+    """An outbox that also keeps each mail's HTML part, as the SMTP sender sends it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.html: list[str] = []
+
+    def send_html(self, to: str, subject: str, body: str, html: str) -> None:
+        self.send(to, subject, body)
+        self.html.append(html)

@@ -13,7 +13,7 @@ from flask_authflow.errors import ConfigurationError
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.testing.pytest_plugin import Outbox
 from flask_authflow.web.state import get_state
-from tests.appfactory import AppFactory
+from tests.appfactory import AppFactory, HtmlOutbox
 from tests.test_views import PASSWORD, FixedCode, Site, csrf_of, login, make_site
 
 COOKIE = "authflow_device"
@@ -352,18 +352,6 @@ def test_a_failing_place_hook_is_unknown_place(site: Site) -> None:
     assert login(client, username="bob", password="bob's own password").status_code == 302
     [device] = site.backend.list_devices("default", site.user_id("bob"))
     assert device.place is None
-
-
-class HtmlOutbox(Outbox):
-    """An outbox that also takes the HTML alternative, as the SMTP sender does."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.html: list[str] = []
-
-    def send_html(self, to: str, subject: str, body: str, html: str) -> None:
-        self.send(to, subject, body)
-        self.html.append(html)
 
 
 def test_the_new_device_mail_has_an_html_part_when_the_sender_takes_one(app_factory: AppFactory) -> None:

@@ -56,6 +56,7 @@ from flask_authflow.outcomes import (
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.testing import Outbox
+from tests.appfactory import HtmlOutbox
 from tests.authn_support import CTX, fast_hasher, new_session
 from tests.smtp_server import SmtpTestServer, smtp_server  # noqa: F401 - the real SMTP server fixture
 
@@ -793,16 +794,6 @@ def test_a_step_up_sends_the_code_but_not_to_a_locked_account(env: Env) -> None:
 
 
 # --- the HTML part --------------------------------------------------------------------------------
-
-
-class HtmlOutbox(Outbox):
-    def __init__(self) -> None:
-        super().__init__()
-        self.html: list[str] = []
-
-    def send_html(self, to: str, subject: str, body: str, html: str) -> None:
-        self.send(to, subject, body)
-        self.html.append(html)
 
 
 def test_a_code_mail_has_an_html_part_from_the_overridable_template(clock: MockClock) -> None:

@@ -25,9 +25,8 @@ from werkzeug.wrappers import Response
 
 from flask_authflow import AuthFlow
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.testing.pytest_plugin import Outbox
 from flask_authflow.web.state import EXTENSION_KEY, get_state
-from tests.appfactory import AppFactory
+from tests.appfactory import AppFactory, HtmlOutbox
 from tests.test_views import PASSWORD, Site, csrf_of, make_site
 
 ORIGIN = "https://app.example.com"
@@ -35,18 +34,6 @@ ORIGIN = "https://app.example.com"
 FORGED = {"Host": "evil.example", "X-Forwarded-Host": "evil.example", "X-Forwarded-Proto": "http"}
 NEW_PASSWORD = "a brand new passphrase 2024"
 LINK = re.compile(r"https?://[^\s\"'<>]+")
-
-
-class HtmlOutbox(Outbox):
-    """Keeps the HTML part too, as the SMTP sender sends it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.html: list[str] = []
-
-    def send_html(self, to: str, subject: str, body: str, html: str) -> None:
-        self.send(to, subject, body)
-        self.html.append(html)
 
 
 def mailing_site(app_factory: AppFactory, *, proxy: bool = False, **config: Any) -> tuple[Site, HtmlOutbox]:
