@@ -12,49 +12,17 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tests.locks import read_lock
 
 REPO = Path(__file__).resolve().parent.parent
 LOCKS = REPO / "requirements"
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^ ;\\]+)(?: ; ([^\\]+?))? \\$")
-
-
-@dataclass(frozen=True)
-class Pin:
-    name: str
-    version: str
-    marker: Marker | None
-    hashes: tuple[str, ...]
-
-    def applies(self) -> bool:
-        """Whether pip installs this pin on this interpreter and platform."""
-        return self.marker is None or self.marker.evaluate()
-
-
-def read_lock(path: Path) -> list[Pin]:
-    """The pins of a pip-compile-style lock file, each with its ``--hash`` lines."""
-    pins: list[Pin] = []
-    current: tuple[str, str, Marker | None] | None = None
-    hashes: list[str] = []
-    for line in [*path.read_text().splitlines(), ""]:
-        found = PIN.match(line)
-        if found or not line.startswith("    "):
-            if current is not None:
-                pins.append(Pin(*current, tuple(hashes)))
-            current, hashes = None, []
-        if found:
-            marker = Marker(found[3]) if found[3] else None
-            current = (canonicalize_name(found[1]), found[2], marker)
-        elif line.strip().startswith("--hash=sha256:"):
-            hashes.append(line.strip().removeprefix("--hash=sha256:").rstrip(" \\"))
-    return pins
 
 
 def lock_extras(path: Path) -> list[str]:

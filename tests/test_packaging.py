@@ -41,6 +41,7 @@ from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
 from tests.doc_examples import clean_environment, count_tests, parse_blocks, parse_console
+from tests.locks import parse_lock
 from tests.parts import missing_part
 
 pytestmark = pytest.mark.slow
@@ -62,13 +63,9 @@ DOCUMENTED_WHEEL = re.compile(
     r"^(?:\S*/)?dist/(?P<name>flask_authflow-[^/\[\s]+\.whl)(?P<extras>\[[^\]]*\])?$"
 )
 _WHEEL_VERSION = re.compile(r"flask_authflow-(\d[^-\s/'\[]*)-py3-none-any\.whl")
+
+
 #: A pinned line of a pip-compile lock: ``name[extras]==version ; markers \``.
-_PIN = re.compile(
-    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*(?P<version>[^\s;\\]+)"
-    r"\s*(?:;(?P<marker>[^\\]*))?"
-)
-
-
 @dataclass(frozen=True)
 class Dists:
     sdist: Path
@@ -115,15 +112,7 @@ def lock_pins(lock: str) -> list[str]:
     """The ``name==version ; markers`` lines of a pip-compile lock, as a constraints file
     may hold them: pip refuses hashes (and extras) there, so both are left out, as are
     comments and options."""
-    pins: list[str] = []
-    for line in lock.splitlines():
-        found = _PIN.match(line.partition("#")[0])
-        if found is None:
-            continue  # a --hash or "# via" continuation, a comment, an option
-        pin = f"{found['name']}=={found['version']}"
-        marker = (found["marker"] or "").strip()
-        pins.append(f"{pin} ; {marker}" if marker else pin)
-    return pins
+    return [pin.constraint() for pin in parse_lock(lock)]
 
 
 @pytest.fixture(scope="session")
