@@ -15,7 +15,15 @@ from flask import Response, g, has_request_context, jsonify, request
 from flask_authflow.errors import AuthFlowError
 from flask_authflow.i18n import N_, gettext, translate
 
-__all__ = ["AUDIT_CONTEXT_KEY", "SERVER_ERROR_MESSAGE", "error_response", "request_id", "wants_json"]
+__all__ = [
+    "AUDIT_CONTEXT_KEY",
+    "PACKAGE_HEADERS",
+    "SERVER_ERROR_MESSAGE",
+    "error_response",
+    "package_headers",
+    "request_id",
+    "wants_json",
+]
 
 log = logging.getLogger("flask_authflow")
 
@@ -24,6 +32,9 @@ AUDIT_CONTEXT_KEY = "_authflow_audit_context"
 _FALLBACK_ID_KEY = "_authflow_error_request_id"
 #: What a client sees of a 5xx error (followed by the request id).
 SERVER_ERROR_MESSAGE = N_("the service could not complete the request; try again later")
+#: Headers on every answer of the package's blueprints (pages, JSON, errors): no content
+#: sniffing, and no ``Referer`` that would carry a reset link's token to another site.
+PACKAGE_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 
 def request_id() -> str:
@@ -76,4 +87,13 @@ def error_response(error: AuthFlowError) -> Response:
     response.headers["Cache-Control"] = "no-store"
     if error.retry_after is not None:
         response.headers["Retry-After"] = str(error.retry_after)
+    return response
+
+
+def package_headers(response: Response) -> Response:
+    """``after_request`` of the package's blueprints: :data:`PACKAGE_HEADERS`, unless the
+    view set its own value. An application adds them to its own views by registering this
+    function (``app.after_request(package_headers)``)."""
+    for name, value in PACKAGE_HEADERS.items():
+        response.headers.setdefault(name, value)
     return response

@@ -14,6 +14,7 @@ from flask.sansio.blueprints import BlueprintSetupState
 
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.issuer.idp import LocalIdp
+from flask_authflow.responses import package_headers
 
 __all__ = ["CACHE_CONTROL", "current_issuer", "jwks", "make_blueprint", "openid_configuration"]
 
@@ -66,6 +67,7 @@ def make_blueprint(idp: LocalIdp, url_prefix: str | None = None) -> Blueprint:
         "/.well-known/openid-configuration", "openid_configuration", openid_configuration, methods=["GET"]
     )
     bp.add_url_rule("/jwks.json", "jwks", jwks, methods=["GET"])
+    bp.after_request(package_headers)
 
     def bind(state: BlueprintSetupState) -> None:
         existing = state.app.extensions.get(_APP_KEY)

@@ -33,6 +33,8 @@ from typing import Any
 
 from flask import current_app, g, request
 
+from flask_authflow.errors import InvalidInput
+from flask_authflow.web.json_body import json_body
 from flask_authflow.web.state import current_auth_session, get_state
 
 __all__ = [
@@ -108,8 +110,12 @@ def csrf_valid() -> bool:
 
 
 def _json_field() -> str | None:
-    """The ``csrf_token`` member of a JSON body (an object), if any."""
-    body = request.get_json(silent=True) if request.is_json else None
+    """The ``csrf_token`` member of a JSON body (an object), if any; none for a body that
+    :func:`~flask_authflow.web.json_body.json_body` refuses (too deep, too large)."""
+    try:
+        body = json_body()
+    except InvalidInput:
+        return None
     value = body.get(FIELD_NAME) if isinstance(body, dict) else None
     return value if isinstance(value, str) else None
 

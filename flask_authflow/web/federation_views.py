@@ -55,8 +55,10 @@ from flask_authflow.federation.errors import OAuthError
 from flask_authflow.federation.linking import IdentityLinked
 from flask_authflow.federation.login import FederationService, OAuthLoginOptions
 from flask_authflow.i18n import translate
+from flask_authflow.responses import package_headers
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.decorators import denial_page, safe_next
+from flask_authflow.web.json_body import refuse_bad_json
 from flask_authflow.web.state import current_auth_session, get_state
 
 __all__ = [
@@ -347,4 +349,6 @@ def build_oauth_blueprint() -> Blueprint:
     blueprint.add_url_rule("/logout/return/<provider>", "logout_return", logout_return, methods=["GET"])
     blueprint.add_url_rule("/link/<provider>", "link", link, methods=["POST"])
     blueprint.add_url_rule("/unlink/<provider>", "unlink", unlink, methods=["POST"])
+    blueprint.before_request(refuse_bad_json)
+    blueprint.after_request(package_headers)
     return blueprint

@@ -50,6 +50,7 @@ from flask_authflow.mail import FolderSender, HtmlMailSender, MailSender
 from flask_authflow.outcomes import FactorRequired
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.external_url import mail_origin, mailed_url
+from flask_authflow.web.json_body import json_body
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views.common import (
     MESSAGES,
@@ -212,7 +213,7 @@ def _body() -> Mapping[str, Any]:
         raise InvalidInput("the request body is too large")
     if not _wants_json():
         return request.form
-    body = request.get_json(silent=True)
+    body = json_body()
     if not isinstance(body, dict):
         raise InvalidInput("the body must be a JSON object")
     return body

@@ -25,9 +25,10 @@ from flask_authflow.core.session import AuthSession, SessionRecord, describe_dev
 from flask_authflow.errors import AuthFlowError, StepUpNeeded
 from flask_authflow.i18n import N_, translate
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
-from flask_authflow.responses import wants_json
+from flask_authflow.responses import package_headers, wants_json
 from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, csrf_valid, rotate_csrf_token
 from flask_authflow.web.decorators import login_required
+from flask_authflow.web.json_body import refuse_bad_json
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views import accounts, devices, security, signin, stepup
 from flask_authflow.web.views.api_tokens import api_token_rows, create_api_token, revoke_api_token
@@ -315,7 +316,7 @@ def _frame_guard(response: Response) -> Response:
     if request.blueprint not in (VIEWS_BLUEPRINT, LOGOUT_BLUEPRINT):
         return response
     if response.status_code in (301, 302, 303, 307, 308) and wants_json():
-        response = _json_redirect(response)
+        response = package_headers(_json_redirect(response))  # a new response: the headers again
     response.headers.setdefault("X-Frame-Options", "DENY")
     if "Content-Security-Policy" not in response.headers:
         response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
@@ -367,6 +368,8 @@ def build_blueprint(*, with_logout: bool = True) -> Blueprint:
         rules.append(("/logout", "logout", logout, ["POST"]))
     for rule, endpoint, view, methods in rules:
         bp.add_url_rule(rule, endpoint, view, methods=methods)
+    bp.before_request(refuse_bad_json)  # a too deep or too large JSON body: 400, never a 500
+    bp.after_request(package_headers)  # nosniff, no-referrer (reset links carry tokens)
     bp.after_app_request(_frame_guard)  # the logout route's pages are another blueprint's
     bp.add_app_template_filter(readable_time, "authflow_datetime")
     bp.context_processor(accounts.account_links)

@@ -19,13 +19,14 @@ from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow.audit.context import audit_context
 from flask_authflow.core.session import AuthSession, AuthState
-from flask_authflow.errors import AuthFlowError
+from flask_authflow.errors import AuthFlowError, InvalidInput
 from flask_authflow.i18n import N_, format_datetime, gettext, template_context, translate, translations_active
 from flask_authflow.login.service import AuthnRequest
 from flask_authflow.responses import wants_json
 from flask_authflow.web.csrf import csrf_field_name, csrf_token
 from flask_authflow.web.current_user import ANONYMOUS_USER, load_current_user
 from flask_authflow.web.decorators import safe_next
+from flask_authflow.web.json_body import json_body
 from flask_authflow.web.state import current_auth_session, get_state
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "after_login",
     "destination",
     "error_status",
+    "form_flag",
     "form_has",
     "form_text",
     "handle",
@@ -337,7 +339,10 @@ def identifier_of(session: AuthSession) -> str | None:
 
 
 def _json_body() -> Mapping[str, Any]:
-    body = request.get_json(silent=True) if request.is_json else None
+    try:
+        body = json_body()
+    except InvalidInput:  # answered 400 by the blueprint before any view reads it
+        return {}
     return body if isinstance(body, Mapping) else {}
 
 
@@ -353,6 +358,23 @@ def form_text(name: str) -> str:
         return value if isinstance(value, str) else ""
     value = request.form.get(name)
     return value if isinstance(value, str) else ""
+
+
+#: What a form's checkbox sends when ticked (the pages send ``1``).
+_FORM_TRUE = frozenset({"1", "true", "on", "yes"})
+
+
+def form_flag(name: str) -> bool:
+    """A yes/no field: a ticked checkbox of a form (``1``), or a JSON boolean (absent or
+    ``null``: no). A JSON value of another type (``"1"``, ``1``) is
+    :class:`~flask_authflow.errors.InvalidInput`, so a script learns its mistake instead of
+    silently getting "no"."""
+    if not request.is_json:
+        return request.form.get(name, "").strip().lower() in _FORM_TRUE
+    value = _json_body().get(name)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise InvalidInput(f"{name} must be true or false")
 
 
 def form_has(name: str) -> bool:

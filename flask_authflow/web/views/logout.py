@@ -31,8 +31,9 @@ from flask.typing import ResponseReturnValue
 
 from flask_authflow.audit.context import audit_context
 from flask_authflow.core.session import AuthSession
-from flask_authflow.responses import wants_json
+from flask_authflow.responses import package_headers, wants_json
 from flask_authflow.web.csrf import csrf_valid
+from flask_authflow.web.json_body import refuse_bad_json
 from flask_authflow.web.state import current_auth_session, get_state
 from flask_authflow.web.views.common import (
     LOGOUT_BLUEPRINT,
@@ -98,4 +99,6 @@ def register_logout(app: Flask, url_prefix: str | None) -> None:
         return
     blueprint = Blueprint(LOGOUT_BLUEPRINT, __name__)
     blueprint.add_url_rule("/logout", "logout", logout, methods=["POST"])
+    blueprint.before_request(refuse_bad_json)
+    blueprint.after_request(package_headers)
     app.register_blueprint(blueprint, url_prefix=url_prefix or None)

@@ -18,7 +18,7 @@ from flask.typing import ResponseReturnValue
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow.core.factors import Factor, PasskeyFactor
-from flask_authflow.errors import AuthFlowError
+from flask_authflow.errors import AuthFlowError, InvalidInput
 from flask_authflow.i18n import N_, gettext, translate
 from flask_authflow.outcomes import (
     Authenticated,
@@ -40,6 +40,7 @@ from flask_authflow.web.views.common import (
     after_login,
     error_message,
     error_status,
+    form_flag,
     form_text,
     handle,
     identifier_of,
@@ -228,6 +229,10 @@ def login() -> ResponseReturnValue:
     password = form_text("password")
     if not username.strip() or not password:
         return login_page(400, next=target, username=username, error=MESSAGES["missing"])
+    try:
+        remember = form_flag("remember")  # checked before the password is: a typo costs no attempt
+    except InvalidInput as error:
+        return login_page(400, next=target, username=username, error=error.message)
     state = get_state()
     session = current_auth_session()
     request_handle = handle()
@@ -238,7 +243,7 @@ def login() -> ResponseReturnValue:
                 outcome: Any = request_handle.verify_factor(credential, session)
             else:
                 outcome = begun
-        if form_text("remember") == "1":
+        if remember:
             remember_session(session)  # "keep me signed in": a longer session once signed in
     except AuthFlowError as error:
         return login_page(error_status(error), next=target, username=username, error=error_message(error))
@@ -320,7 +325,11 @@ def factor() -> ResponseReturnValue:
             return _factor_page(target, 400, error=MESSAGES["missing_code"])
         if len(secret) > MAX_CODE_LENGTH:
             return _factor_page(target, 400, error=MESSAGES["too_long"])
-    request_trust(form_text("trust_device") == "1")  # "trust this device", if the sign-in completes
+    try:
+        trust = form_flag("trust_device")
+    except InvalidInput as error:
+        return _factor_page(target, 400, error=error.message)
+    request_trust(trust)  # "trust this device", if the sign-in completes
     try:
         with FactorCredential(kind, secret) as credential:
             outcome = handle().verify_factor(credential, session)
