@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from flask_authflow.testing.pytest_plugin import Outbox
+from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 from tests.test_devices_web import CHROME, FIREFOX, make_device_site, rows
-from tests.test_views import PASSWORD, Site, csrf_of
+from tests.test_views import PASSWORD, Site, csrf_of, login, make_site
 
 
 @pytest.fixture
@@ -103,3 +105,23 @@ def test_an_unticked_form_box_is_no(site: Site) -> None:
     form = {"username": "alice", "password": PASSWORD, "csrf_token": csrf_of(page.text), "remember": "junk"}
     assert client.post("/login", data=form).status_code == 302
     assert rows(site, "remember_me") == []
+
+
+# --- email_not_verified -------------------------------------------------------------------------
+
+
+def test_an_unverified_account_answers_the_documented_code(app_factory: AppFactory) -> None:
+    """docs/accounts.rst: until the address is confirmed, the right password is answered
+    ``email_not_verified`` (403), in JSON and on the page (with the way to a new link)."""
+    site = make_site(app_factory, AUTHFLOW_REGISTRATION=True, AUTHFLOW_EXTERNAL_URL="https://app.example.com")
+    get_state(site.app).mail_sender = Outbox()
+    signup = {"username": "carol", "email": "carol@example.com", "password": PASSWORD}
+    site.client().post("/signup", json=signup).close()
+    client = site.client()
+    body = {"username": "carol", "password": PASSWORD, "csrf_token": token(client)}
+    refused = client.post("/login", json=body)
+    assert refused.status_code == 403 and refused.json["error"] == "email_not_verified"
+    wrong = client.post("/login", json={**body, "password": "not the password at all"})
+    assert wrong.status_code == 401 and wrong.json["error"] == "invalid"  # no hint without the password
+    page = login(site.client(), "carol", PASSWORD)
+    assert page.status_code == 403 and 'id="error"' in page.text and 'id="resend-link"' in page.text

@@ -93,13 +93,25 @@ def settings(app: Flask | None = None) -> AccountSettings:
     return AccountSettings.from_config((app or current_app).config)
 
 
+def account_link_flags() -> dict[str, bool]:
+    """Which account links the sign-in pages show ("Forgot password?", "Create account"):
+    those whose feature is on and whose view is registered. A template global
+    (``authflow_account_links()``), so the sign-in page keeps them whoever renders it: a
+    refused password, a lock, a failed factor, an application's own login view that hands
+    a form to the ready one, a federated sign-in that failed."""
+    found, views = settings(), current_app.view_functions
+    return {
+        "authflow_signup": found.registration and f"{VIEWS_BLUEPRINT}.signup" in views,
+        "authflow_password_reset": found.password_reset and f"{VIEWS_BLUEPRINT}.forgot_password" in views,
+    }
+
+
 def account_links() -> dict[str, Any]:
-    """What the sign-in page shows of the account flows (a template context processor)."""
+    """What the sign-in page shows of the account flows (a template context processor of
+    the views, for templates that read ``authflow_signup`` / ``authflow_password_reset``)."""
     if request.blueprint != VIEWS_BLUEPRINT:
         return {}
-    found = settings()
-    signup = found.registration and f"{VIEWS_BLUEPRINT}.signup" in current_app.view_functions
-    return {"authflow_signup": signup, "authflow_password_reset": found.password_reset}
+    return account_link_flags()
 
 
 def _sender() -> MailSender:

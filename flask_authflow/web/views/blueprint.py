@@ -373,6 +373,7 @@ def build_blueprint(*, with_logout: bool = True) -> Blueprint:
     bp.after_app_request(_frame_guard)  # the logout route's pages are another blueprint's
     bp.add_app_template_filter(readable_time, "authflow_datetime")
     bp.context_processor(accounts.account_links)
+    bp.add_app_template_global(accounts.account_link_flags, "authflow_account_links")
     return bp
 
 

@@ -118,7 +118,7 @@ STATUS_CODES = {
 }
 _CODES = {message: code for code, message in MESSAGES.items()}
 #: Context a page needs and a JSON answer does not (the token is sent under its own name).
-_PAGE_ONLY = frozenset({"csrf_token", "csrf_field_name", "logout_endpoint", "authflow_layout"})
+_PAGE_ONLY = frozenset({"csrf_token", "csrf_field_name", "logout_endpoint", "authflow_layout", "error_code"})
 
 log = logging.getLogger(__name__)
 
@@ -181,12 +181,13 @@ def _plain(value: Any) -> Any:
 
 def page_json(template: str, status: int, context: Mapping[str, Any]) -> Response:
     """A page's answer in JSON mode: an error is ``{"error": code, "message": ...}`` (the
-    code is the key of :data:`MESSAGES`, or one per status); a page is ``{"page": name,
-    "csrf_token": ..., ...its context}``. Never cached."""
+    code is the context's ``error_code`` (a typed error's own code the docs promise, such as
+    ``email_not_verified``), else the key of :data:`MESSAGES`, else one per status); a page
+    is ``{"page": name, "csrf_token": ..., ...its context}``. Never cached."""
     error = context.get("error")
     if status >= 400:
         message = error if isinstance(error, str) else N_("The request was refused.")
-        code = _CODES.get(message) or STATUS_CODES.get(status, "refused")
+        code = context.get("error_code") or _CODES.get(message) or STATUS_CODES.get(status, "refused")
         if context.get("locked_until") is not None:
             code = "locked"
         extra = {k: _plain(v) for k, v in context.items() if k in ("locked_until", "kinds")}

@@ -20,6 +20,7 @@ from werkzeug.wrappers.response import Response as BaseResponse
 from flask_authflow.core.factors import Factor, PasskeyFactor
 from flask_authflow.errors import AuthFlowError, InvalidInput
 from flask_authflow.i18n import N_, gettext, translate
+from flask_authflow.login.verification import EmailNotVerified
 from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,
@@ -246,7 +247,10 @@ def login() -> ResponseReturnValue:
         if remember:
             remember_session(session)  # "keep me signed in": a longer session once signed in
     except AuthFlowError as error:
-        return login_page(error_status(error), next=target, username=username, error=error_message(error))
+        code = error.code if isinstance(error, EmailNotVerified) else None  # the documented code
+        return login_page(
+            error_status(error), next=target, username=username, error=error_message(error), error_code=code
+        )
     return login_outcome(outcome, target, username)
 
 
