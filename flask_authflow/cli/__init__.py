@@ -11,7 +11,9 @@ Every command takes ``--json``: its result is then one JSON document on standard
 output, and so is an error (``{"error": code, "message": ...}``). Without ``--json`` an
 error is ``Error: <message>`` on standard error. Either way a failed command exits with
 status 1 (2 for a usage error) and never prints a traceback: :class:`AuthflowGroup`
-turns library errors, database errors and operating-system errors into that message.
+turns library errors, database errors and operating-system errors into that message, and
+:func:`store_refusal` does the same for a database that ``init_app`` cannot open while the
+CLI loads the app.
 """
 
 from flask_authflow.cli import audit, db, devices, factors, import_users, keys, roles, sessions, tokens, users
@@ -21,6 +23,7 @@ from flask_authflow.cli.base import (
     CommandFailed,
     authflow_cli,
     defer_schema_refusal,
+    store_refusal,
 )
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "keys",
     "roles",
     "sessions",
+    "store_refusal",
     "tokens",
     "users",
 ]

@@ -50,6 +50,46 @@ def defer_schema_refusal(app: Flask, error: AuthFlowError) -> bool:
     return True
 
 
+def store_refusal(app: Flask, error: Exception) -> click.ClickException | None:
+    """While the Flask CLI loads ``app`` for a command: the one-line failure that reports
+    ``error`` (``init_app`` could not open the database: a server that does not answer, a
+    file that cannot be opened or is locked, a folder that does not exist), saying what
+    failed and what to check. Raised from ``init_app``, click prints it (``Error: ...``, or
+    JSON under ``--json``) and exits with status 1 instead of the import's traceback.
+    ``None`` outside the CLI or for an error that is not a store's (raise it as it is)."""
+    from flask.cli import FlaskGroup
+
+    ctx = click.get_current_context(silent=True)
+    failure = _as_failure(error)
+    if ctx is None or not isinstance(ctx.command, FlaskGroup) or failure is None:
+        return None
+    refusal = CommandFailed(
+        f"{failure.message} (check AUTHFLOW_DATABASE_URL, {_database_url(app)}: that the server "
+        "is running and reachable, the credentials, and that the file and its folder can be "
+        "opened and written by this user)",
+        "store_unavailable",
+    )
+    # The command's options are not parsed yet while the app loads: the process's arguments
+    # say whether --json was given (before any "--").
+    argv = sys.argv[1:]
+    refusal.as_json = "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
+    return refusal
+
+
+def _database_url(app: Flask) -> str:
+    """The configured database URL without its password (or where the default file goes)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    configured = app.config.get("AUTHFLOW_DATABASE_URL")
+    if not configured:
+        return "unset: authflow.db in the instance folder"
+    try:
+        return make_url(str(configured)).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "not a database URL"
+
+
 class CommandFailed(click.ClickException):
     """A command failed: ``Error: <message>`` on stderr, or under ``--json`` the JSON
     ``{"error": code, "message": message}`` on stdout; the exit status is ``exit_code``."""

@@ -137,6 +137,15 @@ def _ensure_schema(app: Flask, engine: Any) -> bool:
     return False
 
 
+def _refuse_for_cli(app: Flask, error: BaseException) -> None:
+    """Loaded by ``flask ...``: a database that cannot be opened is one line, not a traceback."""
+    from flask_authflow.cli import store_refusal
+
+    refusal = store_refusal(app, error) if isinstance(error, Exception) else None
+    if refusal is not None:
+        raise refusal from None
+
+
 def _open_backend(
     app: Flask, backend: Any, database: Callable[[], str], hasher: PasswordHasher, clock: Clock
 ) -> tuple[Any, bool]:
@@ -149,11 +158,16 @@ def _open_backend(
     if backend is None:
         from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 
-        backend = SqlAlchemyBackend(database(), hasher=hasher, clock=clock, create_tables=False)
+        try:
+            backend = SqlAlchemyBackend(database(), hasher=hasher, clock=clock, create_tables=False)
+        except Exception as error:
+            _refuse_for_cli(app, error)
+            raise
         try:
             schema_behind = _ensure_schema(app, backend.engine)
-        except BaseException:
+        except BaseException as error:
             backend.close()  # its pooled connections, before the refusal propagates
+            _refuse_for_cli(app, error)
             raise
     backend = backend.bind_app(app)
     backend.adopt_defaults(hasher=hasher, clock=clock)
