@@ -9,6 +9,13 @@ rotation (``AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS``, and keys derived from
 ``AUTHFLOW_PREVIOUS_SIGNING_KEYS`` when the key is derived).
 
 The stored form is text: ``"sealed:v1:" + base64url(envelope)``.
+
+A secret that opens under no configured key (the signing key was rotated without keeping
+the previous one) cannot be verified: the factor refuses every code with the audit reason
+:data:`SECRET_UNREADABLE`, and :meth:`FactorSealer.open_factor` logs (logger
+``flask_authflow.mfa``) which user's which factor, never the secret. Recover by putting the
+old key back in ``AUTHFLOW_PREVIOUS_SIGNING_KEYS`` (or
+``AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS``), or have the user enroll the factor again.
 """
 
 from __future__ import annotations
@@ -17,18 +24,24 @@ import base64
 import binascii
 import hashlib
 import hmac
+import logging
 
 from flask_authflow.core.crypto import SessionCrypto, derive_key
+from flask_authflow.core.ports import FactorConfig
 from flask_authflow.errors import FactorSecretError, SessionDecryptError
 from flask_authflow.mfa.settings import FactorSettings
 
-__all__ = ["CODE_HASH_PURPOSE", "FACTOR_KEY_PURPOSE", "FactorSealer", "factor_sealer"]
+__all__ = ["CODE_HASH_PURPOSE", "FACTOR_KEY_PURPOSE", "SECRET_UNREADABLE", "FactorSealer", "factor_sealer"]
 
 #: HKDF purpose of the factor-secret key derived from the signing key.
 FACTOR_KEY_PURPOSE = b"authflow.factor-secrets-at-rest"
 #: HKDF purpose of the key that hashes one-time codes (recovery codes, e-mail codes).
 CODE_HASH_PURPOSE = b"authflow.one-time-code-hash"
 _PREFIX = "sealed:v1:"
+#: The audit reason of a code refused because the factor's secret opens under no key.
+SECRET_UNREADABLE = "secret_unreadable"  # noqa: S105 - an audit reason, not a secret
+
+log = logging.getLogger("flask_authflow.mfa")
 
 
 class FactorSealer:
@@ -61,6 +74,25 @@ class FactorSealer:
             return self._crypto.decrypt(factor_id, envelope)
         except (SessionDecryptError, binascii.Error, ValueError, UnicodeEncodeError) as exc:
             raise FactorSecretError("the factor secret could not be opened") from exc
+
+    def open_factor(self, config: FactorConfig) -> bytes | None:
+        """The secret of ``config``, or ``None`` (logged, naming the user and the factor,
+        never the secret) when it opens under no configured key: that factor then refuses
+        every code, with the reason :data:`SECRET_UNREADABLE`."""
+        try:
+            return self.open(config.factor_id, config.secret)
+        except FactorSecretError:
+            log.error(
+                "%s: the %s secret of user %s (factor %s) opens under no configured key; every "
+                "code is refused. If the signing key was rotated, put the previous one in "
+                "AUTHFLOW_PREVIOUS_SIGNING_KEYS (or AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS), "
+                "or have the user enroll the factor again",
+                SECRET_UNREADABLE,
+                config.kind.value,
+                config.user_id,
+                config.factor_id,
+            )
+            return None
 
     def code_digest(self, scope: str, code: str) -> str:
         """HMAC-SHA256 of a one-time ``code`` within ``scope`` (a factor id or a login

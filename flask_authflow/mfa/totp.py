@@ -41,7 +41,7 @@ from flask_authflow.mfa.otp import (
     parse_code,
     totp_step,
 )
-from flask_authflow.mfa.sealing import FactorSealer
+from flask_authflow.mfa.sealing import SECRET_UNREADABLE, FactorSealer
 from flask_authflow.outcomes import FactorCredential, FactorKind
 
 __all__ = ["TOTP_WINDOW", "HotpFactor", "TotpFactor", "advance_to", "qr_svg"]
@@ -95,9 +95,10 @@ class TotpFactor(StoredEnrollment):
         return None  # the authenticator app needs nothing from us
 
     def _key(self, config: FactorConfig) -> str | None:
+        key = self.sealer.open_factor(config)  # None, logged: an unreadable key never matches
         try:
-            return self.sealer.open(config.factor_id, config.secret).decode("ascii")
-        except Exception:  # noqa: BLE001 - an unreadable key can never match: fail closed
+            return key.decode("ascii") if key is not None else None
+        except UnicodeDecodeError:  # fail closed
             return None
 
     def _candidates(self, config: FactorConfig, now: datetime) -> tuple[range, range]:
@@ -107,11 +108,12 @@ class TotpFactor(StoredEnrollment):
         used = range(step - _REPLAY_LOOKBACK, min(config.counter, step + TOTP_WINDOW + 1))
         return fresh, used
 
-    def _match(self, config: FactorConfig, code: str, now: datetime) -> tuple[int | None, bool]:
-        """(the matching counter not yet used, whether the code matched a used one)."""
+    def _match(self, config: FactorConfig, code: str, now: datetime) -> tuple[int | None, bool] | None:
+        """(the matching counter not yet used, whether the code matched a used one); ``None``
+        when the key opens under no configured key (logged by the sealer)."""
         key = self._key(config)
         if key is None:
-            return None, False
+            return None
         fresh, used = self._candidates(config, now)
         for candidate in fresh:
             if codes_equal(hotp_value(key, candidate, TOTP_DIGITS), code):
@@ -123,12 +125,17 @@ class TotpFactor(StoredEnrollment):
         code = parse_code(credential, TOTP_DIGITS)
         if not ctx.factors:
             return Rejected(RejectReason.NOT_ENROLLED)
-        replayed = False
+        replayed, readable = False, False
         for config in ctx.factors:
-            matched, seen = self._match(config, code, ctx.now)
-            replayed = replayed or seen
+            found = self._match(config, code, ctx.now)
+            if found is None:
+                continue
+            matched, seen = found
+            replayed, readable = replayed or seen, True
             if matched is not None:
                 return Accepted(config.factor_id, commit=advance_to(ctx, config.factor_id, matched + 1))
+        if not readable:  # no key of the user opens: say so in the audit row (and the log)
+            return Rejected(SECRET_UNREADABLE)
         return Rejected(RejectReason.REPLAYED if replayed else RejectReason.INVALID)
 
     # --- enrollment ------------------------------------------------------------------------
@@ -174,9 +181,10 @@ class TotpFactor(StoredEnrollment):
         config = ctx.store.get_factor(ctx.tenant, ctx.user_id, factor_id)
         if config is None or config.kind is not self.kind:
             return Rejected(RejectReason.NOT_ENROLLED)
-        matched, _ = self._match(config, code, ctx.now)
-        if matched is None:
-            return Rejected(RejectReason.INVALID)
+        found = self._match(config, code, ctx.now)
+        if found is None or found[0] is None:
+            return Rejected(SECRET_UNREADABLE if found is None else RejectReason.INVALID)
+        matched = found[0]
         # The proving code may not be used again at the first login: once the service has
         # confirmed the factor, it runs this commit, which marks the step used.
         return Accepted(factor_id, commit=advance_to(ctx, factor_id, matched + 1))
