@@ -236,6 +236,34 @@ def passkey_tenants(name: str, value: Any) -> bool | frozenset[str]:
     return frozenset(value)
 
 
+#: The security notices an app may switch (``AUTHFLOW_SECURITY_NOTICES``), see
+#: :mod:`flask_authflow.web.security_notices`.
+SECURITY_NOTICE_EVENTS = (
+    "password_changed",
+    "email_changed",
+    "factor_added",
+    "factor_removed",
+    "provider_linked",
+    "provider_unlinked",
+)
+
+
+def security_notices(name: str, value: Any) -> frozenset[str]:
+    """``True`` (every notice), ``False`` (none) or the events to mail notices of."""
+    if isinstance(value, bool):
+        return frozenset(SECURITY_NOTICE_EVENTS) if value else frozenset()
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list | tuple | set | frozenset) or not all(isinstance(v, str) for v in value):
+        raise ConfigurationError(f"{name} must be True, False or a list of events")
+    unknown = sorted(set(value) - set(SECURITY_NOTICE_EVENTS))
+    if unknown:
+        raise ConfigurationError(
+            f"{name}: unknown event(s) {', '.join(unknown)} (known: {', '.join(SECURITY_NOTICE_EVENTS)})"
+        )
+    return frozenset(value)
+
+
 def webauthn_origins(name: str, value: Any) -> tuple[str, ...]:
     """https origins (http only for localhost), without a trailing slash."""
     origins = string_list(name, value)
@@ -543,6 +571,7 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_PASSWORD_RESET_TTL", duration, timedelta(minutes=30)),
     Key("AUTHFLOW_EMAIL_VERIFICATION_TTL", duration, timedelta(hours=24)),
     Key("AUTHFLOW_MAIL_OUTBOX", optional_text),
+    Key("AUTHFLOW_SECURITY_NOTICES", security_notices, True),
     Key("AUTHFLOW_PASSWORD_BREACH_CHECK", boolean, False),
     Key("AUTHFLOW_PASSWORD_BREACH_CHECK_URL", text, "https://api.pwnedpasswords.com/range"),
     Key("AUTHFLOW_PASSWORD_BREACH_CHECK_FAIL_CLOSED", boolean, False),

@@ -12,7 +12,7 @@ The stored form is text: ``"sealed:v1:" + base64url(envelope)``.
 
 A secret that opens under no configured key (the signing key was rotated without keeping
 the previous one) cannot be verified: the factor refuses every code with the audit reason
-:data:`SECRET_UNREADABLE`, and :meth:`FactorSealer.open_factor` logs (logger
+``secret_unreadable``, and :meth:`FactorSealer.open_factor` logs (logger
 ``flask_authflow.mfa``) which user's which factor, never the secret. Recover by putting the
 old key back in ``AUTHFLOW_PREVIOUS_SIGNING_KEYS`` (or
 ``AUTHFLOW_PREVIOUS_FACTOR_ENCRYPTION_KEYS``), or have the user enroll the factor again.
@@ -78,7 +78,7 @@ class FactorSealer:
     def open_factor(self, config: FactorConfig) -> bytes | None:
         """The secret of ``config``, or ``None`` (logged, naming the user and the factor,
         never the secret) when it opens under no configured key: that factor then refuses
-        every code, with the reason :data:`SECRET_UNREADABLE`."""
+        every code, with the reason ``secret_unreadable``."""
         try:
             return self.open(config.factor_id, config.secret)
         except FactorSecretError:

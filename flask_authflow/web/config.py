@@ -90,6 +90,8 @@ class WebSettings(Settings):
     post_login_view: str | None = field(metadata=setting("AUTHFLOW_POST_LOGIN_VIEW"))
     #: Where a form logout lands (``None``: the sign-in page, or ``/`` without the ready views).
     post_logout_view: str | None = field(metadata=setting("AUTHFLOW_POST_LOGOUT_VIEW"))
+    #: The events whose security notice is mailed to the account's owner (all by default).
+    security_notices: frozenset[str] = field(metadata=setting("AUTHFLOW_SECURITY_NOTICES"))
 
     def __post_init__(self) -> None:
         if not self.views_layout.strip():

@@ -59,6 +59,7 @@ from flask_authflow.responses import package_headers
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.decorators import denial_page, safe_next
 from flask_authflow.web.json_body import refuse_bad_json
+from flask_authflow.web.security_notices import notify
 from flask_authflow.web.state import current_auth_session, get_state
 
 __all__ = [
@@ -204,7 +205,8 @@ def _complete(provider: str, values: dict[str, str | None]) -> Response:
         cancelled = values["error"] is not None
         return _sign_in_failed(provider, exc, _failure_status(exc, 401), cancelled=cancelled)
     if isinstance(result, IdentityLinked):
-        return redirect(_account_url(notice="identity_linked"))  # type: ignore[return-value]
+        linked = redirect(_account_url(notice="identity_linked"))
+        return notify("provider_linked", str(session.tenant), str(session.user_id), linked, provider=provider)  # type: ignore[return-value]
     if session.is_authenticating:
         # Factors beyond the federated login (TOTP, a key) are still required.
         if "authflow_views" in current_app.blueprints:
@@ -276,7 +278,9 @@ def unlink(provider: str) -> Response:
         federation_service().unlink(handle, current_auth_session(), provider, fresh_within=freshness)
     except AuthFlowError as exc:
         return _linking_failed(exc)
-    return redirect(_account_url(notice="identity_unlinked"))  # type: ignore[return-value]
+    session = current_auth_session()
+    unlinked = redirect(_account_url(notice="identity_unlinked"))
+    return notify("provider_unlinked", str(session.tenant), str(session.user_id), unlinked, provider=provider)  # type: ignore[return-value]
 
 
 def backchannel_logout(provider: str) -> Response:

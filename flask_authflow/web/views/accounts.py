@@ -51,6 +51,7 @@ from flask_authflow.outcomes import FactorRequired
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.external_url import mail_origin, mailed_url
 from flask_authflow.web.json_body import json_body
+from flask_authflow.web.security_notices import notice_enabled, notify
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views.common import (
     MESSAGES,
@@ -199,7 +200,7 @@ def notify_recovery(
     except AuthFlowError as exc:  # the change is done: the notice alone is lost
         log.error("the notice of a password change could not be composed: %s", exc.message)
         return response
-    if user is None or user.email is None or not _can_mail():
+    if user is None or user.email is None or not _can_mail() or not notice_enabled("password_changed"):
         return response
     mail = compose_mail(
         "password_changed_notice",
@@ -571,11 +572,10 @@ def _confirm_email() -> ResponseReturnValue:
         answer = jsonify({"status": "email_changed"})
     else:
         answer = page("email_change_confirm.html", 200, done=True, token=None)
-    new = changed.user.email or ""
-    notice = compose_mail(
-        "email_change_notice", identifier=changed.user.identifier, new=email_change_flow.mask(new)
+    new = email_change_flow.mask(changed.user.email or "")
+    return notify(
+        "email_changed", changed.user.tenant, changed.user.user_id, answer, previous=changed.previous, new=new
     )
-    return _deliver_later(changed.previous, notice, answer)
 
 
 # --- operators (the command line) ----------------------------------------------------------------

@@ -27,6 +27,7 @@ from flask_authflow.i18n import N_, gettext, ngettext, translate
 from flask_authflow.outcomes import FactorCredential, FactorKind
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.decorators import login_required
+from flask_authflow.web.security_notices import notify
 from flask_authflow.web.state import current_auth_session, get_state
 from flask_authflow.web.views.common import (
     MAX_CODE_LENGTH,
@@ -96,6 +97,13 @@ def _here() -> str:
 
 def _done(notice: str) -> BaseResponse:
     return redirect(url_for(f"{VIEWS_BLUEPRINT}.factors", notice=notice))
+
+
+def _noticed(event: str, kind: str, response: BaseResponse) -> BaseResponse:
+    """``response``, with the owner's security notice of ``event`` for a factor of ``kind``."""
+    session = current_auth_session()
+    name = KIND_NAMES.get(kind, kind.replace("_", " ").capitalize())  # translated in the mail
+    return notify(event, str(session.tenant), str(session.user_id), response, kind=name)
 
 
 def _can_enroll(kind: FactorKind) -> bool:
@@ -253,6 +261,7 @@ def remove_factor(factor_id: str) -> ResponseReturnValue:
     if not _FACTOR_ID.fullmatch(factor_id):
         return _factors_page(404, error=MESSAGES["no_factor"])
     try:
+        kinds = {c.factor_id: c.kind.value for c in handle().user_factors(current_auth_session())}
         removed = handle().disable_factor(current_auth_session(), factor_id)
     except StepUpNeeded:
         return to_step_up(_here())
@@ -260,7 +269,7 @@ def remove_factor(factor_id: str) -> ResponseReturnValue:
         return _factors_page(error_status(error), error=error_message(error))
     if not removed:
         return _factors_page(404, error=MESSAGES["no_factor"])
-    return _done("factor_removed")
+    return _noticed("factor_removed", kinds.get(factor_id, ""), _done("factor_removed"))
 
 
 # --- authenticator app (TOTP) --------------------------------------------------------------------
@@ -320,7 +329,7 @@ def _confirm_code(kind: FactorKind, notice: str, render: Callable[..., Response]
     result = _confirm(kind, factor_id, code)
     if isinstance(result, AuthFlowError):
         return render(factor_id, error_status(result), error=_enroll_message(result, kind))
-    return result if result is not None else _done(notice)
+    return result if result is not None else _noticed("factor_added", kind.value, _done(notice))
 
 
 # --- recovery codes ------------------------------------------------------------------------------
@@ -439,4 +448,4 @@ def confirm_webauthn() -> ResponseReturnValue:
     result = _confirm(FactorKind.WEBAUTHN, factor_id, credential)
     if isinstance(result, AuthFlowError):
         return _factors_page(error_status(result), error=_enroll_message(result, FactorKind.WEBAUTHN))
-    return result if result is not None else _done("webauthn_added")
+    return result if result is not None else _noticed("factor_added", "webauthn", _done("webauthn_added"))

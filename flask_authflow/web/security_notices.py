@@ -1,0 +1,167 @@
+"""Security notices: a mail to the account's owner when something that guards the account
+changed, so that a change they did not make does not go unnoticed.
+
+One function, :func:`notify`, maps a security event to its notice; a view calls it with one
+line once its flow has committed, and the notice goes out after the answer did:
+
+* ``email_changed``: the previous address (``email_change_notice``) and the new one, once
+  confirmed (``email_added_notice``);
+* ``factor_added``, ``factor_removed`` (TOTP, HOTP, e-mail codes, a security key or passkey,
+  recovery codes), ``provider_linked``, ``provider_unlinked``: the account's address
+  (``<event>_notice``).
+
+(The password change's notice, which lists what ended with it, is
+:func:`~flask_authflow.web.views.accounts.notify_recovery`; the same switch applies.)
+
+Each template is ``authflow/mail/<template>.txt`` (first line ``Subject: ...``) and
+``.html``, overridable like every page, translated in the request's locale. Their one link
+(the account page or its sign-in methods) is built by
+:func:`~flask_authflow.web.external_url.mailed_url` on the configured origin; without one
+the notice goes without a link.
+
+``AUTHFLOW_SECURITY_NOTICES`` (default ``True``) turns them all off (``False``) or names the
+events to send (``["email_changed", "factor_removed"]``). A notice that cannot be sent
+never undoes the change, which is committed: no sender, no address or a failing sender is
+logged (logger ``flask_authflow.notices``: ``info`` when there is nowhere to send it,
+``error`` when sending failed). Notices are not throttled: only the signed-in owner's own
+changes send them, one per change, and strangers cannot spend a budget they would share.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from flask import current_app
+from jinja2 import ChoiceLoader, Environment, FileSystemLoader, TemplateError
+from werkzeug.wrappers.response import Response as BaseResponse
+
+from flask_authflow.core.ports import UserRecord
+from flask_authflow.errors import AuthFlowError, MailDeliveryError
+from flask_authflow.i18n import template_context
+from flask_authflow.mail import FolderSender, HtmlMailSender, MailSender
+from flask_authflow.settings import read
+from flask_authflow.web.external_url import mailed_url
+from flask_authflow.web.state import get_state
+
+__all__ = ["NOTICES", "notice_enabled", "notify"]
+
+R = TypeVar("R", bound=BaseResponse)
+
+log = logging.getLogger("flask_authflow.notices")
+
+#: event -> (template, endpoint of its link); ``email_changed`` also mails ``email_added_notice``
+#: to the new address.
+NOTICES: Mapping[str, tuple[str, str]] = {
+    "email_changed": ("email_change_notice", "authflow_views.account"),
+    "factor_added": ("factor_added_notice", "authflow_views.factors"),
+    "factor_removed": ("factor_removed_notice", "authflow_views.factors"),
+    "provider_linked": ("provider_linked_notice", "authflow_views.account"),
+    "provider_unlinked": ("provider_unlinked_notice", "authflow_views.account"),
+}
+_NEW_ADDRESS_TEMPLATE = "email_added_notice"
+#: The package's templates (the ready views' folder).
+_TEMPLATES = str(Path(__file__).resolve().parent / "templates")
+
+
+def notice_enabled(event: str) -> bool:
+    """Whether ``AUTHFLOW_SECURITY_NOTICES`` lets the notice of ``event`` go out."""
+    return event in get_state().config.web.security_notices
+
+
+def notify(event: str, tenant: str, user_id: str, response: R, **details: Any) -> R:
+    """Mail the owner of ``user_id`` the notice of ``event`` once ``response`` went out.
+
+    ``details`` go to the template (``kind`` of a factor, ``provider``, ``previous`` address
+    of an e-mail change). Never raises: the change is committed whatever happens here.
+    """
+    template, endpoint = NOTICES[event]
+    if not notice_enabled(event):
+        return response
+    try:
+        user = get_state().service.store.get_user(tenant, user_id)
+        mails = _compose(event, template, endpoint, user, details) if user is not None else []
+    except (AuthFlowError, OSError, RuntimeError, TemplateError) as exc:  # a store, a template: logged
+        log.error("the %s notice of user %s could not be composed: %s", event, user_id, exc)
+        return response
+    if not mails:
+        log.info("no %s notice for user %s: the account has no e-mail address", event, user_id)
+        return response
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+
+    def deliver() -> None:
+        with app.app_context():
+            for to, subject, text, html in mails:
+                _send(event, user_id, to, subject, text, html)
+
+    response.call_on_close(deliver)
+    return response
+
+
+def _compose(
+    event: str, template: str, endpoint: str, user: UserRecord, details: Mapping[str, Any]
+) -> list[tuple[str, str, str, str]]:
+    """``(to, subject, text, html)`` of each mail of ``event`` for ``user``."""
+    context = {"identifier": user.identifier, "link": _link(endpoint), **details}
+    mails: list[tuple[str, str, str, str]] = []
+    previous = details.get("previous")
+    if event == "email_changed":  # the new address learns of it, and the old one
+        if user.email:
+            mails.append((user.email, *_render(_NEW_ADDRESS_TEMPLATE, context)))
+        if isinstance(previous, str) and previous:
+            mails.append((previous, *_render(template, context)))
+        return mails
+    if user.email:
+        mails.append((user.email, *_render(template, context)))
+    return mails
+
+
+def _link(endpoint: str) -> str | None:
+    """The notice's link on the configured origin; none without an origin or the views."""
+    if endpoint not in current_app.view_functions:
+        return None
+    try:
+        return mailed_url(endpoint)
+    except MailDeliveryError:
+        return None
+
+
+def _render(name: str, context: Mapping[str, Any]) -> tuple[str, str, str]:
+    """``(subject, text, html)`` of ``authflow/mail/<name>``: the text's first line is the subject."""
+    context = {"site_name": get_state().service.site_name, **context}
+    env = _environment()
+    text = env.get_template(f"authflow/mail/{name}.txt").render(**template_context(html=False), **context)
+    first, _, body = text.lstrip().partition("\n")
+    if not first.startswith("Subject:"):
+        raise RuntimeError(f"the template authflow/mail/{name}.txt must begin with 'Subject: '")
+    html = env.get_template(f"authflow/mail/{name}.html").render(**template_context(), **context)
+    return first.removeprefix("Subject:").strip(), body.lstrip("\n"), html
+
+
+def _environment() -> Environment:
+    """The app's templates (its own overrides first), then the package's: a notice goes out
+    from an app without the ready views too (a provider linked through ``authflow_oauth``)."""
+    env = current_app.jinja_env
+    loaders = [loader for loader in (env.loader, FileSystemLoader(_TEMPLATES)) if loader is not None]
+    return env.overlay(loader=ChoiceLoader(loaders))
+
+
+def _sender() -> MailSender | None:
+    outbox = read(current_app.config, "AUTHFLOW_MAIL_OUTBOX")  # as the account mails: a folder wins
+    return FolderSender(outbox) if outbox is not None else get_state().mail_sender
+
+
+def _send(event: str, user_id: str, to: str, subject: str, text: str, html: str) -> None:
+    sender = _sender()
+    if sender is None:
+        log.info("no %s notice for user %s: no mail sender is configured", event, user_id)
+        return
+    try:
+        if isinstance(sender, HtmlMailSender):
+            sender.send_html(to, subject, text, html)
+        else:
+            sender.send(to, subject, text)
+    except Exception as exc:  # noqa: BLE001 - any sender's failure: logged, the change stays
+        log.error("the %s notice of user %s could not be sent: %s", event, user_id, exc)
