@@ -307,3 +307,21 @@ def test_an_overridden_template_is_used_and_a_broken_one_is_logged(
     assert FactorKind.TOTP not in [f.kind for f in site.backend.list_factors("default", site.user_id())]
     assert any("could not be composed" in r.getMessage() for r in caplog.records)
     assert len(outbox.messages) == 1
+
+
+def test_an_operators_factor_changes_mail_the_owner_too(site_outbox: tuple[Site, HtmlOutbox]) -> None:
+    site, outbox = site_outbox
+    runner = site.app.test_cli_runner()
+    enrolled = runner.invoke(args=["authflow", "enroll-totp", "alice"])
+    assert enrolled.exit_code == 0, enrolled.output
+    [added] = notices(outbox, "sign-in method was added")
+    assert added.to == ALICE and "Authenticator app" in added.body
+    assert f"{ORIGIN}/account/factors" in added.body  # the configured origin, no request at all
+    codes = runner.invoke(args=["authflow", "recovery-codes", "regenerate", "alice"])
+    assert codes.exit_code == 0, codes.output
+    assert "Recovery codes" in notices(outbox, "sign-in method was added")[-1].body
+    [totp] = [f for f in site.backend.list_factors("default", site.user_id()) if f.kind is FactorKind.TOTP]
+    disabled = runner.invoke(args=["authflow", "factors", "disable", "alice", totp.factor_id])
+    assert disabled.exit_code == 0, disabled.output
+    [removed] = notices(outbox, "sign-in method was removed")
+    assert removed.to == ALICE and "Authenticator app" in removed.body

@@ -12,6 +12,7 @@ from flask_authflow.cli.base import (
     about_user,
     authflow_cli,
     emit,
+    find_user,
     iso_time,
     json_option,
     short_time,
@@ -21,7 +22,9 @@ from flask_authflow.cli.base import (
 from flask_authflow.core.identifiers import normalise_identifier
 from flask_authflow.core.ports import FactorConfig
 from flask_authflow.outcomes import FactorKind
+from flask_authflow.web.security_notices import notify_now
 from flask_authflow.web.state import account_admin
+from flask_authflow.web.views.security import KIND_NAMES
 
 
 def _user_summary(username: str, tenant: str) -> tuple[str, dict[str, Any]]:
@@ -44,6 +47,7 @@ def enroll_totp(username: str, tenant: str | None, as_json: bool) -> None:
     tenant_name = tenant_or_default(tenant)
     with about_user(username, tenant_name):
         uri = account_admin().enroll_totp(tenant_name, username)
+    notify_now("factor_added", tenant_name, find_user(username, tenant_name).user_id, kind=KIND_NAMES["totp"])
     if as_json:
         emit(True, {"otpauth_uri": uri}, "")
         return
@@ -142,6 +146,12 @@ def factors_disable(username: str, factor_id: str, tenant: str | None, as_json: 
                 f"the user has no factor {factor_id!r} (see factors list)", "factor_not_found"
             )
     identifier, document = _user_summary(username, tenant_name)
+    notify_now(
+        "factor_removed",
+        tenant_name,
+        find_user(username, tenant_name).user_id,
+        kind=KIND_NAMES.get(config.kind.value, config.kind.value),
+    )
     emit(
         as_json,
         {**document, "factor_id": factor_id, "kind": config.kind.value, "disabled": True},
@@ -169,6 +179,12 @@ def recovery_codes_regenerate(username: str, tenant: str | None, as_json: bool) 
     with about_user(username, tenant_name):
         codes = account_admin().regenerate_recovery_codes(tenant_name, username)
     identifier, document = _user_summary(username, tenant_name)
+    notify_now(
+        "factor_added",
+        tenant_name,
+        find_user(username, tenant_name).user_id,
+        kind=KIND_NAMES["recovery_code"],
+    )
     warning = "the previous recovery codes no longer work"
     if as_json:
         emit(True, {**document, "codes": codes, "warning": warning}, "")

@@ -46,7 +46,7 @@ from flask_authflow.settings import read
 from flask_authflow.web.external_url import mailed_url
 from flask_authflow.web.state import get_state
 
-__all__ = ["NOTICES", "notice_enabled", "notify"]
+__all__ = ["NOTICES", "notice_enabled", "notify", "notify_now"]
 
 R = TypeVar("R", bound=BaseResponse)
 
@@ -77,27 +77,47 @@ def notify(event: str, tenant: str, user_id: str, response: R, **details: Any) -
     ``details`` go to the template (``kind`` of a factor, ``provider``, ``previous`` address
     of an e-mail change). Never raises: the change is committed whatever happens here.
     """
+    mails = _mails(event, tenant, user_id, details)
+    if mails:
+        app = current_app._get_current_object()  # type: ignore[attr-defined]
+
+        def deliver() -> None:
+            with app.app_context():
+                _deliver(event, user_id, mails)
+
+        response.call_on_close(deliver)
+    return response
+
+
+def notify_now(event: str, tenant: str, user_id: str, **details: Any) -> None:
+    """:func:`notify` for a change made outside a request (an operator's command): the
+    notice is composed in the default language and sent at once. Never raises."""
+    with current_app.test_request_context():
+        mails = _mails(event, tenant, user_id, details)
+    _deliver(event, user_id, mails)
+
+
+def _mails(
+    event: str, tenant: str, user_id: str, details: Mapping[str, Any]
+) -> list[tuple[str, str, str, str]]:
+    """The mails of ``event``'s notice (none when it is off or there is nowhere to send it)."""
     template, endpoint = NOTICES[event]
     if not notice_enabled(event):
-        return response
+        return []
     try:
         user = get_state().service.store.get_user(tenant, user_id)
         mails = _compose(event, template, endpoint, user, details) if user is not None else []
     except (AuthFlowError, OSError, RuntimeError, TemplateError) as exc:  # a store, a template: logged
         log.error("the %s notice of user %s could not be composed: %s", event, user_id, exc)
-        return response
+        return []
     if not mails:
         log.info("no %s notice for user %s: the account has no e-mail address", event, user_id)
-        return response
-    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    return mails
 
-    def deliver() -> None:
-        with app.app_context():
-            for to, subject, text, html in mails:
-                _send(event, user_id, to, subject, text, html)
 
-    response.call_on_close(deliver)
-    return response
+def _deliver(event: str, user_id: str, mails: list[tuple[str, str, str, str]]) -> None:
+    for to, subject, text, html in mails:
+        _send(event, user_id, to, subject, text, html)
 
 
 def _compose(
