@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -141,3 +142,20 @@ def test_outside_the_cli_the_app_refuses_with_the_error_itself(tmp_path: Path) -
         app_factory(UNREACHABLE, tmp_path)()
     with pytest.raises(ConfigurationError):
         app_factory(f"sqlite:///{tmp_path}/no/such/folder/a.db", tmp_path)()
+
+
+@pytest.mark.slow  # waits out SQLite's busy timeout
+def test_a_locked_sqlite_file_is_one_line(tmp_path: Path) -> None:
+    """Another process holds the file's write lock: a command that writes waits its busy
+    timeout, then ends with one line (what failed), not a traceback."""
+    url = f"sqlite:///{tmp_path / 'locked.db'}"
+    assert run(url, tmp_path, ["users", "list"])[0] == 0  # the file exists, at head
+    holder = sqlite3.connect(tmp_path / "locked.db", isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        code, output = run(url, tmp_path, ["create-user", "carol", "--password-stdin"])
+    finally:
+        holder.close()
+    lines = output.strip().splitlines()
+    assert code == 1 and len(lines) == 1 and lines[0].startswith("Error: ") and "locked" in lines[0], output
+    assert run(url, tmp_path, ["create-user", "carol", "--password-stdin"])[0] == 0  # and a retry works
