@@ -104,6 +104,7 @@ class AuthState(enum.Enum):
 #: Longest User-Agent kept as a session's ``device`` (the rest is cut).
 DEVICE_MAX_LENGTH = 256
 
+
 def clean_user_agent(user_agent: str | None) -> str | None:
     """``user_agent`` as a session keeps it: printable ASCII only, spaces collapsed, at most
     :data:`DEVICE_MAX_LENGTH` characters; ``None`` when nothing printable is left."""
@@ -163,8 +164,8 @@ class SessionRecord:
     :param fingerprint: HMAC of the User-Agent, bound at the first move out of Guest.
     :param device: the User-Agent seen at that same moment, cleaned and cut to
         :data:`DEVICE_MAX_LENGTH` characters, for "your sessions" pages and the CLI
-        (:func:`flask_authflow.devices.labels.device_label` turns it into a short label). Display only: the binding
-        check uses ``fingerprint``.
+        (:func:`flask_authflow.devices.labels.device_label` turns it into a short label).
+        Display only: the binding check uses ``fingerprint``.
     :param flow: intermediate state of a longer ceremony (PKCE verifier, CSRF state,
         nonce of a federated login); cleared when the ceremony ends.
     :param custom: application data (``flask.session`` items), at most 64 KiB.
