@@ -391,7 +391,9 @@ def prepare_folder(folder: Path) -> None:
     shutil.copytree(
         REPO / "examples",
         folder / "examples",
-        ignore=shutil.ignore_patterns("instance", "__pycache__", "*.db"),
+        # flask_login_migration: an app with a test suite of its own (run by
+        # tests/test_example_flask_login_migration.py), which pytest on a page's files would collect
+        ignore=shutil.ignore_patterns("instance", "__pycache__", "*.db", "flask_login_migration"),
     )
 
 

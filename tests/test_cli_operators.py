@@ -28,6 +28,7 @@ from flask_authflow.audit.spool import SpoolAuditSink
 from flask_authflow.clock import MockClock
 from flask_authflow.core.ports import AttemptKey, UserRecord
 from flask_authflow.core.session import AuthSession, sid_hash
+from flask_authflow.devices.labels import device_label
 from flask_authflow.errors import AuthFlowError
 from flask_authflow.jose import JwksHandle, JwtVerifier
 from flask_authflow.login.accounts import AccountAdmin
@@ -396,7 +397,8 @@ def test_sessions_list_text_shows_short_hashes_devices_and_last_seen(
     lines = result.stdout.splitlines()
     assert lines[-1] == "2 session(s)"
     # Newest first: the phone logged in last.
-    assert lines[0].endswith("Safari on iPhone") and lines[1].endswith("Firefox on Linux")
+    # The one label of a browser, as the account page's sessions and devices lists show it.
+    assert lines[0].endswith(device_label(IPHONE)) and lines[1].endswith(device_label(FIREFOX))
     assert f"last seen {first_seen.isoformat(timespec='seconds')}" in lines[1]
     hashes = session_hashes(app, "alice")
     assert {line.split()[0] for line in lines[:2]} == {h[:16] for h in hashes}
@@ -416,7 +418,7 @@ def test_sessions_list_json_has_full_hashes_and_devices(app: Flask, mock_clock: 
     assert doc == {
         "session_hash": digest,
         "state": "authenticated",
-        "device": "Firefox on Linux",
+        "device": device_label(FIREFOX),
         "user_agent": FIREFOX,
         "created_at": mock_clock.now().isoformat(),
         "last_seen_at": mock_clock.now().isoformat(),
@@ -478,7 +480,7 @@ def test_sessions_revoke_one_by_the_hash_the_listing_shows(app: Flask) -> None:
     laptop = logged_in(app, "carol", tenant="acme", agent=FIREFOX)
     phone = logged_in(app, "carol", tenant="acme", agent=IPHONE)
     listing = run_json(app, "sessions", "list", "--user", "carol", "--tenant", "acme")
-    phone_hash = next(d["session_hash"] for d in listing if d["device"] == "Safari on iPhone")
+    phone_hash = next(d["session_hash"] for d in listing if d["device"] == device_label(IPHONE))
     result = run(
         app, "sessions", "revoke", "--user", "carol", "--tenant", "acme", "--session", phone_hash[:16]
     )

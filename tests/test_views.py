@@ -36,6 +36,7 @@ from flask_authflow.core.factors import (
 )
 from flask_authflow.core.ports import FactorConfig
 from flask_authflow.core.session import sid_hash
+from flask_authflow.devices.labels import device_label
 from flask_authflow.errors import ConfigurationError, InvalidInput
 from flask_authflow.mfa.email_otp import EmailOtpFactor
 from flask_authflow.mfa.webauthn import WebAuthnFactor, WebAuthnSettings
@@ -328,7 +329,7 @@ def test_login_redirects_to_the_account_and_the_page_lists_the_session(site: Sit
     account = client.get("/account")
     assert account.status_code == 200
     assert "Signed in as <strong>alice</strong>" in account.text
-    assert "Firefox on Linux" in account.text
+    assert device_label(FIREFOX) in account.text  # the label the devices list shows too
     [record] = site.sessions()
     assert session_hashes(account.text) == {sid_hash(record.sid): True}
     assert record.sid not in account.text  # sessions are named by their hash only

@@ -60,7 +60,8 @@ form POST to ``/login``, ``/login/factor``, ``/login/factor/send`` or ``/logout`
 to them. With OpenID providers in
 ``AUTHFLOW_OAUTH_PROVIDERS`` the sign-in page offers a "Sign in with ..." button for each
 (``/auth/login/<provider>``), and ``/auth/...`` serves the callback, back-channel and
-RP-initiated logout.
+RP-initiated logout. With Flask-Babel installed (the ``[babel]`` extra; ``./scripts/serve-reference``
+installs it) the pages are in German or French when the browser's ``Accept-Language`` asks for them.
 """
 
 from __future__ import annotations
@@ -500,6 +501,16 @@ def _configure(app: Flask, test_config: dict[str, Any] | None) -> None:
         )
 
 
+def _translate(app: Flask) -> None:
+    """Pages in German and French by the browser's ``Accept-Language`` when Flask-Babel (the
+    ``[babel]`` extra) is installed; without it every page is English."""
+    if importlib.util.find_spec("flask_babel") is None:
+        return
+    from flask_babel import Babel
+
+    Babel(app)  # no locale selector: the package's pages follow Accept-Language (docs/i18n.rst)
+
+
 def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str | None = None) -> Flask:
     """Build the reference app; ``test_config`` overrides the environment."""
     app = Flask(
@@ -510,6 +521,7 @@ def create_app(test_config: dict[str, Any] | None = None, *, instance_path: str 
     )
     _configure(app, test_config)
     authflow.init_app(app)
+    _translate(app)
     app.before_request(refuse_oversized_bodies)
     app.after_request(protect_pages)
     for rule, view, methods in ROUTES:

@@ -21,7 +21,8 @@ from flask_authflow.cli.base import (
     tenant_or_default,
 )
 from flask_authflow.core.identifiers import check_tenant
-from flask_authflow.core.session import SessionRecord, describe_device, sid_hash
+from flask_authflow.core.session import SessionRecord, sid_hash
+from flask_authflow.devices.labels import device_label
 from flask_authflow.web.state import account_admin, get_state
 
 
@@ -34,7 +35,7 @@ def _session_document(record: SessionRecord) -> dict[str, Any]:
     return {
         "session_hash": sid_hash(record.sid),
         "state": record.state.value,
-        "device": describe_device(record.device),
+        "device": device_label(record.device),
         "user_agent": record.device,
         "created_at": iso_time(record.created_at),
         "last_seen_at": iso_time(record.last_seen_at),
@@ -47,7 +48,7 @@ def _session_line(record: SessionRecord) -> str:
     return (
         f"{sid_hash(record.sid)[:SHORT_HASH]}  {record.state.value:<16}  "
         f"last seen {short_time(record.last_seen_at)}  created {short_time(record.created_at)}  "
-        f"{describe_device(record.device)}"
+        f"{device_label(record.device)}"
     )
 
 

@@ -28,7 +28,6 @@ from flask.sessions import SessionMixin
 from werkzeug.datastructures import CallbackDict
 
 from flask_authflow.errors import InvalidInput, InvalidTransition, SessionDataTooLarge
-from flask_authflow.i18n import gettext
 
 __all__ = [
     "CUSTOM_DATA_LIMIT",
@@ -51,7 +50,6 @@ __all__ = [
     "complete_login",
     "complete_workflow",
     "custom_serializer",
-    "describe_device",
     "fail_login",
     "federation_key",
     "new_guest_record",
@@ -106,25 +104,6 @@ class AuthState(enum.Enum):
 #: Longest User-Agent kept as a session's ``device`` (the rest is cut).
 DEVICE_MAX_LENGTH = 256
 
-_BROWSERS = (
-    ("Edg/", "Edge"),
-    ("OPR/", "Opera"),
-    ("Firefox/", "Firefox"),
-    ("Chromium/", "Chromium"),
-    ("Chrome/", "Chrome"),
-    ("Safari/", "Safari"),
-    ("curl/", "curl"),
-)
-_SYSTEMS = (
-    ("Android", "Android"),
-    ("iPhone", "iPhone"),
-    ("iPad", "iPad"),
-    ("Windows", "Windows"),
-    ("Mac OS X", "macOS"),
-    ("CrOS", "ChromeOS"),
-    ("Linux", "Linux"),
-)
-
 
 def clean_user_agent(user_agent: str | None) -> str | None:
     """``user_agent`` as a session keeps it: printable ASCII only, spaces collapsed, at most
@@ -134,22 +113,6 @@ def clean_user_agent(user_agent: str | None) -> str | None:
     text = "".join(ch if " " <= ch <= "~" else " " for ch in user_agent[: DEVICE_MAX_LENGTH * 4])
     text = " ".join(text.split())[:DEVICE_MAX_LENGTH]
     return text or None
-
-
-def describe_device(device: str | None) -> str:
-    """A short label for a session's ``device`` ("Firefox on Linux"), or ``"unknown device"``.
-
-    A best-effort reading of the User-Agent for people, never a security signal.
-    """
-    if not device:
-        return gettext("unknown device")
-    browser = next((name for token, name in _BROWSERS if token in device), None)
-    system = next((name for token, name in _SYSTEMS if token in device), None)
-    if browser and system:
-        return gettext("%(browser)s on %(system)s", browser=browser, system=system)
-    if browser or system:
-        return str(browser or system)
-    return device.split(" ", 1)[0][:40]
 
 
 def federation_key(issuer: str, provider_sid: str) -> str:
@@ -201,8 +164,8 @@ class SessionRecord:
     :param fingerprint: HMAC of the User-Agent, bound at the first move out of Guest.
     :param device: the User-Agent seen at that same moment, cleaned and cut to
         :data:`DEVICE_MAX_LENGTH` characters, for "your sessions" pages and the CLI
-        (:func:`describe_device` turns it into a short label). Display only: the binding
-        check uses ``fingerprint``.
+        (:func:`flask_authflow.devices.labels.device_label` turns it into a short label).
+        Display only: the binding check uses ``fingerprint``.
     :param flow: intermediate state of a longer ceremony (PKCE verifier, CSRF state,
         nonce of a federated login); cleared when the ceremony ends.
     :param custom: application data (``flask.session`` items), at most 64 KiB.

@@ -21,7 +21,8 @@ from flask.typing import ResponseReturnValue
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow.audit.context import audit_context
-from flask_authflow.core.session import AuthSession, SessionRecord, describe_device, sid_hash
+from flask_authflow.core.session import AuthSession, SessionRecord, sid_hash
+from flask_authflow.devices.labels import device_label
 from flask_authflow.errors import AuthFlowError, StepUpNeeded
 from flask_authflow.i18n import N_, translate
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
@@ -154,7 +155,7 @@ def _method_name(method: str | None) -> str | None:
 def _session_row(record: SessionRecord, current_sid: str) -> dict[str, Any]:
     return {
         "hash": sid_hash(record.sid),
-        "device": describe_device(record.device),
+        "device": devices.shown_label(device_label(record.device)),  # as the devices list
         "last_seen_at": record.last_seen_at,
         "created_at": record.created_at,
         "authenticated_at": record.authenticated_at,
