@@ -76,7 +76,12 @@ class _KeySlot:
 
     @classmethod
     def build(cls, key: bytes) -> _KeySlot:
-        signer = Signer(key, salt=COOKIE_SALT, key_derivation="hmac", digest_method=hashlib.sha256)
+        # The signer derives its HMAC key from (key, salt) on every call; derived once here
+        # and used as it is ("none"), the signatures are the same and a request saves an HMAC.
+        derived = Signer(
+            key, salt=COOKIE_SALT, key_derivation="hmac", digest_method=hashlib.sha256
+        ).derive_key()
+        signer = Signer(derived, key_derivation="none", digest_method=hashlib.sha256)
         return cls(signer, derive_key(key, FINGERPRINT_PURPOSE))
 
     def fingerprint(self, user_agent: str) -> str:
@@ -249,6 +254,9 @@ class AuthFlowSessionInterface(SessionInterface):
         # Current key first, then the previous keys newest first: the order they are tried.
         self._slots = tuple(_KeySlot.build(k) for k in (current, *reversed(previous)))
         self._current = self._slots[0]
+        #: Called once for each request served as a new guest because its User-Agent did not
+        #: match the session's binding (``AuthFlow.init_app`` counts them for ``/metrics``).
+        self.on_binding_mismatch: Callable[[], None] | None = None
         self._settings: dict[str, Any] = {
             "store": store,
             "signing_key": current,
@@ -393,6 +401,8 @@ class AuthFlowSessionInterface(SessionInterface):
             log.warning("session binding mismatch; request served as a new guest session")
             session = self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
             session.binding_mismatch = True
+            if self.on_binding_mismatch is not None:
+                self.on_binding_mismatch()
             return session
 
         session = RequestSession(
