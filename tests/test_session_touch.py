@@ -213,12 +213,15 @@ def test_a_held_sqlite_write_lock_skips_the_touch_without_waiting(tmp_path: Path
     app = make_app(AuthFlowSessionInterface(store, KEY, clock=clock, touch_jitter=timedelta(0)), clock)
     value = cookie_value(logged_in(app))
     waits: list[int] = []
+    syncs: list[int] = []
 
     @event.listens_for(store.engine, "before_cursor_execute")
     def busy_timeout_of_the_write(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if statement.lstrip().upper().startswith("UPDATE"):
             # The raw sqlite3 connection's own setting, read beside the statement.
-            waits.append(cursor.connection.execute("PRAGMA busy_timeout").fetchone()[0])
+            raw = cursor.connection
+            waits.append(raw.execute("PRAGMA busy_timeout").fetchone()[0])
+            syncs.append(raw.execute("PRAGMA synchronous").fetchone()[0])
 
     with store.engine.connect() as conn:
         before = conn.execute(select(sessions_table.c.updated_at)).scalar_one()
@@ -235,11 +238,13 @@ def test_a_held_sqlite_write_lock_skips_the_touch_without_waiting(tmp_path: Path
         other.close()
     with store.engine.connect() as conn:
         assert conn.execute(select(sessions_table.c.updated_at)).scalar_one() == before
-        # The pooled connection waits as configured again for every other statement.
+        # The pooled connection waits (and syncs) as configured again for every other statement.
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 5000
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL, SQLite's default
     response = raw_get(app, value)  # the lock is free: the next request touches
     assert len(response.headers.getlist("Set-Cookie")) == 1
     assert waits == [0, 0]
+    assert syncs == [1, 1]  # NORMAL: a best-effort write needs no fsync of its commit (WAL mode)
     store.engine.dispose()
 
 
