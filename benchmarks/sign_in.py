@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.login import bench_workdir  # importable once the path above is set
 from benchmarks.protected_request import UA, ratio_line, spread
 
-PASSWORD = "correct horse battery staple"  # noqa: S105 - a benchmark's throwaway user
+PASSWORD = "correct horse battery staple"  # a benchmark's throwaway user
 TARGET = 2.0
 
 
