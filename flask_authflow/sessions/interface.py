@@ -420,8 +420,9 @@ class AuthFlowSessionInterface(SessionInterface):
                 # the fingerprint key of the current signing key.
                 session.rebind(current_fp)
                 session.force_write = True
-        if now - record.last_seen_at >= self.touch_due_after(sid):
-            session.touch_due = True
+        idle = now - record.last_seen_at
+        if idle >= self.touch_interval - self.touch_jitter and idle >= self.touch_due_after(sid):
+            session.touch_due = True  # (the id's share of the jitter is worked out only near the end)
         return session
 
     def save_early(self, app: Flask, response: Response) -> Response:
