@@ -7,6 +7,7 @@ Counted and inspected, never timed (speed is measured in benchmarks/).
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from flask import Flask
 from itsdangerous import Signer
@@ -77,3 +78,37 @@ def test_a_binding_mismatch_is_counted_once_per_request(app_factory: AppFactory)
     assert client.get("/p", headers={"User-Agent": "another browser"}).status_code == 401
     assert client.get("/p", headers={"User-Agent": "another browser"}).status_code == 401
     assert counters.snapshot().get("session_binding_mismatches", 0) == before + 2
+
+
+def test_a_protected_get_selects_no_locale(app_factory: AppFactory, monkeypatch: Any) -> None:
+    import flask_authflow.i18n as i18n
+
+    app = app_factory()
+    _protected(app)
+    client = login_test_client(app, "alice")
+
+    def selected() -> str:
+        raise AssertionError("the locale was worked out for a request that shows no text")
+
+    monkeypatch.setattr(i18n, "_selected_locale", selected)
+    assert client.get("/p").status_code == 200
+
+
+def test_an_api_view_without_authorization_does_no_token_work(
+    app_factory: AppFactory, monkeypatch: Any
+) -> None:
+    from flask_authflow.api_auth import ApiTokenService
+
+    app = app_factory()
+
+    @app.get("/api")
+    @login_required(api=True)
+    def api() -> str:
+        return "ok"
+
+    def verify(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a token was verified for a request that carries none")
+
+    monkeypatch.setattr(ApiTokenService, "verify", verify)
+    assert app.test_client().get("/api", headers={"Accept": "application/json"}).status_code == 401
+    assert login_test_client(app, "alice").get("/api").status_code == 200
