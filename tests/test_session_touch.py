@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -327,3 +328,72 @@ def test_a_jitter_outside_the_interval_is_refused(jitter: timedelta) -> None:
 
     with pytest.raises(ConfigurationError):
         AuthFlowSessionInterface(MemorySessionStore(), KEY, touch_jitter=jitter)
+
+
+# --- several processes on PostgreSQL --------------------------------------------------------------
+
+
+def _touching_worker(url: str, sids: list[str], progress: Any, revoked: Any, stop: Any, out: Any) -> None:
+    """Touch the sessions ``sids`` over and over until stopped; report (touches written,
+    touches written although they started after the revocation was announced)."""
+    from datetime import UTC, datetime
+
+    store = SqlAlchemySessionStore(url, crypto=SessionCrypto(KEY), create_tables=False, purge_every=None)
+    written = late = 0
+    deadline = time.monotonic() + 30
+    while not stop.is_set() and time.monotonic() < deadline:
+        for sid in sids:
+            now = datetime.now(UTC)
+            record = replace(new_guest_record(now), sid=sid, last_seen_at=now)
+            announced = revoked.is_set()  # read before the touch starts
+            if store.touch(record, now + HOUR):
+                written += 1
+                late += announced
+                with progress.get_lock():
+                    progress.value += 1
+    store.engine.dispose()
+    out.put((written, late))
+
+
+@pytest.mark.multiprocess
+def test_touches_from_several_processes_never_bring_back_revoked_sessions(postgres_server: Any) -> None:
+    from datetime import UTC, datetime
+
+    from sqlalchemy import func
+
+    from tests.parts import child_processes
+
+    spawn = child_processes()
+    url = postgres_server.new_database()
+    store = SqlAlchemySessionStore(url, crypto=SessionCrypto(KEY), purge_every=None)
+    try:
+        clock = MockClock(datetime.now(UTC))
+        records = [user_record(clock) for _ in range(4)]
+        for record in records:
+            store.save(record, datetime.now(UTC) + HOUR)
+        revoked, stop, out, progress = spawn.Event(), spawn.Event(), spawn.Queue(), spawn.Value("i", 0)
+        sids = [record.sid for record in records]
+        processes = [
+            spawn.Process(target=_touching_worker, args=(url, sids, progress, revoked, stop, out))
+            for _ in range(3)
+        ]
+        for process in processes:
+            process.start()
+        deadline = time.monotonic() + 60
+        while progress.value < 30 and time.monotonic() < deadline:  # the workers are touching
+            time.sleep(0.01)
+        assert progress.value >= 30, "the workers never got going"
+        assert store.delete_user_sessions("acme", "alice") == len(records)
+        revoked.set()
+        time.sleep(0.5)  # and keep trying for a while
+        stop.set()
+        reports = [out.get(timeout=60) for _ in processes]
+        for process in processes:
+            process.join(30)
+            assert process.exitcode == 0
+        assert all(late == 0 for _written, late in reports)
+        with store.engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(sessions_table)).scalar_one() == 0
+        assert all(store.load(sid) is None for sid in sids)
+    finally:
+        store.engine.dispose()
