@@ -129,6 +129,28 @@ def web_decisions() -> tuple[Callable[[], object], Callable[[], object]]:
     return again, first
 
 
+def bare_decision(
+    evaluator: Evaluator, principal: Principal, document: Entity, now: datetime
+) -> Callable[[], object]:
+    """The benchmark's decision put to cedarpy directly: what ``decide`` sends, built once."""
+    assert evaluator.policies is not None
+    policy_set = evaluator.policies.policy_set
+    request = {
+        "principal": {"type": "User", "id": principal.id},
+        "action": {"type": "Action", "id": "edit"},
+        "resource": document.uid,
+        "context": {},
+    }
+    entities = [*principal.entities(now), entity_json(document)]
+
+    def bare_cedarpy() -> object:
+        result = cedarpy.is_authorized(request, policy_set, entities)
+        assert result.allowed
+        return result
+
+    return bare_cedarpy
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -140,12 +162,9 @@ def main() -> int:
 
     now = datetime.now(UTC)
     evaluator = Evaluator(load_policies(AuthzSettings(policies=(POLICIES,), schema=SCHEMA)))
+    signed_in = now - timedelta(minutes=1)
     principal = Principal(
-        "u1",
-        "acme",
-        frozenset({"editor"}),
-        authenticated_at=now - timedelta(minutes=1),
-        factors=("password",),
+        "u1", "acme", frozenset({"editor"}), authenticated_at=signed_in, factors=("password",)
     )
     document = Entity("Document", "42", {"tenant": "acme"})
 
@@ -169,27 +188,12 @@ def main() -> int:
     def engine_floor() -> object:
         return cedarpy.is_authorized(floor_request, floor_policy, [])
 
-    # The benchmark's decision put to cedarpy directly: what decide() sends, built once.
-    policy_set = evaluator.policies.policy_set if evaluator.policies is not None else None
-    bare_request = {
-        "principal": {"type": "User", "id": "u1"},
-        "action": {"type": "Action", "id": "edit"},
-        "resource": {"type": "Document", "id": "42"},
-        "context": {},
-    }
-    bare_entities = [*principal.entities(now), entity_json(document)]
-
-    def bare_cedarpy() -> object:
-        result = cedarpy.is_authorized(bare_request, policy_set, bare_entities)
-        assert result.allowed
-        return result
-
     again, first = web_decisions()
     rates = per_second(
         {
             "hand-written role check": by_hand,
             "cedarpy floor (no entities)": engine_floor,
-            BARE: bare_cedarpy,
+            BARE: bare_decision(evaluator, principal, document, now),
             "Evaluator.decide": by_policy,
             AUTHORIZE: again,
             "authflow.authorize, new request": first,

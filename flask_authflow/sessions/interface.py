@@ -159,6 +159,22 @@ def _check_signing_key(key: bytes, what: str) -> bytes:
     return bytes(key)
 
 
+def _touch_settings(
+    idle_timeout: timedelta, interval: timedelta | None, jitter: timedelta | None
+) -> tuple[timedelta, timedelta]:
+    """The touch interval (default: a tenth of the idle timeout) and jitter (default: half
+    the interval), checked."""
+    if interval is None:
+        interval = idle_timeout / 10
+    if not isinstance(interval, timedelta) or not timedelta(0) <= interval < idle_timeout:
+        raise ConfigurationError("touch_interval must be at least 0 and shorter than the idle timeout")
+    if jitter is None:
+        jitter = interval / 2
+    if not isinstance(jitter, timedelta) or not timedelta(0) <= jitter <= interval:
+        raise ConfigurationError("touch_jitter must be at least 0 and at most the touch interval")
+    return interval, jitter
+
+
 def _positive(value: timedelta, what: str) -> timedelta:
     if not isinstance(value, timedelta) or value <= timedelta(0):
         raise ConfigurationError(f"{what} must be a positive timedelta")
@@ -214,7 +230,6 @@ class AuthFlowSessionInterface(SessionInterface):
         remember_ttl: timedelta | None = None,
         remember_idle_timeout: bool = True,
     ) -> None:
-        requested_touch_interval, requested_touch_jitter = touch_interval, touch_jitter
         current = _check_signing_key(signing_key, "session signing key")
         previous = tuple(_check_signing_key(k, "previous session signing key") for k in previous_signing_keys)
         self.ttl = _positive(ttl, "the session TTL")
@@ -225,14 +240,7 @@ class AuthFlowSessionInterface(SessionInterface):
         )
         #: Whether a "remember me" session still ends after ``idle_timeout`` without use.
         self.remember_idle_timeout = bool(remember_idle_timeout)
-        if touch_interval is None:
-            touch_interval = idle_timeout / 10
-        if not isinstance(touch_interval, timedelta) or not timedelta(0) <= touch_interval < idle_timeout:
-            raise ConfigurationError("touch_interval must be at least 0 and shorter than the idle timeout")
-        if touch_jitter is None:
-            touch_jitter = touch_interval / 2
-        if not isinstance(touch_jitter, timedelta) or not timedelta(0) <= touch_jitter <= touch_interval:
-            raise ConfigurationError("touch_jitter must be at least 0 and at most the touch interval")
+        self.touch_interval, self.touch_jitter = _touch_settings(idle_timeout, touch_interval, touch_jitter)
         if samesite not in _SAMESITE:
             raise ConfigurationError(f"samesite must be one of {', '.join(_SAMESITE)}")
         if samesite == "None" and not secure:
@@ -242,8 +250,6 @@ class AuthFlowSessionInterface(SessionInterface):
         if not isinstance(custom_limit, int) or custom_limit <= 0:
             raise ConfigurationError("custom_limit must be a positive number of bytes")
         self.store = store
-        self.touch_interval = touch_interval
-        self.touch_jitter = touch_jitter
         self.cookie_name = cookie_name
         self.secure = bool(secure)
         self.samesite = samesite
@@ -271,8 +277,8 @@ class AuthFlowSessionInterface(SessionInterface):
             "clock": self._clock,
             "custom_limit": custom_limit,
             # ``None`` stays ``None`` so that with_idle_timeout() recomputes the default.
-            "touch_interval": requested_touch_interval,
-            "touch_jitter": requested_touch_jitter,
+            "touch_interval": touch_interval,
+            "touch_jitter": touch_jitter,
             "remember_ttl": remember_ttl,
             "remember_idle_timeout": remember_idle_timeout,
         }
@@ -332,6 +338,10 @@ class AuthFlowSessionInterface(SessionInterface):
         are spread evenly; the same session always gets the same one)."""
         share = zlib.crc32(sid.encode("ascii")) / 0x1_0000_0000
         return self.touch_interval - self.touch_jitter * share
+
+    def _touch_due(self, sid: str, idle: timedelta) -> bool:
+        # The id's share of the jitter is worked out only when the session could be due.
+        return idle >= self.touch_interval - self.touch_jitter and idle >= self.touch_due_after(sid)
 
     def _verify_cookie(self, raw: str) -> tuple[str, _KeySlot] | None:
         """The session id in a cookie value and the key that signed it, or ``None``."""
@@ -420,9 +430,7 @@ class AuthFlowSessionInterface(SessionInterface):
                 # the fingerprint key of the current signing key.
                 session.rebind(current_fp)
                 session.force_write = True
-        idle = now - record.last_seen_at
-        if idle >= self.touch_interval - self.touch_jitter and idle >= self.touch_due_after(sid):
-            session.touch_due = True  # (the id's share of the jitter is worked out only near the end)
+        session.touch_due = self._touch_due(sid, now - record.last_seen_at)
         return session
 
     def save_early(self, app: Flask, response: Response) -> Response:
