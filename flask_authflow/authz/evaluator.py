@@ -8,6 +8,7 @@ ids of the policies that determined it (INFO; WARNING when there were errors).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 from .entities import BadRequest, Principal, action_entity, entity_json, resource_entity, to_cedar
 from .policies import LoadedPolicies, cedar
 
-__all__ = ["Decision", "Evaluator", "log"]
+__all__ = ["Decision", "Evaluator", "PreparedPrincipal", "log"]
 
 log = logging.getLogger("flask_authflow.authz")
 
@@ -36,11 +37,47 @@ class Decision:
         return self.allowed
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedPrincipal:
+    """A principal with its entities (itself and its roles) parsed by Cedar once, for any
+    number of decisions about it at one moment (one request): :meth:`Evaluator.prepare`."""
+
+    principal: Principal
+    #: the principal's uid in Cedar's JSON form.
+    uid: dict[str, str]
+    #: (type, id) of every entity in ``entities``.
+    uids: frozenset[tuple[str, str]]
+    #: the parsed entities (a ``cedarpy.Entities`` handle; ``None`` without policies).
+    entities: Any
+
+
 class Evaluator:
-    """Decides requests against ``policies`` (``None``: no policy, so every request is denied)."""
+    """Decides requests against ``policies`` (``None``: no policy, so every request is denied).
+
+    The policy set is parsed once, when the policies are loaded; the principal's entities
+    once per :meth:`prepare` (the web layer prepares once per request).
+    """
 
     def __init__(self, policies: LoadedPolicies | None) -> None:
         self.policies = policies
+
+    def prepare(self, principal: Principal, now: datetime) -> PreparedPrincipal:
+        """``principal``'s entities, built and parsed by Cedar now (``now`` dates ``auth_age``).
+
+        :raises BadRequest: the principal cannot be put to the policies (a wrong shape), or
+            Cedar refuses its entities.
+        """
+        if not isinstance(principal, Principal):
+            raise BadRequest("the principal must be a flask_authflow.authz.Principal")
+        entities = principal.entities(now)
+        if self.policies is None:  # every decision is a denial: nothing for Cedar to parse
+            return PreparedPrincipal(principal, entities[0]["uid"], frozenset(), None)
+        try:
+            parsed = cedar().Entities.from_json_str(json.dumps(entities))
+        except ValueError as exc:
+            raise BadRequest(f"the principal's entities were refused: {exc}") from None
+        uids = frozenset((e["uid"]["type"], e["uid"]["id"]) for e in entities)
+        return PreparedPrincipal(principal, entities[0]["uid"], uids, parsed)
 
     def decide(
         self,
@@ -57,12 +94,31 @@ class Evaluator:
         the system clock) dates the session's ``auth_age``.
         """
         try:
-            request, entities = _request(principal, action, resource, context, now or datetime.now(UTC))
+            prepared = self.prepare(principal, now or datetime.now(UTC))
+        except BadRequest as exc:
+            return self._logged(principal, action, resource, Decision(False, (), (str(exc),)))
+        return self.decide_prepared(prepared, action, resource, context)
+
+    def decide_prepared(
+        self,
+        prepared: PreparedPrincipal,
+        action: Any,
+        resource: Any,
+        context: Mapping[str, Any] | None = None,
+    ) -> Decision:
+        """:meth:`decide` for a principal :meth:`prepare` made: only the resource (when it is
+        not the principal or one of its roles) is parsed for this decision."""
+        principal = prepared.principal
+        try:
+            request, target = _request(prepared, action, resource, context)
         except BadRequest as exc:
             return self._logged(principal, action, resource, Decision(False, (), (str(exc),)))
         if self.policies is None:
             return self._logged(principal, action, resource, Decision(False))
         try:
+            entities = prepared.entities
+            if target is not None:
+                entities = entities.with_added_json_str(json.dumps([target]))
             result = cedar().is_authorized(request, self.policies.policy_set, entities)
             reasons = tuple(self.policies.label(reason) for reason in result.diagnostics.reasons)
             errors = tuple(self.policies.relabel(str(error)) for error in result.diagnostics.errors)
@@ -98,23 +154,19 @@ def _describe(resource: Any) -> str:
 
 
 def _request(
-    principal: Principal, action: Any, resource: Any, context: Mapping[str, Any] | None, now: datetime
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Cedar's request and entities for one decision (:class:`BadRequest` for a wrong shape)."""
-    if not isinstance(principal, Principal):
-        raise BadRequest("the principal must be a flask_authflow.authz.Principal")
+    prepared: PreparedPrincipal, action: Any, resource: Any, context: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Cedar's request for one decision and the resource's entity when the prepared
+    entities lack it (:class:`BadRequest` for a wrong shape)."""
     if context is not None and not isinstance(context, Mapping):
         raise BadRequest(f"the context must be a mapping, got {type(context).__name__}")
     action_uid = action_entity(action)
     target = resource_entity(resource)
-    entities = principal.entities(now)
-    principal_uid = entities[0]["uid"]
-    if target.uid != principal_uid and all(entity["uid"] != target.uid for entity in entities):
-        entities.append(entity_json(target))
+    missing = None if (target.type, target.id) in prepared.uids else entity_json(target)
     request = {
-        "principal": principal_uid,
+        "principal": prepared.uid,
         "action": action_uid.uid,
         "resource": target.uid,
         "context": to_cedar(dict(context or {}), "the context"),
     }
-    return request, entities
+    return request, missing

@@ -451,6 +451,18 @@ class SessionStore(Protocol):
         """
         ...
 
+    def touch(self, record: SessionRecord, expires_at: datetime) -> bool:
+        """Refresh the stored last-seen time of the live session ``record.sid`` to
+        ``record.last_seen_at`` and its expiry to ``expires_at``: one small write of those
+        two values only (the sealed record is not written again); ``load`` then returns
+        the record with that last-seen time. Never re-creates a deleted session.
+
+        A best-effort write: a store that would have to wait for it (SQLite's write lock
+        held by another writer) skips it and returns ``False``, as it does for a session
+        that is gone. :returns: ``True`` if the refresh was written.
+        """
+        ...
+
     def delete(self, sid: str) -> None:
         """Remove the record (no error if it is already gone)."""
         ...

@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import logging
 import re
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -75,7 +76,12 @@ class _KeySlot:
 
     @classmethod
     def build(cls, key: bytes) -> _KeySlot:
-        signer = Signer(key, salt=COOKIE_SALT, key_derivation="hmac", digest_method=hashlib.sha256)
+        # The signer derives its HMAC key from (key, salt) on every call; derived once here
+        # and used as it is ("none"), the signatures are the same and a request saves an HMAC.
+        derived = Signer(
+            key, salt=COOKIE_SALT, key_derivation="hmac", digest_method=hashlib.sha256
+        ).derive_key()
+        signer = Signer(derived, key_derivation="none", digest_method=hashlib.sha256)
         return cls(signer, derive_key(key, FINGERPRINT_PURPOSE))
 
     def fingerprint(self, user_agent: str) -> str:
@@ -105,8 +111,11 @@ class RequestSession(AuthSession):
         self.store_failed = False
         #: the cookie verified with a previous signing key: re-sign it with the current one.
         self.resign = False
-        #: write the record even if unmodified (last-seen refresh, fingerprint re-binding).
+        #: write the record even if unmodified (fingerprint re-binding).
         self.force_write = False
+        #: the stored "last seen" time is due for a refresh: one small write of that time
+        #: only (:meth:`~flask_authflow.core.ports.SessionStore.touch`), not of the record.
+        self.touch_due = False
         #: the id the record was loaded under (``None`` for a session new in this request).
         self.loaded_sid: str | None = None if new else record.sid
         #: already saved by :meth:`AuthFlowSessionInterface.save_early` for this request.
@@ -150,6 +159,22 @@ def _check_signing_key(key: bytes, what: str) -> bytes:
     return bytes(key)
 
 
+def _touch_settings(
+    idle_timeout: timedelta, interval: timedelta | None, jitter: timedelta | None
+) -> tuple[timedelta, timedelta]:
+    """The touch interval (default: a tenth of the idle timeout) and jitter (default: half
+    the interval), checked."""
+    if interval is None:
+        interval = idle_timeout / 10
+    if not isinstance(interval, timedelta) or not timedelta(0) <= interval < idle_timeout:
+        raise ConfigurationError("touch_interval must be at least 0 and shorter than the idle timeout")
+    if jitter is None:
+        jitter = interval / 2
+    if not isinstance(jitter, timedelta) or not timedelta(0) <= jitter <= interval:
+        raise ConfigurationError("touch_jitter must be at least 0 and at most the touch interval")
+    return interval, jitter
+
+
 def _positive(value: timedelta, what: str) -> timedelta:
     if not isinstance(value, timedelta) or value <= timedelta(0):
         raise ConfigurationError(f"{what} must be a positive timedelta")
@@ -176,8 +201,13 @@ class AuthFlowSessionInterface(SessionInterface):
         remembered (default: ``ttl``).
     :param remember_idle_timeout: whether such a session still ends after ``idle_timeout``.
     :param touch_interval: how stale the stored "last seen" time may get before an
-        unchanged session is written again (default: a tenth of ``idle_timeout``), so a
-        busy user does not cost one write per request.
+        unchanged session is touched (default: a tenth of ``idle_timeout``), so a busy
+        user does not cost one write per request. A touch writes that time only (one
+        small statement, never the sealed record) and is skipped rather than waited for
+        when the store is busy.
+    :param touch_jitter: how much earlier than ``touch_interval`` a session may come due,
+        spread evenly over sessions by their id (default: half of ``touch_interval``), so
+        sessions created together are not all touched in the same second.
     """
 
     def __init__(
@@ -196,10 +226,10 @@ class AuthFlowSessionInterface(SessionInterface):
         clock: Clock | None = None,
         custom_limit: int = CUSTOM_DATA_LIMIT,
         touch_interval: timedelta | None = None,
+        touch_jitter: timedelta | None = None,
         remember_ttl: timedelta | None = None,
         remember_idle_timeout: bool = True,
     ) -> None:
-        requested_touch_interval = touch_interval
         current = _check_signing_key(signing_key, "session signing key")
         previous = tuple(_check_signing_key(k, "previous session signing key") for k in previous_signing_keys)
         self.ttl = _positive(ttl, "the session TTL")
@@ -210,10 +240,7 @@ class AuthFlowSessionInterface(SessionInterface):
         )
         #: Whether a "remember me" session still ends after ``idle_timeout`` without use.
         self.remember_idle_timeout = bool(remember_idle_timeout)
-        if touch_interval is None:
-            touch_interval = idle_timeout / 10
-        if not isinstance(touch_interval, timedelta) or not timedelta(0) <= touch_interval < idle_timeout:
-            raise ConfigurationError("touch_interval must be at least 0 and shorter than the idle timeout")
+        self.touch_interval, self.touch_jitter = _touch_settings(idle_timeout, touch_interval, touch_jitter)
         if samesite not in _SAMESITE:
             raise ConfigurationError(f"samesite must be one of {', '.join(_SAMESITE)}")
         if samesite == "None" and not secure:
@@ -223,7 +250,6 @@ class AuthFlowSessionInterface(SessionInterface):
         if not isinstance(custom_limit, int) or custom_limit <= 0:
             raise ConfigurationError("custom_limit must be a positive number of bytes")
         self.store = store
-        self.touch_interval = touch_interval
         self.cookie_name = cookie_name
         self.secure = bool(secure)
         self.samesite = samesite
@@ -234,6 +260,9 @@ class AuthFlowSessionInterface(SessionInterface):
         # Current key first, then the previous keys newest first: the order they are tried.
         self._slots = tuple(_KeySlot.build(k) for k in (current, *reversed(previous)))
         self._current = self._slots[0]
+        #: Called once for each request served as a new guest because its User-Agent did not
+        #: match the session's binding (``AuthFlow.init_app`` counts them for ``/metrics``).
+        self.on_binding_mismatch: Callable[[], None] | None = None
         self._settings: dict[str, Any] = {
             "store": store,
             "signing_key": current,
@@ -248,7 +277,8 @@ class AuthFlowSessionInterface(SessionInterface):
             "clock": self._clock,
             "custom_limit": custom_limit,
             # ``None`` stays ``None`` so that with_idle_timeout() recomputes the default.
-            "touch_interval": requested_touch_interval,
+            "touch_interval": touch_interval,
+            "touch_jitter": touch_jitter,
             "remember_ttl": remember_ttl,
             "remember_idle_timeout": remember_idle_timeout,
         }
@@ -301,6 +331,17 @@ class AuthFlowSessionInterface(SessionInterface):
                 return absolute
             return min(absolute, record.last_seen_at + self.idle_timeout)
         return min(record.created_at + self.ttl, record.last_seen_at + self.idle_timeout)
+
+    def touch_due_after(self, sid: str) -> timedelta:
+        """How long after its last-seen time session ``sid`` is touched: ``touch_interval``
+        less a share of ``touch_jitter`` fixed by the id (ids are random, so the shares
+        are spread evenly; the same session always gets the same one)."""
+        share = zlib.crc32(sid.encode("ascii")) / 0x1_0000_0000
+        return self.touch_interval - self.touch_jitter * share
+
+    def _touch_due(self, sid: str, idle: timedelta) -> bool:
+        # The id's share of the jitter is worked out only when the session could be due.
+        return idle >= self.touch_interval - self.touch_jitter and idle >= self.touch_due_after(sid)
 
     def _verify_cookie(self, raw: str) -> tuple[str, _KeySlot] | None:
         """The session id in a cookie value and the key that signed it, or ``None``."""
@@ -370,6 +411,8 @@ class AuthFlowSessionInterface(SessionInterface):
             log.warning("session binding mismatch; request served as a new guest session")
             session = self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
             session.binding_mismatch = True
+            if self.on_binding_mismatch is not None:
+                self.on_binding_mismatch()
             return session
 
         session = RequestSession(
@@ -387,8 +430,7 @@ class AuthFlowSessionInterface(SessionInterface):
                 # the fingerprint key of the current signing key.
                 session.rebind(current_fp)
                 session.force_write = True
-        if now - record.last_seen_at >= self.touch_interval:
-            session.force_write = True
+        session.touch_due = self._touch_due(sid, now - record.last_seen_at)
         return session
 
     def save_early(self, app: Flask, response: Response) -> Response:
@@ -430,7 +472,7 @@ class AuthFlowSessionInterface(SessionInterface):
             return
         used = session.used
         if session.early == (response, used) and not (
-            session.modified or session.force_write or session.resign
+            session.modified or session.force_write or session.resign or session.touch_due
         ):
             return  # save_early already did all of it, and nothing changed since on this response
         self._mark_response(session, response, used)
@@ -442,7 +484,8 @@ class AuthFlowSessionInterface(SessionInterface):
         # at the session: views that never do (JWKS, discovery, static) cost nothing.
         if used and not session.modified and dict.__len__(session) and self._grew_in_place(session, response):
             return
-        if not (session.modified or session.cookie_due or (used and (session.force_write or session.resign))):
+        due = session.force_write or session.resign or session.touch_due
+        if not (session.modified or session.cookie_due or (used and due)):
             return
         self._write(session, response)
 
@@ -483,6 +526,7 @@ class AuthFlowSessionInterface(SessionInterface):
         # What was written is the new baseline: a later change in this request (an
         # ``after_request`` handler running after save_early) is written again.
         session.modified = session.force_write = session.resign = session.cookie_due = False
+        session.touch_due = False
         if too_large is not None:
             # Nothing is dropped silently: the response says the data was refused.
             self._refuse(response, too_large)
@@ -510,7 +554,7 @@ class AuthFlowSessionInterface(SessionInterface):
                 return
             session.loaded_sid = record.sid
             session.dead_sids.clear()
-            session.modified = session.force_write = False
+            session.modified = session.force_write = session.touch_due = False
             session.cookie_due = True
 
         return written
@@ -540,33 +584,58 @@ class AuthFlowSessionInterface(SessionInterface):
             record = replace(record, last_seen_at=now)
             expires_at = self.expires_at(record)
             if expires_at <= now:  # the absolute lifetime ran out during the request
-                for dead in session.dead_sids:
-                    self.store.delete(dead)
-                self.store.delete(record.sid)
-                if session.cookie_sent:
-                    self._delete_cookie(response)
+                self._end(session, record, response)
                 return
-            existing = session.loaded_sid == record.sid
-            replaces = () if existing or session.loaded_sid is None else (session.loaded_sid,)
-            if not self.store.save(record, expires_at, replaces=replaces, existing=existing):
-                # The session was deleted (logout elsewhere, revoked, password changed)
-                # after this request loaded it: it stays deleted and this client is a Guest.
-                log.info("session revoked during the request; not saved, cookie cleared")
-                session.saved = True
-                if session.cookie_sent:
-                    self._delete_cookie(response)
+            if not self._save_record(session, record, expires_at, response):
                 return
-            session.loaded_sid = record.sid
-            session.dead_sids.clear()
+        elif session.touch_due:
+            record = replace(record, last_seen_at=now)
+            expires_at = self.expires_at(record)
+            if expires_at <= now:
+                self._end(session, record, response)
+                return
+            # One small write of the last-seen time; a touch the store skipped (busy, or
+            # the session revoked meanwhile) changes nothing here: the cookie stays as it is.
+            if not self.store.touch(record, expires_at):
+                return
         else:  # only a re-signature: the stored record is unchanged
             expires_at = self.expires_at(record)
+        self._set_cookie(response, record.sid, expires_at)
+
+    def _end(self, session: RequestSession, record: SessionRecord, response: Response) -> None:
+        """The session is over (its absolute lifetime ran out): delete it and its cookie."""
+        for dead in session.dead_sids:
+            self.store.delete(dead)
+        self.store.delete(record.sid)
+        if session.cookie_sent:
+            self._delete_cookie(response)
+
+    def _save_record(
+        self, session: RequestSession, record: SessionRecord, expires_at: datetime, response: Response
+    ) -> bool:
+        """Save the whole record; False (cookie cleared) when the session was revoked meanwhile."""
+        existing = session.loaded_sid == record.sid
+        replaces = () if existing or session.loaded_sid is None else (session.loaded_sid,)
+        if not self.store.save(record, expires_at, replaces=replaces, existing=existing):
+            # The session was deleted (logout elsewhere, revoked, password changed)
+            # after this request loaded it: it stays deleted and this client is a Guest.
+            log.info("session revoked during the request; not saved, cookie cleared")
+            session.saved = True
+            if session.cookie_sent:
+                self._delete_cookie(response)
+            return False
+        session.loaded_sid = record.sid
+        session.dead_sids.clear()
+        return True
+
+    def _set_cookie(self, response: Response, sid: str, expires_at: datetime) -> None:
         if response.cache_control.public:
             # A response that sets a session cookie is never public: a shared cache
             # would hand this cookie to other users.
             response.headers["Cache-Control"] = "private, no-store"
         response.set_cookie(
             self.cookie_name,
-            self.sign_sid(record.sid),
+            self.sign_sid(sid),
             expires=expires_at,
             path=self.cookie_path,
             domain=self.cookie_domain,

@@ -171,6 +171,16 @@ class MemorySessionStore:
             self.purge_expired()
         return True
 
+    def touch(self, record: SessionRecord, expires_at: datetime) -> bool:
+        now = self._clock.now()
+        with self._lock:
+            entry = self._records.get(record.sid)
+            if entry is None or entry[1] <= now:
+                return False  # revoked (or expired): never re-created
+            stored = replace(entry[0], last_seen_at=record.last_seen_at)
+            self._records[record.sid] = (stored, utc(expires_at))
+        return True
+
     def delete(self, sid: str) -> None:
         with self._lock:
             self._remove(sid)

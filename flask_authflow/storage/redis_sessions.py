@@ -6,7 +6,8 @@ protected request then costs one Redis round trip (``HMGET``) and no SQL at all.
 Layout, under a key prefix (``authflow:`` by default)::
 
     <prefix>s:<sid_hash>                 hash  d = sealed record, e = expiry (µs since the epoch),
-                                               u / f = the index sets the record is in
+                                               u / f = the index sets the record is in,
+                                               l = last seen (µs), written by a touch only
     <prefix>u:<sha256(tenant, user_id)>  set   sid hashes of the user's sessions
     <prefix>t:<sha256(tenant)>           set   the tenant's user sets (a tenant-wide logout)
     <prefix>f:<federation_key>           set   sid hashes of a provider session's logins
@@ -44,6 +45,7 @@ import logging
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -150,6 +152,26 @@ return 1
 """
 )
 
+# KEYS[1] = a record's key; ARGV[3] = its new expiry, ARGV[4] = the last-seen time (µs),
+# ARGV[5] = the remaining lifetime (ms), ARGV[6] = the tenant's index set ('' for none).
+# The touch: the live record's expiry and last-seen fields and its TTL, nothing else (the
+# sealed record is not written); the index sets it is in live at least as long. 1 or 0.
+_TOUCH = (
+    _LUA_COMMON
+    + """
+if not live(KEYS[1]) then return 0 end
+local ttl = tonumber(ARGV[5])
+redis.call('HSET', KEYS[1], 'e', ARGV[3], 'l', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ttl)
+local idx = redis.call('HMGET', KEYS[1], 'u', 'f')
+if ARGV[6] ~= '' then idx[3] = ARGV[6] end
+for _, index in pairs(idx) do
+  if index and redis.call('PTTL', index) < ttl then redis.call('PEXPIRE', index, ttl) end
+end
+return 1
+"""
+)
+
 # KEYS[1] = a record's key. Returns how many keys were deleted (0 or 1).
 _DELETE = _LUA_COMMON + "return drop(KEYS[1])\n"
 
@@ -189,12 +211,13 @@ _LIST = (
     + """
 local found = {}
 for _, member in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local row = redis.call('HMGET', record_prefix .. member, 'd', 'e', 'u')
+  local row = redis.call('HMGET', record_prefix .. member, 'd', 'e', 'u', 'l')
   if not row[1] then
     redis.call('SREM', KEYS[1], member)
   elseif row[3] == KEYS[1] and tonumber(row[2]) > now then
     table.insert(found, member)
     table.insert(found, row[1])
+    table.insert(found, row[4] or '')
   end
 end
 return found
@@ -221,6 +244,14 @@ return removed
 def _micros(value: datetime) -> int:
     """Microseconds since the epoch, exactly (no float rounding)."""
     return (utc(value) - _EPOCH) // _MICROSECOND
+
+
+def _seen(record: SessionRecord | None, seen: Any) -> SessionRecord | None:
+    """``record`` with the last-seen time a touch wrote (``l``), when that is later."""
+    if record is None or seen is None:
+        return record
+    touched = _EPOCH + int(seen) * _MICROSECOND
+    return replace(record, last_seen_at=touched) if touched > record.last_seen_at else record
 
 
 def _glob_escape(text: str) -> str:
@@ -302,6 +333,7 @@ class RedisSessionStore:
         self._record_prefix = f"{prefix}s:"
         self._save = client.register_script(_SAVE)
         self._delete = client.register_script(_DELETE)
+        self._touch = client.register_script(_TOUCH)
         self._delete_index = client.register_script(_DELETE_INDEX)
         self._delete_tenant = client.register_script(_DELETE_TENANT)
         self._list = client.register_script(_LIST)
@@ -355,10 +387,21 @@ class RedisSessionStore:
         key = sid_hash(sid)
         # The hot path of every request: one HMGET, no script.
         with self._guard():
-            data, expires = self._redis.hmget(self._record_prefix + key, ("d", "e"))
+            data, expires, seen = self._redis.hmget(self._record_prefix + key, ("d", "e", "l"))
         if data is None or expires is None or int(expires) <= self._now():
             return None
-        return self._open(key, data, expected_sid=sid)
+        return _seen(self._open(key, data, expected_sid=sid), seen)
+
+    def touch(self, record: SessionRecord, expires_at: datetime) -> bool:
+        """One script call: the live record's expiry and last-seen time, nothing else."""
+        key = self._record_key(record.sid)
+        now = self._now()
+        expires = _micros(expires_at)
+        tenant_index = self._tenant_index(record.tenant) if record.tenant is not None else ""
+        ttl_ms = max(1, math.ceil((expires - now) / 1000))
+        with self._guard():
+            args = [now, self._record_prefix, expires, _micros(record.last_seen_at), ttl_ms, tenant_index]
+            return bool(self._touch(keys=[key], args=args))
 
     def save(
         self,
@@ -411,8 +454,8 @@ class RedisSessionStore:
                 keys=[self._user_index(tenant, user_id)], args=[self._now(), self._record_prefix]
             )
         records = []
-        for member, data in sorted(zip(found[::2], found[1::2], strict=True)):
-            record = self._open(member.decode("ascii"), data)
+        for member, data, seen in sorted(zip(found[::3], found[1::3], found[2::3], strict=True)):
+            record = _seen(self._open(member.decode("ascii"), data), seen or None)
             # The index is not authenticated: trust the decrypted record (a guest has no
             # user, so it never matches).
             if record is not None and record.tenant == tenant and record.user_id == user_id:

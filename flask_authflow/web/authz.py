@@ -27,10 +27,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from flask import Flask, current_app
+from flask import Flask, current_app, g
 
 from flask_authflow.authz import AuthzSettings, Decision, Evaluator, Principal, load_policies
-from flask_authflow.authz.evaluator import log
+from flask_authflow.authz.entities import BadRequest
+from flask_authflow.authz.evaluator import PreparedPrincipal, log
 from flask_authflow.errors import PermissionDenied
 from flask_authflow.web.current_user import ANONYMOUS_USER, current_roles, load_current_user
 from flask_authflow.web.decorators import login_required
@@ -50,6 +51,8 @@ __all__ = [
 
 #: Where the app's evaluator and hooks are kept in ``app.extensions``.
 AUTHZ_KEY = "authflow_authz"
+#: Where a request keeps its prepared principal (``flask.g``: never shared between requests).
+_G_PRINCIPAL = "_authflow_authz_principal"
 F = TypeVar("F", bound=Callable[..., Any])
 #: ``roles_loader(user)``: the names of the current user's roles.
 RolesLoader = Callable[[Any], Iterable[str]]
@@ -134,14 +137,40 @@ def current_principal() -> Principal | None:
     )
 
 
+def _prepared(authz: _AppAuthz) -> PreparedPrincipal | Decision | None:
+    """The current user's principal with its Cedar entities, built once per request and
+    session state (a login, logout or step-up in the request builds it again); ``None`` for
+    a guest, a denial when the principal cannot be put to the policies."""
+    session = current_auth_session()
+    # Every change of authentication state (login, each factor, step-up, logout) rotates the
+    # session id: with the state and authentication time it names what the principal reads.
+    key = (session.sid, session.state, session.authenticated_at)
+    cached = g.get(_G_PRINCIPAL)
+    if cached is not None and cached[0] == key:
+        return cast("PreparedPrincipal | None", cached[1])
+    principal = current_principal()
+    if principal is None:
+        prepared = None
+    else:
+        try:
+            prepared = authz.evaluator.prepare(principal, get_state().clock.now())
+        except BadRequest as exc:
+            return Decision(False, (), (str(exc),))
+    setattr(g, _G_PRINCIPAL, (key, prepared))
+    return prepared
+
+
 def decide(action: Any, resource: Any, context: Mapping[str, Any] | None = None) -> Decision:
     """The :class:`~flask_authflow.authz.Decision` for the current user (a guest is denied)."""
     authz = _app_authz()
-    principal = current_principal()
-    if principal is None:
+    prepared = _prepared(authz)
+    if prepared is None:
         log.info("authz deny: no signed-in user, action=%.200r", action)
         return Decision(False, (), ("no signed-in user",))
-    return authz.evaluator.decide(principal, action, resource, context, now=get_state().clock.now())
+    if isinstance(prepared, Decision):
+        log.warning("authz deny: action=%.200r errors=%s", action, "; ".join(prepared.errors))
+        return prepared
+    return authz.evaluator.decide_prepared(prepared, action, resource, context)
 
 
 def is_authorized(action: Any, resource: Any, context: Mapping[str, Any] | None = None) -> bool:

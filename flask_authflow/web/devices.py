@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-from flask import Flask, Request, Response, g, has_request_context, request
+from flask import Flask, Request, Response, after_this_request, g, has_request_context, request
 
 from flask_authflow import signals
 from flask_authflow.audit.context import AuditContext, audit_context
@@ -94,7 +94,8 @@ def install_devices(app: Flask, state: AuthFlowState) -> DeviceWiring:
     state.devices = wiring
     state.device_context = _device_context
     state.service.device_trusted = wiring.service.is_trusted
-    app.after_request(_set_cookie)
+    # No app-wide hook: a sign-in that issues a device cookie asks for one (after_this_request),
+    # so requests that sign nobody in pay nothing for devices.
     signals.login_succeeded.connect(_signed_in, sender=app, weak=False)
     signals.session_revoked.connect(_revoked, sender=app, weak=False)
     return wiring
@@ -172,6 +173,8 @@ def _record_sign_in(state: AuthFlowState, user_id: str, tenant: str) -> None:
     new = wiring.service.signed_in(
         tenant, user_id, device_id, user_agent=request.headers.get("User-Agent"), place=place, now=now
     )
+    if found.issue is None:
+        after_this_request(_set_cookie)
     found.issue = DeviceClaim(device_id, tenant, user_id)
     who = {"tenant": tenant, "user_id": user_id, "device_id": device_id}
     if new:  # a known device is on the sign-in's own rows (their device_id): no row of its own

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from flask import Flask, Response, current_app, g, request
+from flask import Flask, Response, current_app, request
 
 from flask_authflow.api_auth import ApiTokenService
 from flask_authflow.audit.client_ip import MAX_ADDRESS_CHARS, parse_ip
@@ -320,7 +320,11 @@ def _install(app: Flask, state: AuthFlowState) -> None:
     for error in (AuthFlowError, Unauthenticated, StepUpNeeded, PermissionDenied):
         app.register_error_handler(error, denial_response)
     app.context_processor(_template_context)
-    app.before_request(_before_request)
+    interface.on_binding_mismatch = lambda: state.counters.binding_mismatch()
+    settings = state.config.session
+    if not settings.cookie_secure and settings.allow_insecure_loopback:
+        # Decided once from the configuration: every other app has no before_request hook.
+        app.before_request(_loopback_only)
     app.after_request(lambda response: interface.save_early(app, response))
     from flask_authflow.cli import authflow_cli
 
@@ -873,16 +877,11 @@ def _is_loopback_request(environ: Mapping[str, Any]) -> bool:
     return all(_is_loopback(hop.strip()) for hop in forwarded.split(","))
 
 
-def _before_request() -> Response | None:
-    # Every request runs this: the app and the request are looked up once each.
+def _loopback_only() -> Response | None:
+    """Refuse remote clients of an app whose cookies travel without Secure (installed only
+    with ``AUTHFLOW_ALLOW_INSECURE_LOOPBACK`` and ``AUTHFLOW_COOKIE_SECURE=False``)."""
     app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
-    settings = get_state(app).config.session
-    if (
-        not settings.cookie_secure
-        and settings.allow_insecure_loopback
-        and not (app.debug or app.testing)
-        and not _is_loopback_request(request.environ)
-    ):
+    if not (app.debug or app.testing) and not _is_loopback_request(request.environ):
         # Cookies without Secure may only travel on this machine. The client is told no
         # more than that; the operator reads what to set in the log.
         log.warning(
@@ -890,8 +889,4 @@ def _before_request() -> Response | None:
             "(set AUTHFLOW_COOKIE_SECURE=True and serve over HTTPS)"
         )
         return error_response(LoopbackOnly())
-    session = current_auth_session()
-    if session.binding_mismatch and not g.get("_authflow_mismatch_counted"):
-        g._authflow_mismatch_counted = True
-        get_state(app).counters.binding_mismatch()
     return None

@@ -15,6 +15,7 @@ import os
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -32,7 +33,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from flask_authflow.clock import Clock, SystemClock, utc
 from flask_authflow.core.crypto import SessionCrypto
@@ -62,7 +63,9 @@ log = logging.getLogger("flask_authflow.sessions")
 T = TypeVar("T")
 
 
-_LOAD_QUERY = select(sessions_table.c.data).where(
+#: The sealed record and the row's last write time: a touch (below) moves only the latter,
+#: which is then the session's last-seen time when later than the record's own.
+_LOAD_QUERY = select(sessions_table.c.data, sessions_table.c.updated_at).where(
     and_(
         sessions_table.c.sid_hash == bindparam("key"),
         sessions_table.c.expires_at > bindparam("now", type_=UTCDateTime()),
@@ -82,6 +85,15 @@ _UPDATE_LIVE = (
     .values({name: bindparam(f"v_{name}", type_=sessions_table.c[name].type) for name in _VALUE_COLUMNS})
 )
 _DELETE_ONE = delete(sessions_table).where(_BY_KEY)
+#: The touch: the last-seen time and the expiry of a live row, nothing else.
+_TOUCH = (
+    update(sessions_table)
+    .where(_BY_KEY, _LIVE)
+    .values(
+        updated_at=bindparam("last_seen", type_=UTCDateTime()),
+        expires_at=bindparam("expires", type_=UTCDateTime()),
+    )
+)
 _DELETE_LIVE_OLD = delete(sessions_table).where(
     sessions_table.c.sid_hash.in_(bindparam("old_keys", expanding=True)), _LIVE
 )
@@ -206,6 +218,7 @@ class SqlAlchemySessionStore:
         self._purge_statement, self._purge_tenant_statement = _PURGE_BATCH.get(dialect, _PORTABLE_PURGE_BATCH)
         self._upsert_statement: Any = _UPSERTS.get(dialect)
         self._revocation_lock: Any = _REVOCATION_LOCKS.get(dialect)
+        self._try_lock = dialect == "sqlite"  # a touch there must not queue for the write lock
         self._saves = itertools.count(1)
         _engines.add(self.engine)
         if create_tables:
@@ -264,12 +277,50 @@ class SqlAlchemySessionStore:
         # single read; a pooled connection that died (a database restart) is replaced and
         # the read runs once more (run_read).
         with self._guard():
-            data = run_read(
-                self._read_engine, lambda conn: conn.execute(_LOAD_QUERY, params).scalar_one_or_none()
-            )
-        if data is None:
+            row = run_read(self._read_engine, lambda conn: conn.execute(_LOAD_QUERY, params).one_or_none())
+        if row is None:
             return None
-        return self._open(key, data, expected_sid=sid)
+        record = self._open(key, row.data, expected_sid=sid)
+        if record is None:
+            return None
+        touched = utc(row.updated_at)
+        return replace(record, last_seen_at=touched) if touched > record.last_seen_at else record
+
+    def touch(self, record: SessionRecord, expires_at: datetime) -> bool:
+        """One ``UPDATE`` of the live row's ``updated_at`` (the last-seen time) and
+        ``expires_at``. On SQLite it does not wait for the database's write lock: while
+        another connection writes, the touch is skipped (``False``); the session's next
+        request touches it again."""
+        params = {
+            "key": sid_hash(record.sid),
+            "now": self._clock.now(),
+            "last_seen": utc(record.last_seen_at),
+            "expires": utc(expires_at),
+        }
+        if not self._try_lock:
+            return bool(self._write_one(_TOUCH, params))
+        with self._guard(), self.engine.connect() as conn:
+            waits = conn.exec_driver_sql("PRAGMA busy_timeout").scalar()
+            syncs = conn.exec_driver_sql("PRAGMA synchronous").scalar()
+            wal = conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            # For this statement only: no wait for the write lock, and (in WAL mode, where
+            # this level keeps the database intact through a power cut) no fsync of its
+            # commit: a last-seen time lost to an OS crash costs nothing.
+            conn.exec_driver_sql("PRAGMA busy_timeout = 0")
+            if wal:
+                conn.exec_driver_sql("PRAGMA synchronous = NORMAL")
+            try:
+                touched = conn.execute(_TOUCH, params).rowcount
+                conn.commit()
+                return bool(touched)
+            except OperationalError:  # SQLITE_BUSY: another connection holds the write lock
+                conn.rollback()
+                log.debug("session touch skipped: the database is busy")
+                return False
+            finally:
+                conn.exec_driver_sql(f"PRAGMA busy_timeout = {int(waits or 0)}")
+                if wal:
+                    conn.exec_driver_sql(f"PRAGMA synchronous = {int(syncs or 0)}")
 
     def save(
         self,
@@ -288,7 +339,7 @@ class SqlAlchemySessionStore:
         """
         key = sid_hash(record.sid)
         values = self._row_values(key, record, expires_at)
-        now = values["updated_at"]
+        now = self._clock.now()
         if existing:
             params = {"key": key, "now": now, **{f"v_{name}": value for name, value in values.items()}}
             # One statement (an update of the live row only: never a re-creation).
@@ -313,7 +364,7 @@ class SqlAlchemySessionStore:
         False (the session was revoked) leaves the transaction to be rolled back."""
         key = sid_hash(record.sid)
         values = self._row_values(key, record, expires_at)
-        now = values["updated_at"]
+        now = self._clock.now()
         with self._guard():
             if existing:
                 params = {"key": key, "now": now, **{f"v_{name}": value for name, value in values.items()}}
@@ -327,7 +378,8 @@ class SqlAlchemySessionStore:
             "user_id": record.user_id,
             "state": record.state.value,
             "expires_at": utc(expires_at),
-            "updated_at": self._clock.now(),
+            # The last-seen time, in the clear: a touch moves it without opening the record.
+            "updated_at": utc(record.last_seen_at),
             "data": self._crypto.encrypt(key, serialize_record(record)),
             "federation_key": record_federation_key(record),
         }
@@ -336,7 +388,7 @@ class SqlAlchemySessionStore:
         """Delete the live rows of ``old_keys`` and write ``key``'s row on ``conn``; False,
         with nothing written, when one of the old rows was already gone (revoked)."""
         if old_keys:
-            gone = conn.execute(_DELETE_LIVE_OLD, {"old_keys": old_keys, "now": values["updated_at"]})
+            gone = conn.execute(_DELETE_LIVE_OLD, {"old_keys": old_keys, "now": self._clock.now()})
             if gone.rowcount != len(old_keys):
                 return False
         self._upsert(conn, key, values)
@@ -394,7 +446,7 @@ class SqlAlchemySessionStore:
     def list_user_sessions(self, tenant: str, user_id: str) -> list[SessionRecord]:
         now = self._clock.now()
         query = (
-            select(sessions_table.c.sid_hash, sessions_table.c.data)
+            select(sessions_table.c.sid_hash, sessions_table.c.data, sessions_table.c.updated_at)
             .where(
                 and_(
                     sessions_table.c.tenant == tenant,
@@ -406,8 +458,10 @@ class SqlAlchemySessionStore:
         )
         rows = self._run(lambda conn: conn.execute(query).all())
         records = []
-        for key, data in rows:
+        for key, data, touched in rows:
             record = self._open(key, data)
+            if record is not None and utc(touched) > record.last_seen_at:
+                record = replace(record, last_seen_at=utc(touched))
             # The clear index columns are not authenticated: trust the decrypted record.
             if (
                 record is not None

@@ -1,0 +1,99 @@
+"""Every measure of issue 30 in one run, one after the other, with their spreads.
+
+0. the protected GET's stages, each timed on its own per store (``stages.py``);
+1. the protected GET with ``--sessions`` distinct sessions per contender (memory, SQLite,
+   PostgreSQL and Redis stores beside bare Flask, Flask-Login with the cookie session,
+   Flask-Login + a SQLite user loader, Flask-Login + Flask-Session on Redis and on SQLite,
+   Flask-Security-Too), with a touch round beside each store's read-only round and the
+   targets (``protected_request.py``);
+2. sign-ins per second beside Flask-Security-Too, fast Argon2id on both (``sign_in.py``);
+3. ``authflow.authorize`` beside the bare ``cedarpy`` call on the same decision (``authz.py``);
+4. the reference app under gunicorn with 1 and 2 workers beside bare Flask (``server.py``),
+   when gunicorn is installed (it is in ``requirements/test.lock``).
+
+Each part runs in a process of its own (no state carried from one to the next) and prints
+its interleaved rounds, spreads and ratios; this script prints them in order under a
+heading with the machine's load average at the start of each part. The machine's other
+work moves absolute figures: read the ratios, and the spread beside them.
+
+    .venv/bin/python benchmarks/run_all.py [--sessions 10000] [--rounds 5] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def part(title: str, script: str, *args: str) -> int:
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    print(f"\n=== {title} ({script} {' '.join(args)}; load average {load}) ===", flush=True)
+    started = time.perf_counter()
+    code = subprocess.call([sys.executable, str(HERE / script), *args], cwd=HERE.parent)
+    print(f"--- {script}: exit {code}, {time.perf_counter() - started:.0f}s", flush=True)
+    return code
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", default="10000", help="distinct sessions per contender")
+    parser.add_argument("--rounds", default="5", help="interleaved rounds of each part")
+    parser.add_argument("--quick", action="store_true", help="small windows: a smoke test, not a measure")
+    args = parser.parse_args()
+    requests = "300" if args.quick else "2000"
+    codes = [
+        part(
+            "the protected GET's stages",
+            "stages.py",
+            "--repeat",
+            args.rounds,
+            "--number",
+            "500" if args.quick else "5000",
+        ),
+        part(
+            "protected GET",
+            "protected_request.py",
+            "--sessions",
+            args.sessions,
+            "--rounds",
+            args.rounds,
+            "--requests",
+            requests,
+        ),
+        part(
+            "sign-in throughput",
+            "sign_in.py",
+            "--rounds",
+            args.rounds,
+            "--logins",
+            "50" if args.quick else "300",
+        ),
+        part("Cedar", "authz.py", "--rounds", args.rounds, "--window", "0.1" if args.quick else "0.3"),
+    ]
+    if importlib.util.find_spec("gunicorn") is None:
+        print("\n(gunicorn is not installed: the server part is left out)")
+    else:
+        codes.append(
+            part(
+                "reference app under gunicorn",
+                "server.py",
+                "--rounds",
+                args.rounds,
+                "--requests",
+                requests,
+                "--sessions",
+                args.sessions,
+            )
+        )
+    return max(codes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

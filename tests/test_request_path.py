@@ -1,0 +1,114 @@
+"""The protected request pays only for what it needs: hooks present only when their
+feature has something to do, configuration-only work done once per app.
+
+Counted and inspected, never timed (speed is measured in benchmarks/).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from flask import Flask
+from itsdangerous import Signer
+
+from flask_authflow import get_state, login_required
+from flask_authflow.sessions.interface import COOKIE_SALT, AuthFlowSessionInterface
+from flask_authflow.testing.pytest_plugin import login_test_client
+from tests.appfactory import AppFactory
+from tests.test_devices_web import COOKIE, FIREFOX, device_cookie, make_device_site, sign_in
+
+UA = "flask-authflow-tests/1.0"
+
+
+def _protected(app: Flask) -> None:
+    @app.get("/p")
+    @login_required
+    def protected() -> str:
+        return "ok"
+
+
+def test_a_secure_app_has_no_before_request_hook_of_ours(app_factory: AppFactory) -> None:
+    app = app_factory(AUTHFLOW_COOKIE_SECURE=True)
+    assert app.before_request_funcs.get(None, []) == []
+
+
+def test_the_loopback_guard_is_installed_only_when_configured(app_factory: AppFactory) -> None:
+    app = app_factory(AUTHFLOW_COOKIE_SECURE=False, AUTHFLOW_ALLOW_INSECURE_LOOPBACK=True, TESTING=False)
+    (guard,) = app.before_request_funcs[None]
+    _protected(app)
+    remote = app.test_client().get("/p", environ_base={"REMOTE_ADDR": "203.0.113.9"})
+    assert remote.status_code == 403  # refused before the view
+    assert guard.__name__ == "_loopback_only"
+
+
+def test_no_app_wide_device_hook_and_the_sign_in_still_sets_the_device_cookie(
+    app_factory: AppFactory,
+) -> None:
+    site = make_device_site(app_factory)
+    hooks = [hook for funcs in site.app.after_request_funcs.values() for hook in funcs]
+    assert not any(hook.__module__ == "flask_authflow.web.devices" for hook in hooks)
+    client = site.client(FIREFOX)
+    assert device_cookie(client) is None
+    assert sign_in(client).status_code == 302
+    assert device_cookie(client) is not None  # set by the sign-in's own after_this_request hook
+    response = client.get("/account")
+    assert response.status_code == 200
+    assert not any(h.startswith(f"{COOKIE}=") for h in response.headers.getlist("Set-Cookie"))
+
+
+def test_cookies_signed_before_the_key_was_derived_once_still_verify(app_factory: AppFactory) -> None:
+    app = app_factory()
+    interface = app.session_interface
+    assert isinstance(interface, AuthFlowSessionInterface)
+    key = get_state(app).config.session.signing_key
+    per_call = Signer(key, salt=COOKIE_SALT, key_derivation="hmac", digest_method=hashlib.sha256)
+    sid = "A" * 43
+    assert interface.sign_sid(sid) == per_call.sign(sid).decode()
+    forged = per_call.sign(sid).decode()[:-2] + "AA"
+    assert interface._verify_cookie(forged) is None
+
+
+def test_a_binding_mismatch_is_counted_once_per_request(app_factory: AppFactory) -> None:
+    app = app_factory()
+    _protected(app)
+    client = login_test_client(app, "alice")
+    counters = get_state(app).counters
+    before = counters.snapshot().get("session_binding_mismatches", 0)
+    assert client.get("/p", headers={"User-Agent": "another browser"}).status_code == 401
+    assert client.get("/p", headers={"User-Agent": "another browser"}).status_code == 401
+    assert counters.snapshot().get("session_binding_mismatches", 0) == before + 2
+
+
+def test_a_protected_get_selects_no_locale(app_factory: AppFactory, monkeypatch: Any) -> None:
+    import flask_authflow.i18n as i18n
+
+    app = app_factory()
+    _protected(app)
+    client = login_test_client(app, "alice")
+
+    def selected() -> str:
+        raise AssertionError("the locale was worked out for a request that shows no text")
+
+    monkeypatch.setattr(i18n, "_selected_locale", selected)
+    assert client.get("/p").status_code == 200
+
+
+def test_an_api_view_without_authorization_does_no_token_work(
+    app_factory: AppFactory, monkeypatch: Any
+) -> None:
+    from flask_authflow.api_auth import ApiTokenService
+
+    app = app_factory()
+
+    @app.get("/api")
+    @login_required(api=True)
+    def api() -> str:
+        return "ok"
+
+    def verify(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a token was verified for a request that carries none")
+
+    monkeypatch.setattr(ApiTokenService, "verify", verify)
+    assert app.test_client().get("/api", headers={"Accept": "application/json"}).status_code == 401
+    assert login_test_client(app, "alice").get("/api").status_code == 200

@@ -1,0 +1,399 @@
+"""The last-seen touch: one small write, spread by jitter, never waiting on SQLite's lock.
+
+Everything here is counted (statements, commands, writes), never timed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from sqlalchemy import event, select
+
+from flask_authflow.clock import MockClock
+from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow.core.ports import SessionStore
+from flask_authflow.core.session import SessionRecord, new_guest_record, new_session_id, sid_hash
+from flask_authflow.sessions.interface import AuthFlowSessionInterface
+from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore, sessions_table
+from tests.test_session_interface import COOKIE, KEY, cookie_value, logged_in, make_app, raw_get
+from tests.test_session_stores import user_record
+
+HOUR = timedelta(hours=1)
+StoreMaker = Callable[[MockClock], SessionStore]
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql", "redis"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreMaker]:
+    """A maker of each kind of session store, on a fresh database."""
+    made: list[Any] = []
+    kind = request.param
+
+    def make(clock: MockClock) -> SessionStore:
+        crypto = SessionCrypto(bytes(range(32)))
+        store: Any
+        if kind == "memory":
+            store = MemorySessionStore(clock=clock)
+        elif kind == "redis":
+            from flask_authflow.storage.redis_sessions import RedisSessionStore
+
+            server = request.getfixturevalue("redis_server")
+            store = RedisSessionStore(server.url(), crypto=crypto, clock=clock, prefix=f"t{id(clock)}:")
+        else:
+            url = (
+                f"sqlite:///{tmp_path / 'touch.db'}"
+                if kind == "sqlite"
+                else request.getfixturevalue("postgres_server").new_database()
+            )
+            store = SqlAlchemySessionStore(url, crypto=crypto, clock=clock, purge_every=None)
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        if isinstance(store, SqlAlchemySessionStore):
+            store.engine.dispose()
+
+
+def _touched(record: SessionRecord, clock: MockClock) -> SessionRecord:
+    return replace(record, last_seen_at=clock.now())
+
+
+# --- the store operation --------------------------------------------------------------------------
+
+
+def test_a_touch_moves_the_last_seen_time_and_the_expiry(make_store: StoreMaker) -> None:
+    clock = MockClock()
+    store = make_store(clock)
+    record = user_record(clock, note="kept")
+    assert store.save(record, clock.now() + HOUR)
+    clock.advance(timedelta(minutes=50))
+    assert store.touch(_touched(record, clock), clock.now() + HOUR)
+    loaded = store.load(record.sid)
+    assert loaded == replace(record, last_seen_at=clock.now())  # everything else as saved
+    clock.advance(timedelta(minutes=30))  # past the first expiry, within the new one
+    assert store.load(record.sid) is not None
+    clock.advance(timedelta(minutes=30))
+    assert store.load(record.sid) is None
+
+
+def test_a_touch_never_brings_back_a_deleted_or_expired_session(make_store: StoreMaker) -> None:
+    clock = MockClock()
+    store = make_store(clock)
+    deleted, expired = user_record(clock), user_record(clock)
+    store.save(deleted, clock.now() + HOUR)
+    store.save(expired, clock.now() + timedelta(minutes=1))
+    store.delete(deleted.sid)
+    clock.advance(timedelta(minutes=2))
+    assert not store.touch(_touched(deleted, clock), clock.now() + HOUR)
+    assert not store.touch(_touched(expired, clock), clock.now() + HOUR)
+    assert store.load(deleted.sid) is None and store.load(expired.sid) is None
+    never_saved = replace(user_record(clock), sid=new_session_id())
+    assert not store.touch(never_saved, clock.now() + HOUR)
+    assert store.load(never_saved.sid) is None
+
+
+def test_a_save_after_a_touch_wins(make_store: StoreMaker) -> None:
+    clock = MockClock()
+    store = make_store(clock)
+    record = user_record(clock)
+    store.save(record, clock.now() + HOUR)
+    clock.advance(timedelta(minutes=10))
+    store.touch(_touched(record, clock), clock.now() + HOUR)
+    clock.advance(timedelta(minutes=10))
+    changed = replace(record, last_seen_at=clock.now(), custom={"n": 2})
+    assert store.save(changed, clock.now() + HOUR, existing=True)
+    assert store.load(record.sid) == changed
+
+
+def test_parallel_touches_and_a_revocation_leave_the_session_revoked(make_store: StoreMaker) -> None:
+    clock = MockClock()
+    store = make_store(clock)
+    for _ in range(5):
+        record = user_record(clock)
+        store.save(record, clock.now() + HOUR)
+        barrier = threading.Barrier(5)
+
+        def touch(record: SessionRecord = record, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            store.touch(_touched(record, clock), clock.now() + HOUR)
+
+        def revoke(barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            store.delete_user_sessions("acme", "alice")
+
+        threads = [threading.Thread(target=touch) for _ in range(4)] + [threading.Thread(target=revoke)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert store.load(record.sid) is None
+
+
+# --- one small statement --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[SqlAlchemySessionStore]:
+    store = SqlAlchemySessionStore(
+        f"sqlite:///{tmp_path / 's.db'}", crypto=SessionCrypto(KEY), clock=MockClock(), purge_every=None
+    )
+    yield store
+    store.engine.dispose()
+
+
+def _statements(store: SqlAlchemySessionStore) -> list[str]:
+    seen: list[str] = []
+
+    @event.listens_for(store.engine, "before_cursor_execute")
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(" ".join(statement.split()))
+
+    return seen
+
+
+def _writes(statements: list[str]) -> list[str]:
+    return [s for s in statements if s.upper().startswith(("UPDATE", "INSERT", "DELETE"))]
+
+
+def test_the_sql_touch_is_one_update_of_two_clear_columns(sqlite_store: SqlAlchemySessionStore) -> None:
+    clock = MockClock()
+    sqlite_store.adopt_clock(clock)
+    record = user_record(clock)
+    sqlite_store.save(record, clock.now() + HOUR)
+    with sqlite_store.engine.connect() as conn:
+        sealed = conn.execute(select(sessions_table.c.data)).scalar_one()
+    statements = _statements(sqlite_store)
+    clock.advance(timedelta(minutes=10))
+    assert sqlite_store.touch(_touched(record, clock), clock.now() + HOUR)
+    (update,) = _writes(statements)
+    assigned = update.partition(" SET ")[2].partition(" WHERE ")[0]
+    assert sorted(part.split("=")[0].strip() for part in assigned.split(",")) == ["expires_at", "updated_at"]
+    assert [s for s in statements if not s.upper().startswith("PRAGMA")] == [update]
+    with sqlite_store.engine.connect() as conn:
+        assert conn.execute(select(sessions_table.c.data)).scalar_one() == sealed  # not re-sealed
+
+
+def test_a_protected_get_that_touches_runs_one_read_and_one_small_update(tmp_path: Path) -> None:
+    clock = MockClock()
+    store = SqlAlchemySessionStore(
+        f"sqlite:///{tmp_path / 'app.db'}", crypto=SessionCrypto(KEY), clock=clock, purge_every=None
+    )
+    app = make_app(AuthFlowSessionInterface(store, KEY, clock=clock, touch_jitter=timedelta(0)), clock)
+    value = cookie_value(logged_in(app))
+    statements = _statements(store)
+    assert raw_get(app, value).get_json()["state"] == "authenticated"
+    assert _writes(statements) == []  # not due: a read only
+    clock.advance(timedelta(minutes=6))
+    statements.clear()
+    response = raw_get(app, value)
+    assert response.get_json()["state"] == "authenticated"
+    assert any(h.startswith(f"{COOKIE}=") for h in response.headers.getlist("Set-Cookie"))
+    (update,) = _writes(statements)
+    assert " data" not in update.partition(" WHERE ")[0]
+    assert sum(s.upper().startswith("SELECT") for s in statements) == 1
+    store.engine.dispose()
+
+
+def test_a_held_sqlite_write_lock_skips_the_touch_without_waiting(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    clock = MockClock()
+    store = SqlAlchemySessionStore(
+        f"sqlite:///{path}", crypto=SessionCrypto(KEY), clock=clock, purge_every=None
+    )
+    app = make_app(AuthFlowSessionInterface(store, KEY, clock=clock, touch_jitter=timedelta(0)), clock)
+    value = cookie_value(logged_in(app))
+    waits: list[int] = []
+    syncs: list[int] = []
+
+    @event.listens_for(store.engine, "before_cursor_execute")
+    def busy_timeout_of_the_write(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("UPDATE"):
+            # The raw sqlite3 connection's own setting, read beside the statement.
+            raw = cursor.connection
+            waits.append(raw.execute("PRAGMA busy_timeout").fetchone()[0])
+            syncs.append(raw.execute("PRAGMA synchronous").fetchone()[0])
+
+    with store.engine.connect() as conn:
+        before = conn.execute(select(sessions_table.c.updated_at)).scalar_one()
+    clock.advance(timedelta(minutes=6))
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
+        response = raw_get(app, value)
+        assert response.status_code == 200 and response.get_json()["state"] == "authenticated"
+        assert response.headers.getlist("Set-Cookie") == []  # skipped: nothing changed
+        assert waits == [0]  # the touch asked not to wait for the lock
+    finally:
+        other.rollback()
+        other.close()
+    with store.engine.connect() as conn:
+        assert conn.execute(select(sessions_table.c.updated_at)).scalar_one() == before
+        # The pooled connection waits (and syncs) as configured again for every other statement.
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 5000
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL, SQLite's default
+    response = raw_get(app, value)  # the lock is free: the next request touches
+    assert len(response.headers.getlist("Set-Cookie")) == 1
+    assert waits == [0, 0]
+    assert syncs == [1, 1]  # NORMAL: a best-effort write needs no fsync of its commit (WAL mode)
+    store.engine.dispose()
+
+
+def test_the_redis_touch_is_one_command(redis_server: Any) -> None:
+    from flask_authflow.storage.redis_sessions import RedisSessionStore
+
+    clock = MockClock()
+    store = RedisSessionStore(redis_server.url(), crypto=SessionCrypto(KEY), clock=clock, prefix="one:")
+    record = user_record(clock)
+    store.save(record, clock.now() + HOUR)
+    store.touch(_touched(record, clock), clock.now() + HOUR)  # loads the script once
+    sealed = store.client.hget(f"one:s:{sid_hash(record.sid)}", "d")
+    commands: list[Any] = []
+    execute = store.client.execute_command
+
+    def counting(*args: Any, **options: Any) -> Any:
+        commands.append(args[0])
+        return execute(*args, **options)
+
+    store.client.execute_command = counting  # type: ignore[method-assign]
+    clock.advance(timedelta(minutes=10))
+    assert store.touch(_touched(record, clock), clock.now() + HOUR)
+    assert commands == ["EVALSHA"]
+    assert store.client.hget(f"one:s:{sid_hash(record.sid)}", "d") == sealed  # not re-sealed
+    commands.clear()
+    loaded = store.load(record.sid)
+    assert commands == ["HMGET"] and loaded is not None and loaded.last_seen_at == clock.now()
+    store.close()
+
+
+# --- jitter ---------------------------------------------------------------------------------------
+
+
+def test_due_times_are_spread_over_the_jitter_and_fixed_per_session() -> None:
+    interface = AuthFlowSessionInterface(MemorySessionStore(), KEY)
+    assert (interface.touch_interval, interface.touch_jitter) == (timedelta(minutes=6), timedelta(minutes=3))
+    sids = [new_session_id() for _ in range(2000)]
+    dues = [interface.touch_due_after(sid) for sid in sids]
+    assert all(timedelta(minutes=3) <= due <= timedelta(minutes=6) for due in dues)
+    quarters = [0, 0, 0, 0]
+    for due in dues:
+        quarters[min(3, int((due - timedelta(minutes=3)) / timedelta(seconds=45)))] += 1
+    assert all(count > 300 for count in quarters)  # about 500 each: no clustering
+    assert [interface.touch_due_after(sid) for sid in sids[:10]] == dues[:10]
+    no_jitter = AuthFlowSessionInterface(MemorySessionStore(), KEY, touch_jitter=timedelta(0))
+    assert {no_jitter.touch_due_after(sid) for sid in sids[:50]} == {timedelta(minutes=6)}
+
+
+def test_sessions_created_together_come_due_apart() -> None:
+    clock = MockClock()
+    store = MemorySessionStore(clock=clock)
+    interface = AuthFlowSessionInterface(store, KEY, clock=clock)
+    app: Flask = make_app(interface, clock)
+    cookies = [cookie_value(logged_in(app)) for _ in range(40)]
+    touched = 0
+    clock.advance(timedelta(minutes=4, seconds=30))  # half way through the jitter
+    for value in cookies:
+        response = raw_get(app, value)
+        assert response.get_json()["state"] == "authenticated"
+        touched += len(response.headers.getlist("Set-Cookie"))
+    expected = sum(
+        interface.touch_due_after(value.rpartition(".")[0]) <= timedelta(minutes=4, seconds=30)
+        for value in cookies
+    )
+    assert touched == expected and 0 < touched < len(cookies)
+    clock.advance(timedelta(minutes=1, seconds=30))  # six minutes: every other one now
+    assert sum(len(raw_get(app, value).headers.getlist("Set-Cookie")) for value in cookies) == 40 - touched
+
+
+def test_the_jitter_share_comes_from_the_id_alone() -> None:
+    interface = AuthFlowSessionInterface(MemorySessionStore(), KEY)
+    sid = new_guest_record(MockClock().now()).sid
+    share = zlib.crc32(sid.encode()) / 2**32
+    assert interface.touch_due_after(sid) == interface.touch_interval - interface.touch_jitter * share
+
+
+@pytest.mark.parametrize("jitter", [timedelta(seconds=-1), timedelta(minutes=7)])
+def test_a_jitter_outside_the_interval_is_refused(jitter: timedelta) -> None:
+    from flask_authflow.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError):
+        AuthFlowSessionInterface(MemorySessionStore(), KEY, touch_jitter=jitter)
+
+
+# --- several processes on PostgreSQL --------------------------------------------------------------
+
+
+def _touching_worker(url: str, sids: list[str], progress: Any, revoked: Any, stop: Any, out: Any) -> None:
+    """Touch the sessions ``sids`` over and over until stopped; report (touches written,
+    touches written although they started after the revocation was announced)."""
+    from datetime import UTC, datetime
+
+    store = SqlAlchemySessionStore(url, crypto=SessionCrypto(KEY), create_tables=False, purge_every=None)
+    written = late = 0
+    deadline = time.monotonic() + 30
+    while not stop.is_set() and time.monotonic() < deadline:
+        for sid in sids:
+            now = datetime.now(UTC)
+            record = replace(new_guest_record(now), sid=sid, last_seen_at=now)
+            announced = revoked.is_set()  # read before the touch starts
+            if store.touch(record, now + HOUR):
+                written += 1
+                late += announced
+                with progress.get_lock():
+                    progress.value += 1
+    store.engine.dispose()
+    out.put((written, late))
+
+
+@pytest.mark.multiprocess
+def test_touches_from_several_processes_never_bring_back_revoked_sessions(postgres_server: Any) -> None:
+    from datetime import UTC, datetime
+
+    from sqlalchemy import func
+
+    from tests.parts import child_processes
+
+    spawn = child_processes()
+    url = postgres_server.new_database()
+    store = SqlAlchemySessionStore(url, crypto=SessionCrypto(KEY), purge_every=None)
+    try:
+        clock = MockClock(datetime.now(UTC))
+        records = [user_record(clock) for _ in range(4)]
+        for record in records:
+            store.save(record, datetime.now(UTC) + HOUR)
+        revoked, stop, out, progress = spawn.Event(), spawn.Event(), spawn.Queue(), spawn.Value("i", 0)
+        sids = [record.sid for record in records]
+        processes = [
+            spawn.Process(target=_touching_worker, args=(url, sids, progress, revoked, stop, out))
+            for _ in range(3)
+        ]
+        for process in processes:
+            process.start()
+        deadline = time.monotonic() + 60
+        while progress.value < 30 and time.monotonic() < deadline:  # the workers are touching
+            time.sleep(0.01)
+        assert progress.value >= 30, "the workers never got going"
+        assert store.delete_user_sessions("acme", "alice") == len(records)
+        revoked.set()
+        time.sleep(0.5)  # and keep trying for a while
+        stop.set()
+        reports = [out.get(timeout=60) for _ in processes]
+        for process in processes:
+            process.join(30)
+            assert process.exitcode == 0
+        assert all(late == 0 for _written, late in reports)
+        with store.engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(sessions_table)).scalar_one() == 0
+        assert all(store.load(sid) is None for sid in sids)
+    finally:
+        store.engine.dispose()
