@@ -20,8 +20,12 @@ from flask_authflow.settings import Settings, setting
 
 __all__ = ["DEFAULT_LIMITS", "SCOPES", "ThrottleSettings", "parse_limits"]
 
-#: The flows that are limited; each is limited per address and per network.
-SCOPES = ("login", "factor", "signup", "reset", "mail")
+#: The flows that are limited; each is limited per address and per network. ``mail`` is the
+#: budget of the mails a user asks for after proving something (an e-mail code after her
+#: password, the confirmation of a change she made signed in, a notice); ``stranger_mail`` the
+#: budget of the mails anyone can trigger for someone else's address (forgot-password, sign-up,
+#: resend). The two never share a count, so strangers cannot spend the owner's budget.
+SCOPES = ("login", "factor", "signup", "reset", "mail", "stranger_mail")
 
 #: The default of every limit (the manual's "Security" page gives the reasoning).
 DEFAULT_LIMITS: Mapping[str, str] = MappingProxyType(
@@ -38,6 +42,9 @@ DEFAULT_LIMITS: Mapping[str, str] = MappingProxyType(
         "mail.network": "100/hour;500/day",
         "mail.recipient": "5/hour;20/day",
         "mail.account": "10/hour;30/day",
+        "stranger_mail.address": "20/hour;100/day",
+        "stranger_mail.network": "100/hour;500/day",
+        "stranger_mail.recipient": "5/hour;20/day",
         # The failure-rate guard: past this many failed credential checks (all accounts,
         # all addresses) the login is in a spike, and every address gets "login.spike".
         "failures.global": "300/minute",
