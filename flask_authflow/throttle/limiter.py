@@ -145,6 +145,59 @@ class Throttle:
         """
         self.hit("mail", address=audit_context().client_ip, recipient=to, account=(tenant, user_id))
 
+    def code_attempt(self, tenant: str, identifier: str, address: str | None) -> None:
+        """Count one attempt at the mailed short code of the account ``identifier`` names,
+        before the code is checked: per address, per network and per (account, network).
+
+        :raises Throttled: a limit has no room (nothing was counted).
+        :raises StoreUnavailable: the limiter's storage failed (fail closed).
+        """
+        if not self.enabled:
+            return
+        network = network_key(address)
+        counted: Counted = [
+            ("code.address", address_key(address)),
+            ("code.network", network),
+            ("code.pair", digest(tenant, identifier, network)),
+        ]
+        self._hit_all(counted)
+
+    def refuse_if_spent(self, scope: str, address: str | None) -> None:
+        """Raise :class:`Throttled` when ``address`` (or its network) had its share of
+        ``scope``'s refusals; counts nothing (see :meth:`count_refusal`).
+
+        :raises StoreUnavailable: the limiter's storage failed (fail closed)."""
+        if not self.enabled:
+            return
+        keys = ((f"{scope}.address", address_key(address)), (f"{scope}.network", network_key(address)))
+        try:
+            refused = [
+                (name, item, key)
+                for name, key in keys
+                for item in self._limits[name]
+                if not self._limiter.test(item, name, key)
+            ]
+        except Exception as exc:
+            raise StoreUnavailable("the rate limiter's storage failed") from exc
+        if refused:
+            raise self._refusal(refused)
+
+    def count_refusal(self, scope: str, address: str | None) -> None:
+        """Count one refused request of ``scope`` against ``address`` and its network (after
+        the refusal; parallel requests may overshoot the limit by the number in flight).
+        Never raises: the request is refused anyway (a storage failure is logged)."""
+        if not self.enabled:
+            return
+        try:
+            for name, key in (
+                (f"{scope}.address", address_key(address)),
+                (f"{scope}.network", network_key(address)),
+            ):
+                for item in self._limits[name]:
+                    self._limiter.hit(item, name, key)
+        except Exception:
+            log.warning("the throttle's storage failed while counting a refusal", exc_info=True)
+
     def stranger_mail(
         self,
         to: str,

@@ -1,0 +1,128 @@
+"""Sign-up verification codes: attempts throttled per address, network and (account,
+network) before the code is checked (issue 28, point 4).
+
+Five wrong codes from anyone who knew a newcomer's username voided her verification link.
+Now a stranger is answered 429 (with ``Retry-After``) long before that, and the hard cap
+of wrong codes per token (:data:`~flask_authflow.login.verification.CODE_ATTEMPTS`) is
+out of one network's reach.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from flask_authflow.login.account_tokens import token_digest
+from flask_authflow.login.verification import CODE_ATTEMPTS
+from flask_authflow.testing.pytest_plugin import Outbox
+from flask_authflow.web.state import get_state
+from tests.appfactory import AppFactory
+from tests.concurrency import run_together
+from tests.test_signup import code_in, sign_up, token_in
+from tests.test_views import Site, make_site
+
+WRONG = "AAAA-AAAA"
+
+
+def _site(app_factory: AppFactory, **limits: Any) -> Site:
+    made = make_site(
+        app_factory,
+        AUTHFLOW_REGISTRATION=True,
+        AUTHFLOW_EXTERNAL_URL="https://app.example.com",
+        AUTHFLOW_THROTTLE_LIMITS=limits,
+    )
+    get_state(made.app).mail_sender = Outbox()
+    return made
+
+
+@pytest.fixture
+def site(app_factory: AppFactory) -> Site:
+    return _site(app_factory)
+
+
+def _from(site: Site, address: str) -> FlaskClient:
+    client = site.client()
+    client.environ_base["REMOTE_ADDR"] = address
+    return client
+
+
+def _mail(site: Site) -> str:
+    sender = get_state(site.app).mail_sender
+    assert isinstance(sender, Outbox)
+    return sender.messages[-1].body
+
+
+def _try(client: FlaskClient, username: str = "erin", code: str = WRONG) -> Any:
+    return client.post("/signup/verify", json={"username": username, "code": code})
+
+
+def _attempts(site: Site, token: str) -> int:
+    found = site.backend.find_account_token(token_digest(token))
+    assert found is not None
+    return found.code_attempts
+
+
+def test_a_strangers_wrong_codes_are_throttled_and_leave_her_link_working(site: Site) -> None:
+    sign_up(site, "erin", "erin@example.com")
+    link = token_in(_mail(site))
+    stranger = _from(site, "203.0.113.9")
+    assert [_try(stranger).status_code for _ in range(5)] == [401] * 5
+    refused = _try(stranger)
+    assert refused.status_code == 429 and refused.json["error"] == "throttled"
+    assert int(refused.headers["Retry-After"]) >= 1
+    assert _attempts(site, link) == 5  # the throttled request checked nothing
+    # Other addresses of the stranger's network share the (account, network) count.
+    assert _try(_from(site, "203.0.113.10")).status_code == 429
+    answer = site.client().post("/signup/verify", json={"token": link})
+    assert answer.status_code == 200 and answer.json["status"] == "email_confirmed"
+
+
+def test_her_own_code_works_from_her_network_after_a_stranger_was_throttled(site: Site) -> None:
+    sign_up(site, "erin", "erin@example.com")
+    code = code_in(_mail(site))
+    stranger = _from(site, "203.0.113.9")
+    for _ in range(6):
+        _try(stranger).close()
+    assert _try(_from(site, "192.0.2.20"), code=code).status_code == 200
+
+
+def test_unknown_usernames_are_throttled_the_same(site: Site) -> None:
+    client = _from(site, "203.0.113.9")
+    assert [_try(client, "nobody").status_code for _ in range(6)] == [401] * 5 + [429]
+
+
+def test_one_address_is_throttled_across_accounts(app_factory: AppFactory) -> None:
+    site = _site(app_factory, **{"code.address": "3/hour"})
+    client = _from(site, "203.0.113.9")
+    answers = [_try(client, name).status_code for name in ("ann", "bea", "cat", "dot")]
+    assert answers == [401, 401, 401, 429]
+    assert _try(_from(site, "198.51.100.1"), "dot").status_code == 401  # another network is not
+
+
+def test_the_hard_cap_of_wrong_codes_voids_the_token(app_factory: AppFactory) -> None:
+    site = _site(app_factory, **{"code.address": None, "code.network": None, "code.pair": None})
+    sign_up(site, "erin", "erin@example.com")
+    body = _mail(site)
+    client = _from(site, "203.0.113.9")
+    for _ in range(CODE_ATTEMPTS):
+        _try(client).close()
+    assert _attempts(site, token_in(body)) == CODE_ATTEMPTS
+    assert _try(client, code=code_in(body)).status_code == 401
+    assert site.client().post("/signup/verify", json={"token": token_in(body)}).status_code == 410
+
+
+def test_parallel_wrong_codes_from_one_address_get_exactly_the_pairs_share(site: Site) -> None:
+    sign_up(site, "erin", "erin@example.com")
+    link = token_in(_mail(site))
+
+    def attempt() -> int:
+        answer = _try(_from(site, "203.0.113.9"))
+        answer.close()
+        return answer.status_code
+
+    answers = run_together([attempt] * 20)
+    assert sorted(answers) == [401] * 5 + [429] * 15
+    assert _attempts(site, link) == 5
+    assert site.client().post("/signup/verify", json={"token": link}).status_code == 200
