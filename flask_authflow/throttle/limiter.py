@@ -198,6 +198,18 @@ class Throttle:
         except Exception:
             log.warning("the throttle's storage failed while counting a refusal", exc_info=True)
 
+    def tally(self, name: str, address: str | None, seconds: int) -> int:
+        """Count one event ``name`` from ``address`` in the current fixed window of
+        ``seconds``; the count so far (1 for the first). Never raises: 1 when the storage
+        fails, so a caller that writes the first event of a window writes it rather than lose it."""
+        window = int(time.time()) // seconds
+        key = f"tally/{name}/{address_key(address)}/{window}"
+        try:
+            return int(self.storage.incr(key, seconds))
+        except Exception:
+            log.warning("the throttle's storage failed while counting %s", name, exc_info=True)
+            return 1
+
     def stranger_mail(
         self,
         to: str,
