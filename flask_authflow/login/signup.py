@@ -275,7 +275,10 @@ def resend_verification(
     ttl: timedelta = DEFAULT_VERIFICATION_TTL,
 ) -> SignupRequest | None:
     """Mail a new verification link to a sign-up that is not verified yet (voiding the
-    older one); ``None`` for anything else. Answer every caller the same way.
+    older one); for anything else a request whose ``to`` is ``None`` (compose the mail
+    anyway, send nothing). Answer every caller the same way, after the same work: the same
+    reads, a token made and an audit row committed in one unit of work (only the pending
+    sign-up's token is stored).
 
     :raises InvalidInput: neither or both given, or not the shape of one."""
     tenant = check_tenant(tenant)
@@ -290,5 +293,19 @@ def resend_verification(
             raise InvalidInput(N_("not an e-mail address"))
         user = guard_store(lambda: svc.store.find_user_by_email(tenant, address))
     if user is None or user.disabled or not needs_verification(svc, user):
-        return None
+        return _not_pending(svc, ctx, session, tenant, ttl)
     return _mail_verification(svc, ctx, session, user, ttl, "signup_resent")
+
+
+def _not_pending(
+    svc: LoginServices, ctx: AuditContext, session: AuthSession, tenant: str, ttl: timedelta
+) -> SignupRequest:
+    """The work of a resend for a pending sign-up, with nothing stored but the audit row."""
+    store = account_tokens.token_store(svc.store)
+    with Operation(svc, ctx, session, "signup_resent", tenant=tenant) as op:
+        op.unit()
+        issued = account_tokens.issue(
+            store, kind=KIND, tenant=tenant, user_id="", now=op.now, ttl=ttl, persist=False
+        )
+        op.audit("skipped", "not_pending")
+    return SignupRequest(issued, None, "verify", "")
