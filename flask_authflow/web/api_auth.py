@@ -12,7 +12,7 @@ Refusals are JSON with ``WWW-Authenticate: Bearer`` (RFC 6750): 401 ``invalid_to
 for a token that was presented and refused, 403 ``insufficient_scope`` for a valid token
 without a scope the view needs. An address that had its share of refused tokens is answered
 429 ``throttled`` with ``Retry-After`` before its token is looked up (audited in aggregate:
-see :mod:`flask_authflow.api_auth.service`).
+see ``flask_authflow.api_auth.service``).
 """
 
 from __future__ import annotations

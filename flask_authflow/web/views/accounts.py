@@ -149,7 +149,7 @@ def send_mail(to: str, subject: str, text: str, html: str) -> None:
 def _deliver_later(to: str | None, mail: tuple[str, str, str], response: R, budget: MailBudget = OWNER) -> R:
     """Deliver ``mail`` once ``response`` went out (nothing for ``to=None``): its time and
     its failure say nothing to the client about whether an account matched. It spends
-    ``budget`` (:mod:`~flask_authflow.web.mail_budgets`); a refusal is logged, never answered."""
+    ``budget`` (``flask_authflow.web.mail_budgets``); a refusal is logged, never answered."""
     if to is None:
         return response
     app = current_app._get_current_object()  # type: ignore[attr-defined]
