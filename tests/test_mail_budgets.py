@@ -19,7 +19,16 @@ from flask_authflow.testing.pytest_plugin import Outbox
 from flask_authflow.throttle import Throttle, parse_limits
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
-from tests.test_views import Site, enroll_email, factor_step, login, logout, make_site, real_factors
+from tests.test_views import (
+    Site,
+    enroll_email,
+    factor_step,
+    factors_token,
+    login,
+    logout,
+    make_site,
+    real_factors,
+)
 
 PASSWORD = "erin's own long passphrase"
 ERIN = "erin@example.com"
@@ -120,6 +129,25 @@ def test_sign_up_mails_spend_the_strangers_budget_not_the_owners(site: Site) -> 
     login(erin, "erin", PASSWORD)
     enroll_email(erin, _outbox(site), ERIN)  # the owner's budget is untouched
     assert _mails_to_erin(site) == 6
+
+
+def test_enrolling_her_address_as_someone_elses_factor_spends_the_strangers_budget(site: Site) -> None:
+    erin = _from(site, "192.0.2.10")
+    login(erin, "erin", PASSWORD)
+    enroll_email(erin, _outbox(site), ERIN)
+    logout(erin)
+    _stranger_attack(site, 5)  # the strangers' share for her address is spent
+    assert _mails_to_erin(site) == 6
+    site.backend.create_user("default", "mallory", PASSWORD)
+    mallory = _from(site, "198.51.100.99")
+    login(mallory, "mallory", PASSWORD)
+    refused = mallory.post(
+        "/account/factors/email", data={"address": ERIN, "csrf_token": factors_token(mallory)}
+    )
+    assert refused.status_code == 429  # a confirmation code to her address: the strangers' budget
+    assert _mails_to_erin(site) == 6
+    assert login(erin, "erin", PASSWORD).location == "/login/factor"
+    assert _mails_to_erin(site) == 7  # her own code is not refused
 
 
 # --- the throttle's two budgets -------------------------------------------------------------------
