@@ -9,17 +9,21 @@ out of one network's reach.
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
-from flask_authflow.login.account_tokens import token_digest
+from flask_authflow.login import account_tokens
+from flask_authflow.login.account_tokens import AccountTokenInvalid, token_digest
 from flask_authflow.login.verification import CODE_ATTEMPTS
 from flask_authflow.testing.pytest_plugin import Outbox
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 from tests.concurrency import run_together
+from tests.parts import child_processes
 from tests.test_signup import code_in, sign_up, token_in
 from tests.test_views import Site, make_site
 
@@ -126,3 +130,78 @@ def test_parallel_wrong_codes_from_one_address_get_exactly_the_pairs_share(site:
     assert sorted(answers) == [401] * 5 + [429] * 15
     assert _attempts(site, link) == 5
     assert site.client().post("/signup/verify", json={"token": link}).status_code == 200
+
+
+# --- the hard cap's counter, raced by several processes on PostgreSQL ---------------------------
+
+
+def _wrong_codes(url: str, user_id: str, tries: int, start: Any, out: Any) -> None:
+    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+
+    backend = SqlAlchemyBackend(url, create_tables=False)
+    start.wait(30)
+    refused = 0
+    for _ in range(tries):
+        try:
+            account_tokens.use_code(
+                backend, "acme", user_id, "signup", WRONG, datetime.now(UTC), max_attempts=CODE_ATTEMPTS
+            )
+        except AccountTokenInvalid:
+            refused += 1
+    backend.close()
+    out.put(refused)
+
+
+def _race_wrong_codes(url: str, user_id: str, processes: int, tries: int) -> None:
+    spawn = child_processes()
+    start, out = spawn.Event(), spawn.Queue()
+    workers = [
+        spawn.Process(target=_wrong_codes, args=(url, user_id, tries, start, out)) for _ in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    time.sleep(1.5)
+    start.set()
+    assert sum(out.get(timeout=120) for _ in workers) == processes * tries
+    for worker in workers:
+        worker.join(30)
+        assert worker.exitcode == 0
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(("processes", "tries"), [(3, 20), (4, 30)])
+def test_wrong_codes_from_several_processes_lose_no_count_and_stop_at_the_cap(
+    postgres_server: Any, processes: int, tries: int
+) -> None:
+    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+
+    url = postgres_server.new_database()
+    backend = SqlAlchemyBackend(url)
+    try:
+        user = backend.create_user("acme", "erin", "a long enough passphrase 42", email="erin@example.com")
+        issued = account_tokens.issue(
+            backend,
+            kind="signup",
+            tenant="acme",
+            user_id=user.user_id,
+            now=datetime.now(UTC),
+            ttl=timedelta(hours=1),
+        )
+        _race_wrong_codes(url, user.user_id, processes, tries)
+        found = backend.find_account_token(issued.record.token_hash)
+        assert found is not None
+        total = processes * tries
+        assert found.code_attempts == min(total, CODE_ATTEMPTS)  # every wrong code counted once
+        now = datetime.now(UTC)
+        if total < CODE_ATTEMPTS:  # under the cap: her code still works
+            used = account_tokens.use_code(
+                backend, "acme", user.user_id, "signup", issued.code, now, max_attempts=CODE_ATTEMPTS
+            )
+            assert used.token_hash == issued.record.token_hash
+        else:  # at the cap: the token is void, her code too
+            with pytest.raises(AccountTokenInvalid):
+                account_tokens.use_code(
+                    backend, "acme", user.user_id, "signup", issued.code, now, max_attempts=CODE_ATTEMPTS
+                )
+    finally:
+        backend.close()
