@@ -10,6 +10,8 @@ from a network where she signed in spends hers too.
 from __future__ import annotations
 
 import logging
+import time
+from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
@@ -19,6 +21,7 @@ from flask_authflow.testing.pytest_plugin import Outbox
 from flask_authflow.throttle import Throttle, parse_limits
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
+from tests.parts import child_processes
 from tests.test_views import (
     Site,
     enroll_email,
@@ -198,3 +201,35 @@ def test_a_disabled_throttle_counts_no_budget() -> None:
             throttle.stranger_mail(ERIN, address="192.0.2.5", account=("default", "u-erin"))
             == "stranger_mail"
         )
+
+
+def _learn(url: str, tenant: str) -> None:
+    from limits.storage import storage_from_string
+
+    Throttle(parse_limits("t", {}), storage_from_string(url)).owner_signed_in(tenant, "u-erin", "192.0.2.5")
+
+
+def _ask(url: str, tenant: str, out: Any) -> None:
+    from limits.storage import storage_from_string
+
+    throttle = Throttle(parse_limits("t", {}), storage_from_string(url))
+    out.put(throttle.stranger_mail(ERIN, address="192.0.2.77", account=(tenant, "u-erin")))
+
+
+@pytest.mark.multiprocess
+def test_a_sign_in_served_by_one_process_makes_her_network_known_to_the_others(redis_server: Any) -> None:
+    spawn = child_processes()
+    tenant = f"t-{time.time_ns()}"  # a key space of its own on the shared server
+    out = spawn.Queue()
+    stranger = spawn.Process(target=_ask, args=(redis_server.url(5), tenant, out))
+    stranger.start()
+    assert out.get(timeout=60) == "stranger_mail"
+    stranger.join(30)
+    learner = spawn.Process(target=_learn, args=(redis_server.url(5), tenant))
+    learner.start()
+    learner.join(60)
+    asker = spawn.Process(target=_ask, args=(redis_server.url(5), tenant, out))
+    asker.start()
+    assert out.get(timeout=60) == "mail"
+    asker.join(30)
+    assert learner.exitcode == asker.exitcode == 0

@@ -205,3 +205,46 @@ def test_wrong_codes_from_several_processes_lose_no_count_and_stop_at_the_cap(
                 )
     finally:
         backend.close()
+
+
+# --- the throttle's counts shared by several processes through Redis ----------------------------
+
+
+def _code_attempts(url: str, tenant: str, tries: int, start: Any, out: Any) -> None:
+    from limits.storage import storage_from_string
+
+    from flask_authflow.errors import Throttled
+    from flask_authflow.throttle import Throttle, parse_limits
+
+    throttle = Throttle(parse_limits("t", {"code.pair": "5/hour"}), storage_from_string(url))
+    start.wait(30)
+    passed = 0
+    for _ in range(tries):
+        try:
+            throttle.code_attempt(tenant, "erin", "203.0.113.9")
+            passed += 1
+        except Throttled:
+            pass
+    out.put(passed)
+
+
+@pytest.mark.multiprocess
+def test_code_attempts_from_several_processes_share_one_count(redis_server: Any) -> None:
+    spawn = child_processes()
+    start, out = spawn.Event(), spawn.Queue()
+    tenant = f"t-{time.time_ns()}"  # a key space of its own on the shared server
+    workers = [
+        spawn.Process(target=_code_attempts, args=(redis_server.url(5), tenant, 5, start, out))
+        for _ in range(4)
+    ]
+    for worker in workers:
+        worker.start()
+    time.sleep(1.5)
+    start.set()
+    passed = sum(out.get(timeout=60) for _ in workers)
+    for worker in workers:
+        worker.join(30)
+        assert worker.exitcode == 0
+    # One count for all: 5 of the 20 get through, plus at most one per other process that
+    # tested in the same instant (test-then-count is atomic within a process only).
+    assert 5 <= passed <= 5 + len(workers) - 1
