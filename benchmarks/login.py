@@ -15,12 +15,16 @@ Prints medians over N runs, with the production Argon2id profile (t=3, m=64 MiB,
 * legacy hashes (``--legacy-only`` runs just this part): the first login of a user brought
   over from Flask-Security-Too with a bcrypt hash (cost 12) and with FST's default (Argon2id
   of the HMAC of the password), each verify plus the rehash to Argon2id, beside a native
-  Argon2id login; and a wrong password against the FST default beside an unknown user.
+  Argon2id login; and a wrong password against the FST default beside an unknown user,
+* uniform work with a legacy scheme on (``--uniform-only`` runs just this part): a wrong
+  password for a user on bcrypt (cost 12), for a native Argon2id user and for an unknown user,
+  with bcrypt enabled (each refused check does one Argon2id and one bcrypt verification).
 
 With ``--postgres`` (a URL, or ``auto`` for a throwaway server started with initdb/pg_ctl
 as the tests do), the overheads are also measured with every store on PostgreSQL.
 
-    .venv/bin/python benchmarks/login.py [--runs 21] [--postgres auto|URL] [--totp-only|--legacy-only]
+    .venv/bin/python benchmarks/login.py [--runs 21] [--postgres auto|URL]
+        [--totp-only|--legacy-only|--uniform-only]
 """
 
 from __future__ import annotations
@@ -399,7 +403,48 @@ def main_legacy(runs: int) -> None:
         print(f"  {label:<44} {medians[name]:8.2f} ms   {note}")
 
 
+def main_uniform(runs: int) -> None:
+    """Wrong passwords for a legacy (bcrypt) user, a native user and an unknown user."""
+    from passlib import hash as passlib_hash
+
+    from flask_authflow.login.legacy_hashes import LegacyHashes
+
+    hasher = PasswordHasher()
+    backend = InMemoryBackend(hasher=hasher)
+    legacy_id = backend.create_user("default", "legacy", PASSWORD).user_id
+    backend.create_user("default", "native", PASSWORD)
+    backend.set_password_hash("default", legacy_id, str(passlib_hash.bcrypt.using(rounds=12).hash(PASSWORD)))
+    legacy = LegacyHashes(["bcrypt"], argon2_over_ceiling=hasher.over_ceiling, slot=hasher.slot)
+    service = AuthnService(
+        backend, backend, hasher=hasher, lockout=LockoutPolicy(max_failures=10**9), legacy_hashes=legacy
+    )
+    handle = service.with_audit_context(AuditContext.unknown())
+
+    def wrong(name: str) -> object:
+        session = AuthSession(new_guest_record(service.clock.now()), new=True, request_fingerprint="fp")
+        handle.begin_login(name, "default", session)
+        return handle.verify_factor(FactorCredential.password("a wrong password"), session)
+
+    for name in ("legacy", "native", "nobody"):
+        assert type(wrong(name)).__name__ == "InvalidCredential", name
+    medians = interleaved_medians(
+        {name: (lambda name=name: wrong(name)) for name in ("legacy", "native", "nobody")}, runs
+    )
+    print(f"Uniform work, bcrypt enabled (medians of {runs} interleaved runs; production Argon2id):")
+    unknown = medians["nobody"]
+    for label, name in (
+        ("wrong password, user on bcrypt (cost 12)", "legacy"),
+        ("wrong password, native Argon2id user", "native"),
+        ("unknown user", "nobody"),
+    ):
+        print(f"  {label:<44} {medians[name]:8.2f} ms   ratio {medians[name] / unknown:.3f}x unknown")
+
+
 if __name__ == "__main__":
+    if "--uniform-only" in sys.argv:
+        sys.argv.remove("--uniform-only")
+        main_uniform(21)
+        raise SystemExit(0)
     if "--legacy-only" in sys.argv:
         sys.argv.remove("--legacy-only")
         main_legacy(21)
@@ -412,3 +457,4 @@ if __name__ == "__main__":
     main_totp(bench_workdir(), 301)
     main_parallel(bench_workdir())
     main_legacy(21)
+    main_uniform(21)

@@ -12,7 +12,7 @@ from tests.appfactory import AppFactory
 from tests.test_views import Site, csrf_of, make_site
 
 PASSWORD = "a long enough passphrase 42"
-LIMITS = {"signup.address": "2/hour", "reset.address": "3/hour", "mail.recipient": "2/hour"}
+LIMITS = {"signup.address": "2/hour", "reset.address": "3/hour", "stranger_mail.recipient": "2/hour"}
 
 
 @pytest.fixture

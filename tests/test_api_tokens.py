@@ -279,8 +279,8 @@ def test_revoking_while_twenty_threads_use_it_leaves_no_later_success(app_factor
     after = [status for started, status in outcomes if started > revoked_at[0]]
     before = [status for started, status in outcomes if started <= revoked_at[0]]
     assert 200 in before and after, (len(before), len(after))
-    assert set(after) == {401}
-    assert set(before) <= {200, 401}
+    assert 401 in after and set(after) <= {401, 429}  # 429: the refusals throttled the address
+    assert set(before) <= {200, 401, 429}
 
 
 def test_audit_rows_name_the_token_id_never_its_value(app_factory: AppFactory, caplog: Any) -> None:

@@ -6,6 +6,16 @@ row per creation (``api_token_created``), revocation (``api_token_revoked``, or
 ``api_tokens_revoked`` for all of a user's tokens at once) and refused use
 (``api_token_refused``, the reason in ``reason``); a row names the token by its public
 lookup id, never by its value.
+
+Refused tokens are throttled and audited in aggregate, so a flood of made-up tokens neither
+runs a lookup per request nor writes a row per request. Each refusal counts against the
+client's address and network (``bearer.address``, ``bearer.network``); once they had their
+share, :meth:`ApiTokenService.verify` raises
+:class:`~flask_authflow.errors.Throttled` (429, ``Retry-After``) before any lookup. Per
+address and hour, the first :data:`AUDITED_REFUSALS` refusals get a row each (with their
+reason); the next one writes one ``api_token_refusals`` row, and the first throttled request
+one ``api_token_throttled`` row with the count of refusals; the rest of the hour writes
+nothing more (at most ``AUDITED_REFUSALS + 2`` rows per address and hour).
 """
 
 from __future__ import annotations
@@ -27,9 +37,24 @@ from flask_authflow.audit.context import AuditContext
 from flask_authflow.audit.sinks import AuditSink
 from flask_authflow.clock import Clock
 from flask_authflow.core.ports import ApiTokenRecord, ApiTokenStore, IdentityStore
-from flask_authflow.errors import AuthnError, InvalidInput, UserNotFound
+from flask_authflow.errors import AuthnError, InvalidInput, Throttled, UserNotFound
+from flask_authflow.throttle import Throttle
 
-__all__ = ["DEFAULT_EXPIRY", "ApiTokenService", "CreatedToken", "DefaultExpiry", "TokenRefused"]
+__all__ = [
+    "AUDITED_REFUSALS",
+    "AUDIT_WINDOW_SECONDS",
+    "DEFAULT_EXPIRY",
+    "ApiTokenService",
+    "CreatedToken",
+    "DefaultExpiry",
+    "TokenRefused",
+]
+
+#: Refused tokens from one address written one row each per audit window; past them, one
+#: aggregate row (see the module's docstring).
+AUDITED_REFUSALS: Final = 5
+#: The window of the aggregate audit of refused tokens: an hour.
+AUDIT_WINDOW_SECONDS: Final = 3600
 
 
 class DefaultExpiry:
@@ -78,8 +103,11 @@ class ApiTokenService:
         clock: Clock,
         audit_sink: AuditSink,
         settings: ApiTokenSettings,
+        throttle: Throttle | None = None,
     ) -> None:
         self.store = store
+        #: Counts refused tokens per address (default: a throttle that refuses nothing).
+        self.throttle = throttle if throttle is not None else Throttle.disabled()
         self.users = users
         self.clock = clock
         self.audit_sink = audit_sink
@@ -199,6 +227,26 @@ class ApiTokenService:
         detail = f"{reason} {record.token_id}" if record is not None else reason
         self._audit("api_token_refused", "failure", context, tenant=tenant, user_id=user_id, reason=detail)
 
+    def _refuse_if_throttled(self, ctx: AuditContext) -> None:
+        """Raise :class:`Throttled` (audited once per address and window) before any lookup."""
+        try:
+            self.throttle.refuse_if_spent("bearer", ctx.client_ip)
+        except Throttled as exc:
+            if self.throttle.tally("bearer-throttled", ctx.client_ip, AUDIT_WINDOW_SECONDS) == 1:
+                refused = self.throttle.tally("bearer-refused", ctx.client_ip, AUDIT_WINDOW_SECONDS) - 1
+                detail = f"{exc.scope}: {refused} refused tokens this hour"
+                self._audit("api_token_throttled", "throttled", ctx, reason=detail)
+            raise
+
+    def _audit_refused(self, reason: str, record: ApiTokenRecord | None, ctx: AuditContext) -> None:
+        """One row per refusal for the first few of an address in the window, then one."""
+        count = self.throttle.tally("bearer-refused", ctx.client_ip, AUDIT_WINDOW_SECONDS)
+        if count <= AUDITED_REFUSALS:
+            self.audit_refusal(reason, record, context=ctx)
+        elif count == AUDITED_REFUSALS + 1:
+            detail = f"more than {AUDITED_REFUSALS} refused tokens this hour; the rest are counted"
+            self._audit("api_token_refusals", "failure", ctx, reason=detail)
+
     def _check(self, value: str, now: datetime) -> tuple[str, ApiTokenRecord | None]:
         """Why ``value`` is refused ("" when it is not) and the record it names."""
         token_id = token_id_of(value)
@@ -223,12 +271,17 @@ class ApiTokenService:
         most once per ``AUTHFLOW_API_TOKEN_LAST_USED_INTERVAL``).
 
         :raises TokenRefused: malformed, unknown, wrong, expired, or its user is gone or
-            disabled (audited, with the reason).
+            disabled (audited, with the reason, or in aggregate past the first few).
+        :raises Throttled: the address had its share of refused tokens (nothing looked up).
+        :raises StoreUnavailable: the throttle's storage failed (fail closed).
         """
+        ctx = context if context is not None else AuditContext.unknown()
+        self._refuse_if_throttled(ctx)
         now = self.clock.now()
         reason, record = self._check(value, now)
         if reason or record is None:
-            self.audit_refusal(reason or "unknown", record, context=context)
+            self.throttle.count_refusal("bearer", ctx.client_ip)
+            self._audit_refused(reason or "unknown", record, ctx)
             raise TokenRefused(reason or "unknown")
         interval = self.settings.last_used_interval
         if record.last_used_at is None or now - record.last_used_at >= interval:

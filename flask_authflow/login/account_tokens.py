@@ -199,19 +199,26 @@ def use_token(store: AccountTokenStore, token: object, kind: str, now: datetime)
 
 
 def use_code(
-    store: AccountTokenStore, tenant: str, user_id: str, kind: str, code: object, now: datetime
+    store: AccountTokenStore,
+    tenant: str,
+    user_id: str,
+    kind: str,
+    code: object,
+    now: datetime,
+    *,
+    max_attempts: int = MAX_CODE_ATTEMPTS,
 ) -> AccountToken:
     """Use up the user's live token of ``kind`` by its short code.
 
     :raises InvalidInput: not the shape of a code. :raises AccountTokenInvalid: no live
-        token, a wrong code (counted; the token is void after :data:`MAX_CODE_ATTEMPTS`),
-        or a parallel use won."""
+        token, a wrong code (counted; the token is void after ``max_attempts``), or a
+        parallel use won."""
     cleaned = check_code(code)
     live = store.live_account_token(tenant, user_id, _check_kind(kind), now)
     if live is None:
         raise AccountTokenInvalid()
     digest = code_digest(live.token_hash, cleaned)
-    used = store.use_account_code(live.token_hash, digest, now, max_attempts=MAX_CODE_ATTEMPTS)
+    used = store.use_account_code(live.token_hash, digest, now, max_attempts=max_attempts)
     if used is None:
         raise AccountTokenInvalid()
     return used

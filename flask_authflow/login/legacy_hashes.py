@@ -26,6 +26,14 @@ same way; without it, against the password itself (NFKD, and as typed when that 
 
 A stored cost that would take seconds is refused without being computed (see
 :class:`LegacyCeilings`), as Argon2 hashes over the ``AUTHFLOW_ARGON2_MAX_*`` ceilings are.
+
+**Uniform work.** While any scheme is enabled, every refused password check does one
+Argon2id verification and one legacy verification, real or dummy: a native user's wrong
+password adds :meth:`LegacyHashes.dummy_verify`, a legacy user's adds the Argon2id dummy,
+an unknown user's does both. The legacy dummy is verified against the last legacy hash the
+login met (the same scheme and cost as the users still on it), and before the first one
+against a hash of the first listed scheme at its library's default cost: list the scheme
+most of your users have first. Turn the schemes off once the users moved to Argon2id.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import hashlib
 import hmac
 import importlib
 import re
+import secrets
 import unicodedata
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -191,6 +200,10 @@ class LegacyHashes:
         self._slot = slot
         self._argon2 = argon2.PasswordHasher()
         self._libpass = _load_libpass() if self.schemes & _LIBPASS_HANDLERS.keys() else None
+        #: The scheme of the dummy verification before a real legacy hash was met.
+        self._first = next((name for name in schemes if name in LEGACY_SCHEMES), None)
+        #: What :meth:`dummy_verify` verifies against: (scheme, hash), made or met.
+        self._dummy: tuple[str, str] | None = None
         if "bcrypt" in self.schemes:
             try:
                 self._bcrypt = importlib.import_module("bcrypt")
@@ -229,6 +242,7 @@ class LegacyHashes:
             return refused
         scheme = identify(stored)
         assert scheme is not None  # inspect() found it
+        self._remember(scheme, stored)
         candidates = self._candidates(scheme, password)
         if hmac_only:
             candidates = candidates if self.salt is not None else []
@@ -240,6 +254,45 @@ class LegacyHashes:
             if matched:
                 return LegacyResult.MATCH
         return LegacyResult.MISMATCH
+
+    def dummy_verify(self, password: bytes) -> None:
+        """Spend the work of a refused :meth:`verify` of ``password`` (as many verifications
+        of the same scheme and cost) on a hash the login met, or a made one, and ignore the
+        result: an account not on a legacy hash is not told apart by its timing."""
+        dummy = self._dummy
+        if dummy is None:
+            dummy = self._dummy = self._made_dummy()
+        if dummy is None:
+            return
+        scheme, stored = dummy
+        for candidate in self._candidates(scheme, password):
+            try:
+                self._verify_one(scheme, stored, candidate)
+            except (ValueError, TypeError):
+                return
+
+    def _remember(self, scheme: str, stored: str) -> None:
+        """Keep a hash within the ceilings as the dummy's: its cost is what users have."""
+        self._dummy = (scheme, stored)
+
+    def _made_dummy(self) -> tuple[str, str] | None:
+        """A hash of a random password in the first listed scheme, at its default cost."""
+        scheme = self._first
+        if scheme is None:
+            return None
+        secret = secrets.token_urlsafe(24)
+        with self._work():
+            if scheme == "bcrypt":
+                made = self._bcrypt.hashpw(secret.encode("ascii"), self._bcrypt.gensalt()).decode("ascii")
+            elif scheme == "argon2":
+                made = self._argon2.hash(secret)
+            elif scheme == "werkzeug":
+                from werkzeug.security import generate_password_hash
+
+                made = generate_password_hash(secret)
+            else:
+                made = getattr(self._libpass, _LIBPASS_HANDLERS[scheme]).hash(secret)
+        return scheme, made
 
     def _candidates(self, scheme: str, typed: bytes) -> list[bytes]:
         """The byte strings the scheme's hash may have been made of, most likely first."""

@@ -285,8 +285,8 @@ class PasswordFactor:
         legacy = self.legacy
         if stored is None:
             self.hasher.dummy_verify(secret)
-            if legacy is not None and legacy.hmac_argon2:
-                self.hasher.dummy_verify(secret)  # as a known user's second (HMAC) Argon2
+            if legacy is not None:  # as a known user's legacy (or second, HMAC) verification
+                legacy.dummy_verify(secret)
             return Rejected(RejectReason.NOT_ENROLLED)
         if self.hasher.over_ceiling(stored):
             # Never computed: a planted hash must not cost gigabytes or minutes per login.
@@ -302,6 +302,8 @@ class PasswordFactor:
             # Flask-Security-Too's default: Argon2id of the HMAC of the password.
             return self._verify_legacy(legacy, ctx, stored, secret, hmac_only=True)
         if matched is None:
+            if legacy is not None:  # as a legacy user's or an unknown user's work
+                legacy.dummy_verify(secret)
             return Rejected(RejectReason.INVALID)
         if matched is PasswordMatch.AS_TYPED or self.hasher.needs_rehash(stored):
             return self._rehash(ctx, secret)
@@ -318,8 +320,11 @@ class PasswordFactor:
         if result is LegacyResult.OVER_CEILING:
             log.warning("stored legacy password hash exceeds the cost ceilings; refused without computing it")
             return Rejected("hash_over_ceiling")
+        if hmac_only:  # a native hash: its Argon2id verification ran already
+            return Rejected(RejectReason.INVALID)
+        self.hasher.dummy_verify(secret)  # as a native user's or an unknown user's Argon2id
         if result is LegacyResult.MALFORMED:
-            self.hasher.dummy_verify(secret)  # a broken row is not told apart by its timing
+            legacy.dummy_verify(secret)  # a broken row is not told apart by its timing
         return Rejected(RejectReason.INVALID)
 
     def _rehash(self, ctx: FactorContext, secret: bytes) -> FactorCheck:

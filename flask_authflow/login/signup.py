@@ -43,7 +43,13 @@ from flask_authflow.login.account_tokens import AccountTokenInvalid, IssuedToken
 from flask_authflow.login.accounts import AccountAdmin
 from flask_authflow.login.operation import LoginServices, Operation, guard_store
 from flask_authflow.login.password_policy import PasswordPolicy
-from flask_authflow.login.verification import KIND, EmailNotVerified, needs_verification, refuse_unverified
+from flask_authflow.login.verification import (
+    CODE_ATTEMPTS,
+    KIND,
+    EmailNotVerified,
+    needs_verification,
+    refuse_unverified,
+)
 
 __all__ = [
     "DEFAULT_VERIFICATION_TTL",
@@ -214,7 +220,7 @@ def verify_signup(
     store = account_tokens.token_store(svc.store)
     with Operation(svc, ctx, session, "email_confirmed") as op:
         try:
-            used = _use(svc, store, token, tenant, identifier, code, op.now)
+            used = _use(svc, store, token, (tenant, ctx.client_ip), identifier, code, op.now)
             user = guard_store(lambda: svc.store.get_user(used.tenant, used.user_id))
             if user is None or user.email is None:
                 raise AccountTokenInvalid()
@@ -233,21 +239,29 @@ def _use(
     svc: LoginServices,
     store: Any,
     token: object,
-    tenant: str | None,
+    where: tuple[str | None, str | None],
     identifier: object,
     code: object,
     now: datetime,
 ) -> Any:
-    """Use the sign-up token by its link or by identifier and code."""
+    """Use the sign-up token by its link or by identifier and code (``where``: the tenant
+    and the client's address). A code attempt is counted against the address, its network
+    and the (account, network) pair before anything is looked up, so a stranger's wrong
+    codes are throttled long before they could void the newcomer's link."""
+    tenant, address = where
     if token is not None:
         return account_tokens.use_token(store, token, KIND, now)
     if tenant is None or not isinstance(identifier, str):
         raise InvalidInput(N_("give the link's token, or the username and the code"))
-    user = guard_store(lambda: svc.store.find_user(tenant, normalise_identifier(identifier)))
+    ident = normalise_identifier(identifier)
+    svc.throttle.code_attempt(tenant, ident, address)
+    user = guard_store(lambda: svc.store.find_user(tenant, ident))
     if user is None:
         account_tokens.check_code(code)
         raise AccountTokenInvalid()
-    return account_tokens.use_code(store, user.tenant, user.user_id, KIND, code, now)
+    return account_tokens.use_code(
+        store, user.tenant, user.user_id, KIND, code, now, max_attempts=CODE_ATTEMPTS
+    )
 
 
 def resend_verification(
@@ -261,7 +275,10 @@ def resend_verification(
     ttl: timedelta = DEFAULT_VERIFICATION_TTL,
 ) -> SignupRequest | None:
     """Mail a new verification link to a sign-up that is not verified yet (voiding the
-    older one); ``None`` for anything else. Answer every caller the same way.
+    older one); for anything else a request whose ``to`` is ``None`` (compose the mail
+    anyway, send nothing). Answer every caller the same way, after the same work: the same
+    reads, a token made and an audit row committed in one unit of work (only the pending
+    sign-up's token is stored).
 
     :raises InvalidInput: neither or both given, or not the shape of one."""
     tenant = check_tenant(tenant)
@@ -276,5 +293,19 @@ def resend_verification(
             raise InvalidInput(N_("not an e-mail address"))
         user = guard_store(lambda: svc.store.find_user_by_email(tenant, address))
     if user is None or user.disabled or not needs_verification(svc, user):
-        return None
+        return _not_pending(svc, ctx, session, tenant, ttl)
     return _mail_verification(svc, ctx, session, user, ttl, "signup_resent")
+
+
+def _not_pending(
+    svc: LoginServices, ctx: AuditContext, session: AuthSession, tenant: str, ttl: timedelta
+) -> SignupRequest:
+    """The work of a resend for a pending sign-up, with nothing stored but the audit row."""
+    store = account_tokens.token_store(svc.store)
+    with Operation(svc, ctx, session, "signup_resent", tenant=tenant) as op:
+        op.unit()
+        issued = account_tokens.issue(
+            store, kind=KIND, tenant=tenant, user_id="", now=op.now, ttl=ttl, persist=False
+        )
+        op.audit("skipped", "not_pending")
+    return SignupRequest(issued, None, "verify", "")

@@ -8,10 +8,22 @@ from flask_authflow.core.ports import AccountTokenStore, UserRecord
 from flask_authflow.errors import AuthnError
 from flask_authflow.login.operation import LoginServices, guard_store
 
-__all__ = ["KIND", "UNVERIFIED_KEY", "EmailNotVerified", "needs_verification", "refuse_unverified"]
+__all__ = [
+    "CODE_ATTEMPTS",
+    "KIND",
+    "UNVERIFIED_KEY",
+    "EmailNotVerified",
+    "needs_verification",
+    "refuse_unverified",
+]
 
 #: The account-token kind of a sign-up's verification link.
 KIND = "signup"
+#: Wrong short codes against one verification token before it is void. Strangers who know
+#: the username are throttled first (``code.*`` limits: 10 a day per (account, network)), so
+#: reaching this cap takes ten networks in a day; a guesser's chance stays 100 / 2**40
+#: (about 9e-11) per mailed token.
+CODE_ATTEMPTS = 100
 #: The login flow's mark, set by ``begin_login`` from the row it read anyway, that the
 #: account's address is not verified: only then does the password step read the store again
 #: to ask whether the account is a sign-up waiting for its confirmation.

@@ -8,6 +8,7 @@ A flow asks before it does any work that costs something (an Argon2 verify, a ma
 
     throttle.hit("login", address=client_ip)               # login, factor, signup, reset
     throttle.hit("mail", address=client_ip, recipient=to, account=(tenant, user_id))
+    throttle.stranger_mail(to, address=client_ip, account=(tenant, user_id))  # forgot-password ...
 
 Every limit of the request is tested first, and only when all of them have room is one
 request counted against each, so a refused request never eats into the budget of another
@@ -19,6 +20,13 @@ The failure-rate guard: every failed credential check is reported with
 ``failures.global``, each address also gets the much lower ``login.spike`` limit on
 login, so a credential-stuffing wave slows everyone's guesses instead of running at the
 speed of the servers.
+
+Mail budgets: the mails a user asks for after proving something (an e-mail code after her
+password) count in scope ``mail``; those anyone can trigger for someone else's address
+(forgot-password, sign-up, resend) in scope ``stranger_mail``, so strangers cannot spend the
+owner's budget. :meth:`Throttle.stranger_mail` lets a request the owner makes from a network
+where her account signed in (:meth:`Throttle.owner_signed_in`), or from her device, spend her
+own budget instead.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from limits.strategies import MovingWindowRateLimiter
 
 from flask_authflow.audit.context import audit_context
 from flask_authflow.errors import ConfigurationError, StoreUnavailable, Throttled
-from flask_authflow.throttle.keys import address_key, digest, network_key
+from flask_authflow.throttle.keys import UNKNOWN, address_key, digest, network_key
 from flask_authflow.throttle.settings import DEFAULT_LIMITS, SCOPES, ThrottleSettings, parse_limits
 
 __all__ = ["Throttle"]
@@ -44,6 +52,10 @@ log = logging.getLogger("flask_authflow.throttle")
 
 #: (limit name, key) pairs a request is counted against.
 Counted = list[tuple[str, str]]
+
+#: How long a network where an account signed in counts as its owner's (for the mail budget):
+#: 90 days from the last sign-in there.
+OWNER_NETWORK_SECONDS = 90 * 24 * 3600
 
 
 class Throttle:
@@ -132,6 +144,129 @@ class Throttle:
             had its share of mails.
         """
         self.hit("mail", address=audit_context().client_ip, recipient=to, account=(tenant, user_id))
+
+    def code_attempt(self, tenant: str, identifier: str, address: str | None) -> None:
+        """Count one attempt at the mailed short code of the account ``identifier`` names,
+        before the code is checked: per address, per network and per (account, network).
+
+        :raises Throttled: a limit has no room (nothing was counted).
+        :raises StoreUnavailable: the limiter's storage failed (fail closed).
+        """
+        if not self.enabled:
+            return
+        network = network_key(address)
+        counted: Counted = [
+            ("code.address", address_key(address)),
+            ("code.network", network),
+            ("code.pair", digest(tenant, identifier, network)),
+        ]
+        self._hit_all(counted)
+
+    def refuse_if_spent(self, scope: str, address: str | None) -> None:
+        """Raise :class:`Throttled` when ``address`` (or its network) had its share of
+        ``scope``'s refusals; counts nothing (see :meth:`count_refusal`).
+
+        :raises StoreUnavailable: the limiter's storage failed (fail closed)."""
+        if not self.enabled:
+            return
+        keys = ((f"{scope}.address", address_key(address)), (f"{scope}.network", network_key(address)))
+        try:
+            refused = [
+                (name, item, key)
+                for name, key in keys
+                for item in self._limits[name]
+                if not self._limiter.test(item, name, key)
+            ]
+        except Exception as exc:
+            raise StoreUnavailable("the rate limiter's storage failed") from exc
+        if refused:
+            raise self._refusal(refused)
+
+    def count_refusal(self, scope: str, address: str | None) -> None:
+        """Count one refused request of ``scope`` against ``address`` and its network (after
+        the refusal; parallel requests may overshoot the limit by the number in flight).
+        Never raises: the request is refused anyway (a storage failure is logged)."""
+        if not self.enabled:
+            return
+        try:
+            for name, key in (
+                (f"{scope}.address", address_key(address)),
+                (f"{scope}.network", network_key(address)),
+            ):
+                for item in self._limits[name]:
+                    self._limiter.hit(item, name, key)
+        except Exception:
+            log.warning("the throttle's storage failed while counting a refusal", exc_info=True)
+
+    def tally(self, name: str, address: str | None, seconds: int) -> int:
+        """Count one event ``name`` from ``address`` in the current fixed window of
+        ``seconds``; the count so far (1 for the first). Never raises: 1 when the storage
+        fails, so a caller that writes the first event of a window writes it rather than lose it."""
+        window = int(time.time()) // seconds
+        key = f"tally/{name}/{address_key(address)}/{window}"
+        try:
+            return int(self.storage.incr(key, seconds))
+        except Exception:
+            log.warning("the throttle's storage failed while counting %s", name, exc_info=True)
+            return 1
+
+    def stranger_mail(
+        self,
+        to: str,
+        *,
+        address: str | None,
+        account: tuple[str, str] | None = None,
+        device_user: str | None = None,
+    ) -> str:
+        """Count one mail to ``to`` that an anonymous request asked for; call it before sending.
+
+        It is the owner's own request, and spends her budget (scope ``mail``, with
+        ``account``), when it comes from a device of hers (``device_user`` is the account's
+        user id: a signed device cookie of hers) or from a network where the account signed
+        in; any other request spends the strangers' budget (scope ``stranger_mail``).
+
+        :returns: the scope that was spent.
+        :raises Throttled: that budget had its share.
+        :raises StoreUnavailable: the limiter's storage failed.
+        """
+        if not self.enabled:
+            return "stranger_mail"
+        if account is not None and (device_user == account[1] or self.is_owner_network(*account, address)):
+            self.hit("mail", address=address, recipient=to, account=account)
+            return "mail"
+        self.hit("stranger_mail", address=address, recipient=to)
+        return "stranger_mail"
+
+    def owner_signed_in(self, tenant: str, user_id: str, address: str | None) -> None:
+        """Remember that the account signed in from ``address``'s network (for
+        :meth:`stranger_mail`); never raises (a failure is logged: only the budget suffers)."""
+        key = self._owner_key(tenant, user_id, address)
+        if not self.enabled or key is None:
+            return
+        try:
+            self.storage.clear(key)  # a fresh expiry: the memory lasts from the last sign-in
+            self.storage.incr(key, OWNER_NETWORK_SECONDS)
+        except Exception:
+            log.warning("the throttle's storage failed while remembering a sign-in's network", exc_info=True)
+
+    def is_owner_network(self, tenant: str, user_id: str, address: str | None) -> bool:
+        """True when the account signed in from ``address``'s network in the last 90 days.
+
+        :raises StoreUnavailable: the limiter's storage failed."""
+        key = self._owner_key(tenant, user_id, address)
+        if key is None:
+            return False
+        try:
+            return self.storage.get(key) > 0
+        except Exception as exc:
+            raise StoreUnavailable("the rate limiter's storage failed") from exc
+
+    @staticmethod
+    def _owner_key(tenant: str, user_id: str, address: str | None) -> str | None:
+        network = network_key(address)
+        if network == UNKNOWN:  # garbage or a missing address is nobody's network
+            return None
+        return f"owner-network/{digest(tenant, user_id, network)}"
 
     def failure(self) -> None:
         """Report one failed credential check to the failure-rate guard (never raises)."""

@@ -20,8 +20,14 @@ from flask_authflow.settings import Settings, setting
 
 __all__ = ["DEFAULT_LIMITS", "SCOPES", "ThrottleSettings", "parse_limits"]
 
-#: The flows that are limited; each is limited per address and per network.
-SCOPES = ("login", "factor", "signup", "reset", "mail")
+#: The flows that are limited; each is limited per address and per network. ``mail`` is the
+#: budget of the mails a user asks for after proving something (an e-mail code after her
+#: password, the confirmation of a change she made signed in, a notice); ``stranger_mail`` the
+#: budget of the mails anyone can trigger for someone else's address (forgot-password, sign-up,
+#: resend). The two never share a count, so strangers cannot spend the owner's budget.
+#: ``code`` counts attempts at a mailed short code (sign-up verification), ``bearer`` refused
+#: API tokens.
+SCOPES = ("login", "factor", "signup", "reset", "mail", "stranger_mail", "code", "bearer")
 
 #: The default of every limit (the manual's "Security" page gives the reasoning).
 DEFAULT_LIMITS: Mapping[str, str] = MappingProxyType(
@@ -38,6 +44,17 @@ DEFAULT_LIMITS: Mapping[str, str] = MappingProxyType(
         "mail.network": "100/hour;500/day",
         "mail.recipient": "5/hour;20/day",
         "mail.account": "10/hour;30/day",
+        "stranger_mail.address": "20/hour;100/day",
+        "stranger_mail.network": "100/hour;500/day",
+        "stranger_mail.recipient": "5/hour;20/day",
+        # Attempts at a mailed short code: per address, per network, and per (account,
+        # network), so one network cannot spend a code's hard cap of tries.
+        "code.address": "10/hour;50/day",
+        "code.network": "50/hour;200/day",
+        "code.pair": "5/hour;10/day",
+        # Refused API bearer tokens, per address and network (valid tokens are not counted).
+        "bearer.address": "20/minute;200/hour",
+        "bearer.network": "100/minute;1000/hour",
         # The failure-rate guard: past this many failed credential checks (all accounts,
         # all addresses) the login is in a spike, and every address gets "login.spike".
         "failures.global": "300/minute",

@@ -10,7 +10,9 @@ session.
 
 Refusals are JSON with ``WWW-Authenticate: Bearer`` (RFC 6750): 401 ``invalid_token``
 for a token that was presented and refused, 403 ``insufficient_scope`` for a valid token
-without a scope the view needs.
+without a scope the view needs. An address that had its share of refused tokens is answered
+429 ``throttled`` with ``Retry-After`` before its token is looked up (audited in aggregate:
+see ``flask_authflow.api_auth.service``).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ def install_api_tokens(app: Flask, state: AuthFlowState) -> ApiTokenService:
         clock=state.clock,
         audit_sink=state.service.audit_sink,
         settings=ApiTokenSettings.from_config(app.config),
+        throttle=state.service.throttle,
     )
     app.extensions[API_TOKENS_KEY] = service
     return service
@@ -184,4 +187,6 @@ def api_denial(error: AuthFlowError, scopes: frozenset[str] = frozenset()) -> Re
         challenge += f', scope="{" ".join(sorted(scopes))}"'
     response.headers["WWW-Authenticate"] = challenge
     response.headers["Cache-Control"] = "no-store"
+    if error.retry_after is not None:  # a throttled address
+        response.headers["Retry-After"] = str(error.retry_after)
     return response

@@ -58,6 +58,7 @@ from flask_authflow.errors import (
     PermissionDenied,
     StepUpNeeded,
     StoreUnavailable,
+    Throttled,
     Unauthenticated,
 )
 from flask_authflow.i18n import template_context
@@ -250,7 +251,7 @@ def _api_call(
     if not current_auth_session().is_authenticated:
         try:
             principal = api_principal()
-        except TokenRefused as refused:
+        except (TokenRefused, Throttled) as refused:
             return api_denial(refused)
     if principal is None:
         denied = _user_denied(predicate)

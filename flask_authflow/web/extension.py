@@ -74,6 +74,7 @@ from flask_authflow.web.decorators import denial_response
 from flask_authflow.web.devices import install_devices, remember_session, request_trust
 from flask_authflow.web.external_url import check_mail_settings
 from flask_authflow.web.factor_wiring import built_in_factors
+from flask_authflow.web.mail_budgets import install_mail_budgets
 from flask_authflow.web.state import (
     EXTENSION_KEY,
     Adapters,
@@ -314,6 +315,7 @@ def _install(app: Flask, state: AuthFlowState) -> None:
     CLI into it."""
     install_api_tokens(app, state)  # first: its settings may still be refused
     install_devices(app, state)  # the device cookie, device records, trusted devices
+    install_mail_budgets(app, state)  # the networks each account signs in from
     app.extensions[EXTENSION_KEY] = state
     interface = state.session_interface
     app.session_interface = interface

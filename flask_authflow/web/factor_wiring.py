@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flask import render_template
+from flask import has_app_context, render_template
 
+from flask_authflow.audit.context import audit_context
 from flask_authflow.core.factors import Factor
 from flask_authflow.i18n import template_context
 from flask_authflow.mail import MailSender
@@ -14,9 +15,11 @@ from flask_authflow.mfa.recovery import RecoveryCodeFactor
 from flask_authflow.mfa.sealing import FactorSealer
 from flask_authflow.mfa.settings import FactorSettings
 from flask_authflow.mfa.totp import HotpFactor, TotpFactor
+from flask_authflow.outcomes import FactorKind
 from flask_authflow.throttle import Throttle
+from flask_authflow.web.state import get_state
 
-__all__ = ["built_in_factors", "code_mail_html"]
+__all__ = ["built_in_factors", "code_mail_html", "code_mail_limit"]
 
 
 def built_in_factors(
@@ -41,7 +44,7 @@ def built_in_factors(
             ttl=settings.email_otp_ttl,
             max_tries=settings.email_otp_max_tries,
             site_name=settings.site_name or "flask-authflow",
-            mail_limit=throttle.mail if throttle is not None else None,
+            mail_limit=code_mail_limit(throttle) if throttle is not None else None,
             html_body=code_mail_html,
         ),
     ]
@@ -60,3 +63,29 @@ def code_mail_html(subject: str, text: str) -> str:
     return render_template(
         "authflow/mail/email_code.html", **template_context(html=True), subject=subject, paragraphs=paragraphs
     )
+
+
+def code_mail_limit(throttle: Throttle) -> Callable[[str, str, str], None]:
+    """The e-mail code factor's mail limit. A code to the account's own address (its e-mail,
+    or the address of a confirmed e-mail factor) spends the owner's budget
+    (``mail.*``); a confirmation code to any other address (someone enrolling it as their
+    factor) spends the strangers' budget (``stranger_mail.*``), so enrolling erin's address
+    cannot use up the codes erin needs to sign in."""
+
+    def limit(to: str, tenant: str, user_id: str) -> None:
+        if not has_app_context() or _proven(to, tenant, user_id):
+            throttle.mail(to, tenant, user_id)
+        else:
+            throttle.hit("stranger_mail", address=audit_context().client_ip, recipient=to)
+
+    return limit
+
+
+def _proven(to: str, tenant: str, user_id: str) -> bool:
+    store = get_state().service.store
+    wanted = to.strip().casefold()
+    user = store.get_user(tenant, user_id)
+    if user is not None and user.email is not None and user.email.strip().casefold() == wanted:
+        return True
+    factors = store.list_user_factors(tenant, user_id, kind=FactorKind.EMAIL_OTP)
+    return any(str(factor.data.get("address", "")).strip().casefold() == wanted for factor in factors)

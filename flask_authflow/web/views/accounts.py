@@ -35,7 +35,6 @@ from flask_authflow.errors import (
     InvalidInput,
     MailDeliveryError,
     StepUpNeeded,
-    Throttled,
     Unauthenticated,
     UserNotFound,
 )
@@ -52,6 +51,8 @@ from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.external_url import mail_origin, mailed_url
 from flask_authflow.web.json_body import json_body
 from flask_authflow.web.security_notices import notice_enabled, notify
+
+from flask_authflow.web.mail_budgets import OWNER, MailBudget, spend, strangers
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views.common import (
     MESSAGES,
@@ -160,23 +161,20 @@ def send_mail(to: str, subject: str, text: str, html: str) -> None:
         raise MailDeliveryError() from exc
 
 
-def _deliver_later(to: str | None, mail: tuple[str, str, str], response: R) -> R:
+def _deliver_later(to: str | None, mail: tuple[str, str, str], response: R, budget: MailBudget = OWNER) -> R:
     """Deliver ``mail`` once ``response`` went out (nothing for ``to=None``): its time and
-    its failure say nothing to the client about whether an account matched."""
+    its failure say nothing to the client about whether an account matched. It spends
+    ``budget`` (``flask_authflow.web.mail_budgets``); a refusal is logged, never answered."""
     if to is None:
         return response
     app = current_app._get_current_object()  # type: ignore[attr-defined]
-    client_ip = audit_context().client_ip
+    ctx = audit_context()
 
     def deliver() -> None:
         with app.app_context():
             try:
-                # Per recipient, silently: a refusal here would answer differently for an
-                # address that has an account than for one that has none.
-                get_state().service.throttle.hit("mail", address=client_ip, recipient=to)
-                send_mail(to, *mail)
-            except Throttled:
-                log.warning("an account mail was not sent: its recipient had its share of mails")
+                if spend(budget, to, ctx):
+                    send_mail(to, *mail)
             except MailDeliveryError as exc:
                 log.error("an account mail could not be delivered: %s", exc.message)
 
@@ -318,7 +316,7 @@ def _request_reset() -> ResponseReturnValue:
         answer.status_code = 202
     else:
         answer = page("forgot.html", 200, sent=True)
-    return _deliver_later(found.to, mail, answer)
+    return _deliver_later(found.to, mail, answer, strangers(tenant, found.identifier))
 
 
 # --- the reset link ------------------------------------------------------------------------------
@@ -438,7 +436,7 @@ def _signup() -> ResponseReturnValue:
         answer.status_code = 202
     else:
         answer = page("signup.html", 200, sent=True)
-    return _deliver_later(found.to, mail, answer)
+    return _deliver_later(found.to, mail, answer, strangers())
 
 
 def signup_verify() -> ResponseReturnValue:
@@ -503,7 +501,7 @@ def _resend() -> ResponseReturnValue:
         answer.status_code = 202
     else:
         answer = page("signup_resend.html", 200, sent=True)
-    return _deliver_later(found.to if found is not None else None, mail, answer)
+    return _deliver_later(found.to if found is not None else None, mail, answer, strangers())
 
 
 # --- change of e-mail ----------------------------------------------------------------------------
