@@ -13,10 +13,9 @@ from flask.testing import FlaskClient
 from flask_authflow import get_state
 from flask_authflow.core.session import AuthState
 from flask_authflow.login import required_enrollment
-from tests.test_views import PASSWORD, Site, csrf_of, hidden_value, login, make_site, totp_now
 from tests.appfactory import AppFactory
+from tests.test_views import PASSWORD, Site, csrf_of, hidden_value, login, make_site, totp_now
 
-SESSION_COOKIE = "authflow_session"
 
 
 def held_site(app_factory: AppFactory, *kinds: str) -> Site:
