@@ -17,7 +17,6 @@ from tests.appfactory import AppFactory
 from tests.test_views import PASSWORD, Site, csrf_of, hidden_value, login, make_site, totp_now
 
 
-
 def held_site(app_factory: AppFactory, *kinds: str) -> Site:
     site = make_site(app_factory)
     required_enrollment.require(site.backend, "default", site.user_id(), kinds, site.clock.now(), "import")
@@ -77,9 +76,12 @@ def test_enrolling_the_factor_authenticates_with_a_new_session_id(app_factory: A
     (record,) = site.sessions()
     assert record.state is AuthState.AUTHENTICATED and record.sid != held_sid
     assert client.get("/private").text == "private page"
-    assert required_enrollment.required_kinds(
-        get_state(site.app).service, "default", site.user_id(), site.clock.now()
-    ) == ()
+    assert (
+        required_enrollment.required_kinds(
+            get_state(site.app).service, "default", site.user_id(), site.clock.now()
+        )
+        == ()
+    )
     rows = [r for r in site.backend.audit_rows if r.event == "login"]
     assert rows[-1].status == "success" and rows[-1].reason == "required_enrollment"
     # From now on the ordinary login: the password, then the new factor.
