@@ -19,7 +19,6 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from flask_authflow.cli.importing.model import (
     EmailFactor,
-    HotpFactor,
     ImportedFactor,
     ImportedRole,
     RecoveryCodes,
@@ -66,7 +65,7 @@ class WriteTarget:
     verification of an unverified address lives."""
 
     store: ImportStore
-    sealer: FactorSealer
+    sealer: FactorSealer | None
     now: datetime
     verification_ttl: timedelta
     app_users: AppUserHooks | None = None
@@ -190,15 +189,17 @@ def _write(target: WriteTarget, plan: UserPlan, roles: frozenset[str]) -> UserRe
 def _config(target: WriteTarget, user: UserRecord, plan: UserPlan, factor: ImportedFactor) -> FactorConfig:
     """The stored factor for an imported one (the plan checked that each can be made)."""
     now, sealer = target.now, target.sealer
-    if isinstance(factor, TotpFactor):
-        return imported_key(sealer, user.user_id, FactorKind.TOTP, factor.secret, now)
-    if isinstance(factor, HotpFactor):
-        return imported_key(sealer, user.user_id, FactorKind.HOTP, factor.secret, now, factor.counter)
     if isinstance(factor, EmailFactor):
         return imported_address(user.user_id, factor.address or str(plan.email), now)
+    if isinstance(factor, WebAuthnCredential):
+        return _credential(user, factor, now)
+    if sealer is None:  # the plan carries no sealed factor without a sealer
+        raise Refused("the app has no factor sealer for the user's secrets")
+    if isinstance(factor, TotpFactor):
+        return imported_key(sealer, user.user_id, FactorKind.TOTP, factor.secret, now)
     if isinstance(factor, RecoveryCodes):
         return imported_code_set(sealer, user.user_id, list(factor.codes), now)
-    return _credential(user, factor, now)
+    return imported_key(sealer, user.user_id, FactorKind.HOTP, factor.secret, now, factor.counter)
 
 
 def _credential(user: UserRecord, factor: WebAuthnCredential, now: datetime) -> FactorConfig:
