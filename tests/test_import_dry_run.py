@@ -51,7 +51,8 @@ def test_a_dry_run_prints_each_user_and_writes_nothing(app: Flask, tmp_path: Pat
     assert "alice: carries password, e-mail address (verified)" in text.output
     assert "asked: confirm the e-mail address" in text.output
     assert "frank: refused (" in text.output
-    assert text.output.strip().splitlines()[-2].startswith("dry run: 0 imported")
+    assert "dry run: 2 would be imported, 1 refused" in text.output.splitlines()
+    assert "1 will be asked at the next sign-in: carol (confirm the e-mail address)" in text.output
     document = json.loads(run(app, str(source), "--dry-run", "--json").output)
     assert document["dry_run"] is True and document["imported"] == 0
     assert document["summary"] == {"users": 3, "carried": 2, "asked": 1, "lowered": 0, "refused": 1}

@@ -85,15 +85,25 @@ class ImportReport:
 
     def text(self) -> str:
         lines = [*(f"note: {notice}" for notice in self.notices)]
+        planned = [p for p in self.plans if p.refused is None]
         if self.dry_run:
             lines.extend(_plan_lines(p) for p in self.plans)
-        summary = self.document()["summary"]
-        lines.append(
-            f"{'dry run: ' if self.dry_run else ''}{len(self.imported)} imported, "
-            f"{len(self.present)} already present, {len(self.refused)} refused; "
-            f"{summary['asked']} will be asked something at the next sign-in, {summary['lowered']} lowered"
-        )
+            lines.append(f"dry run: {len(planned)} would be imported, {len(self.refused)} refused")
+        else:
+            imported, present = len(self.imported), len(self.present)
+            lines.append(f"{imported} imported, {present} already present, {len(self.refused)} refused")
         lines.extend(f"refused {who!r}: {why}" for who, why in self.refused)
+        asked = [p for p in planned if p.asked]
+        if asked:
+            lines.append(
+                f"{len(asked)} will be asked at the next sign-in: "
+                + "; ".join(f"{p.identifier} ({', '.join(p.asked)})" for p in asked)
+            )
+        if self.lowered:
+            lines.append(
+                f"{len(self.lowered)} would be lowered: "
+                + "; ".join(f"{p.identifier} ({'; '.join(p.lowered)})" for p in self.lowered)
+            )
         lines.extend(f"role not carried (name not accepted): {name}" for name in self.roles_not_carried)
         return "\n".join(lines)
 
