@@ -57,6 +57,7 @@ class FstWorld:
     totp: dict[str, str]
     recovery: dict[str, list[str]]
     authenticator: SoftAuthenticator
+    passkey: SoftAuthenticator | None = None
 
 
 def _fst_models() -> tuple[Any, Any, Any, Any]:
@@ -100,12 +101,12 @@ def _fst_app(db: Any, models: tuple[Any, Any, Any], url: str, scheme: str) -> tu
     return app, datastore
 
 
-def _webauthn_key(user: Any, datastore: Any) -> SoftAuthenticator:
+def _webauthn_key(user: Any, datastore: Any, handle: str, usage: str = "secondary") -> SoftAuthenticator:
     """Register a key the way FST does (py_webauthn's options and verification) and store it
-    in FST's table with FST's datastore."""
+    in FST's table with FST's datastore; a ``first`` key is a discoverable passkey."""
     from webauthn import generate_registration_options, options_to_json, verify_registration_response
 
-    user.fs_webauthn_user_handle = "a3c5e7f9" * 4
+    user.fs_webauthn_user_handle = handle
     options = generate_registration_options(
         rp_id=RP_ID,
         rp_name="The old app",
@@ -113,7 +114,7 @@ def _webauthn_key(user: Any, datastore: Any) -> SoftAuthenticator:
         user_name=user.email,
     )
     authenticator = SoftAuthenticator(origin=ORIGIN)
-    response, _ = authenticator.register(json.loads(options_to_json(options)))
+    response, _ = authenticator.register(json.loads(options_to_json(options)), discoverable=usage == "first")
     verified = verify_registration_response(
         credential=response,
         expected_challenge=options.challenge,
@@ -126,7 +127,7 @@ def _webauthn_key(user: Any, datastore: Any) -> SoftAuthenticator:
         public_key=verified.credential_public_key,
         name="Blue key",
         sign_count=verified.sign_count,
-        usage="secondary",
+        usage=usage,
         device_type=verified.credential_device_type,
         backup_state=verified.credential_backed_up,
         transports=["usb"],
@@ -159,7 +160,9 @@ def _add_everyone(app: Flask, datastore: Any, db: Any, world: FstWorld) -> None:
     erin.tf_totp_secret = Totp(TOTP_SECRETS, "The old app").generate_totp_secret()
     erin.tf_primary_method = "email"
     gwen = make("gwen@example.com", confirmed_at=now)
-    world.authenticator = _webauthn_key(gwen, datastore)
+    world.authenticator = _webauthn_key(gwen, datastore, "a3c5e7f9" * 4)
+    hana = make("hana@example.com", confirmed_at=now)
+    world.passkey = _webauthn_key(hana, datastore, "b4d6f8a0" * 4, usage="first")
     db.session.commit()
 
 
@@ -212,6 +215,7 @@ def migrated_app(app_factory: AppFactory, tmp_path: Path, outbox: Outbox, **conf
         "AUTHFLOW_LEGACY_PASSWORD_SALT": SALT,
         "AUTHFLOW_WEBAUTHN_RP_ID": RP_ID,
         "AUTHFLOW_WEBAUTHN_ORIGINS": [ORIGIN],
+        "AUTHFLOW_PASSKEY_LOGIN": True,
         "SECURITY_TOTP_SECRETS": TOTP_SECRETS,
         "SECURITY_MULTI_FACTOR_RECOVERY_CODES_KEYS": RECOVERY_KEYS,
     }
@@ -275,12 +279,13 @@ def client_of(app: Flask) -> FlaskClient:
 def test_the_report_says_what_carries_for_each_user(imported: tuple[Flask, dict[str, Any]]) -> None:
     _, report = imported
     assert report["source"] == "flask-security-too" and report["refused"] == []
-    assert report["imported"] == 7 and report["summary"]["lowered"] == 0
+    assert report["imported"] == 8 and report["summary"]["lowered"] == 0
     users = {u["identifier"]: u for u in report["users"]}
     assert "authenticator app (TOTP)" in users["dave@example.com"]["carried"]
     assert any(item.startswith("recovery codes") for item in users["dave@example.com"]["carried"])
     assert "e-mail codes" in users["erin@example.com"]["carried"]
     assert "security key (second factor)" in users["gwen@example.com"]["carried"]
+    assert "passkey" in users["hana@example.com"]["carried"]
     assert "disabled" in users["frank@example.com"]["carried"]
     assert users["carol@example.com"]["asked"] == ["confirm the e-mail address"]
     assert "role admin" in users["alice@example.com"]["carried"]
@@ -403,7 +408,7 @@ def test_a_run_without_the_totp_keys_refuses_unless_reenrollment_is_accepted(
     assert accepted.exit_code == 0, accepted.output
     report = json.loads(accepted.output)
     dave = next(u for u in report["users"] if u["identifier"] == "dave@example.com")
-    assert dave["asked"] == ["set up totp again"] and report["imported"] == 7
+    assert dave["asked"] == ["set up totp again"] and report["imported"] == 8
 
     client = client_of(app)
     assert login(client, "dave@example.com", PASSWORD).location == "/account/factors"
@@ -544,3 +549,22 @@ def test_fst_users_are_refused_without_the_salt(
     assert "AUTHFLOW_LEGACY_PASSWORD_SALT" in json.loads(result.output)["message"]
     with app.app_context():
         assert get_state(app).backend.list_users("default") == []
+
+
+@pytest.mark.authflow_stores("sql")
+def test_the_passkey_user_signs_in_with_the_same_passkey_alone(
+    imported: tuple[Flask, dict[str, Any]], fst_world: FstWorld
+) -> None:
+    """A key FST used as a first factor signs in without a password: the authenticator names
+    the user by FST's user handle, which the import kept."""
+    app, _ = imported
+    assert fst_world.passkey is not None
+    hana = client_of(app)
+    token = csrf_of(hana.get("/login").text)
+    options = hana.post("/login/passkey/options", data={"csrf_token": token})
+    assert options.status_code == 200 and options.json is not None
+    credential = fst_world.passkey.assert_(options.json["publicKey"])
+    done = hana.post("/login/passkey", data={"csrf_token": token, "credential": credential})
+    assert done.status_code == 200, done.json
+    assert done.json is not None and done.json["status"] == "authenticated"
+    assert hana.get("/private").text == "private page"

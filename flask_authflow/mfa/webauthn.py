@@ -607,7 +607,7 @@ def _enrolled_key(ctx: FactorContext, parsed: AuthenticationCredential) -> Facto
     if ctx.purpose == "passkey" and config.data.get("passkey") is not True:
         return Rejected(RejectReason.NOT_ENROLLED)  # a second-factor key cannot log in alone
     handle = parsed.response.user_handle
-    if handle is not None and not hmac.compare_digest(handle, user_handle(ctx.tenant, config.user_id)):
+    if handle is not None and not hmac.compare_digest(handle, _handle_of(ctx.tenant, config)):
         return Rejected("webauthn_user_handle")
     public_key = config.data.get("public_key")
     if not isinstance(public_key, str) or not public_key:
