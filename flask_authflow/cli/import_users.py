@@ -21,6 +21,7 @@ so a second run imports nothing and refuses nothing new.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -122,7 +123,7 @@ def _plan_lines(plan: UserPlan) -> str:
     return "\n  ".join(parts)
 
 
-def _registered(state: AuthFlowState) -> Any:
+def _registered(state: AuthFlowState) -> Callable[[str], bool]:
     """Which factor kinds this app can verify (and so carry or ask for)."""
 
     def registered(kind: str) -> bool:
