@@ -37,7 +37,7 @@ from flask_authflow.cli.importing.sources import PASSWORD_VARIABLE, database_url
 from flask_authflow.cli.importing.write import ImportStore, WriteTarget, write_roles, write_user
 from flask_authflow.cli.users import users
 from flask_authflow.login.account_settings import AccountSettings
-from flask_authflow.login.legacy_hashes import LegacyHashes
+from flask_authflow.login.legacy_hashes import LegacyHashes, identify
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.web.state import AuthFlowState, account_admin, get_state
 
@@ -45,6 +45,10 @@ __all__ = ["ImportReport", "plan_all", "users_import"]
 
 #: Kinds whose stored secrets need the app's factor sealer.
 _SEALED = frozenset({"totp", "hotp", "recovery_code"})
+#: The legacy schemes of passlib's formats: what Flask-Security-Too stores (under its salt).
+_PASSLIB_SCHEMES = frozenset(
+    {"bcrypt", "argon2", "pbkdf2_sha256", "pbkdf2_sha512", "sha256_crypt", "sha512_crypt"}
+)
 
 
 @dataclass(slots=True)
@@ -149,6 +153,17 @@ def plan_all(data: SourceData, ctx: PlanContext, source: str, dry_run: bool) -> 
     return report
 
 
+def _passlib_hashes(report: ImportReport) -> bool:
+    """Whether any user carries a hash of passlib's formats (the ones Flask-Security-Too writes)."""
+    return any(
+        p.user is not None
+        and p.user.password_hash is not None
+        and identify(p.user.password_hash) in _PASSLIB_SCHEMES
+        for p in report.plans
+        if p.refused is None
+    )
+
+
 def _read(file: Path | None, url: str | None, table: str, prompt: bool) -> tuple[str, SourceData]:
     if file is not None:
         return "file", read_file(file)
@@ -237,6 +252,11 @@ def users_import(
         tenant_or_default(tenant), state.hasher, legacy, _registered(state), accept_reenrollment
     )
     report = plan_all(data, ctx, source, dry_run)
+    if hashing.legacy_salt is None and _passlib_hashes(report):
+        report.notices.append(
+            "AUTHFLOW_LEGACY_PASSWORD_SALT is not set: hashes made by Flask-Security-Too (an HMAC under its "
+            "SECURITY_PASSWORD_SALT) will not match; set it if these users come from Flask-Security-Too"
+        )
     if dry_run:
         if report.lowered and not accept_reenrollment:
             report.notices.append(
