@@ -28,6 +28,8 @@ an unverified account and a verification mail (a link and a short code).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -36,7 +38,13 @@ from flask_authflow.audit.context import AuditContext
 from flask_authflow.core.identifiers import check_tenant, normalise_email, normalise_identifier
 from flask_authflow.core.ports import UserRecord
 from flask_authflow.core.session import AuthSession
-from flask_authflow.errors import AuthFlowError, ConfigurationError, InvalidInput
+from flask_authflow.errors import (
+    AuthFlowError,
+    ConfigurationError,
+    InvalidInput,
+    MailDeliveryError,
+    StoreUnavailable,
+)
 from flask_authflow.i18n import N_
 from flask_authflow.login import account_tokens
 from flask_authflow.login.account_tokens import AccountTokenInvalid, IssuedToken
@@ -120,6 +128,10 @@ def _check_own_address(identifier: str, address: str) -> None:
         raise IdentifierNotOwnAddress()
 
 
+#: Delivers a sign-up's mail inside its transaction (a failure undoes the sign-up).
+Deliver = Callable[[SignupRequest], None]
+
+
 def signup(
     svc: LoginServices,
     admin: AccountAdmin,
@@ -132,8 +144,13 @@ def signup(
     *,
     policy: PasswordPolicy | None = None,
     ttl: timedelta = DEFAULT_VERIFICATION_TTL,
+    deliver: Deliver | None = None,
 ) -> SignupRequest:
-    """Create an unverified account and its verification token (see the module's text).
+    """Create an unverified account and its verification token (see the module's text), in
+    ONE transaction with its audit row and the application's ``user_created`` rows. When
+    ``deliver`` is given it sends the mail before that commit: if it fails, nothing is kept
+    (:class:`~flask_authflow.errors.MailDeliveryError`, 503) and the same request can be
+    sent again.
 
     :raises InvalidInput: a malformed or reserved identifier, not an address, no password.
     :raises IdentifierNotOwnAddress: the identifier has an ``@`` and is not the address.
@@ -149,14 +166,25 @@ def signup(
         if policy is not None:
             policy.check(password, username=name, tenant=tenant, has_second_factor=False)
         owner = guard_store(lambda: svc.store.find_user_by_email(tenant, address))
-        if owner is None:
-            user = admin.create_user(tenant, name, password, email=address, source="signup")
     except AuthFlowError as exc:
         op.refuse(exc, "refused", tenant=None, identifier=None)
         raise
     if owner is not None:
-        return _notice(svc, ctx, session, owner, password, ttl)
-    return _mail_verification(svc, ctx, session, user, ttl, "signup")
+        return _notice(svc, ctx, session, owner, password, ttl, deliver)
+    owned = admin.app_users.owned() if admin.app_users is not None else nullcontext()
+    with owned, Operation(svc, ctx, session, "signup", refuse_on=(MailDeliveryError,)) as op:
+        op.unit()
+        try:
+            user = admin.create_user(tenant, name, password, email=address, source="signup")
+        except AuthFlowError as exc:
+            if isinstance(exc, StoreUnavailable):
+                raise
+            op.refuse(exc, "refused", tenant=None, identifier=None)
+            raise
+        found = _issue(op, user, ttl, "signup")
+        if deliver is not None:
+            deliver(found)
+    return found
 
 
 def _notice(
@@ -166,33 +194,34 @@ def _notice(
     owner: UserRecord,
     password: str,
     ttl: timedelta,
+    deliver: Deliver | None,
 ) -> SignupRequest:
     """The address has an account: the same work as a new one, and a notice to its owner."""
     hasher: Any = getattr(svc, "hasher", None)
     if hasher is not None:
         hasher.hash(password)  # the new account's hash costs this much
     store = account_tokens.token_store(svc.store)
-    with Operation(svc, ctx, session, "signup", tenant=owner.tenant, user_id=owner.user_id) as op:
+    fields = {"tenant": owner.tenant, "user_id": owner.user_id}
+    with Operation(svc, ctx, session, "signup", refuse_on=(MailDeliveryError,), **fields) as op:
         issued = account_tokens.issue(
             store, kind=KIND, tenant=owner.tenant, user_id=owner.user_id, now=op.now, ttl=ttl, persist=False
         )
         op.audit("refused", "address_taken")
-    return SignupRequest(issued, owner.email, "notice", owner.identifier)
+        found = SignupRequest(issued, owner.email, "notice", owner.identifier)
+        if deliver is not None:
+            deliver(found)
+    return found
 
 
-def _mail_verification(
-    svc: LoginServices, ctx: AuditContext, session: AuthSession, user: UserRecord, ttl: timedelta, event: str
-) -> SignupRequest:
-    """Issue the verification token of ``user`` (voiding an earlier one)."""
-    store = account_tokens.token_store(svc.store)
-    with Operation(svc, ctx, session, event, tenant=user.tenant, user_id=user.user_id) as op:
-        op.unit()
-        issued = account_tokens.issue(
-            store, kind=KIND, tenant=user.tenant, user_id=user.user_id, now=op.now, ttl=ttl
-        )
-        op.audit("sent", identifier=user.identifier)
-        if event == "signup":
-            op.signal("user_registered", user_id=user.user_id, tenant=user.tenant)
+def _issue(op: Operation, user: UserRecord, ttl: timedelta, event: str) -> SignupRequest:
+    """Issue the verification token of ``user`` (voiding an earlier one) in ``op``'s unit."""
+    store = account_tokens.token_store(op.svc.store)
+    issued = account_tokens.issue(
+        store, kind=KIND, tenant=user.tenant, user_id=user.user_id, now=op.now, ttl=ttl
+    )
+    op.audit("sent", tenant=user.tenant, user_id=user.user_id, identifier=user.identifier)
+    if event == "signup":
+        op.signal("user_registered", user_id=user.user_id, tenant=user.tenant)
     return SignupRequest(issued, user.email, "verify", user.identifier)
 
 
@@ -209,22 +238,34 @@ def verify_signup(
     """Confirm the address of a sign-up with its link's ``token``, or with ``identifier``
     and the short ``code``. The account may sign in from now on (nobody is logged in).
 
+    One transaction: the token is used, the address marked verified and the row audited
+    together, or none of it (a failed write leaves the link usable). A refused attempt
+    commits its own refusal row with what it counts (a wrong code's attempt).
+
     :raises InvalidInput, AccountTokenInvalid, AccountTokenUsed, AccountTokenExpired:
         the token or code cannot be used (see :mod:`~flask_authflow.login.account_tokens`)."""
     store = account_tokens.token_store(svc.store)
+    refused: AuthFlowError | None = None
     with Operation(svc, ctx, session, "email_confirmed") as op:
+        op.unit()
         try:
             used = _use(svc, store, token, tenant, identifier, code, op.now)
             user = guard_store(lambda: svc.store.get_user(used.tenant, used.user_id))
             if user is None or user.email is None:
                 raise AccountTokenInvalid()
         except AuthFlowError as exc:
-            op.refuse(exc, "refused")
-            raise
-        op.unit()
-        guard_store(lambda: svc.store.set_email(user.tenant, user.user_id, user.email, verified_at=op.now))
-        op.audit("success", tenant=user.tenant, user_id=user.user_id, identifier=user.identifier)
-        op.signal("email_confirmed", user_id=user.user_id, tenant=user.tenant)
+            if isinstance(exc, StoreUnavailable):
+                raise
+            refused = exc
+            op.audit("refused", exc.code)
+        else:
+            guard_store(
+                lambda: svc.store.set_email(user.tenant, user.user_id, user.email, verified_at=op.now)
+            )
+            op.audit("success", tenant=user.tenant, user_id=user.user_id, identifier=user.identifier)
+            op.signal("email_confirmed", user_id=user.user_id, tenant=user.tenant)
+    if refused is not None:
+        raise refused
     confirmed = guard_store(lambda: svc.store.get_user(user.tenant, user.user_id))
     return confirmed if confirmed is not None else user
 
@@ -277,4 +318,7 @@ def resend_verification(
         user = guard_store(lambda: svc.store.find_user_by_email(tenant, address))
     if user is None or user.disabled or not needs_verification(svc, user):
         return None
-    return _mail_verification(svc, ctx, session, user, ttl, "signup_resent")
+    with Operation(svc, ctx, session, "signup_resent", tenant=user.tenant, user_id=user.user_id) as op:
+        op.unit()
+        found = _issue(op, user, ttl, "signup_resent")
+    return found

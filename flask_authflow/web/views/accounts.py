@@ -417,14 +417,28 @@ def _signup() -> ResponseReturnValue:
         password,
         policy=_policy(),
         ttl=settings().verification_ttl,
+        deliver=_deliver_in_transaction,
     )
-    mail = _signup_mail(found)
     if _wants_json():
         answer = jsonify({"status": "verification_sent"})
         answer.status_code = 202
-    else:
-        answer = page("signup.html", 200, sent=True)
-    return _deliver_later(found.to, mail, answer)
+        return answer
+    return page("signup.html", 200, sent=True)
+
+
+def _deliver_in_transaction(found: signup_flow.SignupRequest) -> None:
+    """Send a sign-up's mail (the link, or the notice to an address's owner) before the
+    sign-up commits: if it fails, nothing is kept and the answer is 503. Both kinds go out
+    the same way, so neither the time nor a failure tells one from the other; a recipient
+    who had their share of mails is skipped silently (logged), as after an answer."""
+    if found.to is None:
+        return
+    try:
+        get_state().service.throttle.hit("mail", address=audit_context().client_ip, recipient=found.to)
+    except Throttled:
+        log.warning("an account mail was not sent: its recipient had its share of mails")
+        return
+    send_mail(found.to, *_signup_mail(found))
 
 
 def signup_verify() -> ResponseReturnValue:
