@@ -10,7 +10,8 @@ nothing of the flow was kept (:func:`snapshot` before and after) and that a retr
     with faults.trace(app) as trace:           # the clean run: what it wrote, committed and mailed
         assert client.post("/signup", data=form).status_code == 202
     # trace.writes == [Write("INSERT", "authflow_users"), ..., Write("INSERT", "authflow_audit")]
-    # trace.commits == 1; trace.faults() == [Fault("store", 1), ..., Fault("audit", 1), Fault("mail", 1)]
+    # trace.commits == 1 (trace.commits_writing(besides={"authflow_sessions"}) leaves the session
+    # store's own writes out); trace.faults() == [Fault("store", 1), ..., Fault("audit", 1), Fault("mail", 1)]
     before = snapshot(engine)
     with faults.inject(Fault("store", 2), app):   # the 2nd INSERT/UPDATE/DELETE raises
         assert client.post("/signup", data=form).status_code == 503
@@ -28,7 +29,7 @@ AUTOCOMMIT (a statement committed on its own).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -88,6 +89,15 @@ class Trace:
     writes: list[Write] = field(default_factory=list)
     commits: int = 0
     mails: int = 0
+    #: The tables each committed transaction wrote, in commit order (a write that ran in
+    #: AUTOCOMMIT is a transaction of its own; a commit that wrote nothing is not listed).
+    transactions: list[frozenset[str]] = field(default_factory=list)
+
+    def commits_writing(self, *, besides: Iterable[str] = ()) -> int:
+        """How many committed transactions wrote a table other than ``besides`` (say the
+        session store's tables, whose write may not join the flow's transaction)."""
+        ignored = set(besides)
+        return sum(1 for tables in self.transactions if tables - ignored)
 
     @property
     def audit_rows(self) -> int:
@@ -113,13 +123,16 @@ class Faults:
         self._trace: Trace | None = None
         self._fail: Fault | None = None
         self._seen = 0
+        self._open: dict[int, set[str]] = {}
         self.fired: list[Fault] = []
         event.listen(engine, "before_cursor_execute", self._before)
         event.listen(engine, "commit", self._committed)
+        event.listen(engine, "rollback", self._rolled_back)
 
     def close(self) -> None:
         event.remove(self.engine, "before_cursor_execute", self._before)
         event.remove(self.engine, "commit", self._committed)
+        event.remove(self.engine, "rollback", self._rolled_back)
 
     def __enter__(self) -> Faults:
         return self
@@ -195,6 +208,9 @@ class Faults:
             self._trace.writes.append(write)
             if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
                 self._trace.commits += 1
+                self._trace.transactions.append(frozenset({write.table}))
+            else:
+                self._open.setdefault(id(conn), set()).add(write.table)
         fault = self._fail
         if fault is None or (fault.kind == "audit" and write != Write("INSERT", AUDIT_TABLE)):
             return
@@ -204,8 +220,14 @@ class Faults:
             raise conn.dialect.loaded_dbapi.OperationalError("injected fault") from InjectedFault(str(fault))
 
     def _committed(self, conn: Any) -> None:
+        tables = self._open.pop(id(conn), set())
         if self._trace is not None:
             self._trace.commits += 1
+            if tables:
+                self._trace.transactions.append(frozenset(tables))
+
+    def _rolled_back(self, conn: Any) -> None:
+        self._open.pop(id(conn), None)
 
 
 class _Sender:

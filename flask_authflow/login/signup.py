@@ -201,7 +201,7 @@ def _notice(
     if hasher is not None:
         hasher.hash(password)  # the new account's hash costs this much
     store = account_tokens.token_store(svc.store)
-    fields = {"tenant": owner.tenant, "user_id": owner.user_id}
+    fields: dict[str, Any] = {"tenant": owner.tenant, "user_id": owner.user_id}
     with Operation(svc, ctx, session, "signup", refuse_on=(MailDeliveryError,), **fields) as op:
         issued = account_tokens.issue(
             store, kind=KIND, tenant=owner.tenant, user_id=owner.user_id, now=op.now, ttl=ttl, persist=False
@@ -246,6 +246,7 @@ def verify_signup(
         the token or code cannot be used (see :mod:`~flask_authflow.login.account_tokens`)."""
     store = account_tokens.token_store(svc.store)
     refused: AuthFlowError | None = None
+    done: UserRecord | None = None
     with Operation(svc, ctx, session, "email_confirmed") as op:
         op.unit()
         try:
@@ -264,10 +265,13 @@ def verify_signup(
             )
             op.audit("success", tenant=user.tenant, user_id=user.user_id, identifier=user.identifier)
             op.signal("email_confirmed", user_id=user.user_id, tenant=user.tenant)
-    if refused is not None:
+            done = user
+    if done is None:
+        assert refused is not None
         raise refused
-    confirmed = guard_store(lambda: svc.store.get_user(user.tenant, user.user_id))
-    return confirmed if confirmed is not None else user
+    account = done
+    confirmed = guard_store(lambda: svc.store.get_user(account.tenant, account.user_id))
+    return confirmed if confirmed is not None else account
 
 
 def _use(
