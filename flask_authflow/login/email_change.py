@@ -21,7 +21,7 @@ from typing import Any
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.core.ports import UserRecord
 from flask_authflow.core.session import AuthSession
-from flask_authflow.errors import AuthFlowError, UserExists
+from flask_authflow.errors import AuthFlowError, StoreUnavailable, UserExists
 from flask_authflow.login import account_tokens
 from flask_authflow.login.account_tokens import AccountTokenInvalid, IssuedToken
 from flask_authflow.login.enrollment import _fresh_user
@@ -131,6 +131,8 @@ def confirm_email_change(
                 raise AccountTokenInvalid()
             guard_store(lambda: svc.store.set_email(user.tenant, user.user_id, address, verified_at=op.now))
         except (AuthFlowError, UserExists) as exc:
+            if isinstance(exc, StoreUnavailable):
+                raise  # the template drops the unit and records the failure as an error
             op.refuse(exc, "refused")
             raise
         op.audit("success", tenant=user.tenant, user_id=user.user_id, identifier=user.identifier)

@@ -70,6 +70,7 @@ def install_api_tokens(app: Flask, state: AuthFlowState) -> ApiTokenService:
         clock=state.clock,
         audit_sink=state.service.audit_sink,
         settings=ApiTokenSettings.from_config(app.config),
+        begin_unit=state.service.store.begin_unit,
     )
     app.extensions[API_TOKENS_KEY] = service
     return service
