@@ -33,15 +33,19 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from flask_authflow.clock import MockClock
 from flask_authflow.errors import AuthFlowError
 from flask_authflow.login.accounts import AccountAdmin
+from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.migrations import upgrade
 from flask_authflow.testing.pytest_plugin import Outbox
 from flask_authflow.web.api_auth import api_tokens
 from flask_authflow.web.state import account_admin, get_state
+from flask_authflow.web.views.blueprint import register_views
 from tests.appfactory import AppFactory
 from tests.faults import AUDIT_TABLE, Fault, Faults, Trace, snapshot
+from tests.test_app_users import Refused, SqlApp
 from tests.test_views import csrf_of
 
 pytestmark = pytest.mark.authflow_stores("sql")
@@ -322,3 +326,92 @@ def test_each_write_of_the_flow_fails_alone_and_nothing_is_kept(site: Site, name
     cells = MATRIX.setdefault(f"{name} [{store}]", {"commits": str(commits)})
     for fault in trace.faults():
         cells[str(fault)] = _run_fault(site, flow, fault, trace)
+
+
+# --- the two reproduced findings ------------------------------------------------------------------
+
+
+def test_a_refused_signup_keeps_no_account_and_its_retry_signs_up(site: Site) -> None:
+    body = {"username": "gina", "email": "gina@example.com", "password": PASSWORD}
+    with site.faults.fail_audit(1):
+        assert post(site.client(), "/signup", json=body) == 503
+    with site.app.app_context():
+        assert get_state(site.app).backend.find_user("default", "gina") is None
+    assert post(site.client(), "/signup", json=body) == 202
+    [mail] = site.outbox.messages
+    assert mail.to == "gina@example.com" and site.mailed("gina@example.com")  # the link, not a notice
+
+
+def test_a_refused_verification_leaves_its_link_usable(site: Site) -> None:
+    token = site.mailed(f"{_signed_up(site)}@example.com")
+    with site.faults.fail_audit(1):
+        assert post(site.client(), "/signup/verify", json={"token": token}) == 503
+    assert post(site.client(), "/signup/verify", json={"token": token}) == 200
+
+
+# --- joining the application's transaction never ends it ------------------------------------------
+
+
+@pytest.fixture
+def sql_app(database_url: str, mock_clock: MockClock, authflow_hasher: PasswordHasher) -> Iterator[SqlApp]:
+    made = SqlApp(database_url, mock_clock, authflow_hasher)
+    yield made
+    with made.app.app_context():
+        made.db.engine.dispose()
+
+
+def _app_row_and_account(sql_app: SqlApp, *, refuse: bool = False) -> None:
+    """In a view of the app's: its own pending row, then ``create_user`` with the hook."""
+    sql_app.refuse_create = refuse
+    db = sql_app.db
+    db.session.add(sql_app.Member(id="own-row", source="app"))
+    db.session.flush()
+    account_admin(sql_app.app).create_user("default", "erin", PASSWORD)
+
+
+def test_create_user_with_a_hook_leaves_the_apps_rollback_to_the_app(sql_app: SqlApp) -> None:
+    with sql_app.app.test_request_context("/"):
+        _app_row_and_account(sql_app)
+        sql_app.db.session.rollback()
+    assert sql_app.members() == {} and sql_app.accounts() == {}  # neither its row nor the account
+
+
+def test_create_user_with_a_hook_commits_with_the_apps_commit(sql_app: SqlApp) -> None:
+    with sql_app.app.test_request_context("/"):
+        _app_row_and_account(sql_app)
+        assert sql_app.accounts() == {}  # nothing committed yet: the app's commit decides
+        sql_app.db.session.commit()
+    [(user_id, identifier)] = sql_app.accounts().items()
+    assert identifier == "erin" and sql_app.members() == {"own-row": "app", user_id: "admin"}
+
+
+def test_a_refusing_hook_in_the_apps_transaction_undoes_only_the_librarys_part(sql_app: SqlApp) -> None:
+    with sql_app.app.test_request_context("/"):
+        with pytest.raises(Refused):
+            _app_row_and_account(sql_app, refuse=True)
+        sql_app.db.session.commit()  # the app goes on with its own work
+    assert sql_app.members() == {"own-row": "app"} and sql_app.accounts() == {}
+
+
+def test_signup_with_a_hook_commits_once_with_the_apps_row(sql_app: SqlApp) -> None:
+    """Sign-up owns the session's transaction: the account, the hook's row, the token and
+    the audit row commit once; a failing audit write keeps none of them."""
+    app = sql_app.app
+    app.config.update(
+        AUTHFLOW_REGISTRATION=True, AUTHFLOW_EXTERNAL_URL="http://localhost", AUTHFLOW_THROTTLE=False
+    )
+    register_views(app)
+    get_state(app).mail_sender = Outbox()
+    with app.app_context():
+        engine = sql_app.db.engine
+    body = {"username": "frank", "email": "frank@example.com", "password": PASSWORD}
+    with Faults(engine) as faults:
+        before = snapshot(engine)
+        with faults.inject(Fault("audit", 1), app):
+            assert post(app.test_client(), "/signup", json=body) == 503
+        assert snapshot(engine) == before
+        with faults.trace(app) as trace:
+            assert post(app.test_client(), "/signup", json=body) == 202
+    assert trace.commits == 1 and trace.mails == 1
+    [user_id] = sql_app.accounts()
+    assert sql_app.members() == {user_id: "signup"}

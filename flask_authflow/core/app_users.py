@@ -81,6 +81,10 @@ class AppTransaction(Protocol):
         """Whether it holds work of the application (rows added, changed or flushed)."""
         ...
 
+    def owned(self) -> bool:
+        """Whether a library flow owns it now (inside :meth:`own`)."""
+        ...
+
     def join(self) -> None:
         """Let the library's next account writes run in this transaction."""
         ...
@@ -148,36 +152,23 @@ class AppUserHooks:
         source: str,
         claims: Mapping[str, Any],
     ) -> UserRecord:
+        new = _Creation(make_account, hook, source, claims)
         transaction = self._transaction()
-        if transaction is not None and not transaction.pending():
-            with transaction.own():  # nothing of the application's: the library's transaction
-                return self._joined(store, transaction, make_account, hook, source, claims)
-        return self._joined(store, transaction, make_account, hook, source, claims)
-
-    def _joined(
-        self,
-        store: IdentityStore,
-        transaction: AppTransaction | None,
-        make_account: Callable[[], UserRecord],
-        hook: UserCreatedHook,
-        source: str,
-        claims: Mapping[str, Any],
-    ) -> UserRecord:
-        """The account and the hook's rows in ``transaction`` (never ended here); a failure
-        undoes the hook's rows (savepoint) and the account, nothing else."""
-        if transaction is not None:
-            transaction.join()
-        account = make_account()
-        try:
-            if transaction is None:
+        if transaction is None:  # another database: undo the account if the hook refuses
+            account = make_account()
+            try:
                 hook(NewAccount(account, source, dict(claims)))
-            else:
-                with transaction.savepoint():
-                    hook(NewAccount(account, source, dict(claims)))
-        except BaseException:
-            _remove_if_kept(store, account)
-            raise
-        return account
+            except BaseException:
+                _remove_if_kept(store, account)
+                raise
+            return account
+        if transaction.owned():  # a library flow's transaction: its owner rolls back on failure
+            return new.run(transaction)
+        if transaction.pending():  # the application's: a refusal undoes only what ran here
+            with transaction.savepoint():
+                return new.run(transaction)
+        with transaction.own():  # nothing of the application's: the library's transaction
+            return new.run(transaction)
 
     @contextmanager
     def owned(self) -> Iterator[None]:
@@ -187,7 +178,7 @@ class AppUserHooks:
         the block (the backend's unit of work runs in it, one commit at the end); otherwise
         the block runs as it is."""
         transaction = self._transaction() if self._created() is not None else None
-        if transaction is None or transaction.pending():
+        if transaction is None or transaction.pending() or transaction.owned():
             yield
             return
         with transaction.own():
@@ -199,30 +190,39 @@ class AppUserHooks:
         never committed or rolled back here."""
         hook = self._deleted()
         transaction = self._transaction() if hook is not None else None
-        if transaction is not None and not transaction.pending():
-            with transaction.own():
-                self._delete(account, remove_account, hook, transaction)
+
+        def run() -> None:
+            if hook is not None:
+                hook(account)
+            if transaction is not None:
+                transaction.join()
+            remove_account()
+
+        if transaction is None or transaction.owned():
+            run()
+        elif transaction.pending():
+            with transaction.savepoint():
+                run()
         else:
-            self._delete(account, remove_account, hook, transaction)
+            with transaction.own():
+                run()
         signals.user_deleted.send(self._sender, user=account)
 
-    @staticmethod
-    def _delete(
-        account: UserRecord,
-        remove_account: Callable[[], object],
-        hook: UserDeletedHook | None,
-        transaction: AppTransaction | None,
-    ) -> None:
-        if transaction is None:
-            if hook is not None:
-                hook(account)
-            remove_account()
-            return
-        with transaction.savepoint():
-            if hook is not None:
-                hook(account)
-            transaction.join()
-            remove_account()
+
+@dataclass(frozen=True)
+class _Creation:
+    """An account and its ``user_created`` hook, run in the application's transaction."""
+
+    make_account: Callable[[], UserRecord]
+    hook: UserCreatedHook
+    source: str
+    claims: Mapping[str, Any]
+
+    def run(self, transaction: AppTransaction) -> UserRecord:
+        transaction.join()
+        account = self.make_account()
+        self.hook(NewAccount(account, self.source, dict(self.claims)))
+        return account
 
 
 def _remove_if_kept(store: IdentityStore, account: UserRecord) -> None:

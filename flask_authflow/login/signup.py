@@ -49,7 +49,7 @@ from flask_authflow.i18n import N_
 from flask_authflow.login import account_tokens
 from flask_authflow.login.account_tokens import AccountTokenInvalid, IssuedToken
 from flask_authflow.login.accounts import AccountAdmin
-from flask_authflow.login.operation import LoginServices, Operation, guard_store
+from flask_authflow.login.operation import LoginServices, Operation, guard_store, write_rows
 from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.login.verification import KIND, EmailNotVerified, needs_verification, refuse_unverified
 
@@ -182,8 +182,7 @@ def signup(
             op.refuse(exc, "refused", tenant=None, identifier=None)
             raise
         found = _issue(op, user, ttl, "signup")
-        if deliver is not None:
-            deliver(found)
+        _deliver_last(op, found, deliver)
     return found
 
 
@@ -208,9 +207,19 @@ def _notice(
         )
         op.audit("refused", "address_taken")
         found = SignupRequest(issued, owner.email, "notice", owner.identifier)
-        if deliver is not None:
-            deliver(found)
+        _deliver_last(op, found, deliver)
     return found
+
+
+def _deliver_last(op: Operation, found: SignupRequest, deliver: Deliver | None) -> None:
+    """Write the step's audit rows now (in its unit), then send the mail: the mail is the
+    last thing before the commit, so only a failing commit can leave a mailed link that
+    does not work (and the retry mails a new one)."""
+    if deliver is None:
+        return
+    write_rows(op.svc, op.rows)
+    op.rows.clear()
+    deliver(found)
 
 
 def _issue(op: Operation, user: UserRecord, ttl: timedelta, event: str) -> SignupRequest:

@@ -31,9 +31,13 @@ class FlaskSqlAlchemyTransaction:
         self.session = session
 
     def pending(self) -> bool:
-        """The session holds work of the application (or is owned by a library flow)."""
+        """The session holds work of the application (rows added, changed or flushed)."""
         session = self.session()
-        return bool(session.info.get(APP_OWNED)) or app_pending(session)
+        return not session.info.get(APP_OWNED) and app_pending(session)
+
+    def owned(self) -> bool:
+        """A library flow owns the session's transaction now (inside :meth:`own`)."""
+        return bool(self.session().info.get(APP_OWNED))
 
     def join(self) -> None:
         join_account_writes(self.session)

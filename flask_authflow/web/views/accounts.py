@@ -406,7 +406,7 @@ def _signup() -> ResponseReturnValue:
     if password is None or password != confirm:
         raise InvalidInput(MESSAGES["password_mismatch"] if password else MESSAGES["missing_password"])
     state = get_state()
-    found = signup_flow.signup(
+    signup_flow.signup(
         state.service,
         account_admin(),
         audit_context(),
