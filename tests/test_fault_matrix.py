@@ -41,6 +41,7 @@ from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.migrations import upgrade
 from flask_authflow.testing.pytest_plugin import Outbox
+from flask_authflow.web import roles
 from flask_authflow.web.api_auth import api_tokens
 from flask_authflow.web.state import account_admin, get_state
 from flask_authflow.web.views.blueprint import register_views
@@ -195,12 +196,44 @@ def email_change_confirm(site: Site) -> Act:
 
 def _admin_call(site: Site, call: Callable[[AccountAdmin], object]) -> int:
     """Run an :class:`AccountAdmin` call as a request of the app; 200 or its typed error's status."""
+    return _in_request(site, lambda: call(account_admin(site.app)))
+
+
+def _in_request(site: Site, call: Callable[[], object]) -> int:
+    """Run ``call`` in a request of the app; 200 or its typed error's status."""
     with site.app.test_request_context("/", environ_base={"REMOTE_ADDR": "192.0.2.10"}):
         try:
-            call(account_admin(site.app))
+            call()
         except AuthFlowError as exc:
             return exc.status
     return 200
+
+
+def _role_holder(site: Site, *, holds: bool) -> tuple[str, str]:
+    """A new user and a new role (held by the user when ``holds``): (user id, role)."""
+    name, role = site.user(), f"role{next(site.numbers)}"
+    with site.app.test_request_context("/"):
+        user = get_state(site.app).backend.find_user("default", name)
+        assert user is not None
+        roles.create_role("default", role)
+        if holds:
+            roles.add_user_role("default", user.user_id, role)
+    return user.user_id, role
+
+
+def role_add(site: Site) -> Act:
+    user_id, role = _role_holder(site, holds=False)
+    return lambda: _in_request(site, lambda: roles.add_user_role("default", user_id, role))
+
+
+def role_remove(site: Site) -> Act:
+    user_id, role = _role_holder(site, holds=True)
+    return lambda: _in_request(site, lambda: roles.remove_user_role("default", user_id, role))
+
+
+def role_delete(site: Site) -> Act:
+    _, role = _role_holder(site, holds=True)
+    return lambda: _in_request(site, lambda: roles.delete_role("default", role, force=True))
 
 
 def password_change(site: Site) -> Act:
@@ -317,6 +350,9 @@ FLOWS: dict[str, Flow] = {
     "TOTP enrollment (begin)": Flow(totp_enroll_begin, 200),
     "TOTP enrollment (confirm)": Flow(totp_enroll_confirm, 302, sessions_first=True),
     "factor removal": Flow(factor_remove, 302, sessions_first=True),
+    "role add": Flow(role_add, 200),
+    "role remove": Flow(role_remove, 200),
+    "role delete": Flow(role_delete, 200),
     "AccountAdmin.create_user": Flow(create_user, 200),
 }
 
