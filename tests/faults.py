@@ -29,6 +29,7 @@ AUTOCOMMIT (a statement committed on its own).
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -267,14 +268,19 @@ def snapshot(
     leaves rows out; by default the audit rows with status ``error`` (the record of the
     failure itself, written after the flow's writes were dropped) are left out."""
     skip = ignore if ignore is not None else _failure_rows
-    meta = MetaData()
-    meta.reflect(engine)
+    meta = _REFLECTED.get(engine)
+    if meta is None:  # reflected once per engine: a flow adds rows, not tables
+        meta = _REFLECTED[engine] = MetaData()
+        meta.reflect(engine)
     found: dict[str, list[str]] = {}
     with engine.connect() as conn:
         for name, table in sorted(meta.tables.items()):
             rows = [dict(row._mapping) for row in conn.execute(select(table))]
             found[name] = sorted(repr(sorted(row.items())) for row in rows if not skip(name, row))
     return found
+
+
+_REFLECTED: weakref.WeakKeyDictionary[Engine, MetaData] = weakref.WeakKeyDictionary()
 
 
 def _failure_rows(table: str, row: dict[str, Any]) -> bool:
