@@ -19,6 +19,12 @@ an unverified account and a verification mail (a link and a short code).
 * The account is created through
   :meth:`~flask_authflow.login.accounts.AccountAdmin.create_user` with ``source="signup"``,
   so the application's ``user_created`` hook makes its own row in the same transaction.
+* **One transaction** (docs/security.rst, "Transactions"): the account, the hook's rows, the
+  verification token and the audit row commit once; the mail (given as ``deliver``) is sent
+  after every write and before that commit, so a failing mail sender keeps nothing (503)
+  and the retry works. The verification uses its token, marks the address and writes its
+  row in one unit too (a failure leaves the link usable); the resend commits its token and
+  row once, its mail going out after the answer.
 * Until the address is verified, a correct password is answered
   :class:`EmailNotVerified` (403, after the password step, so it tells nothing to someone
   without the password); :func:`resend_verification` mails a new link, and answers the
