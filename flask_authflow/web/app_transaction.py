@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from flask import current_app, has_app_context
-from sqlalchemy.exc import SQLAlchemyError
 
 from flask_authflow.core.app_users import APP_OWNED, app_pending, join_account_writes
 from flask_authflow.errors import StoreUnavailable
@@ -65,7 +64,7 @@ class FlaskSqlAlchemyTransaction:
         session.info.pop(APP_OWNED, None)
         try:
             session.commit()  # what the flow's unit of work did not commit already (often nothing)
-        except SQLAlchemyError as exc:
+        except Exception as exc:  # the database's error (SQLAlchemy is imported only with a SQL backend)
             session.rollback()
             raise StoreUnavailable("the application's database transaction could not be committed") from exc
 
