@@ -11,7 +11,7 @@ conditional statement) and sets the address, confirmed, in the same unit of work
 another account took the address meanwhile, nothing changes
 (:class:`~flask_authflow.errors.UserExists`).
 
-**Transactions** (docs/security.rst): the request commits its token and audit row once,
+**Transactions** (the manual's Security page): the request commits its token and audit row once,
 the confirmation uses the token, sets the address and writes its row in one unit of work;
 a store failure keeps nothing (503, recorded as an ``error`` row) and the link stays
 usable. Mails go out after the commit; a failing sender is logged.

@@ -30,7 +30,7 @@ set, the other tokens voided, the API tokens deleted, the locks cleared and the 
 rows written in one unit of work, so of parallel resets with one token exactly one wins
 and a failed one leaves the token usable and nothing else changed.
 
-**Transactions** (docs/security.rst): the request commits its token and audit row once;
+**Transactions** (the manual's Security page): the request commits its token and audit row once;
 the completion ends the sessions first, then uses the token, sets the password and ends
 the rest in one unit of work (a failure keeps nothing of it and the link stays usable).
 Mails go out after the commit and after the answer; a failing sender is logged.

@@ -19,7 +19,7 @@ an unverified account and a verification mail (a link and a short code).
 * The account is created through
   :meth:`~flask_authflow.login.accounts.AccountAdmin.create_user` with ``source="signup"``,
   so the application's ``user_created`` hook makes its own row in the same transaction.
-* **One transaction** (docs/security.rst, "Transactions"): the account, the hook's rows, the
+* **One transaction** (the manual's Security page, "Transactions"): the account, the hook's rows, the
   verification token and the audit row commit once; the mail (given as ``deliver``) is sent
   after every write and before that commit, so a failing mail sender keeps nothing (503)
   and the retry works. The verification uses its token, marks the address and writes its
