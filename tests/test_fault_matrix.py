@@ -306,15 +306,22 @@ def totp_enroll_begin(site: Site) -> Act:
     return lambda: post(client, "/account/factors/totp", data=form)
 
 
+def _two_sessions(site: Site) -> FlaskClient:
+    """A new user signed in twice (the change ends the other session); the second client."""
+    name = site.user()
+    site.signed_in(name)
+    return site.signed_in(name)
+
+
 def totp_enroll_confirm(site: Site) -> Act:
-    client = site.signed_in(site.user())
+    client = _two_sessions(site)
     factor_id, secret = _begin_totp(client)
     form = {**_factor_form(client), "factor_id": factor_id, "code": _totp_code(site, secret)}
     return lambda: post(client, "/account/factors/totp/confirm", data=form)
 
 
 def factor_remove(site: Site) -> Act:
-    client = site.signed_in(site.user())
+    client = _two_sessions(site)
     factor_id, secret = _begin_totp(client)
     form = {**_factor_form(client), "factor_id": factor_id, "code": _totp_code(site, secret)}
     assert post(client, "/account/factors/totp/confirm", data=form) == 302
