@@ -7,6 +7,12 @@ row per creation (``api_token_created``), revocation (``api_token_revoked``, or
 (``api_token_refused``, the reason in ``reason``); a row names the token by its public
 lookup id, never by its value.
 
+**One transaction per change.** Given the store's ``begin_unit`` (as ``init_app`` wires
+it), a creation or a revocation writes its token row and its audit row in one unit of
+work: if either fails, neither is kept (:class:`~flask_authflow.errors.StoreUnavailable`,
+503) and the same request can be sent again. Refused uses are audited on their own (there
+is nothing else to keep).
+
 Refused tokens are throttled and audited in aggregate, so a flood of made-up tokens neither
 runs a lookup per request nor writes a row per request. Each refusal counts against the
 client's address and network (``bearer.address``, ``bearer.network``); once they had their
@@ -20,6 +26,8 @@ nothing more (at most ``AUDITED_REFUSALS + 2`` rows per address and hour).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Final
@@ -36,8 +44,15 @@ from flask_authflow.api_auth.tokens import (
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.audit.sinks import AuditSink
 from flask_authflow.clock import Clock
-from flask_authflow.core.ports import ApiTokenRecord, ApiTokenStore, IdentityStore
-from flask_authflow.errors import AuthnError, InvalidInput, Throttled, UserNotFound
+from flask_authflow.core.ports import ApiTokenRecord, ApiTokenStore, IdentityStore, UnitOfWork
+from flask_authflow.errors import (
+    AuditWriteError,
+    AuthFlowError,
+    AuthnError,
+    InvalidInput,
+    Throttled,
+    UserNotFound,
+)
 from flask_authflow.throttle import Throttle
 
 __all__ = [
@@ -93,7 +108,10 @@ class CreatedToken:
 
 
 class ApiTokenService:
-    """Create, list, revoke and verify personal API tokens."""
+    """Create, list, revoke and verify personal API tokens.
+
+    :param begin_unit: opens the store's unit of work (``backend.begin_unit``): a change and
+        its audit row then commit together. ``None``: each write commits on its own."""
 
     def __init__(
         self,
@@ -104,6 +122,7 @@ class ApiTokenService:
         audit_sink: AuditSink,
         settings: ApiTokenSettings,
         throttle: Throttle | None = None,
+        begin_unit: Callable[[], UnitOfWork] | None = None,
     ) -> None:
         self.store = store
         #: Counts refused tokens per address (default: a throttle that refuses nothing).
@@ -112,6 +131,25 @@ class ApiTokenService:
         self.clock = clock
         self.audit_sink = audit_sink
         self.settings = settings
+        self._begin_unit = begin_unit
+
+    @contextmanager
+    def _one_transaction(self) -> Iterator[None]:
+        """The block's writes in one unit of work (joined when one is open already)."""
+        if self._begin_unit is None:
+            yield
+            return
+        try:
+            unit = self._begin_unit()
+        except RuntimeError:  # a unit of this context is open: the writes join it
+            yield
+            return
+        try:
+            yield
+        except BaseException:
+            unit.rollback()
+            raise
+        unit.commit()
 
     # --- audit ---------------------------------------------------------------------------
 
@@ -129,7 +167,12 @@ class ApiTokenService:
         row = ctx.row(
             self.clock.now(), event, status, tenant=tenant, user_id=user_id, factor="api_token", reason=reason
         )
-        self.audit_sink.write(row)
+        try:
+            self.audit_sink.write(row)
+        except AuthFlowError:
+            raise
+        except Exception as exc:  # a sink of the application's that failed: nothing unaudited
+            raise AuditWriteError() from exc
 
     # --- changes -------------------------------------------------------------------------
 
@@ -180,10 +223,11 @@ class ApiTokenService:
             created_at=now,
             expires_at=self._expiry(now, expires_in),
         )
-        self.store.add_api_token(record)
-        self._audit(
-            "api_token_created", "success", context, tenant=tenant, user_id=user_id, reason=token.token_id
-        )
+        with self._one_transaction():
+            self.store.add_api_token(record)
+            self._audit(
+                "api_token_created", "success", context, tenant=tenant, user_id=user_id, reason=token.token_id
+            )
         return CreatedToken(token.value, record)
 
     def list(self, tenant: str, user_id: str) -> list[ApiTokenRecord]:
@@ -193,13 +237,19 @@ class ApiTokenService:
     def revoke(self, tenant: str, user_id: str, name: str, *, context: AuditContext | None = None) -> bool:
         """Delete the user's token called ``name``; false if there was none. Once this
         returns, no request can be authenticated with it."""
-        record = self.store.delete_api_token(tenant, user_id, check_token_name(name))
-        if record is None:
-            return False
-        self._audit(
-            "api_token_revoked", "success", context, tenant=tenant, user_id=user_id, reason=record.token_id
-        )
-        return True
+        checked = check_token_name(name)
+        with self._one_transaction():
+            record = self.store.delete_api_token(tenant, user_id, checked)
+            if record is not None:
+                self._audit(
+                    "api_token_revoked",
+                    "success",
+                    context,
+                    tenant=tenant,
+                    user_id=user_id,
+                    reason=record.token_id,
+                )
+        return record is not None
 
     def revoke_all(
         self, tenant: str, user_id: str, *, reason: str = "revoked", context: AuditContext | None = None
@@ -208,11 +258,12 @@ class ApiTokenService:
         deleting, ``AccountAdmin.revoke_sessions``); how many there were. Audited when there
         were any. A password reset, a password change and log-out-everywhere delete the
         tokens in their own unit of work instead (:mod:`flask_authflow.login.recovery`)."""
-        count = self.store.delete_user_api_tokens(tenant, user_id)
-        if count:
-            self._audit(
-                "api_tokens_revoked", "success", context, tenant=tenant, user_id=user_id, reason=reason
-            )
+        with self._one_transaction():
+            count = self.store.delete_user_api_tokens(tenant, user_id)
+            if count:
+                self._audit(
+                    "api_tokens_revoked", "success", context, tenant=tenant, user_id=user_id, reason=reason
+                )
         return count
 
     # --- use -----------------------------------------------------------------------------

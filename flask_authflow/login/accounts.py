@@ -28,7 +28,14 @@ from flask_authflow.audit.context import AuditContext
 from flask_authflow.core.app_users import AppUserHooks
 from flask_authflow.core.factors import EnrollContext, EnrollmentStart
 from flask_authflow.core.identifiers import check_tenant, normalise_identifier
-from flask_authflow.core.ports import FactorConfig, FactorRecordStore, IdentityStore, SessionStore, UserRecord
+from flask_authflow.core.ports import (
+    FactorConfig,
+    FactorRecordStore,
+    IdentityStore,
+    SessionStore,
+    UnitOfWork,
+    UserRecord,
+)
 from flask_authflow.core.session import AuthSession, new_guest_record, sid_hash
 from flask_authflow.errors import ConfigurationError, EnrollmentError, FactorNotRegistered, UserNotFound
 from flask_authflow.login import recovery
@@ -342,10 +349,21 @@ class AccountAdmin:
             store=store,
             flow={},
         )
-        start = service.enrollment(kind).begin(ctx, {})
-        if not store.confirm_factor(user.tenant, user.user_id, start.factor_id, replace_kind=True):
-            # Only a parallel change of the same user's factor gets here: the new one is gone.
-            raise EnrollmentError(f"the new {kind.value} factor could not be confirmed: try again")
+        try:  # the pending factor and its confirmation: one commit
+            unit: UnitOfWork | None = service.store.begin_unit()
+        except RuntimeError:  # a unit of this context is open: the writes join it
+            unit = None
+        try:
+            start = service.enrollment(kind).begin(ctx, {})
+            if not store.confirm_factor(user.tenant, user.user_id, start.factor_id, replace_kind=True):
+                # Only a parallel change of the same user's factor gets here: the new one is gone.
+                raise EnrollmentError(f"the new {kind.value} factor could not be confirmed: try again")
+        except BaseException:
+            if unit is not None:
+                unit.rollback()
+            raise
+        if unit is not None:
+            unit.commit()
         return start
 
     def list_factors(

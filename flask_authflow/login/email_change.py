@@ -10,6 +10,11 @@ other accounts' addresses). ``confirm_email_change`` uses the token (single use,
 conditional statement) and sets the address, confirmed, in the same unit of work; if
 another account took the address meanwhile, nothing changes
 (:class:`~flask_authflow.errors.UserExists`).
+
+**Transactions** (the manual's Security page): the request commits its token and audit row once,
+the confirmation uses the token, sets the address and writes its row in one unit of work;
+a store failure keeps nothing (503, recorded as an ``error`` row) and the link stays
+usable. Mails go out after the commit; a failing sender is logged.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.core.ports import UserRecord
 from flask_authflow.core.session import AuthSession
-from flask_authflow.errors import AuthFlowError, UserExists
+from flask_authflow.errors import AuthFlowError, StoreUnavailable, UserExists
 from flask_authflow.login import account_tokens
 from flask_authflow.login.account_tokens import AccountTokenInvalid, IssuedToken
 from flask_authflow.login.enrollment import _fresh_user
@@ -131,6 +136,8 @@ def confirm_email_change(
                 raise AccountTokenInvalid()
             guard_store(lambda: svc.store.set_email(user.tenant, user.user_id, address, verified_at=op.now))
         except (AuthFlowError, UserExists) as exc:
+            if isinstance(exc, StoreUnavailable):
+                raise  # the template drops the unit and records the failure as an error
             op.refuse(exc, "refused")
             raise
         op.audit("success", tenant=user.tenant, user_id=user.user_id, identifier=user.identifier)

@@ -9,6 +9,13 @@ change of the password of a user with a second factor (``check_password_change``
 A begun enrollment waits as a pending factor; the store keeps at most one per kind and
 user (a new start replaces the older one in the same transaction), so repeated starts
 leave no pile of pending rows.
+
+**One transaction per change** (the manual's Security page, "Transactions"): the pending factor and
+its ``started`` row; the confirmed factor, its proving code marked used and its ``success``
+row; the deleted factor and its row: each commits once in the step's unit of work, or
+nothing of it does (503, and the same request works again). The user's other sessions end
+first, outside that unit (the session store may be another service): a later failure
+leaves them ended, the factor unchanged. A refused proof is recorded on its own.
 """
 
 from __future__ import annotations
@@ -151,6 +158,7 @@ def begin_enrollment(
     enroll_ctx = _enroll_context(svc, session, kind, fresh)
     fields: dict[str, Any] = {"tenant": fresh.tenant, "user_id": fresh.user_id, "factor": kind.value}
     with Operation(svc, ctx, session, "factor_enroll", now=fresh.now, **fields) as op:
+        op.unit()  # the pending factor and its audit row commit together
         start = guard_store(lambda: enrollment.begin(enroll_ctx, dict(params or {})))
         _store_enroll_slot(session, kind, enroll_ctx.flow_update)
         op.audit("started")
@@ -196,17 +204,22 @@ def confirm_enrollment(
     if not checked:
         raise refuse(checked.code if isinstance(checked, Rejected) else "invalid", enroll_ctx.flow_update)
     replace_kind = enrollment.replaces_kind
-    if not guard_store(lambda: store.confirm_factor(tenant, user_id, factor_id, replace_kind=replace_kind)):
+    with op:  # one unit: the factor confirmed, its proving code marked used, the audit row
+        revoked = _end_other_sessions(op, svc)
+        op.unit()
+        if guard_store(lambda: store.confirm_factor(tenant, user_id, factor_id, replace_kind=replace_kind)):
+            # An enrollment's commit runs once the factor counts (it marks the proving code used).
+            proved = checked.commit if isinstance(checked, Accepted) else None
+            if proved is not None and not guard_store(proved):
+                log.warning("the code that proved a new %s factor could not be marked used", kind.value)
+            _store_enroll_slot(session, kind, {})
+            _after_factor_change(op, kind, revoked, credit=True)
+            required_enrollment.enrolled(op, svc, kind)  # a held login completes once all are set up
+            config = replace(config, confirmed=True)
+    if not config.confirmed:  # a parallel change took the pending factor: nothing was kept
         raise refuse("no_pending_factor", {})
-    # An enrollment's commit runs once the factor counts (it marks the proving code used).
-    if isinstance(checked, Accepted) and checked.commit is not None and not guard_store(checked.commit):
-        log.warning("the code that proved a new %s factor could not be marked used", kind.value)
-    _store_enroll_slot(session, kind, {})
-    with op:
-        _after_factor_change(op, svc, kind, credit=True)
-        required_enrollment.enrolled(op, svc, kind)  # a held login completes once all are set up
     confirmed = guard_store(lambda: store.get_factor(tenant, user_id, factor_id))
-    return confirmed if confirmed is not None else replace(config, confirmed=True)
+    return confirmed if confirmed is not None else config
 
 
 def disable_factor(svc: LoginServices, ctx: AuditContext, session: AuthSession, factor_id: str) -> bool:
@@ -217,24 +230,32 @@ def disable_factor(svc: LoginServices, ctx: AuditContext, session: AuthSession, 
     if config is None or config.kind is FactorKind.PASSWORD:
         return False
     fields: dict[str, Any] = {"tenant": tenant, "user_id": user_id, "factor": config.kind.value}
+    deleted = False
     with Operation(svc, ctx, session, "factor_disabled", now=fresh.now, **fields) as op:
-        if not guard_store(lambda: store.delete_factor(tenant, user_id, factor_id)):
-            return False
-        _after_factor_change(op, svc, config.kind)
-    return True
+        revoked = _end_other_sessions(op, svc)
+        op.unit()  # the factor deleted and its audit row, together
+        deleted = guard_store(lambda: store.delete_factor(tenant, user_id, factor_id))
+        if deleted:
+            _after_factor_change(op, config.kind, revoked)
+    return deleted
 
 
-def _after_factor_change(
-    op: Operation, svc: LoginServices, kind: FactorKind, *, credit: bool = False
-) -> None:
-    """Revoke the user's other sessions, rotate this one's id, audit. With ``credit`` the
-    factor counts as verified in this login (confirming it proved possession), so adding
-    another factor right after needs no further step-up."""
+def _end_other_sessions(op: Operation, svc: LoginServices) -> int:
+    """End the user's other sessions, before the step's unit of work begins (the session
+    store may be another service, and on SQLite the unit holds the write lock): a later
+    failure leaves them ended and the factors unchanged."""
     session, revoke = op.session, svc.revoke_sessions
     tenant, user_id = op.fields["tenant"], op.fields["user_id"]
-    revoked = 0
-    if revoke is not None:
-        revoked = guard_store(lambda: revoke(tenant, user_id, session.sid, op.event))
+    if revoke is None:
+        return 0
+    return guard_store(lambda: revoke(tenant, user_id, session.sid, op.event))
+
+
+def _after_factor_change(op: Operation, kind: FactorKind, revoked: int, *, credit: bool = False) -> None:
+    """Rotate this session's id and audit (``revoked``: the other sessions ended). With
+    ``credit`` the factor counts as verified in this login (confirming it proved
+    possession), so adding another factor right after needs no further step-up."""
+    session = op.session
     sid = session.sid
     if credit:
         session.transition(lambda r: replace(r, factors_passed=(*r.factors_passed, kind.value)))

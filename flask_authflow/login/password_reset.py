@@ -29,6 +29,11 @@ reason ``password_reset``; signal ``email_confirmed``). Each step is one
 set, the other tokens voided, the API tokens deleted, the locks cleared and the audit
 rows written in one unit of work, so of parallel resets with one token exactly one wins
 and a failed one leaves the token usable and nothing else changed.
+
+**Transactions** (the manual's Security page): the request commits its token and audit row once;
+the completion ends the sessions first, then uses the token, sets the password and ends
+the rest in one unit of work (a failure keeps nothing of it and the link stays usable).
+Mails go out after the commit and after the answer; a failing sender is logged.
 """
 
 from __future__ import annotations

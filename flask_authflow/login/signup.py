@@ -19,6 +19,12 @@ an unverified account and a verification mail (a link and a short code).
 * The account is created through
   :meth:`~flask_authflow.login.accounts.AccountAdmin.create_user` with ``source="signup"``,
   so the application's ``user_created`` hook makes its own row in the same transaction.
+* **One transaction** (the manual's Security page, "Transactions"): the account, the hook's rows, the
+  verification token and the audit row commit once; the mail (given as ``deliver``) is sent
+  after every write and before that commit, so a failing mail sender keeps nothing (503)
+  and the retry works. The verification uses its token, marks the address and writes its
+  row in one unit too (a failure leaves the link usable); the resend commits its token and
+  row once, its mail going out after the answer.
 * Until the address is verified, a correct password is answered
   :class:`EmailNotVerified` (403, after the password step, so it tells nothing to someone
   without the password); :func:`resend_verification` mails a new link, and answers the
@@ -28,6 +34,8 @@ an unverified account and a verification mail (a link and a short code).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -36,12 +44,18 @@ from flask_authflow.audit.context import AuditContext
 from flask_authflow.core.identifiers import check_tenant, normalise_email, normalise_identifier
 from flask_authflow.core.ports import UserRecord
 from flask_authflow.core.session import AuthSession
-from flask_authflow.errors import AuthFlowError, ConfigurationError, InvalidInput
+from flask_authflow.errors import (
+    AuthFlowError,
+    ConfigurationError,
+    InvalidInput,
+    MailDeliveryError,
+    StoreUnavailable,
+)
 from flask_authflow.i18n import N_
 from flask_authflow.login import account_tokens
 from flask_authflow.login.account_tokens import AccountTokenInvalid, IssuedToken
 from flask_authflow.login.accounts import AccountAdmin
-from flask_authflow.login.operation import LoginServices, Operation, guard_store
+from flask_authflow.login.operation import LoginServices, Operation, guard_store, write_rows
 from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.login.verification import (
     CODE_ATTEMPTS,
@@ -126,6 +140,10 @@ def _check_own_address(identifier: str, address: str) -> None:
         raise IdentifierNotOwnAddress()
 
 
+#: Delivers a sign-up's mail inside its transaction (a failure undoes the sign-up).
+Deliver = Callable[[SignupRequest], None]
+
+
 def signup(
     svc: LoginServices,
     admin: AccountAdmin,
@@ -138,8 +156,13 @@ def signup(
     *,
     policy: PasswordPolicy | None = None,
     ttl: timedelta = DEFAULT_VERIFICATION_TTL,
+    deliver: Deliver | None = None,
 ) -> SignupRequest:
-    """Create an unverified account and its verification token (see the module's text).
+    """Create an unverified account and its verification token (see the module's text), in
+    ONE transaction with its audit row and the application's ``user_created`` rows. When
+    ``deliver`` is given it sends the mail before that commit: if it fails, nothing is kept
+    (:class:`~flask_authflow.errors.MailDeliveryError`, 503) and the same request can be
+    sent again.
 
     :raises InvalidInput: a malformed or reserved identifier, not an address, no password.
     :raises IdentifierNotOwnAddress: the identifier has an ``@`` and is not the address.
@@ -155,14 +178,24 @@ def signup(
         if policy is not None:
             policy.check(password, username=name, tenant=tenant, has_second_factor=False)
         owner = guard_store(lambda: svc.store.find_user_by_email(tenant, address))
-        if owner is None:
-            user = admin.create_user(tenant, name, password, email=address, source="signup")
     except AuthFlowError as exc:
         op.refuse(exc, "refused", tenant=None, identifier=None)
         raise
     if owner is not None:
-        return _notice(svc, ctx, session, owner, password, ttl)
-    return _mail_verification(svc, ctx, session, user, ttl, "signup")
+        return _notice(svc, ctx, session, owner, password, ttl, deliver)
+    owned = admin.app_users.owned() if admin.app_users is not None else nullcontext()
+    with owned, Operation(svc, ctx, session, "signup", refuse_on=(MailDeliveryError,)) as op:
+        op.unit()
+        try:
+            user = admin.create_user(tenant, name, password, email=address, source="signup")
+        except AuthFlowError as exc:
+            if isinstance(exc, StoreUnavailable):
+                raise
+            op.refuse(exc, "refused", tenant=None, identifier=None)
+            raise
+        found = _issue(op, user, ttl, "signup")
+        _deliver_last(op, found, deliver)
+    return found
 
 
 def _notice(
@@ -172,33 +205,44 @@ def _notice(
     owner: UserRecord,
     password: str,
     ttl: timedelta,
+    deliver: Deliver | None,
 ) -> SignupRequest:
     """The address has an account: the same work as a new one, and a notice to its owner."""
     hasher: Any = getattr(svc, "hasher", None)
     if hasher is not None:
         hasher.hash(password)  # the new account's hash costs this much
     store = account_tokens.token_store(svc.store)
-    with Operation(svc, ctx, session, "signup", tenant=owner.tenant, user_id=owner.user_id) as op:
+    fields: dict[str, Any] = {"tenant": owner.tenant, "user_id": owner.user_id}
+    with Operation(svc, ctx, session, "signup", refuse_on=(MailDeliveryError,), **fields) as op:
         issued = account_tokens.issue(
             store, kind=KIND, tenant=owner.tenant, user_id=owner.user_id, now=op.now, ttl=ttl, persist=False
         )
         op.audit("refused", "address_taken")
-    return SignupRequest(issued, owner.email, "notice", owner.identifier)
+        found = SignupRequest(issued, owner.email, "notice", owner.identifier)
+        _deliver_last(op, found, deliver)
+    return found
 
 
-def _mail_verification(
-    svc: LoginServices, ctx: AuditContext, session: AuthSession, user: UserRecord, ttl: timedelta, event: str
-) -> SignupRequest:
-    """Issue the verification token of ``user`` (voiding an earlier one)."""
-    store = account_tokens.token_store(svc.store)
-    with Operation(svc, ctx, session, event, tenant=user.tenant, user_id=user.user_id) as op:
-        op.unit()
-        issued = account_tokens.issue(
-            store, kind=KIND, tenant=user.tenant, user_id=user.user_id, now=op.now, ttl=ttl
-        )
-        op.audit("sent", identifier=user.identifier)
-        if event == "signup":
-            op.signal("user_registered", user_id=user.user_id, tenant=user.tenant)
+def _deliver_last(op: Operation, found: SignupRequest, deliver: Deliver | None) -> None:
+    """Write the step's audit rows now (in its unit), then send the mail: the mail is the
+    last thing before the commit, so only a failing commit can leave a mailed link that
+    does not work (and the retry mails a new one)."""
+    if deliver is None:
+        return
+    write_rows(op.svc, op.rows)
+    op.rows.clear()
+    deliver(found)
+
+
+def _issue(op: Operation, user: UserRecord, ttl: timedelta, event: str) -> SignupRequest:
+    """Issue the verification token of ``user`` (voiding an earlier one) in ``op``'s unit."""
+    store = account_tokens.token_store(op.svc.store)
+    issued = account_tokens.issue(
+        store, kind=KIND, tenant=user.tenant, user_id=user.user_id, now=op.now, ttl=ttl
+    )
+    op.audit("sent", tenant=user.tenant, user_id=user.user_id, identifier=user.identifier)
+    if event == "signup":
+        op.signal("user_registered", user_id=user.user_id, tenant=user.tenant)
     return SignupRequest(issued, user.email, "verify", user.identifier)
 
 
@@ -215,24 +259,40 @@ def verify_signup(
     """Confirm the address of a sign-up with its link's ``token``, or with ``identifier``
     and the short ``code``. The account may sign in from now on (nobody is logged in).
 
+    One transaction: the token is used, the address marked verified and the row audited
+    together, or none of it (a failed write leaves the link usable). A refused attempt
+    commits its own refusal row with what it counts (a wrong code's attempt).
+
     :raises InvalidInput, AccountTokenInvalid, AccountTokenUsed, AccountTokenExpired:
         the token or code cannot be used (see :mod:`~flask_authflow.login.account_tokens`)."""
     store = account_tokens.token_store(svc.store)
+    refused: AuthFlowError | None = None
+    done: UserRecord | None = None
     with Operation(svc, ctx, session, "email_confirmed") as op:
+        op.unit()
         try:
             used = _use(svc, store, token, (tenant, ctx.client_ip), identifier, code, op.now)
             user = guard_store(lambda: svc.store.get_user(used.tenant, used.user_id))
             if user is None or user.email is None:
                 raise AccountTokenInvalid()
         except AuthFlowError as exc:
-            op.refuse(exc, "refused")
-            raise
-        op.unit()
-        guard_store(lambda: svc.store.set_email(user.tenant, user.user_id, user.email, verified_at=op.now))
-        op.audit("success", tenant=user.tenant, user_id=user.user_id, identifier=user.identifier)
-        op.signal("email_confirmed", user_id=user.user_id, tenant=user.tenant)
-    confirmed = guard_store(lambda: svc.store.get_user(user.tenant, user.user_id))
-    return confirmed if confirmed is not None else user
+            if isinstance(exc, StoreUnavailable):
+                raise
+            refused = exc
+            op.audit("refused", exc.code)
+        else:
+            guard_store(
+                lambda: svc.store.set_email(user.tenant, user.user_id, user.email, verified_at=op.now)
+            )
+            op.audit("success", tenant=user.tenant, user_id=user.user_id, identifier=user.identifier)
+            op.signal("email_confirmed", user_id=user.user_id, tenant=user.tenant)
+            done = user
+    if done is None:
+        assert refused is not None
+        raise refused
+    account = done
+    confirmed = guard_store(lambda: svc.store.get_user(account.tenant, account.user_id))
+    return confirmed if confirmed is not None else account
 
 
 def _use(
@@ -294,13 +354,16 @@ def resend_verification(
         user = guard_store(lambda: svc.store.find_user_by_email(tenant, address))
     if user is None or user.disabled or not needs_verification(svc, user):
         return _not_pending(svc, ctx, session, tenant, ttl)
-    return _mail_verification(svc, ctx, session, user, ttl, "signup_resent")
+    with Operation(svc, ctx, session, "signup_resent", tenant=user.tenant, user_id=user.user_id) as op:
+        op.unit()
+        found = _issue(op, user, ttl, "signup_resent")
+    return found
 
 
 def _not_pending(
     svc: LoginServices, ctx: AuditContext, session: AuthSession, tenant: str, ttl: timedelta
 ) -> SignupRequest:
-    """The work of a resend for a pending sign-up, with nothing stored but the audit row."""
+    """A resend for anything but a pending sign-up: the same work, with nothing stored but the audit row."""
     store = account_tokens.token_store(svc.store)
     with Operation(svc, ctx, session, "signup_resent", tenant=tenant) as op:
         op.unit()

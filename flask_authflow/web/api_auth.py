@@ -73,6 +73,7 @@ def install_api_tokens(app: Flask, state: AuthFlowState) -> ApiTokenService:
         audit_sink=state.service.audit_sink,
         settings=ApiTokenSettings.from_config(app.config),
         throttle=state.service.throttle,
+        begin_unit=state.service.store.begin_unit,
     )
     app.extensions[API_TOKENS_KEY] = service
     return service

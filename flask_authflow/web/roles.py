@@ -5,18 +5,26 @@ backend), writes one audit row (event ``role_added``, ``role_removed``,
 ``role_deleted``, ``permission_granted`` or ``permission_revoked``, status ``success``,
 the role name in ``reason``) and sends the ``roles_changed`` signal of
 :mod:`flask_authflow.signals`.
-Nothing is written or sent when nothing changed (the user already held the role). No
+Nothing is written or sent when nothing changed (the user already held the role). The
+change and its audit row commit once, in the backend's unit of work (a unit already open
+in this context is joined): if either write fails, neither is kept
+(:class:`~flask_authflow.errors.StoreUnavailable`) and the signal is not sent. No
 session ends: ``current_user.has_role()`` and the decorators read the roles once per
 request, so the change applies from the user's next request.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
 from flask import Flask, current_app
 
 from flask_authflow import signals
 from flask_authflow.audit.context import audit_context
 from flask_authflow.core.ports import Role, RoleStore
+from flask_authflow.errors import AuditWriteError, AuthFlowError
 from flask_authflow.web.state import AuthFlowState, get_state
 
 __all__ = [
@@ -29,33 +37,68 @@ __all__ = [
     "role_store",
 ]
 
+T = TypeVar("T")
+
 
 def role_store(app: Flask | None = None) -> RoleStore:
     """The app's role store: its backend."""
     return get_state(app).backend
 
 
-def _record(
-    state: AuthFlowState,
+def _changed(
+    change: Callable[[], T],
+    done: Callable[[T], bool],
     event: str,
     tenant: str,
     role: str,
     *,
     user_id: str | None = None,
     permission: str | None = None,
-) -> None:
-    row = audit_context().row(
-        state.clock.now(), event, "success", tenant=tenant, user_id=user_id, reason=role
-    )
-    state.service.audit_sink.write(row)
-    signals.roles_changed.send(
-        current_app._get_current_object(),  # type: ignore[attr-defined]
-        tenant=tenant,
-        user_id=user_id,
-        role=role,
-        permission=permission,
-        action=event,
-    )
+) -> T:
+    """Run ``change`` and (when ``done(result)``) write its audit row, in one unit of work;
+    send ``roles_changed`` once both are kept."""
+    state = get_state()
+    with _one_unit(state):
+        result = change()
+        if done(result):
+            row = audit_context().row(
+                state.clock.now(), event, "success", tenant=tenant, user_id=user_id, reason=role
+            )
+            try:
+                state.service.audit_sink.write(row)
+            except AuthFlowError:
+                raise
+            except Exception as exc:  # an application's sink: nothing unaudited
+                raise AuditWriteError() from exc
+    if done(result):
+        signals.roles_changed.send(
+            current_app._get_current_object(),  # type: ignore[attr-defined]
+            tenant=tenant,
+            user_id=user_id,
+            role=role,
+            permission=permission,
+            action=event,
+        )
+    return result
+
+
+@contextmanager
+def _one_unit(state: AuthFlowState) -> Iterator[None]:
+    try:
+        unit = state.service.store.begin_unit()
+    except RuntimeError:  # a unit is open in this context: the writes join it
+        yield
+        return
+    try:
+        yield
+    except BaseException:
+        unit.rollback()
+        raise
+    unit.commit()
+
+
+def _true(value: object) -> bool:
+    return value is not False
 
 
 def create_role(tenant: str, name: str, description: str = "") -> Role:
@@ -67,37 +110,52 @@ def create_role(tenant: str, name: str, description: str = "") -> Role:
 def delete_role(tenant: str, name: str, *, force: bool = False) -> None:
     """Delete a role (:class:`~flask_authflow.errors.RoleInUse` while users hold it,
     unless ``force``, which takes it from them)."""
-    role_store().delete_role(tenant, name, force=force)
-    _record(get_state(), "role_deleted", tenant, name)
+    _changed(lambda: role_store().delete_role(tenant, name, force=force), _true, "role_deleted", tenant, name)
 
 
 def add_user_role(tenant: str, user_id: str, role: str) -> bool:
     """Give the user ``role``; false (nothing audited) if the user already held it."""
-    added = role_store().add_user_role(tenant, user_id, role)
-    if added:
-        _record(get_state(), "role_added", tenant, role, user_id=user_id)
-    return added
+    return _changed(
+        lambda: role_store().add_user_role(tenant, user_id, role),
+        bool,
+        "role_added",
+        tenant,
+        role,
+        user_id=user_id,
+    )
 
 
 def remove_user_role(tenant: str, user_id: str, role: str) -> bool:
     """Take ``role`` from the user; false (nothing audited) if the user did not hold it."""
-    removed = role_store().remove_user_role(tenant, user_id, role)
-    if removed:
-        _record(get_state(), "role_removed", tenant, role, user_id=user_id)
-    return removed
+    return _changed(
+        lambda: role_store().remove_user_role(tenant, user_id, role),
+        bool,
+        "role_removed",
+        tenant,
+        role,
+        user_id=user_id,
+    )
 
 
 def grant_permission(tenant: str, role: str, permission: str) -> bool:
     """Let ``role`` do ``permission``; false (nothing audited) if it already could."""
-    granted = role_store().grant_permission(tenant, role, permission)
-    if granted:
-        _record(get_state(), "permission_granted", tenant, role, permission=permission)
-    return granted
+    return _changed(
+        lambda: role_store().grant_permission(tenant, role, permission),
+        bool,
+        "permission_granted",
+        tenant,
+        role,
+        permission=permission,
+    )
 
 
 def revoke_permission(tenant: str, role: str, permission: str) -> bool:
     """Take ``permission`` from ``role``; false (nothing audited) if it did not have it."""
-    revoked = role_store().revoke_permission(tenant, role, permission)
-    if revoked:
-        _record(get_state(), "permission_revoked", tenant, role, permission=permission)
-    return revoked
+    return _changed(
+        lambda: role_store().revoke_permission(tenant, role, permission),
+        bool,
+        "permission_revoked",
+        tenant,
+        role,
+        permission=permission,
+    )

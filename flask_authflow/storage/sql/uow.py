@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from flask_authflow.clock import Clock
-from flask_authflow.core.app_users import APP_WROTE
+from flask_authflow.core.app_users import APP_OWNED, APP_WROTE
 from flask_authflow.errors import AuditWriteError, ConfigurationError, StoreBusy, StoreUnavailable
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.engine import autocommit_reads, run_read, run_statement
@@ -116,11 +116,17 @@ class UnitOfWork:
     inside the unit spoils it: ``commit`` then rolls back and raises. Every read and write
     of the backend in the unit's context runs on its connection, so a request that holds a
     row lock never needs a second pooled connection.
+
+    A unit begun while the library owns the application's Flask-SQLAlchemy transaction
+    (``session``, see :meth:`~flask_authflow.core.app_users.AppUserHooks.owned`) runs in
+    that transaction: the application hook's rows and the flow's writes commit once.
     """
 
-    __slots__ = ("_begin", "_conn", "_token", "_trans", "engine", "failed", "lock_timeout")
+    __slots__ = ("_begin", "_conn", "_session", "_token", "_trans", "engine", "failed", "lock_timeout")
 
-    def __init__(self, engine: Engine, token: Any, lock_timeout: timedelta = LOCK_TIMEOUT) -> None:
+    def __init__(
+        self, engine: Engine, token: Any, lock_timeout: timedelta = LOCK_TIMEOUT, session: Any = None
+    ) -> None:
         self.engine = engine
         self._begin = locking_begin(engine)
         self.failed = False
@@ -128,12 +134,16 @@ class UnitOfWork:
         self._conn: Connection | None = None
         self._trans: Any = None
         self._token = token
+        self._session = session
 
     def connection(self) -> Connection:
         if self._conn is None:
-            self._conn = self.engine.connect()
-            self._trans = self._conn.begin()
             try:
+                if self._session is not None:
+                    self._conn = self._session.connection()
+                    return self._conn
+                self._conn = self.engine.connect()
+                self._trans = self._conn.begin()
                 self._begin(self._conn, self.lock_timeout)
             except SQLAlchemyError as exc:
                 self.failed = True
@@ -145,7 +155,7 @@ class UnitOfWork:
         if token is not None:
             _UNIT.reset(token)
         conn, self._conn = self._conn, None
-        if conn is not None:
+        if conn is not None and self._session is None:
             conn.close()
 
     def commit(self) -> None:
@@ -153,18 +163,24 @@ class UnitOfWork:
         try:
             if self.failed:
                 raise AuditWriteError("a write of the unit failed; nothing of it was kept")
-            if self._trans is not None:
+            if self._session is not None:
+                self._session.commit()
+            elif self._trans is not None:
                 self._trans.commit()
         except SQLAlchemyError as exc:
             self.failed = True
             raise AuditWriteError() from exc
         finally:
+            if self.failed and self._session is not None:
+                self._session.rollback()
             self._end()
 
     def rollback(self) -> None:
         """Drop every write of the unit (never raises)."""
         try:
-            if self._trans is not None and self._trans.is_active:
+            if self._session is not None:
+                self._session.rollback()
+            elif self._trans is not None and self._trans.is_active:
                 self._trans.rollback()
         except SQLAlchemyError:
             pass  # a dead connection: the database dropped the transaction already
@@ -230,7 +246,7 @@ class SqlConnections:
         not nest."""
         if _UNIT.get() is not None:
             raise RuntimeError("a unit of work is already open in this context")
-        unit = UnitOfWork(self.engine, None, self.lock_timeout)
+        unit = UnitOfWork(self.engine, None, self.lock_timeout, self._owned_session())
         unit._token = _UNIT.set(unit)
         return unit
 
@@ -244,6 +260,17 @@ class SqlConnections:
             unit.rollback()
             raise
         unit.commit()
+
+    def _owned_session(self) -> Any:
+        """The application's Flask-SQLAlchemy session while a library flow owns its
+        transaction on this backend's engine (``APP_OWNED``), else ``None``."""
+        db = self._app_db
+        if db is None or not has_app_context():
+            return None
+        session = db.session()
+        if not session.info.get(APP_OWNED) or session.get_bind() is not self.engine:
+            return None
+        return session
 
     def _app_session(self) -> Any:
         """The application's Flask-SQLAlchemy session when a transaction of it is open on

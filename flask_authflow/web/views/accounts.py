@@ -417,7 +417,7 @@ def _signup() -> ResponseReturnValue:
     if password is None or password != confirm:
         raise InvalidInput(MESSAGES["password_mismatch"] if password else MESSAGES["missing_password"])
     state = get_state()
-    found = signup_flow.signup(
+    signup_flow.signup(
         state.service,
         account_admin(),
         audit_context(),
@@ -428,14 +428,24 @@ def _signup() -> ResponseReturnValue:
         password,
         policy=_policy(),
         ttl=settings().verification_ttl,
+        deliver=_deliver_in_transaction,
     )
-    mail = _signup_mail(found)
     if _wants_json():
         answer = jsonify({"status": "verification_sent"})
         answer.status_code = 202
-    else:
-        answer = page("signup.html", 200, sent=True)
-    return _deliver_later(found.to, mail, answer, strangers())
+        return answer
+    return page("signup.html", 200, sent=True)
+
+
+def _deliver_in_transaction(found: signup_flow.SignupRequest) -> None:
+    """Send a sign-up's mail (the link, or the notice to an address's owner) before the
+    sign-up commits: if it fails, nothing is kept and the answer is 503. Both kinds go out
+    the same way, so neither the time nor a failure tells one from the other; a recipient
+    past the strangers' mail budget is skipped (logged), as after an answer."""
+    if found.to is None:
+        return
+    if spend(strangers(), found.to, audit_context()):  # anyone can sign up with an address
+        send_mail(found.to, *_signup_mail(found))
 
 
 def signup_verify() -> ResponseReturnValue:
