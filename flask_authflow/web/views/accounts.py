@@ -50,8 +50,8 @@ from flask_authflow.outcomes import FactorRequired
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.external_url import mail_origin, mailed_url
 from flask_authflow.web.json_body import json_body
-from flask_authflow.web.security_notices import notice_enabled, notify
 from flask_authflow.web.mail_budgets import OWNER, MailBudget, spend, strangers
+from flask_authflow.web.security_notices import notice_enabled, notify
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views.common import (
     MESSAGES,
