@@ -1,13 +1,22 @@
 """Account lockout that an attacker cannot turn against the owner cheaply.
 
-Failures are counted in the attempt store twice: per **(identifier, client address)**
-pair and per **identifier** (from any address), each per factor:
+Failures are counted in the attempt store at three levels, each per factor:
 
-* ``max_failures`` failures (default 5) from one address within ``window`` lock that
-  (account, address) pair: the guesser is stopped, the owner at another address is not.
-* The account-wide lock needs ``account_max_failures`` (default twenty times as many,
-  100, the most NIST SP 800-63B allows): failures from at least twenty addresses at
-  their pair limit within the window.
+* **(account, host)**: ``max_failures`` failures (default 5) within ``window`` from one
+  host lock that pair. A host is an IPv4 address or an IPv6 **/64** (a device changes
+  its address within its /64 at will: twenty addresses of one /64 are one guesser). The
+  guesser is stopped, the owner on another host is not.
+* **(account, network)**: ``network_threshold`` failures (four times ``max_failures``, 20) from
+  one network, its /24 (IPv4) or /56 (IPv6), lock that pair: the hosts of one network
+  cannot add up to more guesses than that. Whoever shares the guesser's network is
+  refused with it; nobody else is.
+* **The account**, from anywhere: ``account_max_failures`` (default twenty times
+  ``max_failures``, 100, the most NIST SP 800-63B allows), where **each network counts
+  at most** ``max_failures`` **in a window**: a failure from a network that already has
+  ``max_failures`` in its window is counted on the host and the network, not on the
+  account. The account-wide lock therefore needs failures from at least
+  ``account_threshold / max_failures`` (20) distinct networks: a distributed attack
+  reaches it, one network (however many addresses it rotates through) never does.
 * Locks **escalate**: the n-th lock of a key since its last success lasts
   ``lock_duration * 2**(n-1)``, up to ``max_lock_duration``; the counters are not
   what decides, the failures since the last success are, so a lock ending does not wipe
@@ -17,8 +26,8 @@ pair and per **identifier** (from any address), each per factor:
   ``max_lock_duration``: the stronger measure is an administrator's (``flask authflow
   users unlock``) or a password reset.
 
-Both counters are reserved before a credential is checked (the pair first, then the
-account), so a burst of parallel guesses from one address buys at most ``max_failures``
+The three counters are reserved before a credential is checked (host, network, then the
+account), so a burst of parallel guesses from one host buys at most ``max_failures``
 checks. An identifier that matches no account is counted and locked exactly like one that
 does, so the lock cannot be used to learn which accounts exist. Any store failure
 propagates as :class:`~flask_authflow.errors.StoreUnavailable` and the attempt is refused
@@ -33,32 +42,52 @@ from datetime import datetime, timedelta
 
 from flask_authflow.core.ports import PAIR_SEPARATOR, AttemptKey, AttemptStore, FailureCount, Reservation
 from flask_authflow.errors import ConfigurationError, StoreUnavailable
-from flask_authflow.throttle.keys import address_key
+from flask_authflow.throttle.keys import address_key, host_key, network_key
 
-__all__ = ["ESCALATION_WINDOW", "PAIR_SEPARATOR", "Lockout", "LockoutPolicy", "pair_subject"]
+__all__ = [
+    "ESCALATION_WINDOW",
+    "PAIR_SEPARATOR",
+    "Lockout",
+    "LockoutPolicy",
+    "network_subject",
+    "pair_subject",
+]
 
 #: How far back failures are counted for escalation and the cap.
 ESCALATION_WINDOW = timedelta(days=30)
 _SUBJECT_CHARS = 300
+#: Marks the (account, network) subjects among the pairs (a host key never starts with it).
+_NETWORK_MARK = "net:"
 
 
-def pair_subject(subject: str, client_ip: str | None) -> str:
-    """The lockout subject of (``subject``, client address); a missing or malformed address
-    is one shared ``unknown`` address. Over 300 characters the subject is hashed (so
-    unlocking by the identifier, which matches by prefix, misses only such extremes)."""
-    combined = f"{subject}{PAIR_SEPARATOR}{address_key(client_ip)}"
+def _joined(subject: str, where: str) -> str:
+    """``subject`` and a place joined; over 300 characters hashed (so unlocking by the
+    identifier, which matches by prefix, misses only such extremes)."""
+    combined = f"{subject}{PAIR_SEPARATOR}{where}"
     if len(combined) <= _SUBJECT_CHARS:
         return combined
     return f"sha256:{hashlib.sha256(combined.encode('utf-8', 'replace')).hexdigest()}"
+
+
+def pair_subject(subject: str, client_ip: str | None) -> str:
+    """The lockout subject of (``subject``, the client's host: its IPv4 address or IPv6
+    /64); a missing or malformed address is one shared ``unknown`` host."""
+    return _joined(subject, host_key(client_ip))
+
+
+def network_subject(subject: str, client_ip: str | None) -> str:
+    """The lockout subject of (``subject``, the client's /24 or /56 network)."""
+    return _joined(subject, _NETWORK_MARK + network_key(client_ip))
 
 
 @dataclass(frozen=True, slots=True)
 class LockoutPolicy:
     """The lockout's numbers (see the module docstring).
 
-    :param max_failures: failures from one address that lock the (account, address) pair.
-    :param account_max_failures: failures from any address that lock the account
-        (default ``20 * max_failures``).
+    :param max_failures: failures from one host that lock the (account, host) pair; also
+        the most one network counts toward the account-wide lock in a window.
+    :param account_max_failures: counted failures that lock the account (default
+        ``20 * max_failures``: failures from at least twenty networks).
     :param max_lock_duration: the longest an escalated lock lasts (default 24 h).
     :param failure_cap: failures of one factor since its last success past which every
         lock lasts ``max_lock_duration`` (default 100).
@@ -88,10 +117,15 @@ class LockoutPolicy:
 
     @property
     def account_threshold(self) -> int:
-        """Failures from any address that lock the account."""
+        """Counted failures that lock the account."""
         if self.account_max_failures is not None:
             return self.account_max_failures
         return 20 * self.max_failures
+
+    @property
+    def network_threshold(self) -> int:
+        """Failures from one network that lock the (account, network) pair."""
+        return 4 * self.max_failures
 
     def escalated(self, failures: int, threshold: int) -> timedelta:
         """How long the lock reached after ``failures`` failures since the last success lasts."""
@@ -109,14 +143,27 @@ def _guard(exc: Exception) -> StoreUnavailable:
     return StoreUnavailable("the attempt store failed")
 
 
-def _split(token: str | None) -> tuple[str | None, str | None, str | None]:
-    """(account token, pair token, pair subject) of a reservation made by :meth:`Lockout.reserve`."""
-    if token is None:
-        return None, None, None
-    parts = token.split(":", 2)
-    if len(parts) != 3:
-        return token, None, None
-    return parts[0], parts[1], parts[2]
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """The tokens of a reservation made by :meth:`Lockout.reserve`, and the address it was
+    made for: ``account:host:network:address`` (tokens are hex; the address comes last)."""
+
+    account: str | None
+    host: str | None = None
+    network: str | None = None
+    address: str | None = None
+
+    @classmethod
+    def parse(cls, token: str | None) -> _Held:
+        if token is None:
+            return cls(None)
+        parts = token.split(":", 3)
+        if len(parts) != 4:
+            return cls(token)
+        return cls(parts[0], parts[1], parts[2], parts[3])
+
+    def __str__(self) -> str:
+        return f"{self.account}:{self.host}:{self.network}:{self.address}"
 
 
 class Lockout:
@@ -138,27 +185,44 @@ class Lockout:
     def pair_locked_until(
         self, tenant: str, subject: str, client_ip: str | None, now: datetime
     ) -> datetime | None:
-        """The end of an active lock on (``subject``, the client's address), or ``None``."""
-        return self.locked_until(tenant, pair_subject(subject, client_ip), now)
+        """The end of an active lock on (``subject``, the client's host or network), or ``None``."""
+        ends = [
+            self.locked_until(tenant, pair_subject(subject, client_ip), now),
+            self.locked_until(tenant, network_subject(subject, client_ip), now),
+        ]
+        return max((end for end in ends if end is not None), default=None)
+
+    def _levels(self, tenant: str, subject: str, factor: str, client_ip: str | None) -> list[AttemptKey]:
+        """The keys a check is counted on: host, network, account."""
+        return [
+            AttemptKey(tenant, pair_subject(subject, client_ip), factor),
+            AttemptKey(tenant, network_subject(subject, client_ip), factor),
+            AttemptKey(tenant, subject, factor),
+        ]
+
+    def _thresholds(self) -> list[int]:
+        policy = self.policy
+        return [policy.max_failures, policy.network_threshold, policy.account_threshold]
 
     def reserve(
         self, tenant: str, subject: str, factor: str, now: datetime, client_ip: str | None = None
     ) -> Reservation:
-        """Reserve one credential check before running it: on the (account, address) pair,
-        then on the account (see :meth:`AttemptStore.reserve_attempt`). Refused when either
-        is locked or has no room left; the pair's reservation is then given back."""
-        pair = pair_subject(subject, client_ip)
+        """Reserve one credential check before running it: on the (account, host) pair, the
+        (account, network) pair, then the account (see :meth:`AttemptStore.reserve_attempt`).
+        Refused when any is locked or has no room left; those reserved are then given back."""
+        keys = self._levels(tenant, subject, factor, client_ip)
+        tokens: list[str] = []
         try:
-            first = self._reserve(AttemptKey(tenant, pair, factor), now, self.policy.max_failures)
-            if first.token is None:
-                return first
-            second = self._reserve(AttemptKey(tenant, subject, factor), now, self.policy.account_threshold)
-            if second.token is None:
-                self.store.release_attempt(AttemptKey(tenant, pair, factor), first.token)
-                return second
+            for key, threshold in zip(keys, self._thresholds(), strict=True):
+                got = self._reserve(key, now, threshold)
+                if got.token is None:
+                    for held, token in zip(keys, tokens, strict=False):
+                        self.store.release_attempt(held, token)
+                    return got
+                tokens.append(got.token)
         except Exception as exc:
             raise _guard(exc) from exc
-        return Reservation(f"{second.token}:{first.token}:{pair}")
+        return Reservation(str(_Held(tokens[2], tokens[0], tokens[1], address_key(client_ip))))
 
     def _reserve(self, key: AttemptKey, now: datetime, threshold: int) -> Reservation:
         return self.store.reserve_attempt(
@@ -169,14 +233,21 @@ class Lockout:
             lock_duration=self.policy.lock_duration,
         )
 
+    def _release_pairs(self, tenant: str, subject: str, factor: str, held: _Held) -> None:
+        if held.address is None:
+            return
+        host, network, _ = self._levels(tenant, subject, factor, held.address)
+        for key, token in ((host, held.host), (network, held.network)):
+            if token is not None:
+                self.store.release_attempt(key, token)
+
     def release(self, tenant: str, subject: str, factor: str, token: str) -> None:
         """Give a reservation back (the check did not happen, or its result was refused)."""
-        account, pair_token, pair = _split(token)
+        held = _Held.parse(token)
         try:
-            if pair_token is not None and pair is not None:
-                self.store.release_attempt(AttemptKey(tenant, pair, factor), pair_token)
-            if account is not None:
-                self.store.release_attempt(AttemptKey(tenant, subject, factor), account)
+            self._release_pairs(tenant, subject, factor, held)
+            if held.account is not None:
+                self.store.release_attempt(AttemptKey(tenant, subject, factor), held.account)
         except Exception as exc:
             raise _guard(exc) from exc
 
@@ -190,23 +261,29 @@ class Lockout:
         *,
         reservation: str | None = None,
     ) -> FailureCount:
-        """Count one failure on the account and on (account, address); ``locked_until`` is
-        set on the result if either reached its threshold (the later lock of the two)."""
-        account, pair_token, _ = _split(reservation)
-        pair = pair_subject(subject, client_ip)
+        """Count one failure on (account, host), (account, network) and, while the network
+        has counted fewer than ``max_failures`` in its window, on the account;
+        ``locked_until`` is set on the result if any reached its threshold (the latest lock)."""
+        held = _Held.parse(reservation)
+        host, network, account = self._levels(tenant, subject, factor, client_ip)
+        policy = self.policy
         try:
-            counted = self._count(AttemptKey(tenant, subject, factor), now, client_ip, account)
-            by_pair = self._count(AttemptKey(tenant, pair, factor), now, client_ip, pair_token, pair=True)
+            by_host = self._count(host, now, client_ip, held.host, policy.max_failures)
+            by_network = self._count(network, now, client_ip, held.network, policy.network_threshold)
+            counted = by_network
+            if by_network.failures <= policy.max_failures:
+                counted = self._count(account, now, client_ip, held.account, policy.account_threshold)
+            elif held.account is not None:  # this network has had its say on the account
+                self.store.release_attempt(account, held.account)
         except Exception as exc:
             raise _guard(exc) from exc
-        ends = [until for until in (counted.locked_until, by_pair.locked_until) if until is not None]
+        ends = [r.locked_until for r in (by_host, by_network, counted) if r.locked_until is not None]
         return replace(counted, locked_until=max(ends) if ends else None)
 
     def _count(
-        self, key: AttemptKey, now: datetime, client_ip: str | None, token: str | None, *, pair: bool = False
+        self, key: AttemptKey, now: datetime, client_ip: str | None, token: str | None, threshold: int
     ) -> FailureCount:
         """One failure on ``key``; a lock it reaches is escalated (see :meth:`LockoutPolicy.escalated`)."""
-        threshold = self.policy.max_failures if pair else self.policy.account_threshold
         result = self.store.register_failure(
             key,
             now=now,
@@ -235,27 +312,23 @@ class Lockout:
         *,
         reservation: str | None = None,
     ) -> None:
-        """Log the success and reset the counters of this factor (account and pair)."""
-        account, pair_token, pair = _split(reservation)
+        """Log the success and reset the counters of this factor (account, host and network)."""
+        held = _Held.parse(reservation)
         try:
             self.store.register_success(
-                AttemptKey(tenant, subject, factor), now=now, client_ip=client_ip, reservation=account
+                AttemptKey(tenant, subject, factor), now=now, client_ip=client_ip, reservation=held.account
             )
-            self._pair_success(tenant, factor, now, client_ip, pair, pair_token)
+            self._pair_success(tenant, subject, factor, now, client_ip, held)
         except Exception as exc:
             raise _guard(exc) from exc
 
     def _pair_success(
-        self,
-        tenant: str,
-        factor: str,
-        now: datetime,
-        client_ip: str | None,
-        pair: str | None,
-        token: str | None,
+        self, tenant: str, subject: str, factor: str, now: datetime, client_ip: str | None, held: _Held
     ) -> None:
-        if pair is not None:
-            key = AttemptKey(tenant, pair, factor)
+        if held.address is None:
+            return
+        host, network, _ = self._levels(tenant, subject, factor, held.address)
+        for key, token in ((host, held.host), (network, held.network)):
             self.store.register_success(key, now=now, client_ip=client_ip, reservation=token)
 
     def success_unless_locked(
@@ -270,16 +343,15 @@ class Lockout:
     ) -> datetime | None:
         """:meth:`success`, unless a lock on ``subject`` is active (set while the check ran):
         then the reservations are given back and the lock's end returned."""
-        account, pair_token, pair = _split(reservation)
+        held = _Held.parse(reservation)
         try:
             until = self.store.register_success_unless_locked(
-                AttemptKey(tenant, subject, factor), now=now, client_ip=client_ip, reservation=account
+                AttemptKey(tenant, subject, factor), now=now, client_ip=client_ip, reservation=held.account
             )
             if until is not None:
-                if pair is not None and pair_token is not None:
-                    self.store.release_attempt(AttemptKey(tenant, pair, factor), pair_token)
+                self._release_pairs(tenant, subject, factor, held)
                 return until
-            self._pair_success(tenant, factor, now, client_ip, pair, pair_token)
+            self._pair_success(tenant, subject, factor, now, client_ip, held)
         except Exception as exc:
             raise _guard(exc) from exc
         return None

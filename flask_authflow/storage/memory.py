@@ -718,6 +718,12 @@ class InMemoryBackend:
         for key in [k for k in self._reservations if of_subject(k)]:
             self._remove(self._reservations, key)
 
+    def failure_count(self, key: AttemptKey) -> int:
+        """Failures counted in the current window (for tests and operators)."""
+        with self._lock:
+            self._check_available()
+            return self._locks.get(key, LockState()).failures
+
     def failures_since_success(self, key: AttemptKey, *, since: datetime) -> int:
         """Walks the attempt log back from the newest row (bounded by ``max_attempt_log``)."""
         with self._lock:
