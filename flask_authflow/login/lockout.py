@@ -40,7 +40,15 @@ import hashlib
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from flask_authflow.core.ports import PAIR_SEPARATOR, AttemptKey, AttemptStore, FailureCount, Reservation
+from flask_authflow.core.ports import (
+    PAIR_SEPARATOR,
+    AttemptKey,
+    AttemptLevel,
+    AttemptStore,
+    FailureCount,
+    Reservation,
+    level_token,
+)
 from flask_authflow.errors import ConfigurationError, StoreUnavailable
 from flask_authflow.throttle.keys import address_key, host_key, network_key
 
@@ -145,25 +153,22 @@ def _guard(exc: Exception) -> StoreUnavailable:
 
 @dataclass(frozen=True, slots=True)
 class _Held:
-    """The tokens of a reservation made by :meth:`Lockout.reserve`, and the address it was
-    made for: ``account:host:network:address`` (tokens are hex; the address comes last)."""
+    """A reservation made by :meth:`Lockout.reserve`: ``token:address``, the store's token
+    of the three levels (hex) and the normalised address it was made for."""
 
-    account: str | None
-    host: str | None = None
-    network: str | None = None
+    token: str | None
     address: str | None = None
 
     @classmethod
-    def parse(cls, token: str | None) -> _Held:
-        if token is None:
+    def parse(cls, reservation: str | None) -> _Held:
+        if reservation is None:
             return cls(None)
-        parts = token.split(":", 3)
-        if len(parts) != 4:
-            return cls(token)
-        return cls(parts[0], parts[1], parts[2], parts[3])
+        token, _, address = reservation.partition(":")
+        return cls(token, address or None)
 
-    def __str__(self) -> str:
-        return f"{self.account}:{self.host}:{self.network}:{self.address}"
+    def of(self, level: int) -> str | None:
+        """The token of one level (host 0, network 1, account 2)."""
+        return level_token(self.token, level) if self.token is not None else None
 
 
 class Lockout:
@@ -186,11 +191,11 @@ class Lockout:
         self, tenant: str, subject: str, client_ip: str | None, now: datetime
     ) -> datetime | None:
         """The end of an active lock on (``subject``, the client's host or network), or ``None``."""
-        ends = [
-            self.locked_until(tenant, pair_subject(subject, client_ip), now),
-            self.locked_until(tenant, network_subject(subject, client_ip), now),
-        ]
-        return max((end for end in ends if end is not None), default=None)
+        pairs = [pair_subject(subject, client_ip), network_subject(subject, client_ip)]
+        try:
+            return self.store.locked_until_any(tenant, pairs, now)
+        except Exception as exc:
+            raise _guard(exc) from exc
 
     def _levels(self, tenant: str, subject: str, factor: str, client_ip: str | None) -> list[AttemptKey]:
         """The keys a check is counted on: host, network, account."""
@@ -200,54 +205,33 @@ class Lockout:
             AttemptKey(tenant, subject, factor),
         ]
 
-    def _thresholds(self) -> list[int]:
-        policy = self.policy
-        return [policy.max_failures, policy.network_threshold, policy.account_threshold]
-
     def reserve(
         self, tenant: str, subject: str, factor: str, now: datetime, client_ip: str | None = None
     ) -> Reservation:
-        """Reserve one credential check before running it: on the (account, host) pair, the
-        (account, network) pair, then the account (see :meth:`AttemptStore.reserve_attempt`).
-        Refused when any is locked or has no room left; those reserved are then given back."""
+        """Reserve one credential check before running it on the (account, host) pair, the
+        (account, network) pair and the account, in one step of the store (see
+        :meth:`AttemptStore.reserve_attempts`): refused when any is locked or has no room left."""
+        policy = self.policy
+        thresholds = (policy.max_failures, policy.network_threshold, policy.account_threshold)
         keys = self._levels(tenant, subject, factor, client_ip)
-        tokens: list[str] = []
+        levels = [AttemptLevel(key, threshold) for key, threshold in zip(keys, thresholds, strict=True)]
         try:
-            for key, threshold in zip(keys, self._thresholds(), strict=True):
-                got = self._reserve(key, now, threshold)
-                if got.token is None:
-                    for held, token in zip(keys, tokens, strict=False):
-                        self.store.release_attempt(held, token)
-                    return got
-                tokens.append(got.token)
+            got = self.store.reserve_attempts(
+                levels, now=now, window=policy.window, lock_duration=policy.lock_duration
+            )
         except Exception as exc:
             raise _guard(exc) from exc
-        return Reservation(str(_Held(tokens[2], tokens[0], tokens[1], address_key(client_ip))))
-
-    def _reserve(self, key: AttemptKey, now: datetime, threshold: int) -> Reservation:
-        return self.store.reserve_attempt(
-            key,
-            now=now,
-            window=self.policy.window,
-            max_failures=threshold,
-            lock_duration=self.policy.lock_duration,
-        )
-
-    def _release_pairs(self, tenant: str, subject: str, factor: str, held: _Held) -> None:
-        if held.address is None:
-            return
-        host, network, _ = self._levels(tenant, subject, factor, held.address)
-        for key, token in ((host, held.host), (network, held.network)):
-            if token is not None:
-                self.store.release_attempt(key, token)
+        if got.token is None:
+            return got
+        return Reservation(f"{got.token}:{address_key(client_ip)}")
 
     def release(self, tenant: str, subject: str, factor: str, token: str) -> None:
         """Give a reservation back (the check did not happen, or its result was refused)."""
         held = _Held.parse(token)
+        if held.token is None:
+            return
         try:
-            self._release_pairs(tenant, subject, factor, held)
-            if held.account is not None:
-                self.store.release_attempt(AttemptKey(tenant, subject, factor), held.account)
+            self.store.release_attempts(self._levels(tenant, subject, factor, held.address), held.token)
         except Exception as exc:
             raise _guard(exc) from exc
 
@@ -262,19 +246,19 @@ class Lockout:
         reservation: str | None = None,
     ) -> FailureCount:
         """Count one failure on (account, host), (account, network) and, while the network
-        has counted fewer than ``max_failures`` in its window, on the account;
-        ``locked_until`` is set on the result if any reached its threshold (the latest lock)."""
+        has counted at most ``max_failures`` in its window, on the account; ``locked_until``
+        is set on the result if any reached its threshold (the latest lock)."""
         held = _Held.parse(reservation)
         host, network, account = self._levels(tenant, subject, factor, client_ip)
         policy = self.policy
         try:
-            by_host = self._count(host, now, client_ip, held.host, policy.max_failures)
-            by_network = self._count(network, now, client_ip, held.network, policy.network_threshold)
+            by_host = self._count(host, now, client_ip, held.of(0), policy.max_failures)
+            by_network = self._count(network, now, client_ip, held.of(1), policy.network_threshold)
             counted = by_network
             if by_network.failures <= policy.max_failures:
-                counted = self._count(account, now, client_ip, held.account, policy.account_threshold)
-            elif held.account is not None:  # this network has had its say on the account
-                self.store.release_attempt(account, held.account)
+                counted = self._count(account, now, client_ip, held.of(2), policy.account_threshold)
+            elif held.token is not None:  # this network has had its say on the account
+                self.store.release_attempt(account, level_token(held.token, 2))
         except Exception as exc:
             raise _guard(exc) from exc
         ends = [r.locked_until for r in (by_host, by_network, counted) if r.locked_until is not None]
@@ -312,24 +296,14 @@ class Lockout:
         *,
         reservation: str | None = None,
     ) -> None:
-        """Log the success and reset the counters of this factor (account, host and network)."""
+        """Log the success and reset the counters of this factor (host, network and account),
+        even if a lock was set meanwhile (what a proven passkey is owed)."""
         held = _Held.parse(reservation)
         try:
-            self.store.register_success(
-                AttemptKey(tenant, subject, factor), now=now, client_ip=client_ip, reservation=held.account
-            )
-            self._pair_success(tenant, subject, factor, now, client_ip, held)
+            for i, key in enumerate(self._levels(tenant, subject, factor, client_ip)):
+                self.store.register_success(key, now=now, client_ip=client_ip, reservation=held.of(i))
         except Exception as exc:
             raise _guard(exc) from exc
-
-    def _pair_success(
-        self, tenant: str, subject: str, factor: str, now: datetime, client_ip: str | None, held: _Held
-    ) -> None:
-        if held.address is None:
-            return
-        host, network, _ = self._levels(tenant, subject, factor, held.address)
-        for key, token in ((host, held.host), (network, held.network)):
-            self.store.register_success(key, now=now, client_ip=client_ip, reservation=token)
 
     def success_unless_locked(
         self,
@@ -341,17 +315,12 @@ class Lockout:
         *,
         reservation: str | None = None,
     ) -> datetime | None:
-        """:meth:`success`, unless a lock on ``subject`` is active (set while the check ran):
-        then the reservations are given back and the lock's end returned."""
+        """:meth:`success` in one step of the store, unless a lock on any of the three
+        subjects is active (set while the check ran): then the reservation is given back
+        and the lock's end returned."""
         held = _Held.parse(reservation)
+        keys = self._levels(tenant, subject, factor, client_ip)
         try:
-            until = self.store.register_success_unless_locked(
-                AttemptKey(tenant, subject, factor), now=now, client_ip=client_ip, reservation=held.account
-            )
-            if until is not None:
-                self._release_pairs(tenant, subject, factor, held)
-                return until
-            self._pair_success(tenant, subject, factor, now, client_ip, held)
+            return self.store.settle_success(keys, now=now, client_ip=client_ip, reservation=held.token)
         except Exception as exc:
             raise _guard(exc) from exc
-        return None
