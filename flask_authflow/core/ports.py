@@ -107,8 +107,8 @@ class FactorConfig:
     last_used_at: datetime | None = None
 
 
-#: Joins a lockout subject and a client address into the subject of an (account, address)
-#: pair (see :mod:`flask_authflow.login.lockout`).
+#: Joins a lockout subject and a client's host or network into the subject of an (account,
+#: host) or (account, network) pair (see :mod:`flask_authflow.login.lockout`).
 PAIR_SEPARATOR = "\x1f@"
 
 
@@ -396,8 +396,8 @@ class AttemptStore(Protocol):
     def set_lock(self, key: AttemptKey, until: datetime) -> None: ...
 
     def clear_lock(self, tenant: str, subject: str) -> None:
-        """End every lock of ``subject`` and forget its counters, those of its (subject,
-        address) pairs included (subjects that start with ``subject`` + ``"\x1f@"``)."""
+        """End every lock of ``subject`` and forget its counters, those of its host and
+        network pairs included (subjects that start with ``subject`` + ``"\x1f@"``)."""
         ...
 
     def failures_since_success(self, key: AttemptKey, *, since: datetime) -> int:

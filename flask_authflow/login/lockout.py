@@ -297,7 +297,8 @@ class Lockout:
         reservation: str | None = None,
     ) -> None:
         """Log the success and reset the counters of this factor (host, network and account),
-        even if a lock was set meanwhile (what a proven passkey is owed)."""
+        without looking for a lock set meanwhile (the passkey login's settlement; a factor
+        step settles with :meth:`success_unless_locked`)."""
         held = _Held.parse(reservation)
         try:
             for i, key in enumerate(self._levels(tenant, subject, factor, client_ip)):
