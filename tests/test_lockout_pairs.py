@@ -58,17 +58,17 @@ def test_failures_from_one_address_lock_that_address_only(backend: Any) -> None:
     )
 
 
-def test_the_account_wide_lock_needs_failures_from_many_addresses(backend: Any) -> None:
+def test_the_account_wide_lock_needs_failures_from_many_networks(backend: Any) -> None:
     clock = MockClock()
     svc = service(backend, clock, max_failures=2)  # account-wide: 40
-    for n in range(19):  # 19 addresses at their pair limit: 38 failures
+    for n in range(19):  # 19 networks at their pair limit: 38 failures
         for _ in range(2):
-            attempt(svc, clock, f"192.0.2.{n + 1}", WRONG)
+            attempt(svc, clock, f"203.0.{n + 1}.9", WRONG)
     assert backend.locked_until("acme", "alice", clock.now()) is None
     assert isinstance(attempt(svc, clock, "198.51.100.7", RIGHT), Authenticated)
-    # The owner's success started the account's count afresh: 40 more, one per address.
+    # The owner's success started the account's count afresh: 40 more, one per network.
     for n in range(20, 60):
-        attempt(svc, clock, f"192.0.2.{n + 1}", WRONG)
+        attempt(svc, clock, f"203.0.{n + 1}.9", WRONG)
     assert backend.locked_until("acme", "alice", clock.now()) is not None
     session = AuthSession(new_guest_record(clock.now()), new=True, request_fingerprint="fp")
     assert isinstance(

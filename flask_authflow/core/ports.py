@@ -23,6 +23,7 @@ __all__ = [
     "PAIR_SEPARATOR",
     "RESERVATION_TTL",
     "AttemptKey",
+    "AttemptLevel",
     "AttemptStore",
     "AuditRecord",
     "AuditSink",
@@ -38,6 +39,7 @@ __all__ = [
     "SessionStore",
     "UnitOfWork",
     "UserRecord",
+    "level_token",
 ]
 
 
@@ -105,8 +107,8 @@ class FactorConfig:
     last_used_at: datetime | None = None
 
 
-#: Joins a lockout subject and a client address into the subject of an (account, address)
-#: pair (see :mod:`flask_authflow.login.lockout`).
+#: Joins a lockout subject and a client's host or network into the subject of an (account,
+#: host) or (account, network) pair (see :mod:`flask_authflow.login.lockout`).
 PAIR_SEPARATOR = "\x1f@"
 
 
@@ -146,6 +148,20 @@ class Reservation:
 
 #: A reservation older than this no longer counts (its process died mid-attempt).
 RESERVATION_TTL = timedelta(minutes=1)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptLevel:
+    """One counter a credential check is reserved on: its key and the failures that lock it."""
+
+    key: AttemptKey
+    max_failures: int
+
+
+def level_token(token: str, index: int) -> str:
+    """The reservation token of the ``index``-th level of a :meth:`AttemptStore.reserve_attempts`
+    reservation (what ``register_failure`` of that level settles)."""
+    return f"{token}{index}"
 
 
 @runtime_checkable
@@ -292,6 +308,10 @@ class AttemptStore(Protocol):
         """The latest active lock on any factor of ``subject``, or ``None``."""
         ...
 
+    def locked_until_any(self, tenant: str, subjects: Sequence[str], now: datetime) -> datetime | None:
+        """The latest active lock on any factor of any of ``subjects``, or ``None`` (one read)."""
+        ...
+
     def reserve_attempt(
         self,
         key: AttemptKey,
@@ -313,6 +333,34 @@ class AttemptStore(Protocol):
 
     def release_attempt(self, key: AttemptKey, token: str) -> None:
         """Give a reservation back without counting anything (the attempt did not happen)."""
+        ...
+
+    def reserve_attempts(
+        self, levels: Sequence[AttemptLevel], *, now: datetime, window: timedelta, lock_duration: timedelta
+    ) -> Reservation:
+        """:meth:`reserve_attempt` on every level at once, in one transaction: granted on all
+        of them (each level's token is :func:`level_token` of the answer's) or on none; the
+        refusal names the end of the first lock met, in the order of ``levels``. The levels
+        are those of one check: one tenant and factor, distinct subjects."""
+        ...
+
+    def release_attempts(self, keys: Sequence[AttemptKey], token: str) -> None:
+        """Give back the reservation of :meth:`reserve_attempts` on ``keys`` (its levels, in order)."""
+        ...
+
+    def settle_success(
+        self,
+        keys: Sequence[AttemptKey],
+        *,
+        now: datetime,
+        client_ip: str | None = None,
+        reservation: str | None = None,
+    ) -> datetime | None:
+        """A successful check reserved by :meth:`reserve_attempts` on ``keys``, settled in one
+        transaction (the open unit of work's): if a lock is active on any key's subject (set
+        by a parallel failure while the check ran), only the reservation is given back and
+        the lock's end returned; otherwise a success is logged and the counter reset on
+        every key, and ``None`` returned."""
         ...
 
     def register_failure(
@@ -348,8 +396,8 @@ class AttemptStore(Protocol):
     def set_lock(self, key: AttemptKey, until: datetime) -> None: ...
 
     def clear_lock(self, tenant: str, subject: str) -> None:
-        """End every lock of ``subject`` and forget its counters, those of its (subject,
-        address) pairs included (subjects that start with ``subject`` + ``"\x1f@"``)."""
+        """End every lock of ``subject`` and forget its counters, those of its host and
+        network pairs included (subjects that start with ``subject`` + ``"\x1f@"``)."""
         ...
 
     def failures_since_success(self, key: AttemptKey, *, since: datetime) -> int:

@@ -1,13 +1,22 @@
 """Account lockout that an attacker cannot turn against the owner cheaply.
 
-Failures are counted in the attempt store twice: per **(identifier, client address)**
-pair and per **identifier** (from any address), each per factor:
+Failures are counted in the attempt store at three levels, each per factor:
 
-* ``max_failures`` failures (default 5) from one address within ``window`` lock that
-  (account, address) pair: the guesser is stopped, the owner at another address is not.
-* The account-wide lock needs ``account_max_failures`` (default twenty times as many,
-  100, the most NIST SP 800-63B allows): failures from at least twenty addresses at
-  their pair limit within the window.
+* **(account, host)**: ``max_failures`` failures (default 5) within ``window`` from one
+  host lock that pair. A host is an IPv4 address or an IPv6 **/64** (a device changes
+  its address within its /64 at will: twenty addresses of one /64 are one guesser). The
+  guesser is stopped, the owner on another host is not.
+* **(account, network)**: ``network_threshold`` failures (four times ``max_failures``, 20) from
+  one network, its /24 (IPv4) or /56 (IPv6), lock that pair: the hosts of one network
+  cannot add up to more guesses than that. Whoever shares the guesser's network is
+  refused with it; nobody else is.
+* **The account**, from anywhere: ``account_max_failures`` (default twenty times
+  ``max_failures``, 100, the most NIST SP 800-63B allows), where **each network counts
+  at most** ``max_failures`` **in a window**: a failure from a network that already has
+  ``max_failures`` in its window is counted on the host and the network, not on the
+  account. The account-wide lock therefore needs failures from at least
+  ``account_threshold / max_failures`` (20) distinct networks: a distributed attack
+  reaches it, one network (however many addresses it rotates through) never does.
 * Locks **escalate**: the n-th lock of a key since its last success lasts
   ``lock_duration * 2**(n-1)``, up to ``max_lock_duration``; the counters are not
   what decides, the failures since the last success are, so a lock ending does not wipe
@@ -17,8 +26,8 @@ pair and per **identifier** (from any address), each per factor:
   ``max_lock_duration``: the stronger measure is an administrator's (``flask authflow
   users unlock``) or a password reset.
 
-Both counters are reserved before a credential is checked (the pair first, then the
-account), so a burst of parallel guesses from one address buys at most ``max_failures``
+The three counters are reserved before a credential is checked (host, network, then the
+account), so a burst of parallel guesses from one host buys at most ``max_failures``
 checks. An identifier that matches no account is counted and locked exactly like one that
 does, so the lock cannot be used to learn which accounts exist. Any store failure
 propagates as :class:`~flask_authflow.errors.StoreUnavailable` and the attempt is refused
@@ -31,34 +40,62 @@ import hashlib
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from flask_authflow.core.ports import PAIR_SEPARATOR, AttemptKey, AttemptStore, FailureCount, Reservation
+from flask_authflow.core.ports import (
+    PAIR_SEPARATOR,
+    AttemptKey,
+    AttemptLevel,
+    AttemptStore,
+    FailureCount,
+    Reservation,
+    level_token,
+)
 from flask_authflow.errors import ConfigurationError, StoreUnavailable
-from flask_authflow.throttle.keys import address_key
+from flask_authflow.throttle.keys import address_key, host_key, network_key
 
-__all__ = ["ESCALATION_WINDOW", "PAIR_SEPARATOR", "Lockout", "LockoutPolicy", "pair_subject"]
+__all__ = [
+    "ESCALATION_WINDOW",
+    "PAIR_SEPARATOR",
+    "Lockout",
+    "LockoutPolicy",
+    "network_subject",
+    "pair_subject",
+]
 
 #: How far back failures are counted for escalation and the cap.
 ESCALATION_WINDOW = timedelta(days=30)
 _SUBJECT_CHARS = 300
+#: Marks the (account, network) subjects among the pairs (a host key never starts with it).
+_NETWORK_MARK = "net:"
 
 
-def pair_subject(subject: str, client_ip: str | None) -> str:
-    """The lockout subject of (``subject``, client address); a missing or malformed address
-    is one shared ``unknown`` address. Over 300 characters the subject is hashed (so
-    unlocking by the identifier, which matches by prefix, misses only such extremes)."""
-    combined = f"{subject}{PAIR_SEPARATOR}{address_key(client_ip)}"
+def _joined(subject: str, where: str) -> str:
+    """``subject`` and a place joined; over 300 characters hashed (so unlocking by the
+    identifier, which matches by prefix, misses only such extremes)."""
+    combined = f"{subject}{PAIR_SEPARATOR}{where}"
     if len(combined) <= _SUBJECT_CHARS:
         return combined
     return f"sha256:{hashlib.sha256(combined.encode('utf-8', 'replace')).hexdigest()}"
+
+
+def pair_subject(subject: str, client_ip: str | None) -> str:
+    """The lockout subject of (``subject``, the client's host: its IPv4 address or IPv6
+    /64); a missing or malformed address is one shared ``unknown`` host."""
+    return _joined(subject, host_key(client_ip))
+
+
+def network_subject(subject: str, client_ip: str | None) -> str:
+    """The lockout subject of (``subject``, the client's /24 or /56 network)."""
+    return _joined(subject, _NETWORK_MARK + network_key(client_ip))
 
 
 @dataclass(frozen=True, slots=True)
 class LockoutPolicy:
     """The lockout's numbers (see the module docstring).
 
-    :param max_failures: failures from one address that lock the (account, address) pair.
-    :param account_max_failures: failures from any address that lock the account
-        (default ``20 * max_failures``).
+    :param max_failures: failures from one host that lock the (account, host) pair; also
+        the most one network counts toward the account-wide lock in a window.
+    :param account_max_failures: counted failures that lock the account (default
+        ``20 * max_failures``: failures from at least twenty networks).
     :param max_lock_duration: the longest an escalated lock lasts (default 24 h).
     :param failure_cap: failures of one factor since its last success past which every
         lock lasts ``max_lock_duration`` (default 100).
@@ -88,10 +125,15 @@ class LockoutPolicy:
 
     @property
     def account_threshold(self) -> int:
-        """Failures from any address that lock the account."""
+        """Counted failures that lock the account."""
         if self.account_max_failures is not None:
             return self.account_max_failures
         return 20 * self.max_failures
+
+    @property
+    def network_threshold(self) -> int:
+        """Failures from one network that lock the (account, network) pair."""
+        return 4 * self.max_failures
 
     def escalated(self, failures: int, threshold: int) -> timedelta:
         """How long the lock reached after ``failures`` failures since the last success lasts."""
@@ -109,14 +151,24 @@ def _guard(exc: Exception) -> StoreUnavailable:
     return StoreUnavailable("the attempt store failed")
 
 
-def _split(token: str | None) -> tuple[str | None, str | None, str | None]:
-    """(account token, pair token, pair subject) of a reservation made by :meth:`Lockout.reserve`."""
-    if token is None:
-        return None, None, None
-    parts = token.split(":", 2)
-    if len(parts) != 3:
-        return token, None, None
-    return parts[0], parts[1], parts[2]
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """A reservation made by :meth:`Lockout.reserve`: ``token:address``, the store's token
+    of the three levels (hex) and the normalised address it was made for."""
+
+    token: str | None
+    address: str | None = None
+
+    @classmethod
+    def parse(cls, reservation: str | None) -> _Held:
+        if reservation is None:
+            return cls(None)
+        token, _, address = reservation.partition(":")
+        return cls(token, address or None)
+
+    def of(self, level: int) -> str | None:
+        """The token of one level (host 0, network 1, account 2)."""
+        return level_token(self.token, level) if self.token is not None else None
 
 
 class Lockout:
@@ -138,45 +190,48 @@ class Lockout:
     def pair_locked_until(
         self, tenant: str, subject: str, client_ip: str | None, now: datetime
     ) -> datetime | None:
-        """The end of an active lock on (``subject``, the client's address), or ``None``."""
-        return self.locked_until(tenant, pair_subject(subject, client_ip), now)
+        """The end of an active lock on (``subject``, the client's host or network), or ``None``."""
+        pairs = [pair_subject(subject, client_ip), network_subject(subject, client_ip)]
+        try:
+            return self.store.locked_until_any(tenant, pairs, now)
+        except Exception as exc:
+            raise _guard(exc) from exc
+
+    def _levels(self, tenant: str, subject: str, factor: str, client_ip: str | None) -> list[AttemptKey]:
+        """The keys a check is counted on: host, network, account."""
+        return [
+            AttemptKey(tenant, pair_subject(subject, client_ip), factor),
+            AttemptKey(tenant, network_subject(subject, client_ip), factor),
+            AttemptKey(tenant, subject, factor),
+        ]
 
     def reserve(
         self, tenant: str, subject: str, factor: str, now: datetime, client_ip: str | None = None
     ) -> Reservation:
-        """Reserve one credential check before running it: on the (account, address) pair,
-        then on the account (see :meth:`AttemptStore.reserve_attempt`). Refused when either
-        is locked or has no room left; the pair's reservation is then given back."""
-        pair = pair_subject(subject, client_ip)
+        """Reserve one credential check before running it on the (account, host) pair, the
+        (account, network) pair and the account, in one step of the store (see
+        :meth:`AttemptStore.reserve_attempts`): refused when any is locked or has no room left."""
+        policy = self.policy
+        thresholds = (policy.max_failures, policy.network_threshold, policy.account_threshold)
+        keys = self._levels(tenant, subject, factor, client_ip)
+        levels = [AttemptLevel(key, threshold) for key, threshold in zip(keys, thresholds, strict=True)]
         try:
-            first = self._reserve(AttemptKey(tenant, pair, factor), now, self.policy.max_failures)
-            if first.token is None:
-                return first
-            second = self._reserve(AttemptKey(tenant, subject, factor), now, self.policy.account_threshold)
-            if second.token is None:
-                self.store.release_attempt(AttemptKey(tenant, pair, factor), first.token)
-                return second
+            got = self.store.reserve_attempts(
+                levels, now=now, window=policy.window, lock_duration=policy.lock_duration
+            )
         except Exception as exc:
             raise _guard(exc) from exc
-        return Reservation(f"{second.token}:{first.token}:{pair}")
-
-    def _reserve(self, key: AttemptKey, now: datetime, threshold: int) -> Reservation:
-        return self.store.reserve_attempt(
-            key,
-            now=now,
-            window=self.policy.window,
-            max_failures=threshold,
-            lock_duration=self.policy.lock_duration,
-        )
+        if got.token is None:
+            return got
+        return Reservation(f"{got.token}:{address_key(client_ip)}")
 
     def release(self, tenant: str, subject: str, factor: str, token: str) -> None:
         """Give a reservation back (the check did not happen, or its result was refused)."""
-        account, pair_token, pair = _split(token)
+        held = _Held.parse(token)
+        if held.token is None:
+            return
         try:
-            if pair_token is not None and pair is not None:
-                self.store.release_attempt(AttemptKey(tenant, pair, factor), pair_token)
-            if account is not None:
-                self.store.release_attempt(AttemptKey(tenant, subject, factor), account)
+            self.store.release_attempts(self._levels(tenant, subject, factor, held.address), held.token)
         except Exception as exc:
             raise _guard(exc) from exc
 
@@ -190,23 +245,29 @@ class Lockout:
         *,
         reservation: str | None = None,
     ) -> FailureCount:
-        """Count one failure on the account and on (account, address); ``locked_until`` is
-        set on the result if either reached its threshold (the later lock of the two)."""
-        account, pair_token, _ = _split(reservation)
-        pair = pair_subject(subject, client_ip)
+        """Count one failure on (account, host), (account, network) and, while the network
+        has counted at most ``max_failures`` in its window, on the account; ``locked_until``
+        is set on the result if any reached its threshold (the latest lock)."""
+        held = _Held.parse(reservation)
+        host, network, account = self._levels(tenant, subject, factor, client_ip)
+        policy = self.policy
         try:
-            counted = self._count(AttemptKey(tenant, subject, factor), now, client_ip, account)
-            by_pair = self._count(AttemptKey(tenant, pair, factor), now, client_ip, pair_token, pair=True)
+            by_host = self._count(host, now, client_ip, held.of(0), policy.max_failures)
+            by_network = self._count(network, now, client_ip, held.of(1), policy.network_threshold)
+            counted = by_network
+            if by_network.failures <= policy.max_failures:
+                counted = self._count(account, now, client_ip, held.of(2), policy.account_threshold)
+            elif held.token is not None:  # this network has had its say on the account
+                self.store.release_attempt(account, level_token(held.token, 2))
         except Exception as exc:
             raise _guard(exc) from exc
-        ends = [until for until in (counted.locked_until, by_pair.locked_until) if until is not None]
+        ends = [r.locked_until for r in (by_host, by_network, counted) if r.locked_until is not None]
         return replace(counted, locked_until=max(ends) if ends else None)
 
     def _count(
-        self, key: AttemptKey, now: datetime, client_ip: str | None, token: str | None, *, pair: bool = False
+        self, key: AttemptKey, now: datetime, client_ip: str | None, token: str | None, threshold: int
     ) -> FailureCount:
         """One failure on ``key``; a lock it reaches is escalated (see :meth:`LockoutPolicy.escalated`)."""
-        threshold = self.policy.max_failures if pair else self.policy.account_threshold
         result = self.store.register_failure(
             key,
             now=now,
@@ -235,28 +296,15 @@ class Lockout:
         *,
         reservation: str | None = None,
     ) -> None:
-        """Log the success and reset the counters of this factor (account and pair)."""
-        account, pair_token, pair = _split(reservation)
+        """Log the success and reset the counters of this factor (host, network and account),
+        without looking for a lock set meanwhile (the passkey login's settlement; a factor
+        step settles with :meth:`success_unless_locked`)."""
+        held = _Held.parse(reservation)
         try:
-            self.store.register_success(
-                AttemptKey(tenant, subject, factor), now=now, client_ip=client_ip, reservation=account
-            )
-            self._pair_success(tenant, factor, now, client_ip, pair, pair_token)
+            for i, key in enumerate(self._levels(tenant, subject, factor, client_ip)):
+                self.store.register_success(key, now=now, client_ip=client_ip, reservation=held.of(i))
         except Exception as exc:
             raise _guard(exc) from exc
-
-    def _pair_success(
-        self,
-        tenant: str,
-        factor: str,
-        now: datetime,
-        client_ip: str | None,
-        pair: str | None,
-        token: str | None,
-    ) -> None:
-        if pair is not None:
-            key = AttemptKey(tenant, pair, factor)
-            self.store.register_success(key, now=now, client_ip=client_ip, reservation=token)
 
     def success_unless_locked(
         self,
@@ -268,18 +316,12 @@ class Lockout:
         *,
         reservation: str | None = None,
     ) -> datetime | None:
-        """:meth:`success`, unless a lock on ``subject`` is active (set while the check ran):
-        then the reservations are given back and the lock's end returned."""
-        account, pair_token, pair = _split(reservation)
+        """:meth:`success` in one step of the store, unless a lock on any of the three
+        subjects is active (set while the check ran): then the reservation is given back
+        and the lock's end returned."""
+        held = _Held.parse(reservation)
+        keys = self._levels(tenant, subject, factor, client_ip)
         try:
-            until = self.store.register_success_unless_locked(
-                AttemptKey(tenant, subject, factor), now=now, client_ip=client_ip, reservation=account
-            )
-            if until is not None:
-                if pair is not None and pair_token is not None:
-                    self.store.release_attempt(AttemptKey(tenant, pair, factor), pair_token)
-                return until
-            self._pair_success(tenant, factor, now, client_ip, pair, pair_token)
+            return self.store.settle_success(keys, now=now, client_ip=client_ip, reservation=held.token)
         except Exception as exc:
             raise _guard(exc) from exc
-        return None

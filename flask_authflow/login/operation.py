@@ -18,7 +18,8 @@ rows (:meth:`Operation.audit`), signals and counters. The template owns the rest
   one-time code, the audit rows and the session write then commit together.
 * **Reservations are handed off, or given back.** :meth:`Operation.reserve` takes the
   lockout reservation; :meth:`Operation.hand_off` gives its token to the settlement; one
-  still held when the block ends (the check did not complete) is released.
+  still held when the block ends (the check did not complete), or handed to a settlement
+  that was not committed, is released in a transaction of its own.
 """
 
 from __future__ import annotations
@@ -210,6 +211,8 @@ class Operation:
         self._unit: UnitOfWork | None = None
         self._recount: Callable[[], object] | None = None
         self._reservation: tuple[str, str, str, str] | None = None
+        #: A reservation handed to the settlement: given back if the step does not commit.
+        self._handed: tuple[str, str, str, str] | None = None
 
     # --- what the step records -------------------------------------------------------------
 
@@ -278,6 +281,7 @@ class Operation:
     def hand_off(self) -> str | None:
         """The reservation's token, for the settlement that takes it over."""
         held, self._reservation = self._reservation, None
+        self._handed = held
         return held[3] if held is not None else None
 
     def recount_with(self, count: Callable[[], object]) -> None:
@@ -329,6 +333,7 @@ class Operation:
                 except StoreUnavailable:
                     log.warning("a failed credential check could not be counted: the attempt store failed")
             raise
+        self._handed = None  # settled with the step's commit
         if written is not None:
             written()
         self.release()
@@ -362,9 +367,11 @@ class Operation:
             unit.rollback()
 
     def _release_reservation(self) -> None:
-        """The check did not complete (a store or verifier error): give the slot back. If
-        even that fails, the reservation expires by itself (``RESERVATION_TTL``)."""
-        held, self._reservation = self._reservation, None
+        """The check did not complete (a store or verifier error), or its settlement was not
+        committed: give the slot back. If even that fails, the reservation expires by itself
+        (``RESERVATION_TTL``)."""
+        held = self._reservation or self._handed
+        self._reservation = self._handed = None
         if held is not None:
             tenant, subject, factor, token = held
             try:

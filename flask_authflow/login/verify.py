@@ -216,9 +216,11 @@ def _settle(
         token = op.hand_off()
         if token is not None:
             op.unit()  # the settlement and the audit rows: one unit
-            lockout.success(
+            locked_now = lockout.success_unless_locked(
                 who.tenant, step.subject, step.expected, op.now, op.ctx.client_ip, reservation=token
             )
+            if locked_now is not None:  # a lock set since the look above: the lock wins
+                return _locked(op, step, locked_now, "locked_during_check")
         return _passed(op, svc, step)
     reason = "invalid_credential"
     if step.phantom:

@@ -15,7 +15,7 @@ import secrets
 import threading
 import uuid
 from collections import deque
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -31,6 +31,7 @@ from flask_authflow.core.ports import (
     AccountToken,
     ApiTokenRecord,
     AttemptKey,
+    AttemptLevel,
     DeviceRecord,
     FactorConfig,
     FailureCount,
@@ -39,6 +40,7 @@ from flask_authflow.core.ports import (
     Role,
     StoredProviderTokens,
     UserRecord,
+    level_token,
 )
 from flask_authflow.core.roles import check_description, check_name
 from flask_authflow.errors import (
@@ -591,6 +593,12 @@ class InMemoryBackend:
             self._check_available()
             return self._active_lock(tenant, subject, now)
 
+    def locked_until_any(self, tenant: str, subjects: Sequence[str], now: datetime) -> datetime | None:
+        with self._lock:
+            self._check_available()
+            ends = [self._active_lock(tenant, subject, now) for subject in subjects]
+            return max((end for end in ends if end is not None), default=None)
+
     def _active_lock(self, tenant: str, subject: str, now: datetime) -> datetime | None:
         # Caller holds the lock.
         ends = [
@@ -614,20 +622,73 @@ class InMemoryBackend:
     ) -> Reservation:
         with self._lock:
             self._check_available()
-            until = self._active_lock(key.tenant, key.subject, now)
-            if until is not None:
-                return Reservation(None, until)
-            live = {t: at for t, at in self._reservations.get(key, {}).items() if at > now - RESERVATION_TTL}
-            state = self._locks.get(key, LockState())
-            in_window = (
-                state.failures if state.window_start is not None and state.window_start > now - window else 0
-            )
-            if in_window + len(live) >= max_failures:
-                return Reservation(None, now + lock_duration)
+            refused = self._refusal(key, now, window, max_failures, lock_duration)
+            if refused is not None:
+                return refused
             token = uuid.uuid4().hex
-            live[token] = now
-            self._put(self._reservations, key, live)
+            self._hold(key, token, now)
             return Reservation(token)
+
+    def reserve_attempts(
+        self, levels: Sequence[AttemptLevel], *, now: datetime, window: timedelta, lock_duration: timedelta
+    ) -> Reservation:
+        with self._lock:
+            self._check_available()
+            for level in levels:
+                refused = self._refusal(level.key, now, window, level.max_failures, lock_duration)
+                if refused is not None:
+                    return refused
+            token = uuid.uuid4().hex[:31]
+            for index, level in enumerate(levels):
+                self._hold(level.key, level_token(token, index), now)
+            return Reservation(token)
+
+    def _refusal(
+        self, key: AttemptKey, now: datetime, window: timedelta, max_failures: int, lock_duration: timedelta
+    ) -> Reservation | None:
+        """Why ``key`` has no room for one more check, or ``None`` (caller holds the lock)."""
+        until = self._active_lock(key.tenant, key.subject, now)
+        if until is not None:
+            return Reservation(None, until)
+        live = [at for at in self._reservations.get(key, {}).values() if at > now - RESERVATION_TTL]
+        state = self._locks.get(key, LockState())
+        opened = state.window_start
+        in_window = state.failures if opened is not None and opened > now - window else 0
+        if in_window + len(live) >= max_failures:
+            return Reservation(None, now + lock_duration)
+        return None
+
+    def _hold(self, key: AttemptKey, token: str, now: datetime) -> None:
+        """Add a reservation of ``key``, dropping its stale ones (caller holds the lock)."""
+        live = {t: at for t, at in self._reservations.get(key, {}).items() if at > now - RESERVATION_TTL}
+        live[token] = now
+        self._put(self._reservations, key, live)
+
+    def release_attempts(self, keys: Sequence[AttemptKey], token: str) -> None:
+        with self._lock:
+            self._check_available()
+            for index, key in enumerate(keys):
+                self._settle(key, level_token(token, index))
+
+    def settle_success(
+        self,
+        keys: Sequence[AttemptKey],
+        *,
+        now: datetime,
+        client_ip: str | None = None,
+        reservation: str | None = None,
+    ) -> datetime | None:
+        with self._lock:
+            self._check_available()
+            ends = [self._active_lock(key.tenant, key.subject, now) for key in keys]
+            until = max((end for end in ends if end is not None), default=None)
+            for index, key in enumerate(keys):
+                token = level_token(reservation, index) if reservation is not None else None
+                if until is not None:
+                    self._settle(key, token)
+                else:
+                    self.register_success(key, now=now, client_ip=client_ip, reservation=token)
+            return until
 
     def _settle(self, key: AttemptKey, token: str | None) -> None:
         # Caller holds the lock.
@@ -717,6 +778,12 @@ class InMemoryBackend:
             self._remove(self._locks, key)
         for key in [k for k in self._reservations if of_subject(k)]:
             self._remove(self._reservations, key)
+
+    def failure_count(self, key: AttemptKey) -> int:
+        """Failures counted in the current window (for tests and operators)."""
+        with self._lock:
+            self._check_available()
+            return self._locks.get(key, LockState()).failures
 
     def failures_since_success(self, key: AttemptKey, *, since: datetime) -> int:
         """Walks the attempt log back from the newest row (bounded by ``max_attempt_log``)."""

@@ -11,9 +11,10 @@ never lose a count.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
@@ -41,8 +42,10 @@ from flask_authflow.core.ports import (
     PAIR_SEPARATOR,
     RESERVATION_TTL,
     AttemptKey,
+    AttemptLevel,
     FailureCount,
     Reservation,
+    level_token,
 )
 from flask_authflow.storage.sql.schema import (
     UTCDateTime,
@@ -232,6 +235,76 @@ _KEY_VALUES: dict[str, Any] = {
 }
 
 
+# --- the levels of one check (host, network, account), reserved and settled together ------------
+
+_SUBJECTS: Any = bindparam("subjects", expanding=True)
+_TOKENS: Any = bindparam("tokens", expanding=True)
+_l, _r = lockouts_table.c, reservations_table.c
+#: The latest active lock on any of the subjects (any factor, as ``ACTIVE_LOCK``).
+_LEVELS_LOCK = select(func.max(_l.locked_until)).where(
+    _l.tenant == bindparam("tenant"), _l.subject.in_(_SUBJECTS), _l.locked_until > _NOW
+)
+_SETTLE_LEVELS = delete(reservations_table).where(_r.token.in_(_TOKENS))
+_RESET_LEVELS = (
+    update(lockouts_table)
+    .where(
+        _l.tenant == bindparam("key_tenant"), _l.factor == bindparam("key_factor"), _l.subject.in_(_SUBJECTS)
+    )
+    .values(failures=0, window_start=None)
+)
+_DROP_STALE_LEVELS = delete(reservations_table).where(
+    _r.tenant == bindparam("tenant"),
+    _r.factor == bindparam("factor"),
+    _r.subject.in_(_SUBJECTS),
+    _r.reserved_at <= _STALE,
+)
+
+
+@cache
+def _levels_state(count: int) -> Any:
+    """What a reservation of ``count`` levels decides on, in one read: per level ``i`` (the
+    subject bound as ``s{i}``) its active lock, the failures and window start of its counter,
+    its reservations in flight and its stale ones."""
+    columns: list[Any] = []
+    for i in range(count):
+        subject: Any = bindparam(f"s{i}")
+        of_counter = (
+            _l.tenant == bindparam("tenant"),
+            _l.subject == subject,
+            _l.factor == bindparam("factor"),
+        )
+        of_reserved = (
+            _r.tenant == bindparam("tenant"),
+            _r.subject == subject,
+            _r.factor == bindparam("factor"),
+        )
+        reserved = select(func.count()).select_from(reservations_table).where(*of_reserved)
+        lock = select(func.max(_l.locked_until)).where(
+            _l.tenant == bindparam("tenant"), _l.subject == subject, _l.locked_until > _NOW
+        )
+        columns += [
+            lock.scalar_subquery().label(f"locked{i}"),
+            select(_l.failures).where(*of_counter).scalar_subquery().label(f"failures{i}"),
+            select(_l.window_start).where(*of_counter).scalar_subquery().label(f"window{i}"),
+            reserved.where(_r.reserved_at > _STALE).scalar_subquery().label(f"in_flight{i}"),
+            reserved.where(_r.reserved_at <= _STALE).scalar_subquery().label(f"stale{i}"),
+        ]
+    return select(*columns)
+
+
+def _levels_params(keys: Sequence[AttemptKey], now: datetime) -> dict[str, Any]:
+    params: dict[str, Any] = {f"s{i}": key.subject for i, key in enumerate(keys)}
+    params.update(tenant=keys[0].tenant, factor=keys[0].factor, subjects=[key.subject for key in keys])
+    # (An UPDATE given a parameter named after a column would SET it: the reset gets these.)
+    params.update(key_tenant=keys[0].tenant, key_factor=keys[0].factor)
+    params.update(now=now, stale=now - RESERVATION_TTL)
+    return params
+
+
+def _level_tokens(token: str, count: int) -> list[str]:
+    return [level_token(token, i) for i in range(count)]
+
+
 def _counter_upserts(dialect_insert: Any) -> tuple[Any, Any]:
     """(lock, count): the counter statements as one upsert each, creating the row if missing.
 
@@ -258,6 +331,10 @@ def _counter_upserts(dialect_insert: Any) -> tuple[Any, Any]:
         .returning(t.failures)
     )
     return lock, count
+
+
+def _key_row(key: AttemptKey) -> dict[str, str]:
+    return {"tenant": key.tenant, "subject": key.subject, "factor": key.factor}
 
 
 def _key_params(key: AttemptKey) -> dict[str, str]:
@@ -352,6 +429,10 @@ class _CounterSql:
     settle_success: Callable[[Connection, AttemptKey, dict[str, Any]], datetime | None] = (
         _settle_success_in_steps
     )
+    #: Locks the counter rows of several keys in one statement (``None``: one by one).
+    lock_rows: Any = None
+    #: The transaction's first write locks the whole database (SQLite): no row locks needed.
+    database_locked: bool = False
 
 
 def _native(dialect_insert: Any, **strategies: Any) -> _CounterSql:
@@ -361,13 +442,22 @@ def _native(dialect_insert: Any, **strategies: Any) -> _CounterSql:
     return _CounterSql(ensure, lock, count, **strategies)
 
 
+def _lock_rows(dialect_insert: Any) -> Any:
+    """An upsert of several counter rows that creates the missing ones and row-locks them
+    all (ON CONFLICT DO UPDATE locks an existing row, as UPDATE does)."""
+    return dialect_insert(lockouts_table).on_conflict_do_update(
+        index_elements=_KEY_COLUMNS, set_={"failures": lockouts_table.c.failures}
+    )
+
+
 #: Per database; any other runs the portable statements.
 _COUNTER_SQL = {
-    "sqlite": _native(sqlite.insert),
+    "sqlite": _native(sqlite.insert, database_locked=True),
     "postgresql": _native(
         postgresql.insert,
         reserve=_reserve_in_one_statement,
         settle_success=_settle_success_in_one_statement,
+        lock_rows=_lock_rows(postgresql.insert),
     ),
 }
 
@@ -400,6 +490,10 @@ class SqlAttempts(SqlConnections):
     def locked_until(self, tenant: str, subject: str, now: datetime) -> datetime | None:
         params = {"tenant": tenant, "subject": subject, "now": utc(now)}
         return aware(self._fetch(lambda conn: conn.execute(ACTIVE_LOCK, params).scalar()))
+
+    def locked_until_any(self, tenant: str, subjects: Sequence[str], now: datetime) -> datetime | None:
+        params = {"tenant": tenant, "subjects": list(subjects), "now": utc(now)}
+        return aware(self._fetch(lambda conn: conn.execute(_LEVELS_LOCK, params).scalar()))
 
     def _counter(
         self, conn: Connection, key: AttemptKey, upsert: Any, update: Any, params: dict[str, Any]
@@ -440,6 +534,74 @@ class SqlAttempts(SqlConnections):
             start = aware(window_start)
             params["counted"] = int(failures) if start is not None and start > now - window else 0
             return sql.reserve(conn, key, params)
+
+    def reserve_attempts(
+        self, levels: Sequence[AttemptLevel], *, now: datetime, window: timedelta, lock_duration: timedelta
+    ) -> Reservation:
+        """All levels in one transaction: their counter rows locked (on SQLite the database
+        write lock does it), their state read in one statement, their reservations inserted
+        in one; refused, nothing is inserted."""
+        now = utc(now)
+        keys = [level.key for level in levels]
+        params = _levels_params(keys, now)
+        with self._tx(locking=True) as conn:
+            self._lock_levels(conn, keys)
+            state = conn.execute(_levels_state(len(keys)), params).one()
+            for i, level in enumerate(levels):
+                locked, failures, start, in_flight = state[5 * i : 5 * i + 4]
+                if locked is not None:
+                    return Reservation(None, aware(locked))
+                opened = aware(start)
+                counted = int(failures or 0) if opened is not None and opened > now - window else 0
+                if counted + int(in_flight) >= level.max_failures:
+                    return Reservation(None, now + lock_duration)
+            if any(state[5 * i + 4] for i in range(len(keys))):
+                conn.execute(_DROP_STALE_LEVELS, params)
+            token = uuid.uuid4().hex[:31]
+            rows = [
+                {"token": level_token(token, i), **_key_row(key), "reserved_at": now}
+                for i, key in enumerate(keys)
+            ]
+            conn.execute(insert(reservations_table).values(rows))
+            return Reservation(token)
+
+    def _lock_levels(self, conn: Connection, keys: Sequence[AttemptKey]) -> None:
+        sql = self._counter_sql
+        if sql.database_locked:
+            return
+        if sql.lock_rows is not None:
+            conn.execute(sql.lock_rows.values([{**_key_row(key), "failures": 0} for key in keys]))
+            return
+        for key in keys:  # pragma: no cover - other databases
+            self._ensure_counter(conn, key)
+            conn.execute(_LOCK_COUNTER, _key_params(key))
+
+    def release_attempts(self, keys: Sequence[AttemptKey], token: str) -> None:
+        with self._tx() as conn:
+            conn.execute(_SETTLE_LEVELS, {"tokens": _level_tokens(token, len(keys))})
+
+    def settle_success(
+        self,
+        keys: Sequence[AttemptKey],
+        *,
+        now: datetime,
+        client_ip: str | None = None,
+        reservation: str | None = None,
+    ) -> datetime | None:
+        """The lock read, the reservations given back, then (unlocked) the counters reset and
+        the successes logged: four statements, in the open unit of work if there is one."""
+        now = utc(now)
+        params = _levels_params(keys, now)
+        with self._tx(locking=True) as conn:
+            until = aware(conn.execute(_LEVELS_LOCK, params).scalar())
+            if reservation is not None:
+                conn.execute(_SETTLE_LEVELS, {"tokens": _level_tokens(reservation, len(keys))})
+            if until is not None:
+                return until
+            conn.execute(_RESET_LEVELS, {k: params[k] for k in ("key_tenant", "key_factor", "subjects")})
+            logged = {"at": now, "success": True, "client_ip": client_ip}
+            conn.execute(insert(attempts_table).values([{**_key_row(key), **logged} for key in keys]))
+        return None
 
     @staticmethod
     def _settle(conn: Connection, token: str | None) -> None:
