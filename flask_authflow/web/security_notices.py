@@ -31,19 +31,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, TypeVar
 
 from flask import current_app
-from jinja2 import ChoiceLoader, Environment, FileSystemLoader, TemplateError
+from jinja2 import TemplateError
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow.core.ports import UserRecord
 from flask_authflow.errors import AuthFlowError, MailDeliveryError
-from flask_authflow.i18n import template_context
-from flask_authflow.mail import FolderSender, HtmlMailSender, MailSender
-from flask_authflow.settings import read
 from flask_authflow.web.external_url import mailed_url
+from flask_authflow.web.outgoing_mail import compose_mail, mail_sender, send_mail
 from flask_authflow.web.state import get_state
 
 __all__ = ["NOTICES", "notice_enabled", "notify", "notify_now"]
@@ -62,8 +59,6 @@ NOTICES: Mapping[str, tuple[str, str]] = {
     "provider_unlinked": ("provider_unlinked_notice", "authflow_views.account"),
 }
 _NEW_ADDRESS_TEMPLATE = "email_added_notice"
-#: The package's templates (the ready views' folder).
-_TEMPLATES = str(Path(__file__).resolve().parent / "templates")
 
 
 def notice_enabled(event: str) -> bool:
@@ -129,12 +124,12 @@ def _compose(
     previous = details.get("previous")
     if event == "email_changed":  # the new address learns of it, and the old one
         if user.email:
-            mails.append((user.email, *_render(_NEW_ADDRESS_TEMPLATE, context)))
+            mails.append((user.email, *compose_mail(_NEW_ADDRESS_TEMPLATE, **context)))
         if isinstance(previous, str) and previous:
-            mails.append((previous, *_render(template, context)))
+            mails.append((previous, *compose_mail(template, **context)))
         return mails
     if user.email:
-        mails.append((user.email, *_render(template, context)))
+        mails.append((user.email, *compose_mail(template, **context)))
     return mails
 
 
@@ -148,40 +143,11 @@ def _link(endpoint: str) -> str | None:
         return None
 
 
-def _render(name: str, context: Mapping[str, Any]) -> tuple[str, str, str]:
-    """``(subject, text, html)`` of ``authflow/mail/<name>``: the text's first line is the subject."""
-    context = {"site_name": get_state().service.site_name, **context}
-    env = _environment()
-    text = env.get_template(f"authflow/mail/{name}.txt").render(**template_context(html=False), **context)
-    first, _, body = text.lstrip().partition("\n")
-    if not first.startswith("Subject:"):
-        raise RuntimeError(f"the template authflow/mail/{name}.txt must begin with 'Subject: '")
-    html = env.get_template(f"authflow/mail/{name}.html").render(**template_context(), **context)
-    return first.removeprefix("Subject:").strip(), body.lstrip("\n"), html
-
-
-def _environment() -> Environment:
-    """The app's templates (its own overrides first), then the package's: a notice goes out
-    from an app without the ready views too (a provider linked through ``authflow_oauth``)."""
-    env = current_app.jinja_env
-    loaders = [loader for loader in (env.loader, FileSystemLoader(_TEMPLATES)) if loader is not None]
-    return env.overlay(loader=ChoiceLoader(loaders))
-
-
-def _sender() -> MailSender | None:
-    outbox = read(current_app.config, "AUTHFLOW_MAIL_OUTBOX")  # as the account mails: a folder wins
-    return FolderSender(outbox) if outbox is not None else get_state().mail_sender
-
-
 def _send(event: str, user_id: str, to: str, subject: str, text: str, html: str) -> None:
-    sender = _sender()
-    if sender is None:
+    if mail_sender() is None:
         log.info("no %s notice for user %s: no mail sender is configured", event, user_id)
         return
     try:
-        if isinstance(sender, HtmlMailSender):
-            sender.send_html(to, subject, text, html)
-        else:
-            sender.send(to, subject, text)
-    except Exception as exc:  # noqa: BLE001 - any sender's failure: logged, the change stays
+        send_mail(to, subject, text, html)
+    except MailDeliveryError as exc:  # logged: the change is committed and stays
         log.error("the %s notice of user %s could not be sent: %s", event, user_id, exc)

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from flask import Flask, Response, current_app, jsonify, redirect, render_template, request, url_for
+from flask import Flask, Response, current_app, jsonify, redirect, request, url_for
 from flask.typing import ResponseReturnValue
 from werkzeug.wrappers.response import Response as BaseResponse
 
@@ -38,19 +38,19 @@ from flask_authflow.errors import (
     Unauthenticated,
     UserNotFound,
 )
-from flask_authflow.i18n import template_context, translate
+from flask_authflow.i18n import translate
 from flask_authflow.login import account_tokens, password_reset
 from flask_authflow.login import email_change as email_change_flow
 from flask_authflow.login import signup as signup_flow
 from flask_authflow.login.account_settings import AccountSettings
 from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.login.recovery import Ended
-from flask_authflow.mail import FolderSender, HtmlMailSender, MailSender
 from flask_authflow.outcomes import FactorRequired
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.external_url import mail_origin, mailed_url
 from flask_authflow.web.json_body import json_body
 from flask_authflow.web.mail_budgets import OWNER, MailBudget, spend, strangers
+from flask_authflow.web.outgoing_mail import compose_mail, mail_sender, send_mail
 from flask_authflow.web.security_notices import notice_enabled, notify
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views.common import (
@@ -115,49 +115,12 @@ def account_links() -> dict[str, Any]:
     return account_link_flags()
 
 
-def _sender() -> MailSender:
-    outbox = settings().mail_outbox
-    if outbox is not None:
-        return FolderSender(outbox)
-    sender = get_state().mail_sender
-    if sender is None:
-        raise MailDeliveryError("no mail sender is configured (AUTHFLOW_SMTP_HOST or AUTHFLOW_MAIL_OUTBOX)")
-    return sender
-
-
 def _mail_ready() -> None:
     """A sender and an origin for mailed links exist, else :class:`MailDeliveryError`: the
     same error for every request, before anything is done."""
-    _sender()
+    if mail_sender() is None:
+        raise MailDeliveryError("no mail sender is configured (AUTHFLOW_SMTP_HOST or AUTHFLOW_MAIL_OUTBOX)")
     mail_origin(current_app._get_current_object())  # type: ignore[attr-defined]
-
-
-def compose_mail(name: str, **context: Any) -> tuple[str, str, str]:
-    """``(subject, text, html)`` of mail ``name`` from ``authflow/mail/<name>.txt`` (its
-    first line is ``Subject: ...``) and ``authflow/mail/<name>.html``."""
-    context.setdefault("site_name", get_state().service.site_name)
-    text = render_template(f"authflow/mail/{name}.txt", **template_context(html=False), **context)
-    first, _, body = text.lstrip().partition("\n")
-    if not first.startswith("Subject:"):
-        raise MailDeliveryError(f"the template authflow/mail/{name}.txt must begin with 'Subject: '")
-    html = render_template(f"authflow/mail/{name}.html", **template_context(), **context)
-    return first.removeprefix("Subject:").strip(), body.lstrip("\n"), html
-
-
-def send_mail(to: str, subject: str, text: str, html: str) -> None:
-    """Deliver one composed mail through the app's sender (or into ``AUTHFLOW_MAIL_OUTBOX``).
-
-    :raises MailDeliveryError: no sender, or it failed."""
-    sender = _sender()
-    try:
-        if isinstance(sender, HtmlMailSender):
-            sender.send_html(to, subject, text, html)
-        else:
-            sender.send(to, subject, text)
-    except MailDeliveryError:
-        raise
-    except Exception as exc:
-        raise MailDeliveryError() from exc
 
 
 def _deliver_later(to: str | None, mail: tuple[str, str, str], response: R, budget: MailBudget = OWNER) -> R:
