@@ -129,12 +129,12 @@ def write_user(target: WriteTarget, plan: UserPlan, roles: frozenset[str]) -> bo
         raise Refused("the e-mail address belongs to another user already")
 
     def make() -> UserRecord:
-        return _in_unit(store, lambda: _write(target, plan, roles))
+        return _write(target, plan, roles)
 
     try:
         if target.app_users is None:
-            make()
-        else:  # with the application's hook: the account is removed again if it fails
+            _in_unit(store, make)
+        else:  # with the application's hook, in the same unit: a refusal keeps nothing
             _with_hook(target.app_users, store, make, plan)
     except UserExists:
         if store.find_user(tenant, plan.identifier) is not None:
@@ -146,12 +146,16 @@ def write_user(target: WriteTarget, plan: UserPlan, roles: frozenset[str]) -> bo
 def _with_hook(
     app_users: AppUserHooks, store: ImportStore, make: Callable[[], UserRecord], plan: UserPlan
 ) -> None:
-    """``make()`` with the ``user_created`` hook (the source's attributes as ``claims``); a
-    failure of the application's own code refuses the user, while the library's and the
+    """``make()`` and the ``user_created`` hook (the source's attributes as ``claims``) in one
+    unit of work; a failure of the application's own code refuses the user, while the library's and the
     database's errors end the import."""
     claims = dict(plan.user.attributes) if plan.user is not None else {}
     try:
-        app_users.create(store, make, source="import", claims=claims)
+        # The unit runs in the application's transaction when the library may own it
+        # (nothing of the application's is pending), so the hook's rows and the account
+        # commit once; a refusing hook rolls both back.
+        with app_users.owned():
+            _in_unit(store, lambda: app_users.create(store, make, source="import", claims=claims))
     except (AuthFlowError, SQLAlchemyError, OSError):
         raise
     except Exception as error:  # noqa: BLE001 - the application's hook: reported per user
