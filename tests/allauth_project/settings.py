@@ -1,0 +1,67 @@
+"""Settings of the django-allauth project the migration test builds: accounts with mandatory
+e-mail verification, social accounts with an OpenID Connect app (``testprovider``, the
+provider name flask-authflow's test app uses too), MFA (TOTP, recovery codes, WebAuthn), and
+Django's pbkdf2 (default), argon2 and bcrypt hashers. The database is the SQLite file named
+by ``ALLAUTH_PROJECT_DATABASE``."""
+
+from __future__ import annotations
+
+import os
+
+SECRET_KEY = "allauth-project-secret-for-tests-only"
+DEBUG = False
+ALLOWED_HOSTS = ["localhost"]
+USE_TZ = True
+ROOT_URLCONF = "tests.allauth_project.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+SITE_ID = 1
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.sites",
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
+    "allauth.mfa",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+]
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+DATABASES = {
+    "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ["ALLAUTH_PROJECT_DATABASE"]}
+}
+PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+    "django.contrib.auth.hashers.Argon2PasswordHasher",
+    "django.contrib.auth.hashers.BCryptSHA256PasswordHasher",
+    "django.contrib.auth.hashers.BCryptPasswordHasher",
+]
+
+ACCOUNT_LOGIN_METHODS = {"username", "email"}
+ACCOUNT_EMAIL_VERIFICATION = "mandatory"
+ACCOUNT_SIGNUP_FIELDS = ["email*", "username*", "password1*", "password2*"]
+SOCIALACCOUNT_PROVIDERS = {
+    "openid_connect": {
+        "APPS": [
+            {
+                "provider_id": "testprovider",
+                "name": "Test provider",
+                "client_id": "test-client",
+                "secret": "test-secret",
+                "settings": {"server_url": os.environ.get("ALLAUTH_PROJECT_OIDC_URL", "http://localhost/op")},
+            }
+        ]
+    }
+}
+MFA_SUPPORTED_TYPES = ["totp", "recovery_codes", "webauthn"]
