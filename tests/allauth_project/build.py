@@ -1,8 +1,12 @@
-"""Build the django-allauth project's database: ``python -m tests.allauth_project.build FILE``.
+"""Build the django-allauth project's database:
+``python -m tests.allauth_project.build FILE [WEBAUTHN_REGISTRATION.json]``.
 
 Migrates a new SQLite database and creates, through Django's and allauth's own APIs, one user
 per case the migration test checks; prints what the test needs to know as JSON (the TOTP
-secret, the recovery codes left unused and the one spent, each user's hasher).
+secret, the recovery codes left unused and the one spent, each user's hasher). The WebAuthn
+registration (a browser's registration response, made by the test's software authenticator,
+whose private key stays in the test) is stored for ``wendy`` with allauth's ``WebAuthn.add``
+and read back through allauth's own parsing.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 PASSWORD = "correct horse battery staple"
@@ -48,19 +53,37 @@ def _mfa(user: Any) -> dict[str, Any]:
     return {"totp_secret": secret, "unused_codes": codes.get_unused_codes(), "spent_code": every[3]}
 
 
-def build() -> dict[str, Any]:
+def _webauthn(user: Any, registration: dict[str, Any]) -> None:
+    from allauth.mfa.webauthn.internal.auth import WebAuthn
+
+    key = WebAuthn.add(user, "Security key", registration)
+    assert key.authenticator_data.credential_data is not None  # allauth reads it as its own
+
+
+def _groups() -> tuple[Any, Any]:
+    from django.contrib.auth.models import Group, Permission
+
+    editors, admins = Group.objects.create(name="editors"), Group.objects.create(name="admins")
+    view = Permission.objects.get(codename="view_user")
+    change = Permission.objects.get(codename="change_user")
+    editors.permissions.add(view)
+    admins.permissions.add(view, change)
+    return editors, admins
+
+
+def build(registration: dict[str, Any] | None) -> dict[str, Any]:
     from allauth.socialaccount.models import SocialAccount
-    from django.contrib.auth.models import Group
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
-    editors, admins = Group.objects.create(name="editors"), Group.objects.create(name="admins")
+    editors, admins = _groups()
     hashers = {"paula": "pbkdf2_sha256", "arne": "argon2", "bea": "bcrypt_sha256", "bert": "bcrypt"}
     users = {name: _user(name, hasher) for name, hasher in hashers.items()}
     users["ulla"] = _user("ulla", "pbkdf2_sha256")  # her only address is unverified
     users["ines"] = _user("ines", "pbkdf2_sha256", active=False)
     users["sofia"] = _user("sofia", "pbkdf2_sha256")
     users["max"] = _user("max", "pbkdf2_sha256")
+    users["wendy"] = _user("wendy", "pbkdf2_sha256")
     for name, user in users.items():
         _address(user, user.email, verified=name != "ulla", primary=True)
     _address(users["paula"], "paula@old.example.com", verified=False, primary=False)
@@ -69,6 +92,8 @@ def build() -> dict[str, Any]:
     users["bea"].groups.add(editors)
     users["max"].groups.add(editors)
     facts = _mfa(users["max"])
+    if registration is not None:
+        _webauthn(users["wendy"], registration)
     return {"hashers": {**hashers, "ulla": "pbkdf2_sha256", "ines": "pbkdf2_sha256"}, **facts}
 
 
@@ -78,7 +103,8 @@ def main() -> None:
     import django
 
     django.setup()
-    print(json.dumps(build()))
+    registration = json.loads(Path(sys.argv[2]).read_text()) if len(sys.argv) > 2 else None
+    print(json.dumps(build(registration)))
 
 
 if __name__ == "__main__":
