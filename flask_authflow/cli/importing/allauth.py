@@ -279,7 +279,7 @@ def _factors(rows: Iterable[Mapping[str, Any]], pk: Any) -> tuple[list[ImportedF
 def _user(row: Mapping[str, Any], rows: _Rows) -> ImportedUser | SourceRefusal:
     pk = row["id"]
     emails = _emails(row, rows.emails.get(pk, []))
-    identifier = str(row["username"] or "") or (emails[0].address if emails else "")
+    identifier = str(row["username"] or "").strip() or (emails[0].address if emails else "")
     if not identifier:
         return SourceRefusal(f"auth_user id {pk}", "no username and no e-mail address")
     stored = row["password"]
