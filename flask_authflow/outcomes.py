@@ -227,7 +227,7 @@ class InvalidCredential:
 
 
 LoginOutcome: TypeAlias = FactorRequired | InvalidCredentials | Locked | StepUpRequired
-FactorOutcome: TypeAlias = Authenticated | FactorRequired | InvalidCredential | Locked
+FactorOutcome: TypeAlias = Authenticated | FactorRequired | InvalidCredential | Locked | WorkflowPending
 
 
 class FactorCredential:

@@ -17,6 +17,7 @@ from werkzeug.security import generate_password_hash
 
 from flask_authflow import AuthFlow, get_state
 from flask_authflow.errors import StoreUnavailable
+from flask_authflow.login.verification import EmailNotVerified
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import login_test_client
 from tests.appfactory import AppFactory
@@ -192,7 +193,7 @@ def test_not_utf8_and_usage_errors(app: Flask, tmp_path: Path) -> None:
     bad_url = run(app, "--from-url", "no-such-dialect://x", "--json")
     assert bad_url.exit_code == 1 and "not a database URL" in json.loads(bad_url.output)["message"]
     no_table = run(app, "--from-url", f"sqlite:///{tmp_path / 'empty.db'}", "--json")
-    assert no_table.exit_code == 1 and "no table 'user'" in json.loads(no_table.output)["message"]
+    assert no_table.exit_code == 1 and "no known source" in json.loads(no_table.output)["message"]
 
 
 def test_a_failed_write_leaves_no_half_created_user(
@@ -247,9 +248,16 @@ def test_from_url_reads_a_flask_security_table(app: Flask, tmp_path: Path) -> No
              "confirmed_at": None, "fs_uniquifier": "u3"},
         ],
     )  # fmt: skip
+    salt_missing = run(app, "--from-url", url, "--json")  # FST hashes an HMAC under its salt
+    assert salt_missing.exit_code == 1
+    assert "AUTHFLOW_LEGACY_PASSWORD_SALT" in json.loads(salt_missing.output)["message"]
+    with app.app_context():
+        assert get_state(app).backend.find_user("default", "a@example.com") is None
+    app.config["SECURITY_PASSWORD_SINGLE_HASH"] = True  # these hashes are of the passwords themselves
     result = run(app, "--from-url", url, "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
+    assert any("SECURITY_PASSWORD_SINGLE_HASH" in notice for notice in report["notices"])
     assert report["imported"] == 2
     assert report["refused"] == [{"identifier": "c@example.com", "reason": "no password hash"}]
     login_test_client(app, "a@example.com", password=PASSWORD)
@@ -274,7 +282,7 @@ def test_the_application_user_hook_runs_for_each_imported_user(
         seen.append((new.account.identifier, new.source))
 
     items = [
-        {"identifier": "alice", "hash": bcrypt_hash(), "email": "a@example.com", "confirmed": "no"},
+        {"identifier": "alice", "hash": bcrypt_hash(), "email": "a@example.com", "confirmed": "yes"},
         {"identifier": "bad", "hash": bcrypt_hash()},
     ]
     result = run(app, str(write_csv(tmp_path / "hooked.csv", items)), "--json")
@@ -287,5 +295,46 @@ def test_the_application_user_hook_runs_for_each_imported_user(
         backend = get_state(app).backend
         assert backend.find_user("default", "bad") is None  # removed with the hook's failure
         alice = backend.find_user("default", "alice")
-    assert alice is not None and alice.email == "a@example.com" and alice.email_verified_at is None
+    assert alice is not None and alice.email == "a@example.com" and alice.email_verified_at is not None
     login_test_client(app, "alice", password=PASSWORD)
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_an_unconfirmed_address_is_gated_as_after_sign_up(
+    app_factory: AppFactory, tmp_path: Path, store: str
+) -> None:
+    """A user who had not confirmed the address is refused after the password, as an account
+    made by sign-up is, until the address is confirmed."""
+    app = build_app(app_factory, tmp_path, store)
+    items = [{"identifier": "carol", "hash": bcrypt_hash(), "email": "c@example.com", "confirmed": "no"}]
+    result = run(app, str(write_csv(tmp_path / "carol.csv", items)), "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert document["users"][0]["asked"] == ["confirm the e-mail address"]
+    assert document["summary"]["asked"] == 1
+    with pytest.raises(EmailNotVerified):
+        login_test_client(app, "carol", password=PASSWORD)
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_the_hook_is_told_the_source_attributes(app_factory: AppFactory, tmp_path: Path, store: str) -> None:
+    """With ``--from-url`` the ``user_created`` hook gets ``fs_uniquifier`` (and the old id) as
+    claims, so the application links its existing row instead of making one."""
+    authflow = AuthFlow()
+    app = build_app(app_factory, tmp_path, store, authflow=authflow)
+    app.config["SECURITY_PASSWORD_SINGLE_HASH"] = True
+    linked: dict[str, dict[str, Any]] = {}
+
+    @authflow.user_created
+    def created(new: Any) -> None:
+        linked[new.account.identifier] = {"source": new.source, **new.claims}
+
+    from datetime import datetime
+
+    url = fst_like_database(
+        tmp_path / "fst.db",
+        [{"id": 7, "email": "a@example.com", "username": None, "password": bcrypt_hash(), "active": True,
+          "confirmed_at": datetime(2024, 1, 1), "fs_uniquifier": "uniq-7"}],
+    )  # fmt: skip
+    assert run(app, "--from-url", url).exit_code == 0
+    assert linked == {"a@example.com": {"source": "import", "fs_uniquifier": "uniq-7", "fst_id": "7"}}

@@ -405,8 +405,10 @@ _TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
 class WorkflowKind(str):
-    """The kind of a workflow: ``signup``, ``email_verification``, ``password_reset``, or an
-    application's own ``custom:<name>`` (``name``: a-z, 0-9, ``_``, at most 32 characters).
+    """The kind of a workflow: ``signup``, ``email_verification``, ``password_reset``,
+    ``required_enrollment`` (a login held until a factor is set up again, see
+    ``flask_authflow.login.required_enrollment``), or an application's own
+    ``custom:<name>`` (``name``: a-z, 0-9, ``_``, at most 32 characters).
 
     A kind is a string, but only a ``WorkflowKind`` is read as a kind by
     :func:`complete_workflow`: a plain string (what a request carries) is always a token.
@@ -431,7 +433,7 @@ class WorkflowKind(str):
         return str.__new__(cls, value)
 
 
-_BUILT_IN_KINDS = frozenset({"signup", "email_verification", "password_reset"})
+_BUILT_IN_KINDS = frozenset({"signup", "email_verification", "password_reset", "required_enrollment"})
 WorkflowKind.SIGNUP = WorkflowKind("signup")
 WorkflowKind.EMAIL_VERIFICATION = WorkflowKind("email_verification")
 WorkflowKind.PASSWORD_RESET = WorkflowKind("password_reset")
@@ -442,6 +444,7 @@ WORKFLOW_EXPIRY: Mapping[str, timedelta] = {
     "signup": timedelta(hours=24),
     "email_verification": timedelta(hours=24),
     "password_reset": timedelta(minutes=30),
+    "required_enrollment": timedelta(minutes=30),
     "custom": timedelta(hours=1),
 }
 

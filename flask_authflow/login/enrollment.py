@@ -30,6 +30,7 @@ from flask_authflow.core.session import (
     step_kinds,
 )
 from flask_authflow.errors import EnrollmentError, StepUpNeeded, UserNotFound
+from flask_authflow.login import required_enrollment
 from flask_authflow.login.operation import LoginServices, Operation, guard_store, log, write_rows
 from flask_authflow.outcomes import FactorCredential, FactorKind
 
@@ -57,11 +58,16 @@ class _Fresh:
     now: datetime
 
 
-def _fresh_user(svc: LoginServices, session: AuthSession, action: str) -> _Fresh:
+def _fresh_user(
+    svc: LoginServices, session: AuthSession, action: str, kind: FactorKind | None = None
+) -> _Fresh:
     """:raises StepUpNeeded: not authenticated, or the last authentication is older than the
-    service's ``freshness``, or its last factor is not of the user's strongest step."""
+    service's ``freshness``, or its last factor is not of the user's strongest step. A
+    login held for a required enrollment of ``kind`` may add that factor."""
     now = svc.clock.now()
     record = session.record
+    if kind is not None and record.state is AuthState.PENDING_WORKFLOW:
+        return _Fresh(*required_enrollment.enrolling_user(record, kind, now), now)
     if record.state is not AuthState.AUTHENTICATED or record.tenant is None or record.user_id is None:
         raise StepUpNeeded(f"{action} needs an authenticated session")
     if record.authenticated_at is None or now - record.authenticated_at > svc.freshness:
@@ -140,7 +146,7 @@ def begin_enrollment(
     params: Mapping[str, Any] | None = None,
 ) -> EnrollmentStart:
     """Start adding a factor of ``kind`` (see ``AuthnRequest.begin_enrollment``)."""
-    fresh = _fresh_user(svc, session, "adding a factor")
+    fresh = _fresh_user(svc, session, "adding a factor", kind)
     enrollment = svc.enrollment(kind)
     enroll_ctx = _enroll_context(svc, session, kind, fresh)
     fields: dict[str, Any] = {"tenant": fresh.tenant, "user_id": fresh.user_id, "factor": kind.value}
@@ -160,7 +166,7 @@ def confirm_enrollment(
     credential: FactorCredential,
 ) -> FactorConfig:
     """Finish an enrollment with the user's proof (see ``AuthnRequest.confirm_enrollment``)."""
-    fresh = _fresh_user(svc, session, "adding a factor")
+    fresh = _fresh_user(svc, session, "adding a factor", kind)
     enrollment = svc.enrollment(kind)
     factor = svc.factor(kind)
     if factor is not None:
@@ -198,6 +204,7 @@ def confirm_enrollment(
     _store_enroll_slot(session, kind, {})
     with op:
         _after_factor_change(op, svc, kind, credit=True)
+        required_enrollment.enrolled(op, svc, kind)  # a held login completes once all are set up
     confirmed = guard_store(lambda: store.get_factor(tenant, user_id, factor_id))
     return confirmed if confirmed is not None else replace(config, confirmed=True)
 

@@ -46,6 +46,7 @@ from flask_authflow.login.operation import (
     guard_store,
     lockout_subject,
 )
+from flask_authflow.login.required_enrollment import hold
 from flask_authflow.login.throttling import refuse_if_throttled
 from flask_authflow.login.verification import UNVERIFIED_KEY, EmailNotVerified, refuse_unverified
 from flask_authflow.outcomes import (
@@ -256,6 +257,9 @@ def _passed(op: Operation, svc: LoginServices, step: _Step) -> FactorOutcome:
     after = op.session.transition(advance)
     op.write_session = True  # with the credential it used up, or not at all
     op.signal("factor_verified", user_id=who.user_id, tenant=who.tenant, factor=expected)
+    if not step.step_up and after.state is AuthState.AUTHENTICATED:  # a factor to set up again first?
+        if (held := hold(op, svc, who.tenant, who.user_id)) is not None:
+            return held
     if after.state is AuthState.AUTHENTICATED:
         op.audit("success", "step_up" if step.step_up else None)
         op.count("login_successes")

@@ -65,6 +65,7 @@ __all__ = [
     "MAX_ADDRESS_LENGTH",
     "EmailOtpFactor",
     "check_address",
+    "imported_address",
     "mask_address",
 ]
 
@@ -463,3 +464,17 @@ class EmailOtpFactor(StoredEnrollment):
             f"<EmailOtpFactor ttl={self.ttl} max_tries={self.max_tries} max_sends={self.max_sends} "
             f"site_name={self.site_name!r}>"
         )
+
+
+def imported_address(user_id: str, address: str, now: datetime) -> FactorConfig:
+    """A confirmed e-mail code factor to ``address`` for a user another application sent
+    its codes to (an import; the address was proven there).
+
+    :raises InvalidInput: not an e-mail address."""
+    return FactorConfig(
+        user_id=user_id,
+        kind=FactorKind.EMAIL_OTP,
+        created_at=now,
+        factor_id=secrets.token_urlsafe(16),
+        data={"address": check_address(address), "label": EmailOtpFactor.label},
+    )

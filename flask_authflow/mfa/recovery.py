@@ -20,6 +20,7 @@ import json
 import re
 import secrets
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from flask_authflow.core.factors import (
@@ -38,13 +39,13 @@ from flask_authflow.i18n import gettext
 from flask_authflow.mfa.sealing import FactorSealer
 from flask_authflow.outcomes import FactorCredential, FactorKind
 
-__all__ = ["RECOVERY_CODE_COUNT", "RecoveryCodeFactor", "format_code"]
+__all__ = ["RECOVERY_CODE_COUNT", "RecoveryCodeFactor", "format_code", "imported_code_set"]
 
 #: How many codes a set has.
 RECOVERY_CODE_COUNT = 10
 _ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # 31 signs, no i, l, o, 0, 1: nothing to misread
 _LENGTH = 10
-_INPUT = re.compile(rb"[a-zA-Z0-9]{5}-?[a-zA-Z0-9]{5}")
+_INPUT = re.compile(rb"[a-zA-Z0-9]{5}-?[a-zA-Z0-9]{5}|[a-zA-Z0-9]{4}(?:-?[a-zA-Z0-9]{4}){1,3}")
 _SWAP_ATTEMPTS = 5
 
 
@@ -58,10 +59,40 @@ def format_code(code: str) -> str:
 
 
 def _parse(credential: FactorCredential) -> str:
-    raw = credential.secret_bytes().strip()
-    if _INPUT.fullmatch(raw) is None:
+    code = _normalised(credential.secret_bytes())
+    if code is None:
         raise InvalidInput(gettext("A recovery code is 10 letters and digits, as xxxxx-xxxxx."))
+    return code
+
+
+def _normalised(raw: bytes) -> str | None:
+    """A code as its digest is made of it (no hyphens, lower case); ``None`` when it is not
+    of our shape (``xxxxx-xxxxx``) or of an imported one (groups of four: Flask-Security-Too's
+    ``xxxx-xxxx-xxxx``)."""
+    raw = raw.strip()
+    if _INPUT.fullmatch(raw) is None:
+        return None
     return raw.replace(b"-", b"").decode("ascii").lower()
+
+
+def imported_code_set(sealer: FactorSealer, user_id: str, codes: list[str], now: datetime) -> FactorConfig:
+    """A confirmed recovery-code set of codes another application issued (an import):
+    the user's unused codes keep working, each once.
+
+    :raises ValueError: no codes, or a code of a shape the sign-in form does not accept."""
+    normalised = [_normalised(code.encode("utf-8")) if code.isascii() else None for code in codes]
+    if not normalised or any(code is None for code in normalised):
+        raise ValueError("recovery codes of a shape flask-authflow does not accept")
+    factor_id = secrets.token_urlsafe(16)
+    digests = [sealer.code_digest(factor_id, code) for code in normalised if code is not None]
+    return FactorConfig(
+        user_id=user_id,
+        kind=FactorKind.RECOVERY_CODE,
+        created_at=now,
+        secret=json.dumps(digests),
+        factor_id=factor_id,
+        data={"label": "Recovery codes", "count": len(digests)},
+    )
 
 
 class RecoveryCodeFactor(StoredEnrollment):

@@ -44,7 +44,7 @@ from flask_authflow.mfa.otp import (
 from flask_authflow.mfa.sealing import FactorSealer
 from flask_authflow.outcomes import FactorCredential, FactorKind
 
-__all__ = ["TOTP_WINDOW", "HotpFactor", "TotpFactor", "advance_to", "qr_svg"]
+__all__ = ["TOTP_WINDOW", "HotpFactor", "TotpFactor", "advance_to", "imported_key", "qr_svg"]
 
 #: Steps accepted either side of the current one (clock drift between phone and server).
 TOTP_WINDOW = 1
@@ -213,3 +213,27 @@ class HotpFactor(TotpFactor):
         return pyotp.HOTP(key, digits=TOTP_DIGITS).provisioning_uri(
             name=account_name, issuer_name=issuer_name, initial_count=0
         )
+
+
+def imported_key(
+    sealer: FactorSealer, user_id: str, kind: FactorKind, key: bytes, now: datetime, counter: int = 0
+) -> FactorConfig:
+    """A confirmed TOTP or HOTP factor for a key another application issued (an import):
+    the user's authenticator app keeps showing valid codes. ``counter``: HOTP's next counter
+    (TOTP starts at 0: any current code passes once).
+
+    :raises ValueError: another kind, an empty key or a negative counter."""
+    if kind not in (FactorKind.TOTP, FactorKind.HOTP) or not key or counter < 0:
+        raise ValueError("an imported one-time-password key is a TOTP or HOTP key with a counter >= 0")
+    factor_id = secrets.token_urlsafe(16)
+    encoded = base64.b32encode(key).decode("ascii").rstrip("=")
+    label = HotpFactor.label if kind is FactorKind.HOTP else TotpFactor.label
+    return FactorConfig(
+        user_id=user_id,
+        kind=kind,
+        created_at=now,
+        secret=sealer.seal(factor_id, encoded.encode("ascii")),
+        factor_id=factor_id,
+        counter=counter,
+        data={"label": label},
+    )

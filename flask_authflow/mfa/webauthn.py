@@ -131,6 +131,13 @@ def _reason(exc: BaseException) -> str:
     return "webauthn_invalid"
 
 
+def _handle_of(tenant: str, config: FactorConfig) -> bytes:
+    """The user handle the credential's authenticator holds: ours, or the one another
+    application gave it (a credential brought by an import, see :mod:`.webauthn_record`)."""
+    kept = config.data.get("user_handle")
+    return base64url_to_bytes(kept) if isinstance(kept, str) else user_handle(tenant, config.user_id)
+
+
 def user_handle(tenant: str, user_id: str) -> bytes:
     """The WebAuthn user handle of ``user_id`` in ``tenant`` (32 bytes).
 
@@ -432,7 +439,7 @@ class WebAuthnFactor(StoredEnrollment):
         if config.data.get("passkey") is not True:
             return None
         handle = parsed.response.user_handle
-        if handle is None or not hmac.compare_digest(handle, user_handle(tenant, config.user_id)):
+        if handle is None or not hmac.compare_digest(handle, _handle_of(tenant, config)):
             return None
         return config
 

@@ -24,6 +24,7 @@ from flask_authflow.core.factors import EnrollmentStart
 from flask_authflow.core.ports import FactorConfig
 from flask_authflow.errors import AuthFlowError, EnrollmentError, FactorNotRegistered, StepUpNeeded
 from flask_authflow.i18n import N_, gettext, ngettext, translate
+from flask_authflow.login import required_enrollment
 from flask_authflow.outcomes import FactorCredential, FactorKind
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.decorators import login_required
@@ -155,24 +156,40 @@ def _factor_row(config: FactorConfig) -> dict[str, Any]:
     }
 
 
+def _held_kinds() -> tuple[str, ...]:
+    """The kinds a login held for a required enrollment must set up (empty: not held)."""
+    return required_enrollment.pending_kinds(current_auth_session().record, get_state().clock.now())
+
+
+def _may_enroll() -> bool:
+    """Signed in, or a login held until a factor is set up again."""
+    return signed_in() or bool(_held_kinds())
+
+
 def _factors_page(status: int = 200, *, error: str | None = None, notice: str | None = None) -> Response:
     session = current_auth_session()
     configs = handle().user_factors(session)
     rows = [_factor_row(c) for c in configs if c.kind is not FactorKind.PASSWORD and c.factor_id]
     kinds = {row["kind"] for row in rows}
+    held = _held_kinds()
+
+    def offered(kind: FactorKind) -> bool:  # a held login sees only what it must set up
+        return _can_enroll(kind) and (not held or kind.value in held)
+
     return page(
         "factors.html",
         status,
         error=error,
         notice=notice,
         factors=rows,
+        required=[translate(KIND_NAMES.get(kind, kind)) for kind in held],
         has_second_factor=bool(kinds - {FactorKind.RECOVERY_CODE.value}),
         has_recovery_codes=FactorKind.RECOVERY_CODE.value in kinds,
-        can_totp=_can_enroll(FactorKind.TOTP),
-        can_webauthn=_can_enroll(FactorKind.WEBAUTHN),
-        can_email=_can_enroll(FactorKind.EMAIL_OTP),
-        can_recovery=_can_enroll(FactorKind.RECOVERY_CODE),
-        passkey_login=passkey_available(),
+        can_totp=offered(FactorKind.TOTP),
+        can_webauthn=offered(FactorKind.WEBAUTHN),
+        can_email=offered(FactorKind.EMAIL_OTP),
+        can_recovery=offered(FactorKind.RECOVERY_CODE),
+        passkey_login=passkey_available() and not held,
     )
 
 
@@ -184,7 +201,7 @@ def _no_store(response: Response) -> Response:
 
 def _refused() -> BaseResponse | None:
     """Why a form here may not run: not signed in (to the login page) or a bad token."""
-    if not signed_in():
+    if not _may_enroll():
         return to_login(_here())
     if not csrf_valid():
         return _factors_page(400, error=MESSAGES["csrf"])
@@ -241,8 +258,14 @@ def _enroll_message(error: AuthFlowError, kind: FactorKind) -> str:
 # --- the list ------------------------------------------------------------------------------------
 
 
-@login_required
 def factors() -> ResponseReturnValue:
+    if _held_kinds():  # a login held until a factor is set up again: only that is offered
+        return _factors_page(notice=FACTORS_NOTICES.get(request.args.get("notice", "")))
+    return _listed()
+
+
+@login_required
+def _listed() -> ResponseReturnValue:
     return _factors_page(notice=FACTORS_NOTICES.get(request.args.get("notice", "")))
 
 
@@ -393,7 +416,7 @@ def confirm_email() -> ResponseReturnValue:
 def webauthn_enroll_options() -> ResponseReturnValue:
     """JSON: start adding a security key: ``{"factor_id", "publicKey"}`` for
     ``navigator.credentials.create``; a step-up or a login answers with a ``location``."""
-    if not signed_in():
+    if not _may_enroll():
         return json_error("unauthenticated", N_("Sign in first."), 401, location=to_login(_here()).location)
     if not csrf_valid():
         return json_error("csrf", MESSAGES["csrf"], 400)

@@ -27,6 +27,7 @@ from flask_authflow.outcomes import (
     FactorRequired,
     InvalidCredential,
     Locked,
+    WorkflowPending,
 )
 from flask_authflow.responses import wants_json
 from flask_authflow.web.csrf import csrf_valid, rotate_csrf_token
@@ -250,6 +251,12 @@ def login_outcome(outcome: Any, target: str | None, username: str = "") -> BaseR
     if isinstance(outcome, Authenticated):
         rotate_csrf_token()
         return after_login(target)
+    if isinstance(outcome, WorkflowPending):  # a factor to set up again before the login completes
+        rotate_csrf_token()
+        location = url_for(f"{VIEWS_BLUEPRINT}.factors")
+        if wants_json():
+            return json_answer({"status": "enrollment_required", "location": location})
+        return redirect(location)
     if isinstance(outcome, FactorRequired) and outcome.kind is not FactorKind.PASSWORD:
         location = url_for(f"{VIEWS_BLUEPRINT}.factor", next=target)
         if wants_json():
