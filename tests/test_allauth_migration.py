@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flask import Flask
+from flask.testing import FlaskClient
 from sqlalchemy import create_engine, inspect
 
+from flask_authflow import AuthFlow, get_state, login_required, permissions_required, roles_required
 from flask_authflow.cli.base import CommandFailed
 from flask_authflow.cli.importing.allauth import AllauthReader, allauth_recovery_codes
 from flask_authflow.cli.importing.model import (
@@ -32,7 +35,14 @@ from flask_authflow.cli.importing.model import (
     WebAuthnCredential,
     WebAuthnUse,
 )
+from flask_authflow.clock import MockClock
+from flask_authflow.federation.http import RequestsHttpClient
 from flask_authflow.login.legacy_hashes import identify
+from flask_authflow.testing import Outbox
+from flask_authflow.testing.provider import TestOpenIDProvider
+from tests.appfactory import AppFactory
+from tests.federation_support import CLIENT_ID, CLIENT_SECRET, PROVIDER, REDIRECT_URI, FederatedApp
+from tests.test_views import csrf_of, factor_step, login
 from tests.webauthn_soft import SoftAuthenticator, SoftCredential, b64url
 
 REPO = Path(__file__).resolve().parent.parent
@@ -134,7 +144,7 @@ def test_the_reader_finds_every_user_with_what_allauth_stores(project: Project, 
     ]
     assert [(e.verified, e.primary) for e in users["ulla"].emails] == [(False, True)]
     assert users["ines"].disabled and not any(u.disabled for n, u in users.items() if n != "ines")
-    assert [(link.provider, link.subject) for link in users["sofia"].links] == [("testprovider", "sofia-sub")]
+    assert [(link.provider, link.subject) for link in users["sofia"].links] == [("test-op", "sofia-sub")]
     assert users["paula"].attributes["django_pk"] == users["paula"].source_ref == "1"
     assert all(not user.roles for user in users.values())  # groups only when asked
     assert all(not user.unreadable for user in users.values())
@@ -279,3 +289,204 @@ def test_other_databases_are_not_taken_for_allauths(tmp_path: Path) -> None:
     with engine.connect() as conn, pytest.raises(CommandFailed, match="auth_user"):
         AllauthReader().read(conn, {})
     engine.dispose()
+
+
+# --- imported into a flask-authflow app, then signed in ----------------------------------------
+
+
+def migrated_app(
+    app_factory: AppFactory, tmp_path: Path, provider: TestOpenIDProvider, authflow: AuthFlow
+) -> Flask:
+    """The new application: SQL store, Django's hashers, WebAuthn on the project's RP id, the
+    project's OpenID Connect provider under the same name, and views guarded as the project's
+    groups guarded them."""
+    app = app_factory(
+        authflow=authflow,
+        mail_sender=Outbox(),
+        http_client=RequestsHttpClient(adapters=provider.http_adapters()),
+        AUTHFLOW_VIEWS=True,
+        AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'authflow.db'}",
+        AUTHFLOW_LEGACY_PASSWORD_SCHEMES=list(HASHERS.values()),
+        AUTHFLOW_WEBAUTHN_RP_ID=RP_ID,
+        AUTHFLOW_WEBAUTHN_ORIGINS=[ORIGIN],
+        AUTHFLOW_OAUTH_PROVIDERS={
+            PROVIDER: {
+                "discovery_url": provider.discovery_url,
+                "client_id": CLIENT_ID,
+                "client_secret": CLIENT_SECRET,
+                "redirect_uri": REDIRECT_URI,
+                "post_login_redirect": "/private",
+            }
+        },
+    )
+
+    @app.get("/users/edit")
+    @roles_required("admins")
+    def edit_users() -> str:
+        return "edit users"
+
+    @app.get("/users")
+    @permissions_required("auth.view_user")
+    def list_users() -> str:
+        return "users"
+
+    @app.get("/private")
+    @login_required
+    def private() -> str:
+        return "private page"
+
+    return app
+
+
+def run_import(app: Flask, url: str, *args: str) -> Any:
+    return app.test_cli_runner().invoke(
+        args=["authflow", "users", "import", "--from-url", url, "--json", *args]
+    )
+
+
+@dataclass
+class Imported:
+    app: Flask
+    report: dict[str, Any]
+    provider: TestOpenIDProvider
+    authflow: AuthFlow
+
+    def client(self) -> FlaskClient:
+        return self.app.test_client()
+
+    def user_id(self, identifier: str) -> str:
+        with self.app.app_context():
+            found = get_state(self.app).backend.find_user("default", identifier)
+        assert found is not None, identifier
+        return str(found.user_id)
+
+
+@pytest.fixture
+def imported(
+    app_factory: AppFactory, tmp_path: Path, project: Project, oidc_provider: TestOpenIDProvider
+) -> Imported:
+    authflow = AuthFlow()
+    app = migrated_app(app_factory, tmp_path, oidc_provider, authflow)
+    result = run_import(app, project.copy(tmp_path), "--django-groups-as-roles")
+    assert result.exit_code == 0, result.output
+    return Imported(app, json.loads(result.output), oidc_provider, authflow)
+
+
+def totp_code(secret: str, clock: MockClock) -> str:
+    """The code the user's authenticator app shows now, from the key allauth stored."""
+    import pyotp
+
+    return str(pyotp.TOTP(secret).at(clock.now()))
+
+
+@pytest.mark.authflow_stores("sql")
+def test_the_report_says_what_carries_for_each_user(imported: Imported) -> None:
+    report = imported.report
+    assert report["source"] == "django-allauth" and report["refused"] == []
+    assert report["imported"] == 9 and report["summary"]["lowered"] == 0
+    users = {u["identifier"]: u for u in report["users"]}
+    assert "authenticator app (TOTP)" in users["max"]["carried"]
+    assert "recovery codes (9 unused)" in users["max"]["carried"]
+    assert "security key (second factor)" in users["wendy"]["carried"]
+    assert "disabled" in users["ines"]["carried"]
+    assert users["ulla"]["asked"] == ["confirm the e-mail address"]
+    assert "role admins" in users["paula"]["carried"] and "role editors" in users["bea"]["carried"]
+    assert any(item.startswith("identity link") for item in users["sofia"]["carried"])
+    assert any("paula@old.example.com" in item for item in users["paula"]["not_carried"])
+
+
+@pytest.mark.slow  # Django's hashes at their real costs (pbkdf2 1,000,000 rounds, bcrypt 12)
+@pytest.mark.authflow_stores("sql")
+def test_every_hash_signs_in_once_and_is_replaced_by_argon2id(imported: Imported) -> None:
+    backend = get_state(imported.app).backend
+    for name in HASHERS:
+        with imported.app.app_context():
+            before = str(backend.get_password_hash("default", imported.user_id(name)))
+        wrong = imported.client()
+        assert login(wrong, name, "not " + PASSWORD).status_code == 401
+        client = imported.client()
+        assert login(client, name, PASSWORD).location == "/account", name
+        assert client.get("/private").text == "private page"
+        with imported.app.app_context():
+            after = str(backend.get_password_hash("default", imported.user_id(name)))
+        assert after != before and after.startswith("$argon2id$"), name
+        assert login(imported.client(), name, PASSWORD).location == "/account"  # natively now
+
+
+@pytest.mark.authflow_stores("sql")
+def test_groups_guard_the_same_views_as_roles(imported: Imported) -> None:
+    paula, bea, arne = imported.client(), imported.client(), imported.client()
+    for client, name in ((paula, "paula"), (bea, "bea"), (arne, "arne")):
+        assert login(client, name, PASSWORD).location == "/account"
+    assert paula.get("/users/edit").status_code == 200 and bea.get("/users/edit").status_code == 403
+    assert paula.get("/users").status_code == 200 and bea.get("/users").status_code == 200
+    assert arne.get("/users").status_code == 403 and arne.get("/users/edit").status_code == 403
+
+
+@pytest.mark.authflow_stores("sql")
+def test_the_unverified_and_the_inactive_are_refused_as_in_allauth(imported: Imported) -> None:
+    ulla = imported.client()
+    assert login(ulla, "ulla", PASSWORD).status_code == 403 and ulla.get("/private").status_code != 200
+    ines = imported.client()
+    assert login(ines, "ines", PASSWORD).status_code == 401 and ines.get("/private").status_code != 200
+
+
+@pytest.mark.authflow_stores("sql")
+def test_the_totp_user_needs_the_same_code_from_the_same_secret(imported: Imported, project: Project) -> None:
+    clock = get_state(imported.app).clock
+    assert isinstance(clock, MockClock)
+    max_ = imported.client()
+    assert login(max_, "max", PASSWORD).location.startswith("/login/factor")
+    assert max_.get("/private").status_code != 200  # the password alone is not enough
+    code = totp_code(project.facts["totp_secret"], clock)
+    assert factor_step(max_, f"{(int(code) + 1) % 1_000_000:06d}").status_code == 401
+    login(max_, "max", PASSWORD)
+    assert factor_step(max_, code).location == "/account"
+    assert max_.get("/private").text == "private page"
+
+
+@pytest.mark.authflow_stores("sql")
+def test_an_unused_recovery_code_works_once_and_a_spent_one_never(
+    imported: Imported, project: Project
+) -> None:
+    spent = imported.client()
+    login(spent, "max", PASSWORD)
+    assert factor_step(spent, project.facts["spent_code"], kind="recovery_code").status_code == 401
+    code = project.facts["unused_codes"][0]
+    first = imported.client()
+    login(first, "max", PASSWORD)
+    assert factor_step(first, code, kind="recovery_code").location == "/account"
+    assert first.get("/private").text == "private page"
+    again = imported.client()
+    login(again, "max", PASSWORD)
+    assert factor_step(again, code, kind="recovery_code").status_code == 401
+
+
+@pytest.mark.authflow_stores("sql")
+def test_the_webauthn_user_signs_in_with_the_same_key(imported: Imported, project: Project) -> None:
+    wendy = imported.client()
+    assert login(wendy, "wendy", PASSWORD).location.startswith("/login/factor")
+    assert wendy.get("/private").status_code != 200
+    token = csrf_of(wendy.get("/login/factor").text)
+    options = wendy.post("/login/factor/webauthn-options", data={"csrf_token": token})
+    assert options.status_code == 200 and options.json is not None
+    credential = project.authenticator.assert_(options.json["publicKey"])
+    done = wendy.post(
+        "/login/factor", data={"kind": "webauthn", "credential": credential, "csrf_token": token}
+    )
+    assert done.location == "/account" and wendy.get("/private").text == "private page"
+
+
+@pytest.mark.authflow_stores("sql")
+def test_the_social_account_signs_in_into_the_same_account(imported: Imported) -> None:
+    state = get_state(imported.app)
+    parts = (state.backend, state.session_store, imported.provider, state.clock)
+    fed = FederatedApp(imported.app, imported.authflow, *parts)  # type: ignore[arg-type]
+    imported.provider.login_as("sofia-sub", email="sofia@example.com", email_verified=True)
+    client = fed.client()
+    assert fed.sign_in(client).location == "/private"
+    assert client.get("/private").text == "private page"
+    with imported.app.app_context():
+        link = state.backend.find_link(imported.provider.issuer, "sofia-sub")
+        assert link is not None and link.user_id == imported.user_id("sofia")
+        assert [u.identifier for u in state.backend.list_users("default")].count("sofia") == 1

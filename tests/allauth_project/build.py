@@ -87,7 +87,7 @@ def build(registration: dict[str, Any] | None) -> dict[str, Any]:
     for name, user in users.items():
         _address(user, user.email, verified=name != "ulla", primary=True)
     _address(users["paula"], "paula@old.example.com", verified=False, primary=False)
-    SocialAccount.objects.create(user=users["sofia"], provider="testprovider", uid="sofia-sub", extra_data={})
+    SocialAccount.objects.create(user=users["sofia"], provider="test-op", uid="sofia-sub", extra_data={})
     users["paula"].groups.add(admins)
     users["bea"].groups.add(editors)
     users["max"].groups.add(editors)

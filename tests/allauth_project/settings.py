@@ -1,8 +1,8 @@
 """Settings of the django-allauth project the migration test builds: accounts with mandatory
-e-mail verification, social accounts with an OpenID Connect app (``testprovider``, the
-provider name flask-authflow's test app uses too), MFA (TOTP, recovery codes, WebAuthn), and
-Django's pbkdf2 (default), argon2 and bcrypt hashers. The database is the SQLite file named
-by ``ALLAUTH_PROJECT_DATABASE``."""
+e-mail verification, social accounts with an OpenID Connect app (``test-op``, the provider
+name of flask-authflow's test provider, so the imported links name it), MFA (TOTP, recovery
+codes, WebAuthn), and Django's pbkdf2 (default), argon2 and bcrypt hashers. The database is
+the SQLite file named by ``ALLAUTH_PROJECT_DATABASE``."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ SOCIALACCOUNT_PROVIDERS = {
     "openid_connect": {
         "APPS": [
             {
-                "provider_id": "testprovider",
+                "provider_id": "test-op",
                 "name": "Test provider",
                 "client_id": "test-client",
                 "secret": "test-secret",

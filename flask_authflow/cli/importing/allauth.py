@@ -34,7 +34,7 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, MetaData, Table, inspect, select
@@ -301,14 +301,15 @@ def _user(row: Mapping[str, Any], rows: _Rows) -> ImportedUser | SourceRefusal:
     )
 
 
-@dataclass(frozen=True, slots=True)
 class AllauthReader:
     """The django-allauth source (see the module's documentation). ``groups_as_roles``:
     Django's groups become roles (with their permissions) and each user holds their groups'
     roles (``users import --django-groups-as-roles``)."""
 
-    groups_as_roles: bool = False
-    name: str = field(default="django-allauth", init=False)
+    name = "django-allauth"
+
+    def __init__(self, *, groups_as_roles: bool = False) -> None:
+        self.groups_as_roles = groups_as_roles
 
     def recognises(self, conn: Connection, tables: Collection[str]) -> bool:
         return _RECOGNISED <= set(tables)
