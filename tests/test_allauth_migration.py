@@ -41,6 +41,7 @@ from flask_authflow.login.legacy_hashes import identify
 from flask_authflow.testing import Outbox
 from flask_authflow.testing.provider import TestOpenIDProvider
 from tests.appfactory import AppFactory
+from tests.concurrency import run_together
 from tests.federation_support import CLIENT_ID, CLIENT_SECRET, PROVIDER, REDIRECT_URI, FederatedApp
 from tests.test_views import csrf_of, factor_step, login
 from tests.webauthn_soft import SoftAuthenticator, SoftCredential, b64url
@@ -490,3 +491,109 @@ def test_the_social_account_signs_in_into_the_same_account(imported: Imported) -
         link = state.backend.find_link(imported.provider.issuer, "sofia-sub")
         assert link is not None and link.user_id == imported.user_id("sofia")
         assert [u.identifier for u in state.backend.list_users("default")].count("sofia") == 1
+
+
+# --- identity links: what is not carried, and never moved ----------------------------------------
+
+
+def imported_with(
+    app_factory: AppFactory, tmp_path: Path, url: str, provider: TestOpenIDProvider, *args: str
+) -> Imported:
+    authflow = AuthFlow()
+    app = migrated_app(app_factory, tmp_path, provider, authflow)
+    result = run_import(app, url, *args)
+    assert result.exit_code == 0, result.output
+    return Imported(app, json.loads(result.output), provider, authflow)
+
+
+def sign_in_with_provider(imported: Imported, subject: str) -> FlaskClient:
+    state = get_state(imported.app)
+    parts = (state.backend, state.session_store, imported.provider, state.clock)
+    fed = FederatedApp(imported.app, imported.authflow, *parts)  # type: ignore[arg-type]
+    imported.provider.login_as(subject, email=f"{subject}@provider.example", email_verified=True)
+    client = fed.client()
+    assert fed.sign_in(client).location == "/private"
+    return client
+
+
+@pytest.mark.authflow_stores("sql")
+def test_a_link_to_a_provider_the_app_lacks_is_not_carried_and_said_so(
+    app_factory: AppFactory, tmp_path: Path, project: Project, oidc_provider: TestOpenIDProvider
+) -> None:
+    url = project.copy(tmp_path)
+    change(url, "update socialaccount_socialaccount set provider = 'google'")
+    imported = imported_with(app_factory, tmp_path, url, oidc_provider)
+    sofia = next(u for u in imported.report["users"] if u["identifier"] == "sofia")
+    assert sofia["not_carried"] == ["identity link google (no provider of that name in this app)"]
+    assert not any(item.startswith("identity link") for item in sofia["carried"])
+    with imported.app.app_context():
+        assert get_state(imported.app).backend.links_of_user("default", imported.user_id("sofia")) == []
+
+
+@pytest.mark.authflow_stores("sql")
+def test_a_social_only_user_is_imported_without_a_password(
+    app_factory: AppFactory, tmp_path: Path, project: Project, oidc_provider: TestOpenIDProvider
+) -> None:
+    url = project.copy(tmp_path)
+    change(url, "update auth_user set password = '!' || password where username = 'sofia'")
+    change(url, "update auth_user set password = '!' || password where username = 'arne'")
+    imported = imported_with(app_factory, tmp_path, url, oidc_provider)
+    refused = dict((r["identifier"], r["reason"]) for r in imported.report["refused"])
+    assert refused == {"arne": "no password hash"}  # no password and no link: no way in
+    assert login(imported.client(), "sofia", PASSWORD).status_code == 401
+    client = sign_in_with_provider(imported, "sofia-sub")
+    assert client.get("/private").text == "private page"
+    with imported.app.app_context():
+        link = get_state(imported.app).backend.find_link(imported.provider.issuer, "sofia-sub")
+    assert link is not None and link.user_id == imported.user_id("sofia")
+
+
+@pytest.mark.authflow_stores("sql")
+def test_an_identity_linked_to_another_account_stays_with_it(
+    app_factory: AppFactory, tmp_path: Path, project: Project, oidc_provider: TestOpenIDProvider
+) -> None:
+    authflow = AuthFlow()
+    app = migrated_app(app_factory, tmp_path, oidc_provider, authflow)
+    first = Imported(app, {}, oidc_provider, authflow)
+    sign_in_with_provider(first, "sofia-sub")  # a new account, linked, before the import
+    backend = get_state(app).backend
+    with app.app_context():
+        before = backend.find_link(oidc_provider.issuer, "sofia-sub")
+    assert before is not None
+    result = run_import(app, project.copy(tmp_path))
+    assert result.exit_code == 0, result.output
+    sofia = next(u for u in json.loads(result.output)["users"] if u["identifier"] == "sofia")
+    assert f"identity link {oidc_provider.issuer} (another account's already)" in sofia["not_carried"]
+    with app.app_context():
+        after = backend.find_link(oidc_provider.issuer, "sofia-sub")
+        assert after is not None and after.user_id == before.user_id != first.user_id("sofia")
+        assert backend.links_of_user("default", first.user_id("sofia")) == []
+
+
+@pytest.mark.authflow_stores("sql")
+def test_parallel_links_of_one_identity_give_it_to_one_account(
+    app_factory: AppFactory, tmp_path: Path, oidc_provider: TestOpenIDProvider
+) -> None:
+    from flask_authflow.cli.importing.links import write_links
+
+    app = migrated_app(app_factory, tmp_path, oidc_provider, AuthFlow())
+    backend = get_state(app).backend
+    with app.app_context():
+        ids = [backend.create_user("default", name, None).user_id for name in ("one", "two", "three", "four")]
+
+    def link(user_id: str) -> list[str]:
+        with app.app_context():
+            unit = backend.begin_unit()
+            try:
+                taken = write_links(backend, "default", user_id, [("https://op.test", "shared-sub")])
+            except BaseException:
+                unit.rollback()
+                raise
+            unit.commit()
+            return taken
+
+    results = run_together([lambda user_id=user_id: link(user_id) for user_id in ids])
+    assert sorted(len(taken) for taken in results) == [0, 1, 1, 1]
+    with app.app_context():
+        owner = backend.find_link("https://op.test", "shared-sub")
+    assert owner is not None and owner.user_id == ids[results.index([])]
