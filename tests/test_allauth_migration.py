@@ -597,3 +597,47 @@ def test_parallel_links_of_one_identity_give_it_to_one_account(
     with app.app_context():
         owner = backend.find_link("https://op.test", "shared-sub")
     assert owner is not None and owner.user_id == ids[results.index([])]
+
+
+def test_a_passwordless_key_carries_as_a_passkey_named_by_allauths_user_handle(
+    project: Project, tmp_path: Path
+) -> None:
+    url = project.copy(tmp_path)
+    options = {"rp": {"id": RP_ID}, "user": {"id": b64url(b"9")}, "challenge": b64url(b"passkey-challenge")}
+    registration, key = SoftAuthenticator(origin=ORIGIN).register(
+        options, discoverable=True, backup_eligible=True
+    )
+    data = {"name": "Phone", "credential": json.loads(registration)}
+    change(url, "update mfa_authenticator set data = ? where user_id = 9", json.dumps(data))
+    (passkey,) = users_of(read(url))["wendy"].factors
+    assert isinstance(passkey, WebAuthnCredential)
+    assert passkey.credential_id == key.credential_id and passkey.label == "Phone"
+    assert passkey.use is WebAuthnUse.FIRST and passkey.discoverable is True
+    assert passkey.user_handle == b"9"  # allauth's handle: the user's pk in base 36
+    assert passkey.backup_eligible is True
+
+
+@pytest.mark.authflow_stores("sql")
+def test_an_encrypted_totp_key_refuses_the_run_unless_reenrollment_is_accepted(
+    app_factory: AppFactory, tmp_path: Path, project: Project, oidc_provider: TestOpenIDProvider
+) -> None:
+    url = project.copy(tmp_path)
+    sealed = {"secret": "gAAAAABlZ2VuY3J5cHRlZC1ieS10aGUtcHJvamVjdHMtYWRhcHRlcg=="}
+    change(url, "update mfa_authenticator set data = ? where type = 'totp'", json.dumps(sealed))
+    app = migrated_app(app_factory, tmp_path, oidc_provider, AuthFlow())
+    backend = get_state(app).backend
+    dry = run_import(app, url, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    max_ = next(u for u in json.loads(dry.output)["users"] if u["identifier"] == "max")
+    assert [item.split(":")[0] for item in max_["lowered"]] == ["totp"]
+    refused = run_import(app, url)
+    assert refused.exit_code == 1 and json.loads(refused.output)["error"] == "would_lower"
+    with app.app_context():
+        assert backend.list_users("default") == []
+    accepted = run_import(app, url, "--accept-reenrollment")
+    assert accepted.exit_code == 0, accepted.output
+    max_ = next(u for u in json.loads(accepted.output)["users"] if u["identifier"] == "max")
+    assert max_["asked"] == ["set up totp again"]
+    client = app.test_client()
+    assert login(client, "max", PASSWORD).location == "/account/factors"
+    assert client.get("/private").status_code != 200  # not authenticated before the enrollment
