@@ -76,13 +76,15 @@ class Project:
         return f"sqlite:///{target}"
 
 
-def build_project(directory: Path) -> Project:
-    """Migrate and fill the django-allauth project's database (in a subprocess)."""
+def build_project(directory: Path, database_url: str | None = None) -> Project:
+    """Migrate and fill the django-allauth project's database (in a subprocess): a SQLite file
+    in ``directory``, or the PostgreSQL database ``database_url``."""
     authenticator = SoftAuthenticator(origin=ORIGIN)
     options = {"rp": {"id": RP_ID}, "user": {"id": b64url(b"9")}, "challenge": b64url(b"allauth-challenge")}
     registration, key = authenticator.register(options, discoverable=False)
     (directory / "registration.json").write_text(registration)
     database = directory / "allauth.db"
+    where = database_url or str(database)
     done = subprocess.run(
         [
             sys.executable,
@@ -90,7 +92,7 @@ def build_project(directory: Path) -> Project:
             "error",
             "-m",
             "tests.allauth_project.build",
-            str(database),
+            where,
             str(directory / "registration.json"),
         ],
         cwd=REPO,
@@ -641,3 +643,28 @@ def test_an_encrypted_totp_key_refuses_the_run_unless_reenrollment_is_accepted(
     client = app.test_client()
     assert login(client, "max", PASSWORD).location == "/account/factors"
     assert client.get("/private").status_code != 200  # not authenticated before the enrollment
+
+
+@pytest.mark.authflow_stores("sql")
+def test_a_project_on_postgresql_reads_the_same(
+    postgres_server: Any, tmp_path: Path, project: Project
+) -> None:
+    """allauth's JSON on PostgreSQL is ``jsonb`` (decoded by the driver), on SQLite text."""
+    url = postgres_server.new_database()
+    on_postgres = build_project(tmp_path, url)
+    users = users_of(read(url, AllauthReader(groups_as_roles=True)))
+    on_sqlite = users_of(read(project.copy(tmp_path), AllauthReader(groups_as_roles=True)))
+    assert set(users) == set(on_sqlite)
+    (totp, codes) = users["max"].factors
+    assert isinstance(totp, TotpFactor) and totp.secret == base64.b32decode(on_postgres.facts["totp_secret"])
+    assert isinstance(codes, RecoveryCodes) and list(codes.codes) == on_postgres.facts["unused_codes"]
+    (key,) = users["wendy"].factors
+    assert isinstance(key, WebAuthnCredential) and key.credential_id == on_postgres.key.credential_id
+    for name, user in users.items():
+        same = on_sqlite[name]
+        assert (user.emails, user.disabled, user.roles, user.links) == (
+            same.emails,
+            same.disabled,
+            same.roles,
+            same.links,
+        ), name

@@ -1,9 +1,10 @@
 """Build the django-allauth project's database:
-``python -m tests.allauth_project.build FILE [WEBAUTHN_REGISTRATION.json]``.
+``python -m tests.allauth_project.build DATABASE [WEBAUTHN_REGISTRATION.json]``.
 
-Migrates a new SQLite database and creates, through Django's and allauth's own APIs, one user
-per case the migration test checks; prints what the test needs to know as JSON (the TOTP
-secret, the recovery codes left unused and the one spent, each user's hasher). The WebAuthn
+Migrates a new database (a SQLite file, or a PostgreSQL URL) and creates, through Django's
+and allauth's own APIs, one user per case the migration test checks; prints what the test
+needs to know as JSON (the TOTP secret, the recovery codes left unused and the one spent,
+each user's hasher). The WebAuthn
 registration (a browser's registration response, made by the test's software authenticator,
 whose private key stays in the test) is stored for ``wendy`` with allauth's ``WebAuthn.add``
 and read back through allauth's own parsing.

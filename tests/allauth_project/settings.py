@@ -2,11 +2,12 @@
 e-mail verification, social accounts with an OpenID Connect app (``test-op``, the provider
 name of flask-authflow's test provider, so the imported links name it), MFA (TOTP, recovery
 codes, WebAuthn), and Django's pbkdf2 (default), argon2 and bcrypt hashers. The database is
-the SQLite file named by ``ALLAUTH_PROJECT_DATABASE``."""
+``ALLAUTH_PROJECT_DATABASE``: a SQLite file, or a ``postgresql+psycopg://`` URL."""
 
 from __future__ import annotations
 
 import os
+from urllib.parse import urlsplit
 
 SECRET_KEY = "allauth-project-secret-for-tests-only"
 DEBUG = False
@@ -38,9 +39,23 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
     "allauth.account.auth_backends.AuthenticationBackend",
 ]
-DATABASES = {
-    "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ["ALLAUTH_PROJECT_DATABASE"]}
-}
+
+
+def _database(where: str) -> dict[str, object]:
+    if not where.startswith("postgresql"):
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": where}
+    url = urlsplit(where)
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": url.path.lstrip("/"),
+        "USER": url.username or "",
+        "PASSWORD": url.password or "",
+        "HOST": url.hostname or "",
+        "PORT": str(url.port or ""),
+    }
+
+
+DATABASES = {"default": _database(os.environ["ALLAUTH_PROJECT_DATABASE"])}
 PASSWORD_HASHERS = [
     "django.contrib.auth.hashers.PBKDF2PasswordHasher",
     "django.contrib.auth.hashers.Argon2PasswordHasher",
