@@ -668,3 +668,86 @@ def test_a_project_on_postgresql_reads_the_same(
             same.roles,
             same.links,
         ), name
+
+
+CLAIM_ROUNDS = 8
+CLAIMING_PROCESSES = 4
+
+
+def _claimer(url: str, worker: int, user_id: str, barrier: Any, out: Any) -> None:
+    """Every round, with the other processes at once: link the round's identity to this
+    worker's user through the import's writer, in a unit of work. Reports who holds each."""
+    from flask_authflow.cli.importing.links import write_links
+    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+
+    backend = SqlAlchemyBackend(url, create_tables=False)
+    held: list[bool] = []
+    try:
+        for round_ in range(CLAIM_ROUNDS):
+            barrier.wait(60)
+            unit = backend.begin_unit()
+            try:
+                taken = write_links(backend, "default", user_id, [("https://op.test", f"sub-{round_}")])
+            except BaseException:
+                unit.rollback()
+                raise
+            unit.commit()
+            held.append(taken == [])
+    except Exception as exc:  # noqa: BLE001 - reported to the test, which fails on it
+        barrier.abort()
+        out.put((worker, repr(exc)))
+    else:
+        out.put((worker, held))
+    finally:
+        backend.close()
+
+
+@pytest.mark.multiprocess
+def test_an_identity_linked_by_several_processes_at_once_has_one_owner(postgres_server: Any) -> None:
+    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from tests.parts import child_processes
+
+    url = postgres_server.new_database()
+    backend = SqlAlchemyBackend(url)
+    try:
+        ids = [backend.create_user("default", f"user{n}", None).user_id for n in range(CLAIMING_PROCESSES)]
+        spawn = child_processes()
+        barrier, out = spawn.Barrier(CLAIMING_PROCESSES), spawn.Queue()
+        processes = [
+            spawn.Process(target=_claimer, args=(url, worker, ids[worker], barrier, out))
+            for worker in range(CLAIMING_PROCESSES)
+        ]
+        for process in processes:
+            process.start()
+        reports = dict(out.get(timeout=120) for _ in processes)
+        for process in processes:
+            process.join(30)
+            assert process.exitcode == 0
+        assert all(isinstance(held, list) for held in reports.values()), reports
+        for round_ in range(CLAIM_ROUNDS):
+            winners = [worker for worker, held in reports.items() if held[round_]]
+            assert len(winners) == 1, (round_, reports)  # one owner, the others told it is taken
+            link = backend.find_link("https://op.test", f"sub-{round_}")
+            assert link is not None and link.user_id == ids[winners[0]]  # and it stayed the winner's
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_claiming_an_identity_never_moves_its_link(store: str, tmp_path: Path) -> None:
+    from flask_authflow.storage.memory import InMemoryBackend
+    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+
+    backend: Any = (
+        InMemoryBackend() if store == "memory" else SqlAlchemyBackend(f"sqlite:///{tmp_path / 'l.db'}")
+    )
+    try:
+        first = backend.claim_identity("https://op.test", "sub", "default", "u1")
+        again = backend.claim_identity("https://op.test", "sub", "default", "u2")
+        assert (first.user_id, again.user_id) == ("u1", "u1")
+        assert backend.find_link("https://op.test", "sub").user_id == "u1"
+        other = backend.claim_identity("https://op.test", "another-sub", "acme", "u2")
+        assert (other.tenant, other.user_id) == ("acme", "u2")
+    finally:
+        if store == "sqlite":
+            backend.close()

@@ -5,7 +5,8 @@ same name, so the user's next "Sign in with ..." lands in the imported account.
 The plan resolves each provider name to the issuer our provider verifies (a name we do not
 have, or a multi-tenant issuer, is not carried and the plan says so); the writer links inside
 the user's unit of work, and leaves alone an identity that already belongs to another account
-(never moving a link away from its owner).
+(never moving a link away from its owner, decided by one statement, so also against a
+federated sign-in or another import at the same moment).
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ __all__ = ["LinkStore", "issuer_resolver", "plan_links", "write_links"]
 class LinkStore(Protocol):
     """The part of the store links are written to (both backends are one)."""
 
-    def find_link(self, issuer: str, subject: str) -> StoredLink | None: ...
-
-    def link_identity(self, issuer: str, subject: str, tenant: str, user_id: str) -> StoredLink: ...
+    def claim_identity(self, issuer: str, subject: str, tenant: str, user_id: str) -> StoredLink:
+        """Link the identity unless it is linked already; the link in force (never replaced)."""
+        ...
 
 
 def issuer_resolver(federation: Any) -> Callable[[str], str | None]:
@@ -72,9 +73,7 @@ def write_links(store: LinkStore, tenant: str, user_id: str, links: Sequence[tup
     the issuers left alone because the identity belongs to another account already."""
     taken = []
     for issuer, subject in links:
-        found = store.find_link(issuer, subject)
-        if found is not None and (found.tenant, found.user_id) != (tenant, user_id):
+        held = store.claim_identity(issuer, subject, tenant, user_id)  # one statement decides
+        if (held.tenant, held.user_id) != (tenant, user_id):
             taken.append(issuer)
-            continue
-        store.link_identity(issuer, subject, tenant, user_id)
     return taken
