@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import re
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import pytest
 from flask.testing import FlaskClient
 
 from flask_authflow import get_state
 from flask_authflow.core.session import AuthState
 from flask_authflow.login import required_enrollment
 from tests.appfactory import AppFactory
+from tests.parts import child_processes
 from tests.test_views import PASSWORD, Site, csrf_of, hidden_value, login, make_site, totp_now
 
 
@@ -162,3 +165,53 @@ def test_parallel_completions_authenticate_once(app_factory: AppFactory) -> None
     states = [r.state for r in site.sessions()]
     assert states.count(AuthState.AUTHENTICATED) <= 1
     assert sum(client.get("/private").status_code == 200 for client in (first, second)) <= 1
+
+
+# --- several processes on PostgreSQL ---------------------------------------------------------------
+
+RACERS = 3
+
+
+def _use_requirement(url: str, user_id: str, barrier: Any, out: Any) -> None:
+    """What a completing enrollment decides: read the live requirement, then use it up."""
+    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+
+    backend = SqlAlchemyBackend(url, create_tables=False)
+    try:
+        barrier.wait(60)
+        now = datetime.now(UTC)
+        live = backend.live_account_token("acme", user_id, required_enrollment.KIND, now)
+        won = live is not None and backend.use_account_token(live.token_hash, required_enrollment.KIND, now)
+        out.put(bool(won))
+    except Exception as exc:  # noqa: BLE001 - reported to the test, which fails on it
+        barrier.abort()
+        out.put(repr(exc))
+    finally:
+        backend.close()
+
+
+@pytest.mark.multiprocess
+def test_a_requirement_is_used_up_by_one_process(postgres_server: Any) -> None:
+    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+
+    url = postgres_server.new_database()
+    backend = SqlAlchemyBackend(url)
+    try:
+        user = backend.create_user("acme", "dave")
+        required_enrollment.require(backend, "acme", user.user_id, ["totp"], datetime.now(UTC), "import")
+        spawn = child_processes()
+        barrier, out = spawn.Barrier(RACERS), spawn.Queue()
+        processes = [
+            spawn.Process(target=_use_requirement, args=(url, user.user_id, barrier, out))
+            for _ in range(RACERS)
+        ]
+        for process in processes:
+            process.start()
+        results = [out.get(timeout=120) for _ in processes]
+        for process in processes:
+            process.join(30)
+        assert sorted(results, key=str) == [False] * (RACERS - 1) + [True], results
+        live = backend.live_account_token("acme", user.user_id, required_enrollment.KIND, datetime.now(UTC))
+        assert live is None
+    finally:
+        backend.close()

@@ -1,7 +1,7 @@
 """Flask-Security-Too's database as an import source: everything it stores about a user.
 
 Read by SQLAlchemy reflection (no Flask-Security-Too needed), from its default tables
-``user``, ``role``, ``roles_users`` and ``webauthn``:
+``user``, ``role``, ``roles_users`` and ``webauthn`` (or ``web_authn``):
 
 * ``password`` as it is (verified under ``AUTHFLOW_LEGACY_PASSWORD_SALT``, its
   ``SECURITY_PASSWORD_SALT``; a run without that salt is refused unless the application
@@ -49,7 +49,10 @@ from flask_authflow.cli.importing.model import (
 
 __all__ = ["FstReader"]
 
-_ROLES, _ROLES_USERS, _WEBAUTHN = "role", "roles_users", "webauthn"
+_ROLES, _ROLES_USERS = "role", "roles_users"
+#: FST's WebAuthn table: ``webauthn`` as FST names it, ``web_authn`` as Flask-SQLAlchemy
+#: names the ``WebAuthn`` model of FST's documented example.
+_WEBAUTHN = ("webauthn", "web_authn")
 #: The start of a Fernet token (version byte 0x80, base64url): an encrypted recovery code.
 _FERNET_PREFIX = "gAAAAA"
 
@@ -120,8 +123,8 @@ def _roles(conn: Connection, tables: set[str]) -> tuple[list[ImportedRole], dict
 def _credentials(conn: Connection, tables: set[str]) -> dict[Any, list[dict[str, Any]]]:
     """The ``webauthn`` rows by user id."""
     found: dict[Any, list[dict[str, Any]]] = {}
-    if _WEBAUTHN in tables:
-        for item in _rows(conn, _WEBAUTHN):
+    for name in (t for t in _WEBAUTHN if t in tables):
+        for item in _rows(conn, name):
             found.setdefault(item.get("user_id"), []).append(item)
     return found
 
