@@ -751,3 +751,16 @@ def test_claiming_an_identity_never_moves_its_link(store: str, tmp_path: Path) -
     finally:
         if store == "sqlite":
             backend.close()
+
+
+def test_a_django_bcrypt_hash_of_a_long_password_matches_as_django_checked_it() -> None:
+    """Django's BCryptPasswordHasher handed bcrypt the whole password, which read 72 bytes."""
+    from passlib.hash import django_bcrypt  # type: ignore[import-untyped]
+
+    from flask_authflow.login.legacy_hashes import LegacyHashes, LegacyResult
+
+    long = ("horse battery staple " * 5).encode()
+    stored = str(django_bcrypt.using(rounds=4).hash(long[:72]))
+    legacy = LegacyHashes(["django_bcrypt"])
+    assert legacy.verify(stored, long) is LegacyResult.MATCH
+    assert legacy.verify(stored, long[:71]) is LegacyResult.MISMATCH
