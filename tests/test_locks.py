@@ -68,7 +68,7 @@ def test_the_lock_covers_what_pyproject_asks_for_with_its_extras(name: str) -> N
 
 def test_the_test_lock_has_the_extras_scripts_test_installs_and_the_tools_ci_runs() -> None:
     assert lock_extras(LOCKS / "test.lock") == ["dev", "oidc", "postgres", "testing", "cedar"]
-    assert lock_extras(LOCKS / "reference.lock") == ["oidc", "accounts"]
+    assert lock_extras(LOCKS / "reference.lock") == ["oidc", "accounts", "babel"]
     pinned = {pin.name for pin in read_lock(LOCKS / "test.lock")}
     ci = (REPO / ".ci" / "run").read_text()
     for tool in ("ruff", "mypy"):

@@ -31,6 +31,7 @@ from flask import current_app
 
 from flask_authflow.cli.base import CommandFailed, emit, json_option, tenant_or_default
 from flask_authflow.cli.importing.files import read_file
+from flask_authflow.cli.importing.links import issuer_resolver
 from flask_authflow.cli.importing.model import ImportedUser, SourceData
 from flask_authflow.cli.importing.plan import PlanContext, Refused, UserPlan, plan_user
 from flask_authflow.cli.importing.sources import PASSWORD_VARIABLE, database_url, read_database
@@ -164,14 +165,16 @@ def _passlib_hashes(report: ImportReport) -> bool:
     )
 
 
-def _read(file: Path | None, url: str | None, table: str, prompt: bool) -> tuple[str, SourceData]:
+def _read(
+    file: Path | None, url: str | None, table: str, prompt: bool, groups_as_roles: bool = False
+) -> tuple[str, SourceData]:
     if file is not None:
         return "file", read_file(file)
     password = os.environ.get(PASSWORD_VARIABLE) or None
     if prompt:
         password = click.prompt("Password of the source database", hide_input=True)
     parsed = database_url(str(url), password)
-    name, data = read_database(parsed, table, current_app.config)
+    name, data = read_database(parsed, table, current_app.config, django_groups_as_roles=groups_as_roles)
     if password is None and database_url(str(url), None).password:
         notice = (
             "the URL carries a password (the process list and shell history keep it): leave it out "
@@ -209,7 +212,9 @@ def _refuse_lowering(report: ImportReport) -> None:
 
 @users.command("import")
 @click.argument("file", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--from-url", "url", help="Read a Flask-Security-Too database at this SQLAlchemy URL.")
+@click.option(
+    "--from-url", "url", help="Read a Flask-Security-Too or django-allauth database at this SQLAlchemy URL."
+)
 @click.option("--table", default="user", show_default=True, help="The users table of --from-url.")
 @click.option("--tenant", help="The tenant of rows that name none (default: AUTHFLOW_DEFAULT_TENANT).")
 @click.option(
@@ -225,6 +230,11 @@ def _refuse_lowering(report: ImportReport) -> None:
     is_flag=True,
     help=f"Ask for the --from-url database's password (else {PASSWORD_VARIABLE}, if set).",
 )
+@click.option(
+    "--django-groups-as-roles",
+    is_flag=True,
+    help="With a django-allauth project's database: its groups become roles, with their permissions.",
+)
 @json_option
 def users_import(
     file: Path | None,
@@ -234,6 +244,7 @@ def users_import(
     dry_run: bool,
     accept_reenrollment: bool,
     password_prompt: bool,
+    django_groups_as_roles: bool,
     as_json: bool,
 ) -> None:
     """Import users with their password hashes, factors and roles from FILE (CSV or JSON) or
@@ -243,13 +254,18 @@ def users_import(
     if password_prompt and url is None:
         raise click.UsageError("--password-prompt goes with --from-url")
     state = get_state()
-    source, data = _read(file, url, table, password_prompt)
+    source, data = _read(file, url, table, password_prompt, django_groups_as_roles)
     hashing = state.config.hashing
     legacy = LegacyHashes(
         hashing.legacy_schemes, salt=hashing.legacy_salt, argon2_over_ceiling=state.hasher.over_ceiling
     )
     ctx = PlanContext(
-        tenant_or_default(tenant), state.hasher, legacy, _registered(state), accept_reenrollment
+        tenant_or_default(tenant),
+        state.hasher,
+        legacy,
+        _registered(state),
+        accept_reenrollment,
+        issuer_of=issuer_resolver(state.federation),
     )
     report = plan_all(data, ctx, source, dry_run)
     if hashing.legacy_salt is None and _passlib_hashes(report):

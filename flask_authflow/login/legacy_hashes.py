@@ -16,11 +16,18 @@ scheme                      stored form                                         
 ``sha512_crypt``            ``$6$rounds=656000$...``                             libpass
 ``werkzeug``                ``scrypt:32768:8:1$...``, ``pbkdf2:sha256:...$...``  Werkzeug
 ``django_pbkdf2_sha256``    ``pbkdf2_sha256$1000000$...``                        libpass
+``django_argon2``           ``argon2$argon2id$v=19$m=102400,t=2,p=8$...``        argon2-cffi
+``django_bcrypt_sha256``    ``bcrypt_sha256$$2b$12$...``                         libpass
+``django_bcrypt``           ``bcrypt$$2b$12$...``                                libpass
 ==========================  ==================================================  ==============
 
-The first six are passlib's formats, as Flask-Security-Too stores them. Flask-Security-Too
-hashes ``base64(HMAC-SHA512(SECURITY_PASSWORD_SALT, password))`` rather than the password
-(its password normalised to NFKD; for bcrypt the first 72 bytes): with
+The first six are passlib's formats, as Flask-Security-Too stores them; the ``django_*``
+schemes are Django's hashers' own formats (``PBKDF2PasswordHasher``, ``Argon2PasswordHasher``,
+``BCryptSHA256PasswordHasher``, ``BCryptPasswordHasher``), as django-allauth projects store
+them in ``auth_user.password``.
+
+Flask-Security-Too hashes ``base64(HMAC-SHA512(SECURITY_PASSWORD_SALT, password))`` rather
+than the password (its password normalised to NFKD; for bcrypt the first 72 bytes): with
 ``AUTHFLOW_LEGACY_PASSWORD_SALT`` set to that salt, passlib-format hashes are verified the
 same way; without it, against the password itself (NFKD, and as typed when that differs).
 
@@ -68,6 +75,9 @@ LEGACY_SCHEMES: Final = (
     "sha512_crypt",
     "werkzeug",
     "django_pbkdf2_sha256",
+    "django_argon2",
+    "django_bcrypt_sha256",
+    "django_bcrypt",
 )
 #: Flask-Security-Too's schemes: passlib formats, HMAC'd when a salt is configured.
 _PASSLIB_FORMATS: Final = frozenset(LEGACY_SCHEMES[:6])
@@ -78,6 +88,15 @@ _LIBPASS_HANDLERS: Final = {
     "sha256_crypt": "sha256_crypt",
     "sha512_crypt": "sha512_crypt",
     "django_pbkdf2_sha256": "django_pbkdf2_sha256",
+    "django_bcrypt_sha256": "django_bcrypt_sha256",
+    "django_bcrypt": "django_bcrypt",
+}
+#: The prefix Django's hashers put before a hash of the usual form, and that form's scheme
+#: (whose cost ceilings apply).
+_DJANGO_PREFIXES: Final = {
+    "django_argon2": ("argon2", "argon2"),
+    "django_bcrypt_sha256": ("bcrypt_sha256$", "bcrypt"),
+    "django_bcrypt": ("bcrypt$", "bcrypt"),
 }
 _BCRYPT = re.compile(r"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
 _WERKZEUG_SCRYPT = re.compile(r"scrypt:(\d{1,10}):(\d{1,4}):(\d{1,4})\$[^$]{1,200}\$[0-9a-f]{2,1024}")
@@ -134,6 +153,9 @@ def identify(stored: str) -> str | None:
         (("$6$",), "sha512_crypt"),
         (("scrypt:", "pbkdf2:"), "werkzeug"),
         (("pbkdf2_sha256$",), "django_pbkdf2_sha256"),
+        (("argon2$argon2",), "django_argon2"),
+        (("bcrypt_sha256$$2",), "django_bcrypt_sha256"),
+        (("bcrypt$$2",), "django_bcrypt"),
     )
     for starts, scheme in prefixes:
         if stored.startswith(starts):
@@ -204,7 +226,7 @@ class LegacyHashes:
         self._first = next((name for name in schemes if name in LEGACY_SCHEMES), None)
         #: What :meth:`dummy_verify` verifies against: (scheme, hash), made or met.
         self._dummy: tuple[str, str] | None = None
-        if "bcrypt" in self.schemes:
+        if self.schemes & {"bcrypt", "django_bcrypt_sha256", "django_bcrypt"}:
             try:
                 self._bcrypt = importlib.import_module("bcrypt")
             except ImportError:
@@ -286,6 +308,8 @@ class LegacyHashes:
                 made = self._bcrypt.hashpw(secret.encode("ascii"), self._bcrypt.gensalt()).decode("ascii")
             elif scheme == "argon2":
                 made = self._argon2.hash(secret)
+            elif scheme == "django_argon2":  # Django's format: "argon2" + argon2-cffi's hash
+                made = _DJANGO_PREFIXES[scheme][0] + self._argon2.hash(secret)
             elif scheme == "werkzeug":
                 from werkzeug.security import generate_password_hash
 
@@ -296,6 +320,8 @@ class LegacyHashes:
 
     def _candidates(self, scheme: str, typed: bytes) -> list[bytes]:
         """The byte strings the scheme's hash may have been made of, most likely first."""
+        if scheme == "django_bcrypt":
+            return [typed[:_BCRYPT_MAX_BYTES]]  # what Django's BCryptPasswordHasher hashed
         if scheme not in _PASSLIB_FORMATS:
             return [typed]
         normalised = _nfkd(typed)
@@ -310,6 +336,8 @@ class LegacyHashes:
     def _within_ceilings(self, scheme: str, stored: str) -> bool | None:
         """Whether the stored cost is within the ceilings; ``None`` for a malformed hash."""
         c = self.ceilings
+        if scheme in _DJANGO_PREFIXES:
+            scheme, stored = _DJANGO_PREFIXES[scheme][1], _django_inner(stored)
         if scheme == "bcrypt":
             match = _BCRYPT.fullmatch(stored)
             return None if match is None else 4 <= int(match[1]) <= c.bcrypt_cost
@@ -362,9 +390,9 @@ class LegacyHashes:
         with self._work():
             if scheme == "bcrypt":
                 return bool(self._bcrypt.checkpw(candidate, stored.encode("ascii")))
-            if scheme == "argon2":
+            if scheme in ("argon2", "django_argon2"):
                 try:
-                    return self._argon2.verify(stored, candidate)
+                    return self._argon2.verify(_django_inner(stored), candidate)
                 except (VerificationError, InvalidHashError):
                     return False
             if scheme == "werkzeug":
@@ -384,3 +412,10 @@ def _werkzeug_check(stored: str, candidate: bytes) -> bool:
     except UnicodeDecodeError:
         return False  # Werkzeug hashed text: these bytes were never a password it hashed
     return check_password_hash(stored, text)
+
+
+def _django_inner(stored: str) -> str:
+    """The bcrypt or Argon2 hash inside a Django-format one (``stored`` itself otherwise)."""
+    scheme = identify(stored)
+    known = _DJANGO_PREFIXES.get(scheme or "")
+    return stored.removeprefix(known[0]) if known is not None else stored

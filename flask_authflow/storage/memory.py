@@ -815,6 +815,15 @@ class InMemoryBackend:
             self._put(self._links, (issuer, subject), link)
         return link
 
+    def claim_identity(self, issuer: str, subject: str, tenant: str, user_id: str) -> IdentityLink:
+        """Link the identity unless it is linked already; the link in force (never replaced)."""
+        with self._lock:
+            found = self._links.get((issuer, subject))
+            if found is None:
+                found = IdentityLink(issuer, subject, tenant, user_id, self.clock.now())
+                self._put(self._links, (issuer, subject), found)
+            return found
+
     def find_link(self, issuer: str, subject: str) -> IdentityLink | None:
         with self._lock:
             return self._links.get((issuer, subject))

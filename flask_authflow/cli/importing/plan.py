@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from flask_authflow.cli.importing.links import plan_links
 from flask_authflow.cli.importing.model import (
     EmailFactor,
     HotpFactor,
@@ -55,6 +56,8 @@ class PlanContext:
     legacy: LegacyHashes
     registered: Callable[[str], bool]
     accept_reenrollment: bool = False
+    #: The issuer of each of the app's providers by name (identity links; ``None``: none).
+    issuer_of: Callable[[str], str | None] = lambda name: None
 
 
 @dataclass(slots=True)
@@ -74,6 +77,8 @@ class UserPlan:
     refused: str | None = None
     factors: list[ImportedFactor] = field(default_factory=list)
     required: list[str] = field(default_factory=list)
+    #: ``(issuer, subject)`` of each identity link carried.
+    links: list[tuple[str, str]] = field(default_factory=list)
 
     def document(self) -> dict[str, Any]:
         return {
@@ -99,6 +104,7 @@ def plan_user(user: ImportedUser, ctx: PlanContext) -> UserPlan:
     plan = UserPlan(label=user.identifier[:200] if isinstance(user.identifier, str) else "?", user=user)
     try:
         _identity(plan, user, ctx)
+        _links(plan, user, ctx)  # before the password: a linked user may have none
         _password(plan, user, ctx)
         _emails(plan, user.emails)
         if user.disabled:
@@ -108,8 +114,6 @@ def plan_user(user: ImportedUser, ctx: PlanContext) -> UserPlan:
             _factor(plan, factor, ctx)
         for missing in user.unreadable:
             _lower(plan, missing.kind, missing.reason, ctx)
-        for link in user.links:
-            plan.not_carried.append(f"identity link {link.provider}")
     except Refused as refused:
         return UserPlan(label=plan.label, user=user, identifier=plan.identifier, refused=refused.reason)
     if not ctx.accept_reenrollment:
@@ -129,8 +133,16 @@ def _identity(plan: UserPlan, user: ImportedUser, ctx: PlanContext) -> None:
         raise Refused(error.message) from None
 
 
+def _links(plan: UserPlan, user: ImportedUser, ctx: PlanContext) -> None:
+    plan.links, not_carried = plan_links(user.links, ctx.issuer_of)
+    plan.carried.extend(f"identity link {issuer}" for issuer, _ in plan.links)
+    plan.not_carried.extend(not_carried)
+
+
 def _password(plan: UserPlan, user: ImportedUser, ctx: PlanContext) -> None:
     stored = user.password_hash
+    if stored is None and plan.links:
+        return  # no password in the source (a social login): signs in through the link
     if not isinstance(stored, str) or not stored:
         raise Refused("no password hash")
     refusal = hash_refusal(stored, ctx.hasher, ctx.legacy)

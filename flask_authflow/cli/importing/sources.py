@@ -13,6 +13,7 @@ from sqlalchemy import URL, create_engine, inspect, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from flask_authflow.cli.base import CommandFailed
+from flask_authflow.cli.importing.allauth import AllauthReader
 from flask_authflow.cli.importing.fst import FstReader
 from flask_authflow.cli.importing.model import SourceData, SourceReader
 
@@ -22,9 +23,10 @@ __all__ = ["PASSWORD_VARIABLE", "database_url", "read_database", "readers"]
 PASSWORD_VARIABLE = "AUTHFLOW_IMPORT_DATABASE_PASSWORD"  # noqa: S105 - a variable name
 
 
-def readers(table: str) -> tuple[SourceReader, ...]:
-    """The sources tried, in order (``table``: Flask-Security-Too's users table)."""
-    return (FstReader(table),)
+def readers(table: str, *, django_groups_as_roles: bool = False) -> tuple[SourceReader, ...]:
+    """The sources tried, in order (``table``: Flask-Security-Too's users table;
+    ``django_groups_as_roles``: a Django project's groups become roles)."""
+    return (FstReader(table), AllauthReader(groups_as_roles=django_groups_as_roles))
 
 
 def database_url(url: str, password: str | None) -> URL:
@@ -38,7 +40,9 @@ def database_url(url: str, password: str | None) -> URL:
     return parsed if password is None else parsed.set(password=password)
 
 
-def read_database(url: URL, table: str, config: Mapping[str, object]) -> tuple[str, SourceData]:
+def read_database(
+    url: URL, table: str, config: Mapping[str, object], *, django_groups_as_roles: bool = False
+) -> tuple[str, SourceData]:
     """``(source name, what it read)`` from the first source that recognises the database.
 
     :raises CommandFailed: no known source's schema, or the database cannot be read."""
@@ -49,7 +53,7 @@ def read_database(url: URL, table: str, config: Mapping[str, object]) -> tuple[s
     try:
         with engine.connect() as conn:
             tables = set(inspect(conn).get_table_names())
-            for reader in readers(table):
+            for reader in readers(table, django_groups_as_roles=django_groups_as_roles):
                 if reader.recognises(conn, tables):
                     return reader.name, reader.read(conn, config)
     except SQLAlchemyError as error:
@@ -60,6 +64,6 @@ def read_database(url: URL, table: str, config: Mapping[str, object]) -> tuple[s
         engine.dispose()
     raise CommandFailed(
         f"the database is of no known source (a Flask-Security-Too {table!r} table with email, password "
-        "and fs_uniquifier columns)",
+        "and fs_uniquifier columns, or a django-allauth project's auth_user and account_emailaddress)",
         "invalid_input",
     )

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from flask_authflow.cli.importing.links import LinkStore, write_links
 from flask_authflow.cli.importing.model import (
     EmailFactor,
     ImportedFactor,
@@ -50,7 +51,7 @@ from flask_authflow.outcomes import FactorKind
 __all__ = ["ImportStore", "WriteTarget", "write_roles", "write_user"]
 
 
-class ImportStore(IdentityStore, FactorRecordStore, RoleStore, AccountTokenStore, Protocol):
+class ImportStore(IdentityStore, FactorRecordStore, RoleStore, AccountTokenStore, LinkStore, Protocol):
     """What an import writes to (both backends are one)."""
 
     def set_disabled(self, tenant: str, identifier: str, disabled: bool = True) -> None: ...
@@ -165,15 +166,18 @@ def _with_hook(
 def _write(target: WriteTarget, plan: UserPlan, roles: frozenset[str]) -> UserRecord:
     """Everything of one user (the caller keeps it in one unit of work)."""
     store, tenant, now = target.store, plan.tenant, target.now
-    assert plan.user is not None and plan.user.password_hash is not None
+    assert plan.user is not None
     verified_at = now if plan.email is not None and plan.email_verified else None
     user = store.create_user(tenant, plan.identifier, None, email=plan.email, email_verified_at=verified_at)
-    store.set_password_hash(tenant, user.user_id, plan.user.password_hash)
+    if plan.user.password_hash is not None:  # None: a linked user without a password
+        store.set_password_hash(tenant, user.user_id, plan.user.password_hash)
     if plan.user.disabled:
         store.set_disabled(tenant, plan.identifier, True)
     for name in plan.user.roles:
         if name in roles:
             store.add_user_role(tenant, user.user_id, name)
+    taken = write_links(store, tenant, user.user_id, plan.links)
+    plan.not_carried.extend(f"identity link {issuer} (another account's already)" for issuer in taken)
     for factor in plan.factors:
         store.add_factor(tenant, _config(target, user, plan, factor))
     if plan.required:

@@ -5,12 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Row, delete, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 
 from flask_authflow.federation.links import IdentityLink
 from flask_authflow.storage.sql.schema import aware, identity_links_table
 from flask_authflow.storage.sql.uow import SqlConnections
 
 __all__ = ["SqlIdentityLinks"]
+
+#: The insert of a link that leaves an existing link of the identity as it is, per database
+#: (others: a savepoint absorbs the duplicate).
+_CLAIMS = {
+    name: dialect_insert(identity_links_table).on_conflict_do_nothing()
+    for name, dialect_insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
+}
 
 
 class SqlIdentityLinks(SqlConnections):
@@ -34,6 +43,27 @@ class SqlIdentityLinks(SqlConnections):
                 )
             )
         return IdentityLink(issuer, subject, tenant, user_id, now)
+
+    def claim_identity(self, issuer: str, subject: str, tenant: str, user_id: str) -> IdentityLink:
+        """Link (``issuer``, ``subject``) to the user unless the identity is linked already;
+        returns the link in force (this one, or the earlier one, never replaced). One
+        statement decides, so of parallel claims in any processes exactly one wins."""
+        row = {"issuer": issuer, "subject": subject, "tenant": tenant, "user_id": user_id}
+        links = identity_links_table.c
+        with self._account_tx() as conn:
+            statement = _CLAIMS.get(conn.dialect.name)
+            if statement is not None:
+                conn.execute(statement.values(**row, created_at=self.clock.now()))
+            else:  # pragma: no cover - SQLite and PostgreSQL have upserts
+                try:
+                    with conn.begin_nested():
+                        conn.execute(insert(identity_links_table).values(**row, created_at=self.clock.now()))
+                except IntegrityError:
+                    pass
+            found = conn.execute(
+                select(identity_links_table).where(links.issuer == issuer, links.subject == subject)
+            ).one()
+        return self._link(found)
 
     def find_link(self, issuer: str, subject: str) -> IdentityLink | None:
         links = identity_links_table.c
