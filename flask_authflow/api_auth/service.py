@@ -26,8 +26,7 @@ nothing more (at most ``AUDITED_REFUSALS + 2`` rows per address and hour).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Final
@@ -44,7 +43,7 @@ from flask_authflow.api_auth.tokens import (
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.audit.sinks import AuditSink
 from flask_authflow.clock import Clock
-from flask_authflow.core.ports import ApiTokenRecord, ApiTokenStore, IdentityStore, UnitOfWork
+from flask_authflow.core.ports import ApiTokenRecord, ApiTokenStore, IdentityStore, UnitOfWork, one_unit
 from flask_authflow.errors import (
     AuditWriteError,
     AuthFlowError,
@@ -133,24 +132,6 @@ class ApiTokenService:
         self.settings = settings
         self._begin_unit = begin_unit
 
-    @contextmanager
-    def _one_transaction(self) -> Iterator[None]:
-        """The block's writes in one unit of work (joined when one is open already)."""
-        if self._begin_unit is None:
-            yield
-            return
-        try:
-            unit = self._begin_unit()
-        except RuntimeError:  # a unit of this context is open: the writes join it
-            yield
-            return
-        try:
-            yield
-        except BaseException:
-            unit.rollback()
-            raise
-        unit.commit()
-
     # --- audit ---------------------------------------------------------------------------
 
     def _audit(
@@ -223,7 +204,7 @@ class ApiTokenService:
             created_at=now,
             expires_at=self._expiry(now, expires_in),
         )
-        with self._one_transaction():
+        with one_unit(self._begin_unit):
             self.store.add_api_token(record)
             self._audit(
                 "api_token_created", "success", context, tenant=tenant, user_id=user_id, reason=token.token_id
@@ -238,7 +219,7 @@ class ApiTokenService:
         """Delete the user's token called ``name``; false if there was none. Once this
         returns, no request can be authenticated with it."""
         checked = check_token_name(name)
-        with self._one_transaction():
+        with one_unit(self._begin_unit):
             record = self.store.delete_api_token(tenant, user_id, checked)
             if record is not None:
                 self._audit(
@@ -258,7 +239,7 @@ class ApiTokenService:
         deleting, ``AccountAdmin.revoke_sessions``); how many there were. Audited when there
         were any. A password reset, a password change and log-out-everywhere delete the
         tokens in their own unit of work instead (:mod:`flask_authflow.login.recovery`)."""
-        with self._one_transaction():
+        with one_unit(self._begin_unit):
             count = self.store.delete_user_api_tokens(tenant, user_id)
             if count:
                 self._audit(

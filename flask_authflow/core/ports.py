@@ -10,7 +10,8 @@ service refuses the attempt (fail closed).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
@@ -40,6 +41,7 @@ __all__ = [
     "UnitOfWork",
     "UserRecord",
     "level_token",
+    "one_unit",
 ]
 
 
@@ -436,6 +438,28 @@ class UnitOfWork(Protocol):
     def rollback(self) -> None:
         """Drop every write of the unit (never raises)."""
         ...
+
+
+@contextmanager
+def one_unit(begin_unit: Callable[[], UnitOfWork] | None) -> Iterator[None]:
+    """The block's writes in one unit of work: begun with ``begin_unit`` and committed at
+    the block's end (rolled back on an exception), or joined when this context has one open
+    already (``begin_unit`` raises ``RuntimeError``; the unit's owner commits it). With
+    ``None`` (a store without units) the writes run as they are."""
+    if begin_unit is None:
+        yield
+        return
+    try:
+        unit = begin_unit()
+    except RuntimeError:  # a unit of this context is open: the writes join it
+        yield
+        return
+    try:
+        yield
+    except BaseException:
+        unit.rollback()
+        raise
+    unit.commit()
 
 
 @runtime_checkable

@@ -15,17 +15,16 @@ request, so the change applies from the user's next request.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TypeVar
 
 from flask import Flask, current_app
 
 from flask_authflow import signals
 from flask_authflow.audit.context import audit_context
-from flask_authflow.core.ports import Role, RoleStore
+from flask_authflow.core.ports import Role, RoleStore, one_unit
 from flask_authflow.errors import AuditWriteError, AuthFlowError
-from flask_authflow.web.state import AuthFlowState, get_state
+from flask_authflow.web.state import get_state
 
 __all__ = [
     "add_user_role",
@@ -58,7 +57,7 @@ def _changed(
     """Run ``change`` and (when ``done(result)``) write its audit row, in one unit of work;
     send ``roles_changed`` once both are kept."""
     state = get_state()
-    with _one_unit(state):
+    with one_unit(state.service.store.begin_unit):
         result = change()
         if done(result):
             row = audit_context().row(
@@ -80,21 +79,6 @@ def _changed(
             action=event,
         )
     return result
-
-
-@contextmanager
-def _one_unit(state: AuthFlowState) -> Iterator[None]:
-    try:
-        unit = state.service.store.begin_unit()
-    except RuntimeError:  # a unit is open in this context: the writes join it
-        yield
-        return
-    try:
-        yield
-    except BaseException:
-        unit.rollback()
-        raise
-    unit.commit()
 
 
 def _true(value: object) -> bool:
