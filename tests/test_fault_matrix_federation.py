@@ -186,6 +186,7 @@ def hooked(
         db.session.flush()
 
     app.extensions["fed_member"] = FedMember
+    app.extensions["fed_authflow"] = authflow
     _routes(app)
     try:
         with Faults(engine) as faults:
@@ -414,3 +415,24 @@ def test_a_callback_neither_commits_nor_rolls_back_the_apps_pending_rows(hooked:
         assert answer == "refused" and members == {}
     else:
         assert answer == "done" and set(members.values()) == {"federation"}
+
+
+def test_a_first_sign_in_with_the_apps_provision_user_hook(hooked: Site) -> None:
+    """``provision_user`` writes a row of the application's and creates the account (whose
+    ``user_created`` hook writes another): all of it commits once with the link and the
+    login, or none of it."""
+    db, model, app = hooked.db, hooked.app.extensions["fed_member"], hooked.app
+    assert db is not None
+
+    @app.extensions["fed_authflow"].provision_user
+    def provision(identity: Any, tenant: str) -> str:
+        account = account_admin(app).create_user(tenant, identity.local_identifier, None, source="provision")
+        db.session.add(model(id=f"p-{account.user_id}"[:32], source="provisioned"))
+        return account.user_id
+
+    rows = _matrix(hooked, "first sign-in, provision_user hook", first_sign_in)
+    print("\n" + "\n".join(" | ".join(row) for row in rows))
+    assert any(table == "fed_members" for _, _, table, _ in rows)
+    with app.app_context():
+        sources = sorted({m.source for m in db.session.scalars(db.select(model))})
+    assert sources == ["provision", "provisioned"]
