@@ -32,6 +32,7 @@ import requests
 from flask import Flask, request
 from flask.testing import FlaskClient
 from flask_sqlalchemy import SQLAlchemy
+from sqlalchemy import text
 
 from flask_authflow import AuthFlow, UserMixin
 from flask_authflow.clock import MockClock
@@ -436,3 +437,28 @@ def test_a_first_sign_in_with_the_apps_provision_user_hook(hooked: Site) -> None
     with app.app_context():
         sources = sorted({m.source for m in db.session.scalars(db.select(model))})
     assert sources == ["provision", "provisioned"]
+
+
+def test_a_refused_sign_in_keeps_its_audit_row_and_nothing_else(site: Site) -> None:
+    """A disabled account's sign-in is refused inside the callback's unit: the unit is
+    rolled back, and the row that records the refusal is written on its own."""
+    sub = site.sub()
+    assert _sign_in(site)() == "done"
+    with site.app.app_context():
+        account_admin(site.app).disable("default", f"{PROVIDER}:{sub}")
+    site.provider.login_as(sub, email=f"{sub.lower()}@example.com", email_verified=True)
+    finish = _sign_in(site)
+
+    def outside(table: str, row: dict[str, Any]) -> bool:  # the audit rows: read below
+        return table == AUDIT_TABLE or _outside_the_flow(table, row)
+
+    before = snapshot(site.engine, ignore=outside)
+    with site.engine.connect() as conn:
+        rows_before = conn.execute(text("SELECT count(*) FROM authflow_audit")).scalar_one()
+    assert finish() == "refused"
+    assert snapshot(site.engine, ignore=outside) == before
+    with site.engine.connect() as conn:
+        refusals = conn.execute(text("SELECT event, status, reason FROM authflow_audit ORDER BY id")).all()[
+            rows_before:
+        ]
+    assert [tuple(row) for row in refusals] == [("login", "refused", "account_disabled")]
