@@ -425,7 +425,9 @@ def test_a_first_sign_in_with_the_apps_provision_user_hook(hooked: Site) -> None
     db, model, app = hooked.db, hooked.app.extensions["fed_member"], hooked.app
     assert db is not None
 
-    @app.extensions["fed_authflow"].provision_user
+    authflow: AuthFlow = app.extensions["fed_authflow"]
+
+    @authflow.provision_user
     def provision(identity: Any, tenant: str) -> str:
         account = account_admin(app).create_user(tenant, identity.local_identifier, None, source="provision")
         db.session.add(model(id=f"p-{account.user_id}"[:32], source="provisioned"))
