@@ -39,6 +39,7 @@ from flask_authflow.clock import MockClock
 from flask_authflow.core.app_users import NewAccount
 from flask_authflow.federation.http import RequestsHttpClient
 from flask_authflow.login.password import PasswordHasher
+from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.migrations import upgrade
 from flask_authflow.testing.provider import TestOpenIDProvider
@@ -464,3 +465,38 @@ def test_a_refused_sign_in_keeps_its_audit_row_and_nothing_else(site: Site) -> N
             rows_before:
         ]
     assert [tuple(row) for row in refusals] == [("login", "refused", "account_disabled")]
+
+
+def test_with_a_session_store_that_cannot_join_the_session_is_the_one_write_after(
+    app_factory: Any, database_url: str, oidc_provider: TestOpenIDProvider, mock_clock: MockClock
+) -> None:
+    """A memory (or Redis) session store cannot join the unit: the callback's writes
+    commit once, and the signed-in session is written after that commit; a failing write
+    of the unit signs nobody in."""
+    upgrade(database_url)
+    sessions = MemorySessionStore(clock=mock_clock)
+    app = app_factory(
+        AUTHFLOW_DATABASE_URL=database_url,
+        AUTHFLOW_THROTTLE=False,
+        AUTHFLOW_OAUTH_PROVIDERS=_settings(oidc_provider),
+        http_client=RequestsHttpClient(adapters=oidc_provider.http_adapters()),
+        session_store=sessions,
+    )
+    backend = get_state(app).backend
+    assert isinstance(backend, SqlAlchemyBackend)
+    with Faults(backend.engine) as faults:
+        site = Site(app, backend.engine, faults, oidc_provider)
+        sub = site.sub()
+        finish = _sign_in(site)
+        with faults.inject(Fault("audit", 1), app):
+            assert finish() == "refused"
+        assert backend.find_link(oidc_provider.issuer, sub) is None  # no account, no link, no login
+        oidc_provider.login_as(sub, email=f"{sub.lower()}@example.com", email_verified=True)
+        finish = _sign_in(site)
+        with faults.trace(app) as trace:
+            assert finish() == "done"
+    assert trace.commits == 1 and "authflow_sessions" not in {w.table for w in trace.writes}
+    link = backend.find_link(oidc_provider.issuer, sub)
+    assert link is not None
+    signed_in = sessions.list_user_sessions("default", link.user_id)
+    assert [record.state.value for record in signed_in] == ["authenticated"]
