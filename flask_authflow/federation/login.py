@@ -304,10 +304,11 @@ class FederationService:
     # --- the one commit -----------------------------------------------------------------------
 
     @contextmanager
-    def one_commit(self, session: AuthSession, *, signs_in: bool = False) -> Iterator[None]:
+    def one_commit(self, session: AuthSession, *, with_session: bool = False) -> Iterator[None]:
         """Run the block's writes (an account and the application's rows of its hooks, an
-        identity link, provider tokens, audit rows and, with ``signs_in`` on a session store
-        of the backend's database, the signed-in session) in ONE commit, or none of them.
+        identity link, provider tokens, audit rows and, ``with_session`` on a session store
+        of the backend's database, the session: signed in, its ceremony used up) in ONE
+        commit, or none of them.
 
         The application's ``db.session`` is never ended here when it holds work of its own
         (the block then runs in a savepoint of it, the application's commit decides its
@@ -327,7 +328,7 @@ class FederationService:
                 yield
                 written = None
                 if unit is not None:
-                    join = self._session_join() if signs_in else None
+                    join = self._session_join() if with_session else None
                     written = _joined_session(join, session, unit) if join is not None else None
                     held, unit = unit, None
                     held.commit()
@@ -443,7 +444,7 @@ class FederationService:
         identity, tokens, record = self._callback_identity(provider, ceremony, code)
         method = f"{'oauth' if isinstance(provider, OAuth2Provider) else 'oidc'}:{provider.name}"
         try:
-            with self.one_commit(session, signs_in=True):  # the account, link, tokens, rows, login
+            with self.one_commit(session, with_session=True):  # the account, link, tokens, rows, login
                 user_id = self._map_and_link(identity)
                 self._keep_tokens(provider, identity.tenant, user_id, tokens)
                 outcome = handle.establish(
@@ -676,7 +677,7 @@ class FederationService:
             if not signed_in or (session.tenant, session.user_id) != (intent.tenant, intent.user_id):
                 raise CsrfMismatch("the session changed since the link started")
             identity, tokens, _record = self._callback_identity(provider, ceremony, code)
-            with self.one_commit(session):  # the link, the tokens and the audit row
+            with self.one_commit(session, with_session=True):  # the link, tokens, audit row, session
                 link = self._link_to(identity, intent)
                 self._keep_tokens(provider, intent.tenant, intent.user_id, tokens)
                 handle.record_event(
