@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,9 +23,23 @@ from flask_authflow import signals
 from flask_authflow.clock import Clock
 from flask_authflow.core.app_users import AppTransaction, AppUserHooks
 from flask_authflow.core.identifiers import normalise_email, normalise_identifier, provider_identifier
-from flask_authflow.core.ports import FactorStore, IdentityStore, LoginRecorder, SessionStore, UserRecord
+from flask_authflow.core.ports import (
+    FactorStore,
+    IdentityStore,
+    LoginRecorder,
+    SessionStore,
+    UnitOfWork,
+    UserRecord,
+)
 from flask_authflow.core.session import AuthSession, AuthState, SessionRecord, begin_flow, clear_flow
-from flask_authflow.errors import AuthFlowError, ConfigurationError, InvalidInput, StepUpNeeded, TokenCheck
+from flask_authflow.errors import (
+    AuthFlowError,
+    ConfigurationError,
+    InvalidInput,
+    StepUpNeeded,
+    StoreUnavailable,
+    TokenCheck,
+)
 from flask_authflow.federation.ceremony import CEREMONY_KEY, Ceremony
 from flask_authflow.federation.errors import (
     CsrfMismatch,
@@ -64,9 +79,16 @@ __all__ = [
     "email_linked_user",
 ]
 
-#: ``(commit, rollback)`` of the application's own database transaction, if it has one
-#: (Flask-SQLAlchemy's ``db.session``): provisioning commits the hook's rows with the link.
+#: The application's own database transaction, if it has one (Flask-SQLAlchemy's
+#: ``db.session``): a callback's writes join it (see :meth:`FederationService.one_commit`).
 AppTransactionSource = Callable[[], "AppTransaction | None"]
+#: Opens the backend's unit of work (``LoginStore.begin_unit``): every write of a callback,
+#: a link or an unlink runs in it and commits once. ``None``: the backend has none.
+UnitSource = Callable[[], UnitOfWork] | None
+#: Writes the signed-in session in the callback's unit, when the session store is on the
+#: backend's database: ``(session, unit) -> after_commit``, or ``None`` when the session
+#: was ended meanwhile. ``None`` (Redis, memory): the response writes it after the commit.
+SessionJoin = Callable[[AuthSession, UnitOfWork], "Callable[[], None] | None"]
 
 log = logging.getLogger("flask_authflow.federation")
 
@@ -251,8 +273,12 @@ class FederationService:
         app_transaction: AppTransactionSource = lambda: None,
         app_users: AppUserHooks | None = None,
         tokens: ProviderTokens | None = None,
+        begin_unit: UnitSource = None,
+        session_join: Callable[[], SessionJoin | None] = lambda: None,
     ) -> None:
         self.registry = registry
+        self._begin_unit = begin_unit
+        self._session_join = session_join
         self.links = links
         self.accounts = accounts
         self.session_store = session_store
@@ -274,6 +300,55 @@ class FederationService:
 
     def provider(self, name: str) -> OAuthProvider:
         return self.registry.get(name)
+
+    # --- the one commit -----------------------------------------------------------------------
+
+    @contextmanager
+    def one_commit(self, session: AuthSession, *, with_session: bool = False) -> Iterator[None]:
+        """Run the block's writes (an account and the application's rows of its hooks, an
+        identity link, provider tokens, audit rows and, ``with_session`` on a session store
+        of the backend's database, the session: signed in, its ceremony used up) in ONE
+        commit, or none of them.
+
+        The application's ``db.session`` is never ended here when it holds work of its own
+        (the block then runs in a savepoint of it, the application's commit decides its
+        hook rows); when it holds nothing, the flow owns its transaction and the backend's
+        unit of work runs in it (on SQLite the unit must not run beside it: one writer).
+        On any failure the session is put back as it was when the block began.
+        """
+        snapshot = session.snapshot()
+        transaction = self._app_transaction()
+        with ExitStack() as app:
+            if transaction is not None and transaction.pending():
+                app.enter_context(transaction.savepoint())
+            elif transaction is not None and not transaction.owned():
+                app.enter_context(transaction.own())
+            unit = self._open_unit()
+            try:
+                yield
+                written = None
+                if unit is not None:
+                    join = self._session_join() if with_session else None
+                    written = _joined_session(join, session, unit) if join is not None else None
+                    held, unit = unit, None
+                    held.commit()
+            except BaseException:
+                if unit is not None:
+                    unit.rollback()
+                session.restore(snapshot)
+                raise
+        if written is not None:
+            written()
+
+    def _open_unit(self) -> UnitOfWork | None:
+        """The backend's unit of work, or ``None`` (none, or one already open in this
+        context: the block's writes join that one, whose owner commits)."""
+        if self._begin_unit is None:
+            return None
+        try:
+            return self._begin_unit()
+        except RuntimeError:
+            return None
 
     # --- login ------------------------------------------------------------------------------
 
@@ -367,16 +442,26 @@ class FederationService:
     ) -> FederatedLogin:
         ceremony, provider = self._checked_callback(provider_name, ceremony, state, iss, error)
         identity, tokens, record = self._callback_identity(provider, ceremony, code)
-        user_id = self._map_and_link(identity)
-        self._keep_tokens(provider, identity.tenant, user_id, tokens)
-        outcome = handle.establish(
-            session,
-            identity.tenant,
-            user_id,
-            method=f"{'oauth' if isinstance(provider, OAuth2Provider) else 'oidc'}:{provider.name}",
-            pending_workflow=ceremony.pending_workflow,
-            federation=record,
-        )
+        method = f"{'oauth' if isinstance(provider, OAuth2Provider) else 'oidc'}:{provider.name}"
+        try:
+            with self.one_commit(session, with_session=True):  # the account, link, tokens, rows, login
+                user_id = self._map_and_link(identity)
+                self._keep_tokens(provider, identity.tenant, user_id, tokens)
+                outcome = handle.establish(
+                    session,
+                    identity.tenant,
+                    user_id,
+                    method=method,
+                    pending_workflow=ceremony.pending_workflow,
+                    federation=record,
+                )
+        except AuthFlowError as exc:
+            if not isinstance(exc, (OAuthError, StoreUnavailable)):  # refused (a disabled account):
+                # its row was rolled back with the unit; it is written again on its own
+                handle.record_event(
+                    "login", "refused", session, tenant=identity.tenant, factor=method, reason=exc.code
+                )
+            raise
         return FederatedLogin(
             provider=provider.name,
             identity=identity,
@@ -501,19 +586,15 @@ class FederationService:
         return user_id
 
     def _provision(self, hook: ProvisionHook, identity: FederatedIdentity) -> str:
-        """Run the hook and link its user, committing the application's transaction (its
-        rows and, with a SQL backend sharing it, the link) only when both worked."""
-        transaction = self._app_transaction()
+        """Run the hook and link its user, in the callback's one commit
+        (:meth:`one_commit`: the hook's rows in the application's transaction the flow
+        owns, or in a savepoint of the application's own; never committed here)."""
         try:
             user_id = provisioned_id(hook(identity, identity.tenant))
             if user_id is None:
                 raise UserNotLinked("the application created no account for this sign-in")
             self.links.link_identity(identity.issuer, identity.subject, identity.tenant, user_id)
-            if transaction is not None:
-                transaction.commit()
         except BaseException as exc:
-            if transaction is not None:
-                transaction.rollback()
             error = _provisioning_error(exc, "provision_user", identity)
             if error is exc:
                 raise
@@ -596,8 +677,17 @@ class FederationService:
             if not signed_in or (session.tenant, session.user_id) != (intent.tenant, intent.user_id):
                 raise CsrfMismatch("the session changed since the link started")
             identity, tokens, _record = self._callback_identity(provider, ceremony, code)
-            link = self._link_to(identity, intent)
-            self._keep_tokens(provider, intent.tenant, intent.user_id, tokens)
+            with self.one_commit(session, with_session=True):  # the link, tokens, audit row, session
+                link = self._link_to(identity, intent)
+                self._keep_tokens(provider, intent.tenant, intent.user_id, tokens)
+                handle.record_event(
+                    "identity_link",
+                    "success",
+                    session,
+                    tenant=intent.tenant,
+                    user_id=intent.user_id,
+                    factor=factor,
+                )
         except OAuthError as exc:
             handle.record_event(
                 "identity_link",
@@ -609,9 +699,6 @@ class FederationService:
                 reason=exc.code,
             )
             raise
-        handle.record_event(
-            "identity_link", "success", session, tenant=intent.tenant, user_id=intent.user_id, factor=factor
-        )
         signals.identity_linked.send(
             self.sender,
             tenant=intent.tenant,
@@ -678,13 +765,14 @@ class FederationService:
                 reason=exc.code,
             )
             raise
-        for link in links:
-            self.links.unlink_identity(link.issuer, link.subject)
-        if self.tokens is not None:
-            self.tokens.forget(user.tenant, user.user_id, provider_name, reason="unlink")
-        handle.record_event(
-            "identity_unlink", "success", session, tenant=user.tenant, user_id=user.user_id, factor=factor
-        )
+        with self.one_commit(session):  # the links, the stored tokens and the audit rows
+            for link in links:
+                self.links.unlink_identity(link.issuer, link.subject)
+            if self.tokens is not None:
+                self.tokens.forget(user.tenant, user.user_id, provider_name, reason="unlink")
+            handle.record_event(
+                "identity_unlink", "success", session, tenant=user.tenant, user_id=user.user_id, factor=factor
+            )
         signals.identity_unlinked.send(
             self.sender,
             tenant=user.tenant,
@@ -775,6 +863,16 @@ class FederationService:
                 id_token, default_return, state=state, also_allowed=(default_return,)
             )
         return provider.build_end_session_url(id_token, post_logout_redirect_uri=target, state=state)
+
+
+def _joined_session(join: SessionJoin, session: AuthSession, unit: UnitOfWork) -> Callable[[], None]:
+    """Write the signed-in session in ``unit``; what to run once it committed.
+
+    :raises CsrfMismatch: the session was ended by another request meanwhile."""
+    written = join(session, unit)
+    if written is None:
+        raise CsrfMismatch("this login's session ended in another request")
+    return written
 
 
 def _federation_record(

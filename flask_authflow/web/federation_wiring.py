@@ -144,6 +144,8 @@ def build_federation(
         app_transaction=app_transaction,
         app_users=app_user_hooks(app),
         tokens=_provider_tokens(state, backend, registry),
+        begin_unit=lambda: get_state(app).service.store.begin_unit(),
+        session_join=lambda: get_state(app).service.session_writer,
     )
 
 
