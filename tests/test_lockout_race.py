@@ -21,6 +21,7 @@ import pytest
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.clock import MockClock
 from flask_authflow.core.session import AuthSession, new_guest_record
+from flask_authflow.errors import StoreBusy
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
@@ -279,7 +280,10 @@ def test_fifty_parallel_with_the_correct_password_among_them(
 
     def one(password: str) -> Any:
         barrier.wait(10)
-        return attempt(service, clock, password)
+        try:
+            return attempt(service, clock, password)
+        except StoreBusy as busy:  # a lock wait gave up on a loaded machine: "try again", a refusal
+            return busy
 
     with ThreadPoolExecutor(max_workers=ATTEMPTS) as pool:
         outcomes = list(pool.map(one, passwords))
@@ -292,7 +296,9 @@ def test_fifty_parallel_with_the_correct_password_among_them(
     if not isinstance(outcomes[ATTEMPTS // 2], Authenticated):
         # Refused because five wrong guesses held every slot (or locked it while it ran):
         # those five were counted, so the account is locked and stays locked.
-        assert isinstance(outcomes[ATTEMPTS // 2], Locked)
+        assert isinstance(outcomes[ATTEMPTS // 2], (Locked, StoreBusy))
+        if isinstance(outcomes[ATTEMPTS // 2], StoreBusy):
+            return  # refused before its check: nothing more to say about it
         hasher.hold = 0.0
         before = hasher.started
         assert isinstance(attempt(service, clock, RIGHT), Locked)

@@ -40,7 +40,7 @@ class Decision:
 @dataclass(frozen=True, slots=True)
 class PreparedPrincipal:
     """A principal with its entities (itself and its roles) parsed by Cedar once, for any
-    number of decisions about it at one moment (one request): :meth:`Evaluator.prepare`."""
+    number of decisions about it at one moment (one request): ``Evaluator.prepare``."""
 
     principal: Principal
     #: the principal's uid in Cedar's JSON form.
@@ -55,7 +55,7 @@ class Evaluator:
     """Decides requests against ``policies`` (``None``: no policy, so every request is denied).
 
     The policy set is parsed once, when the policies are loaded; the principal's entities
-    once per :meth:`prepare` (the web layer prepares once per request).
+    once per ``prepare`` (the web layer prepares once per request).
     """
 
     def __init__(self, policies: LoadedPolicies | None) -> None:
