@@ -406,14 +406,7 @@ class AuthFlowSessionInterface(SessionInterface):
                 # (below): the same User-Agent under the current fingerprint key.
                 bound = rebound = hmac.compare_digest(record.fingerprint, current_fp)
         if not bound:
-            # Probably a stolen cookie (or a browser update): the stored session is
-            # left alone for its legitimate holder; this client starts over.
-            log.warning("session binding mismatch; request served as a new guest session")
-            session = self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
-            session.binding_mismatch = True
-            if self.on_binding_mismatch is not None:
-                self.on_binding_mismatch()
-            return session
+            return self._mismatched(now, current_fp, user_agent)
 
         session = RequestSession(
             record,
@@ -431,6 +424,17 @@ class AuthFlowSessionInterface(SessionInterface):
                 session.rebind(current_fp)
                 session.force_write = True
         session.touch_due = self._touch_due(sid, now - record.last_seen_at)
+        return session
+
+    def _mismatched(self, now: datetime, fingerprint: str, user_agent: str) -> RequestSession:
+        """A cookie whose record is bound to another User-Agent: probably a stolen cookie (or
+        a browser update). The stored session is left alone for its legitimate holder; this
+        client starts over as a new guest, and the mismatch is counted."""
+        log.warning("session binding mismatch; request served as a new guest session")
+        session = self._guest(now, fingerprint, cookie_sent=True, user_agent=user_agent)
+        session.binding_mismatch = True
+        if self.on_binding_mismatch is not None:
+            self.on_binding_mismatch()
         return session
 
     def save_early(self, app: Flask, response: Response) -> Response:
