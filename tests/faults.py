@@ -33,17 +33,21 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import count
 from typing import Any, Literal
 
 from flask import Flask
+from flask.testing import FlaskClient
 from sqlalchemy import Engine, MetaData, event, select
 
 from flask_authflow.errors import MailDeliveryError
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.web.state import get_state
 
 __all__ = [
     "AUDIT_TABLE",
     "Fault",
+    "FaultSite",
     "Faults",
     "InjectedFault",
     "Trace",
@@ -285,3 +289,27 @@ _REFLECTED: weakref.WeakKeyDictionary[Engine, MetaData] = weakref.WeakKeyDiction
 
 def _failure_rows(table: str, row: dict[str, Any]) -> bool:
     return table == AUDIT_TABLE and row.get("status") == "error"
+
+
+#: The browser every matrix client claims to be (the session binds to it).
+BROWSER = "Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0"
+
+
+@dataclass
+class FaultSite:
+    """An app under a matrix: its faults, its SQL engine, fresh names and browser clients."""
+
+    app: Flask
+    faults: Faults
+    numbers: Iterator[int] = field(default_factory=lambda: count(1))
+
+    @property
+    def engine(self) -> Any:
+        backend = get_state(self.app).backend
+        assert isinstance(backend, SqlAlchemyBackend)
+        return backend.engine
+
+    def client(self) -> FlaskClient:
+        client = self.app.test_client()
+        client.environ_base["HTTP_USER_AGENT"] = BROWSER
+        return client

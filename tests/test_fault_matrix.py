@@ -29,12 +29,10 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from itertools import count
 from typing import Any
 
 import pyotp
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 
 from flask_authflow.clock import MockClock
@@ -49,7 +47,7 @@ from flask_authflow.web.api_auth import api_tokens
 from flask_authflow.web.state import account_admin, get_state
 from flask_authflow.web.views.blueprint import register_views
 from tests.appfactory import AppFactory
-from tests.faults import AUDIT_TABLE, Fault, Faults, Trace, snapshot
+from tests.faults import AUDIT_TABLE, Fault, Faults, FaultSite, Trace, snapshot
 from tests.test_app_users import Refused, SqlApp
 from tests.test_views import csrf_of
 
@@ -60,22 +58,8 @@ NEW_PASSWORD = "another long passphrase 43"
 
 
 @dataclass
-class Site:
-    app: Flask
-    outbox: Outbox
-    faults: Faults
-    numbers: Iterator[int] = field(default_factory=lambda: count(1))
-
-    @property
-    def engine(self) -> Any:
-        backend = get_state(self.app).backend
-        assert isinstance(backend, SqlAlchemyBackend)
-        return backend.engine
-
-    def client(self) -> FlaskClient:
-        client = self.app.test_client()
-        client.environ_base["HTTP_USER_AGENT"] = "Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0"
-        return client
+class Site(FaultSite):
+    outbox: Outbox = field(default_factory=Outbox)
 
     def fresh_name(self) -> str:
         return f"user{next(self.numbers)}"
@@ -130,7 +114,7 @@ def site(app_factory: AppFactory, database_url: str) -> Iterator[Site]:
     backend = get_state(app).backend
     assert isinstance(backend, SqlAlchemyBackend)
     with Faults(backend.engine) as faults:
-        yield Site(app, outbox, faults)
+        yield Site(app, faults, outbox=outbox)
 
 
 # --- the flows: each prepares its precondition and returns the request (sent twice) -----------

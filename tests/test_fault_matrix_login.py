@@ -24,20 +24,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from itertools import count
+from dataclasses import dataclass
 from typing import Any
 
 import pyotp
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.migrations import upgrade
 from flask_authflow.web.state import account_admin, get_state
 from tests.appfactory import AppFactory
-from tests.faults import AUDIT_TABLE, Fault, Faults, Trace, snapshot
+from tests.faults import AUDIT_TABLE, Fault, Faults, FaultSite, Trace, snapshot
 from tests.test_views import csrf_of
 
 pytestmark = pytest.mark.authflow_stores("sql")
@@ -48,22 +46,7 @@ OUTSIDE = frozenset({"authflow_attempt_reservations", "authflow_devices"})
 
 
 @dataclass
-class Site:
-    app: Flask
-    faults: Faults
-    numbers: Iterator[int] = field(default_factory=lambda: count(1))
-
-    @property
-    def engine(self) -> Any:
-        backend = get_state(self.app).backend
-        assert isinstance(backend, SqlAlchemyBackend)
-        return backend.engine
-
-    def client(self) -> FlaskClient:
-        client = self.app.test_client()
-        client.environ_base["HTTP_USER_AGENT"] = "Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0"
-        return client
-
+class Site(FaultSite):
     def user(self) -> str:
         name = f"user{next(self.numbers)}"
         with self.app.app_context():
