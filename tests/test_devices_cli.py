@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from flask.testing import FlaskClient
 
+from flask_authflow.devices.cookie import new_device_id
 from tests.appfactory import AppFactory
 from tests.test_devices_web import CHROME, FIREFOX, Site, login, make_device_site, rows, sign_in, sign_out
 
@@ -71,3 +72,11 @@ def test_forget_removes_one_device(site: Site) -> None:
     assert code == 2
     assert run(site, "devices", "forget", "nobody", device.device_id)[0] == 1
     assert run(site, "devices", "untrust", "alice", "../../etc")[0] == 2
+
+
+def test_new_device_ids_never_look_like_an_option() -> None:
+    """The command line reads an argument that begins with ``-`` as an option: one id in 64
+    did, and ``devices forget`` then failed as a usage error (seen in CI)."""
+    ids = [new_device_id() for _ in range(4096)]  # with the old ids: 64 begin with "-"
+    assert not [device_id for device_id in ids if device_id.startswith("-")]
+    assert len(set(ids)) == len(ids) and {len(device_id) for device_id in ids} == {43}

@@ -44,8 +44,12 @@ MAX_COOKIE_LENGTH = 512
 
 
 def new_device_id() -> str:
-    """A fresh random device id (256 bits, URL-safe)."""
-    return secrets.token_urlsafe(32)
+    """A fresh random device id (256 bits, URL-safe) that does not begin with ``-``: an
+    operator passes it to ``flask authflow devices forget``, whose command line would read
+    such an id as an option (one id in 64 was)."""
+    while (device_id := secrets.token_urlsafe(32)).startswith("-"):
+        pass
+    return device_id
 
 
 @dataclass(frozen=True, slots=True)
