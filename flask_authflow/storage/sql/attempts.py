@@ -588,11 +588,14 @@ class SqlAttempts(SqlConnections):
         client_ip: str | None = None,
         reservation: str | None = None,
     ) -> datetime | None:
-        """The lock read, the reservations given back, then (unlocked) the counters reset and
-        the successes logged: four statements, in the open unit of work if there is one."""
+        """The counter rows locked in the levels' order (as a reservation locks them, so two
+        requests of one account never wait for each other's rows in opposite orders: a
+        deadlock), the lock read, the reservations given back, then (unlocked) the counters
+        reset and the successes logged, in the open unit of work if there is one."""
         now = utc(now)
         params = _levels_params(keys, now)
         with self._tx(locking=True) as conn:
+            self._lock_levels(conn, keys)
             until = aware(conn.execute(_LEVELS_LOCK, params).scalar())
             if reservation is not None:
                 conn.execute(_SETTLE_LEVELS, {"tokens": _level_tokens(reservation, len(keys))})
