@@ -333,7 +333,7 @@ def resend_verification(
     identifier: object = None,
     email: object = None,
     ttl: timedelta = DEFAULT_VERIFICATION_TTL,
-) -> SignupRequest | None:
+) -> SignupRequest:
     """Mail a new verification link to a sign-up that is not verified yet (voiding the
     older one); for anything else a request whose ``to`` is ``None`` (compose the mail
     anyway, send nothing). Answer every caller the same way, after the same work: the same

@@ -467,13 +467,13 @@ def _resend() -> ResponseReturnValue:
         email=_text(body, "email", 254),
         ttl=settings().verification_ttl,
     )
-    mail = _signup_mail(found) if found is not None else ("", "", "")
+    mail = _signup_mail(found)  # composed for every request: the same work whatever matched
     if _wants_json():
         answer = jsonify({"status": "sent_if_pending"})
         answer.status_code = 202
     else:
         answer = page("signup_resend.html", 200, sent=True)
-    return _deliver_later(found.to if found is not None else None, mail, answer, strangers())
+    return _deliver_later(found.to, mail, answer, strangers())
 
 
 # --- change of e-mail ----------------------------------------------------------------------------
