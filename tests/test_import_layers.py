@@ -227,3 +227,73 @@ def test_login_flows_import_the_template_and_never_the_service() -> None:
 def test_the_cycle_finder_finds_cycles() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def _module_level_imports(source: str, module: str) -> set[str]:
+    """The ``flask_authflow`` modules that importing ``module`` runs: its imports outside
+    functions and classes' methods (an import inside a function runs later), without those
+    under ``if TYPE_CHECKING:``; each with the packages above it that ``module``'s own
+    import has not already started."""
+    tree = ast.parse(source)
+    nodes: list[ast.AST] = list(tree.body)
+    found: set[str] = set()
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            nodes.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.update(_run_by(node, module))
+            continue
+        nodes.extend(ast.iter_child_nodes(node))
+    own = {*_packages_above(module), module}
+    return {step for target in found for step in [target, *_packages_above(target)] if step not in own}
+
+
+def _run_by(node: ast.Import | ast.ImportFrom, module: str) -> set[str]:
+    """The modules one import statement runs: its targets, and for ``from package import
+    name`` the submodule ``name`` when there is one."""
+    targets = {target for _, target in imported_modules(ast.unparse(node), module)}
+    if isinstance(node, ast.ImportFrom):
+        for target in list(targets):
+            targets.update(f"{target}/{a.name}" for a in node.names if _exists(f"{target}/{a.name}"))
+    return {_as_module(target) for target in targets if _exists(target)}
+
+
+def _exists(target: str) -> bool:
+    return (PACKAGE / f"{target}.py").exists() or (PACKAGE / target / "__init__.py").exists()
+
+
+def _packages_above(module: str) -> list[str]:
+    """``login/__init__`` for ``login/verify`` (and so on up, without the facade, which
+    every import starts first)."""
+    parts = module.split("/")[:-1]
+    return ["/".join([*parts[: i + 1], "__init__"]) for i in range(len(parts))]
+
+
+def _as_module(target: str) -> str:
+    """A package's import target (``login``) as its ``__init__`` module."""
+    return f"{target}/__init__" if (PACKAGE / target).is_dir() else target
+
+
+def test_no_module_level_import_cycle() -> None:
+    """Any module can be imported first: no chain of imports that run at import time leads
+    back to where it started (the static form of importing each module into a fresh
+    interpreter, which took a minute of the suite)."""
+    graph = {_module(path): _module_level_imports(path.read_text(), _module(path)) for path in MODULES}
+    assert _cycle(graph) is None
+
+
+def test_the_module_level_reader_skips_deferred_and_typing_imports() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from flask_authflow.core import session\n"
+        "if TYPE_CHECKING:\n    from flask_authflow.web import state\n"
+        "def later():\n    from flask_authflow.login import service\n"
+        "try:\n    from flask_authflow.audit import sinks\nexcept ImportError:\n    pass\n"
+    )
+    found = _module_level_imports(source, "login/verify")
+    assert {"core/session", "core/__init__", "audit/sinks", "audit/__init__"} <= found
+    assert not found & {"web/state", "login/service", "login/__init__"}
