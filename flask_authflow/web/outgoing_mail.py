@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from flask import current_app, render_template
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader
@@ -44,11 +45,19 @@ def compose_mail(name: str, **context: Any) -> tuple[str, str, str]:
     return first.removeprefix("Subject:").strip(), body.lstrip("\n"), html
 
 
+#: The mail environment of each app's Jinja environment: made once, so that its templates are
+#: compiled once (an overlay made per mail had a loader of its own, and compiled every mail anew).
+_ENVIRONMENTS: WeakKeyDictionary[Environment, Environment] = WeakKeyDictionary()
+
+
 def _environment() -> Environment:
     """The app's template loader (its overrides, its blueprints'), then the package's folder."""
     env = current_app.jinja_env
-    loaders = [loader for loader in (env.loader, FileSystemLoader(_TEMPLATES)) if loader is not None]
-    return env.overlay(loader=ChoiceLoader(loaders))
+    overlay = _ENVIRONMENTS.get(env)
+    if overlay is None:
+        loaders = [loader for loader in (env.loader, FileSystemLoader(_TEMPLATES)) if loader is not None]
+        overlay = _ENVIRONMENTS[env] = env.overlay(loader=ChoiceLoader(loaders))
+    return overlay
 
 
 def mail_sender() -> MailSender | None:
