@@ -313,6 +313,10 @@ def origin_problem(value: str) -> str | None:
         return "it must be an absolute http(s) URL with a host, such as 'https://app.example.com'"
     if not parts.hostname or "@" in parts.netloc:
         return "it must name a host, and no user or password"
+    if not parts.netloc.isascii():
+        # IDNA 2003 (the codec in the standard library) and IDNA 2008 (browsers) encode some
+        # names to different hosts: the operator says which one, in its ASCII form.
+        return "its host must be written in ASCII: give an internationalised name in its 'xn--' form"
     if parts.query or parts.fragment or "?" in value or "#" in value:
         return "it may hold a path but no query (?...) or fragment (#...)"
     if port == 0 or any(segment in (".", "..") for segment in parts.path.split("/")):

@@ -271,6 +271,8 @@ def test_a_link_mail_feature_without_an_origin_is_refused(
         ("http://10.0.0.5:8000", "http is allowed for a loopback host only"),
         ("https://user:secret@app.example.com", "no user or password"),
         ("https://app.example.com:99999", "not a URL"),
+        ("https://straße.example", "'xn--' form"),  # IDNA 2003 and 2008 name different hosts
+        ("https://bücher.example/shop", "'xn--' form"),
         ("https://app.example.com/a b", "spaces"),
         ("https://app.example.com/../admin", "'..'"),
         ("", "or unset"),
