@@ -325,3 +325,23 @@ def test_an_operators_factor_changes_mail_the_owner_too(site_outbox: tuple[Site,
     assert disabled.exit_code == 0, disabled.output
     [removed] = notices(outbox, "sign-in method was removed")
     assert removed.to == ALICE and "Authenticator app" in removed.body
+
+
+def test_an_operators_new_password_mails_the_owner_what_ended(site_outbox: tuple[Site, HtmlOutbox]) -> None:
+    site, outbox = site_outbox
+    signed_in(site)  # one session, which the new password ends
+    changed = site.app.test_cli_runner().invoke(
+        args=["authflow", "set-password", "alice", "--password-stdin"], input="an operator's new passphrase\n"
+    )
+    assert changed.exit_code == 0, changed.output
+    [notice] = notices(outbox, "was changed")
+    assert notice.to == ALICE and "1 signed-in session" in notice.body
+
+
+def test_the_switch_keeps_an_operators_password_change_quiet(app_factory: AppFactory) -> None:
+    site, outbox = notice_site(app_factory, AUTHFLOW_SECURITY_NOTICES=["factor_added"])
+    changed = site.app.test_cli_runner().invoke(
+        args=["authflow", "set-password", "alice", "--password-stdin"], input="an operator's new passphrase\n"
+    )
+    assert changed.exit_code == 0, changed.output
+    assert outbox.messages == []

@@ -24,6 +24,7 @@ from flask_authflow.cli.base import (
 from flask_authflow.cli.roles import about_role
 from flask_authflow.core.identifiers import normalise_identifier
 from flask_authflow.web import roles as role_changes
+from flask_authflow.web.security_notices import notify_now
 from flask_authflow.web.state import account_admin, get_state
 
 
@@ -64,6 +65,15 @@ def set_password(username: str, tenant: str | None, password_stdin: bool, as_jso
     with about_user(username, tenant_name):
         ended = account_admin().change_password(tenant_name, username, password)
     identifier = normalise_identifier(username)
+    notify_now(
+        "password_changed",
+        tenant_name,
+        find_user(username, tenant_name).user_id,
+        reset=False,
+        sessions=ended.sessions,
+        api_tokens=ended.api_tokens,
+        email_change=ended.email_change,
+    )
     emit(
         as_json,
         {

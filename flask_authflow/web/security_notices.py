@@ -57,6 +57,8 @@ NOTICES: Mapping[str, tuple[str, str]] = {
     "factor_removed": ("factor_removed_notice", "authflow_views.factors"),
     "provider_linked": ("provider_linked_notice", "authflow_views.account"),
     "provider_unlinked": ("provider_unlinked_notice", "authflow_views.account"),
+    # the command line's set-password (the views send theirs through notify_recovery)
+    "password_changed": ("password_changed_notice", "authflow_views.account"),
 }
 _NEW_ADDRESS_TEMPLATE = "email_added_notice"
 
