@@ -50,6 +50,7 @@ from flask_authflow.web.views.signin import passkey_available
 __all__ = [
     "FACTORS_NOTICES",
     "KIND_NAMES",
+    "can_enroll",
     "confirm_email",
     "confirm_recovery_codes",
     "confirm_totp",
@@ -58,6 +59,9 @@ __all__ = [
     "enroll_totp",
     "factors",
     "generate_recovery_codes",
+    "held_kinds",
+    "may_enroll",
+    "remaining_uses",
     "remove_factor",
     "webauthn_enroll_options",
 ]
@@ -472,3 +476,11 @@ def confirm_webauthn() -> ResponseReturnValue:
     if isinstance(result, AuthFlowError):
         return _factors_page(error_status(result), error=_enroll_message(result, FactorKind.WEBAUTHN))
     return result if result is not None else _noticed("factor_added", "webauthn", _done("webauthn_added"))
+
+
+#: What the headless API shares with these pages: whether a kind can be added here, the
+#: kinds a held login must set up, whether this session may enroll, a factor's uses left.
+can_enroll = _can_enroll
+held_kinds = _held_kinds
+may_enroll = _may_enroll
+remaining_uses = _remaining
