@@ -349,15 +349,24 @@ def test_sessions_are_listed_and_ended(site: Site, kind: str) -> None:
     assert api.get("/account").status_code == 401
 
 
-def test_devices_are_listed_and_forgotten(site: Site, kind: str) -> None:
-    api = signed_in(site, kind)
-    listed = api.get("/account/devices")
-    assert listed.status_code == 200
-    rows = listed.json["devices"]
+def test_devices_are_listed_and_forgotten(site: Site) -> None:
+    api = signed_in(site, "browser")
+    [row] = api.get("/account/devices").json["devices"]
+    assert row["current"] is True and row["trusted_until"] is None
     unknown = api.delete("/account/devices/nosuchdevice")
     assert unknown.status_code == 404 and unknown.json["error"] == "not_found"
-    for row in rows:
-        assert api.delete(f"/account/devices/{row['device_id']}").json == {"status": "device_forgotten"}
+    forgotten = api.delete(f"/account/devices/{row['device_id']}")
+    assert forgotten.status_code == 200 and forgotten.json == {"status": "device_forgotten"}
+    assert api.get("/account/devices").json["devices"] == []
+    rows = [r for r in site.backend.audit_rows if r.event == "device_forgotten"]
+    assert len(rows) == 1 and rows[0].user_id == site.user_id("alice")
+
+
+def test_an_app_sign_in_sets_no_cookie_and_records_no_device(site: Site) -> None:
+    api = ApiClient(site.app, "app")
+    answer = api.post("/login/password", {"username": "alice", "password": PASSWORD})
+    assert answer.status_code == 200 and answer.json["status"] == "authenticated"
+    assert "Set-Cookie" not in answer.headers  # neither the session's nor the device's
     assert api.get("/account/devices").json["devices"] == []
 
 
