@@ -166,6 +166,8 @@ def _session_row(record: SessionRecord, current_sid: str) -> dict[str, Any]:
 
 #: The account page for the account actions of other modules (the API tokens).
 account_page = _account_page
+#: A session as the account page lists it (for the headless API's list).
+session_row = _session_row
 
 
 # --- the views -----------------------------------------------------------------------------------

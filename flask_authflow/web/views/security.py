@@ -57,10 +57,12 @@ __all__ = [
     "confirm_webauthn",
     "enroll_email",
     "enroll_totp",
+    "factor_row",
     "factors",
     "generate_recovery_codes",
     "held_kinds",
     "may_enroll",
+    "noticed",
     "remaining_uses",
     "remove_factor",
     "webauthn_enroll_options",
@@ -479,8 +481,11 @@ def confirm_webauthn() -> ResponseReturnValue:
 
 
 #: What the headless API shares with these pages: whether a kind can be added here, the
-#: kinds a held login must set up, whether this session may enroll, a factor's uses left.
+#: kinds a held login must set up, whether this session may enroll, a factor's uses left,
+#: a factor as the list shows it, and the owner's notice of a change.
 can_enroll = _can_enroll
+factor_row = _factor_row
 held_kinds = _held_kinds
 may_enroll = _may_enroll
+noticed = _noticed
 remaining_uses = _remaining
