@@ -79,7 +79,7 @@ def list_sessions(call: Call) -> Reply:
 
 @routes.delete(
     "/account/sessions/{session_hash}",
-    "endSession",
+    "revokeSession",
     "End one of the user's sessions",
     params={"session_hash": SESSION_HASH},
     answers={200: Answer("Ended", ENDED_ONE)},
@@ -96,7 +96,7 @@ def end_session(call: Call) -> Reply:
 
 @routes.post(
     "/account/sessions/revoke-others",
-    "endOtherSessions",
+    "revokeOtherSessions",
     "Log out everywhere else",
     answers={200: Answer("Every other session, API token and pending link ended", ENDED_OTHERS)},
     signed_in=True,
