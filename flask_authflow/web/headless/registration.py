@@ -122,10 +122,12 @@ def signup(call: Call) -> Reply:
     body=VERIFY_BODY,
     answers={200: Answer("The address is confirmed: the account may sign in", CONFIRMED)},
     errors={**_OFF, **_TOKEN_ERRORS},
+    throttled=True,  # typed codes: per account and network
 )
 def verify_signup(call: Call) -> Reply:
     """The mailed link's ``token``, or the ``username`` and the ``code`` the mail shows.
-    Attempts at a code are counted: too many void it (410)."""
+    Attempts at a code are counted: too many void it (410), and typed codes are throttled
+    per account and network (429)."""
     _offered(accounts.settings().registration)
     user = accounts.confirm_signup(call.body)
     return Reply({"status": "email_confirmed", "username": user.identifier})
