@@ -129,6 +129,26 @@ def test_account_flows_that_are_off_answer_404(app_factory: AppFactory, kind: st
         assert answer.status_code == 404 and answer.json["error"] == "not_found", path
 
 
+def test_without_the_pages_its_links_open_the_mailing_flows_answer_404(
+    app_factory: AppFactory, kind: str
+) -> None:
+    app = app_factory(
+        AUTHFLOW_HEADLESS=True,  # the API without the ready pages: a mailed link would lead nowhere
+        AUTHFLOW_REGISTRATION=True,
+        AUTHFLOW_PASSWORD_RESET=True,
+        AUTHFLOW_EXTERNAL_URL=ORIGIN,
+    )
+    get_state(app).mail_sender = Outbox()
+    api = ApiClient(app, kind)
+    for path, body in (
+        ("/signup", {"email": "x@example.com", "password": NEW_PASSWORD}),
+        ("/password/forgot", {"username": "alice"}),
+    ):
+        answer = api.post(path, body)
+        assert answer.status_code == 404 and answer.json["error"] == "not_found", path
+    assert get_state(app).mail_sender.messages == []
+
+
 # --- password reset --------------------------------------------------------------------------------
 
 

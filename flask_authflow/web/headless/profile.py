@@ -11,7 +11,7 @@ from __future__ import annotations
 from flask import after_this_request
 
 from flask_authflow.errors import UserNotFound
-from flask_authflow.web.headless.registration import TOKEN
+from flask_authflow.web.headless.registration import TOKEN, offered
 from flask_authflow.web.headless.routes import Answer, Call, Reply, Routes
 from flask_authflow.web.headless.schema import Boolean, Nullable, Object, String
 from flask_authflow.web.state import current_auth_session, get_state
@@ -91,12 +91,14 @@ def get_account(call: Call) -> Reply:
     "Change the account's e-mail address",
     body=EMAIL_BODY,
     answers={202: Answer("A confirmation link went to the new address", SENT)},
-    errors={401: ("step_up_required",), 503: ("mail_delivery_failed",)},
+    errors={401: ("step_up_required",), 404: ("not_found",), 503: ("mail_delivery_failed",)},
     signed_in=True,
 )
 def request_email_change(call: Call) -> Reply:
     """Mail a link to the new address; the address changes when it is confirmed
-    (``/account/email/confirm``). Needs a fresh login."""
+    (``/account/email/confirm``). Needs a fresh login; 404 when the app does not serve the
+    page the link opens."""
+    offered(True, "confirm_email_change")
     later = accounts.start_email_change(call.body)
     after_this_request(later.after)
     return Reply({"status": "verification_sent"}, 202)

@@ -10,7 +10,7 @@ that is off answers 404 ``not_found``.
 
 from __future__ import annotations
 
-from flask import after_this_request
+from flask import after_this_request, current_app
 from werkzeug.wrappers.response import Response
 
 from flask_authflow.i18n import N_
@@ -18,8 +18,9 @@ from flask_authflow.outcomes import FactorRequired
 from flask_authflow.web.headless.routes import Answer, Call, Refusal, Reply, Routes
 from flask_authflow.web.headless.schema import Boolean, Integer, Object, String
 from flask_authflow.web.views import accounts
+from flask_authflow.web.views.common import VIEWS_BLUEPRINT
 
-__all__ = ["routes"]
+__all__ = ["ENDED", "TOKEN", "offered", "routes"]
 
 routes = Routes("registration")
 
@@ -93,8 +94,10 @@ _OFF = {404: ("not_found",)}
 _MAIL = {503: ("mail_delivery_failed",)}
 
 
-def _offered(enabled: bool) -> None:
-    if not enabled:
+def offered(enabled: bool, page: str) -> None:
+    """404 ``not_found`` unless the feature is ``enabled`` and the ready page its mailed
+    links open (``authflow_views.<page>``) is registered: without it a link leads nowhere."""
+    if not enabled or f"{VIEWS_BLUEPRINT}.{page}" not in current_app.view_functions:
         raise Refusal("not_found", N_("This site does not offer that."), 404)
 
 
@@ -110,7 +113,7 @@ def _offered(enabled: bool) -> None:
 def signup(call: Call) -> Reply:
     """Create the account and mail its confirmation link and code (to an address that has
     an account, its owner gets a notice instead; the answer is the same)."""
-    _offered(accounts.settings().registration)
+    offered(accounts.settings().registration, "signup_verify")
     accounts.start_signup(call.body, confirm=False)
     return Reply({"status": "verification_sent"}, 202)
 
@@ -128,7 +131,7 @@ def verify_signup(call: Call) -> Reply:
     """The mailed link's ``token``, or the ``username`` and the ``code`` the mail shows.
     Attempts at a code are counted: too many void it (410), and typed codes are throttled
     per account and network (429)."""
-    _offered(accounts.settings().registration)
+    offered(accounts.settings().registration, "signup_verify")
     user = accounts.confirm_signup(call.body)
     return Reply({"status": "email_confirmed", "username": user.identifier})
 
@@ -145,7 +148,7 @@ def verify_signup(call: Call) -> Reply:
 def resend_signup(call: Call) -> Reply:
     """A new link for an account whose address is not confirmed yet; the same answer for
     every input."""
-    _offered(accounts.settings().registration)
+    offered(accounts.settings().registration, "signup_verify")
     later = accounts.resend_signup(call.body)
     after_this_request(later.after)
     return Reply({"status": "sent_if_pending"}, 202)
@@ -162,7 +165,7 @@ def resend_signup(call: Call) -> Reply:
 )
 def forgot_password(call: Call) -> Reply:
     """The same answer, and the same work, whether or not an account matches."""
-    _offered(accounts.settings().password_reset)
+    offered(accounts.settings().password_reset, "reset_password")
     later = accounts.start_reset(call.body)
     after_this_request(later.after)
     return Reply({"status": "sent_if_known"}, 202)
@@ -185,7 +188,7 @@ def reset_password(call: Call) -> Reply:
     """A user with a second factor passes it first (401 ``second_factor_required`` with the
     ``kinds``: ``/login/factor``), then sends this again. The reset ends every session, API
     token and pending link of the account, and mails its address a notice."""
-    _offered(accounts.settings().password_reset)
+    offered(accounts.settings().password_reset, "reset_password")
     outcome = accounts.finish_reset(call.body, confirm=False)
     if isinstance(outcome, FactorRequired):
         kinds = [kind.value for kind in outcome.kinds]
