@@ -160,6 +160,19 @@ def test_forgot_answers_the_same_and_mails_only_a_real_account(site: Site, kind:
     assert [m.to for m in mails(site)] == ["alice@example.com"]
 
 
+def test_forgot_shares_the_pages_throttle(site: Site, kind: str) -> None:
+    api = ApiClient(site.app, kind)
+    for _ in range(50):
+        answer = done(api.post("/password/forgot", {"username": "nobody"}))
+        if answer.status_code == 429:
+            break
+    assert answer.status_code == 429 and answer.json["error"] == "throttled"
+    assert int(answer.headers["Retry-After"]) > 0
+    page = site.client().post("/password/forgot", json={"username": "alice"})  # the same address
+    assert page.status_code == 429
+    assert mails(site) == []
+
+
 def test_reset_sets_the_password_and_ends_every_session(site: Site, kind: str) -> None:
     other = signed_in(site, kind)
     api = ApiClient(site.app, kind)
