@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import flask_babel
 import pytest
 
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
 from flask_authflow.web.headless import CLIENT_HEADER, TOKEN_HEADER
+from flask_authflow.web.views.common import MESSAGES
 from tests.appfactory import AppFactory
 from tests.headless_support import BASE, KINDS, ApiClient
 from tests.test_devices_web import make_device_site
@@ -235,3 +237,14 @@ def test_an_app_token_in_a_cookie_jar_and_a_cookie_as_a_token_are_new_guests(sit
     thief.token = cookie.value
     assert thief.get("/session").json["state"] == "guest"
     assert browser.get("/session").json["state"] == "authenticated"  # the real session is untouched
+
+
+def test_refusals_speak_the_requests_language(app_factory: AppFactory) -> None:
+    site = make_site(app_factory)
+    flask_babel.Babel(site.app, locale_selector=lambda: "de")
+    api = ApiClient(site.app, "app")
+    refused = api.get("/session", headers={CLIENT_HEADER: "mobile"})
+    assert refused.json["error"] == "client_kind_mismatch"  # the code stays, the message is German
+    assert refused.json["message"] == "Authflow-Client muss „browser“ oder „app“ sein."
+    wrong = api.post("/login/password", {"username": "alice", "password": "not the password at all"})
+    assert wrong.json["error"] == "invalid" and wrong.json["message"] != MESSAGES["invalid"]

@@ -20,9 +20,12 @@ from flask_authflow.web.headless import (
     devices,
     enrollment,
     login,
+    passkeys,
     profile,
+    providers,
     registration,
     session,
+    stepup,
 )
 from flask_authflow.web.headless.clients import app_carrier
 from flask_authflow.web.headless.openapi import VERSION, build_document
@@ -40,6 +43,9 @@ API_BLUEPRINT = "authflow_api"
 FLOWS: tuple[Any, ...] = (
     session,
     login,
+    stepup,
+    passkeys,
+    providers,
     # the account flows (h-apiflows)
     registration,
     profile,
