@@ -131,14 +131,9 @@ def _allowed() -> None:
         raise Refusal("login_required", N_("Sign in first."), 401)
 
 
-def _offered(kind: FactorKind) -> bool:
-    held = security.held_kinds()
-    return security.can_enroll(kind) and (not held or kind.value in held)
-
-
 def _begin(kind: FactorKind, params: Mapping[str, Any]) -> EnrollmentStart:
     _allowed()
-    if not _offered(kind):
+    if not security.offered_kind(kind):
         raise FactorNotRegistered(MESSAGES["unavailable_kind"])
     return handle().begin_enrollment(current_auth_session(), kind, params)
 
@@ -177,7 +172,7 @@ def list_factors(call: Call) -> Reply:
     return Reply(
         {
             "factors": factors,
-            "offered": [kind.value for kind in _KINDS if _offered(kind)],
+            "offered": [kind.value for kind in _KINDS if security.offered_kind(kind)],
             "required": list(security.held_kinds()),
         }
     )
