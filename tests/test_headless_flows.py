@@ -16,6 +16,7 @@ from typing import Any
 import pyotp
 import pytest
 
+from flask_authflow.login import required_enrollment
 from flask_authflow.testing.pytest_plugin import Outbox
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
@@ -278,6 +279,26 @@ def test_factor_changes_need_a_fresh_login(site: Site, kind: str) -> None:
         assert stale.status_code == 401 and stale.json["error"] == "step_up_required", path
     guest = ApiClient(site.app, kind).post("/account/factors/totp")
     assert guest.status_code == 401 and guest.json["error"] == "login_required"
+
+
+def test_a_held_login_sets_up_the_required_factor_and_is_signed_in(site: Site, kind: str) -> None:
+    required_enrollment.require(
+        site.backend, "default", site.user_id(), ("totp",), site.clock.now(), "import"
+    )
+    api = ApiClient(site.app, kind)
+    held = api.post("/login/password", {"username": "alice", "password": PASSWORD})
+    assert held.status_code == 200 and held.json["status"] == "enrollment_required"
+    assert api.get("/account").status_code == 401  # not signed in yet
+    listed = api.get("/account/factors").json
+    assert listed["required"] == ["totp"] and listed["offered"] == ["totp"]
+    other = api.post("/account/factors/recovery-codes")
+    assert other.status_code == 400 and other.json["error"] == "factor_not_registered"
+    begun = api.post("/account/factors/totp").json
+    code = pyotp.TOTP(begun["secret"]).at(site.clock.now())
+    added = done(api.post("/account/factors/totp/confirm", {"factor_id": begun["factor_id"], "code": code}))
+    assert added.status_code == 200
+    state = api.get("/session").json
+    assert state["state"] == "authenticated" and state["user"]["identifier"] == "alice"
 
 
 def test_hotp_and_recovery_codes(site: Site, kind: str) -> None:
