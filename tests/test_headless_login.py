@@ -9,6 +9,7 @@ from typing import Any
 import flask_babel
 import pytest
 
+from flask_authflow.errors import StoreUnavailable
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
 from flask_authflow.web.headless import CLIENT_HEADER, TOKEN_HEADER
 from flask_authflow.web.views.common import MESSAGES
@@ -248,3 +249,36 @@ def test_refusals_speak_the_requests_language(app_factory: AppFactory) -> None:
     assert refused.json["message"] == "Authflow-Client muss „browser“ oder „app“ sein."
     wrong = api.post("/login/password", {"username": "alice", "password": "not the password at all"})
     assert wrong.json["error"] == "invalid" and wrong.json["message"] != MESSAGES["invalid"]
+
+
+# --- a store down: 503, never a 500, never a success -----------------------------------------
+
+
+def test_a_store_down_answers_503_with_a_request_id(
+    api: ApiClient, site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def down(*args: object, **kwargs: object) -> None:
+        raise StoreUnavailable("the database at db.internal:5432 is unreachable")
+
+    monkeypatch.setattr(site.backend, "login_facts", down)
+    refused = api.post("/login/password", ALICE)
+    assert refused.status_code == 503 and refused.json["request_id"]
+    assert "db.internal" not in refused.json["message"]  # the cause is logged, not shown
+    assert api.get("/session").json["state"] == "guest"
+
+
+def test_a_session_store_down_is_a_503_for_a_change(
+    api: ApiClient, site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.post("/login/password", ALICE)
+    if api.kind == "browser":
+        api.csrf_token()  # read while the store is up
+
+    def down(*args: object, **kwargs: object) -> None:
+        raise StoreUnavailable("the session store is unreachable")
+
+    monkeypatch.setattr(site.store, "load", down)
+    monkeypatch.setattr(site.store, "save", down)
+    refused = api.post("/login/factor", {"code": "123456"})
+    assert refused.status_code == 503 and refused.json["error"] == "store_unavailable"
+    assert TOKEN_HEADER not in refused.headers or not refused.headers[TOKEN_HEADER]

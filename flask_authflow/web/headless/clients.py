@@ -24,6 +24,7 @@ from flask import Request, Response, request
 
 from flask_authflow.errors import InvalidInput
 from flask_authflow.i18n import N_
+from flask_authflow.responses import CLIENT_HEADER
 from flask_authflow.web.csrf import CSRF_HEADER, csrf_valid
 from flask_authflow.web.state import get_state
 
@@ -43,8 +44,6 @@ __all__ = [
     "presented_token",
 ]
 
-#: The request header that declares the client kind.
-CLIENT_HEADER = "Authflow-Client"
 BROWSER = "browser"
 APP = "app"
 KINDS = (BROWSER, APP)

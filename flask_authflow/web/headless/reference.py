@@ -16,7 +16,7 @@ from typing import Any
 
 from flask import Flask
 
-from flask_authflow import AuthFlow
+from flask_authflow.web.extension import AuthFlow
 from flask_authflow.web.headless.blueprint import api_document
 
 __all__ = ["reference_document", "render_reference"]

@@ -32,12 +32,14 @@ from typing import Any
 
 from flask import Response, jsonify, request
 
-from flask_authflow.errors import AuthFlowError
+from flask_authflow.errors import AuthFlowError, StoreUnavailable
 from flask_authflow.i18n import N_, gettext, translate
 from flask_authflow.responses import SERVER_ERROR_MESSAGE, request_id
+from flask_authflow.sessions.interface import RequestSession
 from flask_authflow.web.headless.clients import KINDS, client_kind
 from flask_authflow.web.headless.schema import Object, Shape, String
 from flask_authflow.web.json_body import json_body
+from flask_authflow.web.state import current_auth_session
 
 __all__ = ["Answer", "Call", "Refusal", "Reply", "Route", "Routes", "answer_error", "dispatch"]
 
@@ -198,11 +200,14 @@ def _params(route: Route, given: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def dispatch(route: Route, signed_in: Callable[[], bool]) -> Callable[..., Response]:
-    """The Flask view of ``route``: client kind and CSRF, sign-in, body and parameters
-    checked, then the view; typed errors answered as JSON."""
+    """The Flask view of ``route``: the session readable (else 503), client kind and CSRF,
+    sign-in, body and parameters checked, then the view; typed errors answered as JSON."""
 
     def endpoint(**given: Any) -> Response:
         try:
+            session = current_auth_session()
+            if isinstance(session, RequestSession) and session.store_failed:
+                raise StoreUnavailable()  # its session could not be read: decide nothing
             kind = client_kind(route.kinds)
             if route.signed_in and not signed_in():
                 raise Refusal("login_required", N_("Sign in first."), 401)
