@@ -154,13 +154,22 @@ def remember_session(session: AuthSession) -> bool:
 
 
 def _signed_in(app: Flask, *, user_id: str, tenant: str, step_up: bool = False, **_: Any) -> None:
-    """After a sign-in: record the device, trust it if asked, (re)issue its cookie."""
-    if step_up or not has_request_context():
+    """After a sign-in: record the device, trust it if asked, (re)issue its cookie. A client
+    that keeps no cookies (the headless API's ``app`` clients, whose session travels in a
+    header) has no device cookie to read or get: nothing is recorded for it."""
+    if step_up or not has_request_context() or not _keeps_cookies(get_state(app)):
         return
     try:
         _record_sign_in(get_state(app), user_id, tenant)
     except Exception:  # the sign-in is committed; the device record is best effort
         log.exception("the device of a sign-in could not be recorded")
+
+
+def _keeps_cookies(state: AuthFlowState) -> bool:
+    """The request's session travels in the cookie (not in another carrier, such as an app's
+    ``Authorization: Session`` header)."""
+    carrier_for = state.session_interface.carrier_for
+    return carrier_for is None or carrier_for(request) is None
 
 
 def _record_sign_in(state: AuthFlowState, user_id: str, tenant: str) -> None:

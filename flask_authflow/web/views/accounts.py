@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from flask import Flask, Response, current_app, jsonify, redirect, request, url_for
@@ -29,6 +30,7 @@ from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow import signals
 from flask_authflow.audit.context import audit_context
+from flask_authflow.core.ports import UserRecord
 from flask_authflow.core.session import AuthSession, new_guest_record
 from flask_authflow.errors import (
     AuthFlowError,
@@ -44,6 +46,7 @@ from flask_authflow.login import email_change as email_change_flow
 from flask_authflow.login import signup as signup_flow
 from flask_authflow.login.account_settings import AccountSettings
 from flask_authflow.login.password_policy import PasswordPolicy
+from flask_authflow.login.password_reset import PasswordResetDone
 from flask_authflow.login.recovery import Ended
 from flask_authflow.outcomes import FactorRequired
 from flask_authflow.web.csrf import csrf_valid
@@ -62,20 +65,29 @@ from flask_authflow.web.views.common import (
 )
 
 __all__ = [
+    "MailAfter",
     "account_links",
     "change_email",
     "compose_mail",
     "confirm_address",
     "confirm_email",
+    "confirm_signup",
+    "email_changed_notice",
+    "finish_email_change",
+    "finish_reset",
     "forgot_password",
     "mail_reset_link",
     "notify_recovery",
+    "resend_signup",
     "reset_password",
     "send_mail",
     "settings",
     "signup",
     "signup_resend",
     "signup_verify",
+    "start_email_change",
+    "start_reset",
+    "start_signup",
 ]
 
 log = logging.getLogger("flask_authflow.mail")
@@ -142,6 +154,19 @@ def _deliver_later(to: str | None, mail: tuple[str, str, str], response: R, budg
 
     response.call_on_close(deliver)
     return response
+
+
+@dataclass(frozen=True, slots=True)
+class MailAfter:
+    """The mail a flow composed, delivered once the answer went out (:meth:`after`): the
+    pages and the headless API answer differently and mail the same."""
+
+    to: str | None
+    mail: tuple[str, str, str]
+    budget: MailBudget = OWNER
+
+    def after(self, response: R) -> R:
+        return _deliver_later(self.to, self.mail, response, self.budget)
 
 
 def _can_mail() -> bool:
@@ -256,6 +281,19 @@ def _request_reset() -> ResponseReturnValue:
     body = _body()
     if not _wants_json() and not csrf_valid():
         return page("forgot.html", 400, error=MESSAGES["csrf"])
+    later = start_reset(body)
+    if _wants_json():
+        answer = jsonify({"status": "sent_if_known"})
+        answer.status_code = 202
+    else:
+        answer = page("forgot.html", 200, sent=True)
+    return later.after(answer)
+
+
+def start_reset(body: Mapping[str, Any]) -> MailAfter:
+    """The "forgot password" of ``body``'s ``username`` or ``email`` (the page's and the
+    headless API's): throttled per address, a token issued and its mail composed whether or
+    not an account matches (delivered, for a real one, :meth:`MailAfter.after` the answer)."""
     _throttle("reset")
     _mail_ready()  # no way to send mail: the same error for every request, before anything is done
     username, email = _text(body, "username", 254), _text(body, "email", 254)
@@ -273,12 +311,7 @@ def _request_reset() -> ResponseReturnValue:
         identifier=found.identifier or "",
         minutes=int(settings().reset_ttl.total_seconds() // 60),
     )
-    if _wants_json():
-        answer = jsonify({"status": "sent_if_known"})
-        answer.status_code = 202
-    else:
-        answer = page("forgot.html", 200, sent=True)
-    return _deliver_later(found.to, mail, answer, strangers(tenant, found.identifier))
+    return MailAfter(found.to, mail, strangers(tenant, found.identifier))
 
 
 # --- the reset link ------------------------------------------------------------------------------
@@ -301,18 +334,32 @@ def _reset_form(token: str) -> ResponseReturnValue:
     return page("reset.html", token=token)
 
 
+def _new_password(body: Mapping[str, Any], *, confirm: bool) -> str:
+    """``body``'s ``password`` (and, with ``confirm``, the same again in ``password_confirm``)."""
+    password = _text(body, "password", 4096)
+    again = _text(body, "password_confirm", 4096) if confirm else password
+    if password is None or password != again:
+        raise InvalidInput(MESSAGES["password_mismatch"] if password else MESSAGES["missing_password"])
+    return password
+
+
+def finish_reset(body: Mapping[str, Any], *, confirm: bool) -> PasswordResetDone | FactorRequired:
+    """Set the new password of a mailed reset link (``body``'s ``token`` and ``password``;
+    ``confirm``: and ``password_confirm``); :class:`FactorRequired` when the user passes a
+    second factor first."""
+    token = _text(body, "token", 64) or ""
+    password = _new_password(body, confirm=confirm)
+    return password_reset.reset_password(
+        get_state().service, audit_context(), current_auth_session(), token, password, policy=_policy()
+    )
+
+
 def _reset() -> ResponseReturnValue:
     body = _body()
     token = _text(body, "token", 64) or ""
     if not _wants_json() and not csrf_valid():
         return page("reset.html", 400, error=MESSAGES["csrf"], token=token)
-    password = _text(body, "password", 4096)
-    confirm = _text(body, "password_confirm", 4096) if not _wants_json() else password
-    if password is None or password != confirm:
-        raise InvalidInput(MESSAGES["password_mismatch"] if password else MESSAGES["missing_password"])
-    outcome = password_reset.reset_password(
-        get_state().service, audit_context(), current_auth_session(), token, password, policy=_policy()
-    )
+    outcome = finish_reset(body, confirm=not _wants_json())
     if isinstance(outcome, FactorRequired):
         return _second_factor_first(token, outcome)
     if _wants_json():
@@ -373,12 +420,21 @@ def _signup() -> ResponseReturnValue:
     body = _body()
     if not _wants_json() and not csrf_valid():
         return page("signup.html", 400, error=MESSAGES["csrf"])
+    start_signup(body, confirm=not _wants_json())
+    if _wants_json():
+        answer = jsonify({"status": "verification_sent"})
+        answer.status_code = 202
+        return answer
+    return page("signup.html", 200, sent=True)
+
+
+def start_signup(body: Mapping[str, Any], *, confirm: bool) -> None:
+    """Create the account of ``body`` (``username``, ``email``, ``password``; ``confirm``:
+    and ``password_confirm``) and mail its link before the sign-up commits (the same for an
+    address that has an account: its owner gets a notice); throttled per address."""
     _throttle("signup")
     _mail_ready()
-    password = _text(body, "password", 4096)
-    confirm = _text(body, "password_confirm", 4096) if not _wants_json() else password
-    if password is None or password != confirm:
-        raise InvalidInput(MESSAGES["password_mismatch"] if password else MESSAGES["missing_password"])
+    password = _new_password(body, confirm=confirm)
     state = get_state()
     signup_flow.signup(
         state.service,
@@ -393,11 +449,6 @@ def _signup() -> ResponseReturnValue:
         ttl=settings().verification_ttl,
         deliver=_deliver_in_transaction,
     )
-    if _wants_json():
-        answer = jsonify({"status": "verification_sent"})
-        answer.status_code = 202
-        return answer
-    return page("signup.html", 200, sent=True)
 
 
 def _deliver_in_transaction(found: signup_flow.SignupRequest) -> None:
@@ -425,9 +476,18 @@ def _verify() -> ResponseReturnValue:
     body = _body()
     if not _wants_json() and not csrf_valid():
         return page("signup_verify.html", 400, error=MESSAGES["csrf"], token=None)
+    user = confirm_signup(body)
+    if _wants_json():
+        return jsonify({"status": "email_confirmed", "username": user.identifier})
+    return page("signup_verify.html", 200, done=True, token=None)
+
+
+def confirm_signup(body: Mapping[str, Any]) -> UserRecord:
+    """Confirm a new account's address by ``body``'s ``token`` (the link) or its
+    ``username`` and ``code`` (typed from the mail); the account it confirmed."""
     state = get_state()
     token, code = _text(body, "token", 64), _text(body, "code", 32)
-    user = signup_flow.verify_signup(
+    return signup_flow.verify_signup(
         state.service,
         audit_context(),
         current_auth_session(),
@@ -436,9 +496,6 @@ def _verify() -> ResponseReturnValue:
         identifier=_text(body, "username", 254) if token is None else None,
         code=code,
     )
-    if _wants_json():
-        return jsonify({"status": "email_confirmed", "username": user.identifier})
-    return page("signup_verify.html", 200, done=True, token=None)
 
 
 def signup_resend() -> ResponseReturnValue:
@@ -455,6 +512,18 @@ def _resend() -> ResponseReturnValue:
     body = _body()
     if not _wants_json() and not csrf_valid():
         return page("signup_resend.html", 400, error=MESSAGES["csrf"])
+    later = resend_signup(body)
+    if _wants_json():
+        answer = jsonify({"status": "sent_if_pending"})
+        answer.status_code = 202
+    else:
+        answer = page("signup_resend.html", 200, sent=True)
+    return later.after(answer)
+
+
+def resend_signup(body: Mapping[str, Any]) -> MailAfter:
+    """A new link for the unconfirmed account of ``body``'s ``username`` or ``email``:
+    throttled, and the same work (a mail composed) whatever matched."""
     _throttle("signup")
     _mail_ready()
     state = get_state()
@@ -468,12 +537,7 @@ def _resend() -> ResponseReturnValue:
         ttl=settings().verification_ttl,
     )
     mail = _signup_mail(found)  # composed for every request: the same work whatever matched
-    if _wants_json():
-        answer = jsonify({"status": "sent_if_pending"})
-        answer.status_code = 202
-    else:
-        answer = page("signup_resend.html", 200, sent=True)
-    return _deliver_later(found.to, mail, answer, strangers())
+    return MailAfter(found.to, mail, strangers())
 
 
 # --- change of e-mail ----------------------------------------------------------------------------
@@ -497,30 +561,38 @@ def _change_email() -> ResponseReturnValue:
     body = _body()
     if not _wants_json() and not csrf_valid():
         return page("email_change.html", 400, error=MESSAGES["csrf"])
-    _mail_ready()
     try:
-        found = email_change_flow.request_email_change(
-            get_state().service,
-            audit_context(),
-            current_auth_session(),
-            _text(body, "email", 254),
-            ttl=settings().verification_ttl,
-        )
+        later = start_email_change(body)
     except StepUpNeeded:
         if _wants_json():
             raise
         return redirect(url_for(f"{VIEWS_BLUEPRINT}.step_up", next=request.path))
-    link = mailed_url(f"{VIEWS_BLUEPRINT}.confirm_email_change", token=found.issued.token)
-    minutes = int(settings().verification_ttl.total_seconds() // 60)
-    mail = compose_mail(
-        "email_change_verify", link=link, identifier=found.identifier, minutes=minutes, code=None
-    )
     if _wants_json():
         answer = jsonify({"status": "verification_sent"})
         answer.status_code = 202
     else:
         answer = page("email_change.html", 200, sent=True)
-    return _deliver_later(found.to, mail, answer)
+    return later.after(answer)
+
+
+def start_email_change(body: Mapping[str, Any]) -> MailAfter:
+    """Mail a confirmation link to the signed-in user's new address (``body``'s ``email``).
+
+    :raises StepUpNeeded: the login is not fresh enough."""
+    _mail_ready()
+    found = email_change_flow.request_email_change(
+        get_state().service,
+        audit_context(),
+        current_auth_session(),
+        _text(body, "email", 254),
+        ttl=settings().verification_ttl,
+    )
+    link = mailed_url(f"{VIEWS_BLUEPRINT}.confirm_email_change", token=found.issued.token)
+    minutes = int(settings().verification_ttl.total_seconds() // 60)
+    mail = compose_mail(
+        "email_change_verify", link=link, identifier=found.identifier, minutes=minutes, code=None
+    )
+    return MailAfter(found.to, mail)
 
 
 def confirm_email() -> ResponseReturnValue:
@@ -535,13 +607,23 @@ def _confirm_email() -> ResponseReturnValue:
     body = _body()
     if not _wants_json() and not csrf_valid():
         return page("email_change_confirm.html", 400, error=MESSAGES["csrf"], token=None)
-    changed = email_change_flow.confirm_email_change(
-        get_state().service, audit_context(), current_auth_session(), _text(body, "token", 64)
-    )
+    changed = finish_email_change(body)
     if _wants_json():
         answer = jsonify({"status": "email_changed"})
     else:
         answer = page("email_change_confirm.html", 200, done=True, token=None)
+    return email_changed_notice(changed, answer)
+
+
+def finish_email_change(body: Mapping[str, Any]) -> email_change_flow.EmailChanged:
+    """The new address of ``body``'s ``token`` replaces the old one."""
+    return email_change_flow.confirm_email_change(
+        get_state().service, audit_context(), current_auth_session(), _text(body, "token", 64)
+    )
+
+
+def email_changed_notice(changed: email_change_flow.EmailChanged, answer: R) -> R:
+    """``answer``, with the notice of ``changed`` to the old address once it went out."""
     new = email_change_flow.mask(changed.user.email or "")
     return notify(
         "email_changed", changed.user.tenant, changed.user.user_id, answer, previous=changed.previous, new=new

@@ -18,7 +18,7 @@ from flask_authflow.web.api_auth import api_tokens
 from flask_authflow.web.state import current_auth_session, get_state
 from flask_authflow.web.views.common import VIEWS_BLUEPRINT, error_status, form_text, to_step_up
 
-__all__ = ["api_token_rows", "create_api_token", "revoke_api_token"]
+__all__ = ["api_token_rows", "create_api_token", "login_too_old", "revoke_api_token"]
 
 #: What the ``expires_in_days`` field may hold (a longer lifetime is refused by the settings).
 _MAX_DAYS_DIGITS = 5
@@ -44,7 +44,8 @@ def _expires_in_days() -> int | None:
     return int(raw)
 
 
-def _too_old() -> bool:
+def login_too_old() -> bool:
+    """The login is older than ``AUTHFLOW_FRESHNESS``: a new API token needs a step-up first."""
     session = current_auth_session()
     state = get_state()
     at = session.authenticated_at
@@ -57,7 +58,7 @@ def create_api_token() -> ResponseReturnValue:
     refused = views.account_post_refused()
     if refused is not None:
         return refused
-    if _too_old():
+    if login_too_old():
         return to_step_up(url_for(f"{VIEWS_BLUEPRINT}.account"))
     session = current_auth_session()
     scopes = [*request.form.getlist("scope"), *form_text("scopes").split()]

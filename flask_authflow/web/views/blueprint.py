@@ -166,6 +166,8 @@ def _session_row(record: SessionRecord, current_sid: str) -> dict[str, Any]:
 
 #: The account page for the account actions of other modules (the API tokens).
 account_page = _account_page
+#: A session as the account page lists it (for the headless API's list).
+session_row = _session_row
 
 
 # --- the views -----------------------------------------------------------------------------------
@@ -250,19 +252,31 @@ def change_password() -> ResponseReturnValue:
     return accounts.notify_recovery(tenant, str(session.user_id), ended, answer, reset=False)
 
 
+def end_user_session(session_hash: str) -> str | None:
+    """End the signed-in user's session named by ``session_hash`` (the page's and the
+    headless API's): ``"logged_out"`` for the current one (the audited logout),
+    ``"revoked"`` for another, ``None`` when it is none of the user's live sessions."""
+    session = current_auth_session()
+    if not _SESSION_HASH.fullmatch(session_hash):
+        return None
+    if hmac.compare_digest(sid_hash(stored_sid(session)), session_hash):
+        handle().logout(session)  # "log out this session": the audited logout
+        return "logged_out"
+    tenant, user_id = str(session.tenant), str(session.user_id)
+    if not account_admin().revoke_session(tenant, user_id, session_hash, reason="revoked_by_user"):
+        return None
+    return "revoked"
+
+
 def revoke_session(session_hash: str) -> ResponseReturnValue:
     refused = account_post_refused()
     if refused is not None:
         return refused
-    session = current_auth_session()
-    if not _SESSION_HASH.fullmatch(session_hash):
+    ended = end_user_session(session_hash)
+    if ended is None:
         return _account_page(404, error=MESSAGES["no_session"])
-    if hmac.compare_digest(sid_hash(stored_sid(session)), session_hash):
-        handle().logout(session)  # "log out this session": the audited logout
+    if ended == "logged_out":
         return to_login(None)
-    tenant, user_id = str(session.tenant), str(session.user_id)
-    if not account_admin().revoke_session(tenant, user_id, session_hash, reason="revoked_by_user"):
-        return _account_page(404, error=MESSAGES["no_session"])
     return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="session_revoked"))
 
 

@@ -50,14 +50,21 @@ from flask_authflow.web.views.signin import passkey_available
 __all__ = [
     "FACTORS_NOTICES",
     "KIND_NAMES",
+    "can_enroll",
     "confirm_email",
     "confirm_recovery_codes",
     "confirm_totp",
     "confirm_webauthn",
     "enroll_email",
     "enroll_totp",
+    "factor_row",
     "factors",
     "generate_recovery_codes",
+    "held_kinds",
+    "may_enroll",
+    "noticed",
+    "offered_kind",
+    "remaining_uses",
     "remove_factor",
     "webauthn_enroll_options",
 ]
@@ -169,6 +176,13 @@ def _held_kinds() -> tuple[str, ...]:
     return required_enrollment.pending_kinds(current_auth_session().record, get_state().clock.now())
 
 
+def _offered(kind: FactorKind) -> bool:
+    """A factor of ``kind`` can be added now: offered here, and (a login held until a factor
+    is set up) one of the kinds it must set up."""
+    held = _held_kinds()
+    return _can_enroll(kind) and (not held or kind.value in held)
+
+
 def _may_enroll() -> bool:
     """Signed in, or a login held until a factor is set up again."""
     return signed_in() or bool(_held_kinds())
@@ -180,10 +194,6 @@ def _factors_page(status: int = 200, *, error: str | None = None, notice: str | 
     rows = [_factor_row(c) for c in configs if c.kind is not FactorKind.PASSWORD and c.factor_id]
     kinds = {row["kind"] for row in rows}
     held = _held_kinds()
-
-    def offered(kind: FactorKind) -> bool:  # a held login sees only what it must set up
-        return _can_enroll(kind) and (not held or kind.value in held)
-
     return page(
         "factors.html",
         status,
@@ -193,10 +203,10 @@ def _factors_page(status: int = 200, *, error: str | None = None, notice: str | 
         required=[translate(KIND_NAMES.get(kind, kind)) for kind in held],
         has_second_factor=bool(kinds - {FactorKind.RECOVERY_CODE.value}),
         has_recovery_codes=FactorKind.RECOVERY_CODE.value in kinds,
-        can_totp=offered(FactorKind.TOTP),
-        can_webauthn=offered(FactorKind.WEBAUTHN),
-        can_email=offered(FactorKind.EMAIL_OTP),
-        can_recovery=offered(FactorKind.RECOVERY_CODE),
+        can_totp=_offered(FactorKind.TOTP),
+        can_webauthn=_offered(FactorKind.WEBAUTHN),
+        can_email=_offered(FactorKind.EMAIL_OTP),
+        can_recovery=_offered(FactorKind.RECOVERY_CODE),
         passkey_login=passkey_available() and not held,
     )
 
@@ -472,3 +482,15 @@ def confirm_webauthn() -> ResponseReturnValue:
     if isinstance(result, AuthFlowError):
         return _factors_page(error_status(result), error=_enroll_message(result, FactorKind.WEBAUTHN))
     return result if result is not None else _noticed("factor_added", "webauthn", _done("webauthn_added"))
+
+
+#: What the headless API shares with these pages: whether a kind can be added here, the
+#: kinds a held login must set up, whether this session may enroll, a factor's uses left,
+#: a factor as the list shows it, and the owner's notice of a change.
+can_enroll = _can_enroll
+factor_row = _factor_row
+held_kinds = _held_kinds
+may_enroll = _may_enroll
+offered_kind = _offered
+noticed = _noticed
+remaining_uses = _remaining
