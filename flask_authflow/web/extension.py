@@ -72,6 +72,7 @@ from flask_authflow.web.csrf import template_helpers
 from flask_authflow.web.current_user import current_user
 from flask_authflow.web.decorators import denial_response
 from flask_authflow.web.devices import install_devices, remember_session, request_trust
+from flask_authflow.web.mfa_required import install_mfa_requirement
 from flask_authflow.web.external_url import check_mail_settings
 from flask_authflow.web.factor_wiring import built_in_factors
 from flask_authflow.web.mail_budgets import install_mail_budgets
@@ -457,6 +458,7 @@ class AuthFlow:
             password_policy=password_policy(config.passwords, given.http_client),
         )
         authz.install(app, self)  # Cedar policies: loaded and checked now, before anything is installed
+        install_mfa_requirement(app, state)  # AUTHFLOW_MFA_REQUIRED (a Cedar action: checked against them)
         _install(app, state)
         register_logout(app, config.web.logout_url_prefix)  # POST /auth/logout: the app's one logout route
         if config.federation.providers or self._providers:
