@@ -415,6 +415,7 @@ USER_FACING_DEFAULTS = (
     N_("Confirm your e-mail address first: follow the link we sent, or ask for a new one."),
     N_("A username with an @ must be the address you sign up with, or have no @ at all."),
     N_("The user already has an API token of this name (names are how tokens are revoked)."),
+    N_("Set up a second factor first: your sign-in completes once it is set up."),
 )
 
 
@@ -455,6 +456,3 @@ class EnrollmentRequired(AuthnError):
 
     def to_dict(self) -> dict[str, str]:
         return {**super().to_dict(), "kinds": ",".join(self.kinds)}
-
-
-USER_FACING_DEFAULTS += (N_("Set up a second factor first: your sign-in completes once it is set up."),)

@@ -72,10 +72,10 @@ from flask_authflow.web.csrf import template_helpers
 from flask_authflow.web.current_user import current_user
 from flask_authflow.web.decorators import denial_response
 from flask_authflow.web.devices import install_devices, remember_session, request_trust
-from flask_authflow.web.mfa_required import install_mfa_requirement
 from flask_authflow.web.external_url import check_mail_settings
 from flask_authflow.web.factor_wiring import built_in_factors
 from flask_authflow.web.mail_budgets import install_mail_budgets
+from flask_authflow.web.mfa_required import install_mfa_requirement
 from flask_authflow.web.state import (
     EXTENSION_KEY,
     Adapters,
