@@ -9,14 +9,14 @@ factor, from the configuration (nothing is stored):
 - a Cedar action name (``"require_mfa"`` or ``'Action::"require_mfa"'``): a user for whom
   the policies *permit* that action on the user itself (``resource`` is the principal);
   a ``forbid`` exempts, no permit means not required, and a decision with errors counts
-  as required (fail closed). The web layer asks the policies (:attr:`MfaRequirement.decide`).
+  as required (fail closed). The web layer asks the policies (``MfaRequirement.decide``).
 
 The kinds that count (``AUTHFLOW_MFA_REQUIRED_KINDS``): every second factor by default
 (:data:`SECOND_FACTORS`: not the password, and not recovery codes, which are a backup of
 another factor), ``"phishing_resistant"`` (:data:`PHISHING_RESISTANT`: WebAuthn security
 keys and passkeys), or a list of kinds. A user who must have one and has no confirmed
 factor of a counting kind is held in the required enrollment
-(:mod:`flask_authflow.login.required_enrollment`) until one is set up.
+(``flask_authflow.login.required_enrollment``) until one is set up.
 """
 
 from __future__ import annotations

@@ -203,7 +203,7 @@ class AuthnService:
         #: for the password only. ``None``: no device is ever trusted.
         self.device_trusted: Callable[[str, str, str, datetime], bool] | None = None
         #: Second factors required by policy (``AUTHFLOW_MFA_REQUIRED``, wired by ``init_app``;
-        #: ``None``: nobody is required to have one). See :mod:`~flask_authflow.login.mfa_policy`.
+        #: ``None``: nobody is required to have one).
         self.mfa_requirement: MfaRequirement | None = None
         #: The personal API tokens a password reset, a password change and "log out
         #: everywhere" delete with the user's sessions (wired by ``init_app`` to the
