@@ -245,6 +245,7 @@ SECURITY_NOTICE_EVENTS = (
     "factor_removed",
     "provider_linked",
     "provider_unlinked",
+    "username_changed",
 )
 
 

@@ -7,8 +7,8 @@ line once its flow has committed, and the notice goes out after the answer did:
 * ``email_changed``: the previous address (``email_change_notice``) and the new one, once
   confirmed (``email_added_notice``);
 * ``factor_added``, ``factor_removed`` (TOTP, HOTP, e-mail codes, a security key or passkey,
-  recovery codes), ``provider_linked``, ``provider_unlinked``: the account's address
-  (``<event>_notice``).
+  recovery codes), ``provider_linked``, ``provider_unlinked``, ``username_changed``: the
+  account's address (``<event>_notice``).
 
 (The password change's notice, which lists what ended with it, is
 :func:`~flask_authflow.web.views.accounts.notify_recovery`; the same switch applies.)
@@ -57,6 +57,7 @@ NOTICES: Mapping[str, tuple[str, str]] = {
     "factor_removed": ("factor_removed_notice", "authflow_views.factors"),
     "provider_linked": ("provider_linked_notice", "authflow_views.account"),
     "provider_unlinked": ("provider_unlinked_notice", "authflow_views.account"),
+    "username_changed": ("username_changed_notice", "authflow_views.account"),
 }
 _NEW_ADDRESS_TEMPLATE = "email_added_notice"
 

@@ -42,6 +42,7 @@ from flask_authflow.i18n import translate
 from flask_authflow.login import account_tokens, password_reset
 from flask_authflow.login import email_change as email_change_flow
 from flask_authflow.login import signup as signup_flow
+from flask_authflow.login import username_change as username_change_flow
 from flask_authflow.login.account_settings import AccountSettings
 from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.login.recovery import Ended
@@ -64,6 +65,7 @@ from flask_authflow.web.views.common import (
 __all__ = [
     "account_links",
     "change_email",
+    "change_username",
     "compose_mail",
     "confirm_address",
     "confirm_email",
@@ -548,6 +550,47 @@ def _confirm_email() -> ResponseReturnValue:
     )
 
 
+# --- change of username --------------------------------------------------------------------------
+
+
+def change_username() -> ResponseReturnValue:
+    """``GET``: the form (signed in); ``POST`` (form or JSON ``{"username"}``): the new
+    username, at once. Needs a fresh login (else the step-up page, or 401
+    ``step_up_required`` in JSON); counted by the ``signup`` throttle (a refusal tells
+    whether a name is taken, as sign-up does)."""
+    session = current_auth_session()
+    if not session.is_authenticated:
+        if _wants_json():
+            return _json_error(Unauthenticated())
+        return redirect(url_for(f"{VIEWS_BLUEPRINT}.login", next=request.path))
+    if request.method == "GET":
+        return page("username_change.html")
+    return _guarded(_change_username, "username_change.html")
+
+
+def _change_username() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("username_change.html", 400, error=MESSAGES["csrf"])
+    _throttle("signup")
+    try:
+        changed = username_change_flow.change_username(
+            get_state().service, audit_context(), current_auth_session(), _text(body, "username", 1024)
+        )
+    except StepUpNeeded:
+        if _wants_json():
+            raise
+        return redirect(url_for(f"{VIEWS_BLUEPRINT}.step_up", next=request.path))
+    user = changed.user
+    if _wants_json():
+        answer = jsonify({"status": "username_changed", "username": user.identifier})
+    else:
+        answer = page("username_change.html", 200, done=True)
+    return notify(
+        username_change_flow.EVENT, user.tenant, user.user_id, answer, previous_identifier=changed.previous
+    )
+
+
 # --- operators (the command line) ----------------------------------------------------------------
 
 
@@ -619,4 +662,5 @@ RULES: list[tuple[str, str, Any, list[str]]] = [
     ("/signup/resend", "signup_resend", signup_resend, ["GET", "POST"]),
     ("/account/email", "change_email", change_email, ["GET", "POST"]),
     ("/account/email/confirm", "confirm_email_change", confirm_email, ["GET", "POST"]),
+    ("/account/username", "change_username", change_username, ["GET", "POST"]),
 ]
