@@ -232,3 +232,39 @@ def test_one_process_wins_a_name_on_postgresql(postgres_server: Any) -> None:
         assert winner is not None and winner.user_id in users
     finally:
         backend.close()
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+
+def _cli(site: Site, *args: str) -> Any:
+    return site.app.test_cli_runner().invoke(args=["authflow", *args])
+
+
+def test_an_operator_renames_a_user_and_the_owner_is_told(site: Site) -> None:
+    result = _cli(site, "users", "rename", "Alice", "Alice.Liddell")
+    assert result.exit_code == 0, result.output
+    assert "'alice' is now 'alice.liddell'" in result.output
+    assert site.backend.find_user("default", "alice.liddell") is not None
+    [notice] = sent(site)
+    assert notice.to == "alice@example.com" and "alice.liddell" in notice.body
+    row = [r for r in site.backend.audit_rows if r.event == "username_changed"][-1]
+    assert (row.status, row.reason) == ("success", "from:alice")
+    as_json = _cli(site, "users", "rename", "alice.liddell", "alice", "--json")
+    assert as_json.exit_code == 0 and '"previous": "alice.liddell"' in as_json.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("users", "rename", "nobody", "x"), "no user 'nobody'"),
+        (("users", "rename", "alice", "bob"), "already exists"),
+        (("users", "rename", "alice", "a:b"), "may not contain ':'"),
+        (("users", "rename", "alice", "bob@example.com"), "must be the address"),
+    ],
+)
+def test_the_command_refuses_with_a_message(site: Site, args: tuple[str, ...], message: str) -> None:
+    result = _cli(site, *args)
+    assert result.exit_code == 1, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert site.backend.find_user("default", "alice") is not None and sent(site) == []

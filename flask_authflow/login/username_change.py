@@ -33,7 +33,7 @@ from flask_authflow.login.enrollment import _fresh_user
 from flask_authflow.login.operation import LoginServices, Operation, guard_store
 from flask_authflow.login.signup import IdentifierNotOwnAddress, _check_identifier
 
-__all__ = ["EVENT", "UsernameChanged", "UsernameUnchanged", "change_username"]
+__all__ = ["EVENT", "UsernameChanged", "UsernameUnchanged", "change_username", "rename_user"]
 
 #: The audit event (and security notice) of a change of username.
 EVENT = "username_changed"
@@ -81,9 +81,37 @@ def change_username(
         user = guard_store(lambda: svc.store.get_user(fresh.tenant, fresh.user_id))
         if user is None or user.disabled:
             raise UserNotFound()
-        identifier = _checked(user, new_identifier)
     except AuthFlowError as exc:
         op.refuse(exc, "refused")
+        raise
+    return _rename(svc, ctx, session, user, new_identifier)
+
+
+def rename_user(
+    svc: LoginServices, ctx: AuditContext, session: AuthSession, tenant: str, identifier: str, new: object
+) -> UsernameChanged:
+    """An operator's rename of ``identifier`` (``flask authflow users rename``): the same
+    rules, uniqueness and audit row as :func:`change_username`, without a login (``session``
+    is the operator's guest session).
+
+    :raises UserNotFound: no such account; and what :func:`change_username` raises."""
+    op = Operation(svc, ctx, session, EVENT, tenant=tenant)
+    user = guard_store(lambda: svc.store.find_user(tenant, normalise_identifier(identifier)))
+    if user is None:
+        error = UserNotFound()
+        op.refuse(error, "refused")
+        raise error
+    return _rename(svc, ctx, session, user, new)
+
+
+def _rename(
+    svc: LoginServices, ctx: AuditContext, session: AuthSession, user: UserRecord, new_identifier: object
+) -> UsernameChanged:
+    """Check ``new_identifier`` for ``user`` and rename, in one unit with the audit row."""
+    try:
+        identifier = _checked(user, new_identifier)
+    except AuthFlowError as exc:
+        Operation(svc, ctx, session, EVENT, tenant=user.tenant, user_id=user.user_id).refuse(exc, "refused")
         raise
     fields: dict[str, Any] = {"tenant": user.tenant, "user_id": user.user_id, "identifier": identifier}
     with Operation(svc, ctx, session, EVENT, **fields) as op:

@@ -52,7 +52,7 @@ from flask_authflow.web.external_url import mail_origin, mailed_url
 from flask_authflow.web.json_body import json_body
 from flask_authflow.web.mail_budgets import OWNER, MailBudget, spend, strangers
 from flask_authflow.web.outgoing_mail import compose_mail, mail_sender, send_mail
-from flask_authflow.web.security_notices import notice_enabled, notify
+from flask_authflow.web.security_notices import notice_enabled, notify, notify_now
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views.common import (
     MESSAGES,
@@ -72,6 +72,7 @@ __all__ = [
     "forgot_password",
     "mail_reset_link",
     "notify_recovery",
+    "rename_user",
     "reset_password",
     "send_mail",
     "settings",
@@ -629,6 +630,21 @@ def mail_reset_link(tenant: str, identifier: str) -> str | None:
         )
     send_mail(found.to, *mail)
     return found.to
+
+
+def rename_user(tenant: str, identifier: str, new: str) -> str:
+    """Rename an account (``flask authflow users rename``): the new identifier; the account's
+    address gets the notice now.
+
+    :raises UserNotFound: no such account. :raises InvalidInput, UserExists: the new name
+        is refused."""
+    state = get_state()
+    changed = username_change_flow.rename_user(
+        state.service, audit_context(), _operator_session(), tenant, identifier, new
+    )
+    user = changed.user
+    notify_now(username_change_flow.EVENT, user.tenant, user.user_id, previous_identifier=changed.previous)
+    return user.identifier
 
 
 def confirm_address(tenant: str, identifier: str) -> bool:
