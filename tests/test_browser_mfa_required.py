@@ -9,6 +9,7 @@ import json
 import os
 import secrets
 import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,19 +18,26 @@ import pytest
 
 from tests.parts import free_port, wait_for_port
 from tests.test_browser import Page, browsers  # noqa: F401 - the Chromium fixture
-from tests.test_reference_app import REFERENCE_FLASK, ROOT, create_users
+from tests.test_reference_app import REFERENCE_FLASK, ROOT
 
 pytestmark = pytest.mark.browser
 
 ADMIN, PASSWORD = "ada", "adas-admin-passphrase-9"
 
 
-def _cli(env: dict[str, str], *args: str) -> None:
-    done = subprocess.run(
-        [*REFERENCE_FLASK, "authflow", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60,
-        check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+#: Creates the administrator in one interpreter (three ``flask authflow`` commands would
+#: start three): the user, the role and the grant, through the app as an operator would.
+SETUP = f"""
+from examples.reference.app import create_app
+from flask_authflow.web import roles
+from flask_authflow.web.state import account_admin
+
+app = create_app()
+with app.app_context():
+    user = account_admin().create_user("default", {ADMIN!r}, {PASSWORD!r})
+    roles.create_role("default", "admin")
+    roles.add_user_role("default", user.user_id, "admin")
+"""
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +57,16 @@ def mfa_required_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[st
         "FLASK_AUTHFLOW_MFA_REQUIRED": json.dumps(["admin"]),  # from_prefixed_env reads JSON
         "PYTHONPATH": str(ROOT),
     }
-    create_users(env, {ADMIN: PASSWORD})
-    _cli(env, "roles", "create", "admin")
-    _cli(env, "users", "add-role", ADMIN, "admin")
+    done = subprocess.run(
+        [sys.executable, "-c", SETUP],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
     with (workdir / "server.log").open("wb") as log:
         server = subprocess.Popen(
             [*REFERENCE_FLASK, "run", "--host", "127.0.0.1", "--port", str(port)],
