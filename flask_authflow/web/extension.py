@@ -709,7 +709,9 @@ class AuthFlow:
         session ends first (audited ``workflow_aborted``, reason ``new_login``).
 
         Returns ``Authenticated``, or ``FactorRequired`` when the user has enrolled factors
-        beyond the password (never skipped unless ``skip_factors=True``, which is audited).
+        beyond the password (never skipped unless ``skip_factors=True``, which is audited),
+        or ``WorkflowPending`` when the user must set up a second factor first
+        (``AUTHFLOW_MFA_REQUIRED``, or a factor an import could not carry).
 
         :raises UserNotFound: no such user. :raises AccountDisabled: the account is disabled.
         """
