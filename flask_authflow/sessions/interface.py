@@ -92,7 +92,7 @@ class _KeySlot:
 
 class SessionCarrier(Protocol):
     """How a request carries its signed session id when not in the cookie (the headless
-    API's app tokens, :mod:`flask_authflow.web.headless.clients`): the same id, store and
+    API's app tokens, ``flask_authflow.web.headless.clients``): the same id, store and
     record, only carried differently. Chosen per request by
     :attr:`AuthFlowSessionInterface.carrier_for`."""
 

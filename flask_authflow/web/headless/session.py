@@ -105,7 +105,9 @@ LOGGED_OUT = Object(
 )
 
 
-@routes.post("/logout", "logout", "End the session", answers={200: Answer("The session ended", LOGGED_OUT)})
+@routes.post(
+    "/logout", "endSession", "End the session", answers={200: Answer("The session ended", LOGGED_OUT)}
+)
 def logout(call: Call) -> Reply:
     """End the session (audited; a guest's logout is a no-op). A federated session's
     provider end-session URL comes back as ``location``; an app drops its token."""
