@@ -415,6 +415,7 @@ USER_FACING_DEFAULTS = (
     N_("Confirm your e-mail address first: follow the link we sent, or ask for a new one."),
     N_("A username with an @ must be the address you sign up with, or have no @ at all."),
     N_("The user already has an API token of this name (names are how tokens are revoked)."),
+    N_("Set up a second factor first: your sign-in completes once it is set up."),
 )
 
 
@@ -435,3 +436,23 @@ class InsufficientApiScope(PermissionDenied):
 
     code = "insufficient_scope"
     status = 403
+
+
+# --- second factors required by policy ------------------------------------------------------------
+
+__all__ += ["EnrollmentRequired"]
+
+
+class EnrollmentRequired(AuthnError):
+    """Set up a second factor first: your sign-in completes once it is set up."""
+
+    code = "enrollment_required"
+    status = 401
+
+    def __init__(self, kinds: tuple[str, ...] = (), message: str | None = None) -> None:
+        super().__init__(message)
+        #: The factor kinds the held sign-in may set up.
+        self.kinds = kinds
+
+    def to_dict(self) -> dict[str, str]:
+        return {**super().to_dict(), "kinds": ",".join(self.kinds)}

@@ -250,6 +250,7 @@ SECURITY_NOTICE_EVENTS = (
     "factor_removed",
     "provider_linked",
     "provider_unlinked",
+    "username_changed",
 )
 
 
@@ -614,6 +615,9 @@ KEYS: tuple[Key, ...] = (
         one_of("required", "preferred", "discouraged", message=_UV),
     ),
     Key("AUTHFLOW_PASSKEY_LOGIN", passkey_tenants, False),
+    # second factors required by policy (checked by login/mfa_policy.py)
+    Key("AUTHFLOW_MFA_REQUIRED", raw, False),
+    Key("AUTHFLOW_MFA_REQUIRED_KINDS", raw, None),
     # the local issuer
     Key("AUTHFLOW_ISSUER", raw),
     Key("AUTHFLOW_ISSUER_KEY_STORE", raw, "sql"),

@@ -219,6 +219,7 @@ SETTINGS_CLASSES = [
     "flask_authflow.api_auth.settings:ApiTokenSettings",
     "flask_authflow.devices.settings:DeviceSettings",
     "flask_authflow.throttle.settings:ThrottleSettings",
+    "flask_authflow.login.mfa_policy:MfaRequiredSettings",
 ]
 
 

@@ -254,6 +254,7 @@ EXPECTED_RULES = {
     "authflow_views.signup_resend": ("/signup/resend", {"GET", "POST"}),
     "authflow_views.change_email": ("/account/email", {"GET", "POST"}),
     "authflow_views.confirm_email_change": ("/account/email/confirm", {"GET", "POST"}),
+    "authflow_views.change_username": ("/account/username", {"GET", "POST"}),
 }
 
 

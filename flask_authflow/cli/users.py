@@ -243,6 +243,22 @@ def users_remove_role(username: str, role: str, tenant: str | None, as_json: boo
     )
 
 
+@users.command("rename")
+@click.argument("username")
+@click.argument("new_username")
+@tenant_option
+@json_option
+def users_rename(username: str, new_username: str, tenant: str | None, as_json: bool) -> None:
+    """Rename USERNAME to NEW_USERNAME (sign-up's rules; audited; the account's address is told)."""
+    from flask_authflow.web.views.accounts import rename_user
+
+    tenant_name = tenant_or_default(tenant)
+    with about_user(username, tenant_name):
+        renamed = rename_user(tenant_name, username, new_username)
+    emit(as_json, {"identifier": renamed, "previous": normalise_identifier(username), "tenant": tenant_name},
+         f"user {normalise_identifier(username)!r} is now {renamed!r}")  # fmt: skip
+
+
 @users.command("confirm")
 @click.argument("username")
 @tenant_option

@@ -206,6 +206,13 @@ class IdentityStore(Protocol):
         address, :class:`~flask_authflow.errors.UserNotFound` without the user."""
         ...
 
+    def set_identifier(self, tenant: str, user_id: str, identifier: str) -> UserRecord:
+        """Rename the user to ``identifier`` (normalised by the caller); one statement, so
+        of two parallel renames to one name exactly one wins:
+        :class:`~flask_authflow.errors.UserExists` if another user of the tenant has it,
+        :class:`~flask_authflow.errors.UserNotFound` without the user."""
+        ...
+
 
 @runtime_checkable
 class FactorStore(Protocol):

@@ -29,6 +29,7 @@ from flask_authflow.login.operation import (
     guard_store,
     new_transaction,
 )
+from flask_authflow.login.required_enrollment import hold
 from flask_authflow.login.workflow import abandon
 from flask_authflow.outcomes import Authenticated, FactorKind, FactorRequired, WorkflowPending
 
@@ -83,7 +84,7 @@ def establish(
             session.transition(lambda r: reset_to_guest(r, now=op.now))
         if remaining:
             return _next_factor(op, svc, user, remaining, how)
-        return _complete(op, user, how, skipped)
+        return _complete(op, svc, user, how, skipped)
 
 
 def _next_factor(
@@ -104,7 +105,7 @@ def _next_factor(
 
 
 def _complete(
-    op: Operation, user: UserRecord, how: Establish, skipped: bool
+    op: Operation, svc: LoginServices, user: UserRecord, how: Establish, skipped: bool
 ) -> Authenticated | WorkflowPending:
     op.session.transition(
         lambda r: complete_login(
@@ -117,6 +118,8 @@ def _complete(
             federation=how.federation,
         )
     )
+    if not how.pending_workflow and (held := hold(op, svc, user.tenant, user.user_id)) is not None:
+        return held  # a factor to set up before the login completes (audited by the hold)
     op.audit(
         "pending_workflow" if how.pending_workflow else "success",
         "factors_skipped" if skipped else None,

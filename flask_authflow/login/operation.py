@@ -43,6 +43,7 @@ from flask_authflow.core.ports import AuditSink, LoginStore, UnitOfWork
 from flask_authflow.core.session import AuthSession, SessionSnapshot, reset_to_guest
 from flask_authflow.errors import AuditWriteError, AuthFlowError, LoginNotStarted, StoreUnavailable
 from flask_authflow.login.lockout import Lockout
+from flask_authflow.login.mfa_policy import MfaRequirement
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.throttle import Throttle
 
@@ -108,6 +109,8 @@ class LoginServices(Protocol):
     def passkey_login_allowed(self) -> Callable[[str], bool]: ...
     @property
     def device_trusted(self) -> Callable[[str, str, str, datetime], bool] | None: ...
+    @property
+    def mfa_requirement(self) -> MfaRequirement | None: ...
     def phantom_user_id(self, tenant: str, identifier: str) -> str: ...
 
     def factor(self, kind: FactorKind) -> Factor | None: ...

@@ -39,7 +39,6 @@ from flask_authflow.outcomes import (
     FactorOutcome,
     InvalidCredential,
     Locked,
-    WorkflowPending,
 )
 
 __all__ = ["begin_passkey_login", "finish_passkey_login"]
@@ -120,9 +119,8 @@ def finish_passkey_login(
             return InvalidCredential()
         lockout.success(tenant, user.identifier, _WEBAUTHN, op.now, ctx.client_ip, reservation=op.hand_off())
     session.transition(_forget)
-    outcome = establish(svc, ctx, session, tenant, user.user_id, Establish("passkey", multi_factor=True))
-    assert not isinstance(outcome, WorkflowPending)  # a passkey login is never part of a workflow
-    return outcome
+    # WorkflowPending only when the user must set up a factor first (required enrollment)
+    return establish(svc, ctx, session, tenant, user.user_id, Establish("passkey", multi_factor=True))
 
 
 def _check(

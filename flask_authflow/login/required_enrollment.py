@@ -5,7 +5,11 @@ not carry a user's authenticator (its secret could not be opened) leaves one, so
 account is never easier to enter than it was; a policy that demands a second factor can
 leave one too. The requirement is stored as an account token of kind
 ``required_enrollment`` (its token is thrown away: it is never mailed, and a reset or
-"log out everywhere" does not void it), whose payload names the kinds.
+"log out everywhere" does not void it), whose payload names the kinds: each of them must
+be set up. ``AUTHFLOW_MFA_REQUIRED`` adds a requirement that is not stored but computed
+at each sign-in (:mod:`flask_authflow.login.mfa_policy`): *one* factor of the counting
+kinds, for a user who has none. Both combine: the held session lists both, and completes
+when every stored kind and one counting kind (the same enrollment may be both) are set up.
 
 When a login of such a user passes its last step, the session does **not** become
 Authenticated: it moves to PendingWorkflow (workflow kind ``required_enrollment``, started
@@ -34,6 +38,7 @@ from flask_authflow.core.session import (
     workflow_token_hash,
 )
 from flask_authflow.errors import StepUpNeeded
+from flask_authflow.login.mfa_policy import missing_kinds
 from flask_authflow.login.operation import LoginServices, Operation, guard_store
 from flask_authflow.outcomes import FactorKind, WorkflowPending
 
@@ -91,24 +96,42 @@ def required_kinds(svc: LoginServices, tenant: str, user_id: str, now: datetime)
     return tuple(str(kind) for kind in kinds) if isinstance(kinds, list) else ()
 
 
+def _policy_kinds(op: Operation, svc: LoginServices, tenant: str, user_id: str) -> tuple[str, ...]:
+    """The counting kinds ``AUTHFLOW_MFA_REQUIRED`` wants one of (empty: none wanted)."""
+    requirement = svc.mfa_requirement
+    if requirement is None:
+        return ()
+    passed = op.session.record.factors_passed
+
+    def decide() -> tuple[str, ...]:
+        enrolled = [kind.value for kind in svc.store.required_factors(tenant, user_id)]
+        return missing_kinds(requirement, tenant, user_id, enrolled, passed)
+
+    return guard_store(decide)  # a store (or policy) that cannot answer refuses the login
+
+
 def hold(op: Operation, svc: LoginServices, tenant: str, user_id: str) -> WorkflowPending | None:
     """In a login step that just made the session Authenticated: hold it in the required
-    enrollment instead when the user has one (``None``: nothing required)."""
+    enrollment instead when the user has one, stored or by policy (``None``: nothing
+    required). Every sign-in passes here: the factor steps and ``establish``."""
     kinds = required_kinds(svc, tenant, user_id, op.now)
-    if not kinds:
+    any_of = _policy_kinds(op, svc, tenant, user_id)
+    if not kinds and not any_of:
         return None
-    op.session.transition(lambda r: _held(r, kinds, op.now))
-    op.audit("pending_workflow", f"{KIND} kinds={','.join(kinds)}")
+    op.session.transition(lambda r: _held(r, kinds, any_of, op.now))
+    stored = f" kinds={','.join(kinds)}" if kinds else ""
+    op.audit("pending_workflow", f"{KIND}{stored}{' policy' if any_of else ''}")
     op.signal("workflow_started", kind=KIND, user_id=user_id, tenant=tenant)
     return WorkflowPending(user_id, tenant)
 
 
-def _held(record: SessionRecord, kinds: tuple[str, ...], now: datetime) -> SessionRecord:
-    """Authenticated → PendingWorkflow of the required enrollment, begun "from Guest"."""
+def _held(record: SessionRecord, kinds: Iterable[str], any_of: Iterable[str], now: datetime) -> SessionRecord:
+    """Authenticated → PendingWorkflow of the required enrollment, begun "from Guest":
+    each of ``kinds`` (stored) and one of ``any_of`` (the policy) to set up."""
     workflow = {
         "kind": KIND,
         "token": workflow_token_hash(secrets.token_urlsafe(32)),  # never completed by a token
-        "data": {"kinds": list(kinds)},
+        "data": {"kinds": list(kinds), "any_of": list(any_of)},
         "started_at": now.isoformat(),
         "expires_at": (now + HOLD).isoformat(),
         "from": AuthState.GUEST.value,
@@ -128,8 +151,16 @@ def pending_kinds(record: SessionRecord, now: datetime) -> tuple[str, ...]:
         return ()  # an application's workflow, or one started by a caller without a login
     if workflow_expired(workflow, now):
         return ()
-    kinds = (workflow.get("data") or {}).get("kinds")
-    return tuple(str(kind) for kind in kinds) if isinstance(kinds, list) else ()
+    kinds, any_of = _wanted(record)
+    return tuple(dict.fromkeys((*kinds, *any_of)))
+
+
+def _wanted(record: SessionRecord) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A held session's (stored kinds, policy's counting kinds)."""
+    data = (record.workflow or {}).get("data") or {}
+    found = [data.get("kinds"), data.get("any_of")]
+    kinds, any_of = (tuple(str(k) for k in v) if isinstance(v, list) else () for v in found)
+    return kinds, any_of
 
 
 def enrolling_user(record: SessionRecord, kind: FactorKind, now: datetime) -> tuple[str, str]:
@@ -150,17 +181,16 @@ def enrolled(op: Operation, svc: LoginServices, kind: FactorKind) -> bool:
     if kind.value not in pending_kinds(record, op.now) or record.tenant is None or record.user_id is None:
         return False
     tenant, user_id, now = record.tenant, record.user_id, op.now
-    store = _tokens(svc)
-    live = _live(svc, tenant, user_id, now)
-    if store is None or live is None:
-        return False  # used up by a parallel request meanwhile: that one completes the login
-    left = [k for k in required_kinds(svc, tenant, user_id, now) if k != kind.value]
+    kinds, any_of = _wanted(record)
+    left_any = () if kind.value in any_of else any_of
     op.unit()
-    if left:
-        guard_store(lambda: require(store, tenant, user_id, left, now, str(live.payload.get("reason", ""))))
-        op.session.transition(lambda r: _held(r, tuple(left), now))
+    if kind.value in kinds and not _cross_off(op, svc, kind, tenant, user_id, left_any):
         return False
-    if guard_store(lambda: store.use_account_token(live.token_hash, KIND, now)) is None:
+    if kinds and kind.value not in kinds:  # a counting kind only: the stored kinds remain
+        op.session.transition(lambda r: _held(r, kinds, left_any, now))
+        return False
+    if left_any:  # the stored kinds are set up; one counting kind is still wanted
+        op.session.transition(lambda r: _held(r, (), left_any, now))
         return False
     op.session.transition(lambda r: _finish(r, kind, now))
     op.write_session = True
@@ -168,6 +198,23 @@ def enrolled(op: Operation, svc: LoginServices, kind: FactorKind) -> bool:
     op.count("login_successes")
     op.signal("login_succeeded", user_id=user_id, tenant=tenant, step_up=False)
     return True
+
+
+def _cross_off(
+    op: Operation, svc: LoginServices, kind: FactorKind, tenant: str, user_id: str, left_any: tuple[str, ...]
+) -> bool:
+    """Cross ``kind`` off the stored requirement; true when none is left (it is used up)."""
+    now = op.now
+    store = _tokens(svc)
+    live = _live(svc, tenant, user_id, now)
+    if store is None or live is None:
+        return False  # used up by a parallel request meanwhile: that one completes the login
+    left = [k for k in required_kinds(svc, tenant, user_id, now) if k != kind.value]
+    if left:
+        guard_store(lambda: require(store, tenant, user_id, left, now, str(live.payload.get("reason", ""))))
+        op.session.transition(lambda r: _held(r, left, left_any, now))
+        return False
+    return guard_store(lambda: store.use_account_token(live.token_hash, KIND, now)) is not None
 
 
 def _finish(record: SessionRecord, kind: FactorKind, now: datetime) -> SessionRecord:

@@ -52,6 +52,7 @@ from flask_authflow.login import begin, enrollment, establish, logout, passkey, 
 from flask_authflow.login.enrollment import ENROLLMENT_TTL
 from flask_authflow.login.legacy_hashes import LegacyHashes
 from flask_authflow.login.lockout import Lockout, LockoutPolicy
+from flask_authflow.login.mfa_policy import MfaRequirement
 from flask_authflow.login.operation import (
     LOGIN_IDENTIFIER_KEY,
     PHANTOM_PREFIX,
@@ -201,6 +202,9 @@ class AuthnService:
         #: now (wired by ``init_app`` to the device store); a login from a trusted device asks
         #: for the password only. ``None``: no device is ever trusted.
         self.device_trusted: Callable[[str, str, str, datetime], bool] | None = None
+        #: Second factors required by policy (``AUTHFLOW_MFA_REQUIRED``, wired by ``init_app``;
+        #: ``None``: nobody is required to have one).
+        self.mfa_requirement: MfaRequirement | None = None
         #: The personal API tokens a password reset, a password change and "log out
         #: everywhere" delete with the user's sessions (wired by ``init_app`` to the
         #: backend; ``None``: the flows end no API token). See :mod:`~flask_authflow.login.recovery`.

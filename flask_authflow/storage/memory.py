@@ -306,6 +306,20 @@ class InMemoryBackend:
             self._put(self._users_by_id, user_id, updated)
             return updated
 
+    def set_identifier(self, tenant: str, user_id: str, identifier: str) -> UserRecord:
+        with self._lock:
+            user = self._users_by_id.get(user_id)
+            if user is None or user.tenant != tenant:
+                raise UserNotFound()
+            owner = self._users.get((tenant, identifier))
+            if owner is not None and owner.user_id != user_id:
+                raise UserExists()
+            updated = replace(user, identifier=identifier)
+            self._remove(self._users, (tenant, user.identifier))
+            self._put(self._users, (tenant, identifier), updated)
+            self._put(self._users_by_id, user_id, updated)
+            return updated
+
     def set_password(self, tenant: str, identifier: str, password: str) -> None:
         user = self.find_user(tenant, normalise_identifier(identifier))
         if user is None:

@@ -54,6 +54,7 @@ from flask_authflow.api_auth import TokenRefused, check_scopes
 from flask_authflow.core.roles import check_name
 from flask_authflow.errors import (
     AuthFlowError,
+    EnrollmentRequired,
     InvalidInput,
     PermissionDenied,
     StepUpNeeded,
@@ -62,6 +63,7 @@ from flask_authflow.errors import (
     Unauthenticated,
 )
 from flask_authflow.i18n import template_context
+from flask_authflow.login import required_enrollment
 from flask_authflow.responses import error_response
 from flask_authflow.web.api_auth import api_denial, api_principal, missing_scopes
 from flask_authflow.web.current_user import (
@@ -92,6 +94,7 @@ UserPredicate = Callable[[Any], Any]
 #: The endpoints of the ready views, used when the ``*_VIEW`` keys are unset.
 _VIEWS_LOGIN = "authflow_views.login"
 _VIEWS_STEP_UP = "authflow_views.step_up"
+_VIEWS_FACTORS = "authflow_views.factors"
 _HTTP_ERRORS: dict[int, type[HTTPException]] = {401: Unauthorized, 403: Forbidden}
 #: The ready views' templates, for the 403 page of an app that did not register them.
 _TEMPLATES = Environment(
@@ -172,6 +175,12 @@ def denial_response(error: AuthFlowError) -> Any:
         if endpoint:
             target = safe_next(request.full_path.rstrip("?"))
             return redirect(url_for(endpoint, next=target))
+    if (
+        _wants_html()
+        and isinstance(error, EnrollmentRequired)
+        and _VIEWS_FACTORS.split(".")[0] in current_app.blueprints
+    ):
+        return redirect(url_for(_VIEWS_FACTORS))  # a sign-in held until a factor is set up
     template = _denial_template(error) if _wants_html() else None
     if template is not None:
         return denial_page(template, error.status)
@@ -219,7 +228,9 @@ def _user_denied(predicate: UserPredicate | None) -> AuthFlowError | None:
             # The session store could not be read: an outage, not a guest. A 503 (never a
             # login page that could not log anyone in either); service resumes with the store.
             return StoreUnavailable("the session store is unavailable")
-        return Unauthenticated()
+        # A sign-in held until a factor is set up: the session record only, never a store read.
+        held = required_enrollment.pending_kinds(session.record, get_state().clock.now())
+        return EnrollmentRequired(held) if held else Unauthenticated()
     if predicate is None and get_state().hooks.user_loader is None:
         return None  # the session alone decides: no user lookup on the hot path
     user = load_current_user()

@@ -76,6 +76,7 @@ from flask_authflow.web.external_url import check_mail_settings
 from flask_authflow.web.factor_wiring import built_in_factors
 from flask_authflow.web.headless import register_api
 from flask_authflow.web.mail_budgets import install_mail_budgets
+from flask_authflow.web.mfa_required import install_mfa_requirement
 from flask_authflow.web.state import (
     EXTENSION_KEY,
     Adapters,
@@ -458,6 +459,7 @@ class AuthFlow:
             password_policy=password_policy(config.passwords, given.http_client),
         )
         authz.install(app, self)  # Cedar policies: loaded and checked now, before anything is installed
+        install_mfa_requirement(app, state)  # AUTHFLOW_MFA_REQUIRED (a Cedar action: checked against them)
         _install(app, state)
         register_logout(app, config.web.logout_url_prefix)  # POST /auth/logout: the app's one logout route
         if config.federation.providers or self._providers:
@@ -707,7 +709,9 @@ class AuthFlow:
         session ends first (audited ``workflow_aborted``, reason ``new_login``).
 
         Returns ``Authenticated``, or ``FactorRequired`` when the user has enrolled factors
-        beyond the password (never skipped unless ``skip_factors=True``, which is audited).
+        beyond the password (never skipped unless ``skip_factors=True``, which is audited),
+        or ``WorkflowPending`` when the user must set up a second factor first
+        (``AUTHFLOW_MFA_REQUIRED``, or a factor an import could not carry).
 
         :raises UserNotFound: no such user. :raises AccountDisabled: the account is disabled.
         """

@@ -7,8 +7,8 @@ line once its flow has committed, and the notice goes out after the answer did:
 * ``email_changed``: the previous address (``email_change_notice``) and the new one, once
   confirmed (``email_added_notice``);
 * ``factor_added``, ``factor_removed`` (TOTP, HOTP, e-mail codes, a security key or passkey,
-  recovery codes), ``provider_linked``, ``provider_unlinked``: the account's address
-  (``<event>_notice``).
+  recovery codes), ``provider_linked``, ``provider_unlinked``, ``username_changed``: the
+  account's address (``<event>_notice``).
 
 (The password change's notice, which lists what ended with it, is
 :func:`~flask_authflow.web.views.accounts.notify_recovery`; the same switch applies.)
@@ -59,6 +59,7 @@ NOTICES: Mapping[str, tuple[str, str]] = {
     "provider_unlinked": ("provider_unlinked_notice", "authflow_views.account"),
     # the command line's set-password (the views send theirs through notify_recovery)
     "password_changed": ("password_changed_notice", "authflow_views.account"),
+    "username_changed": ("username_changed_notice", "authflow_views.account"),
 }
 _NEW_ADDRESS_TEMPLATE = "email_added_notice"
 

@@ -183,6 +183,22 @@ class SqlUsers(SqlConnections):
             raise UserNotFound()
         return user_record(row)
 
+    def set_identifier(self, tenant: str, user_id: str, identifier: str) -> UserRecord:
+        users = users_table.c
+        try:  # the unique (tenant, identifier) constraint decides a race: one rename wins
+            with self._account_tx() as conn:
+                row = conn.execute(
+                    update(users_table)
+                    .where(users.tenant == tenant, users.user_id == user_id)
+                    .values(identifier=identifier)
+                    .returning(*users_table.c)
+                ).first()
+        except IntegrityError as exc:
+            raise UserExists() from exc
+        if row is None:
+            raise UserNotFound()
+        return user_record(row)
+
     def list_users(self, tenant: str | None = None) -> list[UserRecord]:
         query = select(users_table).order_by(users_table.c.tenant, users_table.c.identifier)
         if tenant is not None:

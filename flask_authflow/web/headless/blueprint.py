@@ -26,6 +26,7 @@ from flask_authflow.web.headless import (
     registration,
     session,
     stepup,
+    username,
 )
 from flask_authflow.web.headless.clients import app_carrier
 from flask_authflow.web.headless.openapi import VERSION, build_document
@@ -53,6 +54,7 @@ FLOWS: tuple[Any, ...] = (
     account_sessions,
     devices,
     api_tokens,
+    username,
 )
 
 

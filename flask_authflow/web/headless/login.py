@@ -25,7 +25,7 @@ from flask_authflow.web.csrf import rotate_csrf_token
 from flask_authflow.web.devices import request_trust
 from flask_authflow.web.headless.routes import Answer, Call, Refusal, Reply, Routes
 from flask_authflow.web.headless.schema import Boolean, Json, Object, String
-from flask_authflow.web.headless.session import KIND_LIST, SESSION, session_state
+from flask_authflow.web.headless.session import KIND_LIST, SESSION, held_kinds, session_state
 from flask_authflow.web.state import current_auth_session, get_state
 from flask_authflow.web.views.common import (
     MAX_CODE_LENGTH,
@@ -108,7 +108,8 @@ def step_reply(kind: str, outcome: Any) -> Reply:
         return Reply({"status": "authenticated", "kinds": [], "session": session_state(kind)})
     if isinstance(outcome, WorkflowPending):
         rotate_csrf_token()
-        return Reply({"status": "enrollment_required", "kinds": [], "session": session_state(kind)})
+        held = list(held_kinds(current_auth_session()))  # what to set up before the login completes
+        return Reply({"status": "enrollment_required", "kinds": held, "session": session_state(kind)})
     if isinstance(outcome, FactorRequired) and outcome.kind is not FactorKind.PASSWORD:
         kinds = [k.value for k in outcome.kinds] or [outcome.kind.value]
         return Reply({"status": "factor_required", "kinds": kinds, "session": session_state(kind)})

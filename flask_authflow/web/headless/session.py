@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from flask_authflow.core.session import AuthSession, AuthState
+from flask_authflow.login import required_enrollment
 from flask_authflow.web.csrf import csrf_token
 from flask_authflow.web.headless.clients import BROWSER, KINDS
 from flask_authflow.web.headless.routes import Answer, Call, Reply, Routes
 from flask_authflow.web.headless.schema import Array, Nullable, Object, String
-from flask_authflow.web.state import current_auth_session
+from flask_authflow.web.state import current_auth_session, get_state
 from flask_authflow.web.views.common import identifier_of, pending_step_up, signed_in
 from flask_authflow.web.views.logout import end_session
 
-__all__ = ["KIND_LIST", "SESSION", "routes", "session_state"]
+__all__ = ["KIND_LIST", "SESSION", "held_kinds", "routes", "session_state"]
 
 routes = Routes("session")
 
@@ -38,14 +39,34 @@ SESSION = Object(
         "authenticated_at": Nullable(String(64), description="When the login completed (ISO 8601)."),
         "next_step": Array(String(64), 32, description="The factor kinds the pending login step takes."),
         "pending_step_up": KIND_LIST,
+        "required_enrollment": Array(
+            String(64),
+            32,
+            description="In ``pending_workflow`` held until a second factor is set up (enforced second "
+            "factors, or one an import could not carry): the kinds to set up; empty otherwise.",
+        ),
         "csrf_token": Nullable(
             String(256), description="A browser's token for ``X-CSRF-Token`` (``null`` for an app)."
         ),
     },
-    required=("state", "client", "user", "authenticated_at", "next_step", "pending_step_up", "csrf_token"),
+    required=(
+        "state",
+        "client",
+        "user",
+        "authenticated_at",
+        "next_step",
+        "pending_step_up",
+        "required_enrollment",
+        "csrf_token",
+    ),
     name="Session",
     description="Where the session is in the login state machine.",
 )
+
+
+def held_kinds(session: AuthSession) -> tuple[str, ...]:
+    """The kinds a session held in the required enrollment may set up (empty: not held)."""
+    return required_enrollment.pending_kinds(session.record, get_state().clock.now())
 
 
 def session_state(kind: str, session: AuthSession | None = None) -> dict[str, Any]:
@@ -63,6 +84,7 @@ def session_state(kind: str, session: AuthSession | None = None) -> dict[str, An
         "authenticated_at": at.isoformat() if at is not None else None,
         "next_step": list(session.record.next_step) if session.is_authenticating else [],
         "pending_step_up": list(pending_step_up(session)),
+        "required_enrollment": list(held_kinds(session)),
         "csrf_token": csrf_token() if kind == BROWSER else None,
     }
 

@@ -44,6 +44,7 @@ from flask_authflow.i18n import translate
 from flask_authflow.login import account_tokens, password_reset
 from flask_authflow.login import email_change as email_change_flow
 from flask_authflow.login import signup as signup_flow
+from flask_authflow.login import username_change as username_change_flow
 from flask_authflow.login.account_settings import AccountSettings
 from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.login.password_reset import PasswordResetDone
@@ -54,7 +55,7 @@ from flask_authflow.web.external_url import mail_origin, mailed_url
 from flask_authflow.web.json_body import json_body
 from flask_authflow.web.mail_budgets import OWNER, MailBudget, spend, strangers
 from flask_authflow.web.outgoing_mail import compose_mail, mail_sender, send_mail
-from flask_authflow.web.security_notices import notice_enabled, notify
+from flask_authflow.web.security_notices import notice_enabled, notify, notify_now
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views.common import (
     MESSAGES,
@@ -68,6 +69,7 @@ __all__ = [
     "MailAfter",
     "account_links",
     "change_email",
+    "change_username",
     "compose_mail",
     "confirm_address",
     "confirm_email",
@@ -79,6 +81,7 @@ __all__ = [
     "mail_reset_link",
     "notify_recovery",
     "resend_signup",
+    "rename_user",
     "reset_password",
     "send_mail",
     "settings",
@@ -630,6 +633,47 @@ def email_changed_notice(changed: email_change_flow.EmailChanged, answer: R) -> 
     )
 
 
+# --- change of username --------------------------------------------------------------------------
+
+
+def change_username() -> ResponseReturnValue:
+    """``GET``: the form (signed in); ``POST`` (form or JSON ``{"username"}``): the new
+    username, at once. Needs a fresh login (else the step-up page, or 401
+    ``step_up_required`` in JSON); counted by the ``signup`` throttle (a refusal tells
+    whether a name is taken, as sign-up does)."""
+    session = current_auth_session()
+    if not session.is_authenticated:
+        if _wants_json():
+            return _json_error(Unauthenticated())
+        return redirect(url_for(f"{VIEWS_BLUEPRINT}.login", next=request.path))
+    if request.method == "GET":
+        return page("username_change.html")
+    return _guarded(_change_username, "username_change.html")
+
+
+def _change_username() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("username_change.html", 400, error=MESSAGES["csrf"])
+    _throttle("signup")
+    try:
+        changed = username_change_flow.change_username(
+            get_state().service, audit_context(), current_auth_session(), _text(body, "username", 1024)
+        )
+    except StepUpNeeded:
+        if _wants_json():
+            raise
+        return redirect(url_for(f"{VIEWS_BLUEPRINT}.step_up", next=request.path))
+    user = changed.user
+    if _wants_json():
+        answer = jsonify({"status": "username_changed", "username": user.identifier})
+    else:
+        answer = page("username_change.html", 200, done=True)
+    return notify(
+        username_change_flow.EVENT, user.tenant, user.user_id, answer, previous_identifier=changed.previous
+    )
+
+
 # --- operators (the command line) ----------------------------------------------------------------
 
 
@@ -670,6 +714,21 @@ def mail_reset_link(tenant: str, identifier: str) -> str | None:
     return found.to
 
 
+def rename_user(tenant: str, identifier: str, new: str) -> str:
+    """Rename an account (``flask authflow users rename``): the new identifier; the account's
+    address gets the notice now.
+
+    :raises UserNotFound: no such account. :raises InvalidInput, UserExists: the new name
+        is refused."""
+    state = get_state()
+    changed = username_change_flow.rename_user(
+        state.service, audit_context(), _operator_session(), tenant, identifier, new
+    )
+    user = changed.user
+    notify_now(username_change_flow.EVENT, user.tenant, user.user_id, previous_identifier=changed.previous)
+    return user.identifier
+
+
 def confirm_address(tenant: str, identifier: str) -> bool:
     """Mark the account's address confirmed (``flask authflow users confirm``): it may sign
     in; its verification links stop working. ``False`` when it has no address.
@@ -701,4 +760,5 @@ RULES: list[tuple[str, str, Any, list[str]]] = [
     ("/signup/resend", "signup_resend", signup_resend, ["GET", "POST"]),
     ("/account/email", "change_email", change_email, ["GET", "POST"]),
     ("/account/email/confirm", "confirm_email_change", confirm_email, ["GET", "POST"]),
+    ("/account/username", "change_username", change_username, ["GET", "POST"]),
 ]

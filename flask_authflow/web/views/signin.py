@@ -477,6 +477,9 @@ def passkey_login() -> ResponseReturnValue:
         return _json(
             {"status": "factor_required", "location": url_for(f"{VIEWS_BLUEPRINT}.factor", next=target)}
         )
+    if isinstance(outcome, WorkflowPending):  # a second factor to set up before the sign-in completes
+        rotate_csrf_token()
+        return _json({"status": "enrollment_required", "location": url_for(f"{VIEWS_BLUEPRINT}.factors")})
     if isinstance(outcome, Locked):
         return json_error("locked", lock_message(outcome.until), 403, until=outcome.until.isoformat())
     return json_error("invalid_credential", MESSAGES["passkey_refused"], 401)
