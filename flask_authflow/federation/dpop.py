@@ -240,7 +240,7 @@ class DpopAuth(requests.auth.AuthBase):
 
     def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
         self._sign(r)
-        r.register_hook("response", self._answered)
+        r.register_hook("response", self._answered)  # type: ignore[no-untyped-call]
         return r
 
     def _answered(self, response: requests.Response, **kwargs: Any) -> requests.Response:
