@@ -62,9 +62,18 @@ def fapi_settings(op: TestOpenIDProvider, keys: Keys, **extra: Any) -> dict[str,
 
 
 def fapi_app(
-    op: TestOpenIDProvider, clock: MockClock, hasher: Any, keys: Keys, *, fapi2_client: bool = True, **extra: Any
+    op: TestOpenIDProvider,
+    clock: MockClock,
+    hasher: Any,
+    keys: Keys,
+    *,
+    fapi2_client: bool = True,
+    **extra: Any,
 ) -> FederatedApp:
     settings = fapi_settings(op, keys, client_secret="", **extra)
+    if settings["preset"] is None:  # the same client without the profile
+        settings = {k: v for k, v in settings.items() if k != "preset"}
+        settings["token_endpoint_auth_method"] = "private_key_jwt"
     fed = federated_app(op, clock, hasher, **settings)
     op.register_client(
         CLIENT_ID,
@@ -123,14 +132,20 @@ def test_happy_flow_par_dpop_private_key_jwt(fed: FederatedApp, op: TestOpenIDPr
     assert all(a["exp"] - a["iat"] <= 60 for a in assertions)
     proof, userinfo = op.dpop_proofs  # the code exchange, then userinfo during the login
     assert (proof["htm"], proof["htu"], proof["error"]) == ("POST", "https://op.test/token", None)
-    assert (userinfo["htm"], userinfo["htu"], userinfo["jkt"]) == ("GET", "https://op.test/userinfo", proof["jkt"])
+    assert (userinfo["htm"], userinfo["htu"], userinfo["jkt"]) == (
+        "GET",
+        "https://op.test/userinfo",
+        proof["jkt"],
+    )
     row = token_row(fed)
     assert row.token_type == "DPoP"
 
     used = client.get("/resource")
     assert (used.status_code, used.text) == (200, "DPoP alice-sub")
     resource_proof = op.dpop_proofs[-1]
-    assert resource_proof["htm"] == "GET" and "ath" in resource_proof and resource_proof["jkt"] == proof["jkt"]
+    assert (
+        resource_proof["htm"] == "GET" and "ath" in resource_proof and resource_proof["jkt"] == proof["jkt"]
+    )
 
     fed.clock.advance(timedelta(seconds=290))  # the 300 s token is refreshed first
     refreshed = client.get("/resource")
@@ -145,3 +160,121 @@ def token_row(fed: FederatedApp) -> Any:
     row = fed.backend.get_provider_tokens("default", user.user_id, PROVIDER)
     assert row is not None
     return row
+
+
+def _callback(fed: FederatedApp, client: Any) -> Any:
+    start = client.get(f"/auth/login/{PROVIDER}", headers=JSON)
+    assert start.status_code == 302, start.text
+    answer = fed.browser().get(start.location, allow_redirects=False, timeout=5)
+    callback = urlsplit(answer.headers["Location"])
+    return client.get(f"{callback.path}?{callback.query}", headers=JSON)
+
+
+def _failure_reasons(fed: FederatedApp) -> list[str | None]:
+    return [r.reason for r in fed.backend.audit_rows if r.event == "oauth_login" and r.status == "failure"]
+
+
+def test_ensure_dpop_nonce_is_used(fed: FederatedApp, op: TestOpenIDProvider) -> None:
+    """client-test-dpop-nonce: the token endpoint and the resource server ask for a nonce."""
+    op.require_dpop_nonce = True
+    client = fed.client()
+    assert _callback(fed, client).status_code == 302
+    token_proofs = [p for p in op.dpop_proofs if p["htu"] == "https://op.test/token"]
+    assert [p["error"] for p in token_proofs] == ["use_dpop_nonce", None]  # asked once, answered once
+    assert "nonce" not in token_proofs[0] and token_proofs[1]["nonce"]
+    assert len({a["jti"] for a in op.client_assertions}) == len(op.client_assertions)  # fresh each try
+    op.rotate_dpop_nonce()  # the resource server moves on: the app's call dances once
+    used = client.get("/resource")
+    assert (used.status_code, used.text) == (200, "DPoP alice-sub")
+    resource = [p for p in op.dpop_proofs if p["htm"] == "GET"][-2:]
+    assert [p["error"] for p in resource] == ["use_dpop_nonce", None]
+
+
+@pytest.mark.parametrize("bad", ["wrong_htu", "wrong_htm"])
+def test_a_proof_for_another_request_is_refused(
+    fed: FederatedApp, op: TestOpenIDProvider, monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    """client-test-dpop-proof (htu, htm): the provider refuses; the callback is a typed 401."""
+    real = DpopSigner.proof
+
+    def spoiled(self: DpopSigner, kid: str, method: str, url: str, **kw: Any) -> str:
+        if bad == "wrong_htu":
+            return real(self, kid, method, url + "/elsewhere", **kw)
+        return real(self, kid, "GET" if method == "POST" else "POST", url, **kw)
+
+    monkeypatch.setattr(DpopSigner, "proof", spoiled)
+    answer = _callback(fed, fed.client())
+    assert answer.status_code == 401
+    assert [p["error"] for p in op.dpop_proofs] == ["invalid_dpop_proof"]
+    assert _failure_reasons(fed) == ["token_exchange_failed"]
+
+
+def test_a_replayed_proof_is_refused(
+    fed: FederatedApp, op: TestOpenIDProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """client-test-dpop-proof (jti): each call carries a fresh proof; a replayed one is refused."""
+    client = fed.client()
+    assert _callback(fed, client).status_code == 302
+    assert client.get("/resource").status_code == 200
+    assert client.get("/resource").status_code == 200  # a fresh jti each time
+    made: list[str] = []
+    real = DpopSigner.proof
+
+    def replaying(self: DpopSigner, kid: str, method: str, url: str, **kw: Any) -> str:
+        made.append(made[0] if made else real(self, kid, method, url, **kw))
+        return made[-1]
+
+    monkeypatch.setattr(DpopSigner, "proof", replaying)
+    assert client.get("/resource").status_code == 200  # the first use of the proof
+    assert client.get("/resource").status_code == 401  # its replay
+    assert op.dpop_proofs[-1]["error"] == "invalid_dpop_proof"
+    assert op.dpop_proofs[-1]["jti"] == op.dpop_proofs[-2]["jti"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "status"),
+    [
+        ((400, {"error": "invalid_request"}), 400),  # the provider refused the request
+        ((201, {"expires_in": 60}), 502),  # no request_uri: an unusable answer
+        ((503, {"error": "temporarily_unavailable"}), 502),
+    ],
+)
+def test_invalid_par_response(
+    fed: FederatedApp, op: TestOpenIDProvider, answer: tuple[int, dict[str, Any]], status: int
+) -> None:
+    """client-test-invalid-par-response: typed 400 / 502, the browser is not sent anywhere."""
+    op.par_answer = answer
+    start = fed.client().get(f"/auth/login/{PROVIDER}", headers=JSON)
+    assert start.status_code == status
+    assert "Location" not in start.headers
+
+
+@pytest.mark.parametrize("tamper", ["no_iss_in_response", "wrong_iss_in_response"])
+def test_missing_or_invalid_iss_in_the_authorization_response(
+    fed: FederatedApp, op: TestOpenIDProvider, tamper: Any
+) -> None:
+    """client-test-missing-iss / client-test-invalid-iss (RFC 9207): no code is redeemed."""
+    op.tamper_next(tamper)
+    answer = _callback(fed, fed.client())
+    assert answer.status_code == 401
+    assert _failure_reasons(fed) == ["issuer_mismatch"]
+    assert op.dpop_proofs == []  # refused before the token request
+
+
+def test_id_token_signed_with_another_algorithm(fed: FederatedApp, op: TestOpenIDProvider) -> None:
+    """client-test-invalid-id-token-signing-alg: RS256 where the client registered ES256."""
+    op.tamper_next("wrong_alg")
+    answer = _callback(fed, fed.client())
+    assert answer.status_code == 401
+    assert _failure_reasons(fed) == ["id_token_invalid"]
+
+
+def test_an_assertion_for_the_token_endpoint_is_refused_by_a_fapi2_provider(
+    op: TestOpenIDProvider, mock_clock: MockClock, authflow_hasher: Any, keys: Keys
+) -> None:
+    """client-test-invalid-client-assertion-aud: without the fapi2 profile our assertion names
+    the token endpoint; a FAPI 2.0 provider refuses it at the push (a typed 400)."""
+    fed = fapi_app(op, mock_clock, authflow_hasher, keys, preset=None, fapi2=False, use_par=True, dpop=True)
+    start = fed.client().get(f"/auth/login/{PROVIDER}", headers=JSON)
+    assert start.status_code == 400
+    assert op.client_assertions[-1]["aud"] == "https://op.test/token"

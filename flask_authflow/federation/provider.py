@@ -659,6 +659,8 @@ class OAuthProvider:
             if config.dpop and config.dpop_key_store is not None
             else None
         )
+        if self.dpop is not None:
+            self.dpop.thumbprint(self.dpop.current_kid())  # refuses a key that cannot sign proofs
         self._assertion, client_alg = self._client_assertion()
         if config.fapi2:
             dpop_alg = None

@@ -246,9 +246,21 @@ class TestOpenIDProvider:
       the discovery issuer (a multi-tenant endpoint whose discovery names the template
       ``https://login.microsoftonline.com/{tenantid}/v2.0`` issues each tenant's own).
 
+    * ``require_dpop_nonce`` (``False``): the token endpoint and userinfo answer
+      ``use_dpop_nonce`` (with a ``DPoP-Nonce``) to proofs without the current nonce
+      (:meth:`rotate_dpop_nonce` makes a new one);
+    * ``par_answer`` (``None``): the next answer of the PAR endpoint, ``(status, body)``.
+
     Observable: ``token_requests`` (the client authentication method of each token
-    request: ``client_secret_basic`` or ``client_secret_post``), ``userinfo_requests``
-    and ``discovery_requests`` (counts).
+    request: ``client_secret_basic``, ``client_secret_post`` or ``private_key_jwt``),
+    ``userinfo_requests`` and ``discovery_requests`` (counts), ``par_requests`` (the pushed
+    parameters), ``client_assertions`` (their claims) and ``dpop_proofs`` (each proof's
+    claims with its key's ``jkt`` and the ``error`` it was refused with, or ``None``).
+
+    PAR (``/par``), ``private_key_jwt`` (a client registered with ``jwks``) and DPoP
+    (proofs checked for ``typ``, signature, ``htm``, ``htu``, ``iat``, unique ``jti``,
+    ``ath``, nonce; tokens bound to the key's thumbprint, ``dpop_jkt`` honoured) are
+    supported for FAPI 2.0 tests.
     """
 
     __test__ = False  # not a pytest test class despite its name
@@ -400,6 +412,13 @@ class TestOpenIDProvider:
             raise ConfigurationError(f"unknown tamper options {unknown!r}")
         with self._lock:
             self._next_tamper = frozenset(tamper)
+
+    def rotate_dpop_nonce(self) -> str:
+        """A new DPoP nonce (RFC 9449 §8, §9): proofs carrying the old one are answered
+        ``use_dpop_nonce`` while :attr:`require_dpop_nonce` is on. Returns the new nonce."""
+        with self._lock:
+            self._dpop_nonce = secrets.token_urlsafe(16)
+            return self._dpop_nonce
 
     def rotate_key(self, algorithm: str | None = None, *, keep_old: bool = True) -> str:
         """Sign with a fresh key from now on; the old one stays in the JWKS unless ``keep_old=False``.
