@@ -10,14 +10,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-import requests
 from flask import Flask
 
 from flask_authflow.clock import MockClock
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.federation.dpop import DpopNonces, DpopSigner
 from flask_authflow.federation.errors import Discovery
-from flask_authflow.federation.presets import preset
+from flask_authflow.federation.http import RequestsHttpClient
+from flask_authflow.federation.presets import preset, provider_config
 from flask_authflow.federation.provider import OAuthProvider, OAuthProviderConfig
 from flask_authflow.issuer import LocalIdpSigningKey, MemoryLocalIdpKeyStore
 from flask_authflow.testing.provider import TestOpenIDProvider
@@ -278,3 +278,115 @@ def test_an_assertion_for_the_token_endpoint_is_refused_by_a_fapi2_provider(
     start = fed.client().get(f"/auth/login/{PROVIDER}", headers=JSON)
     assert start.status_code == 400
     assert op.client_assertions[-1]["aud"] == "https://op.test/token"
+
+
+# --- what the profile refuses ------------------------------------------------------------------
+
+
+def _fapi_config(op: TestOpenIDProvider, keys: Keys, **overrides: Any) -> OAuthProviderConfig:
+    settings = preset(
+        "fapi2",
+        discovery_url=op.discovery_url,
+        client_id=CLIENT_ID,
+        redirect_uri=REDIRECT_URI,
+        client_key_store=keys.client,
+        dpop_key_store=keys.dpop,
+        id_token_signed_response_alg="ES256",
+    )
+    settings.update(overrides)
+    return OAuthProviderConfig(**settings)
+
+
+def _discover(op: TestOpenIDProvider, config: OAuthProviderConfig) -> OAuthProvider:
+    return OAuthProvider.from_config(PROVIDER, config, http=RequestsHttpClient(adapters=op.http_adapters()))
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"token_endpoint_auth_method": "client_secret_basic"},
+        {"client_secret": "a-shared-secret"},
+        {"use_par": False},
+        {"dpop": False},
+        {"fapi2": False},
+    ],
+)
+def test_the_preset_refuses_to_change_what_it_sets(
+    op: TestOpenIDProvider, keys: Keys, changed: dict[str, Any]
+) -> None:
+    with pytest.raises(ConfigurationError, match="fapi2 preset sets"):
+        preset(
+            "fapi2",
+            discovery_url=op.discovery_url,
+            client_id=CLIENT_ID,
+            redirect_uri=REDIRECT_URI,
+            client_key_store=keys.client,
+            dpop_key_store=keys.dpop,
+            **changed,
+        )
+
+
+@pytest.mark.parametrize(
+    ("changed", "match"),
+    [
+        ({"token_endpoint_auth_method": "client_secret_post", "client_secret": "s"}, "forbids"),
+        ({"client_secret": "a-shared-secret"}, "forbids client secrets"),
+        ({"use_par": False}, "requires pushed authorization requests"),
+        ({"dpop": False}, "sender-constrained"),
+        ({"id_token_signed_response_alg": "RS256"}, "forbids ID tokens signed with RS256"),
+    ],
+)
+def test_fapi2_refuses_what_the_profile_forbids(
+    op: TestOpenIDProvider, keys: Keys, changed: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        _fapi_config(op, keys, **changed)
+
+
+def test_fapi2_refuses_a_missing_key_store_and_an_implicit_or_hybrid_response_type(
+    op: TestOpenIDProvider, keys: Keys
+) -> None:
+    with pytest.raises(ConfigurationError, match="missing dpop_key_store"):
+        preset(
+            "fapi2",
+            discovery_url=op.discovery_url,
+            client_id=CLIENT_ID,
+            redirect_uri=REDIRECT_URI,
+            client_key_store=keys.client,
+        )
+    entry = {**fapi_settings(op, keys), "response_type": "code id_token"}  # hybrid cannot be asked for
+    with pytest.raises(ConfigurationError, match="unknown key"):
+        provider_config(entry, "fapi")
+
+
+@pytest.mark.parametrize(
+    ("member", "error"),
+    [
+        ("authorization_response_iss_parameter_supported", Discovery),
+        ("pushed_authorization_request_endpoint", Discovery),
+    ],
+)
+def test_fapi2_refuses_a_provider_without_iss_or_par(
+    op: TestOpenIDProvider, keys: Keys, member: str, error: type[Exception]
+) -> None:
+    """Checked when the discovery document is read (discovery is lazy: the first login)."""
+    op.discovery_overrides[member] = None
+    with pytest.raises(error, match=member.split("_supported")[0]):
+        _discover(op, _fapi_config(op, keys))
+
+
+def test_fapi2_refuses_rs256_where_ps256_es256_or_eddsa_is_required(
+    op: TestOpenIDProvider, keys: Keys
+) -> None:
+    with pytest.raises(ConfigurationError, match="forbids ID tokens signed with RS256"):
+        _discover(op, _fapi_config(op, keys, id_token_signed_response_alg=None))  # the RS256 default
+    keys.client = MemoryLocalIdpKeyStore.with_current(LocalIdpSigningKey.generate_rsa("RS256", 2048))
+    with pytest.raises(ConfigurationError, match="client assertions signed with RS256"):
+        _discover(op, _fapi_config(op, keys))
+    keys.client = MemoryLocalIdpKeyStore.with_current(
+        LocalIdpSigningKey.generate_rsa("RS256", 2048).with_algorithm("PS256")
+    )
+    assert _discover(op, _fapi_config(op, keys)).uses_par  # PS256 is FAPI 2.0's
+    keys.dpop = MemoryLocalIdpKeyStore.with_current(LocalIdpSigningKey.generate_rsa("RS256", 2048))
+    with pytest.raises(ConfigurationError, match="ES256 or Ed25519"):
+        _discover(op, _fapi_config(op, keys))
