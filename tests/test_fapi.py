@@ -298,6 +298,7 @@ def _fapi_config(op: TestOpenIDProvider, keys: Keys, **overrides: Any) -> OAuthP
 
 
 def _discover(op: TestOpenIDProvider, config: OAuthProviderConfig) -> OAuthProvider:
+    op.register_client(CLIENT_ID, "", [REDIRECT_URI], jwks=Keys().jwks())  # private_key_jwt advertised
     return OAuthProvider.from_config(PROVIDER, config, http=RequestsHttpClient(adapters=op.http_adapters()))
 
 

@@ -449,6 +449,12 @@ class TestOpenIDProvider:
             algs = sorted({"RS256", "ES256"} | {key.algorithm for key in self._published})
         return JwtVerifier(handle, clock=self._clock).with_algorithms(algs)
 
+    def _auth_methods(self) -> list[str]:
+        """The client authentication methods: ``private_key_jwt`` once a client has ``jwks``."""
+        with self._lock:
+            keyed = any(client.jwks for client in self._clients.values())
+        return ["client_secret_basic", "client_secret_post", *(["private_key_jwt"] if keyed else [])]
+
     def discovery_document(self) -> dict[str, Any]:
         iss = self._issuer
         document = {
@@ -464,11 +470,7 @@ class TestOpenIDProvider:
             "subject_types_supported": ["public"],
             "id_token_signing_alg_values_supported": ["RS256", "ES256"],
             "scopes_supported": ["openid", "profile", "email", "offline_access"],
-            "token_endpoint_auth_methods_supported": [
-                "client_secret_basic",
-                "client_secret_post",
-                "private_key_jwt",
-            ],
+            "token_endpoint_auth_methods_supported": self._auth_methods(),
             "code_challenge_methods_supported": ["S256"],
             "claims_supported": ["sub", "iss", "aud", "exp", "iat", "auth_time", "nonce", "sid", "email"],
             "backchannel_logout_supported": True,
