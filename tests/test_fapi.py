@@ -1,7 +1,23 @@
 """FAPI 2.0 against the in-process test provider: the ``fapi2`` preset (PAR + DPoP +
-``private_key_jwt`` + PKCE S256 + RFC 9207 ``iss``), each refusal of the profile, and each
-rejection path of the emulated FAPI 2.0 Security Profile RP test plan that runs here
-(``fapi2-security-profile-final-client-test-*`` modules: the test names say which)."""
+``private_key_jwt`` + PKCE S256 + RFC 9207 ``iss``), each refusal of the profile, and the
+OpenID Foundation's ``fapi2-security-profile-final-client-test-plan`` emulated, one test per
+module, named after it (``test_fapi2_security_profile_final_client_test_<module>``; the ID-token
+modules are the parameters of ``..._id_token``).
+
+Emulated: 21 of the plan's 22 modules for a plain-response, unsigned-request OpenID client
+with private_key_jwt + DPoP: happy-path, happy-path-no-dpop-nonce, discovery-issuer-mismatch,
+invalid-iss, invalid-aud, invalid-secondary-aud, invalid-null-alg, invalid-alternate-alg,
+invalid-expired-exp, invalid-missing-exp, invalid-missing-aud, invalid-missing-iss,
+valid-aud-as-array, invalid-nonce, invalid-missing-nonce, invalid-authorization-response-iss,
+remove-authorization-response-iss, ensure-authorization-response-with-invalid-state-fails,
+ensure-authorization-response-with-invalid-missing-state-fails,
+token-endpoint-response-without-expires-in, token-type-case-insensitivity. Not emulated:
+rs-dpop-auth-scheme-case-insensitivity (the suite's resource server answering ``dpop`` in lower
+case; our nonce challenge parsing is case-insensitive). Outside this variant: the JARM (8),
+grant-management (3) and Brazil refresh-token modules. Beyond the plan: a proof for another
+``htu`` / ``htm``, a replayed proof, an invalid PAR response (3 answers) and an assertion
+whose ``aud`` is not the issuer.
+"""
 
 from __future__ import annotations
 
@@ -110,8 +126,10 @@ def fed(op: TestOpenIDProvider, mock_clock: MockClock, authflow_hasher: Any, key
     return fapi_app(op, mock_clock, authflow_hasher, keys)
 
 
-def test_happy_flow_par_dpop_private_key_jwt(fed: FederatedApp, op: TestOpenIDProvider, keys: Keys) -> None:
-    """fapi2-security-profile-final-client-test (happy flow): a login, a resource call, a refresh."""
+def test_fapi2_security_profile_final_client_test_happy_path_no_dpop_nonce(
+    fed: FederatedApp, op: TestOpenIDProvider, keys: Keys
+) -> None:
+    """...-happy-path-no-dpop-nonce: a login (PAR, private_key_jwt, DPoP), a resource call, a refresh."""
     client = fed.client()
     start = client.get(f"/auth/login/{PROVIDER}")
     assert start.status_code == 302
@@ -174,8 +192,10 @@ def _failure_reasons(fed: FederatedApp) -> list[str | None]:
     return [r.reason for r in fed.backend.audit_rows if r.event == "oauth_login" and r.status == "failure"]
 
 
-def test_ensure_dpop_nonce_is_used(fed: FederatedApp, op: TestOpenIDProvider) -> None:
-    """client-test-dpop-nonce: the token endpoint and the resource server ask for a nonce."""
+def test_fapi2_security_profile_final_client_test_happy_path(
+    fed: FederatedApp, op: TestOpenIDProvider
+) -> None:
+    """...-happy-path: the token endpoint and the resource server ask for a DPoP nonce."""
     op.require_dpop_nonce = True
     client = fed.client()
     assert _callback(fed, client).status_code == 302
@@ -194,7 +214,7 @@ def test_ensure_dpop_nonce_is_used(fed: FederatedApp, op: TestOpenIDProvider) ->
 def test_a_proof_for_another_request_is_refused(
     fed: FederatedApp, op: TestOpenIDProvider, monkeypatch: pytest.MonkeyPatch, bad: str
 ) -> None:
-    """client-test-dpop-proof (htu, htm): the provider refuses; the callback is a typed 401."""
+    """Not a plan module: a proof for another ``htu`` or ``htm`` is refused; a typed 401."""
     real = DpopSigner.proof
 
     def spoiled(self: DpopSigner, kid: str, method: str, url: str, **kw: Any) -> str:
@@ -212,7 +232,7 @@ def test_a_proof_for_another_request_is_refused(
 def test_a_replayed_proof_is_refused(
     fed: FederatedApp, op: TestOpenIDProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """client-test-dpop-proof (jti): each call carries a fresh proof; a replayed one is refused."""
+    """Not a plan module: each call carries a fresh proof; a replayed one is refused."""
     client = fed.client()
     assert _callback(fed, client).status_code == 302
     assert client.get("/resource").status_code == 200
@@ -242,31 +262,119 @@ def test_a_replayed_proof_is_refused(
 def test_invalid_par_response(
     fed: FederatedApp, op: TestOpenIDProvider, answer: tuple[int, dict[str, Any]], status: int
 ) -> None:
-    """client-test-invalid-par-response: typed 400 / 502, the browser is not sent anywhere."""
+    """Not a plan module (the issue's case): a refused or unusable push answers a typed 400 /
+    502, and the browser is not sent anywhere."""
     op.par_answer = answer
     start = fed.client().get(f"/auth/login/{PROVIDER}", headers=JSON)
     assert start.status_code == status
     assert "Location" not in start.headers
 
 
-@pytest.mark.parametrize("tamper", ["no_iss_in_response", "wrong_iss_in_response"])
-def test_missing_or_invalid_iss_in_the_authorization_response(
-    fed: FederatedApp, op: TestOpenIDProvider, tamper: Any
+def _refused(fed: FederatedApp, op: TestOpenIDProvider, reason: str, *tamper: Any, **query: str) -> None:
+    """The module's callback is refused: a typed 401 naming the check, no session, and
+    (for a refused authorization response) no token request."""
+    if tamper:
+        op.tamper_next(*tamper)
+    client = fed.client()
+    if query:
+        target = urlsplit(fed.authorize(client))
+        params = {k: v[0] for k, v in parse_qs(target.query).items()}
+        params.update(query)
+        answer = client.get(target.path, query_string={k: v for k, v in params.items() if v}, headers=JSON)
+    else:
+        answer = _callback(fed, client)
+    assert answer.status_code == 401
+    assert _failure_reasons(fed) == [reason]
+    assert client.get("/dashboard").status_code == 401
+    if reason in ("issuer_mismatch", "csrf_mismatch"):
+        assert op.dpop_proofs == []  # nothing was redeemed
+
+
+def test_fapi2_security_profile_final_client_test_invalid_authorization_response_iss(
+    fed: FederatedApp, op: TestOpenIDProvider
 ) -> None:
-    """client-test-missing-iss / client-test-invalid-iss (RFC 9207): no code is redeemed."""
-    op.tamper_next(tamper)
-    answer = _callback(fed, fed.client())
-    assert answer.status_code == 401
-    assert _failure_reasons(fed) == ["issuer_mismatch"]
-    assert op.dpop_proofs == []  # refused before the token request
+    _refused(fed, op, "issuer_mismatch", "wrong_iss_in_response")
 
 
-def test_id_token_signed_with_another_algorithm(fed: FederatedApp, op: TestOpenIDProvider) -> None:
-    """client-test-invalid-id-token-signing-alg: RS256 where the client registered ES256."""
-    op.tamper_next("wrong_alg")
-    answer = _callback(fed, fed.client())
-    assert answer.status_code == 401
-    assert _failure_reasons(fed) == ["id_token_invalid"]
+def test_fapi2_security_profile_final_client_test_remove_authorization_response_iss(
+    fed: FederatedApp, op: TestOpenIDProvider
+) -> None:
+    _refused(fed, op, "issuer_mismatch", "no_iss_in_response")
+
+
+def test_fapi2_security_profile_final_client_test_ensure_authorization_response_with_invalid_state_fails(
+    fed: FederatedApp, op: TestOpenIDProvider
+) -> None:
+    _refused(fed, op, "csrf_mismatch", state="not-the-state-we-sent")
+
+
+def test_fapi2_security_profile_final_client_test_ensure_authorization_response_with_invalid_missing_state_fails(  # noqa: E501
+    fed: FederatedApp, op: TestOpenIDProvider
+) -> None:
+    _refused(fed, op, "csrf_mismatch", state="")  # left out of the callback
+
+
+@pytest.mark.parametrize(
+    ("module", "tamper"),
+    [
+        ("invalid_iss", "wrong_iss"),
+        ("invalid_aud", "wrong_aud"),
+        ("invalid_secondary_aud", "aud_array_no_azp"),
+        ("invalid_null_alg", "alg_none"),
+        ("invalid_alternate_alg", "wrong_alg"),  # RS256 where the client registered ES256
+        ("invalid_expired_exp", "expired"),
+        ("invalid_nonce", "wrong_nonce"),
+        ("invalid_missing_nonce", "no_nonce"),
+        ("invalid_missing_exp", "no_exp"),
+        ("invalid_missing_aud", "no_aud"),
+        ("invalid_missing_iss", "no_iss"),
+    ],
+)
+def test_fapi2_security_profile_final_client_test_id_token(
+    fed: FederatedApp, op: TestOpenIDProvider, module: str, tamper: Any
+) -> None:
+    """...-invalid-iss, -invalid-aud, -invalid-secondary-aud, -invalid-null-alg,
+    -invalid-alternate-alg, -invalid-expired-exp, -invalid-nonce, -invalid-missing-nonce,
+    -invalid-missing-exp, -invalid-missing-aud, -invalid-missing-iss: the ID token is refused."""
+    _refused(fed, op, "id_token_invalid", tamper)
+
+
+def test_fapi2_security_profile_final_client_test_valid_aud_as_array(
+    fed: FederatedApp, op: TestOpenIDProvider
+) -> None:
+    op.tamper_next("aud_as_array")  # aud = [client_id]: valid
+    client = fed.client()
+    assert _callback(fed, client).status_code == 302
+    assert client.get("/dashboard").status_code == 200
+
+
+def test_fapi2_security_profile_final_client_test_token_endpoint_response_without_expires_in(
+    fed: FederatedApp, op: TestOpenIDProvider
+) -> None:
+    op.token_answer_overrides["expires_in"] = None
+    client = fed.client()
+    assert _callback(fed, client).status_code == 302
+    assert token_row(fed).expires_at is None  # kept without an expiry: used until refused
+    assert client.get("/resource").text == "DPoP alice-sub"
+
+
+def test_fapi2_security_profile_final_client_test_token_type_case_insensitivity(
+    fed: FederatedApp, op: TestOpenIDProvider
+) -> None:
+    op.token_answer_overrides["token_type"] = "dpop"
+    client = fed.client()
+    assert _callback(fed, client).status_code == 302
+    assert token_row(fed).token_type == "DPoP"
+    assert client.get("/resource").text == "DPoP alice-sub"
+
+
+def test_fapi2_security_profile_final_client_test_discovery_issuer_mismatch(
+    fed: FederatedApp, op: TestOpenIDProvider
+) -> None:
+    op.discovery_overrides["issuer"] = "https://another-op.test"
+    start = fed.client().get(f"/auth/login/{PROVIDER}", headers=JSON)
+    assert start.status_code == 502 and "Location" not in start.headers
+    assert op.par_requests == []  # nothing was pushed to a provider that is not the one configured
 
 
 def test_an_assertion_for_the_token_endpoint_is_refused_by_a_fapi2_provider(

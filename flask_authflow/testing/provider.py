@@ -95,6 +95,10 @@ Tamper = Literal[
     "wrong_at_hash",  # at_hash of another access token
     "wrong_alg",  # signed with a published key of another algorithm (ES256, or RS256 for an EC key)
     "no_iss_in_response",  # the authorization response without iss (RFC 9207)
+    "no_exp",  # exp left out
+    "no_aud",  # aud left out
+    "no_iss",  # iss left out
+    "aud_as_array",  # aud = [client] (valid: a one-element array)
     "wrong_iss_in_response",  # the authorization response naming another issuer
 ]
 _TAMPERS: Final = frozenset(get_args(Tamper))
@@ -249,7 +253,9 @@ class TestOpenIDProvider:
     * ``require_dpop_nonce`` (``False``): the token endpoint and userinfo answer
       ``use_dpop_nonce`` (with a ``DPoP-Nonce``) to proofs without the current nonce
       (:meth:`rotate_dpop_nonce` makes a new one);
-    * ``par_answer`` (``None``): the next answer of the PAR endpoint, ``(status, body)``.
+    * ``par_answer`` (``None``): the next answer of the PAR endpoint, ``(status, body)``;
+    * ``token_answer_overrides`` (``{}``): members merged into the token endpoint's answers
+      (a value of ``None`` removes the member: ``{"expires_in": None}``).
 
     Observable: ``token_requests`` (the client authentication method of each token
     request: ``client_secret_basic``, ``client_secret_post`` or ``private_key_jwt``),
@@ -305,6 +311,7 @@ class TestOpenIDProvider:
         self.end_session_requests: list[dict[str, str]] = []
         #: PAR and DPoP (RFC 9126, RFC 9449), scriptable and observable.
         self.require_dpop_nonce = False
+        self.token_answer_overrides: dict[str, Any] = {}
         self.par_answer: tuple[int, dict[str, Any]] | None = None
         self.par_requests: list[dict[str, str]] = []
         self.dpop_proofs: list[dict[str, Any]] = []
@@ -602,10 +609,11 @@ class TestOpenIDProvider:
         elif "wrong_azp" in bad:
             payload["aud"] = [client_id, "another-client"]
             payload["azp"] = "another-client"
-        if "no_sub" in bad:
-            del payload["sub"]
-        if "no_iat" in bad:
-            del payload["iat"]
+        elif "aud_as_array" in bad:
+            payload["aud"] = [client_id]
+        for name in ("sub", "iat", "exp", "aud", "iss"):
+            if f"no_{name}" in bad:
+                del payload[name]
         if access_token is not None:
             payload["at_hash"] = self.at_hash(
                 "another" + access_token if "wrong_at_hash" in bad else access_token
@@ -1029,6 +1037,11 @@ class TestOpenIDProvider:
             "expires_in": self._token_lifetime,
             "scope": " ".join(grant.scope),
         }
+        for name, value in self.token_answer_overrides.items():
+            if value is None:
+                body.pop(name, None)
+            else:
+                body[name] = value
         if with_id_token:
             body["id_token"] = self.id_token(
                 grant.client_id,
