@@ -4,16 +4,15 @@ OpenID Foundation's ``fapi2-security-profile-final-client-test-plan`` emulated, 
 module, named after it (``test_fapi2_security_profile_final_client_test_<module>``; the ID-token
 modules are the parameters of ``..._id_token``).
 
-Emulated: 21 of the plan's 22 modules for a plain-response, unsigned-request OpenID client
+Emulated: the plan's 22 modules for a plain-response, unsigned-request OpenID client
 with private_key_jwt + DPoP: happy-path, happy-path-no-dpop-nonce, discovery-issuer-mismatch,
 invalid-iss, invalid-aud, invalid-secondary-aud, invalid-null-alg, invalid-alternate-alg,
 invalid-expired-exp, invalid-missing-exp, invalid-missing-aud, invalid-missing-iss,
 valid-aud-as-array, invalid-nonce, invalid-missing-nonce, invalid-authorization-response-iss,
 remove-authorization-response-iss, ensure-authorization-response-with-invalid-state-fails,
 ensure-authorization-response-with-invalid-missing-state-fails,
-token-endpoint-response-without-expires-in, token-type-case-insensitivity. Not emulated:
-rs-dpop-auth-scheme-case-insensitivity (the suite's resource server answering ``dpop`` in lower
-case; our nonce challenge parsing is case-insensitive). Outside this variant: the JARM (8),
+token-endpoint-response-without-expires-in, token-type-case-insensitivity,
+rs-dpop-auth-scheme-case-insensitivity. Outside this variant: the JARM (8),
 grant-management (3) and Brazil refresh-token modules. Beyond the plan: a proof for another
 ``htu`` / ``htm``, a replayed proof, an invalid PAR response (3 answers) and an assertion
 whose ``aud`` is not the issuer.
@@ -366,6 +365,18 @@ def test_fapi2_security_profile_final_client_test_token_type_case_insensitivity(
     assert _callback(fed, client).status_code == 302
     assert token_row(fed).token_type == "DPoP"
     assert client.get("/resource").text == "DPoP alice-sub"
+
+
+def test_fapi2_security_profile_final_client_test_rs_dpop_auth_scheme_case_insensitivity(
+    fed: FederatedApp, op: TestOpenIDProvider
+) -> None:
+    op.require_dpop_nonce = True
+    client = fed.client()
+    assert _callback(fed, client).status_code == 302
+    op.dpop_challenge_scheme = "dpop"  # the resource server's nonce challenge in another case
+    op.rotate_dpop_nonce()
+    assert client.get("/resource").text == "DPoP alice-sub"
+    assert [p["error"] for p in op.dpop_proofs[-2:]] == ["use_dpop_nonce", None]
 
 
 def test_fapi2_security_profile_final_client_test_discovery_issuer_mismatch(

@@ -255,7 +255,9 @@ class TestOpenIDProvider:
       (:meth:`rotate_dpop_nonce` makes a new one);
     * ``par_answer`` (``None``): the next answer of the PAR endpoint, ``(status, body)``;
     * ``token_answer_overrides`` (``{}``): members merged into the token endpoint's answers
-      (a value of ``None`` removes the member: ``{"expires_in": None}``).
+      (a value of ``None`` removes the member: ``{"expires_in": None}``);
+    * ``dpop_challenge_scheme`` (``"DPoP"``): the scheme of userinfo's ``WWW-Authenticate``
+      DPoP challenge (``"dpop"``: another case, which clients must accept).
 
     Observable: ``token_requests`` (the client authentication method of each token
     request: ``client_secret_basic``, ``client_secret_post`` or ``private_key_jwt``),
@@ -312,6 +314,7 @@ class TestOpenIDProvider:
         #: PAR and DPoP (RFC 9126, RFC 9449), scriptable and observable.
         self.require_dpop_nonce = False
         self.token_answer_overrides: dict[str, Any] = {}
+        self.dpop_challenge_scheme = "DPoP"
         self.par_answer: tuple[int, dict[str, Any]] | None = None
         self.par_requests: list[dict[str, str]] = []
         self.dpop_proofs: list[dict[str, Any]] = []
@@ -1079,7 +1082,8 @@ class TestOpenIDProvider:
             jkt, error = self._dpop(request.method, f"{self._issuer}/userinfo", token)
             if error is not None or jkt is None or jkt != bound:
                 resp = self._error(401, error or "invalid_token", "DPoP proof refused")
-                resp.headers["WWW-Authenticate"] = f'DPoP error="{error or "invalid_token"}"'
+                scheme = self.dpop_challenge_scheme
+                resp.headers["WWW-Authenticate"] = f'{scheme} error="{error or "invalid_token"}"'
                 resp.headers["DPoP-Nonce"] = self._dpop_nonce
                 return resp
         if grant is None:
