@@ -224,7 +224,7 @@ class OAuthProviderConfig:
         ``require_pushed_authorization_requests``; ``True`` refuses, at discovery, a
         provider without the endpoint.
     :param dpop: bind the provider's tokens to a key of ``dpop_key_store`` with DPoP
-        (RFC 9449; see :mod:`~flask_authflow.federation.dpop`).
+        (RFC 9449; see :doc:`/federation`, "FAPI 2.0").
     :param dpop_key_store: the client's DPoP keys (an ES256 or Ed25519 key; a
         :class:`~flask_authflow.issuer.LocalIdpKeyStore`, rotated with the issuer's tooling).
     :param client_key_store: the client's ``private_key_jwt`` keys, from a key store
