@@ -119,5 +119,6 @@ def test_a_provider_requiring_par_refuses_a_login_without_it(
     assert not rp.uses_par
     url = rp.authorization_url(Ceremony.start(rp.name, rp.issuer, datetime.now(UTC)))
     answer = requests.get(url, allow_redirects=False, timeout=5)
-    location = answer.headers.get("Location", "")
-    assert answer.status_code == 400 or ("error=" in location and "code=" not in location)
+    assert answer.is_redirect  # back to the client with an error, never with a code
+    back = parse_qs(urlsplit(answer.headers["Location"]).query)
+    assert back["error"] == ["invalid_request"] and "code" not in back
