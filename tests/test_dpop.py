@@ -11,11 +11,13 @@ import pytest
 
 from flask_authflow.clock import MockClock
 from flask_authflow.federation.dpop import DpopNonces, DpopSigner, htu_of
-from flask_authflow.federation.errors import TokenExchange
-from flask_authflow.federation.provider import checked_token_type
+from flask_authflow.federation.errors import Discovery, TokenExchange
+from flask_authflow.federation.http import RequestsHttpClient
+from flask_authflow.federation.presets import preset
+from flask_authflow.federation.provider import OAuthProvider, OAuthProviderConfig, checked_token_type
 from flask_authflow.issuer import LocalIdpSigningKey, MemoryLocalIdpKeyStore
 from flask_authflow.testing.provider import TestOpenIDProvider
-from tests.federation_support import FederatedApp
+from tests.federation_support import CLIENT_ID, REDIRECT_URI, FederatedApp
 from tests.test_fapi import JSON, Keys, _callback, fapi_app
 
 
@@ -62,6 +64,26 @@ def test_ed25519_keys_sign_proofs(
     assert _callback(fed, client).status_code == 302
     assert client.get("/resource").text == "DPoP alice-sub"
     assert {p["error"] for p in op.dpop_proofs} == {None}
+
+
+def test_a_dpop_key_the_provider_does_not_accept_is_refused_at_discovery(op: TestOpenIDProvider) -> None:
+    keys = Keys()
+    keys.dpop = MemoryLocalIdpKeyStore.with_current(LocalIdpSigningKey.generate_ed25519())
+    op.discovery_overrides["dpop_signing_alg_values_supported"] = ["ES256"]
+    op.register_client(CLIENT_ID, "", [REDIRECT_URI], jwks=keys.jwks())
+    config = OAuthProviderConfig(
+        **preset(
+            "fapi2",
+            discovery_url=op.discovery_url,
+            client_id=CLIENT_ID,
+            redirect_uri=REDIRECT_URI,
+            client_key_store=keys.client,
+            dpop_key_store=keys.dpop,
+            id_token_signed_response_alg="ES256",
+        )
+    )
+    with pytest.raises(Discovery, match="Ed25519"):
+        OAuthProvider.from_config("op", config, http=RequestsHttpClient(adapters=op.http_adapters()))
 
 
 def test_a_proof_names_the_request_and_the_token(mock_clock: MockClock) -> None:

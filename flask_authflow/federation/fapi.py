@@ -64,9 +64,7 @@ def check_sender_constraint(config: Any) -> None:
         raise ConfigurationError(f"FAPI 2.0 forbids ID tokens signed with {alg}: use PS256, ES256 or EdDSA")
 
 
-def check_fapi2_provider(
-    metadata: Any, *, id_token_alg: str, client_alg: str | None, dpop_alg: str | None
-) -> None:
+def check_fapi2_provider(metadata: Any, *, id_token_alg: str, client_alg: str | None) -> None:
     """What a FAPI 2.0 client needs of the provider and of its own keys, at discovery.
 
     :raises Discovery: the provider lacks a FAPI 2.0 feature.
@@ -88,6 +86,3 @@ def check_fapi2_provider(
         raise ConfigurationError(
             f"FAPI 2.0 forbids client assertions signed with {client_alg}: use a PS256, ES256 or EdDSA key"
         )
-    advertised = metadata.dpop_algorithms
-    if dpop_alg is not None and advertised and dpop_alg not in advertised:
-        raise Discovery(f"the provider does not accept DPoP proofs signed with {dpop_alg}")

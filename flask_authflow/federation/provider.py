@@ -659,16 +659,17 @@ class OAuthProvider:
             if config.dpop and config.dpop_key_store is not None
             else None
         )
-        if self.dpop is not None:
+        if config.dpop_key_store is not None and self.dpop is not None:
             self.dpop.thumbprint(self.dpop.current_kid())  # refuses a key that cannot sign proofs
+            dpop_alg = client_signing_key(config.dpop_key_store.load_all().current)[1]
+            if metadata.dpop_algorithms and dpop_alg not in metadata.dpop_algorithms:
+                raise Discovery(
+                    f"the provider accepts DPoP proofs signed with {list(metadata.dpop_algorithms)!r} "
+                    f"only; the DPoP key signs {dpop_alg}"
+                )
         self._assertion, client_alg = self._client_assertion()
         if config.fapi2:
-            dpop_alg = None
-            if config.dpop_key_store is not None:
-                dpop_alg = client_signing_key(config.dpop_key_store.load_all().current)[1]
-            check_fapi2_provider(
-                metadata, id_token_alg=self.id_token_alg, client_alg=client_alg, dpop_alg=dpop_alg
-            )
+            check_fapi2_provider(metadata, id_token_alg=self.id_token_alg, client_alg=client_alg)
 
     @classmethod
     def from_config(
