@@ -30,6 +30,7 @@ from flask_authflow.federation.errors import (
 from flask_authflow.federation.links import FederationStore, IdentityLink
 
 if TYPE_CHECKING:
+    from flask_authflow.federation.dpop import DpopAuth, DpopKeyGone
     from flask_authflow.federation.http import HttpClient, RequestsHttpClient
     from flask_authflow.federation.login import (
         FederatedIdentity,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
         FederationService,
         OAuthLoginOptions,
     )
+    from flask_authflow.federation.par import PushedRequestRefused
     from flask_authflow.federation.provider import (
         OAuthProvider,
         OAuthProviderConfig,
@@ -47,12 +49,17 @@ if TYPE_CHECKING:
         InsufficientScope,
         NoProviderToken,
         NoRefreshToken,
+        ProviderToken,
         ProviderTokens,
         RefreshTokenExpired,
         TokenRefreshBusy,
     )
 
 _LAZY = {
+    "DpopAuth": ".dpop",
+    "DpopKeyGone": ".dpop",
+    "PushedRequestRefused": ".par",
+    "ProviderToken": ".provider_tokens",
     "HttpClient": ".http",
     "RequestsHttpClient": ".http",
     "FederatedIdentity": ".login",
@@ -74,6 +81,8 @@ _LAZY = {
 __all__ = [
     "CsrfMismatch",
     "Discovery",
+    "DpopAuth",
+    "DpopKeyGone",
     "EndSessionRefused",
     "Expired",
     "FederatedIdentity",
@@ -94,8 +103,10 @@ __all__ = [
     "OAuthProviderConfig",
     "ProviderMetadata",
     "ProviderRegistry",
+    "ProviderToken",
     "ProviderTokens",
     "ProviderUnreachable",
+    "PushedRequestRefused",
     "RefreshTokenExpired",
     "RequestsHttpClient",
     "TokenExchange",

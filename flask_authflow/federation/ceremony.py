@@ -42,6 +42,8 @@ class Ceremony:
     return_to: str | None = None
     pending_workflow: bool = False
     tenant: str | None = None
+    #: The ``kid`` of the DPoP key the login's tokens are bound to (``dpop_jkt``), if any.
+    dpop_kid: str | None = None
 
     @classmethod
     def start(
@@ -89,12 +91,14 @@ class Ceremony:
             started = datetime.fromisoformat(str(data["started_at"]))
             return_to = data.get("return_to")
             tenant = data.get("tenant")
+            dpop_kid = data.get("dpop_kid")
             return cls(
                 **strings,
                 started_at=utc(started),
                 return_to=return_to if isinstance(return_to, str) else None,
                 pending_workflow=data.get("pending_workflow") is True,
                 tenant=tenant if isinstance(tenant, str) else None,
+                dpop_kid=dpop_kid if isinstance(dpop_kid, str) and dpop_kid else None,
             )
         except (KeyError, TypeError, ValueError):
             return None

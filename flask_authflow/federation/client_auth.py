@@ -7,8 +7,8 @@
   form-urlencoded first, as RFC 6749 §2.3.1 requires (a secret with ``+``, ``%``, ``&``
   or ``=`` reaches the provider intact);
 * ``client_secret_post``: ``client_id`` and ``client_secret`` in the form;
-* ``private_key_jwt``: a short JWT signed by the client's own private key, assembled over
-  the JOSE layer's one signing call (:func:`~flask_authflow.jose.algorithms.signer`);
+* ``private_key_jwt``: a short JWT signed by the client's own private key (by joserfc; the
+  key from a PEM or from a key store);
 * ``client_secret_jwt``: a short JWT signed HS256 with the client secret, by joserfc;
 * ``none``: only ``client_id`` (a public client; PKCE protects the code).
 """
@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import base64
-import json
 import secrets
 from collections.abc import Callable
 from typing import Any, Final
@@ -26,9 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from flask_authflow.clock import Clock
-from flask_authflow.core.encoding import b64url_encode
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.jose.algorithms import signer
 
 __all__ = [
     "ASSERTION_TYPE",
@@ -118,8 +115,22 @@ class ClientSecretJwt:
         return jwt.encode({"alg": "HS256", "typ": "JWT"}, claims, self._key, algorithms=["HS256"])
 
 
+def _joserfc_key(key: Any, algorithm: str) -> Any:
+    """The joserfc key of a ``cryptography`` private key (through its PKCS#8 PEM)."""
+    from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+    from joserfc.jwk import ECKey, OKPKey, RSAKey
+
+    pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        return OKPKey.import_key(pem)
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        return ECKey.import_key(pem)
+    return RSAKey.import_key(pem)
+
+
 def load_client_key(pem: str | bytes) -> tuple[Any, str]:
-    """The private key in ``pem`` and its default algorithm (RS256, ES256, ES384 or EdDSA)."""
+    """The private key in ``pem`` and its default algorithm (RS256, ES256, ES384 or Ed25519,
+    RFC 9864's name for EdDSA over Ed25519)."""
     try:
         key = load_pem_private_key(pem.encode() if isinstance(pem, str) else pem, password=None)
     except (ValueError, TypeError) as exc:
@@ -133,12 +144,19 @@ def load_client_key(pem: str | bytes) -> tuple[Any, str]:
     if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name in ("secp256r1", "secp384r1"):
         return key, "ES256" if key.curve.name == "secp256r1" else "ES384"
     if isinstance(key, ed25519.Ed25519PrivateKey):
-        return key, "EdDSA"
+        return key, "Ed25519"
     raise ConfigurationError("client_private_key must be an RSA, P-256, P-384 or Ed25519 key")
 
 
 class PrivateKeyJwt:
-    """An Authlib client-authentication method adding ``client_assertion`` to the token request."""
+    """``private_key_jwt``: an assertion signed by the client's own key, by joserfc.
+
+    ``iss`` = ``sub`` = the client id, ``aud`` = ``audience`` (the token endpoint, or the
+    issuer identifier under FAPI 2.0), ``exp`` 60 s after ``iat``, a fresh random ``jti``.
+    Build it from one PEM key (``PrivateKeyJwt(client_id, audience, key, alg, ...)``) or
+    from a key store (:meth:`from_store`: each assertion is signed by the store's current
+    key, so a rotation with the issuer's tooling takes effect at the next request).
+    """
 
     name = "private_key_jwt"
 
@@ -150,18 +168,35 @@ class PrivateKeyJwt:
         self.algorithm = algorithm
         self.kid = kid
         self.clock = clock
-        self._sign = signer(algorithm, key)
+        signing = _joserfc_key(key, algorithm)
+        self._current: Callable[[], tuple[Any, str, str | None]] = lambda: (signing, algorithm, kid)
+
+    @classmethod
+    def from_store(cls, client_id: str, audience: str, store: Any, *, clock: Clock) -> PrivateKeyJwt:
+        """Assertions signed by the current key of ``store`` (a ``LocalIdpKeyStore``), its ``kid`` sent."""
+        from flask_authflow.federation.dpop import client_signing_key
+
+        def current() -> tuple[Any, str, str | None]:
+            key = store.load_all().current
+            signing, algorithm = client_signing_key(key)
+            return signing, algorithm, key.kid
+
+        made = cls.__new__(cls)
+        made.client_id, made.audience, made.clock = client_id, audience, clock
+        _key, made.algorithm, made.kid = current()  # checks the key now (init_app), not at login
+        made._current = current
+        return made
 
     def assertion(self) -> str:
-        """A fresh signed assertion: ``iss`` = ``sub`` = client id, ``aud`` = token endpoint."""
-        header: dict[str, str] = {"alg": self.algorithm, "typ": "JWT"}
-        if self.kid:
-            header["kid"] = self.kid
+        """A fresh signed assertion (see the class docstring)."""
+        from joserfc import jwt
+
+        key, algorithm, kid = self._current()
+        header: dict[str, str] = {"alg": algorithm, "typ": "JWT"}
+        if kid:
+            header["kid"] = kid
         claims = _assertion_claims(self.client_id, self.audience, self.clock)
-        signing_input = ".".join(
-            b64url_encode(json.dumps(part, separators=(",", ":")).encode()) for part in (header, claims)
-        )
-        return f"{signing_input}.{b64url_encode(self._sign(signing_input.encode('ascii')))}"
+        return str(jwt.encode(header, claims, key, algorithms=[algorithm]))
 
     def __call__(
         self, auth: Any, method: str, uri: str, headers: dict[str, str], body: str

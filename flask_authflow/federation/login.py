@@ -15,7 +15,7 @@ import hmac
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -389,6 +389,8 @@ class FederationService:
             pending_workflow=opts.pending_workflow,
             tenant=tenant,
         )
+        if isinstance(provider, OAuthProvider) and provider.dpop is not None:
+            ceremony = replace(ceremony, dpop_kid=provider.dpop.current_kid())  # the key tokens bind to
         extra = {k: v for k, v in (("prompt", opts.prompt), ("login_hint", opts.login_hint)) if v}
         url = provider.authorization_url(ceremony, scopes=opts.scopes, **extra)
         flow: dict[str, Any] = {CEREMONY_KEY: ceremony.to_flow()}
@@ -583,7 +585,9 @@ class FederationService:
                 tokens,
                 {"provider": provider.name, "issuer": provider.issuer, "sub": identity.subject},
             )
-        tokens = provider.exchange_code(code, ceremony.code_verifier)
+        if provider.dpop is not None and ceremony.dpop_kid is None:
+            raise CsrfMismatch("the login began before DPoP was configured: start again")
+        tokens = provider.exchange_code(code, ceremony.code_verifier, dpop_kid=ceremony.dpop_kid)
         claims = provider.validate_id_token(tokens.id_token, ceremony.nonce, tokens.access_token)
         identity = self._identity(provider, claims, tokens)
         return identity, tokens, _federation_record(provider, identity.subject, tokens, claims.claims)
@@ -609,7 +613,11 @@ class FederationService:
             raise Expired("the login took longer than the ceremony timeout: start again")
         if iss is not None and iss != provider.issuer:
             raise IssuerMismatch("the callback's iss parameter names another issuer")
-        if iss is None and isinstance(provider, OAuthProvider) and provider.metadata.iss_parameter_supported:
+        if (
+            iss is None
+            and isinstance(provider, OAuthProvider)
+            and (provider.metadata.iss_parameter_supported or provider.config.fapi2)
+        ):
             raise IssuerMismatch("the provider sends an iss parameter, and this callback has none")
         if ceremony.issuer != provider.issuer:
             raise CsrfMismatch("the provider changed since the login started")
@@ -624,7 +632,9 @@ class FederationService:
         came with it) and its existing link."""
         subject = str(claims.sub)
         fetch = provider.uses_userinfo and bool(tokens.access_token)
-        userinfo = provider.fetch_userinfo(tokens.access_token, subject) if fetch else None
+        userinfo = (
+            provider.fetch_userinfo(tokens.access_token, subject, dpop_kid=tokens.dpop_kid) if fetch else None
+        )
         return FederatedIdentity(
             provider=provider.name,
             issuer=provider.issuer,

@@ -11,6 +11,8 @@ in the configuration::
     }
 
 or in code with :func:`preset` (``OAuthProviderConfig(**preset("google", ...))``).
+``fapi2`` is not a provider but the FAPI 2.0 Security Profile for any provider (its
+``discovery_url``, ``client_key_store`` and ``dpop_key_store`` are required).
 ``github`` is a plain OAuth 2.0 provider (see :mod:`~flask_authflow.federation.oauth2`):
 its settings make an ``OAuth2ProviderConfig``. Any
 other provider setting (``link_by_email``, ``scopes``, ...) passes through and wins over
@@ -137,6 +139,30 @@ def _apple(values: Mapping[str, Any], what: str) -> dict[str, Any]:
     )
 
 
+#: What the ``fapi2`` preset sets, and refuses to see changed.
+FAPI2_SETTINGS: Final[Mapping[str, Any]] = {
+    "fapi2": True,
+    "use_par": True,
+    "dpop": True,
+    "token_endpoint_auth_method": "private_key_jwt",
+    "client_secret": "",
+}
+
+
+def _fapi2(values: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """The FAPI 2.0 Security Profile (see :mod:`~flask_authflow.federation.fapi`): PAR, DPoP,
+    PKCE S256, ``private_key_jwt`` (``aud`` the issuer), FAPI 2.0 ID-token algorithms and
+    the RFC 9207 ``iss`` required. Any provider: ``discovery_url`` names it."""
+    _value(values, "discovery_url", what)
+    for name in ("client_key_store", "dpop_key_store"):
+        if values.get(name) is None:
+            raise ConfigurationError(f"{what}: missing {name} (a key store: LocalIdpKeyStore)")
+    for name, locked in FAPI2_SETTINGS.items():
+        if name in values and values[name] != locked:
+            raise ConfigurationError(f"{what}: the fapi2 preset sets {name}={locked!r}; it cannot be changed")
+    return dict(FAPI2_SETTINGS)
+
+
 def _github(values: Mapping[str, Any], what: str) -> dict[str, Any]:
     return dict(GITHUB)  # plain OAuth 2.0: identity from the user API, never an ID token
 
@@ -162,6 +188,7 @@ PRESETS: Final[Mapping[str, _Preset]] = {
     "gitlab": _Preset(_gitlab, ("base_url",)),
     "cognito": _Preset(_cognito, ("region", "user_pool_id")),
     "github": _Preset(_github, kind="oauth2"),
+    "fapi2": _Preset(_fapi2, needs_secret=False),
 }
 
 

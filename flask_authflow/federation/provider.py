@@ -40,6 +40,13 @@ from flask_authflow.federation.client_auth import (
     client_credentials,
     load_client_key,
 )
+from flask_authflow.federation.dpop import (
+    ClientKeyStore,
+    DpopNonces,
+    DpopSigner,
+    client_signing_key,
+    wants_nonce,
+)
 from flask_authflow.federation.errors import (
     Discovery,
     EndSessionRefused,
@@ -52,9 +59,11 @@ from flask_authflow.federation.errors import (
     UnknownProvider,
     UserInfo,
 )
+from flask_authflow.federation.fapi import check_fapi2_provider, check_sender_constraint
 from flask_authflow.federation.http import HttpClient, HttpResponse, RequestsHttpClient, check_provider_url
 from flask_authflow.federation.jwks_cache import ProviderKeyCache, cache_max_age
 from flask_authflow.federation.oauth2 import OAuth2Provider, OAuth2ProviderConfig
+from flask_authflow.federation.par import authorize_url_for, request_uri_of
 from flask_authflow.federation.tenants import tenant_issuer_refusal
 from flask_authflow.federation.tokens import (
     ID_TOKEN_ALGORITHMS,
@@ -118,6 +127,11 @@ PROVIDER_CONFIG_KEYS: Final = (
     "response_mode",
     "client_secret_factory",
     "store_tokens",
+    "use_par",
+    "dpop",
+    "dpop_key_store",
+    "client_key_store",
+    "fapi2",
 )
 #: The placeholder of a multi-tenant issuer (Microsoft's ``common`` and ``organizations``).
 TENANT_PLACEHOLDER: Final = "{tenantid}"
@@ -204,6 +218,19 @@ class OAuthProviderConfig:
         instead of ``client_secret`` (a secret the provider wants freshly minted).
     :param store_tokens: keep the user's access and refresh tokens of this provider,
         sealed, for ``authflow.provider_token`` (default ``False``: they are thrown away).
+    :param use_par: send the authorization request to the provider's pushed authorization
+        request endpoint (RFC 9126) first; the browser then carries only ``client_id`` and
+        ``request_uri``. Default ``None``: on when discovery advertises the endpoint and
+        ``require_pushed_authorization_requests``; ``True`` refuses, at discovery, a
+        provider without the endpoint.
+    :param dpop: bind the provider's tokens to a key of ``dpop_key_store`` with DPoP
+        (RFC 9449; see :doc:`/federation`, "FAPI 2.0").
+    :param dpop_key_store: the client's DPoP keys (an ES256 or Ed25519 key; a
+        :class:`~flask_authflow.issuer.LocalIdpKeyStore`, rotated with the issuer's tooling).
+    :param client_key_store: the client's ``private_key_jwt`` keys, from a key store
+        instead of ``client_private_key`` (its current key signs; its ``kid`` is sent).
+    :param fapi2: the FAPI 2.0 Security Profile (the ``fapi2`` preset sets it): see
+        :mod:`~flask_authflow.federation.fapi` for what it requires and refuses.
     """
 
     discovery_url: str
@@ -231,9 +258,15 @@ class OAuthProviderConfig:
     response_mode: str | None = None
     client_secret_factory: Callable[[], str] | None = field(default=None, repr=False)
     store_tokens: bool = False
+    use_par: bool | None = None
+    dpop: bool = False
+    dpop_key_store: ClientKeyStore | None = field(default=None, repr=False)
+    client_key_store: ClientKeyStore | None = field(default=None, repr=False)
+    fapi2: bool = False
 
     def __post_init__(self) -> None:
         self._check_credentials()
+        check_sender_constraint(self)
         self._check_tenancy()
         check_provider_url(self.discovery_url, "discovery_url", error=ConfigurationError)
         check_provider_url(self.redirect_uri, "redirect_uri", error=ConfigurationError)
@@ -265,11 +298,14 @@ class OAuthProviderConfig:
             raise ConfigurationError(
                 f"token_endpoint_auth_method {method!r} is not one of {', '.join(TOKEN_AUTH_METHODS)}"
             )
-        if method == "private_key_jwt" and self.client_private_key is None:
-            raise ConfigurationError("token_endpoint_auth_method private_key_jwt needs client_private_key")
+        keyed = self.client_private_key is not None or self.client_key_store is not None
+        if method == "private_key_jwt" and not keyed:
+            raise ConfigurationError(
+                "token_endpoint_auth_method private_key_jwt needs client_private_key or client_key_store"
+            )
         secretless = (
             method in ("none", "private_key_jwt")
-            or (method is None and self.client_private_key is not None)
+            or (method is None and keyed)
             or self.client_secret_factory is not None
         )
         for name in ("discovery_url", "client_id", "client_secret", "redirect_uri"):
@@ -381,6 +417,11 @@ class ProviderMetadata:
     advertised_algorithms: tuple[str, ...] = ()
     #: The RFC 7009 token revocation endpoint, when the provider has one.
     revocation_endpoint: str | None = None
+    #: The RFC 9126 pushed authorization request endpoint, and whether the provider requires it.
+    par_endpoint: str | None = None
+    require_par: bool = False
+    #: ``dpop_signing_alg_values_supported`` (RFC 9449), empty when not advertised.
+    dpop_algorithms: tuple[str, ...] = ()
 
     @classmethod
     def from_document(
@@ -404,7 +445,12 @@ class ProviderMetadata:
                 raise Discovery(f"the discovery document has no {name}")
             endpoints[name] = check_provider_url(value, name)
         optional: dict[str, str | None] = {}
-        for name in ("userinfo_endpoint", "end_session_endpoint", "revocation_endpoint"):
+        for name in (
+            "userinfo_endpoint",
+            "end_session_endpoint",
+            "revocation_endpoint",
+            "pushed_authorization_request_endpoint",
+        ):
             value = document.get(name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise Discovery(f"{name} is not a URL")
@@ -429,7 +475,14 @@ class ProviderMetadata:
             backchannel_logout_supported=document.get("backchannel_logout_supported") is True,
             advertised_algorithms=advertised,
             revocation_endpoint=optional["revocation_endpoint"],
+            par_endpoint=optional["pushed_authorization_request_endpoint"],
+            require_par=document.get("require_pushed_authorization_requests") is True,
+            dpop_algorithms=_strings_of(document.get("dpop_signing_alg_values_supported")),
         )
+
+
+def _strings_of(value: Any) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
 def _id_token_algorithms(document: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -500,6 +553,8 @@ class TokenSet:
     expires_in: int | None = None
     #: The ``scope`` the token endpoint answered (``None``: the scopes requested were granted).
     scope: str | None = None
+    #: The ``kid`` of the DPoP key the tokens are bound to (``token_type`` DPoP), else ``None``.
+    dpop_kid: str | None = None
 
 
 def _oauth2_session(**kwargs: Any) -> Any:
@@ -510,17 +565,15 @@ def _oauth2_session(**kwargs: Any) -> Any:
     return OAuth2Session(**kwargs)
 
 
-def _token_set(token: Mapping[str, Any]) -> TokenSet:
-    """The checked parts of a successful token answer."""
+def _token_set(token: Mapping[str, Any], dpop_kid: str | None = None) -> TokenSet:
+    """The checked parts of a successful token answer (a DPoP-bound one when ``dpop_kid``)."""
     id_token = token.get("id_token")
     access_token = token.get("access_token")
     if not isinstance(id_token, str) or not id_token:
         raise TokenExchange("the token endpoint answered without an id_token")
     if not isinstance(access_token, str) or not access_token:
         raise TokenExchange("the token endpoint answered without an access_token")
-    token_type = token.get("token_type", "Bearer")
-    if not isinstance(token_type, str) or token_type.lower() != "bearer":
-        raise TokenExchange(f"unsupported token_type {str(token_type)[:32]!r}")
+    token_type = checked_token_type(token.get("token_type", "Bearer"), dpop_kid is not None)
     refresh = token.get("refresh_token")
     expires_in = token.get("expires_in")
     scope = token.get("scope")
@@ -531,7 +584,34 @@ def _token_set(token: Mapping[str, Any]) -> TokenSet:
         token_type=token_type,
         expires_in=expires_in if isinstance(expires_in, int) and not isinstance(expires_in, bool) else None,
         scope=scope if isinstance(scope, str) else None,
+        dpop_kid=dpop_kid,
     )
+
+
+def checked_token_type(token_type: Any, dpop: bool) -> str:
+    """``Bearer``, or ``DPoP`` when the request carried a proof (a DPoP client refuses an
+    unbound Bearer token: the provider did not bind it, fail closed).
+
+    :raises TokenExchange: another type, or a Bearer token where DPoP was asked for.
+    """
+    expected = "dpop" if dpop else "bearer"
+    if not isinstance(token_type, str) or token_type.lower() != expected:
+        raise TokenExchange(
+            f"unsupported token_type {str(token_type)[:32]!r}"
+            + ("; this client asked for DPoP-bound tokens" if dpop else "")
+        )
+    return "DPoP" if dpop else token_type
+
+
+def _uses_par(config: OAuthProviderConfig, metadata: ProviderMetadata) -> bool:
+    """``use_par``: as set (``True`` needs the endpoint), else as the provider requires."""
+    if config.use_par is True or config.fapi2:
+        if metadata.par_endpoint is None:
+            raise Discovery("use_par is set, but the provider has no pushed_authorization_request_endpoint")
+        return True
+    if config.use_par is False:
+        return False
+    return metadata.par_endpoint is not None and metadata.require_par
 
 
 class OAuthProvider:
@@ -571,7 +651,25 @@ class OAuthProvider:
         )
         #: When the discovery document should be fetched again (``None``: never).
         self.fresh_until = fresh_until
-        self._assertion = self._client_assertion()
+        #: Whether logins push their authorization request first (RFC 9126; see ``use_par``).
+        self.uses_par: bool = _uses_par(config, metadata)
+        #: The DPoP proof signer (``None``: tokens are Bearer tokens).
+        self.dpop: DpopSigner | None = (
+            DpopSigner(config.dpop_key_store, clock, DpopNonces())
+            if config.dpop and config.dpop_key_store is not None
+            else None
+        )
+        if config.dpop_key_store is not None and self.dpop is not None:
+            self.dpop.thumbprint(self.dpop.current_kid())  # refuses a key that cannot sign proofs
+            dpop_alg = client_signing_key(config.dpop_key_store.load_all().current)[1]
+            if metadata.dpop_algorithms and dpop_alg not in metadata.dpop_algorithms:
+                raise Discovery(
+                    f"the provider accepts DPoP proofs signed with {list(metadata.dpop_algorithms)!r} "
+                    f"only; the DPoP key signs {dpop_alg}"
+                )
+        self._assertion, client_alg = self._client_assertion()
+        if config.fapi2:
+            check_fapi2_provider(metadata, id_token_alg=self.id_token_alg, client_alg=client_alg)
 
     @classmethod
     def from_config(
@@ -644,31 +742,45 @@ class OAuthProvider:
 
     # --- the code flow ----------------------------------------------------------------------
 
-    def _client_assertion(self) -> Callable[[], str] | None:
+    def _client_assertion(self) -> tuple[Callable[[], str] | None, str | None]:
+        """The client assertion maker and its algorithm (``aud``: the issuer identifier
+        under FAPI 2.0, else the token endpoint)."""
         method = self.token_auth_method
         if method == "client_secret_jwt":
-            return ClientSecretJwt(
+            secret_jwt = ClientSecretJwt(
                 self.client_id, self.metadata.token_endpoint, self.config.client_secret, clock=self.clock
-            ).assertion
+            )
+            return secret_jwt.assertion, "HS256"
         if method != "private_key_jwt":
-            return None
-        key, algorithm = load_client_key(self.config.client_private_key or "")
-        return PrivateKeyJwt(
-            self.client_id,
-            self.metadata.token_endpoint,
-            key,
-            algorithm,
-            kid=self.config.client_key_id,
-            clock=self.clock,
-        ).assertion
+            return None, None
+        audience = self.issuer if self.config.fapi2 else self.metadata.token_endpoint
+        if self.config.client_key_store is not None:
+            auth = PrivateKeyJwt.from_store(
+                self.client_id, audience, self.config.client_key_store, clock=self.clock
+            )
+        else:
+            key, algorithm = load_client_key(self.config.client_private_key or "")
+            auth = PrivateKeyJwt(
+                self.client_id, audience, key, algorithm, kid=self.config.client_key_id, clock=self.clock
+            )
+        return auth.assertion, auth.algorithm
 
     def authorization_url(
         self, ceremony: Ceremony, *, scopes: Iterable[str] | None = None, **extra: str
     ) -> str:
-        """The authorize URL of ``ceremony``: code flow, PKCE S256, state and nonce."""
+        """The authorize URL of ``ceremony``: code flow, PKCE S256, state and nonce (and
+        ``dpop_jkt`` with DPoP); with PAR, the request is pushed first and the URL carries
+        only ``client_id`` and ``request_uri``.
+
+        :raises PushedRequestRefused, ProviderUnreachable: the push failed.
+        """
         scope = " ".join(scopes if scopes is not None else self.config.scopes)
         if self.config.response_mode == "form_post":
             extra = {**extra, "response_mode": "form_post"}
+        if self.dpop is not None and ceremony.dpop_kid is not None:
+            extra = {**extra, "dpop_jkt": self.dpop.thumbprint(ceremony.dpop_kid)}
+        if self.uses_par:
+            return self._pushed_authorization_url(ceremony, scope, extra)
         oauth = _oauth2_session(
             client_id=self.config.client_id,
             redirect_uri=self.config.redirect_uri,
@@ -687,7 +799,25 @@ class OAuthProvider:
             oauth.close()
         return str(url)
 
-    def exchange_code(self, code: str, code_verifier: str) -> TokenSet:
+    def _pushed_authorization_url(self, ceremony: Ceremony, scope: str, extra: Mapping[str, str]) -> str:
+        endpoint = self.metadata.par_endpoint
+        if endpoint is None:  # pragma: no cover - uses_par is only set with an endpoint
+            raise Discovery("the provider has no pushed_authorization_request_endpoint")
+        fields = {
+            **extra,
+            "response_type": "code",
+            "client_id": self.client_id,
+            "redirect_uri": self.config.redirect_uri,
+            "scope": scope,
+            "state": ceremony.state,
+            "nonce": ceremony.nonce,
+            "code_challenge": ceremony.code_challenge,
+            "code_challenge_method": "S256",
+        }
+        request_uri = request_uri_of(self.client_request(endpoint, fields))
+        return authorize_url_for(self.metadata.authorization_endpoint, self.client_id, request_uri)
+
+    def exchange_code(self, code: str, code_verifier: str, *, dpop_kid: str | None = None) -> TokenSet:
         """The token request, authenticated with ``token_auth_method``.
 
         :raises TokenExchange: an error answer (``error`` holds its code, e.g.
@@ -695,6 +825,9 @@ class OAuthProvider:
             with a ``token_type`` other than Bearer.
         :raises ProviderUnreachable: the token endpoint did not answer usably (transport
             failure, redirect, oversize, 5xx, not a JSON object).
+
+        ``dpop_kid`` (the ceremony's): send a DPoP proof signed by that key; the answer
+        must then be a DPoP-bound token.
         """
         response = self.client_request(
             self.metadata.token_endpoint,
@@ -704,6 +837,7 @@ class OAuthProvider:
                 "code_verifier": code_verifier,
                 "redirect_uri": self.config.redirect_uri,
             },
+            dpop_kid=dpop_kid,
         )
         if response.status >= 500:
             raise ProviderUnreachable(f"the token endpoint answered HTTP {response.status}")
@@ -713,22 +847,56 @@ class OAuthProvider:
             if isinstance(error, str) and error and error.isascii() and len(error) <= 64:
                 raise TokenExchange(f"the token endpoint answered {error}", error=error)
             raise TokenExchange(f"the token endpoint answered HTTP {response.status}")
-        return _token_set(token)
+        return _token_set(token, dpop_kid)
 
-    def client_request(self, url: str, fields: Mapping[str, str]) -> HttpResponse:
+    def client_request(
+        self, url: str, fields: Mapping[str, str], *, dpop_kid: str | None = None
+    ) -> HttpResponse:
         """POST ``fields`` to one of the provider's endpoints (the token endpoint, the
         revocation endpoint), authenticated as this client with ``token_auth_method``,
         through the provider HTTP client. Non-2xx answers are returned.
 
+        ``dpop_kid``: with a DPoP proof signed by that key; an answer asking for a DPoP nonce
+        (``use_dpop_nonce``) is retried once with the nonce it gave (and a fresh assertion).
+
         :raises ProviderUnreachable: the endpoint did not answer usably.
         """
-        factory = self.config.client_secret_factory
-        secret = factory() if factory is not None else self.config.client_secret
-        headers, form = client_credentials(
-            self.token_auth_method, self.client_id, secret, assertion=self._assertion
-        )
-        form.update(fields)
-        return self.http.post_form(url, form, headers={**headers, "Accept": "application/json"})
+        dpop = self.dpop if dpop_kid is not None else None
+        for attempt in (1, 2):
+            factory = self.config.client_secret_factory
+            secret = factory() if factory is not None else self.config.client_secret
+            headers, form = client_credentials(
+                self.token_auth_method, self.client_id, secret, assertion=self._assertion
+            )
+            form.update(fields)
+            headers["Accept"] = "application/json"
+            if dpop is not None and dpop_kid is not None:
+                headers["DPoP"] = dpop.proof(dpop_kid, "POST", url)
+            response = self.http.post_form(url, form, headers=headers)
+            if dpop is None or dpop.nonces.remember(url, response.headers) is None or attempt == 2:
+                return response
+            if not wants_nonce(response.status, response.headers, _error_body(response)):
+                return response
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def resource_get(self, url: str, access_token: str, *, dpop_kid: str | None = None) -> HttpResponse:
+        """GET one of the provider's resources (userinfo) with the access token: Bearer, or
+        DPoP with a proof (``ath`` included) and the nonce dance of the resource server."""
+        if dpop_kid is None or self.dpop is None:
+            return self.http.get(
+                url, headers={"Authorization": f"Bearer {access_token}", "Accept": "application/json"}
+            )
+        for attempt in (1, 2):
+            headers = {
+                "Authorization": f"DPoP {access_token}",
+                "DPoP": self.dpop.proof(dpop_kid, "GET", url, access_token=access_token),
+                "Accept": "application/json",
+            }
+            response = self.http.get(url, headers=headers)
+            fresh = self.dpop.nonces.remember(url, response.headers)
+            if fresh is None or attempt == 2 or not wants_nonce(response.status, response.headers, None):
+                return response
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # --- token checks ----------------------------------------------------------------------------
 
@@ -783,7 +951,9 @@ class OAuthProvider:
         )
         return claims
 
-    def fetch_userinfo(self, access_token: str, subject: str) -> dict[str, Any]:
+    def fetch_userinfo(
+        self, access_token: str, subject: str, *, dpop_kid: str | None = None
+    ) -> dict[str, Any]:
         """The userinfo claims; their ``sub`` must equal the ID token's.
 
         :raises UserInfo: a refusal (401: the scopes lack what userinfo needs), a
@@ -792,10 +962,7 @@ class OAuthProvider:
         endpoint = self.metadata.userinfo_endpoint
         if endpoint is None:
             raise UserInfo("the provider has no userinfo_endpoint")
-        response = self.http.get(
-            endpoint,
-            headers={"Authorization": f"Bearer {access_token}", "Accept": "application/json"},
-        )
+        response = self.resource_get(endpoint, access_token, dpop_kid=dpop_kid)
         if response.status == 401:
             raise UserInfo("userinfo answered 401: the scopes may lack what userinfo needs (profile, email)")
         if response.status != 200:
@@ -1028,3 +1195,13 @@ class ProviderRegistry:
             made = replace(made, tenant=tenant)
         self._check_redirects(name, made)
         return OAuthProvider.from_config(name, made, http=self.http, clock=self.clock, previous=previous)
+
+
+def _error_body(response: HttpResponse) -> dict[str, Any] | None:
+    """The JSON error object of a 4xx answer, or ``None``."""
+    if response.status < 400 or response.status >= 500:
+        return None
+    try:
+        return response.json_object()
+    except ProviderUnreachable:
+        return None

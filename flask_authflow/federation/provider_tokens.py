@@ -32,11 +32,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final, Protocol
 
+import requests
+
 from flask_authflow.clock import Clock
 from flask_authflow.core.ports import ProviderTokenStore, StoredProviderTokens
 from flask_authflow.errors import AuthFlowError, FactorSecretError
+from flask_authflow.federation.dpop import BearerAuth, DpopAuth, DpopKeyGone
 from flask_authflow.federation.errors import OAuthError, ProviderUnreachable, TokenExchange
-from flask_authflow.federation.provider import OAuthProvider, ProviderRegistry, TokenSet
+from flask_authflow.federation.provider import OAuthProvider, ProviderRegistry, TokenSet, checked_token_type
 
 __all__ = [
     "CLAIM_TTL",
@@ -44,6 +47,7 @@ __all__ = [
     "InsufficientScope",
     "NoProviderToken",
     "NoRefreshToken",
+    "ProviderToken",
     "ProviderTokens",
     "RefreshTokenExpired",
     "Sealer",
@@ -118,6 +122,8 @@ class TokenRefreshBusy(OAuthError):
 class _Opened:
     access_token: str
     refresh_token: str | None
+    #: The DPoP key the tokens are bound to (``None``: Bearer tokens).
+    dpop_kid: str | None = None
 
 
 def _aad(tenant: str, user_id: str, provider: str) -> str:
@@ -131,17 +137,16 @@ def _positive_int(value: object) -> int | None:
     return None
 
 
-def _checked_refresh(body: dict[str, object]) -> TokenSet:
-    """The checked parts of a successful refresh answer (no ID token is needed).
+def _checked_refresh(body: dict[str, object], dpop_kid: str | None = None) -> TokenSet:
+    """The checked parts of a successful refresh answer (no ID token is needed); a token
+    bound with DPoP must come back DPoP-bound (the binding is kept: same key).
 
-    :raises TokenExchange: no access token, or a ``token_type`` other than Bearer.
+    :raises TokenExchange: no access token, or a ``token_type`` other than Bearer (DPoP).
     """
     access_token = body.get("access_token")
     if not isinstance(access_token, str) or not access_token:
         raise TokenExchange("the token endpoint answered the refresh without an access_token")
-    token_type = body.get("token_type", "Bearer")
-    if not isinstance(token_type, str) or token_type.lower() != "bearer":
-        raise TokenExchange(f"unsupported token_type {str(token_type)[:32]!r}")
+    token_type = checked_token_type(body.get("token_type", "Bearer"), dpop_kid is not None)
     refresh = body.get("refresh_token")
     scope = body.get("scope")
     return TokenSet(
@@ -151,7 +156,32 @@ def _checked_refresh(body: dict[str, object]) -> TokenSet:
         token_type=token_type,
         expires_in=_positive_int(body.get("expires_in")),
         scope=scope if isinstance(scope, str) else None,
+        dpop_kid=dpop_kid,
     )
+
+
+class ProviderToken(str):
+    """A provider access token (it is the ``str``), with its ``token_type`` (``Bearer`` or
+    ``DPoP``) and ``auth``: a ``requests`` auth object for the app's resource calls, which
+    sets ``Authorization`` and, for a DPoP-bound token, a fresh proof per request (the
+    resource server's ``use_dpop_nonce`` answered by one retry)::
+
+        token = authflow.provider_token("bank")
+        requests.get("https://api.bank.example/accounts", auth=token.auth, timeout=10)
+    """
+
+    __slots__ = ("auth", "token_type")
+    token_type: str
+    auth: requests.auth.AuthBase
+
+    def __new__(cls, access_token: str, token_type: str, auth: requests.auth.AuthBase) -> ProviderToken:
+        made = super().__new__(cls, access_token)
+        made.token_type = token_type
+        made.auth = auth
+        return made
+
+    def __repr__(self) -> str:
+        return f"<ProviderToken {self.token_type}>"
 
 
 class ProviderTokens:
@@ -187,7 +217,9 @@ class ProviderTokens:
     # --- sealing ------------------------------------------------------------------------------
 
     def _seal(self, tenant: str, user_id: str, provider: str, tokens: TokenSet, refresh: str | None) -> str:
-        plain = json.dumps({"access_token": tokens.access_token, "refresh_token": refresh})
+        plain = json.dumps(
+            {"access_token": tokens.access_token, "refresh_token": refresh, "dpop_kid": tokens.dpop_kid}
+        )
         return self.sealer.seal(_aad(tenant, user_id, provider), plain.encode("utf-8"))
 
     def _open(self, row: StoredProviderTokens) -> _Opened:
@@ -196,11 +228,12 @@ class ProviderTokens:
         try:
             value = json.loads(plain)
             access, refresh = value["access_token"], value["refresh_token"]
-        except (ValueError, KeyError, TypeError) as exc:
+            kid = value.get("dpop_kid")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise FactorSecretError("the provider tokens could not be read") from exc
         if not isinstance(access, str) or (refresh is not None and not isinstance(refresh, str)):
             raise FactorSecretError("the provider tokens could not be read")
-        return _Opened(access, refresh)
+        return _Opened(access, refresh, kid if isinstance(kid, str) and kid else None)
 
     def _row(
         self,
@@ -242,9 +275,10 @@ class ProviderTokens:
 
     def access_token(
         self, tenant: str, user_id: str, provider: str, *, scopes: Iterable[str] | None = None
-    ) -> str:
+    ) -> ProviderToken:
         """A valid access token of ``provider`` for the user, refreshed first when it
-        expires within the skew.
+        expires within the skew: a :class:`ProviderToken` (the token as a ``str``, with
+        its ``token_type`` and a ``requests`` ``auth`` object; DPoP-bound tokens get proofs).
 
         :raises NoProviderToken: none is kept for the user.
         :raises InsufficientScope: ``scopes`` (names, or one space-separated string) were
@@ -253,13 +287,27 @@ class ProviderTokens:
         :raises RefreshTokenExpired: the provider refused the refresh token (the row is deleted).
         :raises ProviderUnreachable, TokenExchange: the refresh failed for now (the row stays).
         :raises TokenRefreshBusy: another process's refresh did not finish in time.
+        :raises DpopKeyGone: the DPoP key the tokens are bound to left the key store.
         """
         wanted = frozenset(scopes.split() if isinstance(scopes, str) else scopes or ())
         row = self._stored(tenant, user_id, provider, wanted)
         if self._fresh(row):
-            return self._open_or_forget(row).access_token
-        with self._flight((tenant, user_id, provider)):
-            return self._refresh_once(tenant, user_id, provider, wanted)
+            opened = self._open_or_forget(row)
+        else:
+            with self._flight((tenant, user_id, provider)):
+                opened = self._refresh_once(tenant, user_id, provider, wanted)
+        return self._handed_out(tenant, provider, opened)
+
+    def _handed_out(self, tenant: str, provider: str, opened: _Opened) -> ProviderToken:
+        """The token with its auth object (DPoP proofs by the key it is bound to)."""
+        if opened.dpop_kid is None:
+            return ProviderToken(opened.access_token, "Bearer", BearerAuth(opened.access_token))
+        signer = self.registry.get(provider, tenant).dpop
+        if signer is None:
+            raise DpopKeyGone("the provider no longer uses DPoP: sign in with it again")
+        return ProviderToken(
+            opened.access_token, "DPoP", DpopAuth(signer, opened.dpop_kid, opened.access_token)
+        )
 
     def _stored(
         self, tenant: str, user_id: str, provider: str, wanted: frozenset[str]
@@ -301,14 +349,14 @@ class ProviderTokens:
                 if users[0] == 0:
                     del self._flights[key]
 
-    def _refresh_once(self, tenant: str, user_id: str, provider: str, wanted: frozenset[str]) -> str:
+    def _refresh_once(self, tenant: str, user_id: str, provider: str, wanted: frozenset[str]) -> _Opened:
         """Refresh unless another thread or process just did: read the row again, take the
         store's claim and refresh, or wait for the claim's holder to write its result."""
         deadline = time.monotonic() + self.claim_ttl.total_seconds()
         while True:
             row = self._stored(tenant, user_id, provider, wanted)
             if self._fresh(row):
-                return self._open_or_forget(row).access_token
+                return self._open_or_forget(row)
             claim = secrets.token_urlsafe(24)
             now = self.clock.now()
             if self.store.claim_provider_tokens(
@@ -329,16 +377,18 @@ class ProviderTokens:
             raise NoProviderToken()
         return row
 
-    def _refresh_claimed(self, row: StoredProviderTokens, claim: str, wanted: frozenset[str]) -> str:
+    def _refresh_claimed(self, row: StoredProviderTokens, claim: str, wanted: frozenset[str]) -> _Opened:
         key = (row.tenant, row.user_id, row.provider)
         try:
             opened = self._open_or_forget(row)
             if self._fresh(row):  # refreshed by another process just before our claim
                 self.store.release_provider_tokens(*key, claim)
-                return self._scoped(row, wanted, opened.access_token)
+                return self._scoped(row, wanted, opened)
             if opened.refresh_token is None:
                 raise NoRefreshToken()
-            answer = self._post_refresh(self.registry.get(row.provider, row.tenant), opened.refresh_token)
+            answer = self._post_refresh(
+                self.registry.get(row.provider, row.tenant), opened.refresh_token, opened.dpop_kid
+            )
         except RefreshTokenExpired as exc:
             self.store.delete_provider_tokens(*key)
             self._audit("provider_token_refresh", "failure", *key, exc.code)
@@ -354,16 +404,18 @@ class ProviderTokens:
             self._audit("provider_token_refresh", "failure", *key, "claim_lost")
             raise TokenRefreshBusy("the stored tokens changed during the refresh: try again")
         self._audit("provider_token_refresh", "success", *key, "rotated" if answer.refresh_token else None)
-        return self._scoped(fresh, wanted, answer.access_token)
+        return self._scoped(fresh, wanted, _Opened(answer.access_token, refresh, answer.dpop_kid))
 
     @staticmethod
-    def _scoped(row: StoredProviderTokens, wanted: frozenset[str], access_token: str) -> str:
+    def _scoped(row: StoredProviderTokens, wanted: frozenset[str], opened: _Opened) -> _Opened:
         missing = wanted - set(row.scopes)
         if missing:
             raise InsufficientScope(missing)
-        return access_token
+        return opened
 
-    def _post_refresh(self, provider: OAuthProvider, refresh_token: str) -> TokenSet:
+    def _post_refresh(
+        self, provider: OAuthProvider, refresh_token: str, dpop_kid: str | None = None
+    ) -> TokenSet:
         """The refresh request (RFC 6749 section 6), authenticated as the login's token request.
 
         :raises RefreshTokenExpired: ``invalid_grant``.
@@ -371,13 +423,15 @@ class ProviderTokens:
         :raises ProviderUnreachable: a transport failure, 5xx, or an answer that is not JSON.
         """
         response = provider.client_request(
-            provider.metadata.token_endpoint, {"grant_type": "refresh_token", "refresh_token": refresh_token}
+            provider.metadata.token_endpoint,
+            {"grant_type": "refresh_token", "refresh_token": refresh_token},
+            dpop_kid=dpop_kid,  # the same key: the refreshed token keeps the binding
         )
         if response.status >= 500:
             raise ProviderUnreachable(f"the token endpoint answered HTTP {response.status}")
         body = response.json_object()
         if response.status == 200:
-            return _checked_refresh(body)
+            return _checked_refresh(body, dpop_kid)
         error = body.get("error")
         if error == "invalid_grant":
             raise RefreshTokenExpired()

@@ -94,6 +94,12 @@ Tamper = Literal[
     "no_iat",  # iat left out
     "wrong_at_hash",  # at_hash of another access token
     "wrong_alg",  # signed with a published key of another algorithm (ES256, or RS256 for an EC key)
+    "no_iss_in_response",  # the authorization response without iss (RFC 9207)
+    "no_exp",  # exp left out
+    "no_aud",  # aud left out
+    "no_iss",  # iss left out
+    "aud_as_array",  # aud = [client] (valid: a one-element array)
+    "wrong_iss_in_response",  # the authorization response naming another issuer
 ]
 _TAMPERS: Final = frozenset(get_args(Tamper))
 
@@ -105,6 +111,14 @@ LogoutState = Literal["echo", "other", "omit"]
 _RSA_BITS: Final = 2048  # fast to generate; a test provider only
 _TOKEN_LIFETIME: Final = 300
 _CODE_LIFETIME: Final = 60
+#: PAR, client assertions and DPoP (RFC 9126, RFC 7523, RFC 9449).
+_PAR_LIFETIME: Final = 60
+_ASSERTION_TYPE: Final = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+_ASSERTION_ALGS: Final = ("RS256", "PS256", "ES256", "ES384", "Ed25519", "EdDSA")
+_ASSERTION_MAX_LIFETIME: Final = 60
+_DPOP_ALGS: Final = ("ES256", "Ed25519", "EdDSA")
+_DPOP_MAX_AGE: Final = 60
+_CLIENT_AUTH_FIELDS: Final = frozenset({"client_secret", "client_assertion", "client_assertion_type"})
 
 
 class _P521Key:
@@ -179,6 +193,14 @@ class RegisteredClient:
     backchannel_logout_uri: str | None = None
     #: The one method the token endpoint accepts from this client (``None``: basic or post).
     token_endpoint_auth_method: str | None = None
+    #: The public keys of ``private_key_jwt`` assertions (JWKs).
+    jwks: tuple[Mapping[str, Any], ...] = ()
+    #: Authorize refuses requests that were not pushed first (RFC 9126).
+    require_par: bool = False
+    #: The token endpoint refuses requests without a DPoP proof (RFC 9449).
+    dpop_bound: bool = False
+    #: FAPI 2.0: client assertions must name the issuer as ``aud``, and nothing else.
+    fapi2: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +226,7 @@ class _Grant:
     auth_time: int
     expires_at: float
     tamper: frozenset[str] = field(default_factory=frozenset)
+    dpop_jkt: str | None = None
 
 
 class TestOpenIDProvider:
@@ -227,9 +250,25 @@ class TestOpenIDProvider:
       the discovery issuer (a multi-tenant endpoint whose discovery names the template
       ``https://login.microsoftonline.com/{tenantid}/v2.0`` issues each tenant's own).
 
+    * ``require_dpop_nonce`` (``False``): the token endpoint and userinfo answer
+      ``use_dpop_nonce`` (with a ``DPoP-Nonce``) to proofs without the current nonce
+      (:meth:`rotate_dpop_nonce` makes a new one);
+    * ``par_answer`` (``None``): the next answer of the PAR endpoint, ``(status, body)``;
+    * ``token_answer_overrides`` (``{}``): members merged into the token endpoint's answers
+      (a value of ``None`` removes the member: ``{"expires_in": None}``);
+    * ``dpop_challenge_scheme`` (``"DPoP"``): the scheme of userinfo's ``WWW-Authenticate``
+      DPoP challenge (``"dpop"``: another case, which clients must accept).
+
     Observable: ``token_requests`` (the client authentication method of each token
-    request: ``client_secret_basic`` or ``client_secret_post``), ``userinfo_requests``
-    and ``discovery_requests`` (counts).
+    request: ``client_secret_basic``, ``client_secret_post`` or ``private_key_jwt``),
+    ``userinfo_requests`` and ``discovery_requests`` (counts), ``par_requests`` (the pushed
+    parameters), ``client_assertions`` (their claims) and ``dpop_proofs`` (each proof's
+    claims with its key's ``jkt`` and the ``error`` it was refused with, or ``None``).
+
+    PAR (``/par``), ``private_key_jwt`` (a client registered with ``jwks``) and DPoP
+    (proofs checked for ``typ``, signature, ``htm``, ``htu``, ``iat``, unique ``jti``,
+    ``ath``, nonce; tokens bound to the key's thumbprint, ``dpop_jkt`` honoured) are
+    supported for FAPI 2.0 tests.
     """
 
     __test__ = False  # not a pytest test class despite its name
@@ -272,6 +311,18 @@ class TestOpenIDProvider:
         self._next_tamper: frozenset[str] = frozenset()
         self._sid = secrets.token_urlsafe(16)
         self.end_session_requests: list[dict[str, str]] = []
+        #: PAR and DPoP (RFC 9126, RFC 9449), scriptable and observable.
+        self.require_dpop_nonce = False
+        self.token_answer_overrides: dict[str, Any] = {}
+        self.dpop_challenge_scheme = "DPoP"
+        self.par_answer: tuple[int, dict[str, Any]] | None = None
+        self.par_requests: list[dict[str, str]] = []
+        self.dpop_proofs: list[dict[str, Any]] = []
+        self.client_assertions: list[dict[str, Any]] = []
+        self._dpop_nonce = secrets.token_urlsafe(16)
+        self._seen_jtis: set[str] = set()
+        self._pushed: dict[str, tuple[dict[str, str], float]] = {}
+        self._token_bindings: dict[str, str] = {}
         self.app = self._build_app()
 
     # -- set-up ------------------------------------------------------------------------------------
@@ -313,14 +364,22 @@ class TestOpenIDProvider:
         post_logout_redirect_uris: Iterable[str] = (),
         backchannel_logout_uri: str | None = None,
         token_endpoint_auth_method: str | None = None,
+        jwks: Iterable[Mapping[str, Any]] = (),
+        require_par: bool = False,
+        dpop_bound: bool = False,
+        fapi2: bool = False,
     ) -> RegisteredClient:
         """Register (or replace) a client; redirect URIs are matched exactly.
 
-        ``token_endpoint_auth_method`` (``client_secret_basic`` or ``client_secret_post``)
-        makes the token endpoint refuse the other method with ``invalid_client``.
+        ``token_endpoint_auth_method`` (``client_secret_basic``, ``client_secret_post`` or
+        ``private_key_jwt``) makes the token endpoint refuse the other methods with
+        ``invalid_client``. ``jwks``: the public keys of its ``private_key_jwt`` assertions
+        (its secret may then be empty). ``require_par``, ``dpop_bound`` and ``fapi2`` (aud
+        of assertions exactly the issuer) hold it to PAR, DPoP and FAPI 2.0.
         """
-        if not client_id or not client_secret:
-            raise ConfigurationError("a client needs a client_id and a client_secret")
+        keys = tuple(dict(k) for k in jwks)
+        if not client_id or (not client_secret and not keys):
+            raise ConfigurationError("a client needs a client_id and a client_secret (or jwks)")
         uris = tuple(redirect_uris)
         if not uris or isinstance(redirect_uris, str):
             raise ConfigurationError("redirect_uris must be a non-empty list of URLs")
@@ -331,6 +390,10 @@ class TestOpenIDProvider:
             tuple(post_logout_redirect_uris),
             backchannel_logout_uri,
             token_endpoint_auth_method,
+            keys,
+            require_par,
+            dpop_bound,
+            fapi2,
         )
         with self._lock:
             self._clients[client_id] = client
@@ -359,6 +422,13 @@ class TestOpenIDProvider:
             raise ConfigurationError(f"unknown tamper options {unknown!r}")
         with self._lock:
             self._next_tamper = frozenset(tamper)
+
+    def rotate_dpop_nonce(self) -> str:
+        """A new DPoP nonce (RFC 9449 §8, §9): proofs carrying the old one are answered
+        ``use_dpop_nonce`` while :attr:`require_dpop_nonce` is on. Returns the new nonce."""
+        with self._lock:
+            self._dpop_nonce = secrets.token_urlsafe(16)
+            return self._dpop_nonce
 
     def rotate_key(self, algorithm: str | None = None, *, keep_old: bool = True) -> str:
         """Sign with a fresh key from now on; the old one stays in the JWKS unless ``keep_old=False``.
@@ -389,6 +459,12 @@ class TestOpenIDProvider:
             algs = sorted({"RS256", "ES256"} | {key.algorithm for key in self._published})
         return JwtVerifier(handle, clock=self._clock).with_algorithms(algs)
 
+    def _auth_methods(self) -> list[str]:
+        """The client authentication methods: ``private_key_jwt`` once a client has ``jwks``."""
+        with self._lock:
+            keyed = any(client.jwks for client in self._clients.values())
+        return ["client_secret_basic", "client_secret_post", *(["private_key_jwt"] if keyed else [])]
+
     def discovery_document(self) -> dict[str, Any]:
         iss = self._issuer
         document = {
@@ -404,13 +480,16 @@ class TestOpenIDProvider:
             "subject_types_supported": ["public"],
             "id_token_signing_alg_values_supported": ["RS256", "ES256"],
             "scopes_supported": ["openid", "profile", "email", "offline_access"],
-            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+            "token_endpoint_auth_methods_supported": self._auth_methods(),
             "code_challenge_methods_supported": ["S256"],
             "claims_supported": ["sub", "iss", "aud", "exp", "iat", "auth_time", "nonce", "sid", "email"],
             "backchannel_logout_supported": True,
             "backchannel_logout_session_supported": True,
             "frontchannel_logout_supported": False,
             "authorization_response_iss_parameter_supported": True,
+            "pushed_authorization_request_endpoint": f"{iss}/par",
+            "require_pushed_authorization_requests": False,
+            "dpop_signing_alg_values_supported": list(_DPOP_ALGS),
         }
         for name, value in self.discovery_overrides.items():
             if value is None:
@@ -533,10 +612,11 @@ class TestOpenIDProvider:
         elif "wrong_azp" in bad:
             payload["aud"] = [client_id, "another-client"]
             payload["azp"] = "another-client"
-        if "no_sub" in bad:
-            del payload["sub"]
-        if "no_iat" in bad:
-            del payload["iat"]
+        elif "aud_as_array" in bad:
+            payload["aud"] = [client_id]
+        for name in ("sub", "iat", "exp", "aud", "iss"):
+            if f"no_{name}" in bad:
+                del payload[name]
         if access_token is not None:
             payload["at_hash"] = self.at_hash(
                 "another" + access_token if "wrong_at_hash" in bad else access_token
@@ -659,6 +739,7 @@ class TestOpenIDProvider:
         app.add_url_rule(f"{prefix}/.well-known/openid-configuration", "discovery", self._discovery)
         app.add_url_rule(f"{prefix}/authorize", "authorize", self._authorize, methods=["GET"])
         app.add_url_rule(f"{prefix}/token", "token", self._token, methods=["POST"])
+        app.add_url_rule(f"{prefix}/par", "par", self._par, methods=["POST"])
         app.add_url_rule(f"{prefix}/jwks", "jwks", self._jwks_view)
         app.add_url_rule(f"{prefix}/userinfo", "userinfo", self._userinfo, methods=["GET", "POST"])
         app.add_url_rule(f"{prefix}/end_session", "end_session", self._end_session, methods=["GET", "POST"])
@@ -684,8 +765,30 @@ class TestOpenIDProvider:
         resp.headers["Cache-Control"] = "no-store"
         return resp
 
+    def _authorize_args(self) -> dict[str, str] | Response:
+        """The authorize request's parameters: the query, or the pushed request it names."""
+        query = request.args
+        request_uri = query.get("request_uri")
+        if request_uri is None:
+            with self._lock:
+                client = self._clients.get(query.get("client_id", ""))
+            if client is not None and client.require_par:
+                return self._error(400, "invalid_request", "this client must push its requests (PAR)")
+            return dict(query.items())
+        with self._lock:
+            pushed = self._pushed.pop(request_uri, None)  # single use
+        if (
+            pushed is None
+            or pushed[1] < time.monotonic()
+            or pushed[0].get("client_id") != query.get("client_id")
+        ):
+            return self._error(400, "invalid_request_uri", "unknown, used or expired request_uri")
+        return pushed[0]
+
     def _authorize(self) -> Response:
-        args = request.args
+        args = self._authorize_args()
+        if isinstance(args, Response):
+            return args
         client_id = args.get("client_id", "")
         redirect_uri = args.get("redirect_uri", "")
         with self._lock:
@@ -696,12 +799,15 @@ class TestOpenIDProvider:
             # Never redirect to an unregistered URI (open redirect).
             return self._error(400, "invalid_request", "redirect_uri is not registered for this client")
         state = args.get("state")
+        with self._lock:
+            iss_tamper = self._next_tamper
 
         def back(**params: str) -> Response:
             query = dict(params)
             if state is not None:
                 query["state"] = state
-            query["iss"] = self._iss
+            if "no_iss_in_response" not in iss_tamper:
+                query["iss"] = "https://other.test" if "wrong_iss_in_response" in iss_tamper else self._iss
             sep = "&" if urlsplit(redirect_uri).query else "?"
             return _redirect(redirect_uri + sep + urlencode(query))
 
@@ -732,13 +838,63 @@ class TestOpenIDProvider:
             auth_time=now,
             expires_at=time.monotonic() + _CODE_LIFETIME,
             tamper=tamper,
+            dpop_jkt=args.get("dpop_jkt"),
         )
         code = secrets.token_urlsafe(32)
         with self._lock:
             self._codes[code] = grant
         return back(code=code)
 
+    def _assertion_client(self) -> RegisteredClient | Response:
+        """``private_key_jwt``: signature by a key of the client's ``jwks``, ``iss`` = ``sub``
+        = client id, ``aud`` the issuer (or, without ``fapi2``, the token or PAR endpoint),
+        ``exp`` at most 60 s after ``iat`` and not past, a ``jti`` never seen before."""
+        from joserfc import jwt
+        from joserfc.errors import JoseError
+        from joserfc.jwk import KeySet
+
+        with self._lock:
+            client = self._clients.get(request.form.get("client_id", ""))
+            self.token_requests.append("private_key_jwt")
+        if (
+            client is None
+            or not client.jwks
+            or client.token_endpoint_auth_method not in (None, "private_key_jwt")
+        ):
+            return self._invalid_client()
+        try:
+            keys = KeySet.import_key_set({"keys": [dict(k) for k in client.jwks]})
+            claims = dict(
+                jwt.decode(
+                    request.form.get("client_assertion", ""), keys, algorithms=list(_ASSERTION_ALGS)
+                ).claims
+            )
+        except (JoseError, ValueError, TypeError):
+            return self._invalid_client()
+        audiences = (
+            {self._iss} if client.fapi2 else {self._iss, f"{self._issuer}/token", f"{self._issuer}/par"}
+        )
+        exp, iat, jti = claims.get("exp"), claims.get("iat"), claims.get("jti")
+        fine = (
+            claims.get("iss") == client.client_id == claims.get("sub")
+            and claims.get("aud") in audiences
+            and isinstance(exp, int)
+            and isinstance(iat, int)
+            and exp >= self._now()
+            and 0 < exp - iat <= _ASSERTION_MAX_LIFETIME
+            and isinstance(jti, str)
+            and bool(jti)
+        )
+        with self._lock:
+            self.client_assertions.append(claims)
+            if not fine or jti in self._seen_jtis:
+                return self._invalid_client()
+            self._seen_jtis.add(str(jti))
+        return client
+
     def _authenticate_client(self) -> RegisteredClient | Response:
+        if request.form.get("client_assertion_type") == _ASSERTION_TYPE:
+            return self._assertion_client()
         auth = request.headers.get("Authorization", "")
         client_id: str | None
         secret: str | None
@@ -776,17 +932,87 @@ class TestOpenIDProvider:
         resp.headers["WWW-Authenticate"] = 'Basic realm="op"'
         return resp
 
+    def _dpop(self, htm: str, htu: str, access_token: str | None) -> tuple[str | None, str | None]:
+        """``(jkt, None)`` for a valid DPoP proof, ``(None, None)`` without one, ``(None,
+        error)`` for a bad one (``invalid_dpop_proof``, or ``use_dpop_nonce`` when
+        :attr:`require_dpop_nonce` and the proof lacks the current nonce)."""
+        proof = request.headers.get("DPoP")
+        if proof is None:
+            return None, None
+        try:
+            claims, jkt = _verified_proof(proof)
+        except Exception:  # noqa: BLE001 - any malformed proof is a refused proof
+            return None, "invalid_dpop_proof"
+        iat, jti = claims.get("iat"), claims.get("jti")
+        ath = None if access_token is None else b64url_encode(hashlib.sha256(access_token.encode()).digest())
+        error = None
+        if (
+            claims.get("htm") != htm
+            or claims.get("htu") != htu
+            or not isinstance(iat, int)
+            or abs(self._now() - iat) > _DPOP_MAX_AGE
+            or not isinstance(jti, str)
+            or claims.get("ath") != ath
+        ):
+            error = "invalid_dpop_proof"
+        with self._lock:
+            if error is None and jti in self._seen_jtis:
+                error = "invalid_dpop_proof"  # replayed
+            if error is None:
+                self._seen_jtis.add(str(jti))
+                if self.require_dpop_nonce and claims.get("nonce") != self._dpop_nonce:
+                    error = "use_dpop_nonce"
+            self.dpop_proofs.append({**claims, "jkt": jkt, "error": error})
+        return (None, error) if error is not None else (jkt, None)
+
+    def _dpop_error(self, error: str) -> Response:
+        resp = self._error(400, error, "DPoP proof refused")
+        resp.headers["DPoP-Nonce"] = self._dpop_nonce
+        return resp
+
+    def _par(self) -> Response:
+        client = self._authenticate_client()
+        if isinstance(client, Response):
+            return client
+        params = {k: v for k, v in request.form.items() if k not in _CLIENT_AUTH_FIELDS}
+        with self._lock:
+            self.par_requests.append(dict(params))
+            scripted, self.par_answer = self.par_answer, None
+        if scripted is not None:
+            resp = jsonify(scripted[1])
+            resp.status_code = scripted[0]
+            return resp
+        if params.get("client_id", client.client_id) != client.client_id or "request_uri" in params:
+            return self._error(400, "invalid_request", "another client_id, or a request_uri pushed")
+        if params.get("redirect_uri") not in client.redirect_uris:
+            return self._error(400, "invalid_request", "redirect_uri is not registered for this client")
+        params["client_id"] = client.client_id
+        uri = "urn:ietf:params:oauth:request_uri:" + secrets.token_urlsafe(24)
+        with self._lock:
+            self._pushed[uri] = (params, time.monotonic() + _PAR_LIFETIME)
+        resp = jsonify({"request_uri": uri, "expires_in": _PAR_LIFETIME})
+        resp.status_code = 201
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+
     def _token(self) -> Response:
         client = self._authenticate_client()
         if isinstance(client, Response):
             return client
+        jkt, dpop_error = self._dpop("POST", f"{self._issuer}/token", None)
+        if dpop_error is not None or (client.dpop_bound and jkt is None):
+            return self._dpop_error(dpop_error or "invalid_dpop_proof")
         grant_type = request.form.get("grant_type")
         if grant_type == "refresh_token":
+            refresh = request.form.get("refresh_token", "")
             with self._lock:
-                grant = self._refresh_tokens.get(request.form.get("refresh_token", ""))
+                grant = self._refresh_tokens.get(refresh)
+                bound = self._token_bindings.get(refresh)
             if grant is None or grant.client_id != client.client_id:
                 return self._error(400, "invalid_grant", "unknown refresh token")
-            return self._token_response(grant, with_id_token=True)
+            if bound != jkt:
+                return self._error(400, "invalid_grant", "the refresh token is bound to another DPoP key")
+            return self._token_response(grant, with_id_token=True, jkt=jkt)
         if grant_type != "authorization_code":
             return self._error(400, "unsupported_grant_type", "authorization_code or refresh_token")
         with self._lock:
@@ -802,16 +1028,23 @@ class TestOpenIDProvider:
             _s256(verifier).encode("ascii"), grant.code_challenge.encode("ascii")
         ):
             return self._error(400, "invalid_grant", "PKCE verification failed")
-        return self._token_response(grant, with_id_token=True)
+        if grant.dpop_jkt is not None and grant.dpop_jkt != jkt:
+            return self._error(400, "invalid_grant", "dpop_jkt of the authorization request differs")
+        return self._token_response(grant, with_id_token=True, jkt=jkt)
 
-    def _token_response(self, grant: _Grant, *, with_id_token: bool) -> Response:
+    def _token_response(self, grant: _Grant, *, with_id_token: bool, jkt: str | None = None) -> Response:
         access = secrets.token_urlsafe(32)
         body: dict[str, Any] = {
             "access_token": access,
-            "token_type": "Bearer",
+            "token_type": "DPoP" if jkt is not None else "Bearer",
             "expires_in": self._token_lifetime,
             "scope": " ".join(grant.scope),
         }
+        for name, value in self.token_answer_overrides.items():
+            if value is None:
+                body.pop(name, None)
+            else:
+                body[name] = value
         if with_id_token:
             body["id_token"] = self.id_token(
                 grant.client_id,
@@ -825,21 +1058,34 @@ class TestOpenIDProvider:
             )
         with self._lock:
             self._access_tokens[access] = grant
+            if jkt is not None:
+                self._token_bindings[access] = jkt
             if "offline_access" in grant.scope:
                 refresh = secrets.token_urlsafe(32)
                 self._refresh_tokens[refresh] = grant
                 body["refresh_token"] = refresh
+                if jkt is not None:
+                    self._token_bindings[refresh] = jkt
         resp = jsonify(body)
         resp.headers["Cache-Control"] = "no-store"
         resp.headers["Pragma"] = "no-cache"
         return resp
 
     def _userinfo(self) -> Response:
-        auth = request.headers.get("Authorization", "")
-        token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        token = token.strip() if scheme.lower() in ("bearer", "dpop") else ""
         with self._lock:
             grant = self._access_tokens.get(token) if token else None
+            bound = self._token_bindings.get(token) if token else None
             self.userinfo_requests += 1
+        if grant is not None and (bound is not None or scheme.lower() == "dpop"):
+            jkt, error = self._dpop(request.method, f"{self._issuer}/userinfo", token)
+            if error is not None or jkt is None or jkt != bound:
+                resp = self._error(401, error or "invalid_token", "DPoP proof refused")
+                scheme = self.dpop_challenge_scheme
+                resp.headers["WWW-Authenticate"] = f'{scheme} error="{error or "invalid_token"}"'
+                resp.headers["DPoP-Nonce"] = self._dpop_nonce
+                return resp
         if grant is None:
             resp = self._error(401, "invalid_token", "missing or unknown access token")
             resp.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
@@ -998,3 +1244,22 @@ def wsgi_adapter(app: Flask) -> requests.adapters.BaseAdapter:
 def query_params(url: str) -> dict[str, str]:
     """The query parameters of ``url`` as a dict (last one wins); handy for redirect assertions."""
     return dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+
+
+def _verified_proof(proof: str) -> tuple[dict[str, Any], str]:
+    """The claims of a DPoP proof whose header (``typ`` ``dpop+jwt``, an allowed ``alg``, a
+    public ``jwk``) and signature hold, and the key's RFC 7638 thumbprint (by joserfc)."""
+    from joserfc import jws
+    from joserfc.jwk import ECKey, OKPKey
+
+    segment = proof.split(".")[0]
+    head = json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)))
+    jwk = head["jwk"]
+    if head.get("typ") != "dpop+jwt" or head.get("alg") not in _DPOP_ALGS or "d" in jwk:
+        raise ValueError("not a DPoP proof header")
+    key = ECKey.import_key(jwk) if jwk.get("kty") == "EC" else OKPKey.import_key(jwk)
+    payload = jws.deserialize_compact(proof, key, algorithms=[head["alg"]]).payload
+    claims = json.loads(payload)
+    if not isinstance(claims, dict):
+        raise ValueError("not a JSON object")
+    return claims, str(key.thumbprint())

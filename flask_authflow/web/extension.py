@@ -560,10 +560,12 @@ class AuthFlow:
         handle = get_state().service.with_audit_context(audit_context())
         return self._federation().finish(handle, session, provider_name, code, state, iss=iss)
 
-    def provider_token(self, provider: str, *, scopes: Iterable[str] | None = None) -> str:
+    def provider_token(self, provider: str, *, scopes: Iterable[str] | None = None) -> Any:
         """A valid access token of ``provider`` for the signed-in user, to call the
         provider's APIs (the provider needs ``store_tokens``); an expired one is refreshed
-        first. See :doc:`/federation` ("Calling the provider's APIs").
+        first. It is a ``str`` with ``token_type`` and ``auth`` (a ``requests`` auth object:
+        Bearer, or DPoP proofs for a DPoP-bound token). See :doc:`/federation` ("Calling
+        the provider's APIs").
 
         :raises Unauthenticated: no user is signed in.
         :raises NoProviderToken, NoRefreshToken, RefreshTokenExpired, InsufficientScope:
@@ -576,7 +578,7 @@ class AuthFlow:
             raise Unauthenticated("sign in to use the provider's tokens")
         if federation.tokens is None:
             raise ConfigurationError("the backend cannot store provider tokens (see ProviderTokenStore)")
-        return str(federation.tokens.access_token(session.tenant, session.user_id, provider, scopes=scopes))
+        return federation.tokens.access_token(session.tenant, session.user_id, provider, scopes=scopes)
 
     @staticmethod
     def _federation() -> Any:

@@ -13,6 +13,10 @@
 //   OP_BACKCHANNEL_LOGOUT_URI                         where the provider POSTs logout tokens (optional)
 //   OP_KEEP_SSRF_GUARD=1                              keep oidc-provider's SSRF guard (refuses loopback)
 //
+// "<id>-fapi" is a FAPI 2.0 client (oidc-provider's fapi profile 2.0): private_key_jwt with an ES256 key made
+// here (aud must be the issuer), pushed authorization requests required, DPoP-bound access tokens with a
+// server nonce required, ES256 ID tokens. GET /__admin/fapi-client answers its private JWK (test-only).
+//
 // Test-only admin route: POST /__admin/rotate?keep_old=1 replaces the RS256, ES256 and PS256 signing keys (the
 // old ones stay published after the new ones when keep_old=1) and answers {"kids": [...]}, the new
 // published kids, newest first. Grants and sessions survive (the memory adapter is module-wide).
@@ -86,6 +90,27 @@ async function freshKeys() {
 
 const cookieKeys = [randomBytes(32).toString('hex')];
 
+// The FAPI 2.0 client's own key (its private JWK is handed to the tests by the admin route).
+const fapiId = `${clientId}-fapi`;
+const fapiKey = await signingKey('ES256');
+const { d: _private, ...fapiPublicKey } = fapiKey;
+const isFapiClient = (client) => client?.clientId === fapiId;
+
+function fapiClient() {
+  return {
+    client_id: fapiId,
+    token_endpoint_auth_method: 'private_key_jwt',
+    token_endpoint_auth_signing_alg: 'ES256',
+    jwks: { keys: [fapiPublicKey] },
+    redirect_uris: redirectUris,
+    response_types: ['code'],
+    grant_types: ['authorization_code', 'refresh_token'],
+    id_token_signed_response_alg: 'ES256',
+    require_pushed_authorization_requests: true,
+    dpop_bound_access_tokens: true,
+  };
+}
+
 // The stored-token tests' client: short-lived access tokens, a new refresh token at every refresh.
 const TOKENS_ACCESS_TTL = 3;
 const isTokensClient = (client) => client?.clientId === `${clientId}-tokens`;
@@ -106,6 +131,7 @@ function build(keys) {
       clientFor(`${clientId}-post`, 'RS256', { auth: 'client_secret_post' }),
       clientFor(`${clientId}-special`, 'RS256', { secret: specialSecret }),
       clientFor(`${clientId}-tokens`, 'RS256'),
+      fapiClient(),
     ],
     ttl: {
       AccessToken(_ctx, token, client) {
@@ -128,6 +154,13 @@ function build(keys) {
       backchannelLogout: { enabled: true },
       rpInitiatedLogout: { enabled: true },
       revocation: { enabled: true },
+      pushedAuthorizationRequests: { enabled: true },
+      dPoP: {
+        enabled: true,
+        nonceSecret: randomBytes(32),
+        requireNonce: (ctx) => isFapiClient(ctx.oidc.client) || ctx.oidc.route === 'userinfo',
+      },
+      fapi: { enabled: true, profile: (_ctx, client) => (isFapiClient(client) ? '2.0' : undefined) },
     },
     // Any login name is an account; its claims derive from the name.
     async findAccount(_ctx, sub) {
@@ -160,6 +193,11 @@ let current = build(keys);
 
 const server = http.createServer(async (req, res) => {
   const url = new URL(req.url, issuer);
+  if (url.pathname === '/__admin/fapi-client') {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ client_id: fapiId, jwk: fapiKey }));
+    return;
+  }
   if (url.pathname === '/__admin/rotate') {
     if (req.method !== 'POST') {
       res.writeHead(405).end();
