@@ -346,6 +346,18 @@ class AttemptStore(Protocol):
         are those of one check: one tenant and factor, distinct subjects."""
         ...
 
+    def admit_attempts(
+        self, levels: Sequence[AttemptLevel], *, now: datetime, window: timedelta, lock_duration: timedelta
+    ) -> datetime | None:
+        """Whether a check that ran **without** a reservation (verify first, count after) may
+        be counted on every level: ``None`` when each has room, decided as
+        :meth:`reserve_attempts` decides (no active lock, fewer counted failures and
+        reservations in flight than its ``max_failures``), else the end of the first lock met
+        in the order of ``levels``. Nothing is written. In the open unit of work it takes the
+        levels' counter locks in their order (SQLite: the database write lock), held to the
+        unit's end, so the failure the unit counts next is decided and written atomically."""
+        ...
+
     def release_attempts(self, keys: Sequence[AttemptKey], token: str) -> None:
         """Give back the reservation of :meth:`reserve_attempts` on ``keys`` (its levels, in order)."""
         ...

@@ -32,6 +32,7 @@ from flask_authflow.login.operation import (
     Operation,
     guard_store,
     new_transaction,
+    note_locks_read,
 )
 from flask_authflow.login.throttling import refuse_if_throttled
 from flask_authflow.login.verification import UNVERIFIED_KEY
@@ -95,6 +96,7 @@ def _start(op: Operation, svc: LoginServices, facts: LoginFacts) -> FactorRequir
             start_login(r, tenant=tenant, user_id=subject_id, factors=steps, now=op.now), flow
         )
     )
+    note_locks_read(flow)
     reason = None if usable else ("disabled" if user is not None else "unknown_identifier")
     if usable and user is not None and subject_id != user.user_id:
         reason = "no_password"

@@ -205,6 +205,40 @@ class Lockout:
             AttemptKey(tenant, subject, factor),
         ]
 
+    def levels_locked_until(
+        self, tenant: str, subject: str, client_ip: str | None, now: datetime
+    ) -> datetime | None:
+        """The end of an active lock on the account, (account, host) or (account, network), in
+        one read (a check that would be refused anyway is not run)."""
+        subjects = [pair_subject(subject, client_ip), network_subject(subject, client_ip), subject]
+        try:
+            return self.store.locked_until_any(tenant, subjects, now)
+        except Exception as exc:
+            raise _guard(exc) from exc
+
+    def _thresholds(self, keys: list[AttemptKey]) -> list[AttemptLevel]:
+        policy = self.policy
+        thresholds = (policy.max_failures, policy.network_threshold, policy.account_threshold)
+        return [AttemptLevel(key, threshold) for key, threshold in zip(keys, thresholds, strict=True)]
+
+    def admit(
+        self, tenant: str, subject: str, factor: str, now: datetime, client_ip: str | None = None
+    ) -> datetime | None:
+        """Whether a failed check that ran without a reservation may be counted (and so
+        revealed): ``None`` when every level has room, else the end of the lock that refuses
+        it. Called in the step's unit of work, right before :meth:`failure`, it holds the
+        levels' counter locks (host, network, account) until the unit ends (see
+        :meth:`AttemptStore.admit_attempts`): however many guesses ran in parallel, only as
+        many as the levels have room for are counted and answered; the others are "locked"."""
+        levels = self._thresholds(self._levels(tenant, subject, factor, client_ip))
+        policy = self.policy
+        try:
+            return self.store.admit_attempts(
+                levels, now=now, window=policy.window, lock_duration=policy.lock_duration
+            )
+        except Exception as exc:
+            raise _guard(exc) from exc
+
     def reserve(
         self, tenant: str, subject: str, factor: str, now: datetime, client_ip: str | None = None
     ) -> Reservation:
@@ -212,9 +246,7 @@ class Lockout:
         (account, network) pair and the account, in one step of the store (see
         :meth:`AttemptStore.reserve_attempts`): refused when any is locked or has no room left."""
         policy = self.policy
-        thresholds = (policy.max_failures, policy.network_threshold, policy.account_threshold)
-        keys = self._levels(tenant, subject, factor, client_ip)
-        levels = [AttemptLevel(key, threshold) for key, threshold in zip(keys, thresholds, strict=True)]
+        levels = self._thresholds(self._levels(tenant, subject, factor, client_ip))
         try:
             got = self.store.reserve_attempts(
                 levels, now=now, window=policy.window, lock_duration=policy.lock_duration

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from flask import current_app, has_app_context
+from flask import current_app, g, has_app_context
 
 from flask_authflow import signals
 from flask_authflow.audit.context import AuditContext
@@ -55,8 +55,10 @@ __all__ = [
     "Operation",
     "SessionWriter",
     "guard_store",
+    "locks_read_for",
     "lockout_subject",
     "new_transaction",
+    "note_locks_read",
     "record_event",
 ]
 
@@ -132,6 +134,21 @@ def lockout_subject(flow: Mapping[str, Any], user_id: str) -> str:
     identifier, or the user id when the flow has none."""
     identifier = flow.get(LOGIN_IDENTIFIER_KEY)
     return identifier if isinstance(identifier, str) else f"user:{user_id}"
+
+
+def note_locks_read(flow: Mapping[str, Any]) -> None:
+    """``begin_login`` read the locks of this login's subject (account, host, network) in
+    this request: its password check, in the same request, need not read them again."""
+    if has_app_context():
+        g.authflow_locks_read = flow.get(TRANSACTION_KEY)
+
+
+def locks_read_for(flow: Mapping[str, Any] | None) -> bool:
+    """Whether ``begin_login`` read the locks of the login ``flow`` in this request."""
+    if not has_app_context() or flow is None:
+        return False
+    transaction = flow.get(TRANSACTION_KEY)
+    return transaction is not None and g.get("authflow_locks_read") == transaction
 
 
 def new_transaction() -> str:

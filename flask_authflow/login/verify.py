@@ -45,6 +45,7 @@ from flask_authflow.login.operation import (
     Operation,
     guard_store,
     lockout_subject,
+    locks_read_for,
 )
 from flask_authflow.login.required_enrollment import hold
 from flask_authflow.login.throttling import refuse_if_throttled
@@ -158,17 +159,29 @@ def verify_factor(
                 raise
         refuse_if_throttled(op, svc, "factor")  # before the reservation and any Argon2
         op.count("login_attempts")
-        if factor is not None and not factor.expensive:
+        if factor is not None and factor.expensive:
+            # Verify first, count after (Argon2 runs with no lock held): refused at once if
+            # a level is locked already; the settlement decides atomically (see _failed).
+            locked = _locked_before_check(op, svc, step)
+        else:
             # A cheap check (no Argon2): reservation, check, single-use update, settlement
             # and audit rows in one unit. The reservation's lock on the counter row (or
             # SQLite's write lock) holds parallel checks of the subject until it commits,
             # so they still count one after another: one commit per step.
             op.unit()
-        locked = op.reserve(who.tenant, step.subject, step.expected)
+            locked = op.reserve(who.tenant, step.subject, step.expected)
         if locked is not None:
             return _locked(op, step, locked, "locked")
         checked, update = _check(op, svc, step, factor, credential)
         return _settle(op, svc, step, checked, update)
+
+
+def _locked_before_check(op: Operation, svc: LoginServices, step: _Step) -> datetime | None:
+    """An active lock on a level of the step's subject, read before an expensive check; no
+    read when ``begin_login`` read them for this login in this request."""
+    if locks_read_for(op.session.record.flow):
+        return None
+    return svc.lockout.levels_locked_until(step.who.tenant, step.subject, op.ctx.client_ip, op.now)
 
 
 def _check(
@@ -278,6 +291,14 @@ def _failed(
     lockout, who = svc.lockout, step.who
     token = op.hand_off()
     op.unit()
+    if token is None:
+        # Verified first: counted, and answered, only if every level still has room, decided
+        # under the levels' locks that the unit holds until it commits the count. A guess
+        # past the limit is answered "locked", whatever it was.
+        refused = lockout.admit(who.tenant, step.subject, step.expected, op.now, op.ctx.client_ip)
+        if refused is not None:
+            svc.throttle.failure()
+            return _locked(op, step, refused, "locked_during_check")
 
     def count_failure() -> object:
         return lockout.failure(

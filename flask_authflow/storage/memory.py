@@ -643,6 +643,19 @@ class InMemoryBackend:
                 self._hold(level.key, level_token(token, index), now)
             return Reservation(token)
 
+    def admit_attempts(
+        self, levels: Sequence[AttemptLevel], *, now: datetime, window: timedelta, lock_duration: timedelta
+    ) -> datetime | None:
+        """Decided as :meth:`reserve_attempts` decides, nothing held; the open unit of work
+        holds the store's lock to its end, so the failure counted next in it is atomic."""
+        with self._lock:
+            self._check_available()
+            for level in levels:
+                refused = self._refusal(level.key, now, window, level.max_failures, lock_duration)
+                if refused is not None:
+                    return refused.locked_until
+            return None
+
     def _refusal(
         self, key: AttemptKey, now: datetime, window: timedelta, max_failures: int, lock_duration: timedelta
     ) -> Reservation | None:
