@@ -30,7 +30,12 @@ keyword arguments. Signals never carry secrets (no tokens, passwords or keys).
 
 from __future__ import annotations
 
-from blinker import Namespace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from blinker import NamedSignal, Namespace
 
 __all__ = [
     "authflow_signals",
@@ -74,3 +79,38 @@ password_reset = authflow_signals.signal("password-reset")
 email_changed = authflow_signals.signal("email-changed")
 user_created = authflow_signals.signal("user-created")
 user_deleted = authflow_signals.signal("user-deleted")
+
+
+# --- sent once the flow's one commit is done (the library's plumbing, not public) -----------
+
+_HELD: ContextVar[list[Callable[[], object]] | None] = ContextVar("authflow_held_signals", default=None)
+
+
+def send_after_commit(signal: NamedSignal, sender: object, **kwargs: Any) -> None:
+    """Send ``signal`` now, or, inside :func:`held_until_commit`, once that block's commit
+    is done (never, if it is not)."""
+    held = _HELD.get()
+    if held is None:
+        signal.send(sender, **kwargs)
+    else:
+        held.append(lambda: signal.send(sender, **kwargs))
+
+
+@contextmanager
+def held_until_commit() -> Iterator[Callable[[], None]]:
+    """Hold the signals sent with :func:`send_after_commit` in the block; the yielded
+    function sends them (call it once the block's writes are committed; an enclosing
+    block holds them in turn). Without the call they are dropped."""
+    held: list[Callable[[], object]] = []
+    token = _HELD.set(held)
+
+    def release() -> None:
+        sends = list(held)
+        held.clear()
+        for send in sends:
+            send()
+
+    try:
+        yield release
+    finally:
+        _HELD.reset(token)

@@ -144,7 +144,7 @@ def test_one_password_login_on_sqlite_costs_seventeen_statements_and_three_commi
             # After the sign-in, the web layer's: the device and (new to the user) its row.
             "INSERT INTO authflow_devices",
             "INSERT INTO authflow_audit",
-        ]
+        ], "\n".join(_kinds(trace, backend.engine))
         # The begin's audit row, the reservation, the settlement; then the device's two.
         assert len(trace.commits) == 5
     finally:

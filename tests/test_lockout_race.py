@@ -112,9 +112,7 @@ def _service(backend: Any, hasher: PasswordHasher) -> tuple[AuthnService, MockCl
 def _logged(backend: Any, subject: str, *, success: bool) -> int:
     """Attempts logged on the account ``subject`` (its own level, not its pairs)."""
     if isinstance(backend, InMemoryBackend):
-        return sum(
-            1 for row in backend.attempt_log if (row.subject, row.success) == (subject, success)
-        )
+        return sum(1 for row in backend.attempt_log if (row.subject, row.success) == (subject, success))
     return int(backend.attempt_count("acme", subject, success=success))
 
 

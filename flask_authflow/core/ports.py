@@ -428,7 +428,8 @@ class LoginFacts:
     user: UserRecord | None
     #: ``required_factors`` of that user; empty without one.
     kinds: list[FactorKind]
-    #: ``locked_until`` of the identifier (as a lockout subject), or ``None``.
+    #: The latest active lock on the identifier (as a lockout subject) or on one of the
+    #: ``pairs`` asked for, or ``None``.
     locked_until: datetime | None
 
 
@@ -480,11 +481,15 @@ class LoginStore(IdentityStore, FactorRecordStore, AttemptStore, AuditSink, Prot
     rows in one store, with one unit of work across them (``InMemoryBackend``,
     ``SqlAlchemyBackend``)."""
 
-    def login_facts(self, tenant: str, identifier: str, now: datetime) -> LoginFacts:
+    def login_facts(
+        self, tenant: str, identifier: str, now: datetime, *, pairs: Sequence[str] = ()
+    ) -> LoginFacts:
         """What ``begin_login`` decides on, in one read: the user of ``identifier`` in
         ``tenant`` (as ``find_user``), their confirmed factor kinds (as
-        ``required_factors``; empty without a user) and the active lock on ``identifier``
-        (as ``locked_until``). A phantom login makes the same read as a real one."""
+        ``required_factors``; empty without a user) and the latest active lock on
+        ``identifier`` or on any of the lockout subjects ``pairs`` (the identifier with the
+        client's host and network; as ``locked_until_any``). A phantom login makes the same
+        read as a real one."""
         ...
 
     def begin_unit(self) -> UnitOfWork:

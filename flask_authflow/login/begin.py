@@ -6,7 +6,8 @@ through the same steps as a real account: ``begin_login`` answers
 that can never authenticate; ``verify_factor`` then spends one Argon2 verify on a dummy
 hash and answers ``InvalidCredential``. Outcomes, store round trips (one
 :meth:`~flask_authflow.core.ports.LoginStore.login_facts` read whether the user exists or
-not), lockout and timing match those of a wrong password.
+not, the locks of the account and of this address's pairs included), lockout and timing
+match those of a wrong password.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from flask_authflow.audit.context import AuditContext
+from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.core.identifiers import check_tenant, normalise_identifier
 from flask_authflow.core.ports import LoginFacts
 from flask_authflow.core.session import (
@@ -42,9 +44,18 @@ __all__ = ["begin_login"]
 
 
 def begin_login(
-    svc: LoginServices, ctx: AuditContext, identifier: str, tenant: str, session: AuthSession
+    svc: LoginServices,
+    ctx: AuditContext,
+    identifier: str,
+    tenant: str,
+    session: AuthSession,
+    *,
+    defer_rows_to: list[AuditRecord] | None = None,
 ) -> LoginOutcome:
-    """Start a login for ``identifier`` in ``tenant`` (see the module docstring)."""
+    """Start a login for ``identifier`` in ``tenant`` (see the module docstring).
+
+    ``defer_rows_to``: when the password is asked, the audit rows go there instead of
+    being written: the password step of the same request writes them in its own commit."""
     try:
         ident = normalise_identifier(identifier)
         tenant = check_tenant(tenant)
@@ -55,13 +66,13 @@ def begin_login(
         refuse_if_throttled(op, svc, "login")
         if session.state in (AuthState.AUTHENTICATED, AuthState.PENDING_WORKFLOW):
             op.end_previous_login()
-        facts = guard_store(lambda: svc.store.login_facts(tenant, ident, op.now))
+        # The user, their factors and the locks: the account's, and this address's own on
+        # the identifier (its host and network; others may still log in), in one read.
+        pairs = svc.lockout.pairs(ident, op.ctx.client_ip)
+        facts = guard_store(lambda: svc.store.login_facts(tenant, ident, op.now, pairs=pairs))
         if facts.locked_until is not None:
             return _locked(op, facts, facts.locked_until)
-        # This address's own lock on the identifier (others may still log in).
-        pair = guard_store(lambda: svc.lockout.pair_locked_until(tenant, ident, op.ctx.client_ip, op.now))
-        if pair is not None:
-            return _locked(op, facts, pair)
+        op.defer_rows_to = defer_rows_to
         return _start(op, svc, facts)
 
 

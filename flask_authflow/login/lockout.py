@@ -187,13 +187,17 @@ class Lockout:
         except Exception as exc:
             raise _guard(exc) from exc
 
+    @staticmethod
+    def pairs(subject: str, client_ip: str | None) -> list[str]:
+        """The subjects of (``subject``, the client's host) and (``subject``, its network)."""
+        return [pair_subject(subject, client_ip), network_subject(subject, client_ip)]
+
     def pair_locked_until(
         self, tenant: str, subject: str, client_ip: str | None, now: datetime
     ) -> datetime | None:
         """The end of an active lock on (``subject``, the client's host or network), or ``None``."""
-        pairs = [pair_subject(subject, client_ip), network_subject(subject, client_ip)]
         try:
-            return self.store.locked_until_any(tenant, pairs, now)
+            return self.store.locked_until_any(tenant, self.pairs(subject, client_ip), now)
         except Exception as exc:
             raise _guard(exc) from exc
 
@@ -210,7 +214,7 @@ class Lockout:
     ) -> datetime | None:
         """The end of an active lock on the account, (account, host) or (account, network), in
         one read (a check that would be refused anyway is not run)."""
-        subjects = [pair_subject(subject, client_ip), network_subject(subject, client_ip), subject]
+        subjects = [*self.pairs(subject, client_ip), subject]
         try:
             return self.store.locked_until_any(tenant, subjects, now)
         except Exception as exc:

@@ -55,8 +55,8 @@ __all__ = [
     "Operation",
     "SessionWriter",
     "guard_store",
-    "locks_read_for",
     "lockout_subject",
+    "locks_read_for",
     "new_transaction",
     "note_locks_read",
     "record_event",
@@ -110,6 +110,8 @@ class LoginServices(Protocol):
     def passkey_login_allowed(self) -> Callable[[str], bool]: ...
     @property
     def device_trusted(self) -> Callable[[str, str, str, datetime], bool] | None: ...
+    @property
+    def on_sign_in(self) -> Callable[[str, str], None] | None: ...
     def phantom_user_id(self, tenant: str, identifier: str) -> str: ...
 
     def factor(self, kind: FactorKind) -> Factor | None: ...
@@ -210,6 +212,7 @@ class Operation:
         *,
         now: datetime | None = None,
         refuse_on: tuple[type[AuthFlowError], ...] = (),
+        carried: Sequence[AuditRecord] = (),
         **fields: Any,
     ) -> None:
         self.svc = svc
@@ -219,7 +222,12 @@ class Operation:
         self.now = now if now is not None else svc.clock.now()
         self.fields = fields
         self.refuse_on = refuse_on
-        self.rows: list[AuditRecord] = []
+        #: Rows of an earlier step of this request whose writing was left to this one
+        #: (``carried``): written first, with this step's, or with its refusal.
+        self._carried = list(carried)
+        self.rows: list[AuditRecord] = list(carried)
+        #: Set by a step whose rows the next step of the request writes (see ``carried``).
+        self.defer_rows_to: list[AuditRecord] | None = None
         self.signals: list[tuple[str, dict[str, Any]]] = []
         self.counters: list[str] = []
         #: The step passed: its session is written in its unit of work (``session_writer``).
@@ -259,7 +267,7 @@ class Operation:
         self._drop()
         self.session.restore(self._snapshot)
         row = self.row(status, reason if reason is not None else error.code, **fields)
-        _write_refusal(self.svc, row, error)
+        _write_refusal(self.svc, [*self._carried, row], error)
 
     def end_previous_login(self) -> None:
         """A new login on a logged-in session ends that login first: audited as a logout
@@ -330,7 +338,11 @@ class Operation:
         written: Callable[[], None] | None = None
         unit = self._unit
         try:
-            write_rows(self.svc, self.rows)
+            self._record_sign_ins()
+            if self.defer_rows_to is not None and unit is None:
+                self.defer_rows_to.extend(self.rows)  # the request's next step writes them
+            else:
+                write_rows(self.svc, self.rows)
             if unit is not None:
                 written = self._write_session(unit)
                 self._unit = None
@@ -338,7 +350,8 @@ class Operation:
         except LoginNotStarted as exc:  # the session was revoked meanwhile: nothing is kept
             self._drop()
             self.session.restore(self._snapshot)
-            _write_refusal(self.svc, replace(self.rows[-1], status="refused", reason=exc.code), exc)
+            refused = replace(self.rows[-1], status="refused", reason=exc.code)
+            _write_refusal(self.svc, [*self._carried, refused], exc)
             raise
         except StoreUnavailable:
             self._drop()
@@ -354,6 +367,16 @@ class Operation:
         if written is not None:
             written()
         self.release()
+
+    def _record_sign_ins(self) -> None:
+        """Run ``on_sign_in`` (the device record) for each sign-in of the step, in its unit of
+        work (or the one it joined), before the commit: kept with the sign-in or not at all."""
+        hook = self.svc.on_sign_in
+        if hook is None:
+            return
+        for name, kwargs in self.signals:
+            if name == "login_succeeded" and not kwargs.get("step_up"):
+                hook(kwargs["tenant"], kwargs["user_id"])
 
     def _write_session(self, unit: UnitOfWork) -> Callable[[], None] | None:
         """Write the session of a passed step in ``unit``.
@@ -376,7 +399,7 @@ class Operation:
             app = _sender()
             sender = app if app is not None else self.svc
             for name, kwargs in self.signals:
-                getattr(signals, name).send(sender, **kwargs)
+                signals.send_after_commit(getattr(signals, name), sender, **kwargs)
 
     def _drop(self) -> None:
         unit, self._unit = self._unit, None
@@ -397,11 +420,11 @@ class Operation:
                 pass
 
 
-def _write_refusal(svc: LoginServices, row: AuditRecord, error: AuthFlowError) -> None:
+def _write_refusal(svc: LoginServices, rows: Sequence[AuditRecord], error: AuthFlowError) -> None:
     """Record a refused step if the sink still works. When the refusal is itself a store
     failure, that error is the more useful one: it propagates, not the audit failure."""
     try:
-        write_rows(svc, [row])
+        write_rows(svc, rows)
     except AuditWriteError:
         if not isinstance(error, StoreUnavailable):
             raise

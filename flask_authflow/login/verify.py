@@ -12,12 +12,13 @@ succeeds by default.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from flask_authflow.audit.context import AuditContext
+from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.core.factors import Accepted, Factor, FactorCheck, Rejected, RejectReason
 from flask_authflow.core.session import (
     AuthSession,
@@ -126,7 +127,12 @@ def _end(now: datetime) -> Callable[[SessionRecord], SessionRecord]:
 
 
 def verify_factor(
-    svc: LoginServices, ctx: AuditContext, credential: FactorCredential, session: AuthSession
+    svc: LoginServices,
+    ctx: AuditContext,
+    credential: FactorCredential,
+    session: AuthSession,
+    *,
+    carried: Sequence[AuditRecord] = (),
 ) -> FactorOutcome:
     """Check the credential for the step the session waits for (credential first, then the session).
 
@@ -134,10 +140,13 @@ def verify_factor(
     (``InvalidCredential``, audited ``unexpected_factor``), never a skip. A wrong credential
     ends the login at its first step (the password), and keeps it at a later step so the
     user can retry within the lockout policy; the session id rotates after each passed step.
+    ``carried``: the audit rows of this request's ``begin_login``, written with this step's.
     """
     record = session.record
     if not record.pending_step:
-        with Operation(svc, ctx, session, "factor_verify", factor=credential.kind.value) as op:
+        with Operation(
+            svc, ctx, session, "factor_verify", carried=carried, factor=credential.kind.value
+        ) as op:
             op.count("login_attempts", "login_failures")
             op.audit("failure", "no_login_in_progress")
         return InvalidCredential()
@@ -150,7 +159,7 @@ def verify_factor(
         "identifier": who.identifier,
         "factor": step.expected,
     }
-    with Operation(svc, ctx, session, "factor_verify", **fields) as op:
+    with Operation(svc, ctx, session, "factor_verify", carried=carried, **fields) as op:
         if factor is not None:
             try:
                 factor.check_input(credential)

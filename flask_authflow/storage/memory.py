@@ -463,14 +463,18 @@ class InMemoryBackend:
     def list_factors(self, tenant: str, user_id: str) -> list[FactorConfig]:
         return self.list_user_factors(tenant, user_id)
 
-    def login_facts(self, tenant: str, identifier: str, now: datetime) -> LoginFacts:
-        """``find_user``, ``required_factors`` of that user and ``locked_until`` of the
-        identifier, read under one hold of the lock."""
+    def login_facts(
+        self, tenant: str, identifier: str, now: datetime, *, pairs: Sequence[str] = ()
+    ) -> LoginFacts:
+        """``find_user``, ``required_factors`` of that user and the latest lock on the
+        identifier or its ``pairs``, read under one hold of the lock."""
         with self._lock:
             self._check_available()
             user = self._users.get((tenant, identifier))
             kinds = self.required_factors(tenant, user.user_id) if user is not None else []
-            return LoginFacts(user, kinds, self._active_lock(tenant, identifier, now))
+            ends = [self._active_lock(tenant, subject, now) for subject in (identifier, *pairs)]
+            locked = [end for end in ends if end is not None]
+            return LoginFacts(user, kinds, max(locked) if locked else None)
 
     def add_factor(self, tenant: str, config: FactorConfig) -> None:
         data = check_factor_config(config)

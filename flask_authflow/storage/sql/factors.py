@@ -31,8 +31,7 @@ from flask_authflow.core.identifiers import check_tenant, normalise_identifier
 from flask_authflow.core.ports import FactorConfig, LoginFacts
 from flask_authflow.errors import StoreUnavailable, UserNotFound
 from flask_authflow.outcomes import FactorKind
-from flask_authflow.storage.sql.attempts import ACTIVE_LOCK
-from flask_authflow.storage.sql.schema import UTCDateTime, aware, factors_table, users_table
+from flask_authflow.storage.sql.schema import UTCDateTime, aware, factors_table, lockouts_table, users_table
 from flask_authflow.storage.sql.uow import SqlConnections
 from flask_authflow.storage.sql.users import FIND_USER, GET_USER, user_record
 
@@ -219,8 +218,14 @@ _SET_PASSWORD = (
 # and the identifier's active lock; a single row of NULLs but the lock when there is no
 # such user (or no factor). The anchor row makes the lock come back without a user.
 _ANCHOR = select(literal(1).label("anchor")).subquery("anchor")
+#: The latest active lock on the identifier or its (identifier, host / network) pairs.
+_FACTS_LOCK = select(func.max(lockouts_table.c.locked_until)).where(
+    lockouts_table.c.tenant == bindparam("tenant"),
+    lockouts_table.c.subject.in_(bindparam("subjects", expanding=True)),
+    lockouts_table.c.locked_until > bindparam("now", type_=UTCDateTime()),
+)
 _LOGIN_FACTS: Any = (  # Any: its rows go to _user, typed for whole-table rows
-    select(ACTIVE_LOCK.scalar_subquery().label("locked_until"), *users_table.c, factors_table.c.kind)
+    select(_FACTS_LOCK.scalar_subquery().label("locked_until"), *users_table.c, factors_table.c.kind)
     .select_from(
         _ANCHOR.outerjoin(
             users_table,
@@ -315,11 +320,15 @@ class SqlFactors(SqlConnections):
         params = {"tenant": tenant, "user_id": user_id}
         return _kinds(self._fetch(lambda conn: conn.execute(_FACTOR_KINDS, params).scalars().all()))
 
-    def login_facts(self, tenant: str, identifier: str, now: datetime) -> LoginFacts:
-        """``find_user``, ``required_factors`` of that user and ``locked_until`` of the
-        identifier in one statement (see :meth:`~flask_authflow.core.ports.LoginStore.login_facts`):
-        one round trip for ``begin_login`` instead of three, whether the user exists or not."""
-        params = {"tenant": tenant, "identifier": identifier, "subject": identifier, "now": utc(now)}
+    def login_facts(
+        self, tenant: str, identifier: str, now: datetime, *, pairs: Sequence[str] = ()
+    ) -> LoginFacts:
+        """``find_user``, ``required_factors`` of that user and the latest lock on the
+        identifier or its ``pairs`` in one statement (see
+        :meth:`~flask_authflow.core.ports.LoginStore.login_facts`): one round trip for
+        ``begin_login`` instead of four, whether the user exists or not."""
+        subjects = [identifier, *pairs]
+        params = {"tenant": tenant, "identifier": identifier, "subjects": subjects, "now": utc(now)}
         rows = self._fetch(lambda conn: conn.execute(_LOGIN_FACTS, params).all())
         first = rows[0]  # the anchor row makes one row at least
         user = user_record(first) if first.user_id is not None else None
