@@ -295,6 +295,10 @@ class Operation:
             except RuntimeError:
                 return
 
+    def discard_writes(self) -> None:
+        """Drop what the step's unit wrote so far (its rows are written on their own)."""
+        self._drop()
+
     def reserve(self, tenant: str, subject: str, factor: str) -> datetime | None:
         """Reserve one credential check; ``None`` when granted, else the end of the lock."""
         reserved = self.svc.lockout.reserve(tenant, subject, factor, self.now, self.ctx.client_ip)

@@ -169,18 +169,16 @@ def verify_factor(
         refuse_if_throttled(op, svc, "factor")  # before the reservation and any Argon2
         op.count("login_attempts")
         if factor is not None and factor.expensive:
-            # Verify first, count after (Argon2 runs with no lock held): refused at once if
-            # a level is locked already; the settlement decides atomically (see _failed).
+            # Verify first, count after: Argon2 runs with no lock held, after a read of the
+            # locks (refused at once if a level is locked already).
             locked = _locked_before_check(op, svc, step)
+            if locked is not None:
+                return _locked(op, step, locked, "locked")
         else:
-            # A cheap check (no Argon2): reservation, check, single-use update, settlement
-            # and audit rows in one unit. The reservation's lock on the counter row (or
-            # SQLite's write lock) holds parallel checks of the subject until it commits,
-            # so they still count one after another: one commit per step.
+            # A cheap check runs in the step's unit (on SQLite under its write lock).
             op.unit()
-            locked = op.reserve(who.tenant, step.subject, step.expected)
-        if locked is not None:
-            return _locked(op, step, locked, "locked")
+        # Either way the settlement decides atomically, under the counters' locks, whether
+        # the answer may be given (see _settle and _failed): one commit per step.
         checked, update = _check(op, svc, step, factor, credential)
         return _settle(op, svc, step, checked, update)
 
@@ -209,40 +207,26 @@ def _check(
 def _settle(
     op: Operation, svc: LoginServices, step: _Step, checked: FactorCheck, update: dict[str, Any] | None
 ) -> FactorOutcome:
-    """Settle the reserved check: a lock set meanwhile, a success, or a counted failure."""
+    """Settle the check in the step's unit: a success (unless a level is locked), or a
+    failure counted (while every level has room)."""
     lockout, who = svc.lockout, step.who
     ok = bool(checked) and not step.phantom
     commit = checked.commit if isinstance(checked, Accepted) else None  # makes it single-use
-    locked_now: datetime | None = None
-    if ok and commit is None:
-        # Looked for while the success is settled, in the settlement's unit (one statement
-        # on PostgreSQL); found, only the reservation is given back.
-        op.unit()
+    op.unit()
+    if ok and commit is not None and not guard_store(commit):
+        # The single-use update in the settlement's unit: the code is used up exactly when
+        # the step passes and its rows are written; a parallel request used it first.
+        ok, checked = False, Rejected(RejectReason.REPLAYED)
+    if ok:
+        # The locks re-checked under the counters' locks (one statement on PostgreSQL);
+        # found, nothing of the success is kept: a code used up above stays usable.
         locked_now = lockout.success_unless_locked(
             who.tenant, step.subject, step.expected, op.now, op.ctx.client_ip, reservation=op.hand_off()
         )
-    elif ok:
-        locked_now = lockout.locked_until(who.tenant, step.subject, op.now)
-    if ok and locked_now is None and commit is not None:
-        # The single-use update joins the settlement's unit: the code is used up exactly
-        # when the step passes and its rows are written.
-        op.unit()
-        if not guard_store(commit):  # a parallel request used the credential first
-            ok, checked = False, Rejected(RejectReason.REPLAYED)
-    if locked_now is not None:
-        token = op.hand_off()
-        if token is not None:
-            lockout.release(who.tenant, step.subject, step.expected, token)
-        return _locked(op, step, locked_now, "locked_during_check")
-    if ok:
-        token = op.hand_off()
-        if token is not None:
-            op.unit()  # the settlement and the audit rows: one unit
-            locked_now = lockout.success_unless_locked(
-                who.tenant, step.subject, step.expected, op.now, op.ctx.client_ip, reservation=token
-            )
-            if locked_now is not None:  # a lock set since the look above: the lock wins
-                return _locked(op, step, locked_now, "locked_during_check")
+        if locked_now is not None:
+            if commit is not None:
+                op.discard_writes()
+            return _locked(op, step, locked_now, "locked_during_check")
         return _passed(op, svc, step)
     reason = "invalid_credential"
     if step.phantom:
