@@ -26,9 +26,16 @@ Failures are counted in the attempt store at three levels, each per factor:
   ``max_lock_duration``: the stronger measure is an administrator's (``flask authflow
   users unlock``) or a password reset.
 
-The three counters are reserved before a credential is checked (host, network, then the
-account), so a burst of parallel guesses from one host buys at most ``max_failures``
-checks. An identifier that matches no account is counted and locked exactly like one that
+A credential is **verified first and counted after**: the begin's read refuses a locked
+subject before any check; the check (Argon2 for a password) runs with no lock held; then
+the step's one transaction settles it under the counters' locks, taken in the levels' order
+(host, network, account; on SQLite the database write lock): a wrong guess is counted, and
+answered, only while every level has room (:meth:`Lockout.admit`, then
+:meth:`Lockout.failure`), a right one only while no level is locked
+(:meth:`Lockout.success_unless_locked`). A guess past the limit is answered "locked",
+whatever it was, so a burst of parallel guesses from one host learns at most
+``max_failures`` answers; the extra Argon2 work it causes is the throttle's to bound.
+(Reservations, :meth:`Lockout.reserve`, remain for the passkey sign-in.) An identifier that matches no account is counted and locked exactly like one that
 does, so the lock cannot be used to learn which accounts exist. Any store failure
 propagates as :class:`~flask_authflow.errors.StoreUnavailable` and the attempt is refused
 (fail closed): an unreachable counter must not mean unlimited guesses.

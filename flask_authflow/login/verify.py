@@ -1,11 +1,12 @@
 """``verify_factor`` and ``challenge``: the factor steps of a login or a step-up.
 
-Every credential check is reserved with the lockout before it runs, so a burst of
-parallel guesses cannot buy more verifications than the policy allows, and it is settled
-(a failure counted, a success logged) in the step's unit of work with its audit rows. A
-one-time credential is used up in that same commit, or not at all: a parallel request
-that used it first makes this one count as ``replayed``. A lock set while the check ran
-wins over a success. **Fail closed**: if the attempt store cannot count a failure, the
+Every credential is verified first and counted after, in the step's one unit of work
+with its audit rows (see :mod:`flask_authflow.login.lockout`): a failure is counted and
+answered only while every lockout level has room, so a burst of parallel guesses cannot
+learn more answers than the policy allows (the rest are answered ``Locked``). A one-time
+credential is used up in that same commit, or not at all: a parallel request that used it
+first makes this one count as ``replayed``. A lock set while the check ran wins over a
+success. **Fail closed**: if the attempt store cannot count a failure, the
 attempt is refused with :class:`~flask_authflow.errors.StoreUnavailable`; it never
 succeeds by default.
 """
