@@ -8,11 +8,11 @@ and one TOTP step, after a warm-up, so a statement or a transaction added to the
 path fails here. The counts are deterministic (never timed).
 
 Where a password login's work goes (issue 30 point 3): ONE read before Argon2 (the user,
-their factor kinds, the account's lock and this address's host and network locks), the
-password hash; then ONE transaction: the settlement (verified first, counted after: the
-success re-checks the locks under the write lock, a failure is counted only while every
-level has room), the required-enrollment read, the device record, the audit rows of the
-begin, the step and the device, and the session.
+their factor kinds, the account's lock, this address's host and network locks and a
+required enrollment), the password hash; then ONE transaction: the settlement (verified
+first, counted after: the success re-checks the locks under the write lock, a failure is
+counted only while every level has room), the device record, the audit rows of the begin,
+the step and the device, and the session.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def _kinds(trace: Trace, engine: Engine) -> list[str]:
 
 
 @pytest.mark.authflow_stores("sql")  # the session is written in the settlement's unit
-def test_one_password_login_on_sqlite_costs_twelve_statements_and_one_commit(
+def test_one_password_login_on_sqlite_costs_eleven_statements_and_one_commit(
     tmp_path: Path, trace: Trace, app_factory: AppFactory
 ) -> None:
     app, backend, _ = _login_app(app_factory, f"sqlite:///{tmp_path / 'login.db'}")
@@ -150,8 +150,8 @@ def test_one_password_login_on_sqlite_costs_twelve_statements_and_one_commit(
         _traced_login(app, trace)
         kinds = _kinds(trace, backend.engine)
         assert kinds == [
-            # begin_login: the user, their factor kinds, the account's lock and this
-            # address's host and network locks in one read.
+            # begin_login: the user, their factor kinds, the account's lock, this address's
+            # host and network locks and the account's required enrollment in one read.
             "SELECT (SELECT max(authflow_lockouts.locked_until)",
             "SELECT authflow_factors.id, authflow_factors.user_id,",  # the password hash
             # Argon2 ran; then ONE transaction (it was three commits, 17 statements): the
@@ -161,9 +161,8 @@ def test_one_password_login_on_sqlite_costs_twelve_statements_and_one_commit(
             "SELECT max(authflow_lockouts.locked_until) AS",
             "UPDATE authflow_lockouts SET",
             "INSERT INTO authflow_attempts",
-            # ... whether the account must enroll a factor first (login/required_enrollment.py),
-            "SELECT authflow_account_tokens.token_hash, authflow_account_tokens.kind,",
-            # ... the device and its row (new to the user: a fresh browser each time), the
+            # ... (whether the account must enroll a factor first was read with the user),
+            # the device and its row (new to the user: a fresh browser each time), the
             # begin's and the step's audit rows, and the session.
             "INSERT INTO authflow_devices",
             "INSERT INTO authflow_audit",

@@ -431,6 +431,9 @@ class LoginFacts:
     #: The latest active lock on the identifier (as a lockout subject) or on one of the
     #: ``pairs`` asked for, or ``None``.
     locked_until: datetime | None
+    #: The payload of the user's newest live account token of the ``token_kind`` asked
+    #: for (a required enrollment), or ``None``.
+    token_payload: Mapping[str, Any] | None = None
 
 
 class UnitOfWork(Protocol):
@@ -482,14 +485,21 @@ class LoginStore(IdentityStore, FactorRecordStore, AttemptStore, AuditSink, Prot
     ``SqlAlchemyBackend``)."""
 
     def login_facts(
-        self, tenant: str, identifier: str, now: datetime, *, pairs: Sequence[str] = ()
+        self,
+        tenant: str,
+        identifier: str,
+        now: datetime,
+        *,
+        pairs: Sequence[str] = (),
+        token_kind: str | None = None,
     ) -> LoginFacts:
         """What ``begin_login`` decides on, in one read: the user of ``identifier`` in
         ``tenant`` (as ``find_user``), their confirmed factor kinds (as
         ``required_factors``; empty without a user) and the latest active lock on
         ``identifier`` or on any of the lockout subjects ``pairs`` (the identifier with the
-        client's host and network; as ``locked_until_any``). A phantom login makes the same
-        read as a real one."""
+        client's host and network; as ``locked_until_any``) and, with ``token_kind``, the
+        payload of the user's live account token of that kind (as ``live_account_token``).
+        A phantom login makes the same read as a real one."""
         ...
 
     def begin_unit(self) -> UnitOfWork:

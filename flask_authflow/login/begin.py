@@ -34,8 +34,10 @@ from flask_authflow.login.operation import (
     Operation,
     guard_store,
     new_transaction,
-    note_locks_read,
+    note_begin_read,
 )
+from flask_authflow.login.required_enrollment import KIND as REQUIRED_KIND
+from flask_authflow.login.required_enrollment import kinds_in
 from flask_authflow.login.throttling import refuse_if_throttled
 from flask_authflow.login.verification import UNVERIFIED_KEY
 from flask_authflow.outcomes import FactorKind, FactorRequired, Locked, LoginOutcome
@@ -69,7 +71,9 @@ def begin_login(
         # The user, their factors and the locks: the account's, and this address's own on
         # the identifier (its host and network; others may still log in), in one read.
         pairs = svc.lockout.pairs(ident, op.ctx.client_ip)
-        facts = guard_store(lambda: svc.store.login_facts(tenant, ident, op.now, pairs=pairs))
+        facts = guard_store(
+            lambda: svc.store.login_facts(tenant, ident, op.now, pairs=pairs, token_kind=REQUIRED_KIND)
+        )
         if facts.locked_until is not None:
             return _locked(op, facts, facts.locked_until)
         op.defer_rows_to = defer_rows_to
@@ -107,7 +111,8 @@ def _start(op: Operation, svc: LoginServices, facts: LoginFacts) -> FactorRequir
             start_login(r, tenant=tenant, user_id=subject_id, factors=steps, now=op.now), flow
         )
     )
-    note_locks_read(flow)
+    required = kinds_in(facts.token_payload) if usable else ()
+    note_begin_read(flow, required)
     reason = None if usable else ("disabled" if user is not None else "unknown_identifier")
     if usable and user is not None and subject_id != user.user_id:
         reason = "no_password"

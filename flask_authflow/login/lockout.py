@@ -35,10 +35,11 @@ answered, only while every level has room (:meth:`Lockout.admit`, then
 (:meth:`Lockout.success_unless_locked`). A guess past the limit is answered "locked",
 whatever it was, so a burst of parallel guesses from one host learns at most
 ``max_failures`` answers; the extra Argon2 work it causes is the throttle's to bound.
-(Reservations, :meth:`Lockout.reserve`, remain for the passkey sign-in.) An identifier that matches no account is counted and locked exactly like one that
-does, so the lock cannot be used to learn which accounts exist. Any store failure
-propagates as :class:`~flask_authflow.errors.StoreUnavailable` and the attempt is refused
-(fail closed): an unreachable counter must not mean unlimited guesses.
+(Reservations, :meth:`Lockout.reserve`, remain for the passkey sign-in.) An identifier
+that matches no account is counted and locked exactly like one that does, so the lock
+cannot be used to learn which accounts exist. Any store failure propagates as
+:class:`~flask_authflow.errors.StoreUnavailable` and the attempt is refused (fail
+closed): an unreachable counter must not mean unlimited guesses.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
@@ -51,14 +51,15 @@ __all__ = [
     "PHANTOM_PREFIX",
     "STEP_UP_KEY",
     "TRANSACTION_KEY",
+    "BeginRead",
     "LoginServices",
     "Operation",
     "SessionWriter",
+    "begin_read_for",
     "guard_store",
     "lockout_subject",
-    "locks_read_for",
     "new_transaction",
-    "note_locks_read",
+    "note_begin_read",
     "record_event",
 ]
 
@@ -138,19 +139,31 @@ def lockout_subject(flow: Mapping[str, Any], user_id: str) -> str:
     return identifier if isinstance(identifier, str) else f"user:{user_id}"
 
 
-def note_locks_read(flow: Mapping[str, Any]) -> None:
-    """``begin_login`` read the locks of this login's subject (account, host, network) in
-    this request: its password check, in the same request, need not read them again."""
-    if has_app_context():
-        g.authflow_locks_read = flow.get(TRANSACTION_KEY)
+@dataclass(frozen=True, slots=True)
+class BeginRead:
+    """What ``begin_login`` read for a login in this request, so that its password step in
+    the same request does not read it again: the locks of the subject (account, host,
+    network; none was active) and the kinds the user must enroll (empty: none)."""
+
+    transaction: str
+    required: tuple[str, ...]
 
 
-def locks_read_for(flow: Mapping[str, Any] | None) -> bool:
-    """Whether ``begin_login`` read the locks of the login ``flow`` in this request."""
-    if not has_app_context() or flow is None:
-        return False
+def note_begin_read(flow: Mapping[str, Any], required: tuple[str, ...]) -> None:
+    """``begin_login`` read the locks and the required enrollment of the login ``flow``."""
     transaction = flow.get(TRANSACTION_KEY)
-    return transaction is not None and g.get("authflow_locks_read") == transaction
+    if has_app_context() and isinstance(transaction, str):
+        g.authflow_begin_read = BeginRead(transaction, required)
+
+
+def begin_read_for(flow: Mapping[str, Any] | None) -> BeginRead | None:
+    """What ``begin_login`` read for the login ``flow`` in this request, or ``None``."""
+    if not has_app_context() or flow is None:
+        return None
+    read = g.get("authflow_begin_read")
+    if isinstance(read, BeginRead) and read.transaction == flow.get(TRANSACTION_KEY):
+        return read
+    return None
 
 
 def new_transaction() -> str:

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from flask_authflow.core.ports import AccountToken, AccountTokenStore
 from flask_authflow.core.session import (
@@ -37,7 +37,17 @@ from flask_authflow.errors import StepUpNeeded
 from flask_authflow.login.operation import LoginServices, Operation, guard_store
 from flask_authflow.outcomes import FactorKind, WorkflowPending
 
-__all__ = ["HOLD", "KIND", "enrolled", "enrolling_user", "hold", "pending_kinds", "require", "required_kinds"]
+__all__ = [
+    "HOLD",
+    "KIND",
+    "enrolled",
+    "enrolling_user",
+    "hold",
+    "kinds_in",
+    "pending_kinds",
+    "require",
+    "required_kinds",
+]
 
 #: The account-token kind of a requirement, and the workflow kind of a held session.
 KIND: Final = "required_enrollment"
@@ -84,17 +94,25 @@ def _live(svc: LoginServices, tenant: str, user_id: str, now: datetime) -> Accou
     return guard_store(lambda: store.live_account_token(tenant, user_id, KIND, now))
 
 
-def required_kinds(svc: LoginServices, tenant: str, user_id: str, now: datetime) -> tuple[str, ...]:
-    """The kinds the user must still enroll (empty: none)."""
-    live = _live(svc, tenant, user_id, now)
-    kinds = live.payload.get("kinds") if live is not None else None
+def kinds_in(payload: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The kinds a requirement's payload names (empty: none, or no requirement)."""
+    kinds = payload.get("kinds") if payload is not None else None
     return tuple(str(kind) for kind in kinds) if isinstance(kinds, list) else ()
 
 
-def hold(op: Operation, svc: LoginServices, tenant: str, user_id: str) -> WorkflowPending | None:
+def required_kinds(svc: LoginServices, tenant: str, user_id: str, now: datetime) -> tuple[str, ...]:
+    """The kinds the user must still enroll (empty: none)."""
+    live = _live(svc, tenant, user_id, now)
+    return kinds_in(live.payload if live is not None else None)
+
+
+def hold(
+    op: Operation, svc: LoginServices, tenant: str, user_id: str, *, known: tuple[str, ...] | None = None
+) -> WorkflowPending | None:
     """In a login step that just made the session Authenticated: hold it in the required
-    enrollment instead when the user has one (``None``: nothing required)."""
-    kinds = required_kinds(svc, tenant, user_id, op.now)
+    enrollment instead when the user has one (``None``: nothing required). ``known``: the
+    kinds ``begin_login`` read for this login in this request (no second read)."""
+    kinds = known if known is not None else required_kinds(svc, tenant, user_id, op.now)
     if not kinds:
         return None
     op.session.transition(lambda r: _held(r, kinds, op.now))

@@ -45,9 +45,9 @@ from flask_authflow.login.operation import (
     PHANTOM_PREFIX,
     LoginServices,
     Operation,
+    begin_read_for,
     guard_store,
     lockout_subject,
-    locks_read_for,
 )
 from flask_authflow.login.required_enrollment import hold
 from flask_authflow.login.throttling import refuse_if_throttled
@@ -187,7 +187,7 @@ def verify_factor(
 def _locked_before_check(op: Operation, svc: LoginServices, step: _Step) -> datetime | None:
     """An active lock on a level of the step's subject, read before an expensive check; no
     read when ``begin_login`` read them for this login in this request."""
-    if locks_read_for(op.session.record.flow):
+    if begin_read_for(op.session.record.flow) is not None:
         return None
     return svc.lockout.levels_locked_until(step.who.tenant, step.subject, op.ctx.client_ip, op.now)
 
@@ -249,6 +249,7 @@ def _locked(op: Operation, step: _Step, until: datetime, reason: str) -> Locked:
 def _passed(op: Operation, svc: LoginServices, step: _Step) -> FactorOutcome:
     """The step passed: the session moves on (its id rotates), written in the step's unit."""
     expected, who, now = step.expected, step.who, op.now
+    begun = begin_read_for(op.session.record.flow)  # before the flow ends with the step
     if step.first_step and (op.session.record.flow or {}).get(UNVERIFIED_KEY):
         try:  # a sign-up that has not confirmed its address yet: told so, nothing kept
             refuse_unverified(svc, who.tenant, who.user_id)
@@ -267,7 +268,8 @@ def _passed(op: Operation, svc: LoginServices, step: _Step) -> FactorOutcome:
     op.write_session = True  # with the credential it used up, or not at all
     op.signal("factor_verified", user_id=who.user_id, tenant=who.tenant, factor=expected)
     if not step.step_up and after.state is AuthState.AUTHENTICATED:  # a factor to set up again first?
-        if (held := hold(op, svc, who.tenant, who.user_id)) is not None:
+        known = begun.required if begun is not None else None
+        if (held := hold(op, svc, who.tenant, who.user_id, known=known)) is not None:
             return held
     if after.state is AuthState.AUTHENTICATED:
         op.audit("success", "step_up" if step.step_up else None)

@@ -464,7 +464,13 @@ class InMemoryBackend:
         return self.list_user_factors(tenant, user_id)
 
     def login_facts(
-        self, tenant: str, identifier: str, now: datetime, *, pairs: Sequence[str] = ()
+        self,
+        tenant: str,
+        identifier: str,
+        now: datetime,
+        *,
+        pairs: Sequence[str] = (),
+        token_kind: str | None = None,
     ) -> LoginFacts:
         """``find_user``, ``required_factors`` of that user and the latest lock on the
         identifier or its ``pairs``, read under one hold of the lock."""
@@ -474,7 +480,11 @@ class InMemoryBackend:
             kinds = self.required_factors(tenant, user.user_id) if user is not None else []
             ends = [self._active_lock(tenant, subject, now) for subject in (identifier, *pairs)]
             locked = [end for end in ends if end is not None]
-            return LoginFacts(user, kinds, max(locked) if locked else None)
+            token = None
+            if user is not None and token_kind is not None:
+                token = self.live_account_token(tenant, user.user_id, token_kind, now)
+            payload = token.payload if token is not None else None
+            return LoginFacts(user, kinds, max(locked) if locked else None, payload)
 
     def add_factor(self, tenant: str, config: FactorConfig) -> None:
         data = check_factor_config(config)
