@@ -226,6 +226,7 @@ class Operation:
         now: datetime | None = None,
         refuse_on: tuple[type[AuthFlowError], ...] = (),
         carried: Sequence[AuditRecord] = (),
+        carried_since: SessionSnapshot | None = None,
         **fields: Any,
     ) -> None:
         self.svc = svc
@@ -238,6 +239,9 @@ class Operation:
         #: Rows of an earlier step of this request whose writing was left to this one
         #: (``carried``): written first, with this step's, or with its refusal.
         self._carried = list(carried)
+        #: The session before the step that carried its rows here: put back if they are
+        #: not written (that step's change is undone with them).
+        self._carried_since = carried_since if carried else None
         self.rows: list[AuditRecord] = list(carried)
         #: Set by a step whose rows the next step of the request writes (see ``carried``).
         self.defer_rows_to: list[AuditRecord] | None = None
@@ -280,7 +284,8 @@ class Operation:
         self._drop()
         self.session.restore(self._snapshot)
         row = self.row(status, reason if reason is not None else error.code, **fields)
-        _write_refusal(self.svc, [*self._carried, row], error)
+        if _write_refusal(self.svc, [*self._carried, row], error):
+            self._carried_since = None
 
     def end_previous_login(self) -> None:
         """A new login on a logged-in session ends that login first: audited as a logout
@@ -350,6 +355,8 @@ class Operation:
                 self._drop()
         finally:
             self._release_reservation()
+            if self._carried_since is not None:  # the carried rows were not written
+                self.session.restore(self._carried_since)
 
     def _commit(self) -> None:
         written: Callable[[], None] | None = None
@@ -368,7 +375,8 @@ class Operation:
             self._drop()
             self.session.restore(self._snapshot)
             refused = replace(self.rows[-1], status="refused", reason=exc.code)
-            _write_refusal(self.svc, [*self._carried, refused], exc)
+            if _write_refusal(self.svc, [*self._carried, refused], exc):
+                self._carried_since = None
             raise
         except StoreUnavailable:
             self._drop()
@@ -381,6 +389,7 @@ class Operation:
                     log.warning("a failed credential check could not be counted: the attempt store failed")
             raise
         self._handed = None  # settled with the step's commit
+        self._carried_since = None  # the carried rows were written with it
         if written is not None:
             written()
         self.release()
@@ -437,11 +446,14 @@ class Operation:
                 pass
 
 
-def _write_refusal(svc: LoginServices, rows: Sequence[AuditRecord], error: AuthFlowError) -> None:
-    """Record a refused step if the sink still works. When the refusal is itself a store
-    failure, that error is the more useful one: it propagates, not the audit failure."""
+def _write_refusal(svc: LoginServices, rows: Sequence[AuditRecord], error: AuthFlowError) -> bool:
+    """Record a refused step if the sink still works (true: written). When the refusal is
+    itself a store failure, that error is the more useful one: it propagates, not the audit
+    failure."""
     try:
         write_rows(svc, rows)
     except AuditWriteError:
         if not isinstance(error, StoreUnavailable):
             raise
+        return False
+    return True

@@ -296,10 +296,13 @@ class AuthnRequest:
         ``credential``, in one request: the begin's audit rows are written in the password
         step's commit (one commit for the whole sign-in)."""
         rows: list[AuditRecord] = []
+        before = session.snapshot()
         begun = begin.begin_login(self.service, self.ctx, identifier, tenant, session, defer_rows_to=rows)
         if not (isinstance(begun, FactorRequired) and begun.kind is FactorKind.PASSWORD):
             return begun
-        return verify.verify_factor(self.service, self.ctx, credential, session, carried=rows)
+        return verify.verify_factor(
+            self.service, self.ctx, credential, session, carried=rows, carried_since=before
+        )
 
     def verify_factor(self, credential: FactorCredential, session: AuthSession) -> FactorOutcome:
         """Check the credential for the step the session waits for (credential first, then the session).

@@ -25,6 +25,7 @@ from flask_authflow.core.session import (
     AuthSession,
     AuthState,
     SessionRecord,
+    SessionSnapshot,
     begin_flow,
     clear_flow,
     fail_login,
@@ -134,6 +135,7 @@ def verify_factor(
     session: AuthSession,
     *,
     carried: Sequence[AuditRecord] = (),
+    carried_since: SessionSnapshot | None = None,
 ) -> FactorOutcome:
     """Check the credential for the step the session waits for (credential first, then the session).
 
@@ -141,12 +143,19 @@ def verify_factor(
     (``InvalidCredential``, audited ``unexpected_factor``), never a skip. A wrong credential
     ends the login at its first step (the password), and keeps it at a later step so the
     user can retry within the lockout policy; the session id rotates after each passed step.
-    ``carried``: the audit rows of this request's ``begin_login``, written with this step's.
+    ``carried``: the audit rows of this request's ``begin_login``, written with this step's
+    (``carried_since``: the session before it, put back when they cannot be written).
     """
     record = session.record
     if not record.pending_step:
         with Operation(
-            svc, ctx, session, "factor_verify", carried=carried, factor=credential.kind.value
+            svc,
+            ctx,
+            session,
+            "factor_verify",
+            carried=carried,
+            carried_since=carried_since,
+            factor=credential.kind.value,
         ) as op:
             op.count("login_attempts", "login_failures")
             op.audit("failure", "no_login_in_progress")
@@ -160,14 +169,16 @@ def verify_factor(
         "identifier": who.identifier,
         "factor": step.expected,
     }
-    with Operation(svc, ctx, session, "factor_verify", carried=carried, **fields) as op:
+    with Operation(
+        svc, ctx, session, "factor_verify", carried=carried, carried_since=carried_since, **fields
+    ) as op:
         if factor is not None:
             try:
                 factor.check_input(credential)
             except InvalidInput as exc:
                 op.refuse(exc, "error")
                 raise
-        refuse_if_throttled(op, svc, "factor")  # before the reservation and any Argon2
+        refuse_if_throttled(op, svc, "factor")  # before any check (no Argon2 for a throttled request)
         op.count("login_attempts")
         if factor is not None and factor.expensive:
             # Verify first, count after: Argon2 runs with no lock held, after a read of the
