@@ -83,7 +83,8 @@ user_deleted = authflow_signals.signal("user-deleted")
 
 # --- sent once the flow's one commit is done (the library's plumbing, not public) -----------
 
-_HELD: ContextVar[list[Callable[[], object]] | None] = ContextVar("authflow_held_signals", default=None)
+_Held = list[tuple[NamedSignal, object, dict[str, Any]]]
+_HELD: ContextVar[_Held | None] = ContextVar("authflow_held_signals", default=None)
 
 
 def send_after_commit(signal: NamedSignal, sender: object, **kwargs: Any) -> None:
@@ -93,22 +94,22 @@ def send_after_commit(signal: NamedSignal, sender: object, **kwargs: Any) -> Non
     if held is None:
         signal.send(sender, **kwargs)
     else:
-        held.append(lambda: signal.send(sender, **kwargs))
+        held.append((signal, sender, kwargs))
 
 
 @contextmanager
 def held_until_commit() -> Iterator[Callable[[], None]]:
     """Hold the signals sent with :func:`send_after_commit` in the block; the yielded
-    function sends them (call it once the block's writes are committed; an enclosing
-    block holds them in turn). Without the call they are dropped."""
-    held: list[Callable[[], object]] = []
+    function sends them (call it once the block's writes are committed, after the block:
+    an enclosing block holds them in turn). Without the call they are dropped."""
+    held: _Held = []
     token = _HELD.set(held)
 
     def release() -> None:
         sends = list(held)
         held.clear()
-        for send in sends:
-            send()
+        for signal, sender, kwargs in sends:
+            send_after_commit(signal, sender, **kwargs)
 
     try:
         yield release

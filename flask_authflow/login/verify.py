@@ -1,7 +1,7 @@
 """``verify_factor`` and ``challenge``: the factor steps of a login or a step-up.
 
 Every credential is verified first and counted after, in the step's one unit of work
-with its audit rows (see :mod:`flask_authflow.login.lockout`): a failure is counted and
+with its audit rows (see ``flask_authflow.login.lockout``): a failure is counted and
 answered only while every lockout level has room, so a burst of parallel guesses cannot
 learn more answers than the policy allows (the rest are answered ``Locked``). A one-time
 credential is used up in that same commit, or not at all: a parallel request that used it
