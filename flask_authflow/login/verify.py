@@ -148,18 +148,7 @@ def verify_factor(
     """
     record = session.record
     if not record.pending_step:
-        with Operation(
-            svc,
-            ctx,
-            session,
-            "factor_verify",
-            carried=carried,
-            carried_since=carried_since,
-            factor=credential.kind.value,
-        ) as op:
-            op.count("login_attempts", "login_failures")
-            op.audit("failure", "no_login_in_progress")
-        return InvalidCredential()
+        return _no_login(svc, ctx, credential, session, carried, carried_since)
     step = _Step.of(record, credential.kind.value)
     who = step.who
     factor = svc.factor(credential.kind) if step.in_step else None
@@ -193,6 +182,24 @@ def verify_factor(
         # the answer may be given (see _settle and _failed): one commit per step.
         checked, update = _check(op, svc, step, factor, credential)
         return _settle(op, svc, step, checked, update)
+
+
+def _no_login(
+    svc: LoginServices,
+    ctx: AuditContext,
+    credential: FactorCredential,
+    session: AuthSession,
+    carried: Sequence[AuditRecord],
+    carried_since: SessionSnapshot | None,
+) -> InvalidCredential:
+    """A credential for a session that waits for no step: refused and audited."""
+    kind = credential.kind.value
+    with Operation(
+        svc, ctx, session, "factor_verify", carried=carried, carried_since=carried_since, factor=kind
+    ) as op:
+        op.count("login_attempts", "login_failures")
+        op.audit("failure", "no_login_in_progress")
+    return InvalidCredential()
 
 
 def _locked_before_check(op: Operation, svc: LoginServices, step: _Step) -> datetime | None:
