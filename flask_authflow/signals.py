@@ -30,7 +30,12 @@ keyword arguments. Signals never carry secrets (no tokens, passwords or keys).
 
 from __future__ import annotations
 
-from blinker import Namespace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from blinker import NamedSignal, Namespace
 
 __all__ = [
     "authflow_signals",
@@ -74,3 +79,39 @@ password_reset = authflow_signals.signal("password-reset")
 email_changed = authflow_signals.signal("email-changed")
 user_created = authflow_signals.signal("user-created")
 user_deleted = authflow_signals.signal("user-deleted")
+
+
+# --- sent once the flow's one commit is done (the library's plumbing, not public) -----------
+
+_Held = list[tuple[NamedSignal, object, dict[str, Any]]]
+_HELD: ContextVar[_Held | None] = ContextVar("authflow_held_signals", default=None)
+
+
+def send_after_commit(signal: NamedSignal, sender: object, **kwargs: Any) -> None:
+    """Send ``signal`` now, or, inside :func:`held_until_commit`, once that block's commit
+    is done (never, if it is not)."""
+    held = _HELD.get()
+    if held is None:
+        signal.send(sender, **kwargs)
+    else:
+        held.append((signal, sender, kwargs))
+
+
+@contextmanager
+def held_until_commit() -> Iterator[Callable[[], None]]:
+    """Hold the signals sent with :func:`send_after_commit` in the block; the yielded
+    function sends them (call it once the block's writes are committed, after the block:
+    an enclosing block holds them in turn). Without the call they are dropped."""
+    held: _Held = []
+    token = _HELD.set(held)
+
+    def release() -> None:
+        sends = list(held)
+        held.clear()
+        for signal, sender, kwargs in sends:
+            send_after_commit(signal, sender, **kwargs)
+
+    try:
+        yield release
+    finally:
+        _HELD.reset(token)

@@ -7,17 +7,17 @@ sign-in page again, or 503), never a 500; that the step left nothing; that the s
 request sent again signs in.
 
 What "left nothing" means for a login step: no session was signed in, no success or
-failure was counted, no code was used up, no audit row of a success was kept. Three writes
-are by design not part of the step's transaction, and are left out of the comparison: the
-``login_begin`` row and the session of the step before (``POST /login`` runs two steps,
-each committing its own; a session left signed in is still caught), the ``error`` row that
-records the failure itself, and the lockout reservation, which commits before the
-credential is checked (parallel guesses must see it) and is given back when the settlement
-does not commit.
+failure was counted, no code was used up, no device recorded, no audit row kept. Left out
+of the comparison: the session of the step before (the TOTP step's password step; a
+session left signed in is still caught) and the rows that record the failure itself: its
+``error`` row and the ``login_begin`` row written with it (on success that row is in the
+step's one transaction, asserted below).
 
-Commits per request are asserted: the step's own writes (the settlement, its audit row
-and, on a SQL session store, the session) commit once; the begin step and the reservation
-commit before it; the device record and its row are the web layer's, after it.
+Commits per request are asserted: ONE. ``POST /login`` writes the begin's audit row, the
+password's settlement (verified first, counted after: no reservation commits before
+Argon2), its audit row, the device record and its row and, on a SQL session store, the
+session together; the TOTP step its reservation, settlement, the code used up, the device,
+the rows and the session.
 """
 
 from __future__ import annotations
@@ -41,8 +41,6 @@ from tests.test_views import csrf_of
 pytestmark = pytest.mark.authflow_stores("sql")
 
 PASSWORD = "a long enough passphrase 42"
-#: Written outside the step's own transaction (see the module docstring).
-OUTSIDE = frozenset({"authflow_attempt_reservations", "authflow_devices"})
 
 
 @dataclass
@@ -110,12 +108,11 @@ STEPS: dict[str, Callable[[Site], Act]] = {"password step": password_step, "TOTP
 
 
 def _outside_the_step(table: str, row: dict[str, Any]) -> bool:
-    if table in OUTSIDE:
-        return True
     if table == "authflow_sessions":  # the begin step's session; a signed-in one is the step's
         return row.get("state") != "authenticated"
     if table == "authflow_lockouts":  # an empty counter (the reservation's row lock) counts nothing
         return row.get("failures") == 0 and row.get("locked_until") is None
+    # The failure's own record: its ``error`` row and, written with it, the begin's row.
     return table == AUDIT_TABLE and (row.get("status") == "error" or row.get("event") == "login_begin")
 
 
@@ -155,46 +152,36 @@ def _write_of(trace: Trace, fault: Fault) -> int:
     return audits[fault.n - 1]
 
 
-def _settled_at(trace: Trace) -> int:
-    """The index of the step's last write: the session written in the settlement's unit."""
-    attempts = [n for n, write in enumerate(trace.writes, 1) if write.table == "authflow_attempts"]
-    return next(
-        n
-        for n, write in enumerate(trace.writes, 1)
-        if n > attempts[-1] and write.table == "authflow_sessions"
-    )
+@pytest.mark.parametrize("step", sorted(STEPS))
+def test_each_write_of_a_login_step_fails_alone(site: Site, step: str) -> None:
+    prepare = STEPS[step]
+    trace = _traced(site, prepare)
+    # Every write of the step, the device's included, in one transaction; after it only the
+    # web layer's save of the session again (the sign-in rotated its CSRF token).
+    step_writes, *later = trace.transactions
+    assert {"authflow_attempts", AUDIT_TABLE, "authflow_sessions", "authflow_devices"} <= step_writes
+    assert all(tables == {"authflow_sessions"} for tables in later), trace.transactions
+    committed = _step_writes(trace, len(later))
+    rows = []
+    for fault in trace.faults():
+        n = _write_of(trace, fault)
+        table = trace.writes[n - 1].table
+        check = _run_fault if n <= committed else _after_commit
+        rows.append((step, str(fault), table, check(site, prepare, fault)))
+    assert rows
+    print("\n".join(" | ".join(row) for row in rows))
+
+
+def _step_writes(trace: Trace, later: int) -> int:
+    """How many of the request's writes are the step's: all but the last ``later`` session saves."""
+    return len(trace.writes) - later
 
 
 def _after_commit(site: Site, prepare: Callable[[Site], Act], fault: Fault) -> str:
-    """A write of the web layer after the step committed (the device, its row, the session
-    saved again): the sign-in stands or the answer is typed, never a 500."""
+    """The web layer's save of the session after the step committed: the sign-in stands or
+    the answer is typed, never a 500."""
     act = prepare(site)
     with site.faults.inject(fault, site.app):
         status = act()
     assert status in ("signed in", "refused"), f"{fault}: {status}"
     return f"{status} (after the step's commit: web layer)"
-
-
-@pytest.mark.parametrize("step", sorted(STEPS))
-def test_each_write_of_a_login_step_fails_alone(site: Site, step: str) -> None:
-    prepare = STEPS[step]
-    trace = _traced(site, prepare)
-    # The step's own writes (the settlement, its audit row, the session) commit once; the
-    # reservation (which on PostgreSQL also creates the counter rows it locks) before it,
-    # the web layer's device record, its row and a later save of the session after it.
-    besides = OUTSIDE | {AUDIT_TABLE, "authflow_sessions", "authflow_lockouts"}
-    [settlement] = [tables for tables in trace.transactions if tables - besides]
-    assert {"authflow_attempts", AUDIT_TABLE, "authflow_sessions"} <= settlement, trace.transactions
-    committed = _settled_at(trace)
-    rows = []
-    for fault in trace.faults():
-        n = _write_of(trace, fault)
-        table = trace.writes[n - 1].table
-        if table in OUTSIDE and n <= committed:
-            continue  # the reservation: not the step's (see the docstring)
-        if n > committed:  # the web layer's writes after the step committed
-            rows.append((step, str(fault), table, _after_commit(site, prepare, fault)))
-        else:
-            rows.append((step, str(fault), table, _run_fault(site, prepare, fault)))
-    assert rows
-    print("\n".join(" | ".join(row) for row in rows))

@@ -1,10 +1,14 @@
-"""Lockout holds under parallel requests: an attempt is reserved before Argon2 runs.
+"""Lockout holds under parallel requests: verify first, then one conditional count.
 
-Before the fix the lock was checked before the verify and the failure counted after it,
-so a burst of N guesses got N verifications (50 parallel attempts at threshold 5: the
-correct password was accepted after 37 recorded failures). Now at most ``max_failures``
-credential checks can be in flight or counted in the window, on every store, across
-threads and across processes.
+Before the first fix the lock was checked before the verify and the failure counted after
+it, so a burst of N guesses got N verifications (50 parallel attempts at threshold 5: the
+correct password was accepted after 37 recorded failures). Then each attempt was reserved
+in a transaction of its own before Argon2 ran (three commits a login). Now Argon2 runs
+with no lock held and the settlement decides under the counters' locks, in the step's one
+transaction: a wrong guess is counted and answered only while every level has room, a
+right one only while no level is locked. However many run in parallel, at most
+``max_failures`` guesses are answered in the window, on every store, across threads and
+across processes; the others are answered ``Locked`` whatever they were.
 """
 
 from __future__ import annotations
@@ -42,13 +46,17 @@ class CountingHasher(PasswordHasher):
         super().__init__(time_cost=1, memory_cost=8, parallelism=1, max_concurrent=64)
         self.hold = hold
         self.gate: threading.Event | None = None
+        #: Holds the checks of one password (its bytes) until set.
+        self.gates: dict[bytes, threading.Event] = {}
         self.started = 0
         self._count_lock = threading.Lock()
 
     def _verify(self, hash: str, data: bytes) -> bool:
         with self._count_lock:
             self.started += 1
-        if self.gate is not None:
+        if data in self.gates:
+            self.gates[data].wait(10)
+        elif self.gate is not None:
             self.gate.wait(10)
         elif self.hold:
             time.sleep(self.hold)
@@ -101,34 +109,52 @@ def _service(backend: Any, hasher: PasswordHasher) -> tuple[AuthnService, MockCl
     ), clock
 
 
-def test_attempts_in_flight_hold_back_the_rest(backend_and_hasher: tuple[Any, CountingHasher]) -> None:
-    """Five guesses are held inside Argon2; every other attempt, the correct one too, is refused at once."""
+def _logged(backend: Any, subject: str, *, success: bool) -> int:
+    """Attempts logged on the account ``subject`` (its own level, not its pairs)."""
+    if isinstance(backend, InMemoryBackend):
+        return sum(1 for row in backend.attempt_log if (row.subject, row.success) == (subject, success))
+    return int(backend.attempt_count("acme", subject, success=success))
+
+
+def _counted(backend: Any) -> int:
+    """Wrong guesses counted (and so answered) on the account."""
+    return _logged(backend, "alice", success=False)
+
+
+def test_guesses_checked_together_are_answered_only_within_the_limit(
+    backend_and_hasher: tuple[Any, CountingHasher],
+) -> None:
+    """Ten wrong guesses and the right one all run Argon2 together (no lock is held while
+    they do); the wrong ones settle first: four are answered "invalid", the fifth sets the
+    lock, the rest are answered "locked" uncounted, and the right one, settled last, too."""
     backend, hasher = backend_and_hasher
     service, clock = _service(backend, hasher)
-    hasher.gate = threading.Event()
-    with ThreadPoolExecutor(max_workers=THRESHOLD) as pool:
-        held = [pool.submit(attempt, service, clock, f"wrong-{i}") for i in range(THRESHOLD)]
+    wrong = threading.Event()
+    right = threading.Event()
+    hasher.gates = {f"wrong-{i}".encode(): wrong for i in range(10)}
+    hasher.gates[RIGHT.encode()] = right
+    with ThreadPoolExecutor(max_workers=11) as pool:
+        guesses = [pool.submit(attempt, service, clock, f"wrong-{i}") for i in range(10)]
+        correct = pool.submit(attempt, service, clock, RIGHT)
         deadline = time.monotonic() + 10
-        while hasher.started < THRESHOLD and time.monotonic() < deadline:
+        while hasher.started < 11 and time.monotonic() < deadline:
             time.sleep(0.005)
-        assert hasher.started == THRESHOLD
-        # The rest arrive while five checks are in flight: refused without running Argon2.
-        correct_during = attempt(service, clock, RIGHT)
-        others = [attempt(service, clock, f"late-{i}") for i in range(ATTEMPTS - THRESHOLD - 1)]
-        assert isinstance(correct_during, Locked)
-        assert all(isinstance(outcome, Locked) for outcome in others)
-        assert hasher.started == THRESHOLD
-        hasher.gate.set()
-        results = [future.result(timeout=20) for future in held]
-    # The five held guesses fail; the last one reaching the threshold sets the lock.
-    assert sum(isinstance(r, Locked) for r in results) == 1
+        assert hasher.started == 11  # nothing held any of them back before Argon2
+        wrong.set()
+        results = [future.result(timeout=20) for future in guesses]
+        right.set()
+        outcome = correct.result(timeout=20)
     assert sum(isinstance(r, InvalidCredential) for r in results) == THRESHOLD - 1
-    hasher.gate = None
+    assert sum(isinstance(r, Locked) for r in results) == 10 - (THRESHOLD - 1)
+    assert _counted(backend) == THRESHOLD
+    assert isinstance(outcome, Locked)  # the lock set while it ran wins
+    assert _logged(backend, "alice", success=True) == 0
+    hasher.gates = {}
     assert isinstance(attempt(service, clock, RIGHT), Locked)
-    assert hasher.started == THRESHOLD  # the correct password never reached Argon2 while locked
+    assert hasher.started == 11  # the correct password never reached Argon2 while locked
 
 
-def test_fifty_parallel_guesses_run_at_most_five_verifications(
+def test_fifty_parallel_guesses_are_answered_at_most_five_times(
     backend_and_hasher: tuple[Any, CountingHasher],
 ) -> None:
     backend, hasher = backend_and_hasher
@@ -142,11 +168,13 @@ def test_fifty_parallel_guesses_run_at_most_five_verifications(
 
     with ThreadPoolExecutor(max_workers=ATTEMPTS) as pool:
         outcomes = list(pool.map(one, range(ATTEMPTS)))
-    assert hasher.started <= THRESHOLD
-    assert sum(not isinstance(o, Locked) for o in outcomes) <= THRESHOLD
+    assert sum(isinstance(o, InvalidCredential) for o in outcomes) == THRESHOLD - 1
+    assert sum(isinstance(o, Locked) for o in outcomes) == ATTEMPTS - THRESHOLD + 1
+    assert _counted(backend) == THRESHOLD
     hasher.hold = 0.0
+    before = hasher.started
     assert isinstance(attempt(service, clock, RIGHT), Locked)
-    assert hasher.started <= THRESHOLD
+    assert hasher.started == before
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql"])
@@ -187,7 +215,7 @@ def test_a_lock_set_while_the_correct_password_is_checked_wins(
     assert isinstance(outcome, Locked)
     assert any(r.reason == "locked_during_check" for r in backend.audit_rows)
     if kind != "memory":
-        assert backend.attempt_count("acme", "alice", success=True) == 0
+        assert _logged(backend, "alice", success=True) == 0
         assert backend.failure_count(AttemptKey("acme", "alice", "password")) == 1
         assert reservations_held(backend) == 0
         backend.close()
@@ -240,7 +268,7 @@ def _process_burst(url: str, count: int, start: Any, verifications: Any) -> None
 
 @pytest.mark.postgres
 @pytest.mark.multiprocess
-def test_several_processes_on_postgresql_run_at_most_five_verifications(postgres_server: Any) -> None:
+def test_several_processes_on_postgresql_count_exactly_five_guesses(postgres_server: Any) -> None:
     url = postgres_server.new_database()
     clock = MockClock()
     setup = SqlAlchemyBackend(url, hasher=CountingHasher(), clock=clock)
@@ -258,7 +286,8 @@ def test_several_processes_on_postgresql_run_at_most_five_verifications(postgres
     for process in processes:
         process.join(60)
         assert process.exitcode == 0
-    assert 1 <= verifications.value <= THRESHOLD
+    assert verifications.value >= THRESHOLD
+    assert _counted(setup) == THRESHOLD  # of fifty guesses from five processes
     hasher = CountingHasher()
     checker = SqlAlchemyBackend(url, hasher=hasher, clock=clock)
     service, clock = _service(checker, hasher)
@@ -289,26 +318,26 @@ def test_fifty_parallel_with_the_correct_password_among_them(
         outcomes = list(pool.map(one, passwords))
     assert sum(isinstance(o, Authenticated) for o in outcomes) <= 1
     if isinstance(outcomes[ATTEMPTS // 2], Authenticated):
-        # A real login resets the failure count, so guesses arriving after it may be
-        # checked again; until it, at most five checks ran together.
+        # Settled before the fifth counted failure: one of the five answered guesses. A
+        # real login resets the failure count, so guesses settled after it count again.
+        assert _logged(backend, "alice", success=True) == 1
         return
-    assert hasher.started <= THRESHOLD
-    if not isinstance(outcomes[ATTEMPTS // 2], Authenticated):
-        # Refused because five wrong guesses held every slot (or locked it while it ran):
-        # those five were counted, so the account is locked and stays locked.
-        assert isinstance(outcomes[ATTEMPTS // 2], (Locked, StoreBusy))
-        if isinstance(outcomes[ATTEMPTS // 2], StoreBusy):
-            return  # refused before its check: nothing more to say about it
-        hasher.hold = 0.0
-        before = hasher.started
-        assert isinstance(attempt(service, clock, RIGHT), Locked)
-        assert hasher.started == before
+    # Settled after the fifth wrong guess locked the account (or refused by a busy store):
+    # exactly five were counted, and the account stays locked.
+    assert isinstance(outcomes[ATTEMPTS // 2], (Locked, StoreBusy))
+    assert sum(isinstance(o, InvalidCredential) for o in outcomes) == THRESHOLD - 1
+    assert _counted(backend) == THRESHOLD
+    hasher.hold = 0.0
+    before = hasher.started
+    assert isinstance(attempt(service, clock, RIGHT), Locked)
+    assert hasher.started == before
 
 
-def test_an_unknown_identifier_is_reserved_and_locked_the_same_way(
+def test_an_unknown_identifier_is_counted_and_locked_the_same_way(
     backend_and_hasher: tuple[Any, CountingHasher],
 ) -> None:
-    """No oracle: parallel guesses on an identifier with no account run the same bounded checks."""
+    """No oracle: parallel guesses on an identifier with no account are counted and answered
+    exactly as on a real one."""
     backend, hasher = backend_and_hasher
     service, clock = _service(backend, hasher)
     hasher.hold = 0.02
@@ -326,9 +355,10 @@ def test_an_unknown_identifier_is_reserved_and_locked_the_same_way(
 
     with ThreadPoolExecutor(max_workers=ATTEMPTS) as pool:
         outcomes = list(pool.map(one, range(ATTEMPTS)))
-    assert 1 <= hasher.started <= THRESHOLD  # the dummy hash is verified, as for a real account
-    assert sum(isinstance(o, Locked) for o in outcomes) >= ATTEMPTS - THRESHOLD
-    assert not any(isinstance(o, Authenticated) for o in outcomes)
+    assert hasher.started >= THRESHOLD  # the dummy hash is verified, as for a real account
+    assert sum(isinstance(o, InvalidCredential) for o in outcomes) == THRESHOLD - 1
+    assert sum(isinstance(o, Locked) for o in outcomes) == ATTEMPTS - THRESHOLD + 1
+    assert _logged(backend, "mallory", success=False) == THRESHOLD
 
 
 def test_the_store_down_at_reservation_refuses_without_argon2() -> None:

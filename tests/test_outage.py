@@ -412,12 +412,12 @@ def test_a_credential_checks_attempt_and_audit_rows_commit_in_one_transaction(da
         event.listen(backend.engine, "commit", lambda conn: commits.append("commit"))
         outcome, _session = login_once(service, "wrong password", commits)
         assert isinstance(outcome, InvalidCredential)
-        # The check: the reservation (host, network and account levels in one transaction),
-        # then the failure with its attempt and audit rows in one.
-        assert len(commits) == 2
+        # The check runs first (no reservation commits before it); the failure, admitted on
+        # the host, network and account levels, commits once with its attempt and audit rows.
+        assert len(commits) == 1
         outcome, _session = login_once(service, PASSWORD, commits)
         assert isinstance(outcome, Authenticated)
-        assert len(commits) == 2
+        assert len(commits) == 1
         rows = [(r.event, r.status) for r in backend.audit_rows]
         assert rows.count(("factor_verify", "failure")) == rows.count(("factor_verify", "success")) == 1
         assert backend.attempt_count("default", "alice", success=False) == 1

@@ -141,7 +141,7 @@ class AppUserHooks:
             account = make_account()
         else:
             account = self._run(store, make_account, hook, source, claims or {})
-        signals.user_created.send(self._sender, user=account, source=source)
+        signals.send_after_commit(signals.user_created, self._sender, user=account, source=source)
         return account
 
     def _run(

@@ -163,10 +163,10 @@ class Factor(Protocol):
     Besides its methods, every factor declares three plain attributes, which the service
     and the ready views read as they are:
 
-    * ``expensive``: ``True`` when a check costs real work (a password hash). The attempt's
-      reservation then commits on its own before the check, so no database lock is held
-      while it runs. ``False`` for a cheap check (a code, a signature): reservation, check,
-      single-use update and settlement share one unit of work (one commit per step).
+    * ``expensive``: ``True`` when a check costs real work (a password hash): it runs before
+      the step's unit of work opens (after a read of the locks), so no database lock is
+      held while it runs. ``False`` for a cheap check (a code, a signature): it runs inside
+      the unit. Either way the check, single-use update and settlement commit once.
     * ``challenge_on_request``: ``True`` when ``challenge`` has a side effect (it sends an
       e-mail or a text): the factor is challenged on entering a step only when it is the
       step's only kind, otherwise when the user asks ("send me a code").

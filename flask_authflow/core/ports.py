@@ -353,6 +353,18 @@ class AttemptStore(Protocol):
         are those of one check: one tenant and factor, distinct subjects."""
         ...
 
+    def admit_attempts(
+        self, levels: Sequence[AttemptLevel], *, now: datetime, window: timedelta, lock_duration: timedelta
+    ) -> datetime | None:
+        """Whether a check that ran **without** a reservation (verify first, count after) may
+        be counted on every level: ``None`` when each has room, decided as
+        :meth:`reserve_attempts` decides (no active lock, fewer counted failures and
+        reservations in flight than its ``max_failures``), else the end of the first lock met
+        in the order of ``levels``. Nothing is written. In the open unit of work it takes the
+        levels' counter locks in their order (SQLite: the database write lock), held to the
+        unit's end, so the failure the unit counts next is decided and written atomically."""
+        ...
+
     def release_attempts(self, keys: Sequence[AttemptKey], token: str) -> None:
         """Give back the reservation of :meth:`reserve_attempts` on ``keys`` (its levels, in order)."""
         ...
@@ -423,8 +435,12 @@ class LoginFacts:
     user: UserRecord | None
     #: ``required_factors`` of that user; empty without one.
     kinds: list[FactorKind]
-    #: ``locked_until`` of the identifier (as a lockout subject), or ``None``.
+    #: The latest active lock on the identifier (as a lockout subject) or on one of the
+    #: ``pairs`` asked for, or ``None``.
     locked_until: datetime | None
+    #: The payload of the user's newest live account token of the ``token_kind`` asked
+    #: for (a required enrollment), or ``None``.
+    token_payload: Mapping[str, Any] | None = None
 
 
 class UnitOfWork(Protocol):
@@ -475,11 +491,22 @@ class LoginStore(IdentityStore, FactorRecordStore, AttemptStore, AuditSink, Prot
     rows in one store, with one unit of work across them (``InMemoryBackend``,
     ``SqlAlchemyBackend``)."""
 
-    def login_facts(self, tenant: str, identifier: str, now: datetime) -> LoginFacts:
+    def login_facts(
+        self,
+        tenant: str,
+        identifier: str,
+        now: datetime,
+        *,
+        pairs: Sequence[str] = (),
+        token_kind: str | None = None,
+    ) -> LoginFacts:
         """What ``begin_login`` decides on, in one read: the user of ``identifier`` in
         ``tenant`` (as ``find_user``), their confirmed factor kinds (as
-        ``required_factors``; empty without a user) and the active lock on ``identifier``
-        (as ``locked_until``). A phantom login makes the same read as a real one."""
+        ``required_factors``; empty without a user) and the latest active lock on
+        ``identifier`` or on any of the lockout subjects ``pairs`` (the identifier with the
+        client's host and network; as ``locked_until_any``) and, with ``token_kind``, the
+        payload of the user's live account token of that kind (as ``live_account_token``).
+        A phantom login makes the same read as a real one."""
         ...
 
     def begin_unit(self) -> UnitOfWork:

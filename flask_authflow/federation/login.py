@@ -329,6 +329,8 @@ class FederationService:
         snapshot = session.snapshot()
         transaction = self._app_transaction()
         with ExitStack() as app:
+            # login_succeeded, user_created, ...: sent once the commit is done, or never.
+            release = app.enter_context(signals.held_until_commit())
             if transaction is not None and transaction.pending():
                 app.enter_context(transaction.savepoint())
             elif transaction is not None and not transaction.owned():
@@ -349,6 +351,7 @@ class FederationService:
                 raise
         if written is not None:
             written()
+        release()
 
     def _open_unit(self) -> UnitOfWork | None:
         """The backend's unit of work, or ``None`` (none, or one already open in this

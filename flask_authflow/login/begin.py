@@ -6,7 +6,8 @@ through the same steps as a real account: ``begin_login`` answers
 that can never authenticate; ``verify_factor`` then spends one Argon2 verify on a dummy
 hash and answers ``InvalidCredential``. Outcomes, store round trips (one
 :meth:`~flask_authflow.core.ports.LoginStore.login_facts` read whether the user exists or
-not), lockout and timing match those of a wrong password.
+not, the locks of the account and of this address's pairs included), lockout and timing
+match those of a wrong password.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from flask_authflow.audit.context import AuditContext
+from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.core.identifiers import check_tenant, normalise_identifier
 from flask_authflow.core.ports import LoginFacts
 from flask_authflow.core.session import (
@@ -32,7 +34,10 @@ from flask_authflow.login.operation import (
     Operation,
     guard_store,
     new_transaction,
+    note_begin_read,
 )
+from flask_authflow.login.required_enrollment import KIND as REQUIRED_KIND
+from flask_authflow.login.required_enrollment import kinds_in
 from flask_authflow.login.throttling import refuse_if_throttled
 from flask_authflow.login.verification import UNVERIFIED_KEY
 from flask_authflow.outcomes import FactorKind, FactorRequired, Locked, LoginOutcome
@@ -41,9 +46,18 @@ __all__ = ["begin_login"]
 
 
 def begin_login(
-    svc: LoginServices, ctx: AuditContext, identifier: str, tenant: str, session: AuthSession
+    svc: LoginServices,
+    ctx: AuditContext,
+    identifier: str,
+    tenant: str,
+    session: AuthSession,
+    *,
+    defer_rows_to: list[AuditRecord] | None = None,
 ) -> LoginOutcome:
-    """Start a login for ``identifier`` in ``tenant`` (see the module docstring)."""
+    """Start a login for ``identifier`` in ``tenant`` (see the module docstring).
+
+    ``defer_rows_to``: when the password is asked, the audit rows go there instead of
+    being written: the password step of the same request writes them in its own commit."""
     try:
         ident = normalise_identifier(identifier)
         tenant = check_tenant(tenant)
@@ -54,13 +68,15 @@ def begin_login(
         refuse_if_throttled(op, svc, "login")
         if session.state in (AuthState.AUTHENTICATED, AuthState.PENDING_WORKFLOW):
             op.end_previous_login()
-        facts = guard_store(lambda: svc.store.login_facts(tenant, ident, op.now))
+        # The user, their factors and the locks: the account's, and this address's own on
+        # the identifier (its host and network; others may still log in), in one read.
+        pairs = svc.lockout.pairs(ident, op.ctx.client_ip)
+        facts = guard_store(
+            lambda: svc.store.login_facts(tenant, ident, op.now, pairs=pairs, token_kind=REQUIRED_KIND)
+        )
         if facts.locked_until is not None:
             return _locked(op, facts, facts.locked_until)
-        # This address's own lock on the identifier (others may still log in).
-        pair = guard_store(lambda: svc.lockout.pair_locked_until(tenant, ident, op.ctx.client_ip, op.now))
-        if pair is not None:
-            return _locked(op, facts, pair)
+        op.defer_rows_to = defer_rows_to
         return _start(op, svc, facts)
 
 
@@ -95,6 +111,8 @@ def _start(op: Operation, svc: LoginServices, facts: LoginFacts) -> FactorRequir
             start_login(r, tenant=tenant, user_id=subject_id, factors=steps, now=op.now), flow
         )
     )
+    required = kinds_in(facts.token_payload) if usable else ()
+    note_begin_read(flow, required)
     reason = None if usable else ("disabled" if user is not None else "unknown_identifier")
     if usable and user is not None and subject_id != user.user_id:
         reason = "no_password"

@@ -26,12 +26,20 @@ Failures are counted in the attempt store at three levels, each per factor:
   ``max_lock_duration``: the stronger measure is an administrator's (``flask authflow
   users unlock``) or a password reset.
 
-The three counters are reserved before a credential is checked (host, network, then the
-account), so a burst of parallel guesses from one host buys at most ``max_failures``
-checks. An identifier that matches no account is counted and locked exactly like one that
-does, so the lock cannot be used to learn which accounts exist. Any store failure
-propagates as :class:`~flask_authflow.errors.StoreUnavailable` and the attempt is refused
-(fail closed): an unreachable counter must not mean unlimited guesses.
+A credential is **verified first and counted after**: the begin's read refuses a locked
+subject before any check; the check (Argon2 for a password) runs with no lock held; then
+the step's one transaction settles it under the counters' locks, taken in the levels' order
+(host, network, account; on SQLite the database write lock): a wrong guess is counted, and
+answered, only while every level has room (:meth:`Lockout.admit`, then
+:meth:`Lockout.failure`), a right one only while no level is locked
+(:meth:`Lockout.success_unless_locked`). A guess past the limit is answered "locked",
+whatever it was, so a burst of parallel guesses from one host learns at most
+``max_failures`` answers; the extra Argon2 work it causes is the throttle's to bound.
+(Reservations, :meth:`Lockout.reserve`, remain for the passkey sign-in.) An identifier
+that matches no account is counted and locked exactly like one that does, so the lock
+cannot be used to learn which accounts exist. Any store failure propagates as
+:class:`~flask_authflow.errors.StoreUnavailable` and the attempt is refused (fail
+closed): an unreachable counter must not mean unlimited guesses.
 """
 
 from __future__ import annotations
@@ -187,13 +195,17 @@ class Lockout:
         except Exception as exc:
             raise _guard(exc) from exc
 
+    @staticmethod
+    def pairs(subject: str, client_ip: str | None) -> list[str]:
+        """The subjects of (``subject``, the client's host) and (``subject``, its network)."""
+        return [pair_subject(subject, client_ip), network_subject(subject, client_ip)]
+
     def pair_locked_until(
         self, tenant: str, subject: str, client_ip: str | None, now: datetime
     ) -> datetime | None:
         """The end of an active lock on (``subject``, the client's host or network), or ``None``."""
-        pairs = [pair_subject(subject, client_ip), network_subject(subject, client_ip)]
         try:
-            return self.store.locked_until_any(tenant, pairs, now)
+            return self.store.locked_until_any(tenant, self.pairs(subject, client_ip), now)
         except Exception as exc:
             raise _guard(exc) from exc
 
@@ -205,6 +217,40 @@ class Lockout:
             AttemptKey(tenant, subject, factor),
         ]
 
+    def levels_locked_until(
+        self, tenant: str, subject: str, client_ip: str | None, now: datetime
+    ) -> datetime | None:
+        """The end of an active lock on the account, (account, host) or (account, network), in
+        one read (a check that would be refused anyway is not run)."""
+        subjects = [*self.pairs(subject, client_ip), subject]
+        try:
+            return self.store.locked_until_any(tenant, subjects, now)
+        except Exception as exc:
+            raise _guard(exc) from exc
+
+    def _thresholds(self, keys: list[AttemptKey]) -> list[AttemptLevel]:
+        policy = self.policy
+        thresholds = (policy.max_failures, policy.network_threshold, policy.account_threshold)
+        return [AttemptLevel(key, threshold) for key, threshold in zip(keys, thresholds, strict=True)]
+
+    def admit(
+        self, tenant: str, subject: str, factor: str, now: datetime, client_ip: str | None = None
+    ) -> datetime | None:
+        """Whether a failed check that ran without a reservation may be counted (and so
+        revealed): ``None`` when every level has room, else the end of the lock that refuses
+        it. Called in the step's unit of work, right before :meth:`failure`, it holds the
+        levels' counter locks (host, network, account) until the unit ends (see
+        :meth:`AttemptStore.admit_attempts`): however many guesses ran in parallel, only as
+        many as the levels have room for are counted and answered; the others are "locked"."""
+        levels = self._thresholds(self._levels(tenant, subject, factor, client_ip))
+        policy = self.policy
+        try:
+            return self.store.admit_attempts(
+                levels, now=now, window=policy.window, lock_duration=policy.lock_duration
+            )
+        except Exception as exc:
+            raise _guard(exc) from exc
+
     def reserve(
         self, tenant: str, subject: str, factor: str, now: datetime, client_ip: str | None = None
     ) -> Reservation:
@@ -212,9 +258,7 @@ class Lockout:
         (account, network) pair and the account, in one step of the store (see
         :meth:`AttemptStore.reserve_attempts`): refused when any is locked or has no room left."""
         policy = self.policy
-        thresholds = (policy.max_failures, policy.network_threshold, policy.account_threshold)
-        keys = self._levels(tenant, subject, factor, client_ip)
-        levels = [AttemptLevel(key, threshold) for key, threshold in zip(keys, thresholds, strict=True)]
+        levels = self._thresholds(self._levels(tenant, subject, factor, client_ip))
         try:
             got = self.store.reserve_attempts(
                 levels, now=now, window=policy.window, lock_duration=policy.lock_duration

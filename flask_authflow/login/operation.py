@@ -27,12 +27,12 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from flask import current_app, has_app_context
+from flask import current_app, g, has_app_context
 
 from flask_authflow import signals
 from flask_authflow.audit.context import AuditContext
@@ -52,12 +52,15 @@ __all__ = [
     "PHANTOM_PREFIX",
     "STEP_UP_KEY",
     "TRANSACTION_KEY",
+    "BeginRead",
     "LoginServices",
     "Operation",
     "SessionWriter",
+    "begin_read_for",
     "guard_store",
     "lockout_subject",
     "new_transaction",
+    "note_begin_read",
     "record_event",
 ]
 
@@ -111,6 +114,8 @@ class LoginServices(Protocol):
     def device_trusted(self) -> Callable[[str, str, str, datetime], bool] | None: ...
     @property
     def mfa_requirement(self) -> MfaRequirement | None: ...
+    @property
+    def on_sign_in(self) -> Callable[[str, str], None] | None: ...
     def phantom_user_id(self, tenant: str, identifier: str) -> str: ...
 
     def factor(self, kind: FactorKind) -> Factor | None: ...
@@ -135,6 +140,33 @@ def lockout_subject(flow: Mapping[str, Any], user_id: str) -> str:
     identifier, or the user id when the flow has none."""
     identifier = flow.get(LOGIN_IDENTIFIER_KEY)
     return identifier if isinstance(identifier, str) else f"user:{user_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class BeginRead:
+    """What ``begin_login`` read for a login in this request, so that its password step in
+    the same request does not read it again: the locks of the subject (account, host,
+    network; none was active) and the kinds the user must enroll (empty: none)."""
+
+    transaction: str
+    required: tuple[str, ...]
+
+
+def note_begin_read(flow: Mapping[str, Any], required: tuple[str, ...]) -> None:
+    """``begin_login`` read the locks and the required enrollment of the login ``flow``."""
+    transaction = flow.get(TRANSACTION_KEY)
+    if has_app_context() and isinstance(transaction, str):
+        g.authflow_begin_read = BeginRead(transaction, required)
+
+
+def begin_read_for(flow: Mapping[str, Any] | None) -> BeginRead | None:
+    """What ``begin_login`` read for the login ``flow`` in this request, or ``None``."""
+    if not has_app_context() or flow is None:
+        return None
+    read = g.get("authflow_begin_read")
+    if isinstance(read, BeginRead) and read.transaction == flow.get(TRANSACTION_KEY):
+        return read
+    return None
 
 
 def new_transaction() -> str:
@@ -196,6 +228,8 @@ class Operation:
         *,
         now: datetime | None = None,
         refuse_on: tuple[type[AuthFlowError], ...] = (),
+        carried: Sequence[AuditRecord] = (),
+        carried_since: SessionSnapshot | None = None,
         **fields: Any,
     ) -> None:
         self.svc = svc
@@ -205,7 +239,15 @@ class Operation:
         self.now = now if now is not None else svc.clock.now()
         self.fields = fields
         self.refuse_on = refuse_on
-        self.rows: list[AuditRecord] = []
+        #: Rows of an earlier step of this request whose writing was left to this one
+        #: (``carried``): written first, with this step's, or with its refusal.
+        self._carried = list(carried)
+        #: The session before the step that carried its rows here: put back if they are
+        #: not written (that step's change is undone with them).
+        self._carried_since = carried_since if carried else None
+        self.rows: list[AuditRecord] = list(carried)
+        #: Set by a step whose rows the next step of the request writes (see ``carried``).
+        self.defer_rows_to: list[AuditRecord] | None = None
         self.signals: list[tuple[str, dict[str, Any]]] = []
         self.counters: list[str] = []
         #: The step passed: its session is written in its unit of work (``session_writer``).
@@ -245,7 +287,8 @@ class Operation:
         self._drop()
         self.session.restore(self._snapshot)
         row = self.row(status, reason if reason is not None else error.code, **fields)
-        _write_refusal(self.svc, row, error)
+        if _write_refusal(self.svc, [*self._carried, row], error):
+            self._carried_since = None
 
     def end_previous_login(self) -> None:
         """A new login on a logged-in session ends that login first: audited as a logout
@@ -272,6 +315,10 @@ class Operation:
                 self._unit = self.svc.store.begin_unit()
             except RuntimeError:
                 return
+
+    def discard_writes(self) -> None:
+        """Drop what the step's unit wrote so far (its rows are written on their own)."""
+        self._drop()
 
     def reserve(self, tenant: str, subject: str, factor: str) -> datetime | None:
         """Reserve one credential check; ``None`` when granted, else the end of the lock."""
@@ -311,12 +358,18 @@ class Operation:
                 self._drop()
         finally:
             self._release_reservation()
+            if self._carried_since is not None:  # the carried rows were not written
+                self.session.restore(self._carried_since)
 
     def _commit(self) -> None:
         written: Callable[[], None] | None = None
         unit = self._unit
         try:
-            write_rows(self.svc, self.rows)
+            self._record_sign_ins()
+            if self.defer_rows_to is not None and unit is None:
+                self.defer_rows_to.extend(self.rows)  # the request's next step writes them
+            else:
+                write_rows(self.svc, self.rows)
             if unit is not None:
                 written = self._write_session(unit)
                 self._unit = None
@@ -324,7 +377,9 @@ class Operation:
         except LoginNotStarted as exc:  # the session was revoked meanwhile: nothing is kept
             self._drop()
             self.session.restore(self._snapshot)
-            _write_refusal(self.svc, replace(self.rows[-1], status="refused", reason=exc.code), exc)
+            refused = replace(self.rows[-1], status="refused", reason=exc.code)
+            if _write_refusal(self.svc, [*self._carried, refused], exc):
+                self._carried_since = None
             raise
         except StoreUnavailable:
             self._drop()
@@ -337,9 +392,20 @@ class Operation:
                     log.warning("a failed credential check could not be counted: the attempt store failed")
             raise
         self._handed = None  # settled with the step's commit
+        self._carried_since = None  # the carried rows were written with it
         if written is not None:
             written()
         self.release()
+
+    def _record_sign_ins(self) -> None:
+        """Run ``on_sign_in`` (the device record) for each sign-in of the step, in its unit of
+        work (or the one it joined), before the commit: kept with the sign-in or not at all."""
+        hook = self.svc.on_sign_in
+        if hook is None:
+            return
+        for name, kwargs in self.signals:
+            if name == "login_succeeded" and not kwargs.get("step_up"):
+                hook(kwargs["tenant"], kwargs["user_id"])
 
     def _write_session(self, unit: UnitOfWork) -> Callable[[], None] | None:
         """Write the session of a passed step in ``unit``.
@@ -362,7 +428,7 @@ class Operation:
             app = _sender()
             sender = app if app is not None else self.svc
             for name, kwargs in self.signals:
-                getattr(signals, name).send(sender, **kwargs)
+                signals.send_after_commit(getattr(signals, name), sender, **kwargs)
 
     def _drop(self) -> None:
         unit, self._unit = self._unit, None
@@ -383,11 +449,14 @@ class Operation:
                 pass
 
 
-def _write_refusal(svc: LoginServices, row: AuditRecord, error: AuthFlowError) -> None:
-    """Record a refused step if the sink still works. When the refusal is itself a store
-    failure, that error is the more useful one: it propagates, not the audit failure."""
+def _write_refusal(svc: LoginServices, rows: Sequence[AuditRecord], error: AuthFlowError) -> bool:
+    """Record a refused step if the sink still works (true: written). When the refusal is
+    itself a store failure, that error is the more useful one: it propagates, not the audit
+    failure."""
     try:
-        write_rows(svc, [row])
+        write_rows(svc, rows)
     except AuditWriteError:
         if not isinstance(error, StoreUnavailable):
             raise
+        return False
+    return True

@@ -253,7 +253,7 @@ class PasswordFactor:
     an Argon2id hash in the same unit of work."""
 
     __slots__ = ("hasher", "legacy", "store")
-    #: An Argon2 verify: the attempt's reservation commits before it, so no lock is held.
+    #: An Argon2 verify: it runs before the step's unit of work opens, so no lock is held.
     expensive = True
     challenge_on_request = False
     digits = None

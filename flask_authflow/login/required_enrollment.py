@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from flask_authflow.core.ports import AccountToken, AccountTokenStore
 from flask_authflow.core.session import (
@@ -42,7 +42,17 @@ from flask_authflow.login.mfa_policy import missing_kinds
 from flask_authflow.login.operation import LoginServices, Operation, guard_store
 from flask_authflow.outcomes import FactorKind, WorkflowPending
 
-__all__ = ["HOLD", "KIND", "enrolled", "enrolling_user", "hold", "pending_kinds", "require", "required_kinds"]
+__all__ = [
+    "HOLD",
+    "KIND",
+    "enrolled",
+    "enrolling_user",
+    "hold",
+    "kinds_in",
+    "pending_kinds",
+    "require",
+    "required_kinds",
+]
 
 #: The account-token kind of a requirement, and the workflow kind of a held session.
 KIND: Final = "required_enrollment"
@@ -89,11 +99,16 @@ def _live(svc: LoginServices, tenant: str, user_id: str, now: datetime) -> Accou
     return guard_store(lambda: store.live_account_token(tenant, user_id, KIND, now))
 
 
+def kinds_in(payload: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The kinds a requirement's payload names (empty: none, or no requirement)."""
+    kinds = payload.get("kinds") if payload is not None else None
+    return tuple(str(kind) for kind in kinds) if isinstance(kinds, list) else ()
+
+
 def required_kinds(svc: LoginServices, tenant: str, user_id: str, now: datetime) -> tuple[str, ...]:
     """The kinds the user must still enroll (empty: none)."""
     live = _live(svc, tenant, user_id, now)
-    kinds = live.payload.get("kinds") if live is not None else None
-    return tuple(str(kind) for kind in kinds) if isinstance(kinds, list) else ()
+    return kinds_in(live.payload if live is not None else None)
 
 
 def _policy_kinds(op: Operation, svc: LoginServices, tenant: str, user_id: str) -> tuple[str, ...]:
@@ -110,11 +125,14 @@ def _policy_kinds(op: Operation, svc: LoginServices, tenant: str, user_id: str) 
     return guard_store(decide)  # a store (or policy) that cannot answer refuses the login
 
 
-def hold(op: Operation, svc: LoginServices, tenant: str, user_id: str) -> WorkflowPending | None:
+def hold(
+    op: Operation, svc: LoginServices, tenant: str, user_id: str, *, known: tuple[str, ...] | None = None
+) -> WorkflowPending | None:
     """In a login step that just made the session Authenticated: hold it in the required
     enrollment instead when the user has one, stored or by policy (``None``: nothing
-    required). Every sign-in passes here: the factor steps and ``establish``."""
-    kinds = required_kinds(svc, tenant, user_id, op.now)
+    required). Every sign-in passes here: the factor steps and ``establish``. ``known``: the
+    stored kinds ``begin_login`` read for this login in this request (no second read)."""
+    kinds = known if known is not None else required_kinds(svc, tenant, user_id, op.now)
     any_of = _policy_kinds(op, svc, tenant, user_id)
     if not kinds and not any_of:
         return None

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flask_authflow.audit.context import AuditContext
-from flask_authflow.audit.sinks import AuthCounters
+from flask_authflow.audit.sinks import AuditRecord, AuthCounters
 from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.core.factors import Enrollment, EnrollmentStart, Factor
 from flask_authflow.core.identifiers import normalise_identifier
@@ -205,6 +205,9 @@ class AuthnService:
         #: Second factors required by policy (``AUTHFLOW_MFA_REQUIRED``, wired by ``init_app``;
         #: ``None``: nobody is required to have one).
         self.mfa_requirement: MfaRequirement | None = None
+        #: ``(tenant, user_id) -> None``: run for a sign-in in its step's unit of work, before
+        #: the commit (wired by ``init_app`` to record the request's device); ``None``: nothing.
+        self.on_sign_in: Callable[[str, str], None] | None = None
         #: The personal API tokens a password reset, a password change and "log out
         #: everywhere" delete with the user's sessions (wired by ``init_app`` to the
         #: backend; ``None``: the flows end no API token). See :mod:`~flask_authflow.login.recovery`.
@@ -289,6 +292,21 @@ class AuthnRequest:
     def begin_login(self, identifier: str, tenant: str, session: AuthSession) -> LoginOutcome:
         """Start a login for ``identifier`` in ``tenant``; see :mod:`flask_authflow.login.begin`."""
         return begin.begin_login(self.service, self.ctx, identifier, tenant, session)
+
+    def login_with_password(
+        self, identifier: str, tenant: str, session: AuthSession, credential: FactorCredential
+    ) -> LoginOutcome | FactorOutcome:
+        """:meth:`begin_login` and, when it asks for the password, :meth:`verify_factor` with
+        ``credential``, in one request: the begin's audit rows are written in the password
+        step's commit (one commit for the whole sign-in)."""
+        rows: list[AuditRecord] = []
+        before = session.snapshot()
+        begun = begin.begin_login(self.service, self.ctx, identifier, tenant, session, defer_rows_to=rows)
+        if not (isinstance(begun, FactorRequired) and begun.kind is FactorKind.PASSWORD):
+            return begun
+        return verify.verify_factor(
+            self.service, self.ctx, credential, session, carried=rows, carried_since=before
+        )
 
     def verify_factor(self, credential: FactorCredential, session: AuthSession) -> FactorOutcome:
         """Check the credential for the step the session waits for (credential first, then the session).

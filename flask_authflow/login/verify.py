@@ -1,28 +1,31 @@
 """``verify_factor`` and ``challenge``: the factor steps of a login or a step-up.
 
-Every credential check is reserved with the lockout before it runs, so a burst of
-parallel guesses cannot buy more verifications than the policy allows, and it is settled
-(a failure counted, a success logged) in the step's unit of work with its audit rows. A
-one-time credential is used up in that same commit, or not at all: a parallel request
-that used it first makes this one count as ``replayed``. A lock set while the check ran
-wins over a success. **Fail closed**: if the attempt store cannot count a failure, the
+Every credential is verified first and counted after, in the step's one unit of work
+with its audit rows (see ``flask_authflow.login.lockout``): a failure is counted and
+answered only while every lockout level has room, so a burst of parallel guesses cannot
+learn more answers than the policy allows (the rest are answered ``Locked``). A one-time
+credential is used up in that same commit, or not at all: a parallel request that used it
+first makes this one count as ``replayed``. A lock set while the check ran wins over a
+success. **Fail closed**: if the attempt store cannot count a failure, the
 attempt is refused with :class:`~flask_authflow.errors.StoreUnavailable`; it never
 succeeds by default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from flask_authflow.audit.context import AuditContext
+from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.core.factors import Accepted, Factor, FactorCheck, Rejected, RejectReason
 from flask_authflow.core.session import (
     AuthSession,
     AuthState,
     SessionRecord,
+    SessionSnapshot,
     begin_flow,
     clear_flow,
     fail_login,
@@ -43,6 +46,7 @@ from flask_authflow.login.operation import (
     PHANTOM_PREFIX,
     LoginServices,
     Operation,
+    begin_read_for,
     guard_store,
     lockout_subject,
 )
@@ -125,7 +129,13 @@ def _end(now: datetime) -> Callable[[SessionRecord], SessionRecord]:
 
 
 def verify_factor(
-    svc: LoginServices, ctx: AuditContext, credential: FactorCredential, session: AuthSession
+    svc: LoginServices,
+    ctx: AuditContext,
+    credential: FactorCredential,
+    session: AuthSession,
+    *,
+    carried: Sequence[AuditRecord] = (),
+    carried_since: SessionSnapshot | None = None,
 ) -> FactorOutcome:
     """Check the credential for the step the session waits for (credential first, then the session).
 
@@ -133,13 +143,12 @@ def verify_factor(
     (``InvalidCredential``, audited ``unexpected_factor``), never a skip. A wrong credential
     ends the login at its first step (the password), and keeps it at a later step so the
     user can retry within the lockout policy; the session id rotates after each passed step.
+    ``carried``: the audit rows of this request's ``begin_login``, written with this step's
+    (``carried_since``: the session before it, put back when they cannot be written).
     """
     record = session.record
     if not record.pending_step:
-        with Operation(svc, ctx, session, "factor_verify", factor=credential.kind.value) as op:
-            op.count("login_attempts", "login_failures")
-            op.audit("failure", "no_login_in_progress")
-        return InvalidCredential()
+        return _no_login(svc, ctx, credential, session, carried, carried_since)
     step = _Step.of(record, credential.kind.value)
     who = step.who
     factor = svc.factor(credential.kind) if step.in_step else None
@@ -149,26 +158,56 @@ def verify_factor(
         "identifier": who.identifier,
         "factor": step.expected,
     }
-    with Operation(svc, ctx, session, "factor_verify", **fields) as op:
+    with Operation(
+        svc, ctx, session, "factor_verify", carried=carried, carried_since=carried_since, **fields
+    ) as op:
         if factor is not None:
             try:
                 factor.check_input(credential)
             except InvalidInput as exc:
                 op.refuse(exc, "error")
                 raise
-        refuse_if_throttled(op, svc, "factor")  # before the reservation and any Argon2
+        refuse_if_throttled(op, svc, "factor")  # before any check (no Argon2 for a throttled request)
         op.count("login_attempts")
-        if factor is not None and not factor.expensive:
-            # A cheap check (no Argon2): reservation, check, single-use update, settlement
-            # and audit rows in one unit. The reservation's lock on the counter row (or
-            # SQLite's write lock) holds parallel checks of the subject until it commits,
-            # so they still count one after another: one commit per step.
+        if factor is not None and factor.expensive:
+            # Verify first, count after: Argon2 runs with no lock held, after a read of the
+            # locks (refused at once if a level is locked already).
+            locked = _locked_before_check(op, svc, step)
+            if locked is not None:
+                return _locked(op, step, locked, "locked")
+        else:
+            # A cheap check runs in the step's unit (on SQLite under its write lock).
             op.unit()
-        locked = op.reserve(who.tenant, step.subject, step.expected)
-        if locked is not None:
-            return _locked(op, step, locked, "locked")
+        # Either way the settlement decides atomically, under the counters' locks, whether
+        # the answer may be given (see _settle and _failed): one commit per step.
         checked, update = _check(op, svc, step, factor, credential)
         return _settle(op, svc, step, checked, update)
+
+
+def _no_login(
+    svc: LoginServices,
+    ctx: AuditContext,
+    credential: FactorCredential,
+    session: AuthSession,
+    carried: Sequence[AuditRecord],
+    carried_since: SessionSnapshot | None,
+) -> InvalidCredential:
+    """A credential for a session that waits for no step: refused and audited."""
+    kind = credential.kind.value
+    with Operation(
+        svc, ctx, session, "factor_verify", carried=carried, carried_since=carried_since, factor=kind
+    ) as op:
+        op.count("login_attempts", "login_failures")
+        op.audit("failure", "no_login_in_progress")
+    return InvalidCredential()
+
+
+def _locked_before_check(op: Operation, svc: LoginServices, step: _Step) -> datetime | None:
+    """An active lock on a level of the step's subject, read before an expensive check; no
+    read when ``begin_login`` read them for this login in this request."""
+    if begin_read_for(op.session.record.flow) is not None:
+        return None
+    return svc.lockout.levels_locked_until(step.who.tenant, step.subject, op.ctx.client_ip, op.now)
 
 
 def _check(
@@ -187,40 +226,26 @@ def _check(
 def _settle(
     op: Operation, svc: LoginServices, step: _Step, checked: FactorCheck, update: dict[str, Any] | None
 ) -> FactorOutcome:
-    """Settle the reserved check: a lock set meanwhile, a success, or a counted failure."""
+    """Settle the check in the step's unit: a success (unless a level is locked), or a
+    failure counted (while every level has room)."""
     lockout, who = svc.lockout, step.who
     ok = bool(checked) and not step.phantom
     commit = checked.commit if isinstance(checked, Accepted) else None  # makes it single-use
-    locked_now: datetime | None = None
-    if ok and commit is None:
-        # Looked for while the success is settled, in the settlement's unit (one statement
-        # on PostgreSQL); found, only the reservation is given back.
-        op.unit()
+    op.unit()
+    if ok and commit is not None and not guard_store(commit):
+        # The single-use update in the settlement's unit: the code is used up exactly when
+        # the step passes and its rows are written; a parallel request used it first.
+        ok, checked = False, Rejected(RejectReason.REPLAYED)
+    if ok:
+        # The locks re-checked under the counters' locks (one statement on PostgreSQL);
+        # found, nothing of the success is kept: a code used up above stays usable.
         locked_now = lockout.success_unless_locked(
             who.tenant, step.subject, step.expected, op.now, op.ctx.client_ip, reservation=op.hand_off()
         )
-    elif ok:
-        locked_now = lockout.locked_until(who.tenant, step.subject, op.now)
-    if ok and locked_now is None and commit is not None:
-        # The single-use update joins the settlement's unit: the code is used up exactly
-        # when the step passes and its rows are written.
-        op.unit()
-        if not guard_store(commit):  # a parallel request used the credential first
-            ok, checked = False, Rejected(RejectReason.REPLAYED)
-    if locked_now is not None:
-        token = op.hand_off()
-        if token is not None:
-            lockout.release(who.tenant, step.subject, step.expected, token)
-        return _locked(op, step, locked_now, "locked_during_check")
-    if ok:
-        token = op.hand_off()
-        if token is not None:
-            op.unit()  # the settlement and the audit rows: one unit
-            locked_now = lockout.success_unless_locked(
-                who.tenant, step.subject, step.expected, op.now, op.ctx.client_ip, reservation=token
-            )
-            if locked_now is not None:  # a lock set since the look above: the lock wins
-                return _locked(op, step, locked_now, "locked_during_check")
+        if locked_now is not None:
+            if commit is not None:
+                op.discard_writes()
+            return _locked(op, step, locked_now, "locked_during_check")
         return _passed(op, svc, step)
     reason = "invalid_credential"
     if step.phantom:
@@ -242,6 +267,7 @@ def _locked(op: Operation, step: _Step, until: datetime, reason: str) -> Locked:
 def _passed(op: Operation, svc: LoginServices, step: _Step) -> FactorOutcome:
     """The step passed: the session moves on (its id rotates), written in the step's unit."""
     expected, who, now = step.expected, step.who, op.now
+    begun = begin_read_for(op.session.record.flow)  # before the flow ends with the step
     if step.first_step and (op.session.record.flow or {}).get(UNVERIFIED_KEY):
         try:  # a sign-up that has not confirmed its address yet: told so, nothing kept
             refuse_unverified(svc, who.tenant, who.user_id)
@@ -260,7 +286,8 @@ def _passed(op: Operation, svc: LoginServices, step: _Step) -> FactorOutcome:
     op.write_session = True  # with the credential it used up, or not at all
     op.signal("factor_verified", user_id=who.user_id, tenant=who.tenant, factor=expected)
     if not step.step_up and after.state is AuthState.AUTHENTICATED:  # a factor to set up again first?
-        if (held := hold(op, svc, who.tenant, who.user_id)) is not None:
+        known = begun.required if begun is not None else None
+        if (held := hold(op, svc, who.tenant, who.user_id, known=known)) is not None:
             return held
     if after.state is AuthState.AUTHENTICATED:
         op.audit("success", "step_up" if step.step_up else None)
@@ -278,6 +305,14 @@ def _failed(
     lockout, who = svc.lockout, step.who
     token = op.hand_off()
     op.unit()
+    if token is None:
+        # Verified first: counted, and answered, only if every level still has room, decided
+        # under the levels' locks that the unit holds until it commits the count. A guess
+        # past the limit is answered "locked", whatever it was.
+        refused = lockout.admit(who.tenant, step.subject, step.expected, op.now, op.ctx.client_ip)
+        if refused is not None:
+            svc.throttle.failure()
+            return _locked(op, step, refused, "locked_during_check")
 
     def count_failure() -> object:
         return lockout.failure(

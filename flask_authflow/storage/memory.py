@@ -477,14 +477,28 @@ class InMemoryBackend:
     def list_factors(self, tenant: str, user_id: str) -> list[FactorConfig]:
         return self.list_user_factors(tenant, user_id)
 
-    def login_facts(self, tenant: str, identifier: str, now: datetime) -> LoginFacts:
-        """``find_user``, ``required_factors`` of that user and ``locked_until`` of the
-        identifier, read under one hold of the lock."""
+    def login_facts(
+        self,
+        tenant: str,
+        identifier: str,
+        now: datetime,
+        *,
+        pairs: Sequence[str] = (),
+        token_kind: str | None = None,
+    ) -> LoginFacts:
+        """``find_user``, ``required_factors`` of that user and the latest lock on the
+        identifier or its ``pairs``, read under one hold of the lock."""
         with self._lock:
             self._check_available()
             user = self._users.get((tenant, identifier))
             kinds = self.required_factors(tenant, user.user_id) if user is not None else []
-            return LoginFacts(user, kinds, self._active_lock(tenant, identifier, now))
+            ends = [self._active_lock(tenant, subject, now) for subject in (identifier, *pairs)]
+            locked = [end for end in ends if end is not None]
+            token = None
+            if user is not None and token_kind is not None:
+                token = self.live_account_token(tenant, user.user_id, token_kind, now)
+            payload = token.payload if token is not None else None
+            return LoginFacts(user, kinds, max(locked) if locked else None, payload)
 
     def add_factor(self, tenant: str, config: FactorConfig) -> None:
         data = check_factor_config(config)
@@ -656,6 +670,19 @@ class InMemoryBackend:
             for index, level in enumerate(levels):
                 self._hold(level.key, level_token(token, index), now)
             return Reservation(token)
+
+    def admit_attempts(
+        self, levels: Sequence[AttemptLevel], *, now: datetime, window: timedelta, lock_duration: timedelta
+    ) -> datetime | None:
+        """Decided as :meth:`reserve_attempts` decides, nothing held; the open unit of work
+        holds the store's lock to its end, so the failure counted next in it is atomic."""
+        with self._lock:
+            self._check_available()
+            for level in levels:
+                refused = self._refusal(level.key, now, window, level.max_failures, lock_duration)
+                if refused is not None:
+                    return refused.locked_until
+            return None
 
     def _refusal(
         self, key: AttemptKey, now: datetime, window: timedelta, max_failures: int, lock_duration: timedelta

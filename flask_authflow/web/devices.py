@@ -95,8 +95,9 @@ def install_devices(app: Flask, state: AuthFlowState) -> DeviceWiring:
     state.device_context = _device_context
     state.service.device_trusted = wiring.service.is_trusted
     # No app-wide hook: a sign-in that issues a device cookie asks for one (after_this_request),
-    # so requests that sign nobody in pay nothing for devices.
-    signals.login_succeeded.connect(_signed_in, sender=app, weak=False)
+    # so requests that sign nobody in pay nothing for devices. The device is recorded in the
+    # sign-in's own unit of work (one commit), not by a login_succeeded receiver (sent after it).
+    state.service.on_sign_in = lambda tenant, user_id: _signed_in(app, user_id=user_id, tenant=tenant)
     signals.session_revoked.connect(_revoked, sender=app, weak=False)
     return wiring
 
@@ -161,7 +162,7 @@ def _signed_in(app: Flask, *, user_id: str, tenant: str, step_up: bool = False, 
         return
     try:
         _record_sign_in(get_state(app), user_id, tenant)
-    except Exception:  # the sign-in is committed; the device record is best effort
+    except Exception:  # a failed write of a unit of work undoes the sign-in with it at the commit
         log.exception("the device of a sign-in could not be recorded")
 
 

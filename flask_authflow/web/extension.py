@@ -689,10 +689,7 @@ class AuthFlow:
         handle = state.service.with_audit_context(audit_context())
         tenant_name = tenant or state.config.default_tenant
         with FactorCredential.password(password) as credential:
-            begun = handle.begin_login(identifier, tenant_name, session)
-            if not (isinstance(begun, FactorRequired) and begun.kind is FactorKind.PASSWORD):
-                return begun
-            outcome = handle.verify_factor(credential, session)
+            outcome = handle.login_with_password(identifier, tenant_name, session, credential)
         if remember is True:
             remember_session(session)
         return outcome

@@ -301,6 +301,22 @@ def _levels_params(keys: Sequence[AttemptKey], now: datetime) -> dict[str, Any]:
     return params
 
 
+def _refusal(
+    state: Any, levels: Sequence[AttemptLevel], now: datetime, window: timedelta, lock_duration: timedelta
+) -> datetime | None:
+    """Why one more check may not be counted, read from ``_levels_state``: the end of the first
+    active lock, or of the lock a level without room would get; ``None`` when all have room."""
+    for i, level in enumerate(levels):
+        locked, failures, start, in_flight = state[5 * i : 5 * i + 4]
+        if locked is not None:
+            return aware(locked)
+        opened = aware(start)
+        counted = int(failures or 0) if opened is not None and opened > now - window else 0
+        if counted + int(in_flight) >= level.max_failures:
+            return now + lock_duration
+    return None
+
+
 def _level_tokens(token: str, count: int) -> list[str]:
     return [level_token(token, i) for i in range(count)]
 
@@ -547,14 +563,9 @@ class SqlAttempts(SqlConnections):
         with self._tx(locking=True) as conn:
             self._lock_levels(conn, keys)
             state = conn.execute(_levels_state(len(keys)), params).one()
-            for i, level in enumerate(levels):
-                locked, failures, start, in_flight = state[5 * i : 5 * i + 4]
-                if locked is not None:
-                    return Reservation(None, aware(locked))
-                opened = aware(start)
-                counted = int(failures or 0) if opened is not None and opened > now - window else 0
-                if counted + int(in_flight) >= level.max_failures:
-                    return Reservation(None, now + lock_duration)
+            refused = _refusal(state, levels, now, window, lock_duration)
+            if refused is not None:
+                return Reservation(None, refused)
             if any(state[5 * i + 4] for i in range(len(keys))):
                 conn.execute(_DROP_STALE_LEVELS, params)
             token = uuid.uuid4().hex[:31]
@@ -564,6 +575,19 @@ class SqlAttempts(SqlConnections):
             ]
             conn.execute(insert(reservations_table).values(rows))
             return Reservation(token)
+
+    def admit_attempts(
+        self, levels: Sequence[AttemptLevel], *, now: datetime, window: timedelta, lock_duration: timedelta
+    ) -> datetime | None:
+        """The levels' counter rows locked in their order (as a reservation and a settlement
+        lock them: never a deadlock), their state read in one statement; nothing written.
+        Its locks are held to the end of the open unit of work (see the port)."""
+        now = utc(now)
+        keys = [level.key for level in levels]
+        with self._tx(locking=True) as conn:
+            self._lock_levels(conn, keys)
+            state = conn.execute(_levels_state(len(keys)), _levels_params(keys, now)).one()
+            return _refusal(state, levels, now, window, lock_duration)
 
     def _lock_levels(self, conn: Connection, keys: Sequence[AttemptKey]) -> None:
         sql = self._counter_sql

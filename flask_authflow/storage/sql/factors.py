@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Sequence
 from datetime import datetime
@@ -31,8 +32,14 @@ from flask_authflow.core.identifiers import check_tenant, normalise_identifier
 from flask_authflow.core.ports import FactorConfig, LoginFacts
 from flask_authflow.errors import StoreUnavailable, UserNotFound
 from flask_authflow.outcomes import FactorKind
-from flask_authflow.storage.sql.attempts import ACTIVE_LOCK
-from flask_authflow.storage.sql.schema import UTCDateTime, aware, factors_table, users_table
+from flask_authflow.storage.sql.schema import (
+    UTCDateTime,
+    account_tokens_table,
+    aware,
+    factors_table,
+    lockouts_table,
+    users_table,
+)
 from flask_authflow.storage.sql.uow import SqlConnections
 from flask_authflow.storage.sql.users import FIND_USER, GET_USER, user_record
 
@@ -219,8 +226,32 @@ _SET_PASSWORD = (
 # and the identifier's active lock; a single row of NULLs but the lock when there is no
 # such user (or no factor). The anchor row makes the lock come back without a user.
 _ANCHOR = select(literal(1).label("anchor")).subquery("anchor")
+#: The latest active lock on the identifier or its (identifier, host / network) pairs.
+_FACTS_LOCK = select(func.max(lockouts_table.c.locked_until)).where(
+    lockouts_table.c.tenant == bindparam("tenant"),
+    lockouts_table.c.subject.in_(bindparam("subjects", expanding=True)),
+    lockouts_table.c.locked_until > bindparam("now", type_=UTCDateTime()),
+)
+#: The payload of the user's newest live account token of a kind (a required enrollment).
+_FACTS_TOKEN = (
+    select(account_tokens_table.c.payload)
+    .where(
+        account_tokens_table.c.tenant == bindparam("tenant"),
+        account_tokens_table.c.user_id == users_table.c.user_id,
+        account_tokens_table.c.kind == bindparam("token_kind"),
+        account_tokens_table.c.used_at.is_(None),
+        account_tokens_table.c.expires_at > bindparam("now", type_=UTCDateTime()),
+    )
+    .order_by(account_tokens_table.c.created_at.desc())
+    .limit(1)
+)
 _LOGIN_FACTS: Any = (  # Any: its rows go to _user, typed for whole-table rows
-    select(ACTIVE_LOCK.scalar_subquery().label("locked_until"), *users_table.c, factors_table.c.kind)
+    select(
+        _FACTS_LOCK.scalar_subquery().label("locked_until"),
+        _FACTS_TOKEN.scalar_subquery().label("token_payload"),
+        *users_table.c,
+        factors_table.c.kind,
+    )
     .select_from(
         _ANCHOR.outerjoin(
             users_table,
@@ -315,16 +346,33 @@ class SqlFactors(SqlConnections):
         params = {"tenant": tenant, "user_id": user_id}
         return _kinds(self._fetch(lambda conn: conn.execute(_FACTOR_KINDS, params).scalars().all()))
 
-    def login_facts(self, tenant: str, identifier: str, now: datetime) -> LoginFacts:
-        """``find_user``, ``required_factors`` of that user and ``locked_until`` of the
-        identifier in one statement (see :meth:`~flask_authflow.core.ports.LoginStore.login_facts`):
-        one round trip for ``begin_login`` instead of three, whether the user exists or not."""
-        params = {"tenant": tenant, "identifier": identifier, "subject": identifier, "now": utc(now)}
+    def login_facts(
+        self,
+        tenant: str,
+        identifier: str,
+        now: datetime,
+        *,
+        pairs: Sequence[str] = (),
+        token_kind: str | None = None,
+    ) -> LoginFacts:
+        """``find_user``, ``required_factors`` of that user and the latest lock on the
+        identifier or its ``pairs`` in one statement (see
+        :meth:`~flask_authflow.core.ports.LoginStore.login_facts`): one round trip for
+        ``begin_login`` instead of four, whether the user exists or not."""
+        subjects = [identifier, *pairs]
+        params = {
+            "tenant": tenant,
+            "identifier": identifier,
+            "subjects": subjects,
+            "now": utc(now),
+            "token_kind": token_kind,
+        }
         rows = self._fetch(lambda conn: conn.execute(_LOGIN_FACTS, params).all())
         first = rows[0]  # the anchor row makes one row at least
         user = user_record(first) if first.user_id is not None else None
         kinds = _kinds([row.kind for row in rows if row.kind is not None])
-        return LoginFacts(user, kinds if user is not None else [], aware(first.locked_until))
+        payload = json.loads(first.token_payload) if first.token_payload is not None else None
+        return LoginFacts(user, kinds if user is not None else [], aware(first.locked_until), payload)
 
     # --- factor records (FactorRecordStore) --------------------------------------------------
 

@@ -232,11 +232,10 @@ def password_login(username: str, password: str, *, remember: bool = False) -> A
     session = current_auth_session()
     request_handle = handle()
     with FactorCredential.password(password) as credential:
-        begun = request_handle.begin_login(username, get_state().config.default_tenant, session)
-        if isinstance(begun, FactorRequired) and begun.kind is FactorKind.PASSWORD:
-            outcome: Any = request_handle.verify_factor(credential, session)
-        else:
-            outcome = begun
+        # One commit: the begin's rows are written with the password step's.
+        outcome: Any = request_handle.login_with_password(
+            username, get_state().config.default_tenant, session, credential
+        )
     if remember:
         remember_session(session)  # "keep me signed in": a longer session once signed in
     return outcome
