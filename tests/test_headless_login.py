@@ -4,10 +4,12 @@ the pages' (the same audit rows), and each rejection path is exercised with its 
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import flask_babel
 import pytest
+from flask_wtf.csrf import CSRFProtect
 
 from flask_authflow.errors import StoreUnavailable
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
@@ -282,3 +284,15 @@ def test_a_session_store_down_is_a_503_for_a_change(
     refused = api.post("/login/factor", {"code": "123456"})
     assert refused.status_code == 503 and refused.json["error"] == "store_unavailable"
     assert TOKEN_HEADER not in refused.headers or not refused.headers[TOKEN_HEADER]
+
+
+def test_with_flask_wtf_browsers_use_its_token_and_apps_need_none(app_factory: AppFactory) -> None:
+    site = make_site(app_factory, SECRET_KEY=secrets.token_hex(32))
+    csrf = CSRFProtect(site.app)
+    csrf.exempt(site.app.blueprints["authflow_api"])  # as docs/headless.rst says
+    browser = ApiClient(site.app, "browser")
+    refused = browser.post("/login/password", ALICE, headers={"X-CSRF-Token": "forged"})
+    assert refused.status_code == 400 and refused.json["error"] == "csrf"  # Flask-WTF's refusal, as JSON
+    assert browser.post("/login/password", ALICE).json["status"] == "authenticated"  # with its token
+    app = ApiClient(site.app, "app")
+    assert app.post("/login/password", ALICE).json["status"] == "authenticated"
