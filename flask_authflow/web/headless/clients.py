@@ -82,7 +82,7 @@ class AppToken:
 
     def issue(self, response: Response, value: str, expires_at: datetime) -> None:
         response.headers[TOKEN_HEADER] = value
-        response.headers.add("Vary", "Authorization")
+        response.vary.add("Authorization")
 
     def withdraw(self, response: Response) -> None:
         response.headers[TOKEN_HEADER] = ""
