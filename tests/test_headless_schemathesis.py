@@ -30,7 +30,10 @@ from schemathesis.specs.openapi.checks import (
 
 from examples.reference.app import authflow, create_app
 
-pytestmark = pytest.mark.authflow_stores("app")  # the reference app's own SQLite file and clock
+pytestmark = [
+    pytest.mark.authflow_stores("app"),  # the reference app's own SQLite file and clock
+    pytest.mark.slow,  # about 20 s of one core: in the whole suite, not in the fast loop
+]
 
 BASE = "/auth/api/v1"
 #: Examples per operation and generation mode (valid data, then invalid data); each example
