@@ -132,7 +132,7 @@ def test_account_flows_that_are_off_answer_404(app_factory: AppFactory, kind: st
     site = make_site(app_factory)
     api = ApiClient(site.app, kind)
     for path, body in (
-        ("/signup", {"email": "x@example.com", "password": NEW_PASSWORD}),
+        ("/signup", {"username": "xavier", "email": "x@example.com", "password": NEW_PASSWORD}),
         ("/signup/resend", {"email": "x@example.com"}),
         ("/password/forgot", {"username": "alice"}),
         ("/password/reset", {"token": "A" * 43, "password": NEW_PASSWORD}),
@@ -153,7 +153,7 @@ def test_without_the_pages_its_links_open_the_mailing_flows_answer_404(
     get_state(app).mail_sender = Outbox()
     api = ApiClient(app, kind)
     for path, body in (
-        ("/signup", {"email": "x@example.com", "password": NEW_PASSWORD}),
+        ("/signup", {"username": "xavier", "email": "x@example.com", "password": NEW_PASSWORD}),
         ("/password/forgot", {"username": "alice"}),
     ):
         answer = api.post(path, body)
