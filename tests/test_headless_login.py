@@ -4,19 +4,23 @@ the pages' (the same audit rows), and each rejection path is exercised with its 
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import flask_babel
 import pytest
+from flask_wtf.csrf import CSRFProtect
 
 from flask_authflow.errors import StoreUnavailable
+from flask_authflow.outcomes import FactorKind
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
 from flask_authflow.web.headless import CLIENT_HEADER, TOKEN_HEADER
+from flask_authflow.web.state import get_state
 from flask_authflow.web.views.common import MESSAGES
 from tests.appfactory import AppFactory
 from tests.headless_support import BASE, KINDS, ApiClient
 from tests.test_devices_web import make_device_site
-from tests.test_views import PASSWORD, Site, make_site
+from tests.test_views import PASSWORD, FakeMailCode, FixedCode, Site, make_site
 
 ALICE = {"username": "alice", "password": PASSWORD}
 
@@ -282,3 +286,38 @@ def test_a_session_store_down_is_a_503_for_a_change(
     refused = api.post("/login/factor", {"code": "123456"})
     assert refused.status_code == 503 and refused.json["error"] == "store_unavailable"
     assert TOKEN_HEADER not in refused.headers or not refused.headers[TOKEN_HEADER]
+
+
+def test_with_flask_wtf_browsers_use_its_token_and_apps_need_none(app_factory: AppFactory) -> None:
+    site = make_site(app_factory, SECRET_KEY=secrets.token_hex(32))
+    csrf = CSRFProtect(site.app)
+    csrf.exempt(site.app.blueprints["authflow_api"])  # as docs/headless.rst says
+    browser = ApiClient(site.app, "browser")
+    refused = browser.post("/login/password", ALICE, headers={"X-CSRF-Token": "forged"})
+    assert refused.status_code == 400 and refused.json["error"] == "csrf"  # Flask-WTF's refusal, as JSON
+    assert browser.post("/login/password", ALICE).json["status"] == "authenticated"  # with its token
+    app = ApiClient(site.app, "app")
+    assert app.post("/login/password", ALICE).json["status"] == "authenticated"
+
+
+def test_an_app_asks_for_an_e_mailed_code_and_signs_in_with_it(app_factory: AppFactory) -> None:
+    site = make_site(app_factory)
+    mail = FakeMailCode("87654321")
+    service = get_state(site.app).service
+    service.register_factor(FixedCode("123456"))
+    service.register_factor(mail)
+    for kind in (FactorKind.TOTP, FactorKind.EMAIL_OTP):
+        site.backend.enroll_factor("default", site.user_id(), kind, "seed")
+    api = ApiClient(site.app, "app")
+    step = api.post("/login/password", ALICE)
+    assert sorted(step.json["kinds"]) == ["email_otp", "totp"] and mail.sent == 0
+    assert api.post("/login/factor/send", {"kind": "totp"}).json["error"] == "sends_nothing"
+    assert api.post("/login/factor/send", {"kind": "email_otp"}).json == {
+        "status": "sent",
+        "kind": "email_otp",
+    }
+    assert api.post("/login/factor/send").json["status"] == "sent" and mail.sent == 2  # e-mail by default
+    too_many = api.post("/login/factor/send", {"kind": "email_otp"})
+    assert too_many.status_code == 429 and too_many.json["error"] == "too_many_sends"
+    done = api.post("/login/factor", {"kind": "email_otp", "code": "8765 4321"})
+    assert done.json["status"] == "authenticated"

@@ -14,7 +14,7 @@ from openapi_spec_validator import validate
 
 from flask_authflow.web.headless import all_routes, api_document
 from flask_authflow.web.headless.reference import reference_document, render_reference
-from flask_authflow.web.headless.routes import Answer, Route
+from flask_authflow.web.headless.routes import Answer, Reply, Route, dispatch
 from flask_authflow.web.headless.schema import Object, String, component_schemas
 from tests.appfactory import AppFactory
 
@@ -91,3 +91,11 @@ def test_the_runtime_imports_no_test_only_package() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_route_that_answers_an_undeclared_status_warns(app_factory: AppFactory) -> None:
+    app = app_factory(AUTHFLOW_VIEWS=True)
+    route = Route("GET", "/x", "x", "x", "t", lambda call: Reply({}, 418), answers={200: Answer("ok")})
+    app.add_url_rule("/x", "x", dispatch(route, lambda: False))
+    with pytest.warns(RuntimeWarning, match="418"):
+        assert app.test_client().get("/x").status_code == 418

@@ -31,7 +31,7 @@ from tests.test_views import PASSWORD, FixedCode
 pytestmark = pytest.mark.authflow_stores("sql")
 
 RACERS = 20
-PROCESSES = 4
+PROCESSES = 2
 AGENT = "RaceApp/1.0"
 
 
@@ -128,7 +128,7 @@ def _racer(url: str, key: bytes, instance: str, token: str, barrier: Any, out: A
 
 @pytest.mark.postgres
 @pytest.mark.multiprocess
-def test_twenty_steps_from_four_processes_with_one_app_token_complete_once(
+def test_twenty_steps_from_two_processes_with_one_app_token_complete_once(
     postgres_server: Any, tmp_path: Path
 ) -> None:
     url, key = postgres_server.new_database(), secrets.token_bytes(32)

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from flask_authflow.core.ports import FactorConfig
+from flask_authflow.outcomes import FactorKind
+from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 from tests.headless_support import KINDS, ApiClient
 from tests.test_devices_web import make_device_site
-from tests.test_views import PASSWORD, Site, make_site
+from tests.test_views import AUTHENTICATOR, PASSWORD, FakeKey, Site, make_site
+from tests.webauthn_soft import b64url
 
 ALICE = {"username": "alice", "password": PASSWORD}
 
@@ -94,3 +98,64 @@ def test_passkey_routes_refuse_without_the_factor_or_a_ceremony(app_factory: App
     assert refused.status_code == 401 and refused.json["error"] == "invalid_credential"
     assert api.post("/login/passkey", {"credential": "not an object"}).json["error"] == "invalid_input"
     assert api.get("/session").json["state"] == "guest"
+
+
+# --- security keys and passkeys that pass --------------------------------------------------------
+
+ASSERTION = {
+    "type": "public-key",
+    "id": AUTHENTICATOR["rawId"],
+    "rawId": AUTHENTICATOR["rawId"],
+    "response": {
+        key: AUTHENTICATOR[key] for key in ("clientDataJSON", "authenticatorData", "signature", "userHandle")
+    },
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_security_key_passes_the_factor_step(app_factory: AppFactory, kind: str) -> None:
+    site = make_site(
+        app_factory, AUTHFLOW_WEBAUTHN_RP_ID="example.com", AUTHFLOW_WEBAUTHN_ORIGINS=["https://example.com"]
+    )
+    key = FakeKey()
+    get_state(site.app).service.register_factor(key)
+    site.backend.enroll_factor("default", site.user_id(), FactorKind.WEBAUTHN, "seed")
+    api = ApiClient(site.app, kind)
+    assert api.post("/login/password", ALICE).json["kinds"] == ["webauthn"]
+    options = api.post("/login/factor/webauthn/options")
+    assert options.json["publicKey"]["challenge"] == b64url(key.challenge_bytes)
+    forged = {**ASSERTION, "response": {**ASSERTION["response"], "signature": b64url(b"forged")}}
+    refused = api.post("/login/factor", {"kind": "webauthn", "credential": forged})
+    assert refused.status_code == 401 and refused.json["error"] == "retry_key"
+    api.post("/login/factor/webauthn/options")
+    done = api.post("/login/factor", {"kind": "webauthn", "credential": ASSERTION})
+    assert done.json["status"] == "authenticated"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_passkey_signs_in_without_a_username(app_factory: AppFactory, kind: str) -> None:
+    site = make_site(
+        app_factory,
+        AUTHFLOW_WEBAUTHN_RP_ID="example.com",
+        AUTHFLOW_WEBAUTHN_ORIGINS=["https://example.com"],
+        AUTHFLOW_PASSKEY_LOGIN=True,
+    )
+    state = get_state(site.app)
+    state.service.register_factor(FakeKey())
+    site.backend.add_factor(
+        "default",
+        FactorConfig(
+            user_id=site.user_id(), kind=FactorKind.WEBAUTHN, created_at=site.clock.now(), factor_id="key-1",
+            confirmed=True, data={"label": "Phone", "passkey": True}, lookup=AUTHENTICATOR["rawId"],
+        ),
+    )  # fmt: skip
+    api = ApiClient(site.app, kind)
+    options = api.post("/login/passkey/options").json["publicKey"]
+    assert "allowCredentials" not in options
+    done = api.post("/login/passkey", {"credential": ASSERTION})
+    assert done.json["status"] == "authenticated" and done.json["session"]["user"]["identifier"] == "alice"
+    replay = ApiClient(site.app, kind).post("/login/passkey", {"credential": ASSERTION})
+    assert replay.status_code in (400, 401) and replay.json["error"] in (
+        "invalid_credential",
+        "login_not_started",
+    )

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from flask import Request, Response, request
+from werkzeug.exceptions import BadRequest
 
 from flask_authflow.errors import InvalidInput
 from flask_authflow.i18n import N_
@@ -81,7 +82,7 @@ class AppToken:
 
     def issue(self, response: Response, value: str, expires_at: datetime) -> None:
         response.headers[TOKEN_HEADER] = value
-        response.headers.add("Vary", "Authorization")
+        response.vary.add("Authorization")
 
     def withdraw(self, response: Response) -> None:
         response.headers[TOKEN_HEADER] = ""
@@ -128,6 +129,15 @@ def client_kind(allowed: tuple[str, ...] = KINDS) -> str:
         raise ClientKindMismatch(N_("An app request must not send the session cookie."))
     if kind == BROWSER and presented_token(request) is not None:
         raise ClientKindMismatch(N_("A browser request must not send a session token."))
-    if kind == BROWSER and request.method not in ("GET", "HEAD", "OPTIONS") and not csrf_valid():
+    if kind == BROWSER and request.method not in ("GET", "HEAD", "OPTIONS") and not _csrf_passes():
         raise CsrfRefused()
     return kind
+
+
+def _csrf_passes() -> bool:
+    """The session's CSRF token came with the request (Flask-WTF's refusal, a
+    ``BadRequest``, is a refusal here too: answered as this API's JSON)."""
+    try:
+        return csrf_valid()
+    except BadRequest:
+        return False

@@ -9,8 +9,9 @@ JWKS cache, then the same linking rules."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from flask_authflow.audit.context import audit_context
-from flask_authflow.federation.login import FederationService, OAuthLoginOptions
 from flask_authflow.i18n import N_
 from flask_authflow.web.decorators import safe_next
 from flask_authflow.web.headless.clients import APP, BROWSER
@@ -18,6 +19,9 @@ from flask_authflow.web.headless.login import STEP, step_reply
 from flask_authflow.web.headless.routes import Answer, Call, Refusal, Reply, Routes
 from flask_authflow.web.headless.schema import Array, Object, String
 from flask_authflow.web.state import current_auth_session, get_state
+
+if TYPE_CHECKING:  # the federation feature (and its token library) loads only when configured
+    from flask_authflow.federation.login import FederationService
 
 __all__ = ["routes"]
 
@@ -69,8 +73,8 @@ _PARAMS = {"provider": PROVIDER}
 
 
 def _federation() -> FederationService:
-    service = get_state().federation
-    if not isinstance(service, FederationService):
+    service: FederationService | None = get_state().federation
+    if service is None:
         raise Refusal("unknown_provider", N_("No provider is configured."), 404)
     return service
 
@@ -80,8 +84,8 @@ def _federation() -> FederationService:
 )
 def list_providers(call: Call) -> Reply:
     """The providers a user may sign in with, by name."""
-    service = get_state().federation
-    names = service.registry.names() if isinstance(service, FederationService) else []
+    service: FederationService | None = get_state().federation
+    names = service.registry.names() if service is not None else []
     return Reply({"providers": [{"name": name} for name in names]})
 
 
@@ -98,6 +102,8 @@ def list_providers(call: Call) -> Reply:
 def redirect(call: Call) -> Reply:
     """The provider's authorize URL; the provider's callback (``/auth/callback/<provider>``)
     finishes the login with the browser's cookie, as for the pages, and lands on ``next``."""
+    from flask_authflow.federation.login import OAuthLoginOptions  # configured: loaded already
+
     target = safe_next(call.body.get("next"))
     url = _federation().begin(
         current_auth_session(), call.params["provider"], OAuthLoginOptions(return_to=target)
