@@ -102,6 +102,17 @@ def test_sign_up_confirm_by_link_then_sign_in(site: Site, kind: str) -> None:
     signed_in(site, kind, "carol", NEW_PASSWORD)
 
 
+def test_sign_up_refuses_a_taken_username_and_a_weak_password(site: Site, kind: str) -> None:
+    api = ApiClient(site.app, kind)
+    taken = api.post("/signup", {"username": "bob", "email": "bob2@example.com", "password": NEW_PASSWORD})
+    assert taken.status_code == 409 and taken.json["error"] == "user_exists"
+    weak = api.post("/signup", {"username": "erin", "email": "erin@example.com", "password": "erin"})
+    assert weak.status_code == 400 and weak.json["error"] == "weak_password"
+    missing = api.post("/signup", {"email": "erin@example.com", "password": NEW_PASSWORD})
+    assert missing.status_code == 400 and missing.json["error"] == "invalid_input"
+    assert mails(site) == [] and site.backend.find_user("default", "erin") is None
+
+
 def test_sign_up_confirm_by_code_and_resend(site: Site, kind: str) -> None:
     api = ApiClient(site.app, kind)
     api.post("/signup", {"username": "dora", "email": "dora@example.com", "password": NEW_PASSWORD})
@@ -121,7 +132,7 @@ def test_account_flows_that_are_off_answer_404(app_factory: AppFactory, kind: st
     site = make_site(app_factory)
     api = ApiClient(site.app, kind)
     for path, body in (
-        ("/signup", {"email": "x@example.com", "password": NEW_PASSWORD}),
+        ("/signup", {"username": "xavier", "email": "x@example.com", "password": NEW_PASSWORD}),
         ("/signup/resend", {"email": "x@example.com"}),
         ("/password/forgot", {"username": "alice"}),
         ("/password/reset", {"token": "A" * 43, "password": NEW_PASSWORD}),
@@ -142,7 +153,7 @@ def test_without_the_pages_its_links_open_the_mailing_flows_answer_404(
     get_state(app).mail_sender = Outbox()
     api = ApiClient(app, kind)
     for path, body in (
-        ("/signup", {"email": "x@example.com", "password": NEW_PASSWORD}),
+        ("/signup", {"username": "xavier", "email": "x@example.com", "password": NEW_PASSWORD}),
         ("/password/forgot", {"username": "alice"}),
     ):
         answer = api.post(path, body)

@@ -49,10 +49,9 @@ def test_an_app_hands_over_the_id_token_its_sdk_obtained(fed: FederatedApp) -> N
     assert api.get("/session").json["user"]["identifier"]
     native_rows = rows(fed)
     assert native_rows and all(status != "failure" for _, status, _ in native_rows)
-    fed.sign_in(fed.client())  # the same identity through the redirect callback: the same rows
-    browser_rows = rows(fed)[len(native_rows) :]
-    # but for the device: a browser's is recorded, an app keeps no device cookie
-    assert [row for row in browser_rows if row[0] != "device_sign_in"] == native_rows
+    fed.sign_in(fed.client())  # the same identity through the redirect callback: the same rows,
+    browser = rows(fed)[len(native_rows) :]  # and the browser's device (an app keeps no device cookie)
+    assert [row for row in browser if row[0] != "device_sign_in"] == native_rows
     again = ApiClient(fed.app, "app")
     again.token = None
     replay = again.post(f"/providers/{PROVIDER}/native", {"id_token": id_token})

@@ -18,22 +18,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import schemathesis  # in the test lock: a missing Schemathesis fails, never skips
 from flask import Flask
-
-from examples.reference.app import authflow, create_app
-
-schemathesis = pytest.importorskip("schemathesis")
-hypothesis = pytest.importorskip("hypothesis")
-
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
-from schemathesis.checks import not_a_server_error  # noqa: E402
-from schemathesis.specs.openapi.checks import (  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
 
-pytestmark = pytest.mark.authflow_stores("app")  # the reference app's own SQLite file and clock
+from examples.reference.app import authflow, create_app
+
+pytestmark = [
+    pytest.mark.authflow_stores("app"),  # the reference app's own SQLite file and clock
+    pytest.mark.slow,  # about 20 s of one core: in the whole suite, not in the fast loop
+]
 
 BASE = "/auth/api/v1"
 #: Examples per operation and generation mode (valid data, then invalid data); each example

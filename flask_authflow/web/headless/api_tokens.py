@@ -102,7 +102,7 @@ def list_tokens(call: Call) -> Reply:
     "Create an API token",
     body=CREATE_BODY,
     answers={201: Answer("Created: keep the token now, it is never shown again", CREATED)},
-    errors={401: ("step_up_required",), 409: ("token_name_taken",)},
+    errors={401: ("step_up_required",), 404: ("user_not_found",), 409: ("token_name_taken",)},
     signed_in=True,
 )
 def create_token(call: Call) -> Reply:

@@ -111,11 +111,9 @@ RECOVERY = Object(
 _BEGIN_ERRORS = {
     400: ("factor_not_registered", "enrollment_failed"),
     401: ("login_required", "step_up_required"),
+    404: ("user_not_found",),  # deleted while signed in
 }
-_CONFIRM_ERRORS = {
-    400: ("factor_not_registered", "enrollment_failed", "missing_code"),
-    401: ("login_required", "step_up_required"),
-}
+_CONFIRM_ERRORS = {**_BEGIN_ERRORS, 400: ("factor_not_registered", "enrollment_failed", "missing_code")}
 _KINDS = (
     FactorKind.TOTP,
     FactorKind.HOTP,

@@ -34,9 +34,9 @@ TOKEN = String(
 
 SIGNUP_BODY = Object(
     {"username": USERNAME, "email": EMAIL, "password": PASSWORD},
-    required=("email", "password"),
+    required=("username", "email", "password"),
     name="Signup",
-    description="A new account (``username`` defaults to the address when the app allows it).",
+    description="A new account: its username, its address (confirmed by the mail) and its password.",
 )
 VERIFY_BODY = Object(
     {
@@ -107,12 +107,18 @@ def offered(enabled: bool, page: str) -> None:
     "Create an account",
     body=SIGNUP_BODY,
     answers={202: Answer("The confirmation link is on its way", ACCEPTED)},
-    errors={**_OFF, 400: ("weak_password", "password_too_long", "identifier_not_own_address"), **_MAIL},
+    errors={
+        **_OFF,
+        400: ("weak_password", "password_too_long", "identifier_not_own_address"),
+        409: ("user_exists",),
+        **_MAIL,
+    },
     throttled=True,
 )
 def signup(call: Call) -> Reply:
     """Create the account and mail its confirmation link and code (to an address that has
-    an account, its owner gets a notice instead; the answer is the same)."""
+    an account, its owner gets a notice instead; the answer is the same). A username that
+    another account has is 409 ``user_exists``."""
     offered(accounts.settings().registration, "signup_verify")
     accounts.start_signup(call.body, confirm=False)
     return Reply({"status": "verification_sent"}, 202)
