@@ -418,3 +418,31 @@ def test_touches_from_several_processes_never_bring_back_revoked_sessions(postgr
         assert all(store.load(sid) is None for sid in sids)
     finally:
         store.engine.dispose()
+
+
+def test_the_postgresql_read_and_touch_are_one_round_trip_each(postgres_server: Any) -> None:
+    """Neither the read nor the touch runs in a transaction of its own: no BEGIN and no
+    COMMIT or ROLLBACK round trips around them (the driver connection is in autocommit
+    for each statement)."""
+    from datetime import UTC, datetime
+
+    store = SqlAlchemySessionStore(
+        postgres_server.new_database(), crypto=SessionCrypto(KEY), purge_every=None
+    )
+    seen: list[tuple[str, bool]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append((statement.lstrip().split()[0].upper(), bool(cursor.connection.autocommit)))
+
+    try:
+        clock = MockClock(datetime.now(UTC))
+        store.adopt_clock(clock)
+        session = user_record(clock)
+        store.save(session, clock.now() + HOUR)
+        event.listen(store.engine, "before_cursor_execute", record)
+        assert store.load(session.sid) is not None
+        clock.advance(timedelta(minutes=10))
+        assert store.touch(_touched(session, clock), clock.now() + HOUR)
+        assert seen == [("SELECT", True), ("UPDATE", True)]
+    finally:
+        store.engine.dispose()
