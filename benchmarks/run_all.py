@@ -13,7 +13,8 @@
 
 Each part runs in a process of its own (no state carried from one to the next) and prints
 its interleaved rounds, spreads and ratios; this script prints them in order under a
-heading with the machine's load average at the start of each part. The machine's other
+heading with the machine's load average at the start of each part, and at the end every
+line that names a target, side by side. The machine's other
 work moves absolute figures: read the ratios, and the spread beside them.
 
     .venv/bin/python benchmarks/run_all.py [--sessions 10000] [--rounds 5] [--quick]
@@ -32,13 +33,32 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+#: Each part's lines that name a target, gathered for the summary at the end.
+TARGET_LINES: list[tuple[str, str]] = []
+
+
 def part(title: str, script: str, *args: str) -> int:
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     print(f"\n=== {title} ({script} {' '.join(args)}; load average {load}) ===", flush=True)
     started = time.perf_counter()
-    code = subprocess.call([sys.executable, str(HERE / script), *args], cwd=HERE.parent)
+    with subprocess.Popen(
+        [sys.executable, str(HERE / script), *args], cwd=HERE.parent, stdout=subprocess.PIPE, text=True
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:  # shown as it comes; the target lines kept for the end
+            print(line, end="", flush=True)
+            if "target" in line and ("x" in line or "MISSED" in line):
+                TARGET_LINES.append((title, line.strip()))
+    code = process.returncode
     print(f"--- {script}: exit {code}, {time.perf_counter() - started:.0f}s", flush=True)
     return code
+
+
+def print_summary() -> None:
+    """Every part's targets side by side, after the run (each part printed its spreads)."""
+    print("\n=== every target of this run (medians of per-round ratios; spreads above) ===")
+    for title, line in TARGET_LINES:
+        print(f"  [{title}] {line}")
 
 
 def main() -> int:
@@ -92,6 +112,7 @@ def main() -> int:
                 args.sessions,
             )
         )
+    print_summary()
     return max(codes)
 
 

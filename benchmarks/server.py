@@ -78,6 +78,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 UA = "flask-authflow-bench/1.0 (loopback load generator)"
 USERNAME = "bench-user"
+#: Issue 30: the reference app at least this share of bare Flask with as many workers.
+SERVER_TARGET = 0.6
 DASHBOARD_PREFIX = b"dashboard of user "
 
 
@@ -659,12 +661,15 @@ def print_floors_and_target(by_key: dict[tuple[str, str, int], Config], database
         for workers in (1, 2):
             floor, bare = by_key[("bare+select", "PostgreSQL", workers)], by_key[("bare", "", workers)]
             print(f"{f'bare Flask + SELECT 1, {workers} worker(s) / bare Flask':<52} {ratio(floor, bare)}")
-    print("\ntarget: the reference app (SQLite) >= 0.55x bare Flask (median of the per-round ratios)")
+    print("\nthe reference app (SQLite) / bare Flask (median of the per-round ratios):")
     for workers in (1, 2):
         ours, bare = by_key[("reference", "SQLite", workers)], by_key[("bare", "", workers)]
         median = statistics.median(x / y for x, y in zip(ours.rates, bare.rates, strict=True))
-        verdict = "met" if median >= 0.55 else "MISSED"
-        print(f"    {workers} worker(s): {median:.2f}x ({ours.sessions} sessions): {verdict}")
+        verdict = "met" if median >= SERVER_TARGET else "MISSED"
+        print(
+            f"    {workers} worker(s): {median:.2f}x ({ours.sessions} sessions), "
+            f"target >= {SERVER_TARGET}x: {verdict}"
+        )
 
 
 if __name__ == "__main__":

@@ -112,3 +112,48 @@ def test_an_api_view_without_authorization_does_no_token_work(
     monkeypatch.setattr(ApiTokenService, "verify", verify)
     assert app.test_client().get("/api", headers={"Accept": "application/json"}).status_code == 401
     assert login_test_client(app, "alice").get("/api").status_code == 200
+
+
+def test_a_cookie_costs_one_hmac_and_only_the_signers_spelling_verifies(
+    app_factory: AppFactory, monkeypatch: Any
+) -> None:
+    app = app_factory()
+    interface = app.session_interface
+    assert isinstance(interface, AuthFlowSessionInterface)
+    sid = "B" * 43
+    value = interface.sign_sid(sid)
+    signature = value.rpartition(".")[2]
+    computed: list[bytes] = []
+    real = Signer.get_signature
+
+    def counting(self: Signer, text: str | bytes) -> bytes:
+        computed.append(text if isinstance(text, bytes) else text.encode())
+        return real(self, text)
+
+    monkeypatch.setattr(Signer, "get_signature", counting)
+    verified = interface._verify_cookie(value)
+    assert verified is not None and verified[0] == sid
+    assert computed == [sid.encode()]  # one signature computed: no derivation, no second HMAC
+    # The same signature bytes spelled otherwise (padded, stray low bits) are refused.
+    last = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".index(signature[-1])
+    stray = signature[:-1] + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"[last ^ 1]
+    for spelling in (signature + "=", stray):
+        assert interface._verify_cookie(f"{sid}.{spelling}") is None
+
+
+def test_the_views_own_vary_and_cache_control_are_kept(app_factory: AppFactory) -> None:
+    app = app_factory()
+    _protected(app)
+
+    @app.get("/own")
+    @login_required
+    def own() -> Any:
+        return "ok", {"Vary": "Accept-Language", "Cache-Control": "private, max-age=60"}
+
+    client = login_test_client(app, "alice")
+    plain = client.get("/p")
+    assert plain.headers["Vary"] == "Cookie"
+    assert plain.headers["Cache-Control"] == "private, no-store"  # an authenticated answer
+    mine = client.get("/own")
+    assert set(mine.vary) == {"Accept-Language", "Cookie"}
+    assert mine.headers["Cache-Control"] == "private, max-age=60"  # the view's own, kept

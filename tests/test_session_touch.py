@@ -184,6 +184,27 @@ def test_the_sql_touch_is_one_update_of_two_clear_columns(sqlite_store: SqlAlche
         assert conn.execute(select(sessions_table.c.data)).scalar_one() == sealed  # not re-sealed
 
 
+def test_a_later_sqlite_touch_reads_no_setting_again(sqlite_store: SqlAlchemySessionStore) -> None:
+    """The settings a touch restores are read on a connection's first touch only: a later
+    touch sets and restores them around its UPDATE, and every other statement still runs
+    with the configured ones."""
+    clock = MockClock()
+    sqlite_store.adopt_clock(clock)
+    record = user_record(clock)
+    sqlite_store.save(record, clock.now() + HOUR)
+    assert sqlite_store.touch(_touched(record, clock), clock.now() + HOUR)
+    statements = _statements(sqlite_store)
+    clock.advance(timedelta(minutes=10))
+    assert sqlite_store.touch(_touched(record, clock), clock.now() + HOUR)
+    pragmas = [s.upper() for s in statements if s.upper().startswith("PRAGMA")]
+    assert pragmas and all("=" in pragma for pragma in pragmas)  # sets and restores, no reads
+    assert len(_writes(statements)) == 1
+    with sqlite_store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 5000
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2
+        assert conn.execute(select(sessions_table.c.updated_at)).scalar_one() == clock.now()
+
+
 def test_a_protected_get_that_touches_runs_one_read_and_one_small_update(tmp_path: Path) -> None:
     clock = MockClock()
     store = SqlAlchemySessionStore(
@@ -395,5 +416,33 @@ def test_touches_from_several_processes_never_bring_back_revoked_sessions(postgr
         with store.engine.connect() as conn:
             assert conn.execute(select(func.count()).select_from(sessions_table)).scalar_one() == 0
         assert all(store.load(sid) is None for sid in sids)
+    finally:
+        store.engine.dispose()
+
+
+def test_the_postgresql_read_and_touch_are_one_round_trip_each(postgres_server: Any) -> None:
+    """Neither the read nor the touch runs in a transaction of its own: no BEGIN and no
+    COMMIT or ROLLBACK round trips around them (the driver connection is in autocommit
+    for each statement)."""
+    from datetime import UTC, datetime
+
+    store = SqlAlchemySessionStore(
+        postgres_server.new_database(), crypto=SessionCrypto(KEY), purge_every=None
+    )
+    seen: list[tuple[str, bool]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append((statement.lstrip().split()[0].upper(), bool(cursor.connection.autocommit)))
+
+    try:
+        clock = MockClock(datetime.now(UTC))
+        store.adopt_clock(clock)
+        session = user_record(clock)
+        store.save(session, clock.now() + HOUR)
+        event.listen(store.engine, "before_cursor_execute", record)
+        assert store.load(session.sid) is not None
+        clock.advance(timedelta(minutes=10))
+        assert store.touch(_touched(session, clock), clock.now() + HOUR)
+        assert seen == [("SELECT", True), ("UPDATE", True)]
     finally:
         store.engine.dispose()

@@ -27,12 +27,12 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from flask import Flask, Request, Response
+from flask import session as flask_session
 from flask.sessions import SessionInterface, SessionMixin
-from itsdangerous import Signer, want_bytes
+from itsdangerous import Signer
 
 from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.core.crypto import derive_key
-from flask_authflow.core.encoding import b64url_decode
 from flask_authflow.core.ports import SessionStore
 from flask_authflow.core.session import (
     CUSTOM_DATA_LIMIT,
@@ -157,20 +157,6 @@ class RequestSession(AuthSession):
     def rebind(self, fingerprint: str) -> None:
         """Re-bind to ``fingerprint`` (same User-Agent, fingerprint key of the current signing key)."""
         self._record = replace(self._record, fingerprint=fingerprint)
-
-
-def _canonical_b64(text: str) -> bool:
-    """Whether ``text`` is the one canonical unpadded base64url spelling of its bytes.
-
-    A decoder accepts ``=`` padding and ignores the unused low bits of the last
-    character, so several spellings decode to the same signature; only the one the
-    signer writes is accepted.
-    """
-    try:
-        b64url_decode(text)  # the JOSE layer's strict decoder: no padding, no stray bits
-    except (ValueError, UnicodeError):
-        return False
-    return True
 
 
 def _check_signing_key(key: bytes, what: str) -> bytes:
@@ -373,10 +359,14 @@ class AuthFlowSessionInterface(SessionInterface):
         if not raw or len(raw) > MAX_COOKIE_LENGTH or not raw.isascii():
             return None
         value, sep, signature = raw.rpartition(".")
-        if not sep or not _SID_RE.fullmatch(value) or not _canonical_b64(signature):
+        if not sep or not _SID_RE.fullmatch(value):
             return None
+        given = signature.encode("ascii")
         for slot in self._slots:
-            if slot.signer.verify_signature(want_bytes(value), want_bytes(signature)):
+            # The signature in the one spelling the signer writes, compared in constant
+            # time: a padded or stray-bit spelling of the same bytes does not match, and
+            # one HMAC is all a request costs (no decoding of the cookie's signature).
+            if hmac.compare_digest(slot.signer.get_signature(value), given):
                 return value, slot
         return None
 
@@ -478,8 +468,6 @@ class AuthFlowSessionInterface(SessionInterface):
         become a typed 503 response (the change is not kept: fail closed); the later
         :meth:`save_session` call is then a no-op.
         """
-        from flask import session as flask_session
-
         session = flask_session._get_current_object()  # type: ignore[attr-defined]
         if not isinstance(session, RequestSession) or session.saved:
             return response
@@ -529,10 +517,14 @@ class AuthFlowSessionInterface(SessionInterface):
     @staticmethod
     def _mark_response(session: RequestSession, response: Response, used: bool) -> None:
         """``Vary: Cookie`` when the session was read; no caching of an authenticated answer."""
+        headers = response.headers
         if session.accessed:
-            response.vary.add("Cookie")
-        if used and session.state_unread is not AuthState.GUEST and "Cache-Control" not in response.headers:
-            response.headers["Cache-Control"] = "private, no-store"
+            if "Vary" in headers:
+                response.vary.add("Cookie")
+            else:  # the usual case: no header to parse and merge
+                headers["Vary"] = "Cookie"
+        if used and session.state_unread is not AuthState.GUEST:
+            headers.setdefault("Cache-Control", "private, no-store")
 
     def _grew_in_place(self, session: RequestSession, response: Response) -> bool:
         """A nested change without ``session.modified`` is not saved (as with Flask's own

@@ -128,6 +128,27 @@ _DELETE_ALL_OF_TENANT = delete(sessions_table).where(_OF_TENANT)
 _DELETE_LIVE_OF_FEDERATION = delete(sessions_table).where(_OF_FEDERATION, _LIVE)
 _DELETE_ALL_OF_FEDERATION = delete(sessions_table).where(_OF_FEDERATION)
 
+#: Where a pooled SQLite connection keeps the settings a touch restores (see _touch_restore).
+_TOUCH_RESTORE = "authflow.touch_restore"
+
+
+def _touch_restore(conn: Connection) -> tuple[int, int | None]:
+    """The ``busy_timeout`` and (in WAL mode; ``None`` otherwise) the ``synchronous`` level a
+    touch on ``conn`` restores after its statement.
+
+    They are read once per pooled connection and kept in its ``info`` dictionary, which
+    lives as long as the database connection: a touch then runs its statement between
+    two settings and two restores, without three reads before them.
+    """
+    saved: tuple[int, int | None] | None = conn.info.get(_TOUCH_RESTORE)
+    if saved is None:
+        waits = int(conn.exec_driver_sql("PRAGMA busy_timeout").scalar() or 0)
+        wal = conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        syncs = int(conn.exec_driver_sql("PRAGMA synchronous").scalar() or 0) if wal else None
+        saved = conn.info[_TOUCH_RESTORE] = (waits, syncs)
+    return saved
+
+
 #: How many expired rows one opportunistic purge deletes at most (one short transaction).
 PURGE_BATCH = 500
 #: Rows per transaction of a full purge (``purge_expired()``, ``flask authflow sessions purge``).
@@ -300,14 +321,12 @@ class SqlAlchemySessionStore:
         if not self._try_lock:
             return bool(self._write_one(_TOUCH, params))
         with self._guard(), self.engine.connect() as conn:
-            waits = conn.exec_driver_sql("PRAGMA busy_timeout").scalar()
-            syncs = conn.exec_driver_sql("PRAGMA synchronous").scalar()
-            wal = conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            waits, syncs = _touch_restore(conn)
             # For this statement only: no wait for the write lock, and (in WAL mode, where
             # this level keeps the database intact through a power cut) no fsync of its
             # commit: a last-seen time lost to an OS crash costs nothing.
             conn.exec_driver_sql("PRAGMA busy_timeout = 0")
-            if wal:
+            if syncs is not None:
                 conn.exec_driver_sql("PRAGMA synchronous = NORMAL")
             try:
                 touched = conn.execute(_TOUCH, params).rowcount
@@ -318,9 +337,9 @@ class SqlAlchemySessionStore:
                 log.debug("session touch skipped: the database is busy")
                 return False
             finally:
-                conn.exec_driver_sql(f"PRAGMA busy_timeout = {int(waits or 0)}")
-                if wal:
-                    conn.exec_driver_sql(f"PRAGMA synchronous = {int(syncs or 0)}")
+                conn.exec_driver_sql(f"PRAGMA busy_timeout = {waits}")
+                if syncs is not None:
+                    conn.exec_driver_sql(f"PRAGMA synchronous = {syncs}")
 
     def save(
         self,
