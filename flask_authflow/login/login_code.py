@@ -15,7 +15,7 @@ uses exactly one wins.
 verified address go through the same steps as a real one: the same store reads (one
 ``login_facts``, after one ``find_user_by_email`` when the input has an ``@``), a login
 for a *phantom* user with a code made and hashed the same way, the same answer, and a mail
-composed by the caller, with nobody to deliver it to (:attr:`LoginCodeRequest.to` is
+composed by the caller, with nobody to deliver it to (``LoginCodeRequest.to`` is
 ``None``). The phantom's login can never pass: a code presented for it is counted and
 refused like a wrong code.
 
@@ -34,7 +34,7 @@ from flask_authflow.audit.context import AuditContext
 from flask_authflow.core.factors import FactorContext
 from flask_authflow.core.identifiers import check_tenant, normalise_email, normalise_identifier
 from flask_authflow.core.ports import LoginFacts, UserRecord
-from flask_authflow.core.session import AuthSession, AuthState, begin_flow, reset_to_guest, start_login
+from flask_authflow.core.session import AuthSession, AuthState, begin_flow, start_login
 from flask_authflow.errors import InvalidInput
 from flask_authflow.login.challenges import FACTOR_SLOT, StepUser, factor_context, store_slots
 from flask_authflow.login.operation import (
@@ -127,8 +127,7 @@ def _end_current(op: Operation) -> None:
         abandon(op, "new_login")
     if session.state in (AuthState.AUTHENTICATED, AuthState.PENDING_WORKFLOW):
         op.end_previous_login()
-    elif session.state is AuthState.AUTHENTICATING:  # an unfinished login: dropped, not a logout
-        session.transition(lambda r: reset_to_guest(r, now=op.now))
+    # An unfinished login is replaced by this one (as ``begin_login`` does), not logged out.
 
 
 def _usable(user: UserRecord | None) -> bool:

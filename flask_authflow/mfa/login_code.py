@@ -1,10 +1,10 @@
 """The code of a sign-in by e-mailed code (``AUTHFLOW_LOGIN_BY_CODE``): the e-mail code
 factor's codes, hashing and attempt counting, used as the *first* step of a login.
 
-:class:`LoginCodeFactor` is an :class:`~flask_authflow.mfa.email_otp.EmailOtpFactor` of
+``LoginCodeFactor`` is an ``EmailOtpFactor`` (:doc:`/email_otp`) of
 its own kind (``login_code``) that needs no enrolled factor: the address is the account's
-verified e-mail, and the code is not sent by the factor but made by :meth:`issue` for the
-login flow (:mod:`flask_authflow.login.login_code`), which composes the mail (a code and a
+verified e-mail, and the code is not sent by the factor but made by ``issue`` for the
+login flow (``flask_authflow.login.login_code``), which composes the mail (a code and a
 link) and delivers it after the answer went out. Everything else is the e-mail code's:
 8 digits from the CSPRNG, only the HMAC-SHA256 digest kept (scoped by the login
 transaction), ``max_tries`` wrong codes then the code is dead, an expiry, and single use
