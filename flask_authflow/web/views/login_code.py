@@ -1,8 +1,8 @@
 """Sign-in by e-mailed code (``AUTHFLOW_LOGIN_BY_CODE``): "e-mail me a code" and its link.
 
 ``/login/code`` takes a username or an e-mail address (form, or JSON ``{"username"}``)
-and answers the same whether an account matches or not: the sign-in moves to the factor
-page, which asks for the code (then for the user's second factor, if any). The mail, with
+and answers the same whether an account matches or not: the factor page (its form posts
+to ``/login/factor``), which asks for the code (then for the user's second factor, if any). The mail, with
 the code and a link on the configured origin (never the request's ``Host``), is composed
 for every request and delivered, for a usable account only, after the answer went out; it
 spends the strangers' mail budget unless the request comes from the account's own device
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from flask import redirect, request, url_for
+from flask import request, url_for
 from flask.typing import ResponseReturnValue
 from werkzeug.wrappers.response import Response as BaseResponse
 
@@ -37,6 +37,7 @@ from flask_authflow.web.external_url import mailed_url
 from flask_authflow.web.mail_budgets import strangers
 from flask_authflow.web.outgoing_mail import compose_mail
 from flask_authflow.web.state import current_auth_session, get_state
+from flask_authflow.web.views import signin
 from flask_authflow.web.views.accounts import _deliver_later, _mail_ready, _not_offered
 from flask_authflow.web.views.common import (
     MESSAGES,
@@ -49,6 +50,7 @@ from flask_authflow.web.views.common import (
     page,
     request_next,
 )
+from flask_authflow.web.views.signin import FACTOR_NOTICES
 
 __all__ = ["RULES", "login_code", "login_code_link", "login_code_offered"]
 
@@ -110,8 +112,8 @@ def _request(username: str, target: str | None) -> ResponseReturnValue:
     if wants_json():
         body = {"status": "factor_required", "kinds": [FactorKind.LOGIN_CODE.value], "location": location}
         answer = json_answer(body)
-    else:
-        answer = redirect(url_for(f"{VIEWS_BLUEPRINT}.factor", next=target, notice="login_code_sent"))
+    else:  # the factor page itself, as forgot-password answers its page: no redirect to follow
+        answer = signin.factor_page(target, notice=FACTOR_NOTICES["login_code_sent"])
     return _deliver_later(found.to, mail, answer, strangers(found.tenant, found.identifier))
 
 

@@ -61,6 +61,7 @@ __all__ = [
     "FACTOR_NOTICES",
     "StepMethod",
     "factor",
+    "factor_page",
     "factor_send",
     "factor_webauthn_options",
     "login",
@@ -322,6 +323,11 @@ def _factor_page(target: str | None, status: int = 200, **context: Any) -> Respo
         factor=methods[0].kind if methods else (kinds[0] if kinds else None),
         **context,
     )
+
+
+def factor_page(target: str | None, status: int = 200, **context: Any) -> Response:
+    """The factor page of the pending step (its ways; a notice or an error in ``context``)."""
+    return _factor_page(target, status, **context)
 
 
 def factor() -> ResponseReturnValue:
