@@ -17,6 +17,7 @@ from flask_authflow.i18n import N_, gettext, translate
 
 __all__ = [
     "AUDIT_CONTEXT_KEY",
+    "CLIENT_HEADER",
     "PACKAGE_HEADERS",
     "SERVER_ERROR_MESSAGE",
     "error_response",
@@ -52,9 +53,15 @@ def request_id() -> str:
     return fallback
 
 
+#: The header a client of the headless JSON API declares its kind in (``browser`` or
+#: ``app``); such a client always gets JSON, whatever its ``Accept`` says.
+CLIENT_HEADER = "Authflow-Client"
+
+
 def wants_json() -> bool:
-    """The client sent JSON, or prefers ``application/json`` over HTML."""
-    if request.is_json:
+    """The client sent JSON, declared itself a headless client (:data:`CLIENT_HEADER`), or
+    prefers ``application/json`` over HTML."""
+    if request.is_json or CLIENT_HEADER in request.headers:
         return True
     best = request.accept_mimetypes.best_match(["application/json", "text/html", "text/plain"])
     return (
