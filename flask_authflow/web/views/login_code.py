@@ -21,6 +21,7 @@ she opens the link), and a GET spends no try.
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
 from flask import request, url_for
 from flask.typing import ResponseReturnValue
@@ -28,6 +29,7 @@ from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow.errors import AuthFlowError, ConfigurationError
 from flask_authflow.i18n import N_
+from flask_authflow.login.login_code import LoginCodeRequest
 from flask_authflow.mfa.email_otp import EMAIL_OTP_DIGITS
 from flask_authflow.mfa.login_code import LoginCodeFactor
 from flask_authflow.outcomes import FactorKind
@@ -52,7 +54,9 @@ from flask_authflow.web.views.common import (
 )
 from flask_authflow.web.views.signin import FACTOR_NOTICES
 
-__all__ = ["RULES", "login_code", "login_code_link", "login_code_offered"]
+__all__ = ["RULES", "deliver_after", "login_code", "login_code_link", "login_code_offered", "request_code"]
+
+R = TypeVar("R", bound=BaseResponse)
 
 _CODE = re.compile(f"[0-9]{{{EMAIL_OTP_DIGITS}}}")
 _MISSING = N_("Enter your username or e-mail address.")
@@ -96,25 +100,39 @@ def login_code() -> ResponseReturnValue:
         return answer
 
 
-def _request(username: str, target: str | None) -> ResponseReturnValue:
+def request_code(username: str) -> tuple[LoginCodeRequest, tuple[str, str, str]]:
+    """Start a sign-in by code for ``username`` on the request's session and compose its mail
+    (for every request: the same work whether an account matched); the pages and the
+    headless API both call it, then :func:`deliver_after` their answer."""
     _mail_ready()  # no way to send mail: the same error for every request, before anything is done
     tenant = get_state().config.default_tenant
     found = handle().request_login_code(username, tenant, current_auth_session(), _factor())
-    mail = compose_mail(  # composed for every request: the same work whether an account matched
+    mail = compose_mail(
         "login_code",
         code=found.code,
         link=mailed_url(f"{VIEWS_BLUEPRINT}.login_code_link", code=found.code),
         identifier=found.identifier or "",
         minutes=max(1, found.expires_in // 60),
     )
-    location = url_for(f"{VIEWS_BLUEPRINT}.factor", next=target)
+    return found, mail
+
+
+def deliver_after(found: LoginCodeRequest, mail: tuple[str, str, str], response: R) -> R:
+    """Mail the code once ``response`` went out, to a usable account only, on the strangers'
+    budget unless the request is the owner's (:mod:`flask_authflow.web.mail_budgets`)."""
+    return _deliver_later(found.to, mail, response, strangers(found.tenant, found.identifier))
+
+
+def _request(username: str, target: str | None) -> ResponseReturnValue:
+    found, mail = request_code(username)
     answer: BaseResponse
     if wants_json():
+        location = url_for(f"{VIEWS_BLUEPRINT}.factor", next=target)
         body = {"status": "factor_required", "kinds": [FactorKind.LOGIN_CODE.value], "location": location}
         answer = json_answer(body)
     else:  # the factor page itself, as forgot-password answers its page: no redirect to follow
         answer = signin.factor_page(target, notice=FACTOR_NOTICES["login_code_sent"])
-    return _deliver_later(found.to, mail, answer, strangers(found.tenant, found.identifier))
+    return deliver_after(found, mail, answer)
 
 
 def login_code_link() -> ResponseReturnValue:
