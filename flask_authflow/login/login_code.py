@@ -20,8 +20,8 @@ composed by the caller, with nobody to deliver it to (``LoginCodeRequest.to`` is
 refused like a wrong code.
 
 One :class:`~flask_authflow.login.operation.Operation` per request (audited
-``login_begin`` with factor ``login_code``); the session is written by the caller as for
-any login step.
+``login_begin`` with factor ``login_code``): its audit row and the session (when the
+session store can join the unit of work) commit once, together.
 """
 
 from __future__ import annotations
@@ -161,6 +161,10 @@ def _start(
     )
     code = codes.issue(fctx)
     store_slots(op.session, {FACTOR_SLOT + FactorKind.LOGIN_CODE.value: fctx.flow_update or {}})
+    # The audit row and the session (on a SQL session store of the backend's database)
+    # commit together: a request refused at either keeps neither, and mails nothing.
+    op.unit()
+    op.write_session = True
     deliver = real and facts.locked_until is None
     reason = None
     if not real:
