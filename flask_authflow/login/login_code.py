@@ -36,6 +36,7 @@ from flask_authflow.core.identifiers import check_tenant, normalise_email, norma
 from flask_authflow.core.ports import LoginFacts, UserRecord
 from flask_authflow.core.session import AuthSession, AuthState, begin_flow, start_login
 from flask_authflow.errors import InvalidInput
+from flask_authflow.i18n import N_
 from flask_authflow.login.challenges import FACTOR_SLOT, StepUser, factor_context, store_slots
 from flask_authflow.login.operation import (
     LOGIN_IDENTIFIER_KEY,
@@ -93,7 +94,7 @@ def request_login_code(
     try:
         tenant = check_tenant(tenant)
         if not isinstance(given, str) or not given.strip() or len(given) > MAX_INPUT_LENGTH:
-            raise InvalidInput("give your username or e-mail address")
+            raise InvalidInput(N_("Enter your username or e-mail address."))
         ident = normalise_identifier(given)
     except InvalidInput as exc:
         Operation(svc, ctx, session, "login_begin", factor=FactorKind.LOGIN_CODE.value).refuse(exc, "error")
