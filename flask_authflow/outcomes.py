@@ -76,6 +76,7 @@ class FactorKind(str, metaclass=_FactorKindType):
     EMAIL_OTP: ClassVar[FactorKind]
     WEBAUTHN: ClassVar[FactorKind]
     RECOVERY_CODE: ClassVar[FactorKind]
+    LOGIN_CODE: ClassVar[FactorKind]
 
     def __new__(cls, value: str) -> FactorKind:
         if isinstance(value, FactorKind):
@@ -129,6 +130,8 @@ FactorKind.HOTP = FactorKind.register("hotp")
 FactorKind.EMAIL_OTP = FactorKind.register("email_otp")
 FactorKind.WEBAUTHN = FactorKind.register("webauthn")
 FactorKind.RECOVERY_CODE = FactorKind.register("recovery_code")
+#: A code e-mailed to the account's address as the first step (``AUTHFLOW_LOGIN_BY_CODE``).
+FactorKind.LOGIN_CODE = FactorKind.register("login_code")
 
 
 @dataclass(frozen=True, slots=True)

@@ -618,6 +618,23 @@ KEYS: tuple[Key, ...] = (
     # second factors required by policy (checked by login/mfa_policy.py)
     Key("AUTHFLOW_MFA_REQUIRED", raw, False),
     Key("AUTHFLOW_MFA_REQUIRED_KINDS", raw, None),
+    # sign-in by e-mailed code (the code is the first factor)
+    Key("AUTHFLOW_LOGIN_BY_CODE", boolean, False),
+    Key(
+        "AUTHFLOW_LOGIN_CODE_TTL",
+        duration,
+        timedelta(minutes=10),
+        at_most(
+            timedelta(minutes=30),
+            "AUTHFLOW_LOGIN_CODE_TTL over 30 minutes is refused: keep codes short",
+        ),
+    ),
+    Key(
+        "AUTHFLOW_LOGIN_CODE_MAX_TRIES",
+        integer,
+        5,
+        between(1, 10, "AUTHFLOW_LOGIN_CODE_MAX_TRIES must be between 1 and 10 (default 5)"),
+    ),
     # the local issuer
     Key("AUTHFLOW_ISSUER", raw),
     Key("AUTHFLOW_ISSUER_KEY_STORE", raw, "sql"),

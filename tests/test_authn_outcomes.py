@@ -67,6 +67,7 @@ def test_factor_kind_values() -> None:
         "email_otp",
         "webauthn",
         "recovery_code",
+        "login_code",
     ]
 
 

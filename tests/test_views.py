@@ -248,6 +248,8 @@ EXPECTED_RULES = {
     "authflow_views.remove_factor": ("/account/factors/<factor_id>/remove", {"POST"}),
     "authflow_views.csrf": ("/csrf", {"GET"}),
     "authflow_views.forgot_password": ("/password/forgot", {"GET", "POST"}),
+    "authflow_views.login_code": ("/login/code", {"GET", "POST"}),
+    "authflow_views.login_code_link": ("/login/code/link", {"GET"}),
     "authflow_views.reset_password": ("/password/reset", {"GET", "POST"}),
     "authflow_views.signup": ("/signup", {"GET", "POST"}),
     "authflow_views.signup_verify": ("/signup/verify", {"GET", "POST"}),

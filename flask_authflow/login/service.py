@@ -48,7 +48,7 @@ from flask_authflow.core.ports import (
 )
 from flask_authflow.core.session import AuthSession, step_name
 from flask_authflow.errors import ConfigurationError, FactorNotRegistered
-from flask_authflow.login import begin, enrollment, establish, logout, passkey, step_up, verify
+from flask_authflow.login import begin, enrollment, establish, login_code, logout, passkey, step_up, verify
 from flask_authflow.login.enrollment import ENROLLMENT_TTL
 from flask_authflow.login.legacy_hashes import LegacyHashes
 from flask_authflow.login.lockout import Lockout, LockoutPolicy
@@ -307,6 +307,14 @@ class AuthnRequest:
         return verify.verify_factor(
             self.service, self.ctx, credential, session, carried=rows, carried_since=before
         )
+
+    def request_login_code(
+        self, given: object, tenant: str, session: AuthSession, codes: login_code.CodeIssuer
+    ) -> login_code.LoginCodeRequest:
+        """Start a sign-in by e-mailed code for the account ``given`` (an identifier or an
+        address) names, with a code from ``codes`` (the app's ``login_code`` factor): mail
+        the answer's code to its ``to`` when set; see :mod:`flask_authflow.login.login_code`."""
+        return login_code.request_login_code(self.service, self.ctx, session, tenant, given, codes)
 
     def verify_factor(self, credential: FactorCredential, session: AuthSession) -> FactorOutcome:
         """Check the credential for the step the session waits for (credential first, then the session).

@@ -106,13 +106,16 @@ class _Step:
         self, now: datetime, update: dict[str, Any] | None
     ) -> Callable[[SessionRecord], SessionRecord]:
         """A failed step-up keeps the login but forgets the step-up; a failure at the first
-        step ends the login; at a later step the login waits for another try."""
+        step ends the login (but a sign-in code's); at a later step the login waits for
+        another try."""
         slot_key = FACTOR_SLOT + self.expected
 
         def change(r: SessionRecord) -> SessionRecord:
             if r.state is AuthState.AUTHENTICATED:
                 return clear_flow(r)
-            if self.first_step or self.phantom:
+            # A mistyped sign-in code keeps its login (the code has its own tries), for a
+            # phantom too: the answers stay the same whether the account exists or not.
+            if (self.first_step or self.phantom) and self.expected != FactorKind.LOGIN_CODE.value:
                 return fail_login(r, now=now)
             if update is None:
                 return r

@@ -32,6 +32,10 @@ class FactorSettings(Settings):
     webauthn_origins: tuple[str, ...] = field(metadata=setting("AUTHFLOW_WEBAUTHN_ORIGINS"))
     webauthn_user_verification: str = field(metadata=setting("AUTHFLOW_WEBAUTHN_USER_VERIFICATION"))
     passkey_login: bool | frozenset[str] = field(metadata=setting("AUTHFLOW_PASSKEY_LOGIN"))
+    #: Sign-in by e-mailed code is offered (``AUTHFLOW_LOGIN_BY_CODE``).
+    login_by_code: bool = field(metadata=setting("AUTHFLOW_LOGIN_BY_CODE"))
+    login_code_ttl: timedelta = field(metadata=setting("AUTHFLOW_LOGIN_CODE_TTL"))
+    login_code_max_tries: int = field(metadata=setting("AUTHFLOW_LOGIN_CODE_MAX_TRIES"))
     site_name: str | None = field(metadata=setting("AUTHFLOW_SITE_NAME"))
 
     def __post_init__(self) -> None:

@@ -40,7 +40,7 @@ __all__ = [
 log = logging.getLogger("flask_authflow.mail")
 
 #: The keys that turn on a feature whose mails carry a link (with a single-use token).
-LINK_FEATURES = ("AUTHFLOW_REGISTRATION", "AUTHFLOW_PASSWORD_RESET")
+LINK_FEATURES = ("AUTHFLOW_REGISTRATION", "AUTHFLOW_PASSWORD_RESET", "AUTHFLOW_LOGIN_BY_CODE")
 #: The keys that turn on a feature that sends mail.
 MAIL_FEATURES = (*LINK_FEATURES, "AUTHFLOW_DEVICE_NEW_DEVICE_MAIL")
 

@@ -11,6 +11,7 @@ from flask_authflow.core.factors import Factor
 from flask_authflow.i18n import template_context
 from flask_authflow.mail import MailSender
 from flask_authflow.mfa.email_otp import EmailOtpFactor
+from flask_authflow.mfa.login_code import LoginCodeFactor
 from flask_authflow.mfa.recovery import RecoveryCodeFactor
 from flask_authflow.mfa.sealing import FactorSealer
 from flask_authflow.mfa.settings import FactorSettings
@@ -48,6 +49,16 @@ def built_in_factors(
             html_body=code_mail_html,
         ),
     ]
+    if settings.login_by_code:  # the code is mailed by the sign-in-by-code view, not the factor
+        factors.append(
+            LoginCodeFactor(
+                sealer,
+                mail_sender,
+                ttl=settings.login_code_ttl,
+                max_tries=settings.login_code_max_tries,
+                site_name=settings.site_name or "flask-authflow",
+            )
+        )
     if settings.webauthn_rp_id is not None:
         from flask_authflow.mfa.webauthn import WebAuthnFactor, WebAuthnSettings  # needs the [webauthn] extra
 

@@ -20,6 +20,7 @@ from flask_authflow.web.headless import (
     devices,
     enrollment,
     login,
+    login_code,
     passkeys,
     profile,
     providers,
@@ -44,6 +45,7 @@ API_BLUEPRINT = "authflow_api"
 FLOWS: tuple[Any, ...] = (
     session,
     login,
+    login_code,
     stepup,
     passkeys,
     providers,

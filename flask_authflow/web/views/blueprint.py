@@ -31,7 +31,7 @@ from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, cs
 from flask_authflow.web.decorators import login_required
 from flask_authflow.web.json_body import refuse_bad_json
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
-from flask_authflow.web.views import accounts, devices, security, signin, stepup
+from flask_authflow.web.views import accounts, devices, login_code, security, signin, stepup
 from flask_authflow.web.views.api_tokens import api_token_rows, create_api_token, revoke_api_token
 from flask_authflow.web.views.common import (
     LOGOUT_BLUEPRINT,
@@ -379,6 +379,7 @@ def build_blueprint(*, with_logout: bool = True) -> Blueprint:
         ("/csrf", "csrf", csrf, ["GET"]),
     ]  # fmt: skip
     rules += accounts.RULES  # sign-up, password reset (each answers 404 unless enabled)
+    rules += login_code.RULES  # sign-in by e-mailed code (404 unless AUTHFLOW_LOGIN_BY_CODE)
     if with_logout:  # the app has no logout route of its own (AUTHFLOW_LOGOUT_URL_PREFIX = None)
         rules.append(("/logout", "logout", logout, ["POST"]))
     for rule, endpoint, view, methods in rules:

@@ -61,6 +61,7 @@ __all__ = [
     "FACTOR_NOTICES",
     "StepMethod",
     "factor",
+    "factor_page",
     "factor_send",
     "factor_webauthn_options",
     "login",
@@ -76,7 +77,13 @@ __all__ = [
 ]
 
 #: The notices the factor page shows after a redirect (``?notice=...``); only these keys.
-FACTOR_NOTICES = {"code_sent": N_("We sent a code to your e-mail address. It is valid for a few minutes.")}
+FACTOR_NOTICES = {
+    "code_sent": N_("We sent a code to your e-mail address. It is valid for a few minutes."),
+    "login_code_sent": N_(
+        "If an account matches, we sent a code and a link to its e-mail address. Enter the code here, "
+        "or open the link in this browser."
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +131,13 @@ _CODE_TEXTS: dict[str, tuple[str, str, str, str, str]] = {
         N_("Use a code sent by e-mail"),
         N_("Code from your e-mail"),
         N_("We sent a code to your e-mail address."),
+        "numeric",
+        "one-time-code",
+    ),
+    "login_code": (
+        N_("Enter the code from your e-mail"),
+        N_("Sign-in code"),
+        N_("The 8-digit code we sent to your e-mail address. It works once, for a few minutes."),
         "numeric",
         "one-time-code",
     ),
@@ -187,7 +201,8 @@ def step_methods(kinds: tuple[str, ...]) -> list[StepMethod]:
             continue
         title, label, hint, inputmode, autocomplete = _CODE_TEXTS.get(name, _GENERIC_TEXTS)
         title, label, hint = translate(title), translate(label), translate(hint)
-        send = sends_codes(name, factor)
+        # A sign-in code is not resent within its login: asking again starts a new sign-in.
+        send = sends_codes(name, factor) and name != FactorKind.LOGIN_CODE.value
         sent = send and len(kinds) == 1  # the service sends the code itself when it is the only way
         if send and not sent:
             hint = gettext(
@@ -219,6 +234,8 @@ def login_page(status: int = 200, **context: Any) -> Response:
     context.setdefault("signed_in_as", identifier_of(session) if session.is_authenticated else None)
     context.setdefault("username", "")
     context.setdefault("passkey_login", passkey_available())
+    state = get_state()
+    context.setdefault("login_by_code", state.config.factors.login_by_code)
     return page("login.html", status, **context)
 
 
@@ -316,6 +333,11 @@ def _factor_page(target: str | None, status: int = 200, **context: Any) -> Respo
         factor=methods[0].kind if methods else (kinds[0] if kinds else None),
         **context,
     )
+
+
+def factor_page(target: str | None, status: int = 200, **context: Any) -> Response:
+    """The factor page of the pending step (its ways; a notice or an error in ``context``)."""
+    return _factor_page(target, status, **context)
 
 
 def factor() -> ResponseReturnValue:
