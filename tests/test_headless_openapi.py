@@ -76,8 +76,8 @@ def test_the_statuses_every_route_may_answer_are_declared() -> None:
 def test_the_committed_reference_page_is_current() -> None:
     committed = (DOCS / "headless-reference.rst").read_text(encoding="utf-8")
     assert committed == render_reference(reference_document()), (
-        "docs/headless-reference.rst is stale: "
-        "python -m flask_authflow.web.headless.reference > docs/headless-reference.rst"
+        "docs/headless-reference.rst is stale: in docs/, run "
+        "python -m flask_authflow.web.headless.reference > headless-reference.rst"
     )
 
 

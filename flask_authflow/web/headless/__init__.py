@@ -3,8 +3,8 @@
 clients: ``Authorization: Session <token>``, no cookie), with typed JSON errors and an
 OpenAPI 3.1 document built from the route declarations. See :doc:`/headless`.
 
-How a flow adds its routes: ``docs/headless.rst`` ("Adding a route") and
-:mod:`.routes`.
+How a flow adds its routes: :mod:`.routes` (the declaration) and :mod:`.blueprint`
+(its ``FLOWS``).
 """
 
 from flask_authflow.web.headless.blueprint import API_BLUEPRINT, FLOWS, all_routes, api_document, register_api

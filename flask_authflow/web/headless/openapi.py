@@ -2,7 +2,7 @@
 
 Nothing here is written by hand beside the routes: each :class:`~.routes.Route` gives its
 path, method, body shape, answers and error statuses; the shapes give the JSON Schemas
-(:mod:`.schema`). Served at ``GET <prefix>/v1/openapi.json``; ``docs/headless-reference.rst``
+(:mod:`.schema`). Served at ``GET <prefix>/v1/openapi.json``; the manual's reference page
 is rendered from it (``python -m flask_authflow.web.headless.reference``).
 """
 

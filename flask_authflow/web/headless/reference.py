@@ -1,9 +1,9 @@
-"""The reference page of the headless API (``docs/headless-reference.rst``), rendered from
-its OpenAPI document, so the page says what the code serves.
+"""The reference page of the headless API (the manual's ``headless-reference.rst``),
+rendered from its OpenAPI document, so the page says what the code serves.
 
-Regenerate it after changing a route::
+Regenerate it after changing a route, from the manual's folder::
 
-    python -m flask_authflow.web.headless.reference > docs/headless-reference.rst
+    python -m flask_authflow.web.headless.reference > headless-reference.rst
 
 (``tests/test_headless_openapi.py`` fails while the committed page is not current.)
 """
@@ -87,7 +87,7 @@ def render_reference(document: Mapping[str, Any]) -> str:
     """The reStructuredText reference page of ``document``."""
     lines = [
         ".. This page is generated from the OpenAPI document: do not edit it by hand.",
-        "   python -m flask_authflow.web.headless.reference > docs/headless-reference.rst",
+        "   In the manual's folder: python -m flask_authflow.web.headless.reference > headless-reference.rst",
         "",
         *_heading(_TITLE, "="),
         f"The routes of the headless API (version {document['info']['version']}) at their default "
