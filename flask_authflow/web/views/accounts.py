@@ -19,6 +19,7 @@ that lists what ended with it (:func:`notify_recovery`).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -41,11 +42,12 @@ from flask_authflow.errors import (
 from flask_authflow.i18n import translate
 from flask_authflow.login import account_tokens, password_reset
 from flask_authflow.login import email_change as email_change_flow
+from flask_authflow.login import passkey_signup as passkey_signup_flow
 from flask_authflow.login import signup as signup_flow
 from flask_authflow.login.account_settings import AccountSettings
 from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.login.recovery import Ended
-from flask_authflow.outcomes import FactorRequired
+from flask_authflow.outcomes import FactorCredential, FactorKind, FactorRequired
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.external_url import mail_origin, mailed_url
 from flask_authflow.web.json_body import json_body
@@ -54,10 +56,12 @@ from flask_authflow.web.outgoing_mail import compose_mail, mail_sender, send_mai
 from flask_authflow.web.security_notices import notice_enabled, notify
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views.common import (
+    MAX_CREDENTIAL_LENGTH,
     MESSAGES,
     VIEWS_BLUEPRINT,
     error_message,
     error_status,
+    json_error,
     page,
 )
 
@@ -70,6 +74,8 @@ __all__ = [
     "forgot_password",
     "mail_reset_link",
     "notify_recovery",
+    "passkey_signup",
+    "passkey_signup_options",
     "reset_password",
     "send_mail",
     "settings",
@@ -104,6 +110,7 @@ def account_link_flags() -> dict[str, bool]:
     return {
         "authflow_signup": found.registration and f"{VIEWS_BLUEPRINT}.signup" in views,
         "authflow_password_reset": found.password_reset and f"{VIEWS_BLUEPRINT}.forgot_password" in views,
+        "authflow_passkey_signup": found.registration_passkey and f"{VIEWS_BLUEPRINT}.passkey_signup" in views,
     }
 
 
@@ -400,6 +407,66 @@ def _signup() -> ResponseReturnValue:
     return page("signup.html", 200, sent=True)
 
 
+def passkey_signup_options() -> ResponseReturnValue:
+    """JSON: creation options for a sign-up with a passkey (``AUTHFLOW_REGISTRATION_PASSKEY``;
+    form or JSON ``{"username", "email"}``). Counted as a sign-up by the throttle."""
+    if not settings().registration_passkey:
+        return _not_offered()
+    try:
+        body = _body()
+        if not _wants_json() and not csrf_valid():
+            return json_error("csrf", MESSAGES["csrf"], 400)
+        _throttle("signup")
+        _mail_ready()
+        state = get_state()
+        options = passkey_signup_flow.begin_passkey_signup(
+            state.service, audit_context(), current_auth_session(), state.config.default_tenant,
+            _text(body, "username", 254), _text(body, "email", 254),
+        )  # fmt: skip
+    except AuthFlowError as error:
+        return _throttled(_json_error(error), error)
+    answer = jsonify(options)
+    answer.headers["Cache-Control"] = "no-store"
+    return answer
+
+
+def passkey_signup() -> ResponseReturnValue:
+    """Finish a passkey sign-up with the browser's attestation (form or JSON ``credential``):
+    the account, its passkey and the verification mail, in one transaction."""
+    if not settings().registration_passkey:
+        return _not_offered()
+    return _guarded(_passkey_signup, "signup.html")
+
+
+def _passkey_signup() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("signup.html", 400, error=MESSAGES["csrf"])
+    value = body.get("credential")
+    secret = json.dumps(value) if isinstance(value, dict) else value
+    if not isinstance(secret, str) or not secret.strip():
+        raise InvalidInput(MESSAGES["missing_credential"])
+    if len(secret) > MAX_CREDENTIAL_LENGTH:
+        raise InvalidInput(MESSAGES["credential_too_long"])
+    state = get_state()
+    with FactorCredential(FactorKind.WEBAUTHN, secret.strip()) as credential:
+        passkey_signup_flow.finish_passkey_signup(
+            state.service, account_admin(), audit_context(), current_auth_session(), credential,
+            ttl=settings().verification_ttl, deliver=_deliver_in_transaction,
+        )  # fmt: skip
+    if _wants_json():
+        answer = jsonify({"status": "verification_sent"})
+        answer.status_code = 202
+        return answer
+    return page("signup.html", 200, sent=True)
+
+
+def _throttled(answer: Response, error: AuthFlowError) -> Response:
+    if error.retry_after is not None:
+        answer.headers["Retry-After"] = str(error.retry_after)
+    return answer
+
+
 def _deliver_in_transaction(found: signup_flow.SignupRequest) -> None:
     """Send a sign-up's mail (the link, or the notice to an address's owner) before the
     sign-up commits: if it fails, nothing is kept and the answer is 503. Both kinds go out
@@ -615,6 +682,8 @@ RULES: list[tuple[str, str, Any, list[str]]] = [
     ("/password/forgot", "forgot_password", forgot_password, ["GET", "POST"]),
     ("/password/reset", "reset_password", reset_password, ["GET", "POST"]),
     ("/signup", "signup", signup, ["GET", "POST"]),
+    ("/signup/passkey/options", "passkey_signup_options", passkey_signup_options, ["POST"]),
+    ("/signup/passkey", "passkey_signup", passkey_signup, ["POST"]),
     ("/signup/verify", "signup_verify", signup_verify, ["GET", "POST"]),
     ("/signup/resend", "signup_resend", signup_resend, ["GET", "POST"]),
     ("/account/email", "change_email", change_email, ["GET", "POST"]),
