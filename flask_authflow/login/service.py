@@ -201,6 +201,10 @@ class AuthnService:
         #: now (wired by ``init_app`` to the device store); a login from a trusted device asks
         #: for the password only. ``None``: no device is ever trusted.
         self.device_trusted: Callable[[str, str, str, datetime], bool] | None = None
+        #: ``(tenant, user_id) -> bool``: whether the user has a linked provider identity (a
+        #: way to sign in besides the password and passkeys; wired by ``init_app`` when
+        #: federation is on). ``None``: no links count.
+        self.linked_identities: Callable[[str, str], bool] | None = None
         #: The personal API tokens a password reset, a password change and "log out
         #: everywhere" delete with the user's sessions (wired by ``init_app`` to the
         #: backend; ``None``: the flows end no API token). See :mod:`~flask_authflow.login.recovery`.

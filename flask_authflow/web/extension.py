@@ -499,6 +499,8 @@ class AuthFlow:
                 "the first request (or set AUTHFLOW_OAUTH_PROVIDERS)"
             ) from None
         state.federation = federation
+        links = federation.links  # a linked provider identity is a way to sign in
+        state.service.linked_identities = lambda tenant, user_id: bool(links.links_of_user(tenant, user_id))
 
     # --- factors ------------------------------------------------------------------------------
 

@@ -110,7 +110,8 @@ def account_link_flags() -> dict[str, bool]:
     return {
         "authflow_signup": found.registration and f"{VIEWS_BLUEPRINT}.signup" in views,
         "authflow_password_reset": found.password_reset and f"{VIEWS_BLUEPRINT}.forgot_password" in views,
-        "authflow_passkey_signup": found.registration_passkey and f"{VIEWS_BLUEPRINT}.passkey_signup" in views,
+        "authflow_passkey_signup": found.registration_passkey
+        and f"{VIEWS_BLUEPRINT}.passkey_signup" in views,
     }
 
 

@@ -25,6 +25,7 @@ from flask_authflow.core.session import AuthSession, SessionRecord, sid_hash
 from flask_authflow.devices.labels import device_label
 from flask_authflow.errors import AuthFlowError, StepUpNeeded
 from flask_authflow.i18n import N_, translate
+from flask_authflow.login import sign_in_ways
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
 from flask_authflow.responses import package_headers, wants_json
 from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, csrf_valid, rotate_csrf_token
@@ -60,6 +61,7 @@ __all__ = ["TEMPLATE_FOLDER", "VIEWS_BLUEPRINT", "build_blueprint", "register_vi
 #: are accepted, so the query string cannot put text on the page.
 NOTICES = {
     "password_changed": N_("Your password has been changed. Your other sessions have been logged out."),
+    "password_set": N_("Your password has been set: you can sign in with it too."),
     "session_revoked": N_("That session has been logged out."),
     "others_revoked": N_("All your other sessions have been logged out. Your API tokens have been revoked."),
     "api_token_revoked": N_("The API token has been revoked."),
@@ -105,6 +107,7 @@ def _account_page(
         authenticated_at=session.authenticated_at,
         sessions=sessions,
         enrolled_factors=_enrolled_factors(session),
+        has_password=state.backend.get_password_hash(tenant, user_id) is not None,
         **_provider_rows(tenant, user_id),
         **api_token_rows(tenant, user_id),
         **extra,
@@ -250,6 +253,38 @@ def change_password() -> ResponseReturnValue:
     return accounts.notify_recovery(tenant, str(session.user_id), ended, answer, reset=False)
 
 
+def set_password() -> ResponseReturnValue:
+    """A password for an account that has none (a passkey-only or federated one): no old
+    password to ask, so a fresh sign-in instead (a step-up with the user's strongest way)."""
+    refused = account_post_refused()
+    if refused is not None:
+        return refused
+    session = current_auth_session()
+    new, confirm = form_text("new_password"), form_text("new_password_confirm")
+    if not new or not confirm:
+        return _account_page(400, error=MESSAGES["password_fields"])
+    if not hmac.compare_digest(new.encode("utf-8"), confirm.encode("utf-8")):
+        return _account_page(400, error=MESSAGES["password_mismatch"])
+    state = get_state()
+    try:
+        tenant, user_id = sign_in_ways.check_fresh(state.service, session, "setting a password")
+    except StepUpNeeded:
+        return to_step_up(url_for(f"{VIEWS_BLUEPRINT}.account"))
+    if state.backend.get_password_hash(tenant, user_id) is not None:
+        return _account_page(409, error=MESSAGES["password_exists"])  # the change form asks for it
+    try:
+        ended = account_admin().change_password(
+            tenant, identifier_of(session) or "", new, keep_sid=stored_sid(session),
+            context=audit_context(), session=session,
+        )  # fmt: skip
+    except AuthFlowError as error:  # a password policy's WeakPassword, a too long password
+        return _account_page(error_status(error), error=error.message)
+    session.rotate_id()
+    rotate_csrf_token()
+    answer = redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="password_set"))
+    return accounts.notify_recovery(tenant, user_id, ended, answer, reset=False)
+
+
 def revoke_session(session_hash: str) -> ResponseReturnValue:
     refused = account_post_refused()
     if refused is not None:
@@ -344,6 +379,7 @@ def build_blueprint(*, with_logout: bool = True) -> Blueprint:
         ("/step-up", "step_up", stepup.step_up, ["GET", "POST"]),
         ("/account", "account", account, ["GET"]),
         ("/account/password", "change_password", change_password, ["POST"]),
+        ("/account/password/set", "set_password", set_password, ["POST"]),
         ("/account/sessions/<session_hash>/revoke", "revoke_session", revoke_session, ["POST"]),
         ("/account/sessions/revoke-others", "revoke_other_sessions", revoke_other_sessions, ["POST"]),
         ("/account/api-tokens", "create_api_token", create_api_token, ["POST"]),
