@@ -15,7 +15,7 @@ from flask_authflow.outcomes import FactorKind
 from flask_authflow.testing.pytest_plugin import Outbox
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
-from tests.test_views import Site, csrf_of, login, make_site, real_factors
+from tests.test_views import FRESHNESS_PASSED, Site, csrf_of, login, make_site, real_factors
 from tests.webauthn_soft import SoftAuthenticator
 
 PASSKEY_CONFIG: dict[str, Any] = {
@@ -228,3 +228,62 @@ def test_init_app_refuses_passkey_sign_up_without_what_it_needs(
 ) -> None:
     with pytest.raises(ConfigurationError, match=named):
         make_site(app_factory, **{**PASSKEY_CONFIG, **missing})
+
+
+def confirmed_account(site: Site, key: SoftAuthenticator) -> FlaskClient:
+    """A passkey sign-up whose address is confirmed, signed in with its passkey."""
+    assert passkey_signup(site, key).status_code == 202
+    [mail] = outbox(site).messages
+    assert site.client().post("/signup/verify", json={"token": token_in(mail.body)}).status_code == 200
+    client = site.client()
+    assert passkey_login(site, key, client).json["status"] == "authenticated"
+    return client
+
+
+def test_a_passwordless_account_adds_a_password_after_a_fresh_sign_in(site: Site) -> None:
+    key = SoftAuthenticator()
+    client = confirmed_account(site, key)
+    html = client.get("/account").text
+    assert 'id="set-password-form"' in html and 'id="change-password-form"' not in html
+    token = csrf_of(html)
+    new = "a new passphrase for dora"
+    form = {"csrf_token": token, "new_password": new, "new_password_confirm": new}
+    mismatch = client.post("/account/password/set", data={**form, "new_password_confirm": "other"})
+    assert mismatch.status_code == 400
+    assert client.post("/account/password/set", data={"csrf_token": token}).status_code == 400
+    assert client.post("/account/password/set", data={**form, "csrf_token": "forged"}).status_code in (400, 403)
+    site.clock.advance(FRESHNESS_PASSED)
+    stale = client.post("/account/password/set", data=form)
+    assert stale.status_code == 302 and stale.location.startswith("/step-up")
+    user = site.backend.find_user("default", "dora")
+    assert user is not None and site.backend.get_password_hash("default", user.user_id) is None
+    fresh = site.client()
+    assert passkey_login(site, key, fresh).json["status"] == "authenticated"
+    form["csrf_token"] = csrf_of(fresh.get("/account").text)
+    done = fresh.post("/account/password/set", data=form)
+    assert done.status_code == 302 and done.location == "/account?notice=password_set"
+    assert site.backend.get_password_hash("default", user.user_id) is not None
+    html = fresh.get("/account").text
+    assert 'id="change-password-form"' in html and 'id="set-password-form"' not in html
+    form["csrf_token"] = csrf_of(html)
+    again = fresh.post("/account/password/set", data=form)  # a password is changed with the old one
+    assert again.status_code == 409
+    assert login(site.client(), "dora", new).location.startswith("/login/factor")  # then the passkey
+
+
+def test_the_account_page_refuses_to_remove_the_last_passkey(site: Site) -> None:
+    key = SoftAuthenticator()
+    client = confirmed_account(site, key)
+    user = site.backend.find_user("default", "dora")
+    assert user is not None
+    [passkey] = site.backend.list_factors("default", user.user_id)
+    token = csrf_of(client.get("/account/factors").text)
+    refused = client.post(f"/account/factors/{passkey.factor_id}/remove", data={"csrf_token": token})
+    assert refused.status_code == 409 and 'id="error"' in refused.text
+    assert [f.factor_id for f in site.backend.list_factors("default", user.user_id)] == [passkey.factor_id]
+    answer = client.post(
+        f"/account/factors/{passkey.factor_id}/remove",
+        data={"csrf_token": token},
+        headers={"Accept": "application/json"},
+    )
+    assert answer.status_code == 409 and "last way to sign in" in answer.json["message"]

@@ -154,6 +154,7 @@ def _remover(url: str, record: SessionRecord, factor_id: str, barrier: Any, out:
         backend.close()
 
 
+@pytest.mark.multiprocess
 def test_parallel_removals_in_several_processes_leave_one_passkey(postgres_server: Any) -> None:
     url = postgres_server.new_database()
     backend = SqlAlchemyBackend(url, hasher=fast_hasher())
