@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock, SystemClock
+from flask_authflow.clock import MockClock
 from flask_authflow.core.factors import Rejected
 from flask_authflow.core.session import AuthSession, SessionRecord
 from flask_authflow.login.service import AuthnRequest, AuthnService
@@ -139,7 +139,8 @@ def _remover(url: str, record: SessionRecord, factor_id: str, barrier: Any, out:
     """Remove one passkey of the account at the same moment as the other processes."""
     backend = SqlAlchemyBackend(url, create_tables=False, hasher=fast_hasher())
     try:
-        service = AuthnService(backend, backend, hasher=backend.hasher, clock=SystemClock())
+        clock = MockClock(record.authenticated_at)  # the parent's time: the sign-in is fresh
+        service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
         service.register_factor(WebAuthnFactor(SETTINGS))
         session = AuthSession(record, new=False, request_fingerprint="fp")
         barrier.wait(60)
