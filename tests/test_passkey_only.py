@@ -251,7 +251,10 @@ def test_a_passwordless_account_adds_a_password_after_a_fresh_sign_in(site: Site
     mismatch = client.post("/account/password/set", data={**form, "new_password_confirm": "other"})
     assert mismatch.status_code == 400
     assert client.post("/account/password/set", data={"csrf_token": token}).status_code == 400
-    assert client.post("/account/password/set", data={**form, "csrf_token": "forged"}).status_code in (400, 403)
+    assert client.post("/account/password/set", data={**form, "csrf_token": "forged"}).status_code in (
+        400,
+        403,
+    )
     site.clock.advance(FRESHNESS_PASSED)
     stale = client.post("/account/password/set", data=form)
     assert stale.status_code == 302 and stale.location.startswith("/step-up")

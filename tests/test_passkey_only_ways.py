@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from flask_authflow.authz import AuthzSettings, Entity, Evaluator, Principal, load_policies
 from flask_authflow.clock import MockClock
 from flask_authflow.core.factors import Rejected
 from flask_authflow.core.session import AuthSession, SessionRecord
@@ -64,7 +66,9 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
     if request.param == "memory":
         backend = InMemoryBackend(hasher=fast_hasher(), clock=clock)
     else:
-        backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'authflow.db'}", hasher=fast_hasher(), clock=clock)
+        backend = SqlAlchemyBackend(
+            f"sqlite:///{tmp_path / 'authflow.db'}", hasher=fast_hasher(), clock=clock
+        )
     service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
     service.register_factor(WebAuthnFactor(SETTINGS))
     service.passkey_login_allowed = lambda tenant: True
@@ -183,3 +187,43 @@ def test_parallel_removals_in_several_processes_leave_one_passkey(postgres_serve
         assert len(env.passkeys()) == 1
     finally:
         backend.close()
+
+
+# --- a passkey-only account is phishing-resistant ------------------------------------------------
+
+
+def test_a_passkey_sign_in_is_phishing_resistant_for_policies(env: Env, tmp_path: Path) -> None:
+    key, _ = add_passkey(env.service, env.backend, env.user_id, env.clock.now())
+    session = signed_in(env, key)
+    assert session.record.factors_passed == ("passkey",)
+    policy = tmp_path / "strong.cedar"
+    policy.write_text(
+        '@id("phishing-resistant-only")\n'
+        'permit(principal, action == Action::"wire", resource)\n'
+        "when { principal.session.phishing_resistant };\n",
+        encoding="utf-8",
+    )
+    evaluator = Evaluator(load_policies(AuthzSettings(policies=(str(policy),), schema=None)))
+    now = env.clock.now()
+
+    def allowed(factors: tuple[str, ...]) -> bool:
+        principal = Principal(id=env.user_id, tenant="acme", authenticated_at=now, factors=factors)
+        return evaluator.decide(principal, "wire", Entity("Payment", "1", {}), now=now).allowed
+
+    assert allowed(session.record.factors_passed)  # the passkey sign-in itself
+    assert allowed(("password", "webauthn"))  # a security key after the password
+    assert not allowed(("password", "totp")) and not allowed(("password",))
+
+
+def test_a_step_up_of_a_passkey_only_account_asks_for_its_passkey(env: Env) -> None:
+    key, _ = add_passkey(env.service, env.backend, env.user_id, env.clock.now())
+    session = signed_in(env, key)
+    env.clock.advance(timedelta(hours=1))
+    required = env.handle.begin_step_up(session, strongest=True)
+    assert required.factors == (WEBAUTHN,)  # no password to fall back to: the passkey again
+    options = env.handle.challenge(WEBAUTHN, session).challenges[WEBAUTHN]["publicKey"]
+    outcome = env.handle.verify_factor(FactorCredential(WEBAUTHN, key.assert_(options)), session)
+    assert outcome == Authenticated(env.user_id, "acme")
+    assert (
+        session.record.factors_passed[-1] == "webauthn" and session.record.authenticated_at == env.clock.now()
+    )
