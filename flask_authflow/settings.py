@@ -119,6 +119,11 @@ def boolean(name: str, value: Any) -> bool:
     raise ConfigurationError(f"{name} must be True or False, got {value!r}")
 
 
+def optional_boolean(name: str, value: Any) -> bool | None:
+    """:func:`boolean`, or ``None`` (the feature's derived default)."""
+    return None if value is None else boolean(name, value)
+
+
 def string_list(name: str, value: Any) -> tuple[Any, ...]:
     """A tuple from a list, or from a comma-separated string (the environment)."""
     if value is None:
@@ -537,6 +542,9 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_STEP_UP_VIEW", raw),
     Key("AUTHFLOW_VIEWS", boolean, False),
     Key("AUTHFLOW_VIEWS_LAYOUT", text, "authflow/base.html"),
+    # the headless JSON API (flask_authflow.web.headless; None: on when AUTHFLOW_VIEWS is)
+    Key("AUTHFLOW_HEADLESS", optional_boolean),
+    Key("AUTHFLOW_HEADLESS_URL_PREFIX", text, "/auth/api", url_path),
     Key("AUTHFLOW_POST_LOGIN_VIEW", optional_text),
     Key("AUTHFLOW_POST_LOGOUT_VIEW", optional_text),
     # audit and client addresses

@@ -233,6 +233,11 @@ def email_linked_user(identity: FederatedIdentity, accounts: IdentityStore) -> s
     return existing.user_id
 
 
+#: Where a native sign-in's ceremony (:meth:`FederationService.begin_native`) waits in the
+#: session flow, apart from a redirect login's.
+NATIVE_KEY = "oauth_native"
+
+
 @dataclass(frozen=True)
 class FederatedLogin:
     """The result of a successful callback."""
@@ -245,6 +250,11 @@ class FederatedLogin:
     tokens: TokenSet = field(repr=False)
     #: The provider's ``post_login_redirect`` (where to go without ``return_to``).
     post_login_redirect: str = "/"
+
+
+def _without_native(record: SessionRecord) -> SessionRecord:
+    flow = {k: v for k, v in (record.flow or {}).items() if k != NATIVE_KEY}
+    return begin_flow(record, flow) if flow else clear_flow(record)
 
 
 def _without_ceremony(record: SessionRecord) -> SessionRecord:
@@ -442,6 +452,20 @@ class FederationService:
     ) -> FederatedLogin:
         ceremony, provider = self._checked_callback(provider_name, ceremony, state, iss, error)
         identity, tokens, record = self._callback_identity(provider, ceremony, code)
+        return self._sign_in(handle, session, provider, ceremony, identity, tokens, record)
+
+    def _sign_in(
+        self,
+        handle: LoginRecorder,
+        session: AuthSession,
+        provider: OAuthProvider | OAuth2Provider,
+        ceremony: Ceremony,
+        identity: FederatedIdentity,
+        tokens: TokenSet,
+        record: dict[str, str],
+    ) -> FederatedLogin:
+        """Map and link the verified identity, keep its tokens and establish the login, in
+        one commit (the callback's and the native hand-over's common end)."""
         method = f"{'oauth' if isinstance(provider, OAuth2Provider) else 'oidc'}:{provider.name}"
         try:
             with self.one_commit(session, with_session=True):  # the account, link, tokens, rows, login
@@ -471,6 +495,77 @@ class FederationService:
             tokens=tokens,
             post_login_redirect=provider.config.post_login_redirect,
         )
+
+    def begin_native(self, session: AuthSession, provider_name: str, *, tenant: str | None = None) -> str:
+        """Start a sign-in whose ID token (or authorization code) an app's native SDK
+        obtains from the provider: the nonce the app hands to the SDK, kept in ``session``
+        (apart from a redirect login's ceremony) for :meth:`finish_native`.
+
+        :raises UnknownProvider, Discovery, ProviderUnreachable: the provider cannot be used
+            (a plain OAuth 2.0 provider has no ID token: unknown here).
+        """
+        tenant = tenant or self.default_tenant
+        provider = self.registry.get(provider_name, tenant)
+        ceremony = Ceremony.start(provider.name, provider.issuer, self.clock.now(), tenant=tenant)
+
+        def started(r: SessionRecord) -> SessionRecord:
+            earlier = {k: v for k, v in (r.flow or {}).items() if k != NATIVE_KEY}
+            return begin_flow(r, {**earlier, NATIVE_KEY: ceremony.to_flow()})
+
+        session.transition(started)
+        return ceremony.nonce
+
+    def finish_native(
+        self,
+        handle: LoginRecorder,
+        session: AuthSession,
+        provider_name: str,
+        *,
+        id_token: str | None = None,
+        code: str | None = None,
+        code_verifier: str | None = None,
+    ) -> FederatedLogin:
+        """Complete a native sign-in begun by :meth:`begin_native` with what the app's SDK
+        obtained: the provider's ``id_token`` (its claims only: without an access token no
+        userinfo is read), or an authorization ``code`` and its PKCE ``code_verifier``
+        (exchanged as the callback exchanges its code). The ID token is
+        checked exactly as the callback's (issuer, audience, the nonce of
+        :meth:`begin_native`, signature through the JWKS cache), then mapped and linked by
+        the same rules. Single use: the ceremony is cleared whatever happens.
+
+        :raises OAuthError: the variant names the failed step.
+        """
+        stored = (session.flow or {}).get(NATIVE_KEY)
+        if stored is not None:
+            session.transition(_without_native)
+        try:
+            ceremony, provider = self._checked_native(provider_name, Ceremony.from_flow(stored))
+            if code:
+                tokens = provider.exchange_code(code, code_verifier or "")
+            else:  # an ID token alone: no access token, so no userinfo (its claims only)
+                tokens = TokenSet(id_token=id_token or "", access_token="")
+            claims = provider.validate_id_token(tokens.id_token, ceremony.nonce, tokens.access_token or None)
+            identity = self._identity(provider, claims, tokens)
+            record = _federation_record(provider, identity.subject, tokens, claims.claims)
+            return self._sign_in(handle, session, provider, ceremony, identity, tokens, record)
+        except OAuthError as exc:
+            handle.record_event(
+                "oauth_login", "failure", session, factor=f"oidc:{provider_name}"[:32], reason=exc.code
+            )
+            raise
+
+    def _checked_native(
+        self, provider_name: str, ceremony: Ceremony | None
+    ) -> tuple[Ceremony, OAuthProvider]:
+        """The native ceremony and provider, when the ceremony is this provider's and in time."""
+        if ceremony is None or ceremony.provider != provider_name:
+            raise CsrfMismatch("no native sign-in with this provider was started in this session")
+        provider = self.registry.get(provider_name, ceremony.tenant)
+        if self.clock.now() - ceremony.started_at > provider.config.ceremony_timeout:
+            raise Expired("the sign-in took longer than the ceremony timeout: start again")
+        if ceremony.issuer != provider.issuer:
+            raise CsrfMismatch("the provider changed since the sign-in started")
+        return ceremony, provider
 
     def _callback_identity(
         self, provider: OAuthProvider | OAuth2Provider, ceremony: Ceremony, code: str | None
@@ -525,9 +620,11 @@ class FederationService:
     def _identity(
         self, provider: OAuthProvider, claims: VerifiedClaims, tokens: TokenSet
     ) -> FederatedIdentity:
-        """The validated identity, with its userinfo (when configured) and its existing link."""
+        """The validated identity, with its userinfo (when configured and an access token
+        came with it) and its existing link."""
         subject = str(claims.sub)
-        userinfo = provider.fetch_userinfo(tokens.access_token, subject) if provider.uses_userinfo else None
+        fetch = provider.uses_userinfo and bool(tokens.access_token)
+        userinfo = provider.fetch_userinfo(tokens.access_token, subject) if fetch else None
         return FederatedIdentity(
             provider=provider.name,
             issuer=provider.issuer,

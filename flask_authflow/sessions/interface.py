@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from flask import Flask, Request, Response
 from flask.sessions import SessionInterface, SessionMixin
@@ -50,6 +50,7 @@ __all__ = [
     "MIN_SIGNING_KEY_LENGTH",
     "AuthFlowSessionInterface",
     "RequestSession",
+    "SessionCarrier",
 ]
 
 log = logging.getLogger("flask_authflow.sessions")
@@ -89,6 +90,25 @@ class _KeySlot:
         return hmac.digest(self.fingerprint_key, user_agent.encode("utf-8", "surrogatepass"), "sha256").hex()
 
 
+class SessionCarrier(Protocol):
+    """How a request carries its signed session id when not in the cookie (the headless
+    API's app tokens, ``flask_authflow.web.headless.clients``): the same id, store and
+    record, only carried differently. Chosen per request by
+    :attr:`AuthFlowSessionInterface.carrier_for`."""
+
+    #: Mixed into the User-Agent binding, so that a session bound under one carrier is a
+    #: binding mismatch (a new guest) under another: never accepted from the cookie jar.
+    binding: str
+    #: The signed id the request presented (``None``: none).
+    presented: str | None
+
+    def issue(self, response: Response, value: str, expires_at: datetime) -> None:
+        """Hand the client ``value`` (the signed id; a new one after each rotation)."""
+
+    def withdraw(self, response: Response) -> None:
+        """Tell the client its session ended (where a cookie would be deleted)."""
+
+
 class RequestSession(AuthSession):
     """The :class:`AuthSession` of one request, with what the interface needs to save it.
 
@@ -126,6 +146,8 @@ class RequestSession(AuthSession):
         #: (response, used) when save_early completed: the final save_session has nothing
         #: left to do unless the response was replaced or the session used or changed since.
         self.early: tuple[Response, bool] | None = None
+        #: what carries the signed id instead of the cookie (``None``: the cookie).
+        self.carrier: SessionCarrier | None = None
 
     @property
     def state_unread(self) -> AuthState:
@@ -263,6 +285,9 @@ class AuthFlowSessionInterface(SessionInterface):
         #: Called once for each request served as a new guest because its User-Agent did not
         #: match the session's binding (``AuthFlow.init_app`` counts them for ``/metrics``).
         self.on_binding_mismatch: Callable[[], None] | None = None
+        #: Picks another carrier of the signed id for a request (``None``, or a call that
+        #: answers ``None``: the cookie). The headless API installs its app tokens here.
+        self.carrier_for: Callable[[Request], SessionCarrier | None] | None = None
         self._settings: dict[str, Any] = {
             "store": store,
             "signing_key": current,
@@ -371,9 +396,17 @@ class AuthFlowSessionInterface(SessionInterface):
     # --- SessionInterface -------------------------------------------------------------------
 
     def open_session(self, app: Flask, request: Request) -> RequestSession:
-        now = self._clock.now()
+        carrier = self.carrier_for(request) if self.carrier_for is not None else None
         user_agent = request.headers.get("User-Agent", "")
-        raw = request.cookies.get(self.cookie_name)
+        if carrier is None:
+            return self._open(request.cookies.get(self.cookie_name), user_agent)
+        session = self._open(carrier.presented, carrier.binding + user_agent)
+        session.carrier = carrier
+        session.request_user_agent = user_agent
+        return session
+
+    def _open(self, raw: str | None, user_agent: str) -> RequestSession:
+        now = self._clock.now()
         if raw is None:
             return self._guest(
                 now, self._current.fingerprint(user_agent), cookie_sent=False, user_agent=user_agent
@@ -582,7 +615,7 @@ class AuthFlowSessionInterface(SessionInterface):
             if session.loaded_sid == record.sid:
                 self.store.delete(record.sid)
             if session.cookie_sent:
-                self._delete_cookie(response)
+                self._delete_cookie(response, session.carrier)
             return
         if session.modified or session.force_write:
             record = replace(record, last_seen_at=now)
@@ -604,7 +637,7 @@ class AuthFlowSessionInterface(SessionInterface):
                 return
         else:  # only a re-signature: the stored record is unchanged
             expires_at = self.expires_at(record)
-        self._set_cookie(response, record.sid, expires_at)
+        self._set_cookie(response, record.sid, expires_at, session.carrier)
 
     def _end(self, session: RequestSession, record: SessionRecord, response: Response) -> None:
         """The session is over (its absolute lifetime ran out): delete it and its cookie."""
@@ -612,7 +645,7 @@ class AuthFlowSessionInterface(SessionInterface):
             self.store.delete(dead)
         self.store.delete(record.sid)
         if session.cookie_sent:
-            self._delete_cookie(response)
+            self._delete_cookie(response, session.carrier)
 
     def _save_record(
         self, session: RequestSession, record: SessionRecord, expires_at: datetime, response: Response
@@ -626,13 +659,18 @@ class AuthFlowSessionInterface(SessionInterface):
             log.info("session revoked during the request; not saved, cookie cleared")
             session.saved = True
             if session.cookie_sent:
-                self._delete_cookie(response)
+                self._delete_cookie(response, session.carrier)
             return False
         session.loaded_sid = record.sid
         session.dead_sids.clear()
         return True
 
-    def _set_cookie(self, response: Response, sid: str, expires_at: datetime) -> None:
+    def _set_cookie(
+        self, response: Response, sid: str, expires_at: datetime, carrier: SessionCarrier | None = None
+    ) -> None:
+        if carrier is not None:
+            carrier.issue(response, self.sign_sid(sid), expires_at)
+            return
         if response.cache_control.public:
             # A response that sets a session cookie is never public: a shared cache
             # would hand this cookie to other users.
@@ -648,7 +686,10 @@ class AuthFlowSessionInterface(SessionInterface):
             samesite=self.samesite,
         )
 
-    def _delete_cookie(self, response: Response) -> None:
+    def _delete_cookie(self, response: Response, carrier: SessionCarrier | None = None) -> None:
+        if carrier is not None:
+            carrier.withdraw(response)
+            return
         response.delete_cookie(
             self.cookie_name,
             path=self.cookie_path,

@@ -90,6 +90,10 @@ class WebSettings(Settings):
     post_login_view: str | None = field(metadata=setting("AUTHFLOW_POST_LOGIN_VIEW"))
     #: Where a form logout lands (``None``: the sign-in page, or ``/`` without the ready views).
     post_logout_view: str | None = field(metadata=setting("AUTHFLOW_POST_LOGOUT_VIEW"))
+    #: The headless JSON API (``None``: registered when ``views`` is on).
+    headless: bool | None = field(metadata=setting("AUTHFLOW_HEADLESS"))
+    #: Where the headless API is mounted (its routes are under ``<prefix>/v1``).
+    headless_url_prefix: str = field(metadata=setting("AUTHFLOW_HEADLESS_URL_PREFIX"))
     #: The events whose security notice is mailed to the account's owner (all by default).
     security_notices: frozenset[str] = field(metadata=setting("AUTHFLOW_SECURITY_NOTICES"))
 
@@ -98,6 +102,12 @@ class WebSettings(Settings):
             raise ConfigurationError("AUTHFLOW_VIEWS_LAYOUT must name a template, such as 'layout.html'")
         check_destination("AUTHFLOW_POST_LOGIN_VIEW", self.post_login_view)
         check_destination("AUTHFLOW_POST_LOGOUT_VIEW", self.post_logout_view)
+
+    @property
+    def headless_on(self) -> bool:
+        """Whether ``init_app`` registers the headless API (``AUTHFLOW_HEADLESS``, by default
+        the same as ``AUTHFLOW_VIEWS``)."""
+        return self.views if self.headless is None else self.headless
 
 
 @dataclass(frozen=True, slots=True)

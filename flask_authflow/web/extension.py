@@ -75,6 +75,7 @@ from flask_authflow.web.decorators import denial_response
 from flask_authflow.web.devices import install_devices, remember_session, request_trust
 from flask_authflow.web.external_url import check_mail_settings
 from flask_authflow.web.factor_wiring import built_in_factors
+from flask_authflow.web.headless import register_api
 from flask_authflow.web.mail_budgets import install_mail_budgets
 from flask_authflow.web.state import (
     EXTENSION_KEY,
@@ -465,6 +466,8 @@ class AuthFlow:
         self._apps.add(app)
         if config.web.views:
             self.views.register(app)
+        if config.web.headless_on:
+            register_api(app)
 
     def _checked_config(self, app: Flask, given: Adapters) -> AuthFlowConfig:
         """``app``'s configuration with its defaults, refused (with what to set) where an extra

@@ -43,7 +43,7 @@ from flask_authflow.web.views.common import (
     post_logout_url,
 )
 
-__all__ = ["LOGOUT_BLUEPRINT", "logout", "register_logout"]
+__all__ = ["LOGOUT_BLUEPRINT", "end_session", "logout", "register_logout"]
 
 
 def _cross_site() -> bool:
@@ -75,16 +75,23 @@ def _provider_logout(session: AuthSession, federation: dict[str, Any]) -> str | 
     return provider_logout_url(session, federation)
 
 
+def end_session() -> str | None:
+    """End the current session (audited, id rotated, data dropped); the provider's
+    end-session URL when a federated session should be ended there too (the ready views'
+    logout and the headless API's)."""
+    session = current_auth_session()
+    federation: dict[str, Any] = dict(session.record.federation or {})
+    get_state().service.with_audit_context(audit_context()).logout(session)
+    return _provider_logout(session, federation) if federation else None
+
+
 def logout() -> ResponseReturnValue:
     """End the current session; see the module docstring for the answers."""
     if _cross_site():
         return _refused(403, "cross_site", "logout must be requested from this site")
     if not request.is_json and not csrf_valid():
         return _refused(400, "csrf", MESSAGES["csrf"])
-    session = current_auth_session()
-    federation: dict[str, Any] = dict(session.record.federation or {})
-    get_state().service.with_audit_context(audit_context()).logout(session)
-    location = _provider_logout(session, federation) if federation else None
+    location = end_session()
     if request.is_json:
         response = jsonify({"status": "logged_out", **({"location": location} if location else {})})
     else:

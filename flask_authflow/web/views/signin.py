@@ -69,6 +69,7 @@ __all__ = [
     "passkey_available",
     "passkey_login",
     "passkey_options",
+    "password_login",
     "send_refused",
     "sends_codes",
     "step_methods",
@@ -221,6 +222,26 @@ def login_page(status: int = 200, **context: Any) -> Response:
     return page("login.html", status, **context)
 
 
+def password_login(username: str, password: str, *, remember: bool = False) -> Any:
+    """Begin a login of ``username`` in the default tenant and verify ``password`` when the
+    password is its first step (the sign-in page's and the headless API's login); with
+    ``remember``, a longer session once signed in. The outcome of the last step.
+
+    :raises AuthFlowError: refused before any step (throttled, a store failed ...).
+    """
+    session = current_auth_session()
+    request_handle = handle()
+    with FactorCredential.password(password) as credential:
+        begun = request_handle.begin_login(username, get_state().config.default_tenant, session)
+        if isinstance(begun, FactorRequired) and begun.kind is FactorKind.PASSWORD:
+            outcome: Any = request_handle.verify_factor(credential, session)
+        else:
+            outcome = begun
+    if remember:
+        remember_session(session)  # "keep me signed in": a longer session once signed in
+    return outcome
+
+
 def login() -> ResponseReturnValue:
     target = request_next()
     if request.method == "GET":
@@ -235,18 +256,8 @@ def login() -> ResponseReturnValue:
         remember = form_flag("remember")  # checked before the password is: a typo costs no attempt
     except InvalidInput as error:
         return login_page(400, next=target, username=username, error=error.message)
-    state = get_state()
-    session = current_auth_session()
-    request_handle = handle()
     try:
-        with FactorCredential.password(password) as credential:
-            begun = request_handle.begin_login(username, state.config.default_tenant, session)
-            if isinstance(begun, FactorRequired) and begun.kind is FactorKind.PASSWORD:
-                outcome: Any = request_handle.verify_factor(credential, session)
-            else:
-                outcome = begun
-        if remember:
-            remember_session(session)  # "keep me signed in": a longer session once signed in
+        outcome = password_login(username, password, remember=remember)
     except AuthFlowError as error:
         code = error.code if isinstance(error, EmailNotVerified) else None  # the documented code
         return login_page(

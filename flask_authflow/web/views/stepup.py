@@ -47,7 +47,14 @@ from flask_authflow.web.views.common import (
 )
 from flask_authflow.web.views.signin import FACTOR_NOTICES, send_refused, sends_codes, step_methods
 
-__all__ = ["STEP_UP_NOTICES", "step_up"]
+__all__ = [
+    "STEP_UP_NOTICES",
+    "ensure_step_up",
+    "send_step_up_code",
+    "step_up",
+    "strongest_step",
+    "waiting_step",
+]
 
 #: The notices the step-up page shows after a redirect (``?notice=...``); only these keys.
 STEP_UP_NOTICES = {"code_sent": FACTOR_NOTICES["code_sent"]}
@@ -76,25 +83,38 @@ def strongest_step(session: AuthSession) -> tuple[str, ...]:
     return step_kinds(steps[-1]) if steps else (_PASSWORD,)
 
 
-def _waiting_step(session: AuthSession) -> tuple[str, ...] | None:
+def waiting_step(session: AuthSession) -> tuple[str, ...] | None:
     """The kinds of the strongest step-up the session waits for (``None``: none waits, or
     the pending one is another step, such as a password-only step-up an app began)."""
     pending = pending_step_up(session)
     return pending if pending and pending == strongest_step(session) else None
 
 
-def _ensure_step_up(session: AuthSession) -> tuple[tuple[str, ...], bool]:
+def ensure_step_up(session: AuthSession) -> tuple[tuple[str, ...], bool]:
     """The kinds of the strongest step-up, begun (its factors challenged: WebAuthn options,
     an e-mail code when it is the only kind) unless one already waits; and whether it was
     begun now.
 
     :raises AuthFlowError: the service refused (a store failed ...).
     """
-    waiting = _waiting_step(session)
+    waiting = waiting_step(session)
     if waiting is not None:
         return waiting, False
     handle().begin_step_up(session, strongest=True)
     return pending_step_up(session) or (_PASSWORD,), True
+
+
+def send_step_up_code(session: AuthSession, kind: FactorKind) -> Any:
+    """Send the code of ``kind`` for the waiting step-up (one is begun if none waits); the
+    factor's refusal (``"too_many_sends"`` ...), or ``None`` when the code went out.
+
+    :raises AuthFlowError: the service refused (a store failed ...).
+    """
+    kinds, begun = ensure_step_up(session)
+    answer: Any = None
+    if not (begun and kinds == (kind.value,)):  # a new step-up of this kind alone sent one
+        answer = handle().challenge(kind, session).challenges.get(kind)
+    return answer.get("error") if isinstance(answer, Mapping) else None
 
 
 # --- the page ------------------------------------------------------------------------------------
@@ -113,7 +133,7 @@ def _step_up_page(
     the page shows the step's forms as they would be."""
     session = current_auth_session()
     try:
-        kinds = _ensure_step_up(session)[0] if begin else (_waiting_step(session) or strongest_step(session))
+        kinds = ensure_step_up(session)[0] if begin else (waiting_step(session) or strongest_step(session))
     except AuthFlowError as failure:  # a store failed: say so, offer nothing
         kinds = ()
         if error is None:
@@ -175,7 +195,7 @@ def step_up() -> ResponseReturnValue:
         return _step_up_page(target, 400, error=MESSAGES["csrf"], begin=False)
     session = current_auth_session()
     try:
-        kinds = _waiting_step(session) or strongest_step(session)
+        kinds = waiting_step(session) or strongest_step(session)
     except AuthFlowError as failure:
         return _step_up_page(target, error_status(failure), error=error_message(failure), begin=False)
     chosen = form_text("kind") or (_PASSWORD if form_has("password") else kinds[0])
@@ -189,7 +209,7 @@ def step_up() -> ResponseReturnValue:
     if problem is not None:
         return _step_up_page(target, 400, error=problem)
     try:
-        _ensure_step_up(session)
+        ensure_step_up(session)
         with FactorCredential(kind, secret) as credential:
             outcome = handle().verify_factor(credential, session)
     except AuthFlowError as failure:  # malformed input (not counted), a store failure
@@ -207,13 +227,9 @@ def _send(target: str | None, session: AuthSession, kind: FactorKind) -> BaseRes
     if not sends_codes(kind.value, get_state().service.factor(kind)):
         return _step_up_page(target, 400, error=MESSAGES["sends_nothing"])
     try:
-        kinds, begun = _ensure_step_up(session)
-        answer: Any = None
-        if not (begun and kinds == (kind.value,)):  # a new step-up of this kind alone sent one
-            answer = handle().challenge(kind, session).challenges.get(kind)
+        problem = send_step_up_code(session, kind)
     except AuthFlowError as failure:
         return _step_up_page(target, error_status(failure), error=error_message(failure))
-    problem = answer.get("error") if isinstance(answer, Mapping) else None
     if problem is not None:  # the factor declined without raising (too many codes sent ...)
         status = 429 if problem == "too_many_sends" else 400
         return _step_up_page(target, status, error=send_refused(problem, step_up=True))

@@ -1,0 +1,113 @@
+"""The headless API's provider routes against the in-process test provider: the list, the
+redirect flow for a browser (the callback finishes it as for the pages), and the native
+hand-over for apps, whose ID token is checked as the callback's (nonce, audience, expiry,
+signature), single use, with each bad token refused and audited."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from flask_authflow.clock import MockClock
+from flask_authflow.testing.provider import TestOpenIDProvider
+from flask_authflow.web.headless import register_api
+from tests.appfactory import AppFactory
+from tests.federation_support import CLIENT_ID, PROVIDER, FederatedApp, federated_app
+from tests.headless_support import ApiClient
+from tests.test_views import make_site
+
+
+@pytest.fixture
+def fed(oidc_provider: TestOpenIDProvider, mock_clock: MockClock, authflow_hasher: Any) -> FederatedApp:
+    oidc_provider.login_as("alice-sub", email="alice@example.com", email_verified=True)
+    made = federated_app(oidc_provider, mock_clock, authflow_hasher)
+    register_api(made.app)
+    return made
+
+
+def oauth_rows(fed: FederatedApp) -> list[tuple[str, str | None]]:
+    return [(row.status, row.reason) for row in fed.backend.audit_rows if row.event == "oauth_login"]
+
+
+def rows(fed: FederatedApp) -> list[tuple[str, str, str | None]]:
+    return [(row.event, row.status, row.factor) for row in fed.backend.audit_rows]
+
+
+def test_the_providers_are_listed(fed: FederatedApp, app_factory: AppFactory) -> None:
+    assert ApiClient(fed.app, "app").get("/providers").json == {"providers": [{"name": PROVIDER}]}
+    assert ApiClient(make_site(app_factory).app, "app").get("/providers").json == {"providers": []}
+
+
+def test_an_app_hands_over_the_id_token_its_sdk_obtained(fed: FederatedApp) -> None:
+    api = ApiClient(fed.app, "app")
+    nonce = api.post(f"/providers/{PROVIDER}/native/begin").json["nonce"]
+    id_token = fed.provider.id_token(CLIENT_ID, "alice-sub", nonce=nonce)
+    done = api.post(f"/providers/{PROVIDER}/native", {"id_token": id_token})
+    assert done.json["status"] == "authenticated" and api.token
+    assert api.get("/session").json["user"]["identifier"]
+    native_rows = rows(fed)
+    assert native_rows and all(status != "failure" for _, status, _ in native_rows)
+    fed.sign_in(fed.client())  # the same identity through the redirect callback: the same rows
+    assert rows(fed)[len(native_rows) :] == native_rows
+    again = ApiClient(fed.app, "app")
+    again.token = None
+    replay = again.post(f"/providers/{PROVIDER}/native", {"id_token": id_token})
+    assert replay.status_code == 401 and replay.json["error"] == "csrf_mismatch"  # no ceremony of its own
+
+
+@pytest.mark.parametrize(
+    ("tamper", "code"),
+    [("wrong_nonce", "id_token_invalid"), ("wrong_aud", "id_token_invalid"), ("expired", "id_token_invalid"),
+     ("no_nonce", "id_token_invalid"), ("bad_signature", "id_token_invalid")],
+)  # fmt: skip
+def test_a_bad_id_token_is_refused_audited_and_uses_up_the_nonce(
+    fed: FederatedApp, tamper: str, code: str
+) -> None:
+    api = ApiClient(fed.app, "app")
+    nonce = api.post(f"/providers/{PROVIDER}/native/begin").json["nonce"]
+    bad = fed.provider.id_token(CLIENT_ID, "alice-sub", nonce=nonce, tamper=[tamper])  # type: ignore[list-item]
+    refused = api.post(f"/providers/{PROVIDER}/native", {"id_token": bad})
+    assert refused.status_code == 401 and refused.json["error"] in (code, "unknown_kid")
+    assert oauth_rows(fed) and oauth_rows(fed)[-1][0] == "failure"
+    good = fed.provider.id_token(CLIENT_ID, "alice-sub", nonce=nonce)
+    assert api.post(f"/providers/{PROVIDER}/native", {"id_token": good}).json["error"] == "csrf_mismatch"
+    assert api.get("/session").json["state"] == "guest"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"id_token": "x", "code": "y", "code_verifier": "v" * 43},
+        {"code": "y"},
+        {"id_token": "x", "code_verifier": "v" * 43},
+    ],
+)
+def test_the_hand_over_takes_a_token_or_a_code_with_its_verifier(
+    fed: FederatedApp, body: dict[str, str]
+) -> None:
+    api = ApiClient(fed.app, "app")
+    api.post(f"/providers/{PROVIDER}/native/begin")
+    refused = api.post(f"/providers/{PROVIDER}/native", body)
+    assert refused.status_code == 400 and refused.json["error"] == "invalid_input"
+
+
+def test_unknown_providers_and_the_wrong_client_kind_are_refused(fed: FederatedApp) -> None:
+    app, browser = ApiClient(fed.app, "app"), ApiClient(fed.app, "browser")
+    assert app.post("/providers/nope/native/begin").json["error"] == "unknown_provider"
+    assert app.post("/providers/bad%20name/native/begin").status_code == 400
+    assert browser.post(f"/providers/{PROVIDER}/native/begin").json["error"] == "client_kind_mismatch"
+    assert app.post(f"/providers/{PROVIDER}/redirect").json["error"] == "client_kind_mismatch"
+
+
+def test_a_browser_is_sent_to_the_provider_and_the_callback_signs_it_in(fed: FederatedApp) -> None:
+    api = ApiClient(fed.app, "browser")
+    location = api.post(f"/providers/{PROVIDER}/redirect", {"next": "/dashboard"}).json["location"]
+    assert location.startswith(fed.provider.issuer)
+    answer = fed.browser().get(location, allow_redirects=False, timeout=5)
+    callback = urlsplit(answer.headers["Location"])
+    finished = api.client.get(f"{callback.path}?{callback.query}")
+    assert finished.status_code == 302 and finished.location == "/dashboard"
+    assert api.get("/session").json["state"] == "authenticated"
