@@ -21,7 +21,7 @@ from flask_authflow.errors import AuthnError, StepUpNeeded, UserNotFound
 from flask_authflow.login.operation import LoginServices, guard_store
 from flask_authflow.outcomes import FactorKind
 
-__all__ = ["LastSignInWay", "check_fresh", "has_way_in", "hold_user", "is_way_in"]
+__all__ = ["LastSignInWay", "PasswordAlreadySet", "check_fresh", "has_way_in", "hold_user", "is_way_in"]
 
 
 class LastSignInWay(AuthnError):
@@ -34,6 +34,13 @@ class LastSignInWay(AuthnError):
 def is_way_in(config: FactorConfig) -> bool:
     """The factor signs in alone: a confirmed passkey."""
     return config.kind is FactorKind.WEBAUTHN and config.confirmed and config.data.get("passkey") is True
+
+
+class PasswordAlreadySet(AuthnError):
+    """Your account has a password already: change it with your current password."""
+
+    code = "password_exists"
+    status = 409
 
 
 def has_way_in(svc: LoginServices, tenant: str, user_id: str, *, without: str | None = None) -> bool:

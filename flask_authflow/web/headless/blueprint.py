@@ -14,7 +14,7 @@ from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from flask_authflow.errors import InvalidInput
 from flask_authflow.responses import package_headers
-from flask_authflow.web.headless import login, passkeys, providers, session, stepup
+from flask_authflow.web.headless import login, passkey_accounts, passkeys, providers, session, stepup
 from flask_authflow.web.headless.clients import app_carrier
 from flask_authflow.web.headless.openapi import VERSION, build_document
 from flask_authflow.web.headless.routes import Route, Routes, answer_error, dispatch
@@ -28,7 +28,7 @@ __all__ = ["API_BLUEPRINT", "FLOWS", "all_routes", "api_document", "register_api
 API_BLUEPRINT = "authflow_api"
 
 #: The flow modules whose ``routes`` make up the API, in the document's order.
-FLOWS: tuple[Any, ...] = (session, login, stepup, passkeys, providers)
+FLOWS: tuple[Any, ...] = (session, login, stepup, passkeys, providers, passkey_accounts)
 
 
 def all_routes() -> list[Route]:

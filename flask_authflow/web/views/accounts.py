@@ -40,7 +40,7 @@ from flask_authflow.errors import (
     UserNotFound,
 )
 from flask_authflow.i18n import translate
-from flask_authflow.login import account_tokens, password_reset
+from flask_authflow.login import account_tokens, password_reset, sign_in_ways
 from flask_authflow.login import email_change as email_change_flow
 from flask_authflow.login import passkey_signup as passkey_signup_flow
 from flask_authflow.login import signup as signup_flow
@@ -63,14 +63,18 @@ from flask_authflow.web.views.common import (
     error_status,
     json_error,
     page,
+    stored_sid,
 )
 
 __all__ = [
     "account_links",
+    "add_password",
+    "begin_passkey_signup",
     "change_email",
     "compose_mail",
     "confirm_address",
     "confirm_email",
+    "finish_passkey_signup",
     "forgot_password",
     "mail_reset_link",
     "notify_recovery",
@@ -417,18 +421,38 @@ def passkey_signup_options() -> ResponseReturnValue:
         body = _body()
         if not _wants_json() and not csrf_valid():
             return json_error("csrf", MESSAGES["csrf"], 400)
-        _throttle("signup")
-        _mail_ready()
-        state = get_state()
-        options = passkey_signup_flow.begin_passkey_signup(
-            state.service, audit_context(), current_auth_session(), state.config.default_tenant,
-            _text(body, "username", 254), _text(body, "email", 254),
-        )  # fmt: skip
+        options = begin_passkey_signup(_text(body, "username", 254), _text(body, "email", 254))
     except AuthFlowError as error:
         return _throttled(_json_error(error), error)
     answer = jsonify(options)
     answer.headers["Cache-Control"] = "no-store"
     return answer
+
+
+def begin_passkey_signup(username: str | None, email: str | None) -> Mapping[str, Any]:
+    """The creation options of a passkey sign-up (the page's and the API's): throttled as a
+    sign-up, refused without a mail sender."""
+    _throttle("signup")
+    _mail_ready()
+    state = get_state()
+    return passkey_signup_flow.begin_passkey_signup(
+        state.service, audit_context(), current_auth_session(), state.config.default_tenant, username, email
+    )
+
+
+def finish_passkey_signup(secret: str) -> None:
+    """Create the account from the browser's attestation (``secret``, its JSON text) and mail
+    the link, in one transaction (the page's and the API's)."""
+    if not secret.strip():
+        raise InvalidInput(MESSAGES["missing_credential"])
+    if len(secret) > MAX_CREDENTIAL_LENGTH:
+        raise InvalidInput(MESSAGES["credential_too_long"])
+    state = get_state()
+    with FactorCredential(FactorKind.WEBAUTHN, secret.strip()) as credential:
+        passkey_signup_flow.finish_passkey_signup(
+            state.service, account_admin(), audit_context(), current_auth_session(), credential,
+            ttl=settings().verification_ttl, deliver=_deliver_in_transaction,
+        )  # fmt: skip
 
 
 def passkey_signup() -> ResponseReturnValue:
@@ -445,21 +469,39 @@ def _passkey_signup() -> ResponseReturnValue:
         return page("signup.html", 400, error=MESSAGES["csrf"])
     value = body.get("credential")
     secret = json.dumps(value) if isinstance(value, dict) else value
-    if not isinstance(secret, str) or not secret.strip():
+    if not isinstance(secret, str):
         raise InvalidInput(MESSAGES["missing_credential"])
-    if len(secret) > MAX_CREDENTIAL_LENGTH:
-        raise InvalidInput(MESSAGES["credential_too_long"])
-    state = get_state()
-    with FactorCredential(FactorKind.WEBAUTHN, secret.strip()) as credential:
-        passkey_signup_flow.finish_passkey_signup(
-            state.service, account_admin(), audit_context(), current_auth_session(), credential,
-            ttl=settings().verification_ttl, deliver=_deliver_in_transaction,
-        )  # fmt: skip
+    finish_passkey_signup(secret)
     if _wants_json():
         answer = jsonify({"status": "verification_sent"})
         answer.status_code = 202
         return answer
     return page("signup.html", 200, sent=True)
+
+
+def add_password(session: AuthSession, password: str) -> Ended:
+    """Give the signed-in account that has no password this one (the account page's and the
+    API's): no old password to ask, a sign-in within ``AUTHFLOW_FRESHNESS`` instead; the
+    password policy applies, the user's other sessions end (as a change does), and the
+    owner gets the notice.
+
+    :raises StepUpNeeded: the sign-in is older. :raises PasswordAlreadySet: the account has
+        one (it is changed with the current one). :raises WeakPassword: the policy refused it."""
+    state = get_state()
+    tenant, user_id = sign_in_ways.check_fresh(state.service, session, "setting a password")
+    if state.backend.get_password_hash(tenant, user_id) is not None:
+        raise sign_in_ways.PasswordAlreadySet()
+    user = state.backend.get_user(tenant, user_id)
+    if user is None:
+        raise StepUpNeeded("setting a password needs an authenticated session")
+    return account_admin().change_password(
+        tenant,
+        user.identifier,
+        password,
+        keep_sid=stored_sid(session),
+        context=audit_context(),
+        session=session,
+    )
 
 
 def _throttled(answer: Response, error: AuthFlowError) -> Response:

@@ -25,7 +25,6 @@ from flask_authflow.core.session import AuthSession, SessionRecord, sid_hash
 from flask_authflow.devices.labels import device_label
 from flask_authflow.errors import AuthFlowError, StepUpNeeded
 from flask_authflow.i18n import N_, translate
-from flask_authflow.login import sign_in_ways
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
 from flask_authflow.responses import package_headers, wants_json
 from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, csrf_valid, rotate_csrf_token
@@ -265,24 +264,16 @@ def set_password() -> ResponseReturnValue:
         return _account_page(400, error=MESSAGES["password_fields"])
     if not hmac.compare_digest(new.encode("utf-8"), confirm.encode("utf-8")):
         return _account_page(400, error=MESSAGES["password_mismatch"])
-    state = get_state()
     try:
-        tenant, user_id = sign_in_ways.check_fresh(state.service, session, "setting a password")
+        ended = accounts.add_password(session, new)
     except StepUpNeeded:
         return to_step_up(url_for(f"{VIEWS_BLUEPRINT}.account"))
-    if state.backend.get_password_hash(tenant, user_id) is not None:
-        return _account_page(409, error=MESSAGES["password_exists"])  # the change form asks for it
-    try:
-        ended = account_admin().change_password(
-            tenant, identifier_of(session) or "", new, keep_sid=stored_sid(session),
-            context=audit_context(), session=session,
-        )  # fmt: skip
-    except AuthFlowError as error:  # a password policy's WeakPassword, a too long password
-        return _account_page(error_status(error), error=error.message)
+    except AuthFlowError as error:  # it has one already, the policy's WeakPassword, too long
+        return _account_page(error_status(error), error=error_message(error))
     session.rotate_id()
     rotate_csrf_token()
     answer = redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="password_set"))
-    return accounts.notify_recovery(tenant, user_id, ended, answer, reset=False)
+    return accounts.notify_recovery(str(session.tenant), str(session.user_id), ended, answer, reset=False)
 
 
 def revoke_session(session_hash: str) -> ResponseReturnValue:
