@@ -136,7 +136,7 @@ def test_two_parallel_removals_of_the_last_two_passkeys_have_one_winner(env: Env
 # --- several processes on PostgreSQL --------------------------------------------------------------
 
 SPAWN = child_processes()
-PROCESSES = 3
+PROCESSES = 2
 
 
 def _remover(url: str, record: SessionRecord, factor_id: str, barrier: Any, out: Any) -> None:
@@ -227,3 +227,13 @@ def test_a_step_up_of_a_passkey_only_account_asks_for_its_passkey(env: Env) -> N
     assert (
         session.record.factors_passed[-1] == "webauthn" and session.record.authenticated_at == env.clock.now()
     )
+
+
+def test_lock_user_names_only_a_user_of_the_tenant(env: Env) -> None:
+    unit = env.backend.begin_unit()
+    try:
+        assert env.backend.lock_user("acme", env.user_id) is True
+        assert env.backend.lock_user("globex", env.user_id) is False  # another tenant's view
+        assert env.backend.lock_user("acme", "no-such-user") is False
+    finally:
+        unit.rollback()
