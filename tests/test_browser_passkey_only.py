@@ -90,6 +90,8 @@ def test_passkey_sign_up_sign_out_and_sign_in_by_autofill(
     browsers: Any,  # noqa: F811
     passkey_server: tuple[str, Path],
 ) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
     origin, outbox = passkey_server
     page = MfaPage(browsers(), origin)
     authenticator = add_virtual_authenticator(page.driver)
@@ -106,30 +108,30 @@ def test_passkey_sign_up_sign_out_and_sign_in_by_autofill(
     page.submit("verify-submit")
     assert page.text_of("signup-confirmed")
 
+    no_autofill = {"source": "PublicKeyCredential.isConditionalMediationAvailable = async () => false;"}
     page.open("/login?next=/account")
     page.run_ceremony("passkey-button", "passkey-status")  # the passkey alone signs in
     page.signed_in_as("nina")
     assert page.css("#set-password-form")  # no password yet: the account page offers one
+    # Signing out ends on the sign-in page, where autofill would sign in again at once: a
+    # script that runs before the page's own says the browser cannot, until it is removed.
+    hidden = page.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", no_autofill)
     page.sign_out()  # on the sign-in page, /login?next=/account
+    assert page.clickable("username").get_attribute("autocomplete") == "username"  # as before
+    page.driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", hidden)
 
     # Passkey autofill: the page asks the browser, marks the field and starts the
     # conditional request at load; the virtual authenticator answers it by itself.
     page.open("/login?next=/account")
-    page.wait.until(lambda driver: page.path == "/account")
+    WebDriverWait(page.driver, 30).until(lambda driver: page.path == "/account")
     page.signed_in_as("nina")
     assert held["signCount"] < stored_credentials(page.driver, authenticator)[0]["signCount"]
 
-    # A browser without passkey autofill: the field stays as it was, the form works as before
-    # (the same browser, told by a script that runs before the page's own that it cannot).
-    page.driver.execute_cdp_cmd(
-        "Page.addScriptToEvaluateOnNewDocument",
-        {"source": "PublicKeyCredential.isConditionalMediationAvailable = async () => false;"},
-    )
-    page.sign_out()
+    # Without passkey autofill the form works as before (a wrong password is refused).
+    page.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", no_autofill)
     page.open("/login")
     page.clickable("passkey-button")  # the script ran and enabled the button
     assert page.clickable("username").get_attribute("autocomplete") == "username"
-    assert page.path == "/login"  # nothing signed in by itself
     page.type("username", "nina")
     page.type("password", "not the password at all")
     page.submit("login-submit")
