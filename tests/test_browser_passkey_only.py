@@ -108,16 +108,17 @@ def test_passkey_sign_up_sign_out_and_sign_in_by_autofill(
     page.submit("verify-submit")
     assert page.text_of("signup-confirmed")
 
+    # The button first, autofill off: a script that runs before the page's own says the
+    # browser cannot (the virtual authenticator would answer a conditional request at
+    # once, racing the button's ceremony, where a person would have to pick a passkey).
     no_autofill = {"source": "PublicKeyCredential.isConditionalMediationAvailable = async () => false;"}
+    hidden = page.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", no_autofill)
     page.open("/login?next=/account")
+    assert page.clickable("username").get_attribute("autocomplete") == "username"  # as before
     page.run_ceremony("passkey-button", "passkey-status")  # the passkey alone signs in
     page.signed_in_as("nina")
     assert page.css("#set-password-form")  # no password yet: the account page offers one
-    # Signing out ends on the sign-in page, where autofill would sign in again at once: a
-    # script that runs before the page's own says the browser cannot, until it is removed.
-    hidden = page.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", no_autofill)
     page.sign_out()  # on the sign-in page, /login?next=/account
-    assert page.clickable("username").get_attribute("autocomplete") == "username"  # as before
     page.driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", hidden)
 
     # Passkey autofill: the page asks the browser, marks the field and starts the
