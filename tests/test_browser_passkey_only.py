@@ -7,7 +7,11 @@ Chromium's virtual authenticator environment answers a conditional request by it
 the credential it holds for the RP (no autofill menu is shown headlessly, nobody picks an
 entry): so this drives the page's own conditional code path end to end, from
 ``isConditionalMediationAvailable()`` to the signed-in account page. What cannot be
-automated is a person choosing the passkey from the username field's suggestion list.
+automated is a person choosing the passkey from the username field's suggestion list, and
+so the interplay of a pending autofill request with the "Sign in with a passkey" button
+(the script aborts the autofill request before the button's ceremony): headlessly the
+autofill request is answered before anyone could press the button, so the button is driven
+with autofill reported unavailable.
 """
 
 from __future__ import annotations
