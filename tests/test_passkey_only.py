@@ -145,10 +145,12 @@ def test_a_passkey_sign_up_refuses_what_the_password_sign_up_refuses(
 def test_an_attestation_without_a_ceremony_a_wrong_one_or_a_replayed_one_makes_nothing(site: Site) -> None:
     key = SoftAuthenticator()
     client = site.client()
-    attestation, _ = key.register(begin(client).json["publicKey"], origin="https://evil.example")
+    public = begin(client).json["publicKey"]
+    attestation, _ = key.register(public, origin="https://evil.example")
     wrong = finish(client, attestation)
     assert wrong.status_code == 400 and wrong.json["error"] == "enrollment_failed"
-    again = finish(client, attestation)  # the challenge was used up by the refused try
+    right_but_late, _ = key.register(public)  # the refused try used the challenge up
+    again = finish(client, right_but_late)
     assert again.status_code == 400 and again.json["error"] == "enrollment_failed"
     no_uv, _ = key.register(begin(client).json["publicKey"], uv=False)
     assert finish(client, no_uv).status_code == 400  # a passkey-only account needs user verification

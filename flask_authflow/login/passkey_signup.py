@@ -127,10 +127,10 @@ def finish_passkey_signup(
         attestation was refused (start again). :raises UserExists: the identifier is taken.
     :raises MailDeliveryError: the mail could not be sent (nothing is kept)."""
     slot = (session.record.flow or {}).get(SLOT)
-    op = Operation(svc, ctx, session, "signup", factor=FactorKind.WEBAUTHN.value)
     registrar = _registrar(svc)
     registrar.check_input(credential)
-    session.transition(_forget)  # the challenge is used up whatever the answer
+    session.transition(_forget)  # the challenge is used up whatever the answer (a refusal too)
+    op = Operation(svc, ctx, session, "signup", factor=FactorKind.WEBAUTHN.value)
     if not isinstance(slot, Mapping) or not all(
         isinstance(slot.get(k), str) for k in ("tenant", "identifier", "email")
     ):
