@@ -227,6 +227,7 @@ EXPECTED_RULES = {
     "authflow_views.step_up": ("/step-up", {"GET", "POST"}),
     "authflow_views.account": ("/account", {"GET"}),
     "authflow_views.change_password": ("/account/password", {"POST"}),
+    "authflow_views.set_password": ("/account/password/set", {"POST"}),
     "authflow_views.revoke_session": ("/account/sessions/<session_hash>/revoke", {"POST"}),
     "authflow_views.revoke_other_sessions": ("/account/sessions/revoke-others", {"POST"}),
     "authflow_views.create_api_token": ("/account/api-tokens", {"POST"}),
@@ -252,6 +253,8 @@ EXPECTED_RULES = {
     "authflow_views.signup": ("/signup", {"GET", "POST"}),
     "authflow_views.signup_verify": ("/signup/verify", {"GET", "POST"}),
     "authflow_views.signup_resend": ("/signup/resend", {"GET", "POST"}),
+    "authflow_views.passkey_signup_options": ("/signup/passkey/options", {"POST"}),
+    "authflow_views.passkey_signup": ("/signup/passkey", {"POST"}),
     "authflow_views.change_email": ("/account/email", {"GET", "POST"}),
     "authflow_views.confirm_email_change": ("/account/email/confirm", {"GET", "POST"}),
 }
