@@ -580,6 +580,7 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_SITE_NAME", optional_text),
     # accounts: sign-up, password reset, change of e-mail (mailed single-use tokens)
     Key("AUTHFLOW_REGISTRATION", boolean, False),
+    Key("AUTHFLOW_REGISTRATION_PASSKEY", boolean, False),
     Key("AUTHFLOW_PASSWORD_RESET", boolean, False),
     Key("AUTHFLOW_PASSWORD_RESET_TTL", duration, timedelta(minutes=30)),
     Key("AUTHFLOW_EMAIL_VERIFICATION_TTL", duration, timedelta(hours=24)),

@@ -3,7 +3,10 @@
 The principal is a ``User`` entity whose parents are its ``Role`` entities (so both
 ``principal in Role::"editor"`` and ``principal.roles.contains("editor")`` work) and whose
 attributes are ``id``, ``tenant``, ``roles``, ``session`` (``authenticated_at`` and
-``auth_age`` in seconds, ``factors``, ``device_trusted``) and the application's own.
+``auth_age`` in seconds, ``factors``, ``phishing_resistant``, ``device_trusted``) and the
+application's own. ``phishing_resistant`` is true when this sign-in (or a step-up since)
+passed a WebAuthn factor: a security key, or a passkey that signed in alone (``factors``
+then holds ``"passkey"``), which a passkey-only account always does.
 A resource is an entity uid (``'Document::"42"'``), an :class:`Entity`, or any object with
 a ``policy_entity()`` method returning one (:class:`PolicyResource`).
 """
@@ -17,6 +20,7 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "PHISHING_RESISTANT_FACTORS",
     "PRINCIPAL_TYPE",
     "RESERVED_ATTRIBUTES",
     "ROLE_TYPE",
@@ -35,6 +39,10 @@ ROLE_TYPE = "Role"
 ACTION_TYPE = "Action"
 #: Principal attributes the library sets; the application's attributes may not use them.
 RESERVED_ATTRIBUTES = frozenset({"id", "tenant", "roles", "session"})
+#: The factors passed that make a session phishing-resistant: a WebAuthn assertion, as a
+#: second factor (``webauthn``) or as a passkey sign-in (``passkey``); both are bound to
+#: the site's origin by the browser.
+PHISHING_RESISTANT_FACTORS = frozenset({"webauthn", "passkey"})
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _UID = re.compile(rf'^({_NAME}(?:::{_NAME})*)::"((?:[^"\\]|\\["\\])*)"$')
 _MAX_ID = 1024
@@ -91,7 +99,11 @@ class Principal:
         reserved = RESERVED_ATTRIBUTES & set(self.attributes)
         if reserved:
             raise BadRequest(f"principal attributes may not be named {sorted(reserved)}")
-        session: dict[str, Any] = {"factors": list(self.factors), "device_trusted": self.device_trusted}
+        session: dict[str, Any] = {
+            "factors": list(self.factors),
+            "phishing_resistant": bool(PHISHING_RESISTANT_FACTORS & set(self.factors)),
+            "device_trusted": self.device_trusted,
+        }
         if self.authenticated_at is not None:
             session["authenticated_at"] = int(self.authenticated_at.timestamp())
             session["auth_age"] = max(0, int((now - self.authenticated_at).total_seconds()))

@@ -37,7 +37,7 @@ from flask_authflow.core.session import (
     step_kinds,
 )
 from flask_authflow.errors import EnrollmentError, StepUpNeeded, UserNotFound
-from flask_authflow.login import required_enrollment
+from flask_authflow.login import required_enrollment, sign_in_ways
 from flask_authflow.login.operation import LoginServices, Operation, guard_store, log, write_rows
 from flask_authflow.outcomes import FactorCredential, FactorKind
 
@@ -231,13 +231,28 @@ def disable_factor(svc: LoginServices, ctx: AuditContext, session: AuthSession, 
         return False
     fields: dict[str, Any] = {"tenant": tenant, "user_id": user_id, "factor": config.kind.value}
     deleted = False
-    with Operation(svc, ctx, session, "factor_disabled", now=fresh.now, **fields) as op:
+    op = Operation(svc, ctx, session, "factor_disabled", now=fresh.now, **fields)
+    way_in = sign_in_ways.is_way_in(config)  # a passkey: the account must keep a way to sign in
+    if way_in and not sign_in_ways.has_way_in(svc, tenant, user_id, without=factor_id):
+        raise _last_way(op)  # told before anything ends
+    with op:
         revoked = _end_other_sessions(op, svc)
         op.unit()  # the factor deleted and its audit row, together
+        if way_in:
+            sign_in_ways.hold_user(svc, tenant, user_id)  # parallel removals take turns
         deleted = guard_store(lambda: store.delete_factor(tenant, user_id, factor_id))
+        if deleted and way_in and not sign_in_ways.has_way_in(svc, tenant, user_id):
+            raise _last_way(op)  # the unit rolls back: the factor stays
         if deleted:
             _after_factor_change(op, config.kind, revoked)
     return deleted
+
+
+def _last_way(op: Operation) -> sign_in_ways.LastSignInWay:
+    """Refuse a removal that would leave the account no way to sign in (audited, nothing kept)."""
+    error = sign_in_ways.LastSignInWay()
+    op.refuse(error, "refused")
+    return error
 
 
 def _end_other_sessions(op: Operation, svc: LoginServices) -> int:

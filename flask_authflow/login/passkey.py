@@ -33,6 +33,7 @@ from flask_authflow.errors import FactorNotRegistered, InvalidInput, PermissionD
 from flask_authflow.login.establish import Establish, establish
 from flask_authflow.login.operation import LoginServices, Operation, guard_store, new_transaction
 from flask_authflow.login.throttling import refuse_if_throttled
+from flask_authflow.login.verification import EmailNotVerified, needs_verification
 from flask_authflow.outcomes import (
     FactorCredential,
     FactorKind,
@@ -82,7 +83,10 @@ def _forget(r: SessionRecord) -> SessionRecord:
 def finish_passkey_login(
     svc: LoginServices, ctx: AuditContext, credential: FactorCredential, session: AuthSession
 ) -> FactorOutcome:
-    """Finish a passkey login (see ``AuthnRequest.finish_passkey_login``)."""
+    """Finish a passkey login (see ``AuthnRequest.finish_passkey_login``).
+
+    :raises EmailNotVerified: the passkey is right, but its account signed up and has not
+        confirmed its address yet (nothing else is said before the signature passed)."""
     slot = (session.record.flow or {}).get(_PASSKEY_SLOT)
     tenant = slot.get("tenant") if isinstance(slot, Mapping) else None
     if credential.kind is not FactorKind.WEBAUTHN:
@@ -119,6 +123,11 @@ def finish_passkey_login(
             return InvalidCredential()
         lockout.success(tenant, user.identifier, _WEBAUTHN, op.now, ctx.client_ip, reservation=op.hand_off())
     session.transition(_forget)
+    if needs_verification(svc, user):  # a passkey sign-up whose address is not confirmed yet
+        error = EmailNotVerified()
+        refusal = Operation(svc, ctx, session, "passkey_login", tenant=tenant, factor=_WEBAUTHN)
+        refusal.refuse(error, "refused", user_id=user.user_id)
+        raise error
     # WorkflowPending only when the user must set up a factor first (required enrollment)
     return establish(svc, ctx, session, tenant, user.user_id, Establish("passkey", multi_factor=True))
 

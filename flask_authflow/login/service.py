@@ -208,6 +208,10 @@ class AuthnService:
         #: ``(tenant, user_id) -> None``: run for a sign-in in its step's unit of work, before
         #: the commit (wired by ``init_app`` to record the request's device); ``None``: nothing.
         self.on_sign_in: Callable[[str, str], None] | None = None
+        #: ``(tenant, user_id) -> bool``: whether the user has a linked provider identity (a
+        #: way to sign in besides the password and passkeys; wired by ``init_app`` when
+        #: federation is on). ``None``: no links count.
+        self.linked_identities: Callable[[str, str], bool] | None = None
         #: The personal API tokens a password reset, a password change and "log out
         #: everywhere" delete with the user's sessions (wired by ``init_app`` to the
         #: backend; ``None``: the flows end no API token). See :mod:`~flask_authflow.login.recovery`.

@@ -72,7 +72,11 @@ __all__ = [
     "IdentifierNotOwnAddress",
     "SignupRequest",
     "check_address",
+    "check_identifier",
+    "deliver_last",
+    "issue",
     "needs_verification",
+    "notice",
     "refuse_unverified",
     "resend_verification",
     "signup",
@@ -133,6 +137,13 @@ def _check_identifier(value: object) -> str:
     return identifier
 
 
+def check_identifier(identifier: str, address: str) -> None:
+    """Refuse a normalised ``identifier`` that sign-up does not take with ``address``: one
+    with a ``:`` (:class:`InvalidInput`), or with an ``@`` that is not the address
+    (:class:`IdentifierNotOwnAddress`)."""
+    _check_own_address(_check_identifier(identifier), address)
+
+
 def _check_own_address(identifier: str, address: str) -> None:
     """:class:`IdentifierNotOwnAddress` when ``identifier`` (normalised) has an ``@`` and
     is not ``address`` as an identifier reads it."""
@@ -182,7 +193,7 @@ def signup(
         op.refuse(exc, "refused", tenant=None, identifier=None)
         raise
     if owner is not None:
-        return _notice(svc, ctx, session, owner, password, ttl, deliver)
+        return notice(svc, ctx, session, owner, password, ttl, deliver)
     owned = admin.app_users.owned() if admin.app_users is not None else nullcontext()
     with owned, Operation(svc, ctx, session, "signup", refuse_on=(MailDeliveryError,)) as op:
         op.unit()
@@ -193,23 +204,25 @@ def signup(
                 raise
             op.refuse(exc, "refused", tenant=None, identifier=None)
             raise
-        found = _issue(op, user, ttl, "signup")
-        _deliver_last(op, found, deliver)
+        found = issue(op, user, ttl, "signup")
+        deliver_last(op, found, deliver)
     return found
 
 
-def _notice(
+def notice(
     svc: LoginServices,
     ctx: AuditContext,
     session: AuthSession,
     owner: UserRecord,
-    password: str,
+    password: str | None,
     ttl: timedelta,
     deliver: Deliver | None,
 ) -> SignupRequest:
-    """The address has an account: the same work as a new one, and a notice to its owner."""
+    """The address has an account: the same work as a new one, and a notice to its owner
+    (``password``: the one the sign-up gave, hashed as the new account's would be; ``None``
+    for a passkey sign-up)."""
     hasher: Any = getattr(svc, "hasher", None)
-    if hasher is not None:
+    if hasher is not None and password is not None:
         hasher.hash(password)  # the new account's hash costs this much
     store = account_tokens.token_store(svc.store)
     fields: dict[str, Any] = {"tenant": owner.tenant, "user_id": owner.user_id}
@@ -219,11 +232,11 @@ def _notice(
         )
         op.audit("refused", "address_taken")
         found = SignupRequest(issued, owner.email, "notice", owner.identifier)
-        _deliver_last(op, found, deliver)
+        deliver_last(op, found, deliver)
     return found
 
 
-def _deliver_last(op: Operation, found: SignupRequest, deliver: Deliver | None) -> None:
+def deliver_last(op: Operation, found: SignupRequest, deliver: Deliver | None) -> None:
     """Write the step's audit rows now (in its unit), then send the mail: the mail is the
     last thing before the commit, so only a failing commit can leave a mailed link that
     does not work (and the retry mails a new one)."""
@@ -234,7 +247,7 @@ def _deliver_last(op: Operation, found: SignupRequest, deliver: Deliver | None) 
     deliver(found)
 
 
-def _issue(op: Operation, user: UserRecord, ttl: timedelta, event: str) -> SignupRequest:
+def issue(op: Operation, user: UserRecord, ttl: timedelta, event: str) -> SignupRequest:
     """Issue the verification token of ``user`` (voiding an earlier one) in ``op``'s unit."""
     store = account_tokens.token_store(op.svc.store)
     issued = account_tokens.issue(
@@ -356,7 +369,7 @@ def resend_verification(
         return _not_pending(svc, ctx, session, tenant, ttl)
     with Operation(svc, ctx, session, "signup_resent", tenant=user.tenant, user_id=user.user_id) as op:
         op.unit()
-        found = _issue(op, user, ttl, "signup_resent")
+        found = issue(op, user, ttl, "signup_resent")
     return found
 
 

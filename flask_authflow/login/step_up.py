@@ -35,7 +35,7 @@ def begin_step_up(
         user = guard_store(lambda: svc.store.get_user(tenant, user_id))
         enrolled = guard_store(lambda: svc.store.required_factors(tenant, user_id))
         steps = svc.steps_for(tenant, user_id, enrolled)
-        step = (steps[-1] if strongest else steps[0]) if steps else FactorKind.PASSWORD.value
+        step = (steps[-1] if strongest else steps[0]) if steps else _without_steps(enrolled)
         flow: dict[str, str] = {STEP_UP_KEY: step, TRANSACTION_KEY: new_transaction()}
         if user is not None:
             flow[LOGIN_IDENTIFIER_KEY] = user.identifier
@@ -48,3 +48,11 @@ def begin_step_up(
             store_slots(session, slots)
         op.audit("started", identifier=identifier, factor=step)
     return StepUpRequired(tuple(FactorKind(k) for k in step_kinds(step) if k in FactorKind))
+
+
+def _without_steps(enrolled: list[FactorKind]) -> str:
+    """The step of a user without password steps: a passkey-only account proves itself with
+    its passkey again (a WebAuthn step, phishing-resistant); anyone else with the password."""
+    if FactorKind.WEBAUTHN in enrolled and FactorKind.PASSWORD not in enrolled:
+        return FactorKind.WEBAUTHN.value
+    return FactorKind.PASSWORD.value

@@ -32,7 +32,7 @@ import hmac
 import json
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -534,7 +534,30 @@ class WebAuthnFactor(StoredEnrollment):
         pending = store.get_factor(ctx.tenant, ctx.user_id, factor_id)
         if pending is None or pending.kind is not self.kind or pending.confirmed:
             return Rejected(RejectReason.NOT_ENROLLED)
-        requested = flow.get("passkey") is True
+        label = pending.data.get("label")
+        record = self._attested(
+            credential,
+            challenge,
+            FactorConfig(
+                user_id=ctx.user_id, kind=self.kind, created_at=pending.created_at, factor_id=factor_id,
+                data={"label": label if isinstance(label, str) else "Security key"},
+            ),
+            requested=flow.get("passkey") is True,
+        )  # fmt: skip
+        if isinstance(record, Rejected):
+            return record
+        store.delete_factor(ctx.tenant, ctx.user_id, factor_id)
+        try:
+            store.add_factor(ctx.tenant, record)
+        except ValueError:
+            return Rejected("webauthn_duplicate")  # this credential is registered already
+        return Accepted(factor_id)
+
+    def _attested(
+        self, credential: FactorCredential, challenge: bytes, base: FactorConfig, *, requested: bool
+    ) -> FactorConfig | Rejected:
+        """``base`` carrying the credential the attestation proves (unconfirmed), or why not.
+        ``requested``: a passkey was asked for (a resident key with user verification)."""
         try:
             text = _text(credential)
             parsed = parse_registration_credential_json(text)
@@ -552,37 +575,72 @@ class WebAuthnFactor(StoredEnrollment):
         credential_id = bytes_to_base64url(verified.credential_id)
         if len(credential_id) > MAX_CREDENTIAL_ID_CHARS:
             return Rejected("webauthn_credential_id_too_long")
-        discoverable = _discoverable(text)
         backup_eligible = verified.credential_device_type == CredentialDeviceType.MULTI_DEVICE
-        transports = [t.value for t in parsed.response.transports or ()]
-        label = pending.data.get("label")
-        record = FactorConfig(
-            user_id=ctx.user_id,
-            kind=self.kind,
-            created_at=pending.created_at,
-            factor_id=factor_id,
+        return replace(
+            base,
             counter=verified.sign_count,
             lookup=credential_id,
             confirmed=False,
             data={
-                "label": label if isinstance(label, str) else "Security key",
+                **base.data,
                 # May log in alone: asked for (a resident key with user verification), or the
                 # browser says it is discoverable (credProps), or it is a synced passkey.
-                "passkey": requested or discoverable or backup_eligible,
+                "passkey": requested or _discoverable(text) or backup_eligible,
                 "public_key": bytes_to_base64url(verified.credential_public_key),
-                "transports": transports,
+                "transports": [t.value for t in parsed.response.transports or ()],
                 "aaguid": verified.aaguid,
                 "backup_eligible": backup_eligible,
                 "backed_up": verified.credential_backed_up,
                 "user_verified": verified.user_verified,
             },
         )
-        store.delete_factor(ctx.tenant, ctx.user_id, factor_id)
-        try:
-            store.add_factor(ctx.tenant, record)
-        except ValueError:
-            return Rejected("webauthn_duplicate")  # this credential is registered already
-        return Accepted(factor_id)
+
+    # --- a new account's first passkey (passkey-only sign-up) ---------------------------------
+
+    def signup_options(self, account_name: str, now: datetime) -> tuple[Mapping[str, Any], dict[str, Any]]:
+        """Creation options for the passkey of an account that does not exist yet, and the
+        session slot that remembers the challenge and the new user handle (32 random bytes:
+        the account has no user id yet; the factor keeps the handle, as an imported one does).
+
+        A discoverable credential with user verification: the account has no other way in."""
+        challenge, slot = self._new_challenge(now)
+        handle = secrets.token_bytes(32)
+        options = generate_registration_options(
+            rp_id=self.settings.rp_id,
+            rp_name=self.settings.rp_name,
+            user_id=handle,
+            user_name=account_name,
+            user_display_name=account_name,
+            challenge=challenge,
+            timeout=self._timeout_ms,
+            attestation=AttestationConveyancePreference.NONE,
+            authenticator_selection=AuthenticatorSelectionCriteria(
+                resident_key=ResidentKeyRequirement.REQUIRED,
+                user_verification=UserVerificationRequirement.REQUIRED,
+            ),
+        )
+        public = _plain(options_to_json(options))
+        public["extensions"] = {"credProps": True}
+        return {"publicKey": public}, {**slot, "user_handle": bytes_to_base64url(handle)}
+
+    def signup_credential(
+        self, slot: Mapping[str, Any], credential: FactorCredential, user_id: str, now: datetime
+    ) -> FactorConfig | Rejected:
+        """The confirmed passkey factor of a new account (``user_id``) from the attestation
+        answering :meth:`signup_options`' challenge (kept in ``slot``), or why not. The caller
+        stores it in the unit of work that creates the account."""
+        challenge = _challenge(slot)
+        handle = slot.get("user_handle")
+        if challenge is None or not isinstance(handle, str) or not handle:
+            return Rejected(RejectReason.NO_CHALLENGE)
+        if _expired(slot, now):
+            return Rejected(RejectReason.EXPIRED)
+        base = FactorConfig(
+            user_id=user_id, kind=self.kind, created_at=now, factor_id=secrets.token_urlsafe(16),
+            data={"label": "Passkey", "user_handle": handle},
+        )  # fmt: skip
+        record = self._attested(credential, challenge, base, requested=True)
+        return record if isinstance(record, Rejected) else replace(record, confirmed=True)
 
 
 def _discoverable(text: str) -> bool:

@@ -574,6 +574,12 @@ class InMemoryBackend:
             self._drop_factor(config)
             return True
 
+    def lock_user(self, tenant: str, user_id: str) -> bool:
+        """The unit of work holds the store's lock already: only whether the user exists."""
+        with self._lock:
+            user = self._users_by_id.get(user_id)
+            return user is not None and user.tenant == tenant
+
     def advance_factor_counter(
         self, tenant: str, user_id: str, factor_id: str, new_counter: int, *, now: datetime
     ) -> bool:

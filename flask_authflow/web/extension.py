@@ -39,6 +39,7 @@ from flask_authflow.errors import (
 from flask_authflow.extras import check_extras
 from flask_authflow.i18n import app_template_context
 from flask_authflow.login import workflow
+from flask_authflow.login.account_settings import AccountSettings
 from flask_authflow.login.accounts import AccountAdmin
 from flask_authflow.login.legacy_hashes import LegacyHashes
 from flask_authflow.login.lockout import LockoutPolicy
@@ -478,6 +479,7 @@ class AuthFlow:
         )
         apply_defaults(app.config)
         config = AuthFlowConfig.from_config(app.config)
+        AccountSettings.from_config(app.config)  # refuses an unsafe sign-up (with what to set)
         check_mail_settings(app, config, sender_given=given.mail_sender is not None)
         return config
 
@@ -502,6 +504,8 @@ class AuthFlow:
                 "the first request (or set AUTHFLOW_OAUTH_PROVIDERS)"
             ) from None
         state.federation = federation
+        links = federation.links  # a linked provider identity is a way to sign in
+        state.service.linked_identities = lambda tenant, user_id: bool(links.links_of_user(tenant, user_id))
 
     # --- factors ------------------------------------------------------------------------------
 

@@ -439,6 +439,12 @@ class SqlFactors(SqlConnections):
                 conn.execute(_DELETE_OTHERS_OF_KIND, {**params, "key_kind": kind})
         return True
 
+    def lock_user(self, tenant: str, user_id: str) -> bool:
+        """``SELECT ... FOR UPDATE`` of the user's row in the open unit (SQLite's unit holds
+        the database lock already, and ignores the clause)."""
+        with self._tx() as conn:
+            return conn.execute(_LOCK_USER, _factor_key(tenant, user_id)).first() is not None
+
     def delete_factor(self, tenant: str, user_id: str, factor_id: str) -> bool:
         if self._write_one(_DELETE_FACTOR, _factor_key(tenant, user_id, factor_id)) == 1:
             return True

@@ -21,6 +21,7 @@ from flask_authflow.web.headless import (
     enrollment,
     login,
     login_code,
+    passkey_accounts,
     passkeys,
     profile,
     providers,
@@ -57,6 +58,7 @@ FLOWS: tuple[Any, ...] = (
     devices,
     api_tokens,
     username,
+    passkey_accounts,
 )
 
 

@@ -44,7 +44,7 @@ def options(call: Call) -> Reply:
     errors={
         400: ("factor_not_registered", "login_not_started"),
         401: ("invalid_credential", "login_not_started"),
-        403: ("locked", "account_disabled", "permission_denied"),
+        403: ("locked", "account_disabled", "permission_denied", "email_not_verified"),
     },
     throttled=True,
 )

@@ -19,6 +19,7 @@ that lists what ended with it (:func:`notify_recovery`).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,15 +42,16 @@ from flask_authflow.errors import (
     UserNotFound,
 )
 from flask_authflow.i18n import translate
-from flask_authflow.login import account_tokens, password_reset
+from flask_authflow.login import account_tokens, password_reset, sign_in_ways
 from flask_authflow.login import email_change as email_change_flow
+from flask_authflow.login import passkey_signup as passkey_signup_flow
 from flask_authflow.login import signup as signup_flow
 from flask_authflow.login import username_change as username_change_flow
 from flask_authflow.login.account_settings import AccountSettings
 from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.login.password_reset import PasswordResetDone
 from flask_authflow.login.recovery import Ended
-from flask_authflow.outcomes import FactorRequired
+from flask_authflow.outcomes import FactorCredential, FactorKind, FactorRequired
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.external_url import mail_origin, mailed_url
 from flask_authflow.web.json_body import json_body
@@ -58,16 +60,21 @@ from flask_authflow.web.outgoing_mail import compose_mail, mail_sender, send_mai
 from flask_authflow.web.security_notices import notice_enabled, notify, notify_now
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views.common import (
+    MAX_CREDENTIAL_LENGTH,
     MESSAGES,
     VIEWS_BLUEPRINT,
     error_message,
     error_status,
+    json_error,
     page,
+    stored_sid,
 )
 
 __all__ = [
     "MailAfter",
     "account_links",
+    "add_password",
+    "begin_passkey_signup",
     "change_email",
     "change_username",
     "compose_mail",
@@ -76,10 +83,13 @@ __all__ = [
     "confirm_signup",
     "email_changed_notice",
     "finish_email_change",
+    "finish_passkey_signup",
     "finish_reset",
     "forgot_password",
     "mail_reset_link",
     "notify_recovery",
+    "passkey_signup",
+    "passkey_signup_options",
     "rename_user",
     "resend_signup",
     "reset_password",
@@ -119,6 +129,8 @@ def account_link_flags() -> dict[str, bool]:
     return {
         "authflow_signup": found.registration and f"{VIEWS_BLUEPRINT}.signup" in views,
         "authflow_password_reset": found.password_reset and f"{VIEWS_BLUEPRINT}.forgot_password" in views,
+        "authflow_passkey_signup": found.registration_passkey
+        and f"{VIEWS_BLUEPRINT}.passkey_signup" in views,
     }
 
 
@@ -454,6 +466,104 @@ def start_signup(body: Mapping[str, Any], *, confirm: bool) -> None:
     )
 
 
+def passkey_signup_options() -> ResponseReturnValue:
+    """JSON: creation options for a sign-up with a passkey (``AUTHFLOW_REGISTRATION_PASSKEY``;
+    form or JSON ``{"username", "email"}``). Counted as a sign-up by the throttle."""
+    if not settings().registration_passkey:
+        return _not_offered()
+    try:
+        body = _body()
+        if not _wants_json() and not csrf_valid():
+            return json_error("csrf", MESSAGES["csrf"], 400)
+        options = begin_passkey_signup(_text(body, "username", 254), _text(body, "email", 254))
+    except AuthFlowError as error:
+        return _throttled(_json_error(error), error)
+    answer = jsonify(options)
+    answer.headers["Cache-Control"] = "no-store"
+    return answer
+
+
+def begin_passkey_signup(username: str | None, email: str | None) -> Mapping[str, Any]:
+    """The creation options of a passkey sign-up (the page's and the API's): throttled as a
+    sign-up, refused without a mail sender."""
+    _throttle("signup")
+    _mail_ready()
+    state = get_state()
+    return passkey_signup_flow.begin_passkey_signup(
+        state.service, audit_context(), current_auth_session(), state.config.default_tenant, username, email
+    )
+
+
+def finish_passkey_signup(secret: str) -> None:
+    """Create the account from the browser's attestation (``secret``, its JSON text) and mail
+    the link, in one transaction (the page's and the API's)."""
+    if not secret.strip():
+        raise InvalidInput(MESSAGES["missing_credential"])
+    if len(secret) > MAX_CREDENTIAL_LENGTH:
+        raise InvalidInput(MESSAGES["credential_too_long"])
+    state = get_state()
+    with FactorCredential(FactorKind.WEBAUTHN, secret.strip()) as credential:
+        passkey_signup_flow.finish_passkey_signup(
+            state.service, account_admin(), audit_context(), current_auth_session(), credential,
+            ttl=settings().verification_ttl, deliver=_deliver_in_transaction,
+        )  # fmt: skip
+
+
+def passkey_signup() -> ResponseReturnValue:
+    """Finish a passkey sign-up with the browser's attestation (form or JSON ``credential``):
+    the account, its passkey and the verification mail, in one transaction."""
+    if not settings().registration_passkey:
+        return _not_offered()
+    return _guarded(_passkey_signup, "signup.html")
+
+
+def _passkey_signup() -> ResponseReturnValue:
+    body = _body()
+    if not _wants_json() and not csrf_valid():
+        return page("signup.html", 400, error=MESSAGES["csrf"])
+    value = body.get("credential")
+    secret = json.dumps(value) if isinstance(value, dict) else value
+    if not isinstance(secret, str):
+        raise InvalidInput(MESSAGES["missing_credential"])
+    finish_passkey_signup(secret)
+    if _wants_json():
+        answer = jsonify({"status": "verification_sent"})
+        answer.status_code = 202
+        return answer
+    return page("signup.html", 200, sent=True)
+
+
+def add_password(session: AuthSession, password: str) -> Ended:
+    """Give the signed-in account that has no password this one (the account page's and the
+    API's): no old password to ask, a sign-in within ``AUTHFLOW_FRESHNESS`` instead; the
+    password policy applies, the user's other sessions end (as a change does), and the
+    owner gets the notice.
+
+    :raises StepUpNeeded: the sign-in is older. :raises PasswordAlreadySet: the account has
+        one (it is changed with the current one). :raises WeakPassword: the policy refused it."""
+    state = get_state()
+    tenant, user_id = sign_in_ways.check_fresh(state.service, session, "setting a password")
+    if state.backend.get_password_hash(tenant, user_id) is not None:
+        raise sign_in_ways.PasswordAlreadySet()
+    user = state.backend.get_user(tenant, user_id)
+    if user is None:
+        raise StepUpNeeded("setting a password needs an authenticated session")
+    return account_admin().change_password(
+        tenant,
+        user.identifier,
+        password,
+        keep_sid=stored_sid(session),
+        context=audit_context(),
+        session=session,
+    )
+
+
+def _throttled(answer: Response, error: AuthFlowError) -> Response:
+    if error.retry_after is not None:
+        answer.headers["Retry-After"] = str(error.retry_after)
+    return answer
+
+
 def _deliver_in_transaction(found: signup_flow.SignupRequest) -> None:
     """Send a sign-up's mail (the link, or the notice to an address's owner) before the
     sign-up commits: if it fails, nothing is kept and the answer is 503. Both kinds go out
@@ -756,6 +866,8 @@ RULES: list[tuple[str, str, Any, list[str]]] = [
     ("/password/forgot", "forgot_password", forgot_password, ["GET", "POST"]),
     ("/password/reset", "reset_password", reset_password, ["GET", "POST"]),
     ("/signup", "signup", signup, ["GET", "POST"]),
+    ("/signup/passkey/options", "passkey_signup_options", passkey_signup_options, ["POST"]),
+    ("/signup/passkey", "passkey_signup", passkey_signup, ["POST"]),
     ("/signup/verify", "signup_verify", signup_verify, ["GET", "POST"]),
     ("/signup/resend", "signup_resend", signup_resend, ["GET", "POST"]),
     ("/account/email", "change_email", change_email, ["GET", "POST"]),

@@ -60,6 +60,7 @@ __all__ = ["TEMPLATE_FOLDER", "VIEWS_BLUEPRINT", "build_blueprint", "register_vi
 #: are accepted, so the query string cannot put text on the page.
 NOTICES = {
     "password_changed": N_("Your password has been changed. Your other sessions have been logged out."),
+    "password_set": N_("Your password has been set: you can sign in with it too."),
     "session_revoked": N_("That session has been logged out."),
     "others_revoked": N_("All your other sessions have been logged out. Your API tokens have been revoked."),
     "api_token_revoked": N_("The API token has been revoked."),
@@ -105,6 +106,7 @@ def _account_page(
         authenticated_at=session.authenticated_at,
         sessions=sessions,
         enrolled_factors=_enrolled_factors(session),
+        has_password=state.backend.get_password_hash(tenant, user_id) is not None,
         **_provider_rows(tenant, user_id),
         **api_token_rows(tenant, user_id),
         **extra,
@@ -268,6 +270,30 @@ def end_user_session(session_hash: str) -> str | None:
     return "revoked"
 
 
+def set_password() -> ResponseReturnValue:
+    """A password for an account that has none (a passkey-only or federated one): no old
+    password to ask, so a fresh sign-in instead (a step-up with the user's strongest way)."""
+    refused = account_post_refused()
+    if refused is not None:
+        return refused
+    session = current_auth_session()
+    new, confirm = form_text("new_password"), form_text("new_password_confirm")
+    if not new or not confirm:
+        return _account_page(400, error=MESSAGES["password_fields"])
+    if not hmac.compare_digest(new.encode("utf-8"), confirm.encode("utf-8")):
+        return _account_page(400, error=MESSAGES["password_mismatch"])
+    try:
+        ended = accounts.add_password(session, new)
+    except StepUpNeeded:
+        return to_step_up(url_for(f"{VIEWS_BLUEPRINT}.account"))
+    except AuthFlowError as error:  # it has one already, the policy's WeakPassword, too long
+        return _account_page(error_status(error), error=error_message(error))
+    session.rotate_id()
+    rotate_csrf_token()
+    answer = redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="password_set"))
+    return accounts.notify_recovery(str(session.tenant), str(session.user_id), ended, answer, reset=False)
+
+
 def revoke_session(session_hash: str) -> ResponseReturnValue:
     refused = account_post_refused()
     if refused is not None:
@@ -358,6 +384,7 @@ def build_blueprint(*, with_logout: bool = True) -> Blueprint:
         ("/step-up", "step_up", stepup.step_up, ["GET", "POST"]),
         ("/account", "account", account, ["GET"]),
         ("/account/password", "change_password", change_password, ["POST"]),
+        ("/account/password/set", "set_password", set_password, ["POST"]),
         ("/account/sessions/<session_hash>/revoke", "revoke_session", revoke_session, ["POST"]),
         ("/account/sessions/revoke-others", "revoke_other_sessions", revoke_other_sessions, ["POST"]),
         ("/account/api-tokens", "create_api_token", create_api_token, ["POST"]),

@@ -91,6 +91,7 @@ MESSAGES = {
     "wrong_password": N_("Your password is not correct."),
     "wrong_current_password": N_("Your current password is not correct."),
     "password_fields": N_("Fill in your current password and the new password twice."),
+    "password_exists": N_("Your account has a password already: change it with your current password."),
     "password_mismatch": N_("The two new passwords do not match."),
     "no_password": N_("This account has no password to confirm."),
     "no_session": N_("That session is not one of yours, or it has already ended."),
