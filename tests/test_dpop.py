@@ -101,3 +101,14 @@ def test_a_bearer_answer_to_a_dpop_request_is_refused() -> None:
         checked_token_type("Bearer", True)
     assert checked_token_type("dpop", True) == "DPoP"
     assert checked_token_type("bearer", False) == "bearer"
+
+
+def test_a_provider_token_survives_pickling_with_its_type_and_auth() -> None:
+    """A worker process hands its token back through a queue (tests/test_provider_tokens_store.py)."""
+    import pickle
+
+    from flask_authflow.federation.dpop import BearerAuth
+    from flask_authflow.federation.provider_tokens import ProviderToken
+
+    token = pickle.loads(pickle.dumps(ProviderToken("at-1", "Bearer", BearerAuth("at-1"))))
+    assert token == "at-1" and token.token_type == "Bearer" and isinstance(token.auth, BearerAuth)

@@ -180,6 +180,10 @@ class ProviderToken(str):
         made.auth = auth
         return made
 
+    def __getnewargs__(self) -> tuple[str, str, requests.auth.AuthBase]:  # type: ignore[override]
+        # pickled (a worker process hands its token back): rebuilt with its type and auth
+        return str(self), self.token_type, self.auth
+
     def __repr__(self) -> str:
         return f"<ProviderToken {self.token_type}>"
 
