@@ -270,6 +270,18 @@ def _guarded(view: Callable[[], ResponseReturnValue], form: str, **context: Any)
         return answer
 
 
+def _signed_in_form(form: str, post: Callable[[], ResponseReturnValue]) -> ResponseReturnValue:
+    """A signed-in user's form: ``GET`` shows it, ``POST`` runs ``post`` (:func:`_guarded`);
+    a guest goes to the sign-in page (401 in JSON)."""
+    if not current_auth_session().is_authenticated:
+        if _wants_json():
+            return _json_error(Unauthenticated())
+        return redirect(url_for(f"{VIEWS_BLUEPRINT}.login", next=request.path))
+    if request.method == "GET":
+        return page(form)
+    return _guarded(post, form)
+
+
 def _throttle(scope: str) -> None:
     """Count one ``signup`` or ``reset`` request from the client's address and network;
     :class:`~flask_authflow.errors.Throttled` (429) when they had their share."""
@@ -660,14 +672,7 @@ def change_email() -> ResponseReturnValue:
     """``GET``: the form (signed in); ``POST`` (form or JSON ``{"email"}``): mail a
     confirmation link to the new address. Needs a fresh login (else the step-up page, or
     401 ``step_up_needed`` in JSON)."""
-    session = current_auth_session()
-    if not session.is_authenticated:
-        if _wants_json():
-            return _json_error(Unauthenticated())
-        return redirect(url_for(f"{VIEWS_BLUEPRINT}.login", next=request.path))
-    if request.method == "GET":
-        return page("email_change.html")
-    return _guarded(_change_email, "email_change.html")
+    return _signed_in_form("email_change.html", _change_email)
 
 
 def _change_email() -> ResponseReturnValue:
@@ -751,14 +756,7 @@ def change_username() -> ResponseReturnValue:
     username, at once. Needs a fresh login (else the step-up page, or 401
     ``step_up_required`` in JSON); counted by the ``signup`` throttle (a refusal tells
     whether a name is taken, as sign-up does)."""
-    session = current_auth_session()
-    if not session.is_authenticated:
-        if _wants_json():
-            return _json_error(Unauthenticated())
-        return redirect(url_for(f"{VIEWS_BLUEPRINT}.login", next=request.path))
-    if request.method == "GET":
-        return page("username_change.html")
-    return _guarded(_change_username, "username_change.html")
+    return _signed_in_form("username_change.html", _change_username)
 
 
 def _change_username() -> ResponseReturnValue:
