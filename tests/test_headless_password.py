@@ -16,6 +16,7 @@ from flask_authflow.testing.pytest_plugin import Outbox
 from flask_authflow.web.headless import CLIENT_HEADER
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
+from tests.concurrency import run_together
 from tests.headless_support import BASE, KINDS, ApiClient, check_answer
 from tests.test_passkey_only import PASSKEY_CONFIG, token_in
 from tests.test_views import FRESHNESS_PASSED, PASSWORD, Site, make_site, real_factors
@@ -205,3 +206,17 @@ def test_an_account_without_a_password_is_pointed_to_setting_one(app_factory: Ap
     refused = change(api, current="anything")
     assert refused.status_code == 409 and refused.json["error"] == "no_password"
     assert api.post("/account/password/set", {"password": NEW_PASSWORD}).status_code == 200
+
+
+def test_two_sessions_changing_it_at_once_keep_no_stale_session(site: Site) -> None:
+    """Two sessions that both know the password change it at the same moment: whatever the
+    order, no session that signed in with the old password outlives both changes, and one
+    of the two new passwords stands."""
+    first, second = signed_in(site, "app"), signed_in(site, "app")
+    news = (NEW_PASSWORD, NEW_PASSWORD + " two")
+    answers = run_together([lambda: change(first, new=news[0]), lambda: change(second, new=news[1])])
+    assert {answer.status_code for answer in answers} <= {200, 401}
+    assert 200 in {answer.status_code for answer in answers}
+    assert len(site.sessions()) <= 1  # at most the last changer's
+    assert not signs_in(site, PASSWORD)
+    assert [signs_in(site, new) for new in news].count(True) == 1
