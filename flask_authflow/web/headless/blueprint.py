@@ -23,6 +23,7 @@ from flask_authflow.web.headless import (
     login_code,
     passkey_accounts,
     passkeys,
+    password,
     profile,
     providers,
     registration,
@@ -59,6 +60,7 @@ FLOWS: tuple[Any, ...] = (
     api_tokens,
     username,
     passkey_accounts,
+    password,
 )
 
 

@@ -23,8 +23,9 @@ from werkzeug.wrappers.response import Response as BaseResponse
 from flask_authflow.audit.context import audit_context
 from flask_authflow.core.session import AuthSession, SessionRecord, sid_hash
 from flask_authflow.devices.labels import device_label
-from flask_authflow.errors import AuthFlowError, StepUpNeeded
+from flask_authflow.errors import AuthFlowError, AuthnError, StepUpNeeded
 from flask_authflow.i18n import N_, translate
+from flask_authflow.login.recovery import Ended
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
 from flask_authflow.responses import package_headers, wants_json
 from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, csrf_valid, rotate_csrf_token
@@ -182,25 +183,65 @@ def logout_refused_page() -> Response:
     return signin.login_page(400, error=MESSAGES["csrf"])
 
 
-def _confirm_password(session: AuthSession, password: str) -> Authenticated | tuple[str | None, int]:
+class CurrentPasswordRefused(AuthnError):
+    """The current password, asked for with a new one, is not accepted: wrong (401
+    ``wrong_current_password``), the account is locked (403 ``locked``, with
+    ``locked_until``), or the account has no password to confirm (409 ``no_password``: it
+    adds one at ``/account/password/set`` instead)."""
+
+    def __init__(self, code: str, message: str, status: int, **details: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.details = details
+
+    def to_dict(self) -> dict[str, str]:
+        return {**super().to_dict(), **self.details}
+
+
+def _confirm_password(session: AuthSession, password: str) -> None:
     """Re-verify the signed-in user's password through the service (a password step-up:
     lockout counted, audited, ``authenticated_at`` refreshed; not enough to change factors
-    when the user has a second factor, see :mod:`.stepup`). ``Authenticated``, or the error
-    to show and its status (``None``: the generic wrong-password text, 401)."""
+    when the user has a second factor, see :mod:`.stepup`).
+
+    :raises CurrentPasswordRefused: wrong, locked, or no password. :raises AuthFlowError:
+        the service's own refusal (``throttled``, a store down)."""
     request_handle = handle()
-    try:
-        with FactorCredential.password(password) as credential:
-            begun = request_handle.begin_step_up(session)
-            if not (isinstance(begun, StepUpRequired) and begun.factors[:1] == (FactorKind.PASSWORD,)):
-                return MESSAGES["no_password"], 400
-            outcome = request_handle.verify_factor(credential, session)
-    except AuthFlowError as error:
-        return error_message(error), error_status(error)
-    if isinstance(outcome, Authenticated):
-        return outcome
+    with FactorCredential.password(password) as credential:
+        begun = request_handle.begin_step_up(session)
+        if not (isinstance(begun, StepUpRequired) and begun.factors[:1] == (FactorKind.PASSWORD,)):
+            raise CurrentPasswordRefused("no_password", MESSAGES["no_password"], 409)
+        outcome = request_handle.verify_factor(credential, session)
     if isinstance(outcome, Locked):
-        return lock_message(outcome.until), 403
-    return None, 401
+        until = outcome.until
+        raise CurrentPasswordRefused("locked", lock_message(until), 403, locked_until=until.isoformat())
+    if not isinstance(outcome, Authenticated):
+        raise CurrentPasswordRefused("wrong_current_password", MESSAGES["wrong_current_password"], 401)
+
+
+def change_own_password(session: AuthSession, current: str, new: str) -> Ended:
+    """Change the signed-in user's password (the account page's and the headless API's): a
+    user with a second factor passes it again first, the current password is verified as a
+    step-up, the policy checks the new one; in one commit with its audit rows the user's
+    other sessions, API tokens and pending links end. The session gets a new id and CSRF
+    token; the caller mails the notice (``accounts.notify_recovery``) with its answer.
+
+    :raises StepUpNeeded: the strongest step first. :raises CurrentPasswordRefused: see
+        there. :raises AuthFlowError: the policy's ``WeakPassword``, ``PasswordTooLong``,
+        ``throttled``, a store down."""
+    handle().check_password_change(session)
+    _confirm_password(session, current)
+    ended = account_admin().change_password(
+        str(session.tenant),
+        identifier_of(session) or "",
+        new,
+        keep_sid=stored_sid(session),
+        context=audit_context(),
+        session=session,
+    )
+    session.rotate_id()
+    rotate_csrf_token()
+    return ended
 
 
 @login_required
@@ -232,26 +273,15 @@ def change_password() -> ResponseReturnValue:
         return _account_page(400, error=MESSAGES["password_fields"])
     if not hmac.compare_digest(new.encode("utf-8"), confirm.encode("utf-8")):
         return _account_page(400, error=MESSAGES["password_mismatch"])
-    try:  # a user with a second factor passes it again first
-        handle().check_password_change(session)
-    except StepUpNeeded:
-        return to_step_up(url_for(f"{VIEWS_BLUEPRINT}.account"))
-    confirmed = _confirm_password(session, current)
-    if not isinstance(confirmed, Authenticated):
-        message, status = confirmed
-        return _account_page(status, error=MESSAGES["wrong_current_password"] if message is None else message)
-    tenant = str(session.tenant)
-    identifier = identifier_of(session) or ""
     try:
-        ended = account_admin().change_password(
-            tenant, identifier, new, keep_sid=stored_sid(session), context=audit_context(), session=session
-        )
-    except AuthFlowError as error:  # a password policy's WeakPassword, a too long password
-        return _account_page(error_status(error), error=error.message)
-    session.rotate_id()
-    rotate_csrf_token()
+        ended = change_own_password(session, current, new)
+    except StepUpNeeded:  # a user with a second factor passes it again first
+        return to_step_up(url_for(f"{VIEWS_BLUEPRINT}.account"))
+    except AuthFlowError as error:  # wrong, locked, the policy's WeakPassword, too long, throttled
+        status = 400 if error.code == "no_password" else error_status(error)  # the page's answer
+        return _account_page(status, error=error_message(error))
     answer = redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="password_changed"))
-    return accounts.notify_recovery(tenant, str(session.user_id), ended, answer, reset=False)
+    return accounts.notify_recovery(str(session.tenant), str(session.user_id), ended, answer, reset=False)
 
 
 def end_user_session(session_hash: str) -> str | None:
