@@ -3,13 +3,8 @@ identity links, back-channel and RP-initiated logout, and each error variant."""
 
 from __future__ import annotations
 
-import os
 import secrets
-import shutil
-import subprocess
-import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -43,10 +38,8 @@ from tests.federation_support import (
     LOGOUT_RETURN,
     PROVIDER,
     FederatedApp,
-    ServedProvider,
     federated_app,
 )
-from tests.parts import missing_part
 
 
 @pytest.fixture
@@ -710,7 +703,6 @@ def test_a_federated_step_of_a_longer_ceremony_ends_in_pending_workflow(fed: Fed
     assert rows == [("pending_workflow", "oidc:test-op")]
 
 
-REPO = Path(__file__).resolve().parent.parent
 #: What the installed package serves: a provider's login redirect, from a plain install.
 FRESH_APP = """
 import secrets, sys
@@ -744,47 +736,3 @@ AuthFlow(app)
 response = app.test_client().get("/auth/login/corp")
 print(response.status_code, response.headers.get("Location"))
 """
-
-
-def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900, check=False)
-
-
-@pytest.mark.http
-@pytest.mark.slow  # builds a virtualenv and installs the package into it
-def test_a_plain_install_serves_a_configured_providers_login_redirect(tmp_path: Path) -> None:
-    """``pip install .`` (not editable, no extras) into a new virtualenv: the provider works."""
-    source = tmp_path / "source"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    shutil.copytree(REPO / "flask_authflow", source / "flask_authflow", ignore=ignore)
-    for name in ("pyproject.toml", "setup.cfg", "README.rst", "LICENSE"):
-        shutil.copy2(REPO / name, source / name)
-    venv = tmp_path / "venv"
-    created = _run([sys.executable, "-m", "venv", str(venv)], tmp_path)
-    assert created.returncode == 0, created.stderr
-    python = str(venv / "bin" / "python")
-    installed = _run(
-        [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", str(source)], tmp_path
-    )
-    if installed.returncode != 0 and "matching distribution" in installed.stderr:
-        missing_part(
-            f"the packages flask-authflow depends on cannot be installed here: {installed.stderr[-500:]}"
-        )
-    assert installed.returncode == 0, installed.stderr[-4000:]
-    served = ServedProvider()
-    try:
-        served.provider.register_client("fresh", "fresh-secret", ["http://localhost/auth/callback/corp"])
-        (tmp_path / "fresh_app.py").write_text(FRESH_APP)
-        run = _run(
-            [python, "fresh_app.py", served.provider.discovery_url, str(tmp_path / "instance")], tmp_path
-        )
-    finally:
-        served.stop()
-    assert run.returncode == 0, run.stderr[-4000:]
-    status, location = run.stdout.split()
-    assert status == "302"
-    authorize = urlsplit(location)
-    assert f"{authorize.scheme}://{authorize.netloc}{authorize.path}" == f"{served.provider.issuer}/authorize"
-    query = parse_qs(authorize.query)
-    assert query["client_id"] == ["fresh"] and query["code_challenge_method"] == ["S256"]

@@ -35,14 +35,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from email.parser import Parser
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
 from tests.doc_examples import clean_environment, count_tests, parse_blocks, parse_console
+from tests.federation_support import ServedProvider
 from tests.locks import parse_lock
 from tests.parts import missing_part
+from tests.test_federation import FRESH_APP
 
 pytestmark = pytest.mark.slow
 
@@ -590,3 +593,28 @@ def test_the_wheel_the_pages_name_has_pyprojects_version() -> None:
             named.setdefault(page.relative_to(REPO).as_posix(), set()).add(found.group(1))
     assert {"docs/installation.rst", "docs/tutorial.rst"} <= set(named)
     assert {page: versions for page, versions in named.items() if versions != {version}} == {}
+
+
+@pytest.mark.http
+def test_the_installed_wheel_serves_a_configured_providers_login_redirect(
+    fresh_python: Path, tmp_path: Path
+) -> None:
+    """The wheel installed without the ``oidc`` extra (``[testing]`` adds pytest alone): a
+    configured provider's login redirect works."""
+    python = str(fresh_python)
+    served = ServedProvider()
+    try:
+        served.provider.register_client("fresh", "fresh-secret", ["http://localhost/auth/callback/corp"])
+        (tmp_path / "fresh_app.py").write_text(FRESH_APP)
+        run = _run(
+            [python, "fresh_app.py", served.provider.discovery_url, str(tmp_path / "instance")], tmp_path
+        )
+    finally:
+        served.stop()
+    assert run.returncode == 0, run.stderr[-4000:]
+    status, location = run.stdout.split()
+    assert status == "302"
+    authorize = urlsplit(location)
+    assert f"{authorize.scheme}://{authorize.netloc}{authorize.path}" == f"{served.provider.issuer}/authorize"
+    query = parse_qs(authorize.query)
+    assert query["client_id"] == ["fresh"] and query["code_challenge_method"] == ["S256"]
