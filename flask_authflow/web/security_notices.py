@@ -11,7 +11,7 @@ line once its flow has committed, and the notice goes out after the answer did:
   account's address (``<event>_notice``).
 
 (The password change's notice, which lists what ended with it, is
-:func:`~flask_authflow.web.views.accounts.notify_recovery`; the same switch applies.)
+:func:`~flask_authflow.web.views.account_mail.notify_recovery`; the same switch applies.)
 
 Each template is ``authflow/mail/<template>.txt`` (first line ``Subject: ...``) and
 ``.html``, overridable like every page, translated in the request's locale. Their one link

@@ -12,7 +12,7 @@ from flask_authflow.web.headless.login import WEBAUTHN_OPTIONS
 from flask_authflow.web.headless.routes import Answer, Call, Refusal, Reply, Routes
 from flask_authflow.web.headless.schema import Json, Object, String
 from flask_authflow.web.state import current_auth_session
-from flask_authflow.web.views import accounts
+from flask_authflow.web.views import account_mail, accounts
 from flask_authflow.web.views.common import MAX_CREDENTIAL_LENGTH, MESSAGES
 
 __all__ = ["routes"]
@@ -110,7 +110,7 @@ def add_password(call: Call) -> Reply:
 
     @after_this_request
     def notice(response: Response) -> Response:  # the owner's notice, once the answer went out
-        accounts.notify_recovery(tenant, user_id, ended, response, reset=False)
+        account_mail.notify_recovery(tenant, user_id, ended, response, reset=False)
         return response
 
     return Reply({"status": "password_set"})

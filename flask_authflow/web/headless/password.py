@@ -13,7 +13,7 @@ from flask_authflow.web.headless.registration import ENDED
 from flask_authflow.web.headless.routes import Answer, Call, Reply, Routes
 from flask_authflow.web.headless.schema import Object, String
 from flask_authflow.web.state import current_auth_session
-from flask_authflow.web.views import accounts
+from flask_authflow.web.views import account_mail
 from flask_authflow.web.views.blueprint import change_own_password
 
 __all__ = ["routes"]
@@ -66,7 +66,7 @@ def change_password(call: Call) -> Reply:
 
     @after_this_request
     def notice(response: Response) -> Response:  # the owner's notice, once the answer went out
-        accounts.notify_recovery(tenant, user_id, ended, response, reset=False)
+        account_mail.notify_recovery(tenant, user_id, ended, response, reset=False)
         return response
 
     return Reply({"status": "password_changed", **ended.to_dict()})

@@ -17,7 +17,7 @@ from flask_authflow.i18n import N_
 from flask_authflow.outcomes import FactorRequired
 from flask_authflow.web.headless.routes import Answer, Call, Refusal, Reply, Routes
 from flask_authflow.web.headless.schema import Boolean, Integer, Object, String
-from flask_authflow.web.views import accounts
+from flask_authflow.web.views import account_mail, accounts
 from flask_authflow.web.views.common import VIEWS_BLUEPRINT
 
 __all__ = ["ENDED", "TOKEN", "offered", "routes"]
@@ -204,6 +204,8 @@ def reset_password(call: Call) -> Reply:
 
     @after_this_request
     def notice(response: Response) -> Response:  # the notice of what ended, once answered
-        return accounts.notify_recovery(outcome.tenant, outcome.user_id, outcome.ended, response, reset=True)
+        return account_mail.notify_recovery(
+            outcome.tenant, outcome.user_id, outcome.ended, response, reset=True
+        )
 
     return Reply(body)

@@ -12,7 +12,7 @@ from flask_authflow.web.headless.routes import Answer, Call, Reply, Routes
 from flask_authflow.web.headless.schema import Object, String
 from flask_authflow.web.security_notices import notify
 from flask_authflow.web.state import current_auth_session, get_state
-from flask_authflow.web.views.accounts import _throttle
+from flask_authflow.web.views.accounts import throttle_client
 
 __all__ = ["routes"]
 
@@ -53,7 +53,7 @@ def change_username(call: Call) -> Reply:
     an ``@`` must be the account's own confirmed address), unique in the tenant (409
     ``user_exists``). Counted by the ``signup`` throttle; the account's address gets a
     notice."""
-    _throttle("signup")
+    throttle_client("signup")
     changed = username_change_flow.change_username(
         get_state().service, audit_context(), current_auth_session(), call.body["username"]
     )

@@ -14,7 +14,7 @@ address or client belongs there). Every link in a mail is built by
 :func:`~flask_authflow.web.external_url.mailed_url` on the configured origin
 (``AUTHFLOW_EXTERNAL_URL``), never on the request's ``Host``. A completed reset and a
 password change mail the account's address a notice (``authflow/mail/password_changed_notice``)
-that lists what ended with it (:func:`notify_recovery`).
+that lists what ended with it (:func:`~flask_authflow.web.views.account_mail.notify_recovery`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from flask import Flask, Response, current_app, jsonify, redirect, request, url_for
@@ -36,7 +35,6 @@ from flask_authflow.core.session import AuthSession, new_guest_record
 from flask_authflow.errors import (
     AuthFlowError,
     InvalidInput,
-    MailDeliveryError,
     StepUpNeeded,
     Unauthenticated,
     UserNotFound,
@@ -53,12 +51,19 @@ from flask_authflow.login.password_reset import PasswordResetDone
 from flask_authflow.login.recovery import Ended
 from flask_authflow.outcomes import FactorCredential, FactorKind, FactorRequired
 from flask_authflow.web.csrf import csrf_valid
-from flask_authflow.web.external_url import mail_origin, mailed_url
+from flask_authflow.web.external_url import mailed_url
 from flask_authflow.web.json_body import json_body
-from flask_authflow.web.mail_budgets import OWNER, MailBudget, spend, strangers
-from flask_authflow.web.outgoing_mail import compose_mail, mail_sender, send_mail
-from flask_authflow.web.security_notices import notice_enabled, notify, notify_now
+from flask_authflow.web.mail_budgets import spend, strangers
+from flask_authflow.web.outgoing_mail import compose_mail, send_mail
+from flask_authflow.web.security_notices import notify, notify_now
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
+from flask_authflow.web.views.account_mail import (
+    MailAfter,
+    mail_ready,
+    not_offered,
+    notify_recovery,
+    sent_answer,
+)
 from flask_authflow.web.views.common import (
     MAX_CREDENTIAL_LENGTH,
     MESSAGES,
@@ -71,7 +76,6 @@ from flask_authflow.web.views.common import (
 )
 
 __all__ = [
-    "MailAfter",
     "account_links",
     "add_password",
     "begin_passkey_signup",
@@ -87,7 +91,6 @@ __all__ = [
     "finish_reset",
     "forgot_password",
     "mail_reset_link",
-    "notify_recovery",
     "passkey_signup",
     "passkey_signup_options",
     "rename_user",
@@ -101,6 +104,7 @@ __all__ = [
     "start_email_change",
     "start_reset",
     "start_signup",
+    "throttle_client",
 ]
 
 log = logging.getLogger("flask_authflow.mail")
@@ -140,77 +144,6 @@ def account_links() -> dict[str, Any]:
     if request.blueprint != VIEWS_BLUEPRINT:
         return {}
     return account_link_flags()
-
-
-def _mail_ready() -> None:
-    """A sender and an origin for mailed links exist, else :class:`MailDeliveryError`: the
-    same error for every request, before anything is done."""
-    if mail_sender() is None:
-        raise MailDeliveryError("no mail sender is configured (AUTHFLOW_SMTP_HOST or AUTHFLOW_MAIL_OUTBOX)")
-    mail_origin(current_app._get_current_object())  # type: ignore[attr-defined]
-
-
-def _deliver_later(to: str | None, mail: tuple[str, str, str], response: R, budget: MailBudget = OWNER) -> R:
-    """Deliver ``mail`` once ``response`` went out (nothing for ``to=None``): its time and
-    its failure say nothing to the client about whether an account matched. It spends
-    ``budget`` (``flask_authflow.web.mail_budgets``); a refusal is logged, never answered."""
-    if to is None:
-        return response
-    app = current_app._get_current_object()  # type: ignore[attr-defined]
-    ctx = audit_context()
-
-    def deliver() -> None:
-        with app.app_context():
-            try:
-                if spend(budget, to, ctx):
-                    send_mail(to, *mail)
-            except MailDeliveryError as exc:
-                log.error("an account mail could not be delivered: %s", exc.message)
-
-    response.call_on_close(deliver)
-    return response
-
-
-@dataclass(frozen=True, slots=True)
-class MailAfter:
-    """The mail a flow composed, delivered once the answer went out (:meth:`after`): the
-    pages and the headless API answer differently and mail the same."""
-
-    to: str | None
-    mail: tuple[str, str, str]
-    budget: MailBudget = OWNER
-
-    def after(self, response: R) -> R:
-        return _deliver_later(self.to, self.mail, response, self.budget)
-
-
-def _can_mail() -> bool:
-    """The app can send mail (a sender or ``AUTHFLOW_MAIL_OUTBOX``)."""
-    return settings().mail_outbox is not None or get_state().mail_sender is not None
-
-
-def notify_recovery(
-    tenant: str, user_id: str, ended: Ended, response: BaseResponse, *, reset: bool
-) -> BaseResponse:
-    """Mail the account's address the notice of a completed reset (``reset``) or a password
-    change, listing what ended with it, once ``response`` went out. Nothing when the account
-    has no address or the app sends no mail."""
-    try:
-        user = get_state().service.store.get_user(tenant, user_id)
-    except AuthFlowError as exc:  # the change is done: the notice alone is lost
-        log.error("the notice of a password change could not be composed: %s", exc.message)
-        return response
-    if user is None or user.email is None or not _can_mail() or not notice_enabled("password_changed"):
-        return response
-    mail = compose_mail(
-        "password_changed_notice",
-        identifier=user.identifier,
-        reset=reset,
-        sessions=ended.sessions,
-        api_tokens=ended.api_tokens,
-        email_change=ended.email_change,
-    )
-    return _deliver_later(user.email, mail, response)
 
 
 # --- request bodies --------------------------------------------------------------------------------
@@ -282,14 +215,10 @@ def _signed_in_form(form: str, post: Callable[[], ResponseReturnValue]) -> Respo
     return _guarded(post, form)
 
 
-def _throttle(scope: str) -> None:
+def throttle_client(scope: str) -> None:
     """Count one ``signup`` or ``reset`` request from the client's address and network;
     :class:`~flask_authflow.errors.Throttled` (429) when they had their share."""
     get_state().service.throttle.hit(scope, address=audit_context().client_ip)
-
-
-def _not_offered() -> Response:
-    return Response("Not Found", status=404, mimetype="text/plain")
 
 
 # --- forgot password -----------------------------------------------------------------------------
@@ -298,7 +227,7 @@ def _not_offered() -> Response:
 def forgot_password() -> ResponseReturnValue:
     """``GET``: the form; ``POST`` (form or JSON ``{"username"}`` / ``{"email"}``): mail a link."""
     if not settings().password_reset:
-        return _not_offered()
+        return not_offered()
     if request.method == "GET":
         return page("forgot.html")
     return _guarded(_request_reset, "forgot.html")
@@ -309,20 +238,15 @@ def _request_reset() -> ResponseReturnValue:
     if not _wants_json() and not csrf_valid():
         return page("forgot.html", 400, error=MESSAGES["csrf"])
     later = start_reset(body)
-    if _wants_json():
-        answer = jsonify({"status": "sent_if_known"})
-        answer.status_code = 202
-    else:
-        answer = page("forgot.html", 200, sent=True)
-    return later.after(answer)
+    return later.after(sent_answer("sent_if_known", "forgot.html"))
 
 
 def start_reset(body: Mapping[str, Any]) -> MailAfter:
     """The "forgot password" of ``body``'s ``username`` or ``email`` (the page's and the
     headless API's): throttled per address, a token issued and its mail composed whether or
     not an account matches (delivered, for a real one, :meth:`MailAfter.after` the answer)."""
-    _throttle("reset")
-    _mail_ready()  # no way to send mail: the same error for every request, before anything is done
+    throttle_client("reset")
+    mail_ready()  # no way to send mail: the same error for every request, before anything is done
     username, email = _text(body, "username", 254), _text(body, "email", 254)
     tenant = get_state().config.default_tenant
     handle = get_state().service
@@ -348,7 +272,7 @@ def reset_password() -> ResponseReturnValue:
     """``GET ?token=...``: the new-password form of a mailed link; ``POST`` (form or JSON
     ``{"token", "password"}``): set it."""
     if not settings().password_reset:
-        return _not_offered()
+        return not_offered()
     if request.method == "GET":
         token = request.args.get("token", "")
         return _guarded(lambda: _reset_form(token), "reset.html", token=None)
@@ -437,7 +361,7 @@ def signup() -> ResponseReturnValue:
     """``GET``: the form; ``POST`` (form or JSON ``{"username", "email", "password"}``):
     create the account and mail the link (the same answer for an address that has one)."""
     if not settings().registration:
-        return _not_offered()
+        return not_offered()
     if request.method == "GET":
         return page("signup.html")
     return _guarded(_signup, "signup.html")
@@ -448,19 +372,15 @@ def _signup() -> ResponseReturnValue:
     if not _wants_json() and not csrf_valid():
         return page("signup.html", 400, error=MESSAGES["csrf"])
     start_signup(body, confirm=not _wants_json())
-    if _wants_json():
-        answer = jsonify({"status": "verification_sent"})
-        answer.status_code = 202
-        return answer
-    return page("signup.html", 200, sent=True)
+    return sent_answer("verification_sent", "signup.html")
 
 
 def start_signup(body: Mapping[str, Any], *, confirm: bool) -> None:
     """Create the account of ``body`` (``username``, ``email``, ``password``; ``confirm``:
     and ``password_confirm``) and mail its link before the sign-up commits (the same for an
     address that has an account: its owner gets a notice); throttled per address."""
-    _throttle("signup")
-    _mail_ready()
+    throttle_client("signup")
+    mail_ready()
     password = _new_password(body, confirm=confirm)
     state = get_state()
     signup_flow.signup(
@@ -482,7 +402,7 @@ def passkey_signup_options() -> ResponseReturnValue:
     """JSON: creation options for a sign-up with a passkey (``AUTHFLOW_REGISTRATION_PASSKEY``;
     form or JSON ``{"username", "email"}``). Counted as a sign-up by the throttle."""
     if not settings().registration_passkey:
-        return _not_offered()
+        return not_offered()
     try:
         body = _body()
         if not _wants_json() and not csrf_valid():
@@ -498,8 +418,8 @@ def passkey_signup_options() -> ResponseReturnValue:
 def begin_passkey_signup(username: str | None, email: str | None) -> Mapping[str, Any]:
     """The creation options of a passkey sign-up (the page's and the API's): throttled as a
     sign-up, refused without a mail sender."""
-    _throttle("signup")
-    _mail_ready()
+    throttle_client("signup")
+    mail_ready()
     state = get_state()
     return passkey_signup_flow.begin_passkey_signup(
         state.service, audit_context(), current_auth_session(), state.config.default_tenant, username, email
@@ -525,7 +445,7 @@ def passkey_signup() -> ResponseReturnValue:
     """Finish a passkey sign-up with the browser's attestation (form or JSON ``credential``):
     the account, its passkey and the verification mail, in one transaction."""
     if not settings().registration_passkey:
-        return _not_offered()
+        return not_offered()
     return _guarded(_passkey_signup, "signup.html")
 
 
@@ -538,11 +458,7 @@ def _passkey_signup() -> ResponseReturnValue:
     if not isinstance(secret, str):
         raise InvalidInput(MESSAGES["missing_credential"])
     finish_passkey_signup(secret)
-    if _wants_json():
-        answer = jsonify({"status": "verification_sent"})
-        answer.status_code = 202
-        return answer
-    return page("signup.html", 200, sent=True)
+    return sent_answer("verification_sent", "signup.html")
 
 
 def add_password(session: AuthSession, password: str) -> Ended:
@@ -591,7 +507,7 @@ def signup_verify() -> ResponseReturnValue:
     """``GET ?token=...``: a button that confirms (a mail scanner's fetch changes nothing);
     ``POST`` (form or JSON ``{"token"}`` or ``{"username", "code"}``): confirm the address."""
     if not settings().registration:
-        return _not_offered()
+        return not_offered()
     if request.method == "GET":
         return page("signup_verify.html", token=request.args.get("token", "")[:64])
     return _guarded(_verify, "signup_verify.html", token=None)
@@ -627,7 +543,7 @@ def signup_resend() -> ResponseReturnValue:
     """``POST`` (form or JSON ``{"username"}`` / ``{"email"}``): mail a new link to an
     account that is not confirmed yet; the same answer for every input."""
     if not settings().registration:
-        return _not_offered()
+        return not_offered()
     if request.method == "GET":
         return page("signup_resend.html")
     return _guarded(_resend, "signup_resend.html")
@@ -638,19 +554,14 @@ def _resend() -> ResponseReturnValue:
     if not _wants_json() and not csrf_valid():
         return page("signup_resend.html", 400, error=MESSAGES["csrf"])
     later = resend_signup(body)
-    if _wants_json():
-        answer = jsonify({"status": "sent_if_pending"})
-        answer.status_code = 202
-    else:
-        answer = page("signup_resend.html", 200, sent=True)
-    return later.after(answer)
+    return later.after(sent_answer("sent_if_pending", "signup_resend.html"))
 
 
 def resend_signup(body: Mapping[str, Any]) -> MailAfter:
     """A new link for the unconfirmed account of ``body``'s ``username`` or ``email``:
     throttled, and the same work (a mail composed) whatever matched."""
-    _throttle("signup")
-    _mail_ready()
+    throttle_client("signup")
+    mail_ready()
     state = get_state()
     found = signup_flow.resend_verification(
         state.service,
@@ -685,19 +596,14 @@ def _change_email() -> ResponseReturnValue:
         if _wants_json():
             raise
         return redirect(url_for(f"{VIEWS_BLUEPRINT}.step_up", next=request.path))
-    if _wants_json():
-        answer = jsonify({"status": "verification_sent"})
-        answer.status_code = 202
-    else:
-        answer = page("email_change.html", 200, sent=True)
-    return later.after(answer)
+    return later.after(sent_answer("verification_sent", "email_change.html"))
 
 
 def start_email_change(body: Mapping[str, Any]) -> MailAfter:
     """Mail a confirmation link to the signed-in user's new address (``body``'s ``email``).
 
     :raises StepUpNeeded: the login is not fresh enough."""
-    _mail_ready()
+    mail_ready()
     found = email_change_flow.request_email_change(
         get_state().service,
         audit_context(),
@@ -763,7 +669,7 @@ def _change_username() -> ResponseReturnValue:
     body = _body()
     if not _wants_json() and not csrf_valid():
         return page("username_change.html", 400, error=MESSAGES["csrf"])
-    _throttle("signup")
+    throttle_client("signup")
     try:
         changed = username_change_flow.change_username(
             get_state().service, audit_context(), current_auth_session(), _text(body, "username", 1024)
@@ -797,7 +703,7 @@ def mail_reset_link(tenant: str, identifier: str) -> str | None:
 
     :raises MailDeliveryError: no sender or no origin for the link, or the mail could not be
         sent (the token stays usable)."""
-    _mail_ready()
+    mail_ready()
     state = get_state()
     found = password_reset.request_reset(
         state.service,

@@ -32,7 +32,7 @@ from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, cs
 from flask_authflow.web.decorators import login_required
 from flask_authflow.web.json_body import refuse_bad_json
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
-from flask_authflow.web.views import accounts, devices, login_code, security, signin, stepup
+from flask_authflow.web.views import account_mail, accounts, devices, login_code, security, signin, stepup
 from flask_authflow.web.views.api_tokens import api_token_rows, create_api_token, revoke_api_token
 from flask_authflow.web.views.common import (
     LOGOUT_BLUEPRINT,
@@ -224,7 +224,7 @@ def change_own_password(session: AuthSession, current: str, new: str) -> Ended:
     user with a second factor passes it again first, the current password is verified as a
     step-up, the policy checks the new one; in one commit with its audit rows the user's
     other sessions, API tokens and pending links end. The session gets a new id and CSRF
-    token; the caller mails the notice (``accounts.notify_recovery``) with its answer.
+    token; the caller mails the notice (``account_mail.notify_recovery``) with its answer.
 
     :raises StepUpNeeded: the strongest step first. :raises CurrentPasswordRefused: see
         there. :raises AuthFlowError: the policy's ``WeakPassword``, ``PasswordTooLong``,
@@ -281,7 +281,7 @@ def change_password() -> ResponseReturnValue:
         status = 400 if error.code == "no_password" else error_status(error)  # the page's answer
         return _account_page(status, error=error_message(error))
     answer = redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="password_changed"))
-    return accounts.notify_recovery(str(session.tenant), str(session.user_id), ended, answer, reset=False)
+    return account_mail.notify_recovery(str(session.tenant), str(session.user_id), ended, answer, reset=False)
 
 
 def end_user_session(session_hash: str) -> str | None:
@@ -321,7 +321,7 @@ def set_password() -> ResponseReturnValue:
     session.rotate_id()
     rotate_csrf_token()
     answer = redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="password_set"))
-    return accounts.notify_recovery(str(session.tenant), str(session.user_id), ended, answer, reset=False)
+    return account_mail.notify_recovery(str(session.tenant), str(session.user_id), ended, answer, reset=False)
 
 
 def revoke_session(session_hash: str) -> ResponseReturnValue:

@@ -40,7 +40,7 @@ from flask_authflow.web.mail_budgets import strangers
 from flask_authflow.web.outgoing_mail import compose_mail
 from flask_authflow.web.state import current_auth_session, get_state
 from flask_authflow.web.views import signin
-from flask_authflow.web.views.accounts import _deliver_later, _mail_ready, _not_offered
+from flask_authflow.web.views.account_mail import deliver_later, mail_ready, not_offered
 from flask_authflow.web.views.common import (
     MESSAGES,
     VIEWS_BLUEPRINT,
@@ -80,7 +80,7 @@ def _factor() -> LoginCodeFactor:
 def login_code() -> ResponseReturnValue:
     """``GET``: the form; ``POST``: start a sign-in by code and mail the code."""
     if not login_code_offered():
-        return _not_offered()
+        return not_offered()
     target = request_next()
     if request.method == "GET":
         return page("login_code.html", next=target, username="")
@@ -104,7 +104,7 @@ def request_code(username: str) -> tuple[LoginCodeRequest, tuple[str, str, str]]
     """Start a sign-in by code for ``username`` on the request's session and compose its mail
     (for every request: the same work whether an account matched); the pages and the
     headless API both call it, then :func:`deliver_after` their answer."""
-    _mail_ready()  # no way to send mail: the same error for every request, before anything is done
+    mail_ready()  # no way to send mail: the same error for every request, before anything is done
     tenant = get_state().config.default_tenant
     found = handle().request_login_code(username, tenant, current_auth_session(), _factor())
     mail = compose_mail(
@@ -120,7 +120,7 @@ def request_code(username: str) -> tuple[LoginCodeRequest, tuple[str, str, str]]
 def deliver_after(found: LoginCodeRequest, mail: tuple[str, str, str], response: R) -> R:
     """Mail the code once ``response`` went out, to a usable account only, on the strangers'
     budget unless the request is the owner's (:mod:`flask_authflow.web.mail_budgets`)."""
-    return _deliver_later(found.to, mail, response, strangers(found.tenant, found.identifier))
+    return deliver_later(found.to, mail, response, strangers(found.tenant, found.identifier))
 
 
 def _request(username: str, target: str | None) -> ResponseReturnValue:
@@ -139,7 +139,7 @@ def login_code_link() -> ResponseReturnValue:
     """The mail's link: in the browser that asked, a button that passes the code; elsewhere,
     what to do instead (nothing is signed in, no try is spent)."""
     if not login_code_offered():
-        return _not_offered()
+        return not_offered()
     code = request.args.get("code", "")
     if not _CODE.fullmatch(code):
         return page(
