@@ -5,8 +5,11 @@ signature), single use, with each bad token refused and audited."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import secrets
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
@@ -14,7 +17,7 @@ from flask_authflow.clock import MockClock
 from flask_authflow.testing.provider import TestOpenIDProvider
 from flask_authflow.web.headless import register_api
 from tests.appfactory import AppFactory
-from tests.federation_support import CLIENT_ID, PROVIDER, FederatedApp, federated_app
+from tests.federation_support import CLIENT_ID, PROVIDER, REDIRECT_URI, FederatedApp, federated_app
 from tests.headless_support import ApiClient
 from tests.test_views import make_site
 
@@ -93,6 +96,54 @@ def test_the_hand_over_takes_a_token_or_a_code_with_its_verifier(
     api.post(f"/providers/{PROVIDER}/native/begin")
     refused = api.post(f"/providers/{PROVIDER}/native", body)
     assert refused.status_code == 400 and refused.json["error"] == "invalid_input"
+
+
+def _sdk_code(fed: FederatedApp, nonce: str, verifier: str) -> str:
+    """What an app's native SDK does itself: an authorization request with its own PKCE
+    challenge and the nonce the API gave, answered with a code at the redirect URI."""
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    query = {
+        "response_type": "code",
+        "client_id": CLIENT_ID,
+        "redirect_uri": REDIRECT_URI,
+        "scope": "openid email",
+        "state": secrets.token_urlsafe(16),
+        "nonce": nonce,
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+    }
+    answer = fed.browser().get(
+        f"{fed.provider.issuer}/authorize?{urlencode(query)}", allow_redirects=False, timeout=5
+    )
+    assert answer.status_code == 302, answer.text
+    return parse_qs(urlsplit(answer.headers["Location"]).query)["code"][0]
+
+
+def test_an_app_hands_over_the_code_and_verifier_its_sdk_obtained(fed: FederatedApp) -> None:
+    api = ApiClient(fed.app, "app")
+    nonce = api.post(f"/providers/{PROVIDER}/native/begin").json["nonce"]
+    verifier = secrets.token_urlsafe(48)
+    done = api.post(
+        f"/providers/{PROVIDER}/native", {"code": _sdk_code(fed, nonce, verifier), "code_verifier": verifier}
+    )
+    assert done.json["status"] == "authenticated" and api.token
+    assert api.get("/session").json["user"]["identifier"]
+    assert rows(fed) and all(status != "failure" for _, status, _ in rows(fed))
+
+
+def test_a_code_with_another_verifier_is_refused_audited_and_uses_up_the_nonce(fed: FederatedApp) -> None:
+    api = ApiClient(fed.app, "app")
+    nonce = api.post(f"/providers/{PROVIDER}/native/begin").json["nonce"]
+    verifier = secrets.token_urlsafe(48)
+    code = _sdk_code(fed, nonce, verifier)
+    refused = api.post(
+        f"/providers/{PROVIDER}/native", {"code": code, "code_verifier": secrets.token_urlsafe(48)}
+    )
+    assert refused.status_code == 401 and refused.json["error"] == "token_exchange_failed"  # invalid_grant
+    assert oauth_rows(fed)[-1][0] == "failure"
+    again = api.post(f"/providers/{PROVIDER}/native", {"code": code, "code_verifier": verifier})
+    assert again.json["error"] == "csrf_mismatch"  # the ceremony was single use
+    assert api.get("/session").json["state"] == "guest"
 
 
 def test_unknown_providers_and_the_wrong_client_kind_are_refused(fed: FederatedApp) -> None:
