@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
@@ -107,9 +105,9 @@ def test_rotation_shows_up(app: Flask, idp: LocalIdp) -> None:
     assert kids[0] == new.kid and len(kids) == 3
 
 
-def test_standalone_views_with_extension_state(idp: LocalIdp) -> None:
+def test_standalone_views_find_the_issuer_the_blueprint_bound(idp: LocalIdp) -> None:
     app = Flask(__name__)
-    app.extensions["authflow"] = SimpleNamespace(issuer=idp)
+    app.register_blueprint(idp.blueprint(url_prefix="/issuer"))  # as the extension does
     app.add_url_rule("/oidc/config", view_func=openid_configuration)
     app.add_url_rule("/oidc/keys", view_func=jwks)
     client = app.test_client()

@@ -23,6 +23,7 @@ from flask_authflow.errors import ConfigurationError, IssuanceError, KeyStoreErr
 from flask_authflow.issuer.claims import MintClaims
 from flask_authflow.issuer.keys import LoadedKeys, LocalIdpSigningKey
 from flask_authflow.issuer.keystores import LocalIdpKeyStore, RotationState, StagedRotationStore
+from flask_authflow.issuer.views import make_blueprint
 from flask_authflow.jose import (
     MAX_TOKEN_LENGTH,
     JwksHandle,
@@ -311,8 +312,6 @@ class LocalIdp:
 
     def blueprint(self, url_prefix: str | None = None) -> Blueprint:
         """A Flask blueprint ``authflow_issuer`` serving discovery and ``/jwks.json``."""
-        from flask_authflow.issuer.views import make_blueprint
-
         return make_blueprint(self, url_prefix=url_prefix)
 
     # -- minting -----------------------------------------------------------------------------------

@@ -1,20 +1,23 @@
 """The two public routes of the local issuer: discovery and the JWK set.
 
 Use ``app.register_blueprint(idp.blueprint())`` on its own, or let the AuthFlow
-extension mount it; the standalone views :func:`openid_configuration` and
-:func:`jwks` find the issuer either way.
+extension mount it (it does whenever an issuer is configured); the standalone views
+:func:`openid_configuration` and :func:`jwks`, mounted on routes of the app's own, find the
+issuer the blueprint bound to the app either way.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from flask import Blueprint, Response, current_app, jsonify
 from flask.sansio.blueprints import BlueprintSetupState
 
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.issuer.idp import LocalIdp
 from flask_authflow.responses import package_headers
+
+if TYPE_CHECKING:  # the issuer imports this module to make its blueprint
+    from flask_authflow.issuer.idp import LocalIdp
 
 __all__ = ["CACHE_CONTROL", "current_issuer", "jwks", "make_blueprint", "openid_configuration"]
 
@@ -27,15 +30,14 @@ _APP_KEY: Final = "authflow_issuer"
 
 
 def current_issuer() -> LocalIdp:
-    """The LocalIdp of the current app: a blueprint-bound one, else the extension's."""
-    bound = current_app.extensions.get(_APP_KEY)
-    if isinstance(bound, LocalIdp):
-        return bound
-    state: Any = current_app.extensions.get("authflow")
-    issuer = state.get("issuer") if isinstance(state, dict) else getattr(state, "issuer", None)
-    if isinstance(issuer, LocalIdp):
-        return issuer
-    raise ConfigurationError("no LocalIdp is configured for this app (register idp.blueprint() or AuthFlow)")
+    """The LocalIdp bound to the current app by its blueprint (the extension registers it
+    for a configured issuer)."""
+    bound: LocalIdp | None = current_app.extensions.get(_APP_KEY)
+    if bound is None:
+        raise ConfigurationError(
+            "no LocalIdp is configured for this app (register idp.blueprint() or AuthFlow)"
+        )
+    return bound
 
 
 def _json(document: dict[str, Any], max_age: int) -> Response:
