@@ -16,7 +16,7 @@ from flask_authflow.web.headless.registration import ENDED
 from flask_authflow.web.headless.routes import Answer, Call, Refusal, Reply, Routes
 from flask_authflow.web.headless.schema import Array, Boolean, Nullable, Object, String
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
-from flask_authflow.web.views import blueprint
+from flask_authflow.web.views import account_page, blueprint
 from flask_authflow.web.views.common import MESSAGES, stored_sid
 
 __all__ = ["routes"]
@@ -72,7 +72,7 @@ def list_sessions(call: Call) -> Reply:
     records.sort(key=lambda r: (r.sid != current, -r.last_seen_at.timestamp()))
     rows = []
     for record in records:
-        row = blueprint.session_row(record, current)
+        row = account_page.session_row(record, current)
         rows.append({**row, **{k: _iso(row[k]) for k in ("last_seen_at", "created_at", "authenticated_at")}})
     return Reply({"sessions": rows})
 

@@ -16,23 +16,13 @@ from flask_authflow.errors import AuthFlowError, InvalidInput
 from flask_authflow.i18n import N_
 from flask_authflow.web.api_auth import api_tokens
 from flask_authflow.web.state import current_auth_session, get_state
+from flask_authflow.web.views.account_page import account_page, account_post_refused
 from flask_authflow.web.views.common import VIEWS_BLUEPRINT, error_status, form_text, to_step_up
 
-__all__ = ["api_token_rows", "create_api_token", "login_too_old", "revoke_api_token"]
+__all__ = ["create_api_token", "login_too_old", "revoke_api_token"]
 
 #: What the ``expires_in_days`` field may hold (a longer lifetime is refused by the settings).
 _MAX_DAYS_DIGITS = 5
-
-
-def api_token_rows(tenant: str, user_id: str) -> dict[str, Any]:
-    """The account page's context for the API token section."""
-    service = api_tokens()
-    default = service.settings.default_expiry
-    return {
-        "api_tokens": service.list(tenant, user_id),
-        "api_token_scopes": service.settings.scopes,
-        "api_token_default_days": default.days if default is not None else None,
-    }
 
 
 def _expires_in_days() -> int | None:
@@ -53,9 +43,7 @@ def login_too_old() -> bool:
 
 
 def create_api_token() -> ResponseReturnValue:
-    from flask_authflow.web.views import blueprint as views  # the account page lives there
-
-    refused = views.account_post_refused()
+    refused = account_post_refused()
     if refused is not None:
         return refused
     if login_too_old():
@@ -71,14 +59,12 @@ def create_api_token() -> ResponseReturnValue:
             str(session.tenant), str(session.user_id), form_text("name"), scopes, **options
         )
     except AuthFlowError as error:
-        return views.account_page(error_status(error), error=error.message)
-    return views.account_page(201, new_api_token=created.value, new_api_token_name=created.record.name)
+        return account_page(error_status(error), error=error.message)
+    return account_page(201, new_api_token=created.value, new_api_token_name=created.record.name)
 
 
 def revoke_api_token() -> ResponseReturnValue:
-    from flask_authflow.web.views import blueprint as views
-
-    refused = views.account_post_refused()
+    refused = account_post_refused()
     if refused is not None:
         return refused
     session = current_auth_session()
@@ -87,7 +73,7 @@ def revoke_api_token() -> ResponseReturnValue:
             str(session.tenant), str(session.user_id), form_text("name"), context=audit_context()
         )
     except AuthFlowError as error:
-        return views.account_page(error_status(error), error=error.message)
+        return account_page(error_status(error), error=error.message)
     if not revoked:
-        return views.account_page(404, error=N_("You have no API token of that name."))
+        return account_page(404, error=N_("You have no API token of that name."))
     return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="api_token_revoked"))

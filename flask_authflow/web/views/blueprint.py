@@ -18,22 +18,21 @@ from urllib.parse import parse_qs, urlsplit
 
 from flask import Blueprint, Flask, Response, redirect, request, url_for
 from flask.typing import ResponseReturnValue
-from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow.audit.context import audit_context
-from flask_authflow.core.session import AuthSession, SessionRecord, sid_hash
-from flask_authflow.devices.labels import device_label
+from flask_authflow.core.session import AuthSession, sid_hash
 from flask_authflow.errors import AuthFlowError, AuthnError, StepUpNeeded
-from flask_authflow.i18n import N_, translate
+from flask_authflow.i18n import N_
 from flask_authflow.login.recovery import Ended
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
 from flask_authflow.responses import package_headers, wants_json
-from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, csrf_valid, rotate_csrf_token
+from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, rotate_csrf_token
 from flask_authflow.web.decorators import login_required
 from flask_authflow.web.json_body import refuse_bad_json
 from flask_authflow.web.state import account_admin, current_auth_session, get_state
 from flask_authflow.web.views import account_mail, accounts, devices, login_code, security, signin, stepup
-from flask_authflow.web.views.api_tokens import api_token_rows, create_api_token, revoke_api_token
+from flask_authflow.web.views.account_page import account_page, account_post_refused
+from flask_authflow.web.views.api_tokens import create_api_token, revoke_api_token
 from flask_authflow.web.views.common import (
     LOGOUT_BLUEPRINT,
     MESSAGES,
@@ -46,9 +45,7 @@ from flask_authflow.web.views.common import (
     identifier_of,
     json_answer,
     lock_message,
-    page,
     readable_time,
-    signed_in,
     stored_sid,
     to_login,
     to_step_up,
@@ -73,114 +70,7 @@ NOTICES = {
 
 _SESSION_HASH = re.compile(r"[0-9a-f]{64}")
 
-#: How the account page names the first step a session signed in with (a provider: its name).
-_METHOD_NAMES = {
-    "password": N_("password"),
-    "webauthn": N_("security key or passkey"),
-    "totp": N_("authenticator app"),
-    "hotp": N_("hardware token"),
-    "email_otp": N_("e-mail code"),
-    "recovery_code": N_("recovery code"),
-}
-
-
-# --- the pages -----------------------------------------------------------------------------------
-
-
-def _account_page(
-    status: int = 200, *, error: str | None = None, notice: str | None = None, **extra: Any
-) -> Response:
-    session = current_auth_session()
-    state = get_state()
-    tenant, user_id = str(session.tenant), str(session.user_id)
-    current = stored_sid(session)
-    records = state.session_store.list_user_sessions(tenant, user_id)
-    records.sort(key=lambda r: (r.sid != current, -r.last_seen_at.timestamp()))
-    sessions = [_session_row(record, current) for record in records]
-    return page(
-        "account.html",
-        status,
-        error=error,
-        notice=notice,
-        identifier=identifier_of(session),
-        tenant=tenant,
-        authenticated_at=session.authenticated_at,
-        sessions=sessions,
-        enrolled_factors=_enrolled_factors(session),
-        has_password=state.backend.get_password_hash(tenant, user_id) is not None,
-        **_provider_rows(tenant, user_id),
-        **api_token_rows(tenant, user_id),
-        **extra,
-        **devices.device_rows(tenant, user_id),
-    )
-
-
-def _enrolled_factors(session: AuthSession) -> list[str]:
-    """What the account page lists as the user's sign-in methods besides the password
-    ("Authenticator app", "Security key" ...), each kind once, in enrollment order; empty
-    when the password alone signs the user in (the page then suggests adding one)."""
-    try:
-        configs = handle().user_factors(session)
-    except AuthFlowError:  # a store failed: the page still shows, without the list
-        return []
-    names: list[str] = []
-    for config in configs:
-        if config.kind is FactorKind.PASSWORD or not config.factor_id:
-            continue
-        name = translate(
-            security.KIND_NAMES.get(config.kind.value, config.kind.value.replace("_", " ").capitalize())
-        )
-        if name not in names:
-            names.append(name)
-    return names
-
-
-def _provider_rows(tenant: str, user_id: str) -> dict[str, list[str]]:
-    """The configured providers the user has linked (``linked_providers``) and not
-    (``linkable_providers``), by name, for the account page's unlink and link buttons."""
-    federation = get_state().federation
-    if federation is None:
-        return {"linked_providers": [], "linkable_providers": []}
-    linked = federation.linked_providers(tenant, user_id)
-    names = federation.registry.names()
-    return {
-        "linked_providers": [name for name in names if name in linked],
-        "linkable_providers": [name for name in names if name not in linked],
-    }
-
-
-def _method_name(method: str | None) -> str | None:
-    if method is None or method in _METHOD_NAMES:
-        return translate(_METHOD_NAMES[method]) if method else method
-    return method.partition(":")[2] or method  # "oidc:acme": acme
-
-
-def _session_row(record: SessionRecord, current_sid: str) -> dict[str, Any]:
-    return {
-        "hash": sid_hash(record.sid),
-        "device": devices.shown_label(device_label(record.device)),  # as the devices list
-        "last_seen_at": record.last_seen_at,
-        "created_at": record.created_at,
-        "authenticated_at": record.authenticated_at,
-        "auth_method": _method_name(record.auth_method),
-        "current": hmac.compare_digest(record.sid, current_sid),
-    }
-
-
-#: The account page for the account actions of other modules (the API tokens).
-account_page = _account_page
-#: A session as the account page lists it (for the headless API's list).
-session_row = _session_row
-
-
 # --- the views -----------------------------------------------------------------------------------
-
-
-def logout_refused_page() -> Response:
-    """A logout form without a valid CSRF token: the page it came from, with the error (400)."""
-    if signed_in():
-        return _account_page(400, error=MESSAGES["csrf"])
-    return signin.login_page(400, error=MESSAGES["csrf"])
 
 
 class CurrentPasswordRefused(AuthnError):
@@ -247,16 +137,7 @@ def change_own_password(session: AuthSession, current: str, new: str) -> Ended:
 @login_required
 def account() -> ResponseReturnValue:
     notice = NOTICES.get(request.args.get("notice", ""))
-    return _account_page(notice=notice)
-
-
-def account_post_refused() -> BaseResponse | None:
-    """Why an account form may not run: not signed in (to the login page) or a bad token."""
-    if not signed_in():
-        return to_login(url_for(f"{VIEWS_BLUEPRINT}.account"))
-    if not csrf_valid():
-        return _account_page(400, error=MESSAGES["csrf"])
-    return None
+    return account_page(notice=notice)
 
 
 def change_password() -> ResponseReturnValue:
@@ -270,16 +151,16 @@ def change_password() -> ResponseReturnValue:
         form_text("new_password_confirm"),
     )
     if not current or not new or not confirm:
-        return _account_page(400, error=MESSAGES["password_fields"])
+        return account_page(400, error=MESSAGES["password_fields"])
     if not hmac.compare_digest(new.encode("utf-8"), confirm.encode("utf-8")):
-        return _account_page(400, error=MESSAGES["password_mismatch"])
+        return account_page(400, error=MESSAGES["password_mismatch"])
     try:
         ended = change_own_password(session, current, new)
     except StepUpNeeded:  # a user with a second factor passes it again first
         return to_step_up(url_for(f"{VIEWS_BLUEPRINT}.account"))
     except AuthFlowError as error:  # wrong, locked, the policy's WeakPassword, too long, throttled
         status = 400 if error.code == "no_password" else error_status(error)  # the page's answer
-        return _account_page(status, error=error_message(error))
+        return account_page(status, error=error_message(error))
     answer = redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="password_changed"))
     return account_mail.notify_recovery(str(session.tenant), str(session.user_id), ended, answer, reset=False)
 
@@ -309,15 +190,15 @@ def set_password() -> ResponseReturnValue:
     session = current_auth_session()
     new, confirm = form_text("new_password"), form_text("new_password_confirm")
     if not new or not confirm:
-        return _account_page(400, error=MESSAGES["password_fields"])
+        return account_page(400, error=MESSAGES["password_fields"])
     if not hmac.compare_digest(new.encode("utf-8"), confirm.encode("utf-8")):
-        return _account_page(400, error=MESSAGES["password_mismatch"])
+        return account_page(400, error=MESSAGES["password_mismatch"])
     try:
         ended = accounts.add_password(session, new)
     except StepUpNeeded:
         return to_step_up(url_for(f"{VIEWS_BLUEPRINT}.account"))
     except AuthFlowError as error:  # it has one already, the policy's WeakPassword, too long
-        return _account_page(error_status(error), error=error_message(error))
+        return account_page(error_status(error), error=error_message(error))
     session.rotate_id()
     rotate_csrf_token()
     answer = redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="password_set"))
@@ -330,7 +211,7 @@ def revoke_session(session_hash: str) -> ResponseReturnValue:
         return refused
     ended = end_user_session(session_hash)
     if ended is None:
-        return _account_page(404, error=MESSAGES["no_session"])
+        return account_page(404, error=MESSAGES["no_session"])
     if ended == "logged_out":
         return to_login(None)
     return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="session_revoked"))
@@ -375,7 +256,7 @@ def forget_device(device_id: str) -> ResponseReturnValue:
     if refused is not None:
         return refused
     if not devices.forget_device_of_current_user(device_id):
-        return _account_page(404, error=MESSAGES["no_device"])
+        return account_page(404, error=MESSAGES["no_device"])
     return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="device_forgotten"))
 
 

@@ -35,6 +35,7 @@ from flask_authflow.responses import package_headers, wants_json
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.json_body import refuse_bad_json
 from flask_authflow.web.state import current_auth_session, get_state
+from flask_authflow.web.views.account_page import logout_refused_page
 from flask_authflow.web.views.common import (
     LOGOUT_BLUEPRINT,
     MESSAGES,
@@ -58,8 +59,6 @@ def _cross_site() -> bool:
 
 def _refused(status: int, code: str, message: str) -> ResponseReturnValue:
     if status == 400 and VIEWS_BLUEPRINT in current_app.blueprints and not request.is_json:
-        from flask_authflow.web.views.blueprint import logout_refused_page
-
         return logout_refused_page()  # the page the form came from, with the error
     if wants_json():
         return json_error(code, message, status)
