@@ -109,7 +109,6 @@ def poll_transmitter(
     handle: LoginRecorder,
     session: AuthSession,
     name: str,
-    http: HttpClient,
     *,
     max_events: int = 100,
     max_rounds: int = 10,
@@ -122,7 +121,7 @@ def poll_transmitter(
     transmitter = receiver.transmitter(name)
     if transmitter.delivery != "poll":
         raise SetRefused("access_denied", "this transmitter pushes its SETs")
-    poller, report = _Poller(transmitter, http), PollReport()
+    poller, report = _Poller(transmitter, receiver.http), PollReport()
     ack: list[str] = []
     errors: dict[str, Any] = {}
 

@@ -129,6 +129,8 @@ class SignalsReceiver:
         self.federation = federation
         self.stores = stores
         self.sender = sender
+        #: fetches the transmitters' keys (and, for the poll client, their SETs).
+        self.http = http
         self.clock = federation.clock
         self.keys = {
             name: ProviderKeyCache(t.jwks_uri, http, clock=self.clock)

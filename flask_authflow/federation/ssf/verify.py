@@ -108,8 +108,8 @@ def _header(token: Any, transmitter: Transmitter) -> tuple[dict[str, Any], list[
     if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_LENGTH or not token.isascii():
         raise _request("the body is not a SET of at most 16 KiB")
     parts = token.split(".")
-    if len(parts) != 3 or not all(parts):
-        raise _request("the body is not a signed compact JWT")
+    if len(parts) != 3 or not parts[0] or not parts[1]:
+        raise _request("the body is not a compact JWT")
     header = _json(parts[0], "header")
     typ = header.get("typ")
     if not isinstance(typ, str) or typ.lower() not in SET_TYPES:
@@ -121,6 +121,8 @@ def _header(token: Any, transmitter: Transmitter) -> tuple[dict[str, Any], list[
         raise SetRefused("invalid_key", "the SET's algorithm is not accepted from this transmitter")
     if kid is not None and not isinstance(kid, str):
         raise SetRefused("invalid_key", "the SET's kid is not a string")
+    if not parts[2]:
+        raise SetRefused("invalid_key", "the SET is not signed")
     return header, parts
 
 
