@@ -2,9 +2,9 @@
 (RFC 8936) from configured transmitters, each handled once with what the library already
 does (see :doc:`/shared_signals`).
 
-Modules: :mod:`.settings` (``AUTHFLOW_SSF_TRANSMITTERS``), :mod:`.verify` (the SET checks),
-:mod:`.subjects` (RFC 9493 subject identifiers), :mod:`.events` (the handled event types),
-:mod:`.receiver` (one SET, one commit) and :mod:`.poll` (the poll client).
+Modules: ``settings`` (``AUTHFLOW_SSF_TRANSMITTERS``), ``verify`` (the SET checks),
+``subjects`` (RFC 9493 subject identifiers), ``events`` (the handled event types),
+``receiver`` (one SET, one commit) and ``poll`` (the poll client).
 """
 
 from __future__ import annotations
