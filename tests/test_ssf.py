@@ -383,6 +383,17 @@ def test_a_session_store_that_is_down_answers_503_and_the_retry_works(rx: Receiv
     assert alice.get("/me", headers={"Accept": "application/json"}).status_code == 401
 
 
+def test_a_transmitter_whose_keys_cannot_be_fetched_answers_503(
+    transmitter: TestOpenIDProvider, mock_clock: MockClock, authflow_hasher: Any
+) -> None:
+    rx = make_receiver(
+        transmitter, mock_clock, authflow_hasher, jwks_uri=f"{transmitter.issuer}/no-keys-here"
+    )
+    answer = rx.push(rx.token(f"{RISC}account-disabled"))
+    assert answer.status_code == 503 and answer.json["err"] == "temporarily_unavailable"
+    assert not _user(rx, "alice").disabled and rx.rows() == []
+
+
 def test_a_failed_audit_write_leaves_nothing_half_done_and_the_retry_works(rx: Receiver) -> None:
     user = _user(rx, "alice")
     stored = StoredProviderTokens(

@@ -25,7 +25,8 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from flask_authflow.audit.context import audit_context
-from flask_authflow.errors import StoreUnavailable
+from flask_authflow.errors import AuthFlowError, StoreUnavailable
+from flask_authflow.federation.errors import ProviderUnreachable
 from flask_authflow.federation.http import RequestsHttpClient
 from flask_authflow.federation.ssf.receiver import ReceiverStores, SignalsReceiver, UnknownTransmitter
 from flask_authflow.federation.ssf.settings import transmitters
@@ -104,11 +105,18 @@ def _receive(receiver: SignalsReceiver, name: str, token: str | None, delivery: 
         receiver.receive(handle, current_auth_session(), name, body)
     except SetRefused as exc:
         return _refused(exc.error, exc.message)
-    except StoreUnavailable:
-        response = _refused("temporarily_unavailable", "try again later", 503)
-        response.headers["Retry-After"] = "30"
-        return response
+    except (StoreUnavailable, ProviderUnreachable):
+        return _unavailable()
+    except AuthFlowError as exc:  # anything else the SET provoked is its fault, never a 500
+        return _unavailable() if exc.status >= 500 else _refused("invalid_request", exc.message)
     return Response(status=202)
+
+
+def _unavailable() -> Response:
+    """A store (or the transmitter's JWKS) needed to decide is down: nothing was acknowledged."""
+    response = _refused("temporarily_unavailable", "try again later", 503)
+    response.headers["Retry-After"] = "30"
+    return response
 
 
 def _stores(state: AuthFlowState) -> ReceiverStores:

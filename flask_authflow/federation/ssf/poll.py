@@ -96,7 +96,7 @@ def _handle_all(
         except SetRefused as exc:
             errors[jti] = {"err": exc.error, "description": exc.message}
             report.refused[jti] = exc.error
-        except StoreUnavailable:
+        except (StoreUnavailable, ProviderUnreachable):  # sent again by the next poll
             report.deferred.append(jti)
         else:
             ack.append(jti)

@@ -35,7 +35,6 @@ from joserfc.jwa import JWSAlgModel
 
 from flask_authflow.core.encoding import STRICT_JSON, b64url_decode
 from flask_authflow.errors import AuthFlowError
-from flask_authflow.federation.errors import OAuthError
 from flask_authflow.federation.jwks_cache import ProviderKeyCache
 from flask_authflow.federation.ssf.settings import Transmitter
 from flask_authflow.jose import MAX_TOKEN_LENGTH, VerificationKey
@@ -127,13 +126,12 @@ def _header(token: Any, transmitter: Transmitter) -> tuple[dict[str, Any], list[
 
 
 def _key(keys: ProviderKeyCache, kid: str | None, alg: str) -> VerificationKey:
-    """The one key of the transmitter's set that may check ``alg`` under ``kid``."""
-    try:
-        keys.ensure_fresh()
-        if kid is not None and not keys.knows(kid):
-            keys.refresh_for_unknown_kid(kid)
-    except OAuthError:
-        raise SetRefused("invalid_key", "the transmitter's keys cannot be fetched") from None
+    """The one key of the transmitter's set that may check ``alg`` under ``kid``.
+
+    :raises ProviderUnreachable: no key of the transmitter was ever fetched."""
+    keys.ensure_fresh()  # ProviderUnreachable before any key was fetched: try again later
+    if kid is not None and not keys.knows(kid):
+        keys.refresh_for_unknown_kid(kid)
     snapshot = keys.snapshot()
     candidates = snapshot.keys if kid is None else snapshot.by_kid.get(kid, ())
     usable = [key for key in candidates if key.accepts(alg)]
@@ -198,7 +196,9 @@ def verify_set(token: Any, transmitter: Transmitter, keys: ProviderKeyCache, now
     """Every check of the module's text on ``token``, a SET from ``transmitter`` whose JWKS
     ``keys`` holds; ``now`` is the time in seconds since the epoch.
 
-    :raises SetRefused: naming the RFC 8935 error code of the failed check."""
+    :raises SetRefused: naming the RFC 8935 error code of the failed check.
+    :raises ProviderUnreachable: the transmitter's keys cannot be fetched (nothing is
+        known of the SET: it must be sent again)."""
     header, parts = _header(token, transmitter)
     alg, kid = header["alg"], header.get("kid")
     _signed(token, _key(keys, kid, alg), alg)
