@@ -31,7 +31,7 @@ from flask_authflow.federation.ssf.verify import SetRefused
 
 __all__ = ["PollReport", "poll_transmitter"]
 
-_MAX_JTI: Final = 256
+_MAX_JTI: Final = 255
 
 
 @dataclass

@@ -27,6 +27,7 @@ it is refused; nothing else happens twice, and it is not acknowledged.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -106,6 +107,12 @@ class ReceiverStores:
     session_expiry: Callable[[SessionRecord], datetime]
     devices: DeviceStore | None = None
     provider_tokens: ProviderTokenStore | None = None
+
+
+def _scope(issuer: str) -> str:
+    """The one-time store's scope of an issuer's SETs (a digest: an issuer URL may be longer
+    than the store's column)."""
+    return "ssf:" + hashlib.sha256(issuer.encode("utf-8")).hexdigest()[:40]
 
 
 def _printable(value: Any, limit: int) -> str:
@@ -218,7 +225,7 @@ class SignalsReceiver:
         user = subject.user
         expires = datetime.fromtimestamp(event.iat, tz=UTC) + transmitter.max_age + 2 * transmitter.leeway
         with self.federation.one_commit(session):
-            if not self.stores.one_time.use_once(f"ssf:{event.issuer}", event.jti, expires_at=expires):
+            if not self.stores.one_time.use_once(_scope(event.issuer), event.jti, expires_at=expires):
                 raise SetRefused("invalid_request", "this SET was already received")
             outcome = self._apply(handling, user, transmitter, sessions) if user is not None else sessions
             outcome = outcome or self._plain_outcome(event, user)

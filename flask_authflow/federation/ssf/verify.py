@@ -43,7 +43,7 @@ __all__ = ["SET_TYPES", "SecurityEvent", "SetRefused", "verify_set"]
 
 #: The ``typ`` values of a SET (RFC 8417 §2.3; compared without case).
 SET_TYPES: Final = frozenset({"secevent+jwt", "application/secevent+jwt"})
-_MAX_JTI: Final = 256
+_MAX_JTI: Final = 255  # the one-time store's column
 
 
 class SetRefused(AuthFlowError):
