@@ -463,7 +463,7 @@ class AuthFlow:
         install_mfa_requirement(app, state)  # AUTHFLOW_MFA_REQUIRED (a Cedar action: checked against them)
         _install(app, state)
         register_logout(app, config.web.logout_url_prefix)  # POST /auth/logout: the app's one logout route
-        if config.federation.providers or self._providers or app.config["AUTHFLOW_SSF_TRANSMITTERS"]:
+        if config.federation.providers or self._providers or config.federation.ssf_transmitters:
             self._install_federation(app, state, given.http_client)
         self._apps.add(app)
         if config.web.views:
@@ -511,7 +511,7 @@ class AuthFlow:
         state.federation = federation
         links = federation.links  # a linked provider identity is a way to sign in
         state.service.linked_identities = lambda tenant, user_id: bool(links.links_of_user(tenant, user_id))
-        if app.config.get("AUTHFLOW_SSF_TRANSMITTERS"):  # the Shared Signals receiver's push endpoint
+        if state.config.federation.ssf_transmitters:  # the Shared Signals receiver's push endpoint
             from flask_authflow.web.ssf_views import install_receiver
 
             install_receiver(app, state, http_client, state.config.federation.url_prefix)

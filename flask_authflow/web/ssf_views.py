@@ -32,7 +32,6 @@ from flask_authflow.federation.ssf.receiver import ReceiverStores, SignalsReceiv
 from flask_authflow.federation.ssf.settings import transmitters
 from flask_authflow.federation.ssf.verify import SetRefused
 from flask_authflow.responses import package_headers
-from flask_authflow.settings import read
 from flask_authflow.web.state import AuthFlowState, current_auth_session, get_state
 
 __all__ = ["SSF_BLUEPRINT", "SSF_EXTENSION", "install_receiver", "receiver_of"]
@@ -135,7 +134,8 @@ def _stores(state: AuthFlowState) -> ReceiverStores:
 def install_receiver(app: Flask, state: AuthFlowState, http_client: Any, url_prefix: str) -> None:
     """Build the app's receiver from ``AUTHFLOW_SSF_TRANSMITTERS`` (refused with what to set
     when unsafe) and register the push endpoint, exempt from Flask-WTF's CSRF check."""
-    configured = transmitters(read(app.config, "AUTHFLOW_SSF_TRANSMITTERS"), state.config.default_tenant)
+    settings = state.config.federation
+    configured = transmitters(settings.ssf_transmitters, settings.default_tenant)
     app.extensions[SSF_EXTENSION] = SignalsReceiver(
         configured,
         federation=state.federation,
