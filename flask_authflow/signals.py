@@ -28,7 +28,7 @@ keyword arguments. Signals never carry secrets (no tokens, passwords or keys).
   mint, with ``kid``, ``algorithm`` and ``claims`` (the payload, not the token).
 * ``security_event_received``: sent after a Shared Signals event (a SET from a configured
   transmitter) was handled and committed, with ``transmitter``, ``event`` (the event type
-  URI), ``action`` (what was done: ``sessions_ended``, ``account_disabled``, ...,
+  URI), ``action`` (what was done: ``sessions=1 disabled ...``, ``marked=2``,
   ``unknown_subject``, ``ignored``), ``tenant`` and ``user_id`` (``None`` for an unknown
   subject), ``jti`` and ``payload`` (the event's members, for the application's own handling).
 """

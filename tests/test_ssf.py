@@ -18,14 +18,16 @@ from flask.testing import FlaskClient
 
 from flask_authflow import AuthFlow, fresh_login_required, login_required, signals
 from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import StoredProviderTokens
+from flask_authflow.core.ports import ApiTokenRecord, StoredProviderTokens
 from flask_authflow.errors import ConfigurationError, StoreUnavailable
 from flask_authflow.federation.http import RequestsHttpClient
 from flask_authflow.federation.ssf import CAEP, RISC, VERIFICATION_EVENT
+from flask_authflow.federation.ssf.events import SESSION_ONLY_REASONS
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing import login_test_client
 from flask_authflow.testing.provider import TestOpenIDProvider, wsgi_adapter
+from flask_authflow.web.devices import TRUST_KEPT_ON
 from flask_authflow.web.ssf_views import receiver_of
 from tests.appfactory import make_app
 from tests.concurrency import run_together
@@ -173,9 +175,25 @@ def test_an_ending_event_ends_the_subjects_sessions_only(rx: Receiver, event: st
     assert alice.get("/me", headers={"Accept": "application/json"}).status_code == 401
     assert bob.get("/me").status_code == 200
     [(audit_event, status, reason)] = rx.rows()
-    assert status == "success" and reason is not None and reason.startswith("sessions_ended=1")
+    assert status == "success" and reason is not None and reason.startswith("sessions=1")
     assert rx.received[0]["user_id"] == _user(rx, "alice").user_id and rx.received[0]["event"] == event
     assert audit_event.startswith("ssf_")
+
+
+def test_a_session_revocation_keeps_device_trust_as_back_channel_logout_does(rx: Receiver) -> None:
+    alice = rx.signed_in("alice")
+    user, now = _user(rx, "alice"), rx.clock.now()
+    rx.backend.touch_device(
+        "default", user.user_id, "laptop-device-0123456789", label="L", place=None, now=now
+    )
+    assert rx.backend.trust_device(
+        "default", user.user_id, "laptop-device-0123456789", now + timedelta(days=30)
+    )
+    assert rx.push(rx.token(f"{CAEP}session-revoked")).status_code == 202
+    assert alice.get("/me", headers={"Accept": "application/json"}).status_code == 401
+    device = rx.backend.get_device("default", user.user_id, "laptop-device-0123456789")
+    assert device is not None and device.trusted_at(rx.clock.now())
+    assert SESSION_ONLY_REASONS <= TRUST_KEPT_ON
 
 
 def test_credential_change_ends_sessions_and_device_trust(rx: Receiver) -> None:
@@ -192,14 +210,19 @@ def test_credential_change_ends_sessions_and_device_trust(rx: Receiver) -> None:
     assert alice.get("/me", headers={"Accept": "application/json"}).status_code == 401
     device = rx.backend.get_device("default", user.user_id, "laptop-device-0123456789")
     assert device is not None and not device.trusted_at(rx.clock.now())
-    assert rx.rows() == [("ssf_credential_change", "success", "sessions_ended=1 devices=1")]
+    assert rx.rows() == [("ssf_credential_change", "success", "sessions=1 devices=1")]
 
 
 @pytest.mark.parametrize("event", [f"{RISC}account-disabled", f"{RISC}account-purged"])
 def test_account_disabled_or_purged_disables_and_ends_everything(rx: Receiver, event: str) -> None:
     alice = rx.signed_in("alice")
+    user, now = _user(rx, "alice"), rx.clock.now()
+    rx.backend.add_api_token(ApiTokenRecord("tok1", "default", user.user_id, "ci", "0" * 64, (), now))
     assert rx.push(rx.token(event)).status_code == 202
     assert _user(rx, "alice").disabled and not _user(rx, "bob").disabled
+    assert rx.backend.list_api_tokens("default", user.user_id) == []
+    [(_, _, reason)] = rx.rows()
+    assert reason == "sessions=1 disabled devices=0 provider_tokens=0 api_tokens=1"
     assert alice.get("/me", headers={"Accept": "application/json"}).status_code == 401
     with pytest.raises(RuntimeError):  # the login of a disabled account does not complete
         login_test_client(rx.app, "alice", password=PASSWORD)
@@ -213,7 +236,7 @@ def test_a_claims_or_assurance_change_asks_a_fresh_login(rx: Receiver, event: st
     assert alice.get("/me").status_code == 200  # still signed in ...
     assert alice.get("/fresh", headers={"Accept": "application/json"}).status_code == 401  # ... not fresh
     assert bob.get("/fresh").status_code == 200
-    assert rx.rows()[0][2] == "sessions_marked=1"
+    assert rx.rows()[0][2] == "marked=1"
 
 
 def test_tokens_revoked_drops_the_stored_provider_tokens(rx: Receiver) -> None:
@@ -237,8 +260,8 @@ def test_unknown_events_and_subjects_are_acknowledged_audited_and_change_nothing
     assert alice.get("/me").status_code == 200
     assert rx.rows() == [
         ("ssf_unknown_event", "success", "ignored"),
-        ("ssf_session_revoked", "success", "sessions_ended=0"),
-        ("ssf_session_revoked", "success", "sessions_ended=0"),
+        ("ssf_session_revoked", "success", "sessions=0"),
+        ("ssf_session_revoked", "success", "sessions=0"),
     ]
     assert [r["user_id"] for r in rx.received] == [_user(rx, "alice").user_id, None, None]
 
@@ -322,11 +345,13 @@ def test_a_bad_set_is_refused_with_its_rfc_8935_code_and_audited(rx: Receiver, c
     assert rx.rows() == [("ssf_refused", "failure", code)] and rx.received == []
 
 
-def test_a_replayed_set_is_refused(rx: Receiver) -> None:
+def test_a_replayed_set_is_refused_and_ends_nothing(rx: Receiver) -> None:
     token = rx.token()
     assert rx.push(token).status_code == 202
+    alice = rx.signed_in("alice")  # signed in again after the revocation
     replay = rx.push(token)
     assert replay.status_code == 400 and replay.json["err"] == "invalid_request"
+    assert alice.get("/me").status_code == 200
     assert [row[:2] for row in rx.rows()] == [("ssf_session_revoked", "success"), ("ssf_refused", "failure")]
     assert len(rx.received) == 1
 

@@ -128,6 +128,8 @@ def _stores(state: AuthFlowState) -> ReceiverStores:
         session_expiry=state.session_interface.expires_at,
         devices=state.backend,
         provider_tokens=tokens.store if tokens is not None else None,
+        api_tokens=state.backend,
+        begin_unit=state.service.store.begin_unit,
     )
 
 

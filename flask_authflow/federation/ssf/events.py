@@ -11,7 +11,16 @@ import enum
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["CAEP", "EVENTS", "RISC", "VERIFICATION_EVENT", "Action", "Handling", "handling_of"]
+__all__ = [
+    "CAEP",
+    "EVENTS",
+    "RISC",
+    "SESSION_ONLY_REASONS",
+    "VERIFICATION_EVENT",
+    "Action",
+    "Handling",
+    "handling_of",
+]
 
 CAEP: Final = "https://schemas.openid.net/secevent/caep/event-type/"
 RISC: Final = "https://schemas.openid.net/secevent/risc/event-type/"
@@ -28,9 +37,12 @@ class Action(enum.Flag):
     DISABLE = enum.auto()
     DROP_PROVIDER_TOKENS = enum.auto()
     ASK_FRESH_LOGIN = enum.auto()
+    END_API_TOKENS = enum.auto()
 
 
-_END_ALL: Final = Action.END_SESSIONS | Action.END_DEVICE_TRUST | Action.DROP_PROVIDER_TOKENS
+_END_ALL: Final = (
+    Action.END_SESSIONS | Action.END_DEVICE_TRUST | Action.DROP_PROVIDER_TOKENS | Action.END_API_TOKENS
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +71,9 @@ EVENTS: Final[dict[str, Handling]] = {
     VERIFICATION_EVENT: Handling("ssf_verification", Action.NONE),
 }
 _UNKNOWN: Final = Handling("ssf_unknown_event", Action.NONE)
+#: ``session_revoked`` reasons of the events that end sessions only, as back-channel logout
+#: does: the user's device trust stays (the devices feature keeps it on these reasons).
+SESSION_ONLY_REASONS: Final = frozenset({"ssf_session_revoked", "ssf_sessions_revoked"})
 
 
 def handling_of(event_type: str) -> Handling:

@@ -20,9 +20,9 @@
 4. for an event that disables the account, a second pass ends a session a login started
    meanwhile.
 
-The replay check follows the session step, so a replayed SET (within the ``iat`` window:
-older ones are refused before anything happens) ends the subject's sessions again before
-it is refused; nothing else happens twice, and it is not acknowledged.
+Before step 2, the ``jti`` is looked up in the one-time store (in a unit of work that is
+rolled back): a SET received before is refused before anything happens. Copies pushed at
+the same moment all pass the look-up and end the same sessions; step 3 lets one through.
 """
 
 from __future__ import annotations
@@ -36,11 +36,13 @@ from typing import Any, Final, Protocol
 
 from flask_authflow import signals
 from flask_authflow.core.ports import (
+    ApiTokenStore,
     DeviceStore,
     IdentityStore,
     LoginRecorder,
     ProviderTokenStore,
     SessionStore,
+    UnitOfWork,
     UserRecord,
 )
 from flask_authflow.core.session import AuthSession, AuthState, SessionRecord
@@ -87,7 +89,7 @@ class AccountSwitch(Protocol):
 @dataclass(frozen=True, slots=True)
 class Receipt:
     """What handling one SET did: its event, the account (``None``: unknown subject) and
-    the audit reason (``sessions_ended=2``, ``unknown_subject``, ...)."""
+    the audit reason (``sessions=2``, ``unknown_subject``, ...)."""
 
     event: SecurityEvent
     tenant: str | None
@@ -107,6 +109,9 @@ class ReceiverStores:
     session_expiry: Callable[[SessionRecord], datetime]
     devices: DeviceStore | None = None
     provider_tokens: ProviderTokenStore | None = None
+    api_tokens: ApiTokenStore | None = None
+    #: opens the unit of work the one-time store's calls join (for the replay pre-check).
+    begin_unit: Callable[[], UnitOfWork] | None = None
 
 
 def _scope(issuer: str) -> str:
@@ -168,6 +173,8 @@ class SignalsReceiver:
                 event.subject, transmitter, links=self.federation.links, accounts=self.stores.accounts
             )
             handling = handling_of(event.event_type)
+            if self._received_before(event, transmitter):
+                raise SetRefused("invalid_request", "this SET was already received")
             sessions = self._session_step(handling, subject, transmitter)
             receipt = self._commit(handle, session, event, subject, handling, sessions)
         except SetRefused as exc:
@@ -176,6 +183,26 @@ class SignalsReceiver:
         if handling.action & Action.DISABLE and subject.user is not None:
             self._end_late_sessions(subject.user)
         return receipt
+
+    def _received_before(self, event: SecurityEvent, transmitter: Transmitter) -> bool:
+        """Whether a receipt of this SET was committed already: the one-time store asked in a
+        unit that is rolled back, so a replay is refused before its sessions step. (SETs
+        pushed at the same moment all pass here; the unit's check decides between them.)"""
+        begin = self.stores.begin_unit
+        if begin is None:
+            return False
+        try:
+            unit = begin()
+        except RuntimeError:  # a unit of this context is open: the unit's own check decides
+            return False
+        try:
+            return not self._use_jti(event, transmitter)
+        finally:
+            unit.rollback()
+
+    def _use_jti(self, event: SecurityEvent, transmitter: Transmitter) -> bool:
+        expires = datetime.fromtimestamp(event.iat, tz=UTC) + transmitter.max_age + 2 * transmitter.leeway
+        return self.stores.one_time.use_once(_scope(event.issuer), event.jti, expires_at=expires)
 
     # --- the session step (before the unit) -------------------------------------------------
 
@@ -188,9 +215,9 @@ class SignalsReceiver:
                 ended += sessions.delete_federated_sessions(transmitter.issuer, subject.provider_sid)
             if user is not None:
                 ended += sessions.delete_user_sessions(user.tenant, user.user_id)
-            return f"sessions_ended={min(ended, 9999)}"
+            return f"sessions={min(ended, 9999)}"
         if handling.action & Action.ASK_FRESH_LOGIN and user is not None:
-            return f"sessions_marked={self._mark_stale(user)}"
+            return f"marked={self._mark_stale(user)}"
         return None
 
     def _mark_stale(self, user: UserRecord) -> int:
@@ -223,9 +250,8 @@ class SignalsReceiver:
     ) -> Receipt:
         transmitter = self.transmitters[event.transmitter]
         user = subject.user
-        expires = datetime.fromtimestamp(event.iat, tz=UTC) + transmitter.max_age + 2 * transmitter.leeway
         with self.federation.one_commit(session):
-            if not self.stores.one_time.use_once(_scope(event.issuer), event.jti, expires_at=expires):
+            if not self._use_jti(event, transmitter):
                 raise SetRefused("invalid_request", "this SET was already received")
             outcome = self._apply(handling, user, transmitter, sessions) if user is not None else sessions
             outcome = outcome or self._plain_outcome(event, user)
@@ -262,13 +288,17 @@ class SignalsReceiver:
             done.append(f"devices={min(devices.end_device_trust(user.tenant, user.user_id), 999)}")
         if handling.action & Action.DROP_PROVIDER_TOKENS:
             done.append(f"provider_tokens={self._drop_tokens(user, transmitter)}")
+        api_tokens = self.stores.api_tokens
+        if handling.action & Action.END_API_TOKENS and api_tokens is not None:
+            done.append(
+                f"api_tokens={min(api_tokens.delete_user_api_tokens(user.tenant, user.user_id), 999)}"
+            )
         if handling.action & (Action.END_SESSIONS | Action.DISABLE):
+            # A disabled account is revoked as an operator's "users disable" is (the
+            # receivers of the signal then find nothing left to end).
+            reason = "user_disabled" if handling.action & Action.DISABLE else handling.audit_event
             signals.send_after_commit(
-                signals.session_revoked,
-                self.sender,
-                user_id=user.user_id,
-                tenant=user.tenant,
-                reason=handling.audit_event,
+                signals.session_revoked, self.sender, user_id=user.user_id, tenant=user.tenant, reason=reason
             )
         return " ".join(done) or None
 
