@@ -470,6 +470,11 @@ def test_unsafe_configuration_is_refused_at_init_app(
         make_receiver(transmitter, mock_clock, authflow_hasher, **over)
 
 
+def test_a_transmitters_secrets_stay_out_of_its_repr(rx: Receiver) -> None:
+    shown = repr(receiver_of(rx.app).transmitter("tx"))
+    assert "tx" in shown and PUSH_TOKEN not in shown
+
+
 def test_pushes_without_a_secret_only_when_the_app_says_so(
     transmitter: TestOpenIDProvider, mock_clock: MockClock, authflow_hasher: Any
 ) -> None:
