@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from flask import Flask, jsonify, request
 from flask.testing import FlaskClient
+from flask_wtf.csrf import CSRFProtect
 
 from flask_authflow import AuthFlow, fresh_login_required, login_required, signals
 from flask_authflow.clock import MockClock
@@ -29,7 +30,7 @@ from flask_authflow.testing import login_test_client
 from flask_authflow.testing.provider import TestOpenIDProvider, wsgi_adapter
 from flask_authflow.web.devices import TRUST_KEPT_ON
 from flask_authflow.web.ssf_views import receiver_of
-from tests.appfactory import make_app
+from tests.appfactory import base_app, make_app
 from tests.concurrency import run_together
 
 PUSH_TOKEN = "push-secret-" + "x" * 32
@@ -278,6 +279,22 @@ def test_an_email_subject_matches_only_a_verified_address(rx: Receiver) -> None:
     assert alice.get("/me", headers={"Accept": "application/json"}).status_code == 401
 
 
+def test_a_complex_subject_with_a_session_ends_that_provider_session(rx: Receiver) -> None:
+    alice = rx.signed_in("alice")  # as if signed in through the provider's session op-session-1
+    record = next(iter(rx.sessions.list_user_sessions("default", _user(rx, "alice").user_id)))
+    rx.sessions.save(
+        replace(record, federation={"issuer": rx.transmitter.issuer, "sid": "op-session-1"}),
+        rx.clock.now() + timedelta(hours=1),
+        existing=True,
+    )
+    other = rx.signed_in("alice")  # a session that did not come from the provider session
+    subject = {"format": "complex", "session": {"format": "opaque", "id": "op-session-1"}}
+    assert rx.push(rx.token(sub_id=subject)).status_code == 202
+    assert alice.get("/me", headers={"Accept": "application/json"}).status_code == 401
+    assert other.get("/me").status_code == 200
+    assert rx.rows() == [("ssf_session_revoked", "success", "sessions=1")]
+
+
 def test_opaque_and_complex_subjects(rx: Receiver) -> None:
     alice, bob = rx.signed_in("alice"), rx.signed_in("bob")
     assert rx.push(rx.token(sub_id={"format": "opaque", "id": "bob-sub"})).status_code == 202
@@ -468,6 +485,18 @@ def test_unsafe_configuration_is_refused_at_init_app(
 ) -> None:
     with pytest.raises(ConfigurationError, match="AUTHFLOW_SSF_TRANSMITTERS"):
         make_receiver(transmitter, mock_clock, authflow_hasher, **over)
+
+
+def test_the_push_endpoint_is_exempt_from_flask_wtfs_csrf_check(
+    transmitter: TestOpenIDProvider, mock_clock: MockClock, authflow_hasher: Any
+) -> None:
+    app = base_app(SECRET_KEY=secrets.token_hex(32), AUTHFLOW_SSF_TRANSMITTERS=_transmitters(transmitter))
+    CSRFProtect(app)  # before AuthFlow, as the views' pages ask
+    backend = InMemoryBackend(hasher=authflow_hasher, clock=mock_clock)
+    http = RequestsHttpClient(adapters=transmitter.http_adapters())
+    AuthFlow().init_app(app, backend=backend, clock=mock_clock, hasher=authflow_hasher, http_client=http)
+    rx = Receiver(app, backend, FlakySessions(clock=mock_clock), transmitter, mock_clock)
+    assert rx.push(rx.token()).status_code == 202
 
 
 def test_a_transmitters_secrets_stay_out_of_its_repr(rx: Receiver) -> None:
