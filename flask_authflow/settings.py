@@ -657,6 +657,8 @@ KEYS: tuple[Key, ...] = (
     # federation
     Key("AUTHFLOW_OAUTH_PROVIDERS", oauth_providers, {}),
     Key("AUTHFLOW_OAUTH_URL_PREFIX", text, "/auth", url_path),
+    # Shared Signals receiver (flask_authflow.federation.ssf): transmitter name -> its settings
+    Key("AUTHFLOW_SSF_TRANSMITTERS", oauth_providers, {}),
     # the logout route every app gets (None: no route)
     Key("AUTHFLOW_LOGOUT_URL_PREFIX", optional_text, "/auth", optional_url_path),
     # mail (checked by flask_authflow.mail.SmtpSettings when AUTHFLOW_SMTP_HOST is set)

@@ -26,6 +26,11 @@ keyword arguments. Signals never carry secrets (no tokens, passwords or keys).
   rotation, with ``previous_kid`` and ``new_kid``.
 * ``token_minted``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after each
   mint, with ``kid``, ``algorithm`` and ``claims`` (the payload, not the token).
+* ``security_event_received``: sent after a Shared Signals event (a SET from a configured
+  transmitter) was handled and committed, with ``transmitter``, ``event`` (the event type
+  URI), ``action`` (what was done: ``sessions=1 disabled ...``, ``marked=2``,
+  ``unknown_subject``, ``ignored``), ``tenant`` and ``user_id`` (``None`` for an unknown
+  subject), ``jti`` and ``payload`` (the event's members, for the application's own handling).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ __all__ = [
     "login_succeeded",
     "password_reset",
     "roles_changed",
+    "security_event_received",
     "session_revoked",
     "token_minted",
     "user_created",
@@ -79,6 +85,7 @@ password_reset = authflow_signals.signal("password-reset")
 email_changed = authflow_signals.signal("email-changed")
 user_created = authflow_signals.signal("user-created")
 user_deleted = authflow_signals.signal("user-deleted")
+security_event_received = authflow_signals.signal("security-event-received")
 
 
 # --- sent once the flow's one commit is done (the library's plumbing, not public) -----------

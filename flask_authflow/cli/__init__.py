@@ -16,7 +16,19 @@ turns library errors, database errors and operating-system errors into that mess
 CLI loads the app.
 """
 
-from flask_authflow.cli import audit, db, devices, factors, import_users, keys, roles, sessions, tokens, users
+from flask_authflow.cli import (
+    audit,
+    db,
+    devices,
+    factors,
+    import_users,
+    keys,
+    roles,
+    sessions,
+    ssf,
+    tokens,
+    users,
+)
 from flask_authflow.cli.base import (
     SCHEMA_ERROR_KEY,
     AuthflowGroup,
@@ -40,6 +52,7 @@ __all__ = [
     "keys",
     "roles",
     "sessions",
+    "ssf",
     "store_refusal",
     "tokens",
     "users",

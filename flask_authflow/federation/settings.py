@@ -20,3 +20,5 @@ class FederationSettings(Settings):
     providers: Mapping[str, Mapping[str, Any]] = field(metadata=setting("AUTHFLOW_OAUTH_PROVIDERS"))
     url_prefix: str = field(metadata=setting("AUTHFLOW_OAUTH_URL_PREFIX"))
     default_tenant: str = field(metadata=setting("AUTHFLOW_DEFAULT_TENANT"))
+    #: Shared Signals transmitter name -> its settings (checked when the receiver is built).
+    ssf_transmitters: Mapping[str, Mapping[str, Any]] = field(metadata=setting("AUTHFLOW_SSF_TRANSMITTERS"))

@@ -47,8 +47,11 @@ __all__ = [
 log = logging.getLogger("flask_authflow.devices")
 
 #: ``session_revoked`` reasons that leave device trusts alone (the user logged out, or a
-#: new login replaced the session); every other revocation ends them.
-TRUST_KEPT_ON = frozenset({"logout", "new_login", "backchannel_logout"})
+#: new login replaced the session, or a Shared Signals session revocation, which ends
+#: sessions as back-channel logout does); every other revocation ends them.
+TRUST_KEPT_ON = frozenset(
+    {"logout", "new_login", "backchannel_logout", "ssf_session_revoked", "ssf_sessions_revoked"}
+)
 #: ``flask.g`` key of the request's device bookkeeping.
 _G_KEY = "_authflow_device"
 

@@ -463,7 +463,7 @@ class AuthFlow:
         install_mfa_requirement(app, state)  # AUTHFLOW_MFA_REQUIRED (a Cedar action: checked against them)
         _install(app, state)
         register_logout(app, config.web.logout_url_prefix)  # POST /auth/logout: the app's one logout route
-        if config.federation.providers or self._providers:
+        if config.federation.providers or self._providers or config.federation.ssf_transmitters:
             self._install_federation(app, state, given.http_client)
         self._apps.add(app)
         if config.web.views:
@@ -475,7 +475,12 @@ class AuthFlow:
         """``app``'s configuration with its defaults, refused (with what to set) where an extra
         is missing or a mail feature has no origin for its links or no sender."""
         check_extras(
-            app.config, federation=bool(app.config.get("AUTHFLOW_OAUTH_PROVIDERS") or self._providers)
+            app.config,
+            federation=bool(
+                app.config.get("AUTHFLOW_OAUTH_PROVIDERS")
+                or self._providers
+                or app.config.get("AUTHFLOW_SSF_TRANSMITTERS")
+            ),
         )
         apply_defaults(app.config)
         config = AuthFlowConfig.from_config(app.config)
@@ -506,6 +511,10 @@ class AuthFlow:
         state.federation = federation
         links = federation.links  # a linked provider identity is a way to sign in
         state.service.linked_identities = lambda tenant, user_id: bool(links.links_of_user(tenant, user_id))
+        if state.config.federation.ssf_transmitters:  # the Shared Signals receiver's push endpoint
+            from flask_authflow.web.ssf_views import install_receiver
+
+            install_receiver(app, state, http_client, state.config.federation.url_prefix)
 
     # --- factors ------------------------------------------------------------------------------
 
