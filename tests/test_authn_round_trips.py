@@ -163,12 +163,11 @@ def test_one_password_login_on_sqlite_costs_eleven_statements_and_one_commit(
             "INSERT INTO authflow_attempts",
             # ... (whether the account must enroll a factor first was read with the user),
             # the device and its row (new to the user: a fresh browser each time), the
-            # begin's and the step's audit rows, and the session.
+            # session, and the begin's and the step's audit rows (ONE executemany INSERT
+            # just before the commit).
             "INSERT INTO authflow_devices",
-            "INSERT INTO authflow_audit",
-            "INSERT INTO authflow_audit",
-            "INSERT INTO authflow_audit",
             "INSERT INTO authflow_sessions",
+            "INSERT INTO authflow_audit",
         ], "\n".join(kinds)
         assert len(trace.commits) == 1
     finally:
@@ -197,10 +196,9 @@ def test_one_totp_step_on_sqlite_costs_thirteen_statements_and_one_commit(
             # the session under its new id.
             "SELECT authflow_account_tokens.token_hash, authflow_account_tokens.kind,",
             "INSERT INTO authflow_devices",
-            "INSERT INTO authflow_audit",
-            "INSERT INTO authflow_audit",
             "DELETE FROM authflow_sessions",
             "INSERT INTO authflow_sessions",
+            "INSERT INTO authflow_audit",  # the step's rows, in one INSERT before the commit
         ], "\n".join(kinds)
         assert len(trace.commits) == 1
     finally:
