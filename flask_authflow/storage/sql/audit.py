@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Integer, bindparam, delete, distinct, insert, select, union, update
+from sqlalchemy import Integer, bindparam, delete, insert, select, union, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
@@ -56,24 +56,27 @@ AUDIT_PURGE_BATCH = 5000
 #: Move a chain's head if it is still the one the rows were MACed after.
 _HEAD_SWAP = (
     update(_heads)
-    .where(_heads.c.chain == bindparam("chain"), _heads.c.seq == bindparam("old_seq"))
-    .where(_heads.c.mac == bindparam("old_mac"))
-    .values(seq=bindparam("new_seq"), mac=bindparam("new_mac"), key_id=bindparam("key_id"))
+    .where(_heads.c.chain == bindparam("b_chain"), _heads.c.seq == bindparam("b_old_seq"))
+    .where(_heads.c.mac == bindparam("b_old_mac"))
+    .values(seq=bindparam("b_new_seq"), mac=bindparam("b_new_mac"), key_id=bindparam("b_key_id"))
 )
-_HEAD_READ = select(_heads.c.seq, _heads.c.mac).where(_heads.c.chain == bindparam("chain")).with_for_update()
+_HEAD_READ = (
+    select(_heads.c.seq, _heads.c.mac).where(_heads.c.chain == bindparam("b_chain")).with_for_update()
+)
+_HEAD_INSERT = insert(_heads).values(chain=bindparam("b_chain"), seq=0, mac="")
 #: Per dialect: create a chain's head row unless another writer just did.
 _HEAD_CREATE: dict[str, Any] = {
-    name: dialect_insert(_heads).values(chain=bindparam("chain"), seq=0, mac="").on_conflict_do_nothing()
+    name: dialect_insert(_heads).values(chain=bindparam("b_chain"), seq=0, mac="").on_conflict_do_nothing()
     for name, dialect_insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
 }
 _CHECKPOINT_SET = (
     update(_heads)
-    .where(_heads.c.chain == bindparam("chain"))
+    .where(_heads.c.chain == bindparam("b_chain"))
     .values(
-        checkpoint_seq=bindparam("seq"),
-        checkpoint_mac=bindparam("mac"),
-        checkpoint_key_id=bindparam("key_id"),
-        checkpoint_sig=bindparam("sig"),
+        checkpoint_seq=bindparam("b_seq"),
+        checkpoint_mac=bindparam("b_mac"),
+        checkpoint_key_id=bindparam("b_key_id"),
+        checkpoint_sig=bindparam("b_sig"),
     )
 )
 #: How often a unit re-reads a head that moved under it (the second try holds its lock).
@@ -163,12 +166,12 @@ class SqlAudit(SqlConnections):
                 head = self._read_head(conn, name)
             sealed, new = chain.seal(head, records)
             params = {
-                "chain": name,
-                "old_seq": head.seq,
-                "old_mac": head.mac,
-                "new_seq": new.seq,
-                "new_mac": new.mac,
-                "key_id": chain.key_id,
+                "b_chain": name,
+                "b_old_seq": head.seq,
+                "b_old_mac": head.mac,
+                "b_new_seq": new.seq,
+                "b_new_mac": new.mac,
+                "b_key_id": chain.key_id,
             }
             if conn.execute(_HEAD_SWAP, params).rowcount == 1:
                 self._chain_heads[name] = new
@@ -178,12 +181,11 @@ class SqlAudit(SqlConnections):
 
     def _read_head(self, conn: Connection, name: str) -> ChainHead:
         """The head under its row lock, its row created first if the chain is new."""
-        row = conn.execute(_HEAD_READ, {"chain": name}).first()
+        key = {"b_chain": name}
+        row = conn.execute(_HEAD_READ, key).first()
         if row is None:
-            conn.execute(
-                _HEAD_CREATE.get(conn.dialect.name, insert(_heads).values(seq=0, mac="")), {"chain": name}
-            )
-            row = conn.execute(_HEAD_READ, {"chain": name}).one()
+            conn.execute(_HEAD_CREATE.get(conn.dialect.name, _HEAD_INSERT), key)
+            row = conn.execute(_HEAD_READ, key).one()
         return ChainHead(int(row.seq), str(row.mac))
 
     def purge_audit(self, before: datetime, *, unchained_only: bool = False) -> int:
@@ -205,7 +207,7 @@ class SqlAudit(SqlConnections):
 
     def audit_chains(self) -> list[str]:
         """The stored chains: every tenant with audit rows or a head (``""``: no tenant)."""
-        query = union(select(distinct(audit_table.c.tenant)), select(_heads.c.chain))
+        query = union(select(audit_table.c.tenant).distinct(), select(_heads.c.chain))
         names = self._fetch(lambda conn: conn.execute(query).scalars().all())
         return sorted({chain_of(name) for name in names})
 
@@ -235,11 +237,11 @@ class SqlAudit(SqlConnections):
         ``seq``, in one transaction; returns how many rows went."""
         dropped = delete(audit_table).where(_of_chain(checkpoint.chain), audit_table.c.seq <= checkpoint.seq)
         params = {
-            "chain": checkpoint.chain,
-            "seq": checkpoint.seq,
-            "mac": checkpoint.mac,
-            "key_id": checkpoint.key_id,
-            "sig": checkpoint.sig,
+            "b_chain": checkpoint.chain,
+            "b_seq": checkpoint.seq,
+            "b_mac": checkpoint.mac,
+            "b_key_id": checkpoint.key_id,
+            "b_sig": checkpoint.sig,
         }
         with self._tx(locking=True) as conn:
             conn.execute(_CHECKPOINT_SET, params)
