@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -249,7 +249,9 @@ def test_a_stale_head_of_another_writer_is_read_again_and_never_forks(
         write_rows(chained, mock_clock, 2)
         write_rows(other, mock_clock, 2)  # reads the head: 2
         write_rows(chained, mock_clock, 2)  # its head (2) is stale: the swap fails, read, retried
-        writers = [functools.partial(write_rows, b, mock_clock, 3) for b in (chained, other) * 3]
+        writers: list[Callable[[], Any]] = [
+            functools.partial(write_rows, b, mock_clock, 3) for b in (chained, other) * 3
+        ]
         run_together(writers)
         assert sorted(r.seq for r in chained.audit_rows) == list(range(1, 25))  # type: ignore[type-var]
         assert only(verify_chains(chained, AuditChain(KEY))).ok
