@@ -552,6 +552,9 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_TRUSTED_PROXIES", string_list, ["127.0.0.0/8", "::1/128"]),
     Key("AUTHFLOW_AUDIT_SPOOL_PATH", raw),
     Key("AUTHFLOW_AUDIT_RETENTION", optional_duration, timedelta(days=365)),
+    Key("AUTHFLOW_AUDIT_CHAIN", boolean, False),
+    Key("AUTHFLOW_AUDIT_CHAIN_KEY", raw),
+    Key("AUTHFLOW_PREVIOUS_AUDIT_CHAIN_KEYS", previous_signing_keys, []),
     # login: freshness, lockout, hashing, password policy
     Key("AUTHFLOW_FRESHNESS", duration, timedelta(minutes=10)),
     Key("AUTHFLOW_LOCKOUT_MAX_FAILURES", integer, 5),

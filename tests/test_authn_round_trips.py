@@ -87,11 +87,11 @@ def trace() -> Iterator[Trace]:
             event.remove(Engine, name, listener)
 
 
-def _login_app(app_factory: AppFactory, url: str) -> tuple[Flask, SqlAlchemyBackend, str]:
+def _login_app(app_factory: AppFactory, url: str, **config: Any) -> tuple[Flask, SqlAlchemyBackend, str]:
     """The app, its backend and the TOTP key of ``tom`` (alice has a password only)."""
     backend = SqlAlchemyBackend(url, hasher=PasswordHasher.fast_for_tests())
     authflow = AuthFlow()
-    app = app_factory(authflow=authflow, backend=backend, AUTHFLOW_DATABASE_URL=url)
+    app = app_factory(authflow=authflow, backend=backend, AUTHFLOW_DATABASE_URL=url, **config)
     with app.app_context():
         authflow.state.backend.create_user("default", "alice", PASSWORD)
         authflow.state.backend.create_user("default", "tom", PASSWORD)
@@ -163,16 +163,35 @@ def test_one_password_login_on_sqlite_costs_eleven_statements_and_one_commit(
             "INSERT INTO authflow_attempts",
             # ... (whether the account must enroll a factor first was read with the user),
             # the device and its row (new to the user: a fresh browser each time), the
-            # begin's and the step's audit rows, and the session.
+            # session, and the begin's and the step's audit rows (ONE executemany INSERT
+            # just before the commit).
             "INSERT INTO authflow_devices",
-            "INSERT INTO authflow_audit",
-            "INSERT INTO authflow_audit",
-            "INSERT INTO authflow_audit",
             "INSERT INTO authflow_sessions",
+            "INSERT INTO authflow_audit",
         ], "\n".join(kinds)
         assert len(trace.commits) == 1
     finally:
         backend.close()
+
+
+@pytest.mark.authflow_stores("sql")
+def test_the_audit_chain_costs_a_password_login_one_statement_more(
+    tmp_path: Path, trace: Trace, app_factory: AppFactory
+) -> None:
+    counted = []
+    for chain in (False, True):  # the head's compare-and-swap UPDATE, nothing else
+        url = f"sqlite:///{tmp_path / f'login-{chain}.db'}"
+        app, backend, _ = _login_app(
+            app_factory, url, AUTHFLOW_AUDIT_CHAIN=chain, AUTHFLOW_AUDIT_CHAIN_KEY=b"c" * 32
+        )
+        try:
+            _traced_login(app, trace)
+            counted.append((_kinds(trace, backend.engine), len(trace.commits)))
+        finally:
+            backend.close()
+    (off, off_commits), (on, on_commits) = counted
+    assert on == [*off[:-1], "UPDATE authflow_audit_chain_heads SET", off[-1]], "\n".join(on)
+    assert off[-1] == "INSERT INTO authflow_audit" and on_commits == off_commits == 1
 
 
 @pytest.mark.authflow_stores("sql")
@@ -197,10 +216,9 @@ def test_one_totp_step_on_sqlite_costs_thirteen_statements_and_one_commit(
             # the session under its new id.
             "SELECT authflow_account_tokens.token_hash, authflow_account_tokens.kind,",
             "INSERT INTO authflow_devices",
-            "INSERT INTO authflow_audit",
-            "INSERT INTO authflow_audit",
             "DELETE FROM authflow_sessions",
             "INSERT INTO authflow_sessions",
+            "INSERT INTO authflow_audit",  # the step's rows, in one INSERT before the commit
         ], "\n".join(kinds)
         assert len(trace.commits) == 1
     finally:

@@ -434,6 +434,9 @@ def create_pre_migration_schema(engine: sa.Engine) -> None:
     old.create_all(engine)
     with engine.begin() as conn:
         conn.execute(sa.text("ALTER TABLE authflow_audit DROP COLUMN device_id"))  # revision 0007 added it
+        conn.execute(sa.text("DROP INDEX ix_authflow_audit_tenant_seq"))  # revision 0010 added it ...
+        for column in ("seq", "mac", "key_id"):  # ... and the chain's columns
+            conn.execute(sa.text(f"ALTER TABLE authflow_audit DROP COLUMN {column}"))
         conn.execute(
             sa.text(
                 "INSERT INTO authflow_users (user_id, tenant, identifier, created_at, disabled) "

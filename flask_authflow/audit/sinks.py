@@ -68,7 +68,9 @@ class AuditRecord:
     ``event`` is ``login_begin``, ``factor_verify``, ``step_up_begin`` or ``logout``;
     ``status`` is ``started``, ``success``, ``failure``, ``locked`` or ``error``.
     ``user_id`` is ``None`` when the identifier matched no account. ``session_id`` is the
-    SHA-256 of the session id the client holds after the operation.
+    SHA-256 of the session id the client holds after the operation. ``seq``, ``mac``
+    and ``key_id`` are set by a store that chains its rows (see
+    :mod:`flask_authflow.audit.chain`), ``None`` otherwise.
     """
 
     time: datetime
@@ -85,6 +87,9 @@ class AuditRecord:
     request_id: str | None = None
     reason: str | None = None
     device_id: str | None = None
+    seq: int | None = None
+    mac: str | None = None
+    key_id: str | None = None
 
     def __post_init__(self) -> None:
         # Every text field is escaped once, here, so no sink can store a forged line.

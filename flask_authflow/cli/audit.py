@@ -1,4 +1,4 @@
-"""The ``audit`` group: purge old rows, replay the spool."""
+"""The ``audit`` group: verify the chain, purge old rows, replay the spool."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from flask_authflow.audit.chain import ChainReport, purge_chained, verify_chains
 from flask_authflow.audit.spool import SpoolAuditSink
 from flask_authflow.cli.base import (
     CommandFailed,
@@ -80,12 +81,69 @@ def audit_purge(older_than: timedelta | None, as_json: bool) -> None:
             "retention",
         )
     before = state.clock.now() - age
-    deleted = state.backend.purge_audit(before)
+    chain = state.config.audit.audit_chain()
+    faults: list[ChainReport] = []
+    if chain is None:
+        deleted = state.backend.purge_audit(before)
+    else:  # each chain's verified prefix goes, behind a checkpoint
+        deleted, faults = purge_chained(state.backend, chain, before)
     emit(
         as_json,
-        {"deleted": deleted, "before": iso_time(before), "older_than_seconds": int(age.total_seconds())},
-        f"{deleted} audit row(s) older than {_age_text(age)} deleted (written before {short_time(before)})",
+        {
+            "deleted": deleted,
+            "before": iso_time(before),
+            "older_than_seconds": int(age.total_seconds()),
+            "chains_kept": [report.to_dict() for report in faults],
+        },
+        f"{deleted} audit row(s) older than {_age_text(age)} deleted (written before {short_time(before)})"
+        + "".join(f"\n{_report_text(report)}: its rows were kept" for report in faults),
     )
+    if faults:
+        raise click.exceptions.Exit(1)
+
+
+_FAULTS = {
+    "broken": "a row was edited (its MAC does not verify)",
+    "missing": "rows are missing (deleted)",
+    "reordered": "rows were moved or swapped",
+    "unchained": "a row without a MAC follows chained rows",
+    "checkpoint": "the checkpoint is forged or altered",
+}
+
+
+def _report_text(report: ChainReport) -> str:
+    name = "(no tenant)" if report.tenant is None else f"tenant {report.tenant!r}"
+    counts = f"{report.verified} row(s) verified"
+    if report.unchained_prefix:
+        counts += f", {report.unchained_prefix} unchained row(s) before the chain"
+    if report.checkpoint_seq:
+        counts += f", from the checkpoint at seq {report.checkpoint_seq}"
+    if report.fault is None:
+        return f"{name}: ok ({counts})"
+    fault = report.fault
+    where = f"seq {fault.seq}" + ("" if fault.row_id is None else f", row id {fault.row_id}")
+    return f"{name}: BROKEN at {where}: {_FAULTS[fault.kind]} ({counts})"
+
+
+@audit.command("verify")
+@json_option
+def audit_verify(as_json: bool) -> None:
+    """Check every tenant's audit chain; report the first broken, missing or reordered row.
+
+    The exit status is 1 when a chain is broken.
+    """
+    chain = get_state().config.audit.chain_keys()
+    if chain is None:
+        raise CommandFailed("AUTHFLOW_AUDIT_CHAIN_KEY is not set: there is no chain to verify", "chain_off")
+    reports = verify_chains(get_state().backend, chain)
+    ok = all(report.ok for report in reports)
+    emit(
+        as_json,
+        {"ok": ok, "chains": [report.to_dict() for report in reports]},
+        "\n".join(_report_text(report) for report in reports) or "no audit rows",
+    )
+    if not ok:
+        raise click.exceptions.Exit(1)
 
 
 @audit.command("replay-spool")

@@ -468,6 +468,14 @@ class UnitOfWork(Protocol):
         """Drop every write of the unit (never raises)."""
         ...
 
+    def write_audit_now(self) -> None:
+        """Write the audit rows the unit holds for its commit now, in its transaction, so
+        that their failure comes before an effect outside the database (a mail). A store
+        whose rows are chained keeps them for the commit (the chain's head would stay
+        locked through the mail); :class:`~flask_authflow.errors.AuditWriteError` when
+        the write fails."""
+        ...
+
 
 @contextmanager
 def one_unit(begin_unit: Callable[[], UnitOfWork] | None) -> Iterator[None]:
@@ -651,8 +659,9 @@ class BackendMaintenance(Protocol):
         ``flask authflow db`` use it too), or ``None`` when it keeps none."""
         ...
 
-    def purge_audit(self, before: datetime) -> int:
-        """Delete the audit rows written before ``before``; returns how many went."""
+    def purge_audit(self, before: datetime, *, unchained_only: bool = False) -> int:
+        """Delete the audit rows written before ``before`` (with ``unchained_only``, only
+        those outside the tamper-evident chain); returns how many went."""
         ...
 
 

@@ -318,6 +318,14 @@ class Operation:
             except RuntimeError:
                 return
 
+    def write_rows_now(self) -> None:
+        """Write the step's rows now, in its unit (before a mail, so that an audit failure
+        sends nothing; see :meth:`~flask_authflow.core.ports.UnitOfWork.write_audit_now`)."""
+        write_rows(self.svc, self.rows)
+        self.rows.clear()
+        if self._unit is not None:
+            self._unit.write_audit_now()
+
     def discard_writes(self) -> None:
         """Drop what the step's unit wrote so far (its rows are written on their own)."""
         self._drop()

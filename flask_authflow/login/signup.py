@@ -55,7 +55,7 @@ from flask_authflow.i18n import N_
 from flask_authflow.login import account_tokens
 from flask_authflow.login.account_tokens import AccountTokenInvalid, IssuedToken
 from flask_authflow.login.accounts import AccountAdmin
-from flask_authflow.login.operation import LoginServices, Operation, guard_store, write_rows
+from flask_authflow.login.operation import LoginServices, Operation, guard_store
 from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.login.verification import (
     CODE_ATTEMPTS,
@@ -242,8 +242,7 @@ def deliver_last(op: Operation, found: SignupRequest, deliver: Deliver | None) -
     does not work (and the retry mails a new one)."""
     if deliver is None:
         return
-    write_rows(op.svc, op.rows)
-    op.rows.clear()
+    op.write_rows_now()
     deliver(found)
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
+from flask_authflow.audit.chain import AuditChain, ChainedRow, ChainHead, ChainSnapshot, Checkpoint, chain_of
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import Clock, SystemClock, utc
 from flask_authflow.core.devices import MAX_LABEL_LENGTH, MAX_PLACE_LENGTH, check_device_id, clean_text
@@ -118,6 +119,9 @@ class MemoryUnit:
         """Put back every change of the unit, newest first."""
         self._end(keep=False)
 
+    def write_audit_now(self) -> None:
+        """Nothing to do: the memory store keeps each row as it is written."""
+
     def _end(self, *, keep: bool) -> None:
         if self._open:
             self._open = False
@@ -156,7 +160,12 @@ class InMemoryBackend:
         # Attempts reserved and not yet settled: key -> {token: reserved at}.
         self._reservations: dict[AttemptKey, dict[str, datetime]] = {}
         self._attempts: deque[AttemptLogEntry] = deque(maxlen=max_attempt_log)
-        self._audit: deque[AuditRecord] = deque()
+        # Audit rows with their ids; each chain's head and checkpoint (see audit/chain.py).
+        self._audit: deque[ChainedRow] = deque()
+        self._audit_ids = itertools.count(1)
+        self._audit_chain: AuditChain | None = None
+        self._chain_heads: dict[str, ChainHead] = {}
+        self._checkpoints: dict[str, Checkpoint] = {}
         self._roles = _RoleState()
         self._api_tokens: dict[str, ApiTokenRecord] = {}  # token id -> record
         # Devices: (tenant, user id, device id) -> record.
@@ -906,12 +915,42 @@ class InMemoryBackend:
             if self._fail_writes > 0:
                 self._fail_writes -= 1
                 raise AuditWriteError()
-            self._append(self._audit, record)
+            chain = self._audit_chain
+            if chain is not None:  # numbered and MACed after its chain's head, which moves
+                name = chain_of(record.tenant)
+                sealed, head = chain.seal(self._chain_heads.get(name, ChainHead()), [record])
+                self._put(self._chain_heads, name, head)
+                record = sealed[0]
+            self._append(self._audit, ChainedRow(next(self._audit_ids), record))
 
     @property
     def audit_rows(self) -> list[AuditRecord]:
         with self._lock:
-            return list(self._audit)
+            return [row.record for row in self._audit]
+
+    def use_audit_chain(self, chain: AuditChain | None) -> None:
+        """MAC every row written from now on under ``chain`` (``None``: write rows unchained)."""
+        with self._lock:
+            self._audit_chain = chain
+
+    def audit_chains(self) -> list[str]:
+        with self._lock:
+            names = {chain_of(row.record.tenant) for row in self._audit} | set(self._chain_heads)
+        return sorted(names)
+
+    def read_audit_chain(self, chain: str) -> ChainSnapshot:
+        with self._lock:
+            rows = [row for row in self._audit if chain_of(row.record.tenant) == chain]
+            return ChainSnapshot(chain, rows, self._chain_heads.get(chain), self._checkpoints.get(chain))
+
+    def drop_audit_prefix(self, checkpoint: Checkpoint) -> int:
+        def dropped(row: ChainedRow) -> bool:
+            seq = row.record.seq
+            return (
+                chain_of(row.record.tenant) == checkpoint.chain and seq is not None and seq <= checkpoint.seq
+            )
+
+        return self._drop_audit(dropped, checkpoint)
 
     # --- provider tokens (ProviderTokenStore) -------------------------------------------------
 
@@ -974,13 +1013,23 @@ class InMemoryBackend:
         """``None``: nothing of this store is in a database."""
         return None
 
-    def purge_audit(self, before: datetime) -> int:
-        """Drop the audit rows written before ``before``; returns how many went."""
+    def purge_audit(self, before: datetime, *, unchained_only: bool = False) -> int:
+        """Drop the audit rows written before ``before`` (with ``unchained_only``, only
+        those without a ``seq``); returns how many went."""
+
+        def dropped(row: ChainedRow) -> bool:
+            return utc(row.record.time) < utc(before) and not (unchained_only and row.record.seq is not None)
+
+        return self._drop_audit(dropped, None)
+
+    def _drop_audit(self, dropped: Any, checkpoint: Checkpoint | None) -> int:
         with self._lock:
-            kept = [record for record in self._audit if utc(record.time) >= utc(before)]
+            kept = [row for row in self._audit if not dropped(row)]
             purged = len(self._audit) - len(kept)
             self._audit.clear()  # in place: a unit's journal refers to this deque
             self._audit.extend(kept)
+            if checkpoint is not None:
+                self._checkpoints[checkpoint.chain] = checkpoint
         return purged
 
     # --- account tokens (AccountTokenStore) --------------------------------------------------

@@ -178,6 +178,19 @@ def _open_backend(
     return backend, schema_behind
 
 
+def _chain_audit(backend: Any, config: AuthFlowConfig) -> None:
+    """With ``AUTHFLOW_AUDIT_CHAIN`` on, the backend MACs its audit rows into the chain."""
+    chain = config.audit.audit_chain()
+    if chain is None:
+        return
+    if chain.knows(chain.id_of(config.session.signing_key)):
+        raise ConfigurationError(
+            "AUTHFLOW_AUDIT_CHAIN_KEY (or a previous one) is the signing key: "
+            "give the audit chain a key of its own"
+        )
+    backend.use_audit_chain(chain)
+
+
 def _session_store(
     settings: SessionSettings, sql_source: Callable[[], Any], clock: Clock, *, create_tables: bool
 ) -> MaintainedSessionStore:
@@ -424,6 +437,7 @@ class AuthFlow:
         hasher = given.hasher if given.hasher is not None else _hasher(config.hashing)
         database = _database(app, config)
         backend, schema_behind = _open_backend(app, given.backend, database, hasher, clock)
+        _chain_audit(backend, config)
 
         def sql_source() -> Any:  # the SQL stores share the backend's engine when it has one
             engine = backend.database_engine()

@@ -18,6 +18,7 @@ from flask import Flask, current_app
 from flask import session as flask_session
 from werkzeug.local import LocalProxy
 
+from flask_authflow.audit.chain import ChainedAuditStore
 from flask_authflow.audit.client_ip import TrustedProxies
 from flask_authflow.audit.sinks import AuthCounters
 from flask_authflow.clock import Clock
@@ -72,6 +73,7 @@ class AuthBackend(
     AttemptStore,
     AuditSink,
     BackendMaintenance,
+    ChainedAuditStore,
     RoleStore,
     ApiTokenStore,
     DeviceStore,

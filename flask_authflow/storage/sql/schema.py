@@ -39,6 +39,7 @@ __all__ = [
     "add_tables_to",
     "api_tokens_table",
     "attempts_table",
+    "audit_chain_heads_table",
     "audit_table",
     "aware",
     "devices_table",
@@ -208,8 +209,28 @@ audit_table = Table(
     Column("request_id", String(128)),
     Column("reason", String(64)),
     Column("device_id", String(64)),  # revision 0007
+    # revision 0010: the tamper-evident chain (NULL on rows written with the chain off)
+    Column("seq", BigInteger),
+    Column("mac", String(64)),
+    Column("key_id", String(16)),
 )
 Index("ix_authflow_audit_time", audit_table.c.time)
+Index("ix_authflow_audit_tenant_seq", audit_table.c.tenant, audit_table.c.seq)
+
+#: Revision 0010: each audit chain's head (the tenant, ``""`` for rows without one; the
+#: last row's seq and mac) and its checkpoint (where a purged chain resumes, MACed).
+audit_chain_heads_table = Table(
+    "authflow_audit_chain_heads",
+    metadata,
+    Column("chain", String(128), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("mac", String(64), nullable=False),
+    Column("key_id", String(16)),
+    Column("checkpoint_seq", BigInteger),
+    Column("checkpoint_mac", String(64)),
+    Column("checkpoint_key_id", String(16)),
+    Column("checkpoint_sig", String(64)),
+)
 
 #: Provider identity (issuer, subject) -> local user (federated login, back-channel logout).
 identity_links_table = Table(
@@ -402,6 +423,7 @@ BACKEND_TABLES = [
     lockouts_table,
     reservations_table,
     audit_table,
+    audit_chain_heads_table,
     identity_links_table,
     logout_jtis_table,
     roles_table,

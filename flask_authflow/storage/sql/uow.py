@@ -21,6 +21,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
+from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import Clock
 from flask_authflow.core.app_users import APP_OWNED, APP_WROTE
 from flask_authflow.errors import AuditWriteError, ConfigurationError, StoreBusy, StoreUnavailable
@@ -29,6 +30,7 @@ from flask_authflow.storage.sql.engine import autocommit_reads, run_read, run_st
 
 __all__ = [
     "LOCK_TIMEOUT",
+    "AuditFlush",
     "LockingBegin",
     "SqlConnections",
     "UnitOfWork",
@@ -107,6 +109,10 @@ def locking_begin(engine: Engine) -> LockingBegin:
     return _LOCKING_BEGINS.get(engine.dialect.name, _plain_begin)
 
 
+#: Writes the audit rows a unit buffered, in its transaction: ``flush(conn, records)``.
+AuditFlush = Callable[[Connection, list[AuditRecord]], None]
+
+
 class UnitOfWork:
     """Writes and reads of several backend calls in one transaction on ONE connection (see
     :meth:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend.begin_unit`).
@@ -120,9 +126,24 @@ class UnitOfWork:
     A unit begun while the library owns the application's Flask-SQLAlchemy transaction
     (``session``, see :meth:`~flask_authflow.core.app_users.AppUserHooks.owned`) runs in
     that transaction: the application hook's rows and the flow's writes commit once.
+
+    Audit rows written in the unit are buffered (:meth:`queue_audit`) and written by one
+    INSERT just before the commit, in the same transaction.
     """
 
-    __slots__ = ("_begin", "_conn", "_session", "_token", "_trans", "engine", "failed", "lock_timeout")
+    __slots__ = (
+        "_audit",
+        "_audit_early",
+        "_begin",
+        "_conn",
+        "_flush_audit",
+        "_session",
+        "_token",
+        "_trans",
+        "engine",
+        "failed",
+        "lock_timeout",
+    )
 
     def __init__(
         self, engine: Engine, token: Any, lock_timeout: timedelta = LOCK_TIMEOUT, session: Any = None
@@ -135,6 +156,35 @@ class UnitOfWork:
         self._trans: Any = None
         self._token = token
         self._session = session
+        self._audit: list[AuditRecord] = []
+        self._flush_audit: AuditFlush | None = None
+        self._audit_early = True
+
+    def queue_audit(self, record: AuditRecord, flush: AuditFlush, *, early: bool) -> None:
+        """Write ``record`` with the unit's other audit rows, by ``flush``, at :meth:`commit`
+        (or at :meth:`write_audit_now` if ``early``)."""
+        self._audit.append(record)
+        self._flush_audit = flush
+        self._audit_early = early
+
+    def write_audit_now(self) -> None:
+        """Write the rows held for the commit now, unless they are chained (see
+        :meth:`flask_authflow.core.ports.UnitOfWork.write_audit_now`)."""
+        if not self._audit_early:
+            return
+        try:
+            self._write_audit()
+        except (SQLAlchemyError, StoreUnavailable) as exc:
+            raise AuditWriteError() from exc
+
+    def _write_audit(self) -> None:
+        records, self._audit = self._audit, []
+        if records and self._flush_audit is not None:
+            try:
+                self._flush_audit(self.connection(), records)
+            except BaseException:
+                self.failed = True
+                raise
 
     def connection(self) -> Connection:
         if self._conn is None:
@@ -159,15 +209,17 @@ class UnitOfWork:
             conn.close()
 
     def commit(self) -> None:
-        """Commit every write of the unit; :class:`AuditWriteError` if that fails (nothing written)."""
+        """Write the unit's audit rows and commit every write of the unit;
+        :class:`AuditWriteError` if that fails (nothing written)."""
         try:
             if self.failed:
                 raise AuditWriteError("a write of the unit failed; nothing of it was kept")
+            self._write_audit()
             if self._session is not None:
                 self._session.commit()
             elif self._trans is not None:
                 self._trans.commit()
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, StoreUnavailable) as exc:
             self.failed = True
             raise AuditWriteError() from exc
         finally:
@@ -177,6 +229,7 @@ class UnitOfWork:
 
     def rollback(self) -> None:
         """Drop every write of the unit (never raises)."""
+        self._audit = []
         try:
             if self._session is not None:
                 self._session.rollback()
