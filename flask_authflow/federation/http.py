@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     import requests
     import requests.adapters
 
+    from flask_authflow.federation.mtls import ClientCertificate
+
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_MAX_BYTES",
@@ -220,8 +222,11 @@ class HttpClient(Protocol):
         """``(connect, read)`` timeouts in seconds (each read; the total deadline is the client's own)."""
         ...
 
-    def get(self, url: str, *, headers: Mapping[str, str] | None = None) -> HttpResponse:
-        """GET ``url``; non-2xx statuses are returned.
+    def get(
+        self, url: str, *, headers: Mapping[str, str] | None = None, tls: ClientCertificate | None = None
+    ) -> HttpResponse:
+        """GET ``url``; non-2xx statuses are returned. ``tls``: present this client
+        certificate (mutual TLS, RFC 8705); callers pass it only when one is configured.
 
         :raises Discovery: ``url`` is not an acceptable provider URL.
         :raises ProviderUnreachable: timeout, connection or TLS failure, oversize answer,
@@ -236,6 +241,7 @@ class HttpClient(Protocol):
         *,
         headers: Mapping[str, str] | None = None,
         auth: tuple[str, str] | None = None,
+        tls: ClientCertificate | None = None,
     ) -> HttpResponse:
         """POST ``data`` form-encoded (``auth``: HTTP Basic user and password); like :meth:`get`."""
         ...
@@ -461,8 +467,10 @@ class RequestsHttpClient:
     def timeout(self) -> tuple[float, float]:
         return self._timeout
 
-    def get(self, url: str, *, headers: Mapping[str, str] | None = None) -> HttpResponse:
-        return self._request("GET", url, headers=headers)
+    def get(
+        self, url: str, *, headers: Mapping[str, str] | None = None, tls: ClientCertificate | None = None
+    ) -> HttpResponse:
+        return self._request("GET", url, headers=headers, tls=tls)
 
     def post_form(
         self,
@@ -471,8 +479,9 @@ class RequestsHttpClient:
         *,
         headers: Mapping[str, str] | None = None,
         auth: tuple[str, str] | None = None,
+        tls: ClientCertificate | None = None,
     ) -> HttpResponse:
-        return self._request("POST", url, headers=headers, data=dict(data), auth=auth)
+        return self._request("POST", url, headers=headers, data=dict(data), auth=auth, tls=tls)
 
     def mount_into(self, session: requests.Session) -> None:
         for prefix, adapter in self._mounted.items():
@@ -487,10 +496,12 @@ class RequestsHttpClient:
         headers: Mapping[str, str] | None,
         data: dict[str, str] | None = None,
         auth: tuple[str, str] | None = None,
+        tls: ClientCertificate | None = None,
     ) -> HttpResponse:
         import requests
 
         check_provider_url(url)
+        tls_options: dict[str, Any] = {} if tls is None else {"cert": tls.cert, "verify": tls.verify}
         try:
             response = self._session.request(
                 method,
@@ -500,6 +511,7 @@ class RequestsHttpClient:
                 auth=auth,
                 timeout=self._timeout,
                 allow_redirects=False,
+                **tls_options,
             )
         except requests.exceptions.RequestException as exc:
             raise ProviderUnreachable(f"{_host(url)}: {_failure_kind(exc)}") from exc
