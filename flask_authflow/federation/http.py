@@ -15,6 +15,9 @@ live in one place:
 * **no redirects**: a provider endpoint that answers 3xx is misconfigured or
   compromised, so a 3xx raises :class:`ProviderUnreachable` (to any host, the same one
   included) instead of being followed;
+* **mutual TLS** only when asked: ``tls=`` (a
+  :class:`~flask_authflow.federation.mtls.ClientCertificate`) passes the client
+  certificate and the provider's CA bundle to ``requests`` (``cert=``, ``verify=``);
 * transport failures (timeouts, refused connections, TLS errors, oversize answers)
   raise :class:`ProviderUnreachable` naming the host and the kind of failure, never the
   body. Other statuses (4xx, 5xx) are returned: callers know what each one means.

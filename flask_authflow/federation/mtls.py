@@ -50,7 +50,6 @@ MTLS_ENDPOINTS: Final = (
     "pushed_authorization_request_endpoint",
     "revocation_endpoint",
     "userinfo_endpoint",
-    "introspection_endpoint",
 )
 _MAX_PEM: Final = 1_048_576
 _HOW: Final = "set client_certificate=(cert_path, key_path): a PEM certificate and its unencrypted PEM key"

@@ -926,6 +926,8 @@ class OAuthProvider:
 
         ``dpop_kid``: with a DPoP proof signed by that key; an answer asking for a DPoP nonce
         (``use_dpop_nonce``) is retried once with the nonce it gave (and a fresh assertion).
+        With a client certificate (``tls``), it is presented in the handshake (mutual TLS);
+        ``url`` is then the endpoint's mTLS alias (see :meth:`endpoint`).
 
         :raises ProviderUnreachable: the endpoint did not answer usably.
         """
@@ -951,8 +953,9 @@ class OAuthProvider:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def resource_get(self, url: str, access_token: str, *, dpop_kid: str | None = None) -> HttpResponse:
-        """GET one of the provider's resources (userinfo) with the access token: Bearer, or
-        DPoP with a proof (``ath`` included) and the nonce dance of the resource server."""
+        """GET one of the provider's resources (userinfo) with the access token: Bearer (with
+        the client certificate it is bound to, under mutual TLS), or DPoP with a proof
+        (``ath`` included) and the nonce dance of the resource server."""
         if dpop_kid is None or self.dpop is None:
             headers = {"Authorization": f"Bearer {access_token}", "Accept": "application/json"}
             if self.tls is None:
