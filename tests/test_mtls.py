@@ -478,3 +478,16 @@ def test_the_fapi2_preset_accepts_mtls_in_place_of_dpop(op: MtlsProvider, certs:
     op.discovery_overrides["authorization_response_iss_parameter_supported"] = None
     with pytest.raises(Discovery, match="authorization_response_iss_parameter"):
         _discover(op, config)
+
+
+def test_a_bound_provider_token_survives_pickling_with_its_certificate() -> None:
+    """A worker process hands its token back through a queue: the certificate comes along."""
+    import pickle
+
+    from flask_authflow.federation.dpop import BearerAuth
+    from flask_authflow.federation.provider_tokens import ProviderToken
+
+    made = ProviderToken("at-1", "Bearer", BearerAuth("at-1"), ("c.pem", "k.pem"), "ca.pem")
+    token = pickle.loads(pickle.dumps(made))
+    assert (token, token.cert, token.verify) == ("at-1", ("c.pem", "k.pem"), "ca.pem")
+    assert ProviderToken("at-2", "Bearer", BearerAuth("at-2")).cert is None  # not bound: requests' defaults
