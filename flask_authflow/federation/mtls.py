@@ -56,8 +56,10 @@ _HOW: Final = "set client_certificate=(cert_path, key_path): a PEM certificate a
 
 
 class CertificateChanged(OAuthError):
-    """The stored provider tokens are bound to another client certificate than the one
-    configured now (it was renewed): sign in with the provider again."""
+    """The provider's tokens are bound to a client certificate since replaced: sign in again.
+
+    The stored access token was obtained with the certificate configured before; it is not
+    sent with the new one (a refresh that is due presents the new certificate)."""
 
     code = "client_certificate_changed"
     status = 401
