@@ -10,7 +10,10 @@
 * ``private_key_jwt``: a short JWT signed by the client's own private key (by joserfc; the
   key from a PEM or from a key store);
 * ``client_secret_jwt``: a short JWT signed HS256 with the client secret, by joserfc;
-* ``none``: only ``client_id`` (a public client; PKCE protects the code).
+* ``none``: only ``client_id`` (a public client; PKCE protects the code);
+* ``tls_client_auth`` and ``self_signed_tls_client_auth`` (RFC 8705 §2): only
+  ``client_id`` in the form; the client certificate presented in the TLS handshake
+  authenticates the client (see :mod:`~flask_authflow.federation.mtls`).
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ TOKEN_AUTH_METHODS: Final = (
     "private_key_jwt",
     "client_secret_jwt",
     "none",
+    "tls_client_auth",
+    "self_signed_tls_client_auth",
 )
 
 
@@ -89,8 +94,8 @@ def client_credentials(
             "client_assertion_type": ASSERTION_TYPE,
             "client_assertion": assertion(),
         }
-    if method == "none":
-        return {}, {"client_id": client_id}
+    if method in ("none", "tls_client_auth", "self_signed_tls_client_auth"):
+        return {}, {"client_id": client_id}  # mTLS: the certificate in the handshake authenticates
     raise ConfigurationError(f"token_endpoint_auth_method {method!r} is not one of {TOKEN_AUTH_METHODS!r}")
 
 

@@ -3,11 +3,13 @@
 A provider configured with ``fapi2=True`` (the ``fapi2`` preset) must use:
 
 * pushed authorization requests (``use_par`` on, never ``False``);
-* sender-constrained tokens: DPoP (``dpop`` with a ``dpop_key_store``); mTLS-bound tokens
-  are not offered by this library;
+* sender-constrained tokens: DPoP (``dpop`` with a ``dpop_key_store``), or mutual TLS
+  where the application supplies a client certificate (``client_certificate``: the tokens
+  are bound to it, RFC 8705); never both;
 * ``private_key_jwt`` client authentication (``aud`` = the issuer identifier, ``exp``
-  within 60 s, a unique ``jti``) with a PS256, ES256 or EdDSA key: no ``client_secret_*``,
-  no ``none``, no RS256;
+  within 60 s, a unique ``jti``) with a PS256, ES256 or EdDSA key, or, with a client
+  certificate, ``tls_client_auth`` or ``self_signed_tls_client_auth``: no
+  ``client_secret_*``, no ``none``, no RS256;
 * the code flow with PKCE S256 (the only flow this library runs: implicit and hybrid
   cannot be configured);
 * ID tokens signed with PS256, ES256 or EdDSA;
@@ -29,10 +31,12 @@ from typing import Any, Final
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.federation.errors import Discovery
 
-__all__ = ["FAPI2_ALGORITHMS", "check_fapi2_provider", "check_sender_constraint"]
+__all__ = ["FAPI2_ALGORITHMS", "FAPI2_AUTH_METHODS", "check_fapi2_provider", "check_sender_constraint"]
 
 #: The signing algorithms FAPI 2.0 allows (ID tokens, client assertions, DPoP proofs).
 FAPI2_ALGORITHMS: Final = ("PS256", "ES256", "EdDSA", "Ed25519")
+#: The client authentication methods FAPI 2.0 allows (§5.3.3.4 of the Security Profile).
+FAPI2_AUTH_METHODS: Final = ("private_key_jwt", "tls_client_auth", "self_signed_tls_client_auth")
 
 
 def check_sender_constraint(config: Any) -> None:
@@ -46,19 +50,31 @@ def check_sender_constraint(config: Any) -> None:
         raise ConfigurationError("dpop must be True or False")
     if config.dpop and config.dpop_key_store is None:
         raise ConfigurationError("dpop needs dpop_key_store (an ES256 or Ed25519 key store)")
+    if config.dpop and config.client_certificate is not None:
+        raise ConfigurationError(
+            "dpop and client_certificate both constrain the tokens: choose one sender constraint "
+            "(DPoP, or mutual TLS with the certificate)"
+        )
     if config.fapi2 is not True:
         return
     method = config.token_endpoint_auth_method
-    if method not in (None, "private_key_jwt"):
-        raise ConfigurationError(f"FAPI 2.0 forbids token_endpoint_auth_method {method}: use private_key_jwt")
-    if config.client_private_key is None and config.client_key_store is None:
+    if method not in (None, *FAPI2_AUTH_METHODS):
+        raise ConfigurationError(
+            f"FAPI 2.0 forbids token_endpoint_auth_method {method}: use private_key_jwt "
+            "(or tls_client_auth / self_signed_tls_client_auth with a client certificate)"
+        )
+    keyed = config.client_private_key is not None or config.client_key_store is not None
+    if method in (None, "private_key_jwt") and not keyed:
         raise ConfigurationError("FAPI 2.0 needs private_key_jwt: set client_key_store")
     if config.client_secret or config.client_secret_factory is not None:
         raise ConfigurationError("FAPI 2.0 forbids client secrets: leave client_secret empty")
     if config.use_par is False:
         raise ConfigurationError("FAPI 2.0 requires pushed authorization requests: use_par cannot be False")
-    if not config.dpop:
-        raise ConfigurationError("FAPI 2.0 requires sender-constrained tokens: set dpop=True")
+    if not config.dpop and config.client_certificate is None:
+        raise ConfigurationError(
+            "FAPI 2.0 requires sender-constrained tokens: set dpop=True, or client_certificate "
+            "for mTLS-bound tokens"
+        )
     alg = config.id_token_signed_response_alg
     if alg is not None and alg not in FAPI2_ALGORITHMS:
         raise ConfigurationError(f"FAPI 2.0 forbids ID tokens signed with {alg}: use PS256, ES256 or EdDSA")

@@ -15,6 +15,9 @@ live in one place:
 * **no redirects**: a provider endpoint that answers 3xx is misconfigured or
   compromised, so a 3xx raises :class:`ProviderUnreachable` (to any host, the same one
   included) instead of being followed;
+* **mutual TLS** only when asked: ``tls=`` (a
+  :class:`~flask_authflow.federation.mtls.ClientCertificate`) passes the client
+  certificate and the provider's CA bundle to ``requests`` (``cert=``, ``verify=``);
 * transport failures (timeouts, refused connections, TLS errors, oversize answers)
   raise :class:`ProviderUnreachable` naming the host and the kind of failure, never the
   body. Other statuses (4xx, 5xx) are returned: callers know what each one means.
@@ -42,6 +45,8 @@ from flask_authflow.federation.errors import Discovery, ProviderUnreachable
 if TYPE_CHECKING:
     import requests
     import requests.adapters
+
+    from flask_authflow.federation.mtls import ClientCertificate
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -220,8 +225,11 @@ class HttpClient(Protocol):
         """``(connect, read)`` timeouts in seconds (each read; the total deadline is the client's own)."""
         ...
 
-    def get(self, url: str, *, headers: Mapping[str, str] | None = None) -> HttpResponse:
-        """GET ``url``; non-2xx statuses are returned.
+    def get(
+        self, url: str, *, headers: Mapping[str, str] | None = None, tls: ClientCertificate | None = None
+    ) -> HttpResponse:
+        """GET ``url``; non-2xx statuses are returned. ``tls``: present this client
+        certificate (mutual TLS, RFC 8705); callers pass it only when one is configured.
 
         :raises Discovery: ``url`` is not an acceptable provider URL.
         :raises ProviderUnreachable: timeout, connection or TLS failure, oversize answer,
@@ -236,6 +244,7 @@ class HttpClient(Protocol):
         *,
         headers: Mapping[str, str] | None = None,
         auth: tuple[str, str] | None = None,
+        tls: ClientCertificate | None = None,
     ) -> HttpResponse:
         """POST ``data`` form-encoded (``auth``: HTTP Basic user and password); like :meth:`get`."""
         ...
@@ -461,8 +470,10 @@ class RequestsHttpClient:
     def timeout(self) -> tuple[float, float]:
         return self._timeout
 
-    def get(self, url: str, *, headers: Mapping[str, str] | None = None) -> HttpResponse:
-        return self._request("GET", url, headers=headers)
+    def get(
+        self, url: str, *, headers: Mapping[str, str] | None = None, tls: ClientCertificate | None = None
+    ) -> HttpResponse:
+        return self._request("GET", url, headers=headers, tls=tls)
 
     def post_form(
         self,
@@ -471,8 +482,9 @@ class RequestsHttpClient:
         *,
         headers: Mapping[str, str] | None = None,
         auth: tuple[str, str] | None = None,
+        tls: ClientCertificate | None = None,
     ) -> HttpResponse:
-        return self._request("POST", url, headers=headers, data=dict(data), auth=auth)
+        return self._request("POST", url, headers=headers, data=dict(data), auth=auth, tls=tls)
 
     def mount_into(self, session: requests.Session) -> None:
         for prefix, adapter in self._mounted.items():
@@ -487,10 +499,12 @@ class RequestsHttpClient:
         headers: Mapping[str, str] | None,
         data: dict[str, str] | None = None,
         auth: tuple[str, str] | None = None,
+        tls: ClientCertificate | None = None,
     ) -> HttpResponse:
         import requests
 
         check_provider_url(url)
+        tls_options: dict[str, Any] = {} if tls is None else {"cert": tls.cert, "verify": tls.verify}
         try:
             response = self._session.request(
                 method,
@@ -500,6 +514,7 @@ class RequestsHttpClient:
                 auth=auth,
                 timeout=self._timeout,
                 allow_redirects=False,
+                **tls_options,
             )
         except requests.exceptions.RequestException as exc:
             raise ProviderUnreachable(f"{_host(url)}: {_failure_kind(exc)}") from exc

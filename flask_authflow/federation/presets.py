@@ -12,7 +12,9 @@ in the configuration::
 
 or in code with :func:`preset` (``OAuthProviderConfig(**preset("google", ...))``).
 ``fapi2`` is not a provider but the FAPI 2.0 Security Profile for any provider (its
-``discovery_url``, ``client_key_store`` and ``dpop_key_store`` are required).
+``discovery_url``, ``client_key_store`` and ``dpop_key_store`` are required; with a
+``client_certificate``, mutual TLS binds the tokens instead of DPoP, and
+``token_endpoint_auth_method`` may be ``tls_client_auth`` or ``self_signed_tls_client_auth``).
 ``github`` is a plain OAuth 2.0 provider (see :mod:`~flask_authflow.federation.oauth2`):
 its settings make an ``OAuth2ProviderConfig``. Any
 other provider setting (``link_by_email``, ``scopes``, ...) passes through and wins over
@@ -149,18 +151,54 @@ FAPI2_SETTINGS: Final[Mapping[str, Any]] = {
 }
 
 
+#: What the ``fapi2`` preset sets with a ``client_certificate``: mTLS-bound tokens instead of DPoP.
+FAPI2_MTLS_SETTINGS: Final[Mapping[str, Any]] = {
+    "fapi2": True,
+    "use_par": True,
+    "dpop": False,
+    "client_secret": "",
+}
+#: The methods the ``fapi2`` preset accepts with a client certificate (the default: private_key_jwt).
+_FAPI2_MTLS_METHODS: Final = ("private_key_jwt", "tls_client_auth", "self_signed_tls_client_auth")
+
+
 def _fapi2(values: Mapping[str, Any], what: str) -> dict[str, Any]:
-    """The FAPI 2.0 Security Profile (see :mod:`~flask_authflow.federation.fapi`): PAR, DPoP,
-    PKCE S256, ``private_key_jwt`` (``aud`` the issuer), FAPI 2.0 ID-token algorithms and
-    the RFC 9207 ``iss`` required. Any provider: ``discovery_url`` names it."""
+    """The FAPI 2.0 Security Profile (see :mod:`~flask_authflow.federation.fapi`): PAR, DPoP
+    (or mTLS with a ``client_certificate``), PKCE S256, ``private_key_jwt`` (``aud`` the
+    issuer; or an mTLS method), FAPI 2.0 ID-token algorithms and the RFC 9207 ``iss``
+    required. Any provider: ``discovery_url`` names it."""
     _value(values, "discovery_url", what)
+    if values.get("client_certificate") is not None:
+        return _fapi2_mtls(values, what)
     for name in ("client_key_store", "dpop_key_store"):
         if values.get(name) is None:
             raise ConfigurationError(f"{what}: missing {name} (a key store: LocalIdpKeyStore)")
-    for name, locked in FAPI2_SETTINGS.items():
+    return _locked(values, what, FAPI2_SETTINGS)
+
+
+def _fapi2_mtls(values: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """``fapi2`` with a client certificate: the tokens are bound to it (RFC 8705), no DPoP."""
+    if values.get("dpop_key_store") is not None:
+        raise ConfigurationError(
+            f"{what}: client_certificate and dpop_key_store both constrain the tokens: choose one "
+            "sender constraint (DPoP, or mutual TLS with the certificate)"
+        )
+    method = values.get("token_endpoint_auth_method", "private_key_jwt")
+    if method not in _FAPI2_MTLS_METHODS:
+        raise ConfigurationError(
+            f"{what}: the fapi2 preset allows token_endpoint_auth_method "
+            f"{', '.join(_FAPI2_MTLS_METHODS)} with a client certificate, not {method!r}"
+        )
+    if method == "private_key_jwt" and values.get("client_key_store") is None:
+        raise ConfigurationError(f"{what}: missing client_key_store (a key store: LocalIdpKeyStore)")
+    return {**_locked(values, what, FAPI2_MTLS_SETTINGS), "token_endpoint_auth_method": method}
+
+
+def _locked(values: Mapping[str, Any], what: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    for name, locked in settings.items():
         if name in values and values[name] != locked:
             raise ConfigurationError(f"{what}: the fapi2 preset sets {name}={locked!r}; it cannot be changed")
-    return dict(FAPI2_SETTINGS)
+    return dict(settings)
 
 
 def _github(values: Mapping[str, Any], what: str) -> dict[str, Any]:

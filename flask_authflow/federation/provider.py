@@ -62,6 +62,7 @@ from flask_authflow.federation.errors import (
 from flask_authflow.federation.fapi import check_fapi2_provider, check_sender_constraint
 from flask_authflow.federation.http import HttpClient, HttpResponse, RequestsHttpClient, check_provider_url
 from flask_authflow.federation.jwks_cache import ProviderKeyCache, cache_max_age
+from flask_authflow.federation.mtls import MTLS_AUTH_METHODS, ClientCertificate, mtls_aliases
 from flask_authflow.federation.oauth2 import OAuth2Provider, OAuth2ProviderConfig
 from flask_authflow.federation.par import authorize_url_for, request_uri_of
 from flask_authflow.federation.tenants import tenant_issuer_refusal
@@ -132,6 +133,8 @@ PROVIDER_CONFIG_KEYS: Final = (
     "dpop_key_store",
     "client_key_store",
     "fapi2",
+    "client_certificate",
+    "mtls_ca_bundle",
 )
 #: The placeholder of a multi-tenant issuer (Microsoft's ``common`` and ``organizations``).
 TENANT_PLACEHOLDER: Final = "{tenantid}"
@@ -231,6 +234,14 @@ class OAuthProviderConfig:
         instead of ``client_private_key`` (its current key signs; its ``kid`` is sent).
     :param fapi2: the FAPI 2.0 Security Profile (the ``fapi2`` preset sets it): see
         :mod:`~flask_authflow.federation.fapi` for what it requires and refuses.
+    :param client_certificate: ``(cert_path, key_path)``: a client certificate presented
+        to the provider (mutual TLS, RFC 8705) on the pushed authorization, token,
+        refresh, revocation and userinfo requests, at the ``mtls_endpoint_aliases`` when
+        discovery names them; the tokens are bound to it. Read and checked here (see
+        :mod:`~flask_authflow.federation.mtls`). Needed by ``tls_client_auth`` and
+        ``self_signed_tls_client_auth``; not with ``dpop`` (one sender constraint).
+    :param mtls_ca_bundle: the CA bundle that verifies the provider's mTLS server
+        certificate (default: the system's CAs).
     """
 
     discovery_url: str
@@ -263,8 +274,18 @@ class OAuthProviderConfig:
     dpop_key_store: ClientKeyStore | None = field(default=None, repr=False)
     client_key_store: ClientKeyStore | None = field(default=None, repr=False)
     fapi2: bool = False
+    client_certificate: tuple[str, str] | None = None
+    mtls_ca_bundle: str | None = None
+    #: The checked ``client_certificate`` (``None`` without one).
+    client_tls: ClientCertificate | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.client_certificate is not None:
+            tls = ClientCertificate.load(self.client_certificate, self.mtls_ca_bundle)
+            object.__setattr__(self, "client_certificate", tls.cert)
+            object.__setattr__(self, "client_tls", tls)
+        elif self.mtls_ca_bundle is not None:
+            raise ConfigurationError("mtls_ca_bundle is set without client_certificate")
         self._check_credentials()
         check_sender_constraint(self)
         self._check_tenancy()
@@ -299,12 +320,16 @@ class OAuthProviderConfig:
                 f"token_endpoint_auth_method {method!r} is not one of {', '.join(TOKEN_AUTH_METHODS)}"
             )
         keyed = self.client_private_key is not None or self.client_key_store is not None
+        if method in MTLS_AUTH_METHODS and self.client_certificate is None:
+            raise ConfigurationError(
+                f"token_endpoint_auth_method {method} needs client_certificate=(cert_path, key_path)"
+            )
         if method == "private_key_jwt" and not keyed:
             raise ConfigurationError(
                 "token_endpoint_auth_method private_key_jwt needs client_private_key or client_key_store"
             )
         secretless = (
-            method in ("none", "private_key_jwt")
+            method in ("none", "private_key_jwt", *MTLS_AUTH_METHODS)
             or (method is None and keyed)
             or self.client_secret_factory is not None
         )
@@ -422,6 +447,8 @@ class ProviderMetadata:
     require_par: bool = False
     #: ``dpop_signing_alg_values_supported`` (RFC 9449), empty when not advertised.
     dpop_algorithms: tuple[str, ...] = ()
+    #: The ``mtls_endpoint_aliases`` we use (RFC 8705 §5), as (endpoint name, https URL) pairs.
+    mtls_aliases: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_document(
@@ -478,6 +505,7 @@ class ProviderMetadata:
             par_endpoint=optional["pushed_authorization_request_endpoint"],
             require_par=document.get("require_pushed_authorization_requests") is True,
             dpop_algorithms=_strings_of(document.get("dpop_signing_alg_values_supported")),
+            mtls_aliases=tuple(mtls_aliases(document).items()),
         )
 
 
@@ -555,6 +583,9 @@ class TokenSet:
     scope: str | None = None
     #: The ``kid`` of the DPoP key the tokens are bound to (``token_type`` DPoP), else ``None``.
     dpop_kid: str | None = None
+    #: The thumbprint (``x5t#S256``) of the client certificate the tokens were obtained with
+    #: (mutual TLS: the provider binds them to it), else ``None``.
+    x5t: str | None = None
 
 
 def _oauth2_session(**kwargs: Any) -> Any:
@@ -565,7 +596,7 @@ def _oauth2_session(**kwargs: Any) -> Any:
     return OAuth2Session(**kwargs)
 
 
-def _token_set(token: Mapping[str, Any], dpop_kid: str | None = None) -> TokenSet:
+def _token_set(token: Mapping[str, Any], dpop_kid: str | None = None, x5t: str | None = None) -> TokenSet:
     """The checked parts of a successful token answer (a DPoP-bound one when ``dpop_kid``)."""
     id_token = token.get("id_token")
     access_token = token.get("access_token")
@@ -585,6 +616,7 @@ def _token_set(token: Mapping[str, Any], dpop_kid: str | None = None) -> TokenSe
         expires_in=expires_in if isinstance(expires_in, int) and not isinstance(expires_in, bool) else None,
         scope=scope if isinstance(scope, str) else None,
         dpop_kid=dpop_kid,
+        x5t=x5t,
     )
 
 
@@ -601,6 +633,32 @@ def checked_token_type(token_type: Any, dpop: bool) -> str:
             + ("; this client asked for DPoP-bound tokens" if dpop else "")
         )
     return "DPoP" if dpop else token_type
+
+
+def _client_endpoints(metadata: ProviderMetadata, tls: ClientCertificate | None) -> dict[str, str | None]:
+    """The URL of each endpoint called as this client: with a client certificate, its
+    ``mtls_endpoint_aliases`` entry when discovery names one (RFC 8705 §5), else the plain
+    endpoint, which must then be https (the certificate is never left out in the clear).
+
+    :raises Discovery: a client certificate is set and an endpoint would be plain http.
+    """
+    plain: dict[str, str | None] = {
+        "token_endpoint": metadata.token_endpoint,
+        "pushed_authorization_request_endpoint": metadata.par_endpoint,
+        "revocation_endpoint": metadata.revocation_endpoint,
+        "userinfo_endpoint": metadata.userinfo_endpoint,
+    }
+    if tls is None:
+        return plain
+    aliases = dict(metadata.mtls_aliases)
+    chosen = {name: aliases.get(name, url) for name, url in plain.items()}
+    for name, url in chosen.items():
+        if url is not None and not url.startswith("https://"):
+            raise Discovery(
+                f"client_certificate is set, but the provider's {name} is not https and discovery "
+                "names no mtls_endpoint_aliases entry for it"
+            )
+    return chosen
 
 
 def _uses_par(config: OAuthProviderConfig, metadata: ProviderMetadata) -> bool:
@@ -667,6 +725,9 @@ class OAuthProvider:
                     f"the provider accepts DPoP proofs signed with {list(metadata.dpop_algorithms)!r} "
                     f"only; the DPoP key signs {dpop_alg}"
                 )
+        #: The client certificate presented on the client's calls (mutual TLS), else ``None``.
+        self.tls: ClientCertificate | None = config.client_tls
+        self._endpoints = _client_endpoints(metadata, self.tls)
         self._assertion, client_alg = self._client_assertion()
         if config.fapi2:
             check_fapi2_provider(metadata, id_token_alg=self.id_token_alg, client_alg=client_alg)
@@ -740,6 +801,13 @@ class OAuthProvider:
     def __repr__(self) -> str:
         return f"<OAuthProvider {self.name!r} issuer={self.issuer!r}>"
 
+    def endpoint(self, name: str) -> str | None:
+        """Where this client calls the provider's ``name`` (``token_endpoint``,
+        ``pushed_authorization_request_endpoint``, ``revocation_endpoint``,
+        ``userinfo_endpoint``): the mTLS alias with a client certificate, else the
+        discovery document's endpoint; ``None`` when the provider has none."""
+        return self._endpoints[name]
+
     # --- the code flow ----------------------------------------------------------------------
 
     def _client_assertion(self) -> tuple[Callable[[], str] | None, str | None]:
@@ -800,7 +868,7 @@ class OAuthProvider:
         return str(url)
 
     def _pushed_authorization_url(self, ceremony: Ceremony, scope: str, extra: Mapping[str, str]) -> str:
-        endpoint = self.metadata.par_endpoint
+        endpoint = self.endpoint("pushed_authorization_request_endpoint")
         if endpoint is None:  # pragma: no cover - uses_par is only set with an endpoint
             raise Discovery("the provider has no pushed_authorization_request_endpoint")
         fields = {
@@ -830,7 +898,7 @@ class OAuthProvider:
         must then be a DPoP-bound token.
         """
         response = self.client_request(
-            self.metadata.token_endpoint,
+            self.endpoint("token_endpoint") or self.metadata.token_endpoint,
             {
                 "grant_type": "authorization_code",
                 "code": code,
@@ -847,7 +915,7 @@ class OAuthProvider:
             if isinstance(error, str) and error and error.isascii() and len(error) <= 64:
                 raise TokenExchange(f"the token endpoint answered {error}", error=error)
             raise TokenExchange(f"the token endpoint answered HTTP {response.status}")
-        return _token_set(token, dpop_kid)
+        return _token_set(token, dpop_kid, self.tls.thumbprint if self.tls is not None else None)
 
     def client_request(
         self, url: str, fields: Mapping[str, str], *, dpop_kid: str | None = None
@@ -858,6 +926,8 @@ class OAuthProvider:
 
         ``dpop_kid``: with a DPoP proof signed by that key; an answer asking for a DPoP nonce
         (``use_dpop_nonce``) is retried once with the nonce it gave (and a fresh assertion).
+        With a client certificate (``tls``), it is presented in the handshake (mutual TLS);
+        ``url`` is then the endpoint's mTLS alias (see :meth:`endpoint`).
 
         :raises ProviderUnreachable: the endpoint did not answer usably.
         """
@@ -872,7 +942,10 @@ class OAuthProvider:
             headers["Accept"] = "application/json"
             if dpop is not None and dpop_kid is not None:
                 headers["DPoP"] = dpop.proof(dpop_kid, "POST", url)
-            response = self.http.post_form(url, form, headers=headers)
+            if self.tls is None:
+                response = self.http.post_form(url, form, headers=headers)
+            else:  # passed only when configured: an application's own HttpClient may predate it
+                response = self.http.post_form(url, form, headers=headers, tls=self.tls)
             if dpop is None or dpop.nonces.remember(url, response.headers) is None or attempt == 2:
                 return response
             if not wants_nonce(response.status, response.headers, _error_body(response)):
@@ -880,12 +953,14 @@ class OAuthProvider:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def resource_get(self, url: str, access_token: str, *, dpop_kid: str | None = None) -> HttpResponse:
-        """GET one of the provider's resources (userinfo) with the access token: Bearer, or
-        DPoP with a proof (``ath`` included) and the nonce dance of the resource server."""
+        """GET one of the provider's resources (userinfo) with the access token: Bearer (with
+        the client certificate it is bound to, under mutual TLS), or DPoP with a proof
+        (``ath`` included) and the nonce dance of the resource server."""
         if dpop_kid is None or self.dpop is None:
-            return self.http.get(
-                url, headers={"Authorization": f"Bearer {access_token}", "Accept": "application/json"}
-            )
+            headers = {"Authorization": f"Bearer {access_token}", "Accept": "application/json"}
+            if self.tls is None:
+                return self.http.get(url, headers=headers)
+            return self.http.get(url, headers=headers, tls=self.tls)  # the token is bound to it
         for attempt in (1, 2):
             headers = {
                 "Authorization": f"DPoP {access_token}",
@@ -959,7 +1034,7 @@ class OAuthProvider:
         :raises UserInfo: a refusal (401: the scopes lack what userinfo needs), a
             non-JSON answer, or another ``sub``.
         """
-        endpoint = self.metadata.userinfo_endpoint
+        endpoint = self.endpoint("userinfo_endpoint")
         if endpoint is None:
             raise UserInfo("the provider has no userinfo_endpoint")
         response = self.resource_get(endpoint, access_token, dpop_kid=dpop_kid)

@@ -39,6 +39,7 @@ from flask_authflow.core.ports import ProviderTokenStore, StoredProviderTokens
 from flask_authflow.errors import AuthFlowError, FactorSecretError
 from flask_authflow.federation.dpop import BearerAuth, DpopAuth, DpopKeyGone
 from flask_authflow.federation.errors import OAuthError, ProviderUnreachable, TokenExchange
+from flask_authflow.federation.mtls import CertificateChanged
 from flask_authflow.federation.provider import OAuthProvider, ProviderRegistry, TokenSet, checked_token_type
 
 __all__ = [
@@ -124,6 +125,8 @@ class _Opened:
     refresh_token: str | None
     #: The DPoP key the tokens are bound to (``None``: Bearer tokens).
     dpop_kid: str | None = None
+    #: The thumbprint of the client certificate the tokens are bound to (mutual TLS).
+    x5t: str | None = None
 
 
 def _aad(tenant: str, user_id: str, provider: str) -> str:
@@ -137,9 +140,12 @@ def _positive_int(value: object) -> int | None:
     return None
 
 
-def _checked_refresh(body: dict[str, object], dpop_kid: str | None = None) -> TokenSet:
+def _checked_refresh(
+    body: dict[str, object], dpop_kid: str | None = None, x5t: str | None = None
+) -> TokenSet:
     """The checked parts of a successful refresh answer (no ID token is needed); a token
-    bound with DPoP must come back DPoP-bound (the binding is kept: same key).
+    bound with DPoP must come back DPoP-bound (the binding is kept: same key); one asked
+    for over mutual TLS is bound to the certificate ``x5t`` presented.
 
     :raises TokenExchange: no access token, or a ``token_type`` other than Bearer (DPoP).
     """
@@ -157,6 +163,7 @@ def _checked_refresh(body: dict[str, object], dpop_kid: str | None = None) -> To
         expires_in=_positive_int(body.get("expires_in")),
         scope=scope if isinstance(scope, str) else None,
         dpop_kid=dpop_kid,
+        x5t=x5t,
     )
 
 
@@ -168,21 +175,41 @@ class ProviderToken(str):
 
         token = authflow.provider_token("bank")
         requests.get("https://api.bank.example/accounts", auth=token.auth, timeout=10)
+
+    A token bound to the provider's client certificate (mutual TLS, RFC 8705) also carries
+    ``cert`` (the certificate and key files) and ``verify`` (the provider's CA bundle, or
+    ``True``) for ``requests``; for other tokens they are ``None`` and ``True``, requests'
+    defaults, so one call fits every token::
+
+        requests.get(url, auth=token.auth, cert=token.cert, verify=token.verify, timeout=10)
     """
 
-    __slots__ = ("auth", "token_type")
+    __slots__ = ("auth", "cert", "token_type", "verify")
     token_type: str
     auth: requests.auth.AuthBase
+    cert: tuple[str, str] | None
+    verify: str | bool
 
-    def __new__(cls, access_token: str, token_type: str, auth: requests.auth.AuthBase) -> ProviderToken:
+    def __new__(
+        cls,
+        access_token: str,
+        token_type: str,
+        auth: requests.auth.AuthBase,
+        cert: tuple[str, str] | None = None,
+        verify: str | bool = True,
+    ) -> ProviderToken:
         made = super().__new__(cls, access_token)
         made.token_type = token_type
         made.auth = auth
+        made.cert = cert
+        made.verify = verify
         return made
 
-    def __getnewargs__(self) -> tuple[str, str, requests.auth.AuthBase]:  # type: ignore[override]
-        # pickled (a worker process hands its token back): rebuilt with its type and auth
-        return str(self), self.token_type, self.auth
+    def __getnewargs__(  # type: ignore[override]
+        self,
+    ) -> tuple[str, str, requests.auth.AuthBase, tuple[str, str] | None, str | bool]:
+        # pickled (a worker process hands its token back): rebuilt with its type, auth and certificate
+        return str(self), self.token_type, self.auth, self.cert, self.verify
 
     def __repr__(self) -> str:
         return f"<ProviderToken {self.token_type}>"
@@ -222,7 +249,12 @@ class ProviderTokens:
 
     def _seal(self, tenant: str, user_id: str, provider: str, tokens: TokenSet, refresh: str | None) -> str:
         plain = json.dumps(
-            {"access_token": tokens.access_token, "refresh_token": refresh, "dpop_kid": tokens.dpop_kid}
+            {
+                "access_token": tokens.access_token,
+                "refresh_token": refresh,
+                "dpop_kid": tokens.dpop_kid,
+                **({"x5t": tokens.x5t} if tokens.x5t is not None else {}),
+            }
         )
         return self.sealer.seal(_aad(tenant, user_id, provider), plain.encode("utf-8"))
 
@@ -232,12 +264,17 @@ class ProviderTokens:
         try:
             value = json.loads(plain)
             access, refresh = value["access_token"], value["refresh_token"]
-            kid = value.get("dpop_kid")
+            kid, x5t = value.get("dpop_kid"), value.get("x5t")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise FactorSecretError("the provider tokens could not be read") from exc
         if not isinstance(access, str) or (refresh is not None and not isinstance(refresh, str)):
             raise FactorSecretError("the provider tokens could not be read")
-        return _Opened(access, refresh, kid if isinstance(kid, str) and kid else None)
+        return _Opened(
+            access,
+            refresh,
+            kid if isinstance(kid, str) and kid else None,
+            x5t if isinstance(x5t, str) and x5t else None,
+        )
 
     def _row(
         self,
@@ -292,6 +329,8 @@ class ProviderTokens:
         :raises ProviderUnreachable, TokenExchange: the refresh failed for now (the row stays).
         :raises TokenRefreshBusy: another process's refresh did not finish in time.
         :raises DpopKeyGone: the DPoP key the tokens are bound to left the key store.
+        :raises CertificateChanged: the tokens are bound to another client certificate than
+            the one configured now.
         """
         wanted = frozenset(scopes.split() if isinstance(scopes, str) else scopes or ())
         row = self._stored(tenant, user_id, provider, wanted)
@@ -303,7 +342,14 @@ class ProviderTokens:
         return self._handed_out(tenant, provider, opened)
 
     def _handed_out(self, tenant: str, provider: str, opened: _Opened) -> ProviderToken:
-        """The token with its auth object (DPoP proofs by the key it is bound to)."""
+        """The token with its auth object (DPoP proofs by the key it is bound to), and the
+        client certificate it is bound to (mutual TLS)."""
+        if opened.x5t is not None:
+            tls = self.registry.get(provider, tenant).tls
+            if tls is None or tls.thumbprint != opened.x5t:
+                raise CertificateChanged()
+            bearer = BearerAuth(opened.access_token)
+            return ProviderToken(opened.access_token, "Bearer", bearer, tls.cert, tls.verify)
         if opened.dpop_kid is None:
             return ProviderToken(opened.access_token, "Bearer", BearerAuth(opened.access_token))
         signer = self.registry.get(provider, tenant).dpop
@@ -408,7 +454,7 @@ class ProviderTokens:
             self._audit("provider_token_refresh", "failure", *key, "claim_lost")
             raise TokenRefreshBusy("the stored tokens changed during the refresh: try again")
         self._audit("provider_token_refresh", "success", *key, "rotated" if answer.refresh_token else None)
-        return self._scoped(fresh, wanted, _Opened(answer.access_token, refresh, answer.dpop_kid))
+        return self._scoped(fresh, wanted, _Opened(answer.access_token, refresh, answer.dpop_kid, answer.x5t))
 
     @staticmethod
     def _scoped(row: StoredProviderTokens, wanted: frozenset[str], opened: _Opened) -> _Opened:
@@ -427,15 +473,15 @@ class ProviderTokens:
         :raises ProviderUnreachable: a transport failure, 5xx, or an answer that is not JSON.
         """
         response = provider.client_request(
-            provider.metadata.token_endpoint,
+            provider.endpoint("token_endpoint") or provider.metadata.token_endpoint,
             {"grant_type": "refresh_token", "refresh_token": refresh_token},
             dpop_kid=dpop_kid,  # the same key: the refreshed token keeps the binding
         )
         if response.status >= 500:
             raise ProviderUnreachable(f"the token endpoint answered HTTP {response.status}")
         body = response.json_object()
-        if response.status == 200:
-            return _checked_refresh(body, dpop_kid)
+        if response.status == 200:  # over mTLS: bound to the certificate presented
+            return _checked_refresh(body, dpop_kid, provider.tls.thumbprint if provider.tls else None)
         error = body.get("error")
         if error == "invalid_grant":
             raise RefreshTokenExpired()
@@ -482,7 +528,7 @@ class ProviderTokens:
         :raises ProviderUnreachable: the endpoint did not answer 200.
         """
         provider = self.registry.get(row.provider, row.tenant)
-        endpoint = provider.metadata.revocation_endpoint
+        endpoint = provider.endpoint("revocation_endpoint")
         if endpoint is None:
             return False
         opened = self._open(row)

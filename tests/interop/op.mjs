@@ -17,6 +17,13 @@
 // here (aud must be the issuer), pushed authorization requests required, DPoP-bound access tokens with a
 // server nonce required, ES256 ID tokens. GET /__admin/fapi-client answers its private JWK (test-only).
 //
+// Mutual TLS (RFC 8705), only when OP_MTLS_PORT is set: an https listener on 127.0.0.1:OP_MTLS_PORT (Node's https,
+// requestCert; the handshake does not refuse a missing or unknown certificate, the provider does) serving the same
+// provider, advertised as its mtls_endpoint_aliases (token, PAR, userinfo, revocation), and the client "<id>-mtls":
+// tls_client_auth with the subject DN OP_MTLS_SUBJECT, certificate-bound access tokens, PAR required, ES256 ID
+// tokens, FAPI 2.0 profile. The test makes the files with `cryptography`:
+//   OP_MTLS_PORT, OP_MTLS_CA, OP_MTLS_CERT, OP_MTLS_KEY, OP_MTLS_SUBJECT
+//
 // Test-only admin route: POST /__admin/rotate?keep_old=1 replaces the RS256, ES256 and PS256 signing keys (the
 // old ones stay published after the new ones when keep_old=1) and answers {"kids": [...]}, the new
 // published kids, newest first. Grants and sessions survive (the memory adapter is module-wide).
@@ -24,8 +31,10 @@
 // Development only: devInteractions (login with any name and password), cookies over http and a fetch
 // that may reach loopback addresses. Never run this outside tests.
 
-import { randomBytes } from 'node:crypto';
+import { randomBytes, X509Certificate } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 
 import { exportJWK, generateKeyPair } from 'jose';
 import Provider from 'oidc-provider';
@@ -111,6 +120,57 @@ function fapiClient() {
   };
 }
 
+// Mutual TLS: the https listener's port and the client bound to its certificate (only with OP_MTLS_PORT).
+const mtlsPort = process.env.OP_MTLS_PORT ? Number(process.env.OP_MTLS_PORT) : undefined;
+const mtlsBase = mtlsPort ? `https://127.0.0.1:${mtlsPort}` : undefined;
+const mtlsId = `${clientId}-mtls`;
+const isMtlsClient = (client) => client?.clientId === mtlsId;
+
+function mtlsClient() {
+  return {
+    client_id: mtlsId,
+    token_endpoint_auth_method: 'tls_client_auth',
+    tls_client_auth_subject_dn: process.env.OP_MTLS_SUBJECT,
+    tls_client_certificate_bound_access_tokens: true,
+    redirect_uris: redirectUris,
+    response_types: ['code'],
+    grant_types: ['authorization_code', 'refresh_token'],
+    id_token_signed_response_alg: 'ES256',
+    require_pushed_authorization_requests: true,
+  };
+}
+
+// The peer certificate of a request on the https listener (none on the http one, or when none was sent).
+function peerCertificate(ctx) {
+  const raw = ctx.socket.getPeerCertificate?.()?.raw;
+  return raw ? new X509Certificate(raw) : undefined;
+}
+
+function mtlsFeature() {
+  if (!mtlsBase) return { enabled: false };
+  return {
+    enabled: true,
+    certificateBoundAccessTokens: true,
+    tlsClientAuth: true,
+    getCertificate: peerCertificate,
+    certificateAuthorized: (ctx) => ctx.socket.authorized === true,
+    certificateSubjectMatches: (ctx, property, expected) => property === 'tls_client_auth_subject_dn'
+      && peerCertificate(ctx)?.subject === expected,
+  };
+}
+
+function mtlsDiscovery() {
+  if (!mtlsBase) return {};
+  return {
+    mtls_endpoint_aliases: {
+      token_endpoint: `${mtlsBase}/token`,
+      pushed_authorization_request_endpoint: `${mtlsBase}/request`,
+      userinfo_endpoint: `${mtlsBase}/me`,
+      revocation_endpoint: `${mtlsBase}/token/revocation`,
+    },
+  };
+}
+
 // The stored-token tests' client: short-lived access tokens, a new refresh token at every refresh.
 const TOKENS_ACCESS_TTL = 3;
 const isTokensClient = (client) => client?.clientId === `${clientId}-tokens`;
@@ -132,6 +192,7 @@ function build(keys) {
       clientFor(`${clientId}-special`, 'RS256', { secret: specialSecret }),
       clientFor(`${clientId}-tokens`, 'RS256'),
       fapiClient(),
+      ...(mtlsBase ? [mtlsClient()] : []),
     ],
     ttl: {
       AccessToken(_ctx, token, client) {
@@ -160,8 +221,17 @@ function build(keys) {
         nonceSecret: randomBytes(32),
         requireNonce: (ctx) => isFapiClient(ctx.oidc.client) || ctx.oidc.route === 'userinfo',
       },
-      fapi: { enabled: true, profile: (_ctx, client) => (isFapiClient(client) ? '2.0' : undefined) },
+      fapi: {
+        enabled: true,
+        profile: (_ctx, client) => (isFapiClient(client) || isMtlsClient(client) ? '2.0' : undefined),
+      },
+      mTLS: mtlsFeature(),
     },
+    ...(mtlsBase ? {
+      discovery: { claim_types_supported: ['normal'], ...mtlsDiscovery() },
+      clientAuthMethods: ['client_secret_basic', 'client_secret_jwt', 'client_secret_post', 'private_key_jwt',
+        'none', 'tls_client_auth'],
+    } : {}),
     // Any login name is an account; its claims derive from the name.
     async findAccount(_ctx, sub) {
       return {
@@ -191,7 +261,7 @@ function build(keys) {
 let keys = await freshKeys();
 let current = build(keys);
 
-const server = http.createServer(async (req, res) => {
+async function serve(req, res) {
   const url = new URL(req.url, issuer);
   if (url.pathname === '/__admin/fapi-client') {
     res.writeHead(200, { 'content-type': 'application/json' });
@@ -211,12 +281,29 @@ const server = http.createServer(async (req, res) => {
     return;
   }
   current.callback()(req, res);
-});
+}
 
+const server = http.createServer(serve);
 server.listen(port, '127.0.0.1', () => {
   console.log(`oidc-provider listening on ${issuer}`);
 });
 
-const stop = () => server.close(() => process.exit(0));
+const mtlsServer = mtlsBase
+  ? https.createServer({
+    key: readFileSync(process.env.OP_MTLS_KEY),
+    cert: readFileSync(process.env.OP_MTLS_CERT),
+    ca: readFileSync(process.env.OP_MTLS_CA),
+    requestCert: true,
+    rejectUnauthorized: false,
+  }, serve)
+  : undefined;
+mtlsServer?.listen(mtlsPort, '127.0.0.1', () => {
+  console.log(`oidc-provider's mTLS endpoints on ${mtlsBase}`);
+});
+
+const stop = () => {
+  mtlsServer?.close();
+  server.close(() => process.exit(0));
+};
 process.on('SIGTERM', stop);
 process.on('SIGINT', stop);
