@@ -139,3 +139,11 @@ def make_certs(
         cert=_write_cert(directory / f"{name}.pem", client),
         key=_write_key(directory / f"{name}-key.pem", client_key, key_password),
     )
+
+
+def make_self_signed(directory: Path, subject: str = "reference-app-mtls-self") -> tuple[str, str]:
+    """A self-signed client certificate and its key (``self_signed_tls_client_auth``): files."""
+    now = datetime.now(UTC)
+    key = _key()
+    cert = _issue(subject, key, None, not_before=now - timedelta(days=1), not_after=now + timedelta(days=30))
+    return (str(_write_cert(directory / "self.pem", cert)), str(_write_key(directory / "self-key.pem", key)))

@@ -330,6 +330,10 @@ def test_discovery_refuses_a_certificate_over_plain_http(
     op.discovery_overrides.update(override)
     with pytest.raises(Discovery, match=match):
         _discover(op, _config(op, certs))
+    if "token_endpoint" not in override:  # a client without a certificate never calls the aliases
+        op.discovery_overrides["token_endpoint_auth_methods_supported"] = None  # the provider's own
+        plain = _discover(op, OAuthProviderConfig(op.discovery_url, CLIENT_ID, CLIENT_SECRET, REDIRECT_URI))
+        assert plain.endpoint("token_endpoint") == f"{OP}/token"
 
 
 def _config(op: TestOpenIDProvider, certs: Certs, **overrides: Any) -> OAuthProviderConfig:

@@ -449,6 +449,8 @@ class ProviderMetadata:
     dpop_algorithms: tuple[str, ...] = ()
     #: The ``mtls_endpoint_aliases`` we use (RFC 8705 §5), as (endpoint name, https URL) pairs.
     mtls_aliases: tuple[tuple[str, str], ...] = ()
+    #: Why ``mtls_endpoint_aliases`` is unusable (refused only for a client with a certificate).
+    mtls_aliases_refused: str | None = None
 
     @classmethod
     def from_document(
@@ -505,8 +507,18 @@ class ProviderMetadata:
             par_endpoint=optional["pushed_authorization_request_endpoint"],
             require_par=document.get("require_pushed_authorization_requests") is True,
             dpop_algorithms=_strings_of(document.get("dpop_signing_alg_values_supported")),
-            mtls_aliases=tuple(mtls_aliases(document).items()),
+            **_aliases_of(document),
         )
+
+
+def _aliases_of(document: Mapping[str, Any]) -> dict[str, Any]:
+    """``mtls_aliases`` and ``mtls_aliases_refused`` of a discovery document: a malformed
+    member is refused only when a client presents a certificate (clients without one never
+    call the aliases, so they keep working)."""
+    try:
+        return {"mtls_aliases": tuple(mtls_aliases(document).items())}
+    except Discovery as exc:
+        return {"mtls_aliases_refused": exc.message}
 
 
 def _strings_of(value: Any) -> tuple[str, ...]:
@@ -650,6 +662,8 @@ def _client_endpoints(metadata: ProviderMetadata, tls: ClientCertificate | None)
     }
     if tls is None:
         return plain
+    if metadata.mtls_aliases_refused is not None:
+        raise Discovery(metadata.mtls_aliases_refused)
     aliases = dict(metadata.mtls_aliases)
     chosen = {name: aliases.get(name, url) for name, url in plain.items()}
     for name, url in chosen.items():

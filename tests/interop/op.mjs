@@ -21,8 +21,9 @@
 // requestCert; the handshake does not refuse a missing or unknown certificate, the provider does) serving the same
 // provider, advertised as its mtls_endpoint_aliases (token, PAR, userinfo, revocation), and the client "<id>-mtls":
 // tls_client_auth with the subject DN OP_MTLS_SUBJECT, certificate-bound access tokens, PAR required, ES256 ID
-// tokens, FAPI 2.0 profile. The test makes the files with `cryptography`:
-//   OP_MTLS_PORT, OP_MTLS_CA, OP_MTLS_CERT, OP_MTLS_KEY, OP_MTLS_SUBJECT
+// tokens, FAPI 2.0 profile; and "<id>-mtls-self": self_signed_tls_client_auth with the self-signed certificate
+// OP_MTLS_SELF_SIGNED in its JWKS (x5c), otherwise the same. The test makes the files with `cryptography`:
+//   OP_MTLS_PORT, OP_MTLS_CA, OP_MTLS_CERT, OP_MTLS_KEY, OP_MTLS_SUBJECT, OP_MTLS_SELF_SIGNED
 //
 // Test-only admin route: POST /__admin/rotate?keep_old=1 replaces the RS256, ES256 and PS256 signing keys (the
 // old ones stay published after the new ones when keep_old=1) and answers {"kids": [...]}, the new
@@ -124,13 +125,22 @@ function fapiClient() {
 const mtlsPort = process.env.OP_MTLS_PORT ? Number(process.env.OP_MTLS_PORT) : undefined;
 const mtlsBase = mtlsPort ? `https://127.0.0.1:${mtlsPort}` : undefined;
 const mtlsId = `${clientId}-mtls`;
-const isMtlsClient = (client) => client?.clientId === mtlsId;
+const isMtlsClient = (client) => client?.clientId === mtlsId || client?.clientId === `${mtlsId}-self`;
 
-function mtlsClient() {
+// The self-signed certificate's public JWK with its x5c: what self_signed_tls_client_auth compares.
+function selfSignedJwks() {
+  const certificate = new X509Certificate(readFileSync(process.env.OP_MTLS_SELF_SIGNED));
+  const jwk = certificate.publicKey.export({ format: 'jwk' });
+  return { keys: [{ ...jwk, use: 'sig', x5c: [certificate.raw.toString('base64')] }] };
+}
+
+function mtlsClient(selfSigned = false) {
+  const auth = selfSigned
+    ? { token_endpoint_auth_method: 'self_signed_tls_client_auth', jwks: selfSignedJwks() }
+    : { token_endpoint_auth_method: 'tls_client_auth', tls_client_auth_subject_dn: process.env.OP_MTLS_SUBJECT };
   return {
-    client_id: mtlsId,
-    token_endpoint_auth_method: 'tls_client_auth',
-    tls_client_auth_subject_dn: process.env.OP_MTLS_SUBJECT,
+    client_id: selfSigned ? `${mtlsId}-self` : mtlsId,
+    ...auth,
     tls_client_certificate_bound_access_tokens: true,
     redirect_uris: redirectUris,
     response_types: ['code'],
@@ -152,6 +162,7 @@ function mtlsFeature() {
     enabled: true,
     certificateBoundAccessTokens: true,
     tlsClientAuth: true,
+    selfSignedTlsClientAuth: true,
     getCertificate: peerCertificate,
     certificateAuthorized: (ctx) => ctx.socket.authorized === true,
     certificateSubjectMatches: (ctx, property, expected) => property === 'tls_client_auth_subject_dn'
@@ -192,7 +203,7 @@ function build(keys) {
       clientFor(`${clientId}-special`, 'RS256', { secret: specialSecret }),
       clientFor(`${clientId}-tokens`, 'RS256'),
       fapiClient(),
-      ...(mtlsBase ? [mtlsClient()] : []),
+      ...(mtlsBase ? [mtlsClient(), mtlsClient(true)] : []),
     ],
     ttl: {
       AccessToken(_ctx, token, client) {
@@ -230,7 +241,7 @@ function build(keys) {
     ...(mtlsBase ? {
       discovery: { claim_types_supported: ['normal'], ...mtlsDiscovery() },
       clientAuthMethods: ['client_secret_basic', 'client_secret_jwt', 'client_secret_post', 'private_key_jwt',
-        'none', 'tls_client_auth'],
+        'none', 'tls_client_auth', 'self_signed_tls_client_auth'],
     } : {}),
     // Any login name is an account; its claims derive from the name.
     async findAccount(_ctx, sub) {
