@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         FederationService,
         OAuthLoginOptions,
     )
+    from flask_authflow.federation.mtls import CertificateChanged
     from flask_authflow.federation.par import PushedRequestRefused
     from flask_authflow.federation.provider import (
         OAuthProvider,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
+    "CertificateChanged": ".mtls",
     "DpopAuth": ".dpop",
     "DpopKeyGone": ".dpop",
     "PushedRequestRefused": ".par",
@@ -79,6 +81,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "CertificateChanged",
     "CsrfMismatch",
     "Discovery",
     "DpopAuth",

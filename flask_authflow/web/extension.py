@@ -590,11 +590,14 @@ class AuthFlow:
     def provider_token(self, provider: str, *, scopes: Iterable[str] | None = None) -> Any:
         """A valid access token of ``provider`` for the signed-in user, to call the
         provider's APIs (the provider needs ``store_tokens``); an expired one is refreshed
-        first. It is a ``str`` with ``token_type`` and ``auth`` (a ``requests`` auth object:
-        Bearer, or DPoP proofs for a DPoP-bound token). See :doc:`/federation` ("Calling
-        the provider's APIs").
+        first. It is a ``str`` with ``token_type``, ``auth`` (a ``requests`` auth object:
+        Bearer, or DPoP proofs for a DPoP-bound token), and ``cert`` and ``verify`` (the
+        client certificate and CA of a certificate-bound token; ``None`` and ``True``
+        otherwise): ``requests.get(url, auth=t.auth, cert=t.cert, verify=t.verify)``. See
+        :doc:`/federation` ("Calling the provider's APIs").
 
         :raises Unauthenticated: no user is signed in.
+        :raises CertificateChanged: the token is bound to a certificate since replaced.
         :raises NoProviderToken, NoRefreshToken, RefreshTokenExpired, InsufficientScope:
             sign in with the provider again (granting ``scopes``).
         :raises ProviderUnreachable, TokenExchange, TokenRefreshBusy: the refresh failed for now.
