@@ -32,6 +32,7 @@ from sqlalchemy.pool import Pool
 
 from flask_authflow import AuthFlow
 from flask_authflow.clock import MockClock
+from flask_authflow.login import required_enrollment
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from tests.appfactory import AppFactory
@@ -192,9 +193,9 @@ def test_one_totp_step_on_sqlite_costs_twelve_statements_and_one_commit(
             "UPDATE authflow_factors SET",
             "INSERT INTO authflow_attempts",
             "UPDATE authflow_lockouts SET",
-            # ... the required-enrollment read, the device and its row, the step's row, and
-            # the session under its new id.
-            "SELECT authflow_account_tokens.token_hash, authflow_account_tokens.kind,",
+            # ... (no required enrollment: the password step's begin found none, and none
+            # can appear on an existing account), the device and its row, the step's row,
+            # and the session under its new id.
             "INSERT INTO authflow_devices",
             "INSERT INTO authflow_audit",
             "INSERT INTO authflow_audit",
@@ -240,5 +241,27 @@ def test_one_totp_step_on_postgresql_costs_fourteen_round_trips_and_one_commit(
         # The session read, 11 statements in the step's one transaction, BEGIN and COMMIT
         # (issue 30 asks for 5; see above).
         assert trace.round_trips <= 14, (trace.round_trips, "\n".join(kinds))
+    finally:
+        backend.close()
+
+
+@pytest.mark.authflow_stores("sql")
+def test_a_totp_step_reads_the_required_enrollment_only_when_the_begin_found_one(
+    tmp_path: Path, trace: Trace, app_factory: AppFactory, mock_clock: MockClock
+) -> None:
+    """The read skipped above is made when ``begin_login`` found a requirement: the step
+    then holds the session in it instead of authenticating it."""
+    app, backend, key = _login_app(app_factory, f"sqlite:///{tmp_path / 'login.db'}")
+    try:
+        tom = backend.find_user("default", "tom")
+        assert tom is not None
+        required_enrollment.require(backend, "default", tom.user_id, ["webauthn"], mock_clock.now(), "import")
+        client = app.test_client()
+        assert client.post("/login", json={"user": "tom"}).text == "FactorRequired"
+        _reset(trace)
+        code = pyotp.TOTP(key).at(mock_clock.now())
+        assert client.post("/totp", json={"code": code}).text == "WorkflowPending"
+        kinds = _kinds(trace, backend.engine)
+        assert "SELECT authflow_account_tokens.token_hash, authflow_account_tokens.kind," in kinds
     finally:
         backend.close()
