@@ -17,7 +17,7 @@ from datetime import datetime
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.core.identifiers import check_tenant, normalise_identifier
-from flask_authflow.core.ports import LoginFacts
+from flask_authflow.core.ports import KnownSecret, LoginFacts
 from flask_authflow.core.session import (
     AuthSession,
     AuthState,
@@ -114,7 +114,10 @@ def _start(op: Operation, svc: LoginServices, facts: LoginFacts) -> FactorRequir
             start_login(r, tenant=tenant, user_id=subject_id, factors=steps, now=op.now), flow
         )
     )
-    note_begin_read(flow, required)
+    password = facts.password
+    if password is not None and not (usable and user is not None and subject_id == user.user_id):
+        password = KnownSecret(None)  # a phantom's: the dummy verify, as a wrong password's work
+    note_begin_read(flow, required, password)
     reason = None if usable else ("disabled" if user is not None else "unknown_identifier")
     if usable and user is not None and subject_id != user.user_id:
         reason = "no_password"
