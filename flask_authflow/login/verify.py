@@ -222,7 +222,8 @@ def _check(
     if factor is None:
         return Rejected("unsupported_factor"), None
     ctx = factor_context(svc, op.now, op.session, credential.kind, step.who)
-    if credential.kind is FactorKind.PASSWORD and (begun := begin_read_for(op.session.record.flow)):
+    begun = begin_read_for(op.session.record.flow) if credential.kind is FactorKind.PASSWORD else None
+    if begun is not None:
         ctx.known_secret = begun.password  # read by this request's begin_login, with the user
     checked = guard_store(lambda: factor.verify(ctx, credential))
     return checked, ctx.flow_update
