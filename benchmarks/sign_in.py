@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from flask import Flask
 
@@ -118,6 +119,26 @@ def flask_security_sign_in(database_url: str) -> Callable[[], None]:
     return one
 
 
+def database_work(one: Callable[[], None]) -> str:
+    """What one sign-in of a contender asks of its database: statements, and how many of
+    them write (on SQLite a transaction that wrote is a sync of the file at its commit;
+    a peer that writes nothing at sign-in pays none)."""
+    from sqlalchemy import Engine, event
+
+    seen: list[str] = []
+
+    def on_statement(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement.lstrip().split(None, 1)[0].upper())
+
+    event.listen(Engine, "before_cursor_execute", on_statement)
+    try:
+        one()
+    finally:
+        event.remove(Engine, "before_cursor_execute", on_statement)
+    writes = sum(1 for verb in seen if verb in ("INSERT", "UPDATE", "DELETE"))
+    return f"{len(seen)} statements, {writes} writing"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -131,6 +152,7 @@ def main() -> None:
     for one in contenders.values():
         for _ in range(20):  # warm up, and check each answers
             one()
+    work = {name: database_work(one) for name, one in contenders.items()}
     per_round: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(args.rounds):
         for name, one in contenders.items():
@@ -142,6 +164,7 @@ def main() -> None:
     for name, rates in per_round.items():
         print(
             f"    {name:<32} {max(rates):>7.0f}/s  median {statistics.median(rates):>7.0f}/s  {spread(rates)}"
+            f"  ({work[name]} a sign-in)"
         )
     ours, peer = per_round["authflow (SQLite)"], per_round["Flask-Security-Too (SQLite)"]
     median = statistics.median(o / p for o, p in zip(ours, peer, strict=True))

@@ -59,6 +59,10 @@ __all__ = [
 #: The table whose inserts are the audit sink's writes.
 AUDIT_TABLE = "authflow_audit"
 _WRITE = re.compile(r'^\s*(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+"?([A-Za-z_][A-Za-z0-9_]*)', re.IGNORECASE)
+#: The writes of a statement's data-modifying CTEs (PostgreSQL's ``WITH x AS (UPDATE ...)``).
+_CTE_WRITE = re.compile(
+    r'\bAS\s*\(\s*(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+"?([A-Za-z_][A-Za-z0-9_]*)', re.IGNORECASE
+)
 
 FaultKind = Literal["store", "audit", "mail"]
 
@@ -205,17 +209,21 @@ class Faults:
             self._fail = None
 
     def _before(self, conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool) -> None:
-        found = _WRITE.match(statement)
-        if found is None:
+        found = [_WRITE.match(statement)]
+        if found[0] is None and statement.lstrip()[:4].upper() == "WITH":
+            found = list(_CTE_WRITE.finditer(statement))  # one statement: one write to fail
+        writes = [Write(f.group(1).split()[0].upper(), f.group(2).lower()) for f in found if f is not None]
+        if not writes:
             return
-        write = Write(found.group(1).split()[0].upper(), found.group(2).lower())
+        write = writes[0]
         if self._trace is not None:
             self._trace.writes.append(write)
+            tables = {w.table for w in writes}
             if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
                 self._trace.commits += 1
-                self._trace.transactions.append(frozenset({write.table}))
+                self._trace.transactions.append(frozenset(tables))
             else:
-                self._open.setdefault(id(conn), set()).add(write.table)
+                self._open.setdefault(id(conn), set()).update(tables)
         fault = self._fail
         if fault is None or (fault.kind == "audit" and write != Write("INSERT", AUDIT_TABLE)):
             return

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
-from flask_authflow.core.ports import FactorConfig, FactorRecordStore
+from flask_authflow.core.ports import FactorConfig, FactorRecordStore, KnownSecret
 from flask_authflow.outcomes import FactorCredential, FactorKind
 
 __all__ = [
@@ -108,6 +108,8 @@ class FactorContext:
     :param purpose: ``"login"`` or ``"step_up"``.
     :param flow_update: set by the factor to replace its slot (``{}`` empties it); ``None``
         leaves the slot as it was.
+    :param known_secret: the stored secret this request's ``begin_login`` read for the
+        step (the password hash), or ``None``: the factor reads it.
     """
 
     tenant: str
@@ -120,6 +122,7 @@ class FactorContext:
     purpose: str = "login"
     identifier: str | None = None
     flow_update: dict[str, Any] | None = None
+    known_secret: KnownSecret | None = None
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ __all__ = [
     "FactorStore",
     "FailureCount",
     "IdentityStore",
+    "KnownSecret",
     "LoginFacts",
     "LoginRecorder",
     "LoginStore",
@@ -434,6 +435,14 @@ class AttemptStore(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class KnownSecret:
+    """A stored secret a login already read in this request: ``value`` (``None``: none is
+    stored), so that the step that checks it does not read it again."""
+
+    value: str | None = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class LoginFacts:
     """What ``begin_login`` decides on, read together (see :meth:`LoginStore.login_facts`)."""
 
@@ -447,6 +456,9 @@ class LoginFacts:
     #: The payload of the user's newest live account token of the ``token_kind`` asked
     #: for (a required enrollment), or ``None``.
     token_payload: Mapping[str, Any] | None = None
+    #: The user's stored password hash, read with the rest (``None``: this store does not
+    #: read it there; the password step then asks :meth:`FactorStore.get_password_hash`).
+    password: KnownSecret | None = None
 
 
 class UnitOfWork(Protocol):

@@ -17,7 +17,7 @@ from datetime import datetime
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.core.identifiers import check_tenant, normalise_identifier
-from flask_authflow.core.ports import LoginFacts
+from flask_authflow.core.ports import KnownSecret, LoginFacts
 from flask_authflow.core.session import (
     AuthSession,
     AuthState,
@@ -37,7 +37,7 @@ from flask_authflow.login.operation import (
     note_begin_read,
 )
 from flask_authflow.login.required_enrollment import KIND as REQUIRED_KIND
-from flask_authflow.login.required_enrollment import kinds_in
+from flask_authflow.login.required_enrollment import NONE_REQUIRED_KEY, kinds_in
 from flask_authflow.login.throttling import refuse_if_throttled
 from flask_authflow.login.verification import UNVERIFIED_KEY
 from flask_authflow.outcomes import FactorKind, FactorRequired, Locked, LoginOutcome
@@ -106,13 +106,18 @@ def _start(op: Operation, svc: LoginServices, facts: LoginFacts) -> FactorRequir
     flow: dict[str, object] = {LOGIN_IDENTIFIER_KEY: ident, TRANSACTION_KEY: new_transaction()}
     if usable and user is not None and user.email is not None and user.email_verified_at is None:
         flow[UNVERIFIED_KEY] = True
+    required = kinds_in(facts.token_payload) if usable else ()
+    if usable and not required:
+        flow[NONE_REQUIRED_KEY] = True  # the login's last step need not read it again
     op.session.transition(
         lambda r: begin_flow(
             start_login(r, tenant=tenant, user_id=subject_id, factors=steps, now=op.now), flow
         )
     )
-    required = kinds_in(facts.token_payload) if usable else ()
-    note_begin_read(flow, required)
+    password = facts.password
+    if password is not None and not (usable and user is not None and subject_id == user.user_id):
+        password = KnownSecret(None)  # a phantom's: the dummy verify, as a wrong password's work
+    note_begin_read(flow, required, password)
     reason = None if usable else ("disabled" if user is not None else "unknown_identifier")
     if usable and user is not None and subject_id != user.user_id:
         reason = "no_password"

@@ -39,7 +39,7 @@ from flask_authflow.audit.context import AuditContext
 from flask_authflow.audit.sinks import AuditRecord, AuthCounters, hash_session_id
 from flask_authflow.clock import Clock
 from flask_authflow.core.factors import Enrollment, Factor
-from flask_authflow.core.ports import AuditSink, LoginStore, UnitOfWork
+from flask_authflow.core.ports import AuditSink, KnownSecret, LoginStore, UnitOfWork
 from flask_authflow.core.session import AuthSession, SessionSnapshot, reset_to_guest
 from flask_authflow.errors import AuditWriteError, AuthFlowError, LoginNotStarted, StoreUnavailable
 from flask_authflow.login.lockout import Lockout
@@ -148,17 +148,22 @@ def lockout_subject(flow: Mapping[str, Any], user_id: str) -> str:
 class BeginRead:
     """What ``begin_login`` read for a login in this request, so that its password step in
     the same request does not read it again: the locks of the subject (account, host,
-    network; none was active) and the kinds the user must enroll (empty: none)."""
+    network; none was active), the kinds the user must enroll (empty: none) and the
+    password hash to check (``None``: the store did not read it)."""
 
     transaction: str
     required: tuple[str, ...]
+    password: KnownSecret | None = None
 
 
-def note_begin_read(flow: Mapping[str, Any], required: tuple[str, ...]) -> None:
-    """``begin_login`` read the locks and the required enrollment of the login ``flow``."""
+def note_begin_read(
+    flow: Mapping[str, Any], required: tuple[str, ...], password: KnownSecret | None = None
+) -> None:
+    """``begin_login`` read the locks, the required enrollment and the password hash of the
+    login ``flow``."""
     transaction = flow.get(TRANSACTION_KEY)
     if has_app_context() and isinstance(transaction, str):
-        g.authflow_begin_read = BeginRead(transaction, required)
+        g.authflow_begin_read = BeginRead(transaction, required, password)
 
 
 def begin_read_for(flow: Mapping[str, Any] | None) -> BeginRead | None:

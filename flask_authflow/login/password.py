@@ -281,7 +281,8 @@ class PasswordFactor:
         # A phantom login (unknown user) asks the store too and finds nothing: same round
         # trips, same Argon2 work; the service never lets a phantom pass.
         tenant, user_id = ctx.tenant, ctx.user_id
-        stored = self.store.get_password_hash(tenant, user_id)
+        known = ctx.known_secret  # read with the user by this request's begin_login (a phantom's: none)
+        stored = known.value if known is not None else self.store.get_password_hash(tenant, user_id)
         legacy = self.legacy
         if stored is None:
             self.hasher.dummy_verify(secret)

@@ -45,10 +45,12 @@ from flask_authflow.outcomes import FactorKind, WorkflowPending
 __all__ = [
     "HOLD",
     "KIND",
+    "NONE_REQUIRED_KEY",
     "enrolled",
     "enrolling_user",
     "hold",
     "kinds_in",
+    "known_kinds",
     "pending_kinds",
     "require",
     "required_kinds",
@@ -60,6 +62,11 @@ KIND: Final = "required_enrollment"
 HOLD: Final = timedelta(minutes=30)
 #: A requirement does not lapse by itself.
 _FOREVER: Final = timedelta(days=365 * 100)
+#: Key of a login's flow: ``begin_login`` found no stored requirement for its user, so the
+#: login's last step does not read it again. Safe because a requirement is only ever stored
+#: with the account it is for (the import creates both in one unit of work; an existing
+#: account's requirement only shrinks): one cannot appear while a login of the user runs.
+NONE_REQUIRED_KEY: Final = "no_required_enrollment"
 
 
 def _tokens(svc: LoginServices) -> AccountTokenStore | None:
@@ -103,6 +110,12 @@ def kinds_in(payload: Mapping[str, Any] | None) -> tuple[str, ...]:
     """The kinds a requirement's payload names (empty: none, or no requirement)."""
     kinds = payload.get("kinds") if payload is not None else None
     return tuple(str(kind) for kind in kinds) if isinstance(kinds, list) else ()
+
+
+def known_kinds(flow: Mapping[str, Any] | None) -> tuple[str, ...] | None:
+    """The stored kinds a login's flow knows its user must enroll: empty when its
+    ``begin_login`` found none (see :data:`NONE_REQUIRED_KEY`), else ``None`` (read them)."""
+    return () if flow is not None and flow.get(NONE_REQUIRED_KEY) is True else None
 
 
 def required_kinds(svc: LoginServices, tenant: str, user_id: str, now: datetime) -> tuple[str, ...]:

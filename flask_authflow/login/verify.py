@@ -50,7 +50,7 @@ from flask_authflow.login.operation import (
     guard_store,
     lockout_subject,
 )
-from flask_authflow.login.required_enrollment import hold
+from flask_authflow.login.required_enrollment import hold, known_kinds
 from flask_authflow.login.throttling import refuse_if_throttled
 from flask_authflow.login.verification import UNVERIFIED_KEY, EmailNotVerified, refuse_unverified
 from flask_authflow.outcomes import (
@@ -222,6 +222,9 @@ def _check(
     if factor is None:
         return Rejected("unsupported_factor"), None
     ctx = factor_context(svc, op.now, op.session, credential.kind, step.who)
+    begun = begin_read_for(op.session.record.flow) if credential.kind is FactorKind.PASSWORD else None
+    if begun is not None:
+        ctx.known_secret = begun.password  # read by this request's begin_login, with the user
     checked = guard_store(lambda: factor.verify(ctx, credential))
     return checked, ctx.flow_update
 
@@ -270,8 +273,10 @@ def _locked(op: Operation, step: _Step, until: datetime, reason: str) -> Locked:
 def _passed(op: Operation, svc: LoginServices, step: _Step) -> FactorOutcome:
     """The step passed: the session moves on (its id rotates), written in the step's unit."""
     expected, who, now = step.expected, step.who, op.now
-    begun = begin_read_for(op.session.record.flow)  # before the flow ends with the step
-    if step.first_step and (op.session.record.flow or {}).get(UNVERIFIED_KEY):
+    flow = op.session.record.flow  # before the flow ends with the step
+    begun = begin_read_for(flow)
+    known = begun.required if begun is not None else known_kinds(flow)
+    if step.first_step and (flow or {}).get(UNVERIFIED_KEY):
         try:  # a sign-up that has not confirmed its address yet: told so, nothing kept
             refuse_unverified(svc, who.tenant, who.user_id)
         except EmailNotVerified as exc:
@@ -289,7 +294,6 @@ def _passed(op: Operation, svc: LoginServices, step: _Step) -> FactorOutcome:
     op.write_session = True  # with the credential it used up, or not at all
     op.signal("factor_verified", user_id=who.user_id, tenant=who.tenant, factor=expected)
     if not step.step_up and after.state is AuthState.AUTHENTICATED:  # a factor to set up again first?
-        known = begun.required if begun is not None else None
         if (held := hold(op, svc, who.tenant, who.user_id, known=known)) is not None:
             return held
     if after.state is AuthState.AUTHENTICATED:

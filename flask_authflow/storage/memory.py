@@ -36,6 +36,7 @@ from flask_authflow.core.ports import (
     DeviceRecord,
     FactorConfig,
     FailureCount,
+    KnownSecret,
     LoginFacts,
     Reservation,
     Role,
@@ -507,7 +508,8 @@ class InMemoryBackend:
             if user is not None and token_kind is not None:
                 token = self.live_account_token(tenant, user.user_id, token_kind, now)
             payload = token.payload if token is not None else None
-            return LoginFacts(user, kinds, max(locked) if locked else None, payload)
+            password = self.get_password_hash(tenant, user.user_id) if user is not None else None
+            return LoginFacts(user, kinds, max(locked) if locked else None, payload, KnownSecret(password))
 
     def add_factor(self, tenant: str, config: FactorConfig) -> None:
         data = check_factor_config(config)

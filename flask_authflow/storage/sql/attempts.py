@@ -31,6 +31,7 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    union_all,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -252,6 +253,84 @@ _RESET_LEVELS = (
     )
     .values(failures=0, window_start=None)
 )
+
+
+@cache
+def _levels_table(count: int) -> Any:
+    """The subjects of ``count`` levels (bound as ``s{i}``) as rows of one column ``subject``."""
+    rows = [select(bindparam(f"s{i}", type_=String()).label("subject")) for i in range(count)]
+    return union_all(*rows).subquery("levels")
+
+
+@cache
+def _log_levels_unless_locked(count: int) -> Any:
+    """The successes of ``count`` levels logged in one statement, unless a lock is active on
+    any of their subjects: its row count says which (``count`` rows, or none). Its
+    parameters name no column of ``authflow_lockouts`` (see _PG_SETTLE_SUCCESS)."""
+    levels = _levels_table(count)
+    lock = select(func.max(_l.locked_until)).where(
+        _l.tenant == bindparam("key_tenant"), _l.subject.in_(_SUBJECTS), _l.locked_until > _NOW
+    )
+    return insert(attempts_table).from_select(
+        ["at", "tenant", "subject", "factor", "success", "client_ip"],
+        select(
+            _NOW,
+            bindparam("key_tenant", type_=String()),
+            levels.c.subject,
+            bindparam("key_factor", type_=String()),
+            true(),
+            bindparam("client_ip", type_=String()),
+        ).where(lock.scalar_subquery().is_(None)),
+    )
+
+
+@cache
+def _pg_settle_levels(count: int) -> Any:
+    """PostgreSQL: a success of ``count`` levels settled in one statement once their counter
+    rows are locked (data-modifying CTEs; its snapshot is taken after the locks are held, so
+    a lock committed by whoever held them before is seen): the reservations given back and,
+    unless a lock is active on a subject, the counters reset and the successes logged. It
+    returns the lock's end, if any."""
+    lock = (
+        select(
+            select(func.max(_l.locked_until))
+            .where(_l.tenant == bindparam("key_tenant"), _l.subject.in_(_SUBJECTS), _l.locked_until > _NOW)
+            .scalar_subquery()
+            .label("until")
+        )
+    ).cte("active_lock")
+    unlocked = select(lock.c.until).scalar_subquery().is_(None)
+    settled = _SETTLE_LEVELS.cte("settled")
+    reset = (
+        update(lockouts_table)
+        .where(
+            _l.tenant == bindparam("key_tenant"),
+            _l.factor == bindparam("key_factor"),
+            _l.subject.in_(_SUBJECTS),
+            unlocked,
+        )
+        .values(failures=literal_column("0"), window_start=null())
+        .cte("reset")
+    )
+    levels = _levels_table(count)
+    logged = (
+        insert(attempts_table)
+        .from_select(
+            ["at", "tenant", "subject", "factor", "success", "client_ip"],
+            select(
+                _NOW,
+                bindparam("key_tenant", type_=String()),
+                levels.c.subject,
+                bindparam("key_factor", type_=String()),
+                true(),
+                bindparam("client_ip", type_=String()),
+            ).where(unlocked),
+        )
+        .cte("logged")
+    )
+    return select(lock.c.until).add_cte(settled, reset, logged)
+
+
 _DROP_STALE_LEVELS = delete(reservations_table).where(
     _r.tenant == bindparam("tenant"),
     _r.factor == bindparam("factor"),
@@ -431,6 +510,38 @@ def _settle_success_in_one_statement(
     return aware(conn.execute(_PG_SETTLE_SUCCESS, params).scalar())
 
 
+def _settle_params(
+    keys: Sequence[AttemptKey], now: datetime, client_ip: str | None, reservation: str | None
+) -> dict[str, Any]:
+    """The parameters of a settlement of ``keys`` (none named after a column of the lockouts)."""
+    params: dict[str, Any] = {f"s{i}": key.subject for i, key in enumerate(keys)}
+    tokens = _level_tokens(reservation, len(keys)) if reservation is not None else []
+    params.update(key_tenant=keys[0].tenant, key_factor=keys[0].factor)
+    params["subjects"] = [key.subject for key in keys]
+    params.update(now=now, client_ip=client_ip, tokens=tokens)
+    return params
+
+
+def _settle_levels_in_steps(conn: Connection, count: int, params: dict[str, Any]) -> datetime | None:
+    """A success settled under the write lock the transaction holds (SQLite; the counter rows'
+    locks elsewhere): the reservations given back, the successes logged unless a lock is
+    active (one statement: its row count says), then the counters reset; found locked,
+    the lock's end is read (that path only)."""
+    if params["tokens"]:
+        conn.execute(_SETTLE_LEVELS, {"tokens": params["tokens"]})
+    if conn.execute(_log_levels_unless_locked(count), params).rowcount != count:
+        lock = {"tenant": params["key_tenant"], "subjects": params["subjects"], "now": params["now"]}
+        until = aware(conn.execute(_LEVELS_LOCK, lock).scalar())
+        return until if until is not None else params["now"]  # (never None: refused all the same)
+    conn.execute(_RESET_LEVELS, {k: params[k] for k in ("key_tenant", "key_factor", "subjects")})
+    return None
+
+
+def _settle_levels_in_one_statement(conn: Connection, count: int, params: dict[str, Any]) -> datetime | None:
+    """PostgreSQL: the same in one statement (see _pg_settle_levels)."""
+    return aware(conn.execute(_pg_settle_levels(count), params).scalar())
+
+
 @dataclass(frozen=True, slots=True)
 class _CounterSql:
     """How one database runs the attempt counter's statements (chosen once per engine)."""
@@ -445,6 +556,7 @@ class _CounterSql:
     settle_success: Callable[[Connection, AttemptKey, dict[str, Any]], datetime | None] = (
         _settle_success_in_steps
     )
+    settle_levels: Callable[[Connection, int, dict[str, Any]], datetime | None] = _settle_levels_in_steps
     #: Locks the counter rows of several keys in one statement (``None``: one by one).
     lock_rows: Any = None
     #: The transaction's first write locks the whole database (SQLite): no row locks needed.
@@ -473,6 +585,7 @@ _COUNTER_SQL = {
         postgresql.insert,
         reserve=_reserve_in_one_statement,
         settle_success=_settle_success_in_one_statement,
+        settle_levels=_settle_levels_in_one_statement,
         lock_rows=_lock_rows(postgresql.insert),
     ),
 }
@@ -614,21 +727,13 @@ class SqlAttempts(SqlConnections):
     ) -> datetime | None:
         """The counter rows locked in the levels' order (as a reservation locks them, so two
         requests of one account never wait for each other's rows in opposite orders: a
-        deadlock), the lock read, the reservations given back, then (unlocked) the counters
-        reset and the successes logged, in the open unit of work if there is one."""
-        now = utc(now)
-        params = _levels_params(keys, now)
+        deadlock), then, decided on the lock read after that, the reservations given back
+        and (unlocked) the counters reset and the successes logged, in the open unit of work
+        if there is one: two statements (on SQLite the write lock is the transaction's)."""
+        params = _settle_params(keys, utc(now), client_ip, reservation)
         with self._tx(locking=True) as conn:
             self._lock_levels(conn, keys)
-            until = aware(conn.execute(_LEVELS_LOCK, params).scalar())
-            if reservation is not None:
-                conn.execute(_SETTLE_LEVELS, {"tokens": _level_tokens(reservation, len(keys))})
-            if until is not None:
-                return until
-            conn.execute(_RESET_LEVELS, {k: params[k] for k in ("key_tenant", "key_factor", "subjects")})
-            logged = {"at": now, "success": True, "client_ip": client_ip}
-            conn.execute(insert(attempts_table).values([{**_key_row(key), **logged} for key in keys]))
-        return None
+            return self._counter_sql.settle_levels(conn, len(keys), params)
 
     @staticmethod
     def _settle(conn: Connection, token: str | None) -> None:

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Text,
     and_,
     bindparam,
+    case,
     delete,
     exists,
     false,
@@ -29,7 +30,7 @@ from sqlalchemy.exc import IntegrityError
 from flask_authflow.clock import utc
 from flask_authflow.core.factor_data import check_factor_config, dump_factor_data, load_factor_data
 from flask_authflow.core.identifiers import check_tenant, normalise_identifier
-from flask_authflow.core.ports import FactorConfig, LoginFacts
+from flask_authflow.core.ports import FactorConfig, KnownSecret, LoginFacts
 from flask_authflow.errors import StoreUnavailable, UserNotFound
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.storage.sql.schema import (
@@ -251,6 +252,10 @@ _LOGIN_FACTS: Any = (  # Any: its rows go to _user, typed for whole-table rows
         _FACTS_TOKEN.scalar_subquery().label("token_payload"),
         *users_table.c,
         factors_table.c.kind,
+        # The password's hash (its row only): the password step needs no read of its own.
+        case((factors_table.c.kind == FactorKind.PASSWORD.value, factors_table.c.secret)).label(
+            "password_hash"
+        ),
     )
     .select_from(
         _ANCHOR.outerjoin(
@@ -372,7 +377,11 @@ class SqlFactors(SqlConnections):
         user = user_record(first) if first.user_id is not None else None
         kinds = _kinds([row.kind for row in rows if row.kind is not None])
         payload = json.loads(first.token_payload) if first.token_payload is not None else None
-        return LoginFacts(user, kinds if user is not None else [], aware(first.locked_until), payload)
+        hashes = [str(row.password_hash) for row in rows if row.password_hash is not None]
+        password = KnownSecret(hashes[0] if user is not None and hashes else None)
+        return LoginFacts(
+            user, kinds if user is not None else [], aware(first.locked_until), payload, password
+        )
 
     # --- factor records (FactorRecordStore) --------------------------------------------------
 

@@ -85,6 +85,16 @@ _UPDATE_LIVE = (
     .values({name: bindparam(f"v_{name}", type_=sessions_table.c[name].type) for name in _VALUE_COLUMNS})
 )
 _DELETE_ONE = delete(sessions_table).where(_BY_KEY)
+#: A rotation of one id: the live row of the old id moved to the new one, with its new
+#: values, in one statement (no row: the old session was revoked, nothing is written).
+_ROTATE_LIVE = (
+    update(sessions_table)
+    .where(sessions_table.c.sid_hash == bindparam("old_key"), _LIVE)
+    .values(
+        sid_hash=bindparam("new_key"),
+        **{name: bindparam(f"v_{name}", type_=sessions_table.c[name].type) for name in _VALUE_COLUMNS},
+    )
+)
 #: The touch: the last-seen time and the expiry of a live row, nothing else.
 _TOUCH = (
     update(sessions_table)
@@ -354,7 +364,7 @@ class SqlAlchemySessionStore:
         An existing session is an ``UPDATE … WHERE sid_hash = ? AND expires_at > now``:
         a deleted (revoked) row is never re-created. A rotation deletes the live rows of
         ``replaces`` and inserts the new id in one transaction, rolled back if one of
-        them was already gone.
+        them was already gone (one id replaced: its live row updated to the new id).
         """
         key = sid_hash(record.sid)
         values = self._row_values(key, record, expires_at)
@@ -405,7 +415,12 @@ class SqlAlchemySessionStore:
 
     def _replace(self, conn: Connection, key: str, values: dict[str, Any], old_keys: list[str]) -> bool:
         """Delete the live rows of ``old_keys`` and write ``key``'s row on ``conn``; False,
-        with nothing written, when one of the old rows was already gone (revoked)."""
+        with nothing written, when one of the old rows was already gone (revoked). The
+        usual rotation, of one id, is one UPDATE of the old row to the new id."""
+        if len(old_keys) == 1:
+            params = {"old_key": old_keys[0], "new_key": key, "now": self._clock.now()}
+            params.update({f"v_{name}": value for name, value in values.items()})
+            return bool(conn.execute(_ROTATE_LIVE, params).rowcount)
         if old_keys:
             gone = conn.execute(_DELETE_LIVE_OLD, {"old_keys": old_keys, "now": self._clock.now()})
             if gone.rowcount != len(old_keys):
