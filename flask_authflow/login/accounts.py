@@ -252,6 +252,7 @@ class AccountAdmin:
         keep_sid: str | None = None,
         context: AuditContext | None = None,
         session: AuthSession | None = None,
+        replaces: str | None = None,
     ) -> Ended:
         """Set a new password and end every session of the user but ``keep_sid``; with the
         login service also the user's API tokens, pending account tokens (reset, change of
@@ -262,7 +263,8 @@ class AccountAdmin:
 
         The password must pass the policy (shorter passwords are allowed when the user has a
         second factor enrolled); :class:`~flask_authflow.errors.WeakPassword` otherwise, and
-        nothing changes."""
+        nothing changes. ``replaces``: the hash the current password was verified against
+        (:func:`~flask_authflow.login.recovery.change_password`)."""
         user = self._user(tenant, identifier)
         self.check_password(
             user.tenant, user.identifier, password, has_second_factor=self.has_second_factor(user)
@@ -272,7 +274,14 @@ class AccountAdmin:
             return Ended(self._revoke(user, recovery.CHANGE_EVENT, keep_sid))
         ctx, asking = self._request(context, session)
         return recovery.change_password(
-            self.service, ctx, asking, user.tenant, user.user_id, password, keep_sid=keep_sid
+            self.service,
+            ctx,
+            asking,
+            user.tenant,
+            user.user_id,
+            password,
+            keep_sid=keep_sid,
+            replaces=replaces,
         )
 
     def logout_everywhere(

@@ -30,6 +30,7 @@ flow's event), ``account_tokens_voided`` (reason: ``kind=count`` pairs) and
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,10 +41,11 @@ from flask_authflow.audit.context import AuditContext
 from flask_authflow.core.identifiers import check_tenant
 from flask_authflow.core.ports import ApiTokenStore, UserRecord
 from flask_authflow.core.session import AuthSession
-from flask_authflow.errors import StoreUnavailable, UserNotFound
+from flask_authflow.errors import AuthnError, StoreUnavailable, UserNotFound
 from flask_authflow.login import account_tokens
 from flask_authflow.login.operation import LoginServices, Operation, guard_store
 from flask_authflow.login.password import PasswordHasher
+from flask_authflow.login.sign_in_ways import hold_user
 
 __all__ = [
     "CHANGE_EVENT",
@@ -172,21 +174,47 @@ def change_password(
     password: str,
     *,
     keep_sid: str | None = None,
+    replaces: str | None = None,
 ) -> Ended:
     """Set the user's new ``password`` (checked by the caller against the policy) and end
-    everything the module's text lists, but the session ``keep_sid``.
+    everything the module's text lists, but the session ``keep_sid``. ``replaces``: the
+    hash the caller verified the current password against; the change happens only while
+    it is still the stored one, checked again under the user's row lock in the unit, so of
+    two parallel changes with the same current password exactly one wins.
 
-    :raises UserNotFound: no such user."""
+    :raises UserNotFound: no such user. :raises PasswordReplaced: ``replaces`` is no longer
+        the stored hash (nothing changed)."""
     user = _user(svc, tenant, user_id)
     password_hash = svc.hasher.hash(password)
+    _still(svc, user, replaces)  # a lost race ends no session
     ended = end_sessions(svc, user.tenant, user.user_id, keep_sid, CHANGE_EVENT)
     with Operation(svc, ctx, session, CHANGE_EVENT, **_fields(user)) as op:
         op.unit()
+        if replaces is not None:
+            hold_user(svc, user.tenant, user.user_id)
+            _still(svc, user, replaces)
         guard_store(lambda: svc.store.set_password_hash(user.tenant, user.user_id, password_hash))
         op.audit("success", f"sessions_ended={ended}")
         access = end_access(op, svc, user)
     ended += _end_late_sessions(svc, user.tenant, user.user_id, keep_sid, CHANGE_EVENT)
     return access.with_sessions(ended)
+
+
+class PasswordReplaced(AuthnError):
+    """The password changed since the caller verified the current one (a parallel change
+    won): nothing changed; sign in with the new password."""
+
+    code = "password_replaced"
+    status = 409
+
+
+def _still(svc: LoginServices, user: UserRecord, replaces: str | None) -> None:
+    """:class:`PasswordReplaced` unless ``replaces`` is ``None`` or the stored hash."""
+    if replaces is None:
+        return
+    stored = guard_store(lambda: svc.store.get_password_hash(user.tenant, user.user_id))
+    if stored is None or not hmac.compare_digest(stored, replaces):
+        raise PasswordReplaced("the password was changed meanwhile")
 
 
 def logout_everywhere(

@@ -23,7 +23,7 @@ from flask_authflow.audit.context import audit_context
 from flask_authflow.core.session import AuthSession, sid_hash
 from flask_authflow.errors import AuthFlowError, AuthnError, StepUpNeeded
 from flask_authflow.i18n import N_
-from flask_authflow.login.recovery import Ended
+from flask_authflow.login.recovery import Ended, PasswordReplaced
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
 from flask_authflow.responses import package_headers, wants_json
 from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, rotate_csrf_token
@@ -118,17 +118,25 @@ def change_own_password(session: AuthSession, current: str, new: str) -> Ended:
 
     :raises StepUpNeeded: the strongest step first. :raises CurrentPasswordRefused: see
         there. :raises AuthFlowError: the policy's ``WeakPassword``, ``PasswordTooLong``,
-        ``throttled``, a store down."""
+        ``throttled``, a store down. Of two parallel changes with the same current password
+        one wins; the other is ``wrong_current_password`` (as it would be a moment later)."""
     handle().check_password_change(session)
+    verified = get_state().backend.get_password_hash(str(session.tenant), str(session.user_id))
     _confirm_password(session, current)
-    ended = account_admin().change_password(
-        str(session.tenant),
-        identifier_of(session) or "",
-        new,
-        keep_sid=stored_sid(session),
-        context=audit_context(),
-        session=session,
-    )
+    try:
+        ended = account_admin().change_password(
+            str(session.tenant),
+            identifier_of(session) or "",
+            new,
+            keep_sid=stored_sid(session),
+            context=audit_context(),
+            session=session,
+            replaces=verified,
+        )
+    except PasswordReplaced as exc:
+        raise CurrentPasswordRefused(
+            "wrong_current_password", MESSAGES["wrong_current_password"], 401
+        ) from exc
     session.rotate_id()
     rotate_csrf_token()
     return ended
