@@ -368,3 +368,13 @@ def test_sql_wiring_leaves_a_bad_database_url_to_the_configuration_check(tmp_pat
     with wiring.applied(), pytest.raises(ConfigurationError, match="AUTHFLOW_DATABASE_URL"):
         AuthFlow(app)
     assert "authflow" not in app.extensions
+
+
+def test_this_suite_opts_in_to_the_wiring(request: pytest.FixtureRequest, mock_clock: MockClock) -> None:
+    """flask-authflow's own suite asks for the wiring in pyproject.toml (the plugin's default
+    is off), so its tests never write into a development database."""
+    assert request.config.getini("authflow_autowire") is True
+    app = _factory_app()
+    AuthFlow(app)
+    assert isinstance(get_state(app).backend, InMemoryBackend)
+    assert get_state(app).clock is mock_clock
