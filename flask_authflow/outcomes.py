@@ -16,6 +16,7 @@ probe which accounts exist.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,7 +32,6 @@ __all__ = [
     "FactorOutcome",
     "FactorRequired",
     "InvalidCredential",
-    "InvalidCredentials",
     "Locked",
     "LoginOutcome",
     "StepUpRequired",
@@ -156,8 +156,8 @@ class FactorRequired:
 
 
 @dataclass(frozen=True, slots=True)
-class InvalidCredentials:
-    """Never returned: kept so that code matching on :data:`LoginOutcome` can name every case.
+class _InvalidCredentials:
+    """Deprecated, never returned (``flask_authflow.outcomes.InvalidCredentials``).
 
     ``begin_login`` does not reveal whether an identifier exists. An unknown user, a user of
     another tenant and a disabled account go through the same steps as a real account
@@ -229,7 +229,7 @@ class InvalidCredential:
     """The credential was refused (wrong, unknown user, wrong tenant, or no login in progress)."""
 
 
-LoginOutcome: TypeAlias = FactorRequired | InvalidCredentials | Locked | StepUpRequired
+LoginOutcome: TypeAlias = FactorRequired | Locked | StepUpRequired
 FactorOutcome: TypeAlias = Authenticated | FactorRequired | InvalidCredential | Locked | WorkflowPending
 
 
@@ -314,3 +314,17 @@ class FactorCredential:
 
     def __reduce__(self) -> tuple[object, ...]:
         raise TypeError("a FactorCredential cannot be pickled")
+
+
+def __getattr__(name: str) -> Any:
+    """``InvalidCredentials`` is deprecated: no login step returns it (a refused login is
+    :class:`InvalidCredential`, from ``verify_factor``); it goes in the next minor release."""
+    if name == "InvalidCredentials":
+        warnings.warn(
+            "flask_authflow.outcomes.InvalidCredentials is deprecated and will be removed in 0.9: "
+            "no login step returns it; a refused login is InvalidCredential",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _InvalidCredentials
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -83,6 +83,18 @@ def duration(name: str, value: Any) -> timedelta:
     return result
 
 
+def workflow_expiries(name: str, value: Any) -> Mapping[str, timedelta]:
+    """Workflow kind (or ``"custom"`` for every ``custom:*`` kind) to a positive duration of
+    at most 30 days, the longest a workflow may be given."""
+    if not isinstance(value, Mapping) or not all(isinstance(kind, str) for kind in value):
+        raise ConfigurationError(f"{name} must map workflow kinds to seconds, got {value!r}")
+    expiries = {kind: duration(f"{name}[{kind!r}]", seconds) for kind, seconds in value.items()}
+    for kind, expiry in expiries.items():
+        if expiry > timedelta(days=30):
+            raise ConfigurationError(f"{name}[{kind!r}] may not exceed 30 days, got {expiry}")
+    return MappingProxyType(expiries)
+
+
 def optional_duration(name: str, value: Any) -> timedelta | None:
     """A duration, or ``None`` ("forever"; from the environment: "forever" or "none")."""
     if value is None or (isinstance(value, str) and value.strip().lower() in ("forever", "none")):
@@ -557,6 +569,7 @@ KEYS: tuple[Key, ...] = (
     Key("AUTHFLOW_PREVIOUS_AUDIT_CHAIN_KEYS", previous_signing_keys, []),
     # login: freshness, lockout, hashing, password policy
     Key("AUTHFLOW_FRESHNESS", duration, timedelta(minutes=10)),
+    Key("AUTHFLOW_WORKFLOW_EXPIRY", workflow_expiries, {}),
     Key("AUTHFLOW_LOCKOUT_MAX_FAILURES", integer, 5),
     Key("AUTHFLOW_LOCKOUT_WINDOW", duration, timedelta(hours=1)),
     Key("AUTHFLOW_LOCKOUT_DURATION", duration, timedelta(minutes=15)),

@@ -32,7 +32,7 @@ class Refused(Exception):
 class SqlApp:
     """A Flask-SQLAlchemy app whose ``Member`` rows the hook pair keeps with the accounts."""
 
-    def __init__(self, database_url: str, clock: MockClock, hasher: PasswordHasher) -> None:
+    def __init__(self, database_url: str, clock: MockClock, hasher: PasswordHasher, **config: Any) -> None:
         self.db = db = SQLAlchemy()
         self.refuse_create = False
         self.refuse_delete = False
@@ -46,6 +46,7 @@ class SqlApp:
         app.config.update(
             TESTING=True, SQLALCHEMY_DATABASE_URI=database_url, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32)
         )
+        app.config.update(config)  # before init_app, which reads it once
         db.init_app(app)
         self.authflow = authflow = AuthFlow(app, backend=SqlAlchemyBackend(db), clock=clock, hasher=hasher)
         with app.app_context():

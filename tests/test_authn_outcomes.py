@@ -15,7 +15,6 @@ from flask_authflow.outcomes import (
     FactorOutcome,
     FactorRequired,
     InvalidCredential,
-    InvalidCredentials,
     Locked,
     LoginOutcome,
     StepUpRequired,
@@ -36,8 +35,6 @@ def describe(outcome: LoginOutcome | FactorOutcome) -> str:
             return "step-up " + ",".join(f.value for f in factors)
         case InvalidCredential():
             return "invalid"
-        case InvalidCredentials():
-            return "invalid-s"
     raise AssertionError(outcome)
 
 
@@ -47,7 +44,26 @@ def test_outcomes_are_matchable() -> None:
     assert describe(Locked(UNTIL)) == "locked 15"
     assert describe(StepUpRequired((FactorKind.PASSWORD,))) == "step-up password"
     assert describe(InvalidCredential()) == "invalid"
-    assert describe(InvalidCredentials()) == "invalid-s"
+
+
+def test_invalid_credentials_is_deprecated_and_still_matchable() -> None:
+    """Never returned; importing it warns (it goes in 0.9), and old code matching on it
+    still runs."""
+    with pytest.warns(DeprecationWarning, match="InvalidCredentials"):
+        from flask_authflow.outcomes import InvalidCredentials
+    match InvalidCredentials():
+        case InvalidCredentials():
+            pass
+        case _:
+            raise AssertionError("not matched")
+    assert InvalidCredential() != InvalidCredentials()
+    import flask_authflow.login
+    import flask_authflow.outcomes
+
+    with pytest.raises(AttributeError, match="NoSuchOutcome"):
+        flask_authflow.outcomes.NoSuchOutcome  # type: ignore[attr-defined]  # noqa: B018
+
+    assert "InvalidCredentials" not in flask_authflow.login.__all__
 
 
 def test_outcomes_are_frozen_and_compare_by_value() -> None:
@@ -56,7 +72,6 @@ def test_outcomes_are_frozen_and_compare_by_value() -> None:
         outcome.kind = FactorKind.TOTP  # type: ignore[misc]
     assert outcome == FactorRequired(FactorKind.PASSWORD)
     assert InvalidCredential() == InvalidCredential()
-    assert InvalidCredential() != InvalidCredentials()
 
 
 def test_factor_kind_values() -> None:

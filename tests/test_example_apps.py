@@ -2,9 +2,9 @@
 
 ``tests/apps/notes`` is built only from README.rst and docs/ (a Flask-SQLAlchemy ``User``
 model, the factory pattern, the ready views, ``current_user`` in a template, a custom 401
-page) and tested with the pytest plugin at its defaults. It runs in a subprocess with its
-own ``pytest.ini``, so flask-authflow's own settings (``authflow_autowire = false``) do not
-apply to it.
+page) and tested with the pytest plugin at its defaults (one test asks for the wiring with
+``authflow_wired``). It runs in a subprocess with its own ``pytest.ini``, so flask-authflow's
+own settings (``authflow_autowire = true``) do not apply to it.
 """
 
 from __future__ import annotations

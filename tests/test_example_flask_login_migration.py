@@ -2,8 +2,8 @@
 integer-keyed ``User`` table: the four users of an old database sign in with their old
 passwords (Werkzeug scrypt and pbkdf2 hashes) as the same rows, an import row without a row
 of the app is refused whole, a new account never takes over an existing row by its address,
-and the app's own test suite passes unchanged before and after (with the one pytest.ini line
-the migration adds; without it the plugin's wiring refuses the app's database)."""
+and the app's own test suite passes unchanged before and after (the plugin waits to be asked;
+opted in to its wiring, the suite's own database is refused)."""
 
 from __future__ import annotations
 
@@ -258,7 +258,7 @@ def test_the_apps_own_suite_passes_before_and_after(tmp_path: Path) -> None:
     clean = {"tests": "8", "failures": "0", "errors": "0", "skipped": "0"}
     assert _run_suite(tmp_path / "before", "-o", "pythonpath=before tests") == (0, clean, [])
     assert _run_suite(tmp_path / "after") == (0, clean, [])
-    # Without the pytest.ini line the plugin wires the app and refuses its tempfile database.
+    # Opted in to the plugin's wiring, the suite's tempfile database is refused.
     code, counts, errors = _run_suite(tmp_path / "wired", "-o", "authflow_autowire=true")
     assert code != 0 and counts["errors"] == "8"
     assert all("ConfigurationError" in message for message in errors)

@@ -503,13 +503,28 @@ def test_a_refusing_hook_in_the_apps_transaction_undoes_only_the_librarys_part(s
     assert sql_app.members() == {"own-row": "app"} and sql_app.accounts() == {}
 
 
-def test_signup_with_a_hook_commits_once_with_the_apps_row(sql_app: SqlApp) -> None:
+@pytest.fixture
+def signup_sql_app(
+    database_url: str, mock_clock: MockClock, authflow_hasher: PasswordHasher
+) -> Iterator[SqlApp]:
+    made = SqlApp(
+        database_url,
+        mock_clock,
+        authflow_hasher,
+        AUTHFLOW_REGISTRATION=True,
+        AUTHFLOW_EXTERNAL_URL="http://localhost",
+        AUTHFLOW_THROTTLE=False,
+    )
+    yield made
+    with made.app.app_context():
+        made.db.engine.dispose()
+
+
+def test_signup_with_a_hook_commits_once_with_the_apps_row(signup_sql_app: SqlApp) -> None:
     """Sign-up owns the session's transaction: the account, the hook's row, the token and
     the audit row commit once; a failing audit write keeps none of them."""
+    sql_app = signup_sql_app
     app = sql_app.app
-    app.config.update(
-        AUTHFLOW_REGISTRATION=True, AUTHFLOW_EXTERNAL_URL="http://localhost", AUTHFLOW_THROTTLE=False
-    )
     register_views(app)
     get_state(app).mail_sender = Outbox()
     with app.app_context():

@@ -1,7 +1,11 @@
-"""The plugin wires apps built during a test: mock_clock, fast hasher, in-memory stores.
+"""The plugin waits to be asked; asked, it wires apps built during a test: mock_clock, fast
+hasher, in-memory stores.
 
-Run through ``pytester`` with the defaults a user gets. The user's factory configures a SQLite file in a
-"development" folder outside the test's temporary folder: with the default wiring that
+Run through ``pytester`` in a subprocess, as a user's suite with the package installed (the
+plugin found through its entry point). A fresh project whose app is configured for SQLite
+sees exactly its own configuration; the same project with the opt-in (the ini option, the
+``authflow_wired`` marker) sees the wiring. The user's factory configures a SQLite file in a
+"development" folder outside the test's temporary folder: with the wiring asked for, that
 file is never created; with ``authflow_stores("sql")`` the run is refused with a message.
 The last tests drive :class:`PluginWiring` in this process: it passes its adapters to
 ``init_app`` as keyword arguments while it applies, replaces the wiring around it (the
@@ -98,12 +102,13 @@ def test_sql_stores_must_stay_in_tmp_path(app):
 
 
 def _write_project(pytester: pytest.Pytester, dev_db: Path) -> None:
-    pytester.makeini("[pytest]\n")  # the user's own (empty) settings: no ancestor's config applies
+    # the user's own settings, opting in for the whole suite: no ancestor's config applies
+    pytester.makeini("[pytest]\nauthflow_autowire = true\n")
     pytester.makepyfile(myapp=MYAPP.format(dev_db=str(dev_db)), conftest=CONFTEST, test_myapp=TESTS)
 
 
 @pytest.mark.slow  # pytest runs in a subprocess, as a user's suite
-def test_default_wiring_keeps_tests_off_the_development_database(
+def test_the_opted_in_wiring_keeps_tests_off_the_development_database(
     pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     dev_db = tmp_path_factory.mktemp("dev") / "dev.db"
@@ -118,7 +123,7 @@ def test_default_wiring_keeps_tests_off_the_development_database(
 
 @pytest.mark.slow  # pytest runs in a subprocess, as a user's suite
 def test_sql_wiring_accepts_a_database_inside_tmp_path(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\n")
+    pytester.makeini("[pytest]\n")  # the marker alone asks for the wiring
     pytester.makepyfile(
         myapp=MYAPP.format(dev_db="unused.db"),
         test_sql="""
@@ -150,40 +155,122 @@ def test_sql_store_used(app, login_client, tmp_path):
     result.assert_outcomes(passed=2)
 
 
-@pytest.mark.slow  # pytest runs in a subprocess, as a user's suite
-def test_app_marker_and_ini_turn_the_wiring_off(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\n")
-    pytester.makepyfile(
-        myapp=MYAPP.format(dev_db="unused.db"),
-        test_off="""
+FRESH_APP = """
+import secrets
+
+from flask import Flask
+
+from flask_authflow import AuthFlow, current_user, login_required
+
+authflow = AuthFlow()
+
+
+def create_app(test_config=None):
+    app = Flask(__name__)
+    app.config["AUTHFLOW_SIGNING_KEY"] = secrets.token_bytes(32)
+    app.config.update(test_config or {})
+    authflow.init_app(app)
+
+    @app.get("/dashboard")
+    @login_required
+    def dashboard():
+        return f"hello {current_user.identifier}"
+
+    return app
+"""
+
+FRESH_CONFTEST = """
 import pytest
 
-from flask_authflow import get_state
-from flask_authflow.clock import SystemClock
-from flask_authflow.storage.memory import InMemoryBackend
 from myapp import create_app
 
 
 @pytest.fixture
 def app(tmp_path):
-    return create_app({"TESTING": True, "AUTHFLOW_DATABASE_URL": f"sqlite:///{tmp_path}/t.db"})
+    return create_app(
+        {
+            "TESTING": True,
+            "AUTHFLOW_DATABASE_URL": f"sqlite:///{tmp_path}/own.db",
+            "AUTHFLOW_ARGON2_TIME_COST": 1,  # cheap Argon2id: allowed with TESTING only
+            "AUTHFLOW_ARGON2_MEMORY_COST": 8,
+            "AUTHFLOW_ARGON2_PARALLELISM": 1,
+        }
+    )
+"""
+
+FRESH_TESTS = """
+import inspect
+
+import pytest
+
+from flask_authflow import AuthFlow, get_state
+from flask_authflow.clock import SystemClock
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+
+
+def test_the_plugin_is_installed_and_patches_nothing(request):
+    assert request.config.pluginmanager.get_plugin("authflow") is not None  # the entry point
+    assert inspect.unwrap(AuthFlow.init_app) is AuthFlow.init_app
+
+
+def test_the_app_runs_on_its_own_configuration(app, tmp_path, login_client, authflow_hasher):
+    state = get_state(app)
+    assert isinstance(state.backend, SqlAlchemyBackend)
+    assert isinstance(state.clock, SystemClock)
+    assert app.config["AUTHFLOW_DATABASE_URL"] == f"sqlite:///{tmp_path}/own.db"
+    assert app.config["AUTHFLOW_AUDIT_SPOOL_PATH"] != str(tmp_path / "authflow-audit-spool.jsonl")
+    assert state.hasher is not authflow_hasher  # its own (cheap) test settings, not the plugin's
+    assert login_client("alice").get("/dashboard").text == "hello alice"
+    with app.app_context():
+        assert state.backend.find_user("default", "alice") is not None  # in its own SQL store
+
+
+@pytest.mark.authflow_wired
+def test_the_marker_asks_for_the_wiring(app, mock_clock, authflow_hasher):
+    state = get_state(app)
+    assert isinstance(state.backend, InMemoryBackend)
+    assert state.clock is mock_clock and state.hasher is authflow_hasher
 
 
 @pytest.mark.authflow_stores("app")
-def test_marker_app(app):
-    assert isinstance(get_state(app).clock, SystemClock)
-    assert not isinstance(get_state(app).backend, InMemoryBackend)
+def test_the_app_marker_keeps_the_wiring_off(app):
+    assert isinstance(get_state(app).backend, SqlAlchemyBackend)
+"""
 
 
-def test_default(app):
-    assert isinstance(get_state(app).backend, InMemoryBackend)
-""",
+@pytest.mark.slow  # pytest runs in a subprocess, twice, as a user's suite
+def test_a_fresh_project_sees_its_own_configuration_unless_it_opts_in(pytester: pytest.Pytester) -> None:
+    """A project with the package installed and its own SQLite-configured app: its tests see
+    exactly their own configuration; the ``authflow_wired`` marker, or the ini option for the
+    whole suite, asks for the wiring; ``authflow_stores("app")`` keeps it off either way."""
+    pytester.makeini("[pytest]\n")  # the project's own (empty) settings: no ancestor's config applies
+    pytester.makepyfile(myapp=FRESH_APP, conftest=FRESH_CONFTEST, test_myapp=FRESH_TESTS)
+    result = pytester.runpytest_subprocess(*RUN_ARGS)
+    result.assert_outcomes(passed=4)
+    result = pytester.runpytest_subprocess(*RUN_ARGS, "-o", "authflow_autowire=true")
+    result.assert_outcomes(passed=2, failed=2)  # wired: neither the clean init_app nor its own store
+    result.stdout.fnmatch_lines(
+        ["FAILED *test_the_plugin_is_installed_and_patches_nothing*", "FAILED *test_the_app_runs_on_its_own*"]
     )
-    result = pytester.runpytest_subprocess(*RUN_ARGS)
-    result.assert_outcomes(passed=2)
-    pytester.makeini("[pytest]\nauthflow_autowire = false\n")
-    result = pytester.runpytest_subprocess(*RUN_ARGS)
-    result.assert_outcomes(passed=1, failed=1)  # test_default: the wiring is off
+
+
+@pytest.mark.parametrize("kind", ["nosuch", ""])
+def test_an_unknown_store_kind_is_a_usage_error(pytester: pytest.Pytester, kind: str) -> None:
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(
+        test_kind=f"""
+import pytest
+
+
+@pytest.mark.authflow_stores({kind!r})
+def test_kind():
+    pass
+"""
+    )
+    result = pytester.runpytest(*RUN_ARGS)
+    assert result.ret != 0
+    result.stdout.fnmatch_lines([f"*authflow_stores({kind!r}): use 'memory', 'sql' or 'app'*"])
 
 
 # -- the wiring itself, in this process ------------------------------------------------------------
@@ -281,3 +368,13 @@ def test_sql_wiring_leaves_a_bad_database_url_to_the_configuration_check(tmp_pat
     with wiring.applied(), pytest.raises(ConfigurationError, match="AUTHFLOW_DATABASE_URL"):
         AuthFlow(app)
     assert "authflow" not in app.extensions
+
+
+def test_this_suite_opts_in_to_the_wiring(request: pytest.FixtureRequest, mock_clock: MockClock) -> None:
+    """flask-authflow's own suite asks for the wiring in pyproject.toml (the plugin's default
+    is off), so its tests never write into a development database."""
+    assert request.config.getini("authflow_autowire") is True
+    app = _factory_app()
+    AuthFlow(app)
+    assert isinstance(get_state(app).backend, InMemoryBackend)
+    assert get_state(app).clock is mock_clock

@@ -158,9 +158,11 @@ def test_workflow_data_must_be_small_json(data: Any) -> None:
 # --- through the extension -------------------------------------------------------------------------
 
 
-def build_app(tmp_path: Path, store: str, clock: MockClock, database: str | None = None) -> Flask:
+def build_app(
+    tmp_path: Path, store: str, clock: MockClock, database: str | None = None, **config: Any
+) -> Flask:
     app = Flask(__name__, instance_path=str(tmp_path / "instance"))
-    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
+    app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), **config)
     app.config["AUTHFLOW_DATABASE_URL"] = database or f"sqlite:///{tmp_path / 'authflow.db'}"
     if store == "memory":
         app.config["AUTHFLOW_SESSION_STORE"] = "memory"
@@ -309,8 +311,7 @@ def test_an_expired_workflow_is_refused_and_ended(tmp_path: Path) -> None:
 
 def test_expiry_is_configurable_per_kind_and_per_call(tmp_path: Path) -> None:
     clock = MockClock(T0)
-    app = build_app(tmp_path, "memory", clock)
-    app.config["AUTHFLOW_WORKFLOW_EXPIRY"] = {"signup": 60}
+    app = build_app(tmp_path, "memory", clock, AUTHFLOW_WORKFLOW_EXPIRY={"signup": 60})
     client = app.test_client()
     token = started(client, "signup")
     clock.advance(61)

@@ -95,7 +95,6 @@ from flask_authflow import (
     login_required,
     roles_required,
 )
-from flask_authflow.outcomes import InvalidCredentials
 from flask_authflow.web.api_auth import current_api_token
 from flask_authflow.web.views import rotate_csrf_token
 
@@ -158,7 +157,7 @@ def _outcome_text(outcome: Any) -> tuple[str, int]:
             return f"account locked until {until.isoformat()}", 403
         case StepUpRequired():
             return "step-up required", 401
-        case InvalidCredentials() | InvalidCredential():
+        case InvalidCredential():
             return "invalid credentials", 401
     return "login error", 401
 

@@ -7,6 +7,7 @@ attacker chose.
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ MAX_USER_AGENT = 512
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _G_KEY = AUDIT_CONTEXT_KEY
 _LOOPBACK = TrustedProxies.loopback_only()
+log = logging.getLogger("flask_authflow.audit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +130,11 @@ def audit_context() -> AuditContext:
         ctx = resolve_audit_context(request.environ, trusted if isinstance(trusted, TrustedProxies) else None)
         add_device = getattr(state, "device_context", None)
         if add_device is not None:  # the device feature: the request's device on every row
-            ctx = add_device(ctx, request)
-        setattr(g, _G_KEY, ctx)
+            try:
+                ctx = add_device(ctx, request)
+            except Exception:  # the row is written without the device, not lost
+                log.warning("the device hook failed: this request's audit rows have no device", exc_info=True)
+        setattr(g, _G_KEY, ctx)  # once per request, the hook's failure included
         return ctx
     except Exception:  # noqa: BLE001 - the extractor cannot fail, by contract
         return AuditContext.unknown()

@@ -37,7 +37,6 @@ from flask_authflow.cli.importing.plan import PlanContext, Refused, UserPlan, pl
 from flask_authflow.cli.importing.sources import PASSWORD_VARIABLE, database_url, read_database
 from flask_authflow.cli.importing.write import ImportStore, WriteTarget, write_roles, write_user
 from flask_authflow.cli.users import users
-from flask_authflow.login.account_settings import AccountSettings
 from flask_authflow.login.legacy_hashes import LegacyHashes, identify
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.web.state import AuthFlowState, account_admin, get_state
@@ -286,7 +285,7 @@ def users_import(
         store=cast(ImportStore, state.backend),
         sealer=state.sealer,
         now=state.clock.now(),
-        verification_ttl=AccountSettings.from_config(current_app.config).verification_ttl,
+        verification_ttl=get_state().config.accounts.verification_ttl,
         app_users=account_admin().app_users,
     )
     _write_all(report, target, data)

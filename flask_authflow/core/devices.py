@@ -12,9 +12,8 @@ import re
 
 from flask_authflow.errors import InvalidInput
 
-__all__ = ["MAX_DEVICE_ID_LENGTH", "MAX_LABEL_LENGTH", "MAX_PLACE_LENGTH", "check_device_id", "clean_text"]
+__all__ = ["MAX_LABEL_LENGTH", "MAX_PLACE_LENGTH", "check_device_id", "clean_text"]
 
-MAX_DEVICE_ID_LENGTH = 64
 MAX_LABEL_LENGTH = 128
 MAX_PLACE_LENGTH = 128
 _DEVICE_ID = re.compile(r"[A-Za-z0-9_-]{22,64}")

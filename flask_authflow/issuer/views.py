@@ -19,13 +19,8 @@ from flask_authflow.responses import package_headers
 if TYPE_CHECKING:  # the issuer imports this module to make its blueprint
     from flask_authflow.issuer.idp import LocalIdp
 
-__all__ = ["CACHE_CONTROL", "current_issuer", "jwks", "make_blueprint", "openid_configuration"]
+__all__ = ["current_issuer", "jwks", "make_blueprint", "openid_configuration"]
 
-#: The default Cache-Control of both documents (``LocalIdp.with_jwks_max_age`` sets
-#: another): they are public and change only on rotation; five minutes of caching
-#: keeps load off the app while rotation stays visible quickly (the previous key
-#: stays published, so cached copies keep verifying).
-CACHE_CONTROL: Final = "public, max-age=300"
 _APP_KEY: Final = "authflow_issuer"
 
 

@@ -6,6 +6,7 @@ login service and the factors take the values they need from them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -26,12 +27,15 @@ OWASP_MIN_MEMORY_COST = 19 * 1024
 
 @dataclass(frozen=True, slots=True)
 class LoginSettings(Settings):
-    """``AUTHFLOW_DEFAULT_TENANT``, ``AUTHFLOW_FRESHNESS``, ``AUTHFLOW_SITE_NAME``."""
+    """``AUTHFLOW_DEFAULT_TENANT``, ``AUTHFLOW_FRESHNESS``, ``AUTHFLOW_SITE_NAME``,
+    ``AUTHFLOW_WORKFLOW_EXPIRY``."""
 
     default_tenant: str = field(metadata=setting("AUTHFLOW_DEFAULT_TENANT"))
     #: How recent the last authentication must be for sensitive changes.
     freshness: timedelta = field(metadata=setting("AUTHFLOW_FRESHNESS"))
     site_name: str | None = field(metadata=setting("AUTHFLOW_SITE_NAME"))
+    #: Workflow kind (or ``"custom"``) to how long its workflows stay completable.
+    workflow_expiry: Mapping[str, timedelta] = field(metadata=setting("AUTHFLOW_WORKFLOW_EXPIRY"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,16 @@
 """The flask-authflow pytest plugin (registered under the ``pytest11`` entry point).
 
-Apps initialised during a test are wired for tests: unless the test is marked
-``@pytest.mark.authflow_stores("app")`` or the ini option ``authflow_autowire = false`` is
-set, ``AuthFlow.init_app`` is wrapped for the test's duration so that it is passed the
-test's ``mock_clock``, the fast hasher and in-memory stores as keyword arguments (whatever
-the app's factory configured; see :mod:`flask_authflow.testing.wiring`), so tests never
-write into a development database and ``mock_clock.advance()`` reaches the app. With
+Installing the package changes no test: the plugin offers fixtures and does nothing to an
+app unless a test asks. The opt-in is the ini option ``authflow_autowire = true`` (every
+test), the marker ``@pytest.mark.authflow_wired`` (one test, class or module) or a marker
+``@pytest.mark.authflow_stores("memory"|"sql")`` that names the stores to wire. A wired test
+has ``AuthFlow.init_app`` wrapped for its duration so that it is passed the test's
+``mock_clock``, the fast hasher and in-memory stores as keyword arguments (whatever the
+app's factory configured; see :mod:`flask_authflow.testing.wiring`), so it never writes into
+a development database and ``mock_clock.advance()`` reaches the app. With
 ``authflow_stores("sql")`` the configured SQL stores are used, but a SQLite file outside
-``tmp_path`` is refused. Values passed explicitly to ``AuthFlow(...)``/``init_app(...)`` win.
+``tmp_path`` is refused; ``authflow_stores("app")`` turns the wiring off for a test even
+under the ini option. Values passed explicitly to ``AuthFlow(...)``/``init_app(...)`` win.
 
 Fixtures:
 
@@ -17,7 +20,10 @@ Fixtures:
 ``authflow_hasher``
     A fast Argon2id profile for tests (still Argon2id, still verified; only cheaper).
 ``authflow_app``
-    Your ``app`` fixture if you define one, else a minimal app with in-memory stores.
+    Your ``app`` fixture if you define one, else ``authflow_memory_app()``.
+``authflow_memory_app``
+    A factory: ``authflow_memory_app(**config)`` returns a new app with in-memory stores,
+    ``mock_clock`` and the fast hasher.
 ``authflow_client``
     ``authflow_app.test_client()``.
 ``login_client``
@@ -58,10 +64,10 @@ TEST_USER_AGENT = "flask-authflow-tests/1.0"
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "authflow_autowire",
-        "wire apps initialised during a test with mock_clock, the fast hasher and in-memory "
-        "stores (default true)",
+        "wire the apps every test initialises with mock_clock, the fast hasher and in-memory "
+        "stores (default false: only tests marked authflow_wired or authflow_stores are wired)",
         type="bool",
-        default=True,
+        default=False,
     )
 
 
@@ -71,20 +77,24 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "authflow_stores(kind): 'memory' (default), 'sql' (the configured SQL stores; a SQLite file "
-        "must be inside tmp_path) or 'app' (no wiring at all: the app's own clock, hasher and stores)",
+        "authflow_wired: wire the apps this test initialises with mock_clock, the fast hasher and "
+        "in-memory stores (what authflow_autowire = true does for every test)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "authflow_stores(kind): wire this test with 'memory' stores or 'sql' (the configured SQL "
+        "stores; a SQLite file must be inside tmp_path); 'app' turns the wiring off (the app's own "
+        "clock, hasher and stores)",
     )
 
 
 @pytest.fixture(autouse=True)
 def _authflow_wiring(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Wire every app initialised during the test (see the module docstring): while the test
-    runs, ``AuthFlow.init_app`` is wrapped so that it is passed the test's adapters."""
-    marker = request.node.get_closest_marker("authflow_stores")
-    kind = str(marker.args[0]) if marker and marker.args else None
-    if kind not in (None, "memory", "sql", "app"):
-        raise pytest.UsageError(f"authflow_stores({kind!r}): use 'memory', 'sql' or 'app'")
-    if kind == "app" or (kind is None and not request.config.getini("authflow_autowire")):
+    """Wire the apps a test initialises, if the test asks (see the module docstring): while
+    it runs, ``AuthFlow.init_app`` is wrapped so that it is passed the test's adapters. A test
+    that does not ask is left alone: nothing is imported, nothing is patched."""
+    kind = _wiring_asked(request)
+    if kind is None:
         yield
         return
     from flask_authflow.testing.wiring import PluginWiring
@@ -93,10 +103,23 @@ def _authflow_wiring(request: pytest.FixtureRequest) -> Iterator[None]:
         clock=request.getfixturevalue("mock_clock"),
         hasher=request.getfixturevalue("authflow_hasher"),
         tmp_path=request.getfixturevalue("tmp_path"),
-        stores=kind or "memory",
+        stores=kind,
     )
     with wiring.applied():
         yield
+
+
+def _wiring_asked(request: pytest.FixtureRequest) -> str | None:
+    """The stores the test asked to be wired with (``"memory"`` or ``"sql"``), or ``None``
+    when it did not ask (or turned the wiring off with ``authflow_stores("app")``)."""
+    marker = request.node.get_closest_marker("authflow_stores")
+    kind = str(marker.args[0]) if marker and marker.args else None
+    if kind not in (None, "memory", "sql", "app"):
+        raise pytest.UsageError(f"authflow_stores({kind!r}): use 'memory', 'sql' or 'app'")
+    if kind is not None:
+        return None if kind == "app" else kind
+    asked = request.node.get_closest_marker("authflow_wired") is not None
+    return "memory" if asked or request.config.getini("authflow_autowire") else None
 
 
 @dataclass(frozen=True)
@@ -185,10 +208,38 @@ def authflow_hasher() -> PasswordHasher:
 
 
 @pytest.fixture
-def authflow_app(
-    request: pytest.FixtureRequest, mock_clock: MockClock, authflow_hasher: PasswordHasher
-) -> Flask:
-    """The app under test: your ``app`` fixture, or a minimal in-memory app."""
+def authflow_memory_app(mock_clock: MockClock, authflow_hasher: PasswordHasher) -> Callable[..., Flask]:
+    """A factory of apps on in-memory stores: ``authflow_memory_app(**config)`` returns a new
+    ``Flask`` app (``TESTING=True``, a random signing key, then ``config``) initialised with
+    ``mock_clock``, the fast hasher, an in-memory backend and an in-memory session store."""
+
+    def make(**config: Any) -> Flask:
+        from flask import Flask
+
+        from flask_authflow.sessions.stores import MemorySessionStore
+        from flask_authflow.storage.memory import InMemoryBackend
+        from flask_authflow.web.extension import AuthFlow
+
+        app = Flask("authflow_test_app")
+        app.config.update(
+            TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), AUTHFLOW_SESSION_STORE="memory"
+        )
+        app.config.update(config)
+        AuthFlow(
+            app,
+            backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
+            session_store=MemorySessionStore(clock=mock_clock),
+            clock=mock_clock,
+            hasher=authflow_hasher,
+        )
+        return app
+
+    return make
+
+
+@pytest.fixture
+def authflow_app(request: pytest.FixtureRequest, authflow_memory_app: Callable[..., Flask]) -> Flask:
+    """The app under test: your ``app`` fixture, or ``authflow_memory_app()``."""
     from flask import Flask
 
     try:
@@ -197,27 +248,9 @@ def authflow_app(
         if exc.argname != "app":
             raise  # the user's app fixture exists but is broken: never swap in another app
         app = None
-    if app is not None:
-        assert isinstance(app, Flask)
-        return app
-
-    from flask_authflow.sessions.stores import MemorySessionStore
-    from flask_authflow.storage.memory import InMemoryBackend
-    from flask_authflow.web.extension import AuthFlow
-
-    app = Flask("authflow_test_app")
-    app.config.update(
-        TESTING=True,
-        AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
-        AUTHFLOW_SESSION_STORE="memory",
-    )
-    AuthFlow(
-        app,
-        backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
-        session_store=MemorySessionStore(clock=mock_clock),
-        clock=mock_clock,
-        hasher=authflow_hasher,
-    )
+    if app is None:
+        return authflow_memory_app()
+    assert isinstance(app, Flask)
     return app
 
 

@@ -19,6 +19,7 @@ from flask_authflow.audit.settings import AuditSettings
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.federation.settings import FederationSettings
 from flask_authflow.issuer.settings import IssuerSettings
+from flask_authflow.login.account_settings import AccountSettings
 from flask_authflow.login.settings import (
     HashingSettings,
     LockoutSettings,
@@ -125,6 +126,8 @@ class AuthFlowConfig:
     factors: FactorSettings
     issuer: IssuerSettings
     federation: FederationSettings
+    #: Sign-up, password reset and their mails (read here once, not at each request).
+    accounts: AccountSettings
     #: The SMTP server e-mailed codes go out through (``None`` without ``AUTHFLOW_SMTP_HOST``).
     mail: SmtpSettings | None
 
@@ -153,6 +156,7 @@ class AuthFlowConfig:
             factors=FactorSettings.from_config(config),
             issuer=IssuerSettings.from_config(config),
             federation=FederationSettings.from_config(config),
+            accounts=AccountSettings.from_config(config),  # refuses an unsafe sign-up, with what to set
             mail=SmtpSettings.from_config(config) if config.get("AUTHFLOW_SMTP_HOST") is not None else None,
         )
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import logging
 
-from flask import current_app, render_template
+from flask import render_template
 
 from flask_authflow.core.ports import UserRecord
 from flask_authflow.i18n import gettext, template_context
 from flask_authflow.mail import FolderSender, HtmlMailSender
-from flask_authflow.settings import read
 from flask_authflow.web.state import AuthFlowState
 from flask_authflow.web.views.devices import shown_label
 
@@ -33,7 +32,7 @@ def mail_address_of(user: UserRecord) -> str | None:
 def send_new_device_mail(state: AuthFlowState, tenant: str, user_id: str, device_id: str) -> bool:
     """Tell the user about a sign-in from a new device; false (logged) when there is no
     sender, no address or no such device. A failing sender raises: the caller logs it."""
-    outbox = read(current_app.config, "AUTHFLOW_MAIL_OUTBOX")  # as the account mails: a folder wins
+    outbox = state.config.accounts.mail_outbox  # as the account mails: a folder wins
     sender = FolderSender(outbox) if outbox is not None else state.mail_sender
     user = state.backend.get_user(tenant, user_id)
     device = state.backend.get_device(tenant, user_id, device_id)

@@ -39,7 +39,6 @@ from flask_authflow.errors import (
 from flask_authflow.extras import check_extras
 from flask_authflow.i18n import app_template_context
 from flask_authflow.login import workflow
-from flask_authflow.login.account_settings import AccountSettings
 from flask_authflow.login.accounts import AccountAdmin
 from flask_authflow.login.legacy_hashes import LegacyHashes
 from flask_authflow.login.lockout import LockoutPolicy
@@ -498,7 +497,6 @@ class AuthFlow:
         )
         apply_defaults(app.config)
         config = AuthFlowConfig.from_config(app.config)
-        AccountSettings.from_config(app.config)  # refuses an unsafe sign-up (with what to set)
         check_mail_settings(app, config, sender_given=given.mail_sender is not None)
         return config
 
@@ -824,9 +822,7 @@ class AuthFlow:
 
     def start_workflow(self, kind: str, data: Any = None, expires_in: Any = None) -> WorkflowStarted:
         """Start a workflow of ``kind`` on the current session; the outcome holds its token."""
-        return workflow.start(
-            *_here(), kind, data, expires_in, current_app.config.get("AUTHFLOW_WORKFLOW_EXPIRY")
-        )
+        return workflow.start(*_here(), kind, data, expires_in, get_state().config.login.workflow_expiry)
 
     def complete_workflow(self, token_or_kind: str) -> WorkflowOutcome:
         """Complete the current session's workflow with its token (or a ``WorkflowKind``)."""

@@ -20,7 +20,6 @@ from jinja2 import ChoiceLoader, Environment, FileSystemLoader
 from flask_authflow.errors import MailDeliveryError
 from flask_authflow.i18n import template_context
 from flask_authflow.mail import FolderSender, HtmlMailSender, MailSender
-from flask_authflow.settings import read
 from flask_authflow.web.state import get_state
 
 __all__ = ["compose_mail", "mail_sender", "send_mail"]
@@ -63,8 +62,9 @@ def _environment() -> Environment:
 def mail_sender() -> MailSender | None:
     """Where the app's mail goes: the ``AUTHFLOW_MAIL_OUTBOX`` folder when set, else the
     app's sender; ``None`` when there is neither."""
-    outbox = read(current_app.config, "AUTHFLOW_MAIL_OUTBOX")
-    return FolderSender(outbox) if outbox is not None else get_state().mail_sender
+    state = get_state()
+    outbox = state.config.accounts.mail_outbox
+    return FolderSender(outbox) if outbox is not None else state.mail_sender
 
 
 def send_mail(to: str, subject: str, text: str, html: str) -> None:

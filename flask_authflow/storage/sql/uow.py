@@ -10,6 +10,7 @@ become :class:`~flask_authflow.errors.StoreBusy` (a lock wait gave up: try again
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -305,7 +306,16 @@ class SqlConnections:
 
     @contextmanager
     def unit_of_work(self) -> Iterator[UnitOfWork]:
-        """:meth:`begin_unit` as a block: committed at its end, rolled back on an exception."""
+        """:meth:`begin_unit` as a block: committed at its end, rolled back on an exception.
+
+        .. deprecated:: 0.8
+           Nothing uses it and the memory store has no such method; call :meth:`begin_unit`
+           (the unit's ``commit()`` / ``rollback()``). It is removed in 0.9."""
+        warnings.warn(
+            "SqlAlchemyBackend.unit_of_work() is deprecated and will be removed in 0.9: use begin_unit()",
+            DeprecationWarning,
+            stacklevel=3,  # the caller of the with statement, past contextmanager's __enter__
+        )
         unit = self.begin_unit()
         try:
             yield unit

@@ -20,7 +20,6 @@ from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow.audit.context import audit_context
 from flask_authflow.errors import AuthFlowError, MailDeliveryError
-from flask_authflow.login.account_settings import AccountSettings
 from flask_authflow.login.recovery import Ended
 from flask_authflow.web.external_url import mail_origin
 from flask_authflow.web.mail_budgets import OWNER, MailBudget, spend
@@ -103,8 +102,8 @@ def not_offered() -> Response:
 
 def can_mail() -> bool:
     """The app can send mail (a sender or ``AUTHFLOW_MAIL_OUTBOX``)."""
-    outbox = AccountSettings.from_config(current_app.config).mail_outbox
-    return outbox is not None or get_state().mail_sender is not None
+    state = get_state()
+    return state.config.accounts.mail_outbox is not None or state.mail_sender is not None
 
 
 def notify_recovery(

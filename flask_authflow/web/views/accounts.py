@@ -119,8 +119,9 @@ MAX_BODY = 16 * 1024
 
 
 def settings(app: Flask | None = None) -> AccountSettings:
-    """The app's account settings (``AUTHFLOW_REGISTRATION``, ``AUTHFLOW_PASSWORD_RESET``, ...)."""
-    return AccountSettings.from_config((app or current_app).config)
+    """The app's account settings (``AUTHFLOW_REGISTRATION``, ``AUTHFLOW_PASSWORD_RESET``, ...),
+    read once by ``init_app``."""
+    return get_state(app).config.accounts
 
 
 def account_link_flags() -> dict[str, bool]:

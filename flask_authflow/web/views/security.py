@@ -50,7 +50,6 @@ from flask_authflow.web.views.signin import passkey_available
 __all__ = [
     "FACTORS_NOTICES",
     "KIND_NAMES",
-    "can_enroll",
     "confirm_email",
     "confirm_recovery_codes",
     "confirm_totp",
@@ -484,10 +483,9 @@ def confirm_webauthn() -> ResponseReturnValue:
     return result if result is not None else _noticed("factor_added", "webauthn", _done("webauthn_added"))
 
 
-#: What the headless API shares with these pages: whether a kind can be added here, the
-#: kinds a held login must set up, whether this session may enroll, a factor's uses left,
-#: a factor as the list shows it, and the owner's notice of a change.
-can_enroll = _can_enroll
+#: What the headless API shares with these pages: the kinds a held login must set up,
+#: whether this session may enroll, a factor's uses left, a factor as the list shows it,
+#: and the owner's notice of a change.
 factor_row = _factor_row
 held_kinds = _held_kinds
 may_enroll = _may_enroll

@@ -1,5 +1,6 @@
 from datetime import timedelta
 
+import pytest
 from notes import Note, add_person, db
 
 
@@ -20,6 +21,7 @@ def test_signed_in_user_sees_their_name_and_notes(app, login_client):
     assert "Notes of Ada Lovelace" in page.text and "first program" in page.text
 
 
+@pytest.mark.authflow_wired  # the plugin passes mock_clock (and its fast hasher) to init_app
 def test_the_session_expires_with_the_mock_clock(app, login_client, mock_clock):
     with app.app_context():
         add_person("grace", "compiler debugging moth", "Grace Hopper")
