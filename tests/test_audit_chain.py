@@ -48,10 +48,15 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'authflow.db'}"
 
 
-@pytest.fixture
-def chained(sqlite_url: str) -> Iterator[SqlAlchemyBackend]:
-    backend = SqlAlchemyBackend(sqlite_url)
+def chained_backend(url: str) -> SqlAlchemyBackend:
+    backend = SqlAlchemyBackend(url)
     backend.use_audit_chain(AuditChain(KEY))
+    return backend
+
+
+@pytest.fixture
+def chained() -> Iterator[SqlAlchemyBackend]:
+    backend = chained_backend("sqlite://")  # in memory: one connection, this thread's
     yield backend
     backend.close()
 
@@ -241,10 +246,10 @@ def test_a_fault_at_the_head_update_writes_nothing_and_the_retry_works(
 
 
 def test_a_stale_head_of_another_writer_is_read_again_and_never_forks(
-    chained: SqlAlchemyBackend, sqlite_url: str, mock_clock: MockClock
+    sqlite_url: str, mock_clock: MockClock
 ) -> None:
-    other = SqlAlchemyBackend(sqlite_url)  # a second process: a head cache of its own
-    other.use_audit_chain(AuditChain(KEY))
+    chained = chained_backend(sqlite_url)
+    other = chained_backend(sqlite_url)  # a second process: a head cache of its own
     try:
         write_rows(chained, mock_clock, 2)
         write_rows(other, mock_clock, 2)  # reads the head: 2
@@ -257,6 +262,7 @@ def test_a_stale_head_of_another_writer_is_read_again_and_never_forks(
         assert only(verify_chains(chained, AuditChain(KEY))).ok
     finally:
         other.close()
+        chained.close()
 
 
 # --- the memory store ----------------------------------------------------------------------------
