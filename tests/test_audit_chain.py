@@ -331,7 +331,7 @@ def chained_app(app_factory: AppFactory, url: str, **config: Any) -> Flask:
 
 
 def run(app: Flask, *args: str) -> Result:
-    return app.test_cli_runner().invoke(args=["authflow", "audit", *args])
+    return app.test_cli_runner().invoke(args=["authflow", *args])
 
 
 @pytest.mark.authflow_stores("sql")
@@ -343,16 +343,16 @@ def test_logins_are_chained_and_audit_verify_reports_an_edited_row(
     fail_head_update.append(1)  # the login's one transaction fails at the head: nothing kept
     assert app.test_client().post("/login", json={"user": "alice"}).status_code == 503
     assert app.test_client().post("/login", json={"user": "alice"}).text == "Authenticated"
-    result = run(app, "verify")
+    result = run(app, "audit", "verify")
     assert result.exit_code == 0, result.output
     assert "ok" in result.output
-    document = json.loads(run(app, "verify", "--json").output)
+    document = json.loads(run(app, "audit", "verify", "--json").output)
     [chain] = document["chains"]
     assert document["ok"] and chain["tenant"] == "default" and chain["verified"] == chain["last_seq"] > 0
 
     backend = app.extensions["authflow"].backend
     sql(backend, "UPDATE authflow_audit SET user_id = 'someone' WHERE seq = 2")
-    result = run(app, "verify", "--json")
+    result = run(app, "audit", "verify", "--json")
     assert result.exit_code == 1
     [chain] = json.loads(result.output)["chains"]
     assert chain["break"]["kind"] == "broken" and chain["break"]["seq"] == 2
@@ -366,13 +366,13 @@ def test_audit_purge_with_the_chain_leaves_a_checkpoint_and_verify_passes(
     assert app.test_client().post("/login", json={"user": "alice"}).text == "Authenticated"
     mock_clock.advance(timedelta(days=31))
     assert app.test_client().post("/login", json={"user": "alice"}).text == "Authenticated"
-    result = run(app, "purge", "--json")
+    result = run(app, "audit", "purge", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["deleted"] > 0
-    [chain] = json.loads(run(app, "verify", "--json").output)["chains"]
+    [chain] = json.loads(run(app, "audit", "verify", "--json").output)["chains"]
     assert chain["ok"] and chain["checkpoint_seq"] > 0
 
 
 def test_audit_verify_without_a_key_is_refused(app_factory: AppFactory) -> None:
-    result = run(app_factory(), "verify")
+    result = run(app_factory(), "audit", "verify")
     assert result.exit_code == 1 and "AUTHFLOW_AUDIT_CHAIN_KEY" in result.output
