@@ -48,10 +48,15 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'authflow.db'}"
 
 
-@pytest.fixture
-def chained(sqlite_url: str) -> Iterator[SqlAlchemyBackend]:
-    backend = SqlAlchemyBackend(sqlite_url)
+def chained_backend(url: str) -> SqlAlchemyBackend:
+    backend = SqlAlchemyBackend(url)
     backend.use_audit_chain(AuditChain(KEY))
+    return backend
+
+
+@pytest.fixture
+def chained() -> Iterator[SqlAlchemyBackend]:
+    backend = chained_backend("sqlite://")  # in memory: one connection, this thread's
     yield backend
     backend.close()
 
@@ -241,10 +246,10 @@ def test_a_fault_at_the_head_update_writes_nothing_and_the_retry_works(
 
 
 def test_a_stale_head_of_another_writer_is_read_again_and_never_forks(
-    chained: SqlAlchemyBackend, sqlite_url: str, mock_clock: MockClock
+    sqlite_url: str, mock_clock: MockClock
 ) -> None:
-    other = SqlAlchemyBackend(sqlite_url)  # a second process: a head cache of its own
-    other.use_audit_chain(AuditChain(KEY))
+    chained = chained_backend(sqlite_url)
+    other = chained_backend(sqlite_url)  # a second process: a head cache of its own
     try:
         write_rows(chained, mock_clock, 2)
         write_rows(other, mock_clock, 2)  # reads the head: 2
@@ -257,6 +262,7 @@ def test_a_stale_head_of_another_writer_is_read_again_and_never_forks(
         assert only(verify_chains(chained, AuditChain(KEY))).ok
     finally:
         other.close()
+        chained.close()
 
 
 # --- the memory store ----------------------------------------------------------------------------
@@ -325,7 +331,7 @@ def chained_app(app_factory: AppFactory, url: str, **config: Any) -> Flask:
 
 
 def run(app: Flask, *args: str) -> Result:
-    return app.test_cli_runner().invoke(args=["authflow", "audit", *args])
+    return app.test_cli_runner().invoke(args=["authflow", *args])
 
 
 @pytest.mark.authflow_stores("sql")
@@ -337,16 +343,16 @@ def test_logins_are_chained_and_audit_verify_reports_an_edited_row(
     fail_head_update.append(1)  # the login's one transaction fails at the head: nothing kept
     assert app.test_client().post("/login", json={"user": "alice"}).status_code == 503
     assert app.test_client().post("/login", json={"user": "alice"}).text == "Authenticated"
-    result = run(app, "verify")
+    result = run(app, "audit", "verify")
     assert result.exit_code == 0, result.output
     assert "ok" in result.output
-    document = json.loads(run(app, "verify", "--json").output)
+    document = json.loads(run(app, "audit", "verify", "--json").output)
     [chain] = document["chains"]
     assert document["ok"] and chain["tenant"] == "default" and chain["verified"] == chain["last_seq"] > 0
 
     backend = app.extensions["authflow"].backend
     sql(backend, "UPDATE authflow_audit SET user_id = 'someone' WHERE seq = 2")
-    result = run(app, "verify", "--json")
+    result = run(app, "audit", "verify", "--json")
     assert result.exit_code == 1
     [chain] = json.loads(result.output)["chains"]
     assert chain["break"]["kind"] == "broken" and chain["break"]["seq"] == 2
@@ -360,13 +366,13 @@ def test_audit_purge_with_the_chain_leaves_a_checkpoint_and_verify_passes(
     assert app.test_client().post("/login", json={"user": "alice"}).text == "Authenticated"
     mock_clock.advance(timedelta(days=31))
     assert app.test_client().post("/login", json={"user": "alice"}).text == "Authenticated"
-    result = run(app, "purge", "--json")
+    result = run(app, "audit", "purge", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["deleted"] > 0
-    [chain] = json.loads(run(app, "verify", "--json").output)["chains"]
+    [chain] = json.loads(run(app, "audit", "verify", "--json").output)["chains"]
     assert chain["ok"] and chain["checkpoint_seq"] > 0
 
 
 def test_audit_verify_without_a_key_is_refused(app_factory: AppFactory) -> None:
-    result = run(app_factory(), "verify")
+    result = run(app_factory(), "audit", "verify")
     assert result.exit_code == 1 and "AUTHFLOW_AUDIT_CHAIN_KEY" in result.output

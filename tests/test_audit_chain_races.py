@@ -1,6 +1,6 @@
 """The audit chain under concurrent writers on PostgreSQL: 50 password logins at once,
-from several processes (each with its own connections and its own cached chain head) and
-several threads in each, leave one unbroken chain: every ``seq`` once, no fork, no lost
+from two processes (each with its own connections and its own cached chain head) and 25
+threads in each, leave one unbroken chain: every ``seq`` once, no fork, no lost
 link, and ``verify`` passes.
 """
 
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.multiprocess]
 KEY = b"chain key of the race test, 32+ bytes"
 PASSWORD = "correct horse battery staple"
 LOGINS = 50
-PROCESSES = 3  # each runs its share of the logins at once, one thread each
+PROCESSES = 2  # each runs its share of the logins at once, one thread each
 SPAWN = child_processes()
 
 

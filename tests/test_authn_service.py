@@ -512,6 +512,9 @@ def test_audit_rows_carry_every_field(env: tuple[AuthnService, InMemoryBackend, 
         "user_agent",
         "request_id",
         "reason",
+        "seq",  # the audit chain's (None: the chain is off)
+        "mac",
+        "key_id",
     }
     login(service, new_session(clock), "alice", "acme", "wrong")
     assert backend.audit_rows[-1].reason == "invalid_credential"

@@ -103,8 +103,8 @@ def test_the_upgrade_folds_addresses_and_keeps_each_with_its_verified_account(
     migrations.upgrade(engine, "0008")
     insert_rows(engine)
     with caplog.at_level(logging.WARNING, logger="flask_authflow.migrations"):
-        result = migrations.upgrade(engine)
-    assert (result.before, result.after) == ("0008", migrations.head()) and migrations.head() == "0009"
+        result = migrations.upgrade(engine)  # through 0009 (and the later revisions)
+    assert (result.before, result.after) == ("0008", migrations.head())
     assert addresses(engine) == EXPECTED
     assert cleared_rows(engine) == EXPECTED_AUDIT
     warned = [record.getMessage() for record in caplog.records if record.name == "flask_authflow.migrations"]
