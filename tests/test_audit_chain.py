@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,18 @@ from tests.concurrency import run_together
 KEY = b"k" * 32
 NEW_KEY = b"n" * 32
 PASSWORD = "correct horse battery staple"
+
+
+@contextmanager
+def one_unit(backend: SqlAlchemyBackend) -> Iterator[Any]:
+    """One unit of work as a block: committed at its end, rolled back on an exception."""
+    unit = backend.begin_unit()
+    try:
+        yield unit
+    except BaseException:
+        unit.rollback()
+        raise
+    unit.commit()
 
 
 def row(clock: MockClock, event: str, tenant: str | None = "acme") -> AuditRecord:
@@ -88,7 +101,7 @@ def test_rows_of_each_tenant_form_their_own_numbered_chain_and_verify(
     chained: SqlAlchemyBackend, mock_clock: MockClock
 ) -> None:
     write_rows(chained, mock_clock, 3)
-    with chained.unit_of_work():  # a unit's rows: one INSERT, the same chain
+    with one_unit(chained):  # a unit's rows: one INSERT, the same chain
         write_rows(chained, mock_clock, 2)
         write_rows(chained, mock_clock, 2, tenant="globex")
     write_rows(chained, mock_clock, 1, tenant=None)
@@ -236,11 +249,11 @@ def test_a_fault_at_the_head_update_writes_nothing_and_the_retry_works(
 ) -> None:
     write_rows(chained, mock_clock, 1)
     fail_head_update.append(1)
-    with pytest.raises(AuditWriteError), chained.unit_of_work():
+    with pytest.raises(AuditWriteError), one_unit(chained):
         write_rows(chained, mock_clock, 2)
     assert [r.seq for r in chained.audit_rows] == [1]
     assert chained.read_audit_chain("acme").head.seq == 1  # type: ignore[union-attr]
-    with chained.unit_of_work():  # the retry: its cached head is right, the swap matches
+    with one_unit(chained):  # the retry: its cached head is right, the swap matches
         write_rows(chained, mock_clock, 2)
     assert only(verify_chains(chained, AuditChain(KEY))).verified == 3
 
