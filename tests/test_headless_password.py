@@ -211,8 +211,9 @@ def test_an_account_without_a_password_is_pointed_to_setting_one(app_factory: Ap
 def test_two_sessions_changing_it_at_once_keep_no_stale_session(site: Site) -> None:
     """Two sessions that both know the password change it at the same moment: exactly one
     wins, the other is told its current password is wrong (as it is once the first
-    committed) or that it is signed out (the winner ended its session first), no session that signed in with the old password outlives both changes, and
-    the winner's new password stands."""
+    committed) or that it is signed out (the winner ended its session first), no session
+    that signed in with the old password outlives both changes, and the winner's new
+    password stands."""
     first, second = signed_in(site, "app"), signed_in(site, "app")
     news = (NEW_PASSWORD, NEW_PASSWORD + " two")
     answers = run_together([lambda: change(first, new=news[0]), lambda: change(second, new=news[1])])
