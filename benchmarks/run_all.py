@@ -20,11 +20,11 @@ work moves absolute figures: read the ratios, and the spread beside them.
 The parts' SQLite files go to a folder in ``/dev/shm`` (memory) when the machine has one,
 for every contender alike (``--on-disk`` keeps them in the temporary folder): a read does
 not sync the disk on any contender, but building 10,000 sessions does, once per peer login
-and per stored session (the sign-in part stays on disk: there the sync is the measure); on a disk shared with other work each sync took up to 30 ms, so
+and per stored session; on a disk shared with other work each sync took up to 30 ms, so
 the build alone lasted over ten minutes. The contenders that write on every request
 (Flask-Session's SQLAlchemy backend, our touch round) sync no disk either: the peer's
 figure gains from it, ours not (a touch commits in WAL mode with ``synchronous=NORMAL``,
-no sync; see ``README.rst``).
+no sync; see ``README.rst``). The sign-in part stays on disk: there the sync is the measure.
 
     .venv/bin/python benchmarks/run_all.py [--sessions 10000] [--rounds 5] [--quick] [--on-disk]
 """
