@@ -152,6 +152,20 @@ def test_a_role_granted_between_requests_is_seen(mock_clock: Any, authflow_hashe
     assert client.get("/twice").json == {"allowed": [True, True]}
 
 
+def test_a_role_granted_between_requests_in_one_app_context_is_seen(
+    mock_clock: Any, authflow_hasher: Any
+) -> None:
+    # ``with app.app_context():`` around requests gives them one flask.g: the principal
+    # (and the user, the roles) kept by one request must not answer for the next.
+    roles: dict[str, set[str]] = {}
+    app, _ = _app(mock_clock, authflow_hasher, [EDIT], roles)
+    client = login_test_client(app, "carol")
+    with app.app_context():
+        assert client.get("/twice").json == {"allowed": [False, False]}
+        roles["carol"] = {"editor"}
+        assert client.get("/twice").json == {"allowed": [True, True]}
+
+
 def test_changed_policies_are_seen_by_the_app_they_are_loaded_into(
     mock_clock: Any, authflow_hasher: Any
 ) -> None:
