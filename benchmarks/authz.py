@@ -29,6 +29,7 @@ entities cross into Rust as JSON); building the entities and the log line add th
 from __future__ import annotations
 
 import argparse
+import contextvars
 import logging
 import secrets
 import sys
@@ -119,11 +120,20 @@ def web_decisions() -> tuple[Callable[[], object], Callable[[], object]]:
     environ = builder.get_environ()
     builder.close()
 
-    def first() -> object:
+    def first_in_new_request() -> object:
         with app.request_context(dict(environ)):
             allowed = authflow.authorize("edit", document)
             assert allowed
             return allowed
+
+    # Run in the context variables of before the long request below is pushed: otherwise
+    # Flask reuses that request's app context (and its ``g``, where the principal's
+    # entities are kept) for every new request, and the first decision would find them
+    # prepared, which no request a server hands over does.
+    outside = contextvars.copy_context()
+
+    def first() -> object:
+        return outside.run(first_in_new_request)
 
     context = app.test_request_context("/", headers=headers)
     context.push()  # kept open for the rest of the run: one long request

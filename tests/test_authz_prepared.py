@@ -96,6 +96,35 @@ def test_a_second_authorize_in_a_request_builds_no_entities(
     assert counted == {"entities": 2, "prepare": 2}  # the next request builds its own
 
 
+def test_the_first_decision_hands_cedar_the_entities_and_the_second_parses_them_once(
+    mock_clock: Any, authflow_hasher: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A request with one decision costs one parse of the entities (inside the decision, as
+    # a bare cedarpy call); the handle is parsed by the second and reused by the third.
+    app, authflow = _app(mock_clock, authflow_hasher, [EDIT], {"alice": {"editor"}})
+    document = Entity("Document", "1", {"tenant": "default"})
+
+    @app.get("/thrice")
+    def thrice() -> dict[str, Any]:
+        decisions = []
+        for _ in range(3):
+            decisions.append(authflow.authorize("edit", document))
+            decisions.append(len(parsed))
+        return {"decisions": decisions}
+
+    parsed: list[str] = []
+    original = cedarpy.Entities.from_json_str
+
+    def counting(text: str, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(text)
+        return original(text, *args, **kwargs)
+
+    monkeypatch.setattr(cedarpy.Entities, "from_json_str", staticmethod(counting))
+    client = login_test_client(app, "alice")
+    assert client.get("/thrice").json == {"decisions": [True, 0, True, 1, True, 1]}
+    assert client.get("/thrice").json == {"decisions": [True, 1, True, 2, True, 2]}  # its own
+
+
 def test_a_change_of_session_state_in_the_request_builds_them_again(
     mock_clock: Any, authflow_hasher: Any, counted: dict[str, int]
 ) -> None:
@@ -121,6 +150,20 @@ def test_a_role_granted_between_requests_is_seen(mock_clock: Any, authflow_hashe
     assert client.get("/twice").json == {"allowed": [False, False]}
     roles["carol"] = {"editor"}
     assert client.get("/twice").json == {"allowed": [True, True]}
+
+
+def test_a_role_granted_between_requests_in_one_app_context_is_seen(
+    mock_clock: Any, authflow_hasher: Any
+) -> None:
+    # ``with app.app_context():`` around requests gives them one flask.g: the principal
+    # (and the user, the roles) kept by one request must not answer for the next.
+    roles: dict[str, set[str]] = {}
+    app, _ = _app(mock_clock, authflow_hasher, [EDIT], roles)
+    client = login_test_client(app, "carol")
+    with app.app_context():
+        assert client.get("/twice").json == {"allowed": [False, False]}
+        roles["carol"] = {"editor"}
+        assert client.get("/twice").json == {"allowed": [True, True]}
 
 
 def test_changed_policies_are_seen_by_the_app_they_are_loaded_into(

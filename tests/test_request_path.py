@@ -157,3 +157,35 @@ def test_the_views_own_vary_and_cache_control_are_kept(app_factory: AppFactory) 
     mine = client.get("/own")
     assert set(mine.vary) == {"Accept-Language", "Cookie"}
     assert mine.headers["Cache-Control"] == "private, max-age=60"  # the view's own, kept
+
+
+def test_a_bearer_user_is_not_the_next_requests_user_in_a_shared_app_context(
+    app_factory: AppFactory,
+) -> None:
+    # An app context pushed around several requests gives them one flask.g: what one
+    # request kept there (its token's user) must not answer for the next one.
+    from tests.test_api_tokens import build, call, user_and_token
+
+    app, _ = build(app_factory)
+    _, created = user_and_token(app)
+    with app.app_context():
+        assert call(app, "/api/me", created.value).get_json()["via"] == "token"
+        assert call(app, "/api/me", None, Accept="application/json").status_code == 401
+
+
+def test_a_device_cookie_read_by_one_request_is_not_the_next_requests_in_a_shared_app_context(
+    app_factory: AppFactory,
+) -> None:
+    from flask_authflow.web.devices import current_device_id
+
+    site = make_device_site(app_factory)
+
+    @site.app.get("/device-id")
+    def device_id() -> dict[str, Any]:
+        return {"device": current_device_id()}
+
+    known = site.client(FIREFOX)
+    assert sign_in(known).status_code == 302 and device_cookie(known) is not None
+    with site.app.app_context():
+        assert known.get("/device-id").json["device"] is not None
+        assert site.client(FIREFOX).get("/device-id").json == {"device": None}  # no cookie: none

@@ -37,47 +37,62 @@ class Decision:
         return self.allowed
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PreparedPrincipal:
-    """A principal with its entities (itself and its roles) parsed by Cedar once, for any
-    number of decisions about it at one moment (one request): ``Evaluator.prepare``."""
+    """A principal with its entities (itself and its roles) built once, for any number of
+    decisions about it at one moment (one request): ``Evaluator.prepare``.
+
+    The first decision hands Cedar the entities as they are (one parse, as a bare
+    ``cedarpy.is_authorized`` call does); a second one parses them into a Cedar handle,
+    kept for every later decision, which then adds only its resource.
+    """
 
     principal: Principal
     #: the principal's uid in Cedar's JSON form.
     uid: dict[str, str]
-    #: (type, id) of every entity in ``entities``.
+    #: (type, id) of every entity in ``entity_list``.
     uids: frozenset[tuple[str, str]]
-    #: the parsed entities (a ``cedarpy.Entities`` handle; ``None`` without policies).
-    entities: Any
+    #: the principal's entities in Cedar's JSON form (never changed once prepared).
+    entity_list: tuple[dict[str, Any], ...]
+    #: the parsed entities (a ``cedarpy.Entities`` handle), made by the second decision.
+    entities: Any = None
+    #: whether a decision was made with these entities.
+    decided: bool = False
+
+    def entities_for(self, target: dict[str, Any] | None) -> Any:
+        """What Cedar gets for one decision: the entities plus ``target`` (a resource that
+        is not among them), as a list the first time and through the parsed handle after."""
+        if not self.decided:
+            self.decided = True
+            return [*self.entity_list, target] if target is not None else list(self.entity_list)
+        if self.entities is None:
+            self.entities = cedar().Entities.from_json_str(json.dumps(self.entity_list))
+        if target is None:
+            return self.entities
+        return self.entities.with_added_json_str(json.dumps([target]))
 
 
 class Evaluator:
     """Decides requests against ``policies`` (``None``: no policy, so every request is denied).
 
     The policy set is parsed once, when the policies are loaded; the principal's entities
-    once per ``prepare`` (the web layer prepares once per request).
+    are built once per ``prepare`` (the web layer prepares once per request) and parsed by
+    Cedar in the first decision, into a handle at the second.
     """
 
     def __init__(self, policies: LoadedPolicies | None) -> None:
         self.policies = policies
 
     def prepare(self, principal: Principal, now: datetime) -> PreparedPrincipal:
-        """``principal``'s entities, built and parsed by Cedar now (``now`` dates ``auth_age``).
+        """``principal``'s entities, built now (``now`` dates ``auth_age``).
 
-        :raises BadRequest: the principal cannot be put to the policies (a wrong shape), or
-            Cedar refuses its entities.
+        :raises BadRequest: the principal cannot be put to the policies (a wrong shape).
         """
         if not isinstance(principal, Principal):
             raise BadRequest("the principal must be a flask_authflow.authz.Principal")
         entities = principal.entities(now)
-        if self.policies is None:  # every decision is a denial: nothing for Cedar to parse
-            return PreparedPrincipal(principal, entities[0]["uid"], frozenset(), None)
-        try:
-            parsed = cedar().Entities.from_json_str(json.dumps(entities))
-        except ValueError as exc:
-            raise BadRequest(f"the principal's entities were refused: {exc}") from None
         uids = frozenset((e["uid"]["type"], e["uid"]["id"]) for e in entities)
-        return PreparedPrincipal(principal, entities[0]["uid"], uids, parsed)
+        return PreparedPrincipal(principal, entities[0]["uid"], uids, tuple(entities))
 
     def decide(
         self,
@@ -116,9 +131,7 @@ class Evaluator:
         if self.policies is None:
             return self._logged(principal, action, resource, Decision(False))
         try:
-            entities = prepared.entities
-            if target is not None:
-                entities = entities.with_added_json_str(json.dumps([target]))
+            entities = prepared.entities_for(target)
             result = cedar().is_authorized(request, self.policies.policy_set, entities)
             reasons = tuple(self.policies.label(reason) for reason in result.diagnostics.reasons)
             errors = tuple(self.policies.relabel(str(error)) for error in result.diagnostics.errors)

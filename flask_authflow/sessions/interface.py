@@ -518,13 +518,16 @@ class AuthFlowSessionInterface(SessionInterface):
     def _mark_response(session: RequestSession, response: Response, used: bool) -> None:
         """``Vary: Cookie`` when the session was read; no caching of an authenticated answer."""
         headers = response.headers
+        # One pass over the few headers a response has: Werkzeug's ``in`` and ``setdefault``
+        # raise and catch a ``KeyError`` for each absent name, the usual case here.
+        present = {name.lower() for name, _ in headers}
         if session.accessed:
-            if "Vary" in headers:
+            if "vary" in present:
                 response.vary.add("Cookie")
-            else:  # the usual case: no header to parse and merge
-                headers["Vary"] = "Cookie"
-        if used and session.state_unread is not AuthState.GUEST:
-            headers.setdefault("Cache-Control", "private, no-store")
+            else:  # the usual case: no header to parse and merge, none to replace
+                headers.add("Vary", "Cookie")
+        if used and "cache-control" not in present and session.state_unread is not AuthState.GUEST:
+            headers.add("Cache-Control", "private, no-store")
 
     def _grew_in_place(self, session: RequestSession, response: Response) -> bool:
         """A nested change without ``session.modified`` is not saved (as with Flask's own

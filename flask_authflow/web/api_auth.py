@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from blinker import ANY
-from flask import Flask, Response, current_app, g, jsonify, request
+from flask import Flask, Response, current_app, jsonify, request
 
 from flask_authflow import signals
 from flask_authflow.api_auth import ApiTokenService, ApiTokenSettings, TokenRefused
@@ -29,7 +29,7 @@ from flask_authflow.api_auth.tokens import TOKEN_PREFIX
 from flask_authflow.audit.context import audit_context
 from flask_authflow.core.ports import ApiTokenRecord, UserRecord
 from flask_authflow.errors import AuthFlowError, InsufficientApiScope
-from flask_authflow.web.current_user import load_user, set_api_user
+from flask_authflow.web.current_user import keep_for_request, load_user, request_kept, set_api_user
 from flask_authflow.web.state import AuthFlowState, get_state
 
 __all__ = [
@@ -145,7 +145,7 @@ def api_principal() -> ApiPrincipal | None:
 
     :raises ~flask_authflow.api_auth.TokenRefused: it presented a token that was refused.
     """
-    cached = g.get(_PRINCIPAL_KEY)
+    cached = request_kept(_PRINCIPAL_KEY)  # never another request's (one g may serve several)
     if cached is not None:
         if isinstance(cached, TokenRefused):
             raise cached
@@ -153,16 +153,16 @@ def api_principal() -> ApiPrincipal | None:
     try:
         principal = _resolve()
     except TokenRefused as refused:
-        setattr(g, _PRINCIPAL_KEY, refused)
+        keep_for_request(_PRINCIPAL_KEY, refused)
         raise
-    setattr(g, _PRINCIPAL_KEY, principal if principal is not None else False)
+    keep_for_request(_PRINCIPAL_KEY, principal if principal is not None else False)
     return principal
 
 
 def current_api_token() -> ApiTokenRecord | None:
     """The token the current request was authenticated with (``None`` for a session, the
     request loader, or outside an API view)."""
-    cached = g.get(_PRINCIPAL_KEY)
+    cached = request_kept(_PRINCIPAL_KEY)
     return cached.token if isinstance(cached, ApiPrincipal) else None
 
 

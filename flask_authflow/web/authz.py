@@ -146,8 +146,10 @@ def _prepared(authz: _AppAuthz) -> PreparedPrincipal | Decision | None:
     # session id: with the state and authentication time it names what the principal reads.
     key = (session.sid, session.state, session.authenticated_at)
     cached = g.get(_G_PRINCIPAL)
-    if cached is not None and cached[0] == key:
-        return cast("PreparedPrincipal | None", cached[1])
+    # Kept with this request's session object, compared by identity: an app context pushed
+    # around several requests shares one ``g`` between them (a role granted in between).
+    if cached is not None and cached[0] is session and cached[1] == key:
+        return cast("PreparedPrincipal | None", cached[2])
     principal = current_principal()
     if principal is None:
         prepared = None
@@ -156,7 +158,7 @@ def _prepared(authz: _AppAuthz) -> PreparedPrincipal | Decision | None:
             prepared = authz.evaluator.prepare(principal, get_state().clock.now())
         except BadRequest as exc:
             return Decision(False, (), (str(exc),))
-    setattr(g, _G_PRINCIPAL, (key, prepared))
+    setattr(g, _G_PRINCIPAL, (session, key, prepared))
     return prepared
 
 

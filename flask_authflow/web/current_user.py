@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Final, cast
 
-from flask import g
+from flask import g, request
 from werkzeug.local import LocalProxy
 
 from flask_authflow.web.state import AuthFlowState, current_auth_session, get_state
@@ -32,14 +32,32 @@ __all__ = [
     "current_permissions",
     "current_roles",
     "current_user",
+    "keep_for_request",
     "load_current_user",
     "load_user",
+    "request_kept",
     "set_api_user",
 ]
 
+# What is kept on ``flask.g`` for one request is stored with that request's object and read
+# back only by the same one (compared with ``is``): an app context pushed around several
+# requests (``with app.app_context():`` in a test) shares one ``g`` between them.
 _CACHE_KEY = "_authflow_current_user"
 _ROLES_KEY = "_authflow_current_roles"
 _API_KEY = "_authflow_api_user"
+
+
+def request_kept(name: str) -> Any:
+    """What this request kept under ``name`` on ``g`` (``None``: nothing, or another request's)."""
+    found = g.get(name)
+    if found is None or found[0] is not request._get_current_object():  # type: ignore[attr-defined]
+        return None
+    return found[1]
+
+
+def keep_for_request(name: str, value: Any) -> None:
+    """Keep ``value`` on ``g`` under ``name`` for this request only (see :func:`request_kept`)."""
+    setattr(g, name, (request._get_current_object(), value))  # type: ignore[attr-defined]
 
 
 class AnonymousUser:
@@ -124,12 +142,11 @@ def load_user(state: AuthFlowState, tenant: str, user_id: str) -> Any:
 def set_api_user(tenant: str | None, user_id: str | None, user: Any) -> None:
     """Make ``user`` the current user of a request without an Authenticated session (a
     bearer token or the request loader on an API view; see :mod:`flask_authflow.web.api_auth`)."""
-    setattr(g, _API_KEY, ((tenant, user_id), user))
+    keep_for_request(_API_KEY, ((tenant, user_id), user))
 
 
 def _api_user() -> tuple[tuple[str | None, str | None], Any] | None:
-    found = g.get(_API_KEY)
-    return cast(tuple[tuple[str | None, str | None], Any], found) if found is not None else None
+    return cast("tuple[tuple[str | None, str | None], Any] | None", request_kept(_API_KEY))
 
 
 def load_current_user() -> Any:
@@ -142,13 +159,13 @@ def load_current_user() -> Any:
     if tenant is None or user_id is None:  # pragma: no cover - an Authenticated record has both
         return ANONYMOUS_USER
     key = (tenant, user_id)
-    cached = g.get(_CACHE_KEY)
+    cached = request_kept(_CACHE_KEY)
     if cached is not None and cached[0] == key:
         return cached[1]
     user = load_user(get_state(), tenant, user_id)
     if user is None:
         user = ANONYMOUS_USER
-    setattr(g, _CACHE_KEY, (key, user))
+    keep_for_request(_CACHE_KEY, (key, user))
     return user
 
 
@@ -162,12 +179,12 @@ def _role_sets() -> tuple[frozenset[str], frozenset[str]]:
     if load_current_user() is ANONYMOUS_USER:  # the user loader no longer finds this user
         return frozenset(), frozenset()
     key = (tenant, user_id)
-    cached = g.get(_ROLES_KEY)
+    cached = request_kept(_ROLES_KEY)
     if cached is not None and cached[0] == key:
         return cast(tuple[frozenset[str], frozenset[str]], cached[1])
     store = get_state().backend
     sets = frozenset(store.roles_of(*key)), frozenset(store.permissions_of(*key))
-    setattr(g, _ROLES_KEY, (key, sets))
+    keep_for_request(_ROLES_KEY, (key, sets))
     return sets
 
 

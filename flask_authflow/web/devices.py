@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-from flask import Flask, Request, Response, after_this_request, g, has_request_context, request
+from flask import Flask, Request, Response, after_this_request, has_request_context, request
 
 from flask_authflow import signals
 from flask_authflow.audit.context import AuditContext, audit_context
@@ -29,6 +29,7 @@ from flask_authflow.core.session import AuthSession, AuthState
 from flask_authflow.devices import DeviceClaim, DeviceCookie, DeviceReading, DeviceService, new_device_id
 from flask_authflow.devices.settings import DeviceSettings
 from flask_authflow.login.operation import PHANTOM_PREFIX
+from flask_authflow.web.current_user import keep_for_request, request_kept
 from flask_authflow.web.state import AuthFlowState, current_auth_session, get_state
 
 __all__ = [
@@ -122,14 +123,14 @@ def _device_context(ctx: AuditContext, req: Request) -> AuditContext:
 
 
 def _request_device(req: Request) -> _RequestDevice:
-    found: _RequestDevice | None = g.get(_G_KEY)
+    found: _RequestDevice | None = request_kept(_G_KEY)  # never another request's cookie
     if found is None:
         wiring: DeviceWiring = get_state().devices
         raw = req.cookies.get(wiring.settings.cookie_name)
         reading = wiring.cookie.read(raw, req.headers.get("User-Agent"))
         device_id = reading.claim.device_id if reading.claim is not None else new_device_id()
         found = _RequestDevice(reading, device_id)
-        setattr(g, _G_KEY, found)
+        keep_for_request(_G_KEY, found)
     return found
 
 
@@ -218,7 +219,7 @@ def _place(state: AuthFlowState) -> str | None:
 
 
 def _set_cookie(response: Response) -> Response:
-    found: _RequestDevice | None = g.get(_G_KEY)
+    found: _RequestDevice | None = request_kept(_G_KEY)
     if found is None or found.issue is None or response.status_code >= 500:
         return response  # a failed request (a store outage, say) sets nothing
     wiring: DeviceWiring = get_state().devices
