@@ -29,8 +29,8 @@ The rules, as README.rst's "Documentation examples" section states them for auth
   one, and the reason may not be empty.
 * ``.. code-block:: text`` is shown, never run (directory layouts, HTTP transcripts).
 
-Run as a script (``run BATCH [MODULE ...]``), this module is the page runner; it then imports
-only the standard library, :data:`PRELOADED` and the modules named.
+Run as a script (``run BATCH``), this module is the page runner; it then imports only the
+standard library and :data:`PRELOADED`.
 """
 
 from __future__ import annotations
@@ -406,12 +406,9 @@ def run_plan(plan: Plan, folder: Path, *, timeout: float = 180) -> RunResult:
     return run_plans([(plan, folder)], timeout=timeout)[0]
 
 
-def run_plans(
-    jobs: list[tuple[Plan, Path]], *, timeout: float = 180, preload: tuple[str, ...] = ()
-) -> list[RunResult]:
+def run_plans(jobs: list[tuple[Plan, Path]], *, timeout: float = 180) -> list[RunResult]:
     """Run several pages' plans, in order, in one runner subprocess: each page runs in a child
-    forked from it before any page ran (a fresh namespace and folder, ``timeout`` seconds).
-    The runner imports :data:`PRELOADED` and ``preload`` (such as :data:`DEPENDENCIES`) first."""
+    forked from it before any page ran (a fresh namespace and folder, ``timeout`` seconds)."""
     batch = []
     for plan, folder in jobs:
         prepare_folder(folder)
@@ -422,7 +419,7 @@ def run_plans(
     batch_file.write_text(json.dumps(batch))
     try:
         process = subprocess.run(
-            [python_executable(), "-P", "-W", "error", str(HELPER), "run", str(batch_file), *preload],
+            [python_executable(), "-P", "-W", "error", str(HELPER), "run", str(batch_file)],
             cwd=jobs[0][1].parent,
             env=clean_environment(),
             capture_output=True,
@@ -619,19 +616,7 @@ def _run_flask(request_path: Path, outcome_path: Path) -> None:
 
 #: What the runner imports before it forks anything, so that no page or command pays for it
 #: again: a child starts as a fresh ``python -P -W error`` that has imported these.
-PRELOADED = ("flask", "flask.cli", "flask.testing", "click.testing", "flask_authflow")
-#: What the runner of the documentation's pages imports too: the modules of flask-authflow's
-#: dependencies that an app on the SQL store (and the issuer's and federation's pages) loads,
-#: about 0.7 s of CPU less per page and per ``flask`` command. None of flask_authflow's own
-#: modules is among them: a page still imports those as its reader's program does.
-DEPENDENCIES = tuple(
-    """sqlalchemy.orm sqlalchemy.dialects.sqlite sqlalchemy.pool alembic.command alembic.config
-    alembic.operations alembic.runtime.migration alembic.script argon2 babel.dates babel.numbers
-    babel.support flask_babel jinja2 mako.template cryptography.fernet
-    cryptography.hazmat.primitives.ciphers.aead cryptography.hazmat.primitives.hmac itsdangerous
-    joserfc.jwk joserfc.jwt limits limits.storage limits.strategies pyotp requests segno ua_parser
-    yaml""".split()
-)
+PRELOADED = ("flask", "flask.cli", "click.testing", "flask_authflow")
 
 
 def _wait(pid: int, timeout: float) -> int | None:
@@ -712,11 +697,11 @@ class _CommandServer:
 _COMMANDS = _CommandServer()
 
 
-def _run_batch(batch_path: Path, preload: list[str]) -> None:
+def _run_batch(batch_path: Path) -> None:
     """Run each page of the batch in a child forked from this (untouched) process."""
     import importlib
 
-    for name in [*PRELOADED, *preload]:
+    for name in PRELOADED:
         importlib.import_module(name)
     _COMMANDS.start()
     for job in json.loads(batch_path.read_text()):
@@ -750,14 +735,13 @@ def iter_pages() -> Iterator[Path]:
 
 
 def _entry(argv: list[str]) -> None:
-    if argv[:1] == ["run"] and len(argv) >= 2:
-        _run_batch(Path(argv[1]), argv[2:])
+    if argv[:1] == ["run"] and len(argv) == 2:
+        _run_batch(Path(argv[1]))
     else:
-        raise SystemExit("usage: doc_examples.py run BATCH [MODULE ...]")
+        raise SystemExit("usage: doc_examples.py run BATCH")
 
 
 __all__ = [
-    "DEPENDENCIES",
     "PASSWORD",
     "Block",
     "Command",

@@ -21,7 +21,6 @@ from flask import Flask
 from examples.reference.app import create_app
 from tests import doc_examples
 from tests.doc_examples import (
-    DEPENDENCIES,
     PASSWORD,
     REPO,
     Block,
@@ -74,8 +73,7 @@ class PageRuns:
             if other not in self.results and other_plan.steps and not other_plan.errors:
                 jobs.append((other, other_plan))
         folders = [self.folders.mktemp(_page_id(p).replace("/", "-")) / "page" for p, _ in jobs]
-        runs = [(p, folder) for (_, p), folder in zip(jobs, folders, strict=True)]
-        results = run_plans(runs, preload=DEPENDENCIES)
+        results = run_plans([(p, folder) for (_, p), folder in zip(jobs, folders, strict=True)])
         for (done, _), folder, result in zip(jobs, folders, results, strict=True):
             self.results[done] = (folder, result)
 
