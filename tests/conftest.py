@@ -183,12 +183,34 @@ _UNTRACED_LEAK = pytest.mark.filterwarnings(
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m (and --fast) deselect on the markers
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         for marker in sorted(markers_from_fixtures(item)):
             if item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
         item.add_marker(_UNTRACED_LEAK)
+    heavy_modules_first(items, fast=config.getoption("fast"))
+
+
+#: Tests that take seconds each: a build or a fresh interpreter, a browser, Node, child processes.
+HEAVY_MARKERS = ("slow", "browser", "interop", "multiprocess")
+
+
+def heavy_modules_first(items: list[pytest.Item], *, fast: bool) -> None:
+    """Order the modules by their number of heavy tests, then of tests (a stable sort: each
+    module's tests keep their order). ``./scripts/test`` hands xdist whole modules in this order
+    (``--dist loadfile --no-loadscope-reorder``): the long modules start first and the short ones
+    fill both workers at the end. xdist's own order (most tests first) left the modules of one
+    long test (the Sphinx build, the example's suites) for last, on one worker, the other idle.
+    Under ``--fast`` only the tests that run count, and none of them is heavy."""
+    weights: dict[str, list[int]] = {}
+    for item in items:
+        weight = weights.setdefault(item.nodeid.partition("::")[0], [0, 0])
+        if fast and any(item.get_closest_marker(marker) for marker in FAST_DESELECTS):
+            continue
+        weight[0] += any(item.get_closest_marker(marker) for marker in HEAVY_MARKERS)
+        weight[1] += 1
+    items.sort(key=lambda item: [-count for count in weights[item.nodeid.partition("::")[0]]])
 
 
 @pytest.hookimpl(wrapper=True)

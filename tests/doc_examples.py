@@ -443,6 +443,18 @@ def _page_result(plan: Plan, job: dict[str, Any], crashed: str) -> RunResult:
     return RunResult(result["completed"], result["failure"], output)
 
 
+#: pytest plugins of this test environment that neither a page's tests nor an example app's
+#: suite use, and that a reader's environment does not have: a pytest run in a subprocess
+#: starts without them (Hypothesis and Schemathesis alone cost about 2 s of CPU to import).
+#: flask-authflow's plugin stays: it is part of what those runs check.
+UNUSED_PLUGINS = ("hypothesispytest", "schemathesis", "requests_mock", "xdist", "xdist.looponfail")
+
+
+def without_unused_plugins() -> list[str]:
+    """The ``-p no:NAME`` options for :data:`UNUSED_PLUGINS`."""
+    return [option for plugin in UNUSED_PLUGINS for option in ("-p", f"no:{plugin}")]
+
+
 def run_pytest(folder: Path, *, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """pytest on the files a page wrote, as its reader would run them."""
     return subprocess.run(
@@ -454,6 +466,7 @@ def run_pytest(folder: Path, *, timeout: float = 300) -> subprocess.CompletedPro
             "error",
             "-p",
             "no:cacheprovider",
+            *without_unused_plugins(),
             "-q",
             "--rootdir",
             ".",

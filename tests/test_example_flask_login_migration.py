@@ -26,6 +26,7 @@ from flask.testing import FlaskClient
 from werkzeug.security import generate_password_hash
 
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
+from tests.doc_examples import without_unused_plugins
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "flask_login_migration"
 FAST_ARGON2 = {
@@ -235,6 +236,7 @@ def _run_suite(tmp_path: Path, *options: str) -> tuple[int, dict[str, str | None
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
     report = tmp_path / "report.xml"
     command = [sys.executable, "-m", "pytest", "-W", "error", "-q", "--basetemp", str(tmp_path / "t")]
+    command += without_unused_plugins()  # as the app's own environment: its plugin, not ours
     result = subprocess.run(
         [*command, "--junitxml", str(report), *options],
         cwd=EXAMPLE,

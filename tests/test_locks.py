@@ -119,8 +119,19 @@ def test_read_lock_refuses_nothing_silently(tmp_path: Path) -> None:
 # --- the real pip, in a copy of the repository -------------------------------------------------
 
 
-def _copy_repo(tmp_path: Path, lock_text: str) -> Path:
+@pytest.fixture(scope="module")
+def new_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtualenv as ensure-venv's first step makes it (``$PYTHON -m venv .venv``), made once:
+    each test's copy of the repository gets a copy of it (``ensurepip`` costs seconds), so
+    ensure-venv goes straight to pip, which is what these tests are about."""
+    venv = tmp_path_factory.mktemp("venv") / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
+    return venv
+
+
+def _copy_repo(tmp_path: Path, lock_text: str, venv: Path) -> Path:
     root = tmp_path / "repo"
+    shutil.copytree(venv, root / ".venv", symlinks=True)
     shutil.copytree(REPO / "scripts", root / "scripts")
     shutil.copytree(
         REPO / "flask_authflow", root / "flask_authflow", ignore=shutil.ignore_patterns("__pycache__")
@@ -165,8 +176,9 @@ def _importable(root: Path, module: str) -> bool:
 
 
 @pytest.mark.slow
-def test_ensure_venv_refuses_a_lock_whose_hash_was_edited_by_hand(tmp_path: Path) -> None:
-    root = _copy_repo(tmp_path, _one_package_lock(("blinker", "setuptools", "packaging"), tamper="blinker"))
+def test_ensure_venv_refuses_a_lock_whose_hash_was_edited_by_hand(tmp_path: Path, new_venv: Path) -> None:
+    lock = _one_package_lock(("blinker", "setuptools", "packaging"), tamper="blinker")
+    root = _copy_repo(tmp_path, lock, new_venv)
     refused = _ensure_venv(root)
     assert refused.returncode == 1, refused.stderr[-2000:]
     assert "pip refused or failed to install requirements/test.lock" in refused.stderr
@@ -176,10 +188,10 @@ def test_ensure_venv_refuses_a_lock_whose_hash_was_edited_by_hand(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_ensure_venv_names_what_a_lock_lacks_and_records_nothing(tmp_path: Path) -> None:
+def test_ensure_venv_names_what_a_lock_lacks_and_records_nothing(tmp_path: Path, new_venv: Path) -> None:
     """The same lock with its true hashes installs, then the check finds pyproject's other
     dependencies missing: an out-of-date lock is named, not silently completed."""
-    root = _copy_repo(tmp_path, _one_package_lock(("blinker", "setuptools", "packaging")))
+    root = _copy_repo(tmp_path, _one_package_lock(("blinker", "setuptools", "packaging")), new_venv)
     lacking = _ensure_venv(root)
     assert lacking.returncode == 1, lacking.stderr[-2000:]
     assert _importable(root, "blinker")
