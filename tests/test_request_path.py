@@ -189,3 +189,23 @@ def test_a_device_cookie_read_by_one_request_is_not_the_next_requests_in_a_share
     with site.app.app_context():
         assert known.get("/device-id").json["device"] is not None
         assert site.client(FIREFOX).get("/device-id").json == {"device": None}  # no cookie: none
+
+
+def test_a_json_body_parsed_by_one_request_is_not_the_next_requests_in_a_shared_app_context(
+    app_factory: AppFactory,
+) -> None:
+    from flask_authflow.web.json_body import json_body
+
+    app = app_factory()
+
+    @app.post("/echo")
+    def echo() -> dict[str, Any]:
+        return {"body": json_body()}
+
+    client = app.test_client()
+    with app.app_context():
+        assert client.post("/echo", json={"n": 1}).json == {"body": {"n": 1}}
+        assert client.post("/echo", json={"n": 2}).json == {"body": {"n": 2}}
+        refused = client.post("/echo", data="[[[", content_type="application/json")
+        assert refused.status_code == 400  # its own body, refused: not the last request's
+        assert client.post("/echo", json={"n": 3}).json == {"body": {"n": 3}}

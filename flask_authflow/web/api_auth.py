@@ -29,7 +29,8 @@ from flask_authflow.api_auth.tokens import TOKEN_PREFIX
 from flask_authflow.audit.context import audit_context
 from flask_authflow.core.ports import ApiTokenRecord, UserRecord
 from flask_authflow.errors import AuthFlowError, InsufficientApiScope
-from flask_authflow.web.current_user import keep_for_request, load_user, request_kept, set_api_user
+from flask_authflow.web.current_user import load_user, set_api_user
+from flask_authflow.web.per_request import keep_for_request, request_kept
 from flask_authflow.web.state import AuthFlowState, get_state
 
 __all__ = [

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any, Final, cast
 
-from flask import g, request
 from werkzeug.local import LocalProxy
 
+from flask_authflow.web.per_request import keep_for_request, request_kept
 from flask_authflow.web.state import AuthFlowState, current_auth_session, get_state
 
 __all__ = [
@@ -32,32 +32,15 @@ __all__ = [
     "current_permissions",
     "current_roles",
     "current_user",
-    "keep_for_request",
     "load_current_user",
     "load_user",
-    "request_kept",
     "set_api_user",
 ]
 
-# What is kept on ``flask.g`` for one request is stored with that request's object and read
-# back only by the same one (compared with ``is``): an app context pushed around several
-# requests (``with app.app_context():`` in a test) shares one ``g`` between them.
+# Kept for one request only (flask_authflow.web.per_request): one g may serve several.
 _CACHE_KEY = "_authflow_current_user"
 _ROLES_KEY = "_authflow_current_roles"
 _API_KEY = "_authflow_api_user"
-
-
-def request_kept(name: str) -> Any:
-    """What this request kept under ``name`` on ``g`` (``None``: nothing, or another request's)."""
-    found = g.get(name)
-    if found is None or found[0] is not request._get_current_object():  # type: ignore[attr-defined]
-        return None
-    return found[1]
-
-
-def keep_for_request(name: str, value: Any) -> None:
-    """Keep ``value`` on ``g`` under ``name`` for this request only (see :func:`request_kept`)."""
-    setattr(g, name, (request._get_current_object(), value))  # type: ignore[attr-defined]
 
 
 class AnonymousUser:

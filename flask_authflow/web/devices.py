@@ -29,7 +29,7 @@ from flask_authflow.core.session import AuthSession, AuthState
 from flask_authflow.devices import DeviceClaim, DeviceCookie, DeviceReading, DeviceService, new_device_id
 from flask_authflow.devices.settings import DeviceSettings
 from flask_authflow.login.operation import PHANTOM_PREFIX
-from flask_authflow.web.current_user import keep_for_request, request_kept
+from flask_authflow.web.per_request import keep_for_request, request_kept
 from flask_authflow.web.state import AuthFlowState, current_auth_session, get_state
 
 __all__ = [

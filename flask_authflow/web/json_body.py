@@ -16,10 +16,11 @@ import json
 import re
 from typing import Any
 
-from flask import Response, g, request
+from flask import Response, request
 
 from flask_authflow.errors import InvalidInput
 from flask_authflow.responses import error_response
+from flask_authflow.web.per_request import keep_for_request, request_kept
 
 __all__ = ["MAX_JSON_BYTES", "MAX_JSON_DEPTH", "json_body", "refuse_bad_json"]
 
@@ -70,12 +71,13 @@ def json_body() -> Any:
     """
     if not request.is_json:
         return None
-    if _G_KEY not in g:
+    value = request_kept(_G_KEY)  # never another request's body (one g may serve several)
+    if value is None:
         try:
-            setattr(g, _G_KEY, _parse())
+            value = _parse()
         except InvalidInput as error:
-            setattr(g, _G_KEY, error)
-    value = g.get(_G_KEY)
+            value = error
+        keep_for_request(_G_KEY, value)
     if isinstance(value, InvalidInput):
         raise value
     return value
