@@ -28,9 +28,9 @@ from flask_authflow.web.decorators import (
     permissions_required,
     roles_accepted,
     roles_required,
-    safe_next,
 )
 from flask_authflow.web.extension import AuthFlow
+from flask_authflow.web.next_url import safe_next
 from flask_authflow.web.state import current_session, get_state
 
 __version__ = "0.7.0"

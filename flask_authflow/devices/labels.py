@@ -7,9 +7,9 @@ from functools import lru_cache
 
 from ua_parser import parse
 
-from flask_authflow.i18n import N_
+from flask_authflow.i18n import N_, gettext, translate
 
-__all__ = ["UNKNOWN_DEVICE", "device_label"]
+__all__ = ["UNKNOWN_DEVICE", "device_label", "shown_label"]
 
 #: The label of a User-Agent the parser does not recognise (or no User-Agent at all).
 UNKNOWN_DEVICE = N_("Unknown browser")  # stored in English; pages show it translated
@@ -32,3 +32,12 @@ def device_label(user_agent: str | None) -> str:
     if name and where:
         return f"{name} on {where}"
     return name or where or UNKNOWN_DEVICE
+
+
+def shown_label(label: str) -> str:
+    """A device's stored label ("Firefox 120 on Ubuntu", "Unknown browser", in English) in
+    the language of the page or mail."""
+    browser, on, system = label.rpartition(" on ")
+    if on and browser and system:
+        return gettext("%(browser)s on %(system)s", browser=browser, system=system)
+    return translate(label)

@@ -38,6 +38,7 @@ from flask_authflow.settings import (
     setting,
 )
 from flask_authflow.throttle import ThrottleSettings
+from flask_authflow.web.next_url import safe_next
 
 __all__ = [
     "DEFAULTS",
@@ -55,14 +56,12 @@ _ENDPOINT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 def check_destination(name: str, value: str | None) -> None:
     """``value`` is ``None``, an endpoint name, or a same-site path that ``next`` would accept
-    (the rule of :func:`~flask_authflow.web.decorators.safe_next`).
+    (the rule of :func:`~flask_authflow.web.next_url.safe_next`).
 
     :raises ConfigurationError: anything else (``https://...``, ``//host``, ``/\\host`` ...).
     """
     if value is None or _ENDPOINT.fullmatch(value):
         return
-    from flask_authflow.web.decorators import safe_next  # the web layer imports this module
-
     if value.startswith("/") and safe_next(value) == value:
         return
     raise ConfigurationError(

@@ -35,7 +35,6 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar, cast, overload
-from urllib.parse import urlsplit
 
 from flask import (
     Response,
@@ -72,6 +71,7 @@ from flask_authflow.web.current_user import (
     current_roles,
     load_current_user,
 )
+from flask_authflow.web.next_url import safe_next
 from flask_authflow.web.state import DenialHandler, current_auth_session, get_state
 
 __all__ = [
@@ -84,7 +84,6 @@ __all__ = [
     "permissions_required",
     "roles_accepted",
     "roles_required",
-    "safe_next",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -101,25 +100,6 @@ _TEMPLATES = Environment(
     loader=FileSystemLoader(str(Path(__file__).resolve().parent / "templates")),
     autoescape=select_autoescape(default=True),
 )
-
-
-def safe_next(target: str | None) -> str | None:
-    """``target`` if it is a same-site relative path (``/a/b?c``), else ``None``.
-
-    Refused: absolute URLs, scheme-relative ``//host``, backslash tricks (``/\\host``,
-    which browsers treat as ``//host``), control characters and anything not starting
-    with a single ``/``.
-    """
-    if not target or len(target) > 2048:
-        return None
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in target) or "\\" in target:
-        return None
-    if not target.startswith("/") or target.startswith("//"):
-        return None
-    parts = urlsplit(target)
-    if parts.scheme or parts.netloc:
-        return None
-    return target
 
 
 def _wants_html() -> bool:

@@ -10,10 +10,10 @@ import logging
 from flask import render_template
 
 from flask_authflow.core.ports import UserRecord
+from flask_authflow.devices.labels import shown_label
 from flask_authflow.i18n import gettext, template_context
 from flask_authflow.mail import FolderSender, HtmlMailSender
 from flask_authflow.web.state import AuthFlowState
-from flask_authflow.web.views.devices import shown_label
 
 __all__ = ["mail_address_of", "send_new_device_mail"]
 

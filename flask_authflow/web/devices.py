@@ -29,6 +29,7 @@ from flask_authflow.core.session import AuthSession, AuthState
 from flask_authflow.devices import DeviceClaim, DeviceCookie, DeviceReading, DeviceService, new_device_id
 from flask_authflow.devices.settings import DeviceSettings
 from flask_authflow.login.operation import PHANTOM_PREFIX
+from flask_authflow.web.device_mail import send_new_device_mail
 from flask_authflow.web.per_request import keep_for_request, request_kept
 from flask_authflow.web.state import AuthFlowState, current_auth_session, get_state
 
@@ -199,8 +200,6 @@ def _record_sign_in(state: AuthFlowState, user_id: str, tenant: str) -> None:
         status, reason = ("success", None) if until is not None else ("refused", "no_second_factor")
         record_device_event(state, "device_trusted", status, reason=reason, **who)
     if new and wiring.settings.new_device_mail:
-        from flask_authflow.web.device_mail import send_new_device_mail
-
         send_new_device_mail(state, tenant, user_id, device_id)
 
 

@@ -57,8 +57,9 @@ from flask_authflow.federation.login import FederationService, OAuthLoginOptions
 from flask_authflow.i18n import translate
 from flask_authflow.responses import package_headers
 from flask_authflow.web.csrf import csrf_valid
-from flask_authflow.web.decorators import denial_page, safe_next
+from flask_authflow.web.decorators import denial_page
 from flask_authflow.web.json_body import refuse_bad_json
+from flask_authflow.web.next_url import safe_next
 from flask_authflow.web.security_notices import notify
 from flask_authflow.web.state import current_auth_session, get_state
 

@@ -25,13 +25,13 @@ from flask_authflow.federation.provider import ProviderRegistry, check_provider_
 from flask_authflow.federation.provider_tokens import ProviderTokens, TokenAudit
 from flask_authflow.federation.settings import FederationSettings
 from flask_authflow.web.app_transaction import app_transaction
-from flask_authflow.web.decorators import safe_next
 from flask_authflow.web.federation_views import (
     OAUTH_BLUEPRINT,
     backchannel_logout,
     build_oauth_blueprint,
     form_post_callback,
 )
+from flask_authflow.web.next_url import safe_next
 from flask_authflow.web.state import AuthFlowHooks, AuthFlowState, app_user_hooks, get_state
 
 __all__ = ["build_federation", "register_oauth_blueprint"]

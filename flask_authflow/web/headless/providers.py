@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 from flask_authflow.audit.context import audit_context
 from flask_authflow.i18n import N_
-from flask_authflow.web.decorators import safe_next
 from flask_authflow.web.headless.clients import APP, BROWSER
 from flask_authflow.web.headless.login import STEP, step_reply
 from flask_authflow.web.headless.routes import Answer, Call, Refusal, Reply, Routes
 from flask_authflow.web.headless.schema import Array, Object, String
+from flask_authflow.web.next_url import safe_next
 from flask_authflow.web.state import current_auth_session, get_state
 
 if TYPE_CHECKING:  # the federation feature (and its token library) loads only when configured

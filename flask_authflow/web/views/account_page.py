@@ -13,7 +13,7 @@ from flask import Response, url_for
 from werkzeug.wrappers.response import Response as BaseResponse
 
 from flask_authflow.core.session import AuthSession, SessionRecord, sid_hash
-from flask_authflow.devices.labels import device_label
+from flask_authflow.devices.labels import device_label, shown_label
 from flask_authflow.errors import AuthFlowError
 from flask_authflow.i18n import N_, translate
 from flask_authflow.outcomes import FactorKind
@@ -120,7 +120,7 @@ def session_row(record: SessionRecord, current_sid: str) -> dict[str, Any]:
     """A session as the account page lists it (and the headless API's list)."""
     return {
         "hash": sid_hash(record.sid),
-        "device": devices.shown_label(device_label(record.device)),  # as the devices list
+        "device": shown_label(device_label(record.device)),  # as the devices list
         "last_seen_at": record.last_seen_at,
         "created_at": record.created_at,
         "authenticated_at": record.authenticated_at,

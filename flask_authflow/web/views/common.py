@@ -25,8 +25,8 @@ from flask_authflow.login.service import AuthnRequest
 from flask_authflow.responses import wants_json
 from flask_authflow.web.csrf import csrf_field_name, csrf_token
 from flask_authflow.web.current_user import ANONYMOUS_USER, load_current_user
-from flask_authflow.web.decorators import safe_next
 from flask_authflow.web.json_body import json_body
+from flask_authflow.web.next_url import safe_next
 from flask_authflow.web.state import current_auth_session, get_state
 
 __all__ = [

@@ -8,21 +8,12 @@ from datetime import datetime
 from typing import Any
 
 from flask_authflow.core.devices import check_device_id
+from flask_authflow.devices.labels import shown_label
 from flask_authflow.errors import InvalidInput
-from flask_authflow.i18n import gettext, translate
 from flask_authflow.web.devices import current_device_id, forget_device
 from flask_authflow.web.state import current_auth_session, get_state
 
-__all__ = ["DeviceRow", "device_rows", "forget_device_of_current_user", "shown_label"]
-
-
-def shown_label(label: str) -> str:
-    """A device's stored label ("Firefox 120 on Ubuntu", "Unknown browser", in English) in
-    the language of the page or mail."""
-    browser, on, system = label.rpartition(" on ")
-    if on and browser and system:
-        return gettext("%(browser)s on %(system)s", browser=browser, system=system)
-    return translate(label)
+__all__ = ["DeviceRow", "device_rows", "forget_device_of_current_user"]
 
 
 @dataclass(frozen=True, slots=True)
