@@ -472,12 +472,18 @@ class AuthFlow:
             mail_sender=_mail_sender(given, config),
             password_policy=password_policy(config.passwords, given.http_client),
         )
+        self._install_on(app, state, given.http_client)
+
+    def _install_on(self, app: Flask, state: AuthFlowState, http_client: Any) -> None:
+        """Install on ``app`` what :meth:`init_app` built: the policies, the hooks, the logout
+        route, federation, the ready views and the headless API."""
+        config = state.config
         authz.install(app, self)  # Cedar policies: loaded and checked now, before anything is installed
         install_mfa_requirement(app, state)  # AUTHFLOW_MFA_REQUIRED (a Cedar action: checked against them)
         _install(app, state)
         register_logout(app, config.web.logout_url_prefix)  # POST /auth/logout: the app's one logout route
         if config.federation.providers or self._providers or config.federation.ssf_transmitters:
-            self._install_federation(app, state, given.http_client)
+            self._install_federation(app, state, http_client)
         self._apps.add(app)
         if config.web.views:
             self.views.register(app)
