@@ -234,20 +234,7 @@ def _module_level_imports(source: str, module: str) -> set[str]:
     functions and classes' methods (an import inside a function runs later), without those
     under ``if TYPE_CHECKING:``; each with the packages above it that ``module``'s own
     import has not already started."""
-    tree = ast.parse(source)
-    nodes: list[ast.AST] = list(tree.body)
-    found: set[str] = set()
-    while nodes:
-        node = nodes.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            continue
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            nodes.extend(node.orelse)
-            continue
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            found.update(_run_by(node, module))
-            continue
-        nodes.extend(ast.iter_child_nodes(node))
+    found = _imports_run(source, module, deferred=False)
     own = {*_packages_above(module), module}
     return {step for target in found for step in [target, *_packages_above(target)] if step not in own}
 
@@ -303,10 +290,18 @@ def _all_imports(source: str, module: str) -> set[str]:
     """Every ``flask_authflow`` module that ``module`` imports, at module level or inside a
     function (not under ``if TYPE_CHECKING:``), without the packages above it (importing
     ``login.verify`` has started ``login/__init__`` already)."""
+    return _imports_run(source, module, deferred=True) - {module, *_packages_above(module)}
+
+
+def _imports_run(source: str, module: str, *, deferred: bool) -> set[str]:
+    """The modules ``source``'s import statements run (:func:`_run_by`), not those under
+    ``if TYPE_CHECKING:``; inside functions and lambdas too when ``deferred``."""
     nodes: list[ast.AST] = list(ast.parse(source).body)
     found: set[str] = set()
     while nodes:
         node = nodes.pop()
+        if not deferred and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
         if isinstance(node, ast.If) and _is_type_checking(node):
             nodes.extend(node.orelse)
             continue
@@ -314,7 +309,7 @@ def _all_imports(source: str, module: str) -> set[str]:
             found.update(_run_by(node, module))
             continue
         nodes.extend(ast.iter_child_nodes(node))
-    return found - {module, *_packages_above(module)}
+    return found
 
 
 def test_no_import_cycle_even_deferred() -> None:

@@ -267,10 +267,19 @@ def _log_levels_unless_locked(count: int) -> Any:
     """The successes of ``count`` levels logged in one statement, unless a lock is active on
     any of their subjects: its row count says which (``count`` rows, or none). Its
     parameters name no column of ``authflow_lockouts`` (see _PG_SETTLE_SUCCESS)."""
-    levels = _levels_table(count)
-    lock = select(func.max(_l.locked_until)).where(
+    return _log_successes(count, _active_lock().scalar_subquery().is_(None))
+
+
+def _active_lock() -> Any:
+    """The latest end of an active lock on any subject of the settlement (``None``: none)."""
+    return select(func.max(_l.locked_until)).where(
         _l.tenant == bindparam("key_tenant"), _l.subject.in_(_SUBJECTS), _l.locked_until > _NOW
     )
+
+
+def _log_successes(count: int, condition: Any) -> Any:
+    """One INSERT ... SELECT of a success row per level of ``count``, while ``condition``."""
+    levels = _levels_table(count)
     return insert(attempts_table).from_select(
         ["at", "tenant", "subject", "factor", "success", "client_ip"],
         select(
@@ -280,7 +289,7 @@ def _log_levels_unless_locked(count: int) -> Any:
             bindparam("key_factor", type_=String()),
             true(),
             bindparam("client_ip", type_=String()),
-        ).where(lock.scalar_subquery().is_(None)),
+        ).where(condition),
     )
 
 
@@ -291,14 +300,7 @@ def _pg_settle_levels(count: int) -> Any:
     a lock committed by whoever held them before is seen): the reservations given back and,
     unless a lock is active on a subject, the counters reset and the successes logged. It
     returns the lock's end, if any."""
-    lock = (
-        select(
-            select(func.max(_l.locked_until))
-            .where(_l.tenant == bindparam("key_tenant"), _l.subject.in_(_SUBJECTS), _l.locked_until > _NOW)
-            .scalar_subquery()
-            .label("until")
-        )
-    ).cte("active_lock")
+    lock = select(_active_lock().scalar_subquery().label("until")).cte("active_lock")
     unlocked = select(lock.c.until).scalar_subquery().is_(None)
     settled = _SETTLE_LEVELS.cte("settled")
     reset = (
@@ -312,22 +314,7 @@ def _pg_settle_levels(count: int) -> Any:
         .values(failures=literal_column("0"), window_start=null())
         .cte("reset")
     )
-    levels = _levels_table(count)
-    logged = (
-        insert(attempts_table)
-        .from_select(
-            ["at", "tenant", "subject", "factor", "success", "client_ip"],
-            select(
-                _NOW,
-                bindparam("key_tenant", type_=String()),
-                levels.c.subject,
-                bindparam("key_factor", type_=String()),
-                true(),
-                bindparam("client_ip", type_=String()),
-            ).where(unlocked),
-        )
-        .cte("logged")
-    )
+    logged = _log_successes(count, unlocked).cte("logged")
     return select(lock.c.until).add_cte(settled, reset, logged)
 
 
