@@ -111,24 +111,30 @@ def _pusher(
 
 @pytest.mark.postgres
 @pytest.mark.multiprocess
-def test_one_set_pushed_from_two_processes_on_postgresql_is_handled_once(
+def test_one_set_pushed_from_three_processes_on_postgresql_is_handled_once(
     postgres_server: Any, tmp_path: Path
 ) -> None:
-    """The test's process and a child, each its own app on one database, push at once."""
+    """The test's process and two children, each its own app on one database, push at once."""
     url, key = postgres_server.new_database(), secrets.token_bytes(32)
     upgrade(url)
     token, jwks = signed_set()
     app = receiver_app(url, key, str(tmp_path), jwks)
     try:
         add_alice(app)
-        barrier, out = SPAWN.Barrier(2), SPAWN.Queue()
-        child = SPAWN.Process(target=_pusher, args=(url, key, str(tmp_path), jwks, token, barrier, out))
-        child.start()
+        barrier, out = SPAWN.Barrier(3), SPAWN.Queue()
+        children = [
+            SPAWN.Process(target=_pusher, args=(url, key, str(tmp_path), jwks, token, barrier, out))
+            for _ in range(2)
+        ]
+        for child in children:
+            child.start()
         barrier.wait(60)
         statuses = run_together([lambda: push(app, token) for _ in range(PUSHES // 2)])
-        statuses += out.get(timeout=120)
-        child.join(30)
-        assert child.exitcode == 0
+        for _ in children:
+            statuses += out.get(timeout=120)
+        for child in children:
+            child.join(30)
+            assert child.exitcode == 0
         check_handled_once(app, statuses)
     finally:
         get_state(app).backend.close()  # type: ignore[attr-defined]
