@@ -457,7 +457,7 @@ class LoginFacts:
     #: for (a required enrollment), or ``None``.
     token_payload: Mapping[str, Any] | None = None
     #: The user's stored password hash, read with the rest (``None``: this store does not
-    #: read it there; the password step then asks :meth:`FactorStore.get_password_hash`).
+    #: read it there; the password step then asks the store's ``get_password_hash``).
     password: KnownSecret | None = None
 
 
