@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from flask_authflow import AuthFlow
 from flask_authflow.audit.chain import AuditChain, ChainReport, Checkpoint, purge_chained, verify_chains
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import MockClock
+from flask_authflow.core.ports import one_unit
 from flask_authflow.errors import AuditWriteError, ConfigurationError
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.memory import InMemoryBackend
@@ -38,18 +38,6 @@ from tests.concurrency import run_together
 KEY = b"k" * 32
 NEW_KEY = b"n" * 32
 PASSWORD = "correct horse battery staple"
-
-
-@contextmanager
-def one_unit(backend: SqlAlchemyBackend) -> Iterator[Any]:
-    """One unit of work as a block: committed at its end, rolled back on an exception."""
-    unit = backend.begin_unit()
-    try:
-        yield unit
-    except BaseException:
-        unit.rollback()
-        raise
-    unit.commit()
 
 
 def row(clock: MockClock, event: str, tenant: str | None = "acme") -> AuditRecord:
@@ -101,7 +89,7 @@ def test_rows_of_each_tenant_form_their_own_numbered_chain_and_verify(
     chained: SqlAlchemyBackend, mock_clock: MockClock
 ) -> None:
     write_rows(chained, mock_clock, 3)
-    with one_unit(chained):  # a unit's rows: one INSERT, the same chain
+    with one_unit(chained.begin_unit):  # a unit's rows: one INSERT, the same chain
         write_rows(chained, mock_clock, 2)
         write_rows(chained, mock_clock, 2, tenant="globex")
     write_rows(chained, mock_clock, 1, tenant=None)
@@ -249,11 +237,11 @@ def test_a_fault_at_the_head_update_writes_nothing_and_the_retry_works(
 ) -> None:
     write_rows(chained, mock_clock, 1)
     fail_head_update.append(1)
-    with pytest.raises(AuditWriteError), one_unit(chained):
+    with pytest.raises(AuditWriteError), one_unit(chained.begin_unit):
         write_rows(chained, mock_clock, 2)
     assert [r.seq for r in chained.audit_rows] == [1]
     assert chained.read_audit_chain("acme").head.seq == 1  # type: ignore[union-attr]
-    with one_unit(chained):  # the retry: its cached head is right, the swap matches
+    with one_unit(chained.begin_unit):  # the retry: its cached head is right, the swap matches
         write_rows(chained, mock_clock, 2)
     assert only(verify_chains(chained, AuditChain(KEY))).verified == 3
 
