@@ -942,3 +942,54 @@ def test_signer_refuses_a_key_that_does_not_suit_the_algorithm() -> None:
         with pytest.raises(SigningKeyError):
             signer(alg, key)
     assert len(signer("ES256", p256)(b"input")) == 64  # raw r || s, not DER
+
+
+# -- tokens without exp by design (SETs): typ required, an iat window -------------------------------
+
+WINDOW = timedelta(minutes=10)
+
+
+def _set(key: LocalIdpSigningKey, typ: str | None = "secevent+jwt", **over: Any) -> str:
+    head = {"alg": key.algorithm, "kid": key.kid} | ({} if typ is None else {"typ": typ})
+    return make(key, claims(**({"exp": ...} | over)), header=head)
+
+
+def test_a_windowed_token_without_exp_is_accepted_until_its_iat_window_ends(
+    verifier: JwtVerifier, ec_key: LocalIdpSigningKey, clock: MockClock
+) -> None:
+    token = _set(ec_key, typ="SecEvent+JWT")  # typ is compared without case
+    result = verifier.verify(token, AUD, issuer=ISS, typ={"secevent+jwt"}, max_age=WINDOW, leeway=0)
+    assert result.iat == T and result.exp == T + 600  # the window's end stands for exp
+    clock.advance(WINDOW)
+    assert verifier.verify(token, AUD, typ={"secevent+jwt"}, max_age=WINDOW, leeway=0).jti == "j1"
+    clock.advance(timedelta(seconds=1))
+    with pytest.raises(TokenVerificationError) as refused:
+        verifier.verify(token, AUD, typ={"secevent+jwt"}, max_age=WINDOW, leeway=0)
+    assert refused.value.reason == TokenCheck.ISSUED_AT
+
+
+def test_without_max_age_a_token_without_exp_is_still_refused(
+    verifier: JwtVerifier, ec_key: LocalIdpSigningKey
+) -> None:
+    with pytest.raises(TokenVerificationError) as refused:
+        verifier.verify(_set(ec_key), AUD, typ={"secevent+jwt"})
+    assert refused.value.message == "missing exp claim"
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        (lambda key: _set(key, iat=...), TokenCheck.ISSUED_AT),  # no iat: no window
+        (lambda key: _set(key, iat=T + 3600), TokenCheck.ISSUED_AT),  # issued in the future
+        (lambda key: _set(key, exp=T - 120), TokenCheck.EXPIRED),  # an exp it carries still counts
+        (lambda key: _set(key, typ="JWT"), TokenCheck.HEADER),  # another type
+        (lambda key: _set(key, typ=None), TokenCheck.HEADER),  # no type
+    ],
+    ids=["no_iat", "future_iat", "expired_exp", "wrong_typ", "no_typ"],
+)
+def test_a_windowed_token_is_refused_for_each_bad_member(
+    verifier: JwtVerifier, ec_key: LocalIdpSigningKey, token: Any, reason: TokenCheck
+) -> None:
+    with pytest.raises(TokenVerificationError) as refused:
+        verifier.verify(token(ec_key), AUD, typ={"secevent+jwt"}, max_age=WINDOW, leeway=0)
+    assert refused.value.reason == reason

@@ -217,10 +217,13 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _claims_registry(audiences: list[str], issuer: str | None, skew: int, now: int) -> JWTClaimsRegistry:
-    """joserfc's registered-claim checks: ``exp`` and ``aud`` required, ``iss`` when named."""
+def _claims_registry(
+    audiences: list[str], issuer: str | None, skew: int, now: int, *, windowed: bool = False
+) -> JWTClaimsRegistry:
+    """joserfc's registered-claim checks: ``exp`` (or, for a ``windowed`` token, ``iat``)
+    and ``aud`` required, ``iss`` when named."""
     options: dict[str, ClaimsOption] = {
-        "exp": {"essential": True},
+        "iat" if windowed else "exp": {"essential": True},
         "aud": {"essential": True, "values": audiences},
     }
     if issuer is not None:
@@ -236,6 +239,8 @@ def _claim_refusal(exc: ClaimError, claims: Mapping[str, Any]) -> TokenVerificat
         missing = exc.claim.split(",")
         if "exp" in missing:
             return TokenVerificationError("missing exp claim", TokenCheck.CLAIM)
+        if "iat" in missing:
+            return TokenVerificationError("missing iat claim", TokenCheck.ISSUED_AT)
         if "aud" in missing:
             return TokenVerificationError("missing aud claim", TokenCheck.AUDIENCE)
         return TokenVerificationError("issuer mismatch", TokenCheck.ISSUER)
@@ -264,14 +269,36 @@ def _optional_date(claims: Mapping[str, Any], name: str) -> int | None:
     return None if value is None else math.floor(value)
 
 
-def _verified(checked: _Checked, claims: dict[str, Any]) -> VerifiedClaims:
+def _window_end(claims: Mapping[str, Any], max_age: timedelta | None, skew: int, now: int) -> int:
+    """When the token stops being accepted: its ``exp``, or for a token verified with
+    ``max_age`` and no ``exp``, ``iat + max_age`` (refused already if that has passed)."""
+    if max_age is None or "exp" in claims:
+        exp: float = claims["exp"]  # a NumericDate: joserfc's registry checked it
+        return math.floor(exp)
+    iat: float = claims["iat"]
+    end = math.floor(iat + max_age.total_seconds())
+    if end + skew < now:
+        raise TokenVerificationError("token older than the accepted window", TokenCheck.ISSUED_AT)
+    return end
+
+
+def _check_type(checked: _Checked, typ: frozenset[str] | None) -> None:
+    """The header's ``typ`` must be one of ``typ`` (compared without case, RFC 7515 §4.1.9)."""
+    if typ is None:
+        return
+    given = checked.header.get("typ")
+    if not isinstance(given, str) or given.lower() not in typ:
+        raise TokenVerificationError("token type not accepted", TokenCheck.HEADER)
+
+
+def _verified(checked: _Checked, claims: dict[str, Any], exp: int) -> VerifiedClaims:
     """The result record; joserfc's registry has checked every member read here."""
     raw_aud = claims["aud"]
     return VerifiedClaims(
         sub=claims.get("sub"),
         iss=claims.get("iss"),
         aud=(raw_aud,) if isinstance(raw_aud, str) else tuple(raw_aud),
-        exp=math.floor(claims["exp"]),
+        exp=exp,
         iat=_optional_date(claims, "iat"),
         nbf=_optional_date(claims, "nbf"),
         jti=claims.get("jti"),
@@ -400,29 +427,39 @@ class JwtVerifier:
         issuer: str | None = None,
         leeway: float | timedelta = 60,
         clock: Clock | None = None,
+        typ: Collection[str] | None = None,
+        max_age: timedelta | None = None,
     ) -> VerifiedClaims:
         """Verify ``token`` and return its claims, or raise :class:`TokenVerificationError`.
 
         ``audience`` is required: the ``aud`` claim (string or array) must contain
         it (or one of them). ``issuer``, when given, must equal ``iss`` exactly.
         ``leeway`` (seconds, whole seconds count) absorbs clock skew for ``exp``,
-        ``nbf`` and ``iat``.
+        ``nbf`` and ``iat``. ``typ``, when given, lists the accepted header ``typ``
+        values (lower case; a token without one is refused).
+
+        ``max_age`` is for tokens that carry no ``exp`` by design (Security Event Tokens,
+        RFC 8417): ``iat`` becomes required instead of ``exp``, and the token is refused
+        once ``iat + max_age`` has passed (with the leeway); an ``exp`` it does carry is
+        still checked. The result's ``exp`` is then the end of that window.
         """
         allow = self._allow_list()
         audiences = _audiences(audience)
         skew = _leeway_seconds(leeway)
+        types = None if typ is None else frozenset(typ)
         # joserfc compares whole seconds: now rounds down, as joserfc's own default does.
         now = math.floor((clock if clock is not None else self._clock).now().timestamp())
         try:
             checked = _precheck(token, allow.names)
+            _check_type(checked, types)
             key = _select_key(self._handle.snapshot(), checked.kid, checked.alg)
             _check_signature(checked, key, allow)
             claims = _json_object(checked.payload, "payload")
             try:
-                _claims_registry(audiences, issuer, skew, now).validate(claims)
+                _claims_registry(audiences, issuer, skew, now, windowed=max_age is not None).validate(claims)
             except ClaimError as exc:
                 raise _claim_refusal(exc, claims) from None
-            return _verified(checked, claims)
+            return _verified(checked, claims, _window_end(claims, max_age, skew, now))
         except TokenVerificationError:
             raise
         except Exception as exc:  # anything else a hostile token provokes is a malformed token

@@ -168,7 +168,7 @@ class SignalsReceiver:
         transmitter = self.transmitter(name)
         factor = f"ssf:{name}"[:32]
         try:
-            event = verify_set(token, transmitter, self.keys[name], self.clock.now().timestamp())
+            event = verify_set(token, transmitter, self.keys[name], self.clock)
             subject = resolve_subject(
                 event.subject, transmitter, links=self.federation.links, accounts=self.stores.accounts
             )
