@@ -574,9 +574,9 @@ def test_backchannel_logout_through_a_flask_test_client(provider: TestOpenIDProv
 def test_backchannel_logout_through_requests(provider: TestOpenIDProvider) -> None:
     app, received = _receiver()
     session = requests.Session()
-    from flask_authflow.testing.provider import _make_wsgi_adapter
+    from flask_authflow.testing.provider import wsgi_adapter
 
-    session.mount("https://app.test/", _make_wsgi_adapter(app))
+    session.mount("https://app.test/", wsgi_adapter(app))
     result = provider.send_backchannel_logout(BACKCHANNEL, sub="alice", session=session)
     assert result.status_code == 200
     assert received[0]["form"]["logout_token"] == result.logout_token
