@@ -7,7 +7,9 @@ docstrings in ``flask_authflow/core/ports.py``: the behaviour, and each rejectio
 input that triggers it. ``tests/test_store_contracts.py`` runs every one of them on the memory
 adapter, SQLite and PostgreSQL. The contracts of the aggregates with stores of their own run
 beside those stores: API tokens (tests/test_api_tokens_store.py), provider tokens
-(tests/test_provider_tokens_store.py) and sessions (tests/test_session_stores.py, with Redis).
+(tests/test_provider_tokens_store.py), sessions (tests/test_session_stores.py, with Redis) and
+the issuer's keys (tests/store_contract_keys.py, run by tests/test_key_store_contracts.py on
+the memory, file, SQLite and PostgreSQL key stores).
 
 A new aggregate gets a contract module here and a line in tests/test_store_contracts.py.
 This module holds what they share: the time, the lockout policy, factor records, races.
