@@ -116,3 +116,24 @@ class RolesContract:
         removed = race(20, lambda i: backend.remove_user_role("acme", alice.user_id, "admin"))
         assert removed.count(True) == 1
         assert backend.roles_of("acme", alice.user_id) == []
+
+    def test_a_rolled_back_unit_leaves_the_roles_as_they_were(self, backend: Any) -> None:
+        alice = backend.create_user("acme", "alice", "pw")
+        backend.create_role("acme", "editor")
+        backend.grant_permission("acme", "editor", "documents:read")
+        backend.add_user_role("acme", alice.user_id, "editor")
+        before = (backend.list_roles("acme"), backend.roles_of("acme", alice.user_id))
+        unit = backend.begin_unit()
+        backend.create_role("acme", "admin")
+        backend.grant_permission("acme", "admin", "all")
+        backend.add_user_role("acme", alice.user_id, "admin")
+        backend.grant_permission("acme", "editor", "documents:edit")
+        backend.revoke_permission("acme", "editor", "documents:read")
+        backend.remove_user_role("acme", alice.user_id, "editor")
+        unit.rollback()
+        assert (backend.list_roles("acme"), backend.roles_of("acme", alice.user_id)) == before
+        unit = backend.begin_unit()
+        backend.delete_role("acme", "editor", force=True)
+        unit.rollback()
+        assert (backend.list_roles("acme"), backend.roles_of("acme", alice.user_id)) == before
+        assert backend.permissions_of("acme", alice.user_id) == ["documents:read"]

@@ -19,7 +19,9 @@ __all__ = ["MemoryRoles"]
 
 
 class MemoryRoles(MemoryState):
-    """The roles of :class:`~flask_authflow.storage.memory.InMemoryBackend`."""
+    """The roles of :class:`~flask_authflow.storage.memory.InMemoryBackend`. Each change goes
+    through the unit's journal (the sets are replaced, never changed in place), so a
+    rolled-back unit leaves the roles as they were."""
 
     def _known_role(self, tenant: str, name: str) -> RoleState:
         state = self._roles
@@ -33,7 +35,7 @@ class MemoryRoles(MemoryState):
             state = self._roles
             if (role.tenant, role.name) in state.roles:
                 raise RoleExists()
-            state.roles[(role.tenant, role.name)] = description
+            self._put(state.roles, (role.tenant, role.name), description)
         return role
 
     def delete_role(self, tenant: str, name: str, *, force: bool = False) -> None:
@@ -43,9 +45,9 @@ class MemoryRoles(MemoryState):
             if holders and not force:
                 raise RoleInUse()
             for key in holders:
-                state.held[key].discard(name)
-            state.grants.pop((tenant, name), None)
-            del state.roles[(tenant, name)]
+                self._put(state.held, key, state.held[key] - {name})
+            self._remove(state.grants, (tenant, name))
+            self._remove(state.roles, (tenant, name))
 
     def list_roles(self, tenant: str) -> list[Role]:
         with self._lock:
@@ -59,33 +61,41 @@ class MemoryRoles(MemoryState):
     def grant_permission(self, tenant: str, role: str, permission: str) -> bool:
         permission = check_name(permission, "permission")
         with self._lock:
-            grants = self._known_role(tenant, role).grants.setdefault((tenant, role), set())
-            new = permission not in grants
-            grants.add(permission)
+            grants = self._known_role(tenant, role).grants
+            held = grants.get((tenant, role), frozenset())
+            new = permission not in held
+            if new:
+                self._put(grants, (tenant, role), held | {permission})
             return new
 
     def revoke_permission(self, tenant: str, role: str, permission: str) -> bool:
         permission = check_name(permission, "permission")
         with self._lock:
-            grants = self._known_role(tenant, role).grants.get((tenant, role), set())
-            had = permission in grants
-            grants.discard(permission)
+            grants = self._known_role(tenant, role).grants
+            held = grants.get((tenant, role), frozenset())
+            had = permission in held
+            if had:
+                self._put(grants, (tenant, role), held - {permission})
             return had
 
     def add_user_role(self, tenant: str, user_id: str, role: str) -> bool:
         with self._lock:
             if self._user_of(check_tenant(tenant), user_id) is None:
                 raise UserNotFound()
-            held = self._known_role(tenant, role).held.setdefault((tenant, user_id), set())
+            holders = self._known_role(tenant, role).held
+            held = holders.get((tenant, user_id), frozenset())
             new = role not in held
-            held.add(role)
+            if new:
+                self._put(holders, (tenant, user_id), held | {role})
             return new
 
     def remove_user_role(self, tenant: str, user_id: str, role: str) -> bool:
         with self._lock:
-            held = self._known_role(tenant, role).held.get((tenant, user_id), set())
+            holders = self._known_role(tenant, role).held
+            held = holders.get((tenant, user_id), frozenset())
             had = role in held
-            held.discard(role)
+            if had:
+                self._put(holders, (tenant, user_id), held - {role})
             return had
 
     def roles_of(self, tenant: str, user_id: str) -> list[str]:

@@ -60,8 +60,8 @@ class RoleState:
     """The memory store's roles: (tenant, name) -> description, grants and assignments."""
 
     roles: dict[tuple[str, str], str] = field(default_factory=dict)
-    grants: dict[tuple[str, str], set[str]] = field(default_factory=dict)
-    held: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    grants: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    held: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
 
 
 #: The journal's mark of a key that was absent before the change (and of no dropped row).
