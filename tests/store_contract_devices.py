@@ -11,10 +11,7 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.core.ports import (
-    DeviceRecord,
-    DeviceStore,
-)
+from flask_authflow.core.ports import DeviceRecord, DeviceStore
 from flask_authflow.errors import InvalidInput, UserNotFound
 from tests.store_contract import T0
 

@@ -12,9 +12,7 @@ from typing import Any
 import pytest
 
 from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import (
-    FactorRecordStore,
-)
+from flask_authflow.core.ports import FactorRecordStore
 from flask_authflow.errors import UserNotFound
 from flask_authflow.outcomes import FactorKind
 from tests.store_contract import RACERS, T0, factor, race

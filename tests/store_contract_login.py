@@ -12,10 +12,7 @@ from typing import Any
 import pytest
 
 from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import (
-    AttemptKey,
-    LoginStore,
-)
+from flask_authflow.core.ports import AttemptKey, LoginStore
 from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import (
     Authenticated,

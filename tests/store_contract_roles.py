@@ -10,10 +10,7 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.core.ports import (
-    Role,
-    RoleStore,
-)
+from flask_authflow.core.ports import Role, RoleStore
 from flask_authflow.errors import InvalidInput, RoleExists, RoleInUse, RoleNotFound, UserNotFound
 from tests.store_contract import race
 

@@ -10,10 +10,7 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.core.ports import (
-    AttemptKey,
-    IdentityStore,
-)
+from flask_authflow.core.ports import AttemptKey, IdentityStore
 from flask_authflow.errors import InvalidInput, UserExists, UserNotFound
 from tests.store_contract import RACERS, T0, WINDOW, AuditRecord, race
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from flask_authflow.core.ports import (
-    AccountToken,
-)
+from flask_authflow.core.ports import AccountToken
 from flask_authflow.storage.memory.state import MemoryState
 
 __all__ = ["MemoryAccountTokens"]

@@ -10,13 +10,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import cast
 
-from flask_authflow.core.ports import (
-    ApiTokenRecord,
-)
-from flask_authflow.errors import (
-    ApiTokenNameTaken,
-    UserNotFound,
-)
+from flask_authflow.core.ports import ApiTokenRecord
+from flask_authflow.errors import ApiTokenNameTaken, UserNotFound
 from flask_authflow.storage.memory.state import MemoryState
 
 __all__ = ["MemoryApiTokens"]

@@ -16,9 +16,7 @@ from flask_authflow.core.ports import (
     Reservation,
     level_token,
 )
-from flask_authflow.errors import (
-    StoreUnavailable,
-)
+from flask_authflow.errors import StoreUnavailable
 from flask_authflow.storage.memory.state import AttemptLogEntry, LockState, MemoryState
 
 __all__ = ["MemoryAttempts", "count_failure"]

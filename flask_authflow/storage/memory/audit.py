@@ -8,9 +8,7 @@ from typing import Any
 from flask_authflow.audit.chain import AuditChain, ChainedRow, ChainHead, ChainSnapshot, Checkpoint, chain_of
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import utc
-from flask_authflow.errors import (
-    AuditWriteError,
-)
+from flask_authflow.errors import AuditWriteError
 from flask_authflow.storage.memory.state import MemoryState
 
 __all__ = ["MemoryAudit"]

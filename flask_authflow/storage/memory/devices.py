@@ -8,12 +8,8 @@ from datetime import datetime
 from flask_authflow.clock import utc
 from flask_authflow.core.devices import MAX_LABEL_LENGTH, MAX_PLACE_LENGTH, check_device_id, clean_text
 from flask_authflow.core.identifiers import check_tenant
-from flask_authflow.core.ports import (
-    DeviceRecord,
-)
-from flask_authflow.errors import (
-    UserNotFound,
-)
+from flask_authflow.core.ports import DeviceRecord
+from flask_authflow.errors import UserNotFound
 from flask_authflow.storage.memory.state import MemoryState
 
 __all__ = ["MemoryDevices"]

@@ -15,14 +15,8 @@ from datetime import datetime
 
 from flask_authflow.clock import utc
 from flask_authflow.core.factor_data import check_factor_config
-from flask_authflow.core.ports import (
-    FactorConfig,
-    KnownSecret,
-    LoginFacts,
-)
-from flask_authflow.errors import (
-    UserNotFound,
-)
+from flask_authflow.core.ports import FactorConfig, KnownSecret, LoginFacts
+from flask_authflow.errors import UserNotFound
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.storage.memory.account_tokens import MemoryAccountTokens
 from flask_authflow.storage.memory.attempts import MemoryAttempts

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from flask_authflow.core.ports import (
-    StoredProviderTokens,
-)
+from flask_authflow.core.ports import StoredProviderTokens
 from flask_authflow.storage.memory.state import MemoryState
 
 __all__ = ["MemoryProviderTokens"]

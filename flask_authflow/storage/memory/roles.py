@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 from flask_authflow.core.identifiers import check_tenant
-from flask_authflow.core.ports import (
-    Role,
-)
+from flask_authflow.core.ports import Role
 from flask_authflow.core.roles import check_description, check_name
-from flask_authflow.errors import (
-    RoleExists,
-    RoleInUse,
-    RoleNotFound,
-    UserNotFound,
-)
+from flask_authflow.errors import RoleExists, RoleInUse, RoleNotFound, UserNotFound
 from flask_authflow.storage.memory.state import MemoryState, RoleState
 
 __all__ = ["MemoryRoles"]

@@ -14,14 +14,8 @@ from typing import Self
 
 from flask_authflow.clock import Clock, utc
 from flask_authflow.core.identifiers import check_tenant, normalise_email, normalise_identifier
-from flask_authflow.core.ports import (
-    FactorConfig,
-    UserRecord,
-)
-from flask_authflow.errors import (
-    UserExists,
-    UserNotFound,
-)
+from flask_authflow.core.ports import FactorConfig, UserRecord
+from flask_authflow.errors import UserExists, UserNotFound
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.storage.memory.api_tokens import MemoryApiTokens
