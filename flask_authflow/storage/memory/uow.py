@@ -7,6 +7,8 @@ store's transaction.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from flask_authflow.storage.memory.state import MemoryState, undo
 
 __all__ = ["MemoryUnit", "MemoryUnits"]
@@ -16,10 +18,12 @@ class MemoryUnit:
     """A unit of work of :class:`~flask_authflow.storage.memory.InMemoryBackend` (see
     :meth:`~flask_authflow.storage.memory.InMemoryBackend.begin_unit`)."""
 
-    __slots__ = ("_backend", "_open")
+    __slots__ = ("_end_unit", "_open")
 
-    def __init__(self, backend: MemoryUnits) -> None:
-        self._backend = backend
+    def __init__(self, end_unit: Callable[[bool], None]) -> None:
+        """``end_unit(keep)`` ends the unit in its store: keeps or undoes its changes, and
+        lets the store's lock go."""
+        self._end_unit = end_unit
         self._open = True
 
     def commit(self) -> None:
@@ -36,7 +40,7 @@ class MemoryUnit:
     def _end(self, *, keep: bool) -> None:
         if self._open:
             self._open = False
-            self._backend._end_unit(keep=keep)
+            self._end_unit(keep)
 
 
 class MemoryUnits(MemoryState):
@@ -53,9 +57,9 @@ class MemoryUnits(MemoryState):
             self._lock.release()
             raise RuntimeError("a unit of work is already open in this context")
         self._journal = []
-        return MemoryUnit(self)
+        return MemoryUnit(self._end_unit)
 
-    def _end_unit(self, *, keep: bool) -> None:
+    def _end_unit(self, keep: bool) -> None:
         journal, self._journal = self._journal, None
         try:
             if not keep and journal:
