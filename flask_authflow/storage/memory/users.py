@@ -26,7 +26,10 @@ __all__ = ["MemoryUsers"]
 
 class MemoryUsers(MemoryFactors, MemoryApiTokens):
     """The users of :class:`~flask_authflow.storage.memory.InMemoryBackend`, and the password
-    hasher that :meth:`create_user` and :meth:`set_password` use."""
+    hasher that :meth:`create_user` and :meth:`set_password` use. It builds on the factors (a
+    password is a factor; they build on the attempts and account tokens) and the API tokens,
+    whose private steps :meth:`delete_user` calls; the other aggregates' rows of a deleted
+    user it drops from the shared state directly, as the SQL adapter deletes their rows."""
 
     def adopt_defaults(self, *, hasher: PasswordHasher, clock: Clock) -> None:
         """Use the app's hasher and clock where none was given at construction
