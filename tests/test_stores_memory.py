@@ -1,4 +1,5 @@
-"""The in-memory backend against the store contract, plus its test switches."""
+"""What only the in-memory backend has: its test switches, its lock held by a unit, its attempt
+log (the store contract runs on it in tests/test_store_contracts.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from flask_authflow.core.ports import AttemptKey
 from flask_authflow.errors import AuditWriteError, StoreUnavailable, UserNotFound
 from flask_authflow.storage.memory import InMemoryBackend
 from tests.authn_support import fast_hasher
-from tests.store_contract import T0, WINDOW, StoreContract
+from tests.store_contract import T0, WINDOW, AuditRecord
 
 
 @pytest.fixture
@@ -23,10 +24,6 @@ def clock() -> MockClock:
 @pytest.fixture
 def backend(clock: MockClock) -> InMemoryBackend:
     return InMemoryBackend(hasher=fast_hasher(), clock=clock)
-
-
-class TestMemoryBackend(StoreContract):
-    pass
 
 
 def test_with_user_password_chains_and_hashes(backend: InMemoryBackend) -> None:
@@ -46,8 +43,6 @@ def test_default_hasher_is_argon2id_default_profile() -> None:
 
 
 def test_switches(backend: InMemoryBackend) -> None:
-    from tests.store_contract import AuditRecord
-
     key = AttemptKey("t", "a", "password")
     backend.attempts_unavailable = True
     for call in (

@@ -1,4 +1,5 @@
-"""The SQLAlchemy backend on SQLite and PostgreSQL: contract, atomic counting, fail closed."""
+"""The SQLAlchemy backend on SQLite and PostgreSQL: atomic counting, fail closed, its schema (the
+store contract runs on it in tests/test_store_contracts.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from flask_authflow.storage.sql import migrations
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.schema import metadata
 from tests.authn_support import CTX, fast_hasher, new_session
-from tests.store_contract import T0, WINDOW, AuditRecord, StoreContract, factor
+from tests.store_contract import T0, WINDOW, AuditRecord, factor
 
 
 @pytest.fixture
@@ -36,10 +37,6 @@ def backend(database_url: str, clock: MockClock) -> Iterator[SqlAlchemyBackend]:
     store = SqlAlchemyBackend(database_url, hasher=fast_hasher(), clock=clock)
     yield store
     store.close()
-
-
-class TestSqlAlchemyBackend(StoreContract):
-    pass
 
 
 def test_tables(backend: SqlAlchemyBackend) -> None:

@@ -1,0 +1,61 @@
+"""Everything the login service stores, in process memory (tests and development):
+:class:`InMemoryBackend`.
+
+The backend is a thin composite, as the SQL one is: each aggregate lives in a module of its
+own (users, factors, attempts, audit, identity links, one-time tokens, roles, account tokens,
+API tokens, provider tokens, devices), each a mixin over the one shared state of
+:mod:`~flask_authflow.storage.memory.state`, and the unit of work in
+:mod:`~flask_authflow.storage.memory.uow`. Nothing survives a restart: use
+:class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend` for anything real.
+"""
+
+from __future__ import annotations
+
+from flask_authflow.storage.memory.account_tokens import MemoryAccountTokens
+from flask_authflow.storage.memory.api_tokens import MemoryApiTokens
+from flask_authflow.storage.memory.attempts import MemoryAttempts
+from flask_authflow.storage.memory.audit import MemoryAudit
+from flask_authflow.storage.memory.devices import MemoryDevices
+from flask_authflow.storage.memory.factors import MemoryFactors
+from flask_authflow.storage.memory.identity_links import MemoryIdentityLinks
+from flask_authflow.storage.memory.one_time import MemoryOneTime
+from flask_authflow.storage.memory.provider_tokens import MemoryProviderTokens
+from flask_authflow.storage.memory.roles import MemoryRoles
+from flask_authflow.storage.memory.uow import MemoryUnits
+from flask_authflow.storage.memory.users import MemoryUsers
+
+__all__ = ["InMemoryBackend"]
+
+
+class InMemoryBackend(
+    MemoryUsers,
+    MemoryFactors,
+    MemoryAttempts,
+    MemoryAudit,
+    MemoryIdentityLinks,
+    MemoryOneTime,
+    MemoryRoles,
+    MemoryAccountTokens,
+    MemoryApiTokens,
+    MemoryProviderTokens,
+    MemoryDevices,
+    MemoryUnits,
+):
+    """Identity, factor, attempt and audit store in one object.
+
+    :param hasher: hashes passwords given to :meth:`with_user_password` /
+        :meth:`create_user` (default: Argon2id with the RFC 9106 low-memory profile).
+    """
+
+    def __repr__(self) -> str:
+        return f"<InMemoryBackend users={len(self._users)} audit_rows={len(self._audit)}>"
+
+    # --- maintenance (BackendMaintenance) ----------------------------------------------------
+
+    def bind_app(self, app: object) -> InMemoryBackend:
+        """``self``: the memory store serves any app as it is."""
+        return self
+
+    def database_engine(self) -> None:
+        """``None``: nothing of this store is in a database."""
+        return None
