@@ -75,7 +75,7 @@ def email_link_key(email: str) -> str | None:
 
 
 #: ``claims_mapper(identity)``: the local user (an id or a ``UserRecord``) to log in, or ``None`` to refuse.
-ClaimsMapper = Callable[[FederatedIdentity], "str | UserRecord | None"]
+ClaimsMapper = Callable[[FederatedIdentity], str | UserRecord | None]
 
 
 def default_claims_mapper(
