@@ -19,6 +19,8 @@ tokens are revoked at the provider (RFC 7009, when discovery names a
 Every store, refresh, revocation and failure writes an audit row; no token is ever logged.
 """
 
+from __future__ import annotations
+
 from flask_authflow.federation.provider_tokens._errors import (
     InsufficientScope,
     NoProviderToken,
