@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from flask_authflow.core.ports import FactorStore, UserRecord
-from flask_authflow.federation.errors import OAuthError
+from flask_authflow.core.session import AuthSession, AuthState
+from flask_authflow.errors import StepUpNeeded
+from flask_authflow.federation.errors import OAuthError, UserNotLinked
 from flask_authflow.federation.links import FederationStore, IdentityLink
 from flask_authflow.outcomes import FactorKind
 
@@ -32,6 +35,7 @@ __all__ = [
     "ProvisionHook",
     "ProvisioningFailed",
     "has_other_way",
+    "link_identity_to",
     "provisioned_id",
 ]
 
@@ -78,6 +82,18 @@ class LinkIntent:
     tenant: str
     user_id: str
 
+    @classmethod
+    def of_fresh_session(cls, session: AuthSession, now: datetime, fresh_within: timedelta) -> LinkIntent:
+        """The signed-in user of ``session``, if they authenticated within ``fresh_within``.
+
+        :raises StepUpNeeded: not signed in, or the last authentication is older."""
+        record = session.record
+        if record.state is not AuthState.AUTHENTICATED or record.tenant is None or record.user_id is None:
+            raise StepUpNeeded("linking a provider needs a signed-in session")
+        if record.authenticated_at is None or now - record.authenticated_at > fresh_within:
+            raise StepUpNeeded("linking a provider needs a fresh authentication: verify your identity again")
+        return cls(record.tenant, record.user_id)
+
     def to_flow(self) -> dict[str, str]:
         return {"tenant": self.tenant, "user_id": self.user_id}
 
@@ -123,3 +139,25 @@ def has_other_way(
         if config.kind is FactorKind.WEBAUTHN and (config.data or {}).get("passkey") is True:
             return True
     return any((link.issuer, link.subject) not in gone for link in links.links_of_user(tenant, user_id))
+
+
+def link_identity_to(
+    links: FederationStore,
+    intent: LinkIntent,
+    issuer: str,
+    subject: str,
+    tenant: str,
+    existing: IdentityLink | None,
+) -> IdentityLink:
+    """Link the provider identity (``issuer``, ``subject``) of ``tenant``, whose link is
+    ``existing``, to the user of ``intent``; a link to that user already is kept as it is.
+
+    :raises IdentityLinkedElsewhere: it is linked to another user.
+    :raises UserNotLinked: the provider signs in to another tenant than the user's."""
+    if existing is not None and (existing.tenant, existing.user_id) == (intent.tenant, intent.user_id):
+        return existing  # linked already: nothing changes
+    if existing is not None:
+        raise IdentityLinkedElsewhere()
+    if tenant != intent.tenant:
+        raise UserNotLinked("this provider signs in to another tenant")
+    return links.link_identity(issuer, subject, intent.tenant, intent.user_id)
