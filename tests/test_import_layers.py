@@ -282,7 +282,7 @@ def test_the_module_level_reader_skips_deferred_and_typing_imports() -> None:
         "try:\n    from flask_authflow.audit import sinks\nexcept ImportError:\n    pass\n"
     )
     found = _module_level_imports(source, "login/verify")
-    assert {"core/session", "core/__init__", "audit/sinks", "audit/__init__"} <= found
+    assert {"core/session/__init__", "core/__init__", "audit/sinks", "audit/__init__"} <= found
     assert not found & {"web/state", "login/service", "login/__init__"}
 
 
