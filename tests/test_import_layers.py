@@ -33,6 +33,8 @@ LAYERS: dict[str, int] = {
     "i18n": CORE,
     "signals": CORE,
     "settings": CORE,
+    "_config_values": CORE,
+    "_origins": CORE,
     "extras": CORE,
     "mail": CORE,
     "outcomes": CORE,
