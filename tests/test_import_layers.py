@@ -65,7 +65,7 @@ LAYERS: dict[str, int] = {
 }
 
 #: The core layer's rooms, bottom first: a core module imports only modules of its own room
-#: or of a room above it in this list. A room is a module (``errors``, ``core/ports``) or a
+#: or of a room listed before its own. A room is a module (``errors``, ``core/ports``) or a
 #: package with everything under it (``core/session``, ``audit``).
 CORE_ORDER: tuple[str, ...] = (
     "i18n",

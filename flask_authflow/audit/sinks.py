@@ -1,7 +1,7 @@
 """Audit rows, where they go, and the login counters.
 
 The row (:class:`AuditRecord`) and its port (:class:`AuditSink`) are core records, defined in
-:mod:`flask_authflow.core.audit` and re-exported here; this module holds the sinks and counters.
+``flask_authflow.core.audit`` and re-exported here; this module holds the sinks and counters.
 A login that cannot be audited does not happen: sinks raise
 :class:`~flask_authflow.errors.AuditWriteError` and the service refuses the operation
 rather than lose the row silently.

@@ -14,6 +14,10 @@ required factor is still to be verified (enforced in ``SessionRecord.__post_init
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import timedelta
+
+from flask_authflow.core.session import _record, _workflow
 from flask_authflow.core.session._auth_session import (
     CUSTOM_DATA_LIMIT,
     AuthSession,
@@ -21,7 +25,6 @@ from flask_authflow.core.session._auth_session import (
     custom_serializer,
 )
 from flask_authflow.core.session._record import (
-    DEVICE_MAX_LENGTH,
     AuthState,
     SessionRecord,
     begin_flow,
@@ -43,7 +46,6 @@ from flask_authflow.core.session._record import (
 )
 from flask_authflow.core.session._workflow import (
     WORKFLOW_DATA_LIMIT,
-    WORKFLOW_EXPIRY,
     WorkflowExpired,
     WorkflowKind,
     WorkflowNotPending,
@@ -65,6 +67,14 @@ from flask_authflow.core.session._workflow import (
     workflow_of as workflow_of,
 )
 from flask_authflow.errors import InvalidTransition
+
+# The two documented constants are bound here, where the API reference reads their comments.
+
+#: Longest User-Agent kept as a session's ``device`` (the rest is cut).
+DEVICE_MAX_LENGTH: int = _record.DEVICE_MAX_LENGTH
+#: How long a workflow of each kind stays completable by default; ``custom:*`` kinds use
+#: the entry ``"custom"``.
+WORKFLOW_EXPIRY: Mapping[str, timedelta] = _workflow.WORKFLOW_EXPIRY
 
 __all__ = [
     "CUSTOM_DATA_LIMIT",
