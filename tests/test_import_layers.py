@@ -9,8 +9,14 @@ and checked against two rules:
   lower one, never a higher one.
 * **Features stand alone.** A feature package imports the core and itself, never another
   feature; where two features meet, the meeting point is a port in ``core``.
+* **The core is ordered too.** Its modules (``errors``, ``settings``, ``core/*``, ``audit``, …)
+  have an order of their own, :data:`CORE_ORDER`, bottom first: each imports only what is
+  below it (and its own room), so two core packages cannot lean on each other (the audit
+  row once lived in ``audit`` while ``core/ports`` imported it and ``audit`` imported
+  ``core/session``: a cycle the one lumped core layer hid).
 
-A new top-level module or package must be given a layer here.
+A new top-level module or package must be given a layer here, and a new core module a
+place in :data:`CORE_ORDER`.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ LAYERS: dict[str, int] = {
     "i18n": CORE,
     "signals": CORE,
     "settings": CORE,
+    "_config_values": CORE,
+    "_origins": CORE,
     "extras": CORE,
     "mail": CORE,
     "outcomes": CORE,
@@ -55,6 +63,38 @@ LAYERS: dict[str, int] = {
     "testing": TESTING,
     "__init__": FACADE,
 }
+
+#: The core layer's rooms, bottom first: a core module imports only modules of its own room
+#: or of a room listed before its own. A room is a module (``errors``, ``core/ports``) or a
+#: package with everything under it (``core/session``, ``audit``).
+CORE_ORDER: tuple[str, ...] = (
+    "i18n",
+    "clock",
+    "signals",
+    "errors",
+    "extras",
+    "mail",
+    "outcomes",
+    "responses",
+    "_origins",
+    "_config_values",
+    "settings",
+    "core/encoding",
+    "core/crypto",
+    "core/identifiers",
+    "core/roles",
+    "core/devices",
+    "core/session",
+    "core/audit",
+    "core/ports",
+    "core/factors",
+    "core/factor_data",
+    "core/app_users",
+    "core/__init__",
+    "jose",
+    "audit",
+    "throttle",
+)
 
 
 def top_of(module: str) -> str:
@@ -175,6 +215,71 @@ def test_every_top_level_module_has_a_layer() -> None:
     assert modules | packages <= set(LAYERS), sorted((modules | packages) - set(LAYERS))
 
 
+def core_room(module: str) -> int | None:
+    """The place in :data:`CORE_ORDER` of the room ``module`` is in (the longest entry that
+    is the module or a package above it), ``None`` when no entry covers it."""
+    rooms = [i for i, room in enumerate(CORE_ORDER) if module == room or module.startswith(room + "/")]
+    return max(rooms, key=lambda i: len(CORE_ORDER[i]), default=None)
+
+
+def core_imports_upward(module: str, source: str) -> list[str]:
+    """The imports of core module ``module`` (text ``source``, deferred ones included) that
+    reach a core room above its own."""
+    own = core_room(module)
+    assert own is not None, f"flask_authflow/{module}.py has no place in CORE_ORDER"
+    found = []
+    for line, target in imported_modules(source, module):
+        room = core_room(target)
+        if layer_of(target) == CORE and room is not None and room > own:
+            found.append(f"line {line}: imports {target} ({CORE_ORDER[room]} is above {CORE_ORDER[own]})")
+    return found
+
+
+CORE_MODULES = [p for p in MODULES if LAYERS.get(top_of(_module(p))) == CORE]
+
+
+def test_core_modules_import_only_what_is_below_them() -> None:
+    """Each core module imports only its own room and the rooms below it in CORE_ORDER
+    (deferred imports count: a deferred import that closes a cycle only hides it)."""
+    upward = {
+        _module(path): found
+        for path in CORE_MODULES
+        if (found := core_imports_upward(_module(path), path.read_text(encoding="utf-8")))
+    }
+    assert not upward, "core imports pointing up CORE_ORDER:\n" + "\n".join(
+        f"flask_authflow/{module}.py {line}" for module, lines in sorted(upward.items()) for line in lines
+    )
+
+
+def test_every_core_module_has_a_place_in_the_order() -> None:
+    """Every core module is in a room of CORE_ORDER, and every room holds a module."""
+    placeless = [_module(p) for p in CORE_MODULES if core_room(_module(p)) is None]
+    assert placeless == [], f"give these a place in CORE_ORDER: {placeless}"
+    empty = [
+        room for i, room in enumerate(CORE_ORDER) if all(core_room(_module(p)) != i for p in CORE_MODULES)
+    ]
+    assert empty == [], f"CORE_ORDER names rooms with no module: {empty}"
+
+
+def test_the_core_order_sees_the_cycle_it_was_written_for() -> None:
+    """The checker can fail: the audit row imported by the ports from ``audit`` (above
+    ``core/ports``) is refused, deferred or not; the same import from ``core/audit`` is not,
+    nor is ``audit`` reading the core."""
+    assert core_room("core/session/_record") == core_room("core/session") == CORE_ORDER.index("core/session")
+    assert core_room("audit/__init__") == CORE_ORDER.index("audit")
+    assert core_room("core/new_module") is None
+    at_top = "from flask_authflow.audit.sinks import AuditRecord\n"
+    deferred = "def later():\n    from flask_authflow.audit import sinks\n"
+    assert core_imports_upward("core/ports", at_top) == [
+        "line 1: imports audit/sinks (audit is above core/ports)"
+    ]
+    assert len(core_imports_upward("core/ports", deferred)) == 1
+    assert core_imports_upward("core/ports", "from flask_authflow.core.audit import AuditRecord\n") == []
+    assert core_imports_upward("audit/sinks", "from flask_authflow.core.session import sid_hash\n") == []
+    # a feature is not the core order's business (the layer rule refuses it already)
+    assert core_imports_upward("errors", "from flask_authflow.login import service\n") == []
+
+
 def _login_graph() -> dict[str, set[str]]:
     """Which modules of the login feature each of its modules imports (deferred imports
     included); ``from flask_authflow.login import begin`` names the module ``login/begin``."""
@@ -282,7 +387,7 @@ def test_the_module_level_reader_skips_deferred_and_typing_imports() -> None:
         "try:\n    from flask_authflow.audit import sinks\nexcept ImportError:\n    pass\n"
     )
     found = _module_level_imports(source, "login/verify")
-    assert {"core/session", "core/__init__", "audit/sinks", "audit/__init__"} <= found
+    assert {"core/session/__init__", "core/__init__", "audit/sinks", "audit/__init__"} <= found
     assert not found & {"web/state", "login/service", "login/__init__"}
 
 

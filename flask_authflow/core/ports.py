@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from flask_authflow.audit.sinks import AuditRecord, AuditSink
+from flask_authflow.core.audit import AuditRecord, AuditSink
 from flask_authflow.core.session import AuthSession, SessionRecord
 from flask_authflow.outcomes import Authenticated, FactorKind, FactorRequired, WorkflowPending
 
