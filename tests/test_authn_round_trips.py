@@ -30,11 +30,15 @@ from flask import Flask, request
 from sqlalchemy import Engine, event
 from sqlalchemy.pool import Pool
 
-from flask_authflow import AuthFlow
+from flask_authflow import AuthFlow, current_session
 from flask_authflow.clock import MockClock
+from flask_authflow.core.ports import SessionWrite
+from flask_authflow.core.session import new_guest_record
 from flask_authflow.login import required_enrollment
 from flask_authflow.login.password import PasswordHasher
+from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 
 PASSWORD = "correct horse battery staple"
@@ -306,3 +310,44 @@ def test_an_unknown_identifier_costs_the_statements_of_a_wrong_password(
         assert seen[2] == seen[3], "\n".join(seen[2]) + "\n--\n" + "\n".join(seen[3])
     finally:
         backend.close()
+
+
+@pytest.mark.authflow_stores("sql")
+def test_a_login_step_writes_its_session_through_its_unit_of_work(
+    tmp_path: Path, app_factory: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33.5: the step's session is the unit's write (``UnitOfWork.save_session``);
+    the session interface only prepares the record and then sends the cookie: it never
+    saves the session itself (no call from storage back into it and down again)."""
+    app, backend, _ = _login_app(app_factory, f"sqlite:///{tmp_path / 'login.db'}")
+
+    @app.get("/state")
+    def state_view() -> str:
+        return current_session.state.name
+
+    try:
+        store = get_state(app).session_store
+
+        def outside_the_unit(*args: Any, **kwargs: Any) -> bool:
+            raise AssertionError("the step's session was saved outside its unit of work")
+
+        client = app.test_client()
+        with monkeypatch.context() as patched:
+            patched.setattr(store, "save", outside_the_unit)
+            assert client.post("/login", json={"user": "alice"}).text == "Authenticated"
+        # The cookie names the row the unit wrote: the next request finds the login.
+        assert client.get("/state").text == "AUTHENTICATED"
+    finally:
+        backend.close()
+
+
+def test_the_units_of_a_store_no_session_store_joined_refuse_a_session_write(mock_clock: MockClock) -> None:
+    """Whether a session store writes in a store's units is decided at wiring time: a unit
+    of a store that none joined refuses the write instead of dropping it."""
+    write = SessionWrite(new_guest_record(mock_clock.now()), mock_clock.now() + timedelta(hours=1))
+    unit = InMemoryBackend().begin_unit()
+    try:
+        with pytest.raises(RuntimeError):
+            unit.save_session(write)
+    finally:
+        unit.rollback()

@@ -40,6 +40,7 @@ from flask_authflow.core.ports import (
     LoginFacts,
     Reservation,
     Role,
+    SessionWrite,
     StoredProviderTokens,
     UserRecord,
     level_token,
@@ -122,6 +123,10 @@ class MemoryUnit:
 
     def write_audit_now(self) -> None:
         """Nothing to do: the memory store keeps each row as it is written."""
+
+    def save_session(self, write: SessionWrite) -> bool:
+        """No session store writes in a memory unit (the response writes the session)."""
+        raise RuntimeError("no session store writes in the memory store's units of work")
 
     def _end(self, *, keep: bool) -> None:
         if self._open:

@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import Clock
 from flask_authflow.core.app_users import APP_OWNED, APP_WROTE
+from flask_authflow.core.ports import SessionWrite
 from flask_authflow.errors import AuditWriteError, ConfigurationError, StoreBusy, StoreUnavailable
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.engine import autocommit_reads, run_read, run_statement
@@ -33,6 +34,7 @@ __all__ = [
     "LOCK_TIMEOUT",
     "AuditFlush",
     "LockingBegin",
+    "SessionSave",
     "SqlConnections",
     "UnitOfWork",
     "locking_begin",
@@ -113,6 +115,10 @@ def locking_begin(engine: Engine) -> LockingBegin:
 #: Writes the audit rows a unit buffered, in its transaction: ``flush(conn, records)``.
 AuditFlush = Callable[[Connection, list[AuditRecord]], None]
 
+#: Writes a login step's session in a unit's transaction: ``save(conn, write)`` (a SQL
+#: session store's ``save_on``); False: the session was revoked meanwhile.
+SessionSave = Callable[[Connection, SessionWrite], bool]
+
 
 class UnitOfWork:
     """Writes and reads of several backend calls in one transaction on ONE connection (see
@@ -129,7 +135,9 @@ class UnitOfWork:
     that transaction: the application hook's rows and the flow's writes commit once.
 
     Audit rows written in the unit are buffered (:meth:`queue_audit`) and written by one
-    INSERT just before the commit, in the same transaction.
+    INSERT just before the commit, in the same transaction. A login step's session is
+    written in it too (:meth:`save_session`) when a session store on the same database
+    joins the backend's units (``sessions``).
     """
 
     __slots__ = (
@@ -139,6 +147,7 @@ class UnitOfWork:
         "_conn",
         "_flush_audit",
         "_session",
+        "_sessions",
         "_token",
         "_trans",
         "engine",
@@ -147,7 +156,12 @@ class UnitOfWork:
     )
 
     def __init__(
-        self, engine: Engine, token: Any, lock_timeout: timedelta = LOCK_TIMEOUT, session: Any = None
+        self,
+        engine: Engine,
+        token: Any,
+        lock_timeout: timedelta = LOCK_TIMEOUT,
+        session: Any = None,
+        sessions: SessionSave | None = None,
     ) -> None:
         self.engine = engine
         self._begin = locking_begin(engine)
@@ -160,6 +174,19 @@ class UnitOfWork:
         self._audit: list[AuditRecord] = []
         self._flush_audit: AuditFlush | None = None
         self._audit_early = True
+        self._sessions = sessions
+
+    def save_session(self, write: SessionWrite) -> bool:
+        """Write a login step's session in the unit's transaction (see
+        :meth:`flask_authflow.core.ports.UnitOfWork.save_session`); a failure spoils the unit."""
+        if self._sessions is None:
+            raise RuntimeError("no session store writes in this backend's units of work")
+        conn = self.connection()
+        try:
+            return self._sessions(conn, write)
+        except BaseException:
+            self.failed = True
+            raise
 
     def queue_audit(self, record: AuditRecord, flush: AuditFlush, *, early: bool) -> None:
         """Write ``record`` with the unit's other audit rows, by ``flush``, at :meth:`commit`
@@ -260,6 +287,8 @@ class SqlConnections:
     _locking_begin: LockingBegin = _plain_begin
     #: The Flask-SQLAlchemy ``db`` whose open transaction account writes join (see _account_tx).
     _app_db: Any
+    #: Writes a login step's session in the units of work (``None``: no session store joined).
+    _unit_sessions: SessionSave | None = None
 
     @property
     def engine(self) -> Engine:
@@ -300,7 +329,7 @@ class SqlConnections:
         not nest."""
         if _UNIT.get() is not None:
             raise RuntimeError("a unit of work is already open in this context")
-        unit = UnitOfWork(self.engine, None, self.lock_timeout, self._owned_session())
+        unit = UnitOfWork(self.engine, None, self.lock_timeout, self._owned_session(), self._unit_sessions)
         unit._token = _UNIT.set(unit)
         return unit
 
