@@ -565,9 +565,10 @@ class AuthFlowSessionInterface(SessionInterface):
 
     def prepare_write(self, session: AuthSession) -> SessionWrite | None:
         """What a login step's unit of work writes of ``session`` (see
-        :func:`~flask_authflow.core.ports.write_session_in_unit`), so that the session and
-        the step's other writes commit together; ``None`` when nothing of this request's
-        session is written there (an expired one: the response deletes it)."""
+        :meth:`UnitOfWork.save_session <flask_authflow.core.ports.UnitOfWork.save_session>`),
+        so that the session and the step's other writes commit together; ``None`` when
+        nothing of this request's session is written there (an expired one: the response
+        deletes it)."""
         if not isinstance(session, RequestSession) or session.store_failed:
             return None
         now = self._clock.now()
