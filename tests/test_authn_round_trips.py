@@ -32,12 +32,14 @@ from sqlalchemy.pool import Pool
 
 from flask_authflow import AuthFlow, current_session
 from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import SessionWrite
+from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow.core.ports import SessionStore, SessionWrite
 from flask_authflow.core.session import new_guest_record
 from flask_authflow.login import required_enrollment
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
 from flask_authflow.storage.sql.uow import UnitOfWork as SqlUnitOfWork
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
@@ -363,9 +365,10 @@ def test_a_login_step_writes_its_session_through_its_unit_of_work(
         written: list[SessionWrite] = []
         save_session = SqlUnitOfWork.save_session
 
-        def in_the_unit(unit: SqlUnitOfWork, write: SessionWrite) -> bool:
+        def in_the_unit(unit: SqlUnitOfWork, to: SessionStore, write: SessionWrite) -> bool:
+            assert to is store  # the app's own store (each app sharing a backend joins its own)
             written.append(write)
-            return save_session(unit, write)
+            return save_session(unit, to, write)
 
         def outside_the_unit(*args: Any, **kwargs: Any) -> bool:
             raise AssertionError("the step's session was saved outside its unit of work")
@@ -384,13 +387,57 @@ def test_a_login_step_writes_its_session_through_its_unit_of_work(
         backend.close()
 
 
-def test_the_units_of_a_store_no_session_store_joined_refuse_a_session_write(mock_clock: MockClock) -> None:
-    """Whether a session store writes in a store's units is decided at wiring time: a unit
-    of a store that none joined refuses the write instead of dropping it."""
+def test_a_unit_refuses_a_session_write_to_a_store_that_did_not_join_it(
+    tmp_path: Path, mock_clock: MockClock
+) -> None:
+    """Which session stores write in a store's units is decided at wiring time: a unit
+    refuses the write to any other store (a memory store's units: every store) instead of
+    writing it outside its transaction."""
     write = SessionWrite(new_guest_record(mock_clock.now()), mock_clock.now() + timedelta(hours=1))
-    unit = InMemoryBackend().begin_unit()
+    backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'units.db'}", clock=mock_clock)
     try:
-        with pytest.raises(RuntimeError):
-            unit.save_session(write)
+        sessions = SqlAlchemySessionStore(backend.engine, crypto=SessionCrypto(b"k" * 32), clock=mock_clock)
+        for units in (InMemoryBackend(), backend):
+            unit = units.begin_unit()
+            try:
+                with pytest.raises(RuntimeError):
+                    unit.save_session(sessions, write)
+            finally:
+                unit.rollback()
+        assert sessions.load(write.record.sid) is None
     finally:
-        unit.rollback()
+        backend.close()
+
+
+@pytest.mark.authflow_stores("sql")
+def test_two_apps_on_one_backend_each_write_their_sessions_with_their_own_store(
+    tmp_path: Path, app_factory: AppFactory
+) -> None:
+    """A backend shared by two apps (each with its own signing key, so its own session
+    store) writes each app's login session with that app's store: each app reads it back."""
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    backend = SqlAlchemyBackend(url, hasher=PasswordHasher.fast_for_tests())
+    try:
+        clients = []
+        for key in (b"a" * 32, b"b" * 32):
+            authflow = AuthFlow()
+            app = app_factory(
+                authflow=authflow, backend=backend, AUTHFLOW_DATABASE_URL=url, AUTHFLOW_SIGNING_KEY=key
+            )
+
+            @app.post("/login")
+            def login_view(authflow: AuthFlow = authflow) -> str:
+                outcome = authflow.login_with_password("alice", PASSWORD)
+                return type(outcome).__name__
+
+            @app.get("/state")
+            def state_view() -> str:
+                return current_session.state.name
+
+            clients.append(app.test_client())
+        backend.create_user("default", "alice", PASSWORD)
+        for client in clients:
+            assert client.post("/login").text == "Authenticated"
+        assert [client.get("/state").text for client in clients] == ["AUTHENTICATED"] * 2
+    finally:
+        backend.close()

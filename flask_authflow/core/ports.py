@@ -491,13 +491,13 @@ class UnitOfWork(Protocol):
         the write fails."""
         ...
 
-    def save_session(self, write: SessionWrite) -> bool:
-        """Write a login step's session in the unit's transaction (as
+    def save_session(self, store: SessionStore, write: SessionWrite) -> bool:
+        """Write a login step's session to ``store`` in the unit's transaction (as
         :meth:`SessionStore.save` with ``write``'s arguments), so that the session and the
         step's other writes commit together or not at all. ``False``: the session was
-        revoked meanwhile (nothing written; roll the unit back). Whether a session store
-        writes in a store's units is decided at wiring time; the units of a store that none
-        joins raise ``RuntimeError``."""
+        revoked meanwhile (nothing written; roll the unit back). Which session stores
+        write in a store's units is decided at wiring time; for any other ``store`` the
+        unit raises ``RuntimeError`` (never a write outside its transaction)."""
         ...
 
 
@@ -528,17 +528,18 @@ class SessionHandoff(Protocol):
 
 
 def write_session_in_unit(
-    handoff: SessionHandoff, session: AuthSession, unit: UnitOfWork
+    handoff: SessionHandoff, store: SessionStore, session: AuthSession, unit: UnitOfWork
 ) -> Callable[[], None] | None:
-    """Write ``session`` in ``unit`` (a login step's session writer): what to run once the
-    unit committed, or ``None`` when the session was revoked meanwhile (roll the unit back).
+    """Write ``session`` to ``store`` in ``unit`` (a login step's session writer): what to
+    run once the unit committed, or ``None`` when the session was revoked meanwhile (roll
+    the unit back).
 
     The session layer prepares the record and sends the cookie; the write itself is the
     unit's (storage never calls back into the session layer)."""
     write = handoff.prepare_write(session)
     if write is None:
         return lambda: None
-    if not unit.save_session(write):
+    if not unit.save_session(store, write):
         return None
     return lambda: handoff.mark_written(session, write)
 

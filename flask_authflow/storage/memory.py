@@ -40,6 +40,7 @@ from flask_authflow.core.ports import (
     LoginFacts,
     Reservation,
     Role,
+    SessionStore,
     SessionWrite,
     StoredProviderTokens,
     UserRecord,
@@ -124,7 +125,7 @@ class MemoryUnit:
     def write_audit_now(self) -> None:
         """Nothing to do: the memory store keeps each row as it is written."""
 
-    def save_session(self, write: SessionWrite) -> bool:
+    def save_session(self, store: SessionStore, write: SessionWrite) -> bool:
         """No session store writes in a memory unit (the response writes the session)."""
         raise RuntimeError("no session store writes in the memory store's units of work")
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -171,8 +172,11 @@ class SqlAlchemyBackend(
     def join_sessions(self, store: SqlAlchemySessionStore) -> None:
         """Let ``store`` (a session store on this backend's engine) write a login step's
         session in this backend's units of work (:meth:`UnitOfWork.save_session`): the
-        session and the step's other writes then commit once (``init_app`` decides it)."""
-        self._unit_sessions = store.save_on
+        session and the step's other writes then commit once (``init_app`` decides it).
+        Each app that shares the backend joins its own store (held weakly)."""
+        if self._unit_sessions is None:
+            self._unit_sessions = weakref.WeakKeyDictionary()
+        self._unit_sessions[store] = weakref.WeakMethod(store.save_on)
 
     def database_engine(self) -> Engine:
         """The engine holding this backend's tables (:attr:`engine`)."""
@@ -202,4 +206,4 @@ def session_writer(
     if store.engine is not backend.engine:
         return None
     backend.join_sessions(store)
-    return functools.partial(write_session_in_unit, handoff)
+    return functools.partial(write_session_in_unit, handoff, store)

@@ -11,7 +11,8 @@ become :class:`~flask_authflow.errors.StoreBusy` (a lock wait gave up: try again
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import timedelta
@@ -25,7 +26,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import Clock
 from flask_authflow.core.app_users import APP_OWNED, APP_WROTE
-from flask_authflow.core.ports import SessionWrite
+from flask_authflow.core.ports import SessionStore, SessionWrite
 from flask_authflow.errors import AuditWriteError, ConfigurationError, StoreBusy, StoreUnavailable
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.engine import autocommit_reads, run_read, run_statement
@@ -33,6 +34,7 @@ from flask_authflow.storage.sql.engine import autocommit_reads, run_read, run_st
 __all__ = [
     "LOCK_TIMEOUT",
     "AuditFlush",
+    "JoinedSessions",
     "LockingBegin",
     "SessionSave",
     "SqlConnections",
@@ -118,6 +120,9 @@ AuditFlush = Callable[[Connection, list[AuditRecord]], None]
 #: Writes a login step's session in a unit's transaction: ``save(conn, write)`` (a SQL
 #: session store's ``save_on``); False: the session was revoked meanwhile.
 SessionSave = Callable[[Connection, SessionWrite], bool]
+#: The session stores that write in a backend's units, and how: their ``save_on``, held
+#: weakly as the stores are (see ``SqlAlchemyBackend.join_sessions``).
+JoinedSessions = Mapping[SessionStore, "weakref.WeakMethod[SessionSave]"]
 
 
 class UnitOfWork:
@@ -136,8 +141,8 @@ class UnitOfWork:
 
     Audit rows written in the unit are buffered (:meth:`queue_audit`) and written by one
     INSERT just before the commit, in the same transaction. A login step's session is
-    written in it too (:meth:`save_session`) when a session store on the same database
-    joins the backend's units (``sessions``).
+    written in it too (:meth:`save_session`) when its session store, on the same database,
+    joined the backend's units (``sessions``).
     """
 
     __slots__ = (
@@ -161,7 +166,7 @@ class UnitOfWork:
         token: Any,
         lock_timeout: timedelta = LOCK_TIMEOUT,
         session: Any = None,
-        sessions: SessionSave | None = None,
+        sessions: JoinedSessions | None = None,
     ) -> None:
         self.engine = engine
         self._begin = locking_begin(engine)
@@ -174,16 +179,18 @@ class UnitOfWork:
         self._audit: list[AuditRecord] = []
         self._flush_audit: AuditFlush | None = None
         self._audit_early = True
-        self._sessions = sessions
+        self._sessions: JoinedSessions = sessions if sessions is not None else {}
 
-    def save_session(self, write: SessionWrite) -> bool:
-        """Write a login step's session in the unit's transaction (see
+    def save_session(self, store: SessionStore, write: SessionWrite) -> bool:
+        """Write a login step's session to ``store`` in the unit's transaction (see
         :meth:`flask_authflow.core.ports.UnitOfWork.save_session`); a failure spoils the unit."""
-        if self._sessions is None:
-            raise RuntimeError("no session store writes in this backend's units of work")
+        joined = self._sessions.get(store)
+        save = joined() if joined is not None else None
+        if save is None:
+            raise RuntimeError("this session store does not write in this backend's units of work")
         conn = self.connection()
         try:
-            return self._sessions(conn, write)
+            return save(conn, write)
         except BaseException:
             self.failed = True
             raise
@@ -287,8 +294,9 @@ class SqlConnections:
     _locking_begin: LockingBegin = _plain_begin
     #: The Flask-SQLAlchemy ``db`` whose open transaction account writes join (see _account_tx).
     _app_db: Any
-    #: Writes a login step's session in the units of work (``None``: no session store joined).
-    _unit_sessions: SessionSave | None = None
+    #: The session stores that write a login step's session in the units of work (one per
+    #: app that shares this backend; see ``join_sessions``), created when the first joins.
+    _unit_sessions: weakref.WeakKeyDictionary[SessionStore, weakref.WeakMethod[SessionSave]] | None = None
 
     @property
     def engine(self) -> Engine:
