@@ -30,11 +30,18 @@ from flask import Flask, request
 from sqlalchemy import Engine, event
 from sqlalchemy.pool import Pool
 
-from flask_authflow import AuthFlow
+from flask_authflow import AuthFlow, current_session
 from flask_authflow.clock import MockClock
+from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow.core.ports import SessionStore, SessionWrite
+from flask_authflow.core.session import new_guest_record
 from flask_authflow.login import required_enrollment
 from flask_authflow.login.password import PasswordHasher
+from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
+from flask_authflow.storage.sql.uow import UnitOfWork as SqlUnitOfWork
+from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 
 PASSWORD = "correct horse battery staple"
@@ -233,14 +240,33 @@ def test_one_password_login_on_postgresql_costs_nine_round_trips_and_one_commit(
     app, backend, _ = _login_app(app_factory, url)
     try:
         _traced_login(app, trace)
-        kinds = [" ".join(s.split()[:3]) for s in trace.of(backend.engine)]
-        assert trace.commits.count(backend.engine.pool) == 1, "\n".join(kinds)
-        assert trace.rollbacks == []
-        # 7 statements, BEGIN and COMMIT (25, then 14 before): one read before Argon2; the
-        # settlement is the counter rows' lock and ONE statement (data-modifying CTEs); the
-        # audit rows are one INSERT. Issue 30 asks for 6: it needs the device and the
-        # session folded into the settlement's statements.
-        assert trace.round_trips <= 9, (trace.round_trips, "\n".join(kinds))
+        kinds = _kinds(trace, backend.engine)
+        assert kinds == [
+            # The read before Argon2 (AUTOCOMMIT: no BEGIN, no COMMIT).
+            "SELECT (SELECT max(authflow_lockouts.locked_until)",
+            # BEGIN (sent by the driver), then the bound on lock waits for this transaction.
+            "SET LOCAL lock_timeout",
+            # The levels' counter rows locked (one upsert), then the settlement in ONE
+            # statement read after the locks are held (data-modifying CTEs: reservations
+            # given back, counters reset and successes logged unless a level is locked).
+            "INSERT INTO authflow_lockouts",
+            "WITH settled AS",
+            # The device (its "new" answer decides an audit row and a mail), the session
+            # (the unit's write), the audit rows (one INSERT); then COMMIT.
+            "INSERT INTO authflow_devices",
+            "INSERT INTO authflow_sessions",
+            "INSERT INTO authflow_audit",
+        ], "\n".join(kinds)
+        assert trace.commits.count(backend.engine.pool) == 1 and trace.rollbacks == []
+        # 7 statements, BEGIN and COMMIT (25, then 14 before). Issue 30 asks for 6; what
+        # stands in the way (see the branch's report): the lock and the settlement cannot
+        # be one statement (one snapshot, taken before the lock wait, would miss a lock
+        # committed meanwhile, and PostgreSQL will not update a row twice in one
+        # statement); the device's answer feeds the audit rows; the session and the audit
+        # rows could share one statement (a CTE) only if the audit writer composed the
+        # session store's sealed row into its INSERT; SET LOCAL is the bound that also
+        # holds behind a transaction-pooling proxy (a connection-wide lock_timeout does not).
+        assert trace.round_trips == 9, (trace.round_trips, "\n".join(kinds))
     finally:
         backend.close()
 
@@ -254,12 +280,25 @@ def test_one_totp_step_on_postgresql_costs_eleven_round_trips_and_one_commit(
     app, backend, key = _login_app(app_factory, url)
     try:
         _traced_totp_step(app, trace, key, mock_clock)
-        kinds = [" ".join(s.split()[:3]) for s in trace.of(backend.engine)]
-        assert trace.commits.count(backend.engine.pool) == 1, "\n".join(kinds)
-        # The session read, 8 statements in the step's one transaction (SET LOCAL
-        # lock_timeout included), BEGIN and COMMIT (16 before; issue 30 asks for 5: see
-        # above).
-        assert trace.round_trips <= 11, (trace.round_trips, "\n".join(kinds))
+        kinds = _kinds(trace, backend.engine)
+        assert kinds == [
+            "SELECT authflow_sessions.data, authflow_sessions.updated_at",  # the session read
+            "SET LOCAL lock_timeout",  # after BEGIN
+            # The key, then the code's time step used up (its answer, a replay or not,
+            # decides the outcome: the key must be read first to know the step) ...
+            "SELECT authflow_factors.id, authflow_factors.user_id,",
+            "UPDATE authflow_factors SET",
+            # ... the settlement (as the password's), the device, the session moved to its
+            # new id and the step's audit rows; then COMMIT.
+            "INSERT INTO authflow_lockouts",
+            "WITH settled AS",
+            "INSERT INTO authflow_devices",
+            "UPDATE authflow_sessions SET",
+            "INSERT INTO authflow_audit",
+        ], "\n".join(kinds)
+        assert trace.commits.count(backend.engine.pool) == 1
+        # 9 statements, BEGIN and COMMIT (16 before; issue 30 asks for 5: see above).
+        assert trace.round_trips == 11, (trace.round_trips, "\n".join(kinds))
     finally:
         backend.close()
 
@@ -304,5 +343,101 @@ def test_an_unknown_identifier_costs_the_statements_of_a_wrong_password(
             assert client.post("/login", json=wrong).text == "InvalidCredential"
             seen.append(_kinds(trace, backend.engine))
         assert seen[2] == seen[3], "\n".join(seen[2]) + "\n--\n" + "\n".join(seen[3])
+    finally:
+        backend.close()
+
+
+@pytest.mark.authflow_stores("sql")
+def test_a_login_step_writes_its_session_through_its_unit_of_work(
+    tmp_path: Path, app_factory: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33.5: the step's session is the unit's write (``UnitOfWork.save_session``);
+    the session interface only prepares the record and then sends the cookie: it never
+    saves the session itself (no call from storage back into it and down again)."""
+    app, backend, _ = _login_app(app_factory, f"sqlite:///{tmp_path / 'login.db'}")
+
+    @app.get("/state")
+    def state_view() -> str:
+        return current_session.state.name
+
+    try:
+        store = get_state(app).session_store
+        written: list[SessionWrite] = []
+        save_session = SqlUnitOfWork.save_session
+
+        def in_the_unit(unit: SqlUnitOfWork, to: SessionStore, write: SessionWrite) -> bool:
+            assert to is store  # the app's own store (each app sharing a backend joins its own)
+            written.append(write)
+            return save_session(unit, to, write)
+
+        def outside_the_unit(*args: Any, **kwargs: Any) -> bool:
+            raise AssertionError("the step's session was saved outside its unit of work")
+
+        client = app.test_client()
+        with monkeypatch.context() as patched:
+            patched.setattr(SqlUnitOfWork, "save_session", in_the_unit)
+            patched.setattr(store, "save", outside_the_unit)
+            assert client.post("/login", json={"user": "alice"}).text == "Authenticated"
+        # One write, by the unit: the guest's new id, signed in (nothing stored to replace).
+        [write] = written
+        assert (write.record.state.name, write.existing, write.replaces) == ("AUTHENTICATED", False, ())
+        # The cookie names the row the unit wrote: the next request finds the login.
+        assert client.get("/state").text == "AUTHENTICATED"
+    finally:
+        backend.close()
+
+
+def test_a_unit_refuses_a_session_write_to_a_store_that_did_not_join_it(
+    tmp_path: Path, mock_clock: MockClock
+) -> None:
+    """Which session stores write in a store's units is decided at wiring time: a unit
+    refuses the write to any other store (a memory store's units: every store) instead of
+    writing it outside its transaction."""
+    write = SessionWrite(new_guest_record(mock_clock.now()), mock_clock.now() + timedelta(hours=1))
+    backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'units.db'}", clock=mock_clock)
+    try:
+        sessions = SqlAlchemySessionStore(backend.engine, crypto=SessionCrypto(b"k" * 32), clock=mock_clock)
+        for units in (InMemoryBackend(), backend):
+            unit = units.begin_unit()
+            try:
+                with pytest.raises(RuntimeError):
+                    unit.save_session(sessions, write)
+            finally:
+                unit.rollback()
+        assert sessions.load(write.record.sid) is None
+    finally:
+        backend.close()
+
+
+@pytest.mark.authflow_stores("sql")
+def test_two_apps_on_one_backend_each_write_their_sessions_with_their_own_store(
+    tmp_path: Path, app_factory: AppFactory
+) -> None:
+    """A backend shared by two apps (each with its own signing key, so its own session
+    store) writes each app's login session with that app's store: each app reads it back."""
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    backend = SqlAlchemyBackend(url, hasher=PasswordHasher.fast_for_tests())
+    try:
+        clients = []
+        for key in (b"a" * 32, b"b" * 32):
+            authflow = AuthFlow()
+            app = app_factory(
+                authflow=authflow, backend=backend, AUTHFLOW_DATABASE_URL=url, AUTHFLOW_SIGNING_KEY=key
+            )
+
+            @app.post("/login")
+            def login_view(authflow: AuthFlow = authflow) -> str:
+                outcome = authflow.login_with_password("alice", PASSWORD)
+                return type(outcome).__name__
+
+            @app.get("/state")
+            def state_view() -> str:
+                return current_session.state.name
+
+            clients.append(app.test_client())
+        backend.create_user("default", "alice", PASSWORD)
+        for client in clients:
+            assert client.post("/login").text == "Authenticated"
+        assert [client.get("/state").text for client in clients] == ["AUTHENTICATED"] * 2
     finally:
         backend.close()

@@ -38,11 +38,14 @@ __all__ = [
     "LoginRecorder",
     "LoginStore",
     "Reservation",
+    "SessionHandoff",
     "SessionStore",
+    "SessionWrite",
     "UnitOfWork",
     "UserRecord",
     "level_token",
     "one_unit",
+    "write_session_in_unit",
 ]
 
 
@@ -487,6 +490,58 @@ class UnitOfWork(Protocol):
         locked through the mail); :class:`~flask_authflow.errors.AuditWriteError` when
         the write fails."""
         ...
+
+    def save_session(self, store: SessionStore, write: SessionWrite) -> bool:
+        """Write a login step's session to ``store`` in the unit's transaction (as
+        :meth:`SessionStore.save` with ``write``'s arguments), so that the session and the
+        step's other writes commit together or not at all. ``False``: the session was
+        revoked meanwhile (nothing written; roll the unit back). Which session stores
+        write in a store's units is decided at wiring time; for any other ``store`` the
+        unit raises ``RuntimeError`` (never a write outside its transaction)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SessionWrite:
+    """A login step's session as its unit of work writes it (:meth:`UnitOfWork.save_session`):
+    the record (its last-seen time set), its expiry, and the :meth:`SessionStore.save`
+    arguments that say how it replaces what the store holds."""
+
+    record: SessionRecord
+    expires_at: datetime
+    replaces: tuple[str, ...] = ()
+    existing: bool = False
+
+
+class SessionHandoff(Protocol):
+    """How the session layer (the Flask session interface) hands a login step's session to
+    the step's unit of work, and takes it back once committed: it then only sends the cookie."""
+
+    def prepare_write(self, session: AuthSession) -> SessionWrite | None:
+        """What the unit writes of ``session``; ``None``: nothing of it to write there (the
+        response takes care of it)."""
+        ...
+
+    def mark_written(self, session: AuthSession, write: SessionWrite) -> None:
+        """``write`` was committed: only the cookie is left to send."""
+        ...
+
+
+def write_session_in_unit(
+    handoff: SessionHandoff, store: SessionStore, session: AuthSession, unit: UnitOfWork
+) -> Callable[[], None] | None:
+    """Write ``session`` to ``store`` in ``unit`` (a login step's session writer): what to
+    run once the unit committed, or ``None`` when the session was revoked meanwhile (roll
+    the unit back).
+
+    The session layer prepares the record and sends the cookie; the write itself is the
+    unit's (storage never calls back into the session layer)."""
+    write = handoff.prepare_write(session)
+    if write is None:
+        return lambda: None
+    if not unit.save_session(store, write):
+        return None
+    return lambda: handoff.mark_written(session, write)
 
 
 @contextmanager

@@ -33,7 +33,7 @@ from itsdangerous import Signer
 
 from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.core.crypto import derive_key
-from flask_authflow.core.ports import SessionStore
+from flask_authflow.core.ports import SessionStore, SessionWrite
 from flask_authflow.core.session import (
     CUSTOM_DATA_LIMIT,
     AuthSession,
@@ -141,7 +141,7 @@ class RequestSession(AuthSession):
         #: already saved by :meth:`AuthFlowSessionInterface.save_early` for this request.
         self.saved = False
         #: written to the store in a login step's transaction (:meth:`AuthFlowSessionInterface.
-        #: writer_on`): only the cookie is left to send.
+        #: mark_written`): only the cookie is left to send.
         self.cookie_due = False
         #: (response, used) when save_early completed: the final save_session has nothing
         #: left to do unless the response was replaced or the session used or changed since.
@@ -563,33 +563,32 @@ class AuthFlowSessionInterface(SessionInterface):
             # Nothing is dropped silently: the response says the data was refused.
             self._refuse(response, too_large)
 
-    def write_on(self, session: AuthSession, write: Callable[..., bool]) -> Callable[[], None] | None:
-        """Write ``session`` now with ``write(record, expires_at, replaces=..., existing=...)``
-        (a session store's ``save_on`` bound to a login step's connection), so that the
-        session and the step's other writes commit together. Returns what to run once that
-        transaction committed (the response then only sends the cookie), or ``None`` when
-        the session was revoked meanwhile (roll the transaction back)."""
+    def prepare_write(self, session: AuthSession) -> SessionWrite | None:
+        """What a login step's unit of work writes of ``session`` (see
+        :meth:`UnitOfWork.save_session <flask_authflow.core.ports.UnitOfWork.save_session>`),
+        so that the session and the step's other writes commit together; ``None`` when
+        nothing of this request's session is written there (an expired one: the response
+        deletes it)."""
         if not isinstance(session, RequestSession) or session.store_failed:
-            return lambda: None  # nothing of this request's session to write here
+            return None
         now = self._clock.now()
         record = replace(session.record, last_seen_at=now)
         expires_at = self.expires_at(record)
         if expires_at <= now:
-            return lambda: None  # the response deletes it
+            return None
         existing = session.loaded_sid == record.sid
         replaces = () if existing or session.loaded_sid is None else (session.loaded_sid,)
-        if not write(record, expires_at, replaces=replaces, existing=existing):
-            return None
+        return SessionWrite(record, expires_at, replaces, existing)
 
-        def written() -> None:
-            if session.record.sid != record.sid:  # changed since: the response writes it
-                return
-            session.loaded_sid = record.sid
-            session.dead_sids.clear()
-            session.modified = session.force_write = session.touch_due = False
-            session.cookie_due = True
-
-        return written
+    def mark_written(self, session: AuthSession, write: SessionWrite) -> None:
+        """``write`` committed with its login step: the response only sends the cookie
+        (unless the session changed since: the response then writes it)."""
+        if not isinstance(session, RequestSession) or session.record.sid != write.record.sid:
+            return
+        session.loaded_sid = write.record.sid
+        session.dead_sids.clear()
+        session.modified = session.force_write = session.touch_due = False
+        session.cookie_due = True
 
     @staticmethod
     def _refuse(response: Response, error: SessionDataTooLarge) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from flask_authflow.core.ports import SessionStore, SessionWrite
 from flask_authflow.storage.memory.state import MemoryState, undo
 
 __all__ = ["MemoryUnit", "MemoryUnits"]
@@ -36,6 +37,10 @@ class MemoryUnit:
 
     def write_audit_now(self) -> None:
         """Nothing to do: the memory store keeps each row as it is written."""
+
+    def save_session(self, store: SessionStore, write: SessionWrite) -> bool:
+        """No session store writes in a memory unit (the response writes the session)."""
+        raise RuntimeError("no session store writes in the memory store's units of work")
 
     def _end(self, *, keep: bool) -> None:
         if self._open:

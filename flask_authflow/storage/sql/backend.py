@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from flask import has_app_context
 from sqlalchemy import Engine
 
 from flask_authflow.clock import Clock, SystemClock
+from flask_authflow.core.ports import SessionHandoff, write_session_in_unit
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.account_tokens import SqlAccountTokens
@@ -59,7 +61,6 @@ from flask_authflow.storage.sql.users import SqlUsers
 
 if TYPE_CHECKING:
     from flask_authflow.core.session import AuthSession
-    from flask_authflow.sessions.interface import AuthFlowSessionInterface
 
 __all__ = [
     "AUDIT_PURGE_BATCH",
@@ -168,6 +169,15 @@ class SqlAlchemyBackend(
         if not self._clock_given:
             self.clock = clock
 
+    def join_sessions(self, store: SqlAlchemySessionStore) -> None:
+        """Let ``store`` (a session store on this backend's engine) write a login step's
+        session in this backend's units of work (:meth:`UnitOfWork.save_session`): the
+        session and the step's other writes then commit once (``init_app`` decides it).
+        Each app that shares the backend joins its own store (held weakly)."""
+        if self._unit_sessions is None:
+            self._unit_sessions = weakref.WeakKeyDictionary()
+        self._unit_sessions[store] = weakref.WeakMethod(store.save_on)
+
     def database_engine(self) -> Engine:
         """The engine holding this backend's tables (:attr:`engine`)."""
         return self.engine
@@ -184,17 +194,16 @@ class SqlAlchemyBackend(
 
 
 def session_writer(
-    backend: object, store: object, interface: AuthFlowSessionInterface
+    backend: object, store: object, handoff: SessionHandoff
 ) -> Callable[[AuthSession, Any], Callable[[], None] | None] | None:
     """The writer a login service uses to keep a passed step's session in the step's unit
     of work (``AuthnService.session_writer``), when ``store`` is a SQL session store on
-    the backend's own engine; else ``None`` (the session is written with the response)."""
+    the backend's own engine: the store then joins the backend's units (the unit writes
+    the session, ``handoff`` only prepares it and sends the cookie); else ``None`` (the
+    session is written with the response)."""
     if not isinstance(backend, SqlAlchemyBackend) or not isinstance(store, SqlAlchemySessionStore):
         return None
     if store.engine is not backend.engine:
         return None
-
-    def write(session: AuthSession, unit: UnitOfWork) -> Callable[[], None] | None:
-        return interface.write_on(session, functools.partial(store.save_on, unit.connection()))
-
-    return write
+    backend.join_sessions(store)
+    return functools.partial(write_session_in_unit, handoff, store)

@@ -37,6 +37,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from flask_authflow.clock import Clock, SystemClock, utc
 from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow.core.ports import SessionWrite
 from flask_authflow.core.session import (
     AuthState,
     SessionRecord,
@@ -379,26 +380,20 @@ class SqlAlchemySessionStore:
             self._purge_some()
         return written
 
-    def save_on(
-        self,
-        conn: Connection,
-        record: SessionRecord,
-        expires_at: datetime,
-        *,
-        replaces: Sequence[str] = (),
-        existing: bool = False,
-    ) -> bool:
-        """:meth:`save` on ``conn``, in its caller's transaction: a login step writes the
-        session it logs in together with the one-time credential it uses up, or neither.
-        False (the session was revoked) leaves the transaction to be rolled back."""
+    def save_on(self, conn: Connection, write: SessionWrite) -> bool:
+        """:meth:`save` of ``write`` on ``conn``, in its caller's transaction (a login step's
+        unit of work, see :meth:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend.join_sessions`):
+        the step's session is written with the credential it uses up, or neither. False
+        (the session was revoked) leaves the transaction to be rolled back."""
+        record = write.record
         key = sid_hash(record.sid)
-        values = self._row_values(key, record, expires_at)
+        values = self._row_values(key, record, write.expires_at)
         now = self._clock.now()
         with self._guard():
-            if existing:
+            if write.existing:
                 params = {"key": key, "now": now, **{f"v_{name}": value for name, value in values.items()}}
                 return bool(conn.execute(_UPDATE_LIVE, params).rowcount)
-            return self._replace(conn, key, values, sorted({sid_hash(old) for old in replaces} - {key}))
+            return self._replace(conn, key, values, sorted({sid_hash(old) for old in write.replaces} - {key}))
 
     def _row_values(self, key: str, record: SessionRecord, expires_at: datetime) -> dict[str, Any]:
         """The columns of ``record``'s row; its data sealed under the row's key."""

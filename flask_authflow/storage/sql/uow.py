@@ -11,7 +11,8 @@ become :class:`~flask_authflow.errors.StoreBusy` (a lock wait gave up: try again
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import timedelta
@@ -25,6 +26,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import Clock
 from flask_authflow.core.app_users import APP_OWNED, APP_WROTE
+from flask_authflow.core.ports import SessionStore, SessionWrite
 from flask_authflow.errors import AuditWriteError, ConfigurationError, StoreBusy, StoreUnavailable
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.engine import autocommit_reads, run_read, run_statement
@@ -32,7 +34,9 @@ from flask_authflow.storage.sql.engine import autocommit_reads, run_read, run_st
 __all__ = [
     "LOCK_TIMEOUT",
     "AuditFlush",
+    "JoinedSessions",
     "LockingBegin",
+    "SessionSave",
     "SqlConnections",
     "UnitOfWork",
     "locking_begin",
@@ -113,6 +117,13 @@ def locking_begin(engine: Engine) -> LockingBegin:
 #: Writes the audit rows a unit buffered, in its transaction: ``flush(conn, records)``.
 AuditFlush = Callable[[Connection, list[AuditRecord]], None]
 
+#: Writes a login step's session in a unit's transaction: ``save(conn, write)`` (a SQL
+#: session store's ``save_on``); False: the session was revoked meanwhile.
+SessionSave = Callable[[Connection, SessionWrite], bool]
+#: The session stores that write in a backend's units, and how: their ``save_on``, held
+#: weakly as the stores are (see ``SqlAlchemyBackend.join_sessions``).
+JoinedSessions = Mapping[SessionStore, "weakref.WeakMethod[SessionSave]"]
+
 
 class UnitOfWork:
     """Writes and reads of several backend calls in one transaction on ONE connection (see
@@ -129,7 +140,9 @@ class UnitOfWork:
     that transaction: the application hook's rows and the flow's writes commit once.
 
     Audit rows written in the unit are buffered (:meth:`queue_audit`) and written by one
-    INSERT just before the commit, in the same transaction.
+    INSERT just before the commit, in the same transaction. A login step's session is
+    written in it too (:meth:`save_session`) when its session store, on the same database,
+    joined the backend's units (``sessions``).
     """
 
     __slots__ = (
@@ -139,6 +152,7 @@ class UnitOfWork:
         "_conn",
         "_flush_audit",
         "_session",
+        "_sessions",
         "_token",
         "_trans",
         "engine",
@@ -147,7 +161,12 @@ class UnitOfWork:
     )
 
     def __init__(
-        self, engine: Engine, token: Any, lock_timeout: timedelta = LOCK_TIMEOUT, session: Any = None
+        self,
+        engine: Engine,
+        token: Any,
+        lock_timeout: timedelta = LOCK_TIMEOUT,
+        session: Any = None,
+        sessions: JoinedSessions | None = None,
     ) -> None:
         self.engine = engine
         self._begin = locking_begin(engine)
@@ -160,6 +179,21 @@ class UnitOfWork:
         self._audit: list[AuditRecord] = []
         self._flush_audit: AuditFlush | None = None
         self._audit_early = True
+        self._sessions: JoinedSessions = sessions if sessions is not None else {}
+
+    def save_session(self, store: SessionStore, write: SessionWrite) -> bool:
+        """Write a login step's session to ``store`` in the unit's transaction (see
+        :meth:`flask_authflow.core.ports.UnitOfWork.save_session`); a failure spoils the unit."""
+        joined = self._sessions.get(store)
+        save = joined() if joined is not None else None
+        if save is None:
+            raise RuntimeError("this session store does not write in this backend's units of work")
+        conn = self.connection()
+        try:
+            return save(conn, write)
+        except BaseException:
+            self.failed = True
+            raise
 
     def queue_audit(self, record: AuditRecord, flush: AuditFlush, *, early: bool) -> None:
         """Write ``record`` with the unit's other audit rows, by ``flush``, at :meth:`commit`
@@ -260,6 +294,9 @@ class SqlConnections:
     _locking_begin: LockingBegin = _plain_begin
     #: The Flask-SQLAlchemy ``db`` whose open transaction account writes join (see _account_tx).
     _app_db: Any
+    #: The session stores that write a login step's session in the units of work (one per
+    #: app that shares this backend; see ``join_sessions``), created when the first joins.
+    _unit_sessions: weakref.WeakKeyDictionary[SessionStore, weakref.WeakMethod[SessionSave]] | None = None
 
     @property
     def engine(self) -> Engine:
@@ -300,7 +337,7 @@ class SqlConnections:
         not nest."""
         if _UNIT.get() is not None:
             raise RuntimeError("a unit of work is already open in this context")
-        unit = UnitOfWork(self.engine, None, self.lock_timeout, self._owned_session())
+        unit = UnitOfWork(self.engine, None, self.lock_timeout, self._owned_session(), self._unit_sessions)
         unit._token = _UNIT.set(unit)
         return unit
 
