@@ -260,7 +260,7 @@ def test_logout_during_outage_fails_closed(authflow_hasher, mock_clock) -> None:
 
     @app.post("/logout")
     def logout() -> str:
-        authflow.logout()
+        authflow.login.logout()
         return "logged out"
 
     client = login_test_client(app, "alice")

@@ -11,67 +11,61 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from flask import Flask, Response, current_app, request
 
-from flask_authflow.api_auth import ApiTokenService
+from flask_authflow.api_auth import Tokens
 from flask_authflow.audit.client_ip import MAX_ADDRESS_CHARS, parse_ip
-from flask_authflow.audit.context import AuditContext, audit_context
 from flask_authflow.audit.sinks import AuthCounters
 from flask_authflow.audit.spool import SpoolAuditSink
+from flask_authflow.authz import Roles
 from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.core.app_users import UserCreatedHook, UserDeletedHook
-from flask_authflow.core.factors import EnrollmentStart, Factor
-from flask_authflow.core.ports import FactorConfig, MaintainedSessionStore, SessionStore
-from flask_authflow.core.session import AuthSession, AuthState
+from flask_authflow.core.factors import Factor
+from flask_authflow.core.ports import MaintainedSessionStore, SessionStore
+from flask_authflow.devices import Devices
 from flask_authflow.errors import (
     AuthFlowError,
     ConfigurationError,
-    InvalidInput,
     LoopbackOnly,
     PermissionDenied,
     StepUpNeeded,
     Unauthenticated,
 )
 from flask_authflow.extras import check_extras
+from flask_authflow.federation import Federation
 from flask_authflow.i18n import app_template_context
-from flask_authflow.login import workflow
-from flask_authflow.login.accounts import AccountAdmin
+from flask_authflow.login import Accounts, Factors, Login
 from flask_authflow.login.legacy_hashes import LegacyHashes
 from flask_authflow.login.lockout import LockoutPolicy
 from flask_authflow.login.password import PasswordHasher
-from flask_authflow.login.service import AuthnRequest, AuthnService, SessionWriter
+from flask_authflow.login.recovery import Ended
+from flask_authflow.login.service import AuthnService, SessionWriter
 from flask_authflow.login.settings import HashingSettings
 from flask_authflow.mail import MailSender, SmtpSender
 from flask_authflow.mfa.sealing import factor_sealer
 from flask_authflow.outcomes import (
-    Authenticated,
-    FactorCredential,
     FactorKind,
-    FactorOutcome,
-    FactorRequired,
-    LoginOutcome,
-    WorkflowOutcome,
-    WorkflowPending,
-    WorkflowStarted,
 )
 from flask_authflow.responses import error_response
+from flask_authflow.sessions import Sessions
 from flask_authflow.sessions.interface import AuthFlowSessionInterface
 from flask_authflow.sessions.settings import SessionSettings
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.settings import apply_defaults
 from flask_authflow.throttle import Throttle
-from flask_authflow.web import authz
-from flask_authflow.web.api_auth import api_tokens, install_api_tokens
+from flask_authflow.web import authz, services
+from flask_authflow.web._deprecated import DeprecatedMethods
+from flask_authflow.web.api_auth import install_api_tokens
 from flask_authflow.web.breach_wiring import password_policy
 from flask_authflow.web.config import AuthFlowConfig
 from flask_authflow.web.csrf import template_helpers
 from flask_authflow.web.current_user import current_user
 from flask_authflow.web.decorators import denial_response
-from flask_authflow.web.devices import install_devices, remember_session, request_trust
+from flask_authflow.web.devices import install_devices
 from flask_authflow.web.external_url import check_mail_settings
 from flask_authflow.web.factor_wiring import built_in_factors
 from flask_authflow.web.headless import register_api
@@ -350,7 +344,7 @@ def _install(app: Flask, state: AuthFlowState) -> None:
         app.register_blueprint(state.issuer.blueprint(url_prefix=state.config.issuer.url_prefix or None))
 
 
-class AuthFlow:
+class AuthFlow(DeprecatedMethods):
     """The flask-authflow extension.
 
     :param app: the app to initialise now (or call :meth:`init_app` later).
@@ -574,55 +568,12 @@ class AuthFlow:
         self._hooks.claims_mapper = mapper
         return mapper
 
-    def oauth_provider(self, name: str) -> Any:
-        """The current app's provider ``name`` (discovered on first use)."""
-        return self._federation().registry.get(name)
-
-    def begin_oauth_login(self, session: AuthSession, provider_name: str, options: Any = None) -> str:
-        """Start a federated login on ``session``; returns the authorize URL
-        (see ``FederationService.begin``)."""
-        return str(self._federation().begin(session, provider_name, options))
-
-    def finish_oauth_login(
-        self, session: AuthSession, provider_name: str, code: str, state: str, *, iss: str | None = None
-    ) -> Any:
-        """Complete a federated login from the callback's ``code`` and ``state``
-        (see ``FederationService.finish``); raises an ``OAuthError`` variant on failure."""
-        handle = get_state().service.with_audit_context(audit_context())
-        return self._federation().finish(handle, session, provider_name, code, state, iss=iss)
-
-    def provider_token(self, provider: str, *, scopes: Iterable[str] | None = None) -> Any:
-        """A valid access token of ``provider`` for the signed-in user, to call the
-        provider's APIs (the provider needs ``store_tokens``); an expired one is refreshed
-        first. It is a ``str`` with ``token_type``, ``auth`` (a ``requests`` auth object:
-        Bearer, or DPoP proofs for a DPoP-bound token), and ``cert`` and ``verify`` (the
-        client certificate and CA of a certificate-bound token; ``None`` and ``True``
-        otherwise): ``requests.get(url, auth=t.auth, cert=t.cert, verify=t.verify)``. See
-        :doc:`/federation` ("Calling the provider's APIs").
-
-        :raises Unauthenticated: no user is signed in.
-        :raises CertificateChanged: the token is bound to a certificate since replaced.
-        :raises NoProviderToken, NoRefreshToken, RefreshTokenExpired, InsufficientScope:
-            sign in with the provider again (granting ``scopes``).
-        :raises ProviderUnreachable, TokenExchange, TokenRefreshBusy: the refresh failed for now.
-        """
-        federation = self._federation()
-        session = current_auth_session()
-        if session.state is not AuthState.AUTHENTICATED or session.tenant is None or session.user_id is None:
-            raise Unauthenticated("sign in to use the provider's tokens")
-        if federation.tokens is None:
-            raise ConfigurationError("the backend cannot store provider tokens (see ProviderTokenStore)")
-        return federation.tokens.access_token(session.tenant, session.user_id, provider, scopes=scopes)
-
-    @staticmethod
-    def _federation() -> Any:
-        federation = get_state().federation
-        if federation is None:
-            raise ConfigurationError(
-                "no OpenID provider is configured: set AUTHFLOW_OAUTH_PROVIDERS "
-                "or call authflow.register_provider"
-            )
-        return federation
+    def provision_user(self, hook: ClaimsMapperT) -> ClaimsMapperT:
+        """Register ``hook(identity, tenant)``: creates the application's user at the first
+        federated sign-in of an identity with no link and returns its id (``None`` refuses
+        the sign-in); see :doc:`/federation`."""
+        self._hooks.provision_user = hook
+        return hook
 
     # --- the application's callbacks ---------------------------------------------------------
 
@@ -643,11 +594,6 @@ class AuthFlow:
         ``current_user`` is what it returns (see :doc:`/api_tokens`)."""
         self._hooks.request_loader = loader
         return loader
-
-    @property
-    def api_tokens(self) -> ApiTokenService:
-        """The current app's personal API tokens (create, list, revoke; see :doc:`/api_tokens`)."""
-        return api_tokens()
 
     def user_created(self, hook: UserCreatedT) -> UserCreatedT:
         """Register ``hook(new)``: create the application's row for the new account
@@ -690,162 +636,64 @@ class AuthFlow:
         self._hooks.step_up_handler = handler
         return handler
 
-    # --- request-time helpers on the current app ----------------------------------------------
+    # --- the services of the current app (see :mod:`flask_authflow.core.service`) ----------
+
+    @property
+    def accounts(self) -> Accounts:
+        """Accounts: ``create``, ``list``, ``get``, ``disable``, ``enable``, ``delete``,
+        ``set_password`` (:class:`~flask_authflow.login.Accounts`)."""
+        return services.accounts()
+
+    @property
+    def roles(self) -> Roles:
+        """Roles: ``create``, ``list``, ``get``, ``delete``; ``grant`` / ``revoke`` to a user;
+        ``grant_permission`` / ``revoke_permission`` (:class:`~flask_authflow.authz.Roles`)."""
+        return services.roles()
+
+    @property
+    def tokens(self) -> Tokens:
+        """Personal API tokens: ``create``, ``list``, ``get``, ``revoke``, ``revoke_all``
+        (:class:`~flask_authflow.api_auth.Tokens`)."""
+        return services.tokens()
+
+    @property
+    def sessions(self) -> Sessions[Ended]:
+        """A user's sessions: ``list``, ``get``, ``revoke``, ``revoke_all``
+        (:class:`~flask_authflow.sessions.Sessions`)."""
+        return services.sessions()
+
+    @property
+    def devices(self) -> Devices:
+        """A user's devices: ``list``, ``get``, ``revoke``, ``revoke_trust``
+        (:class:`~flask_authflow.devices.Devices`)."""
+        return services.devices()
+
+    @property
+    def factors(self) -> Factors:
+        """Second factors, an operator's and the signed-in user's
+        (:class:`~flask_authflow.login.Factors`)."""
+        return services.factors()
+
+    @property
+    def login(self) -> Login:
+        """The login steps an application calls on the current session
+        (:class:`~flask_authflow.login.Login`)."""
+        return services.login()
+
+    @property
+    def federation(self) -> Federation:
+        """Federated login and provider tokens (:class:`~flask_authflow.federation.Federation`)."""
+        return services.federation()
 
     @property
     def state(self) -> AuthFlowState:
-        """The :class:`AuthFlowState` of the current app."""
+        """The :class:`AuthFlowState` of the current app (its stores and engines)."""
         return get_state()
 
     @property
     def service(self) -> AuthnService:
-        """The :class:`AuthnService` of the current app."""
+        """The :class:`AuthnService` of the current app (the login engine)."""
         return get_state().service
-
-    @property
-    def accounts(self) -> AccountAdmin:
-        """Account administration on the current app: ``disable``, ``enable``, ``delete`` and
-        ``set_password`` each revoke the user's sessions (see :class:`AccountAdmin`)."""
-        return account_admin()
-
-    def login_with_password(
-        self, identifier: str, password: str, *, tenant: str | None = None, remember: bool = False
-    ) -> LoginOutcome | FactorOutcome:
-        """Begin a login and verify the password in one call, as ``POST /login`` does.
-
-        Returns the ``begin_login`` outcome when it is not ``FactorRequired(PASSWORD)``
-        (locked, step-up), else the ``verify_factor`` outcome. With ``remember`` (a JSON
-        client's ``"remember": true``), the session of a sign-in completed in this request
-        lives ``AUTHFLOW_REMEMBER_ME_TTL`` (see :doc:`/devices`).
-        """
-        state = get_state()
-        session = current_auth_session()
-        handle = state.service.with_audit_context(audit_context())
-        tenant_name = tenant or state.config.default_tenant
-        with FactorCredential.password(password) as credential:
-            outcome = handle.login_with_password(identifier, tenant_name, session, credential)
-        if remember is True:
-            remember_session(session)
-        return outcome
-
-    def login_user(
-        self,
-        user_id: str,
-        tenant: str | None = None,
-        *,
-        method: str = "external",
-        skip_factors: bool = False,
-    ) -> Authenticated | FactorRequired | WorkflowPending:
-        """Log the user in on the current session after the application checked who it is
-        (sign-up, a magic link): see :meth:`AuthnRequest.establish
-        <flask_authflow.login.service.AuthnRequest.establish>`. A workflow pending on the
-        session ends first (audited ``workflow_aborted``, reason ``new_login``).
-
-        Returns ``Authenticated``, or ``FactorRequired`` when the user has enrolled factors
-        beyond the password (never skipped unless ``skip_factors=True``, which is audited),
-        or ``WorkflowPending`` when the user must set up a second factor first
-        (``AUTHFLOW_MFA_REQUIRED``, or a factor an import could not carry).
-
-        :raises UserNotFound: no such user. :raises AccountDisabled: the account is disabled.
-        """
-        state = get_state()
-        handle = state.service.with_audit_context(audit_context())
-        return handle.establish(
-            current_auth_session(),
-            tenant or state.config.default_tenant,
-            user_id,
-            method=method,
-            skip_factors=skip_factors,
-        )
-
-    def logout(self) -> None:
-        """Log the current session out (audited; id rotated; cookie cleared)."""
-        state = get_state()
-        state.service.with_audit_context(audit_context()).logout(current_auth_session())
-
-    # --- factor steps and enrollment on the current session ----------------------------------
-
-    def _request_handle(self) -> AuthnRequest:
-        return get_state().service.with_audit_context(audit_context())
-
-    def verify_factor(
-        self, kind: FactorKind | str, secret: str | bytes, *, trust_device: bool = False
-    ) -> FactorOutcome:
-        """Present the credential of ``kind`` for the current session's pending step: a code
-        (TOTP, HOTP, e-mail, recovery code) or WebAuthn's response JSON. See
-        :meth:`AuthnRequest.verify_factor <flask_authflow.login.service.AuthnRequest.verify_factor>`.
-        With ``trust_device`` (a JSON client's ``"trust_device": true``), a sign-in this step
-        completes trusts the browser's device for ``AUTHFLOW_DEVICE_TRUST_DURATION`` (see
-        :doc:`/devices`).
-
-        :raises InvalidInput: an unknown kind or a malformed credential."""
-        request_trust(trust_device is True)
-        with FactorCredential(_kind(kind), secret) as credential:
-            return self._request_handle().verify_factor(credential, current_auth_session())
-
-    def challenge_factor(self, kind: FactorKind | str) -> FactorRequired:
-        """(Re)issue the challenge of ``kind`` for the pending step ("e-mail me a code")."""
-        return self._request_handle().challenge(_kind(kind), current_auth_session())
-
-    def begin_enrollment(
-        self, kind: FactorKind | str, params: Mapping[str, Any] | None = None
-    ) -> EnrollmentStart:
-        """Start adding a factor for the signed-in user (a fresh login is required)."""
-        return self._request_handle().begin_enrollment(current_auth_session(), _kind(kind), params)
-
-    def confirm_enrollment(self, kind: FactorKind | str, factor_id: str, secret: str | bytes) -> FactorConfig:
-        """Finish an enrollment with the proof (a code, WebAuthn's attestation JSON); the
-        user's other sessions end."""
-        with FactorCredential(_kind(kind), secret) as credential:
-            return self._request_handle().confirm_enrollment(
-                current_auth_session(), _kind(kind), factor_id, credential
-            )
-
-    def disable_factor(self, factor_id: str) -> bool:
-        """Remove one of the signed-in user's factors (fresh login required; other sessions end)."""
-        return self._request_handle().disable_factor(current_auth_session(), factor_id)
-
-    def user_factors(self) -> list[FactorConfig]:
-        """The signed-in user's confirmed factors (no secrets are shown by their ``repr``)."""
-        return self._request_handle().user_factors(current_auth_session())
-
-    def begin_passkey_login(self, tenant: str | None = None) -> Mapping[str, Any]:
-        """WebAuthn request options for a usernameless passkey login (``AUTHFLOW_PASSKEY_LOGIN``)."""
-        return self._request_handle().begin_passkey_login(
-            tenant or get_state().config.default_tenant, current_auth_session()
-        )
-
-    def finish_passkey_login(self, credential_json: str | bytes) -> FactorOutcome:
-        """Finish a passkey login with the browser's assertion JSON."""
-        with FactorCredential(FactorKind.WEBAUTHN, credential_json) as credential:
-            return self._request_handle().finish_passkey_login(credential, current_auth_session())
-
-    def authorize(self, action: str, resource: Any, context: Mapping[str, Any] | None = None) -> bool:
-        """Whether the policies let the current user do ``action`` on ``resource`` (:doc:`/authz`)."""
-        return authz.is_authorized(action, resource, context)
-
-    # --- workflows (:doc:`/workflows`) ------------------------------------------------------------
-
-    def start_workflow(self, kind: str, data: Any = None, expires_in: Any = None) -> WorkflowStarted:
-        """Start a workflow of ``kind`` on the current session; the outcome holds its token."""
-        return workflow.start(*_here(), kind, data, expires_in, get_state().config.login.workflow_expiry)
-
-    def complete_workflow(self, token_or_kind: str) -> WorkflowOutcome:
-        """Complete the current session's workflow with its token (or a ``WorkflowKind``)."""
-        return workflow.complete(*_here(), token_or_kind)
-
-    def abort_workflow(self) -> WorkflowOutcome:
-        """End the current session's workflow without completing it."""
-        return workflow.abort(*_here())
-
-    # --- federation ----------------------------------------------------------------------------
-
-    def provision_user(self, hook: ClaimsMapperT) -> ClaimsMapperT:
-        """Register ``hook(identity, tenant)``: creates the application's user at the first
-        federated sign-in of an identity with no link and returns its id (``None`` refuses
-        the sign-in); see :doc:`/federation`."""
-        self._hooks.provision_user = hook
-        return hook
 
 
 class ViewsRegistrar:
@@ -859,18 +707,6 @@ class ViewsRegistrar:
         if VIEWS_BLUEPRINT in app.blueprints:
             return
         register_views(app, url_prefix=url_prefix)
-
-
-def _here() -> tuple[AuthnService, AuditContext, AuthSession]:
-    """The service, audit context and session of the current request (for the workflow steps)."""
-    return get_state().service, audit_context(), current_auth_session()
-
-
-def _kind(kind: FactorKind | str) -> FactorKind:
-    try:
-        return FactorKind(kind)
-    except ValueError:
-        raise InvalidInput(f"unknown factor kind {kind!r}") from None
 
 
 def _template_context() -> dict[str, Any]:
