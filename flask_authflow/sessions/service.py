@@ -26,8 +26,8 @@ class Sessions(TenantScoped, Generic[EndedT]):
     """List a user's sessions; revoke one, or all of them ("log out everywhere").
 
     :param store: the app's session store.
-    :param revoke_one: ``(tenant, user_id, session_hash)``: ends that session of that user
-        only (``session_revoked``, audited by the receivers); whether there was one.
+    :param revoke_one: ``(tenant, user_id, session_hash, reason)``: ends that session of that
+        user only (``session_revoked`` with ``reason``); whether there was one.
     :param revoke_all: ``(tenant, user_id, keep_sid)``: log out everywhere, audited
         ``logout_everywhere``; what ended.
     """
@@ -36,7 +36,7 @@ class Sessions(TenantScoped, Generic[EndedT]):
         self,
         store: SessionStore,
         *,
-        revoke_one: Callable[[str, str, str], bool],
+        revoke_one: Callable[[str, str, str, str], bool],
         revoke_all: Callable[[str, str, str | None], EndedT],
         default_tenant: str,
     ) -> None:
@@ -57,15 +57,20 @@ class Sessions(TenantScoped, Generic[EndedT]):
                 return record
         return None
 
-    def revoke(self, user_id: str, session_hash: str, *, tenant: str | None = None) -> bool:
-        """End the one session of the user whose id hashes to ``session_hash``; false when
-        the user has no such session. Nothing else of the user ends (API tokens stay)."""
-        return self._revoke_one(self._tenant(tenant), user_id, session_hash)
+    def revoke(
+        self, user_id: str, session_hash: str, *, tenant: str | None = None, reason: str = "session_revoked"
+    ) -> bool:
+        """End the one session of the user whose id hashes to ``session_hash`` (the
+        ``session_revoked`` signal carries ``reason``: ``revoked_by_user`` from the account
+        page); false when the user has no such session. Nothing else of the user ends (API
+        tokens stay)."""
+        return self._revoke_one(self._tenant(tenant), user_id, session_hash, reason)
 
     def revoke_all(self, user_id: str, *, tenant: str | None = None, keep_sid: str | None = None) -> EndedT:
         """Log the user out everywhere: every session but ``keep_sid`` ends, and with them
         the user's API tokens, pending mailed links and lock (see :doc:`/sessions`); returns
-        what ended (:class:`~flask_authflow.login.recovery.Ended`).
+        what ended (:class:`~flask_authflow.login.recovery.Ended`). Audited
+        ``logout_everywhere`` with the request's context and session (in a request).
 
         :raises ~flask_authflow.errors.UserNotFound: no such user."""
         return self._revoke_all(self._tenant(tenant), user_id, keep_sid)

@@ -11,7 +11,7 @@ always acts on the app of the current application context (or the ``app`` given)
 
 from __future__ import annotations
 
-from flask import Flask, current_app
+from flask import Flask, current_app, has_request_context
 
 from flask_authflow.api_auth import Tokens
 from flask_authflow.audit.context import audit_context
@@ -67,17 +67,22 @@ def tokens(app: Flask | None = None) -> Tokens:
 def sessions(app: Flask | None = None) -> Sessions[Ended]:
     """``authflow.sessions`` of ``app``: one session ends by the account feature's
     ``revoke_session``, all of them by its "log out everywhere" (in a request, audited with
-    its context on its session)."""
+    its context and its session as the asking one)."""
     target = _app(app)
     state = get_state(target)
     admin = account_admin(target)
 
     def revoke_all(tenant: str, user_id: str, keep_sid: str | None) -> Ended:
-        return admin.logout_everywhere(tenant, user_id, keep_sid=keep_sid, context=audit_context())
+        asking = current_auth_session() if has_request_context() else None
+        return admin.logout_everywhere(
+            tenant, user_id, keep_sid=keep_sid, context=audit_context(), session=asking
+        )
 
     return Sessions(
         state.session_store,
-        revoke_one=lambda tenant, user_id, session_hash: admin.revoke_session(tenant, user_id, session_hash),
+        revoke_one=lambda tenant, user_id, session_hash, reason: admin.revoke_session(
+            tenant, user_id, session_hash, reason=reason
+        ),
         revoke_all=revoke_all,
         default_tenant=state.config.default_tenant,
     )
