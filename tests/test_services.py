@@ -286,3 +286,23 @@ def test_federation_without_a_provider_is_a_configuration_error(
     app, authflow, _ = site
     with app.test_request_context("/"), pytest.raises(ConfigurationError):
         authflow.federation.begin("idp")
+
+
+def test_an_operator_revokes_a_tenant_and_purges_expired_sessions(
+    site: tuple[Flask, AuthFlow, InMemoryBackend], mock_clock: Any
+) -> None:
+    app, authflow, _ = site
+    with app.app_context():
+        alice = authflow.accounts.create("alice", PASSWORD)
+        authflow.accounts.create("bob", PASSWORD, tenant="beta")
+    login_test_client(app, "alice", password=PASSWORD)
+    login_test_client(app, "bob", tenant="beta", password=PASSWORD)
+    with app.app_context():
+        assert authflow.sessions.revoke_provider_session("https://idp.example", "no-such-sid") == 0
+        assert authflow.sessions.revoke_tenant() == 1  # acme's only: bob's stays
+        assert authflow.sessions.list(alice.user_id) == []
+        with pytest.raises(InvalidInput):
+            authflow.sessions.purge_expired(tenant="")
+        mock_clock.advance(timedelta(days=30))
+        assert authflow.sessions.purge_expired(tenant="acme") == 0
+        assert authflow.sessions.purge_expired() == 1  # bob's, expired

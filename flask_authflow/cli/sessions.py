@@ -24,7 +24,6 @@ from flask_authflow.core.identifiers import check_tenant
 from flask_authflow.core.session import SessionRecord, sid_hash
 from flask_authflow.devices.labels import device_label
 from flask_authflow.web import services
-from flask_authflow.web.state import get_state
 
 
 @authflow_cli.group("sessions")
@@ -124,13 +123,13 @@ def sessions_revoke(
         raise click.UsageError("give one of --user U, --all-users, or --issuer with --sid")
     if session_hash is not None and username is None:
         raise click.UsageError("--session goes with --user")
-    store = get_state().session_store
+    user_sessions = services.sessions()
     if federated:
         if issuer is None or provider_sid is None:
             raise click.UsageError("--issuer and --sid go together")
         if tenant is not None:
             raise click.UsageError("--tenant does not apply to --issuer/--sid (the provider session decides)")
-        count = store.delete_federated_sessions(issuer, provider_sid)
+        count = user_sessions.revoke_provider_session(issuer, provider_sid)
         emit(
             as_json,
             {"issuer": issuer, "sid": provider_sid, "sessions_revoked": count},
@@ -139,7 +138,7 @@ def sessions_revoke(
         return
     tenant_name = tenant_or_default(tenant)
     if all_users:
-        count = store.delete_tenant_sessions(tenant_name)
+        count = user_sessions.revoke_tenant(tenant=tenant_name)
         emit(
             as_json,
             {"tenant": tenant_name, "sessions_revoked": count},
@@ -148,7 +147,6 @@ def sessions_revoke(
         return
     assert username is not None
     user = find_user(username, tenant_name)
-    user_sessions = services.sessions()
     document: dict[str, Any] = {"identifier": user.identifier, "tenant": tenant_name}
     if session_hash is None:
         ended = user_sessions.revoke_all(user.user_id, tenant=tenant_name)
@@ -179,13 +177,13 @@ def sessions_purge(tenant: str | None, as_json: bool) -> None:
     session of anyone. The SQL store also purges in small batches while it saves
     sessions; run this from cron to keep the table small between busy periods.
     """
-    store = get_state().session_store
+    user_sessions = services.sessions()
     if tenant is None:
-        purged = store.purge_expired()
+        purged = user_sessions.purge_expired()
         emit(as_json, {"purged": purged}, f"{purged} expired session(s) purged")
         return
     tenant_name = check_tenant(tenant)
-    purged = store.purge_expired(tenant=tenant_name)
+    purged = user_sessions.purge_expired(tenant=tenant_name)
     emit(
         as_json,
         {"tenant": tenant_name, "purged": purged},

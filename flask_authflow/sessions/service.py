@@ -13,7 +13,7 @@ import hmac
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from flask_authflow.core.ports import SessionStore
+from flask_authflow.core.ports import MaintainedSessionStore
 from flask_authflow.core.service import TenantScoped
 from flask_authflow.core.session import SessionRecord, sid_hash
 
@@ -23,7 +23,8 @@ EndedT = TypeVar("EndedT")
 
 
 class Sessions(TenantScoped, Generic[EndedT]):
-    """List a user's sessions; revoke one, or all of them ("log out everywhere").
+    """List a user's sessions; revoke one, or all of them ("log out everywhere"); an
+    operator's revocations of a tenant or a provider login session, and the purge.
 
     :param store: the app's session store.
     :param revoke_one: ``(tenant, user_id, session_hash, reason)``: ends that session of that
@@ -34,7 +35,7 @@ class Sessions(TenantScoped, Generic[EndedT]):
 
     def __init__(
         self,
-        store: SessionStore,
+        store: MaintainedSessionStore,
         *,
         revoke_one: Callable[[str, str, str, str], bool],
         revoke_all: Callable[[str, str, str | None], EndedT],
@@ -74,3 +75,19 @@ class Sessions(TenantScoped, Generic[EndedT]):
 
         :raises ~flask_authflow.errors.UserNotFound: no such user."""
         return self._revoke_all(self._tenant(tenant), user_id, keep_sid)
+
+    # --- an operator's maintenance -----------------------------------------------------------
+
+    def revoke_tenant(self, *, tenant: str | None = None) -> int:
+        """End every session of every user of the tenant; how many ended."""
+        return self.store.delete_tenant_sessions(self._tenant(tenant))
+
+    def revoke_provider_session(self, issuer: str, provider_sid: str) -> int:
+        """End every session signed in through the provider login session ``provider_sid``
+        at ``issuer`` (what back-channel logout does); how many ended."""
+        return self.store.delete_federated_sessions(issuer, provider_sid)
+
+    def purge_expired(self, *, tenant: str | None = None) -> int:
+        """Delete expired sessions now, of the tenant or (``tenant=None``) of every tenant:
+        they are never loaded, this frees their rows; how many went."""
+        return self.store.purge_expired(tenant=None if tenant is None else self._tenant(tenant))
