@@ -4,13 +4,20 @@ Like Flask-SQLAlchemy, the extension object holds no per-app state: ``init_app``
 validates the configuration, builds the stores, the session interface and the
 login service, and keeps them in ``app.extensions["authflow"]`` (an
 :class:`AuthFlowState`), so one ``AuthFlow()`` can serve several apps.
+
+``AuthFlow`` itself keeps the wiring (``init_app``, ``register_factor``,
+``register_provider``), the application's hooks (``user_loader``, ``unauthorized_handler``,
+...) and the everyday services of the current app (``authflow.accounts``, ``.roles``,
+``.tokens``, ``.sessions``, ``.devices``, ``.factors``, ``.login``, ``.federation``; see
+:mod:`flask_authflow.core.service`). What it computes to build an app lives in
+:mod:`flask_authflow.web._wiring`; its pre-0.8 methods in :mod:`flask_authflow.web._deprecated`.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from flask import Flask
 
@@ -74,9 +81,6 @@ UserCreatedT = TypeVar("UserCreatedT", bound=UserCreatedHook)
 UserDeletedT = TypeVar("UserDeletedT", bound=UserDeletedHook)
 
 __all__ = ["Adapters", "AuthFlow", "AuthFlowState", "current_auth_session", "current_session", "get_state"]
-
-if TYPE_CHECKING:
-    pass
 
 
 class AuthFlow(DeprecatedMethods):
