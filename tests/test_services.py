@@ -306,3 +306,21 @@ def test_an_operator_revokes_a_tenant_and_purges_expired_sessions(
         mock_clock.advance(timedelta(days=30))
         assert authflow.sessions.purge_expired(tenant="acme") == 0
         assert authflow.sessions.purge_expired() == 1  # bob's, expired
+
+
+def test_every_decorator_comes_from_the_facade_and_the_docs_import_it_there() -> None:
+    import re
+    from pathlib import Path
+
+    import flask_authflow
+    from flask_authflow.web import decorators
+
+    wanted = {name for name in decorators.__all__ if name.endswith(("_required", "_accepted"))}
+    assert wanted | {"authorize"} <= set(flask_authflow.__all__)
+    repo = Path(__file__).resolve().parent.parent
+    below = re.compile(
+        r"from flask_authflow\.web\.(decorators|authz) import [^\n]*\b(\w+_required|\w+_accepted|authorize)\b"
+    )
+    assert below.search("from flask_authflow.web.decorators import api_scopes_required")  # the check can fail
+    pages = [*repo.glob("docs/*.rst"), repo / "README.rst"]
+    assert [page.name for page in pages if below.search(page.read_text(encoding="utf-8"))] == []
