@@ -51,7 +51,7 @@ from flask_authflow.login.password import PasswordHasher
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import login_test_client
-from flask_authflow.web.authz import authz_hooks
+from flask_authflow.web.authz import authz_hooks, is_authorized
 
 BARE = "bare cedarpy, the same decision"
 AUTHORIZE = "authflow.authorize, in a request"
@@ -122,7 +122,7 @@ def web_decisions() -> tuple[Callable[[], object], Callable[[], object]]:
 
     def first_in_new_request() -> object:
         with app.request_context(dict(environ)):
-            allowed = authflow.authorize("edit", document)
+            allowed = is_authorized("edit", document)
             assert allowed
             return allowed
 
@@ -137,10 +137,10 @@ def web_decisions() -> tuple[Callable[[], object], Callable[[], object]]:
 
     context = app.test_request_context("/", headers=headers)
     context.push()  # kept open for the rest of the run: one long request
-    assert authflow.authorize("edit", document)
+    assert is_authorized("edit", document)
 
     def again() -> object:
-        allowed = authflow.authorize("edit", document)
+        allowed = is_authorized("edit", document)
         assert allowed
         return allowed
 

@@ -120,7 +120,7 @@ def http_login(hasher: PasswordHasher, database_url: str, *, own_backend: bool =
 
     @app.post("/login")
     def login_view() -> str:
-        return type(authflow.login_with_password("alice", PASSWORD)).__name__
+        return type(authflow.login.password("alice", PASSWORD)).__name__
 
     client = app.test_client()
 

@@ -51,7 +51,7 @@ def authflow_sign_in(database_url: str) -> Callable[[], None]:
 
     @app.post("/login")
     def login() -> str:
-        return type(authflow.login_with_password("alice", PASSWORD)).__name__
+        return type(authflow.login.password("alice", PASSWORD)).__name__
 
     def one() -> None:
         client = app.test_client()  # a fresh browser: no cookie

@@ -1,7 +1,7 @@
 """flask-authflow: the whole authentication layer of a Flask app, in one extension.
 
 This module re-exports what an application uses every day: the extension, the current
-user and session, the view decorators, the login outcomes and the base error. Everything
+user and session, every view decorator, the login outcomes and the base error. Everything
 else is imported from its feature package (``flask_authflow.login``, ``.sessions``,
 ``.federation``, ``.issuer``, ``.storage``, ...), as the API reference shows.
 """
@@ -20,8 +20,10 @@ from flask_authflow.outcomes import (
     LoginOutcome,
     StepUpRequired,
 )
+from flask_authflow.web.authz import authorize
 from flask_authflow.web.current_user import AnonymousUser, UserMixin, current_user
 from flask_authflow.web.decorators import (
+    api_scopes_required,
     fresh_login_required,
     login_required,
     permissions_accepted,
@@ -52,7 +54,9 @@ __all__ = [
     "StepUpRequired",
     "UserMixin",
     "__version__",
+    "api_scopes_required",
     "audit_context",
+    "authorize",
     "current_session",
     "current_user",
     "fresh_login_required",

@@ -7,7 +7,7 @@ keyword arguments. Signals never carry secrets (no tokens, passwords or keys).
   sent by the login and session parts.
 * ``roles_changed``: sent after a role is given to or taken from a user, a role is
   deleted, or a permission is granted to or revoked from a role (see
-  :mod:`flask_authflow.web.roles`), with ``tenant``, ``user_id`` (``None`` unless one
+  :class:`~flask_authflow.authz.Roles`), with ``tenant``, ``user_id`` (``None`` unless one
   user changed), ``role``, ``permission`` (``None`` unless a grant changed) and ``action``
   (the audit event: ``role_added``, ``role_removed``, ``role_deleted``,
   ``permission_granted``, ``permission_revoked``).

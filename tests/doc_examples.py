@@ -508,7 +508,7 @@ app.config.update(
 authflow = AuthFlow(app)
 with app.app_context():
     try:
-        authflow.accounts.create_user("default", "alice", {PASSWORD!r})
+        authflow.accounts.create("alice", {PASSWORD!r})
     except UserExists:
         pass
 """

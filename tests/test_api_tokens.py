@@ -16,7 +16,7 @@ from flask_authflow import AuthFlow, current_user, login_required
 from flask_authflow.api_auth import TOKEN_PREFIX, CreatedToken
 from flask_authflow.clock import MockClock
 from flask_authflow.errors import ApiTokenNameTaken, ConfigurationError, InvalidInput
-from flask_authflow.web.api_auth import api_tokens, current_api_token
+from flask_authflow.web.api_auth import current_api_token, token_service
 from flask_authflow.web.decorators import api_scopes_required
 from flask_authflow.web.state import account_admin, get_state
 from tests.appfactory import AppFactory
@@ -57,7 +57,7 @@ def user_and_token(
 ) -> tuple[str, CreatedToken]:
     backend = get_state(app).backend
     user = backend.find_user(tenant, identifier) or backend.create_user(tenant, identifier, "pw-" * 6)
-    return user.user_id, api_tokens(app).create(tenant, user.user_id, name, **options)
+    return user.user_id, token_service(app).create(tenant, user.user_id, name, **options)
 
 
 def call(app: Flask, path: str, value: str | None, **headers: str) -> Any:
@@ -87,13 +87,13 @@ def test_a_created_token_is_a_bearer_on_a_json_route_listed_and_revoked(app_fact
     assert response.headers["Cache-Control"] == "private, no-store"
     assert "Authorization" in response.headers["Vary"]
 
-    listed = api_tokens(app).list("default", user_id)
+    listed = token_service(app).list("default", user_id)
     assert [(t.name, t.scopes) for t in listed] == [("ci", ("notes:read",))]
     assert listed[0].token_hash != created.value and created.value not in repr(listed)
     assert listed[0].last_used_at is not None
 
-    assert api_tokens(app).revoke("default", user_id, "ci")
-    assert not api_tokens(app).revoke("default", user_id, "ci")
+    assert token_service(app).revoke("default", user_id, "ci")
+    assert not token_service(app).revoke("default", user_id, "ci")
     assert_invalid_token(call(app, "/api/me", created.value))
 
 
@@ -148,9 +148,9 @@ def test_a_user_cannot_revoke_another_users_token(app_factory: AppFactory) -> No
     app, _ = build(app_factory)
     _, alice = user_and_token(app, "alice")
     bob_id, _ = user_and_token(app, "bob", name="bobs")
-    assert not api_tokens(app).revoke("default", bob_id, "ci")  # alice's name, bob's account
+    assert not token_service(app).revoke("default", bob_id, "ci")  # alice's name, bob's account
     assert call(app, "/api/me", alice.value).status_code == 200
-    assert not api_tokens(app).revoke("other", alice.record.user_id, "ci")  # wrong tenant
+    assert not token_service(app).revoke("other", alice.record.user_id, "ci")  # wrong tenant
     assert call(app, "/api/me", alice.value).status_code == 200
 
 
@@ -270,7 +270,7 @@ def test_revoking_while_twenty_threads_use_it_leaves_no_later_success(app_factor
     for thread in threads:
         thread.start()
     time.sleep(0.3)
-    assert api_tokens(app).revoke("default", user_id, "ci")
+    assert token_service(app).revoke("default", user_id, "ci")
     revoked_at.append(time.monotonic())
     time.sleep(0.3)
     stop.set()
@@ -290,7 +290,7 @@ def test_audit_rows_name_the_token_id_never_its_value(app_factory: AppFactory, c
     wrong = created.value[:-1] + ("x" if created.value[-1] != "x" else "y")
     call(app, "/api/me", wrong)  # the right id, a wrong secret
     call(app, "/api/me", "afp_nonsense")
-    api_tokens(app).revoke("default", user_id, "ci")
+    token_service(app).revoke("default", user_id, "ci")
     call(app, "/api/me", created.value)
     rows = [r for r in get_state(app).backend.audit_rows if r.event.startswith("api_token")]
     assert [(r.event, r.status, r.reason) for r in rows] == [
@@ -313,10 +313,10 @@ def test_last_use_is_written_at_most_once_a_minute(app_factory: AppFactory, mock
     call(app, "/api/me", created.value)
     mock_clock.advance(timedelta(seconds=59))
     call(app, "/api/me", created.value)
-    assert api_tokens(app).list("default", user_id)[0].last_used_at == first
+    assert token_service(app).list("default", user_id)[0].last_used_at == first
     mock_clock.advance(timedelta(seconds=1))
     call(app, "/api/me", created.value)
-    assert api_tokens(app).list("default", user_id)[0].last_used_at == first + timedelta(minutes=1)
+    assert token_service(app).list("default", user_id)[0].last_used_at == first + timedelta(minutes=1)
 
 
 @pytest.mark.parametrize("reason", ["disable", "delete", "revoke_sessions", "password"])
@@ -335,7 +335,7 @@ def test_tokens_end_with_the_users_sessions(app_factory: AppFactory, reason: str
         else:
             admin.set_password("default", "alice", "a brand new passphrase here")
     assert_invalid_token(call(app, "/api/me", created.value))
-    assert api_tokens(app).list("default", user_id) == []
+    assert token_service(app).list("default", user_id) == []
     assert call(app, "/api/me", other.value).status_code == 200  # another user's token stays
 
 
@@ -349,7 +349,7 @@ def test_a_disabled_users_token_is_refused_even_if_it_survived(app_factory: AppF
 def test_creation_refusals(app_factory: AppFactory) -> None:
     app, _ = build(app_factory, AUTHFLOW_API_TOKEN_SCOPES=["notes:read"], AUTHFLOW_API_TOKEN_MAX_PER_USER=2)
     user_id, _ = user_and_token(app)
-    tokens = api_tokens(app)
+    tokens = token_service(app)
     with pytest.raises(ApiTokenNameTaken):
         tokens.create("default", user_id, "ci")
     for bad in ({"name": " "}, {"name": "x" * 65}, {"name": "tab\there"}):

@@ -11,7 +11,7 @@ from flask import jsonify
 
 from flask_authflow import current_user, login_required
 from flask_authflow.api_auth import TOKEN_PREFIX
-from flask_authflow.web.api_auth import api_tokens
+from flask_authflow.web.api_auth import token_service
 from tests.appfactory import AppFactory
 from tests.test_views import Site, account_token, login, make_site, parse
 
@@ -76,7 +76,7 @@ def test_configured_scopes_are_checkboxes_and_others_refused(app_factory: AppFac
     assert create(client, name="a", scope=["notes:read"]).status_code == 201
     refused = create(client, name="b", scope=["admin"])
     assert refused.status_code == 400 and "unknown scope" in refused.text
-    assert [t.name for t in api_tokens(site.app).list("default", site.user_id())] == ["a"]
+    assert [t.name for t in token_service(site.app).list("default", site.user_id())] == ["a"]
 
 
 def test_form_refusals_never_a_500(app_factory: AppFactory) -> None:
@@ -115,12 +115,12 @@ def test_csrf_login_and_freshness_are_required(app_factory: AppFactory) -> None:
     site.clock.advance(timedelta(minutes=11))  # beyond AUTHFLOW_FRESHNESS
     stale = create(client, name="x")
     assert stale.status_code == 302 and stale.location.startswith("/step-up?next=")
-    assert api_tokens(site.app).list("default", site.user_id()) == []
+    assert token_service(site.app).list("default", site.user_id()) == []
 
 
 def test_a_user_revokes_only_their_own_tokens(app_factory: AppFactory) -> None:
     site = token_site(app_factory)
-    bobs = api_tokens(site.app).create("default", site.user_id("bob"), "ci")
+    bobs = token_service(site.app).create("default", site.user_id("bob"), "ci")
     client = site.client()
     login(client)
     response = client.post(
@@ -133,8 +133,8 @@ def test_a_user_revokes_only_their_own_tokens(app_factory: AppFactory) -> None:
 
 def test_log_out_all_other_sessions_revokes_the_tokens_too(app_factory: AppFactory) -> None:
     site = token_site(app_factory)
-    alices = api_tokens(site.app).create("default", site.user_id(), "ci")
-    bobs = api_tokens(site.app).create("default", site.user_id("bob"), "ci")
+    alices = token_service(site.app).create("default", site.user_id(), "ci")
+    bobs = token_service(site.app).create("default", site.user_id("bob"), "ci")
     client = site.client()
     login(client)
     response = client.post("/account/sessions/revoke-others", data={"csrf_token": account_token(client)})
@@ -146,7 +146,7 @@ def test_log_out_all_other_sessions_revokes_the_tokens_too(app_factory: AppFacto
 
 def test_a_guest_session_cookie_and_a_bearer_is_the_tokens_user(app_factory: AppFactory) -> None:
     site = token_site(app_factory)
-    alices = api_tokens(site.app).create("default", site.user_id(), "ci")
+    alices = token_service(site.app).create("default", site.user_id(), "ci")
     client = site.client()
     assert client.get("/login").status_code == 200  # a guest session with its CSRF token
     assert client.get_cookie("authflow_session") is not None

@@ -326,7 +326,7 @@ def chained_app(app_factory: AppFactory, url: str, **config: Any) -> Flask:
 
     @app.post("/login")
     def login_view() -> str:
-        return type(authflow.login_with_password(request.get_json()["user"], PASSWORD)).__name__
+        return type(authflow.login.password(request.get_json()["user"], PASSWORD)).__name__
 
     return app
 

@@ -47,7 +47,7 @@ def _app(url: str) -> tuple[Flask, SqlAlchemyBackend]:
 
     @app.post("/login")
     def login_view() -> str:
-        return type(authflow.login_with_password(request.get_json()["user"], PASSWORD)).__name__
+        return type(authflow.login.password(request.get_json()["user"], PASSWORD)).__name__
 
     return app, backend
 

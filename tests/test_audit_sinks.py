@@ -156,7 +156,7 @@ def test_login_with_a_separator_in_the_user_agent_stores_an_escaped_row(app_fact
 
     @app.post("/login")
     def login() -> str:
-        authflow.login_with_password("alice", "wrong password")
+        authflow.login.password("alice", "wrong password")
         return "done"
 
     app.test_client().post("/login", headers={"User-Agent": "evil\u2028forged row"})

@@ -85,7 +85,7 @@ def app(app_factory: AppFactory, mock_clock: MockClock, authflow_hasher: Passwor
 
     @app.post("/logout")
     def logout() -> str:
-        authflow.logout()
+        authflow.login.logout()
         return "logged out"
 
     @app.get("/dashboard")

@@ -102,19 +102,19 @@ def _login_app(app_factory: AppFactory, url: str, **config: Any) -> tuple[Flask,
     app = app_factory(authflow=authflow, backend=backend, AUTHFLOW_DATABASE_URL=url, **config)
     with app.app_context():
         authflow.state.backend.create_user("default", "alice", PASSWORD)
-        authflow.state.backend.create_user("default", "tom", PASSWORD)
-        uri = authflow.accounts.enroll_totp("default", "tom")
+        tom = authflow.state.backend.create_user("default", "tom", PASSWORD)
+        uri = authflow.factors.create_totp(tom.user_id)
     key = re.search(r"secret=([A-Z2-7]+)", uri)
     assert key is not None
 
     @app.post("/login")
     def login_view() -> str:
         body = request.get_json()
-        return type(authflow.login_with_password(body["user"], body.get("password", PASSWORD))).__name__
+        return type(authflow.login.password(body["user"], body.get("password", PASSWORD))).__name__
 
     @app.post("/totp")
     def totp_view() -> str:
-        return type(authflow.verify_factor("totp", request.get_json()["code"])).__name__
+        return type(authflow.factors.verify("totp", request.get_json()["code"])).__name__
 
     return app, backend, key.group(1)
 

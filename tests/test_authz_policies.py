@@ -23,7 +23,7 @@ from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.settings import apply_defaults
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import login_test_client
-from flask_authflow.web.authz import AUTHZ_KEY, authorize, authz_hooks, decide
+from flask_authflow.web.authz import AUTHZ_KEY, authorize, authz_hooks, decide, is_authorized
 from flask_authflow.web.state import get_state
 
 assert cedarpy.PolicySet  # the module is imported for real, not stubbed
@@ -383,7 +383,7 @@ def _make_app(mock_clock: Any, hasher: Any, policies: Any) -> tuple[Flask, AuthF
 
 @pytest.fixture
 def app(mock_clock: Any, authflow_hasher: Any, tmp_path: Path) -> Flask:
-    flask_app, authflow = _make_app(
+    flask_app, _authflow = _make_app(
         mock_clock, authflow_hasher, [str(_write(tmp_path, "docs.cedar", POLICIES))]
     )
     documents = {"1": _doc("default", "1"), "2": _doc("globex", "2")}
@@ -395,7 +395,7 @@ def app(mock_clock: Any, authflow_hasher: Any, tmp_path: Path) -> Flask:
 
     @flask_app.get("/docs/<doc_id>/view")
     async def view(doc_id: str) -> Any:
-        return {"allowed": authflow.authorize("view", documents.get(doc_id, doc_id))}
+        return {"allowed": is_authorized("view", documents.get(doc_id, doc_id))}
 
     @flask_app.get("/raw/<path:uid>")
     @authorize("edit", resource=lambda uid: uid)
@@ -538,11 +538,11 @@ def test_invalid_policy_file_stops_init_app(mock_clock: Any, authflow_hasher: An
 
 
 def test_app_without_policies_denies_everything(mock_clock: Any, authflow_hasher: Any) -> None:
-    app, authflow = _make_app(mock_clock, authflow_hasher, [])
+    app, _authflow = _make_app(mock_clock, authflow_hasher, [])
 
     @app.get("/view")
     def view() -> Any:
-        return {"allowed": authflow.authorize("view", _doc("default"))}
+        return {"allowed": is_authorized("view", _doc("default"))}
 
     assert app.extensions[AUTHZ_KEY].evaluator.policies is None
     assert login_test_client(app, "bob").get("/view").json == {"allowed": False}

@@ -17,7 +17,7 @@ from flask_authflow.authz import Entity, Evaluator, Principal
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import login_test_client
-from flask_authflow.web.authz import authz_hooks
+from flask_authflow.web.authz import authz_hooks, is_authorized
 
 assert cedarpy.Entities  # the [cedar] extra is part of what the suite installs: never skipped
 
@@ -51,18 +51,18 @@ def _app(
 
     @app.get("/twice")
     def twice() -> dict[str, Any]:
-        return {"allowed": [authflow.authorize("edit", document), authflow.authorize("edit", document)]}
+        return {"allowed": [is_authorized("edit", document), is_authorized("edit", document)]}
 
     @app.get("/then-logout")
     def then_logout() -> dict[str, Any]:
-        before = authflow.authorize("edit", document)
-        authflow.logout()
-        return {"before": before, "after": authflow.authorize("edit", document)}
+        before = is_authorized("edit", document)
+        authflow.login.logout()
+        return {"before": before, "after": is_authorized("edit", document)}
 
     @app.get("/other")
     def other() -> dict[str, Any]:
         principal_itself = Entity("User", "x")  # not the principal's uid: parsed as the resource
-        return {"allowed": authflow.authorize("edit", principal_itself)}
+        return {"allowed": is_authorized("edit", principal_itself)}
 
     return app, authflow
 
@@ -101,14 +101,14 @@ def test_the_first_decision_hands_cedar_the_entities_and_the_second_parses_them_
 ) -> None:
     # A request with one decision costs one parse of the entities (inside the decision, as
     # a bare cedarpy call); the handle is parsed by the second and reused by the third.
-    app, authflow = _app(mock_clock, authflow_hasher, [EDIT], {"alice": {"editor"}})
+    app, _authflow = _app(mock_clock, authflow_hasher, [EDIT], {"alice": {"editor"}})
     document = Entity("Document", "1", {"tenant": "default"})
 
     @app.get("/thrice")
     def thrice() -> dict[str, Any]:
         decisions = []
         for _ in range(3):
-            decisions.append(authflow.authorize("edit", document))
+            decisions.append(is_authorized("edit", document))
             decisions.append(len(parsed))
         return {"decisions": decisions}
 

@@ -18,7 +18,7 @@ from flask import Flask
 from flask_authflow.api_auth.service import AUDITED_REFUSALS
 from flask_authflow.api_auth.tokens import new_token
 from flask_authflow.throttle import Throttle, parse_limits
-from flask_authflow.web.api_auth import api_tokens
+from flask_authflow.web.api_auth import token_service
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 from tests.concurrency import run_together
@@ -44,7 +44,7 @@ class _Lookups:
     """Counts the token lookups of the app's store (the real store, wrapped)."""
 
     def __init__(self, app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
-        kind = type(api_tokens(app).store)
+        kind = type(token_service(app).store)
         real = kind.get_api_token
         self.count = 0
         self._lock = threading.Lock()

@@ -29,14 +29,14 @@ ADMIN, PASSWORD = "ada", "adas-admin-passphrase-9"
 #: start three): the user, the role and the grant, through the app as an operator would.
 SETUP = f"""
 from examples.reference.app import create_app
-from flask_authflow.web import roles
+from flask_authflow.web import services
 from flask_authflow.web.state import account_admin
 
 app = create_app()
 with app.app_context():
     user = account_admin().create_user("default", {ADMIN!r}, {PASSWORD!r})
-    roles.create_role("default", "admin")
-    roles.add_user_role("default", user.user_id, "admin")
+    services.roles().create("admin")
+    services.roles().grant(user.user_id, "admin")
 """
 
 

@@ -117,7 +117,7 @@ def test_trust_ends_with_a_password_change(site: Site) -> None:
     sign_in(client, trust=True)
     sign_out(client)
     with site.app.test_request_context():
-        site.authflow.accounts.set_password("default", "alice", "a brand new long password")
+        site.authflow.accounts.set_password("alice", "a brand new long password")
     assert site.backend.list_devices("default", site.user_id())[0].trusted_until is None
     assert login(client, password="a brand new long password").location.startswith("/login/factor")
 

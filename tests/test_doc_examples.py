@@ -479,7 +479,7 @@ def test_readme_app_maps_login_outcomes(tmp_path: Path, monkeypatch: pytest.Monk
     app = module.app
     assert Path(app.instance_path) == tmp_path / "instance"
     with app.app_context():
-        module.authflow.accounts.create_user("default", "alice", PASSWORD)
+        module.authflow.accounts.create("alice", PASSWORD)
     client = app.test_client()
     client.environ_base["HTTP_USER_AGENT"] = "readme-test/1.0"
     assert client.get("/dashboard").status_code == 401

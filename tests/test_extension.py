@@ -15,7 +15,7 @@ from flask_authflow.errors import AuthFlowError, ConfigurationError, InvalidInpu
 from flask_authflow.responses import SERVER_ERROR_MESSAGE
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.web import extension
+from flask_authflow.web import loopback
 from tests.appfactory import base_app
 
 
@@ -260,7 +260,7 @@ def test_logout_during_outage_fails_closed(authflow_hasher, mock_clock) -> None:
 
     @app.post("/logout")
     def logout() -> str:
-        authflow.logout()
+        authflow.login.logout()
         return "logged out"
 
     client = login_test_client(app, "alice")
@@ -455,15 +455,15 @@ def test_production_code_knows_nothing_of_tests() -> None:
 )
 def test_the_remembered_loopback_answer_is_the_parsers(address: str | None) -> None:
     expected = (ip := parse_ip(address)) is not None and ip.is_loopback
-    assert extension._is_loopback(address) is expected
-    assert extension._is_loopback(address) is expected  # remembered: the same answer
+    assert loopback._is_loopback(address) is expected
+    assert loopback._is_loopback(address) is expected  # remembered: the same answer
 
 
 def test_the_loopback_memory_is_bounded_and_keeps_no_long_strings() -> None:
-    cached = extension._is_loopback_text
+    cached = loopback._is_loopback_text
     assert cached.cache_info().maxsize is not None
     before = cached.cache_info().currsize
-    assert not extension._is_loopback("127.0.0.1" + " " * 200)  # an X-Forwarded-For hop of junk
+    assert not loopback._is_loopback("127.0.0.1" + " " * 200)  # an X-Forwarded-For hop of junk
     assert cached.cache_info().currsize == before
 
 

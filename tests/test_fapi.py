@@ -109,7 +109,7 @@ def add_resource_view(app: Flask, fed: FederatedApp) -> None:
 
     @app.get("/resource")
     def resource() -> tuple[str, int]:
-        token = fed.authflow.provider_token(PROVIDER)
+        token = fed.authflow.federation.token(PROVIDER)
         session = fed.browser()
         answer = session.get("https://op.test/userinfo", auth=token.auth, timeout=5)
         return f"{token.token_type} {answer.json().get('sub', answer.status_code)}", answer.status_code

@@ -42,8 +42,8 @@ from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.migrations import upgrade
 from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.web import roles
-from flask_authflow.web.api_auth import api_tokens
+from flask_authflow.web import services
+from flask_authflow.web.api_auth import token_service
 from flask_authflow.web.state import account_admin, get_state
 from flask_authflow.web.views.blueprint import register_views
 from tests.appfactory import AppFactory
@@ -199,25 +199,25 @@ def _role_holder(site: Site, *, holds: bool) -> tuple[str, str]:
     with site.app.test_request_context("/"):
         user = get_state(site.app).backend.find_user("default", name)
         assert user is not None
-        roles.create_role("default", role)
+        services.roles().create(role)
         if holds:
-            roles.add_user_role("default", user.user_id, role)
+            services.roles().grant(user.user_id, role)
     return user.user_id, role
 
 
 def role_add(site: Site) -> Act:
     user_id, role = _role_holder(site, holds=False)
-    return lambda: _in_request(site, lambda: roles.add_user_role("default", user_id, role))
+    return lambda: _in_request(site, lambda: services.roles().grant(user_id, role))
 
 
 def role_remove(site: Site) -> Act:
     user_id, role = _role_holder(site, holds=True)
-    return lambda: _in_request(site, lambda: roles.remove_user_role("default", user_id, role))
+    return lambda: _in_request(site, lambda: services.roles().revoke(user_id, role))
 
 
 def role_delete(site: Site) -> Act:
     _, role = _role_holder(site, holds=True)
-    return lambda: _in_request(site, lambda: roles.delete_role("default", role, force=True))
+    return lambda: _in_request(site, lambda: services.roles().delete(role, force=True))
 
 
 def password_change(site: Site) -> Act:
@@ -226,7 +226,7 @@ def password_change(site: Site) -> Act:
     with site.app.app_context():
         user = get_state(site.app).backend.find_user("default", name)
         assert user is not None
-        api_tokens(site.app).create("default", user.user_id, "script")
+        token_service(site.app).create("default", user.user_id, "script")
     assert post(site.client(), "/password/forgot", json={"username": name}) == 202
     return lambda: _admin_call(site, lambda admin: admin.change_password("default", name, NEW_PASSWORD))
 
@@ -238,7 +238,7 @@ def logout_everywhere(site: Site) -> Act:
         user = get_state(site.app).backend.find_user("default", name)
         assert user is not None
         user_id = user.user_id
-        api_tokens(site.app).create("default", user_id, "script")
+        token_service(site.app).create("default", user_id, "script")
     return lambda: _admin_call(site, lambda admin: admin.logout_everywhere("default", user_id))
 
 
@@ -254,7 +254,7 @@ def api_token_revoke(site: Site) -> Act:
     with site.app.app_context():
         user = get_state(site.app).backend.find_user("default", name)
         assert user is not None
-        api_tokens(site.app).create("default", user.user_id, "deploy script")
+        token_service(site.app).create("default", user.user_id, "deploy script")
     form = {"name": "deploy script", "csrf_token": csrf_of(client.get("/account").text)}
     return lambda: post(client, "/account/api-tokens/revoke", data=form)
 

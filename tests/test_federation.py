@@ -210,8 +210,8 @@ def _finish_error(fed: FederatedApp, tamper: str) -> Exception:
     with client.session_transaction(environ_base=client.environ_base) as session:
         with fed.app.test_request_context():
             try:
-                fed.authflow.finish_oauth_login(
-                    session, PROVIDER, query["code"], query["state"], iss=query["iss"]
+                fed.authflow.federation.finish(
+                    PROVIDER, query["code"], query["state"], iss=query["iss"], session=session
                 )
             except Exception as exc:  # noqa: BLE001 - the error is what the test checks
                 return exc
@@ -320,7 +320,7 @@ def test_provider_error_answer_is_refused(fed: FederatedApp) -> None:
 def test_unknown_provider(fed: FederatedApp) -> None:
     assert fed.client().get("/auth/login/nobody").status_code == 404
     with fed.app.test_request_context(), pytest.raises(UnknownProvider):
-        fed.authflow.oauth_provider("nobody")
+        fed.authflow.federation.provider("nobody")
 
 
 # --- discovery -------------------------------------------------------------------------------------
@@ -507,7 +507,7 @@ def test_logout_token_with_the_wrong_algorithm_for_its_key(fed: FederatedApp) ->
     result = fed.provider.send_backchannel_logout(fed.client(), logout_token=token)
     assert result.status_code == 400
     with fed.app.test_request_context(), pytest.raises(LogoutTokenInvalid) as caught:
-        fed.authflow.oauth_provider(PROVIDER).verify_logout_jwt(token)
+        fed.authflow.federation.provider(PROVIDER).verify_logout_jwt(token)
     assert caught.value.reason == TokenCheck.ALGORITHM
 
 
@@ -571,7 +571,7 @@ def test_federation_and_the_ready_views_share_the_one_logout_route(fed: Federate
 
 def test_end_session_url_refuses_unlisted_redirects(fed: FederatedApp) -> None:
     with fed.app.test_request_context():
-        provider = fed.authflow.oauth_provider(PROVIDER)
+        provider = fed.authflow.federation.provider(PROVIDER)
         url = provider.build_end_session_url("hint", LOGOUT_RETURN, "s")
         assert "state=s" in url
         with pytest.raises(EndSessionRefused):
@@ -584,7 +584,7 @@ def test_end_session_with_an_empty_allowlist_allows_no_redirect(
     oidc_provider.login_as("alice-sub")
     fed = federated_app(oidc_provider, mock_clock, authflow_hasher, allowed_post_logout_redirect_uris=[])
     with fed.app.test_request_context():
-        provider = fed.authflow.oauth_provider(PROVIDER)
+        provider = fed.authflow.federation.provider(PROVIDER)
         with pytest.raises(EndSessionRefused):
             provider.build_end_session_url("hint", LOGOUT_RETURN)
         assert "post_logout_redirect_uri" not in provider.build_end_session_url("hint")
@@ -688,13 +688,15 @@ def test_a_federated_step_of_a_longer_ceremony_ends_in_pending_workflow(fed: Fed
     client = fed.client()
     with client.session_transaction(environ_base=client.environ_base) as session:
         with fed.app.test_request_context():
-            url = fed.authflow.begin_oauth_login(session, PROVIDER, OAuthLoginOptions(pending_workflow=True))
+            url = fed.authflow.federation.begin(
+                PROVIDER, OAuthLoginOptions(pending_workflow=True), session=session
+            )
     answer = fed.browser().get(url, allow_redirects=False, timeout=5)
     query = {k: v[0] for k, v in parse_qs(urlsplit(answer.headers["Location"]).query).items()}
     with client.session_transaction(environ_base=client.environ_base) as session:
         with fed.app.test_request_context():
-            result = fed.authflow.finish_oauth_login(
-                session, PROVIDER, query["code"], query["state"], iss=query["iss"]
+            result = fed.authflow.federation.finish(
+                PROVIDER, query["code"], query["state"], iss=query["iss"], session=session
             )
         assert session.is_pending_workflow and not session.is_authenticated
     assert result.state.value == "pending_workflow"

@@ -117,7 +117,7 @@ def test_login_with_private_key_jwt(
     assert response.status_code == 302, response.text
     assert len(gate.assertions) == 1
     with fed.app.test_request_context():
-        assert fed.authflow.oauth_provider(PROVIDER).token_auth_method == "private_key_jwt"
+        assert fed.authflow.federation.provider(PROVIDER).token_auth_method == "private_key_jwt"
 
 
 def test_private_key_jwt_needs_the_provider_to_accept_it(oidc_provider: TestOpenIDProvider) -> None:

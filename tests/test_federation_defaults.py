@@ -48,7 +48,7 @@ def audit(fed: FederatedApp, event: str = "oauth_login") -> list[tuple[str, str 
 
 def provider_of(fed: FederatedApp) -> Any:
     with fed.app.test_request_context():
-        return fed.authflow.oauth_provider(PROVIDER)
+        return fed.authflow.federation.provider(PROVIDER)
 
 
 @pytest.fixture
@@ -567,7 +567,7 @@ def test_a_bad_discovery_answer_is_a_502(op, mock_clock, authflow_hasher, kind: 
     assert response.status_code == 502
     assert isinstance(get_state(fed.app).federation, object)
     with fed.app.test_request_context(), pytest.raises((Discovery, ProviderUnreachable)):
-        fed.authflow.oauth_provider(PROVIDER)
+        fed.authflow.federation.provider(PROVIDER)
 
 
 @pytest.mark.http

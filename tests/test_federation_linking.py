@@ -35,7 +35,7 @@ def _add_routes(app: Flask, authflow: AuthFlow) -> None:
 
     @app.post("/signin")
     def signin() -> str:
-        outcome = authflow.login_with_password("bob@example.com", PASSWORD)
+        outcome = authflow.login.password("bob@example.com", PASSWORD)
         return type(outcome).__name__
 
     @app.get("/me")
@@ -340,7 +340,7 @@ def _sql_app(
     def provision(identity: Any, tenant: str) -> str:
         person = Person(name=identity.claims.get("name") or "someone")
         db.session.add(person)  # first: the account and the link join this transaction
-        account = authflow.accounts.create_user(tenant, identity.local_identifier, None)
+        account = authflow.accounts.create(identity.local_identifier, tenant=tenant)
         person.id = account.user_id
         db.session.flush()
         if fail:

@@ -336,7 +336,7 @@ def test_preset_signs_in(mock_clock, authflow_hasher, name, issuer, own, documen
     assert fed.sign_in(client).status_code == 302
     signed_in_as(fed, client, f"{name}:{name}|sub-1")
     with fed.app.test_request_context():
-        assert fed.authflow.oauth_provider(name).issuer == issuer
+        assert fed.authflow.federation.provider(name).issuer == issuer
 
 
 @pytest.mark.parametrize(
@@ -710,7 +710,7 @@ def test_github_is_not_an_openid_provider(mock_clock, authflow_hasher) -> None:
     response = fed.client().post("/auth/backchannel-logout/github", data={"logout_token": "x.y.z"})
     assert response.status_code == 400  # no logout tokens from a plain OAuth provider
     with fed.app.test_request_context(), pytest.raises(UnknownProvider, match=r"plain OAuth 2\.0"):
-        fed.authflow.oauth_provider("github")
+        fed.authflow.federation.provider("github")
     with pytest.raises(ConfigurationError, match="not OpenID Connect"):
         github_app(mock_clock, authflow_hasher, gh, scopes=["openid", "read:user"])
 

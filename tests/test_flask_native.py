@@ -146,7 +146,7 @@ def test_anonymous_while_a_login_waits_for_a_factor(app_factory) -> None:
 
     @app.post("/start")
     def start() -> str:
-        outcome = authflow.login_user(user.user_id, method="magic_link")
+        outcome = authflow.login.user(user.user_id, method="magic_link")
         return f"{type(outcome).__name__}:{current_user.is_authenticated}:{current_session.state.value}"
 
     assert client_of(app).post("/start").text == "FactorRequired:False:authenticating"
@@ -194,7 +194,7 @@ def test_login_user_goes_through_the_state_machine(app_factory) -> None:
     @app.post("/signup")
     def signup() -> str:
         before = current_session.sid
-        outcome = authflow.login_user(user.user_id, method="signup")
+        outcome = authflow.login.user(user.user_id, method="signup")
         assert isinstance(outcome, Authenticated)
         return f"{before != current_session.sid}:{current_session.record.auth_method}"
 
@@ -230,7 +230,7 @@ def test_login_user_refuses_disabled_and_unknown_users(app_factory) -> None:
 
     @app.post("/login/<user_id>")
     def login(user_id: str) -> str:
-        authflow.login_user(user_id, method="magic_link")
+        authflow.login.user(user_id, method="magic_link")
         return "in"
 
     client = client_of(app)
@@ -251,13 +251,13 @@ def test_login_user_never_skips_enrolled_factors_unless_asked(app_factory) -> No
 
     @app.post("/login")
     def login() -> str:
-        outcome = authflow.login_user(user.user_id, method="magic_link")
+        outcome = authflow.login.user(user.user_id, method="magic_link")
         assert isinstance(outcome, FactorRequired) and outcome.kind is FactorKind.TOTP
         return f"{current_session.state.value}:{current_session.next_factor}"
 
     @app.post("/login-skip")
     def login_skip() -> str:
-        outcome = authflow.login_user(user.user_id, method="support_override", skip_factors=True)
+        outcome = authflow.login.user(user.user_id, method="support_override", skip_factors=True)
         assert isinstance(outcome, Authenticated)
         return current_session.state.value
 
@@ -273,7 +273,7 @@ def test_login_user_ends_another_users_login_first(app_factory) -> None:
 
     @app.post("/as-bob")
     def as_bob() -> str:
-        authflow.login_user(bob.user_id, method="signup")
+        authflow.login.user(bob.user_id, method="signup")
         return str(current_session.user_id)
 
     client = login_test_client(app, "alice")
@@ -287,7 +287,7 @@ def test_login_user_refuses_a_bad_method_label(app_factory, method: str) -> None
     app, authflow, backend = site(app_factory)
     user = backend.create_user("default", "alice", None)
     with app.test_request_context(), pytest.raises(InvalidInput):
-        authflow.login_user(user.user_id, method=method)
+        authflow.login.user(user.user_id, method=method)
 
 
 # --- handlers and decorators ------------------------------------------------------------------

@@ -206,7 +206,7 @@ def test_reset_sets_the_password_and_ends_every_session(site: Site, kind: str) -
 
 def test_reset_asks_for_the_second_factor_first(site: Site, kind: str) -> None:
     with site.app.app_context():
-        totp = pyotp.parse_uri(site.authflow.accounts.enroll_totp("default", "alice"))
+        totp = pyotp.parse_uri(site.authflow.factors.create_totp(site.user_id("alice")))
     api = ApiClient(site.app, kind)
     done(api.post("/password/forgot", {"username": "alice"}))
     token = link_token(mails(site)[0])
@@ -404,7 +404,7 @@ def test_sessions_are_listed_and_ended(site: Site, kind: str) -> None:
     assert third.get("/account").status_code == 200
 
     with site.app.app_context():
-        site.authflow.api_tokens.create("default", site.user_id("alice"), "script")  # ends with the others
+        site.authflow.tokens.create(site.user_id("alice"), "script")  # ends with the others
     everywhere = api.post("/account/sessions/revoke-others")
     assert everywhere.status_code == 200
     assert everywhere.json["sessions_ended"] == 1 and everywhere.json["api_tokens_revoked"] == 1

@@ -178,7 +178,7 @@ def test_the_change_is_throttled_as_every_password_check(app_factory: AppFactory
 
 def test_a_user_with_a_second_factor_steps_up_first(site: Site, kind: str) -> None:
     with site.app.app_context():
-        totp = pyotp.parse_uri(site.authflow.accounts.enroll_totp("default", "alice"))
+        totp = pyotp.parse_uri(site.authflow.factors.create_totp(site.user_id("alice")))
     api = ApiClient(site.app, kind)
     first = api.post("/login/password", {"username": "alice", "password": PASSWORD})
     assert first.status_code == 200 and first.json["status"] == "factor_required"

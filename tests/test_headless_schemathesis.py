@@ -67,7 +67,7 @@ def restore(app: Flask, kind: str) -> None:
     username, password = USERS[kind]
     with app.app_context():
         get_state(app).backend.set_identifier("default", USER_IDS[kind], username)
-        authflow.accounts.change_password("default", username, password)
+        authflow.accounts.set_password(username, password)
 
 
 @dataclass
@@ -183,7 +183,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
     )
     with app.app_context():
         for kind, (username, password) in USERS.items():
-            USER_IDS[kind] = authflow.accounts.create_user("default", username, password).user_id
+            USER_IDS[kind] = authflow.accounts.create(username, password).user_id
     yield app
 
 

@@ -61,7 +61,7 @@ def mfa_site(app_factory: AppFactory, **config: Any) -> Site:
 
     @app.post("/magic/<name>")
     def magic(name: str) -> Any:
-        outcome = site.authflow.login_user(site.user_id(name), method="magic_link")
+        outcome = site.authflow.login.user(site.user_id(name), method="magic_link")
         return jsonify(outcome=type(outcome).__name__)
 
     return site

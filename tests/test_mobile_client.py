@@ -28,8 +28,8 @@ def served(tmp_path: object, mock_clock: MockClock) -> Iterator[tuple[str, Flask
         {"TESTING": True, "AUTHFLOW_SIGNING_KEY": secrets.token_urlsafe(48)}, instance_path=str(tmp_path)
     )
     with app.app_context():
-        authflow.accounts.create_user("default", "alice", PASSWORD)
-        totp = pyotp.parse_uri(authflow.accounts.enroll_totp("default", "alice"))
+        alice = authflow.accounts.create("alice", PASSWORD)
+        totp = pyotp.parse_uri(authflow.factors.create_totp(alice.user_id))
     server = serve_app(app)
     try:
         yield server.url, app, totp

@@ -214,7 +214,7 @@ def add_resource_view(app: Flask, fed: FederatedApp) -> None:
 
     @app.get("/resource/<host>")
     def resource(host: str) -> tuple[str, int]:
-        token = fed.authflow.provider_token(PROVIDER)
+        token = fed.authflow.federation.token(PROVIDER)
         session = fed.browser()
         answer = session.get(
             f"https://{host}/userinfo", auth=token.auth, cert=token.cert, verify=token.verify, timeout=5

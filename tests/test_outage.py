@@ -102,7 +102,7 @@ def outage_app(app_factory: AppFactory, url: str) -> tuple[Flask, SqlAlchemyBack
     @app.post("/login")
     def login() -> str:
         body = request.get_json()
-        return type(authflow.login_with_password(body["identifier"], body["password"])).__name__
+        return type(authflow.login.password(body["identifier"], body["password"])).__name__
 
     @app.get("/p")
     @login_required
@@ -342,7 +342,7 @@ def test_session_dependent_routes_answer_503_while_the_store_is_down(
 
     @app.post("/login")
     def login() -> str:
-        return type(authflow.login_with_password("alice", PASSWORD)).__name__
+        return type(authflow.login.password("alice", PASSWORD)).__name__
 
     @app.get("/p")
     @login_required

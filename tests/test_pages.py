@@ -318,7 +318,7 @@ def test_a_stale_login_without_a_step_up_view_gets_the_step_up_page(app_factory:
 
     @app.post("/test-login")
     def test_login() -> str:
-        return type(authflow.login_with_password("alice", PASSWORD)).__name__
+        return type(authflow.login.password("alice", PASSWORD)).__name__
 
     client = app.test_client()
     assert client.post("/test-login").text == "Authenticated"

@@ -1,4 +1,4 @@
-"""Provider tokens through the app: the callback keeps them, ``authflow.provider_token``
+"""Provider tokens through the app: the callback keeps them, ``authflow.federation.token``
 hands them out and refreshes them at the test provider, its refusals answer typed 4xx/502
 (never a 500), and unlink, back-channel logout and user deletion revoke and delete them."""
 
@@ -41,11 +41,11 @@ def _app(
 
     @app.get("/api")
     def api() -> str:
-        return authflow.provider_token(PROVIDER, scopes=["email"])
+        return authflow.federation.token(PROVIDER, scopes=["email"])
 
     @app.get("/calendar")
     def calendar() -> str:
-        return authflow.provider_token(PROVIDER, scopes=["calendar"])
+        return authflow.federation.token(PROVIDER, scopes=["calendar"])
 
     @app.get("/me")
     def me() -> str:
@@ -55,7 +55,7 @@ def _app(
 
     @app.post("/signin")
     def signin() -> str:
-        return type(authflow.login_with_password("bob@example.com", PASSWORD)).__name__
+        return type(authflow.login.password("bob@example.com", PASSWORD)).__name__
 
     return fed
 

@@ -30,7 +30,7 @@ from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.migrations import upgrade
 from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.web.api_auth import api_tokens
+from flask_authflow.web.api_auth import token_service
 from flask_authflow.web.state import account_admin, get_state
 from tests.appfactory import AppFactory
 from tests.authn_support import CTX, fast_hasher, new_session
@@ -76,7 +76,7 @@ class Site:
 
     def api_token(self) -> str:
         with self.app.app_context():
-            return api_tokens(self.app).create("default", self.user_id, "attacker script").value
+            return token_service(self.app).create("default", self.user_id, "attacker script").value
 
     def api_works(self, value: str) -> bool:
         answer = self.client().get("/api/me", headers={"Authorization": f"Bearer {value}"})

@@ -69,7 +69,7 @@ def _app(tmp_path: Path) -> Flask:
 def app(tmp_path: Path) -> Flask:
     app = _app(tmp_path)
     with app.app_context():
-        authflow.accounts.create_user("default", "alice", PASSWORD)
+        authflow.accounts.create("alice", PASSWORD)
     return app
 
 

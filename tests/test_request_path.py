@@ -39,7 +39,7 @@ def test_the_loopback_guard_is_installed_only_when_configured(app_factory: AppFa
     _protected(app)
     remote = app.test_client().get("/p", environ_base={"REMOTE_ADDR": "203.0.113.9"})
     assert remote.status_code == 403  # refused before the view
-    assert guard.__name__ == "_loopback_only"
+    assert guard.__name__ == "loopback_only"
 
 
 def test_no_app_wide_device_hook_and_the_sign_in_still_sets_the_device_cookie(

@@ -29,7 +29,7 @@ from flask_authflow.signals import roles_changed
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.schema import audit_table, user_roles_table
-from flask_authflow.web import roles
+from flask_authflow.web import services
 from flask_authflow.web.state import get_state
 
 JSON = {"Accept": "application/json"}
@@ -83,10 +83,10 @@ def app(mock_clock, authflow_hasher) -> Flask:
     )
     _views(authflow_app)
     with authflow_app.app_context():
-        roles.create_role("default", "admin", "Runs the site")
-        roles.create_role("default", "editor")
-        roles.grant_permission("default", "editor", "documents:edit")
-        roles.grant_permission("default", "editor", "documents:read")
+        services.roles().create("admin", description="Runs the site")
+        services.roles().create("editor")
+        services.roles().grant_permission("editor", "documents:edit")
+        services.roles().grant_permission("editor", "documents:read")
     return authflow_app
 
 
@@ -99,7 +99,7 @@ def _user_id(app: Flask, name: str = "alice") -> str:
 def _give(app: Flask, *names: str, user: str = "alice") -> None:
     with app.app_context():
         for name in names:
-            assert roles.add_user_role("default", _user_id(app, user), name)
+            assert services.roles().grant(_user_id(app, user), name)
 
 
 # -- the decorators -------------------------------------------------------------------------
@@ -141,8 +141,8 @@ def test_roles_required_needs_every_role_and_roles_accepted_one(app, logged_in_c
 
 def test_permissions_required_needs_every_permission_and_accepted_one(app, logged_in_client) -> None:
     with app.app_context():
-        roles.create_role("default", "reader")
-        roles.grant_permission("default", "reader", "documents:read")
+        services.roles().create("reader")
+        services.roles().grant_permission("reader", "documents:read")
     _give(app, "reader")
     assert logged_in_client.get("/read").text == "read"
     assert logged_in_client.get("/edit", headers=JSON).status_code == 403  # edit is missing
@@ -156,7 +156,7 @@ def test_a_role_change_applies_on_the_next_request_and_ends_no_session(app, logg
     _give(app, "admin")
     assert logged_in_client.get("/admin").status_code == 200
     with app.app_context():
-        assert roles.remove_user_role("default", _user_id(app), "admin")
+        assert services.roles().revoke(_user_id(app), "admin")
     response = logged_in_client.get("/admin", headers=JSON)
     assert response.status_code == 403  # still signed in: a 403, not a 401
     assert logged_in_client.get("/either", headers=JSON).status_code == 403
@@ -186,8 +186,8 @@ def test_a_role_change_is_audited_and_signalled(app, logged_in_client) -> None:
     with roles_changed.connected_to(receiver):
         _give(app, "admin")
         with app.app_context():
-            assert not roles.add_user_role("default", _user_id(app), "admin")  # no change: no row
-            assert roles.remove_user_role("default", _user_id(app), "admin")
+            assert not services.roles().grant(_user_id(app), "admin")  # no change: no row
+            assert services.roles().revoke(_user_id(app), "admin")
     events = [
         (row.event, row.reason, row.user_id)
         for row in get_state(app).backend.audit_rows
@@ -217,7 +217,7 @@ def test_parallel_role_changes_over_sql_leave_one_row_and_no_error(tmp_path: Pat
     AuthFlow(app, backend=backend, hasher=authflow_hasher)
     user = backend.create_user("default", "alice", "pw")
     with app.app_context():
-        roles.create_role("default", "admin")
+        services.roles().create("admin")
     errors: list[BaseException] = []
     barrier = threading.Barrier(20)
 
@@ -226,10 +226,10 @@ def test_parallel_role_changes_over_sql_leave_one_row_and_no_error(tmp_path: Pat
             with app.app_context():
                 barrier.wait(30)
                 if index % 2:
-                    roles.add_user_role("default", user.user_id, "admin")
+                    services.roles().grant(user.user_id, "admin")
                 else:
-                    roles.remove_user_role("default", user.user_id, "admin")
-                roles.add_user_role("default", user.user_id, "admin")
+                    services.roles().revoke(user.user_id, "admin")
+                services.roles().grant(user.user_id, "admin")
         except BaseException as exc:  # noqa: BLE001 - re-raised below
             errors.append(exc)
 

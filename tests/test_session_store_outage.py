@@ -50,12 +50,12 @@ def _outage_app(app_factory: AppFactory, store: _DownStore) -> tuple[Flask, Auth
 
     @app.post("/logout")
     def logout() -> str:
-        authflow.logout()
+        authflow.login.logout()
         return "logged out"
 
     @app.post("/login")
     def login() -> str:
-        outcome = authflow.login_with_password("bob", "pw-bob-1")
+        outcome = authflow.login.password("bob", "pw-bob-1")
         return type(outcome).__name__
 
     @app.get("/state")

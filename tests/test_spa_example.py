@@ -34,8 +34,8 @@ def spa(tmp_path: Path) -> Iterator[tuple[str, pyotp.TOTP]]:
         instance_path=str(tmp_path),
     )
     with app.app_context():
-        authflow.accounts.create_user("default", "alice", PASSWORD)
-        totp = pyotp.parse_uri(authflow.accounts.enroll_totp("default", "alice"))
+        alice = authflow.accounts.create("alice", PASSWORD)
+        totp = pyotp.parse_uri(authflow.factors.create_totp(alice.user_id))
     server = serve_app(app)
     try:
         yield server.url, totp

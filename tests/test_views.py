@@ -499,7 +499,7 @@ def password_only_app(app_factory: AppFactory, **config: Any) -> Flask:
 
     @app.post("/api/login")
     def api_login() -> str:
-        return type(authflow.login_with_password("alice", PASSWORD)).__name__
+        return type(authflow.login.password("alice", PASSWORD)).__name__
 
     @app.get("/api/token")
     def api_token() -> str:

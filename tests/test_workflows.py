@@ -171,17 +171,17 @@ def build_app(
     @app.post("/wf/start")
     def start() -> Any:
         body = request.get_json()
-        begun = authflow.start_workflow(body["kind"], body.get("data"), body.get("expires_in"))
+        begun = authflow.login.start_workflow(body["kind"], body.get("data"), body.get("expires_in"))
         return jsonify(kind=begun.kind, token=begun.token, data=dict(begun.data))
 
     @app.post("/wf/complete")
     def complete() -> Any:
-        done = authflow.complete_workflow(request.get_json()["token"])
+        done = authflow.login.complete_workflow(request.get_json()["token"])
         return jsonify(kind=done.kind, state=done.state, data=dict(done.data), user=done.user_id)
 
     @app.post("/wf/abort")
     def abort() -> Any:
-        done = authflow.abort_workflow()
+        done = authflow.login.abort_workflow()
         return jsonify(kind=done.kind, state=done.state, completed=done.completed)
 
     @app.get("/state")
@@ -193,7 +193,7 @@ def build_app(
     @app.post("/login-user")
     def login_user() -> Any:
         user = get_state().backend.find_user("default", "alice")
-        outcome = authflow.login_user(user.user_id, method="magic_link")
+        outcome = authflow.login.user(user.user_id, method="magic_link")
         return jsonify(outcome=type(outcome).__name__, state=current_state())
 
     return app

@@ -145,14 +145,14 @@ def create_app(
         username, password = body.get("username"), body.get("password")
         if not isinstance(username, str) or not isinstance(password, str):
             raise InvalidInput("username and password are required strings")
-        outcome = extension.login_with_password(username, password)
+        outcome = extension.login.password(username, password)
         if isinstance(outcome, Authenticated):
             return jsonify(status="authenticated"), 200
         return jsonify(error="invalid_credentials", message="invalid credentials"), 401
 
     @app.post("/logout")
     def logout() -> Response:
-        extension.logout()
+        extension.login.logout()
         return jsonify(status="logged_out")
 
     @app.post("/issue")

@@ -376,7 +376,7 @@ def login() -> Any:
     if tenant is not None and not isinstance(tenant, str):
         return _text("tenant must be a string", 400)
     try:
-        outcome = authflow.login_with_password(username, password, tenant=tenant)
+        outcome = authflow.login.password(username, password, tenant=tenant)
     except AuthFlowError as error:
         if error.status >= 500:  # a store is down: refused (fail closed), not "bad credentials"
             return _unavailable(error)
@@ -415,7 +415,7 @@ def login_factor() -> Any:
     secret = _factor_secret(kind, body)
     if isinstance(secret, Response):
         return secret
-    return _guarded(lambda: _factor_json(authflow.verify_factor(kind, secret)))
+    return _guarded(lambda: _factor_json(authflow.factors.verify(kind, secret)))
 
 
 def login_factor_send() -> Any:
@@ -429,7 +429,7 @@ def login_factor_send() -> Any:
         return kind
 
     def send() -> Response:
-        outcome = authflow.challenge_factor(kind)
+        outcome = authflow.factors.challenge(kind)
         public = outcome.challenges.get(kind)
         problem = public.get("error") if public is not None else None
         if problem is not None:  # the factor declined: too many codes for this login ...
@@ -444,7 +444,7 @@ def logout() -> Any:
     # A JSON request cannot be sent cross-site without a CORS preflight; a form is the
     # ready views' logout, which checks its CSRF token.
     if request.is_json:
-        authflow.logout()
+        authflow.login.logout()
         return _text("logged out")
     return current_app.view_functions["authflow_logout.logout"]()
 

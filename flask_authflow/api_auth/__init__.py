@@ -11,6 +11,7 @@ from __future__ import annotations
 from flask_authflow.api_auth.service import DEFAULT_EXPIRY, ApiTokenService, CreatedToken, TokenRefused
 from flask_authflow.api_auth.settings import ApiTokenSettings
 from flask_authflow.api_auth.tokens import TOKEN_PREFIX, check_scopes, new_token, token_id_of
+from flask_authflow.api_auth.user_tokens import Tokens
 
 __all__ = [
     "DEFAULT_EXPIRY",
@@ -19,6 +20,7 @@ __all__ = [
     "ApiTokenSettings",
     "CreatedToken",
     "TokenRefused",
+    "Tokens",
     "check_scopes",
     "new_token",
     "token_id_of",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .entities import Entity, PolicyResource, Principal
 from .evaluator import Decision, Evaluator
 from .policies import LoadedPolicies, load_policies
+from .roles import Roles
 from .settings import AuthzSettings
 
 __all__ = [
@@ -20,5 +21,6 @@ __all__ = [
     "LoadedPolicies",
     "PolicyResource",
     "Principal",
+    "Roles",
     "load_policies",
 ]

@@ -20,7 +20,7 @@ from flask_authflow.cli.base import (
 from flask_authflow.core.devices import check_device_id
 from flask_authflow.core.ports import DeviceRecord
 from flask_authflow.errors import InvalidInput
-from flask_authflow.web.devices import end_device_trust, forget_device
+from flask_authflow.web import services
 from flask_authflow.web.state import get_state
 
 
@@ -68,9 +68,8 @@ def devices_list(identifier: str, tenant: str | None, as_json: bool) -> None:
     label (browser and system), place if the app supplies one, and the trust's end."""
     tenant_name = tenant_or_default(tenant)
     user = find_user(identifier, tenant_name)
-    state = get_state()
-    now = state.clock.now()
-    records = state.devices.service.devices(tenant_name, user.user_id)
+    now = get_state().clock.now()
+    records = services.devices().list(user.user_id, tenant=tenant_name)
     if as_json:
         emit(True, [_document(record, now) for record in records], "")
         return
@@ -90,7 +89,7 @@ def devices_forget(identifier: str, device_id: str, tenant: str | None, as_json:
     tenant_name = tenant_or_default(tenant)
     user = find_user(identifier, tenant_name)
     wanted = _device_id(device_id)
-    if not forget_device(get_state(), tenant_name, user.user_id, wanted):
+    if not services.devices().revoke(user.user_id, wanted, tenant=tenant_name):
         raise CommandFailed(f"the user has no device {device_id!r}", "device_not_found")
     emit(
         as_json,
@@ -111,7 +110,9 @@ def devices_untrust(identifier: str, device_id: str | None, tenant: str | None, 
     tenant_name = tenant_or_default(tenant)
     user = find_user(identifier, tenant_name)
     wanted = _device_id(device_id) if device_id is not None else None
-    ended = end_device_trust(get_state(), tenant_name, user.user_id, wanted, reason="revoked_by_operator")
+    ended = services.devices().revoke_trust(
+        user.user_id, wanted, tenant=tenant_name, reason="revoked_by_operator"
+    )
     emit(
         as_json,
         {"identifier": user.identifier, "tenant": tenant_name, "device_id": wanted, "trusts_ended": ended},

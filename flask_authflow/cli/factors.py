@@ -9,7 +9,6 @@ import click
 
 from flask_authflow.cli.base import (
     CommandFailed,
-    about_user,
     authflow_cli,
     emit,
     find_user,
@@ -22,8 +21,8 @@ from flask_authflow.cli.base import (
 from flask_authflow.core.identifiers import normalise_identifier
 from flask_authflow.core.ports import FactorConfig
 from flask_authflow.outcomes import FactorKind
+from flask_authflow.web import services
 from flask_authflow.web.security_notices import notify_now
-from flask_authflow.web.state import account_admin
 from flask_authflow.web.views.security import KIND_NAMES
 
 
@@ -45,9 +44,9 @@ def enroll_totp(username: str, tenant: str | None, as_json: bool) -> None:
     in person). Standard output is the URI alone; the notice goes to standard error.
     """
     tenant_name = tenant_or_default(tenant)
-    with about_user(username, tenant_name):
-        uri = account_admin().enroll_totp(tenant_name, username)
-    notify_now("factor_added", tenant_name, find_user(username, tenant_name).user_id, kind=KIND_NAMES["totp"])
+    user = find_user(username, tenant_name)
+    uri = services.factors().create_totp(user.user_id, tenant=tenant_name)
+    notify_now("factor_added", tenant_name, user.user_id, kind=KIND_NAMES["totp"])
     if as_json:
         emit(True, {"otpauth_uri": uri}, "")
         return
@@ -98,8 +97,8 @@ def _table(rows: Sequence[tuple[str, ...]]) -> None:
 def factors_list(username: str, tenant: str | None, as_json: bool) -> None:
     """List USERNAME's factors: id, kind, label, created, last used, confirmed (or pending)."""
     tenant_name = tenant_or_default(tenant)
-    with about_user(username, tenant_name):
-        configs = account_admin().list_factors(tenant_name, username, include_pending=True)
+    user = find_user(username, tenant_name)
+    configs = services.factors().list(user.user_id, tenant=tenant_name, include_pending=True)
     if as_json:
         emit(True, [_factor_document(config) for config in configs], "")
         return
@@ -131,25 +130,22 @@ def factors_disable(username: str, factor_id: str, tenant: str | None, as_json: 
     """Remove USERNAME's factor FACTOR_ID (as factors list shows it); the user's sessions are
     revoked. The password cannot be removed (set-password replaces it)."""
     tenant_name = tenant_or_default(tenant)
-    with about_user(username, tenant_name):
-        admin = account_admin()
-        configs = admin.list_factors(tenant_name, username, include_pending=True)
-        config = next((c for c in configs if c.factor_id == factor_id), None)
-        if config is not None and config.kind is FactorKind.PASSWORD:
-            raise CommandFailed(
-                "the password is not disabled as a factor: set another one with set-password",
-                "password_factor",
-            )
-        # ``False`` also when the factor went away between the listing and the deletion.
-        if config is None or not admin.disable_factor(tenant_name, username, factor_id):
-            raise CommandFailed(
-                f"the user has no factor {factor_id!r} (see factors list)", "factor_not_found"
-            )
+    user = find_user(username, tenant_name)
+    factors_of = services.factors()
+    config = factors_of.get(user.user_id, factor_id, tenant=tenant_name)
+    if config is not None and config.kind is FactorKind.PASSWORD:
+        raise CommandFailed(
+            "the password is not disabled as a factor: set another one with set-password",
+            "password_factor",
+        )
+    # ``False`` also when the factor went away between the lookup and the deletion.
+    if config is None or not factors_of.revoke(user.user_id, factor_id, tenant=tenant_name):
+        raise CommandFailed(f"the user has no factor {factor_id!r} (see factors list)", "factor_not_found")
     identifier, document = _user_summary(username, tenant_name)
     notify_now(
         "factor_removed",
         tenant_name,
-        find_user(username, tenant_name).user_id,
+        user.user_id,
         kind=KIND_NAMES.get(config.kind.value, config.kind.value),
     )
     emit(
@@ -176,13 +172,13 @@ def recovery_codes_regenerate(username: str, tenant: str | None, as_json: bool) 
     line; the warning goes to standard error.
     """
     tenant_name = tenant_or_default(tenant)
-    with about_user(username, tenant_name):
-        codes = account_admin().regenerate_recovery_codes(tenant_name, username)
+    user = find_user(username, tenant_name)
+    codes = services.factors().create_recovery_codes(user.user_id, tenant=tenant_name)
     identifier, document = _user_summary(username, tenant_name)
     notify_now(
         "factor_added",
         tenant_name,
-        find_user(username, tenant_name).user_id,
+        user.user_id,
         kind=KIND_NAMES["recovery_code"],
     )
     warning = "the previous recovery codes no longer work"

@@ -14,7 +14,7 @@ import click
 
 from flask_authflow.cli.base import CommandFailed, authflow_cli, emit, json_option, tenant_or_default
 from flask_authflow.errors import RoleExists, RoleInUse, RoleNotFound
-from flask_authflow.web import roles as role_changes
+from flask_authflow.web import services
 
 __all__ = ["about_role", "roles"]
 
@@ -51,7 +51,7 @@ def roles_create(name: str, description: str, tenant: str | None, as_json: bool)
     """Create the role NAME."""
     tenant_name = tenant_or_default(tenant)
     with about_role(name, tenant_name):
-        role = role_changes.create_role(tenant_name, name, description)
+        role = services.roles().create(name, tenant=tenant_name, description=description)
     emit(
         as_json,
         {"tenant": role.tenant, "name": role.name, "description": role.description},
@@ -68,7 +68,7 @@ def roles_delete(name: str, force: bool, tenant: str | None, as_json: bool) -> N
     """Delete the role NAME and its permissions (refused while users hold it, unless --force)."""
     tenant_name = tenant_or_default(tenant)
     with about_role(name, tenant_name):
-        role_changes.delete_role(tenant_name, name, force=force)
+        services.roles().delete(name, tenant=tenant_name, force=force)
     emit(as_json, {"tenant": tenant_name, "name": name, "deleted": True}, f"deleted role {name!r}")
 
 
@@ -78,7 +78,7 @@ def roles_delete(name: str, force: bool, tenant: str | None, as_json: bool) -> N
 def roles_list(tenant: str | None, as_json: bool) -> None:
     """List the tenant's roles with their permissions."""
     tenant_name = tenant_or_default(tenant)
-    found = role_changes.role_store().list_roles(tenant_name)
+    found = services.roles().list(tenant=tenant_name)
     if as_json:
         documents = [
             {"name": r.name, "description": r.description, "permissions": list(r.permissions)} for r in found
@@ -101,7 +101,7 @@ def roles_grant(role: str, permission: str, tenant: str | None, as_json: bool) -
     """Let ROLE do PERMISSION."""
     tenant_name = tenant_or_default(tenant)
     with about_role(role, tenant_name):
-        changed = role_changes.grant_permission(tenant_name, role, permission)
+        changed = services.roles().grant_permission(role, permission, tenant=tenant_name)
     text = f"role {role!r} {'now has' if changed else 'already had'} permission {permission!r}"
     emit(as_json, {"tenant": tenant_name, "role": role, "permission": permission, "changed": changed}, text)
 
@@ -115,6 +115,6 @@ def roles_revoke(role: str, permission: str, tenant: str | None, as_json: bool) 
     """Take PERMISSION from ROLE."""
     tenant_name = tenant_or_default(tenant)
     with about_role(role, tenant_name):
-        changed = role_changes.revoke_permission(tenant_name, role, permission)
+        changed = services.roles().revoke_permission(role, permission, tenant=tenant_name)
     text = f"role {role!r} {'no longer has' if changed else 'did not have'} permission {permission!r}"
     emit(as_json, {"tenant": tenant_name, "role": role, "permission": permission, "changed": changed}, text)

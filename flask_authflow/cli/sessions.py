@@ -23,7 +23,7 @@ from flask_authflow.cli.base import (
 from flask_authflow.core.identifiers import check_tenant
 from flask_authflow.core.session import SessionRecord, sid_hash
 from flask_authflow.devices.labels import device_label
-from flask_authflow.web.state import account_admin, get_state
+from flask_authflow.web import services
 
 
 @authflow_cli.group("sessions")
@@ -64,11 +64,7 @@ def sessions_list(username: str, tenant: str | None, as_json: bool) -> None:
     """
     tenant_name = tenant_or_default(tenant)
     user = find_user(username, tenant_name)
-    records = sorted(
-        get_state().session_store.list_user_sessions(tenant_name, user.user_id),
-        key=lambda record: record.last_seen_at,
-        reverse=True,
-    )
+    records = services.sessions().list(user.user_id, tenant=tenant_name)
     if as_json:
         emit(True, [_session_document(record) for record in records], "")
         return
@@ -84,7 +80,7 @@ def _resolve_session_hash(tenant: str, user_id: str, prefix: str) -> str:
             f"give the hash sessions list prints (at least {MIN_HASH_PREFIX} hex characters)",
             param_hint="--session",
         )
-    hashes = {sid_hash(r.sid) for r in get_state().session_store.list_user_sessions(tenant, user_id)}
+    hashes = {sid_hash(r.sid) for r in services.sessions().list(user_id, tenant=tenant)}
     matches = [h for h in hashes if h.startswith(wanted)]
     if not matches:
         raise CommandFailed(f"the user has no session {prefix!r}", "session_not_found")
@@ -127,13 +123,13 @@ def sessions_revoke(
         raise click.UsageError("give one of --user U, --all-users, or --issuer with --sid")
     if session_hash is not None and username is None:
         raise click.UsageError("--session goes with --user")
-    store = get_state().session_store
+    user_sessions = services.sessions()
     if federated:
         if issuer is None or provider_sid is None:
             raise click.UsageError("--issuer and --sid go together")
         if tenant is not None:
             raise click.UsageError("--tenant does not apply to --issuer/--sid (the provider session decides)")
-        count = store.delete_federated_sessions(issuer, provider_sid)
+        count = user_sessions.revoke_provider_session(issuer, provider_sid)
         emit(
             as_json,
             {"issuer": issuer, "sid": provider_sid, "sessions_revoked": count},
@@ -142,7 +138,7 @@ def sessions_revoke(
         return
     tenant_name = tenant_or_default(tenant)
     if all_users:
-        count = store.delete_tenant_sessions(tenant_name)
+        count = user_sessions.revoke_tenant(tenant=tenant_name)
         emit(
             as_json,
             {"tenant": tenant_name, "sessions_revoked": count},
@@ -151,10 +147,9 @@ def sessions_revoke(
         return
     assert username is not None
     user = find_user(username, tenant_name)
-    admin = account_admin()
     document: dict[str, Any] = {"identifier": user.identifier, "tenant": tenant_name}
     if session_hash is None:
-        ended = admin.logout_everywhere(tenant_name, user.user_id)
+        ended = user_sessions.revoke_all(user.user_id, tenant=tenant_name)
         emit(
             as_json,
             {**document, "sessions_revoked": ended.sessions, **ended.to_dict()},
@@ -162,7 +157,7 @@ def sessions_revoke(
         )
         return
     full = _resolve_session_hash(tenant_name, user.user_id, session_hash)
-    if not admin.revoke_session(tenant_name, user.user_id, full):
+    if not user_sessions.revoke(user.user_id, full, tenant=tenant_name):
         # It ended (or its id rotated) between the lookup and the revocation.
         raise CommandFailed(f"the user has no session {session_hash!r}", "session_not_found")
     emit(
@@ -182,13 +177,13 @@ def sessions_purge(tenant: str | None, as_json: bool) -> None:
     session of anyone. The SQL store also purges in small batches while it saves
     sessions; run this from cron to keep the table small between busy periods.
     """
-    store = get_state().session_store
+    user_sessions = services.sessions()
     if tenant is None:
-        purged = store.purge_expired()
+        purged = user_sessions.purge_expired()
         emit(as_json, {"purged": purged}, f"{purged} expired session(s) purged")
         return
     tenant_name = check_tenant(tenant)
-    purged = store.purge_expired(tenant=tenant_name)
+    purged = user_sessions.purge_expired(tenant=tenant_name)
     emit(
         as_json,
         {"tenant": tenant_name, "purged": purged},

@@ -25,7 +25,7 @@ from flask_authflow.cli.base import (
     tenant_or_default,
 )
 from flask_authflow.core.ports import ApiTokenRecord
-from flask_authflow.web.api_auth import api_tokens
+from flask_authflow.web import services
 
 __all__ = ["tokens"]
 
@@ -71,11 +71,12 @@ def tokens_create(
     """Create a token for the user and print it, once, alone on standard output."""
     tenant_name = tenant_or_default(tenant)
     user = find_user(identifier, tenant_name)
-    service = api_tokens()
     if days is None:
-        created = service.create(tenant_name, user.user_id, name, scopes)
+        created = services.tokens().create(user.user_id, name, scopes, tenant=tenant_name)
     else:
-        created = service.create(tenant_name, user.user_id, name, scopes, expires_in=timedelta(days=days))
+        created = services.tokens().create(
+            user.user_id, name, scopes, tenant=tenant_name, expires_in=timedelta(days=days)
+        )
     if as_json:
         emit(True, {**token_document(created.record), "token": created.value}, "")
         return
@@ -94,7 +95,7 @@ def tokens_list(identifier: str, tenant: str | None, as_json: bool) -> None:
     """List the user's tokens: name, id, scopes, expiry, last use (never the token)."""
     tenant_name = tenant_or_default(tenant)
     user = find_user(identifier, tenant_name)
-    records = api_tokens().list(tenant_name, user.user_id)
+    records = services.tokens().list(user.user_id, tenant=tenant_name)
     if as_json:
         emit(True, [token_document(record) for record in records], "")
         return
@@ -112,6 +113,6 @@ def tokens_revoke(identifier: str, name: str, tenant: str | None, as_json: bool)
     """Revoke the user's token called NAME: no request is accepted with it afterwards."""
     tenant_name = tenant_or_default(tenant)
     user = find_user(identifier, tenant_name)
-    if not api_tokens().revoke(tenant_name, user.user_id, name):
+    if not services.tokens().revoke(user.user_id, name, tenant=tenant_name):
         raise CommandFailed(f"{user.identifier!r} has no token {name!r}", "token_not_found")
     emit(as_json, {"revoked": name}, f"token {name!r} revoked")

@@ -23,9 +23,9 @@ from flask_authflow.cli.base import (
 )
 from flask_authflow.cli.roles import about_role
 from flask_authflow.core.identifiers import normalise_identifier
-from flask_authflow.web import roles as role_changes
+from flask_authflow.web import services
 from flask_authflow.web.security_notices import notify_now
-from flask_authflow.web.state import account_admin, get_state
+from flask_authflow.web.state import get_state
 
 
 @authflow_cli.command("create-user")
@@ -42,8 +42,8 @@ def create_user(
     tenant_name = tenant_or_default(tenant)
     password = read_password(password_stdin, confirm=True)
     verified_at = get_state().clock.now() if email is not None else None
-    user = account_admin().create_user(
-        tenant_name, username, password, email=email, email_verified_at=verified_at, source="cli"
+    user = services.accounts().create(
+        username, password, tenant=tenant_name, email=email, email_verified_at=verified_at, source="cli"
     )
     emit(
         as_json,
@@ -63,7 +63,7 @@ def set_password(username: str, tenant: str | None, password_stdin: bool, as_jso
     tenant_name = tenant_or_default(tenant)
     password = read_password(password_stdin, confirm=True)
     with about_user(username, tenant_name):
-        ended = account_admin().change_password(tenant_name, username, password)
+        ended = services.accounts().set_password(username, password, tenant=tenant_name)
     identifier = normalise_identifier(username)
     notify_now(
         "password_changed",
@@ -133,7 +133,7 @@ def users_disable(username: str, tenant: str | None, as_json: bool) -> None:
     """Disable USERNAME: logins fail and every session of the user ends now."""
     tenant_name = tenant_or_default(tenant)
     with about_user(username, tenant_name):
-        revoked = account_admin().disable(tenant_name, username)
+        revoked = services.accounts().disable(username, tenant=tenant_name)
     identifier = normalise_identifier(username)
     emit(
         as_json,
@@ -150,7 +150,7 @@ def users_enable(username: str, tenant: str | None, as_json: bool) -> None:
     """Allow USERNAME to log in again (a lockout stays: see users unlock)."""
     tenant_name = tenant_or_default(tenant)
     with about_user(username, tenant_name):
-        account_admin().enable(tenant_name, username)
+        services.accounts().enable(username, tenant=tenant_name)
     identifier = normalise_identifier(username)
     emit(
         as_json,
@@ -198,7 +198,7 @@ def users_delete(username: str, tenant: str | None, yes: bool, as_json: bool) ->
     if not yes:
         click.confirm(f"delete user {username!r} and end their sessions?", abort=True, err=True)
     with about_user(username, tenant_name):
-        revoked = account_admin().delete(tenant_name, username)
+        revoked = services.accounts().delete(username, tenant=tenant_name)
     identifier = normalise_identifier(username)
     emit(
         as_json,
@@ -216,7 +216,7 @@ def users_add_role(username: str, role: str, tenant: str | None, as_json: bool) 
     """Give USERNAME the role ROLE (from the user's next request; no session ends)."""
     user = find_user(username, tenant_or_default(tenant))
     with about_role(role, user.tenant):
-        changed = role_changes.add_user_role(user.tenant, user.user_id, role)
+        changed = services.roles().grant(user.user_id, role, tenant=user.tenant)
     text = f"user {user.identifier!r} {'now holds' if changed else 'already held'} role {role!r}"
     emit(
         as_json,
@@ -234,7 +234,7 @@ def users_remove_role(username: str, role: str, tenant: str | None, as_json: boo
     """Take the role ROLE from USERNAME (from the user's next request; no session ends)."""
     user = find_user(username, tenant_or_default(tenant))
     with about_role(role, user.tenant):
-        changed = role_changes.remove_user_role(user.tenant, user.user_id, role)
+        changed = services.roles().revoke(user.user_id, role, tenant=user.tenant)
     text = f"user {user.identifier!r} {'no longer holds' if changed else 'did not hold'} role {role!r}"
     emit(
         as_json,

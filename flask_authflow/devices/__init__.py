@@ -16,6 +16,7 @@ from .cookie import DeviceClaim, DeviceCookie, DeviceReading, new_device_id
 from .labels import UNKNOWN_DEVICE, device_label
 from .service import DeviceService
 from .settings import DeviceSettings
+from .user_devices import Devices
 
 __all__ = [
     "UNKNOWN_DEVICE",
@@ -24,6 +25,7 @@ __all__ = [
     "DeviceReading",
     "DeviceService",
     "DeviceSettings",
+    "Devices",
     "device_label",
     "new_device_id",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from flask_authflow.federation.app_federation import Federation
 from flask_authflow.federation.errors import (
     CsrfMismatch,
     Discovery,
@@ -90,6 +91,7 @@ __all__ = [
     "Expired",
     "FederatedIdentity",
     "FederatedLogin",
+    "Federation",
     "FederationService",
     "FederationStore",
     "HttpClient",

@@ -19,7 +19,7 @@ A provider configured with ``fapi2=True`` (the ``fapi2`` preset) must use:
 
 The configuration is checked when the provider is configured (``init_app``); what the
 provider offers is checked when its discovery document is read (discovery is lazy: the
-first login, or ``authflow.oauth_provider(name)``), and a refusal is a
+first login, or ``authflow.federation.provider(name)``), and a refusal is a
 :class:`~flask_authflow.errors.ConfigurationError` or a
 :class:`~flask_authflow.federation.errors.Discovery` error naming the rule.
 """

@@ -27,6 +27,8 @@ from flask_authflow.core.ports import (
     UnitOfWork,
     UserRecord,
 )
+from flask_authflow.login.account_service import Accounts
+from flask_authflow.login.factor_service import Factors
 from flask_authflow.login.lockout import Lockout, LockoutPolicy
 from flask_authflow.login.operation import Operation
 from flask_authflow.login.password import MAX_PASSWORD_BYTES, PasswordFactor, PasswordHasher
@@ -37,6 +39,7 @@ from flask_authflow.login.service import (
     default_login_steps,
     normalise_identifier,
 )
+from flask_authflow.login.session_login import Login
 from flask_authflow.outcomes import (
     Authenticated,
     FactorCredential,
@@ -52,6 +55,7 @@ from flask_authflow.outcomes import (
 __all__ = [
     "MAX_PASSWORD_BYTES",
     "Accepted",
+    "Accounts",
     "AttemptKey",
     "AttemptStore",
     "AuditSink",
@@ -71,12 +75,14 @@ __all__ = [
     "FactorRecordStore",
     "FactorRequired",
     "FactorStore",
+    "Factors",
     "FailureCount",
     "IdentityStore",
     "InvalidCredential",
     "Locked",
     "Lockout",
     "LockoutPolicy",
+    "Login",
     "LoginOutcome",
     "LoginSteps",
     "LoginStore",

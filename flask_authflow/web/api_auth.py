@@ -17,6 +17,7 @@ see ``flask_authflow.api_auth.service``).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,7 @@ __all__ = [
     "api_tokens",
     "current_api_token",
     "install_api_tokens",
+    "token_service",
 ]
 
 #: Key of the app's :class:`~flask_authflow.api_auth.ApiTokenService` in ``app.extensions``.
@@ -80,13 +82,25 @@ def install_api_tokens(app: Flask, state: AuthFlowState) -> ApiTokenService:
     return service
 
 
-def api_tokens(app: Flask | None = None) -> ApiTokenService:
-    """The :class:`~flask_authflow.api_auth.ApiTokenService` of ``app`` (default: the current app)."""
+def token_service(app: Flask | None = None) -> ApiTokenService:
+    """The :class:`~flask_authflow.api_auth.ApiTokenService` of ``app`` (default: the current
+    app): the engine under ``authflow.tokens``, which also verifies presented tokens."""
     target = app if app is not None else current_app
-    service = target.extensions.get(API_TOKENS_KEY)
-    if not isinstance(service, ApiTokenService):
+    service: ApiTokenService | None = target.extensions.get(API_TOKENS_KEY)  # install_api_tokens put it
+    if service is None:
         raise RuntimeError("flask-authflow is not initialised on this app: call AuthFlow(app) first")
     return service
+
+
+def api_tokens(app: Flask | None = None) -> ApiTokenService:
+    """Deprecated (goes in 0.9): use ``authflow.tokens`` (:class:`~flask_authflow.api_auth.Tokens`)."""
+    warnings.warn(
+        "flask_authflow.web.api_auth.api_tokens() is deprecated and goes in 0.9: use authflow.tokens "
+        "(create(user_id, name, scopes, tenant=...), list, get, revoke)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return token_service(app)
 
 
 @signals.session_revoked.connect_via(ANY)
@@ -113,7 +127,7 @@ def _bearer() -> str | None:
 
 
 def _by_token(state: AuthFlowState, value: str) -> ApiPrincipal:
-    record = api_tokens().verify(value, context=audit_context())
+    record = token_service().verify(value, context=audit_context())
     user = load_user(state, record.tenant, record.user_id)
     if user is None:  # the application's user loader no longer finds the token's user
         raise TokenRefused("user_unknown")
@@ -174,7 +188,7 @@ def missing_scopes(wanted: frozenset[str]) -> InsufficientApiScope | None:
     if token is None or wanted <= frozenset(token.scopes):
         return None
     refusal = InsufficientApiScope("the access token lacks a scope this endpoint needs")
-    api_tokens().audit_refusal("insufficient_scope", token, context=audit_context())
+    token_service().audit_refusal("insufficient_scope", token, context=audit_context())
     return refusal
 
 

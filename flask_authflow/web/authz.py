@@ -1,4 +1,4 @@
-"""Cedar policies in a Flask app: ``authflow.authorize(...)`` and the ``@authorize`` decorator.
+"""Cedar policies in a Flask app: :func:`is_authorized` (a check) and the ``@authorize`` decorator.
 
 ``init_app`` calls :func:`install`, which loads ``AUTHFLOW_AUTHZ_POLICIES`` (checked against
 ``AUTHFLOW_AUTHZ_SCHEMA``) once, at start-up. A decision's principal is the current user
@@ -176,7 +176,7 @@ def decide(action: Any, resource: Any, context: Mapping[str, Any] | None = None)
 
 
 def is_authorized(action: Any, resource: Any, context: Mapping[str, Any] | None = None) -> bool:
-    """Whether the current user may do ``action`` on ``resource`` (``authflow.authorize``)."""
+    """Whether the current user may do ``action`` on ``resource`` (``authflow.authorize`` before 0.8)."""
     return decide(action, resource, context).allowed
 
 

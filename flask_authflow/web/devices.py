@@ -17,6 +17,7 @@ their trust.
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,7 +27,14 @@ from flask_authflow import signals
 from flask_authflow.audit.context import AuditContext, audit_context
 from flask_authflow.audit.sinks import hash_session_id
 from flask_authflow.core.session import AuthSession, AuthState
-from flask_authflow.devices import DeviceClaim, DeviceCookie, DeviceReading, DeviceService, new_device_id
+from flask_authflow.devices import (
+    DeviceClaim,
+    DeviceCookie,
+    DeviceReading,
+    Devices,
+    DeviceService,
+    new_device_id,
+)
 from flask_authflow.devices.settings import DeviceSettings
 from flask_authflow.login.operation import PHANTOM_PREFIX
 from flask_authflow.web.device_mail import send_new_device_mail
@@ -44,6 +52,7 @@ __all__ = [
     "record_device_event",
     "remember_session",
     "request_trust",
+    "user_devices",
 ]
 
 log = logging.getLogger("flask_authflow.devices")
@@ -265,30 +274,45 @@ def record_device_event(
     state.service.audit_sink.write(row)
 
 
-def forget_device(state: AuthFlowState, tenant: str, user_id: str, device_id: str) -> bool:
-    """Forget one device of the user (audited ``device_forgotten``, the device named in the
-    reason); false when the user has no such device."""
+def user_devices(state: AuthFlowState) -> Devices:
+    """``authflow.devices`` on ``state``: the app's device decisions, each change committed
+    with its audit row (:func:`record_device_event`) in the backend's unit of work."""
+
+    def record(event: str, tenant: str, user_id: str, reason: str) -> None:
+        record_device_event(state, event, "success", tenant=tenant, user_id=user_id, reason=reason)
+
     wiring: DeviceWiring = state.devices
-    if not wiring.service.forget(tenant, user_id, device_id):
-        return False
-    record_device_event(
-        state, "device_forgotten", "success", tenant=tenant, user_id=user_id, reason=f"device={device_id}"
+    return Devices(
+        wiring.service,
+        record=record,
+        begin_unit=state.service.store.begin_unit,
+        default_tenant=state.config.default_tenant,
     )
-    return True
+
+
+def forget_device(state: AuthFlowState, tenant: str, user_id: str, device_id: str) -> bool:
+    """Deprecated (goes in 0.9): ``authflow.devices.revoke(user_id, device_id, tenant=...)``."""
+    warnings.warn(
+        "flask_authflow.web.devices.forget_device is deprecated and goes in 0.9: "
+        "use authflow.devices.revoke(user_id, device_id, tenant=...)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return user_devices(state).revoke(user_id, device_id, tenant=tenant)
 
 
 def end_device_trust(
     state: AuthFlowState, tenant: str, user_id: str, device_id: str | None = None, *, reason: str
 ) -> int:
-    """End the trust of one device or of all the user's devices (audited
-    ``device_trust_ended`` with ``reason`` when any trust ended); how many ended."""
-    wiring: DeviceWiring = state.devices
-    ended = wiring.service.end_trust(tenant, user_id, device_id)
-    if ended:
-        record_device_event(
-            state, "device_trust_ended", "success", tenant=tenant, user_id=user_id, reason=reason
-        )
-    return ended
+    """Deprecated (goes in 0.9): ``authflow.devices.revoke_trust(user_id, device_id,
+    tenant=..., reason=...)``."""
+    warnings.warn(
+        "flask_authflow.web.devices.end_device_trust is deprecated and goes in 0.9: "
+        "use authflow.devices.revoke_trust(user_id, device_id, tenant=..., reason=...)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return user_devices(state).revoke_trust(user_id, device_id, tenant=tenant, reason=reason)
 
 
 def _revoked(
@@ -297,7 +321,7 @@ def _revoked(
     """A password or factor change, a disabled user, an operator's revoke: trust ends."""
     if reason in TRUST_KEPT_ON or user_id is None or tenant is None:
         return
-    end_device_trust(get_state(app), tenant, user_id, reason=reason)
+    user_devices(get_state(app)).revoke_trust(user_id, tenant=tenant, reason=reason)
 
 
 def current_device_id() -> str | None:

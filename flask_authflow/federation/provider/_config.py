@@ -136,7 +136,7 @@ class OAuthProviderConfig:
     :param client_secret_factory: called for the client secret at each token request
         instead of ``client_secret`` (a secret the provider wants freshly minted).
     :param store_tokens: keep the user's access and refresh tokens of this provider,
-        sealed, for ``authflow.provider_token`` (default ``False``: they are thrown away).
+        sealed, for ``authflow.federation.token`` (default ``False``: they are thrown away).
     :param use_par: send the authorization request to the provider's pushed authorization
         request endpoint (RFC 9126) first; the browser then carries only ``client_id`` and
         ``request_uri``. Default ``None``: on when discovery advertises the endpoint and

@@ -13,7 +13,7 @@ class ProviderToken(str):
     sets ``Authorization`` and, for a DPoP-bound token, a fresh proof per request (the
     resource server's ``use_dpop_nonce`` answered by one retry)::
 
-        token = authflow.provider_token("bank")
+        token = authflow.federation.token("bank")
         requests.get("https://api.bank.example/accounts", auth=token.auth, timeout=10)
 
     A token bound to the provider's client certificate (mutual TLS, RFC 8705) also carries

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask_authflow.audit.context import audit_context
+from flask_authflow.web import services
 from flask_authflow.web.headless.registration import ENDED
 from flask_authflow.web.headless.routes import Answer, Call, Refusal, Reply, Routes
 from flask_authflow.web.headless.schema import Array, Boolean, Nullable, Object, String
-from flask_authflow.web.state import account_admin, current_auth_session, get_state
+from flask_authflow.web.state import current_auth_session
 from flask_authflow.web.views import account_page, blueprint
 from flask_authflow.web.views.common import MESSAGES, stored_sid
 
@@ -68,8 +68,8 @@ def _iso(value: Any) -> str | None:
 def list_sessions(call: Call) -> Reply:
     session = current_auth_session()
     current = stored_sid(session)
-    records = get_state().session_store.list_user_sessions(str(session.tenant), str(session.user_id))
-    records.sort(key=lambda r: (r.sid != current, -r.last_seen_at.timestamp()))
+    records = services.sessions().list(str(session.user_id), tenant=str(session.tenant))  # most recent first
+    records.sort(key=lambda r: r.sid != current)  # stable: this one first, the rest as they were
     rows = []
     for record in records:
         row = account_page.session_row(record, current)
@@ -103,11 +103,7 @@ def end_session(call: Call) -> Reply:
 )
 def end_other_sessions(call: Call) -> Reply:
     session = current_auth_session()
-    ended = account_admin().logout_everywhere(
-        str(session.tenant),
-        str(session.user_id),
-        keep_sid=stored_sid(session),
-        context=audit_context(),
-        session=session,
+    ended = services.sessions().revoke_all(
+        str(session.user_id), tenant=str(session.tenant), keep_sid=stored_sid(session)
     )
     return Reply({"status": "others_revoked", **ended.to_dict()})

@@ -9,11 +9,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from flask_authflow.audit.context import audit_context
 from flask_authflow.core.ports import ApiTokenRecord
 from flask_authflow.errors import StepUpNeeded
 from flask_authflow.i18n import N_
-from flask_authflow.web.api_auth import api_tokens
+from flask_authflow.web import services
+from flask_authflow.web.api_auth import token_service
 from flask_authflow.web.headless.routes import Answer, Call, Refusal, Reply, Routes
 from flask_authflow.web.headless.schema import Array, Integer, Nullable, Object, String
 from flask_authflow.web.state import current_auth_session
@@ -91,9 +91,8 @@ def _row(record: ApiTokenRecord) -> dict[str, Any]:
 )
 def list_tokens(call: Call) -> Reply:
     session = current_auth_session()
-    service = api_tokens()
-    records = service.list(str(session.tenant), str(session.user_id))
-    return Reply({"api_tokens": [_row(r) for r in records], "scopes": list(service.settings.scopes)})
+    records = services.tokens().list(str(session.user_id), tenant=str(session.tenant))
+    return Reply({"api_tokens": [_row(r) for r in records], "scopes": list(token_service().settings.scopes)})
 
 
 @routes.post(
@@ -109,12 +108,12 @@ def create_token(call: Call) -> Reply:
     if login_too_old():
         raise StepUpNeeded(N_("Confirm it is you first."))
     session = current_auth_session()
-    options: dict[str, Any] = {"context": audit_context()}
+    options: dict[str, Any] = {"tenant": str(session.tenant)}
     days = call.body.get("expires_in_days")
     if days is not None:
         options["expires_in"] = timedelta(days=days)
-    created = api_tokens().create(
-        str(session.tenant), str(session.user_id), call.body["name"], call.body.get("scopes", []), **options
+    created = services.tokens().create(
+        str(session.user_id), call.body["name"], call.body.get("scopes", []), **options
     )
     return Reply({"token": created.value, "api_token": _row(created.record)}, 201)
 
@@ -130,9 +129,7 @@ def create_token(call: Call) -> Reply:
 )
 def revoke_token(call: Call) -> Reply:
     session = current_auth_session()
-    revoked = api_tokens().revoke(
-        str(session.tenant), str(session.user_id), call.body["name"], context=audit_context()
-    )
+    revoked = services.tokens().revoke(str(session.user_id), call.body["name"], tenant=str(session.tenant))
     if not revoked:
         raise Refusal("not_found", N_("You have no API token of that name."), 404)
     return Reply({"status": "api_token_revoked"})

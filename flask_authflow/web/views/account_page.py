@@ -17,7 +17,8 @@ from flask_authflow.devices.labels import device_label, shown_label
 from flask_authflow.errors import AuthFlowError
 from flask_authflow.i18n import N_, translate
 from flask_authflow.outcomes import FactorKind
-from flask_authflow.web.api_auth import api_tokens
+from flask_authflow.web import services
+from flask_authflow.web.api_auth import token_service
 from flask_authflow.web.csrf import csrf_valid
 from flask_authflow.web.state import current_auth_session, get_state
 from flask_authflow.web.views import devices, security, signin
@@ -55,8 +56,8 @@ def account_page(
     state = get_state()
     tenant, user_id = str(session.tenant), str(session.user_id)
     current = stored_sid(session)
-    records = state.session_store.list_user_sessions(tenant, user_id)
-    records.sort(key=lambda r: (r.sid != current, -r.last_seen_at.timestamp()))
+    records = services.sessions().list(user_id, tenant=tenant)  # most recently seen first
+    records.sort(key=lambda r: r.sid != current)  # stable: this one first, the rest as they were
     sessions = [session_row(record, current) for record in records]
     return page(
         "account.html",
@@ -147,10 +148,10 @@ def account_post_refused() -> BaseResponse | None:
 
 def api_token_rows(tenant: str, user_id: str) -> dict[str, Any]:
     """The account page's context for the API token section."""
-    service = api_tokens()
-    default = service.settings.default_expiry
+    settings = token_service().settings
+    default = settings.default_expiry
     return {
-        "api_tokens": service.list(tenant, user_id),
-        "api_token_scopes": service.settings.scopes,
+        "api_tokens": services.tokens().list(user_id, tenant=tenant),
+        "api_token_scopes": settings.scopes,
         "api_token_default_days": default.days if default is not None else None,
     }

@@ -11,10 +11,9 @@ from typing import Any
 from flask import redirect, request, url_for
 from flask.typing import ResponseReturnValue
 
-from flask_authflow.audit.context import audit_context
 from flask_authflow.errors import AuthFlowError, InvalidInput
 from flask_authflow.i18n import N_
-from flask_authflow.web.api_auth import api_tokens
+from flask_authflow.web import services
 from flask_authflow.web.state import current_auth_session, get_state
 from flask_authflow.web.views.account_page import account_page, account_post_refused
 from flask_authflow.web.views.common import VIEWS_BLUEPRINT, error_status, form_text, to_step_up
@@ -50,14 +49,12 @@ def create_api_token() -> ResponseReturnValue:
         return to_step_up(url_for(f"{VIEWS_BLUEPRINT}.account"))
     session = current_auth_session()
     scopes = [*request.form.getlist("scope"), *form_text("scopes").split()]
-    options: dict[str, Any] = {"context": audit_context()}
+    options: dict[str, Any] = {"tenant": str(session.tenant)}
     try:
         days = _expires_in_days()
         if days is not None:
             options["expires_in"] = timedelta(days=days)
-        created = api_tokens().create(
-            str(session.tenant), str(session.user_id), form_text("name"), scopes, **options
-        )
+        created = services.tokens().create(str(session.user_id), form_text("name"), scopes, **options)
     except AuthFlowError as error:
         return account_page(error_status(error), error=error.message)
     return account_page(201, new_api_token=created.value, new_api_token_name=created.record.name)
@@ -69,8 +66,8 @@ def revoke_api_token() -> ResponseReturnValue:
         return refused
     session = current_auth_session()
     try:
-        revoked = api_tokens().revoke(
-            str(session.tenant), str(session.user_id), form_text("name"), context=audit_context()
+        revoked = services.tokens().revoke(
+            str(session.user_id), form_text("name"), tenant=str(session.tenant)
         )
     except AuthFlowError as error:
         return account_page(error_status(error), error=error.message)

@@ -26,6 +26,7 @@ from flask_authflow.i18n import N_
 from flask_authflow.login.recovery import Ended, PasswordReplaced
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, Locked, StepUpRequired
 from flask_authflow.responses import package_headers, wants_json
+from flask_authflow.web import services
 from flask_authflow.web.csrf import CSRF_HEADER, csrf_field_name, csrf_token, rotate_csrf_token
 from flask_authflow.web.decorators import login_required
 from flask_authflow.web.json_body import refuse_bad_json
@@ -184,7 +185,7 @@ def end_user_session(session_hash: str) -> str | None:
         handle().logout(session)  # "log out this session": the audited logout
         return "logged_out"
     tenant, user_id = str(session.tenant), str(session.user_id)
-    if not account_admin().revoke_session(tenant, user_id, session_hash, reason="revoked_by_user"):
+    if not services.sessions().revoke(user_id, session_hash, tenant=tenant, reason="revoked_by_user"):
         return None
     return "revoked"
 
@@ -231,12 +232,8 @@ def revoke_other_sessions() -> ResponseReturnValue:
         return refused
     session = current_auth_session()
     # Everywhere else includes the user's scripts (API tokens) and pending mailed links.
-    account_admin().logout_everywhere(
-        str(session.tenant),
-        str(session.user_id),
-        keep_sid=stored_sid(session),
-        context=audit_context(),
-        session=session,
+    services.sessions().revoke_all(
+        str(session.user_id), tenant=str(session.tenant), keep_sid=stored_sid(session)
     )
     return redirect(url_for(f"{VIEWS_BLUEPRINT}.account", notice="others_revoked"))
 

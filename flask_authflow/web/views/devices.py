@@ -10,7 +10,8 @@ from typing import Any
 from flask_authflow.core.devices import check_device_id
 from flask_authflow.devices.labels import shown_label
 from flask_authflow.errors import InvalidInput
-from flask_authflow.web.devices import current_device_id, forget_device
+from flask_authflow.web import services
+from flask_authflow.web.devices import current_device_id
 from flask_authflow.web.state import current_auth_session, get_state
 
 __all__ = ["DeviceRow", "device_rows", "forget_device_of_current_user"]
@@ -31,7 +32,6 @@ class DeviceRow:
 
 def device_rows(tenant: str, user_id: str) -> dict[str, Any]:
     """``devices``: the user's devices for the account page, this browser's first."""
-    service = get_state().devices.service
     now = get_state().clock.now()
     mine = current_device_id()
     rows = [
@@ -44,7 +44,7 @@ def device_rows(tenant: str, user_id: str) -> dict[str, Any]:
             trusted_until=d.trusted_until if d.trusted_at(now) else None,
             current=d.device_id == mine,
         )
-        for d in service.devices(tenant, user_id)
+        for d in services.devices().list(user_id, tenant=tenant)
     ]
     rows.sort(key=lambda r: not r.current)  # stable: the rest stay most recent first
     return {"devices": rows}
@@ -58,4 +58,4 @@ def forget_device_of_current_user(device_id: str) -> bool:
     except InvalidInput:
         return False
     session = current_auth_session()
-    return forget_device(get_state(), str(session.tenant), str(session.user_id), device_id)
+    return services.devices().revoke(str(session.user_id), device_id, tenant=str(session.tenant))

@@ -71,7 +71,7 @@ def link_or_create(new: NewAccount) -> None:
 
 
 def add_user(email: str, name: str, password: str) -> User:
-    account = authflow.accounts.create_user("default", email, password)  # the hook adds the row
+    account = authflow.accounts.create(email, password)  # the hook adds the row
     user = _user_by(authflow_id=account.user_id)
     assert user is not None
     user.name = name
@@ -112,7 +112,7 @@ def index() -> ResponseReturnValue:
 def login() -> ResponseReturnValue:
     if request.method == "GET":
         return render_template_string(PAGE, form=True)
-    outcome = authflow.login_with_password(request.form.get("email", ""), request.form.get("password", ""))
+    outcome = authflow.login.password(request.form.get("email", ""), request.form.get("password", ""))
     if not isinstance(outcome, Authenticated):
         return render_template_string(PAGE, form=True, error="Invalid e-mail or password."), 401
     return redirect(_safe_next(request.args.get("next")))
@@ -120,7 +120,7 @@ def login() -> ResponseReturnValue:
 
 @site.post("/logout")
 def logout() -> ResponseReturnValue:
-    authflow.logout()
+    authflow.login.logout()
     return redirect(url_for("site.index"))
 
 

@@ -39,7 +39,7 @@ def load_user(tenant: str, user_id: str) -> User | None:
 
 def add_person(identifier: str, password: str, display_name: str) -> User:
     """Create the flask-authflow account and our User row with the same id."""
-    account = authflow.accounts.create_user("default", identifier, password)
+    account = authflow.accounts.create(identifier, password)
     user = User(id=account.user_id, display_name=display_name)
     db.session.add(user)
     db.session.commit()
