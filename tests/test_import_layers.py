@@ -82,6 +82,7 @@ CORE_ORDER: tuple[str, ...] = (
     "core/encoding",
     "core/crypto",
     "core/identifiers",
+    "core/service",
     "core/roles",
     "core/devices",
     "core/session",
