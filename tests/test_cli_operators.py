@@ -784,7 +784,7 @@ def test_replay_spool_errors(memory_app: Flask) -> None:
     spool.path.mkdir(parents=True)  # a directory where the spool file should be
     assert_error(run(memory_app, "audit", "replay-spool"), "Is a directory", str(spool.path))
     assert_json_error(run(memory_app, "audit", "replay-spool", "--json"), "os_error", str(spool.path))
-    get_state(memory_app).service.audit_fallback = None
+    get_state(memory_app).audit_spool = None
     assert_error(run(memory_app, "audit", "replay-spool"), "no audit spool file")
     assert_json_error(run(memory_app, "audit", "replay-spool", "--json"), "no_spool")
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from flask_authflow.audit.sinks import AuditRecord, AuditSink
 from flask_authflow.core.session import AuthSession, SessionRecord
@@ -167,7 +167,6 @@ def level_token(token: str, index: int) -> str:
     return f"{token}{index}"
 
 
-@runtime_checkable
 class IdentityStore(Protocol):
     """Users, looked up by (tenant, normalised identifier)."""
 
@@ -215,7 +214,6 @@ class IdentityStore(Protocol):
         ...
 
 
-@runtime_checkable
 class FactorStore(Protocol):
     """Enrolled factors and password hashes."""
 
@@ -233,7 +231,6 @@ class FactorStore(Protocol):
         ...
 
 
-@runtime_checkable
 class FactorRecordStore(FactorStore, Protocol):
     """Factor records with enrollment and atomic one-time use (``InMemoryBackend`` and
     ``SqlAlchemyBackend`` implement it).
@@ -316,7 +313,6 @@ class FactorRecordStore(FactorStore, Protocol):
         ...
 
 
-@runtime_checkable
 class AttemptStore(Protocol):
     """Attempt log and lockout counters; every update is atomic across threads and processes."""
 
@@ -511,7 +507,6 @@ def one_unit(begin_unit: Callable[[], UnitOfWork] | None) -> Iterator[None]:
     unit.commit()
 
 
-@runtime_checkable
 class LoginStore(IdentityStore, FactorRecordStore, AttemptStore, AuditSink, Protocol):
     """What the login service runs on: identities, factors, attempt counters and audit
     rows in one store, with one unit of work across them (``InMemoryBackend``,
@@ -543,7 +538,6 @@ class LoginStore(IdentityStore, FactorRecordStore, AttemptStore, AuditSink, Prot
         ...
 
 
-@runtime_checkable
 class SessionStore(Protocol):
     """Persistence of session records, keyed by session id.
 
@@ -666,6 +660,11 @@ class BackendMaintenance(Protocol):
         """Use the app's password hasher and clock where none was given at construction."""
         ...
 
+    def store_ports(self) -> StorePorts:
+        """The aggregates this backend keeps (``None`` for those it lacks): what the wiring
+        gives the flows, and checks the configuration against."""
+        ...
+
     def database_engine(self) -> Any:
         """The SQLAlchemy engine holding this backend's tables (the SQL session store and
         ``flask authflow db`` use it too), or ``None`` when it keeps none."""
@@ -713,7 +712,6 @@ class Role:
     permissions: tuple[str, ...] = ()
 
 
-@runtime_checkable
 class RoleStore(Protocol):
     """Roles per tenant, the permissions they grant and the users who hold them.
 
@@ -794,7 +792,6 @@ class AccountToken:
     used_at: datetime | None = None
 
 
-@runtime_checkable
 class AccountTokenStore(Protocol):
     """Mailed single-use tokens (``InMemoryBackend`` and ``SqlAlchemyBackend`` implement it).
 
@@ -863,7 +860,6 @@ class ApiTokenRecord:
     last_used_at: datetime | None = None
 
 
-@runtime_checkable
 class ApiTokenStore(Protocol):
     """The personal API tokens of every user (deleting a user deletes its tokens).
 
@@ -922,7 +918,6 @@ class StoredProviderTokens:
     updated_at: datetime
 
 
-@runtime_checkable
 class ProviderTokenStore(Protocol):
     """The provider tokens kept per (tenant, user, provider), and the claim that lets one
     process at a time refresh a row (so two workers never both spend a rotated refresh
@@ -987,7 +982,6 @@ class DeviceRecord:
         return self.trusted_until is not None and self.trusted_until > now
 
 
-@runtime_checkable
 class DeviceStore(Protocol):
     """The devices each user signed in from, and the trust the user gave them.
 
@@ -1022,3 +1016,72 @@ class DeviceStore(Protocol):
     def end_device_trust(self, tenant: str, user_id: str, device_id: str | None = None) -> int:
         """End the trust of one device, or of all the user's devices; how many were trusted."""
         ...
+
+
+# --- identity links: provider identities of local users, and the logout-token replay cache ------
+
+__all__ += ["FederationStore", "IdentityLink"]
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityLink:
+    """The provider identity (``issuer``, ``subject``) belongs to the local user (``tenant``, ``user_id``)."""
+
+    issuer: str
+    subject: str
+    tenant: str
+    user_id: str
+    created_at: datetime
+
+
+class FederationStore(Protocol):
+    """Identity links and the logout-token replay cache."""
+
+    def link_identity(self, issuer: str, subject: str, tenant: str, user_id: str) -> IdentityLink:
+        """Link (``issuer``, ``subject``) to the user, replacing an earlier link of that identity."""
+        ...
+
+    def find_link(self, issuer: str, subject: str) -> IdentityLink | None:
+        """The link of the provider identity, or ``None``."""
+        ...
+
+    def links_of_user(self, tenant: str, user_id: str) -> list[IdentityLink]:
+        """Every provider identity linked to the user."""
+        ...
+
+    def unlink_identity(self, issuer: str, subject: str) -> bool:
+        """Remove the link; ``False`` if there was none."""
+        ...
+
+    def remember_jti(self, issuer: str, jti: str, expires_at: datetime) -> bool:
+        """Record a logout token's ``jti`` until ``expires_at``: ``True`` the first time,
+        ``False`` if it was already recorded and has not expired (a replay). Atomic across
+        threads and, for the SQL store, across processes."""
+        ...
+
+
+# --- what a backend keeps: the ports it declares -------------------------------------------------
+
+__all__ += ["StorePorts"]
+
+
+@dataclass(frozen=True, slots=True)
+class StorePorts:
+    """The aggregates a backend keeps, declared once (its ``store_ports()``), ``None`` for
+    what it lacks.
+
+    ``init_app`` checks the app's configuration against them and refuses what a backend
+    cannot carry (sign-up without ``account_tokens``, federated login without
+    ``identity_links``); each flow then receives the port it needs. Nothing asks a store at
+    run time what it can do. ``InMemoryBackend`` and ``SqlAlchemyBackend`` fill every field;
+    an application's own backend fills what it keeps (see :doc:`/custom-stores`).
+    """
+
+    #: Users, factors, attempt counters and audit rows with one unit of work (always needed).
+    login: LoginStore
+    #: Sign-up, password reset, e-mail change and required enrollments keep their tokens here.
+    account_tokens: AccountTokenStore | None = None
+    #: Federated login's identity links and the logout-token replay cache.
+    identity_links: FederationStore | None = None
+    #: The tokens of providers configured with ``store_tokens``.
+    provider_tokens: ProviderTokenStore | None = None

@@ -41,6 +41,7 @@ from flask_authflow.core.ports import (
     Reservation,
     Role,
     StoredProviderTokens,
+    StorePorts,
     UserRecord,
     level_token,
 )
@@ -192,6 +193,10 @@ class InMemoryBackend:
             self._hasher = hasher
         if not self._clock_given:
             self.clock = clock
+
+    def store_ports(self) -> StorePorts:
+        """Every aggregate: this backend keeps them all."""
+        return StorePorts(login=self, account_tokens=self, identity_links=self, provider_tokens=self)
 
     @property
     def hasher(self) -> PasswordHasher:

@@ -83,8 +83,8 @@ def install_api_tokens(app: Flask, state: AuthFlowState) -> ApiTokenService:
 def api_tokens(app: Flask | None = None) -> ApiTokenService:
     """The :class:`~flask_authflow.api_auth.ApiTokenService` of ``app`` (default: the current app)."""
     target = app if app is not None else current_app
-    service = target.extensions.get(API_TOKENS_KEY)
-    if not isinstance(service, ApiTokenService):
+    service: ApiTokenService | None = target.extensions.get(API_TOKENS_KEY)  # install_api_tokens put it
+    if service is None:
         raise RuntimeError("flask-authflow is not initialised on this app: call AuthFlow(app) first")
     return service
 
@@ -94,9 +94,9 @@ def _revoke_tokens_with_sessions(sender: Any, **extra: Any) -> None:
     """Ending every session of a user, disabling and deleting end the user's tokens too."""
     if extra.get("reason") not in REVOKING_REASONS or not isinstance(sender, Flask):
         return
-    service = sender.extensions.get(API_TOKENS_KEY)
+    service: ApiTokenService | None = sender.extensions.get(API_TOKENS_KEY)  # None: not our app
     tenant, user_id = extra.get("tenant"), extra.get("user_id")
-    if isinstance(service, ApiTokenService) and isinstance(tenant, str) and isinstance(user_id, str):
+    if service is not None and isinstance(tenant, str) and isinstance(user_id, str):
         service.revoke_all(tenant, user_id, reason=str(extra["reason"]))
 
 

@@ -13,19 +13,19 @@ import logging
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from flask import Flask, Response, current_app, request
 
 from flask_authflow.api_auth import ApiTokenService
 from flask_authflow.audit.client_ip import MAX_ADDRESS_CHARS, parse_ip
-from flask_authflow.audit.context import AuditContext, audit_context
+from flask_authflow.audit.context import AuditContext, audit_context, audit_source
 from flask_authflow.audit.sinks import AuthCounters
 from flask_authflow.audit.spool import SpoolAuditSink
 from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.core.app_users import UserCreatedHook, UserDeletedHook
 from flask_authflow.core.factors import EnrollmentStart, Factor
-from flask_authflow.core.ports import FactorConfig, MaintainedSessionStore, SessionStore
+from flask_authflow.core.ports import FactorConfig, MaintainedSessionStore, SessionStore, StorePorts
 from flask_authflow.core.session import AuthSession, AuthState
 from flask_authflow.errors import (
     AuthFlowError,
@@ -177,6 +177,28 @@ def _open_backend(
     return backend, schema_behind
 
 
+def _declared_ports(backend: Any, config: AuthFlowConfig, *, federation: bool) -> StorePorts:
+    """The ports ``backend`` declares (its ``store_ports()``), checked against what the
+    configuration turns on: a feature whose port the backend lacks is refused now, with
+    what to set, instead of failing on its first request."""
+    ports: StorePorts = backend.store_ports()
+    accounts = config.accounts
+    if ports.account_tokens is None and (accounts.registration or accounts.password_reset):
+        raise ConfigurationError(
+            f"{type(backend).__name__} keeps no account tokens (its store_ports() has "
+            "account_tokens=None): set AUTHFLOW_REGISTRATION = False and AUTHFLOW_PASSWORD_RESET = "
+            "False, or declare an AccountTokenStore"
+        )
+    wants_links = federation or bool(config.federation.providers or config.federation.ssf_transmitters)
+    if ports.identity_links is None and wants_links:
+        raise ConfigurationError(
+            f"{type(backend).__name__} cannot store identity links (its store_ports() has "
+            "identity_links=None): federated login needs a FederationStore; remove "
+            "AUTHFLOW_OAUTH_PROVIDERS or declare one"
+        )
+    return ports
+
+
 def _chain_audit(backend: Any, config: AuthFlowConfig) -> None:
     """With ``AUTHFLOW_AUDIT_CHAIN`` on, the backend MACs its audit rows into the chain."""
     chain = config.audit.audit_chain()
@@ -245,9 +267,10 @@ def _hasher(settings: HashingSettings) -> PasswordHasher:
 def _login_service(
     app: Flask,
     config: AuthFlowConfig,
-    backend: Any,
+    ports: StorePorts,
     hasher: PasswordHasher,
     clock: Clock,
+    spool: SpoolAuditSink,
     session_writer: SessionWriter | None,
 ) -> AuthnService:
     """The login service on ``backend``, with the lockout, freshness and passkey settings.
@@ -257,6 +280,7 @@ def _login_service(
         return account_admin(app).revoke_sessions(tenant, user_id, keep_sid=keep_sid, reason=reason)
 
     lockout = config.lockout
+    backend: Any = ports.login  # the app's backend (its login port is itself)
     return AuthnService(
         backend,
         backend,
@@ -271,7 +295,7 @@ def _login_service(
         ),
         clock=clock,
         counters=AuthCounters(),
-        audit_fallback=SpoolAuditSink(config.audit.spool_file(app.instance_path)),
+        audit_fallback=spool,
         freshness=config.login.freshness,
         site_name=config.login.site_name or "flask-authflow",
         passkey_login_allowed=config.factors.passkey_login_allowed,
@@ -280,6 +304,7 @@ def _login_service(
         legacy_hashes=_legacy_hashes(config.hashing, hasher),
         throttle=Throttle.from_settings(config.throttle),
         api_token_store=backend,  # a reset, a password change and log-out-everywhere end them
+        account_tokens=ports.account_tokens,
     )
 
 
@@ -307,8 +332,10 @@ def _session_writer(
     if given.session_store is not None or config.session.store != "sql":
         return None
     from flask_authflow.storage.sql.backend import session_writer
+    from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
 
-    return session_writer(backend, store, interface)
+    # init_app built this store from ``AUTHFLOW_SESSION_STORE = "sql"``: its class is known.
+    return session_writer(backend.database_engine(), cast(SqlAlchemySessionStore, store), interface)
 
 
 def _mail_sender(given: Adapters, config: AuthFlowConfig) -> MailSender | None:
@@ -332,6 +359,7 @@ def _install(app: Flask, state: AuthFlowState) -> None:
     install_devices(app, state)  # the device cookie, device records, trusted devices
     install_mail_budgets(app, state)  # the networks each account signs in from
     app.extensions[EXTENSION_KEY] = state
+    audit_source(app).trusted_proxies = state.trusted_proxies  # the audit context receives them
     interface = state.session_interface
     app.session_interface = interface
     for error in (AuthFlowError, Unauthenticated, StepUpNeeded, PermissionDenied):
@@ -436,6 +464,7 @@ class AuthFlow:
         hasher = given.hasher if given.hasher is not None else _hasher(config.hashing)
         database = _database(app, config)
         backend, schema_behind = _open_backend(app, given.backend, database, hasher, clock)
+        ports = _declared_ports(backend, config, federation=bool(self._providers))
         _chain_audit(backend, config)
 
         def sql_source() -> Any:  # the SQL stores share the backend's engine when it has one
@@ -447,9 +476,9 @@ class AuthFlow:
             store = _session_store(config.session, sql_source, clock, create_tables=given.backend is not None)
         store.adopt_clock(clock)
         interface = _session_interface(config.session, store, clock)
-        service = _login_service(
-            app, config, backend, hasher, clock, _session_writer(given, config, backend, store, interface)
-        )
+        spool = SpoolAuditSink(config.audit.spool_file(app.instance_path))  # audit rows the store refused
+        writer = _session_writer(given, config, backend, store, interface)
+        service = _login_service(app, config, ports, hasher, clock, spool, writer)
         sealer = factor_sealer(config.factors)
         mail = (lambda: get_state(app).mail_sender), service.throttle
         for factor in [*built_in_factors(config.factors, sealer, *mail), *self._factors.values()]:
@@ -462,7 +491,9 @@ class AuthFlow:
             session_store=store,
             session_interface=interface,
             backend=backend,
+            ports=ports,
             service=service,
+            audit_spool=spool,
             trusted_proxies=config.audit.proxies(),
             counters=service.counters,
             hasher=hasher,
@@ -532,7 +563,7 @@ class AuthFlow:
         if state.config.federation.ssf_transmitters:  # the Shared Signals receiver's push endpoint
             from flask_authflow.web.ssf_views import install_receiver
 
-            install_receiver(app, state, http_client, state.config.federation.url_prefix)
+            install_receiver(app, state, federation, http_client, state.config.federation.url_prefix)
 
     # --- factors ------------------------------------------------------------------------------
 

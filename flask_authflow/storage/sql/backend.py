@@ -27,6 +27,7 @@ from flask import has_app_context
 from sqlalchemy import Engine
 
 from flask_authflow.clock import Clock, SystemClock
+from flask_authflow.core.ports import StorePorts
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.account_tokens import SqlAccountTokens
@@ -168,6 +169,10 @@ class SqlAlchemyBackend(
         if not self._clock_given:
             self.clock = clock
 
+    def store_ports(self) -> StorePorts:
+        """Every aggregate: this backend keeps them all."""
+        return StorePorts(login=self, account_tokens=self, identity_links=self, provider_tokens=self)
+
     def database_engine(self) -> Engine:
         """The engine holding this backend's tables (:attr:`engine`)."""
         return self.engine
@@ -184,14 +189,14 @@ class SqlAlchemyBackend(
 
 
 def session_writer(
-    backend: object, store: object, interface: AuthFlowSessionInterface
+    backend_engine: Engine | None, store: SqlAlchemySessionStore, interface: AuthFlowSessionInterface
 ) -> Callable[[AuthSession, Any], Callable[[], None] | None] | None:
     """The writer a login service uses to keep a passed step's session in the step's unit
-    of work (``AuthnService.session_writer``), when ``store`` is a SQL session store on
-    the backend's own engine; else ``None`` (the session is written with the response)."""
-    if not isinstance(backend, SqlAlchemyBackend) or not isinstance(store, SqlAlchemySessionStore):
-        return None
-    if store.engine is not backend.engine:
+    of work (``AuthnService.session_writer``), when the SQL session store ``store`` is on
+    the backend's own engine (``backend_engine``, what its ``database_engine()`` declares:
+    its units of work are then SQL units on that engine); else ``None`` (the session is
+    written with the response)."""
+    if backend_engine is None or store.engine is not backend_engine:
         return None
 
     def write(session: AuthSession, unit: UnitOfWork) -> Callable[[], None] | None:
