@@ -35,7 +35,8 @@ from flask_authflow.outcomes import (
     InvalidCredential,
     Locked,
 )
-from tests.authn_support import CTX, new_session
+from flask_authflow.testing.users import add_user
+from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.protocols import missing_members
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -99,18 +100,18 @@ class StoreContract:
     def test_implements_every_protocol(self, backend: Any) -> None:
         protocols = (IdentityStore, FactorStore, AttemptStore, AuditSink, LoginStore, RoleStore, DeviceStore)
         for protocol in protocols:
-            assert isinstance(backend, protocol)
+            assert missing_members(backend, protocol) == []
 
     # --- the one-read login facts and the unit of work (LoginStore) ---------------------------
 
     def test_login_facts_answer_the_three_reads_they_replace(self, backend: Any, clock: MockClock) -> None:
         """begin_login's one read agrees with find_user, required_factors and locked_until."""
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         backend.add_factor("acme", factor(alice.user_id, "t1", FactorKind.TOTP, confirmed=True))
         backend.add_factor("acme", factor(alice.user_id, "h1", FactorKind.HOTP))  # pending: not a step
         backend.add_factor("acme", factor(alice.user_id, "t2", FactorKind.TOTP, confirmed=True))
         backend.create_user("acme", "bob")  # no password, no factor
-        backend.create_user("globex", "carol", "pw")
+        add_user(backend, "globex", "carol", "pw")
         backend.set_disabled("globex", "carol")
         backend.set_lock(AttemptKey("acme", "alice", "totp"), clock.now() + timedelta(minutes=5))
         backend.set_lock(AttemptKey("acme", "nobody", "password"), clock.now() + timedelta(minutes=9))
@@ -192,7 +193,7 @@ class StoreContract:
         assert [r.event for r in backend.audit_rows] == ["login_begin"]
 
     def test_users(self, backend: Any) -> None:
-        alice = backend.create_user("acme", " Alice ", "pw")
+        alice = add_user(backend, "acme", " Alice ", "pw")
         assert alice.identifier == "alice" and alice.tenant == "acme" and not alice.disabled
         assert alice.created_at.tzinfo is not None
         assert ":" not in alice.user_id
@@ -201,7 +202,7 @@ class StoreContract:
         assert backend.get_user("acme", alice.user_id) == alice
         assert backend.get_user("globex", alice.user_id) is None
         with pytest.raises(UserExists):
-            backend.create_user("acme", "ALICE", "other")
+            add_user(backend, "acme", "ALICE", "other")
         other = backend.create_user("globex", "alice")
         assert other.user_id != alice.user_id
         assert [u.identifier for u in backend.list_users("acme")] == ["alice"]
@@ -246,16 +247,14 @@ class StoreContract:
         assert backend.find_user("acme", "carol") is None
 
     def test_passwords(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "first")
+        alice = add_user(backend, "acme", "alice", "first")
         stored = backend.get_password_hash("acme", alice.user_id)
         assert stored is not None and stored.startswith("$argon2id$")
-        assert backend.hasher.verify(stored, "first")
+        assert FAST_HASHER.verify(stored, "first")
         assert backend.get_password_hash("globex", alice.user_id) is None
-        backend.set_password("acme", "Alice", "second")
+        backend.set_password_hash("acme", alice.user_id, FAST_HASHER.hash("second"))
         stored2 = backend.get_password_hash("acme", alice.user_id)
-        assert backend.hasher.verify(stored2, "second") and not backend.hasher.verify(stored2, "first")
-        with pytest.raises(UserNotFound):
-            backend.set_password("acme", "nobody", "x")
+        assert FAST_HASHER.verify(stored2, "second") and not FAST_HASHER.verify(stored2, "first")
         nopw = backend.create_user("acme", "fed")
         assert backend.get_password_hash("acme", nopw.user_id) is None
         assert backend.required_factors("acme", nopw.user_id) == []
@@ -267,7 +266,7 @@ class StoreContract:
         clock.advance(1)
         backend.enroll_factor("acme", user.user_id, FactorKind.TOTP, "totp-secret")
         clock.advance(1)
-        backend.set_password_hash("acme", user.user_id, backend.hasher.hash("pw"))
+        backend.set_password_hash("acme", user.user_id, FAST_HASHER.hash("pw"))
         assert backend.required_factors("acme", user.user_id) == [FactorKind.PASSWORD, FactorKind.TOTP]
         assert backend.required_factors("globex", user.user_id) == []
         configs = backend.list_factors("acme", user.user_id)
@@ -361,8 +360,8 @@ class StoreContract:
         assert all(backend.reserve_attempt(key, now=T0, **WINDOW).granted for _ in range(5))
 
     def test_delete_user_removes_factors_counters_and_reservations(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
-        bob = backend.create_user("acme", "bob", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
+        bob = add_user(backend, "acme", "bob", "pw")
         key = AttemptKey("acme", "alice", "password")
         backend.write(
             AuditRecord(time=T0, event="login", status="success", tenant="acme", user_id=alice.user_id)
@@ -379,7 +378,7 @@ class StoreContract:
         with pytest.raises(UserNotFound):
             backend.delete_user("acme", "alice")
         # A new account under the same name inherits no counter and no reservation.
-        backend.create_user("acme", "alice", "pw")
+        add_user(backend, "acme", "alice", "pw")
         assert all(backend.reserve_attempt(key, now=T0, **WINDOW).granted for _ in range(5))
         # Other users and the audit trail are untouched.
         assert backend.find_user("acme", "bob") == bob
@@ -423,8 +422,8 @@ class StoreContract:
         assert engine is None or engine is backend.engine
 
     def test_service_on_this_backend(self, backend: Any, clock: MockClock) -> None:
-        backend.with_user_password("Alice", "acme", "correct horse")
-        service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
+        add_user(backend, "acme", "Alice", "correct horse")
+        service = AuthnService(backend, backend, hasher=FAST_HASHER, clock=clock, account_tokens=backend)
         handle = service.with_audit_context(CTX)
         user = backend.find_user("acme", "alice")
 
@@ -460,7 +459,7 @@ class StoreContract:
         assert missing_members(backend, FactorRecordStore) == []
 
     def test_add_get_and_list_factors(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         uid = alice.user_id
         later = factor(uid, "f-later", created_at=T0 + timedelta(seconds=2), counter=7)
         earlier = factor(uid, "f-earlier", FactorKind.WEBAUTHN, created_at=T0 + timedelta(seconds=1))
@@ -498,7 +497,7 @@ class StoreContract:
         assert password.kind is FactorKind.PASSWORD and password.confirmed and password.factor_id
 
     def test_add_factor_refusals(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         bob = backend.create_user("globex", "bob")
         backend.add_factor("acme", factor(alice.user_id, "taken", FactorKind.WEBAUTHN, lookup="cred-1"))
         with pytest.raises(UserNotFound):  # alice is not in globex
@@ -529,8 +528,8 @@ class StoreContract:
         assert len(backend.list_user_factors("globex", bob.user_id, include_pending=True)) == 3
 
     def test_factor_records_are_tenant_scoped(self, backend: Any, clock: MockClock) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
-        bob = backend.create_user("acme", "bob", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
+        bob = add_user(backend, "acme", "bob", "pw")
         uid = alice.user_id
         backend.add_factor("acme", factor(uid, "live", FactorKind.WEBAUTHN, lookup="cred-1", confirmed=True))
         backend.add_factor("acme", factor(uid, "pending"))
@@ -557,7 +556,7 @@ class StoreContract:
             backend.enroll_factor("globex", uid, FactorKind.TOTP, "x")
 
     def test_confirm_factor(self, backend: Any) -> None:
-        uid = backend.create_user("acme", "alice", "pw").user_id
+        uid = add_user(backend, "acme", "alice", "pw").user_id
         backend.add_factor("acme", factor(uid, "old", confirmed=True))
         backend.add_factor("acme", factor(uid, "a"))
         assert backend.confirm_factor("acme", uid, "a", replace_kind=False)
@@ -584,7 +583,7 @@ class StoreContract:
         assert backend.get_factor("acme", uid, "a") is None
 
     def test_delete_factor(self, backend: Any) -> None:
-        uid = backend.create_user("acme", "alice", "pw").user_id
+        uid = add_user(backend, "acme", "alice", "pw").user_id
         backend.add_factor("acme", factor(uid, "key", FactorKind.WEBAUTHN, lookup="cred-1", confirmed=True))
         backend.add_factor("acme", factor(uid, "pending"))
         assert backend.delete_factor("acme", uid, "key")
@@ -695,7 +694,7 @@ class StoreContract:
     def test_enroll_factor_replaces_the_confirmed_factors_of_its_kind(
         self, backend: Any, clock: MockClock
     ) -> None:
-        uid = backend.create_user("acme", "alice", "pw").user_id
+        uid = add_user(backend, "acme", "alice", "pw").user_id
         password_id = backend.list_factors("acme", uid)[0].factor_id
         enrolled_at = clock.now()
         backend.enroll_factor("acme", uid, FactorKind.TOTP, "first")
@@ -751,7 +750,7 @@ class StoreContract:
             assert (stored.counter, stored.secret) == (expected + 1, f"v{expected + 1}-by-{won.index(True)}")
 
     def test_a_pending_factor_replaces_the_pending_one_of_its_kind(self, backend: Any) -> None:
-        uid = backend.create_user("acme", "alice", "pw").user_id
+        uid = add_user(backend, "acme", "alice", "pw").user_id
         other = backend.create_user("acme", "bob").user_id
         backend.add_factor("acme", factor(uid, "confirmed", confirmed=True))
         backend.add_factor("acme", factor(uid, "key", FactorKind.WEBAUTHN, lookup="cred-1"))
@@ -796,7 +795,7 @@ class StoreContract:
     # --- roles and permissions ------------------------------------------------------------
 
     def test_roles_and_permissions(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         assert backend.create_role("acme", "editor", "Edits documents") == Role(
             "acme", "editor", "Edits documents"
         )
@@ -826,7 +825,7 @@ class StoreContract:
         assert backend.permissions_of("acme", alice.user_id) == ["documents:read"]
 
     def test_roles_are_tenant_scoped_and_refuse_unknown_names(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         backend.create_role("acme", "admin")
         backend.create_role("other", "admin")  # the same name in another tenant is another role
         backend.grant_permission("other", "admin", "everything")
@@ -853,7 +852,7 @@ class StoreContract:
         assert [r.name for r in backend.list_roles("acme")] == ["admin"]
 
     def test_deleting_a_role_in_use_needs_force(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         backend.create_role("acme", "admin")
         backend.grant_permission("acme", "admin", "all")
         backend.add_user_role("acme", alice.user_id, "admin")
@@ -870,7 +869,7 @@ class StoreContract:
         assert backend.list_roles("acme") == []
 
     def test_deleting_a_user_removes_its_roles(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         backend.create_role("acme", "admin")
         backend.add_user_role("acme", alice.user_id, "admin")
         backend.delete_user("acme", "alice")
@@ -879,7 +878,7 @@ class StoreContract:
         assert backend.list_roles("acme") == []
 
     def test_parallel_role_changes_stay_consistent(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         backend.create_role("acme", "admin")
         added = race(20, lambda i: backend.add_user_role("acme", alice.user_id, "admin"))
         assert added.count(True) == 1
@@ -909,7 +908,7 @@ class StoreContract:
         from flask_authflow.core.ports import AccountTokenStore
 
         assert missing_members(backend, AccountTokenStore) == []
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         token = self._account_token(alice.user_id, "a")
         backend.issue_account_token(token)
         assert backend.find_account_token(token.token_hash) == token
@@ -926,8 +925,8 @@ class StoreContract:
         assert backend.use_account_token("f" * 64, "password_reset", T0) is None
 
     def test_a_new_account_token_voids_the_older_ones_of_its_kind(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
-        bob = backend.create_user("acme", "bob", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
+        bob = add_user(backend, "acme", "bob", "pw")
         first = self._account_token(alice.user_id, "1")
         other_kind = self._account_token(alice.user_id, "2", kind="email_change")
         bobs = self._account_token(bob.user_id, "3")
@@ -951,7 +950,7 @@ class StoreContract:
         assert backend.live_account_token("acme", bob.user_id, "password_reset", T0) == bobs
 
     def test_account_codes_count_wrong_guesses(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         token = self._account_token(alice.user_id, "c")
         backend.issue_account_token(token)
         for tried in range(1, 3):
@@ -970,7 +969,7 @@ class StoreContract:
         assert backend.live_account_token("acme", alice.user_id, "password_reset", T0) is None
 
     def test_parallel_uses_of_one_account_token_have_one_winner(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         token = self._account_token(alice.user_id, "r")
         backend.issue_account_token(token)
         digest = token.token_hash
@@ -987,7 +986,7 @@ class StoreContract:
         assert won.count(True) == 1
 
     def test_a_rolled_back_unit_leaves_the_account_token_unused(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         token = self._account_token(alice.user_id, "u")
         backend.issue_account_token(token)
         unit = backend.begin_unit()
@@ -1000,7 +999,7 @@ class StoreContract:
         assert backend.find_account_token(token.token_hash).used_at == T0
 
     def test_deleting_a_user_leaves_no_live_account_token(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         token = self._account_token(alice.user_id, "x")
         backend.issue_account_token(token)
         backend.delete_user("acme", "alice")
@@ -1009,7 +1008,7 @@ class StoreContract:
     # --- devices ------------------------------------------------------------------------------
 
     def test_devices_are_recorded_listed_and_forgotten(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         laptop, phone = "L" * 22, "P" * 22
         assert backend.touch_device(
             "acme", alice.user_id, laptop, label="Firefox on Ubuntu", place=None, now=T0
@@ -1036,7 +1035,7 @@ class StoreContract:
         assert [d.device_id for d in backend.list_devices("acme", alice.user_id)] == [laptop]
 
     def test_device_trust_starts_and_ends(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         one, two = "a" * 22, "b" * 22
         until = T0 + timedelta(days=30)
         assert not backend.trust_device("acme", alice.user_id, one, until)  # unknown device
@@ -1057,8 +1056,8 @@ class StoreContract:
         assert all(d.trusted_until is None for d in backend.list_devices("acme", alice.user_id))
 
     def test_devices_are_per_user_and_tenant_and_refuse_bad_input(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
-        bob = backend.create_user("acme", "bob", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
+        bob = add_user(backend, "acme", "bob", "pw")
         shared = "s" * 22
         backend.touch_device("acme", alice.user_id, shared, label="x", place=None, now=T0)
         backend.trust_device("acme", alice.user_id, shared, T0 + timedelta(days=1))
@@ -1082,15 +1081,15 @@ class StoreContract:
         assert record.label == "L?" + "x" * 126 and record.place == "p" * 128
 
     def test_deleting_a_user_removes_its_devices(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         backend.touch_device("acme", alice.user_id, "d" * 22, label="x", place=None, now=T0)
         backend.delete_user("acme", "alice")
         assert backend.list_devices("acme", alice.user_id) == []
-        again = backend.create_user("acme", "alice", "pw")
+        again = add_user(backend, "acme", "alice", "pw")
         assert backend.list_devices("acme", again.user_id) == []
 
     def test_a_rolled_back_unit_leaves_no_device(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         unit = backend.begin_unit()
         backend.touch_device("acme", alice.user_id, "u" * 22, label="x", place=None, now=T0)
         unit.rollback()

@@ -33,8 +33,8 @@ from sqlalchemy.pool import Pool
 from flask_authflow import AuthFlow
 from flask_authflow.clock import MockClock
 from flask_authflow.login import required_enrollment
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.testing.users import add_user
 from tests.appfactory import AppFactory
 
 PASSWORD = "correct horse battery staple"
@@ -90,12 +90,12 @@ def trace() -> Iterator[Trace]:
 
 def _login_app(app_factory: AppFactory, url: str, **config: Any) -> tuple[Flask, SqlAlchemyBackend, str]:
     """The app, its backend and the TOTP key of ``tom`` (alice has a password only)."""
-    backend = SqlAlchemyBackend(url, hasher=PasswordHasher.fast_for_tests())
+    backend = SqlAlchemyBackend(url)
     authflow = AuthFlow()
     app = app_factory(authflow=authflow, backend=backend, AUTHFLOW_DATABASE_URL=url, **config)
     with app.app_context():
-        authflow.state.backend.create_user("default", "alice", PASSWORD)
-        authflow.state.backend.create_user("default", "tom", PASSWORD)
+        add_user(authflow.state.backend, "default", "alice", PASSWORD)
+        add_user(authflow.state.backend, "default", "tom", PASSWORD)
         uri = authflow.accounts.enroll_totp("default", "tom")
     key = re.search(r"secret=([A-Z2-7]+)", uri)
     assert key is not None

@@ -42,6 +42,7 @@ SUBJECT_WORDS = frozenset(
         "stores",
         "backend",
         "service",
+        "svc",
         "sink",
         "registry",
         "state",
@@ -139,6 +140,7 @@ def test_the_rule_catches_each_kind_of_probe() -> None:
         "getattr(sender.extensions.get('authflow'), 'federation', None)",
         "hasattr(backend, 'engine')",
         "isinstance(service, FederationService)",
+        "getattr(svc, 'hasher', None)",
         "isinstance(x, SqlAlchemyBackend | Other)",
     ]
     passed = [

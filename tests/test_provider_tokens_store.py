@@ -67,7 +67,7 @@ def _row(
 
 
 def _user(store: Any, name: str = "alice", tenant: str = "default") -> str:
-    return str(store.create_user(tenant, name, None).user_id)
+    return str(store.create_user(tenant, name).user_id)
 
 
 def test_every_store_implements_the_protocol(store: Any) -> None:

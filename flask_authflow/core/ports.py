@@ -178,13 +178,15 @@ class IdentityStore(Protocol):
         self,
         tenant: str,
         identifier: str,
-        password: str | None = None,
         *,
+        password_hash: str | None = None,
         email: str | None = None,
         email_verified_at: datetime | None = None,
     ) -> UserRecord:
-        """Add a user (:class:`~flask_authflow.errors.UserExists` if the identifier or the
-        e-mail address is taken in the tenant)."""
+        """Add a user, with a password factor holding ``password_hash`` when given (the
+        store receives hashes: ``login/`` hashes, the store never does);
+        :class:`~flask_authflow.errors.UserExists` if the identifier or the e-mail address
+        is taken in the tenant."""
         ...
 
     def list_users(self, tenant: str | None = None) -> list[UserRecord]: ...
@@ -656,8 +658,8 @@ class BackendMaintenance(Protocol):
         """The backend to use for ``app`` (``self``, or a copy bound to that app's database)."""
         ...
 
-    def adopt_defaults(self, *, hasher: Any, clock: Any) -> None:
-        """Use the app's password hasher and clock where none was given at construction."""
+    def adopt_clock(self, clock: Any) -> None:
+        """Use the app's clock unless the backend was built with one of its own."""
         ...
 
     def store_ports(self) -> StorePorts:
@@ -1074,7 +1076,7 @@ class StorePorts:
     cannot carry (sign-up without ``account_tokens``, federated login without
     ``identity_links``); each flow then receives the port it needs. Nothing asks a store at
     run time what it can do. ``InMemoryBackend`` and ``SqlAlchemyBackend`` fill every field;
-    an application's own backend fills what it keeps (see :doc:`/custom-stores`).
+    an application's own backend fills what it keeps (see :doc:`/authn`, "Stores").
     """
 
     #: Users, factors, attempt counters and audit rows with one unit of work (always needed).

@@ -200,7 +200,7 @@ def default_claims_mapper(
         return found.user_id
     if create_account is not None:
         return create_account(identity, name).user_id
-    return accounts.create_user(identity.tenant, name, None).user_id
+    return accounts.create_user(identity.tenant, name).user_id
 
 
 def _provisioning_error(exc: BaseException, hook: str, identity: FederatedIdentity) -> BaseException:
@@ -726,7 +726,7 @@ class FederationService:
         row (its ``user_created`` hook, told the token's claims)."""
 
         def make() -> UserRecord:
-            return self.accounts.create_user(identity.tenant, name, None)
+            return self.accounts.create_user(identity.tenant, name)
 
         if self.app_users is None:
             return make()

@@ -44,6 +44,7 @@ from flask_authflow.core.session import AuthSession, SessionSnapshot, reset_to_g
 from flask_authflow.errors import AuditWriteError, AuthFlowError, LoginNotStarted, StoreUnavailable
 from flask_authflow.login.lockout import Lockout
 from flask_authflow.login.mfa_policy import MfaRequirement
+from flask_authflow.login.password import PasswordHasher
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.throttle import Throttle
 
@@ -90,6 +91,8 @@ class LoginServices(Protocol):
     def store(self) -> LoginStore: ...
     @property
     def account_tokens(self) -> AccountTokenStore | None: ...
+    @property
+    def hasher(self) -> PasswordHasher: ...
     @property
     def audit_sink(self) -> AuditSink: ...
     @property

@@ -221,9 +221,8 @@ def notice(
     """The address has an account: the same work as a new one, and a notice to its owner
     (``password``: the one the sign-up gave, hashed as the new account's would be; ``None``
     for a passkey sign-up)."""
-    hasher: Any = getattr(svc, "hasher", None)
-    if hasher is not None and password is not None:
-        hasher.hash(password)  # the new account's hash costs this much
+    if password is not None:
+        svc.hasher.hash(password)  # the new account's hash costs this much
     store = account_tokens.token_store(svc.account_tokens)
     fields: dict[str, Any] = {"tenant": owner.tenant, "user_id": owner.user_id}
     with Operation(svc, ctx, session, "signup", refuse_on=(MailDeliveryError,), **fields) as op:

@@ -57,7 +57,6 @@ from flask_authflow.errors import (
     UserNotFound,
 )
 from flask_authflow.federation.links import IdentityLink
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.outcomes import FactorKind
 
 __all__ = ["AttemptLogEntry", "InMemoryBackend", "LockState", "MemoryUnit", "count_failure"]
@@ -133,18 +132,16 @@ class MemoryUnit:
 class InMemoryBackend:
     """Identity, factor, attempt and audit store in one object.
 
-    :param hasher: hashes passwords given to :meth:`with_user_password` /
-        :meth:`create_user` (default: Argon2id with the RFC 9106 low-memory profile).
+    It keeps password hashes, never hashes: :meth:`create_user` receives ``password_hash``
+    (made in ``login/``; tests use :func:`flask_authflow.testing.add_user`).
     """
 
     def __init__(
         self,
         *,
-        hasher: PasswordHasher | None = None,
         clock: Clock | None = None,
         max_attempt_log: int = 100_000,
     ) -> None:
-        self._hasher = hasher
         self.clock: Clock = clock or SystemClock()
         self._clock_given = clock is not None
         self._lock = threading.RLock()
@@ -185,26 +182,16 @@ class InMemoryBackend:
         #: While true, the attempt store raises StoreUnavailable (tests of fail-closed).
         self.attempts_unavailable = False
 
-    def adopt_defaults(self, *, hasher: PasswordHasher, clock: Clock) -> None:
-        """Use the app's hasher and clock where none was given at construction
-        (``AuthFlow.init_app`` calls it, so a backend built at import time follows the
-        app, and a test's ``mock_clock``)."""
-        if self._hasher is None:
-            self._hasher = hasher
+    def adopt_clock(self, clock: Clock) -> None:
+        """Use the app's clock unless one was given at construction (``AuthFlow.init_app``
+        calls it, so a backend built at import time follows the app, and a test's
+        ``mock_clock``)."""
         if not self._clock_given:
             self.clock = clock
 
     def store_ports(self) -> StorePorts:
         """Every aggregate: this backend keeps them all."""
         return StorePorts(login=self, account_tokens=self, identity_links=self, provider_tokens=self)
-
-    @property
-    def hasher(self) -> PasswordHasher:
-        """The hasher, created on first use (the default one precomputes a 64 MiB dummy hash)."""
-        with self._lock:
-            if self._hasher is None:
-                self._hasher = PasswordHasher()
-            return self._hasher
 
     def __repr__(self) -> str:
         return f"<InMemoryBackend users={len(self._users)} audit_rows={len(self._audit)}>"
@@ -256,24 +243,18 @@ class InMemoryBackend:
 
     # --- identities --------------------------------------------------------------------------
 
-    def with_user_password(self, username: str, tenant: str, password: str) -> InMemoryBackend:
-        """Add a user with a password (Argon2id); returns ``self`` for chaining."""
-        self.create_user(tenant, username, password)
-        return self
-
     def create_user(
         self,
         tenant: str,
         identifier: str,
-        password: str | None = None,
         *,
+        password_hash: str | None = None,
         email: str | None = None,
         email_verified_at: datetime | None = None,
     ) -> UserRecord:
         tenant = check_tenant(tenant)
         identifier = normalise_identifier(identifier)
         address = normalise_email(email) if email is not None else None
-        password_hash = self.hasher.hash(password) if password is not None else None
         now = self.clock.now()
         with self._lock:
             if (tenant, identifier) in self._users or self._email_owner(tenant, address) is not None:
@@ -334,12 +315,6 @@ class InMemoryBackend:
             self._put(self._users, (tenant, identifier), updated)
             self._put(self._users_by_id, user_id, updated)
             return updated
-
-    def set_password(self, tenant: str, identifier: str, password: str) -> None:
-        user = self.find_user(tenant, normalise_identifier(identifier))
-        if user is None:
-            raise UserNotFound()
-        self.set_password_hash(tenant, user.user_id, self.hasher.hash(password))
 
     def set_disabled(self, tenant: str, identifier: str, disabled: bool = True) -> None:
         with self._lock:

@@ -84,7 +84,7 @@ class PluginWiring:
         backend, store = mine.backend, mine.session_store
         if self.stores == "memory":
             app.config["AUTHFLOW_DATABASE_URL"] = "sqlite://"
-            backend = backend if backend is not None else InMemoryBackend(hasher=hasher, clock=clock)
+            backend = backend if backend is not None else InMemoryBackend(clock=clock)
             store = store if store is not None else MemorySessionStore(clock=clock)
         else:
             self._sql_database(app)

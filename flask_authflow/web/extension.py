@@ -149,20 +149,18 @@ def _refuse_for_cli(app: Flask, error: BaseException) -> None:
         raise refusal from None
 
 
-def _open_backend(
-    app: Flask, backend: Any, database: Callable[[], str], hasher: PasswordHasher, clock: Clock
-) -> tuple[Any, bool]:
+def _open_backend(app: Flask, backend: Any, database: Callable[[], str], clock: Clock) -> tuple[Any, bool]:
     """The app's backend and whether its schema is behind (left to ``flask authflow db``).
 
     ``None`` builds the default ``SqlAlchemyBackend`` on ``database()``, whose tables follow
     the shipped migrations; a backend on a Flask-SQLAlchemy ``db`` gets a copy bound to this
-    app's engine; a backend built without a hasher or clock adopts the app's."""
+    app's engine; a backend built without a clock adopts the app's."""
     schema_behind = False
     if backend is None:
         from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 
         try:
-            backend = SqlAlchemyBackend(database(), hasher=hasher, clock=clock, create_tables=False)
+            backend = SqlAlchemyBackend(database(), clock=clock, create_tables=False)
         except Exception as error:
             _refuse_for_cli(app, error)
             raise
@@ -173,7 +171,7 @@ def _open_backend(
             _refuse_for_cli(app, error)
             raise
     backend = backend.bind_app(app)
-    backend.adopt_defaults(hasher=hasher, clock=clock)
+    backend.adopt_clock(clock)
     return backend, schema_behind
 
 
@@ -463,7 +461,7 @@ class AuthFlow:
         clock = given.clock if given.clock is not None else SystemClock()
         hasher = given.hasher if given.hasher is not None else _hasher(config.hashing)
         database = _database(app, config)
-        backend, schema_behind = _open_backend(app, given.backend, database, hasher, clock)
+        backend, schema_behind = _open_backend(app, given.backend, database, clock)
         ports = _declared_ports(backend, config, federation=bool(self._providers))
         _chain_audit(backend, config)
 

@@ -88,8 +88,6 @@ class AuthBackend(
     :class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend` implement it.
     """
 
-    def set_password(self, tenant: str, identifier: str, password: str) -> None: ...
-
     def set_disabled(self, tenant: str, identifier: str, disabled: bool = True) -> None: ...
 
     def delete_user(self, tenant: str, identifier: str) -> UserRecord: ...
@@ -222,6 +220,7 @@ def account_admin(app: Flask | None = None) -> AccountAdmin:
         policy=policy,
         service=state.service,
         app_users=app_user_hooks(target),
+        hasher=state.hasher,
     )
 
 
