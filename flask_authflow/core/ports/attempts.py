@@ -99,9 +99,10 @@ class AttemptStore(Protocol):
         """Reserve one attempt before the credential is checked, atomically (one statement or a row lock).
 
         Granted only while no lock is active on the subject and the failures counted in
-        the window plus the reservations in flight (younger than :data:`~flask_authflow.core.ports.RESERVATION_TTL`)
-        stay below ``max_failures``; otherwise refused with the end of the lock (or, while
-        attempts are in flight, ``now + lock_duration``). So N parallel guesses run at most
+        the window plus the reservations in flight (younger than
+        :data:`~flask_authflow.core.ports.RESERVATION_TTL`) stay below ``max_failures``;
+        otherwise refused with the end of the lock (or, while attempts are in flight,
+        ``now + lock_duration``). So N parallel guesses run at most
         ``max_failures`` credential checks, across threads and processes.
         """
         ...
