@@ -126,7 +126,7 @@ def http_login(hasher: PasswordHasher, database_url: str, *, own_backend: bool =
     backend = SqlAlchemyBackend(database_url) if own_backend else None
     authflow = AuthFlow(app, hasher=hasher, backend=backend)
     with app.app_context(), contextlib.suppress(UserExists):  # a --postgres URL used twice
-        add_user(authflow.state.backend, "default", "alice", PASSWORD)
+        add_user(authflow.state.backend, "default", "alice", PASSWORD, hasher=hasher)
 
     @app.post("/login")
     def login_view() -> str:

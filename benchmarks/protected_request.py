@@ -50,7 +50,6 @@ from werkzeug.test import EnvironBuilder
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.login import bench_workdir  # importable once the path above is set
-from flask_authflow.testing.users import add_user
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Any]
 UA = "flask-authflow-tests/1.0"  # the user agent login_test_client binds the session to
@@ -328,7 +327,7 @@ def flask_security_too(database_url: str, sessions: int) -> Built:
     with app.app_context():
         db.create_all()
         for number in range(1, sessions + 1):
-            add_user(datastore, "not-used-here", email=f"user{number}@example.com", active=True)
+            datastore.create_user(email=f"user{number}@example.com", password="not-used-here", active=True)
         db.session.commit()
 
     @app.get("/login-bench")

@@ -363,7 +363,7 @@ def prepare_reference(
         instance_path=str(instance),
     )
     with app.app_context():
-        add_user(get_state(app).backend, "default", USERNAME, password)
+        add_user(get_state(app).backend, "default", USERNAME, password, hasher=get_state(app).hasher)
     return env, app
 
 

@@ -48,7 +48,7 @@ def authflow_sign_in(database_url: str) -> Callable[[], None]:
     )
     authflow = AuthFlow(app, hasher=PasswordHasher.fast_for_tests())
     with app.app_context():
-        add_user(authflow.state.backend, "default", "alice", PASSWORD)
+        add_user(authflow.state.backend, "default", "alice", PASSWORD, hasher=authflow.state.hasher)
 
     @app.post("/login")
     def login() -> str:
@@ -102,7 +102,7 @@ def flask_security_sign_in(database_url: str) -> Callable[[], None]:
     Security(app, datastore)
     with app.app_context():
         db.create_all()
-        add_user(datastore, hash_password(PASSWORD), email="alice@example.com", active=True)
+        datastore.create_user(email="alice@example.com", password=hash_password(PASSWORD), active=True)
         db.session.commit()
 
     def one() -> None:
