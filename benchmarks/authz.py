@@ -103,9 +103,7 @@ def web_decisions() -> tuple[Callable[[], object], Callable[[], object]]:
         AUTHFLOW_AUTHZ_SCHEMA=SCHEMA,
     )
     hasher = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)  # only the login uses it
-    authflow = AuthFlow(
-        backend=InMemoryBackend(hasher=hasher), session_store=MemorySessionStore(), hasher=hasher
-    )
+    authflow = AuthFlow(backend=InMemoryBackend(), session_store=MemorySessionStore(), hasher=hasher)
     authz_hooks(authflow).roles_loader(lambda user: ("editor",))
     authflow.init_app(app)
     document = Entity("Document", "42", {"tenant": "default"})

@@ -65,6 +65,7 @@ from flask_authflow.mfa.totp import TotpFactor
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.testing.users import add_user
 
 PASSWORD = "correct horse battery staple"
 
@@ -90,9 +91,18 @@ def interleaved_medians(variants: dict[str, Callable[[], object]], runs: int) ->
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+def memory_with_alice(hasher: PasswordHasher) -> InMemoryBackend:
+    """A memory backend with alice, her password hashed by ``hasher``."""
+    backend = InMemoryBackend()
+    add_user(backend, "default", "alice", PASSWORD, hasher=hasher)
+    return backend
+
+
 def service_login(hasher: PasswordHasher, backend: Any) -> Callable[..., object]:
     """A login through AuthnService (begin_login + verify_factor) on ``backend``."""
-    service = AuthnService(backend, backend, hasher=hasher, lockout=LockoutPolicy(max_failures=10**9))
+    service = AuthnService(
+        backend, backend, hasher=hasher, lockout=LockoutPolicy(max_failures=10**9), account_tokens=backend
+    )
     handle = service.with_audit_context(AuditContext.unknown())
 
     def login(identifier: str = "alice", password: str = PASSWORD, tenant: str = "default") -> object:
@@ -113,10 +123,10 @@ def http_login(hasher: PasswordHasher, database_url: str, *, own_backend: bool =
         AUTHFLOW_DATABASE_URL=database_url,
         AUTHFLOW_LOCKOUT_MAX_FAILURES=10**9,
     )
-    backend = SqlAlchemyBackend(database_url, hasher=hasher) if own_backend else None
+    backend = SqlAlchemyBackend(database_url) if own_backend else None
     authflow = AuthFlow(app, hasher=hasher, backend=backend)
     with app.app_context(), contextlib.suppress(UserExists):  # a --postgres URL used twice
-        authflow.state.backend.create_user("default", "alice", PASSWORD)
+        add_user(authflow.state.backend, "default", "alice", PASSWORD, hasher=hasher)
 
     @app.post("/login")
     def login_view() -> str:
@@ -147,9 +157,7 @@ def main() -> None:
     raw = argon2.PasswordHasher.from_parameters(argon2.profiles.RFC_9106_LOW_MEMORY)
     stored = raw.hash(PASSWORD)
     hasher = PasswordHasher()
-    login = service_login(
-        hasher, InMemoryBackend(hasher=hasher).with_user_password("alice", "default", PASSWORD)
-    )
+    login = service_login(hasher, memory_with_alice(hasher))
     post = http_login(hasher, f"sqlite:///{workdir / 'login.db'}")
     medians = interleaved_medians(
         {
@@ -179,13 +187,11 @@ def main() -> None:
     #    Argon2id, minus that hasher's own verify.
     fast = PasswordHasher.fast_for_tests()
     fast_hash = fast.hash(PASSWORD)
-    sql_backend = SqlAlchemyBackend(f"sqlite:///{workdir / 'service.db'}", hasher=fast)
-    sql_backend.create_user("default", "alice", PASSWORD)
+    sql_backend = SqlAlchemyBackend(f"sqlite:///{workdir / 'service.db'}")
+    add_user(sql_backend, "default", "alice", PASSWORD, hasher=fast)
     variants = {
         "verify": lambda: fast.verify(fast_hash, PASSWORD),
-        "memory": service_login(
-            fast, InMemoryBackend(hasher=fast).with_user_password("alice", "default", PASSWORD)
-        ),
+        "memory": service_login(fast, memory_with_alice(fast)),
         "sqlite": service_login(fast, sql_backend),
         "http": http_login(fast, f"sqlite:///{workdir / 'fast.db'}"),
     }
@@ -203,9 +209,9 @@ def main() -> None:
             service_url, http_url = server.new_database(), server.new_database()
         else:
             service_url = http_url = args.postgres
-        pg_backend = SqlAlchemyBackend(service_url, hasher=fast)
+        pg_backend = SqlAlchemyBackend(service_url)
         if pg_backend.find_user("default", "alice") is None:
-            pg_backend.create_user("default", "alice", PASSWORD)
+            add_user(pg_backend, "default", "alice", PASSWORD, hasher=fast)
         variants["postgresql"] = service_login(fast, pg_backend)
         variants["http_pg"] = http_login(fast, http_url, own_backend=True)
         labels += [
@@ -241,9 +247,11 @@ def parallel_guesses(backend_factory: Callable[[PasswordHasher], Any], attempts:
     """(Argon2 verifications, attempts answered Locked) for ``attempts`` parallel wrong guesses."""
     hasher = _CountingHasher()
     backend = backend_factory(hasher)
-    backend.create_user("default", "alice", PASSWORD)
+    add_user(backend, "default", "alice", PASSWORD, hasher=hasher)
     hasher.count = 0
-    service = AuthnService(backend, backend, hasher=hasher, lockout=LockoutPolicy(max_failures=5))
+    service = AuthnService(
+        backend, backend, hasher=hasher, lockout=LockoutPolicy(max_failures=5), account_tokens=backend
+    )
     barrier = threading.Barrier(attempts)
 
     def guess(i: int) -> object:
@@ -264,8 +272,8 @@ def parallel_guesses(backend_factory: Callable[[PasswordHasher], Any], attempts:
 def main_parallel(workdir: Path) -> None:
     print("Parallel guessing (50 concurrent wrong passwords, lockout threshold 5, production Argon2id):")
     for label, factory in (
-        ("memory backend", lambda h: InMemoryBackend(hasher=h)),
-        ("SQLite backend", lambda h: SqlAlchemyBackend(f"sqlite:///{workdir / 'parallel.db'}", hasher=h)),
+        ("memory backend", lambda h: InMemoryBackend()),
+        ("SQLite backend", lambda h: SqlAlchemyBackend(f"sqlite:///{workdir / 'parallel.db'}")),
     ):
         verified, locked = parallel_guesses(factory)
         verdict = "PASS" if verified <= 5 else "FAIL"
@@ -281,11 +289,16 @@ def totp_logins(
     login presents a code that was never used (a used one is refused, by design)."""
     clock = MockClock()
     backend.clock = clock
-    backend.create_user("default", "plain", PASSWORD)
-    user = backend.create_user("default", "otp", PASSWORD)
+    add_user(backend, "default", "plain", PASSWORD, hasher=hasher)
+    user = add_user(backend, "default", "otp", PASSWORD, hasher=hasher)
     sealer = FactorSealer.from_key(secrets.token_bytes(32))
     service = AuthnService(
-        backend, backend, hasher=hasher, clock=clock, lockout=LockoutPolicy(max_failures=10**9)
+        backend,
+        backend,
+        hasher=hasher,
+        clock=clock,
+        lockout=LockoutPolicy(max_failures=10**9),
+        account_tokens=backend,
     )
     totp = TotpFactor(sealer)
     service.register_factor(totp)
@@ -330,8 +343,8 @@ def main_totp(workdir: Path, runs: int) -> None:
     floor = pyotp.TOTP(floor_key)
     variants["pyotp"] = lambda: floor.verify(floor.now(), valid_window=1)
     for name, backend in (
-        ("memory", InMemoryBackend(hasher=fast)),
-        ("sqlite", SqlAlchemyBackend(f"sqlite:///{workdir / 'totp.db'}", hasher=fast)),
+        ("memory", InMemoryBackend()),
+        ("sqlite", SqlAlchemyBackend(f"sqlite:///{workdir / 'totp.db'}")),
     ):
         password_only, with_totp, _ = totp_logins(backend, fast)
         variants[f"{name}:password"] = password_only
@@ -357,18 +370,25 @@ def main_legacy(runs: int) -> None:
 
     salt = "benchmark-fst-salt"
     hasher = PasswordHasher()
-    backend = InMemoryBackend(hasher=hasher)
+    backend = InMemoryBackend()
     signed = fst_hmac(salt.encode(), PASSWORD.encode())
     old = {
         "bcrypt": str(passlib_hash.bcrypt.using(rounds=12).hash(signed[:72])),
         "fst_default": str(passlib_hash.argon2.hash(signed)),  # FST 5.9's default, as FST makes it
     }
-    users = {name: backend.create_user("default", name, PASSWORD).user_id for name in (*old, "native")}
+    users = {
+        name: add_user(backend, "default", name, PASSWORD, hasher=hasher).user_id for name in (*old, "native")
+    }
     legacy = LegacyHashes(
         ["bcrypt", "argon2"], salt=salt, argon2_over_ceiling=hasher.over_ceiling, slot=hasher.slot
     )
     service = AuthnService(
-        backend, backend, hasher=hasher, lockout=LockoutPolicy(max_failures=10**9), legacy_hashes=legacy
+        backend,
+        backend,
+        hasher=hasher,
+        lockout=LockoutPolicy(max_failures=10**9),
+        legacy_hashes=legacy,
+        account_tokens=backend,
     )
     handle = service.with_audit_context(AuditContext.unknown())
 
@@ -410,13 +430,18 @@ def main_uniform(runs: int) -> None:
     from flask_authflow.login.legacy_hashes import LegacyHashes
 
     hasher = PasswordHasher()
-    backend = InMemoryBackend(hasher=hasher)
-    legacy_id = backend.create_user("default", "legacy", PASSWORD).user_id
-    backend.create_user("default", "native", PASSWORD)
+    backend = InMemoryBackend()
+    legacy_id = add_user(backend, "default", "legacy", PASSWORD, hasher=hasher).user_id
+    add_user(backend, "default", "native", PASSWORD, hasher=hasher)
     backend.set_password_hash("default", legacy_id, str(passlib_hash.bcrypt.using(rounds=12).hash(PASSWORD)))
     legacy = LegacyHashes(["bcrypt"], argon2_over_ceiling=hasher.over_ceiling, slot=hasher.slot)
     service = AuthnService(
-        backend, backend, hasher=hasher, lockout=LockoutPolicy(max_failures=10**9), legacy_hashes=legacy
+        backend,
+        backend,
+        hasher=hasher,
+        lockout=LockoutPolicy(max_failures=10**9),
+        legacy_hashes=legacy,
+        account_tokens=backend,
     )
     handle = service.with_audit_context(AuditContext.unknown())
 

@@ -368,7 +368,7 @@ def authflow(
         from flask_authflow.storage.memory import InMemoryBackend
 
         hasher = PasswordHasher.fast_for_tests()
-        extension = AuthFlow(app, backend=InMemoryBackend(hasher=hasher), hasher=hasher)
+        extension = AuthFlow(app, backend=InMemoryBackend(), hasher=hasher)
     else:
         extension = AuthFlow(app, hasher=PasswordHasher.fast_for_tests())
 

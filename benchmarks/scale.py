@@ -96,7 +96,7 @@ def login_template() -> SessionRecord:
         AUTHFLOW_DATABASE_URL="sqlite://",
     )
     hasher = PasswordHasher.fast_for_tests()
-    AuthFlow(app, backend=InMemoryBackend(hasher=hasher), hasher=hasher)
+    AuthFlow(app, backend=InMemoryBackend(), hasher=hasher)
     login_test_client(app, "alice")
     state = get_state(app)
     user = state.backend.find_user("default", "alice")

@@ -75,6 +75,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from flask_authflow.testing.users import add_user
+
 ROOT = Path(__file__).resolve().parent.parent
 UA = "flask-authflow-bench/1.0 (loopback load generator)"
 USERNAME = "bench-user"
@@ -361,7 +363,7 @@ def prepare_reference(
         instance_path=str(instance),
     )
     with app.app_context():
-        get_state(app).backend.create_user("default", USERNAME, password)
+        add_user(get_state(app).backend, "default", USERNAME, password, hasher=get_state(app).hasher)
     return env, app
 
 

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.login import bench_workdir  # importable once the path above is set
 from benchmarks.protected_request import UA, ratio_line, spread
+from flask_authflow.testing.users import add_user
 
 PASSWORD = "correct horse battery staple"  # a benchmark's throwaway user
 TARGET = 2.0
@@ -47,7 +48,7 @@ def authflow_sign_in(database_url: str) -> Callable[[], None]:
     )
     authflow = AuthFlow(app, hasher=PasswordHasher.fast_for_tests())
     with app.app_context():
-        authflow.state.backend.create_user("default", "alice", PASSWORD)
+        add_user(authflow.state.backend, "default", "alice", PASSWORD, hasher=authflow.state.hasher)
 
     @app.post("/login")
     def login() -> str:

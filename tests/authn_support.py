@@ -8,12 +8,14 @@ from flask_authflow.core.session import AuthSession, new_guest_record
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.service import AuthnService
 from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.testing.users import add_user
 
 CTX = AuditContext(
     client_ip="203.0.113.7", ip_source="forwarded", user_agent="pytest-agent", request_id="req-1"
 )
 
 _FAST = PasswordHasher.fast_for_tests()
+FAST_HASHER = _FAST  # the hasher of the services these tests build (add_user hashes alike)
 
 
 def fast_hasher() -> PasswordHasher:
@@ -26,8 +28,7 @@ def new_session(clock: MockClock) -> AuthSession:
 
 def memory_service(clock: MockClock | None = None) -> tuple[AuthnService, InMemoryBackend, MockClock]:
     clock = clock or MockClock()
-    backend = InMemoryBackend(hasher=_FAST, clock=clock)
-    backend.with_user_password("Alice", "acme", "correct horse").with_user_password(
-        "bob", "globex", "hunter2"
-    )
-    return AuthnService(backend, backend, hasher=_FAST, clock=clock), backend, clock
+    backend = InMemoryBackend(clock=clock)
+    add_user(backend, "acme", "Alice", "correct horse", hasher=_FAST)
+    add_user(backend, "globex", "bob", "hunter2", hasher=_FAST)
+    return AuthnService(backend, backend, hasher=_FAST, clock=clock, account_tokens=backend), backend, clock

@@ -94,7 +94,7 @@ def federated_app(
         "post_login_redirect": "/dashboard",
     }
     settings.update(provider_settings)
-    backend = InMemoryBackend(hasher=hasher, clock=clock)
+    backend = InMemoryBackend(clock=clock)
     sessions = MemorySessionStore(clock=clock)
     authflow = AuthFlow()
     app = make_app(

@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from flask_authflow.testing.users import add_user
+from tests.protocols import missing_members
 from tests.store_contract import RACERS, T0, race
 
 
@@ -33,8 +35,8 @@ class AccountTokensContract:
     def test_account_tokens_are_single_use_and_expire(self, backend: Any) -> None:
         from flask_authflow.core.ports import AccountTokenStore
 
-        assert isinstance(backend, AccountTokenStore)
-        alice = backend.create_user("acme", "alice", "pw")
+        assert missing_members(backend, AccountTokenStore) == []
+        alice = add_user(backend, "acme", "alice", "pw")
         token = self._account_token(alice.user_id, "a")
         backend.issue_account_token(token)
         assert backend.find_account_token(token.token_hash) == token
@@ -51,8 +53,8 @@ class AccountTokensContract:
         assert backend.use_account_token("f" * 64, "password_reset", T0) is None
 
     def test_a_new_account_token_voids_the_older_ones_of_its_kind(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
-        bob = backend.create_user("acme", "bob", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
+        bob = add_user(backend, "acme", "bob", "pw")
         first = self._account_token(alice.user_id, "1")
         other_kind = self._account_token(alice.user_id, "2", kind="email_change")
         bobs = self._account_token(bob.user_id, "3")
@@ -76,7 +78,7 @@ class AccountTokensContract:
         assert backend.live_account_token("acme", bob.user_id, "password_reset", T0) == bobs
 
     def test_account_codes_count_wrong_guesses(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         token = self._account_token(alice.user_id, "c")
         backend.issue_account_token(token)
         for tried in range(1, 3):
@@ -95,7 +97,7 @@ class AccountTokensContract:
         assert backend.live_account_token("acme", alice.user_id, "password_reset", T0) is None
 
     def test_parallel_uses_of_one_account_token_have_one_winner(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         token = self._account_token(alice.user_id, "r")
         backend.issue_account_token(token)
         digest = token.token_hash
@@ -112,7 +114,7 @@ class AccountTokensContract:
         assert won.count(True) == 1
 
     def test_a_rolled_back_unit_leaves_the_account_token_unused(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         token = self._account_token(alice.user_id, "u")
         backend.issue_account_token(token)
         unit = backend.begin_unit()
@@ -125,7 +127,7 @@ class AccountTokensContract:
         assert backend.find_account_token(token.token_hash).used_at == T0
 
     def test_deleting_a_user_leaves_no_live_account_token(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         token = self._account_token(alice.user_id, "x")
         backend.issue_account_token(token)
         backend.delete_user("acme", "alice")

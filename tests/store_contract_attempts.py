@@ -17,6 +17,7 @@ from flask_authflow.core.ports import (
     Reservation,
     level_token,
 )
+from tests.protocols import missing_members
 from tests.store_contract import RACERS, T0, WINDOW, race
 
 #: The lock duration of WINDOW, and the keywords of the multi-level calls.
@@ -112,7 +113,7 @@ class AttemptsContract:
         assert all(backend.reserve_attempt(key, now=T0, **WINDOW).granted for _ in range(5))
 
     def test_implements_the_port(self, backend: Any) -> None:
-        assert isinstance(backend, AttemptStore)
+        assert missing_members(backend, AttemptStore) == []
 
     def test_a_reservation_counts_until_it_is_released_or_stale(self, backend: Any) -> None:
         key = AttemptKey("acme", "alice", "password")

@@ -13,6 +13,8 @@ import pytest
 
 from flask_authflow.core.ports import DeviceRecord, DeviceStore
 from flask_authflow.errors import InvalidInput, UserNotFound
+from flask_authflow.testing.users import add_user
+from tests.protocols import missing_members
 from tests.store_contract import T0
 
 
@@ -20,10 +22,10 @@ class DevicesContract:
     """A user's devices: recorded, listed, trusted, forgotten."""
 
     def test_implements_the_port(self, backend: Any) -> None:
-        assert isinstance(backend, DeviceStore)
+        assert missing_members(backend, DeviceStore) == []
 
     def test_devices_are_recorded_listed_and_forgotten(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         laptop, phone = "L" * 22, "P" * 22
         assert backend.touch_device(
             "acme", alice.user_id, laptop, label="Firefox on Ubuntu", place=None, now=T0
@@ -50,7 +52,7 @@ class DevicesContract:
         assert [d.device_id for d in backend.list_devices("acme", alice.user_id)] == [laptop]
 
     def test_device_trust_starts_and_ends(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         one, two = "a" * 22, "b" * 22
         until = T0 + timedelta(days=30)
         assert not backend.trust_device("acme", alice.user_id, one, until)  # unknown device
@@ -71,8 +73,8 @@ class DevicesContract:
         assert all(d.trusted_until is None for d in backend.list_devices("acme", alice.user_id))
 
     def test_devices_are_per_user_and_tenant_and_refuse_bad_input(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
-        bob = backend.create_user("acme", "bob", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
+        bob = add_user(backend, "acme", "bob", "pw")
         shared = "s" * 22
         backend.touch_device("acme", alice.user_id, shared, label="x", place=None, now=T0)
         backend.trust_device("acme", alice.user_id, shared, T0 + timedelta(days=1))
@@ -96,15 +98,15 @@ class DevicesContract:
         assert record.label == "L?" + "x" * 126 and record.place == "p" * 128
 
     def test_deleting_a_user_removes_its_devices(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         backend.touch_device("acme", alice.user_id, "d" * 22, label="x", place=None, now=T0)
         backend.delete_user("acme", "alice")
         assert backend.list_devices("acme", alice.user_id) == []
-        again = backend.create_user("acme", "alice", "pw")
+        again = add_user(backend, "acme", "alice", "pw")
         assert backend.list_devices("acme", again.user_id) == []
 
     def test_a_rolled_back_unit_leaves_no_device(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         unit = backend.begin_unit()
         backend.touch_device("acme", alice.user_id, "u" * 22, label="x", place=None, now=T0)
         unit.rollback()

@@ -15,6 +15,8 @@ from flask_authflow.clock import MockClock
 from flask_authflow.core.ports import FactorRecordStore
 from flask_authflow.errors import UserNotFound
 from flask_authflow.outcomes import FactorKind
+from flask_authflow.testing.users import add_user
+from tests.protocols import missing_members
 from tests.store_contract import RACERS, T0, factor, race
 
 
@@ -22,7 +24,7 @@ class FactorsContract:
     """Passwords and factor records: enrollment, order, tenant scope, one-time counters."""
 
     def test_implements_the_factor_record_store(self, backend: Any) -> None:
-        assert isinstance(backend, FactorRecordStore)
+        assert missing_members(backend, FactorRecordStore) == []
 
     def test_factor_order(self, backend: Any, clock: MockClock) -> None:
         user = backend.create_user("acme", "alice")
@@ -39,7 +41,7 @@ class FactorsContract:
             backend.enroll_factor("globex", user.user_id, FactorKind.TOTP, "x")
 
     def test_add_get_and_list_factors(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         uid = alice.user_id
         later = factor(uid, "f-later", created_at=T0 + timedelta(seconds=2), counter=7)
         earlier = factor(uid, "f-earlier", FactorKind.WEBAUTHN, created_at=T0 + timedelta(seconds=1))
@@ -77,7 +79,7 @@ class FactorsContract:
         assert password.kind is FactorKind.PASSWORD and password.confirmed and password.factor_id
 
     def test_add_factor_refusals(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         bob = backend.create_user("globex", "bob")
         backend.add_factor("acme", factor(alice.user_id, "taken", FactorKind.WEBAUTHN, lookup="cred-1"))
         with pytest.raises(UserNotFound):  # alice is not in globex
@@ -108,8 +110,8 @@ class FactorsContract:
         assert len(backend.list_user_factors("globex", bob.user_id, include_pending=True)) == 3
 
     def test_factor_records_are_tenant_scoped(self, backend: Any, clock: MockClock) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
-        bob = backend.create_user("acme", "bob", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
+        bob = add_user(backend, "acme", "bob", "pw")
         uid = alice.user_id
         backend.add_factor("acme", factor(uid, "live", FactorKind.WEBAUTHN, lookup="cred-1", confirmed=True))
         backend.add_factor("acme", factor(uid, "pending"))
@@ -136,7 +138,7 @@ class FactorsContract:
             backend.enroll_factor("globex", uid, FactorKind.TOTP, "x")
 
     def test_confirm_factor(self, backend: Any) -> None:
-        uid = backend.create_user("acme", "alice", "pw").user_id
+        uid = add_user(backend, "acme", "alice", "pw").user_id
         backend.add_factor("acme", factor(uid, "old", confirmed=True))
         backend.add_factor("acme", factor(uid, "a"))
         assert backend.confirm_factor("acme", uid, "a", replace_kind=False)
@@ -163,7 +165,7 @@ class FactorsContract:
         assert backend.get_factor("acme", uid, "a") is None
 
     def test_delete_factor(self, backend: Any) -> None:
-        uid = backend.create_user("acme", "alice", "pw").user_id
+        uid = add_user(backend, "acme", "alice", "pw").user_id
         backend.add_factor("acme", factor(uid, "key", FactorKind.WEBAUTHN, lookup="cred-1", confirmed=True))
         backend.add_factor("acme", factor(uid, "pending"))
         assert backend.delete_factor("acme", uid, "key")
@@ -257,7 +259,7 @@ class FactorsContract:
     def test_enroll_factor_replaces_the_confirmed_factors_of_its_kind(
         self, backend: Any, clock: MockClock
     ) -> None:
-        uid = backend.create_user("acme", "alice", "pw").user_id
+        uid = add_user(backend, "acme", "alice", "pw").user_id
         password_id = backend.list_factors("acme", uid)[0].factor_id
         enrolled_at = clock.now()
         backend.enroll_factor("acme", uid, FactorKind.TOTP, "first")
@@ -313,7 +315,7 @@ class FactorsContract:
             assert (stored.counter, stored.secret) == (expected + 1, f"v{expected + 1}-by-{won.index(True)}")
 
     def test_a_pending_factor_replaces_the_pending_one_of_its_kind(self, backend: Any) -> None:
-        uid = backend.create_user("acme", "alice", "pw").user_id
+        uid = add_user(backend, "acme", "alice", "pw").user_id
         other = backend.create_user("acme", "bob").user_id
         backend.add_factor("acme", factor(uid, "confirmed", confirmed=True))
         backend.add_factor("acme", factor(uid, "key", FactorKind.WEBAUTHN, lookup="cred-1"))
@@ -356,7 +358,7 @@ class FactorsContract:
         assert [(c.factor_id, c.confirmed) for c in left] == [(f"p{won.index(True)}", True)]
 
     def test_lock_user_answers_whether_the_tenants_user_exists(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         unit = backend.begin_unit()
         try:
             assert backend.lock_user("acme", alice.user_id)

@@ -22,7 +22,9 @@ from flask_authflow.outcomes import (
     InvalidCredential,
     Locked,
 )
+from flask_authflow.testing.users import add_user
 from tests.authn_support import CTX, new_session
+from tests.protocols import missing_members
 from tests.store_contract import WINDOW, AuditRecord, factor
 
 
@@ -31,16 +33,16 @@ class LoginStoreContract:
     its one read of the facts, its unit of work (all or nothing), and a whole login on it."""
 
     def test_implements_the_port(self, backend: Any) -> None:
-        assert isinstance(backend, LoginStore)
+        assert missing_members(backend, LoginStore) == []
 
     def test_login_facts_answer_the_three_reads_they_replace(self, backend: Any, clock: MockClock) -> None:
         """begin_login's one read agrees with find_user, required_factors and locked_until."""
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         backend.add_factor("acme", factor(alice.user_id, "t1", FactorKind.TOTP, confirmed=True))
         backend.add_factor("acme", factor(alice.user_id, "h1", FactorKind.HOTP))  # pending: not a step
         backend.add_factor("acme", factor(alice.user_id, "t2", FactorKind.TOTP, confirmed=True))
         backend.create_user("acme", "bob")  # no password, no factor
-        backend.create_user("globex", "carol", "pw")
+        add_user(backend, "globex", "carol", "pw")
         backend.set_disabled("globex", "carol")
         backend.set_lock(AttemptKey("acme", "alice", "totp"), clock.now() + timedelta(minutes=5))
         backend.set_lock(AttemptKey("acme", "nobody", "password"), clock.now() + timedelta(minutes=9))

@@ -12,6 +12,8 @@ import pytest
 
 from flask_authflow.core.ports import Role, RoleStore
 from flask_authflow.errors import InvalidInput, RoleExists, RoleInUse, RoleNotFound, UserNotFound
+from flask_authflow.testing.users import add_user
+from tests.protocols import missing_members
 from tests.store_contract import race
 
 
@@ -19,10 +21,10 @@ class RolesContract:
     """Roles per tenant, their permissions and the users who hold them."""
 
     def test_implements_the_port(self, backend: Any) -> None:
-        assert isinstance(backend, RoleStore)
+        assert missing_members(backend, RoleStore) == []
 
     def test_roles_and_permissions(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         assert backend.create_role("acme", "editor", "Edits documents") == Role(
             "acme", "editor", "Edits documents"
         )
@@ -52,7 +54,7 @@ class RolesContract:
         assert backend.permissions_of("acme", alice.user_id) == ["documents:read"]
 
     def test_roles_are_tenant_scoped_and_refuse_unknown_names(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         backend.create_role("acme", "admin")
         backend.create_role("other", "admin")  # the same name in another tenant is another role
         backend.grant_permission("other", "admin", "everything")
@@ -79,7 +81,7 @@ class RolesContract:
         assert [r.name for r in backend.list_roles("acme")] == ["admin"]
 
     def test_deleting_a_role_in_use_needs_force(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         backend.create_role("acme", "admin")
         backend.grant_permission("acme", "admin", "all")
         backend.add_user_role("acme", alice.user_id, "admin")
@@ -96,7 +98,7 @@ class RolesContract:
         assert backend.list_roles("acme") == []
 
     def test_deleting_a_user_removes_its_roles(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         backend.create_role("acme", "admin")
         backend.add_user_role("acme", alice.user_id, "admin")
         backend.delete_user("acme", "alice")
@@ -105,7 +107,7 @@ class RolesContract:
         assert backend.list_roles("acme") == []
 
     def test_parallel_role_changes_stay_consistent(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         backend.create_role("acme", "admin")
         added = race(20, lambda i: backend.add_user_role("acme", alice.user_id, "admin"))
         assert added.count(True) == 1
@@ -115,7 +117,7 @@ class RolesContract:
         assert backend.roles_of("acme", alice.user_id) == []
 
     def test_a_rolled_back_unit_leaves_the_roles_as_they_were(self, backend: Any) -> None:
-        alice = backend.create_user("acme", "alice", "pw")
+        alice = add_user(backend, "acme", "alice", "pw")
         backend.create_role("acme", "editor")
         backend.grant_permission("acme", "editor", "documents:read")
         backend.add_user_role("acme", alice.user_id, "editor")

@@ -24,6 +24,7 @@ from flask_authflow.mfa.totp import TotpFactor
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.testing.users import add_user
 from tests.appfactory import AppFactory
 from tests.authn_support import CTX, new_session
 from tests.test_views import FIREFOX, PASSWORD, FixedCode, Site, account_token, csrf_of, login, make_site
@@ -107,8 +108,10 @@ def test_a_password_only_user_changes_it_with_the_current_password(
 
 
 def test_check_password_change_refuses_a_guest() -> None:
-    backend = InMemoryBackend(hasher=PasswordHasher.fast_for_tests())
-    service = AuthnService(backend, backend, hasher=PasswordHasher.fast_for_tests(), clock=MockClock())
+    backend = InMemoryBackend()
+    service = AuthnService(
+        backend, backend, hasher=PasswordHasher.fast_for_tests(), clock=MockClock(), account_tokens=backend
+    )
     clock = service.clock
     assert isinstance(clock, MockClock)
     with pytest.raises(StepUpNeeded):
@@ -123,10 +126,12 @@ STARTS = 12
 def enrolling_service(backend: InMemoryBackend | SqlAlchemyBackend) -> tuple[AuthnService, MockClock, str]:
     clock = MockClock()
     sealer = FactorSealer.from_key(b"k" * 32)
-    service = AuthnService(backend, backend, hasher=PasswordHasher.fast_for_tests(), clock=clock)
+    service = AuthnService(
+        backend, backend, hasher=PasswordHasher.fast_for_tests(), clock=clock, account_tokens=backend
+    )
     service.register_factor(TotpFactor(sealer))
     service.register_factor(RecoveryCodeFactor(sealer))
-    user = backend.create_user("acme", "alice", PASSWORD)
+    user = add_user(backend, "acme", "alice", PASSWORD)
     return service, clock, user.user_id
 
 
@@ -143,9 +148,7 @@ def signed_in(service: AuthnService, clock: MockClock) -> AuthSession:
 @pytest.mark.parametrize("kind", [FactorKind.TOTP, FactorKind.RECOVERY_CODE])
 def test_parallel_enrollment_starts_leave_one_pending(store: str, kind: FactorKind, tmp_path: Path) -> None:
     backend = (
-        InMemoryBackend(hasher=PasswordHasher.fast_for_tests())
-        if store == "memory"
-        else SqlAlchemyBackend(f"sqlite:///{tmp_path / 'enroll.db'}", hasher=PasswordHasher.fast_for_tests())
+        InMemoryBackend() if store == "memory" else SqlAlchemyBackend(f"sqlite:///{tmp_path / 'enroll.db'}")
     )
     service, clock, user_id = enrolling_service(backend)
     sessions = [signed_in(service, clock) for _ in range(STARTS)]
@@ -183,7 +186,7 @@ def test_parallel_enrollment_starts_leave_one_pending(store: str, kind: FactorKi
 
 
 def test_a_replaced_enrollment_cannot_be_confirmed() -> None:
-    backend = InMemoryBackend(hasher=PasswordHasher.fast_for_tests())
+    backend = InMemoryBackend()
     service, clock, user_id = enrolling_service(backend)
     session = signed_in(service, clock)
     handle = service.with_audit_context(CTX)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from flask_authflow.testing.pytest_plugin import Outbox
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 from tests.test_views import Site, csrf_of, make_site
@@ -57,7 +58,7 @@ def test_sign_ups_from_one_address_are_throttled_and_create_nothing(site: Site) 
 
 
 def test_reset_requests_are_throttled_per_address_with_a_page_for_browsers(site: Site) -> None:
-    site.backend.create_user("default", "erin", PASSWORD, email="erin@example.com")
+    add_user(site.backend, "default", "erin", PASSWORD, email="erin@example.com")
     client = site.client()
     for _ in range(3):
         client.post("/password/forgot", json={"username": "nobody"}).close()
@@ -68,7 +69,7 @@ def test_reset_requests_are_throttled_per_address_with_a_page_for_browsers(site:
 
 
 def test_mails_to_one_recipient_stop_silently_at_its_limit(site: Site) -> None:
-    site.backend.create_user("default", "erin", PASSWORD, email="erin@example.com")
+    add_user(site.backend, "default", "erin", PASSWORD, email="erin@example.com")
     answers = []
     for number in range(3):
         client = site.app.test_client()  # three addresses: only the recipient's limit applies

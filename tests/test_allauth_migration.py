@@ -581,7 +581,7 @@ def test_parallel_links_of_one_identity_give_it_to_one_account(
     app = migrated_app(app_factory, tmp_path, oidc_provider, AuthFlow())
     backend = get_state(app).backend
     with app.app_context():
-        ids = [backend.create_user("default", name, None).user_id for name in ("one", "two", "three", "four")]
+        ids = [backend.create_user("default", name).user_id for name in ("one", "two", "three", "four")]
 
     def link(user_id: str) -> list[str]:
         with app.app_context():
@@ -710,7 +710,7 @@ def test_an_identity_linked_by_several_processes_at_once_has_one_owner(postgres_
     url = postgres_server.new_database()
     backend = SqlAlchemyBackend(url)
     try:
-        ids = [backend.create_user("default", f"user{n}", None).user_id for n in range(CLAIMING_PROCESSES)]
+        ids = [backend.create_user("default", f"user{n}").user_id for n in range(CLAIMING_PROCESSES)]
         spawn = child_processes()
         barrier, out = spawn.Barrier(CLAIMING_PROCESSES), spawn.Queue()
         processes = [

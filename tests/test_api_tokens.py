@@ -16,6 +16,7 @@ from flask_authflow import AuthFlow, current_user, login_required
 from flask_authflow.api_auth import TOKEN_PREFIX, CreatedToken
 from flask_authflow.clock import MockClock
 from flask_authflow.errors import ApiTokenNameTaken, ConfigurationError, InvalidInput
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.api_auth import current_api_token, token_service
 from flask_authflow.web.decorators import api_scopes_required
 from flask_authflow.web.state import account_admin, get_state
@@ -56,7 +57,7 @@ def user_and_token(
     app: Flask, identifier: str = "alice", *, tenant: str = "default", name: str = "ci", **options: Any
 ) -> tuple[str, CreatedToken]:
     backend = get_state(app).backend
-    user = backend.find_user(tenant, identifier) or backend.create_user(tenant, identifier, "pw-" * 6)
+    user = backend.find_user(tenant, identifier) or add_user(backend, tenant, identifier, "pw-" * 6)
     return user.user_id, token_service(app).create(tenant, user.user_id, name, **options)
 
 

@@ -11,6 +11,7 @@ from flask import Flask, jsonify
 from flask_authflow import current_user, login_required
 from flask_authflow.api_auth import TOKEN_PREFIX
 from flask_authflow.clock import MockClock
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 
@@ -24,8 +25,8 @@ def cli_app(app_factory: AppFactory) -> Flask:
         return jsonify(identifier=current_user.identifier)
 
     with app.app_context():
-        get_state(app).backend.create_user("default", "alice", "a long enough passphrase")
-        get_state(app).backend.create_user("acme", "bob", "a long enough passphrase")
+        add_user(get_state(app).backend, "default", "alice", "a long enough passphrase")
+        add_user(get_state(app).backend, "acme", "bob", "a long enough passphrase")
     return app
 
 

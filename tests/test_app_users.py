@@ -163,7 +163,7 @@ def test_without_flask_sqlalchemy_a_refused_account_is_removed_again(
 ) -> None:
     app = Flask("memory_users")
     app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
-    backend = InMemoryBackend(clock=mock_clock, hasher=authflow_hasher)
+    backend = InMemoryBackend(clock=mock_clock)
     authflow = AuthFlow(app, backend=backend, clock=mock_clock, hasher=authflow_hasher)
     seen: list[str] = []
 

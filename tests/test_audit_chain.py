@@ -28,10 +28,10 @@ from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.clock import MockClock
 from flask_authflow.core.ports import one_unit
 from flask_authflow.errors import AuditWriteError, ConfigurationError
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.schema import audit_chain_heads_table, audit_table
+from flask_authflow.testing.users import add_user
 from tests.appfactory import AppFactory
 from tests.concurrency import run_together
 
@@ -317,12 +317,12 @@ def test_the_chain_is_refused_without_a_key_of_its_own(
 
 
 def chained_app(app_factory: AppFactory, url: str, **config: Any) -> Flask:
-    backend = SqlAlchemyBackend(url, hasher=PasswordHasher.fast_for_tests())
+    backend = SqlAlchemyBackend(url)
     authflow = AuthFlow()
     settings = {"AUTHFLOW_AUDIT_CHAIN": True, "AUTHFLOW_AUDIT_CHAIN_KEY": KEY, **config}
     app = app_factory(authflow=authflow, backend=backend, AUTHFLOW_DATABASE_URL=url, **settings)
     with app.app_context():
-        authflow.state.backend.create_user("default", "alice", PASSWORD)
+        add_user(authflow.state.backend, "default", "alice", PASSWORD)
 
     @app.post("/login")
     def login_view() -> str:

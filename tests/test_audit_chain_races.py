@@ -17,6 +17,7 @@ from flask_authflow import AuthFlow
 from flask_authflow.audit.chain import AuditChain, verify_chains
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.testing.users import add_user
 from tests.appfactory import make_app
 from tests.concurrency import run_together
 from tests.parts import child_processes
@@ -32,7 +33,7 @@ SPAWN = child_processes()
 
 def _app(url: str) -> tuple[Flask, SqlAlchemyBackend]:
     hasher = PasswordHasher.fast_for_tests()
-    backend = SqlAlchemyBackend(url, hasher=hasher, create_tables=False)
+    backend = SqlAlchemyBackend(url, create_tables=False)
     authflow = AuthFlow()
     app = make_app(
         authflow=authflow,
@@ -67,11 +68,11 @@ def _login_worker(url: str, users: list[str], ready: Any, start: Any, out: Any) 
 
 def test_fifty_parallel_logins_from_several_processes_leave_one_unbroken_chain(postgres_server: Any) -> None:
     url = postgres_server.new_database()
-    backend = SqlAlchemyBackend(url, hasher=PasswordHasher.fast_for_tests())
+    backend = SqlAlchemyBackend(url)
     try:
         users = [f"user{n}" for n in range(LOGINS)]
         for user in users:
-            backend.create_user("default", user, PASSWORD)
+            add_user(backend, "default", user, PASSWORD)
         ready, start, out = SPAWN.Queue(), SPAWN.Event(), SPAWN.Queue()
         processes = [
             SPAWN.Process(target=_login_worker, args=(url, users[n::PROCESSES], ready, start, out))

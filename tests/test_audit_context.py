@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import flask
 import pytest
 
 from flask_authflow.audit.client_ip import TrustedProxies
-from flask_authflow.audit.context import AuditContext, audit_context, resolve_audit_context
+from flask_authflow.audit.context import AuditContext, audit_context, audit_source, resolve_audit_context
 
 PROXY = TrustedProxies(["10.0.0.0/8"])
 
@@ -77,7 +76,7 @@ def test_outside_a_request_is_unknown() -> None:
 
 def test_cached_on_g_and_uses_configured_proxies() -> None:
     app = flask.Flask(__name__)
-    app.extensions["authflow"] = SimpleNamespace(trusted_proxies=PROXY)
+    audit_source(app).trusted_proxies = PROXY  # what init_app gives the audit context
     headers = {"X-Forwarded-For": "203.0.113.5", "User-Agent": "ua"}
     with app.test_request_context("/", headers=headers, environ_base={"REMOTE_ADDR": "10.0.0.1"}):
         first = audit_context()

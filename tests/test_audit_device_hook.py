@@ -13,7 +13,7 @@ import flask
 import pytest
 
 from flask_authflow import get_state
-from flask_authflow.audit.context import AuditContext, audit_context
+from flask_authflow.audit.context import AuditContext, audit_context, audit_source
 from flask_authflow.outcomes import Authenticated, FactorCredential
 from flask_authflow.web.state import account_admin
 
@@ -33,7 +33,7 @@ def test_a_failing_device_hook_is_logged_once_and_the_login_is_still_audited(
         calls.append(request)
         raise boom
 
-    state.device_context = hook
+    audit_source(app).add_device = hook
     with app.app_context():
         account_admin(app).create_user("default", "alice", PASSWORD, source="test", check_policy=False)
     with (

@@ -11,6 +11,7 @@ import pytest
 
 from flask_authflow.audit.sinks import AuditRecord, AuthCounters, MemoryAuditSink, hash_session_id
 from flask_authflow.errors import AuditWriteError
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 
@@ -152,7 +153,7 @@ def test_login_with_a_separator_in_the_user_agent_stores_an_escaped_row(app_fact
     app = app_factory(authflow=authflow)
     backend = get_state(app).backend
     assert isinstance(backend, InMemoryBackend)
-    backend.create_user("default", "alice", "correct horse battery")
+    add_user(backend, "default", "alice", "correct horse battery")
 
     @app.post("/login")
     def login() -> str:

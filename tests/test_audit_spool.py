@@ -79,7 +79,7 @@ def app(app_factory: AppFactory, mock_clock: MockClock, authflow_hasher: Passwor
     authflow = AuthFlow()
     app = app_factory(
         authflow=authflow,
-        backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
+        backend=InMemoryBackend(clock=mock_clock),
         session_store=MemorySessionStore(clock=mock_clock),
     )
 

@@ -15,6 +15,7 @@ from flask_authflow.login.password import MAX_PASSWORD_BYTES, PasswordHasher
 from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import Authenticated, FactorCredential
 from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.testing.users import add_user
 from tests.authn_support import CTX, fast_hasher, new_session
 
 
@@ -169,13 +170,14 @@ def test_login_rehashes_when_parameters_changed() -> None:
     clock = MockClock()
     old_hasher = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1, hash_len=16, salt_len=16)
     new_hasher = PasswordHasher()  # the default profile
-    backend = InMemoryBackend(hasher=old_hasher, clock=clock).with_user_password("alice", "acme", "pw")
+    backend = InMemoryBackend(clock=clock)
+    add_user(backend, "acme", "alice", "pw", hasher=old_hasher)
     user = backend.find_user("acme", "alice")
     assert user is not None
     old_hash = backend.get_password_hash("acme", user.user_id)
     assert old_hash is not None and new_hasher.needs_rehash(old_hash)
 
-    service = AuthnService(backend, backend, hasher=new_hasher, clock=clock)
+    service = AuthnService(backend, backend, hasher=new_hasher, clock=clock, account_tokens=backend)
     handle = service.with_audit_context(CTX)
     session = new_session(clock)
     handle.begin_login("alice", "acme", session)
@@ -196,11 +198,14 @@ def test_login_rehashes_when_parameters_changed() -> None:
 
 def test_no_rehash_after_a_failed_login() -> None:
     clock = MockClock()
-    backend = InMemoryBackend(hasher=fast_hasher(), clock=clock).with_user_password("alice", "acme", "pw")
+    backend = InMemoryBackend(clock=clock)
+    add_user(backend, "acme", "alice", "pw")
     user = backend.find_user("acme", "alice")
     assert user is not None
     old_hash = backend.get_password_hash("acme", user.user_id)
-    service = AuthnService(backend, backend, hasher=PasswordHasher(max_concurrent=1), clock=clock)
+    service = AuthnService(
+        backend, backend, hasher=PasswordHasher(max_concurrent=1), clock=clock, account_tokens=backend
+    )
     handle = service.with_audit_context(CTX)
     session = new_session(clock)
     handle.begin_login("alice", "acme", session)

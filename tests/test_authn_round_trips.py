@@ -41,6 +41,7 @@ from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
 from flask_authflow.storage.sql.uow import UnitOfWork as SqlUnitOfWork
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 
@@ -97,12 +98,12 @@ def trace() -> Iterator[Trace]:
 
 def _login_app(app_factory: AppFactory, url: str, **config: Any) -> tuple[Flask, SqlAlchemyBackend, str]:
     """The app, its backend and the TOTP key of ``tom`` (alice has a password only)."""
-    backend = SqlAlchemyBackend(url, hasher=PasswordHasher.fast_for_tests())
+    backend = SqlAlchemyBackend(url)
     authflow = AuthFlow()
     app = app_factory(authflow=authflow, backend=backend, AUTHFLOW_DATABASE_URL=url, **config)
     with app.app_context():
-        authflow.state.backend.create_user("default", "alice", PASSWORD)
-        tom = authflow.state.backend.create_user("default", "tom", PASSWORD)
+        add_user(authflow.state.backend, "default", "alice", PASSWORD)
+        tom = add_user(authflow.state.backend, "default", "tom", PASSWORD)
         uri = authflow.factors.create_totp(tom.user_id)
     key = re.search(r"secret=([A-Z2-7]+)", uri)
     assert key is not None

@@ -35,7 +35,8 @@ from flask_authflow.outcomes import (
     StepUpRequired,
 )
 from flask_authflow.storage.memory import InMemoryBackend
-from tests.authn_support import CTX, fast_hasher, memory_service, new_session
+from flask_authflow.testing.users import add_user
+from tests.authn_support import CTX, FAST_HASHER, fast_hasher, memory_service, new_session
 from tests.store_contract import WINDOW
 
 PW = FactorCredential.password
@@ -147,7 +148,8 @@ SCENARIOS = {
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_failures_look_identical(scenario: str, env: tuple[AuthnService, InMemoryBackend, MockClock]) -> None:
     service, backend, clock = env
-    backend.with_user_password("carol", "acme", "carol-pw").set_disabled("acme", "carol")
+    add_user(backend, "acme", "carol", "carol-pw")
+    backend.set_disabled("acme", "carol")
     who, tenant, password = SCENARIOS[scenario]
     handle = service.with_audit_context(CTX)
     session = new_session(clock)
@@ -280,7 +282,7 @@ def test_case_variants_count_against_one_identifier(
 
 def test_lockout_is_per_tenant(env: tuple[AuthnService, InMemoryBackend, MockClock]) -> None:
     service, backend, clock = env
-    backend.with_user_password("bob", "acme", "acme-bob")
+    add_user(backend, "acme", "bob", "acme-bob")
     fail_times(service, clock, "bob", "globex", 5)
     assert isinstance(login(service, new_session(clock), "bob", "acme", "acme-bob"), Authenticated)
 
@@ -289,9 +291,12 @@ def test_custom_policy() -> None:
     from flask_authflow.login.lockout import LockoutPolicy
 
     clock = MockClock()
-    backend = InMemoryBackend(hasher=fast_hasher(), clock=clock).with_user_password("a", "t", "pw")
+    backend = InMemoryBackend(clock=clock)
+    add_user(backend, "t", "a", "pw")
     policy = LockoutPolicy(max_failures=2, lock_duration=timedelta(minutes=1))
-    service = AuthnService(backend, backend, hasher=backend.hasher, lockout=policy, clock=clock)
+    service = AuthnService(
+        backend, backend, hasher=FAST_HASHER, lockout=policy, clock=clock, account_tokens=backend
+    )
     assert fail_times(service, clock, "a", "t", 2) == [
         InvalidCredential(),
         Locked(clock.now() + timedelta(minutes=1)),
@@ -354,8 +359,8 @@ class BrokenIdentities(InMemoryBackend):
 
 def test_any_store_exception_fails_closed() -> None:
     clock = MockClock()
-    backend = BrokenIdentities(hasher=fast_hasher(), clock=clock)
-    service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
+    backend = BrokenIdentities(clock=clock)
+    service = AuthnService(backend, backend, hasher=FAST_HASHER, clock=clock, account_tokens=backend)
     session = new_session(clock)
     with pytest.raises(StoreUnavailable):
         service.with_audit_context(CTX).begin_login("alice", "acme", session)
@@ -461,9 +466,12 @@ def test_audit_failure_of_a_relogin_keeps_the_old_login(
 
 def test_separate_audit_sink() -> None:
     clock = MockClock()
-    backend = InMemoryBackend(hasher=fast_hasher(), clock=clock).with_user_password("a", "t", "pw")
+    backend = InMemoryBackend(clock=clock)
+    add_user(backend, "t", "a", "pw")
     sink = MemoryAuditSink()
-    service = AuthnService(backend, backend, audit_sink=sink, hasher=backend.hasher, clock=clock)
+    service = AuthnService(
+        backend, backend, audit_sink=sink, hasher=FAST_HASHER, clock=clock, account_tokens=backend
+    )
     session = new_session(clock)
     sink.broken = True
     with pytest.raises(AuditWriteError):
@@ -786,26 +794,22 @@ def test_no_signal_or_counter_when_audit_fails(
     assert service.counters.snapshot()["login_successes"] == 0
 
 
-def test_service_needs_attempt_store_and_sink() -> None:
-    class OnlyIdentities:
-        def find_user(self, tenant: str, identifier: str) -> None: ...
-
-    with pytest.raises(ConfigurationError, match="login store"):
-        AuthnService(OnlyIdentities(), OnlyIdentities())  # type: ignore[arg-type]
-    backend = InMemoryBackend(hasher=fast_hasher())
+def test_service_runs_on_one_login_store() -> None:
+    # What a store is is checked by the type checker (AuthnService takes LoginStores); at
+    # run time only the one-store rule is: three different stores would split a login.
+    backend = InMemoryBackend()
     with pytest.raises(ConfigurationError, match="one LoginStore"):
-        AuthnService(backend, InMemoryBackend(hasher=fast_hasher()))
+        AuthnService(backend, InMemoryBackend())
     hasher = fast_hasher()
-    service = AuthnService(backend, backend, hasher=hasher)
+    service = AuthnService(backend, backend, hasher=hasher, account_tokens=backend)
     assert service.hasher is hasher  # passed by the wiring, never read off the store
     assert service.store is service.attempt_store is backend and service.audit_sink is backend
     assert "correct" not in repr(service)
 
 
 def test_the_default_hasher_is_argon2id_of_its_own() -> None:
-    backend = InMemoryBackend(hasher=fast_hasher())
-    service = AuthnService(backend, backend)
-    assert service.hasher is not backend.hasher
+    backend = InMemoryBackend()
+    service = AuthnService(backend, backend, account_tokens=backend)
     assert service.hasher.parameters.memory_cost == 64 * 1024 and service.hasher.parameters.time_cost == 3
 
 

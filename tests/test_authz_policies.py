@@ -23,6 +23,7 @@ from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.settings import apply_defaults
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import login_test_client
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.authz import AUTHZ_KEY, authorize, authz_hooks, decide, is_authorized
 from flask_authflow.web.state import get_state
 
@@ -367,7 +368,7 @@ def _make_app(mock_clock: Any, hasher: Any, policies: Any) -> tuple[Flask, AuthF
         AUTHFLOW_AUTHZ_SCHEMA=SCHEMA,
     )
     authflow = AuthFlow(
-        backend=InMemoryBackend(hasher=hasher, clock=mock_clock),
+        backend=InMemoryBackend(clock=mock_clock),
         session_store=MemorySessionStore(clock=mock_clock),
         clock=mock_clock,
         hasher=hasher,
@@ -566,7 +567,7 @@ def test_stored_roles_are_the_principals_roles_without_a_roles_loader(
     app.config.update(
         TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), AUTHFLOW_AUTHZ_POLICIES=[policy]
     )
-    backend = InMemoryBackend(hasher=authflow_hasher, clock=mock_clock)
+    backend = InMemoryBackend(clock=mock_clock)
     AuthFlow(app, backend=backend, session_store=MemorySessionStore(clock=mock_clock), clock=mock_clock)
 
     @app.get("/edit")
@@ -574,7 +575,7 @@ def test_stored_roles_are_the_principals_roles_without_a_roles_loader(
     def edit() -> str:
         return "editing"
 
-    user = backend.create_user("default", "erin", "correct horse battery")
+    user = add_user(backend, "default", "erin", "correct horse battery")
     backend.create_role("default", "editor")
     client = login_test_client(app, "erin", password="correct horse battery")
     json_only = {"Accept": "application/json"}

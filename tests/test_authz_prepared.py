@@ -40,7 +40,7 @@ def _app(
         TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), AUTHFLOW_AUTHZ_POLICIES=policies
     )
     authflow = AuthFlow(
-        backend=InMemoryBackend(hasher=hasher, clock=mock_clock),
+        backend=InMemoryBackend(clock=mock_clock),
         session_store=MemorySessionStore(clock=mock_clock),
         clock=mock_clock,
         hasher=hasher,

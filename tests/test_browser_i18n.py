@@ -26,6 +26,7 @@ from flask_authflow import get_state
 from flask_authflow.clock import MockClock
 from flask_authflow.i18n import DOMAIN, TRANSLATIONS_DIRECTORY
 from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.testing.users import add_user
 from tests.appfactory import AppFactory
 from tests.test_browser import Page, browsers  # noqa: F401 - the Chromium fixture
 
@@ -96,8 +97,13 @@ def localized_site(
     backend = get_state(app).backend
     assert isinstance(backend, InMemoryBackend)
     for name in ("anna", "louis"):
-        backend.create_user(
-            "default", name, PASSWORD, email=f"{name}@example.org", email_verified_at=mock_clock.now()
+        add_user(
+            backend,
+            "default",
+            name,
+            PASSWORD,
+            email=f"{name}@example.org",
+            email_verified_at=mock_clock.now(),
         )
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

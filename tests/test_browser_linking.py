@@ -14,6 +14,7 @@ from werkzeug.serving import make_server
 
 from examples.reference.app import create_app
 from flask_authflow import get_state
+from flask_authflow.testing.users import add_user
 from tests.federation_support import ServedProvider
 from tests.test_browser import Page, browsers  # noqa: F401 - the browser fixture
 
@@ -81,7 +82,7 @@ def _serve(live: _LiveApp, op: Any, redirect_uri: str, tmp_path: Path) -> Iterat
         instance_path=str(tmp_path / "instance"),
     )
     with live.app.app_context():
-        user = get_state(live.app).backend.create_user("default", "carol", PASSWORD)
+        user = add_user(get_state(live.app).backend, "default", "carol", PASSWORD)
     live.thread.start()
     yield live.base, (live.app, user, op)
 

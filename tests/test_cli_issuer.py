@@ -28,7 +28,6 @@ from flask_authflow import get_state
 from flask_authflow.clock import SystemClock
 from flask_authflow.issuer import FileLocalIdpKeyStore, LocalIdp
 from flask_authflow.jose import JwksHandle, JwtVerifier, b64url_decode
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from tests.appfactory import AppFactory
@@ -59,7 +58,7 @@ def issuer_cli_app(app_factory: AppFactory) -> AppFactory:
     def make(**overrides: Any) -> Flask:
         adapters = {
             "clock": SystemClock(),
-            "backend": InMemoryBackend(hasher=PasswordHasher.fast_for_tests()),
+            "backend": InMemoryBackend(),
             "session_store": MemorySessionStore(),
         }
         return app_factory(**{**adapters, **overrides})

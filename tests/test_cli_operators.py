@@ -43,6 +43,7 @@ from flask_authflow.outcomes import (
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.testing.users import add_user as store_user
 from tests.appfactory import AppFactory
 from tests.parts import free_port
 
@@ -140,7 +141,7 @@ def assert_json_error(result: Result, code: str, *fragments: str, exit_code: int
 
 def add_user(app: Flask, name: str, tenant: str = "default", password: str = PASSWORD) -> UserRecord:
     with app.app_context():
-        return get_state(app).backend.create_user(tenant, name, password)
+        return store_user(get_state(app).backend, tenant, name, password)
 
 
 def find(app: Flask, name: str, tenant: str = "default") -> UserRecord | None:
@@ -341,13 +342,13 @@ def attempt_backend(
     request: pytest.FixtureRequest, tmp_path: Path, mock_clock: MockClock, authflow_hasher: PasswordHasher
 ) -> Iterator[Any]:
     if request.param == "memory":
-        yield InMemoryBackend(hasher=authflow_hasher, clock=mock_clock)
+        yield InMemoryBackend(clock=mock_clock)
         return
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'attempts.db'}"
     else:
         url = request.getfixturevalue("postgres_server").new_database()
-    backend = SqlAlchemyBackend(url, hasher=authflow_hasher, clock=mock_clock)
+    backend = SqlAlchemyBackend(url, clock=mock_clock)
     yield backend
     backend.close()
 
@@ -784,7 +785,7 @@ def test_replay_spool_errors(memory_app: Flask) -> None:
     spool.path.mkdir(parents=True)  # a directory where the spool file should be
     assert_error(run(memory_app, "audit", "replay-spool"), "Is a directory", str(spool.path))
     assert_json_error(run(memory_app, "audit", "replay-spool", "--json"), "os_error", str(spool.path))
-    get_state(memory_app).service.audit_fallback = None
+    get_state(memory_app).audit_spool = None
     assert_error(run(memory_app, "audit", "replay-spool"), "no audit spool file")
     assert_json_error(run(memory_app, "audit", "replay-spool", "--json"), "no_spool")
 
@@ -808,7 +809,7 @@ USER_COMMANDS = [
 
 def unreachable_app(app_factory: AppFactory, url: str) -> Flask:
     """An ``app_factory`` app whose backend is the SQL database at ``url`` (about to go away)."""
-    backend = SqlAlchemyBackend(url, hasher=PasswordHasher.fast_for_tests(), create_tables=False)
+    backend = SqlAlchemyBackend(url, create_tables=False)
     return app_factory(backend=backend, session_store=MemorySessionStore())
 
 

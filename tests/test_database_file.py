@@ -13,6 +13,7 @@ from flask_authflow.errors import ConfigurationError
 from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql import engine as engine_module
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.testing.users import add_user
 from tests.appfactory import base_app
 
 
@@ -33,7 +34,7 @@ def _default_database_is_private(tmp_path: Path) -> None:
     app = base_app(instance_path=tmp_path / "instance")
     AuthFlow(app, hasher=PasswordHasher.fast_for_tests())
     with app.app_context():
-        get_state(app).backend.create_user("default", "alice", "correct horse battery staple")
+        add_user(get_state(app).backend, "default", "alice", "correct horse battery staple")
     db = tmp_path / "instance" / "authflow.db"
     assert mode(db) == 0o600
     for sibling in (Path(f"{db}-wal"), Path(f"{db}-shm")):
@@ -48,7 +49,7 @@ def test_an_existing_world_readable_database_is_tightened(
     db = tmp_path / "old.db"
     db.write_bytes(b"")
     db.chmod(0o644)
-    backend = SqlAlchemyBackend(f"sqlite:///{db}", hasher=PasswordHasher.fast_for_tests())
+    backend = SqlAlchemyBackend(f"sqlite:///{db}")
     assert mode(db) == 0o600
     assert "tightened" in caplog.text
     backend.close()
@@ -61,7 +62,7 @@ def test_a_database_owned_by_someone_else_is_refused(tmp_path: Path, monkeypatch
     real_uid = os.geteuid()
     monkeypatch.setattr(engine_module.os, "geteuid", lambda: real_uid + 1)  # as if another user owned it
     with pytest.raises(ConfigurationError, match=rf"AUTHFLOW_DATABASE_URL: .*chmod 600 {db}"):
-        SqlAlchemyBackend(f"sqlite:///{db}", hasher=PasswordHasher.fast_for_tests())
+        SqlAlchemyBackend(f"sqlite:///{db}")
     assert mode(db) == 0o644  # untouched
 
 
@@ -85,4 +86,4 @@ def test_a_database_path_under_a_file_is_a_configuration_error(tmp_path: Path) -
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     with pytest.raises(ConfigurationError, match="AUTHFLOW_DATABASE_URL"):
-        SqlAlchemyBackend(f"sqlite:///{blocker / 'authflow.db'}", hasher=PasswordHasher.fast_for_tests())
+        SqlAlchemyBackend(f"sqlite:///{blocker / 'authflow.db'}")

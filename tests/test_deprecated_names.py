@@ -8,21 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.testing.users import add_user
 
 
 def test_unit_of_work_warns_and_still_commits_or_rolls_back(tmp_path: Path) -> None:
-    backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'a.db'}", hasher=PasswordHasher.fast_for_tests())
+    backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'a.db'}")
     try:
         with pytest.warns(DeprecationWarning, match=r"unit_of_work\(\).*begin_unit\(\)") as caught:
             with backend.unit_of_work():
-                backend.create_user("default", "alice", "plum tuesday kettle orbit 47")
+                add_user(backend, "default", "alice", "plum tuesday kettle orbit 47")
         assert caught[0].filename == __file__  # the warning points at the caller
         assert backend.find_user("default", "alice") is not None
         with pytest.warns(DeprecationWarning), pytest.raises(LookupError):
             with backend.unit_of_work():
-                backend.create_user("default", "bob", "plum tuesday kettle orbit 47")
+                add_user(backend, "default", "bob", "plum tuesday kettle orbit 47")
                 raise LookupError("the block fails")
         assert backend.find_user("default", "bob") is None
     finally:

@@ -12,6 +12,7 @@ from flask.testing import FlaskClient
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.testing.pytest_plugin import Outbox
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory, HtmlOutbox
 from tests.test_views import PASSWORD, FixedCode, Site, csrf_of, login, make_site
@@ -311,7 +312,7 @@ def test_a_new_device_is_mailed_when_the_app_opted_in(app_factory: AppFactory) -
     site = make_site(app_factory, AUTHFLOW_DEVICE_NEW_DEVICE_MAIL=True)
     outbox = Outbox()
     get_state(site.app).mail_sender = outbox
-    site.backend.create_user("default", "carol", "carols long passphrase", email="carol@example.com")
+    add_user(site.backend, "default", "carol", "carols long passphrase", email="carol@example.com")
     site.authflow.device_place(lambda request: request.headers.get("X-City"))
     client = site.client(FIREFOX)
     client.environ_base["HTTP_X_CITY"] = "Berlin, DE"
@@ -337,7 +338,7 @@ def test_a_new_device_is_mailed_when_the_app_opted_in(app_factory: AppFactory) -
 def test_no_mail_without_the_opt_in(site: Site) -> None:
     outbox = Outbox()
     get_state(site.app).mail_sender = outbox
-    site.backend.create_user("default", "carol", "carols long passphrase", email="carol@example.com")
+    add_user(site.backend, "default", "carol", "carols long passphrase", email="carol@example.com")
     login(site.client(FIREFOX), username="carol", password="carols long passphrase")
     assert outbox.messages == []
     assert [r.status for r in rows(site, "device_sign_in")] == ["new"]
@@ -358,7 +359,7 @@ def test_the_new_device_mail_has_an_html_part_when_the_sender_takes_one(app_fact
     site = make_site(app_factory, AUTHFLOW_DEVICE_NEW_DEVICE_MAIL=True)
     outbox = HtmlOutbox()
     get_state(site.app).mail_sender = outbox
-    site.backend.create_user("default", "carol", "carols long passphrase", email="carol@example.com")
+    add_user(site.backend, "default", "carol", "carols long passphrase", email="carol@example.com")
     site.authflow.device_place(lambda request: "<b>Berlin</b>")
     login(site.client(FIREFOX), username="carol", password="carols long passphrase")
     [message] = outbox.messages

@@ -19,6 +19,7 @@ import pytest
 from flask import Flask
 
 from examples.reference.app import create_app
+from flask_authflow.testing.users import add_user
 from tests import doc_examples
 from tests.doc_examples import (
     PASSWORD,
@@ -455,7 +456,7 @@ def test_readme_tour_curl_steps(tmp_path: Path) -> None:
     assert create.marker is None  # the harness runs the create-user step itself
     app = create_app(instance_path=str(tmp_path / "instance"))  # as served: the development key
     with app.app_context():
-        app.extensions["authflow"].backend.create_user("default", "alice", PASSWORD)
+        add_user(app.extensions["authflow"].backend, "default", "alice", PASSWORD)
     curl_client = _Curl(app)
     commands = parse_console(curl)
     assert [command.text.split()[0] for command in commands] == ["curl", "curl", "cp", "curl", "curl"]

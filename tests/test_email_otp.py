@@ -56,8 +56,9 @@ from flask_authflow.outcomes import (
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.testing import Outbox
+from flask_authflow.testing.users import add_user
 from tests.appfactory import HtmlOutbox
-from tests.authn_support import CTX, fast_hasher, new_session
+from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.smtp_server import SmtpTestServer, smtp_server  # noqa: F401 - the real SMTP server fixture
 
 Store = InMemoryBackend | SqlAlchemyBackend
@@ -159,12 +160,18 @@ def make_env(
     holder: list[MailSender | None] = [outbox]
     factor = EmailOtpFactor(sealer, lambda: holder[0], site_name=SITE, **factor_options)
     service = AuthnService(
-        backend, backend, audit_sink=audit, hasher=backend.hasher, clock=clock, lockout=lockout
+        backend,
+        backend,
+        audit_sink=audit,
+        hasher=FAST_HASHER,
+        clock=clock,
+        lockout=lockout,
+        account_tokens=backend,
     )
     service.register_factor(factor)
     service.register_factor(TotpFactor(sealer))
     service.site_name = SITE
-    user = backend.create_user("acme", "alice", PASSWORD)
+    user = add_user(backend, "acme", "alice", PASSWORD)
     return Env(service, backend, clock, outbox, audit, sealer, factor, user.user_id, holder)
 
 
@@ -176,9 +183,9 @@ def clock() -> MockClock:
 @pytest.fixture(params=["memory", "sqlite"])
 def backend(request: pytest.FixtureRequest, clock: MockClock, tmp_path: Path) -> Iterator[Store]:
     if request.param == "memory":
-        yield InMemoryBackend(hasher=fast_hasher(), clock=clock)
+        yield InMemoryBackend(clock=clock)
         return
-    store = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'authflow.db'}", hasher=fast_hasher(), clock=clock)
+    store = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'authflow.db'}", clock=clock)
     yield store
     store.close()
 
@@ -190,7 +197,7 @@ def env(backend: Store, clock: MockClock) -> Env:
 
 @pytest.fixture
 def memory_env(clock: MockClock) -> Env:
-    return make_env(InMemoryBackend(hasher=fast_hasher(), clock=clock), clock)
+    return make_env(InMemoryBackend(clock=clock), clock)
 
 
 @pytest.fixture
@@ -434,7 +441,7 @@ def test_resends_are_limited_per_login_and_each_replaces_the_last(env: Env) -> N
 
 
 def test_exhausted_tries_do_not_reset_the_send_count(clock: MockClock) -> None:
-    env = make_env(InMemoryBackend(hasher=fast_hasher(), clock=clock), clock, max_tries=1, max_sends=2)
+    env = make_env(InMemoryBackend(clock=clock), clock, max_tries=1, max_sends=2)
     env.enroll_email()
     session, _ = env.begin()
     code = env.last_code()
@@ -469,7 +476,7 @@ def test_no_sender_is_a_configuration_error_naming_the_key(memory_env: Env) -> N
         env.handle.challenge(EMAIL, session)
     assert SLOT not in (session.record.flow or {})
     # on entry (the step's only kind) the error is the challenge's answer
-    other = make_env(InMemoryBackend(hasher=fast_hasher(), clock=env.clock), env.clock)
+    other = make_env(InMemoryBackend(clock=env.clock), env.clock)
     other.enroll_email()
     other.sender[0] = None
     _, outcome = other.begin()
@@ -601,7 +608,7 @@ def test_enrollment_code_is_bound_to_its_pending_factor(memory_env: Env) -> None
 
 
 def test_enrollment_sends_are_limited(clock: MockClock) -> None:
-    env = make_env(InMemoryBackend(hasher=fast_hasher(), clock=clock), clock, max_sends=2)
+    env = make_env(InMemoryBackend(clock=clock), clock, max_sends=2)
     session = logged_in(env)
     env.handle.begin_enrollment(session, EMAIL, {"address": "one@example.com"})
     env.handle.begin_enrollment(session, EMAIL, {"address": "two@example.com"})
@@ -803,7 +810,7 @@ def test_a_code_mail_has_an_html_part_from_the_overridable_template(clock: MockC
 
     app = Flask(__name__, root_path=str(Path(__file__).parent))
     app.jinja_loader = ChoiceLoader([PackageLoader("flask_authflow.web", "templates")])
-    env = make_env(InMemoryBackend(hasher=fast_hasher(), clock=clock), clock, html_body=code_mail_html)
+    env = make_env(InMemoryBackend(clock=clock), clock, html_body=code_mail_html)
     html_outbox = HtmlOutbox()
     env.sender[0] = html_outbox
     env.enroll_email()

@@ -15,6 +15,7 @@ from flask_authflow.errors import AuthFlowError, ConfigurationError, InvalidInpu
 from flask_authflow.responses import SERVER_ERROR_MESSAGE
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.testing.users import add_user
 from flask_authflow.web import loopback
 from tests.appfactory import base_app
 
@@ -35,7 +36,7 @@ def test_direct_and_factory_forms_both_install_state(tmp_path, authflow_hasher) 
 
 def test_second_init_app_is_refused(authflow_hasher) -> None:
     app = base_app(AUTHFLOW_SESSION_STORE="memory")
-    ext = AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    ext = AuthFlow(app, backend=InMemoryBackend(), hasher=authflow_hasher)
     with pytest.raises(RuntimeError, match="already initialised"):
         ext.init_app(app)
     with pytest.raises(RuntimeError, match="already initialised"):
@@ -52,7 +53,7 @@ def test_default_database_is_sqlite_in_instance_folder(tmp_path, authflow_hasher
     app = base_app(instance_path=tmp_path / "instance")
     AuthFlow(app, hasher=authflow_hasher)
     with app.app_context():
-        get_state(app).backend.create_user("default", "alice", "correct horse battery")
+        add_user(get_state(app).backend, "default", "alice", "correct horse battery")
     assert (tmp_path / "instance" / "authflow.db").exists()
 
 
@@ -136,7 +137,7 @@ def test_insecure_loopback_mode_refuses_non_loopback_peers(authflow_hasher) -> N
         AUTHFLOW_ALLOW_INSECURE_LOOPBACK=True,
         AUTHFLOW_SESSION_STORE="memory",
     )
-    AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    AuthFlow(app, backend=InMemoryBackend(), hasher=authflow_hasher)
 
     @app.get("/")
     def index() -> str:
@@ -193,7 +194,7 @@ def test_every_error_class_has_code_and_status() -> None:
 @pytest.mark.authflow_stores("app")  # the session store the setting names, not the plugin's
 def test_memory_store_option(authflow_hasher) -> None:
     app = base_app(AUTHFLOW_SESSION_STORE="memory")
-    AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    AuthFlow(app, backend=InMemoryBackend(), hasher=authflow_hasher)
     assert isinstance(get_state(app).session_store, MemorySessionStore)
 
 
@@ -220,7 +221,7 @@ def test_store_outage_on_save_is_503_and_keeps_nothing(authflow_hasher, mock_clo
     app = base_app()
     AuthFlow(
         app,
-        backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
+        backend=InMemoryBackend(clock=mock_clock),
         session_store=store,
         clock=mock_clock,
         hasher=authflow_hasher,
@@ -252,7 +253,7 @@ def test_logout_during_outage_fails_closed(authflow_hasher, mock_clock) -> None:
     app = base_app()
     authflow = AuthFlow(
         app,
-        backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
+        backend=InMemoryBackend(clock=mock_clock),
         session_store=store,
         clock=mock_clock,
         hasher=authflow_hasher,
@@ -324,7 +325,7 @@ def test_a_provider_registered_in_code_without_its_packages_fails_at_registratio
     monkeypatch: pytest.MonkeyPatch, authflow_hasher
 ) -> None:
     app = base_app(AUTHFLOW_SESSION_STORE="memory")
-    ext = AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    ext = AuthFlow(app, backend=InMemoryBackend(), hasher=authflow_hasher)
     monkeypatch.setitem(sys.modules, "authlib", None)
     with pytest.raises(ConfigurationError, match=re.escape("flask-authflow[oidc]")):
         ext.register_provider("corp", PROVIDER_ENTRY)
@@ -337,7 +338,7 @@ def test_settings_without_optional_packages_need_none(
     for _extra, module, _config in NEEDS_AN_EXTRA:
         monkeypatch.setitem(sys.modules, module, None)
     app = base_app(AUTHFLOW_SESSION_STORE="memory")
-    AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    AuthFlow(app, backend=InMemoryBackend(), hasher=authflow_hasher)
     assert get_state(app).federation is None
 
 
@@ -351,22 +352,22 @@ def test_init_app_arguments_win_over_the_constructors_adapters(authflow_hasher, 
     ext = AuthFlow(hasher=authflow_hasher, clock=mock_clock)
     assert ext.adapters.clock is mock_clock and ext.adapters.backend is None
     shared = base_app(AUTHFLOW_SESSION_STORE="memory")
-    ext.init_app(shared, backend=InMemoryBackend(hasher=authflow_hasher))
+    ext.init_app(shared, backend=InMemoryBackend())
     own_clock = MockClock()
     own = base_app(AUTHFLOW_SESSION_STORE="memory")
-    ext.init_app(own, clock=own_clock, backend=InMemoryBackend(hasher=authflow_hasher))
+    ext.init_app(own, clock=own_clock, backend=InMemoryBackend())
     assert get_state(shared).clock is mock_clock
     assert get_state(own).clock is own_clock
     assert get_state(shared).hasher is get_state(own).hasher is authflow_hasher
     plain = base_app(AUTHFLOW_SESSION_STORE="memory")
-    AuthFlow(plain, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    AuthFlow(plain, backend=InMemoryBackend(), hasher=authflow_hasher)
     assert isinstance(get_state(plain).clock, SystemClock)  # nothing else supplies a clock
 
 
 @pytest.mark.authflow_stores("app")  # the plugin would point the spool away from the folder
 def test_a_given_backend_leaves_the_instance_folder_alone(tmp_path, authflow_hasher) -> None:
     app = base_app(instance_path=tmp_path / "instance", AUTHFLOW_SESSION_STORE="memory")
-    AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    AuthFlow(app, backend=InMemoryBackend(), hasher=authflow_hasher)
     assert not (tmp_path / "instance").exists()  # no database file nor spool was made for nothing
 
 
@@ -380,7 +381,7 @@ def test_the_login_service_is_built_from_the_settings(authflow_hasher) -> None:
         AUTHFLOW_LOCKOUT_MAX_FAILURES="3",
         AUTHFLOW_PASSWORD_MIN_LENGTH=20,
     )
-    AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    AuthFlow(app, backend=InMemoryBackend(), hasher=authflow_hasher)
     state = get_state(app)
     assert state.service.freshness == timedelta(minutes=3)
     assert state.service.site_name == "Acme"
@@ -399,7 +400,7 @@ def test_smtp_settings_are_parsed_once_into_the_sender(authflow_hasher) -> None:
         AUTHFLOW_SMTP_FROM="no-reply@example.com",
         AUTHFLOW_SMTP_PORT="2525",
     )
-    AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    AuthFlow(app, backend=InMemoryBackend(), hasher=authflow_hasher)
     state = get_state(app)
     assert isinstance(state.mail_sender, SmtpSender)
     assert state.mail_sender.settings is state.config.mail
@@ -409,7 +410,7 @@ def test_smtp_settings_are_parsed_once_into_the_sender(authflow_hasher) -> None:
 def test_a_refused_setting_leaves_the_app_untouched(authflow_hasher) -> None:
     app = base_app(AUTHFLOW_SESSION_STORE="memory", AUTHFLOW_SMTP_HOST="smtp.example.com")  # no FROM
     with pytest.raises(ConfigurationError, match="AUTHFLOW_SMTP_FROM is not set"):
-        AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+        AuthFlow(app, backend=InMemoryBackend(), hasher=authflow_hasher)
     assert "authflow" not in app.extensions
     assert "authflow" not in app.cli.commands
 
@@ -474,7 +475,7 @@ def corp_factory(tenant: str | None) -> dict[str, str]:
 
 def test_a_provider_registered_after_the_first_request_is_refused(authflow_hasher) -> None:
     app = base_app(AUTHFLOW_SESSION_STORE="memory")
-    ext = AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    ext = AuthFlow(app, backend=InMemoryBackend(), hasher=authflow_hasher)
     app.test_client().get("/")
     with pytest.raises(RuntimeError, match="register_provider after the app served requests"):
         ext.register_provider("corp", corp_factory)
@@ -484,7 +485,7 @@ def test_a_provider_registered_after_the_first_request_is_refused(authflow_hashe
 
 def test_a_provider_registered_before_the_first_request_installs_federation(authflow_hasher) -> None:
     app = base_app(AUTHFLOW_SESSION_STORE="memory")
-    ext = AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+    ext = AuthFlow(app, backend=InMemoryBackend(), hasher=authflow_hasher)
     ext.register_provider("corp", corp_factory)
     assert get_state(app).federation is not None
     assert "authflow_oauth" in app.blueprints

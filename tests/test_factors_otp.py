@@ -32,7 +32,8 @@ from flask_authflow.outcomes import (
 )
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from tests.authn_support import CTX, fast_hasher, new_session
+from flask_authflow.testing.users import add_user
+from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.parts import child_processes
 
 PASSWORD = "correct horse"
@@ -54,7 +55,7 @@ class Env:
         self.backend = backend
         self.clock = clock
         self.sealer = sealer or FactorSealer.from_key(KEY)
-        self.service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
+        self.service = AuthnService(backend, backend, hasher=FAST_HASHER, clock=clock, account_tokens=backend)
         for factor in (TotpFactor(self.sealer), HotpFactor(self.sealer), RecoveryCodeFactor(self.sealer)):
             self.service.register_factor(factor)
         self.handle = self.service.with_audit_context(CTX)
@@ -102,11 +103,12 @@ class Env:
 
 def _backend(kind: str, tmp_path: Path, clock: MockClock, url: str | None = None) -> Any:
     if kind == "memory":
-        backend: Any = InMemoryBackend(hasher=fast_hasher(), clock=clock)
+        backend: Any = InMemoryBackend(clock=clock)
     else:
         url = url or f"sqlite:///{tmp_path / 'otp.db'}"
-        backend = SqlAlchemyBackend(url, hasher=fast_hasher(), clock=clock)
-    backend.with_user_password("alice", "acme", PASSWORD).with_user_password("bob", "acme", "hunter2 hunter2")
+        backend = SqlAlchemyBackend(url, clock=clock)
+    add_user(backend, "acme", "alice", PASSWORD)
+    add_user(backend, "acme", "bob", "hunter2 hunter2")
     return backend
 
 
@@ -541,7 +543,7 @@ def _submitter(url: str, kind: str, value: str, at: datetime, barrier: Any, out:
     """One worker process: its own service on the shared database, a login up to the second
     step, then (all processes at once) the same code."""
     clock = MockClock(at)
-    backend = SqlAlchemyBackend(url, hasher=fast_hasher(), clock=clock)
+    backend = SqlAlchemyBackend(url, clock=clock)
     env = Env(backend, clock)
     session = new_session(clock)
     env.password(session)
@@ -588,7 +590,7 @@ def test_one_recovery_code_from_several_processes_one_wins(postgres_server: Any,
     url = env.backend.engine.url.render_as_string(hide_password=False)
     env.backend.close()  # the workers alone use the database during the race
     results = _race_processes(url, RECOVERY, codes[2], clock.now())
-    after = SqlAlchemyBackend(url, hasher=fast_hasher(), clock=clock)
+    after = SqlAlchemyBackend(url, clock=clock)
     try:
         stored = next(f for f in after.list_factors("acme", env.user_id) if f.kind is RECOVERY)
     finally:

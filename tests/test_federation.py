@@ -31,6 +31,7 @@ from flask_authflow.federation.http import RequestsHttpClient
 from flask_authflow.federation.login import FederatedIdentity
 from flask_authflow.federation.provider import OAuthProviderConfig
 from flask_authflow.testing.provider import BACKCHANNEL_LOGOUT_EVENT
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.views import csrf_token
 from tests.appfactory import base_app
 from tests.federation_support import (
@@ -104,7 +105,7 @@ def test_next_is_kept_and_only_same_site(fed: FederatedApp) -> None:
 
 def test_claims_mapper_decides_the_user(fed: FederatedApp) -> None:
     seen: list[FederatedIdentity] = []
-    admin = fed.backend.create_user("default", "root", None)
+    admin = fed.backend.create_user("default", "root")
 
     @fed.authflow.claims_mapper
     def mapper(identity: FederatedIdentity) -> str | None:
@@ -128,7 +129,8 @@ def test_claims_mapper_refusal_is_user_not_linked(fed: FederatedApp) -> None:
 def test_never_links_by_an_unverified_email(oidc_provider, mock_clock, authflow_hasher) -> None:
     oidc_provider.login_as("mallory-sub", email="alice@example.com", email_verified=False)
     fed = federated_app(oidc_provider, mock_clock, authflow_hasher, link_by_email=True)
-    alice = fed.backend.create_user(
+    alice = add_user(
+        fed.backend,
         "default",
         "alice",
         "a long enough password here",
@@ -144,7 +146,8 @@ def test_never_links_by_an_unverified_email(oidc_provider, mock_clock, authflow_
 def test_links_by_a_verified_email_only_when_allowed(oidc_provider, mock_clock, authflow_hasher) -> None:
     oidc_provider.login_as("alice-sub", email="alice@example.com", email_verified=True)
     fed = federated_app(oidc_provider, mock_clock, authflow_hasher, link_by_email=True)
-    alice = fed.backend.create_user(
+    alice = add_user(
+        fed.backend,
         "default",
         "alice",
         "a long enough password here",
@@ -414,10 +417,9 @@ def test_oauth_providers_from_the_environment(monkeypatch, oidc_provider) -> Non
 
 
 def _memory_backend() -> Any:
-    from flask_authflow.login.password import PasswordHasher
     from flask_authflow.storage.memory import InMemoryBackend
 
-    return InMemoryBackend(hasher=PasswordHasher.fast_for_tests())
+    return InMemoryBackend()
 
 
 # --- back-channel logout ---------------------------------------------------------------------------
@@ -444,7 +446,7 @@ def test_backchannel_logout_by_sub_ends_the_linked_users_sessions(fed: Federated
 
 
 def test_backchannel_sub_is_never_a_local_user_id(fed: FederatedApp) -> None:
-    victim = fed.backend.create_user("default", "victim", "a long enough password here")
+    victim = add_user(fed.backend, "default", "victim", "a long enough password here")
     from flask_authflow.testing import login_test_client
 
     victim_client = login_test_client(fed.app, "victim", password="a long enough password here")

@@ -450,7 +450,7 @@ def test_email_linking_compares_case_insensitively(
     op.login_as("provider-sub", email=email, email_verified=True)
     fed = federated_app(op, mock_clock, authflow_hasher, link_by_email=True)
     alice = fed.backend.create_user(
-        "default", "alice", None, email="alice@example.com", email_verified_at=mock_clock.now()
+        "default", "alice", email="alice@example.com", email_verified_at=mock_clock.now()
     )
     assert fed.sign_in(fed.client()).status_code == 302
     link = fed.backend.find_link(op.issuer, "provider-sub")

@@ -25,6 +25,7 @@ from flask_authflow.federation.http import RequestsHttpClient
 from flask_authflow.federation.login import FederatedIdentity
 from flask_authflow.testing.provider import TestOpenIDProvider
 from flask_authflow.testing.pytest_plugin import Outbox
+from flask_authflow.testing.users import add_user
 from tests.appfactory import AppFactory
 from tests.federation_support import CLIENT_ID, CLIENT_SECRET, PROVIDER, REDIRECT_URI, FederatedApp
 
@@ -173,8 +174,8 @@ def test_without_link_by_email_her_own_account_does_not_link(
 
 def test_an_identifier_that_is_the_victims_address_is_never_a_link_target(world: World) -> None:
     # The attack of the review: a username that is her address, and his own address verified.
-    attacker = world.backend.create_user(
-        "default", VICTIM, PASSWORD, email=ATTACKER, email_verified_at=world.fed.clock.now()
+    attacker = add_user(
+        world.backend, "default", VICTIM, PASSWORD, email=ATTACKER, email_verified_at=world.fed.clock.now()
     )
     assert_not_in(world, attacker, world.victim_signs_in())
     # His password still opens his account only: nothing of hers is in it.
@@ -222,7 +223,7 @@ def test_an_unverified_address_with_a_provisioning_hook_runs_the_hook(
     app_factory: AppFactory, tmp_path: Path, oidc_provider: TestOpenIDProvider
 ) -> None:
     world = build(app_factory, tmp_path, "memory", oidc_provider)
-    squatter = world.backend.create_user("default", "mallory", PASSWORD, email=VICTIM)
+    squatter = add_user(world.backend, "default", "mallory", PASSWORD, email=VICTIM)
     seen: list[FederatedIdentity] = []
 
     @world.fed.authflow.provision_user
@@ -255,7 +256,7 @@ def test_an_address_in_another_case_is_the_same_address(world: World) -> None:
 
 
 def test_an_unverified_address_in_another_case_is_no_link_target(world: World) -> None:
-    squatter = world.backend.create_user("default", "mallory", PASSWORD, email="VICTIM@gmail.example")
+    squatter = add_user(world.backend, "default", "mallory", PASSWORD, email="VICTIM@gmail.example")
     assert squatter.email == VICTIM  # stored in lower case
     assert_not_in(world, squatter, world.victim_signs_in())
 

@@ -16,6 +16,7 @@ from flask_authflow.core.identifiers import normalise_identifier, provider_ident
 from flask_authflow.errors import InvalidInput
 from flask_authflow.federation.http import RequestsHttpClient
 from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.views import csrf_token
 from tests.federation_support import PROVIDER, REDIRECT_URI, FederatedApp, federated_app
 
@@ -45,7 +46,7 @@ def _add_routes(app: Flask, authflow: AuthFlow) -> None:
 
 def _bob(fed: FederatedApp, client: FlaskClient) -> str:
     """Bob has a password account and is signed in with it; returns his user id."""
-    user = fed.backend.create_user("default", "bob@example.com", PASSWORD)
+    user = add_user(fed.backend, "default", "bob@example.com", PASSWORD)
     assert client.post("/signin").text == "Authenticated"
     return user.user_id
 
@@ -261,7 +262,7 @@ def test_provision_user_creates_the_user_of_a_first_sign_in(fed: FederatedApp) -
     @fed.authflow.provision_user
     def provision(identity: Any, tenant: str) -> str:
         seen.append((identity.subject, tenant))
-        return fed.backend.create_user(tenant, identity.local_identifier, None).user_id
+        return fed.backend.create_user(tenant, identity.local_identifier).user_id
 
     client = fed.client()
     assert fed.sign_in(client).status_code == 302

@@ -58,7 +58,7 @@ class PresetApp:
             AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
             AUTHFLOW_OAUTH_PROVIDERS={name: entry},
         )
-        self.backend = InMemoryBackend(hasher=hasher, clock=clock)
+        self.backend = InMemoryBackend(clock=clock)
         self.authflow = AuthFlow(
             self.app,
             backend=self.backend,
@@ -356,7 +356,7 @@ def test_a_missing_preset_setting_is_named_at_init_app(authflow_hasher, name, va
     app = Flask("missing")
     app.config.update(AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), AUTHFLOW_OAUTH_PROVIDERS={name: entry})
     with pytest.raises(ConfigurationError, match=f"missing {missing}"):
-        AuthFlow(app, backend=InMemoryBackend(hasher=authflow_hasher), hasher=authflow_hasher)
+        AuthFlow(app, backend=InMemoryBackend(), hasher=authflow_hasher)
 
 
 @pytest.mark.parametrize(
@@ -630,7 +630,7 @@ def github_app(clock: MockClock, hasher: Any, gh: GitHubEmulation, **values: Any
         AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32),
         AUTHFLOW_OAUTH_PROVIDERS={"github": settings("github", **values)},
     )
-    fed.backend = InMemoryBackend(hasher=hasher, clock=clock)
+    fed.backend = InMemoryBackend(clock=clock)
     fed.authflow = AuthFlow(
         fed.app,
         backend=fed.backend,

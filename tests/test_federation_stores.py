@@ -18,8 +18,8 @@ ISSUER = "https://op.test"
 
 def test_links_round_trip_and_are_replaced(database_url: str) -> None:
     backend = SqlAlchemyBackend(database_url, clock=MockClock())
-    user = backend.create_user("default", "alice", None)
-    other = backend.create_user("default", "bob", None)
+    user = backend.create_user("default", "alice")
+    other = backend.create_user("default", "bob")
     assert backend.find_link(ISSUER, "sub-1") is None
     backend.link_identity(ISSUER, "sub-1", "default", user.user_id)
     assert backend.find_link(ISSUER, "sub-1").user_id == user.user_id  # type: ignore[union-attr]

@@ -41,6 +41,7 @@ from flask_authflow.errors import (
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing import login_test_client
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
+from flask_authflow.testing.users import add_user
 from tests.appfactory import AppFactory
 
 
@@ -141,7 +142,7 @@ def test_loader_returning_none_means_anonymous_and_denied(app_factory) -> None:
 
 def test_anonymous_while_a_login_waits_for_a_factor(app_factory) -> None:
     app, authflow, backend = site(app_factory)
-    user = backend.create_user("default", "alice", "a long enough password")
+    user = add_user(backend, "default", "alice", "a long enough password")
     backend.enroll_factor("default", user.user_id, FactorKind.TOTP, "secret")
 
     @app.post("/start")
@@ -185,7 +186,7 @@ def test_anonymous_user_answers_like_flask_login() -> None:
 
 def test_login_user_goes_through_the_state_machine(app_factory) -> None:
     app, authflow, backend = site(app_factory)
-    user = backend.create_user("default", "alice", None)
+    user = backend.create_user("default", "alice")
     received: list[dict[str, Any]] = []
 
     def on_login(sender: Any, **kwargs: Any) -> None:
@@ -225,7 +226,7 @@ def test_login_user_goes_through_the_state_machine(app_factory) -> None:
 
 def test_login_user_refuses_disabled_and_unknown_users(app_factory) -> None:
     app, authflow, backend = site(app_factory)
-    user = backend.create_user("default", "alice", None)
+    user = backend.create_user("default", "alice")
     backend.set_disabled("default", "alice", True)
 
     @app.post("/login/<user_id>")
@@ -246,7 +247,7 @@ def test_login_user_refuses_disabled_and_unknown_users(app_factory) -> None:
 
 def test_login_user_never_skips_enrolled_factors_unless_asked(app_factory) -> None:
     app, authflow, backend = site(app_factory)
-    user = backend.create_user("default", "alice", "a long enough password")
+    user = add_user(backend, "default", "alice", "a long enough password")
     backend.enroll_factor("default", user.user_id, FactorKind.TOTP, "secret")
 
     @app.post("/login")
@@ -269,7 +270,7 @@ def test_login_user_never_skips_enrolled_factors_unless_asked(app_factory) -> No
 
 def test_login_user_ends_another_users_login_first(app_factory) -> None:
     app, authflow, backend = site(app_factory)
-    bob = backend.create_user("default", "bob", None)
+    bob = backend.create_user("default", "bob")
 
     @app.post("/as-bob")
     def as_bob() -> str:
@@ -285,7 +286,7 @@ def test_login_user_ends_another_users_login_first(app_factory) -> None:
 @pytest.mark.parametrize("method", ["", "Magic Link", "x" * 33, "sign\nup", "ok;drop"])
 def test_login_user_refuses_a_bad_method_label(app_factory, method: str) -> None:
     app, authflow, backend = site(app_factory)
-    user = backend.create_user("default", "alice", None)
+    user = backend.create_user("default", "alice")
     with app.test_request_context(), pytest.raises(InvalidInput):
         authflow.login.user(user.user_id, method=method)
 
@@ -492,7 +493,7 @@ def test_flask_sqlalchemy_model_integration_without_app_context(tmp_path: Path, 
         id = db.Column(db.String(64), primary_key=True)
         display_name = db.Column(db.String(100))
 
-    backend = SqlAlchemyBackend(db, hasher=authflow_hasher)  # module level: no app context
+    backend = SqlAlchemyBackend(db)  # module level: no app context
     assert {"authflow_users", "authflow_sessions", "authflow_audit"} <= set(db.metadata.tables)
     authflow = AuthFlow(backend=backend, hasher=authflow_hasher)
 
@@ -518,7 +519,7 @@ def test_flask_sqlalchemy_model_integration_without_app_context(tmp_path: Path, 
 
     with app.app_context():
         db.create_all()
-        user = get_state(app).backend.create_user("default", "alice", "a long enough password")
+        user = add_user(get_state(app).backend, "default", "alice", "a long enough password")
         db.session.add(User(id=user.user_id, display_name="Alice Liddell"))
         db.session.commit()
         assert get_state(app).backend.engine is db.engine
@@ -535,7 +536,7 @@ def test_flask_sqlalchemy_backend_needs_db_init_app_first(tmp_path: Path, authfl
     from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 
     db = SQLAlchemy()
-    backend = SqlAlchemyBackend(db, hasher=authflow_hasher)
+    backend = SqlAlchemyBackend(db)
     with pytest.raises(ConfigurationError, match="not bound"):
         _ = backend.engine  # the import-time object itself is never bound
     app = Flask(__name__, instance_path=str(tmp_path / "instance"))
@@ -565,7 +566,7 @@ def test_one_import_time_backend_serves_every_app_of_a_factory(tmp_path: Path, a
         return app
 
     first, second = create_app("first"), create_app("second")
-    get_state(first).backend.create_user("default", "alice", "a long enough password")
+    add_user(get_state(first).backend, "default", "alice", "a long enough password")
     assert get_state(first).backend.find_user("default", "alice") is not None
     assert get_state(second).backend.find_user("default", "alice") is None  # its own database
     with first.app_context():

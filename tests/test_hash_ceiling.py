@@ -15,6 +15,7 @@ from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import FactorCredential, InvalidCredential
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.state import get_state
 from tests.appfactory import base_app
 from tests.authn_support import CTX, new_session
@@ -76,11 +77,11 @@ def test_ceilings_are_configurable_and_checked_against_the_cost() -> None:
 def test_login_against_a_planted_hash_is_an_audited_invalid_credential() -> None:
     clock = MockClock()
     hasher = Counting()
-    backend = InMemoryBackend(hasher=hasher, clock=clock)
-    user = backend.create_user("acme", "alice", PASSWORD)
+    backend = InMemoryBackend(clock=clock)
+    user = add_user(backend, "acme", "alice", PASSWORD, hasher=hasher)
     backend.set_password_hash("acme", user.user_id, planted(hasher, memory_cost=8 * 1024 * 1024))
     hasher.computed = 0
-    service = AuthnService(backend, backend, hasher=hasher, clock=clock)
+    service = AuthnService(backend, backend, hasher=hasher, clock=clock, account_tokens=backend)
     session = new_session(clock)
     handle = service.with_audit_context(CTX)
     handle.begin_login("alice", "acme", session)

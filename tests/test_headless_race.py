@@ -19,6 +19,7 @@ from flask import Flask
 
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.storage.sql.migrations import upgrade
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.headless import CLIENT_HEADER, TOKEN_HEADER
 from flask_authflow.web.state import get_state
 from tests.appfactory import make_app
@@ -48,7 +49,7 @@ def race_app(url: str, key: bytes, instance: str) -> Flask:
 
 def authenticating_token(app: Flask) -> str:
     state = get_state(app)
-    user = state.backend.create_user("default", "alice", PASSWORD)
+    user = add_user(state.backend, "default", "alice", PASSWORD)
     state.backend.enroll_factor("default", user.user_id, FactorKind.TOTP, "seed")
     api = ApiClient(app, "app", user_agent=AGENT)
     assert (

@@ -28,7 +28,6 @@ from flask_authflow.core.crypto import SessionCrypto
 from flask_authflow.core.ports import SessionStore
 from flask_authflow.core.session import SessionRecord, new_guest_record, pass_factor, start_login
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql import audit as audit_module
@@ -266,7 +265,7 @@ def test_purge_audit_deletes_rows_before_the_cutoff_in_batches(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = MockClock()
-    backend = SqlAlchemyBackend(database_url, hasher=PasswordHasher.fast_for_tests(), clock=clock)
+    backend = SqlAlchemyBackend(database_url, clock=clock)
     monkeypatch.setattr(audit_module, "AUDIT_PURGE_BATCH", 2)
     try:
         for day in range(5):

@@ -36,6 +36,7 @@ from flask_authflow.i18n import (
 from flask_authflow.mfa.email_otp import EmailOtpFactor
 from flask_authflow.mfa.sealing import FactorSealer
 from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.testing.users import add_user
 from tests.appfactory import AppFactory
 
 flask_babel = pytest.importorskip("flask_babel", reason="Flask-Babel is in the [babel] and [dev] extras")
@@ -52,7 +53,7 @@ def make(app_factory: AppFactory, *, babel: bool = True, **babel_options: Any) -
         flask_babel.Babel(app, **babel_options)
     backend = get_state(app).backend
     assert isinstance(backend, InMemoryBackend)
-    backend.create_user("default", "alice", PASSWORD)
+    add_user(backend, "default", "alice", PASSWORD)
     return app
 
 
@@ -259,7 +260,7 @@ def test_values_put_into_translated_markup_are_escaped(app_factory: AppFactory) 
     app = make(app_factory)
     backend = get_state(app).backend
     assert isinstance(backend, InMemoryBackend)
-    backend.create_user("default", "<b>eve</b>", PASSWORD)
+    add_user(backend, "default", "<b>eve</b>", PASSWORD)
     client = app.test_client()
     page = client.get("/login", headers=GERMAN)
     form = {"username": "<b>eve</b>", "password": PASSWORD, "csrf_token": csrf_of(page.text)}

@@ -2,7 +2,7 @@
 
 Every ``flask_authflow`` import in every module (at any depth, including imports inside
 functions, but not those under ``if TYPE_CHECKING:``) is read from the source with ``ast``
-and checked against two rules:
+and checked against these rules:
 
 * **Layers.** core (shared records, ports and helpers) <- features <- storage adapters <-
   web and cli (composition) <- testing <- the facade. A module imports its own layer or a
@@ -14,6 +14,8 @@ and checked against two rules:
   below it (and its own room), so two core packages cannot lean on each other (the audit
   row once lived in ``audit`` while ``core/ports`` imported it and ``audit`` imported
   ``core/session``: a cycle the one lumped core layer hid).
+* **Storage receives hashes.** No ``storage`` module imports ``login``: the adapters store
+  the password hashes ``login`` made, they never hash.
 
 A new top-level module or package must be given a layer here, and a new core module a
 place in :data:`CORE_ORDER`.
@@ -189,6 +191,24 @@ def test_features_import_only_core_and_themselves(path: Path) -> None:
         if top_of(target) != top_of(module) and layer_of(target) != CORE
     ]
     assert not crossing, f"flask_authflow/{module}.py reaches into another feature:\n" + "\n".join(crossing)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in MODULES if top_of(_module(p)) == "storage"],
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_storage_never_imports_login(path: Path) -> None:
+    """The adapters receive password hashes: hashing happens in ``login/`` (AccountAdmin,
+    sign-up, reset and change of password), so no storage module imports ``login`` (its
+    hasher least of all)."""
+    module = _module(path)
+    found = [
+        f"line {line}: imports {target}"
+        for line, target in imported_modules(path.read_text(encoding="utf-8"), module)
+        if top_of(target) == "login"
+    ]
+    assert not found, f"flask_authflow/{module}.py imports the login feature:\n" + "\n".join(found)
 
 
 def test_the_checker_sees_upward_and_sideways_imports() -> None:

@@ -14,7 +14,6 @@ from flask_authflow import get_state
 from flask_authflow.core.crypto import SessionCrypto
 from flask_authflow.errors import KeyStoreError
 from flask_authflow.issuer import LocalIdp, LocalIdpSigningKey
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
 from tests.appfactory import AppFactory
@@ -40,7 +39,7 @@ def _issuer_on_sqlite(tmp_path: Path) -> dict[str, Any]:
         "AUTHFLOW_SESSION_STORE": "memory",
         "AUTHFLOW_ISSUER": ISS,
         "AUTHFLOW_DATABASE_URL": f"sqlite:///{tmp_path / 'app.db'}",
-        "backend": InMemoryBackend(hasher=PasswordHasher.fast_for_tests()),
+        "backend": InMemoryBackend(),
     }
 
 

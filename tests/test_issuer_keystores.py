@@ -28,6 +28,7 @@ from flask_authflow.issuer import (
 )
 from flask_authflow.storage.sql.engine import resolve_engine
 from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
+from tests.protocols import missing_members
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,7 +43,7 @@ def es() -> LocalIdpSigningKey:
 def test_memory_store_rotation() -> None:
     a, b = es(), es()
     store = MemoryLocalIdpKeyStore.with_current(a)
-    assert isinstance(store, LocalIdpKeyStore)
+    assert missing_members(store, LocalIdpKeyStore) == []
     store.rotate(b)
     loaded = store.load_all()
     assert loaded.current == b and loaded.historical == (a,)
@@ -296,7 +297,7 @@ def test_sql_store_round_trip(
     database_url: str, sql_stores: Callable[[Any], SqlAlchemyLocalIdpKeyStore]
 ) -> None:
     store = sql_stores(database_url)
-    assert isinstance(store, LocalIdpKeyStore)
+    assert missing_members(store, LocalIdpKeyStore) == []
     assert not store.is_initialized()
     with pytest.raises(KeyStoreError, match="exactly one current"):
         store.load_all()

@@ -26,7 +26,6 @@ from flask_authflow.issuer import (
     MintClaims,
 )
 from flask_authflow.jose import JwtVerifier, b64url_decode
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
 from tests.appfactory import AppFactory
@@ -181,7 +180,7 @@ def cli_app(tmp_path: Path, app_factory: AppFactory) -> Iterator[Flask]:
     clock = MockClock(NOW)
     app = app_factory(
         clock=clock,
-        backend=InMemoryBackend(hasher=PasswordHasher.fast_for_tests()),
+        backend=InMemoryBackend(),
         AUTHFLOW_SESSION_STORE="memory",
         AUTHFLOW_ISSUER=ISS,
         AUTHFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'cli.db'}",  # the issuer's keys

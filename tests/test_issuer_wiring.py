@@ -30,7 +30,6 @@ from flask_authflow.issuer import (
     MintClaims,
 )
 from flask_authflow.jose import JwksHandle, JwtVerifier
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.memory import InMemoryBackend
 from tests.appfactory import AppFactory, base_app
 
@@ -48,7 +47,7 @@ ISSUER_ON: dict[str, Any] = {
 
 
 def fast_backend() -> InMemoryBackend:
-    return InMemoryBackend(hasher=PasswordHasher.fast_for_tests())
+    return InMemoryBackend()
 
 
 @pytest.fixture

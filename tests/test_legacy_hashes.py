@@ -29,6 +29,7 @@ from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.state import get_state
 from tests.appfactory import base_app
 from tests.authn_support import CTX, new_session
@@ -101,11 +102,13 @@ class CountingHasher(PasswordHasher):
 def service_with(stored: str | None, *, legacy: LegacyHashes | None) -> tuple[AuthnService, InMemoryBackend]:
     clock = MockClock()
     hasher = CountingHasher()
-    backend = InMemoryBackend(hasher=hasher, clock=clock)
-    user = backend.create_user("acme", "alice", PASSWORD)
+    backend = InMemoryBackend(clock=clock)
+    user = add_user(backend, "acme", "alice", PASSWORD, hasher=hasher)
     if stored is not None:
         backend.set_password_hash("acme", user.user_id, stored)
-    service = AuthnService(backend, backend, hasher=hasher, clock=clock, legacy_hashes=legacy)
+    service = AuthnService(
+        backend, backend, hasher=hasher, clock=clock, legacy_hashes=legacy, account_tokens=backend
+    )
     return service, backend
 
 

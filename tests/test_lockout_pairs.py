@@ -18,6 +18,8 @@ from flask_authflow.login.settings import LockoutSettings
 from flask_authflow.outcomes import Authenticated, FactorRequired, InvalidCredential, Locked
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.testing.users import add_user
+from tests.authn_support import FAST_HASHER
 from tests.test_throttle import RIGHT, CountingHasher, attempt, ctx
 
 WRONG = "wrong password 1"
@@ -27,17 +29,24 @@ WRONG = "wrong password 1"
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     hasher = CountingHasher()
     if request.param == "memory":
-        store: Any = InMemoryBackend(hasher=hasher, clock=MockClock())
+        store: Any = InMemoryBackend(clock=MockClock())
     else:
-        store = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'lock.db'}", hasher=hasher, clock=MockClock())
-    store.create_user("acme", "alice", RIGHT)
+        store = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'lock.db'}", clock=MockClock())
+    add_user(store, "acme", "alice", RIGHT, hasher=hasher)
     yield store
     if request.param == "sqlite":
         store.close()
 
 
 def service(backend: Any, clock: MockClock, **policy: Any) -> AuthnService:
-    return AuthnService(backend, backend, hasher=backend.hasher, clock=clock, lockout=LockoutPolicy(**policy))
+    return AuthnService(
+        backend,
+        backend,
+        hasher=FAST_HASHER,
+        clock=clock,
+        lockout=LockoutPolicy(**policy),
+        account_tokens=backend,
+    )
 
 
 def test_failures_from_one_address_lock_that_address_only(backend: Any) -> None:

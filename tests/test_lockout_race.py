@@ -31,6 +31,7 @@ from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.testing.users import add_user
 from tests.parts import child_processes
 
 CTX = AuditContext(client_ip="203.0.113.7", ip_source="peer", user_agent="race", request_id="race")
@@ -73,17 +74,15 @@ def attempt(service: AuthnService, clock: MockClock, password: str) -> Any:
         return handle.verify_factor(credential, session)
 
 
-def make_backend(
-    kind: str, request: pytest.FixtureRequest, tmp_path: Path, hasher: PasswordHasher, clock: MockClock
-) -> Any:
+def make_backend(kind: str, request: pytest.FixtureRequest, tmp_path: Path, clock: MockClock) -> Any:
     """A backend of ``kind``: memory, SQLite, or PostgreSQL (whose reservation and
     success settlement are single statements of their own)."""
     if kind == "memory":
-        return InMemoryBackend(hasher=hasher, clock=clock)
+        return InMemoryBackend(clock=clock)
     if kind == "sqlite":
-        return SqlAlchemyBackend(f"sqlite:///{tmp_path / 'race.db'}", hasher=hasher, clock=clock)
+        return SqlAlchemyBackend(f"sqlite:///{tmp_path / 'race.db'}", clock=clock)
     url = request.getfixturevalue("postgres_server").new_database()
-    return SqlAlchemyBackend(url, hasher=hasher, clock=clock)
+    return SqlAlchemyBackend(url, clock=clock)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
@@ -92,8 +91,8 @@ def backend_and_hasher(
 ) -> Iterator[tuple[Any, CountingHasher]]:
     clock = MockClock()
     hasher = CountingHasher()
-    backend = make_backend(request.param, request, tmp_path, hasher, clock)
-    backend.create_user("acme", "alice", RIGHT)
+    backend = make_backend(request.param, request, tmp_path, clock)
+    add_user(backend, "acme", "alice", RIGHT, hasher=hasher)
     hasher.started = 0
     yield backend, hasher
     if request.param != "memory":
@@ -105,7 +104,12 @@ def _service(backend: Any, hasher: PasswordHasher) -> tuple[AuthnService, MockCl
 
     clock = backend._clock if hasattr(backend, "_clock") else MockClock()
     return AuthnService(
-        backend, backend, hasher=hasher, lockout=LockoutPolicy(max_failures=THRESHOLD), clock=clock
+        backend,
+        backend,
+        hasher=hasher,
+        lockout=LockoutPolicy(max_failures=THRESHOLD),
+        clock=clock,
+        account_tokens=backend,
     ), clock
 
 
@@ -190,8 +194,8 @@ def test_a_lock_set_while_the_correct_password_is_checked_wins(
 
     clock = MockClock()
     hasher = CountingHasher()
-    backend = make_backend(kind, request, tmp_path, hasher, clock)
-    backend.create_user("acme", "alice", RIGHT)
+    backend = make_backend(kind, request, tmp_path, clock)
+    add_user(backend, "acme", "alice", RIGHT, hasher=hasher)
     if kind != "memory":
         backend.register_failure(
             AttemptKey("acme", "alice", "password"),
@@ -233,8 +237,8 @@ def reservations_held(backend: SqlAlchemyBackend) -> int:
 def test_a_reservation_is_given_back_when_the_check_fails_with_an_error() -> None:
     clock = MockClock()
     hasher = CountingHasher()
-    backend = InMemoryBackend(hasher=hasher, clock=clock)
-    backend.create_user("acme", "alice", RIGHT)
+    backend = InMemoryBackend(clock=clock)
+    add_user(backend, "acme", "alice", RIGHT, hasher=hasher)
     service, clock = _service(backend, hasher)
 
     class Boom(Exception):
@@ -256,7 +260,7 @@ def test_a_reservation_is_given_back_when_the_check_fails_with_an_error() -> Non
 def _process_burst(url: str, count: int, start: Any, verifications: Any) -> None:
     clock = MockClock()
     hasher = CountingHasher(hold=0.02)
-    backend = SqlAlchemyBackend(url, hasher=hasher, clock=clock)
+    backend = SqlAlchemyBackend(url, clock=clock)
     service, _ = _service(backend, hasher)
     start.wait(20)
     with ThreadPoolExecutor(max_workers=count) as pool:
@@ -271,8 +275,8 @@ def _process_burst(url: str, count: int, start: Any, verifications: Any) -> None
 def test_several_processes_on_postgresql_count_exactly_five_guesses(postgres_server: Any) -> None:
     url = postgres_server.new_database()
     clock = MockClock()
-    setup = SqlAlchemyBackend(url, hasher=CountingHasher(), clock=clock)
-    setup.create_user("acme", "alice", RIGHT)
+    setup = SqlAlchemyBackend(url, clock=clock)
+    add_user(setup, "acme", "alice", RIGHT, hasher=CountingHasher())
     context = child_processes()
     start = context.Event()
     verifications = context.Value("i", 0)
@@ -289,7 +293,7 @@ def test_several_processes_on_postgresql_count_exactly_five_guesses(postgres_ser
     assert verifications.value >= THRESHOLD
     assert _counted(setup) == THRESHOLD  # of fifty guesses from five processes
     hasher = CountingHasher()
-    checker = SqlAlchemyBackend(url, hasher=hasher, clock=clock)
+    checker = SqlAlchemyBackend(url, clock=clock)
     service, clock = _service(checker, hasher)
     assert isinstance(attempt(service, clock, RIGHT), Locked)
     assert hasher.started == 0
@@ -366,8 +370,8 @@ def test_the_store_down_at_reservation_refuses_without_argon2() -> None:
 
     clock = MockClock()
     hasher = CountingHasher()
-    backend = InMemoryBackend(hasher=hasher, clock=clock)
-    backend.create_user("acme", "alice", RIGHT)
+    backend = InMemoryBackend(clock=clock)
+    add_user(backend, "acme", "alice", RIGHT, hasher=hasher)
     hasher.started = 0
     service, clock = _service(backend, hasher)
     session = AuthSession(new_guest_record(clock.now()), new=True, request_fingerprint="fp")
@@ -391,7 +395,7 @@ def test_a_crashed_processs_reservations_expire(
     from flask_authflow.core.ports import RESERVATION_TTL, AttemptKey
 
     clock = MockClock()
-    backend = make_backend(kind, request, tmp_path, CountingHasher(), clock)
+    backend = make_backend(kind, request, tmp_path, clock)
     key = AttemptKey("acme", "alice", "password")
     policy = {"window": timedelta(hours=1), "max_failures": THRESHOLD, "lock_duration": timedelta(minutes=15)}
     granted = [backend.reserve_attempt(key, now=clock.now(), **policy) for _ in range(THRESHOLD)]

@@ -37,7 +37,8 @@ from flask_authflow.mfa.totp import TotpFactor
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.testing import Outbox
-from tests.authn_support import CTX, fast_hasher, new_session
+from flask_authflow.testing.users import add_user
+from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.concurrency import run_together
 from tests.parts import child_processes
 
@@ -53,7 +54,12 @@ SPAWN = child_processes()
 
 def make_service(backend: SqlAlchemyBackend, clock: MockClock, outbox: Outbox | None = None) -> AuthnService:
     service = AuthnService(
-        backend, backend, hasher=backend.hasher, clock=clock, lockout=LockoutPolicy(max_failures=5)
+        backend,
+        backend,
+        hasher=FAST_HASHER,
+        clock=clock,
+        lockout=LockoutPolicy(max_failures=5),
+        account_tokens=backend,
     )
     sealer = FactorSealer.from_key(KEY)
     service.register_factor(TotpFactor(sealer))
@@ -116,9 +122,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlAlche
         url = f"sqlite:///{tmp_path / 'burst.db'}"
     else:
         url = request.getfixturevalue("postgres_server").new_database()
-    backend = SqlAlchemyBackend(url, hasher=fast_hasher(), clock=MockClock())
-    backend.create_user("acme", "alice", PASSWORD)
-    backend.create_user("acme", "bob", BYSTANDER_PASSWORD)
+    backend = SqlAlchemyBackend(url, clock=MockClock())
+    add_user(backend, "acme", "alice", PASSWORD)
+    add_user(backend, "acme", "bob", BYSTANDER_PASSWORD)
     yield backend
     backend.close()
 
@@ -206,10 +212,10 @@ def test_an_authenticator_without_a_counter_passes_once_for_parallel_posts(tmp_p
     from tests.webauthn_soft import SoftAuthenticator
 
     clock = MockClock()
-    backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'keys.db'}", hasher=fast_hasher(), clock=clock)
+    backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'keys.db'}", clock=clock)
     try:
-        backend.with_user_password("alice", "acme", "correct horse")
-        service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
+        add_user(backend, "acme", "alice", "correct horse")
+        service = AuthnService(backend, backend, hasher=FAST_HASHER, clock=clock, account_tokens=backend)
         service.register_factor(WebAuthnFactor(settings()))
         env = KeyEnv(service, backend, clock)
         key = SoftAuthenticator()
@@ -275,7 +281,7 @@ def test_fifty_parallel_checks_of_one_code_log_in_once_and_the_bystander_is_unaf
 
 def _process_burst(url: str, sids: list[Any], code: str, kind: str, start: Any, out: Any) -> None:
     clock = MockClock()
-    backend = SqlAlchemyBackend(url, hasher=fast_hasher(), clock=clock, create_tables=False)
+    backend = SqlAlchemyBackend(url, clock=clock, create_tables=False)
     service = make_service(backend, clock)
     announced: list[Any] = []
     signals.login_succeeded.connect(lambda sender, **extra: announced.append(extra), weak=False)
@@ -298,10 +304,10 @@ def test_several_processes_submitting_one_code_log_in_once(postgres_server: Any,
     requests of ONE login (its cookie) submit the code it was sent."""
     url = postgres_server.new_database()
     clock = MockClock()
-    backend = SqlAlchemyBackend(url, hasher=fast_hasher(), clock=clock)
+    backend = SqlAlchemyBackend(url, clock=clock)
     try:
-        backend.create_user("acme", "alice", PASSWORD)
-        backend.create_user("acme", "bob", BYSTANDER_PASSWORD)
+        add_user(backend, "acme", "alice", PASSWORD)
+        add_user(backend, "acme", "bob", BYSTANDER_PASSWORD)
         outbox = Outbox()
         service = make_service(backend, clock, outbox)
         if kind == "recovery_code":
@@ -349,12 +355,10 @@ def test_a_lock_held_too_long_is_answered_try_again(postgres_server: Any) -> Non
     url = postgres_server.new_database()
     clock = MockClock()
     short = timedelta(milliseconds=200)
-    backend = SqlAlchemyBackend(url, hasher=fast_hasher(), clock=clock, lock_timeout=short)
-    waiting = SqlAlchemyBackend(
-        url, hasher=fast_hasher(), clock=clock, create_tables=False, lock_timeout=short
-    )
+    backend = SqlAlchemyBackend(url, clock=clock, lock_timeout=short)
+    waiting = SqlAlchemyBackend(url, clock=clock, create_tables=False, lock_timeout=short)
     try:
-        backend.create_user("acme", "alice", PASSWORD)
+        add_user(backend, "acme", "alice", PASSWORD)
         code = recovery_codes(backend, clock)[0]
         service = make_service(backend, clock)
         session = at_second_step(service, clock)

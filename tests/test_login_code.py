@@ -19,6 +19,7 @@ from flask_authflow.errors import ConfigurationError
 from flask_authflow.mfa.login_code import LoginCodeFactor
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.testing.pytest_plugin import Outbox
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 from tests.test_views import Site, csrf_of, enroll_totp, login, logout, make_site, totp_now
@@ -32,11 +33,9 @@ def code_site(app_factory: AppFactory, **config: Any) -> Site:
     site = make_site(app_factory, AUTHFLOW_LOGIN_BY_CODE=True, AUTHFLOW_EXTERNAL_URL=ORIGIN, **config)
     get_state(site.app).mail_sender = Outbox()
     now = site.clock.now()
-    site.backend.create_user(
-        "default", "carol", "carol's long passphrase", email=ALICE, email_verified_at=now
-    )
-    site.backend.create_user("default", "dave", "dave's long passphrase", email=BOB, email_verified_at=now)
-    site.backend.create_user("default", "eve", "eve's long passphrase", email="eve@example.com")  # unverified
+    add_user(site.backend, "default", "carol", "carol's long passphrase", email=ALICE, email_verified_at=now)
+    add_user(site.backend, "default", "dave", "dave's long passphrase", email=BOB, email_verified_at=now)
+    add_user(site.backend, "default", "eve", "eve's long passphrase", email="eve@example.com")  # unverified
     return site
 
 
@@ -223,7 +222,8 @@ def test_a_signed_in_session_asking_for_a_code_ends_its_login_first(site: Site) 
 
 
 def test_unknown_disabled_and_unverified_accounts_get_the_same_answers(site: Site) -> None:
-    site.backend.create_user(
+    add_user(
+        site.backend,
         "default",
         "frank",
         "frank's long passphrase",

@@ -18,6 +18,7 @@ from flask.testing import FlaskClient
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.migrations import upgrade
 from flask_authflow.testing.pytest_plugin import Outbox
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 from tests.faults import BROWSER, Faults, snapshot
@@ -42,8 +43,13 @@ def app(app_factory: AppFactory, tmp_path: Path) -> Iterator[Flask]:
     get_state(made).mail_sender = Outbox()
     backend = get_state(made).backend
     assert isinstance(backend, SqlAlchemyBackend)
-    backend.create_user(
-        "default", "carol", "carols long passphrase", email=ALICE, email_verified_at=datetime.now(UTC)
+    add_user(
+        backend,
+        "default",
+        "carol",
+        "carols long passphrase",
+        email=ALICE,
+        email_verified_at=datetime.now(UTC),
     )
     yield made
 

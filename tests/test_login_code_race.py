@@ -25,7 +25,7 @@ from flask_authflow.mfa.login_code import LoginCodeFactor
 from flask_authflow.mfa.sealing import FactorSealer
 from flask_authflow.outcomes import FactorCredential, FactorKind
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from tests.authn_support import CTX, fast_hasher, new_session
+from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.concurrency import run_together
 from tests.parts import child_processes
 
@@ -37,7 +37,12 @@ SPAWN = child_processes()
 
 def make_service(backend: SqlAlchemyBackend, clock: MockClock) -> tuple[AuthnService, LoginCodeFactor]:
     service = AuthnService(
-        backend, backend, hasher=backend.hasher, clock=clock, lockout=LockoutPolicy(max_failures=50)
+        backend,
+        backend,
+        hasher=FAST_HASHER,
+        clock=clock,
+        lockout=LockoutPolicy(max_failures=50),
+        account_tokens=backend,
     )
     factor = LoginCodeFactor(FactorSealer.from_key(KEY), lambda: None)
     service.register_factor(factor)
@@ -72,7 +77,7 @@ def successes(backend: SqlAlchemyBackend) -> int:
 
 
 def new_backend(url: str, clock: MockClock, *, create: bool = True) -> SqlAlchemyBackend:
-    return SqlAlchemyBackend(url, hasher=fast_hasher(), clock=clock, create_tables=create)
+    return SqlAlchemyBackend(url, clock=clock, create_tables=create)
 
 
 @pytest.fixture

@@ -15,15 +15,19 @@ from flask_authflow.errors import AuditWriteError, LoginNotStarted, StoreUnavail
 from flask_authflow.login.operation import Operation
 from flask_authflow.login.service import AuthnService
 from flask_authflow.storage.memory import InMemoryBackend
-from tests.authn_support import CTX, fast_hasher, new_session
+from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.store_contract import WINDOW
 
 
 @pytest.fixture
 def env() -> tuple[AuthnService, InMemoryBackend, MockClock]:
     clock = MockClock()
-    backend = InMemoryBackend(hasher=fast_hasher(), clock=clock)
-    return AuthnService(backend, backend, hasher=backend.hasher, clock=clock), backend, clock
+    backend = InMemoryBackend(clock=clock)
+    return (
+        AuthnService(backend, backend, hasher=FAST_HASHER, clock=clock, account_tokens=backend),
+        backend,
+        clock,
+    )
 
 
 @pytest.fixture

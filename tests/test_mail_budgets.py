@@ -18,6 +18,7 @@ from flask.testing import FlaskClient
 
 from flask_authflow.errors import Throttled
 from flask_authflow.testing.pytest_plugin import Outbox
+from flask_authflow.testing.users import add_user
 from flask_authflow.throttle import Throttle, parse_limits
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
@@ -49,7 +50,7 @@ def site(app_factory: AppFactory) -> Site:
     )
     real_factors(made.app)
     get_state(made.app).mail_sender = Outbox()
-    made.backend.create_user("default", "erin", PASSWORD, email=ERIN)
+    add_user(made.backend, "default", "erin", PASSWORD, email=ERIN)
     return made
 
 
@@ -141,7 +142,7 @@ def test_enrolling_her_address_as_someone_elses_factor_spends_the_strangers_budg
     logout(erin)
     _stranger_attack(site, 5)  # the strangers' share for her address is spent
     assert _mails_to_erin(site) == 6
-    site.backend.create_user("default", "mallory", PASSWORD)
+    add_user(site.backend, "default", "mallory", PASSWORD)
     mallory = _from(site, "198.51.100.99")
     login(mallory, "mallory", PASSWORD)
     refused = mallory.post(

@@ -25,6 +25,7 @@ from werkzeug.wrappers import Response
 
 from flask_authflow import AuthFlow
 from flask_authflow.errors import ConfigurationError
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.state import EXTENSION_KEY, get_state
 from tests.appfactory import AppFactory, HtmlOutbox
 from tests.test_views import PASSWORD, Site, csrf_of, make_site
@@ -321,7 +322,7 @@ def test_mail_sender_given_to_the_extension_is_used(app_factory: AppFactory) -> 
         AUTHFLOW_VIEWS=True,
     )
     assert get_state(app).mail_sender is outbox
-    get_state(app).backend.create_user("default", "dave", NEW_PASSWORD, email="dave@example.com")
+    add_user(get_state(app).backend, "default", "dave", NEW_PASSWORD, email="dave@example.com")
     sent(app.test_client().post("/password/forgot", json={"username": "dave"}, headers=FORGED))
     token_link(outbox, "/password/reset")
 
@@ -375,7 +376,7 @@ def test_development_modes_start_without_an_origin(
         AUTHFLOW_MAIL_OUTBOX=str(tmp_path / "outbox"),
         **development,
     )
-    get_state(app).backend.create_user("default", "dave", NEW_PASSWORD, email="dave@example.com")
+    add_user(get_state(app).backend, "default", "dave", NEW_PASSWORD, email="dave@example.com")
     sent(
         app.test_client().post(
             "/password/forgot", json={"username": "dave"}, base_url="http://127.0.0.1:5000"

@@ -37,6 +37,7 @@ from flask_authflow.storage.sql import migrations
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.schema import add_tables_to, metadata
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
+from flask_authflow.testing.users import add_user
 from tests.appfactory import AppFactory
 from tests.parts import child_processes
 
@@ -153,8 +154,8 @@ def test_upgrading_an_empty_database_gives_exactly_the_models_schema(
 
     # Upgrading again does nothing; the stores work on the migrated schema.
     assert migrations.upgrade(engine).before == migrations.head()
-    store = SqlAlchemyBackend(engine, hasher=HASHER, create_tables=False)
-    store.create_user("default", "alice", PASSWORD)
+    store = SqlAlchemyBackend(engine, create_tables=False)
+    add_user(store, "default", "alice", PASSWORD, hasher=HASHER)
     assert store.find_user("default", "alice") is not None
 
 
@@ -223,7 +224,7 @@ def test_the_sqlite_default_upgrades_itself(tmp_path: Path, apps: Callable[..., 
     assert engine.url.database == str(tmp_path / "instance" / "authflow.db")
     assert migrations.current(engine) == migrations.head()
     assert schema_differences(engine) == []
-    get_state(app).backend.create_user("default", "alice", PASSWORD)
+    add_user(get_state(app).backend, "default", "alice", PASSWORD)
     # A second start finds it at head and keeps the data.
     again = apps(None, tmp_path)
     assert get_state(again).backend.find_user("default", "alice") is not None
@@ -244,7 +245,7 @@ def test_the_app_refuses_a_postgresql_database_behind_head(
 
     migrations.upgrade(url)
     app = apps(url, tmp_path)
-    assert get_state(app).backend.create_user("default", "alice", PASSWORD).identifier == "alice"
+    assert add_user(get_state(app).backend, "default", "alice", PASSWORD).identifier == "alice"
 
 
 def test_a_database_migrated_by_a_newer_version_is_refused(
@@ -273,7 +274,7 @@ def test_db_commands_on_a_database_behind_head(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'app.db'}"
     # A backend of the application's own: its schema is left to the operator.
-    backend = SqlAlchemyBackend(url, hasher=HASHER, create_tables=False)
+    backend = SqlAlchemyBackend(url, create_tables=False)
     app = app_factory(backend=backend, session_store=MemorySessionStore())
     runner = app.test_cli_runner()
     head = migrations.head()
@@ -311,7 +312,7 @@ def test_db_commands_on_a_database_behind_head(
 
 
 def test_db_commands_need_a_sql_store(app_factory: AppFactory) -> None:
-    app = app_factory(backend=InMemoryBackend(hasher=HASHER), session_store=MemorySessionStore())
+    app = app_factory(backend=InMemoryBackend(), session_store=MemorySessionStore())
     code, output = run(app.test_cli_runner(), "db", "current")
     assert code == 1
     assert output.startswith("Error: this app keeps no flask-authflow tables in a SQL database")
@@ -320,7 +321,7 @@ def test_db_commands_need_a_sql_store(app_factory: AppFactory) -> None:
 def test_db_commands_migrate_the_session_stores_database(tmp_path: Path, app_factory: AppFactory) -> None:
     url = f"sqlite:///{tmp_path / 'sessions.db'}"
     store = SqlAlchemySessionStore(url, crypto=SessionCrypto(secrets.token_bytes(32)), create_tables=False)
-    app = app_factory(backend=InMemoryBackend(hasher=HASHER), session_store=store)
+    app = app_factory(backend=InMemoryBackend(), session_store=store)
     head = migrations.head()
     try:
         assert run(app.test_cli_runner(), "db", "upgrade") == (0, f"upgraded from none to {head}\n")
@@ -632,7 +633,7 @@ def test_reference_app_on_postgresql_after_db_upgrade(
     second: Flask | None = None
     try:
         with first.app_context():
-            get_state().backend.create_user("default", "alice", PASSWORD)
+            add_user(get_state().backend, "default", "alice", PASSWORD)
         client = first.test_client()
         login = client.post("/login", json={"username": "alice", "password": PASSWORD})
         assert login.text == "authenticated\n"

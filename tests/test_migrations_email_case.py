@@ -17,7 +17,6 @@ from alembic.runtime.migration import MigrationContext
 
 from flask_authflow.core.identifiers import normalise_email
 from flask_authflow.errors import UserExists
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql import migrations
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.schema import audit_table, metadata, users_table
@@ -120,7 +119,7 @@ def test_after_the_upgrade_an_address_is_one_address_whatever_its_case(engine: s
     migrations.upgrade(engine, "0008")
     insert_rows(engine)
     migrations.upgrade(engine)
-    backend = SqlAlchemyBackend(engine, hasher=PasswordHasher.fast_for_tests(), create_tables=False)
+    backend = SqlAlchemyBackend(engine, create_tables=False)
     cat = backend.find_user_by_email("acme", "oWnEr2@EXAMPLE.com")
     assert cat is not None and cat.user_id == "c"
     with pytest.raises(UserExists):

@@ -34,14 +34,15 @@ from flask_authflow.core.crypto import SessionCrypto
 from flask_authflow.core.ports import AttemptKey
 from flask_authflow.core.session import AuthSession, SessionRecord, new_guest_record
 from flask_authflow.errors import AuditWriteError, StoreUnavailable
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend, attempts_table, audit_table
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
+from flask_authflow.testing.users import add_user
 from tests.appfactory import AppFactory
+from tests.authn_support import FAST_HASHER
 from tests.parts import PostgresServer, start_postgres
 
 # Outages of the SQL stores are the point: the app's own database, never the plugin's memory.
@@ -87,9 +88,9 @@ def private_server() -> Iterator[PostgresServer]:
 
 def outage_app(app_factory: AppFactory, url: str) -> tuple[Flask, SqlAlchemyBackend]:
     """An app on the database at ``url``, with its users, a JSON login and a protected page."""
-    backend = SqlAlchemyBackend(url, hasher=PasswordHasher.fast_for_tests())
+    backend = SqlAlchemyBackend(url)
     for user in USERS:
-        backend.create_user("default", user, PASSWORD)
+        add_user(backend, "default", user, PASSWORD)
     authflow = AuthFlow()
     app = app_factory(
         authflow=authflow,
@@ -329,8 +330,8 @@ def test_session_dependent_routes_answer_503_while_the_store_is_down(
     app_factory: AppFactory, mock_clock: MockClock
 ) -> None:
     store = DownStore(clock=mock_clock)
-    backend = InMemoryBackend(hasher=PasswordHasher.fast_for_tests())
-    backend.create_user("default", "alice", PASSWORD)
+    backend = InMemoryBackend()
+    add_user(backend, "default", "alice", PASSWORD)
     authflow = AuthFlow()
     app = app_factory(authflow=authflow, backend=backend, session_store=store, AUTHFLOW_COOKIE_SECURE=False)
     handled: list[str] = []
@@ -404,10 +405,10 @@ class FailingAudit(SqlAlchemyBackend):
 
 def test_a_credential_checks_attempt_and_audit_rows_commit_in_one_transaction(database_url: str) -> None:
     clock = MockClock()
-    backend = SqlAlchemyBackend(database_url, hasher=PasswordHasher.fast_for_tests(), clock=clock)
+    backend = SqlAlchemyBackend(database_url, clock=clock)
     try:
-        backend.create_user("default", "alice", PASSWORD)
-        service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
+        add_user(backend, "default", "alice", PASSWORD)
+        service = AuthnService(backend, backend, hasher=FAST_HASHER, clock=clock, account_tokens=backend)
         commits: list[str] = []
         event.listen(backend.engine, "commit", lambda conn: commits.append("commit"))
         outcome, _session = login_once(service, "wrong password", commits)
@@ -430,10 +431,10 @@ def test_when_the_audit_row_fails_the_attempt_is_rolled_back_but_a_failure_still
     database_url: str,
 ) -> None:
     clock = MockClock()
-    backend = FailingAudit(database_url, hasher=PasswordHasher.fast_for_tests(), clock=clock)
+    backend = FailingAudit(database_url, clock=clock)
     try:
-        backend.create_user("default", "alice", PASSWORD)
-        service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
+        add_user(backend, "default", "alice", PASSWORD)
+        service = AuthnService(backend, backend, hasher=FAST_HASHER, clock=clock, account_tokens=backend)
         key = AttemptKey("default", "alice", "password")
 
         outcome, session = login_once(service, PASSWORD)

@@ -15,6 +15,7 @@ from flask.testing import FlaskClient
 
 from flask_authflow import AuthFlow, fresh_login_required, get_state, login_required
 from flask_authflow.errors import ConfigurationError
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.views.common import MESSAGES, readable_time
 from tests.appfactory import AppFactory
 from tests.test_views import (
@@ -314,7 +315,7 @@ def test_a_stale_login_without_a_step_up_view_gets_the_step_up_page(app_factory:
     authflow = AuthFlow()
     app = _bare_app(app_factory, authflow)
     state = get_state(app)
-    state.backend.create_user("default", "alice", PASSWORD)
+    add_user(state.backend, "default", "alice", PASSWORD)
 
     @app.post("/test-login")
     def test_login() -> str:

@@ -22,7 +22,7 @@ from flask_authflow.mfa.webauthn import WebAuthnFactor, WebAuthnSettings
 from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from tests.authn_support import CTX, fast_hasher, new_session
+from tests.authn_support import CTX, FAST_HASHER, fast_hasher, new_session
 from tests.concurrency import run_together
 from tests.parts import child_processes
 from tests.webauthn_soft import SoftAuthenticator
@@ -64,12 +64,10 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
     clock = MockClock()
     backend: InMemoryBackend | SqlAlchemyBackend
     if request.param == "memory":
-        backend = InMemoryBackend(hasher=fast_hasher(), clock=clock)
+        backend = InMemoryBackend(clock=clock)
     else:
-        backend = SqlAlchemyBackend(
-            f"sqlite:///{tmp_path / 'authflow.db'}", hasher=fast_hasher(), clock=clock
-        )
-    service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
+        backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'authflow.db'}", clock=clock)
+    service = AuthnService(backend, backend, hasher=FAST_HASHER, clock=clock, account_tokens=backend)
     service.register_factor(WebAuthnFactor(SETTINGS))
     service.passkey_login_allowed = lambda tenant: True
     user = backend.create_user("acme", "dora")  # no password
@@ -141,10 +139,10 @@ PROCESSES = 2
 
 def _remover(url: str, record: SessionRecord, factor_id: str, barrier: Any, out: Any) -> None:
     """Remove one passkey of the account at the same moment as the other processes."""
-    backend = SqlAlchemyBackend(url, create_tables=False, hasher=fast_hasher())
+    backend = SqlAlchemyBackend(url, create_tables=False)
     try:
         clock = MockClock(record.authenticated_at)  # the parent's time: the sign-in is fresh
-        service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
+        service = AuthnService(backend, backend, hasher=FAST_HASHER, clock=clock, account_tokens=backend)
         service.register_factor(WebAuthnFactor(SETTINGS))
         session = AuthSession(record, new=False, request_fingerprint="fp")
         barrier.wait(60)
@@ -162,10 +160,10 @@ def _remover(url: str, record: SessionRecord, factor_id: str, barrier: Any, out:
 @pytest.mark.multiprocess
 def test_parallel_removals_in_several_processes_leave_one_passkey(postgres_server: Any) -> None:
     url = postgres_server.new_database()
-    backend = SqlAlchemyBackend(url, hasher=fast_hasher())
+    backend = SqlAlchemyBackend(url)
     try:
         clock = MockClock()
-        service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
+        service = AuthnService(backend, backend, hasher=FAST_HASHER, clock=clock, account_tokens=backend)
         service.register_factor(WebAuthnFactor(SETTINGS))
         service.passkey_login_allowed = lambda tenant: True
         user_id = backend.create_user("acme", "dora").user_id

@@ -17,7 +17,8 @@ from flask_authflow.login import recovery
 from flask_authflow.login.recovery import PasswordReplaced
 from flask_authflow.login.service import AuthnService
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from tests.authn_support import CTX, fast_hasher, new_session
+from flask_authflow.testing.users import add_user
+from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.parts import child_processes
 
 PROCESSES = 4
@@ -25,8 +26,8 @@ SPAWN = child_processes()
 
 
 def _racer(url: str, user_id: str, verified: str, index: int, barrier: Any, out: Any) -> None:
-    backend = SqlAlchemyBackend(url, hasher=fast_hasher(), create_tables=False)
-    service = AuthnService(backend, backend, hasher=backend.hasher)
+    backend = SqlAlchemyBackend(url, create_tables=False)
+    service = AuthnService(backend, backend, hasher=FAST_HASHER, account_tokens=backend)
     try:
         barrier.wait(60)
         recovery.change_password(
@@ -51,9 +52,9 @@ def _racer(url: str, user_id: str, verified: str, index: int, barrier: Any, out:
 @pytest.mark.multiprocess
 def test_four_processes_changing_one_password_exactly_one_wins(postgres_server: Any) -> None:
     url = postgres_server.new_database()
-    backend = SqlAlchemyBackend(url, hasher=fast_hasher())
+    backend = SqlAlchemyBackend(url)
     try:
-        user = backend.create_user("acme", "alice", "the old passphrase")
+        user = add_user(backend, "acme", "alice", "the old passphrase")
         verified = backend.get_password_hash("acme", user.user_id)
         assert verified is not None
         barrier, out = SPAWN.Barrier(PROCESSES), SPAWN.Queue()
@@ -71,7 +72,7 @@ def test_four_processes_changing_one_password_exactly_one_wins(postgres_server: 
         stored = backend.get_password_hash("acme", user.user_id)
         assert stored is not None
         for index in range(PROCESSES):
-            assert backend.hasher.verify(stored, f"racing passphrase {index}") is (index == winner)
+            assert FAST_HASHER.verify(stored, f"racing passphrase {index}") is (index == winner)
         rows = [r for r in backend.audit_rows if r.event == "password_changed"]
         assert [r.status for r in rows] == ["success"]  # the losers changed and logged nothing
     finally:
@@ -79,10 +80,10 @@ def test_four_processes_changing_one_password_exactly_one_wins(postgres_server: 
 
 
 def test_a_stale_verified_hash_changes_nothing(tmp_path: Any) -> None:
-    backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'users.db'}", hasher=fast_hasher())
+    backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'users.db'}")
     try:
-        user = backend.create_user("acme", "alice", "the old passphrase")
-        service = AuthnService(backend, backend, hasher=backend.hasher)
+        user = add_user(backend, "acme", "alice", "the old passphrase")
+        service = AuthnService(backend, backend, hasher=FAST_HASHER, account_tokens=backend)
         before = backend.get_password_hash("acme", user.user_id)
         with pytest.raises(PasswordReplaced):
             recovery.change_password(

@@ -34,6 +34,7 @@ from flask_authflow.login.settings import PasswordPolicySettings
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import login_test_client
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.config import load_config
 from flask_authflow.web.state import account_admin
 from tests.appfactory import AppFactory, base_app
@@ -372,7 +373,7 @@ def test_unsafe_config_is_refused_naming_the_key(key: str, value: object) -> Non
 def test_init_app_refuses_a_minimum_below_nist() -> None:
     app = base_app(AUTHFLOW_SESSION_STORE="memory", AUTHFLOW_PASSWORD_MIN_LENGTH=6)
     with pytest.raises(ConfigurationError, match=r"AUTHFLOW_PASSWORD_MIN_LENGTH=6 .*NIST"):
-        AuthFlow(app, backend=InMemoryBackend(hasher=PasswordHasher.fast_for_tests()))
+        AuthFlow(app, backend=InMemoryBackend())
 
 
 def test_public_names() -> None:
@@ -544,8 +545,10 @@ def test_a_policy_on_the_state_replaces_the_configured_one(app: Flask) -> None:
 
 
 def test_account_admin_without_a_policy_checks_nothing() -> None:
-    backend = InMemoryBackend(hasher=PasswordHasher.fast_for_tests())
-    AccountAdmin(backend, MemorySessionStore()).create_user("acme", "alice", "pw")
+    backend = InMemoryBackend()
+    AccountAdmin(backend, MemorySessionStore(), hasher=PasswordHasher.fast_for_tests()).create_user(
+        "acme", "alice", "pw"
+    )
     assert backend.find_user("acme", "alice") is not None
 
 
@@ -562,8 +565,8 @@ def test_existing_hashes_log_in_without_the_policy(app: Flask) -> None:
     state = get_state(app)
     with app.app_context():
         # Set through the low-level store, as before the policy: short and common.
-        state.backend.create_user("default", "old-timer", "password")
-        user = state.backend.create_user("default", "legacy", None)
+        add_user(state.backend, "default", "old-timer", "password")
+        user = state.backend.create_user("default", "legacy")
         legacy_hash = state.hasher._argon.hash(CAFE_NFD.encode())  # before NFKC
         state.backend.set_password_hash("default", user.user_id, legacy_hash)
     assert login_test_client(app, "old-timer", password="password").get("/dashboard").status_code == 200

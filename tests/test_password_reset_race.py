@@ -16,7 +16,8 @@ from flask_authflow.login.account_tokens import AccountTokenUsed
 from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import FactorCredential, FactorKind, FactorRequired
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from tests.authn_support import CTX, fast_hasher, new_session
+from flask_authflow.testing.users import add_user
+from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.parts import child_processes
 
 pytestmark = [pytest.mark.postgres, pytest.mark.multiprocess]
@@ -26,8 +27,8 @@ SPAWN = child_processes()
 
 
 def _racer(url: str, token: str, index: int, barrier: Any, out: Any) -> None:
-    backend = SqlAlchemyBackend(url, hasher=fast_hasher(), create_tables=False)
-    service = AuthnService(backend, backend, hasher=backend.hasher)
+    backend = SqlAlchemyBackend(url, create_tables=False)
+    service = AuthnService(backend, backend, hasher=FAST_HASHER, account_tokens=backend)
     session = new_session(MockClock())
     try:
         barrier.wait(60)
@@ -43,9 +44,9 @@ def _racer(url: str, token: str, index: int, barrier: Any, out: Any) -> None:
 
 def test_four_processes_one_token_exactly_one_wins(postgres_server: Any) -> None:
     url = postgres_server.new_database()
-    backend = SqlAlchemyBackend(url, hasher=fast_hasher())
+    backend = SqlAlchemyBackend(url)
     try:
-        user = backend.create_user("acme", "alice", "the old passphrase")
+        user = add_user(backend, "acme", "alice", "the old passphrase")
         issued = account_tokens.issue(
             backend,
             kind="password_reset",
@@ -65,7 +66,7 @@ def test_four_processes_one_token_exactly_one_wins(postgres_server: Any) -> None
             process.join(30)
         assert sorted(results.values()) == ["used"] * (PROCESSES - 1) + ["won"], results
         winner = next(i for i, result in results.items() if result == "won")
-        service = AuthnService(backend, backend, hasher=backend.hasher)
+        service = AuthnService(backend, backend, hasher=FAST_HASHER, account_tokens=backend)
         handle = service.with_audit_context(CTX)
         for index in range(PROCESSES):
             session = new_session(MockClock())

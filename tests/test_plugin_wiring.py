@@ -321,7 +321,7 @@ def test_sql_wiring_keeps_the_database_inside_tmp_path(  # inside the plugin's m
         refused = _factory_app(AUTHFLOW_DATABASE_URL=f"sqlite:///{outside}")
         with pytest.raises(ConfigurationError, match="outside this test's temporary folder"):
             AuthFlow(refused)
-        backend = SqlAlchemyBackend(f"sqlite:///{outside}", hasher=wiring.hasher)
+        backend = SqlAlchemyBackend(f"sqlite:///{outside}")
         try:
             with pytest.raises(ConfigurationError, match=r"the backend's database is .*dev\.db, outside"):
                 AuthFlow(_factory_app(AUTHFLOW_SESSION_STORE="memory"), backend=backend)

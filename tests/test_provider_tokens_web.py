@@ -13,6 +13,7 @@ from flask.testing import FlaskClient
 from flask_authflow import current_user
 from flask_authflow.clock import MockClock
 from flask_authflow.testing.provider import TestOpenIDProvider
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.state import account_admin
 from flask_authflow.web.views import csrf_token
 from tests.federation_support import PROVIDER, FederatedApp, federated_app
@@ -163,7 +164,7 @@ def test_deleting_the_user_revokes_and_deletes_the_tokens(fed: FederatedApp, scr
 
 def test_unlinking_revokes_and_deletes_the_tokens(fed: FederatedApp, script: Scripted) -> None:
     client = fed.client()
-    bob = fed.backend.create_user("default", "bob@example.com", PASSWORD).user_id
+    bob = add_user(fed.backend, "default", "bob@example.com", PASSWORD).user_id
     assert client.post("/signin").text == "Authenticated"
     start = client.post(f"/auth/link/{PROVIDER}", data={"csrf_token": client.get("/token").text})
     callback = fed.browser().get(start.location, allow_redirects=False, timeout=5).headers["Location"]

@@ -30,10 +30,11 @@ from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.migrations import upgrade
 from flask_authflow.testing.pytest_plugin import Outbox
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.api_auth import token_service
 from flask_authflow.web.state import account_admin, get_state
 from tests.appfactory import AppFactory
-from tests.authn_support import CTX, fast_hasher, new_session
+from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.test_views import csrf_of
 
 # The app's own SQL stores: the plugin's in-memory ones would replace them.
@@ -344,15 +345,15 @@ class FailingSink:
 def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
     clock = MockClock()
     if request.param == "memory":
-        backend: Any = InMemoryBackend(hasher=fast_hasher(), clock=clock)
+        backend: Any = InMemoryBackend(clock=clock)
     else:
         url = (
             f"sqlite:///{tmp_path / 'fault.db'}"
             if request.param == "sqlite"
             else request.getfixturevalue("postgres_server").new_database()
         )
-        backend = SqlAlchemyBackend(url, hasher=fast_hasher(), clock=clock)
-    backend.create_user("acme", "alice", PASSWORD, email="alice@example.com", email_verified_at=clock.now())
+        backend = SqlAlchemyBackend(url, clock=clock)
+    add_user(backend, "acme", "alice", PASSWORD, email="alice@example.com", email_verified_at=clock.now())
     yield backend
     if request.param != "memory":
         backend.close()
@@ -366,10 +367,11 @@ def test_a_failed_audit_write_leaves_everything_as_it_was(store: Any, failing: s
     service = AuthnService(
         store,
         store,
-        hasher=store.hasher,
+        hasher=FAST_HASHER,
         clock=clock,
         audit_sink=FailingSink(store, failing),
         api_token_store=store,
+        account_tokens=store,
     )
     service.revoke_sessions = lambda tenant, user_id, keep, reason: revoked.append(reason) or 0
     change = account_tokens.issue(
@@ -384,13 +386,15 @@ def test_a_failed_audit_write_leaves_everything_as_it_was(store: Any, failing: s
     with pytest.raises(AuditWriteError):
         recovery.change_password(service, CTX, new_session(clock), "acme", user.user_id, NEW)
     assert store.get_password_hash("acme", user.user_id) is not None
-    assert store.hasher.verify(store.get_password_hash("acme", user.user_id), PASSWORD)
+    assert FAST_HASHER.verify(store.get_password_hash("acme", user.user_id), PASSWORD)
     assert store.live_account_token("acme", user.user_id, "email_change", clock.now()) == change.record
     assert [token.name for token in store.list_api_tokens("acme", user.user_id)] == ["script"]
     assert store.locked_until("acme", "alice", clock.now()) == until
     assert revoked == ["password_changed"]  # the sessions end first, before the unit: safe to lose
     done = recovery.change_password(
-        AuthnService(store, store, hasher=store.hasher, clock=clock, api_token_store=store),
+        AuthnService(
+            store, store, hasher=FAST_HASHER, clock=clock, api_token_store=store, account_tokens=store
+        ),
         CTX, new_session(clock), "acme", user.user_id, NEW,
     )  # fmt: skip
     assert (done.api_tokens, dict(done.account_tokens), done.lock_cleared) == (1, {"email_change": 1}, True)

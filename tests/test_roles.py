@@ -29,6 +29,7 @@ from flask_authflow.signals import roles_changed
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.schema import audit_table, user_roles_table
+from flask_authflow.testing.users import add_user
 from flask_authflow.web import services
 from flask_authflow.web.state import get_state
 
@@ -76,7 +77,7 @@ def app(mock_clock, authflow_hasher) -> Flask:
     authflow_app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
     AuthFlow(
         authflow_app,
-        backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
+        backend=InMemoryBackend(clock=mock_clock),
         session_store=MemorySessionStore(clock=mock_clock),
         clock=mock_clock,
         hasher=authflow_hasher,
@@ -213,9 +214,9 @@ def test_decorators_refuse_bad_names_when_they_decorate() -> None:
 def test_parallel_role_changes_over_sql_leave_one_row_and_no_error(tmp_path: Path, authflow_hasher) -> None:
     app = Flask(__name__)
     app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
-    backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'roles.db'}", hasher=authflow_hasher)
+    backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'roles.db'}")
     AuthFlow(app, backend=backend, hasher=authflow_hasher)
-    user = backend.create_user("default", "alice", "pw")
+    user = add_user(backend, "default", "alice", "pw")
     with app.app_context():
         services.roles().create("admin")
     errors: list[BaseException] = []
@@ -377,7 +378,7 @@ def test_revision_0003_adds_the_role_tables_and_keeps_what_a_store_created(
         migrations.upgrade(engine, "0002")
         assert "authflow_roles" not in sa.inspect(engine).get_table_names()
         # A store of this version built on it creates the role tables from the models...
-        store = SqlAlchemyBackend(engine, hasher=authflow_hasher)
+        store = SqlAlchemyBackend(engine)
         store.create_role("acme", "admin")
         # ... and the upgrade keeps them (and the row) instead of failing on them.
         assert (migrations.upgrade(engine).before, migrations.current(engine)) == ("0002", migrations.head())
@@ -397,8 +398,8 @@ def test_deleting_a_user_drops_its_roles_without_foreign_key_enforcement(
     # An application's own SQLite engine: SQLite enforces no foreign key unless told to.
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'plain.db'}")
     try:
-        store = SqlAlchemyBackend(engine, hasher=authflow_hasher)
-        alice = store.create_user("acme", "alice", "pw")
+        store = SqlAlchemyBackend(engine)
+        alice = add_user(store, "acme", "alice", "pw")
         store.create_role("acme", "admin")
         store.add_user_role("acme", alice.user_id, "admin")
         store.delete_user("acme", "alice")

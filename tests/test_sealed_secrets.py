@@ -32,7 +32,7 @@ def site(app_factory: AppFactory, backend: InMemoryBackend, key: bytes, **config
 
 @pytest.fixture
 def backend(mock_clock: MockClock, authflow_hasher: Any) -> InMemoryBackend:
-    return InMemoryBackend(hasher=authflow_hasher, clock=mock_clock)
+    return InMemoryBackend(clock=mock_clock)
 
 
 def enroll(app: Flask) -> str:

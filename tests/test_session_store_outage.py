@@ -15,6 +15,7 @@ from flask_authflow.errors import StoreUnavailable
 from flask_authflow.responses import SERVER_ERROR_MESSAGE
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.testing.users import add_user
 from tests.appfactory import AppFactory
 
 
@@ -46,7 +47,7 @@ def _outage_app(app_factory: AppFactory, store: _DownStore) -> tuple[Flask, Auth
     app = app_factory(authflow=authflow, session_store=store)
     backend = get_state(app).backend
     assert isinstance(backend, InMemoryBackend)
-    backend.with_user_password("bob", "default", "pw-bob-1")
+    add_user(backend, "default", "bob", "pw-bob-1")
 
     @app.post("/logout")
     def logout() -> str:

@@ -14,10 +14,10 @@ from flask_authflow import signals
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.clock import MockClock
 from flask_authflow.core.session import AuthSession, new_guest_record
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import Authenticated
 from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.testing.users import add_user
 
 CTX = AuditContext(client_ip="203.0.113.9", ip_source="peer", user_agent="ua", request_id="r")
 
@@ -29,9 +29,9 @@ def _sign_in(service: AuthnService, user_id: str, clock: MockClock) -> Any:
 
 def _service() -> tuple[AuthnService, str, MockClock]:
     clock = MockClock()
-    backend = InMemoryBackend(hasher=PasswordHasher.fast_for_tests(), clock=clock)
-    user = backend.create_user("acme", "alice", "correct horse battery staple")
-    return AuthnService(backend, backend, clock=clock), user.user_id, clock
+    backend = InMemoryBackend(clock=clock)
+    user = add_user(backend, "acme", "alice", "correct horse battery staple")
+    return AuthnService(backend, backend, clock=clock, account_tokens=backend), user.user_id, clock
 
 
 def test_a_held_sign_in_is_announced_only_when_its_commit_is_released() -> None:

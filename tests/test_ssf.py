@@ -28,6 +28,7 @@ from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing import login_test_client
 from flask_authflow.testing.provider import TestOpenIDProvider, wsgi_adapter
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.devices import TRUST_KEPT_ON
 from flask_authflow.web.ssf_views import receiver_of
 from tests.appfactory import base_app, make_app
@@ -107,7 +108,7 @@ def _transmitters(provider: TestOpenIDProvider, **over: Any) -> dict[str, Any]:
 def make_receiver(
     provider: TestOpenIDProvider, clock: MockClock, hasher: Any, poll_app: Flask | None = None, **over: Any
 ) -> Receiver:
-    backend = InMemoryBackend(hasher=hasher, clock=clock)
+    backend = InMemoryBackend(clock=clock)
     sessions = FlakySessions(clock=clock)
     adapters = dict(provider.http_adapters())
     if poll_app is not None:
@@ -134,7 +135,7 @@ def make_receiver(
         return "fresh"
 
     for name in ("alice", "bob"):
-        user = backend.create_user("default", name, PASSWORD)
+        user = add_user(backend, "default", name, PASSWORD, hasher=hasher)
         backend.link_identity(provider.issuer, f"{name}-sub", "default", user.user_id)
     return Receiver(app, backend, sessions, provider, clock)
 
@@ -492,7 +493,7 @@ def test_the_push_endpoint_is_exempt_from_flask_wtfs_csrf_check(
 ) -> None:
     app = base_app(SECRET_KEY=secrets.token_hex(32), AUTHFLOW_SSF_TRANSMITTERS=_transmitters(transmitter))
     CSRFProtect(app)  # before AuthFlow, as the views' pages ask
-    backend = InMemoryBackend(hasher=authflow_hasher, clock=mock_clock)
+    backend = InMemoryBackend(clock=mock_clock)
     http = RequestsHttpClient(adapters=transmitter.http_adapters())
     AuthFlow().init_app(app, backend=backend, clock=mock_clock, hasher=authflow_hasher, http_client=http)
     rx = Receiver(app, backend, FlakySessions(clock=mock_clock), transmitter, mock_clock)

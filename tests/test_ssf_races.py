@@ -17,6 +17,7 @@ from flask_authflow.federation.http import RequestsHttpClient
 from flask_authflow.federation.ssf import RISC
 from flask_authflow.storage.sql.migrations import upgrade
 from flask_authflow.testing.provider import TestOpenIDProvider, wsgi_adapter
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.state import get_state
 from tests.appfactory import make_app
 from tests.authn_support import fast_hasher
@@ -69,7 +70,7 @@ def push(app: Flask, token: str) -> int:
 
 def add_alice(app: Flask) -> None:
     backend = get_state(app).backend
-    user = backend.create_user("default", "alice", "a long enough password here")
+    user = add_user(backend, "default", "alice", "a long enough password here")
     backend.link_identity(ISSUER, "alice-sub", "default", user.user_id)  # type: ignore[attr-defined]
 
 

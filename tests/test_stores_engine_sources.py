@@ -18,6 +18,7 @@ from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.engine import resolve_engine
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
 from flask_authflow.testing import login_test_client
+from flask_authflow.testing.users import add_user
 
 
 # The app's own stores and clock: a session store built without a clock keeps the system
@@ -32,7 +33,7 @@ def test_flask_sqlalchemy_db_object_is_accepted(tmp_path: Path, authflow_hasher:
     app.config.update(TESTING=True, SQLALCHEMY_DATABASE_URI=url, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
     db = SQLAlchemy(app)
     with app.app_context():  # db.engine needs an app context
-        backend = SqlAlchemyBackend(db, hasher=authflow_hasher)
+        backend = SqlAlchemyBackend(db)
         store = SqlAlchemySessionStore(db, crypto=SessionCrypto(secrets.token_bytes(32)))
         assert backend.engine is db.engine
     AuthFlow(app, backend=backend, session_store=store, hasher=authflow_hasher)
@@ -96,7 +97,7 @@ def test_accounts_created_inside_the_apps_transaction_commit_or_roll_back_with_i
     app.config.update(
         TESTING=True, SQLALCHEMY_DATABASE_URI=database_url, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32)
     )
-    declared = SqlAlchemyBackend(db, hasher=authflow_hasher)  # at import time, as apps do
+    declared = SqlAlchemyBackend(db)  # at import time, as apps do
     db.init_app(app)
     AuthFlow(app, backend=declared, hasher=authflow_hasher)
     backend = get_state(app).backend
@@ -106,7 +107,7 @@ def test_accounts_created_inside_the_apps_transaction_commit_or_roll_back_with_i
         db.session.add(Profile(id="alice"))
         db.session.flush()  # the app's transaction holds its row (and SQLite's write lock)
         started = time.monotonic()
-        user = backend.create_user("default", "alice", "correct horse battery staple")
+        user = add_user(backend, "default", "alice", "correct horse battery staple")
         backend.enroll_factor("default", user.user_id, FactorKind.TOTP, "sealed-key")
         backend.link_identity("https://id.example.com", "sub-1", "default", user.user_id)
         took = time.monotonic() - started

@@ -12,7 +12,7 @@ from flask_authflow.clock import MockClock
 from flask_authflow.core.ports import AttemptKey
 from flask_authflow.errors import AuditWriteError, StoreUnavailable, UserNotFound
 from flask_authflow.storage.memory import InMemoryBackend
-from tests.authn_support import fast_hasher
+from flask_authflow.testing.users import add_user
 from tests.store_contract import T0, WINDOW, AuditRecord
 
 
@@ -23,23 +23,19 @@ def clock() -> MockClock:
 
 @pytest.fixture
 def backend(clock: MockClock) -> InMemoryBackend:
-    return InMemoryBackend(hasher=fast_hasher(), clock=clock)
+    return InMemoryBackend(clock=clock)
 
 
-def test_with_user_password_chains_and_hashes(backend: InMemoryBackend) -> None:
+def test_add_user_stores_a_hash_never_the_password(backend: InMemoryBackend) -> None:
     # A long password: a 2-character one can occur by chance in the base64 of the hash.
     secret = "plaintext-password-7f3a9c"
-    assert backend.with_user_password("a", "t", secret).with_user_password("b", "t", secret) is backend
+    add_user(backend, "t", "a", secret)
+    add_user(backend, "t", "b", secret)
     user = backend.find_user("t", "a")
     assert user is not None
     stored = backend.get_password_hash("t", user.user_id)
     assert stored is not None and stored.startswith("$argon2id$") and secret not in stored
     assert secret not in repr(backend)
-
-
-def test_default_hasher_is_argon2id_default_profile() -> None:
-    backend = InMemoryBackend()
-    assert backend.hasher.parameters.memory_cost == 65536
 
 
 def test_switches(backend: InMemoryBackend) -> None:
@@ -80,7 +76,7 @@ def test_a_unit_holds_other_threads_back_until_it_ends(backend: InMemoryBackend)
 
 
 def test_a_rolled_back_unit_restores_a_full_attempt_log(clock: MockClock) -> None:
-    backend = InMemoryBackend(hasher=fast_hasher(), clock=clock, max_attempt_log=2)
+    backend = InMemoryBackend(clock=clock, max_attempt_log=2)
     key = AttemptKey("t", "a", "password")
     backend.register_failure(key, now=T0, client_ip="192.0.2.1", **WINDOW)
     backend.register_success(key, now=T0, client_ip="192.0.2.2")
@@ -91,7 +87,7 @@ def test_a_rolled_back_unit_restores_a_full_attempt_log(clock: MockClock) -> Non
 
 
 def test_a_rolled_back_unit_restores_users_and_factors(backend: InMemoryBackend) -> None:
-    alice = backend.create_user("t", "alice", "pw")
+    alice = add_user(backend, "t", "alice", "pw")
     unit = backend.begin_unit()
     backend.create_user("t", "bob")
     backend.delete_user("t", "alice")

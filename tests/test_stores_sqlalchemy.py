@@ -23,7 +23,8 @@ from flask_authflow.outcomes import FactorCredential, FactorKind, FactorRequired
 from flask_authflow.storage.sql import migrations
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.schema import metadata
-from tests.authn_support import CTX, fast_hasher, new_session
+from flask_authflow.testing.users import add_user
+from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.store_contract import T0, WINDOW, AuditRecord, factor
 
 
@@ -34,7 +35,7 @@ def clock() -> MockClock:
 
 @pytest.fixture
 def backend(database_url: str, clock: MockClock) -> Iterator[SqlAlchemyBackend]:
-    store = SqlAlchemyBackend(database_url, hasher=fast_hasher(), clock=clock)
+    store = SqlAlchemyBackend(database_url, clock=clock)
     yield store
     store.close()
 
@@ -52,8 +53,8 @@ def test_tables(backend: SqlAlchemyBackend) -> None:
 
 
 def test_one_password_per_user(backend: SqlAlchemyBackend) -> None:
-    user = backend.create_user("acme", "alice", "pw")
-    backend.set_password("acme", "alice", "pw2")
+    user = add_user(backend, "acme", "alice", "pw")
+    backend.set_password_hash("acme", user.user_id, FAST_HASHER.hash("pw2"))
     with backend.engine.connect() as conn:
         count = conn.execute(
             text("SELECT count(*) FROM authflow_factors WHERE user_id = :u AND kind = 'password'"),
@@ -72,8 +73,8 @@ def test_attempt_log_rows(backend: SqlAlchemyBackend) -> None:
 
 def test_failure_counting_is_atomic_across_engines(database_url: str) -> None:
     """Two engines (as two machines would have), eight threads, no lost update."""
-    first = SqlAlchemyBackend(database_url, hasher=fast_hasher())
-    second = SqlAlchemyBackend(database_url, hasher=fast_hasher())
+    first = SqlAlchemyBackend(database_url)
+    second = SqlAlchemyBackend(database_url)
     key = AttemptKey("acme", "alice", "password")
     policy = {"window": timedelta(hours=1), "max_failures": 10_000, "lock_duration": timedelta(minutes=1)}
     counts: list[int] = []
@@ -105,8 +106,8 @@ def test_failure_counting_is_atomic_across_engines(database_url: str) -> None:
 
 
 def test_lock_fires_exactly_once_per_threshold_under_concurrency(database_url: str) -> None:
-    first = SqlAlchemyBackend(database_url, hasher=fast_hasher())
-    second = SqlAlchemyBackend(database_url, hasher=fast_hasher())
+    first = SqlAlchemyBackend(database_url)
+    second = SqlAlchemyBackend(database_url)
     key = AttemptKey("acme", "alice", "password")
     locks: list[int] = []
 
@@ -130,11 +131,11 @@ def test_lock_fires_exactly_once_per_threshold_under_concurrency(database_url: s
 
 def test_unreachable_database_fails_closed(tmp_path: Path, clock: MockClock) -> None:
     path = tmp_path / "db.sqlite"
-    store = SqlAlchemyBackend(f"sqlite:///{path}", hasher=fast_hasher(), clock=clock, create_tables=False)
+    store = SqlAlchemyBackend(f"sqlite:///{path}", clock=clock, create_tables=False)
     path.unlink()
     path.mkdir()  # the database turns into something SQLite cannot open
     try:
-        service = AuthnService(store, store, hasher=store.hasher, clock=clock)
+        service = AuthnService(store, store, hasher=FAST_HASHER, clock=clock, account_tokens=store)
         session = new_session(clock)
         with pytest.raises(StoreUnavailable):
             service.with_audit_context(CTX).begin_login("alice", "acme", session)
@@ -151,7 +152,7 @@ def test_postgres_down_fails_closed(clock: MockClock) -> None:
     from tests.parts import free_port
 
     url = f"postgresql+psycopg://authflow@127.0.0.1:{free_port()}/nope?connect_timeout=2"
-    store = SqlAlchemyBackend(url, hasher=fast_hasher(), clock=clock, create_tables=False)
+    store = SqlAlchemyBackend(url, clock=clock, create_tables=False)
     try:
         with pytest.raises(StoreUnavailable):
             store.locked_until("acme", "alice", T0)
@@ -187,7 +188,7 @@ def test_factor_records_fail_closed(down: str, tmp_path: Path, clock: MockClock)
         url = f"sqlite:///{path}"
     else:
         url = f"postgresql+psycopg://authflow@127.0.0.1:{free_port()}/nope?connect_timeout=2"
-    store = SqlAlchemyBackend(url, hasher=fast_hasher(), clock=clock, create_tables=False)
+    store = SqlAlchemyBackend(url, clock=clock, create_tables=False)
     if down == "sqlite":
         path.unlink()
         path.mkdir()  # the database turns into something SQLite cannot open
@@ -209,7 +210,7 @@ def test_factor_records_without_their_table_fail_closed(backend: SqlAlchemyBacke
 
 
 def test_every_factor_row_has_its_own_id(backend: SqlAlchemyBackend) -> None:
-    user = backend.create_user("acme", "alice", "pw")
+    user = add_user(backend, "acme", "alice", "pw")
     backend.enroll_factor("acme", user.user_id, FactorKind.TOTP, "seed")
     backend.enroll_factor("acme", user.user_id, FactorKind.WEBAUTHN, "{}")
     with backend.engine.connect() as conn:
@@ -260,7 +261,7 @@ def test_upgrading_a_revision_0001_database_keeps_its_factors(database_url: str,
         result = migrations.upgrade(engine)
         assert (result.before, result.after) == ("0001", migrations.head())
         assert schema_differences(engine) == []
-        store = SqlAlchemyBackend(engine, hasher=fast_hasher(), clock=clock, create_tables=False)
+        store = SqlAlchemyBackend(engine, clock=clock, create_tables=False)
         factors = store.list_factors("acme", "u1")
         assert [(c.kind, c.factor_id, c.secret) for c in factors] == [
             (FactorKind.PASSWORD, f"legacy-{row_ids[0]}", "password-secret"),
@@ -309,8 +310,8 @@ def test_upgrading_a_revision_0001_database_keeps_its_factors(database_url: str,
 
 
 def test_lockout_table_lost_mid_login_fails_closed(backend: SqlAlchemyBackend, clock: MockClock) -> None:
-    backend.with_user_password("alice", "acme", "pw")
-    service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
+    add_user(backend, "acme", "alice", "pw")
+    service = AuthnService(backend, backend, hasher=FAST_HASHER, clock=clock, account_tokens=backend)
     handle = service.with_audit_context(CTX)
     session = new_session(clock)
     assert isinstance(handle.begin_login("alice", "acme", session), FactorRequired)
@@ -324,8 +325,8 @@ def test_lockout_table_lost_mid_login_fails_closed(backend: SqlAlchemyBackend, c
 
 
 def test_audit_table_lost_fails_the_login(backend: SqlAlchemyBackend, clock: MockClock) -> None:
-    backend.with_user_password("alice", "acme", "pw")
-    service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
+    add_user(backend, "acme", "alice", "pw")
+    service = AuthnService(backend, backend, hasher=FAST_HASHER, clock=clock, account_tokens=backend)
     handle = service.with_audit_context(CTX)
     session = new_session(clock)
     handle.begin_login("alice", "acme", session)
@@ -343,7 +344,7 @@ def test_engine_objects_are_accepted(database_url: str) -> None:
 
     engine = resolve_engine(database_url)
     try:
-        store = SqlAlchemyBackend(engine, hasher=fast_hasher())
+        store = SqlAlchemyBackend(engine)
         store.create_user("acme", "alice")
         store.close()  # does not dispose an engine it was given
         assert store.find_user("acme", "alice") is not None

@@ -17,6 +17,7 @@ from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
 from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.testing.users import add_user
 from flask_authflow.throttle import (
     DEFAULT_LIMITS,
     Throttle,
@@ -242,10 +243,15 @@ def service_with(
     clock: MockClock, limits: dict[str, str | None]
 ) -> tuple[AuthnService, InMemoryBackend, CountingHasher]:
     hasher = CountingHasher()
-    backend = InMemoryBackend(hasher=hasher, clock=clock)
-    backend.create_user("acme", "alice", RIGHT)
+    backend = InMemoryBackend(clock=clock)
+    add_user(backend, "acme", "alice", RIGHT, hasher=hasher)
     service = AuthnService(
-        backend, backend, hasher=hasher, clock=clock, throttle=Throttle(parse_limits("t", limits))
+        backend,
+        backend,
+        hasher=hasher,
+        clock=clock,
+        throttle=Throttle(parse_limits("t", limits)),
+        account_tokens=backend,
     )
     return service, backend, hasher
 
@@ -293,9 +299,9 @@ def test_failed_checks_feed_the_spike_guard(clock: MockClock) -> None:
 
 def test_a_service_built_without_a_throttle_limits_nothing(clock: MockClock) -> None:
     hasher = CountingHasher()
-    backend = InMemoryBackend(hasher=hasher, clock=clock)
-    backend.create_user("acme", "alice", RIGHT)
-    service = AuthnService(backend, backend, hasher=hasher, clock=clock)
+    backend = InMemoryBackend(clock=clock)
+    add_user(backend, "acme", "alice", RIGHT, hasher=hasher)
+    service = AuthnService(backend, backend, hasher=hasher, clock=clock, account_tokens=backend)
     assert not service.throttle.enabled
     for _ in range(30):
         assert isinstance(attempt(service, clock, None, RIGHT), Authenticated)

@@ -7,7 +7,6 @@ import pytest
 
 from flask_authflow.clock import MockClock
 from flask_authflow.errors import Throttled
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.throttle import Throttle, parse_limits
@@ -18,7 +17,7 @@ EMAIL = FactorKind.EMAIL_OTP
 
 def env_with(limits: dict[str, str]) -> Env:
     clock = MockClock()
-    backend = InMemoryBackend(hasher=PasswordHasher.fast_for_tests(), clock=clock)
+    backend = InMemoryBackend(clock=clock)
     throttle = Throttle(parse_limits("t", limits))
     return make_env(backend, clock, mail_limit=throttle.mail)
 

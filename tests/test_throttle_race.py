@@ -19,6 +19,7 @@ from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import Authenticated
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.testing.users import add_user
 from flask_authflow.throttle import Throttle, parse_limits
 from tests.parts import child_processes
 from tests.test_throttle import RIGHT, CountingHasher, attempt
@@ -27,15 +28,15 @@ WRONG = "wrong password 1"
 HAMMER = "203.0.113.66"
 
 
-def make_backend(kind: str, request: pytest.FixtureRequest, tmp_path: Path, hasher: CountingHasher) -> Any:
+def make_backend(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     clock = MockClock()
     if kind == "memory":
-        return InMemoryBackend(hasher=hasher, clock=clock)
+        return InMemoryBackend(clock=clock)
     if kind == "sqlite":
-        backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'race.db'}", hasher=hasher, clock=clock)
+        backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'race.db'}", clock=clock)
     else:
         url = request.getfixturevalue("postgres_server").new_database()
-        backend = SqlAlchemyBackend(url, hasher=hasher, clock=clock)
+        backend = SqlAlchemyBackend(url, clock=clock)
     request.addfinalizer(backend.close)  # also when an assertion failed
     return backend
 
@@ -45,7 +46,9 @@ def make_service(
 ) -> tuple[AuthnService, MockClock]:
     clock = MockClock()
     throttle = Throttle(parse_limits("race", limits))
-    return AuthnService(backend, backend, hasher=hasher, clock=clock, throttle=throttle), clock
+    return AuthnService(
+        backend, backend, hasher=hasher, clock=clock, throttle=throttle, account_tokens=backend
+    ), clock
 
 
 def guess(service: AuthnService, clock: MockClock, ip: str, user: str = "alice") -> str:
@@ -69,8 +72,8 @@ def test_fifty_addresses_against_one_account(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     hasher = CountingHasher()
-    backend = make_backend(kind, request, tmp_path, hasher)
-    backend.create_user("acme", "alice", RIGHT)
+    backend = make_backend(kind, request, tmp_path)
+    add_user(backend, "acme", "alice", RIGHT, hasher=hasher)
     service, clock = make_service(backend, hasher, {"factor.address": "3/minute", "factor.network": None})
     # One address in each of 50 networks (the hosts of one network lock together at 20).
     addresses = [f"198.51.{n + 1}.7" for n in range(50)] + [HAMMER] * 12
@@ -93,9 +96,9 @@ def test_one_address_against_fifty_accounts(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     hasher = CountingHasher()
-    backend = make_backend(kind, request, tmp_path, hasher)
+    backend = make_backend(kind, request, tmp_path)
     for n in range(50):
-        backend.create_user("acme", f"user{n}", RIGHT)
+        add_user(backend, "acme", f"user{n}", RIGHT, hasher=hasher)
     service, clock = make_service(backend, hasher, {"login.address": "10/minute", "login.network": None})
     with ThreadPoolExecutor(max_workers=16) as pool:
         results = list(pool.map(lambda n: guess(service, clock, HAMMER, user=f"user{n}"), range(50)))
@@ -106,7 +109,7 @@ def test_one_address_against_fifty_accounts(
 
 def _process_stuffing(url: str, process: int, start: Any, verifies: Any, throttled: Any, locked: Any) -> None:
     hasher = CountingHasher()
-    backend = SqlAlchemyBackend(url, hasher=hasher, clock=MockClock())
+    backend = SqlAlchemyBackend(url, clock=MockClock())
     service, clock = make_service(backend, hasher, {"factor.address": "2/minute", "factor.network": None})
     addresses = [f"198.51.{100 + process}.{n + 1}" for n in range(10)] + [HAMMER] * 5
     start.wait(20)
@@ -125,9 +128,9 @@ def _process_stuffing(url: str, process: int, start: Any, verifies: Any, throttl
 @pytest.mark.multiprocess
 def test_several_processes_on_postgresql(postgres_server: Any, request: pytest.FixtureRequest) -> None:
     url = postgres_server.new_database()
-    setup = SqlAlchemyBackend(url, hasher=CountingHasher(), clock=MockClock())
+    setup = SqlAlchemyBackend(url, clock=MockClock())
     request.addfinalizer(setup.close)
-    setup.create_user("acme", "alice", RIGHT)
+    add_user(setup, "acme", "alice", RIGHT, hasher=CountingHasher())
     context = child_processes()
     start = context.Event()
     verifies, throttled, locked = context.Value("i", 0), context.Value("i", 0), context.Value("i", 0)
@@ -159,7 +162,7 @@ def test_several_processes_on_postgresql(postgres_server: Any, request: pytest.F
     # others were answered "locked" whatever they were.
     assert setup.attempt_count("acme", pair_subject("alice", HAMMER), success=False) <= 5
     hasher = CountingHasher()
-    checker = SqlAlchemyBackend(url, hasher=hasher, clock=MockClock())
+    checker = SqlAlchemyBackend(url, clock=MockClock())
     request.addfinalizer(checker.close)
     service, clock = make_service(checker, hasher, {})
     assert isinstance(attempt(service, clock, "192.0.2.202", RIGHT), Authenticated)

@@ -22,6 +22,7 @@ from flask_authflow.login.legacy_hashes import LegacyHashes, identify
 from flask_authflow.outcomes import InvalidCredential
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import Outbox
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 from tests.test_legacy_hashes import MAKERS, MALFORMED, PASSWORD, CountingHasher, login, service_with
@@ -55,7 +56,7 @@ def _work(service: Any, legacy: RecordingLegacy, password: str, identifier: str)
 
 
 def _add(backend: InMemoryBackend, identifier: str, stored: str | None = None) -> None:
-    user = backend.create_user("acme", identifier, PASSWORD)
+    user = add_user(backend, "acme", identifier, PASSWORD)
     if stored is not None:
         backend.set_password_hash("acme", user.user_id, stored)
 

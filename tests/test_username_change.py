@@ -11,6 +11,7 @@ import pytest
 
 from flask_authflow.errors import UserExists
 from flask_authflow.testing.pytest_plugin import Outbox
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 from tests.concurrency import run_together
@@ -157,7 +158,7 @@ def test_a_body_that_is_not_an_object_is_refused(site: Site) -> None:
 
 def test_parallel_changes_to_one_name_have_one_winner(site: Site) -> None:
     for n in range(4):
-        site.backend.create_user("default", f"user{n}", f"password of user number {n}")
+        add_user(site.backend, "default", f"user{n}", f"password of user number {n}")
     clients = [signed_in(site, f"user{n}", f"password of user number {n}") for n in range(4)]
     answers = run_together([lambda c=c: rename(c, "the-one") for c in clients])
     assert sorted(a.status_code for a in answers) == [200, 409, 409, 409]

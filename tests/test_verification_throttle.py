@@ -20,6 +20,7 @@ from flask_authflow.login import account_tokens
 from flask_authflow.login.account_tokens import AccountTokenInvalid, token_digest
 from flask_authflow.login.verification import CODE_ATTEMPTS
 from flask_authflow.testing.pytest_plugin import Outbox
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory
 from tests.concurrency import run_together
@@ -178,7 +179,7 @@ def test_wrong_codes_from_several_processes_lose_no_count_and_stop_at_the_cap(
     url = postgres_server.new_database()
     backend = SqlAlchemyBackend(url)
     try:
-        user = backend.create_user("acme", "erin", "a long enough passphrase 42", email="erin@example.com")
+        user = add_user(backend, "acme", "erin", "a long enough passphrase 42", email="erin@example.com")
         issued = account_tokens.issue(
             backend,
             kind="signup",

@@ -44,6 +44,7 @@ from flask_authflow.outcomes import FactorCredential, FactorKind
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT, Outbox
+from flask_authflow.testing.users import add_user
 from flask_authflow.web.csrf import SESSION_KEY
 from flask_authflow.web.state import account_admin
 from flask_authflow.web.views import VIEWS_BLUEPRINT, csrf_token, register_views
@@ -105,8 +106,8 @@ def make_site(
     assert isinstance(clock, MockClock)
     if register:
         register_views(app, url_prefix=url_prefix)
-    backend.create_user("default", "alice", PASSWORD)
-    backend.create_user("default", "bob", "bob's own password")
+    add_user(backend, "default", "alice", PASSWORD)
+    add_user(backend, "default", "bob", "bob's own password")
 
     @app.get("/private")
     @login_required
@@ -296,9 +297,7 @@ def test_register_views_takes_a_prefix_and_is_idempotent(app_factory) -> None:
 
 def test_views_stay_off_unless_asked_and_need_the_extension(mock_clock, authflow_hasher) -> None:
     app = base_app(import_name=__name__)
-    authflow = AuthFlow(
-        app, backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock), clock=mock_clock
-    )
+    authflow = AuthFlow(app, backend=InMemoryBackend(clock=mock_clock), clock=mock_clock)
     assert VIEWS_BLUEPRINT not in app.blueprints
     authflow.views.register(app)
     assert _rules(app) == EXPECTED_RULES
@@ -495,7 +494,7 @@ def password_only_app(app_factory: AppFactory, **config: Any) -> Flask:
     """A bare ``AuthFlow(app)`` (no views, no provider) with a JSON login and a CSRF token route."""
     authflow = AuthFlow()
     app = app_factory(authflow=authflow, **config)
-    get_state(app).backend.create_user("default", "alice", PASSWORD)
+    add_user(get_state(app).backend, "default", "alice", PASSWORD)
 
     @app.post("/api/login")
     def api_login() -> str:

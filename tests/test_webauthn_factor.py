@@ -54,7 +54,8 @@ from flask_authflow.outcomes import (
 )
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from tests.authn_support import CTX, fast_hasher, new_session
+from flask_authflow.testing.users import add_user
+from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.webauthn_soft import SoftAuthenticator, SoftCredential, b64url
 
 RP_ID = "example.com"
@@ -109,15 +110,13 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
     clock = MockClock()
     backend: InMemoryBackend | SqlAlchemyBackend
     if request.param == "memory":
-        backend = InMemoryBackend(hasher=fast_hasher(), clock=clock)
+        backend = InMemoryBackend(clock=clock)
     else:
-        backend = SqlAlchemyBackend(
-            f"sqlite:///{tmp_path / 'authflow.db'}", hasher=fast_hasher(), clock=clock
-        )
-    backend.with_user_password("alice", "acme", PASSWORDS["alice"])
-    backend.with_user_password("bob", "acme", PASSWORDS["bob"])
-    backend.with_user_password("carol", "globex", PASSWORDS["carol"])
-    service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
+        backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'authflow.db'}", clock=clock)
+    add_user(backend, "acme", "alice", PASSWORDS["alice"])
+    add_user(backend, "acme", "bob", PASSWORDS["bob"])
+    add_user(backend, "globex", "carol", PASSWORDS["carol"])
+    service = AuthnService(backend, backend, hasher=FAST_HASHER, clock=clock, account_tokens=backend)
     service.register_factor(WebAuthnFactor(settings()))
     yield Env(service, backend, clock)
     if isinstance(backend, SqlAlchemyBackend):
@@ -794,7 +793,7 @@ def test_one_assertion_raced_by_two_requests_passes_once(env: Env) -> None:
 
 def test_verify_without_a_challenge_and_with_an_unreadable_expiry() -> None:
     factor = WebAuthnFactor(settings())
-    store = InMemoryBackend(hasher=fast_hasher())
+    store = InMemoryBackend()
     user = store.create_user("acme", "dave")
     clock = MockClock()
 
@@ -818,7 +817,7 @@ def test_verify_without_a_challenge_and_with_an_unreadable_expiry() -> None:
 def test_confirm_uses_up_the_challenge_whatever_the_answer() -> None:
     factor = WebAuthnFactor(settings())
     clock = MockClock()
-    store = InMemoryBackend(hasher=fast_hasher(), clock=clock)
+    store = InMemoryBackend(clock=clock)
     user = store.create_user("acme", "dave")
 
     def ctx(flow: dict[str, Any]) -> EnrollContext:

@@ -10,16 +10,26 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask_authflow.audit.client_ip import IpSource, TrustedProxies
 from flask_authflow.audit.sinks import AuditRecord
 from flask_authflow.responses import AUDIT_CONTEXT_KEY
 
-__all__ = ["MAX_USER_AGENT", "AuditContext", "audit_context", "resolve_audit_context"]
+if TYPE_CHECKING:
+    from flask import Flask
+
+__all__ = [
+    "MAX_USER_AGENT",
+    "AuditContext",
+    "AuditSource",
+    "audit_context",
+    "audit_source",
+    "resolve_audit_context",
+]
 
 #: User agents are cut to this many characters in audit rows.
 MAX_USER_AGENT = 512
@@ -115,8 +125,30 @@ def resolve_audit_context(environ_or_request: Any, trusted: TrustedProxies | Non
         return AuditContext.unknown()
 
 
+@dataclass(eq=False)
+class AuditSource:
+    """What the web layer gives the audit context of an app's requests: ``init_app`` sets
+    the trusted proxies, the device feature its hook. The audit context receives them; it
+    never reads the app's state."""
+
+    #: The proxies whose forwarded address is believed (``None``: the peer address only).
+    trusted_proxies: TrustedProxies | None = None
+    #: ``add_device(ctx, request)``: ``ctx`` with the request's device (``None``: no device).
+    add_device: Callable[[AuditContext, Any], AuditContext] | None = None
+
+
+_SOURCE_KEY = "authflow_audit_source"
+
+
+def audit_source(app: Flask) -> AuditSource:
+    """The :class:`AuditSource` of ``app`` (an empty one on first use); the web layer fills it."""
+    source: AuditSource = app.extensions.setdefault(_SOURCE_KEY, AuditSource())
+    return source
+
+
 def audit_context() -> AuditContext:
-    """The context of the current request, resolved once and kept on ``flask.g``."""
+    """The context of the current request, resolved once and kept on ``flask.g``, from what
+    the web layer gave the app's :class:`AuditSource`."""
     try:
         from flask import current_app, g, has_request_context, request
 
@@ -125,10 +157,11 @@ def audit_context() -> AuditContext:
         cached = g.get(_G_KEY)
         if isinstance(cached, AuditContext):
             return cached
-        state = current_app.extensions.get("authflow")
-        trusted = getattr(state, "trusted_proxies", None)
-        ctx = resolve_audit_context(request.environ, trusted if isinstance(trusted, TrustedProxies) else None)
-        add_device = getattr(state, "device_context", None)
+        source: AuditSource | None = current_app.extensions.get(_SOURCE_KEY)
+        if source is None:  # flask-authflow is not on this app: the peer address only
+            source = AuditSource()
+        ctx = resolve_audit_context(request.environ, source.trusted_proxies)
+        add_device = source.add_device
         if add_device is not None:  # the device feature: the request's device on every row
             try:
                 ctx = add_device(ctx, request)

@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from flask_authflow.audit.chain import ChainReport, purge_chained, verify_chains
-from flask_authflow.audit.spool import SpoolAuditSink
 from flask_authflow.cli.base import (
     CommandFailed,
     authflow_cli,
@@ -151,8 +150,8 @@ def audit_verify(as_json: bool) -> None:
 def audit_replay_spool(as_json: bool) -> None:
     """Move audit rows spooled while the audit store was down into the store."""
     state = get_state()
-    spool = state.service.audit_fallback
-    if not isinstance(spool, SpoolAuditSink):
+    spool = state.audit_spool
+    if spool is None:
         raise CommandFailed("this app has no audit spool file", "no_spool")
     try:
         moved = spool.replay(state.backend)

@@ -13,14 +13,13 @@ from flask_authflow.web.state import get_state
 
 
 def _issuer() -> Any:
-    issuer = get_state().issuer
+    state = get_state()
+    issuer = state.issuer
     if issuer is None:
         raise CommandFailed(
             "the local issuer is off: set AUTHFLOW_ISSUER (and AUTHFLOW_ISSUER_KEY_STORE)", "issuer_off"
         )
-    from flask_authflow.issuer import MemoryLocalIdpKeyStore
-
-    if isinstance(issuer.key_store, MemoryLocalIdpKeyStore):
+    if state.config.issuer.key_store == "memory":  # the configuration says which store init_app built
         # Each CLI run would get its own throwaway key: no server would ever see it.
         raise CommandFailed(
             "AUTHFLOW_ISSUER_KEY_STORE='memory' keeps keys in this process only: this command "

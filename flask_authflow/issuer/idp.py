@@ -409,9 +409,10 @@ class LocalIdp:
     # -- staged rotation (what relying parties caching the JWKS can follow) --------------------------
 
     def _staged_store(self) -> StagedRotationStore:
-        if not isinstance(self._store, StagedRotationStore):
+        staged = self._store.staged_rotation()  # what the store declares it keeps
+        if staged is None:
             raise KeyStoreError(f"{type(self._store).__name__} does not support staged rotation")
-        return self._store
+        return staged
 
     def rotation_state(self) -> RotationState:
         """The staged key (if any) and when each former key stopped signing."""

@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol
 
 from flask_authflow.errors import DuplicateKeyId, KeyStoreError, RotationRefused, SigningKeyError
 from flask_authflow.issuer.keys import LoadedKeys, LocalIdpSigningKey, validate_kid
@@ -37,7 +37,6 @@ __all__ = [
 ]
 
 
-@runtime_checkable
 class LocalIdpKeyStore(Protocol):
     """Persistence of issuer keys.
 
@@ -45,12 +44,19 @@ class LocalIdpKeyStore(Protocol):
     from one rotation and historical keys from another). ``rotate`` must make
     ``new_current`` current and demote the previous current in one atomic step,
     and refuse a ``kid`` the store already holds with :class:`DuplicateKeyId`.
-    Both raise :class:`KeyStoreError` when the store is unusable.
+    Both raise :class:`KeyStoreError` when the store is unusable. ``staged_rotation``
+    declares whether the store also keeps staged rotation: itself (a
+    :class:`StagedRotationStore`), or ``None``.
     """
 
     def load_all(self) -> LoadedKeys: ...
 
     def rotate(self, new_current: LocalIdpSigningKey) -> None: ...
+
+    def staged_rotation(self) -> StagedRotationStore | None:
+        """The store's staged rotation (the three shipped stores: themselves), or ``None``
+        when it keeps only immediate rotation."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,6 @@ class RotationState:
     retired_at: Mapping[str, datetime] = field(default_factory=dict)
 
 
-@runtime_checkable
 class StagedRotationStore(Protocol):
     """A key store that supports staged rotation (all three shipped stores do).
 
@@ -102,6 +107,10 @@ class MemoryLocalIdpKeyStore:
         self._lock = threading.Lock()
         self._loaded = loaded
         self._rotation = RotationState()
+
+    def staged_rotation(self) -> StagedRotationStore:
+        """This store: it keeps staged rotation."""
+        return self
 
     def rotation_state(self) -> RotationState:
         with self._lock:
@@ -439,6 +448,10 @@ class FileLocalIdpKeyStore:
             raise KeyStoreError(f"{what} failed: {exc.strerror}") from exc
 
     # -- staged rotation ---------------------------------------------------------------------------
+
+    def staged_rotation(self) -> StagedRotationStore:
+        """This store: it keeps staged rotation."""
+        return self
 
     def rotation_state(self) -> RotationState:
         """The staged key and retirement times (``rotation.json``), consistent with ``current.kid``."""

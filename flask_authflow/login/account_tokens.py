@@ -133,9 +133,12 @@ def check_code(code: object) -> str:
     return cleaned
 
 
-def token_store(store: object) -> AccountTokenStore:
-    """``store`` as an account token store (the login store of the app: memory or SQL)."""
-    if not isinstance(store, AccountTokenStore):
+def token_store(store: AccountTokenStore | None) -> AccountTokenStore:
+    """The app's account token port (``AuthnService.account_tokens``, what the backend
+    declared in its ``store_ports()``), or :class:`~flask_authflow.errors.ConfigurationError`
+    when it keeps none (``init_app`` refuses the features that need one; this is for a
+    service built by hand)."""
+    if store is None:
         raise ConfigurationError(
             "sign-up, password reset and change of e-mail need a store of account tokens "
             "(InMemoryBackend or SqlAlchemyBackend)"

@@ -39,6 +39,7 @@ from flask_authflow.core.ports import (
 from flask_authflow.core.session import AuthSession, new_guest_record, sid_hash
 from flask_authflow.errors import ConfigurationError, EnrollmentError, FactorNotRegistered, UserNotFound
 from flask_authflow.login import recovery
+from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.password_policy import PasswordPolicy
 from flask_authflow.login.recovery import Ended
 from flask_authflow.outcomes import FactorKind
@@ -52,7 +53,7 @@ __all__ = ["AccountAdmin", "AdminBackend"]
 class AdminBackend(IdentityStore, Protocol):
     """What account administration needs from the identity store."""
 
-    def set_password(self, tenant: str, identifier: str, password: str) -> None: ...
+    def set_password_hash(self, tenant: str, user_id: str, password_hash: str) -> None: ...
 
     def set_disabled(self, tenant: str, identifier: str, disabled: bool = True) -> None: ...
 
@@ -76,6 +77,9 @@ class AccountAdmin:
         :func:`flask_authflow.web.state.account_admin` passes the app's service.
     :param app_users: runs the application's ``user_created`` / ``user_deleted`` hooks
         with each account created or deleted here (:class:`~flask_authflow.core.app_users.AppUserHooks`).
+    :param hasher: hashes the passwords set here (the backend receives hashes); default:
+        the service's, else Argon2id with the RFC 9106 low-memory profile.
+        :func:`flask_authflow.web.state.account_admin` passes the app's.
     """
 
     def __init__(
@@ -87,13 +91,23 @@ class AccountAdmin:
         policy: PasswordPolicy | None = None,
         service: AuthnService | None = None,
         app_users: AppUserHooks | None = None,
+        hasher: PasswordHasher | None = None,
     ) -> None:
+        self._hasher = hasher if hasher is not None else (service.hasher if service is not None else None)
         self.backend = backend
         self.app_users = app_users
         self.session_store = session_store
         self.sender = sender
         self.policy = policy
         self.service = service
+
+    @property
+    def hasher(self) -> PasswordHasher:
+        """The hasher of new passwords (the default one is made on first use: it
+        precomputes a 64 MiB dummy hash)."""
+        if self._hasher is None:
+            self._hasher = PasswordHasher()
+        return self._hasher
 
     def _user(self, tenant: str, identifier: str) -> UserRecord:
         user = self.backend.find_user(check_tenant(tenant), normalise_identifier(identifier))
@@ -181,9 +195,15 @@ class AccountAdmin:
         if password is not None and check_policy:
             self.check_password(tenant, identifier, password)
 
+        password_hash = self.hasher.hash(password) if password is not None else None
+
         def make() -> UserRecord:
             return self.backend.create_user(
-                tenant, identifier, password, email=email, email_verified_at=email_verified_at
+                tenant,
+                identifier,
+                password_hash=password_hash,
+                email=email,
+                email_verified_at=email_verified_at,
             )
 
         if self.app_users is None:
@@ -270,7 +290,7 @@ class AccountAdmin:
             user.tenant, user.identifier, password, has_second_factor=self.has_second_factor(user)
         )
         if self.service is None:
-            self.backend.set_password(user.tenant, user.identifier, password)
+            self.backend.set_password_hash(user.tenant, user.user_id, self.hasher.hash(password))
             return Ended(self._revoke(user, recovery.CHANGE_EVENT, keep_sid))
         ctx, asking = self._request(context, session)
         return recovery.change_password(

@@ -100,7 +100,7 @@ def request_email_change(
         op.refuse(exc, "refused")
         raise
     free = owner is None
-    store = account_tokens.token_store(svc.store)
+    store = account_tokens.token_store(svc.account_tokens)
     fields: dict[str, Any] = {"tenant": user.tenant, "user_id": user.user_id, "identifier": user.identifier}
     with Operation(svc, ctx, session, "email_change_requested", **fields) as op:
         op.unit()
@@ -125,7 +125,7 @@ def confirm_email_change(
 
     :raises InvalidInput, AccountTokenInvalid, AccountTokenUsed, AccountTokenExpired: the
         token cannot be used. :raises UserExists: another account has the address now."""
-    store = account_tokens.token_store(svc.store)
+    store = account_tokens.token_store(svc.account_tokens)
     with Operation(svc, ctx, session, "email_changed") as op:
         op.unit()
         try:

@@ -39,11 +39,12 @@ from flask_authflow.audit.context import AuditContext
 from flask_authflow.audit.sinks import AuditRecord, AuthCounters, hash_session_id
 from flask_authflow.clock import Clock
 from flask_authflow.core.factors import Enrollment, Factor
-from flask_authflow.core.ports import AuditSink, KnownSecret, LoginStore, UnitOfWork
+from flask_authflow.core.ports import AccountTokenStore, AuditSink, KnownSecret, LoginStore, UnitOfWork
 from flask_authflow.core.session import AuthSession, SessionSnapshot, reset_to_guest
 from flask_authflow.errors import AuditWriteError, AuthFlowError, LoginNotStarted, StoreUnavailable
 from flask_authflow.login.lockout import Lockout
 from flask_authflow.login.mfa_policy import MfaRequirement
+from flask_authflow.login.password import PasswordHasher
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.throttle import Throttle
 
@@ -88,6 +89,10 @@ class LoginServices(Protocol):
 
     @property
     def store(self) -> LoginStore: ...
+    @property
+    def account_tokens(self) -> AccountTokenStore | None: ...
+    @property
+    def hasher(self) -> PasswordHasher: ...
     @property
     def audit_sink(self) -> AuditSink: ...
     @property

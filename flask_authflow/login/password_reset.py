@@ -164,7 +164,7 @@ def request_reset(
         real = user is not None and to is not None
         op.unit()
         issued = account_tokens.issue(
-            account_tokens.token_store(svc.store),
+            account_tokens.token_store(svc.account_tokens),
             kind=KIND,
             tenant=tenant,
             user_id=user.user_id if user is not None else "",
@@ -195,7 +195,7 @@ def reset_password(
         :func:`~flask_authflow.login.account_tokens.use_token`)."""
     op = Operation(svc, ctx, session, "password_reset")
     try:
-        found = account_tokens.peek_token(account_tokens.token_store(svc.store), token, KIND, op.now)
+        found = account_tokens.peek_token(account_tokens.token_store(svc.account_tokens), token, KIND, op.now)
         user = _usable(svc, found)
         if not isinstance(password, str) or not password:
             raise InvalidInput("the new password must be a non-empty string")
@@ -258,7 +258,7 @@ def _apply(
     old password and a usable token, never a new password with old sessions alive; a login
     in between is ended by a second pass)."""
     tenant, user_id = user.tenant, user.user_id
-    store = account_tokens.token_store(svc.store)
+    store = account_tokens.token_store(svc.account_tokens)
     fields: dict[str, Any] = {"tenant": tenant, "user_id": user_id, "identifier": user.identifier}
     ended = end_sessions(svc, tenant, user_id, None, KIND)
     with Operation(svc, ctx, session, "password_reset", **fields) as op:

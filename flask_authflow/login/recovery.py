@@ -132,7 +132,7 @@ def end_access(op: Operation, svc: RecoveryServices, user: UserRecord) -> Ended:
     """In ``op``'s unit: void every pending account token of ``user``, delete its API
     tokens and clear its locks, adding an audit row for each that there was to end."""
     tenant, user_id, now = user.tenant, user.user_id, op.now
-    tokens = account_tokens.token_store(svc.store)
+    tokens = account_tokens.token_store(svc.account_tokens)
     voided: dict[str, int] = {}
     for kind in sorted(account_tokens.KINDS):
         count = guard_store(partial(tokens.void_account_tokens, tenant, user_id, kind, now))

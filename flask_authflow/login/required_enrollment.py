@@ -70,9 +70,8 @@ NONE_REQUIRED_KEY: Final = "no_required_enrollment"
 
 
 def _tokens(svc: LoginServices) -> AccountTokenStore | None:
-    store = svc.store
-    # Only a store with account tokens can hold a requirement (both backends have them).
-    return store if isinstance(store, AccountTokenStore) else None
+    # Only a backend with account tokens can hold a requirement (both built-in ones have them).
+    return svc.account_tokens
 
 
 def require(

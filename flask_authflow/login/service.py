@@ -37,12 +37,12 @@ from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.core.factors import Enrollment, EnrollmentStart, Factor
 from flask_authflow.core.identifiers import normalise_identifier
 from flask_authflow.core.ports import (
+    AccountTokenStore,
     ApiTokenStore,
     AttemptStore,
     AuditSink,
     FactorConfig,
     FactorRecordStore,
-    FactorStore,
     IdentityStore,
     LoginStore,
 )
@@ -137,6 +137,9 @@ class AuthnService:
         store's unit commits, outside it.
     :param hasher: verifies and rehashes passwords (the wiring passes the app's; default
         Argon2id with the RFC 9106 low-memory profile).
+    :param account_tokens: the backend's account tokens (its ``store_ports().account_tokens``):
+        sign-up, password reset, e-mail change and required enrollments keep theirs there.
+        ``None``: those flows raise :class:`~flask_authflow.errors.ConfigurationError`.
     :param api_token_store: the personal API tokens a password reset, a password change and
         "log out everywhere" delete (:mod:`~flask_authflow.login.recovery`; the wiring
         passes the backend). ``None``: those flows end no API token.
@@ -144,10 +147,10 @@ class AuthnService:
 
     def __init__(
         self,
-        identity_store: IdentityStore,
-        factor_store: FactorStore,
+        identity_store: LoginStore,
+        factor_store: LoginStore,
         *,
-        attempt_store: AttemptStore | None = None,
+        attempt_store: LoginStore | None = None,
         audit_sink: AuditSink | None = None,
         hasher: PasswordHasher | None = None,
         lockout: LockoutPolicy | None = None,
@@ -163,11 +166,15 @@ class AuthnService:
         legacy_hashes: LegacyHashes | None = None,
         throttle: Throttle | None = None,
         api_token_store: ApiTokenStore | None = None,
+        account_tokens: AccountTokenStore | None = None,
     ) -> None:
         self.store: LoginStore = _one_store(identity_store, factor_store, attempt_store)
         self.identity_store: IdentityStore = self.store
         self.factor_store: FactorRecordStore = self.store
         self.attempt_store: AttemptStore = self.store
+        #: Where sign-up, reset, e-mail change and required enrollments keep their tokens
+        #: (the backend's declared port; ``None``: those flows are refused).
+        self.account_tokens = account_tokens
         # ``is None``, not ``or``: a sink may define __len__ and be falsy when empty.
         self.audit_sink: AuditSink = audit_sink if audit_sink is not None else self.store
         #: Where a logout's audit row goes when the audit sink fails (a logout always succeeds).
@@ -267,14 +274,9 @@ class AuthnService:
         return f"<AuthnService policy={self.policy!r} hasher={self.hasher!r}>"
 
 
-def _one_store(identity: object, factors: object, attempts: object | None) -> LoginStore:
+def _one_store(identity: LoginStore, factors: LoginStore, attempts: LoginStore | None) -> LoginStore:
     """The one store of identities, factors and attempts (see :class:`LoginStore`)."""
     store = attempts if attempts is not None else identity
-    if not isinstance(store, LoginStore):
-        raise ConfigurationError(
-            "AuthnService needs a login store: identities, factors, attempt counters and audit "
-            "rows with a unit of work (InMemoryBackend or SqlAlchemyBackend)"
-        )
     if identity is not store or factors is not store:
         raise ConfigurationError("the identity, factor and attempt store must be one LoginStore")
     return store

@@ -221,10 +221,9 @@ def notice(
     """The address has an account: the same work as a new one, and a notice to its owner
     (``password``: the one the sign-up gave, hashed as the new account's would be; ``None``
     for a passkey sign-up)."""
-    hasher: Any = getattr(svc, "hasher", None)
-    if hasher is not None and password is not None:
-        hasher.hash(password)  # the new account's hash costs this much
-    store = account_tokens.token_store(svc.store)
+    if password is not None:
+        svc.hasher.hash(password)  # the new account's hash costs this much
+    store = account_tokens.token_store(svc.account_tokens)
     fields: dict[str, Any] = {"tenant": owner.tenant, "user_id": owner.user_id}
     with Operation(svc, ctx, session, "signup", refuse_on=(MailDeliveryError,), **fields) as op:
         issued = account_tokens.issue(
@@ -248,7 +247,7 @@ def deliver_last(op: Operation, found: SignupRequest, deliver: Deliver | None) -
 
 def issue(op: Operation, user: UserRecord, ttl: timedelta, event: str) -> SignupRequest:
     """Issue the verification token of ``user`` (voiding an earlier one) in ``op``'s unit."""
-    store = account_tokens.token_store(op.svc.store)
+    store = account_tokens.token_store(op.svc.account_tokens)
     issued = account_tokens.issue(
         store, kind=KIND, tenant=user.tenant, user_id=user.user_id, now=op.now, ttl=ttl
     )
@@ -277,7 +276,7 @@ def verify_signup(
 
     :raises InvalidInput, AccountTokenInvalid, AccountTokenUsed, AccountTokenExpired:
         the token or code cannot be used (see :mod:`~flask_authflow.login.account_tokens`)."""
-    store = account_tokens.token_store(svc.store)
+    store = account_tokens.token_store(svc.account_tokens)
     refused: AuthFlowError | None = None
     done: UserRecord | None = None
     with Operation(svc, ctx, session, "email_confirmed") as op:
@@ -376,7 +375,7 @@ def _not_pending(
     svc: LoginServices, ctx: AuditContext, session: AuthSession, tenant: str, ttl: timedelta
 ) -> SignupRequest:
     """A resend for anything but a pending sign-up: the same work, with nothing stored but the audit row."""
-    store = account_tokens.token_store(svc.store)
+    store = account_tokens.token_store(svc.account_tokens)
     with Operation(svc, ctx, session, "signup_resent", tenant=tenant) as op:
         op.unit()
         issued = account_tokens.issue(

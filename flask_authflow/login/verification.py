@@ -4,7 +4,7 @@ the login steps need nothing of it)."""
 
 from __future__ import annotations
 
-from flask_authflow.core.ports import AccountTokenStore, UserRecord
+from flask_authflow.core.ports import UserRecord
 from flask_authflow.errors import AuthnError
 from flask_authflow.login.operation import LoginServices, guard_store
 
@@ -41,8 +41,8 @@ def needs_verification(svc: LoginServices, user: UserRecord) -> bool:
     """Whether ``user`` signed up and has not confirmed the address yet."""
     if user.email is None or user.email_verified_at is not None:
         return False
-    store = svc.store
-    if not isinstance(store, AccountTokenStore):  # an application's own store without sign-up
+    store = svc.account_tokens
+    if store is None:  # an application's own backend without account tokens (so no sign-up)
         return False
     return bool(guard_store(lambda: store.has_account_token(user.tenant, user.user_id, KIND)))
 

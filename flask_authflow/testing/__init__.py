@@ -22,6 +22,7 @@ from flask_authflow.testing.fixture import (
 )
 from flask_authflow.testing.provider import TestOpenIDProvider
 from flask_authflow.testing.pytest_plugin import Outbox, SentMessage, login_test_client
+from flask_authflow.testing.users import add_user
 
 __all__ = [
     "IssuanceEvent",
@@ -31,5 +32,6 @@ __all__ = [
     "Outbox",
     "SentMessage",
     "TestOpenIDProvider",
+    "add_user",
     "login_test_client",
 ]

@@ -227,7 +227,7 @@ def authflow_memory_app(mock_clock: MockClock, authflow_hasher: PasswordHasher) 
         app.config.update(config)
         AuthFlow(
             app,
-            backend=InMemoryBackend(hasher=authflow_hasher, clock=mock_clock),
+            backend=InMemoryBackend(clock=mock_clock),
             session_store=MemorySessionStore(clock=mock_clock),
             clock=mock_clock,
             hasher=authflow_hasher,

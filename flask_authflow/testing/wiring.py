@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from flask import Flask
@@ -27,7 +27,10 @@ from flask_authflow.login.password import PasswordHasher
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.web.extension import AuthFlow
-from flask_authflow.web.state import EXTENSION_KEY, Adapters
+from flask_authflow.web.state import Adapters, get_state
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 __all__ = ["PluginWiring"]
 
@@ -65,7 +68,7 @@ class PluginWiring:
         @functools.wraps(original)
         def init_app(extension: AuthFlow, app: Flask, **given: Any) -> None:
             original(extension, app, **wiring.adapters_for(extension, app, given))
-            wiring.refuse_outside(getattr(app.extensions[EXTENSION_KEY].backend, "engine", None))
+            wiring.refuse_outside(get_state(app).backend.database_engine())
 
         _WRAPPERS.add(init_app)
         with pytest.MonkeyPatch.context() as patch:
@@ -81,7 +84,7 @@ class PluginWiring:
         backend, store = mine.backend, mine.session_store
         if self.stores == "memory":
             app.config["AUTHFLOW_DATABASE_URL"] = "sqlite://"
-            backend = backend if backend is not None else InMemoryBackend(hasher=hasher, clock=clock)
+            backend = backend if backend is not None else InMemoryBackend(clock=clock)
             store = store if store is not None else MemorySessionStore(clock=clock)
         else:
             self._sql_database(app)
@@ -118,10 +121,11 @@ class PluginWiring:
                 "in-memory stores (remove the authflow_stores marker)"
             )
 
-    def refuse_outside(self, engine: Any) -> None:
+    def refuse_outside(self, engine: Engine | None) -> None:
         """An explicit SQL backend on a SQLite file outside the test's temporary folder is
-        refused (the test would write into a development database)."""
-        path = self._sqlite_file_outside(getattr(engine, "url", None))
+        refused (the test would write into a development database). ``engine``: what the
+        backend's ``database_engine()`` declares (``None``: it keeps no database)."""
+        path = self._sqlite_file_outside(engine.url if engine is not None else None)
         if path is not None:
             raise ConfigurationError(
                 f"the backend's database is {path}, outside this test's temporary folder ({self.tmp_path}): "

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from flask import Flask
 
+from flask_authflow.audit.context import audit_source
 from flask_authflow.audit.sinks import AuthCounters
 from flask_authflow.audit.spool import SpoolAuditSink
 from flask_authflow.clock import Clock
-from flask_authflow.core.ports import MaintainedSessionStore, SessionStore
+from flask_authflow.core.ports import MaintainedSessionStore, SessionStore, StorePorts
 from flask_authflow.errors import (
     AuthFlowError,
     ConfigurationError,
@@ -98,20 +99,18 @@ def _refuse_for_cli(app: Flask, error: BaseException) -> None:
         raise refusal from None
 
 
-def _open_backend(
-    app: Flask, backend: Any, database: Callable[[], str], hasher: PasswordHasher, clock: Clock
-) -> tuple[Any, bool]:
+def _open_backend(app: Flask, backend: Any, database: Callable[[], str], clock: Clock) -> tuple[Any, bool]:
     """The app's backend and whether its schema is behind (left to ``flask authflow db``).
 
     ``None`` builds the default ``SqlAlchemyBackend`` on ``database()``, whose tables follow
     the shipped migrations; a backend on a Flask-SQLAlchemy ``db`` gets a copy bound to this
-    app's engine; a backend built without a hasher or clock adopts the app's."""
+    app's engine; a backend built without a clock adopts the app's."""
     schema_behind = False
     if backend is None:
         from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 
         try:
-            backend = SqlAlchemyBackend(database(), hasher=hasher, clock=clock, create_tables=False)
+            backend = SqlAlchemyBackend(database(), clock=clock, create_tables=False)
         except Exception as error:
             _refuse_for_cli(app, error)
             raise
@@ -122,8 +121,30 @@ def _open_backend(
             _refuse_for_cli(app, error)
             raise
     backend = backend.bind_app(app)
-    backend.adopt_defaults(hasher=hasher, clock=clock)
+    backend.adopt_clock(clock)
     return backend, schema_behind
+
+
+def _declared_ports(backend: Any, config: AuthFlowConfig, *, federation: bool) -> StorePorts:
+    """The ports ``backend`` declares (its ``store_ports()``), checked against what the
+    configuration turns on: a feature whose port the backend lacks is refused now, with
+    what to set, instead of failing on its first request."""
+    ports: StorePorts = backend.store_ports()
+    accounts = config.accounts
+    if ports.account_tokens is None and (accounts.registration or accounts.password_reset):
+        raise ConfigurationError(
+            f"{type(backend).__name__} keeps no account tokens (its store_ports() has "
+            "account_tokens=None): set AUTHFLOW_REGISTRATION = False and AUTHFLOW_PASSWORD_RESET = "
+            "False, or declare an AccountTokenStore"
+        )
+    wants_links = federation or bool(config.federation.providers or config.federation.ssf_transmitters)
+    if ports.identity_links is None and wants_links:
+        raise ConfigurationError(
+            f"{type(backend).__name__} cannot store identity links (its store_ports() has "
+            "identity_links=None): federated login needs a FederationStore; remove "
+            "AUTHFLOW_OAUTH_PROVIDERS or declare one"
+        )
+    return ports
 
 
 def _chain_audit(backend: Any, config: AuthFlowConfig) -> None:
@@ -194,9 +215,10 @@ def _hasher(settings: HashingSettings) -> PasswordHasher:
 def _login_service(
     app: Flask,
     config: AuthFlowConfig,
-    backend: Any,
+    ports: StorePorts,
     hasher: PasswordHasher,
     clock: Clock,
+    spool: SpoolAuditSink,
     session_writer: SessionWriter | None,
 ) -> AuthnService:
     """The login service on ``backend``, with the lockout, freshness and passkey settings.
@@ -206,6 +228,7 @@ def _login_service(
         return account_admin(app).revoke_sessions(tenant, user_id, keep_sid=keep_sid, reason=reason)
 
     lockout = config.lockout
+    backend: Any = ports.login  # the app's backend (its login port is itself)
     return AuthnService(
         backend,
         backend,
@@ -220,7 +243,7 @@ def _login_service(
         ),
         clock=clock,
         counters=AuthCounters(),
-        audit_fallback=SpoolAuditSink(config.audit.spool_file(app.instance_path)),
+        audit_fallback=spool,
         freshness=config.login.freshness,
         site_name=config.login.site_name or "flask-authflow",
         passkey_login_allowed=config.factors.passkey_login_allowed,
@@ -229,6 +252,7 @@ def _login_service(
         legacy_hashes=_legacy_hashes(config.hashing, hasher),
         throttle=Throttle.from_settings(config.throttle),
         api_token_store=backend,  # a reset, a password change and log-out-everywhere end them
+        account_tokens=ports.account_tokens,
     )
 
 
@@ -256,8 +280,11 @@ def _session_writer(
     if given.session_store is not None or config.session.store != "sql":
         return None
     from flask_authflow.storage.sql.backend import session_writer
+    from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
 
-    return session_writer(backend, store, interface)
+    # init_app built this store from ``AUTHFLOW_SESSION_STORE = "sql"``: its class is known;
+    # the backend joins it only when it declares the store's engine as its own (its SQL units).
+    return session_writer(backend, cast(SqlAlchemySessionStore, store), interface)
 
 
 def _mail_sender(given: Adapters, config: AuthFlowConfig) -> MailSender | None:
@@ -281,6 +308,7 @@ def _install(app: Flask, state: AuthFlowState) -> None:
     install_devices(app, state)  # the device cookie, device records, trusted devices
     install_mail_budgets(app, state)  # the networks each account signs in from
     app.extensions[EXTENSION_KEY] = state
+    audit_source(app).trusted_proxies = state.trusted_proxies  # the audit context receives them
     interface = state.session_interface
     app.session_interface = interface
     for error in (AuthFlowError, Unauthenticated, StepUpNeeded, PermissionDenied):

@@ -108,9 +108,9 @@ def _revoke_tokens_with_sessions(sender: Any, **extra: Any) -> None:
     """Ending every session of a user, disabling and deleting end the user's tokens too."""
     if extra.get("reason") not in REVOKING_REASONS or not isinstance(sender, Flask):
         return
-    service = sender.extensions.get(API_TOKENS_KEY)
+    service: ApiTokenService | None = sender.extensions.get(API_TOKENS_KEY)  # None: not our app
     tenant, user_id = extra.get("tenant"), extra.get("user_id")
-    if isinstance(service, ApiTokenService) and isinstance(tenant, str) and isinstance(user_id, str):
+    if service is not None and isinstance(tenant, str) and isinstance(user_id, str):
         service.revoke_all(tenant, user_id, reason=str(extra["reason"]))
 
 

@@ -64,6 +64,7 @@ from flask_authflow.errors import (
 from flask_authflow.i18n import template_context
 from flask_authflow.login import required_enrollment
 from flask_authflow.responses import error_response
+from flask_authflow.sessions.interface import RequestSession
 from flask_authflow.web.api_auth import api_denial, api_principal, missing_scopes
 from flask_authflow.web.current_user import (
     ANONYMOUS_USER,
@@ -204,7 +205,7 @@ def _user_denied(predicate: UserPredicate | None) -> AuthFlowError | None:
     """Why the current request may not see a ``login_required`` view (``None``: it may)."""
     session = current_auth_session()
     if not session.is_authenticated:
-        if getattr(session, "store_failed", False):
+        if isinstance(session, RequestSession) and session.store_failed:
             # The session store could not be read: an outage, not a guest. A 503 (never a
             # login page that could not log anyone in either); service resumes with the store.
             return StoreUnavailable("the session store is unavailable")

@@ -24,7 +24,7 @@ from typing import Any
 from flask import Flask, Request, Response, after_this_request, has_request_context, request
 
 from flask_authflow import signals
-from flask_authflow.audit.context import AuditContext, audit_context
+from flask_authflow.audit.context import AuditContext, audit_context, audit_source
 from flask_authflow.audit.sinks import hash_session_id
 from flask_authflow.core.session import AuthSession, AuthState
 from flask_authflow.devices import (
@@ -106,7 +106,7 @@ def install_devices(app: Flask, state: AuthFlowState) -> DeviceWiring:
         path=session.cookie_path,
     )
     state.devices = wiring
-    state.device_context = _device_context
+    audit_source(app).add_device = _device_context  # the request's device on its audit rows
     state.service.device_trusted = wiring.service.is_trusted
     # No app-wide hook: a sign-in that issues a device cookie asks for one (after_this_request),
     # so requests that sign nobody in pay nothing for devices. The device is recorded in the

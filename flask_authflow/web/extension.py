@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from flask import Flask
 
 from flask_authflow.api_auth import Tokens
+from flask_authflow.audit.spool import SpoolAuditSink
 from flask_authflow.authz import Roles
 from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.core.app_users import UserCreatedHook, UserDeletedHook
@@ -45,6 +46,7 @@ from flask_authflow.web._wiring import (
     _build_issuer,
     _chain_audit,
     _database,
+    _declared_ports,
     _hasher,
     _install,
     _login_service,
@@ -168,7 +170,8 @@ class AuthFlow(DeprecatedMethods):
         clock = given.clock if given.clock is not None else SystemClock()
         hasher = given.hasher if given.hasher is not None else _hasher(config.hashing)
         database = _database(app, config)
-        backend, schema_behind = _open_backend(app, given.backend, database, hasher, clock)
+        backend, schema_behind = _open_backend(app, given.backend, database, clock)
+        ports = _declared_ports(backend, config, federation=bool(self._providers))
         _chain_audit(backend, config)
 
         def sql_source() -> Any:  # the SQL stores share the backend's engine when it has one
@@ -180,9 +183,9 @@ class AuthFlow(DeprecatedMethods):
             store = _session_store(config.session, sql_source, clock, create_tables=given.backend is not None)
         store.adopt_clock(clock)
         interface = _session_interface(config.session, store, clock)
-        service = _login_service(
-            app, config, backend, hasher, clock, _session_writer(given, config, backend, store, interface)
-        )
+        spool = SpoolAuditSink(config.audit.spool_file(app.instance_path))  # audit rows the store refused
+        writer = _session_writer(given, config, backend, store, interface)
+        service = _login_service(app, config, ports, hasher, clock, spool, writer)
         sealer = factor_sealer(config.factors)
         mail = (lambda: get_state(app).mail_sender), service.throttle
         for factor in [*built_in_factors(config.factors, sealer, *mail), *self._factors.values()]:
@@ -195,7 +198,9 @@ class AuthFlow(DeprecatedMethods):
             session_store=store,
             session_interface=interface,
             backend=backend,
+            ports=ports,
             service=service,
+            audit_spool=spool,
             trusted_proxies=config.audit.proxies(),
             counters=service.counters,
             hasher=hasher,
@@ -265,7 +270,7 @@ class AuthFlow(DeprecatedMethods):
         if state.config.federation.ssf_transmitters:  # the Shared Signals receiver's push endpoint
             from flask_authflow.web.ssf_views import install_receiver
 
-            install_receiver(app, state, http_client, state.config.federation.url_prefix)
+            install_receiver(app, state, federation, http_client, state.config.federation.url_prefix)
 
     # --- factors ------------------------------------------------------------------------------
 

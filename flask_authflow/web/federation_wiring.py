@@ -14,11 +14,9 @@ from flask import Flask, has_request_context, request, url_for
 from flask_authflow import signals
 from flask_authflow.audit.context import audit_context
 from flask_authflow.clock import Clock
-from flask_authflow.core.ports import ProviderTokenStore
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.extras import require_extra
 from flask_authflow.federation.http import HttpClient, RequestsHttpClient
-from flask_authflow.federation.links import FederationStore
 from flask_authflow.federation.login import FederationService
 from flask_authflow.federation.presets import provider_config
 from flask_authflow.federation.provider import ProviderRegistry, check_provider_name
@@ -32,7 +30,7 @@ from flask_authflow.web.federation_views import (
     form_post_callback,
 )
 from flask_authflow.web.next_url import safe_next
-from flask_authflow.web.state import AuthFlowHooks, AuthFlowState, app_user_hooks, get_state
+from flask_authflow.web.state import EXTENSION_KEY, AuthFlowHooks, AuthFlowState, app_user_hooks, get_state
 
 __all__ = ["build_federation", "register_oauth_blueprint"]
 
@@ -69,11 +67,13 @@ def _token_audit(state: AuthFlowState) -> TokenAudit:
     return write
 
 
-def _provider_tokens(state: AuthFlowState, backend: Any, registry: ProviderRegistry) -> ProviderTokens | None:
-    """The keeper of provider tokens, when the backend can store them."""
-    if not isinstance(backend, ProviderTokenStore) or state.sealer is None:
+def _provider_tokens(state: AuthFlowState, registry: ProviderRegistry) -> ProviderTokens | None:
+    """The keeper of provider tokens, when the backend declares a port for them and factor
+    sealing (``AUTHFLOW_FACTOR_ENCRYPTION_KEY``) is configured."""
+    store = state.ports.provider_tokens
+    if store is None or state.sealer is None:
         return None
-    return ProviderTokens(backend, registry, state.sealer, state.clock, _token_audit(state))
+    return ProviderTokens(store, registry, state.sealer, state.clock, _token_audit(state))
 
 
 def _forget_deleted_user(sender: Any, **fields: Any) -> None:
@@ -84,10 +84,10 @@ def _forget_deleted_user(sender: Any, **fields: Any) -> None:
         return
     if not isinstance(tenant, str) or not isinstance(user_id, str):
         return
-    federation = getattr(sender.extensions.get("authflow"), "federation", None)
-    tokens = getattr(federation, "tokens", None)
-    if isinstance(tokens, ProviderTokens):
-        tokens.forget_user(tenant, user_id)
+    state: AuthFlowState | None = sender.extensions.get(EXTENSION_KEY)  # what init_app put there
+    federation = state.federation if state is not None else None
+    if federation is not None and federation.tokens is not None:
+        federation.tokens.forget_user(tenant, user_id)
 
 
 signals.session_revoked.connect(_forget_deleted_user)
@@ -107,16 +107,17 @@ def build_federation(
     """The app's :class:`FederationService` with every provider of ``AUTHFLOW_OAUTH_PROVIDERS``
     and of ``definitions`` (``authflow.register_provider``) registered, not yet discovered.
 
-    :raises ConfigurationError: a provider entry is malformed, or the backend cannot store
-        identity links (it must implement :class:`FederationStore`).
+    :raises ConfigurationError: a provider entry is malformed, or the backend declares no
+        identity links (its ``store_ports().identity_links`` is ``None``).
     """
     require_extra("oidc", "federated login")  # a provider registered in code after init_app
-    if not isinstance(backend, FederationStore):
+    state = get_state(app)
+    links = state.ports.identity_links
+    if links is None:  # init_app refused configured providers; this is one registered later
         raise ConfigurationError(
             f"{type(backend).__name__} cannot store identity links: federated login needs a backend "
-            "implementing FederationStore (InMemoryBackend, SqlAlchemyBackend)"
+            "whose store_ports() declares identity_links (InMemoryBackend, SqlAlchemyBackend)"
         )
-    state = get_state(app)
     counters = state.counters  # every JWKS fetch shows in the app's /metrics
     registry = ProviderRegistry(
         http=http_client or RequestsHttpClient(),
@@ -133,8 +134,9 @@ def build_federation(
     accounts: Any = backend  # an AuthBackend: users are created there
     return FederationService(
         registry,
-        links=backend,
+        links=links,
         accounts=accounts,
+        factors=state.ports.login,  # unlink counts the user's other ways in (password, passkey)
         session_store=session_store,
         clock=clock,
         default_tenant=settings.default_tenant,
@@ -143,7 +145,7 @@ def build_federation(
         provision_user=lambda: hooks.provision_user,
         app_transaction=app_transaction,
         app_users=app_user_hooks(app),
-        tokens=_provider_tokens(state, backend, registry),
+        tokens=_provider_tokens(state, registry),
         begin_unit=lambda: get_state(app).service.store.begin_unit(),
         session_join=lambda: get_state(app).service.session_writer,
     )

@@ -28,6 +28,7 @@ from flask_authflow.audit.context import audit_context
 from flask_authflow.errors import AuthFlowError, StoreUnavailable
 from flask_authflow.federation.errors import ProviderUnreachable
 from flask_authflow.federation.http import RequestsHttpClient
+from flask_authflow.federation.login import FederationService
 from flask_authflow.federation.ssf.receiver import ReceiverStores, SignalsReceiver, UnknownTransmitter
 from flask_authflow.federation.ssf.settings import transmitters
 from flask_authflow.federation.ssf.verify import SetRefused
@@ -118,8 +119,8 @@ def _unavailable() -> Response:
     return response
 
 
-def _stores(state: AuthFlowState) -> ReceiverStores:
-    tokens = state.federation.tokens
+def _stores(state: AuthFlowState, federation: FederationService) -> ReceiverStores:
+    tokens = federation.tokens
     return ReceiverStores(
         one_time=state.service.store,  # the login store: its one-time tokens join the unit of work
         accounts=state.backend,
@@ -133,15 +134,17 @@ def _stores(state: AuthFlowState) -> ReceiverStores:
     )
 
 
-def install_receiver(app: Flask, state: AuthFlowState, http_client: Any, url_prefix: str) -> None:
+def install_receiver(
+    app: Flask, state: AuthFlowState, federation: FederationService, http_client: Any, url_prefix: str
+) -> None:
     """Build the app's receiver from ``AUTHFLOW_SSF_TRANSMITTERS`` (refused with what to set
     when unsafe) and register the push endpoint, exempt from Flask-WTF's CSRF check."""
     settings = state.config.federation
     configured = transmitters(settings.ssf_transmitters, settings.default_tenant)
     app.extensions[SSF_EXTENSION] = SignalsReceiver(
         configured,
-        federation=state.federation,
-        stores=_stores(state),
+        federation=federation,
+        stores=_stores(state, federation),
         http=http_client or RequestsHttpClient(),
         sender=app,
     )

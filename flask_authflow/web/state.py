@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flask import Flask, current_app
 from flask import session as flask_session
@@ -21,6 +21,7 @@ from werkzeug.local import LocalProxy
 from flask_authflow.audit.chain import ChainedAuditStore
 from flask_authflow.audit.client_ip import TrustedProxies
 from flask_authflow.audit.sinks import AuthCounters
+from flask_authflow.audit.spool import SpoolAuditSink
 from flask_authflow.clock import Clock
 from flask_authflow.core.app_users import AppUserHooks, UserCreatedHook, UserDeletedHook
 from flask_authflow.core.ports import (
@@ -33,6 +34,7 @@ from flask_authflow.core.ports import (
     IdentityStore,
     MaintainedSessionStore,
     RoleStore,
+    StorePorts,
     UserRecord,
 )
 from flask_authflow.core.session import AuthSession
@@ -47,6 +49,7 @@ from flask_authflow.web.app_transaction import app_transaction
 from flask_authflow.web.config import AuthFlowConfig
 
 if TYPE_CHECKING:
+    from flask_authflow.federation.login import FederationService
     from flask_authflow.issuer.idp import LocalIdp
 
 __all__ = [
@@ -66,7 +69,6 @@ __all__ = [
 EXTENSION_KEY = "authflow"
 
 
-@runtime_checkable
 class AuthBackend(
     IdentityStore,
     FactorStore,
@@ -85,8 +87,6 @@ class AuthBackend(
     :class:`~flask_authflow.storage.memory.InMemoryBackend` and
     :class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend` implement it.
     """
-
-    def set_password(self, tenant: str, identifier: str, password: str) -> None: ...
 
     def set_disabled(self, tenant: str, identifier: str, disabled: bool = True) -> None: ...
 
@@ -132,6 +132,8 @@ class AuthFlowState:
     session_store: MaintainedSessionStore
     session_interface: AuthFlowSessionInterface
     backend: AuthBackend
+    #: The aggregates the backend declared (its ``store_ports()``), checked by ``init_app``.
+    ports: StorePorts
     service: AuthnService
     trusted_proxies: TrustedProxies
     counters: AuthCounters
@@ -146,15 +148,15 @@ class AuthFlowState:
     #: The application's callbacks (user loader, denial handlers).
     hooks: AuthFlowHooks = field(default_factory=AuthFlowHooks)
     #: Federated login (a ``FederationService``) when OpenID providers are configured.
-    federation: Any = None
+    federation: FederationService | None = None
+    #: Where audit rows go when the audit store refuses them (the login service's fallback);
+    #: ``flask authflow audit replay-spool`` moves them into the store.
+    audit_spool: SpoolAuditSink | None = None
     #: The policy new passwords must pass (``init_app`` builds it from ``AUTHFLOW_PASSWORD_*``;
     #: ``None`` builds it from the config on each use).
     password_policy: PasswordPolicy | None = None
     #: The devices of users (a :class:`~flask_authflow.web.devices.DeviceWiring`).
     devices: Any = None
-    #: Adds the request's device to its audit context (set by the device wiring; read by
-    #: :func:`~flask_authflow.audit.context.audit_context`).
-    device_context: Callable[[Any, Any], Any] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -218,6 +220,7 @@ def account_admin(app: Flask | None = None) -> AccountAdmin:
         policy=policy,
         service=state.service,
         app_users=app_user_hooks(target),
+        hasher=state.hasher,
     )
 
 

@@ -168,7 +168,7 @@ def _write(target: WriteTarget, plan: UserPlan, roles: frozenset[str]) -> UserRe
     store, tenant, now = target.store, plan.tenant, target.now
     assert plan.user is not None
     verified_at = now if plan.email is not None and plan.email_verified else None
-    user = store.create_user(tenant, plan.identifier, None, email=plan.email, email_verified_at=verified_at)
+    user = store.create_user(tenant, plan.identifier, email=plan.email, email_verified_at=verified_at)
     if plan.user.password_hash is not None:  # None: a linked user without a password
         store.set_password_hash(tenant, user.user_id, plan.user.password_hash)
     if plan.user.disabled:

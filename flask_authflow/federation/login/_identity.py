@@ -107,7 +107,7 @@ def default_claims_mapper(
         return found.user_id
     if create_account is not None:
         return create_account(identity, name).user_id
-    return accounts.create_user(identity.tenant, name, None).user_id
+    return accounts.create_user(identity.tenant, name).user_id
 
 
 def email_linked_user(identity: FederatedIdentity, accounts: IdentityStore) -> str | None:

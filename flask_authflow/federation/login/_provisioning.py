@@ -89,7 +89,7 @@ def _create_account(svc: FederationServices, identity: FederatedIdentity, name: 
     row (its ``user_created`` hook, told the token's claims)."""
 
     def make() -> UserRecord:
-        return svc.accounts.create_user(identity.tenant, name, None)
+        return svc.accounts.create_user(identity.tenant, name)
 
     if svc.app_users is None:
         return make()

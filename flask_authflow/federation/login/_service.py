@@ -85,9 +85,7 @@ class FederationService:
         #: runs the application's ``user_created`` hook for an account a sign-in creates.
         self.app_users = app_users
         #: where unlink looks for the user's other ways to sign in (password, passkey).
-        self.factors = (
-            factors if factors is not None else (accounts if isinstance(accounts, FactorStore) else None)
-        )
+        self.factors = factors
         #: keeps the tokens of providers with ``store_tokens`` (``None``: the store cannot).
         self.tokens = tokens
         #: what ``session_revoked`` is sent with (the Flask app, as Flask does).

@@ -11,6 +11,7 @@ API tokens, provider tokens, devices), each a mixin over the one shared state of
 
 from __future__ import annotations
 
+from flask_authflow.core.ports import StorePorts
 from flask_authflow.storage.memory.account_tokens import MemoryAccountTokens
 from flask_authflow.storage.memory.api_tokens import MemoryApiTokens
 from flask_authflow.storage.memory.attempts import MemoryAttempts
@@ -43,8 +44,8 @@ class InMemoryBackend(
 ):
     """Identity, factor, attempt and audit store in one object.
 
-    :param hasher: hashes passwords given to :meth:`with_user_password` /
-        :meth:`create_user` (default: Argon2id with the RFC 9106 low-memory profile).
+    It keeps password hashes, never hashes: :meth:`create_user` receives ``password_hash``
+    (made in ``login/``; tests use :func:`flask_authflow.testing.add_user`).
     """
 
     def __repr__(self) -> str:
@@ -55,6 +56,10 @@ class InMemoryBackend(
     def bind_app(self, app: object) -> InMemoryBackend:
         """``self``: the memory store serves any app as it is."""
         return self
+
+    def store_ports(self) -> StorePorts:
+        """Every aggregate: this backend keeps them all."""
+        return StorePorts(login=self, account_tokens=self, identity_links=self, provider_tokens=self)
 
     def database_engine(self) -> None:
         """``None``: nothing of this store is in a database."""

@@ -29,7 +29,6 @@ from flask_authflow.core.ports import (
     UserRecord,
 )
 from flask_authflow.federation.links import IdentityLink
-from flask_authflow.login.password import PasswordHasher
 
 __all__ = ["AttemptLogEntry", "LockState", "MemoryState", "RoleState", "undo"]
 
@@ -78,11 +77,9 @@ class MemoryState:
     def __init__(
         self,
         *,
-        hasher: PasswordHasher | None = None,
         clock: Clock | None = None,
         max_attempt_log: int = 100_000,
     ) -> None:
-        self._hasher = hasher
         self.clock: Clock = clock or SystemClock()
         self._clock_given = clock is not None
         self._lock = threading.RLock()

@@ -1,7 +1,8 @@
 """Users in memory: accounts (tenant, identifier), created, disabled, deleted and found.
 
-Passwords given here are hashed with the backend's hasher (:attr:`MemoryUsers.hasher`);
-deleting a user removes what hangs off it in the other aggregates (audit rows stay).
+Passwords arrive hashed (``create_user(..., password_hash=...)``: hashing is
+``login/``'s; tests use :func:`flask_authflow.testing.add_user`); deleting a user
+removes what hangs off it in the other aggregates (audit rows stay).
 """
 
 from __future__ import annotations
@@ -10,13 +11,11 @@ import secrets
 import uuid
 from dataclasses import replace
 from datetime import datetime
-from typing import Self
 
 from flask_authflow.clock import Clock, utc
 from flask_authflow.core.identifiers import check_tenant, normalise_email, normalise_identifier
 from flask_authflow.core.ports import FactorConfig, UserRecord
 from flask_authflow.errors import UserExists, UserNotFound
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.storage.memory.api_tokens import MemoryApiTokens
 from flask_authflow.storage.memory.factors import MemoryFactors
@@ -25,47 +24,30 @@ __all__ = ["MemoryUsers"]
 
 
 class MemoryUsers(MemoryFactors, MemoryApiTokens):
-    """The users of :class:`~flask_authflow.storage.memory.InMemoryBackend`, and the password
-    hasher that :meth:`create_user` and :meth:`set_password` use. It builds on the factors (a
+    """The users of :class:`~flask_authflow.storage.memory.InMemoryBackend`. It builds on the factors (a
     password is a factor; they build on the attempts and account tokens) and the API tokens,
     whose private steps :meth:`delete_user` calls; the other aggregates' rows of a deleted
     user it drops from the shared state directly, as the SQL adapter deletes their rows."""
 
-    def adopt_defaults(self, *, hasher: PasswordHasher, clock: Clock) -> None:
-        """Use the app's hasher and clock where none was given at construction
-        (``AuthFlow.init_app`` calls it, so a backend built at import time follows the
-        app, and a test's ``mock_clock``)."""
-        if self._hasher is None:
-            self._hasher = hasher
+    def adopt_clock(self, clock: Clock) -> None:
+        """Use the app's clock unless one was given at construction (``AuthFlow.init_app``
+        calls it, so a backend built at import time follows the app, and a test's
+        ``mock_clock``)."""
         if not self._clock_given:
             self.clock = clock
-
-    @property
-    def hasher(self) -> PasswordHasher:
-        """The hasher, created on first use (the default one precomputes a 64 MiB dummy hash)."""
-        with self._lock:
-            if self._hasher is None:
-                self._hasher = PasswordHasher()
-            return self._hasher
-
-    def with_user_password(self, username: str, tenant: str, password: str) -> Self:
-        """Add a user with a password (Argon2id); returns ``self`` for chaining."""
-        self.create_user(tenant, username, password)
-        return self
 
     def create_user(
         self,
         tenant: str,
         identifier: str,
-        password: str | None = None,
         *,
+        password_hash: str | None = None,
         email: str | None = None,
         email_verified_at: datetime | None = None,
     ) -> UserRecord:
         tenant = check_tenant(tenant)
         identifier = normalise_identifier(identifier)
         address = normalise_email(email) if email is not None else None
-        password_hash = self.hasher.hash(password) if password is not None else None
         now = self.clock.now()
         with self._lock:
             if (tenant, identifier) in self._users or self._email_owner(tenant, address) is not None:
@@ -126,12 +108,6 @@ class MemoryUsers(MemoryFactors, MemoryApiTokens):
             self._put(self._users, (tenant, identifier), updated)
             self._put(self._users_by_id, user_id, updated)
             return updated
-
-    def set_password(self, tenant: str, identifier: str, password: str) -> None:
-        user = self.find_user(tenant, normalise_identifier(identifier))
-        if user is None:
-            raise UserNotFound()
-        self.set_password_hash(tenant, user.user_id, self.hasher.hash(password))
 
     def set_disabled(self, tenant: str, identifier: str, disabled: bool = True) -> None:
         with self._lock:

@@ -28,9 +28,8 @@ from flask import has_app_context
 from sqlalchemy import Engine
 
 from flask_authflow.clock import Clock, SystemClock
-from flask_authflow.core.ports import SessionHandoff, write_session_in_unit
+from flask_authflow.core.ports import SessionHandoff, StorePorts, write_session_in_unit
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.account_tokens import SqlAccountTokens
 from flask_authflow.storage.sql.api_tokens import SqlApiTokens
 from flask_authflow.storage.sql.attempts import SqlAttempts
@@ -95,7 +94,6 @@ class SqlAlchemyBackend(
     """Identity, factor, attempt and audit store on SQLite or PostgreSQL.
 
     :param engine_source: an ``Engine``, a database URL, or a Flask-SQLAlchemy ``db``.
-    :param hasher: hashes passwords given to :meth:`create_user` / :meth:`set_password`.
     :param create_tables: create the ``authflow_*`` tables if missing (use migrations in production).
     :param lock_timeout: how long a login step waits for a lock on its account's attempt
         counter before it is answered :class:`~flask_authflow.errors.StoreBusy` (try again).
@@ -105,7 +103,6 @@ class SqlAlchemyBackend(
         self,
         engine_source: EngineSource,
         *,
-        hasher: PasswordHasher | None = None,
         clock: Clock | None = None,
         create_tables: bool = True,
         lock_timeout: timedelta = LOCK_TIMEOUT,
@@ -115,7 +112,6 @@ class SqlAlchemyBackend(
             raise ConfigurationError(f"lock_timeout must be a positive timedelta, got {lock_timeout!r}")
         #: How long a login step waits for its account's lock (2 s by default).
         self.lock_timeout = lock_timeout
-        self._hasher = hasher
         self.clock: Clock = clock or SystemClock()
         self._clock_given = clock is not None
         self._create_tables = create_tables
@@ -160,12 +156,10 @@ class SqlAlchemyBackend(
             metadata.create_all(bound.engine, tables=BACKEND_TABLES)
         return bound
 
-    def adopt_defaults(self, *, hasher: PasswordHasher, clock: Clock) -> None:
-        """Use the app's hasher and clock where none was given at construction
-        (``AuthFlow.init_app`` calls it, so a backend built at import time follows the
-        app, and a test's ``mock_clock``)."""
-        if self._hasher is None:
-            self._hasher = hasher
+    def adopt_clock(self, clock: Clock) -> None:
+        """Use the app's clock unless one was given at construction (``AuthFlow.init_app``
+        calls it, so a backend built at import time follows the app, and a test's
+        ``mock_clock``)."""
         if not self._clock_given:
             self.clock = clock
 
@@ -177,6 +171,10 @@ class SqlAlchemyBackend(
         if self._unit_sessions is None:
             self._unit_sessions = weakref.WeakKeyDictionary()
         self._unit_sessions[store] = weakref.WeakMethod(store.save_on)
+
+    def store_ports(self) -> StorePorts:
+        """Every aggregate: this backend keeps them all."""
+        return StorePorts(login=self, account_tokens=self, identity_links=self, provider_tokens=self)
 
     def database_engine(self) -> Engine:
         """The engine holding this backend's tables (:attr:`engine`)."""
@@ -194,16 +192,15 @@ class SqlAlchemyBackend(
 
 
 def session_writer(
-    backend: object, store: object, handoff: SessionHandoff
+    backend: SqlAlchemyBackend, store: SqlAlchemySessionStore, handoff: SessionHandoff
 ) -> Callable[[AuthSession, Any], Callable[[], None] | None] | None:
     """The writer a login service uses to keep a passed step's session in the step's unit
-    of work (``AuthnService.session_writer``), when ``store`` is a SQL session store on
-    the backend's own engine: the store then joins the backend's units (the unit writes
-    the session, ``handoff`` only prepares it and sends the cookie); else ``None`` (the
-    session is written with the response)."""
-    if not isinstance(backend, SqlAlchemyBackend) or not isinstance(store, SqlAlchemySessionStore):
-        return None
-    if store.engine is not backend.engine:
+    of work (``AuthnService.session_writer``), when the SQL session store ``store`` is on
+    the backend's own engine (what its ``database_engine()`` declares: its units of work
+    are then this adapter's SQL units on that engine): the store then joins the backend's
+    units (the unit writes the session, ``handoff`` only prepares it and sends the
+    cookie); else ``None`` (the session is written with the response)."""
+    if store.engine is not backend.database_engine():
         return None
     backend.join_sessions(store)
     return functools.partial(write_session_in_unit, handoff, store)

@@ -29,7 +29,6 @@ from sqlalchemy.exc import IntegrityError
 
 from flask_authflow.clock import utc
 from flask_authflow.core.factor_data import check_factor_config, dump_factor_data, load_factor_data
-from flask_authflow.core.identifiers import check_tenant, normalise_identifier
 from flask_authflow.core.ports import FactorConfig, KnownSecret, LoginFacts
 from flask_authflow.errors import StoreUnavailable, UserNotFound
 from flask_authflow.outcomes import FactorKind
@@ -42,7 +41,7 @@ from flask_authflow.storage.sql.schema import (
     users_table,
 )
 from flask_authflow.storage.sql.uow import SqlConnections
-from flask_authflow.storage.sql.users import FIND_USER, GET_USER, user_record
+from flask_authflow.storage.sql.users import GET_USER, user_record
 
 __all__ = ["SqlFactors"]
 
@@ -272,14 +271,6 @@ _LOGIN_FACTS: Any = (  # Any: its rows go to _user, typed for whole-table rows
 
 class SqlFactors(SqlConnections):
     """The factors of :class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend`."""
-
-    def set_password(self, tenant: str, identifier: str, password: str) -> None:
-        """Replace (or set) the password of an existing user; :class:`UserNotFound` otherwise."""
-        params = {"tenant": check_tenant(tenant), "identifier": normalise_identifier(identifier)}
-        row = self._fetch(lambda conn: conn.execute(FIND_USER, params).first())
-        if row is None:
-            raise UserNotFound()
-        self.set_password_hash(row.tenant, row.user_id, self.hasher.hash(password))
 
     def get_password_hash(self, tenant: str, user_id: str) -> str | None:
         params = {"tenant": tenant, "user_id": user_id}

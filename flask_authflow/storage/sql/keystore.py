@@ -37,7 +37,7 @@ from flask_authflow.errors import (
     SigningKeyError,
 )
 from flask_authflow.issuer.keys import LoadedKeys, LocalIdpSigningKey
-from flask_authflow.issuer.keystores import RotationState
+from flask_authflow.issuer.keystores import RotationState, StagedRotationStore
 from flask_authflow.storage.sql.engine import EngineSource, resolve_engine
 from flask_authflow.storage.sql.schema import issuer_key_schedule_table, issuer_keys_table, metadata
 
@@ -211,6 +211,10 @@ class SqlAlchemyLocalIdpKeyStore:
         retired = {kid: at for kid, _, at in rows if at is not None}
         kid, at = staged[0] if staged else (None, None)
         return RotationState(kid, at, retired)
+
+    def staged_rotation(self) -> StagedRotationStore:
+        """This store: it keeps staged rotation."""
+        return self
 
     def rotation_state(self) -> RotationState:
         self.create_table()

@@ -28,7 +28,6 @@ from flask_authflow.clock import Clock
 from flask_authflow.core.app_users import APP_OWNED, APP_WROTE
 from flask_authflow.core.ports import SessionStore, SessionWrite
 from flask_authflow.errors import AuditWriteError, ConfigurationError, StoreBusy, StoreUnavailable
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.sql.engine import autocommit_reads, run_read, run_statement
 
 __all__ = [
@@ -287,7 +286,6 @@ class SqlConnections:
 
     lock_timeout: timedelta
     clock: Clock
-    _hasher: PasswordHasher | None
     _engine: Engine | None
     _reader: tuple[Engine, Engine] | None
     #: How a transaction that takes an attempt counter's lock begins on this engine.
@@ -317,12 +315,6 @@ class SqlConnections:
         """Pick, once per engine, how each aggregate talks to its database (an aggregate
         module with statements of its own for some database extends it)."""
         self._locking_begin = locking_begin(engine)
-
-    @property
-    def hasher(self) -> PasswordHasher:
-        if self._hasher is None:
-            self._hasher = PasswordHasher()
-        return self._hasher
 
     def _unit(self) -> UnitOfWork | None:
         unit = _UNIT.get()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 import uuid
 from datetime import datetime
-from typing import Any, Self
+from typing import Any
 
 from sqlalchemy import Row, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -59,25 +59,20 @@ GET_USER = select(users_table).where(
 class SqlUsers(SqlConnections):
     """The users of :class:`~flask_authflow.storage.sql.backend.SqlAlchemyBackend`."""
 
-    def with_user_password(self, username: str, tenant: str, password: str) -> Self:
-        self.create_user(tenant, username, password)
-        return self
-
     def create_user(
         self,
         tenant: str,
         identifier: str,
-        password: str | None = None,
         *,
+        password_hash: str | None = None,
         email: str | None = None,
         email_verified_at: datetime | None = None,
     ) -> UserRecord:
-        """Add a user (and their password); :class:`UserExists` if the identifier or the
-        address is taken in the tenant."""
+        """Add a user (and their password's hash, made in ``login/``); :class:`UserExists`
+        if the identifier or the address is taken in the tenant."""
         tenant = check_tenant(tenant)
         identifier = normalise_identifier(identifier)
         address = normalise_email(email) if email is not None else None
-        password_hash = self.hasher.hash(password) if password is not None else None
         now = utc(self.clock.now())
         user = UserRecord(uuid.uuid4().hex, tenant, identifier, now, False, address, email_verified_at)
         try:

@@ -185,7 +185,7 @@ def reset_password() -> ResponseReturnValue:
 
 
 def _reset_form(token: str) -> ResponseReturnValue:
-    store = account_tokens.token_store(get_state().service.store)
+    store = account_tokens.token_store(get_state().service.account_tokens)
     account_tokens.peek_token(store, token, password_reset.KIND, get_state().service.clock.now())
     return page("reset.html", token=token)
 
@@ -421,7 +421,9 @@ def confirm_address(tenant: str, identifier: str) -> bool:
         return False
     now = state.service.clock.now()
     store.set_email(tenant, user.user_id, user.email, verified_at=user.email_verified_at or now)
-    account_tokens.token_store(store).void_account_tokens(tenant, user.user_id, signup_flow.KIND, now)
+    account_tokens.token_store(state.service.account_tokens).void_account_tokens(
+        tenant, user.user_id, signup_flow.KIND, now
+    )
     app = current_app._get_current_object()  # type: ignore[attr-defined]
     signals.email_confirmed.send(app, user_id=user.user_id, tenant=tenant)
     return True

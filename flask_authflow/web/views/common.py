@@ -23,6 +23,7 @@ from flask_authflow.errors import AuthFlowError, InvalidInput
 from flask_authflow.i18n import N_, format_datetime, gettext, template_context, translate, translations_active
 from flask_authflow.login.service import AuthnRequest
 from flask_authflow.responses import wants_json
+from flask_authflow.sessions.interface import RequestSession
 from flask_authflow.web.csrf import csrf_field_name, csrf_token
 from flask_authflow.web.current_user import ANONYMOUS_USER, load_current_user
 from flask_authflow.web.json_body import json_body
@@ -316,8 +317,10 @@ def to_step_up(target: str) -> BaseResponse:
 def stored_sid(session: AuthSession) -> str:
     """The id under which the store holds the current session (before any rotation in this
     request): what "keep this session" must keep."""
-    loaded = getattr(session, "loaded_sid", None)
-    return loaded if isinstance(loaded, str) else session.sid
+    # The session interface's own class knows the id it loaded (a session built otherwise:
+    # its own id).
+    loaded = session.loaded_sid if isinstance(session, RequestSession) else None
+    return loaded if loaded is not None else session.sid
 
 
 def signed_in() -> bool:
