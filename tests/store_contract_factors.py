@@ -16,6 +16,7 @@ from flask_authflow.core.ports import FactorRecordStore
 from flask_authflow.errors import UserNotFound
 from flask_authflow.outcomes import FactorKind
 from flask_authflow.testing.users import add_user
+from tests.authn_support import FAST_HASHER
 from tests.protocols import missing_members
 from tests.store_contract import RACERS, T0, factor, race
 
@@ -31,7 +32,7 @@ class FactorsContract:
         clock.advance(1)
         backend.enroll_factor("acme", user.user_id, FactorKind.TOTP, "totp-secret")
         clock.advance(1)
-        backend.set_password_hash("acme", user.user_id, backend.hasher.hash("pw"))
+        backend.set_password_hash("acme", user.user_id, FAST_HASHER.hash("pw"))
         assert backend.required_factors("acme", user.user_id) == [FactorKind.PASSWORD, FactorKind.TOTP]
         assert backend.required_factors("globex", user.user_id) == []
         configs = backend.list_factors("acme", user.user_id)

@@ -23,7 +23,7 @@ from flask_authflow.outcomes import (
     Locked,
 )
 from flask_authflow.testing.users import add_user
-from tests.authn_support import CTX, new_session
+from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.protocols import missing_members
 from tests.store_contract import WINDOW, AuditRecord, factor
 
@@ -124,8 +124,8 @@ class LoginStoreContract:
         assert [r.event for r in backend.audit_rows] == ["login_begin"]
 
     def test_service_on_this_backend(self, backend: Any, clock: MockClock) -> None:
-        backend.with_user_password("Alice", "acme", "correct horse")
-        service = AuthnService(backend, backend, hasher=backend.hasher, clock=clock)
+        add_user(backend, "acme", "Alice", "correct horse")
+        service = AuthnService(backend, backend, hasher=FAST_HASHER, clock=clock, account_tokens=backend)
         handle = service.with_audit_context(CTX)
         user = backend.find_user("acme", "alice")
 
