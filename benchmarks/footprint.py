@@ -159,11 +159,10 @@ def measure(root: Path) -> tuple[dict[str, Footprint], Path]:
     app.wsgi_app = recorder  # type: ignore[method-assign]
     uris: dict[str, str] = {}
     with app.app_context():
-        accounts = reference.authflow.accounts
-        for name in ("alice", "alice2", "tom", "tom2"):
-            accounts.create_user("default", name, PASSWORD)
+        authflow = reference.authflow
+        users = {name: authflow.accounts.create(name, PASSWORD) for name in ("alice", "alice2", "tom", "tom2")}
         for name in ("tom", "tom2"):
-            uris[name] = accounts.enroll_totp("default", name)
+            uris[name] = authflow.factors.create_totp(users[name].user_id)
     used: set[str] = set()
     headers = {"User-Agent": UA}
 

@@ -36,7 +36,6 @@ from flask_authflow.core.crypto import SessionCrypto
 from flask_authflow.core.ports import SessionStore, SessionWrite
 from flask_authflow.core.session import new_guest_record
 from flask_authflow.login import required_enrollment
-from flask_authflow.login.password import PasswordHasher
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
@@ -417,7 +416,7 @@ def test_two_apps_on_one_backend_each_write_their_sessions_with_their_own_store(
     """A backend shared by two apps (each with its own signing key, so its own session
     store) writes each app's login session with that app's store: each app reads it back."""
     url = f"sqlite:///{tmp_path / 'shared.db'}"
-    backend = SqlAlchemyBackend(url, hasher=PasswordHasher.fast_for_tests())
+    backend = SqlAlchemyBackend(url)
     try:
         clients = []
         for key in (b"a" * 32, b"b" * 32):
@@ -428,7 +427,7 @@ def test_two_apps_on_one_backend_each_write_their_sessions_with_their_own_store(
 
             @app.post("/login")
             def login_view(authflow: AuthFlow = authflow) -> str:
-                outcome = authflow.login_with_password("alice", PASSWORD)
+                outcome = authflow.login.password("alice", PASSWORD)
                 return type(outcome).__name__
 
             @app.get("/state")
@@ -436,7 +435,7 @@ def test_two_apps_on_one_backend_each_write_their_sessions_with_their_own_store(
                 return current_session.state.name
 
             clients.append(app.test_client())
-        backend.create_user("default", "alice", PASSWORD)
+        add_user(backend, "default", "alice", PASSWORD)
         for client in clients:
             assert client.post("/login").text == "Authenticated"
         assert [client.get("/state").text for client in clients] == ["AUTHENTICATED"] * 2

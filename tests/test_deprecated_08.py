@@ -28,8 +28,10 @@ PASSWORD = "plum tuesday kettle orbit 47"
 def site(mock_clock: Any, authflow_hasher: Any) -> tuple[Flask, AuthFlow, InMemoryBackend]:
     app = Flask(__name__)
     app.config.update(TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32))
-    backend = InMemoryBackend(hasher=authflow_hasher, clock=mock_clock)
-    authflow = AuthFlow(app, backend=backend, session_store=MemorySessionStore(clock=mock_clock))
+    backend = InMemoryBackend(clock=mock_clock)
+    authflow = AuthFlow(
+        app, backend=backend, session_store=MemorySessionStore(clock=mock_clock), hasher=authflow_hasher
+    )
     with app.app_context():
         authflow.accounts.create("alice", PASSWORD)
     return app, authflow, backend

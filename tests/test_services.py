@@ -43,8 +43,10 @@ def site(mock_clock: Any, authflow_hasher: Any) -> tuple[Flask, AuthFlow, InMemo
     app.config.update(
         TESTING=True, AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), AUTHFLOW_DEFAULT_TENANT="acme"
     )
-    backend = InMemoryBackend(hasher=authflow_hasher, clock=mock_clock)
-    authflow = AuthFlow(app, backend=backend, session_store=MemorySessionStore(clock=mock_clock))
+    backend = InMemoryBackend(clock=mock_clock)
+    authflow = AuthFlow(
+        app, backend=backend, session_store=MemorySessionStore(clock=mock_clock), hasher=authflow_hasher
+    )
     return app, authflow, backend
 
 

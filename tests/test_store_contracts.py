@@ -17,7 +17,6 @@ from flask_authflow.clock import MockClock
 from flask_authflow.storage.memory import InMemoryBackend
 from flask_authflow.storage.sql.backend import SqlAlchemyBackend
 from flask_authflow.storage.sql.schema import BACKEND_TABLES
-from tests.authn_support import fast_hasher
 from tests.parts import PostgresServer
 from tests.store_contract_account_tokens import AccountTokensContract
 from tests.store_contract_attempts import AttemptsContract
@@ -75,9 +74,9 @@ def clock() -> MockClock:
 @pytest.fixture
 def backend(adapter: str, cleaner: Engine | None, clock: MockClock) -> Iterator[Any]:
     if cleaner is None:
-        yield InMemoryBackend(hasher=fast_hasher(), clock=clock)
+        yield InMemoryBackend(clock=clock)
         return
-    store = SqlAlchemyBackend(adapter, hasher=fast_hasher(), clock=clock)
+    store = SqlAlchemyBackend(adapter, clock=clock)
     try:
         yield store
     finally:
