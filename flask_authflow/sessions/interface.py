@@ -33,7 +33,7 @@ from itsdangerous import Signer
 
 from flask_authflow.clock import Clock, SystemClock
 from flask_authflow.core.crypto import derive_key
-from flask_authflow.core.ports import SessionStore
+from flask_authflow.core.ports import SessionStore, SessionTouch
 from flask_authflow.core.session import (
     CUSTOM_DATA_LIMIT,
     AuthSession,
@@ -133,8 +133,14 @@ class RequestSession(AuthSession):
         self.resign = False
         #: write the record even if unmodified (fingerprint re-binding).
         self.force_write = False
-        #: the stored "last seen" time is due for a refresh: one small write of that time
-        #: only (:meth:`~flask_authflow.core.ports.SessionStore.touch`), not of the record.
+        #: the read refreshed the stored "last seen" time (a touch folded into
+        #: :meth:`~flask_authflow.core.ports.SessionStore.load_touching`): the record as
+        #: loaded and the expiry the touch replaced. A response that used the session
+        #: carries the cookie with the later expiry; one that did not puts them back.
+        self.touched: tuple[SessionRecord, datetime] | None = None
+        #: the stored expiry is to be written again with one small write
+        #: (:meth:`~flask_authflow.core.ports.SessionStore.touch`): the folded touch wrote a
+        #: later one than the session's end (its absolute lifetime is near).
         self.touch_due = False
         #: the id the record was loaded under (``None`` for a session new in this request).
         self.loaded_sid: str | None = None if new else record.sid
@@ -350,9 +356,20 @@ class AuthFlowSessionInterface(SessionInterface):
         share = zlib.crc32(sid.encode("ascii")) / 0x1_0000_0000
         return self.touch_interval - self.touch_jitter * share
 
-    def _touch_due(self, sid: str, idle: timedelta) -> bool:
-        # The id's share of the jitter is worked out only when the session could be due.
-        return idle >= self.touch_interval - self.touch_jitter and idle >= self.touch_due_after(sid)
+    def _touch_for(self, sid: str, now: datetime) -> SessionTouch:
+        """The touch the read of session ``sid`` writes when the session is due."""
+        return SessionTouch(
+            at=now, due_by=now - self.touch_due_after(sid), expires_at=now + self.idle_timeout
+        )
+
+    def _untouch(self, record: SessionRecord, expires_at: datetime) -> None:
+        """Put back the last-seen time (``record``'s) and the expiry a folded touch moved,
+        for a request the session turned out not to serve (bound to another User-Agent,
+        over) or that never looked at it: neither keeps the session alive."""
+        try:
+            self.store.touch(record, expires_at)
+        except StoreUnavailable:
+            log.warning("session touch not undone: the session store is unavailable")
 
     def _verify_cookie(self, raw: str) -> tuple[str, _KeySlot] | None:
         """The session id in a cookie value and the key that signed it, or ``None``."""
@@ -408,14 +425,20 @@ class AuthFlowSessionInterface(SessionInterface):
             )
         sid, slot = verified
         current_fp = self._current.fingerprint(user_agent)
+        touch = self._touch_for(sid, now)
         try:
-            record = self.store.load(sid)
+            loaded = self.store.load_touching(sid, touch)
         except StoreUnavailable:
             log.warning("session store unavailable; request served as a guest, session not saved")
             session = self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
             session.store_failed = True
             return session
-        if record is None or record.sid != sid or now >= self.expires_at(record):
+        if loaded is None:
+            return self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
+        record, replaced = loaded
+        if record.sid != sid or now >= self.expires_at(record):
+            if replaced is not None:
+                self._untouch(record, replaced)
             return self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
 
         request_fp = current_fp if slot is self._current else slot.fingerprint(user_agent)
@@ -429,10 +452,13 @@ class AuthFlowSessionInterface(SessionInterface):
                 # (below): the same User-Agent under the current fingerprint key.
                 bound = rebound = hmac.compare_digest(record.fingerprint, current_fp)
         if not bound:
+            if replaced is not None:
+                self._untouch(record, replaced)
             return self._mismatched(now, current_fp, user_agent)
 
+        seen = replace(record, last_seen_at=touch.at) if replaced is not None else record
         session = RequestSession(
-            record,
+            seen,
             new=False,
             request_fingerprint=current_fp,
             custom_limit=self.custom_limit,
@@ -446,7 +472,11 @@ class AuthFlowSessionInterface(SessionInterface):
                 # the fingerprint key of the current signing key.
                 session.rebind(current_fp)
                 session.force_write = True
-        session.touch_due = self._touch_due(sid, now - record.last_seen_at)
+        if replaced is not None:
+            session.touched = (record, replaced)
+            # The touch wrote an expiry of at least now + idle timeout; one ending earlier
+            # (the absolute lifetime is near) is written again, with one more small write.
+            session.touch_due = self.expires_at(seen) < touch.expires_at
         return session
 
     def _mismatched(self, now: datetime, fingerprint: str, user_agent: str) -> RequestSession:
@@ -497,9 +527,18 @@ class AuthFlowSessionInterface(SessionInterface):
             return
         used = session.used
         if session.early == (response, used) and not (
-            session.modified or session.force_write or session.resign or session.touch_due
+            session.modified
+            or session.force_write
+            or session.resign
+            or session.touch_due
+            or session.touched is not None
         ):
             return  # save_early already did all of it, and nothing changed since on this response
+        if session.touched is not None and not used:
+            # The read touched a session this request never looked at (JWKS, static files):
+            # put the last-seen time back, so that such a request does not keep it alive.
+            self._untouch(*session.touched)
+            session.touched, session.touch_due = None, False
         self._mark_response(session, response, used)
         if session.store_failed:
             if session.modified:
@@ -509,7 +548,7 @@ class AuthFlowSessionInterface(SessionInterface):
         # at the session: views that never do (JWKS, discovery, static) cost nothing.
         if used and not session.modified and dict.__len__(session) and self._grew_in_place(session, response):
             return
-        due = session.force_write or session.resign or session.touch_due
+        due = session.force_write or session.resign or session.touch_due or session.touched is not None
         if not (session.modified or session.cookie_due or (used and due)):
             return
         self._write(session, response)
@@ -558,7 +597,7 @@ class AuthFlowSessionInterface(SessionInterface):
         # What was written is the new baseline: a later change in this request (an
         # ``after_request`` handler running after save_early) is written again.
         session.modified = session.force_write = session.resign = session.cookie_due = False
-        session.touch_due = False
+        session.touch_due, session.touched = False, None
         if too_large is not None:
             # Nothing is dropped silently: the response says the data was refused.
             self._refuse(response, too_large)
@@ -587,6 +626,7 @@ class AuthFlowSessionInterface(SessionInterface):
             session.loaded_sid = record.sid
             session.dead_sids.clear()
             session.modified = session.force_write = session.touch_due = False
+            session.touched = None
             session.cookie_due = True
 
         return written
@@ -621,16 +661,16 @@ class AuthFlowSessionInterface(SessionInterface):
             if not self._save_record(session, record, expires_at, response):
                 return
         elif session.touch_due:
-            record = replace(record, last_seen_at=now)
+            # The folded touch wrote a later expiry than the session's end: one small write
+            # of the right one; a touch the store skipped (busy, or the session revoked
+            # meanwhile) changes nothing here: the cookie stays as it is.
             expires_at = self.expires_at(record)
             if expires_at <= now:
                 self._end(session, record, response)
                 return
-            # One small write of the last-seen time; a touch the store skipped (busy, or
-            # the session revoked meanwhile) changes nothing here: the cookie stays as it is.
             if not self.store.touch(record, expires_at):
                 return
-        else:  # only a re-signature: the stored record is unchanged
+        else:  # the read touched the session, or only a re-signature: nothing to store
             expires_at = self.expires_at(record)
         self._set_cookie(response, record.sid, expires_at, session.carrier)
 

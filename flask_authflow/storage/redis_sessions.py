@@ -7,7 +7,8 @@ Layout, under a key prefix (``authflow:`` by default)::
 
     <prefix>s:<sid_hash>                 hash  d = sealed record, e = expiry (µs since the epoch),
                                                u / f = the index sets the record is in,
-                                               l = last seen (µs), written by a touch only
+                                               t = the tenant's set its user set is in,
+                                               l = last seen (µs)
     <prefix>u:<sha256(tenant, user_id)>  set   sid hashes of the user's sessions
     <prefix>t:<sha256(tenant)>           set   the tenant's user sets (a tenant-wide logout)
     <prefix>f:<federation_key>           set   sid hashes of a provider session's logins
@@ -51,10 +52,12 @@ from typing import TYPE_CHECKING, Any
 
 from flask_authflow.clock import Clock, SystemClock, utc
 from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow.core.ports import SessionTouch
 from flask_authflow.core.session import SessionRecord, federation_key, record_federation_key, sid_hash
 from flask_authflow.errors import (
     ConfigurationError,
     MissingExtraError,
+    StoreUnavailable,
 )
 from flask_authflow.sessions.stores import RecordOpener, serialize_record, store_unavailable
 
@@ -122,7 +125,8 @@ end
 # KEYS[1] = the record's key, KEYS[2..] = the keys of the ids it replaces.
 # ARGV[3] = '1' for an update of an existing session, ARGV[4] = expiry (µs),
 # ARGV[5] = TTL (ms), ARGV[6] = sealed record, ARGV[7] / ARGV[8] = user / federation
-# index key or '', ARGV[9] = the tenant's set of user sets ('' without a user).
+# index key or '', ARGV[9] = the tenant's set of user sets ('' without a user),
+# ARGV[10] = the last-seen time (µs).
 # Returns 1 if written, 0 if the session was revoked (nothing written).
 _SAVE = (
     _LUA_COMMON
@@ -138,7 +142,7 @@ end
 drop(KEYS[1])
 local ttl = tonumber(ARGV[5])
 local member = string.sub(KEYS[1], skip + 1)
-redis.call('HSET', KEYS[1], 'd', ARGV[6], 'e', ARGV[4])
+redis.call('HSET', KEYS[1], 'd', ARGV[6], 'e', ARGV[4], 'l', ARGV[10])
 for slot = 7, 8 do
   local index = ARGV[slot]
   if index ~= '' then
@@ -146,7 +150,10 @@ for slot = 7, 8 do
     add(index, member, ttl, record_prefix)
   end
 end
-if ARGV[9] ~= '' then add(ARGV[9], ARGV[7], ttl, '') end
+if ARGV[9] ~= '' then
+  redis.call('HSET', KEYS[1], 't', ARGV[9])
+  add(ARGV[9], ARGV[7], ttl, '')
+end
 redis.call('PEXPIRE', KEYS[1], ttl)
 return 1
 """
@@ -164,11 +171,40 @@ local ttl = tonumber(ARGV[5])
 redis.call('HSET', KEYS[1], 'e', ARGV[3], 'l', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ttl)
 local idx = redis.call('HMGET', KEYS[1], 'u', 'f')
-if ARGV[6] ~= '' then idx[3] = ARGV[6] end
+if ARGV[6] ~= '' then
+  idx[3] = ARGV[6]
+  redis.call('HSET', KEYS[1], 't', ARGV[6])
+end
 for _, index in pairs(idx) do
   if index and redis.call('PTTL', index) < ttl then redis.call('PEXPIRE', index, ttl) end
 end
 return 1
+"""
+)
+
+# KEYS[1] = a record's key; ARGV[3] = when the session is due (µs): touched when its
+# last-seen time is at or before it; ARGV[4] = the last-seen time a touch writes (µs),
+# ARGV[5] = the expiry it writes unless the stored one is later (µs).
+# The read of every request, with the touch folded in: {sealed record, last seen, expiry,
+# 1 touched / 0 not due / -1 a record written before the 'l' and 't' fields (the caller
+# decides)} for a live record, nil otherwise. A touch is the TOUCH script's writes.
+_READ_TOUCH = (
+    _LUA_COMMON
+    + """
+local row = redis.call('HMGET', KEYS[1], 'd', 'e', 'l', 'u', 't', 'f')
+if not row[1] or not row[2] or tonumber(row[2]) <= now then return false end
+if not row[3] or (row[4] and not row[5]) then return {row[1], '', row[2], -1} end
+if tonumber(row[3]) > tonumber(ARGV[3]) then return {row[1], row[3], row[2], 0} end
+local e = row[2]
+if tonumber(e) < tonumber(ARGV[5]) then e = ARGV[5] end
+local ttl = math.max(1, math.ceil((tonumber(e) - now) / 1000))
+redis.call('HSET', KEYS[1], 'e', e, 'l', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ttl)
+for slot = 4, 6 do
+  local index = row[slot]
+  if index and redis.call('PTTL', index) < ttl then redis.call('PEXPIRE', index, ttl) end
+end
+return {row[1], row[3], row[2], 1}
 """
 )
 
@@ -334,6 +370,7 @@ class RedisSessionStore:
         self._save = client.register_script(_SAVE)
         self._delete = client.register_script(_DELETE)
         self._touch = client.register_script(_TOUCH)
+        self._read_touch = client.register_script(_READ_TOUCH)
         self._delete_index = client.register_script(_DELETE_INDEX)
         self._delete_tenant = client.register_script(_DELETE_TENANT)
         self._list = client.register_script(_LIST)
@@ -392,6 +429,39 @@ class RedisSessionStore:
             return None
         return _seen(self._open(key, data, expected_sid=sid), seen)
 
+    def load_touching(self, sid: str, touch: SessionTouch) -> tuple[SessionRecord, datetime | None] | None:
+        """:meth:`load` with the touch folded in: one script call, one round trip (a
+        pipeline cannot make its write depend on what its read found)."""
+        key = sid_hash(sid)
+        args = [
+            self._now(),
+            self._record_prefix,
+            _micros(touch.due_by),
+            _micros(touch.at),
+            _micros(touch.expires_at),
+        ]
+        with self._guard():
+            found = self._read_touch(keys=[self._record_prefix + key], args=args)
+        if found is None:
+            return None
+        data, seen, expires, touched = found
+        record = _seen(self._open(key, data, expected_sid=sid), seen or None)
+        if record is None:
+            return None
+        replaced = _EPOCH + int(expires) * _MICROSECOND
+        if touched >= 0:
+            return record, replaced if touched else None
+        # Written before the store kept the last-seen time and the tenant's set beside the
+        # record: decided here, and touched with a second call, which adds both.
+        if record.last_seen_at > touch.due_by:
+            return record, None
+        try:
+            written = self.touch(replace(record, last_seen_at=touch.at), max(replaced, utc(touch.expires_at)))
+        except StoreUnavailable:  # the read worked: a refresh that could not be written is skipped
+            log.warning("session refresh skipped: the session store is unavailable")
+            return record, None
+        return record, replaced if written else None
+
     def touch(self, record: SessionRecord, expires_at: datetime) -> bool:
         """One script call: the live record's expiry and last-seen time, nothing else."""
         key = self._record_key(record.sid)
@@ -440,6 +510,7 @@ class RedisSessionStore:
                     user_index,
                     "" if fed_key is None else self._federation_index(fed_key),
                     tenant_index,
+                    _micros(record.last_seen_at),
                 ],
             )
         return bool(written)
