@@ -430,7 +430,7 @@ class RedisSessionStore:
         return _seen(self._open(key, data, expected_sid=sid), seen)
 
     def load_touching(self, sid: str, touch: SessionTouch) -> tuple[SessionRecord, datetime | None] | None:
-        """:meth:`load` with the touch folded in: one script call, one round trip (a
+        """``load`` with the touch folded in: one script call, one round trip (a
         pipeline cannot make its write depend on what its read found)."""
         key = sid_hash(sid)
         args = [

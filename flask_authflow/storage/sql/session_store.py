@@ -281,7 +281,7 @@ class SqlAlchemySessionStore:
         return replace(record, last_seen_at=touched) if touched > record.last_seen_at else record
 
     def load_touching(self, sid: str, touch: SessionTouch) -> tuple[SessionRecord, datetime | None] | None:
-        """:meth:`load` with the touch folded in (see ``_session_read``): one statement on
+        """``load`` with the touch folded in (see ``_session_read``): one statement on
         PostgreSQL, the read and (when due) a touch that never waits on SQLite."""
         key = sid_hash(sid)
         params = {
