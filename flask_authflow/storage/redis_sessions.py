@@ -1,7 +1,8 @@
 """Session records in Redis (the ``[redis]`` extra), for sites whose hot path must not touch SQL.
 
 Only the sessions move: users, factors, attempts, audit and issuer keys stay in SQL. A
-protected request then costs one Redis round trip (``HMGET``) and no SQL at all.
+protected request then costs one Redis round trip (one script call that reads the record
+and, when the session is due, touches it: ``_READ_TOUCH``) and no SQL at all.
 
 Layout, under a key prefix (``authflow:`` by default)::
 
@@ -422,7 +423,7 @@ class RedisSessionStore:
 
     def load(self, sid: str) -> SessionRecord | None:
         key = sid_hash(sid)
-        # The hot path of every request: one HMGET, no script.
+        # One HMGET, no script (a request reads with load_touching).
         with self._guard():
             data, expires, seen = self._redis.hmget(self._record_prefix + key, ("d", "e", "l"))
         if data is None or expires is None or int(expires) <= self._now():
