@@ -13,11 +13,12 @@ depends on what costs on each database:
   waits for a lock. The ``SELECT`` sees the row as it was before the touch (the
   statement's snapshot), which is what the caller gets back.
 * SQLite, in process (no round trip to save; what costs is a pool checkout, the write
-  lock and the fsync): the ``SELECT``, then, when due, the ``UPDATE`` on the same pooled
-  connection, with ``busy_timeout = 0`` (a touch that would wait for another writer's
-  lock is skipped; the next request touches) and, in WAL mode, ``synchronous = NORMAL``
-  for that commit only (no fsync: a last-seen time lost to an OS crash costs nothing,
-  and the database stays intact).
+  lock and the fsync): the ``SELECT``, then, when due, the expiry it replaces and the
+  ``UPDATE`` (never to a shorter expiry) on the same pooled connection, with
+  ``busy_timeout = 0`` (a touch that would wait for another writer's lock is skipped; the
+  next request touches) and, in WAL mode, ``synchronous = NORMAL`` for that commit only
+  (no fsync: a last-seen time lost to an OS crash costs nothing, and the database stays
+  intact).
 * Any other database: the ``SELECT``, then the ``UPDATE`` on the same connection.
 """
 
@@ -46,8 +47,8 @@ _LIVE = _c.expires_at > _NOW
 #: The sealed record and the row's last write time: a touch moves only the latter, which
 #: is then the session's last-seen time when later than the record's own.
 LOAD_QUERY = select(_c.data, _c.updated_at).where(and_(_BY_KEY, _LIVE))
-#: The same read with the row's expiry, which a touch after it never shortens.
-_LOAD_WITH_EXPIRY = select(_c.data, _c.updated_at, _c.expires_at).where(and_(_BY_KEY, _LIVE))
+#: The expiry a touch replaces (read only when the session is due).
+_EXPIRY = select(_c.expires_at).where(and_(_BY_KEY, _LIVE))
 
 #: The touch on its own: the last-seen time and the expiry of a live row, nothing else.
 TOUCH = (
@@ -56,6 +57,17 @@ TOUCH = (
     .values(
         updated_at=bindparam("last_seen", type_=UTCDateTime()),
         expires_at=bindparam("expires", type_=UTCDateTime()),
+    )
+)
+
+#: SQLite's touch after the read: never a shorter expiry than the row has (SQLite's
+#: two-argument ``max`` is the larger of its arguments; its times compare as stored).
+_TOUCH_NOT_SHORTER = (
+    update(sessions_table)
+    .where(_BY_KEY, _LIVE)
+    .values(
+        updated_at=bindparam("last_seen", type_=UTCDateTime()),
+        expires_at=func.max(_c.expires_at, bindparam("expires", type_=UTCDateTime())),
     )
 )
 
@@ -106,15 +118,16 @@ def _touch_restore(conn: Connection) -> tuple[int, int | None]:
     return saved
 
 
-def try_touch(conn: Connection, params: dict[str, Any]) -> bool:
-    """:data:`TOUCH` on SQLite's ``conn`` without waiting for the write lock and (in WAL
-    mode) without an fsync of its commit; ``False`` when skipped or the row is gone."""
+def try_touch(conn: Connection, params: dict[str, Any], statement: Any = TOUCH) -> bool:
+    """``statement`` (:data:`TOUCH`) on SQLite's ``conn`` without waiting for the write lock
+    and (in WAL mode) without an fsync of its commit; ``False`` when skipped or the row is
+    gone."""
     waits, syncs = _touch_restore(conn)
     conn.exec_driver_sql("PRAGMA busy_timeout = 0")
     if syncs is not None:
         conn.exec_driver_sql("PRAGMA synchronous = NORMAL")
     try:
-        touched = conn.execute(TOUCH, params).rowcount
+        touched = conn.execute(statement, params).rowcount
         conn.commit()
         return bool(touched)
     except OperationalError:  # SQLITE_BUSY: another connection holds the write lock
@@ -133,25 +146,33 @@ def _touch_waiting(conn: Connection, params: dict[str, Any]) -> bool:
     return bool(touched)
 
 
+def _try_touch_not_shorter(conn: Connection, params: dict[str, Any]) -> bool:
+    return try_touch(conn, params, _TOUCH_NOT_SHORTER)
+
+
 def fold_after_read(
     touch: Callable[[Connection, dict[str, Any]], bool] = _touch_waiting,
 ) -> Fold:
-    """The read, then (when due) ``touch`` on the same connection."""
+    """The read (the one statement of a session that is not due), then, when due, the
+    expiry it replaces and ``touch`` on the same connection."""
 
     def fold(conn: Connection, params: dict[str, Any]) -> Folded:
-        row = conn.execute(_LOAD_WITH_EXPIRY, params).one_or_none()
+        row = conn.execute(LOAD_QUERY, params).one_or_none()
         if row is None:
             return None
         seen = utc(row.updated_at)
         if seen > params["due"]:
             return row.data, seen, None
+        stored = conn.execute(_EXPIRY, params).scalar_one_or_none()
+        if stored is None:  # revoked since the read
+            return row.data, seen, None
+        replaced = utc(stored)
         written = {
             "key": params["key"],
             "now": params["now"],
             "last_seen": params["at"],
-            "expires": max(utc(row.expires_at), params["exp"]),
+            "expires": max(replaced, params["exp"]),
         }
-        replaced = utc(row.expires_at)
         return row.data, seen, replaced if touch(conn, written) else None
 
     return fold
@@ -165,4 +186,7 @@ def _fold_in_one_statement(conn: Connection, params: dict[str, Any]) -> Folded:
 
 
 #: The fold per database (others: :func:`fold_after_read` with a touch that waits).
-FOLDS: dict[str, Fold] = {"postgresql": _fold_in_one_statement, "sqlite": fold_after_read(try_touch)}
+FOLDS: dict[str, Fold] = {
+    "postgresql": _fold_in_one_statement,
+    "sqlite": fold_after_read(_try_touch_not_shorter),
+}
