@@ -317,6 +317,7 @@ def test_unaccessed_session_is_not_touched() -> None:
     cookie = client.get_cookie("authflow_session")
     assert cookie is not None
     sid = cookie.value.rpartition(".")[0]
+
     def last_seen() -> Any:
         record = store.load(sid)
         return record and record.last_seen_at
