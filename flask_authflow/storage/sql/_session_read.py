@@ -84,7 +84,7 @@ _TOUCHED = (
         expires_at=func.greatest(_c.expires_at, bindparam("exp", type_=UTCDateTime())),
     )
     .returning(_c.sid_hash)
-    .cte("touched")
+    .cte("session_touch")
 )
 #: PostgreSQL's read and touch in one statement (see the module's docstring).
 _READ_AND_TOUCH = select(
