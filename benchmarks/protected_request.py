@@ -28,8 +28,11 @@ hashes). Flask-Login + Flask-Session (Redis, and SQLAlchemy on SQLite) join the 
 configured as their docs say (permanent sessions refreshed on every request, their
 defaults). With ``--sessions 1`` (the default) one cookie is replayed.
 
+``--touch-only`` keeps our stores' read-only and touch rounds and nothing else (the touch
+part of ``run_all.py --touch``): the ratio of the two, per store, within one run.
+
     .venv/bin/python benchmarks/protected_request.py [--requests 2000] [--rounds 5] [--postgres URL]
-        [--no-redis] [--sessions 10000]
+        [--no-redis] [--sessions 10000] [--touch-only]
 """
 
 from __future__ import annotations
@@ -479,6 +482,11 @@ def parse_args() -> argparse.Namespace:
         action="store_false",
         help="leave out our Redis store (by default a throwaway redis-server is started, as the tests do)",
     )
+    parser.add_argument(
+        "--touch-only",
+        action="store_true",
+        help="only our stores' read-only and touch rounds (the touch part of run_all.py --touch)",
+    )
     args = parser.parse_args()
     if args.sessions < 1:
         parser.error("--sessions must be at least 1")
@@ -558,6 +566,8 @@ def main() -> None:
             authflow("redis", f"sqlite:///{workdir / 'ar-touch.db'}", n, redis_url=redis_url)
         )
 
+    if args.touch_only:
+        contenders = {name: build for name, build in contenders.items() if name.startswith(TOUCH_ROUNDS)}
     built: dict[str, tuple[Callable[[], None], int]] = {}
     for name, build in contenders.items():
         started = time.perf_counter()
@@ -568,17 +578,29 @@ def main() -> None:
             f"built {name} with {len(requests)} session(s) in {time.perf_counter() - started:.1f}s",
             flush=True,
         )
-    floors = round_trip_floors(built["authflow (memory store)"][0], postgres_url, redis_url)
-    built.update((name, (one, window_of(one, args.requests))) for name, one in floors.items())
+    if not args.touch_only:
+        floors = round_trip_floors(built["authflow (memory store)"][0], postgres_url, redis_url)
+        built.update((name, (one, window_of(one, args.requests))) for name, one in floors.items())
     per_round = measure_interleaved(built, args.rounds)
     if server is not None:
         server.stop()
     if redis_server is not None:
         redis_server.stop()
-    report(per_round, {name: requests for name, (_, requests) in built.items()}, args)
+    windows = {name: requests for name, (_, requests) in built.items()}
+    if args.touch_only:
+        report_rates(per_round, windows, args)
+        report_touch(per_round)
+        return
+    report(per_round, windows, args)
 
 
-def report(per_round: dict[str, list[float]], windows: dict[str, int], args: argparse.Namespace) -> None:
+#: The contenders of ``--touch-only``: each of our persistent stores, read-only and touching.
+TOUCH_ROUNDS = tuple(f"authflow ({store} store)" for store in ("SQLite", "PostgreSQL", "Redis"))
+
+
+def report_rates(
+    per_round: dict[str, list[float]], windows: dict[str, int], args: argparse.Namespace
+) -> None:
     print(
         f"{args.rounds} interleaved rounds of up to {args.requests} requests per contender, "
         f"{args.sessions} distinct session(s) per contender requested round-robin "
@@ -591,6 +613,19 @@ def report(per_round: dict[str, list[float]], windows: dict[str, int], args: arg
             flush=True,
         )
     print()
+
+
+def report_touch(per_round: dict[str, list[float]]) -> None:
+    print("the touch round (every request refreshes its last-seen time) / the read-only round:")
+    for store in ("SQLite", "PostgreSQL", "Redis"):
+        read_only, touch = f"authflow ({store} store)", f"authflow ({store} store){TOUCHING}"
+        if read_only in per_round and touch in per_round:
+            print(f"    {store:<12} {ratio_line(per_round[touch], per_round[read_only])}")
+    print_targets(per_round)
+
+
+def report(per_round: dict[str, list[float]], windows: dict[str, int], args: argparse.Namespace) -> None:
+    report_rates(per_round, windows, args)
     peers = [n for n in per_round if not n.startswith(("authflow", FLOOR))]
     for ours in (n for n in per_round if n.startswith("authflow")):
         print(f"{ours} vs")
@@ -609,12 +644,8 @@ def report(per_round: dict[str, list[float]], windows: dict[str, int], args: arg
             print(f"    {ours + ' / SQLite store':<62} {ratio_line(per_round[ours], sqlite)}")
             print(f"    {floor + ' / SQLite store':<62} {ratio_line(per_round[floor], sqlite)}")
             print(f"    {ours + ' / its floor':<62} {ratio_line(per_round[ours], per_round[floor])}")
-    print("\nthe touch round (every request refreshes its last-seen time) / the read-only round:")
-    for store in ("SQLite", "PostgreSQL", "Redis"):
-        read_only, touch = f"authflow ({store} store)", f"authflow ({store} store){TOUCHING}"
-        if read_only in per_round and touch in per_round:
-            print(f"    {store:<12} {ratio_line(per_round[touch], per_round[read_only])}")
-    print_targets(per_round)
+    print()
+    report_touch(per_round)
 
 
 #: The targets with 10,000 sessions: (ours, the contender it is compared with, the least ratio).

@@ -26,7 +26,10 @@ the build alone lasted over ten minutes. The contenders that write on every requ
 figure gains from it, ours not (a touch commits in WAL mode with ``synchronous=NORMAL``,
 no sync; see ``README.rst``). The sign-in part stays on disk: there the sync is the measure.
 
-    .venv/bin/python benchmarks/run_all.py [--sessions 10000] [--rounds 5] [--quick] [--on-disk]
+``--touch`` runs the touch part only: our stores' read-only and touch rounds
+(``protected_request.py --touch-only``).
+
+    .venv/bin/python benchmarks/run_all.py [--sessions 10000] [--rounds 5] [--quick] [--on-disk] [--touch]
 """
 
 from __future__ import annotations
@@ -90,9 +93,25 @@ def main() -> int:
     parser.add_argument("--rounds", default="5", help="interleaved rounds of each part")
     parser.add_argument("--quick", action="store_true", help="small windows: a smoke test, not a measure")
     parser.add_argument("--on-disk", action="store_true", help="SQLite files in the temporary folder")
+    parser.add_argument(
+        "--touch", action="store_true", help="the touch part only (read-only and touch rounds)"
+    )
     args = parser.parse_args()
     requests = "300" if args.quick else "2000"
     env = scratch_environment(on_disk=args.on_disk)
+    if args.touch:
+        return part(
+            "the touch",
+            "protected_request.py",
+            "--touch-only",
+            "--sessions",
+            args.sessions,
+            "--rounds",
+            args.rounds,
+            "--requests",
+            requests,
+            env=env,
+        )
     codes = [
         part(
             "the protected GET's stages",

@@ -256,6 +256,26 @@ def _shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+#: The modules that test the migrations themselves: every upgrade there runs Alembic.
+REAL_UPGRADE_MODULES = frozenset({"tests.test_migrations", "tests.test_migrations_email_case"})
+_template_upgrade: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _migrated_template(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh SQLite database an app upgrades gets a copy of one migrated per process
+    (``tests/migrated_template.py``): the same schema, without Alembic's forty revisions
+    for every test of a SQL store."""
+    if request.node.module is None or request.node.module.__name__ in REAL_UPGRADE_MODULES:
+        return
+    from flask_authflow.storage.sql import migrations
+    from tests.migrated_template import TemplateUpgrade
+
+    if not _template_upgrade:
+        _template_upgrade.append(TemplateUpgrade(migrations.upgrade))
+    monkeypatch.setattr(migrations, "upgrade", _template_upgrade[0])
+
+
 @pytest.fixture(scope="session")
 def postgres_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
     """The run's PostgreSQL server on 127.0.0.1, one for all xdist workers: the first to need

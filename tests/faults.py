@@ -59,6 +59,10 @@ __all__ = [
 #: The table whose inserts are the audit sink's writes.
 AUDIT_TABLE = "authflow_audit"
 _WRITE = re.compile(r'^\s*(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+"?([A-Za-z_][A-Za-z0-9_]*)', re.IGNORECASE)
+#: The session read on PostgreSQL (issue 30.2): a SELECT whose CTE refreshes the session's
+#: last-seen time when it is due. It is the request's read, not a write of a flow: a best-effort
+#: touch in AUTOCOMMIT, never in a flow's transaction (its outage serves a guest).
+_SESSION_READ = re.compile(r"^\s*WITH\s+session_touch\s+AS\s*\(", re.IGNORECASE)
 #: The writes of a statement's data-modifying CTEs (PostgreSQL's ``WITH x AS (UPDATE ...)``).
 _CTE_WRITE = re.compile(
     r'\bAS\s*\(\s*(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+"?([A-Za-z_][A-Za-z0-9_]*)', re.IGNORECASE
@@ -210,7 +214,11 @@ class Faults:
 
     def _before(self, conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool) -> None:
         found = [_WRITE.match(statement)]
-        if found[0] is None and statement.lstrip()[:4].upper() == "WITH":
+        if (
+            found[0] is None
+            and statement.lstrip()[:4].upper() == "WITH"
+            and not _SESSION_READ.match(statement)
+        ):
             found = list(_CTE_WRITE.finditer(statement))  # one statement: one write to fail
         writes = [Write(f.group(1).split()[0].upper(), f.group(2).lower()) for f in found if f is not None]
         if not writes:

@@ -113,6 +113,7 @@ def test_a_real_server_without_the_database_is_one_line(
         assert_one_line(*run(url, tmp_path, args), "no_such_database_here")
 
 
+@pytest.mark.slow  # a fresh interpreter per flask command
 def test_the_flask_command_itself_prints_one_line_and_json(tmp_path: Path) -> None:
     """The real ``flask`` program, as an operator runs it (text, then ``--json``)."""
     (tmp_path / "app.py").write_text(

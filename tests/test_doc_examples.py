@@ -255,6 +255,7 @@ def test_console_output_is_compared_loosely() -> None:
     assert output_matches("...\nlast line", "first\nsecond\nlast line")
 
 
+@pytest.mark.slow  # a page runner subprocess
 def test_a_failing_block_is_reported_with_its_page_and_line(tmp_path: Path) -> None:
     page = _page(
         tmp_path,
@@ -276,6 +277,7 @@ def test_a_failing_block_is_reported_with_its_page_and_line(tmp_path: Path) -> N
     assert "the example is wrong" in result.failure
 
 
+@pytest.mark.slow  # a page runner subprocess
 def test_a_command_whose_output_differs_fails(tmp_path: Path) -> None:
     page = _page(
         tmp_path,
@@ -292,6 +294,7 @@ def test_a_command_whose_output_differs_fails(tmp_path: Path) -> None:
     assert "alice" in result.failure  # the default app's user
 
 
+@pytest.mark.slow  # a page runner subprocess
 def test_pages_of_one_runner_do_not_see_each_other(tmp_path: Path) -> None:
     """Two pages in one runner: the second starts without the first's names, modules,
     environment, folder or signal handlers, and a flask command starts fresh too."""
@@ -337,6 +340,7 @@ def test_pages_of_one_runner_do_not_see_each_other(tmp_path: Path) -> None:
     assert [(r.completed, r.failure) for r in results] == [(2, None), (2, None)]
 
 
+@pytest.mark.slow  # page runner subprocesses
 def test_a_page_that_hangs_or_dies_is_reported_and_the_next_page_runs(tmp_path: Path) -> None:
     hangs = _page(tmp_path, ".. code-block:: python\n\n    import time\n    time.sleep(60)\n")
     dies = tmp_path / "dies.rst"

@@ -20,6 +20,7 @@ def test_every_public_name_resolves_and_is_defined_elsewhere() -> None:
             assert module != "flask_authflow", f"{name} is defined in the facade"
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_every_module_imports_in_a_fresh_interpreter() -> None:
     """Each module imports (that any module can be imported *first*, with no import cycle
     through it, tests/test_import_layers.py checks from the source)."""
@@ -63,6 +64,7 @@ def _loaded_after(statement: str) -> list[str]:
     return [name for name in result.stdout.strip().split(",") if name]
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_importing_the_package_loads_no_database_or_token_library() -> None:
     assert _loaded_after("import flask_authflow") == []
 

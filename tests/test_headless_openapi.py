@@ -81,6 +81,7 @@ def test_the_committed_reference_page_is_current() -> None:
     )
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_the_runtime_imports_no_test_only_package() -> None:
     code = (
         "import sys, flask_authflow, flask_authflow.web.headless.reference as r\n"

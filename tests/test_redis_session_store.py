@@ -174,7 +174,11 @@ def test_encrypted_at_rest_under_the_hash_of_the_id(
     assert raw.smembers(user_index) == {sid_hash(record.sid).encode()}
     assert raw.smembers(tenant_index) == {user_index.encode()}
     fields = raw.hgetall(record_key(store, record.sid))
-    assert set(fields) == {b"d", b"e", b"u"}
+    # The sealed record, its expiry, its last-seen time (for the read's folded touch) and the
+    # index sets it is in (the user's, and the tenant's set that user set is in).
+    assert set(fields) == {b"d", b"e", b"l", b"u", b"t"}
+    assert (fields[b"u"], fields[b"t"]) == (user_index.encode(), tenant_index.encode())
+    assert int(fields[b"l"]) == int(record.last_seen_at.timestamp()) * 1_000_000
     for value in [*keys, *(v.decode("latin-1") for v in fields.values())]:
         assert record.sid not in value and MARKER not in value
     data = fields[b"d"]

@@ -1,4 +1,5 @@
-"""The last-seen touch: one small write, spread by jitter, never waiting on SQLite's lock.
+"""The last-seen touch: one small write folded into the read (one statement on PostgreSQL,
+one script call on Redis), spread by jitter, never waiting on SQLite's lock.
 
 Everything here is counted (statements, commands, writes), never timed.
 """
@@ -21,12 +22,12 @@ from sqlalchemy import event, select
 
 from flask_authflow.clock import MockClock
 from flask_authflow.core.crypto import SessionCrypto
-from flask_authflow.core.ports import SessionStore
+from flask_authflow.core.ports import SessionStore, SessionTouch
 from flask_authflow.core.session import SessionRecord, new_guest_record, new_session_id, sid_hash
 from flask_authflow.sessions.interface import AuthFlowSessionInterface
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore, sessions_table
-from tests.test_session_interface import COOKIE, KEY, cookie_value, logged_in, make_app, raw_get
+from tests.test_session_interface import COOKIE, KEY, cookie_value, logged_in, make_app, raw_get, sid_of
 from tests.test_session_stores import user_record
 
 HOUR = timedelta(hours=1)
@@ -67,6 +68,12 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store
 
 def _touched(record: SessionRecord, clock: MockClock) -> SessionRecord:
     return replace(record, last_seen_at=clock.now())
+
+
+def _due(clock: MockClock, after: timedelta = timedelta(minutes=6)) -> SessionTouch:
+    """The touch of a read at ``clock``'s time, of a session due ``after`` its last-seen time."""
+    now = clock.now()
+    return SessionTouch(at=now, due_by=now - after, expires_at=now + HOUR)
 
 
 # --- the store operation --------------------------------------------------------------------------
@@ -116,23 +123,72 @@ def test_a_save_after_a_touch_wins(make_store: StoreMaker) -> None:
     assert store.load(record.sid) == changed
 
 
+def test_a_due_read_touches_the_session_in_the_same_read(make_store: StoreMaker) -> None:
+    clock = MockClock()
+    store = make_store(clock)
+    record = user_record(clock, note="kept")
+    saved_until = clock.now() + HOUR
+    assert store.save(record, saved_until)
+    clock.advance(timedelta(minutes=5))
+    assert store.load_touching(record.sid, _due(clock)) == (record, None)  # not due: no write
+    assert store.load(record.sid) == record
+    clock.advance(timedelta(minutes=5))
+    # Due: the record as it was stored, and the expiry the touch replaced.
+    assert store.load_touching(record.sid, _due(clock)) == (record, saved_until)
+    assert store.load(record.sid) == replace(record, last_seen_at=clock.now())  # nothing else moved
+    assert store.load_touching(record.sid, _due(clock)) == (replace(record, last_seen_at=clock.now()), None)
+    clock.advance(timedelta(minutes=55))  # past the first expiry, within the new one
+    assert store.load(record.sid) is not None
+    clock.advance(timedelta(minutes=10))
+    assert store.load(record.sid) is None
+
+
+def test_a_folded_touch_never_shortens_the_expiry_nor_brings_back_a_session(make_store: StoreMaker) -> None:
+    clock = MockClock()
+    store = make_store(clock)
+    remembered, deleted, expired = user_record(clock), user_record(clock), user_record(clock)
+    store.save(remembered, clock.now() + timedelta(days=30))
+    store.save(deleted, clock.now() + HOUR)
+    store.save(expired, clock.now() + timedelta(minutes=1))
+    store.delete(deleted.sid)
+    clock.advance(timedelta(minutes=10))
+    assert store.load_touching(remembered.sid, _due(clock)) == (
+        remembered,
+        clock.now() + timedelta(days=30) - timedelta(minutes=10),
+    )
+    clock.advance(timedelta(days=2))  # the stored expiry (30 days) was later than the touch's (1 hour)
+    assert store.load(remembered.sid) is not None
+    for gone in (deleted, expired):
+        assert store.load_touching(gone.sid, _due(clock)) is None
+        assert store.load(gone.sid) is None
+    never_saved = new_session_id()
+    assert store.load_touching(never_saved, _due(clock)) is None
+    assert store.load(never_saved) is None
+
+
 def test_parallel_touches_and_a_revocation_leave_the_session_revoked(make_store: StoreMaker) -> None:
+    """Separate touches and touches folded into reads, beside a revocation."""
     clock = MockClock()
     store = make_store(clock)
     for _ in range(5):
         record = user_record(clock)
         store.save(record, clock.now() + HOUR)
+        clock.advance(timedelta(minutes=10))  # due
         barrier = threading.Barrier(5)
 
-        def touch(record: SessionRecord = record, barrier: threading.Barrier = barrier) -> None:
+        def touch(fold: bool, record: SessionRecord = record, barrier: threading.Barrier = barrier) -> None:
             barrier.wait()
-            store.touch(_touched(record, clock), clock.now() + HOUR)
+            if fold:
+                store.load_touching(record.sid, _due(clock))
+            else:
+                store.touch(_touched(record, clock), clock.now() + HOUR)
 
         def revoke(barrier: threading.Barrier = barrier) -> None:
             barrier.wait()
             store.delete_user_sessions("acme", "alice")
 
-        threads = [threading.Thread(target=touch) for _ in range(4)] + [threading.Thread(target=revoke)]
+        threads = [threading.Thread(target=touch, args=(i % 2 == 0,)) for i in range(4)]
+        threads.append(threading.Thread(target=revoke))
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -205,7 +261,7 @@ def test_a_later_sqlite_touch_reads_no_setting_again(sqlite_store: SqlAlchemySes
         assert conn.execute(select(sessions_table.c.updated_at)).scalar_one() == clock.now()
 
 
-def test_a_protected_get_that_touches_runs_one_read_and_one_small_update(tmp_path: Path) -> None:
+def test_a_protected_get_that_touches_runs_the_read_and_one_small_update(tmp_path: Path) -> None:
     clock = MockClock()
     store = SqlAlchemySessionStore(
         f"sqlite:///{tmp_path / 'app.db'}", crypto=SessionCrypto(KEY), clock=clock, purge_every=None
@@ -213,16 +269,23 @@ def test_a_protected_get_that_touches_runs_one_read_and_one_small_update(tmp_pat
     app = make_app(AuthFlowSessionInterface(store, KEY, clock=clock, touch_jitter=timedelta(0)), clock)
     value = cookie_value(logged_in(app))
     statements = _statements(store)
+    checkouts: list[object] = []
+    event.listen(store.engine, "checkout", lambda *args: checkouts.append(args[1]))
     assert raw_get(app, value).get_json()["state"] == "authenticated"
     assert _writes(statements) == []  # not due: a read only
     clock.advance(timedelta(minutes=6))
     statements.clear()
+    checkouts.clear()
     response = raw_get(app, value)
+    assert len(checkouts) == 1  # the read and its touch on one pooled connection
     assert response.get_json()["state"] == "authenticated"
     assert any(h.startswith(f"{COOKIE}=") for h in response.headers.getlist("Set-Cookie"))
     (update,) = _writes(statements)
     assert " data" not in update.partition(" WHERE ")[0]
-    assert sum(s.upper().startswith("SELECT") for s in statements) == 1
+    # The read, then (due) the expiry the touch replaces: the one statement of a request
+    # that is not due stays the read alone.
+    selects = [s for s in statements if s.upper().startswith("SELECT")]
+    assert len(selects) == 2 and " data" not in selects[1].partition(" FROM ")[0]
     store.engine.dispose()
 
 
@@ -294,7 +357,85 @@ def test_the_redis_touch_is_one_command(redis_server: Any) -> None:
     commands.clear()
     loaded = store.load(record.sid)
     assert commands == ["HMGET"] and loaded is not None and loaded.last_seen_at == clock.now()
+    # The read of a request, with its touch folded in: one script call, due or not.
+    store.load_touching(record.sid, _due(clock))  # loads that script once
+    for minutes, touched in [(1, False), (10, True)]:
+        clock.advance(timedelta(minutes=minutes))
+        commands.clear()
+        found = store.load_touching(record.sid, _due(clock))
+        assert commands == ["EVALSHA"] and found is not None and (found[1] is not None) is touched
+    assert store.client.hget(f"one:s:{sid_hash(record.sid)}", "d") == sealed  # not re-sealed
     store.close()
+
+
+def test_a_redis_record_from_before_the_folded_touch_is_touched_and_upgraded(redis_server: Any) -> None:
+    """A record written without the last-seen and tenant-set fields (an earlier version) is
+    still touched when due (a second call, which adds them); its next touch is folded."""
+    from flask_authflow.storage.redis_sessions import RedisSessionStore
+
+    clock = MockClock()
+    store = RedisSessionStore(redis_server.url(), crypto=SessionCrypto(KEY), clock=clock, prefix="old:")
+    record = user_record(clock)
+    key = f"old:s:{sid_hash(record.sid)}"
+    store.save(record, clock.now() + HOUR)
+    store.client.hdel(key, "l", "t")
+    clock.advance(timedelta(minutes=10))
+    assert store.load_touching(record.sid, _due(clock)) == (record, clock.now() + timedelta(minutes=50))
+    assert store.client.hget(key, "t") is not None and store.client.hget(key, "l") is not None
+    tenant_set = store.client.hget(key, "t")
+    assert store.client.pttl(tenant_set) > (HOUR - timedelta(minutes=1)).total_seconds() * 1000
+    commands: list[Any] = []
+    execute = store.client.execute_command
+
+    def counting(*args: Any, **options: Any) -> Any:
+        commands.append(args[0])
+        return execute(*args, **options)
+
+    store.client.execute_command = counting  # type: ignore[method-assign]
+    clock.advance(timedelta(minutes=10))
+    found = store.load_touching(record.sid, _due(clock))
+    assert commands == ["EVALSHA"] and found is not None and found[1] is not None
+    store.close()
+
+
+# --- the touch in a request -----------------------------------------------------------------------
+
+
+def test_a_cookie_from_another_user_agent_does_not_keep_the_session_alive() -> None:
+    """The read touches before the binding is checked; a request the session does not
+    serve (another User-Agent: a stolen cookie) puts the last-seen time back."""
+    clock = MockClock()
+    store = MemorySessionStore(clock=clock)
+    app = make_app(AuthFlowSessionInterface(store, KEY, clock=clock, touch_jitter=timedelta(0)), clock)
+    value = cookie_value(logged_in(app))
+    logged_in_at = clock.now()
+    for _ in range(6):  # a stale session presented every ten minutes by another client
+        clock.advance(timedelta(minutes=10))
+        assert raw_get(app, value, ua="Other/1.0").get_json()["state"] == "guest"
+        stored = store.load(sid_of(value))
+        assert stored is not None or clock.now() >= logged_in_at + HOUR
+        assert stored is None or stored.last_seen_at == logged_in_at
+    assert raw_get(app, value).get_json()["state"] == "guest"  # idle for an hour: over
+
+
+def test_a_touch_near_the_absolute_end_keeps_the_session_end() -> None:
+    """The folded touch writes at least now + the idle timeout; a session whose absolute
+    lifetime ends before that gets its own end written again (one more small write)."""
+    clock = MockClock()
+    store = MemorySessionStore(clock=clock)
+    interface = AuthFlowSessionInterface(
+        store, KEY, clock=clock, ttl=timedelta(minutes=70), touch_jitter=timedelta(0)
+    )
+    app = make_app(interface, clock)
+    value = cookie_value(logged_in(app))
+    end = clock.now() + timedelta(minutes=70)
+    clock.advance(timedelta(minutes=20))  # due; now + idle timeout is after the end
+    response = raw_get(app, value)
+    assert response.get_json()["state"] == "authenticated"
+    (cookie,) = response.headers.getlist("Set-Cookie")
+    assert f"Expires={end.strftime('%a, %d %b %Y %H:%M:%S GMT')}" in cookie
+    clock.advance(timedelta(minutes=50))
+    assert store.load(sid_of(value)) is None  # gone at its end, not ten minutes later
 
 
 # --- jitter ---------------------------------------------------------------------------------------
@@ -361,13 +502,20 @@ def _touching_worker(url: str, sids: list[str], progress: Any, revoked: Any, sto
 
     store = SqlAlchemySessionStore(url, crypto=SessionCrypto(KEY), create_tables=False, purge_every=None)
     written = late = 0
+    fold = False
     deadline = time.monotonic() + 30
     while not stop.is_set() and time.monotonic() < deadline:
         for sid in sids:
             now = datetime.now(UTC)
             record = replace(new_guest_record(now), sid=sid, last_seen_at=now)
             announced = revoked.is_set()  # read before the touch starts
-            if store.touch(record, now + HOUR):
+            fold = not fold
+            if fold:  # folded into a read, or on its own
+                found = store.load_touching(sid, SessionTouch(at=now, due_by=now, expires_at=now + HOUR))
+                done = found is not None and found[1] is not None
+            else:
+                done = store.touch(record, now + HOUR)
+            if done:
                 written += 1
                 late += announced
                 with progress.get_lock():
@@ -420,8 +568,9 @@ def test_touches_from_several_processes_never_bring_back_revoked_sessions(postgr
         store.engine.dispose()
 
 
-def test_the_postgresql_read_and_touch_are_one_round_trip_each(postgres_server: Any) -> None:
-    """Neither the read nor the touch runs in a transaction of its own: no BEGIN and no
+def test_the_postgresql_read_and_its_touch_are_one_round_trip(postgres_server: Any) -> None:
+    """The read of a request is one statement, due or not (the touch folded in as a CTE);
+    neither it nor a separate touch runs in a transaction of its own: no BEGIN and no
     COMMIT or ROLLBACK round trips around them (the driver connection is in autocommit
     for each statement)."""
     from datetime import UTC, datetime
@@ -444,5 +593,14 @@ def test_the_postgresql_read_and_touch_are_one_round_trip_each(postgres_server: 
         clock.advance(timedelta(minutes=10))
         assert store.touch(_touched(session, clock), clock.now() + HOUR)
         assert seen == [("SELECT", True), ("UPDATE", True)]
+        seen.clear()
+        touched = _touched(session, clock)
+        clock.advance(timedelta(minutes=1))
+        assert store.load_touching(session.sid, _due(clock)) == (touched, None)
+        clock.advance(timedelta(minutes=10))
+        found = store.load_touching(session.sid, _due(clock))
+        assert found is not None and found[1] is not None
+        assert seen == [("WITH", True), ("WITH", True)]
+        assert store.load(session.sid) == _touched(session, clock)
     finally:
         store.engine.dispose()

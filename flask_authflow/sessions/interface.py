@@ -15,25 +15,19 @@ logging the user out because of an outage).
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import hmac
 import logging
 import re
-import zlib
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from flask import Flask, Request, Response
 from flask import session as flask_session
 from flask.sessions import SessionInterface, SessionMixin
-from itsdangerous import Signer
 
 from flask_authflow.clock import Clock, SystemClock
-from flask_authflow.core.crypto import derive_key
-from flask_authflow.core.ports import SessionStore, SessionWrite
+from flask_authflow.core.ports import SessionStore, SessionTouch, SessionWrite
 from flask_authflow.core.session import (
     CUSTOM_DATA_LIMIT,
     AuthSession,
@@ -43,9 +37,23 @@ from flask_authflow.core.session import (
 )
 from flask_authflow.errors import ConfigurationError, SessionDataTooLarge, StoreUnavailable
 from flask_authflow.responses import error_response
+from flask_authflow.sessions._request import RequestSession, SessionCarrier
+from flask_authflow.sessions._response import enforce_size, mark_response, refuse
+from flask_authflow.sessions._signing import (
+    COOKIE_SALT,
+    FINGERPRINT_PURPOSE,
+    MAX_COOKIE_LENGTH,
+    MIN_SIGNING_KEY_LENGTH,
+    KeySlot,
+    binding,
+    check_signing_key,
+    verify_cookie,
+)
+from flask_authflow.sessions._touch import due_after, touch_settings
 
 __all__ = [
     "COOKIE_SALT",
+    "FINGERPRINT_PURPOSE",
     "MAX_COOKIE_LENGTH",
     "MIN_SIGNING_KEY_LENGTH",
     "AuthFlowSessionInterface",
@@ -55,132 +63,7 @@ __all__ = [
 
 log = logging.getLogger("flask_authflow.sessions")
 
-#: itsdangerous salt of the cookie signature (separates it from any other use of the key).
-COOKIE_SALT = b"authflow.session"
-#: HKDF purpose of the User-Agent fingerprint key.
-FINGERPRINT_PURPOSE = b"session-fingerprint"
-#: The signing key length (32 bytes, for HMAC-SHA256); shorter keys are refused.
-MIN_SIGNING_KEY_LENGTH = 32
-#: A valid cookie is 87 characters; anything longer than this is rejected unread.
-MAX_COOKIE_LENGTH = 256
-
-_SID_RE = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _SAMESITE = ("Lax", "Strict", "None")
-
-
-@dataclass(frozen=True, slots=True)
-class _KeySlot:
-    """One accepted signing key: its cookie signer and its fingerprint key."""
-
-    signer: Signer
-    fingerprint_key: bytes
-
-    @classmethod
-    def build(cls, key: bytes) -> _KeySlot:
-        # The signer derives its HMAC key from (key, salt) on every call; derived once here
-        # and used as it is ("none"), the signatures are the same and a request saves an HMAC.
-        derived = Signer(
-            key, salt=COOKIE_SALT, key_derivation="hmac", digest_method=hashlib.sha256
-        ).derive_key()
-        signer = Signer(derived, key_derivation="none", digest_method=hashlib.sha256)
-        return cls(signer, derive_key(key, FINGERPRINT_PURPOSE))
-
-    def fingerprint(self, user_agent: str) -> str:
-        """The HMAC of ``user_agent`` under this key's fingerprint key (hex)."""
-        return hmac.digest(self.fingerprint_key, user_agent.encode("utf-8", "surrogatepass"), "sha256").hex()
-
-
-class SessionCarrier(Protocol):
-    """How a request carries its signed session id when not in the cookie (the headless
-    API's app tokens, ``flask_authflow.web.headless.clients``): the same id, store and
-    record, only carried differently. Chosen per request by
-    :attr:`AuthFlowSessionInterface.carrier_for`."""
-
-    #: Mixed into the User-Agent binding, so that a session bound under one carrier is a
-    #: binding mismatch (a new guest) under another: never accepted from the cookie jar.
-    binding: str
-    #: The signed id the request presented (``None``: none).
-    presented: str | None
-
-    def issue(self, response: Response, value: str, expires_at: datetime) -> None:
-        """Hand the client ``value`` (the signed id; a new one after each rotation)."""
-
-    def withdraw(self, response: Response) -> None:
-        """Tell the client its session ended (where a cookie would be deleted)."""
-
-
-class RequestSession(AuthSession):
-    """The :class:`AuthSession` of one request, with what the interface needs to save it.
-
-    These flags are bookkeeping of the interface, not part of the session's data.
-    """
-
-    def __init__(
-        self,
-        record: SessionRecord,
-        *,
-        new: bool,
-        request_fingerprint: str | None,
-        custom_limit: int,
-        cookie_sent: bool,
-    ) -> None:
-        super().__init__(record, new=new, request_fingerprint=request_fingerprint, custom_limit=custom_limit)
-        #: the browser sent a session cookie (valid or not).
-        self.cookie_sent = cookie_sent
-        #: the store could not be read: never write, never touch the cookie.
-        self.store_failed = False
-        #: the cookie verified with a previous signing key: re-sign it with the current one.
-        self.resign = False
-        #: write the record even if unmodified (fingerprint re-binding).
-        self.force_write = False
-        #: the stored "last seen" time is due for a refresh: one small write of that time
-        #: only (:meth:`~flask_authflow.core.ports.SessionStore.touch`), not of the record.
-        self.touch_due = False
-        #: the id the record was loaded under (``None`` for a session new in this request).
-        self.loaded_sid: str | None = None if new else record.sid
-        #: already saved by :meth:`AuthFlowSessionInterface.save_early` for this request.
-        self.saved = False
-        #: written to the store in a login step's transaction (:meth:`AuthFlowSessionInterface.
-        #: mark_written`): only the cookie is left to send.
-        self.cookie_due = False
-        #: (response, used) when save_early completed: the final save_session has nothing
-        #: left to do unless the response was replaced or the session used or changed since.
-        self.early: tuple[Response, bool] | None = None
-        #: what carries the signed id instead of the cookie (``None``: the cookie).
-        self.carrier: SessionCarrier | None = None
-
-    @property
-    def state_unread(self) -> AuthState:
-        """The state, read without marking the session used (for the interface)."""
-        return self._record.state
-
-    def rebind(self, fingerprint: str) -> None:
-        """Re-bind to ``fingerprint`` (same User-Agent, fingerprint key of the current signing key)."""
-        self._record = replace(self._record, fingerprint=fingerprint)
-
-
-def _check_signing_key(key: bytes, what: str) -> bytes:
-    if not isinstance(key, bytes | bytearray):
-        raise ConfigurationError(f"the {what} must be bytes")
-    if len(key) < MIN_SIGNING_KEY_LENGTH:
-        raise ConfigurationError(f"the {what} must be at least {MIN_SIGNING_KEY_LENGTH} bytes")
-    return bytes(key)
-
-
-def _touch_settings(
-    idle_timeout: timedelta, interval: timedelta | None, jitter: timedelta | None
-) -> tuple[timedelta, timedelta]:
-    """The touch interval (default: a tenth of the idle timeout) and jitter (default: half
-    the interval), checked."""
-    if interval is None:
-        interval = idle_timeout / 10
-    if not isinstance(interval, timedelta) or not timedelta(0) <= interval < idle_timeout:
-        raise ConfigurationError("touch_interval must be at least 0 and shorter than the idle timeout")
-    if jitter is None:
-        jitter = interval / 2
-    if not isinstance(jitter, timedelta) or not timedelta(0) <= jitter <= interval:
-        raise ConfigurationError("touch_jitter must be at least 0 and at most the touch interval")
-    return interval, jitter
 
 
 def _positive(value: timedelta, what: str) -> timedelta:
@@ -238,8 +121,8 @@ class AuthFlowSessionInterface(SessionInterface):
         remember_ttl: timedelta | None = None,
         remember_idle_timeout: bool = True,
     ) -> None:
-        current = _check_signing_key(signing_key, "session signing key")
-        previous = tuple(_check_signing_key(k, "previous session signing key") for k in previous_signing_keys)
+        current = check_signing_key(signing_key, "session signing key")
+        previous = tuple(check_signing_key(k, "previous session signing key") for k in previous_signing_keys)
         self.ttl = _positive(ttl, "the session TTL")
         self.idle_timeout = _positive(idle_timeout, "the session idle timeout")
         #: The absolute lifetime of a "remember me" session (``None``: the same as ``ttl``).
@@ -248,7 +131,7 @@ class AuthFlowSessionInterface(SessionInterface):
         )
         #: Whether a "remember me" session still ends after ``idle_timeout`` without use.
         self.remember_idle_timeout = bool(remember_idle_timeout)
-        self.touch_interval, self.touch_jitter = _touch_settings(idle_timeout, touch_interval, touch_jitter)
+        self.touch_interval, self.touch_jitter = touch_settings(idle_timeout, touch_interval, touch_jitter)
         if samesite not in _SAMESITE:
             raise ConfigurationError(f"samesite must be one of {', '.join(_SAMESITE)}")
         if samesite == "None" and not secure:
@@ -266,7 +149,7 @@ class AuthFlowSessionInterface(SessionInterface):
         self.custom_limit = custom_limit
         self._clock: Clock = clock if clock is not None else SystemClock()
         # Current key first, then the previous keys newest first: the order they are tried.
-        self._slots = tuple(_KeySlot.build(k) for k in (current, *reversed(previous)))
+        self._slots = tuple(KeySlot.build(k) for k in (current, *reversed(previous)))
         self._current = self._slots[0]
         #: Called once for each request served as a new guest because its User-Agent did not
         #: match the session's binding (``AuthFlow.init_app`` counts them for ``/metrics``).
@@ -347,28 +230,26 @@ class AuthFlowSessionInterface(SessionInterface):
         """How long after its last-seen time session ``sid`` is touched: ``touch_interval``
         less a share of ``touch_jitter`` fixed by the id (ids are random, so the shares
         are spread evenly; the same session always gets the same one)."""
-        share = zlib.crc32(sid.encode("ascii")) / 0x1_0000_0000
-        return self.touch_interval - self.touch_jitter * share
+        return due_after(self.touch_interval, self.touch_jitter, sid)
 
-    def _touch_due(self, sid: str, idle: timedelta) -> bool:
-        # The id's share of the jitter is worked out only when the session could be due.
-        return idle >= self.touch_interval - self.touch_jitter and idle >= self.touch_due_after(sid)
-
-    def _verify_cookie(self, raw: str) -> tuple[str, _KeySlot] | None:
+    def _verify_cookie(self, raw: str) -> tuple[str, KeySlot] | None:
         """The session id in a cookie value and the key that signed it, or ``None``."""
-        if not raw or len(raw) > MAX_COOKIE_LENGTH or not raw.isascii():
-            return None
-        value, sep, signature = raw.rpartition(".")
-        if not sep or not _SID_RE.fullmatch(value):
-            return None
-        given = signature.encode("ascii")
-        for slot in self._slots:
-            # The signature in the one spelling the signer writes, compared in constant
-            # time: a padded or stray-bit spelling of the same bytes does not match, and
-            # one HMAC is all a request costs (no decoding of the cookie's signature).
-            if hmac.compare_digest(slot.signer.get_signature(value), given):
-                return value, slot
-        return None
+        return verify_cookie(self._slots, raw)
+
+    def _touch_for(self, sid: str, now: datetime) -> SessionTouch:
+        """The touch the read of session ``sid`` writes when the session is due."""
+        return SessionTouch(
+            at=now, due_by=now - self.touch_due_after(sid), expires_at=now + self.idle_timeout
+        )
+
+    def _untouch(self, record: SessionRecord, expires_at: datetime) -> None:
+        """Put back the last-seen time (``record``'s) and the expiry a folded touch moved,
+        for a request the session turned out not to serve (bound to another User-Agent,
+        over) or that never looked at it: neither keeps the session alive."""
+        try:
+            self.store.touch(record, expires_at)
+        except StoreUnavailable:
+            log.warning("session touch not undone: the session store is unavailable")
 
     def _guest(
         self, now: datetime, fingerprint: str, *, cookie_sent: bool, user_agent: str
@@ -408,31 +289,31 @@ class AuthFlowSessionInterface(SessionInterface):
             )
         sid, slot = verified
         current_fp = self._current.fingerprint(user_agent)
+        touch = self._touch_for(sid, now)
         try:
-            record = self.store.load(sid)
+            loaded = self.store.load_touching(sid, touch)
         except StoreUnavailable:
             log.warning("session store unavailable; request served as a guest, session not saved")
             session = self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
             session.store_failed = True
             return session
-        if record is None or record.sid != sid or now >= self.expires_at(record):
+        if loaded is None:
+            return self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
+        record, replaced = loaded
+        if record.sid != sid or now >= self.expires_at(record):
+            if replaced is not None:
+                self._untouch(record, replaced)
             return self._guest(now, current_fp, cookie_sent=True, user_agent=user_agent)
 
-        request_fp = current_fp if slot is self._current else slot.fingerprint(user_agent)
-        rebound = False  # a cookie of a previous key whose record is bound under the current one
-        if record.fingerprint is None:
-            bound = record.state is AuthState.GUEST  # only a guest may be unbound
-        else:
-            bound = hmac.compare_digest(record.fingerprint, request_fp)
-            if not bound and slot is not self._current:
-                # A parallel request with the same old cookie re-bound the record already
-                # (below): the same User-Agent under the current fingerprint key.
-                bound = rebound = hmac.compare_digest(record.fingerprint, current_fp)
+        bound, rebound = binding(record, slot, self._current, user_agent, current_fp)
         if not bound:
+            if replaced is not None:
+                self._untouch(record, replaced)
             return self._mismatched(now, current_fp, user_agent)
 
+        seen = replace(record, last_seen_at=touch.at) if replaced is not None else record
         session = RequestSession(
-            record,
+            seen,
             new=False,
             request_fingerprint=current_fp,
             custom_limit=self.custom_limit,
@@ -446,7 +327,11 @@ class AuthFlowSessionInterface(SessionInterface):
                 # the fingerprint key of the current signing key.
                 session.rebind(current_fp)
                 session.force_write = True
-        session.touch_due = self._touch_due(sid, now - record.last_seen_at)
+        if replaced is not None:
+            session.touched = (record, replaced)
+            # The touch wrote an expiry of at least now + idle timeout; one ending earlier
+            # (the absolute lifetime is near) is written again, with one more small write.
+            session.touch_due = self.expires_at(seen) < touch.expires_at
         return session
 
     def _mismatched(self, now: datetime, fingerprint: str, user_agent: str) -> RequestSession:
@@ -497,10 +382,19 @@ class AuthFlowSessionInterface(SessionInterface):
             return
         used = session.used
         if session.early == (response, used) and not (
-            session.modified or session.force_write or session.resign or session.touch_due
+            session.modified
+            or session.force_write
+            or session.resign
+            or session.touch_due
+            or session.touched is not None
         ):
             return  # save_early already did all of it, and nothing changed since on this response
-        self._mark_response(session, response, used)
+        if session.touched is not None and not used:
+            # The read touched a session this request never looked at (JWKS, static files):
+            # put the last-seen time back, so that such a request does not keep it alive.
+            self._untouch(*session.touched)
+            session.touched, session.touch_due = None, False
+        mark_response(session, response, used)
         if session.store_failed:
             if session.modified:
                 log.warning("session changes discarded: the session store was unavailable")
@@ -509,25 +403,10 @@ class AuthFlowSessionInterface(SessionInterface):
         # at the session: views that never do (JWKS, discovery, static) cost nothing.
         if used and not session.modified and dict.__len__(session) and self._grew_in_place(session, response):
             return
-        due = session.force_write or session.resign or session.touch_due
+        due = session.force_write or session.resign or session.touch_due or session.touched is not None
         if not (session.modified or session.cookie_due or (used and due)):
             return
         self._write(session, response)
-
-    @staticmethod
-    def _mark_response(session: RequestSession, response: Response, used: bool) -> None:
-        """``Vary: Cookie`` when the session was read; no caching of an authenticated answer."""
-        headers = response.headers
-        # One pass over the few headers a response has: Werkzeug's ``in`` and ``setdefault``
-        # raise and catch a ``KeyError`` for each absent name, the usual case here.
-        present = {name.lower() for name, _ in headers}
-        if session.accessed:
-            if "vary" in present:
-                response.vary.add("Cookie")
-            else:  # the usual case: no header to parse and merge, none to replace
-                headers.add("Vary", "Cookie")
-        if used and "cache-control" not in present and session.state_unread is not AuthState.GUEST:
-            headers.add("Cache-Control", "private, no-store")
 
     def _grew_in_place(self, session: RequestSession, response: Response) -> bool:
         """A nested change without ``session.modified`` is not saved (as with Flask's own
@@ -537,13 +416,13 @@ class AuthFlowSessionInterface(SessionInterface):
             session.check_size()
         except SessionDataTooLarge as exc:
             log.warning("custom session data grew to %d bytes in place; not saved", exc.size)
-            self._refuse(response, exc)
+            refuse(response, exc)
             return True
         return False
 
     def _write(self, session: RequestSession, response: Response) -> None:
         """Persist ``session`` and set its cookie; a change that did not persist fails the request."""
-        too_large = self._enforce_size(session) if session.modified else None
+        too_large = enforce_size(session, self.store) if session.modified else None
         try:
             self._persist(session, response)
         except StoreUnavailable:
@@ -558,10 +437,10 @@ class AuthFlowSessionInterface(SessionInterface):
         # What was written is the new baseline: a later change in this request (an
         # ``after_request`` handler running after save_early) is written again.
         session.modified = session.force_write = session.resign = session.cookie_due = False
-        session.touch_due = False
+        session.touch_due, session.touched = False, None
         if too_large is not None:
             # Nothing is dropped silently: the response says the data was refused.
-            self._refuse(response, too_large)
+            refuse(response, too_large)
 
     def prepare_write(self, session: AuthSession) -> SessionWrite | None:
         """What a login step's unit of work writes of ``session`` (see
@@ -588,16 +467,8 @@ class AuthFlowSessionInterface(SessionInterface):
         session.loaded_sid = write.record.sid
         session.dead_sids.clear()
         session.modified = session.force_write = session.touch_due = False
+        session.touched = None
         session.cookie_due = True
-
-    @staticmethod
-    def _refuse(response: Response, error: SessionDataTooLarge) -> None:
-        """Turn ``response`` into the 413 of ``error`` (the view's body is replaced)."""
-        refused = error_response(error)
-        response.status_code = refused.status_code
-        response.set_data(refused.get_data())
-        response.content_type = refused.content_type
-        response.headers["Cache-Control"] = refused.headers["Cache-Control"]
 
     def _persist(self, session: RequestSession, response: Response) -> None:
         now = self._clock.now()
@@ -620,16 +491,16 @@ class AuthFlowSessionInterface(SessionInterface):
             if not self._save_record(session, record, expires_at, response):
                 return
         elif session.touch_due:
-            record = replace(record, last_seen_at=now)
+            # The folded touch wrote a later expiry than the session's end: one small write
+            # of the right one; a touch the store skipped (busy, or the session revoked
+            # meanwhile) changes nothing here: the cookie stays as it is.
             expires_at = self.expires_at(record)
             if expires_at <= now:
                 self._end(session, record, response)
                 return
-            # One small write of the last-seen time; a touch the store skipped (busy, or
-            # the session revoked meanwhile) changes nothing here: the cookie stays as it is.
             if not self.store.touch(record, expires_at):
                 return
-        else:  # only a re-signature: the stored record is unchanged
+        else:  # the read touched the session, or only a re-signature: nothing to store
             expires_at = self.expires_at(record)
         self._set_cookie(response, record.sid, expires_at, session.carrier)
 
@@ -692,41 +563,6 @@ class AuthFlowSessionInterface(SessionInterface):
             httponly=True,
             samesite=self.samesite,
         )
-
-    def _enforce_size(self, session: RequestSession) -> SessionDataTooLarge | None:
-        """Keep oversized custom data out of the store.
-
-        Assignments are checked when they happen; this catches nested mutation
-        (``session["cart"].append(...)``). The authentication state is still saved (a
-        logout must not be lost), but the custom data falls back to what is stored for
-        this session, or to nothing if the id rotated in this request, so data from
-        before a logout can never come back, and a warning is logged.
-        """
-        try:
-            session.check_size()
-        except SessionDataTooLarge as exc:
-            refused = exc
-            log.warning(
-                "custom session data is %d bytes, over the %d-byte limit; changes to it discarded",
-                exc.size,
-                exc.limit,
-            )
-            fallback: Mapping[str, Any] = {}
-            if not session.dead_sids and session.loaded_sid is not None:
-                try:
-                    stored = self.store.load(session.loaded_sid)
-                except StoreUnavailable:
-                    stored = None
-                if stored is not None:
-                    fallback = stored.custom
-            dict.clear(session)
-            dict.update(session, copy.deepcopy(dict(fallback)))
-            try:
-                session.check_size()
-            except SessionDataTooLarge:
-                dict.clear(session)
-            return refused
-        return None
 
     def __repr__(self) -> str:
         return (

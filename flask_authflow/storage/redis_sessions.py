@@ -1,13 +1,15 @@
 """Session records in Redis (the ``[redis]`` extra), for sites whose hot path must not touch SQL.
 
 Only the sessions move: users, factors, attempts, audit and issuer keys stay in SQL. A
-protected request then costs one Redis round trip (``HMGET``) and no SQL at all.
+protected request then costs one Redis round trip (one script call that reads the record
+and, when the session is due, touches it) and no SQL at all.
 
 Layout, under a key prefix (``authflow:`` by default)::
 
     <prefix>s:<sid_hash>                 hash  d = sealed record, e = expiry (µs since the epoch),
                                                u / f = the index sets the record is in,
-                                               l = last seen (µs), written by a touch only
+                                               t = the tenant's set its user set is in,
+                                               l = last seen (µs)
     <prefix>u:<sha256(tenant, user_id)>  set   sid hashes of the user's sessions
     <prefix>t:<sha256(tenant)>           set   the tenant's user sets (a tenant-wide logout)
     <prefix>f:<federation_key>           set   sid hashes of a provider session's logins
@@ -51,12 +53,24 @@ from typing import TYPE_CHECKING, Any
 
 from flask_authflow.clock import Clock, SystemClock, utc
 from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow.core.ports import SessionTouch
 from flask_authflow.core.session import SessionRecord, federation_key, record_federation_key, sid_hash
 from flask_authflow.errors import (
     ConfigurationError,
     MissingExtraError,
+    StoreUnavailable,
 )
 from flask_authflow.sessions.stores import RecordOpener, serialize_record, store_unavailable
+from flask_authflow.storage._redis_scripts import (
+    DELETE,
+    DELETE_INDEX,
+    DELETE_TENANT,
+    LIST,
+    PURGE,
+    READ_TOUCH,
+    SAVE,
+    TOUCH,
+)
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -73,172 +87,6 @@ _MICROSECOND = timedelta(microseconds=1)
 SOCKET_TIMEOUT = 5.0
 #: Keys examined per ``SCAN`` step of :meth:`RedisSessionStore.purge_expired`.
 PURGE_BATCH = 500
-
-# Shared by the scripts: ``drop(key)`` removes a record and its entries in the index sets
-# it names; ``live(key)`` is true while the record exists and its expiry is after ``now``.
-# ARGV[1] is always now (µs) and ARGV[2] the record key prefix (``<prefix>s:``).
-_LUA_COMMON = """
-local now = tonumber(ARGV[1])
-local record_prefix = ARGV[2]
-local skip = string.len(record_prefix)
-local function live(key)
-  local e = redis.call('HGET', key, 'e')
-  return e and tonumber(e) > now
-end
-local function drop(key)
-  local idx = redis.call('HMGET', key, 'u', 'f')
-  local member = string.sub(key, skip + 1)
-  if idx[1] then redis.call('SREM', idx[1], member) end
-  if idx[2] then redis.call('SREM', idx[2], member) end
-  return redis.call('DEL', key)
-end
--- Deletes every record of an index set whose field (u or f) names that set, then the
--- set; returns how many of them were live.
-local function drop_index(index, field)
-  local removed = 0
-  for _, member in ipairs(redis.call('SMEMBERS', index)) do
-    local key = record_prefix .. member
-    local row = redis.call('HMGET', key, 'e', field)
-    if row[2] == index then
-      if tonumber(row[1]) > now then removed = removed + 1 end
-      drop(key)
-    end
-  end
-  redis.call('DEL', index)
-  return removed
-end
--- Adds member to the set index, which then lives at least ttl ms more. Housekeeping:
--- two members at random whose key (prefix .. member) is gone are dropped, so a set
--- never grows much past twice its live members.
-local function add(index, member, ttl, prefix)
-  redis.call('SADD', index, member)
-  if redis.call('PTTL', index) < ttl then redis.call('PEXPIRE', index, ttl) end
-  for _, other in ipairs(redis.call('SRANDMEMBER', index, 2)) do
-    if redis.call('EXISTS', prefix .. other) == 0 then redis.call('SREM', index, other) end
-  end
-end
-"""
-
-# KEYS[1] = the record's key, KEYS[2..] = the keys of the ids it replaces.
-# ARGV[3] = '1' for an update of an existing session, ARGV[4] = expiry (µs),
-# ARGV[5] = TTL (ms), ARGV[6] = sealed record, ARGV[7] / ARGV[8] = user / federation
-# index key or '', ARGV[9] = the tenant's set of user sets ('' without a user).
-# Returns 1 if written, 0 if the session was revoked (nothing written).
-_SAVE = (
-    _LUA_COMMON
-    + """
-if ARGV[3] == '1' then
-  if not live(KEYS[1]) then return 0 end
-else
-  for i = 2, #KEYS do
-    if not live(KEYS[i]) then return 0 end
-  end
-  for i = 2, #KEYS do drop(KEYS[i]) end
-end
-drop(KEYS[1])
-local ttl = tonumber(ARGV[5])
-local member = string.sub(KEYS[1], skip + 1)
-redis.call('HSET', KEYS[1], 'd', ARGV[6], 'e', ARGV[4])
-for slot = 7, 8 do
-  local index = ARGV[slot]
-  if index ~= '' then
-    redis.call('HSET', KEYS[1], slot == 7 and 'u' or 'f', index)
-    add(index, member, ttl, record_prefix)
-  end
-end
-if ARGV[9] ~= '' then add(ARGV[9], ARGV[7], ttl, '') end
-redis.call('PEXPIRE', KEYS[1], ttl)
-return 1
-"""
-)
-
-# KEYS[1] = a record's key; ARGV[3] = its new expiry, ARGV[4] = the last-seen time (µs),
-# ARGV[5] = the remaining lifetime (ms), ARGV[6] = the tenant's index set ('' for none).
-# The touch: the live record's expiry and last-seen fields and its TTL, nothing else (the
-# sealed record is not written); the index sets it is in live at least as long. 1 or 0.
-_TOUCH = (
-    _LUA_COMMON
-    + """
-if not live(KEYS[1]) then return 0 end
-local ttl = tonumber(ARGV[5])
-redis.call('HSET', KEYS[1], 'e', ARGV[3], 'l', ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ttl)
-local idx = redis.call('HMGET', KEYS[1], 'u', 'f')
-if ARGV[6] ~= '' then idx[3] = ARGV[6] end
-for _, index in pairs(idx) do
-  if index and redis.call('PTTL', index) < ttl then redis.call('PEXPIRE', index, ttl) end
-end
-return 1
-"""
-)
-
-# KEYS[1] = a record's key. Returns how many keys were deleted (0 or 1).
-_DELETE = _LUA_COMMON + "return drop(KEYS[1])\n"
-
-# KEYS[1] = an index set; ARGV[3] = the record field naming it ('u' or 'f'), ARGV[4] = for
-# a user set, its tenant's set (which then forgets it). Deletes every record of the set and
-# the set; returns how many of them were live.
-_DELETE_INDEX = (
-    _LUA_COMMON
-    + """
-local removed = drop_index(KEYS[1], ARGV[3])
-if ARGV[4] ~= '' then
-  redis.call('SREM', ARGV[4], KEYS[1])
-  if redis.call('SCARD', ARGV[4]) == 0 then redis.call('DEL', ARGV[4]) end
-end
-return removed
-"""
-)
-
-# KEYS[1] = a tenant's set of user sets. Deletes every record of every one of them, the
-# sets and the tenant's set; returns how many of the records were live.
-_DELETE_TENANT = (
-    _LUA_COMMON
-    + """
-local removed = 0
-for _, index in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  removed = removed + drop_index(index, 'u')
-end
-redis.call('DEL', KEYS[1])
-return removed
-"""
-)
-
-# KEYS[1] = a user index set. Returns {member, sealed record, ...} of its live records,
-# and drops the members whose record is gone.
-_LIST = (
-    _LUA_COMMON
-    + """
-local found = {}
-for _, member in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local row = redis.call('HMGET', record_prefix .. member, 'd', 'e', 'u', 'l')
-  if not row[1] then
-    redis.call('SREM', KEYS[1], member)
-  elseif row[3] == KEYS[1] and tonumber(row[2]) > now then
-    table.insert(found, member)
-    table.insert(found, row[1])
-    table.insert(found, row[4] or '')
-  end
-end
-return found
-"""
-)
-
-# KEYS = record keys. Deletes those whose expiry is not after now; returns how many.
-_PURGE = (
-    _LUA_COMMON
-    + """
-local removed = 0
-for _, key in ipairs(KEYS) do
-  local e = redis.call('HGET', key, 'e')
-  if e and tonumber(e) <= now then
-    drop(key)
-    removed = removed + 1
-  end
-end
-return removed
-"""
-)
 
 
 def _micros(value: datetime) -> int:
@@ -331,13 +179,14 @@ class RedisSessionStore:
         self._clock_given = clock is not None
         self.prefix = prefix
         self._record_prefix = f"{prefix}s:"
-        self._save = client.register_script(_SAVE)
-        self._delete = client.register_script(_DELETE)
-        self._touch = client.register_script(_TOUCH)
-        self._delete_index = client.register_script(_DELETE_INDEX)
-        self._delete_tenant = client.register_script(_DELETE_TENANT)
-        self._list = client.register_script(_LIST)
-        self._purge = client.register_script(_PURGE)
+        self._save = client.register_script(SAVE)
+        self._delete = client.register_script(DELETE)
+        self._touch = client.register_script(TOUCH)
+        self._read_touch = client.register_script(READ_TOUCH)
+        self._delete_index = client.register_script(DELETE_INDEX)
+        self._delete_tenant = client.register_script(DELETE_TENANT)
+        self._list = client.register_script(LIST)
+        self._purge = client.register_script(PURGE)
 
     @property
     def client(self) -> Redis:
@@ -385,12 +234,45 @@ class RedisSessionStore:
 
     def load(self, sid: str) -> SessionRecord | None:
         key = sid_hash(sid)
-        # The hot path of every request: one HMGET, no script.
+        # One HMGET, no script (a request reads with load_touching).
         with self._guard():
             data, expires, seen = self._redis.hmget(self._record_prefix + key, ("d", "e", "l"))
         if data is None or expires is None or int(expires) <= self._now():
             return None
         return _seen(self._open(key, data, expected_sid=sid), seen)
+
+    def load_touching(self, sid: str, touch: SessionTouch) -> tuple[SessionRecord, datetime | None] | None:
+        """``load`` with the touch folded in: one script call, one round trip (a
+        pipeline cannot make its write depend on what its read found)."""
+        key = sid_hash(sid)
+        args = [
+            self._now(),
+            self._record_prefix,
+            _micros(touch.due_by),
+            _micros(touch.at),
+            _micros(touch.expires_at),
+        ]
+        with self._guard():
+            found = self._read_touch(keys=[self._record_prefix + key], args=args)
+        if found is None:
+            return None
+        data, seen, expires, touched = found
+        record = _seen(self._open(key, data, expected_sid=sid), seen or None)
+        if record is None:
+            return None
+        replaced = _EPOCH + int(expires) * _MICROSECOND
+        if touched >= 0:
+            return record, replaced if touched else None
+        # Written before the store kept the last-seen time and the tenant's set beside the
+        # record: decided here, and touched with a second call, which adds both.
+        if record.last_seen_at > touch.due_by:
+            return record, None
+        try:
+            written = self.touch(replace(record, last_seen_at=touch.at), max(replaced, utc(touch.expires_at)))
+        except StoreUnavailable:  # the read worked: a refresh that could not be written is skipped
+            log.warning("session refresh skipped: the session store is unavailable")
+            return record, None
+        return record, replaced if written else None
 
     def touch(self, record: SessionRecord, expires_at: datetime) -> bool:
         """One script call: the live record's expiry and last-seen time, nothing else."""
@@ -440,6 +322,7 @@ class RedisSessionStore:
                     user_index,
                     "" if fed_key is None else self._federation_index(fed_key),
                     tenant_index,
+                    _micros(record.last_seen_at),
                 ],
             )
         return bool(written)

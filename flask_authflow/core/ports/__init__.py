@@ -43,6 +43,7 @@ from flask_authflow.core.ports.sessions import (
     SessionHandoff,
     SessionMaintenance,
     SessionStore,
+    SessionTouch,
     SessionWrite,
 )
 from flask_authflow.core.ports.tokens import (
@@ -89,6 +90,7 @@ __all__ = [
     "SessionHandoff",
     "SessionMaintenance",
     "SessionStore",
+    "SessionTouch",
     "SessionWrite",
     "StorePorts",
     "StoredProviderTokens",

@@ -9,7 +9,30 @@ from typing import Any, Protocol
 
 from flask_authflow.core.session import AuthSession, SessionRecord
 
-__all__ = ["MaintainedSessionStore", "SessionHandoff", "SessionMaintenance", "SessionStore", "SessionWrite"]
+__all__ = [
+    "MaintainedSessionStore",
+    "SessionHandoff",
+    "SessionMaintenance",
+    "SessionStore",
+    "SessionTouch",
+    "SessionWrite",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTouch:
+    """A last-seen refresh folded into a session read (:meth:`SessionStore.load_touching`).
+
+    The store writes ``at`` as the stored last-seen time and ``max(stored expiry,
+    expires_at)`` as the expiry of the live session, only when its stored last-seen time
+    is at or before ``due_by``; a session that is not due costs no write."""
+
+    #: The new last-seen time (the request's time).
+    at: datetime
+    #: Touch only a session last seen at or before this.
+    due_by: datetime
+    #: The expiry the touch writes, unless the stored one is later.
+    expires_at: datetime
 
 
 class SessionStore(Protocol):
@@ -23,6 +46,13 @@ class SessionStore(Protocol):
 
     def load(self, sid: str) -> SessionRecord | None:
         """The record with this id, or ``None`` if unknown or expired."""
+        ...
+
+    def load_touching(self, sid: str, touch: SessionTouch) -> tuple[SessionRecord, datetime | None] | None:
+        """:meth:`load`, and in the same read the :class:`SessionTouch` when the session is
+        due (one round trip on a networked store). Returns the record as it was stored
+        before the touch and the expiry the touch replaced (``None``: no touch written,
+        because the session was not due, or the store would have had to wait for it)."""
         ...
 
     def save(

@@ -33,11 +33,11 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from flask_authflow.clock import Clock, SystemClock, utc
 from flask_authflow.core.crypto import SessionCrypto
-from flask_authflow.core.ports import SessionWrite
+from flask_authflow.core.ports import SessionTouch, SessionWrite
 from flask_authflow.core.session import (
     AuthState,
     SessionRecord,
@@ -47,6 +47,7 @@ from flask_authflow.core.session import (
 )
 from flask_authflow.errors import StoreUnavailable
 from flask_authflow.sessions.stores import RecordOpener, serialize_record, store_unavailable
+from flask_authflow.storage.sql._session_read import FOLDS, LOAD_QUERY, TOUCH, fold_after_read, try_touch
 from flask_authflow.storage.sql.engine import (
     EngineSource,
     autocommit_reads,
@@ -62,16 +63,6 @@ __all__ = ["FULL_PURGE_BATCH", "PURGE_BATCH", "SqlAlchemySessionStore", "session
 log = logging.getLogger("flask_authflow.sessions")
 
 T = TypeVar("T")
-
-
-#: The sealed record and the row's last write time: a touch (below) moves only the latter,
-#: which is then the session's last-seen time when later than the record's own.
-_LOAD_QUERY = select(sessions_table.c.data, sessions_table.c.updated_at).where(
-    and_(
-        sessions_table.c.sid_hash == bindparam("key"),
-        sessions_table.c.expires_at > bindparam("now", type_=UTCDateTime()),
-    )
-)
 
 
 _NOW = bindparam("now", type_=UTCDateTime())
@@ -94,15 +85,6 @@ _ROTATE_LIVE = (
     .values(
         sid_hash=bindparam("new_key"),
         **{name: bindparam(f"v_{name}", type_=sessions_table.c[name].type) for name in _VALUE_COLUMNS},
-    )
-)
-#: The touch: the last-seen time and the expiry of a live row, nothing else.
-_TOUCH = (
-    update(sessions_table)
-    .where(_BY_KEY, _LIVE)
-    .values(
-        updated_at=bindparam("last_seen", type_=UTCDateTime()),
-        expires_at=bindparam("expires", type_=UTCDateTime()),
     )
 )
 _DELETE_LIVE_OLD = delete(sessions_table).where(
@@ -138,27 +120,6 @@ _DELETE_LIVE_OF_TENANT = delete(sessions_table).where(_OF_TENANT, _LIVE)
 _DELETE_ALL_OF_TENANT = delete(sessions_table).where(_OF_TENANT)
 _DELETE_LIVE_OF_FEDERATION = delete(sessions_table).where(_OF_FEDERATION, _LIVE)
 _DELETE_ALL_OF_FEDERATION = delete(sessions_table).where(_OF_FEDERATION)
-
-#: Where a pooled SQLite connection keeps the settings a touch restores (see _touch_restore).
-_TOUCH_RESTORE = "authflow.touch_restore"
-
-
-def _touch_restore(conn: Connection) -> tuple[int, int | None]:
-    """The ``busy_timeout`` and (in WAL mode; ``None`` otherwise) the ``synchronous`` level a
-    touch on ``conn`` restores after its statement.
-
-    They are read once per pooled connection and kept in its ``info`` dictionary, which
-    lives as long as the database connection: a touch then runs its statement between
-    two settings and two restores, without three reads before them.
-    """
-    saved: tuple[int, int | None] | None = conn.info.get(_TOUCH_RESTORE)
-    if saved is None:
-        waits = int(conn.exec_driver_sql("PRAGMA busy_timeout").scalar() or 0)
-        wal = conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
-        syncs = int(conn.exec_driver_sql("PRAGMA synchronous").scalar() or 0) if wal else None
-        saved = conn.info[_TOUCH_RESTORE] = (waits, syncs)
-    return saved
-
 
 #: How many expired rows one opportunistic purge deletes at most (one short transaction).
 PURGE_BATCH = 500
@@ -251,6 +212,7 @@ class SqlAlchemySessionStore:
         self._upsert_statement: Any = _UPSERTS.get(dialect)
         self._revocation_lock: Any = _REVOCATION_LOCKS.get(dialect)
         self._try_lock = dialect == "sqlite"  # a touch there must not queue for the write lock
+        self._fold = FOLDS.get(dialect) or fold_after_read()
         self._saves = itertools.count(1)
         _engines.add(self.engine)
         if create_tables:
@@ -309,7 +271,7 @@ class SqlAlchemySessionStore:
         # single read; a pooled connection that died (a database restart) is replaced and
         # the read runs once more (run_read).
         with self._guard():
-            row = run_read(self._read_engine, lambda conn: conn.execute(_LOAD_QUERY, params).one_or_none())
+            row = run_read(self._read_engine, lambda conn: conn.execute(LOAD_QUERY, params).one_or_none())
         if row is None:
             return None
         record = self._open(key, row.data, expected_sid=sid)
@@ -317,6 +279,27 @@ class SqlAlchemySessionStore:
             return None
         touched = utc(row.updated_at)
         return replace(record, last_seen_at=touched) if touched > record.last_seen_at else record
+
+    def load_touching(self, sid: str, touch: SessionTouch) -> tuple[SessionRecord, datetime | None] | None:
+        """``load`` with the touch folded in (see ``_session_read``): one statement on
+        PostgreSQL, the read and (when due) a touch that never waits on SQLite."""
+        key = sid_hash(sid)
+        params = {
+            "key": key,
+            "now": self._clock.now(),
+            "due": utc(touch.due_by),
+            "at": utc(touch.at),
+            "exp": utc(touch.expires_at),
+        }
+        with self._guard():
+            folded = run_read(self._read_engine, lambda conn: self._fold(conn, params))
+        if folded is None:
+            return None
+        data, seen, replaced = folded
+        record = self._open(key, data, expected_sid=sid)
+        if record is None:
+            return None
+        return (replace(record, last_seen_at=seen) if seen > record.last_seen_at else record), replaced
 
     def touch(self, record: SessionRecord, expires_at: datetime) -> bool:
         """One ``UPDATE`` of the live row's ``updated_at`` (the last-seen time) and
@@ -330,27 +313,9 @@ class SqlAlchemySessionStore:
             "expires": utc(expires_at),
         }
         if not self._try_lock:
-            return bool(self._write_one(_TOUCH, params))
+            return bool(self._write_one(TOUCH, params))
         with self._guard(), self.engine.connect() as conn:
-            waits, syncs = _touch_restore(conn)
-            # For this statement only: no wait for the write lock, and (in WAL mode, where
-            # this level keeps the database intact through a power cut) no fsync of its
-            # commit: a last-seen time lost to an OS crash costs nothing.
-            conn.exec_driver_sql("PRAGMA busy_timeout = 0")
-            if syncs is not None:
-                conn.exec_driver_sql("PRAGMA synchronous = NORMAL")
-            try:
-                touched = conn.execute(_TOUCH, params).rowcount
-                conn.commit()
-                return bool(touched)
-            except OperationalError:  # SQLITE_BUSY: another connection holds the write lock
-                conn.rollback()
-                log.debug("session touch skipped: the database is busy")
-                return False
-            finally:
-                conn.exec_driver_sql(f"PRAGMA busy_timeout = {waits}")
-                if syncs is not None:
-                    conn.exec_driver_sql(f"PRAGMA synchronous = {syncs}")
+            return try_touch(conn, params)
 
     def save(
         self,
