@@ -160,7 +160,9 @@ def measure(root: Path) -> tuple[dict[str, Footprint], Path]:
     uris: dict[str, str] = {}
     with app.app_context():
         authflow = reference.authflow
-        users = {name: authflow.accounts.create(name, PASSWORD) for name in ("alice", "alice2", "tom", "tom2")}
+        users = {
+            name: authflow.accounts.create(name, PASSWORD) for name in ("alice", "alice2", "tom", "tom2")
+        }
         for name in ("tom", "tom2"):
             uris[name] = authflow.factors.create_totp(users[name].user_id)
     used: set[str] = set()
