@@ -357,20 +357,22 @@ def test_the_redis_touch_is_one_command(redis_server: Any) -> None:
     commands.clear()
     loaded = store.load(record.sid)
     assert commands == ["HMGET"] and loaded is not None and loaded.last_seen_at == clock.now()
-    # The read of a request, with its touch folded in: one script call, due or not.
+    # The read of a request: one HMGET when not due (nearly every request), and the touch
+    # script (which reads again and touches) only when due.
+    clock.advance(timedelta(minutes=10))
     store.load_touching(record.sid, _due(clock))  # loads that script once
-    for minutes, touched in [(1, False), (10, True)]:
+    for minutes, touched, sent in [(1, False, ["HMGET"]), (10, True, ["HMGET", "EVALSHA"])]:
         clock.advance(timedelta(minutes=minutes))
         commands.clear()
         found = store.load_touching(record.sid, _due(clock))
-        assert commands == ["EVALSHA"] and found is not None and (found[1] is not None) is touched
+        assert commands == sent and found is not None and (found[1] is not None) is touched
     assert store.client.hget(f"one:s:{sid_hash(record.sid)}", "d") == sealed  # not re-sealed
     store.close()
 
 
 def test_a_redis_record_from_before_the_folded_touch_is_touched_and_upgraded(redis_server: Any) -> None:
     """A record written without the last-seen and tenant-set fields (an earlier version) is
-    still touched when due (a second call, which adds them); its next touch is folded."""
+    still touched when due (a second call, which adds them); its next touch is the script's."""
     from flask_authflow.storage.redis_sessions import RedisSessionStore
 
     clock = MockClock()
@@ -394,7 +396,7 @@ def test_a_redis_record_from_before_the_folded_touch_is_touched_and_upgraded(red
     store.client.execute_command = counting  # type: ignore[method-assign]
     clock.advance(timedelta(minutes=10))
     found = store.load_touching(record.sid, _due(clock))
-    assert commands == ["EVALSHA"] and found is not None and found[1] is not None
+    assert commands == ["HMGET", "EVALSHA"] and found is not None and found[1] is not None
     store.close()
 
 
@@ -568,11 +570,13 @@ def test_touches_from_several_processes_never_bring_back_revoked_sessions(postgr
         store.engine.dispose()
 
 
-def test_the_postgresql_read_and_its_touch_are_one_round_trip(postgres_server: Any) -> None:
-    """The read of a request is one statement, due or not (the touch folded in as a CTE);
-    neither it nor a separate touch runs in a transaction of its own: no BEGIN and no
-    COMMIT or ROLLBACK round trips around them (the driver connection is in autocommit
-    for each statement)."""
+def test_the_postgresql_read_is_one_round_trip_and_a_due_one_touches_in_one_more(
+    postgres_server: Any,
+) -> None:
+    """The read of a request is one plain ``SELECT`` when the session is not due (nearly
+    every request), and one statement more when due (the touch and the read again, as a
+    CTE); neither runs in a transaction of its own: no BEGIN and no COMMIT or ROLLBACK
+    round trips around them (the driver connection is in autocommit for each statement)."""
     from datetime import UTC, datetime
 
     store = SqlAlchemySessionStore(
@@ -600,7 +604,7 @@ def test_the_postgresql_read_and_its_touch_are_one_round_trip(postgres_server: A
         clock.advance(timedelta(minutes=10))
         found = store.load_touching(session.sid, _due(clock))
         assert found is not None and found[1] is not None
-        assert seen == [("WITH", True), ("WITH", True)]
+        assert seen == [("SELECT", True), ("SELECT", True), ("WITH", True)]
         assert store.load(session.sid) == _touched(session, clock)
     finally:
         store.engine.dispose()

@@ -242,9 +242,25 @@ class RedisSessionStore:
         return _seen(self._open(key, data, expected_sid=sid), seen)
 
     def load_touching(self, sid: str, touch: SessionTouch) -> tuple[SessionRecord, datetime | None] | None:
-        """``load`` with the touch folded in: one script call, one round trip (a
-        pipeline cannot make its write depend on what its read found)."""
+        """``load`` (one ``HMGET``, the whole cost of a session that is not due: nearly every
+        request), then, only when due, one script call that touches and reads again (a
+        pipeline cannot make its write depend on what its read found). A read that always
+        ran the script cost every request 20-35 % more than the ``HMGET`` (measured on
+        this machine), for a touch that falls due once in many requests."""
         key = sid_hash(sid)
+        with self._guard():
+            data, expires, seen = self._redis.hmget(self._record_prefix + key, ("d", "e", "l"))
+        if data is None or expires is None or int(expires) <= self._now():
+            return None
+        if seen is not None and int(seen) > _micros(touch.due_by):
+            record = _seen(self._open(key, data, expected_sid=sid), seen)
+            return None if record is None else (record, None)
+        return self._read_touching(key, sid, touch)
+
+    def _read_touching(
+        self, key: str, sid: str, touch: SessionTouch
+    ) -> tuple[SessionRecord, datetime | None] | None:
+        """The touch script: it reads again and touches when still due (atomically)."""
         args = [
             self._now(),
             self._record_prefix,

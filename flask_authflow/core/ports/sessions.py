@@ -49,10 +49,12 @@ class SessionStore(Protocol):
         ...
 
     def load_touching(self, sid: str, touch: SessionTouch) -> tuple[SessionRecord, datetime | None] | None:
-        """:meth:`load`, and in the same read the :class:`SessionTouch` when the session is
-        due (one round trip on a networked store). Returns the record as it was stored
-        before the touch and the expiry the touch replaced (``None``: no touch written,
-        because the session was not due, or the store would have had to wait for it)."""
+        """:meth:`load`, and the :class:`SessionTouch` when the session is due: a read that
+        is not due costs what :meth:`load` costs (nearly every request), a due one is then
+        touched atomically (the store re-checks the due time as it writes). Returns the
+        record as it was stored before the touch and the expiry the touch replaced
+        (``None``: no touch written, because the session was not due, or the store would
+        have had to wait for it)."""
         ...
 
     def save(

@@ -6,12 +6,15 @@ its due time is touched by the read that finds it (see
 move, the sealed record is not written. How the read and the touch share the work
 depends on what costs on each database:
 
-* PostgreSQL, a round trip per statement: **one** statement, a data-modifying CTE
-  beside the ``SELECT``. A session that is not due writes nothing; a due one costs no
-  second round trip. ``FOR UPDATE SKIP LOCKED`` skips a touch of a row another
-  transaction is writing (that writer's commit moves the row anyway): a read never
-  waits for a lock. The ``SELECT`` sees the row as it was before the touch (the
-  statement's snapshot), which is what the caller gets back.
+* PostgreSQL, a round trip per statement: the plain ``SELECT`` (one round trip, the
+  whole cost of a session that is not due, nearly every request), then, only when due,
+  one statement that touches and reads: a data-modifying CTE beside the ``SELECT``. A
+  read that always carried the CTE cost every request 25-50 % more than the plain
+  ``SELECT`` (measured on this machine), for a touch that falls due once in many
+  requests. ``FOR UPDATE SKIP LOCKED`` skips a touch of a row another transaction is
+  writing (that writer's commit moves the row anyway): a read never waits for a lock.
+  That statement's ``SELECT`` sees the row as it was before the touch (the statement's
+  snapshot), which is what the caller gets back.
 * SQLite, in process (no round trip to save; what costs is a pool checkout, the write
   lock and the fsync): the ``SELECT``, then, when due, the expiry it replaces and the
   ``UPDATE`` (never to a shorter expiry) on the same pooled connection, with
@@ -178,15 +181,23 @@ def fold_after_read(
     return fold
 
 
-def _fold_in_one_statement(conn: Connection, params: dict[str, Any]) -> Folded:
-    row = conn.execute(_READ_AND_TOUCH, params).one_or_none()
+def _read_then_touch_in_one_statement(conn: Connection, params: dict[str, Any]) -> Folded:
+    """The plain read; when the session is due, the touch and the read again in one
+    statement (``None`` when the row went meanwhile: revoked)."""
+    row = conn.execute(LOAD_QUERY, params).one_or_none()
     if row is None:
         return None
-    return row.data, utc(row.updated_at), utc(row.expires_at) if row.was_touched else None
+    seen = utc(row.updated_at)
+    if seen > params["due"]:
+        return row.data, seen, None
+    again = conn.execute(_READ_AND_TOUCH, params).one_or_none()
+    if again is None:
+        return None
+    return again.data, utc(again.updated_at), utc(again.expires_at) if again.was_touched else None
 
 
 #: The fold per database (others: :func:`fold_after_read` with a touch that waits).
 FOLDS: dict[str, Fold] = {
-    "postgresql": _fold_in_one_statement,
+    "postgresql": _read_then_touch_in_one_statement,
     "sqlite": fold_after_read(_try_touch_not_shorter),
 }
