@@ -314,6 +314,20 @@ def test_an_engine_the_application_gave_keeps_its_settings_around_a_touch(tmp_pa
     engine.dispose()
 
 
+def test_an_in_memory_sqlite_database_touches_on_its_one_engine() -> None:
+    """A second engine on ``sqlite://`` would open another (empty) database: the store
+    keeps its one engine, and the touch sets and restores its settings there."""
+    clock = MockClock()
+    store = SqlAlchemySessionStore("sqlite://", crypto=SessionCrypto(KEY), clock=clock, purge_every=None)
+    assert store._touch_engine is None
+    record = user_record(clock)
+    store.save(record, clock.now() + HOUR)
+    clock.advance(timedelta(minutes=10))
+    assert store.load_touching(record.sid, _due(clock)) == (record, record.created_at + HOUR)
+    assert store.load(record.sid) == _touched(record, clock)
+    store.engine.dispose()
+
+
 def test_a_protected_get_that_touches_runs_the_read_and_one_small_update(tmp_path: Path) -> None:
     clock = MockClock()
     store = SqlAlchemySessionStore(
