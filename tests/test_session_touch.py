@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 from flask import Flask
-from sqlalchemy import event, select
+from sqlalchemy import Engine, create_engine, event, select
 
 from flask_authflow.clock import MockClock
 from flask_authflow.core.crypto import SessionCrypto
 from flask_authflow.core.ports import SessionStore, SessionTouch
 from flask_authflow.core.session import SessionRecord, new_guest_record, new_session_id, sid_hash
+from flask_authflow.errors import StoreUnavailable
 from flask_authflow.sessions.interface import AuthFlowSessionInterface
 from flask_authflow.sessions.stores import MemorySessionStore
 from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore, sessions_table
@@ -208,18 +209,44 @@ def sqlite_store(tmp_path: Path) -> Iterator[SqlAlchemySessionStore]:
     store.engine.dispose()
 
 
+def _engines(store: SqlAlchemySessionStore) -> list[Engine]:
+    """The store's engine, and its read-and-touch engine when it has one."""
+    own = store._touch_engine
+    return [store.engine] if own is None else [store.engine, own]
+
+
 def _statements(store: SqlAlchemySessionStore) -> list[str]:
     seen: list[str] = []
 
-    @event.listens_for(store.engine, "before_cursor_execute")
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         seen.append(" ".join(statement.split()))
 
+    for engine in _engines(store):
+        event.listen(engine, "before_cursor_execute", record)
     return seen
 
 
 def _writes(statements: list[str]) -> list[str]:
     return [s for s in statements if s.upper().startswith(("UPDATE", "INSERT", "DELETE"))]
+
+
+def _settings(engine: Engine) -> tuple[int, int]:
+    """``busy_timeout`` and ``synchronous`` of a pooled connection of ``engine``."""
+    with engine.connect() as conn:
+        waits = conn.exec_driver_sql("PRAGMA busy_timeout").scalar_one()
+        syncs = conn.exec_driver_sql("PRAGMA synchronous").scalar_one()
+    return int(waits), int(syncs)
+
+
+def _url_store(path: Path, clock: MockClock) -> SqlAlchemySessionStore:
+    return SqlAlchemySessionStore(
+        f"sqlite:///{path}", crypto=SessionCrypto(KEY), clock=clock, purge_every=None
+    )
+
+
+def _given_engine_store(path: Path, clock: MockClock) -> SqlAlchemySessionStore:
+    engine = create_engine(f"sqlite:///{path}")
+    return SqlAlchemySessionStore(engine, crypto=SessionCrypto(KEY), clock=clock, purge_every=None)
 
 
 def test_the_sql_touch_is_one_update_of_two_clear_columns(sqlite_store: SqlAlchemySessionStore) -> None:
@@ -235,30 +262,70 @@ def test_the_sql_touch_is_one_update_of_two_clear_columns(sqlite_store: SqlAlche
     (update,) = _writes(statements)
     assigned = update.partition(" SET ")[2].partition(" WHERE ")[0]
     assert sorted(part.split("=")[0].strip() for part in assigned.split(",")) == ["expires_at", "updated_at"]
-    assert [s for s in statements if not s.upper().startswith("PRAGMA")] == [update]
+    assert statements == [update]  # on the store's own file: no PRAGMA around it
     with sqlite_store.engine.connect() as conn:
         assert conn.execute(select(sessions_table.c.data)).scalar_one() == sealed  # not re-sealed
 
 
-def test_a_later_sqlite_touch_reads_no_setting_again(sqlite_store: SqlAlchemySessionStore) -> None:
-    """The settings a touch restores are read on a connection's first touch only: a later
-    touch sets and restores them around its UPDATE, and every other statement still runs
-    with the configured ones."""
+def test_a_sqlite_file_of_the_store_touches_on_connections_set_once(tmp_path: Path) -> None:
+    """A store that opened its SQLite file from a URL reads and touches on connections set
+    at connect not to wait for the write lock and not to sync a commit: no touch runs a
+    PRAGMA, and the engine every other write uses still waits and syncs as configured."""
     clock = MockClock()
-    sqlite_store.adopt_clock(clock)
+    sqlite_store = _url_store(tmp_path / "own.db", clock)
     record = user_record(clock)
     sqlite_store.save(record, clock.now() + HOUR)
-    assert sqlite_store.touch(_touched(record, clock), clock.now() + HOUR)
     statements = _statements(sqlite_store)
+    for _ in range(2):
+        clock.advance(timedelta(minutes=10))
+        assert sqlite_store.touch(_touched(record, clock), clock.now() + HOUR)
+        clock.advance(timedelta(minutes=10))
+        found = sqlite_store.load_touching(record.sid, _due(clock))
+        assert found is not None and found[1] is not None
+    assert not [s for s in statements if s.upper().startswith("PRAGMA")]
+    assert len(_writes(statements)) == 4
+    touching = sqlite_store._touch_engine
+    assert touching is not None
+    assert _settings(touching) == (0, 1)  # no wait; NORMAL (WAL mode)
+    assert _settings(sqlite_store.engine) == (5000, 2)  # FULL, SQLite's default
+    sqlite_store.engine.dispose()  # disposes the read-and-touch engine too
+    assert touching.pool.checkedin() == 0
+
+
+def test_an_engine_the_application_gave_keeps_its_settings_around_a_touch(tmp_path: Path) -> None:
+    """On an engine the application gave (its settings are its own), a touch sets them
+    around its UPDATE and restores them; they are read on a connection's first touch only."""
+    clock = MockClock()
+    engine = create_engine(f"sqlite:///{tmp_path / 'app.db'}")
+    store = SqlAlchemySessionStore(engine, crypto=SessionCrypto(KEY), clock=clock, purge_every=None)
+    assert store._touch_engine is None
+    record = user_record(clock)
+    store.save(record, clock.now() + HOUR)
+    assert store.touch(_touched(record, clock), clock.now() + HOUR)
+    statements = _statements(store)
     clock.advance(timedelta(minutes=10))
-    assert sqlite_store.touch(_touched(record, clock), clock.now() + HOUR)
+    assert store.touch(_touched(record, clock), clock.now() + HOUR)
     pragmas = [s.upper() for s in statements if s.upper().startswith("PRAGMA")]
     assert pragmas and all("=" in pragma for pragma in pragmas)  # sets and restores, no reads
     assert len(_writes(statements)) == 1
-    with sqlite_store.engine.connect() as conn:
-        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 5000
-        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2
+    assert _settings(engine) == (5000, 2)
+    with engine.connect() as conn:
         assert conn.execute(select(sessions_table.c.updated_at)).scalar_one() == clock.now()
+    engine.dispose()
+
+
+def test_an_in_memory_sqlite_database_touches_on_its_one_engine() -> None:
+    """A second engine on ``sqlite://`` would open another (empty) database: the store
+    keeps its one engine, and the touch sets and restores its settings there."""
+    clock = MockClock()
+    store = SqlAlchemySessionStore("sqlite://", crypto=SessionCrypto(KEY), clock=clock, purge_every=None)
+    assert store._touch_engine is None
+    record = user_record(clock)
+    store.save(record, clock.now() + HOUR)
+    clock.advance(timedelta(minutes=10))
+    assert store.load_touching(record.sid, _due(clock)) == (record, record.created_at + HOUR)
+    assert store.load(record.sid) == _touched(record, clock)
+    store.engine.dispose()
 
 
 def test_a_protected_get_that_touches_runs_the_read_and_one_small_update(tmp_path: Path) -> None:
@@ -270,7 +337,8 @@ def test_a_protected_get_that_touches_runs_the_read_and_one_small_update(tmp_pat
     value = cookie_value(logged_in(app))
     statements = _statements(store)
     checkouts: list[object] = []
-    event.listen(store.engine, "checkout", lambda *args: checkouts.append(args[1]))
+    for engine in _engines(store):
+        event.listen(engine, "checkout", lambda *args: checkouts.append(args[1]))
     assert raw_get(app, value).get_json()["state"] == "authenticated"
     assert _writes(statements) == []  # not due: a read only
     clock.advance(timedelta(minutes=6))
@@ -282,25 +350,27 @@ def test_a_protected_get_that_touches_runs_the_read_and_one_small_update(tmp_pat
     assert any(h.startswith(f"{COOKIE}=") for h in response.headers.getlist("Set-Cookie"))
     (update,) = _writes(statements)
     assert " data" not in update.partition(" WHERE ")[0]
-    # The read, then (due) the expiry the touch replaces: the one statement of a request
-    # that is not due stays the read alone.
-    selects = [s for s in statements if s.upper().startswith("SELECT")]
-    assert len(selects) == 2 and " data" not in selects[1].partition(" FROM ")[0]
+    # The read (which brings the expiry the touch replaces), then the UPDATE: nothing else.
+    assert [s.split()[0].upper() for s in statements] == ["SELECT", "UPDATE"]
     store.engine.dispose()
 
 
-def test_a_held_sqlite_write_lock_skips_the_touch_without_waiting(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("make", "syncs_of_the_touch"),
+    [(_url_store, 1), (_given_engine_store, 2)],  # NORMAL in WAL mode; the app's FULL journal kept
+    ids=["own-file", "given-engine"],
+)
+def test_a_held_sqlite_write_lock_skips_the_touch_without_waiting(
+    tmp_path: Path, make: Callable[[Path, MockClock], SqlAlchemySessionStore], syncs_of_the_touch: int
+) -> None:
     path = tmp_path / "locked.db"
     clock = MockClock()
-    store = SqlAlchemySessionStore(
-        f"sqlite:///{path}", crypto=SessionCrypto(KEY), clock=clock, purge_every=None
-    )
+    store = make(path, clock)
     app = make_app(AuthFlowSessionInterface(store, KEY, clock=clock, touch_jitter=timedelta(0)), clock)
     value = cookie_value(logged_in(app))
     waits: list[int] = []
     syncs: list[int] = []
 
-    @event.listens_for(store.engine, "before_cursor_execute")
     def busy_timeout_of_the_write(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if statement.lstrip().upper().startswith("UPDATE"):
             # The raw sqlite3 connection's own setting, read beside the statement.
@@ -308,6 +378,8 @@ def test_a_held_sqlite_write_lock_skips_the_touch_without_waiting(tmp_path: Path
             waits.append(raw.execute("PRAGMA busy_timeout").fetchone()[0])
             syncs.append(raw.execute("PRAGMA synchronous").fetchone()[0])
 
+    for engine in _engines(store):
+        event.listen(engine, "before_cursor_execute", busy_timeout_of_the_write)
     with store.engine.connect() as conn:
         before = conn.execute(select(sessions_table.c.updated_at)).scalar_one()
     clock.advance(timedelta(minutes=6))
@@ -323,13 +395,40 @@ def test_a_held_sqlite_write_lock_skips_the_touch_without_waiting(tmp_path: Path
         other.close()
     with store.engine.connect() as conn:
         assert conn.execute(select(sessions_table.c.updated_at)).scalar_one() == before
-        # The pooled connection waits (and syncs) as configured again for every other statement.
-        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 5000
-        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL, SQLite's default
+    # The engine's own pooled connections wait (and sync) as configured for every other write.
+    assert _settings(store.engine) == (5000, 2)
     response = raw_get(app, value)  # the lock is free: the next request touches
     assert len(response.headers.getlist("Set-Cookie")) == 1
     assert waits == [0, 0]
-    assert syncs == [1, 1]  # NORMAL: a best-effort write needs no fsync of its commit (WAL mode)
+    assert syncs == [syncs_of_the_touch] * 2
+    store.engine.dispose()
+
+
+def _interrupt_every_statement(dbapi_connection: Any, *args: Any) -> None:
+    # SQLite's progress handler: a non-zero return aborts the statement (OperationalError).
+    dbapi_connection.set_progress_handler(lambda: 1, 1)
+
+
+def test_a_read_refused_on_a_no_wait_connection_is_read_again_on_a_waiting_one(tmp_path: Path) -> None:
+    """SQLite refusing the read itself on the read-and-touch engine (a file locked by a
+    connection recovering the WAL, say) does not fail the request: the read runs again on
+    the engine's own pool, which waits as configured. When that fails too, the store is
+    unavailable: the request fails closed."""
+    clock = MockClock()
+    store = _url_store(tmp_path / "refused.db", clock)
+    app = make_app(AuthFlowSessionInterface(store, KEY, clock=clock, touch_jitter=timedelta(0)), clock)
+    value = cookie_value(logged_in(app))
+    touching = store._touch_engine
+    assert touching is not None
+    touching.dispose()  # new connections, each refusing every statement
+    event.listen(touching, "connect", _interrupt_every_statement)
+    clock.advance(timedelta(minutes=6))
+    response = raw_get(app, value)
+    assert response.status_code == 200 and response.get_json()["state"] == "authenticated"
+    store.engine.dispose()
+    event.listen(store.engine, "connect", _interrupt_every_statement)
+    with pytest.raises(StoreUnavailable):
+        store.load_touching(sid_of(value), _due(clock))
     store.engine.dispose()
 
 

@@ -16,12 +16,14 @@ depends on what costs on each database:
   That statement's ``SELECT`` sees the row as it was before the touch (the statement's
   snapshot), which is what the caller gets back.
 * SQLite, in process (no round trip to save; what costs is a pool checkout, the write
-  lock and the fsync): the ``SELECT``, then, when due, the expiry it replaces and the
-  ``UPDATE`` (never to a shorter expiry) on the same pooled connection, with
+  lock and the fsync): the ``SELECT`` (with the expiry a touch would replace), then, when
+  due, the ``UPDATE`` (never to a shorter expiry) on the same pooled connection, with
   ``busy_timeout = 0`` (a touch that would wait for another writer's lock is skipped; the
-  next request touches) and, in WAL mode, ``synchronous = NORMAL`` for that commit only
-  (no fsync: a last-seen time lost to an OS crash costs nothing, and the database stays
-  intact).
+  next request touches) and, in WAL mode, ``synchronous = NORMAL`` (no fsync: a last-seen
+  time lost to an OS crash costs nothing, and the database stays intact). On a file the
+  store opened from a URL, those are the settings of the connections of a second engine
+  the reads and touches run on, set once at connect (:data:`SQLITE_NO_WAIT_FOLD`); on an
+  engine the application gave, they are set around the ``UPDATE`` and restored.
 * Any other database: the ``SELECT``, then the ``UPDATE`` on the same connection.
 """
 
@@ -38,7 +40,17 @@ from sqlalchemy.exc import OperationalError
 from flask_authflow.clock import utc
 from flask_authflow.storage.sql.schema import UTCDateTime, sessions_table
 
-__all__ = ["FOLDS", "LOAD_QUERY", "TOUCH", "Fold", "fold_after_read", "try_touch"]
+__all__ = [
+    "FOLDS",
+    "LOAD_QUERY",
+    "SQLITE_NO_WAIT_FOLD",
+    "TOUCH",
+    "Fold",
+    "Folded",
+    "fold_after_read",
+    "touch_now",
+    "try_touch",
+]
 
 log = logging.getLogger("flask_authflow.sessions")
 
@@ -52,6 +64,8 @@ _LIVE = _c.expires_at > _NOW
 LOAD_QUERY = select(_c.data, _c.updated_at).where(and_(_BY_KEY, _LIVE))
 #: The expiry a touch replaces (read only when the session is due).
 _EXPIRY = select(_c.expires_at).where(and_(_BY_KEY, _LIVE))
+#: The read and the expiry a touch would replace, in one statement (SQLite's folds).
+_READ_WITH_EXPIRY = select(_c.data, _c.updated_at, _c.expires_at).where(and_(_BY_KEY, _LIVE))
 
 #: The touch on its own: the last-seen time and the expiry of a live row, nothing else.
 TOUCH = (
@@ -121,14 +135,10 @@ def _touch_restore(conn: Connection) -> tuple[int, int | None]:
     return saved
 
 
-def try_touch(conn: Connection, params: dict[str, Any], statement: Any = TOUCH) -> bool:
-    """``statement`` (:data:`TOUCH`) on SQLite's ``conn`` without waiting for the write lock
-    and (in WAL mode) without an fsync of its commit; ``False`` when skipped or the row is
-    gone."""
-    waits, syncs = _touch_restore(conn)
-    conn.exec_driver_sql("PRAGMA busy_timeout = 0")
-    if syncs is not None:
-        conn.exec_driver_sql("PRAGMA synchronous = NORMAL")
+def touch_now(conn: Connection, params: dict[str, Any], statement: Any = TOUCH) -> bool:
+    """``statement`` (:data:`TOUCH`) on SQLite's ``conn``, committed; ``False`` when the
+    database is busy (``conn`` must not wait for the write lock: see :func:`try_touch`) or
+    the row is gone."""
     try:
         touched = conn.execute(statement, params).rowcount
         conn.commit()
@@ -137,6 +147,18 @@ def try_touch(conn: Connection, params: dict[str, Any], statement: Any = TOUCH) 
         conn.rollback()
         log.debug("session touch skipped: the database is busy")
         return False
+
+
+def try_touch(conn: Connection, params: dict[str, Any], statement: Any = TOUCH) -> bool:
+    """:func:`touch_now` on a connection of an engine the application gave (its settings are
+    its own): ``busy_timeout`` set to 0 and (in WAL mode) ``synchronous`` to ``NORMAL``
+    around the statement, then restored."""
+    waits, syncs = _touch_restore(conn)
+    conn.exec_driver_sql("PRAGMA busy_timeout = 0")
+    if syncs is not None:
+        conn.exec_driver_sql("PRAGMA synchronous = NORMAL")
+    try:
+        return touch_now(conn, params, statement)
     finally:
         conn.exec_driver_sql(f"PRAGMA busy_timeout = {waits}")
         if syncs is not None:
@@ -153,20 +175,30 @@ def _try_touch_not_shorter(conn: Connection, params: dict[str, Any]) -> bool:
     return try_touch(conn, params, _TOUCH_NOT_SHORTER)
 
 
+def _touch_not_shorter_now(conn: Connection, params: dict[str, Any]) -> bool:
+    return touch_now(conn, params, _TOUCH_NOT_SHORTER)
+
+
 def fold_after_read(
     touch: Callable[[Connection, dict[str, Any]], bool] = _touch_waiting,
+    *,
+    expiry_in_read: bool = False,
 ) -> Fold:
     """The read (the one statement of a session that is not due), then, when due, the
-    expiry it replaces and ``touch`` on the same connection."""
+    expiry it replaces and ``touch`` on the same connection. With ``expiry_in_read`` the
+    read brings the expiry too (no second ``SELECT``): for a touch that never shortens
+    the expiry in its own statement (``max`` in SQL), so a save that extended it between
+    the read and the touch keeps its extension."""
+    read = _READ_WITH_EXPIRY if expiry_in_read else LOAD_QUERY
 
     def fold(conn: Connection, params: dict[str, Any]) -> Folded:
-        row = conn.execute(LOAD_QUERY, params).one_or_none()
+        row = conn.execute(read, params).one_or_none()
         if row is None:
             return None
         seen = utc(row.updated_at)
         if seen > params["due"]:
             return row.data, seen, None
-        stored = conn.execute(_EXPIRY, params).scalar_one_or_none()
+        stored = row.expires_at if expiry_in_read else conn.execute(_EXPIRY, params).scalar_one_or_none()
         if stored is None:  # revoked since the read
             return row.data, seen, None
         replaced = utc(stored)
@@ -199,5 +231,8 @@ def _read_then_touch_in_one_statement(conn: Connection, params: dict[str, Any]) 
 #: The fold per database (others: :func:`fold_after_read` with a touch that waits).
 FOLDS: dict[str, Fold] = {
     "postgresql": _read_then_touch_in_one_statement,
-    "sqlite": fold_after_read(_try_touch_not_shorter),
+    "sqlite": fold_after_read(_try_touch_not_shorter, expiry_in_read=True),
 }
+#: SQLite's fold on a connection set at connect not to wait for the write lock (the
+#: session store's own read-and-touch engine: ``engine.sqlite_touch_engine``).
+SQLITE_NO_WAIT_FOLD: Fold = fold_after_read(_touch_not_shorter_now, expiry_in_read=True)

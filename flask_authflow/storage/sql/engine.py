@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ __all__ = [
     "run_statement",
     "run_transaction",
     "secure_sqlite_file",
+    "sqlite_touch_engine",
 ]
 
 log = logging.getLogger("flask_authflow.stores")
@@ -56,12 +58,14 @@ def is_flask_sqlalchemy(source: object) -> bool:
     )
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def _set_sqlite_pragmas(dbapi_connection: Any, *, wait_ms: int) -> bool:
+    """Set a new SQLite connection's pragmas; ``True`` when the database is in WAL mode."""
     cursor = dbapi_connection.cursor()
     # WAL lets readers proceed during a write; busy_timeout waits instead of failing
     # at once when another connection holds the write lock.
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=5000")
+    row = cursor.fetchone()
+    cursor.execute(f"PRAGMA busy_timeout={int(wait_ms)}")
     cursor.execute("PRAGMA foreign_keys=ON")
     # A session lookup among a million rows is a few B-tree pages; SQLite's default
     # 2 MB page cache per connection misses most of them (benchmarks/scale.py). A 32 MB
@@ -72,6 +76,49 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA cache_size=-32768")
     cursor.execute("PRAGMA mmap_size=2147418112")
     cursor.close()
+    return row is not None and str(row[0]).lower() == "wal"
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    _set_sqlite_pragmas(dbapi_connection, wait_ms=5000)
+
+
+def _sqlite_touch_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # A connection of the session store's read-and-touch pool (see sqlite_touch_engine):
+    # a write that would wait for another writer's lock fails at once (the touch is
+    # skipped), and in WAL mode a commit is not synced to disk (an OS crash or power cut
+    # may lose the last commits, never the database's integrity). Set once, at connect.
+    if _set_sqlite_pragmas(dbapi_connection, wait_ms=0):
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+
+#: Engines :func:`resolve_engine` made from the URL of a SQLite file: settings of our own.
+_sqlite_file_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+#: The read-and-touch engine made for each of them (see sqlite_touch_engine).
+_touch_engines: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
+
+
+def sqlite_touch_engine(engine: Engine) -> Engine | None:
+    """A second engine on the SQLite file of ``engine`` for the session store's reads and
+    last-seen touches: its connections are set once, at connect, not to wait for the write
+    lock (``busy_timeout = 0``) and, in WAL mode, not to sync a commit
+    (``synchronous = NORMAL``), so a touch runs no ``PRAGMA`` of its own.
+
+    Only for an engine :func:`resolve_engine` made from a URL (its settings are ours);
+    ``None`` for any other engine (an application's, or an in-memory database, which a
+    second engine would not share). Disposing ``engine`` disposes this one too.
+    """
+    if engine not in _sqlite_file_engines:
+        return None
+    touch = _touch_engines.get(engine)
+    if touch is None:
+        touch = create_engine(engine.url)
+        event.listen(touch, "connect", _sqlite_touch_pragmas)
+        event.listen(engine, "engine_disposed", lambda _engine: touch.dispose())
+        _touch_engines[engine] = touch
+    return touch
 
 
 def secure_sqlite_file(path: Path) -> None:
@@ -146,9 +193,10 @@ def resolve_engine(source: EngineSource) -> Engine:
         return source
     if isinstance(source, str):
         url = _checked_url(source)
-        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-            if not (url.query.get("mode") == "memory" or str(url.database).startswith("file:")):
-                secure_sqlite_file(Path(str(url.database)).expanduser().absolute())
+        on_file = url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
+        on_file = on_file and not (url.query.get("mode") == "memory" or str(url.database).startswith("file:"))
+        if on_file:
+            secure_sqlite_file(Path(str(url.database)).expanduser().absolute())
         if source.startswith("sqlite"):
             kwargs: dict[str, Any] = {}
             if source in ("sqlite://", "sqlite:///:memory:"):
@@ -156,6 +204,8 @@ def resolve_engine(source: EngineSource) -> Engine:
                 kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
             engine = create_engine(source, **kwargs)
             event.listen(engine, "connect", _sqlite_pragmas)
+            if on_file:
+                _sqlite_file_engines.add(engine)
             return engine
         try:
             # No pre-ping (a round trip on every checkout): connections are recycled

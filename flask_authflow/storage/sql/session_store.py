@@ -33,7 +33,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from flask_authflow.clock import Clock, SystemClock, utc
 from flask_authflow.core.crypto import SessionCrypto
@@ -47,7 +47,16 @@ from flask_authflow.core.session import (
 )
 from flask_authflow.errors import StoreUnavailable
 from flask_authflow.sessions.stores import RecordOpener, serialize_record, store_unavailable
-from flask_authflow.storage.sql._session_read import FOLDS, LOAD_QUERY, TOUCH, fold_after_read, try_touch
+from flask_authflow.storage.sql._session_read import (
+    FOLDS,
+    LOAD_QUERY,
+    SQLITE_NO_WAIT_FOLD,
+    TOUCH,
+    Folded,
+    fold_after_read,
+    touch_now,
+    try_touch,
+)
 from flask_authflow.storage.sql.engine import (
     EngineSource,
     autocommit_reads,
@@ -55,6 +64,7 @@ from flask_authflow.storage.sql.engine import (
     run_read,
     run_statement,
     run_transaction,
+    sqlite_touch_engine,
 )
 from flask_authflow.storage.sql.schema import UTCDateTime, metadata, sessions_table
 
@@ -213,8 +223,13 @@ class SqlAlchemySessionStore:
         self._revocation_lock: Any = _REVOCATION_LOCKS.get(dialect)
         self._try_lock = dialect == "sqlite"  # a touch there must not queue for the write lock
         self._fold = FOLDS.get(dialect) or fold_after_read()
+        # On a SQLite file opened from a URL, reads and touches run on a second pool whose
+        # connections never wait for the write lock (see sqlite_touch_engine).
+        self._touch_engine = sqlite_touch_engine(self.engine)
         self._saves = itertools.count(1)
         _engines.add(self.engine)
+        if self._touch_engine is not None:
+            _engines.add(self._touch_engine)
         if create_tables:
             self.create_tables()
 
@@ -292,7 +307,7 @@ class SqlAlchemySessionStore:
             "exp": utc(touch.expires_at),
         }
         with self._guard():
-            folded = run_read(self._read_engine, lambda conn: self._fold(conn, params))
+            folded = self._read_folded(params)
         if folded is None:
             return None
         data, seen, replaced = folded
@@ -300,6 +315,18 @@ class SqlAlchemySessionStore:
         if record is None:
             return None
         return (replace(record, last_seen_at=seen) if seen > record.last_seen_at else record), replaced
+
+    def _read_folded(self, params: dict[str, Any]) -> Folded:
+        fast = self._touch_engine
+        if fast is not None:
+            try:
+                with fast.connect() as conn:
+                    return SQLITE_NO_WAIT_FOLD(conn, params)
+            except OperationalError:
+                # The read itself found the file locked (a connection recovering the WAL, or
+                # in exclusive mode): read on the engine's own pool, which waits as configured.
+                log.debug("session read retried on a waiting connection: the database is busy")
+        return run_read(self._read_engine, lambda conn: self._fold(conn, params))
 
     def touch(self, record: SessionRecord, expires_at: datetime) -> bool:
         """One ``UPDATE`` of the live row's ``updated_at`` (the last-seen time) and
@@ -314,6 +341,9 @@ class SqlAlchemySessionStore:
         }
         if not self._try_lock:
             return bool(self._write_one(TOUCH, params))
+        if self._touch_engine is not None:
+            with self._guard(), self._touch_engine.connect() as conn:
+                return touch_now(conn, params)
         with self._guard(), self.engine.connect() as conn:
             return try_touch(conn, params)
 
