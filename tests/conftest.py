@@ -53,8 +53,14 @@ FIXTURE_MARKERS = {
 #: A parametrized test with one of these values (a store kind, ``database_url``) gets the marker.
 PARAMETER_MARKERS = {"postgresql": "postgres", "postgres": "postgres", "redis": "redis"}
 
+#: A module's fixture that takes seconds to build (a fresh interpreter, a build): the tests of
+#: that module that use it, directly or through another fixture, are marked ``slow``.
+SLOW_FIXTURES = {
+    # migrates and fills a django-allauth project in a subprocess (Django's own migrations)
+    "tests/test_allauth_migration.py": "project",
+}
 
-#: Modules whose every test is slow, marked here because this file may not edit them.
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--fast",
@@ -166,6 +172,8 @@ def markers_from_fixtures(item: pytest.Item) -> set[str]:
     """The markers that ``item``'s fixtures, parameters and module call for."""
     names = getattr(item, "fixturenames", ())
     found = {marker for fixture, marker in FIXTURE_MARKERS.items() if fixture in names}
+    if SLOW_FIXTURES.get(item.nodeid.partition("::")[0]) in names:
+        found.add("slow")
     callspec = getattr(item, "callspec", None)
     if callspec is not None:
         values = [value for value in callspec.params.values() if isinstance(value, str)]
