@@ -53,11 +53,14 @@ FIXTURE_MARKERS = {
 #: A parametrized test with one of these values (a store kind, ``database_url``) gets the marker.
 PARAMETER_MARKERS = {"postgresql": "postgres", "postgres": "postgres", "redis": "redis"}
 
-#: A module's fixture that takes seconds to build (a fresh interpreter, a build): the tests of
-#: that module that use it, directly or through another fixture, are marked ``slow``.
+#: A module's fixture that takes seconds to build (a fresh interpreter, hashes at their real
+#: costs): the tests of that module that use it, directly or through another fixture, are
+#: marked ``slow``.
 SLOW_FIXTURES = {
     # migrates and fills a django-allauth project in a subprocess (Django's own migrations)
     "tests/test_allauth_migration.py": "project",
+    # a Flask-Security-Too user per password scheme, each hashed at FST's real cost
+    "tests/test_fst_migration.py": "fst_database",
 }
 
 
