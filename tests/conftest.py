@@ -249,7 +249,6 @@ FAST_MODULE_SECONDS = {
     "test_workflows.py": 4,
     "test_robustness.py": 4,
     "test_i18n.py": 3,
-    "test_reference_app.py": 3,
     "test_cli_operators.py": 3,
     "test_lockout_race.py": 3,
     # and those whose number of tests says otherwise
@@ -259,6 +258,7 @@ FAST_MODULE_SECONDS = {
     "test_fault_matrix_login.py": 2,
     "test_session_interface.py": 2,
     "test_password_policy.py": 2,
+    "test_reference_app.py": 1,
     "test_cli.py": 1,
     "test_jose.py": 1,
     "test_federation_http.py": 1,
