@@ -53,8 +53,17 @@ FIXTURE_MARKERS = {
 #: A parametrized test with one of these values (a store kind, ``database_url``) gets the marker.
 PARAMETER_MARKERS = {"postgresql": "postgres", "postgres": "postgres", "redis": "redis"}
 
+#: A module's fixture that takes seconds to build (a fresh interpreter, hashes at their real
+#: costs): the tests of that module that use it, directly or through another fixture, are
+#: marked ``slow``.
+SLOW_FIXTURES = {
+    # migrates and fills a django-allauth project in a subprocess (Django's own migrations)
+    "tests/test_allauth_migration.py": "project",
+    # a Flask-Security-Too user per password scheme, each hashed at FST's real cost
+    "tests/test_fst_migration.py": "fst_database",
+}
 
-#: Modules whose every test is slow, marked here because this file may not edit them.
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--fast",
@@ -166,6 +175,8 @@ def markers_from_fixtures(item: pytest.Item) -> set[str]:
     """The markers that ``item``'s fixtures, parameters and module call for."""
     names = getattr(item, "fixturenames", ())
     found = {marker for fixture, marker in FIXTURE_MARKERS.items() if fixture in names}
+    if SLOW_FIXTURES.get(item.nodeid.partition("::")[0]) in names:
+        found.add("slow")
     callspec = getattr(item, "callspec", None)
     if callspec is not None:
         values = [value for value in callspec.params.values() if isinstance(value, str)]
@@ -195,6 +206,68 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #: Tests that take seconds each: a build or a fresh interpreter, a browser, Node, child processes.
 HEAVY_MARKERS = ("slow", "browser", "interop", "multiprocess")
 
+#: The fast loop's longest modules with their measured time (seconds of their tests in one
+#: ``./scripts/test --fast --junitxml`` run on the 2-core development machine, busy, 2026-11-29;
+#: only their ratios matter). Any other module weighs ``FAST_SECONDS_PER_TEST`` per selected
+#: test, the mean of the rest. Re-measure when a module's time changes by seconds.
+FAST_MODULE_SECONDS = {
+    "test_testing_provider.py": 17,
+    "test_fault_matrix.py": 16,
+    "test_reference_app_mfa.py": 16,
+    "test_rp_certification.py": 13,
+    "test_federation.py": 13,
+    "test_federation_defaults.py": 13,
+    "test_headless_login.py": 11,
+    "test_webauthn_factor.py": 11,
+    "test_views.py": 11,
+    "test_factors_otp.py": 9,
+    "test_headless_password.py": 9,
+    "test_headless_flows.py": 9,
+    "test_fault_matrix_federation.py": 7,
+    "test_fst_migration.py": 7,
+    "test_login_code.py": 7,
+    "test_import_layers.py": 7,
+    "test_issuer_example.py": 6,
+    "test_issuer_keystores.py": 6,
+    "test_example_flask_login_migration.py": 6,
+    "test_mailed_links.py": 6,
+    "test_federation_email_linking.py": 6,
+    "test_mfa_required.py": 6,
+    "test_cli_factors.py": 6,
+    "test_federation_presets.py": 5,
+    "test_reference_headers.py": 5,
+    "test_recovery.py": 5,
+    "test_login_bursts.py": 5,
+    "test_pages.py": 5,
+    "test_password_reset.py": 5,
+    "test_legacy_hashes.py": 4,
+    "test_provider_tokens.py": 4,
+    "test_cli_issuer.py": 4,
+    "test_store_contracts.py": 4,
+    "test_extension.py": 4,
+    "test_email_otp.py": 4,
+    "test_workflows.py": 4,
+    "test_robustness.py": 4,
+    "test_i18n.py": 3,
+    "test_cli_operators.py": 3,
+    "test_lockout_race.py": 3,
+    # and those whose number of tests says otherwise
+    "test_federation_linking.py": 3,
+    "test_migrations.py": 2,
+    "test_i18n_catalogues.py": 2,
+    "test_fault_matrix_login.py": 2,
+    "test_session_interface.py": 2,
+    "test_password_policy.py": 2,
+    "test_reference_app.py": 1,
+    "test_cli.py": 1,
+    "test_jose.py": 1,
+    "test_federation_http.py": 1,
+    "test_issuer_idp.py": 1,
+    "test_audit_client_ip.py": 0,
+    "test_session_model.py": 0,
+}
+FAST_SECONDS_PER_TEST = 0.04
+
 
 def heavy_modules_first(items: list[pytest.Item], *, fast: bool) -> None:
     """Order the modules by their number of heavy tests, then of tests (a stable sort: each
@@ -202,14 +275,21 @@ def heavy_modules_first(items: list[pytest.Item], *, fast: bool) -> None:
     (``--dist loadfile --no-loadscope-reorder``): the long modules start first and the short ones
     fill both workers at the end. xdist's own order (most tests first) left the modules of one
     long test (the Sphinx build, the example's suites) for last, on one worker, the other idle.
-    Under ``--fast`` only the tests that run count, and none of them is heavy."""
-    weights: dict[str, list[int]] = {}
+    Under ``--fast`` none of the tests that run is heavy: the modules go longest first by their
+    measured time (:data:`FAST_MODULE_SECONDS`), so no module of a few long tests
+    ends the run on one worker while the other waits."""
+    weights: dict[str, list[float]] = {}
     for item in items:
-        weight = weights.setdefault(item.nodeid.partition("::")[0], [0, 0])
+        module = item.nodeid.partition("::")[0]
+        weight = weights.setdefault(module, [0, 0])
         if fast and any(item.get_closest_marker(marker) for marker in FAST_DESELECTS):
             continue
         weight[0] += any(item.get_closest_marker(marker) for marker in HEAVY_MARKERS)
         weight[1] += 1
+    if fast:
+        for module, weight in weights.items():
+            known = FAST_MODULE_SECONDS.get(module.removeprefix("tests/"))
+            weights[module] = [known if known is not None else weight[1] * FAST_SECONDS_PER_TEST]
     items.sort(key=lambda item: [-count for count in weights[item.nodeid.partition("::")[0]]])
 
 

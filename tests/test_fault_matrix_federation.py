@@ -361,6 +361,7 @@ def test_a_first_sign_in_with_the_apps_user_created_hook(hooked: Site) -> None:
 # --- the application's own pending work ----------------------------------------------------------
 
 
+@pytest.mark.slow  # on SQLite the sign-in waits out the engine's 5 s busy_timeout, then answers 503
 def test_a_callback_neither_commits_nor_rolls_back_the_apps_pending_rows(hooked: Site) -> None:
     """A view's own row is pending in ``db.session`` when the callback runs: the sign-in
     runs beside it (its hook rows in a savepoint of the application's transaction) and

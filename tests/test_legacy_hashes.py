@@ -228,6 +228,7 @@ def test_ceilings_are_configurable() -> None:
     assert all_schemes().verify(bcrypt12, PASSWORD.encode()) is LegacyResult.MATCH
 
 
+@pytest.mark.slow  # the dummy verification: a hash made at the scheme's real (default) cost
 @pytest.mark.parametrize("scheme", LEGACY_SCHEMES)
 def test_malformed_hash_is_refused_with_the_time_of_a_verification(scheme: str) -> None:
     stored = MALFORMED[scheme]
@@ -242,6 +243,7 @@ def test_malformed_hash_is_refused_with_the_time_of_a_verification(scheme: str) 
     assert stored_hash(backend) == stored
 
 
+@pytest.mark.slow  # the dummy verification: a hash made at the scheme's real (default) cost
 @pytest.mark.parametrize("scheme", LEGACY_SCHEMES)
 def test_scheme_not_enabled_is_refused(scheme: str) -> None:
     old = MAKERS[scheme](PASSWORD)
@@ -306,6 +308,7 @@ def test_init_app_wires_the_configured_schemes_and_salt() -> None:
     assert getattr(off_factor, "legacy", "missing") is None
 
 
+@pytest.mark.slow  # a hash made and verified at each scheme's real (default) cost
 @pytest.mark.parametrize("scheme", LEGACY_SCHEMES)
 def test_the_dummy_work_runs_for_every_scheme_listed_alone(scheme: str) -> None:
     """An unknown user's refused check spends a legacy verification in the first listed

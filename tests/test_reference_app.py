@@ -328,6 +328,7 @@ def _metric(client: FlaskClient, name: str) -> int:
     return int(next(line.split()[1] for line in lines if line.startswith(f"{name} ")))
 
 
+@pytest.mark.slow  # sleeps past the real 1 s JWKS debounce window twice
 @pytest.mark.http
 @pytest.mark.authflow_stores("app")  # a provider over real HTTP dates its tokens by the system clock
 def test_metrics_count_every_real_jwks_fetch_and_its_failures(tmp_path: Path) -> None:
