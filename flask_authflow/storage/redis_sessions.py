@@ -232,14 +232,19 @@ class RedisSessionStore:
 
     # --- SessionStore ------------------------------------------------------------------------
 
-    def load(self, sid: str) -> SessionRecord | None:
-        key = sid_hash(sid)
-        # One HMGET, no script (a request reads with load_touching).
+    def _live_fields(self, key: str) -> tuple[Any, Any] | None:
+        """The sealed data and the last-seen field (``l``) of the live record ``key``: one
+        ``HMGET``, no script; ``None`` when there is none or it is over."""
         with self._guard():
             data, expires, seen = self._redis.hmget(self._record_prefix + key, ("d", "e", "l"))
         if data is None or expires is None or int(expires) <= self._now():
             return None
-        return _seen(self._open(key, data, expected_sid=sid), seen)
+        return data, seen
+
+    def load(self, sid: str) -> SessionRecord | None:
+        key = sid_hash(sid)
+        found = self._live_fields(key)
+        return None if found is None else _seen(self._open(key, found[0], expected_sid=sid), found[1])
 
     def load_touching(self, sid: str, touch: SessionTouch) -> tuple[SessionRecord, datetime | None] | None:
         """``load`` (one ``HMGET``, the whole cost of a session that is not due: nearly every
@@ -248,10 +253,10 @@ class RedisSessionStore:
         ran the script cost every request 20-35 % more than the ``HMGET`` (measured on
         this machine), for a touch that falls due once in many requests."""
         key = sid_hash(sid)
-        with self._guard():
-            data, expires, seen = self._redis.hmget(self._record_prefix + key, ("d", "e", "l"))
-        if data is None or expires is None or int(expires) <= self._now():
+        found = self._live_fields(key)
+        if found is None:
             return None
+        data, seen = found
         if seen is not None and int(seen) > _micros(touch.due_by):
             record = _seen(self._open(key, data, expected_sid=sid), seen)
             return None if record is None else (record, None)
