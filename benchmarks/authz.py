@@ -45,13 +45,13 @@ from flask import Flask
 from werkzeug.test import EnvironBuilder
 
 from flask_authflow import AuthFlow
+from flask_authflow._web.authz import authz_hooks, is_authorized
 from flask_authflow.authz import AuthzSettings, Entity, Evaluator, Principal, load_policies
-from flask_authflow.authz.entities import entity_json
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.pytest_plugin import login_test_client
-from flask_authflow.web.authz import authz_hooks, is_authorized
+from flask_authflow.authz._entities import entity_json
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._pytest_plugin import login_test_client
 
 BARE = "bare cedarpy, the same decision"
 AUTHORIZE = "authflow.authorize, in a request"

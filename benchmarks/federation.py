@@ -1,7 +1,7 @@
 """Federation benchmarks: the provider key cache under pressure.
 
-Everything runs against the in-process :class:`~flask_authflow.testing.provider.TestOpenIDProvider`
-through :class:`~flask_authflow.federation.http.RequestsHttpClient`; an adapter in front of the
+Everything runs against the in-process :class:`~flask_authflow.testing._provider.TestOpenIDProvider`
+through :class:`~flask_authflow.federation._http.RequestsHttpClient`; an adapter in front of the
 provider counts the JWKS requests that reach it (and adds ``--latency-ms`` to each, as a network
 would, so concurrent callers really do overlap with the fetch).
 
@@ -39,11 +39,11 @@ import requests.adapters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flask_authflow.clock import Clock, MockClock, SystemClock
+from flask_authflow._clock import Clock, MockClock, SystemClock
 from flask_authflow.errors import TokenVerificationError, UnknownKeyId
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.jwks_cache import ProviderKeyCache
-from flask_authflow.testing.provider import TestOpenIDProvider
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._jwks_cache import ProviderKeyCache
+from flask_authflow.testing._provider import TestOpenIDProvider
 
 CLIENT = "bench-client"
 ALGORITHMS = ("ES256", "RS256")
@@ -251,7 +251,7 @@ def _compare_validation(algorithm: str, args: argparse.Namespace) -> None:
 
     import jwt
 
-    from flask_authflow.federation.provider import OAuthProviderConfig
+    from flask_authflow.federation._provider import OAuthProviderConfig
 
     port = _free_port()
     provider = TestOpenIDProvider(f"http://127.0.0.1:{port}", algorithm=algorithm)

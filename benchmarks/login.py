@@ -52,20 +52,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from flask import Flask
 
 from flask_authflow import AuthFlow, AuthSession, FactorCredential
-from flask_authflow.audit.context import AuditContext
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import FactorConfig
-from flask_authflow.core.session import new_guest_record
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import FactorConfig
+from flask_authflow._core.session import new_guest_record
+from flask_authflow._outcomes import FactorKind
+from flask_authflow.audit._context import AuditContext
 from flask_authflow.errors import UserExists
-from flask_authflow.login.lockout import LockoutPolicy
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.login.service import AuthnService
-from flask_authflow.mfa.sealing import FactorSealer
-from flask_authflow.mfa.totp import TotpFactor
-from flask_authflow.outcomes import FactorKind
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow.login._lockout import LockoutPolicy
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.login._service import AuthnService
+from flask_authflow.mfa._sealing import FactorSealer
+from flask_authflow.mfa._totp import TotpFactor
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._users import add_user
 
 PASSWORD = "correct horse battery staple"
 
@@ -366,7 +366,7 @@ def main_legacy(runs: int) -> None:
     """First logins of users with legacy hashes (verify + rehash) beside a native login."""
     from passlib import hash as passlib_hash  # type: ignore[import-untyped]
 
-    from flask_authflow.login.legacy_hashes import LegacyHashes, fst_hmac
+    from flask_authflow.login._legacy_hashes import LegacyHashes, fst_hmac
 
     salt = "benchmark-fst-salt"
     hasher = PasswordHasher()
@@ -427,7 +427,7 @@ def main_uniform(runs: int) -> None:
     """Wrong passwords for a legacy (bcrypt) user, a native user and an unknown user."""
     from passlib import hash as passlib_hash
 
-    from flask_authflow.login.legacy_hashes import LegacyHashes
+    from flask_authflow.login._legacy_hashes import LegacyHashes
 
     hasher = PasswordHasher()
     backend = InMemoryBackend()

@@ -356,8 +356,8 @@ def authflow(
     redis_url: str | None = None,
 ) -> Built:
     from flask_authflow import AuthFlow, current_user, login_required
-    from flask_authflow.login.password import PasswordHasher
-    from flask_authflow.testing.pytest_plugin import login_test_client
+    from flask_authflow.login._password import PasswordHasher
+    from flask_authflow.testing._pytest_plugin import login_test_client
 
     app = Flask(f"authflow_{store}")
     app.config.update(
@@ -368,7 +368,7 @@ def authflow(
         AUTHFLOW_REDIS_URL=redis_url,
     )
     if store == "memory":
-        from flask_authflow.storage.memory import InMemoryBackend
+        from flask_authflow.storage._memory import InMemoryBackend
 
         hasher = PasswordHasher.fast_for_tests()
         extension = AuthFlow(app, backend=InMemoryBackend(), hasher=hasher)
@@ -409,7 +409,7 @@ def touching(built: Built) -> Built:
     minutes of a session, that refreshes its stored last-seen time (the touch round)."""
     from datetime import timedelta
 
-    from flask_authflow.sessions.interface import AuthFlowSessionInterface
+    from flask_authflow.sessions._interface import AuthFlowSessionInterface
 
     app, requests = built
     interface = app.session_interface
@@ -424,8 +424,8 @@ def copies_of_session(app: Flask, cookie_value: str, count: int) -> list[str]:
     replaced): what ``count`` logins of the user leave in the store."""
     from dataclasses import replace
 
-    from flask_authflow.core.session import AuthState, new_session_id
-    from flask_authflow.sessions.interface import AuthFlowSessionInterface
+    from flask_authflow._core.session import AuthState, new_session_id
+    from flask_authflow.sessions._interface import AuthFlowSessionInterface
 
     interface = app.session_interface
     assert isinstance(interface, AuthFlowSessionInterface)

@@ -67,10 +67,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from flask_authflow.clock import SystemClock
-from flask_authflow.core.crypto import SessionCrypto
-from flask_authflow.core.session import SessionRecord, record_federation_key, sid_hash
-from flask_authflow.sessions.stores import serialize_record
+from flask_authflow._clock import SystemClock
+from flask_authflow._core.crypto import SessionCrypto
+from flask_authflow._core.session import SessionRecord, record_federation_key, sid_hash
+from flask_authflow.sessions._stores import serialize_record
 
 BATCH = 5_000
 SQLITE_FLOOR = "floor: SQLite, the statement alone"
@@ -84,9 +84,9 @@ def login_template() -> SessionRecord:
     from flask import Flask
 
     from flask_authflow import AuthFlow, get_state
-    from flask_authflow.login.password import PasswordHasher
-    from flask_authflow.storage.memory import InMemoryBackend
-    from flask_authflow.testing.pytest_plugin import login_test_client
+    from flask_authflow.login._password import PasswordHasher
+    from flask_authflow.storage._memory import InMemoryBackend
+    from flask_authflow.testing._pytest_plugin import login_test_client
 
     app = Flask("scale_template")
     app.config.update(
@@ -146,7 +146,7 @@ def check_sql_row(store: Any, crypto: SessionCrypto, record: SessionRecord, expi
     """Write ``record`` through ``store.save`` and compare the row with :func:`sql_row`'s."""
     from sqlalchemy import select
 
-    from flask_authflow.storage.sql.session_store import sessions_table
+    from flask_authflow.storage._sql.session_store import sessions_table
 
     assert store.save(record, expires_at)
     with store.engine.connect() as conn:
@@ -168,7 +168,7 @@ def fill_sql(
 ) -> None:
     from sqlalchemy import insert
 
-    from flask_authflow.storage.sql.session_store import sessions_table
+    from flask_authflow.storage._sql.session_store import sessions_table
 
     check_sql_row(store, crypto, record_for(template, sids[0], 0), expires_at)
     now = SystemClock().now()
@@ -193,14 +193,14 @@ def fill_by_save(store: Any, template: SessionRecord, sids: list[str], expires_a
 
 
 def sql_store(url: str, crypto: SessionCrypto) -> Any:
-    from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
+    from flask_authflow.storage._sql.session_store import SqlAlchemySessionStore
 
     return SqlAlchemySessionStore(url, crypto=crypto)
 
 
 def redis_store(url: str, crypto: SessionCrypto) -> Any:
     """Our Redis session store on ``url`` (one database number per size), emptied first."""
-    from flask_authflow.storage.redis_sessions import RedisSessionStore
+    from flask_authflow.storage._redis_sessions import RedisSessionStore
 
     store = RedisSessionStore(url, crypto=crypto)
     store.client.flushdb()  # each size starts from an empty database
@@ -223,7 +223,7 @@ class SqliteQueryFloor:
     def __init__(self, path: Path) -> None:
         from sqlalchemy.dialects import sqlite
 
-        from flask_authflow.storage.sql.session_store import _LOAD_QUERY
+        from flask_authflow.storage._sql.session_store import _LOAD_QUERY
 
         self.path = path
         self.connection: Any = None
@@ -237,7 +237,7 @@ class SqliteQueryFloor:
         if self.connection is None:
             import sqlite3
 
-            from flask_authflow.storage.sql.engine import _sqlite_pragmas
+            from flask_authflow.storage._sql.engine import _sqlite_pragmas
 
             self.connection = sqlite3.connect(self.path, check_same_thread=False)
             _sqlite_pragmas(self.connection, None)
@@ -252,7 +252,7 @@ def find_redis(arg: str) -> tuple[str | None, Callable[[], None] | None, str]:
     """(URL, stop, reason it is left out) for ``--redis``."""
     if arg == "off":
         return None, None, "--redis off"
-    for module in ("redis", "flask_authflow.storage.redis_sessions"):
+    for module in ("redis", "flask_authflow.storage._redis_sessions"):
         if importlib.util.find_spec(module) is None:
             return None, None, f"{module} is not installed or not written yet"
     if arg != "auto":

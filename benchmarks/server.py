@@ -75,7 +75,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from flask_authflow.testing.users import add_user
+from flask_authflow.testing._users import add_user
 
 ROOT = Path(__file__).resolve().parent.parent
 UA = "flask-authflow-bench/1.0 (loopback load generator)"
@@ -340,7 +340,7 @@ def prepare_reference(
         "FLASK_AUTHFLOW_COOKIE_SECURE": "false",
         "FLASK_AUTHFLOW_ALLOW_INSECURE_LOOPBACK": "true",
     }
-    if importlib.util.find_spec("flask_authflow.storage.sql.migrations") is not None:
+    if importlib.util.find_spec("flask_authflow.storage._sql.migrations") is not None:
         # The deployment step of a versioned schema (PostgreSQL is not upgraded at start-up).
         flask = [sys.executable, "-m", "flask", "--app", "examples/reference/app.py"]
         subprocess.run(

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.login import bench_workdir  # importable once the path above is set
 from benchmarks.protected_request import UA, ratio_line, spread
-from flask_authflow.testing.users import add_user
+from flask_authflow.testing._users import add_user
 
 PASSWORD = "correct horse battery staple"  # a benchmark's throwaway user
 TARGET = 2.0
@@ -38,7 +38,7 @@ TARGET = 2.0
 
 def authflow_sign_in(database_url: str) -> Callable[[], None]:
     from flask_authflow import AuthFlow
-    from flask_authflow.login.password import PasswordHasher
+    from flask_authflow.login._password import PasswordHasher
 
     app = Flask("authflow_sign_in")
     app.config.update(

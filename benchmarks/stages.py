@@ -46,10 +46,10 @@ def best_us(fn: Callable[[], object], number: int, repeat: int) -> float:
 
 def stages_of(built: Any, number: int, repeat: int, *, sealed: bool) -> dict[str, float]:
     """The stages of ``built``'s request; ``sealed``: its store keeps records encrypted."""
-    from flask_authflow.core.session import sid_hash
-    from flask_authflow.sessions.interface import AuthFlowSessionInterface
-    from flask_authflow.sessions.stores import deserialize_record, serialize_record
-    from flask_authflow.web.current_user import _CACHE_KEY, load_current_user
+    from flask_authflow._core.session import sid_hash
+    from flask_authflow._web.current_user import _CACHE_KEY, load_current_user
+    from flask_authflow.sessions._interface import AuthFlowSessionInterface
+    from flask_authflow.sessions._stores import deserialize_record, serialize_record
 
     app, requests = built
     environ, _ = requests[0]

@@ -107,7 +107,7 @@ def _resolve_alias(app: Any, env: Any, node: Any, contnode: Any) -> Any:
 
     Each object is documented once, under its public name (``flask_authflow.issuer.LocalIdp``);
     docstrings and pages also name the defining module (``flask_authflow.issuer.LocalIdp``,
-    ``flask_authflow.issuer.idp.LocalIdp``) or, inside a module, the bare name. Such a
+    ``flask_authflow.issuer._idp.LocalIdp``) or, inside a module, the bare name. Such a
     reference is resolved by importing it and finding where that same object is documented.
     A type variable in a signature is shown as plain text. Anything else stays unresolved
     (and fails the ``-n`` build).

@@ -6,10 +6,8 @@ else is imported from its feature package (``flask_authflow.login``, ``.sessions
 ``.federation``, ``.issuer``, ``.storage``, ...), as the API reference shows.
 """
 
-from flask_authflow.audit.context import audit_context
-from flask_authflow.core.session import AuthSession, AuthState
-from flask_authflow.errors import AuthFlowError
-from flask_authflow.outcomes import (
+from flask_authflow._core.session import AuthSession, AuthState
+from flask_authflow._outcomes import (
     Authenticated,
     FactorCredential,
     FactorKind,
@@ -20,9 +18,9 @@ from flask_authflow.outcomes import (
     LoginOutcome,
     StepUpRequired,
 )
-from flask_authflow.web.authz import authorize
-from flask_authflow.web.current_user import AnonymousUser, UserMixin, current_user
-from flask_authflow.web.decorators import (
+from flask_authflow._web.authz import authorize
+from flask_authflow._web.current_user import AnonymousUser, UserMixin, current_user
+from flask_authflow._web.decorators import (
     api_scopes_required,
     fresh_login_required,
     login_required,
@@ -31,9 +29,11 @@ from flask_authflow.web.decorators import (
     roles_accepted,
     roles_required,
 )
-from flask_authflow.web.extension import AuthFlow
-from flask_authflow.web.next_url import safe_next
-from flask_authflow.web.state import current_session, get_state
+from flask_authflow._web.extension import AuthFlow
+from flask_authflow._web.next_url import safe_next
+from flask_authflow._web.state import current_session, get_state
+from flask_authflow.audit._context import audit_context
+from flask_authflow.errors import AuthFlowError
 
 __version__ = "0.7.0"
 

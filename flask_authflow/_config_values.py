@@ -1,7 +1,7 @@
 """How one ``AUTHFLOW_*`` value is read: the types a key's value is coerced to (strings
 from the environment included) and the checks of one coerced value, each raising a
 :class:`~flask_authflow.errors.ConfigurationError` that names the key. The table of keys
-(:data:`flask_authflow.settings.KEYS`) names one of each per key."""
+(:data:`flask_authflow._settings.KEYS`) names one of each per key."""
 
 from __future__ import annotations
 
@@ -231,7 +231,7 @@ def passkey_tenants(name: str, value: Any) -> bool | frozenset[str]:
 
 
 #: The security notices an app may switch (``AUTHFLOW_SECURITY_NOTICES``), see
-#: :mod:`flask_authflow.web.security_notices`.
+#: :mod:`flask_authflow._web.security_notices`.
 SECURITY_NOTICE_EVENTS = (
     "password_changed",
     "email_changed",

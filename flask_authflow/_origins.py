@@ -1,6 +1,6 @@
 """Origins: the address mailed links start with (``AUTHFLOW_EXTERNAL_URL``), and which
 hosts are this machine (loopback). Read by the settings table and by
-:mod:`flask_authflow.web.external_url`."""
+:mod:`flask_authflow._web.external_url`."""
 
 from __future__ import annotations
 

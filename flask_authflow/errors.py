@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-from flask_authflow.i18n import N_
+from flask_authflow._i18n import N_
 
 __all__ = [
     "USER_FACING_DEFAULTS",
@@ -388,7 +388,7 @@ class RoleInUse(AuthnError):
 
 #: The default messages (first docstring lines) of the errors people see on the pages and in
 #: error responses, marked for the package's catalogues: they are translated where they are
-#: shown (``flask_authflow.i18n.translate``). Federation errors are listed here too.
+#: shown (``flask_authflow._i18n.translate``). Federation errors are listed here too.
 USER_FACING_DEFAULTS = (
     N_("Authentication required."),
     N_("This action needs a recent authentication: verify your password again."),

@@ -20,7 +20,7 @@ keyword arguments. Signals never carry secrets (no tokens, passwords or keys).
   with ``tenant`` and ``user_id``.
 * ``user_created``, ``user_deleted``: sent after an account (and, with the application's
   hooks, its row) was created or deleted, with ``user`` (the
-  :class:`~flask_authflow.core.ports.UserRecord`); ``user_created`` also with ``source``
+  :class:`~flask_authflow._core.ports.UserRecord`); ``user_created`` also with ``source``
   (``cli``, ``admin``, ``signup``, ``federation``, ``test``).
 * ``key_rotated``: sent by a :class:`~flask_authflow.issuer.LocalIdp` after a
   rotation, with ``previous_kid`` and ``new_kid``.

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from flask_authflow.audit.context import AuditContext
-from flask_authflow.clock import MockClock
-from flask_authflow.core.session import AuthSession, new_guest_record
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.login.service import AuthnService
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow._clock import MockClock
+from flask_authflow._core.session import AuthSession, new_guest_record
+from flask_authflow.audit._context import AuditContext
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.login._service import AuthnService
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._users import add_user
 
 CTX = AuditContext(
     client_ip="203.0.113.7", ip_source="forwarded", user_agent="pytest-agent", request_id="req-1"

@@ -21,8 +21,8 @@ import pytest
 from flask import Flask
 
 from flask_authflow import get_state
-from flask_authflow.clock import MockClock
-from flask_authflow.login.password import PasswordHasher
+from flask_authflow._clock import MockClock
+from flask_authflow.login._password import PasswordHasher
 from tests.appfactory import AppFactory, make_app
 from tests.parts import (
     PostgresServer,
@@ -348,7 +348,7 @@ def _migrated_template(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
     for every test of a SQL store."""
     if request.node.module is None or request.node.module.__name__ in REAL_UPGRADE_MODULES:
         return
-    from flask_authflow.storage.sql import migrations
+    from flask_authflow.storage._sql import migrations
     from tests.migrated_template import TemplateUpgrade
 
     if not _template_upgrade:
@@ -435,7 +435,7 @@ def app_factory(
 
 
 def _close_sql_backend(app: Flask) -> None:
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
     backend = get_state(app).backend
     if isinstance(backend, SqlAlchemyBackend):

@@ -40,9 +40,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import Engine, MetaData, event, select
 
+from flask_authflow._web.state import get_state
 from flask_authflow.errors import MailDeliveryError
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.web.state import get_state
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
 __all__ = [
     "AUDIT_TABLE",

@@ -14,12 +14,12 @@ from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
 from flask_authflow import AuthFlow, current_session, current_user, login_required
-from flask_authflow.clock import MockClock
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.provider import TestOpenIDProvider
-from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
+from flask_authflow._clock import MockClock
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._provider import TestOpenIDProvider
+from flask_authflow.testing._pytest_plugin import TEST_USER_AGENT
 from tests.appfactory import make_app
 
 PROVIDER = "test-op"

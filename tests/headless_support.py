@@ -26,8 +26,8 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from werkzeug.test import TestResponse
 
-from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
-from flask_authflow.web.headless import CLIENT_HEADER, TOKEN_HEADER, api_document
+from flask_authflow._web.headless import CLIENT_HEADER, TOKEN_HEADER, api_document
+from flask_authflow.testing._pytest_plugin import TEST_USER_AGENT
 
 __all__ = ["KINDS", "ApiClient", "check_answer"]
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from sqlalchemy import inspect
 
-from flask_authflow.storage.sql.engine import resolve_engine
-from flask_authflow.storage.sql.migrations import UpgradeResult
+from flask_authflow.storage._sql.engine import resolve_engine
+from flask_authflow.storage._sql.migrations import UpgradeResult
 
 __all__ = ["TemplateUpgrade"]
 

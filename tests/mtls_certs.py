@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from flask_authflow.core.encoding import b64url_encode
+from flask_authflow._core.encoding import b64url_encode
 
 #: The subject of the test client certificate (what ``tls_client_auth_subject_dn`` registers).
 CLIENT_SUBJECT = "CN=reference-app-mtls"

@@ -57,9 +57,9 @@ def require_marker(marker: str, part: str) -> None:
 #: What the forkserver of :func:`child_processes` imports once, before it forks any child.
 CHILD_PRELOAD = [
     "flask_authflow",
-    "flask_authflow.storage.sql.backend",
-    "flask_authflow.storage.sql.session_store",
-    "flask_authflow.storage.sql.migrations",
+    "flask_authflow.storage._sql.backend",
+    "flask_authflow.storage._sql.session_store",
+    "flask_authflow.storage._sql.migrations",
     "psycopg",
 ]
 
@@ -132,7 +132,7 @@ class PostgresServer:
         self._execute(f'CREATE DATABASE "{name}"')
         self.created.append(name)
         if migrated:
-            from flask_authflow.storage.sql.migrations import upgrade
+            from flask_authflow.storage._sql.migrations import upgrade
 
             upgrade(self.url(name))
         return self.url(name)

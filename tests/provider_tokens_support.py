@@ -11,13 +11,13 @@ from typing import Any
 
 from flask import Response, request
 
-from flask_authflow.clock import Clock
-from flask_authflow.core.ports import ProviderTokenStore
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.provider import OAuthProviderConfig, ProviderRegistry, TokenSet
-from flask_authflow.federation.provider_tokens import ProviderTokens
-from flask_authflow.mfa.sealing import FactorSealer
-from flask_authflow.testing.provider import TestOpenIDProvider
+from flask_authflow._clock import Clock
+from flask_authflow._core.ports import ProviderTokenStore
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._provider import OAuthProviderConfig, ProviderRegistry, TokenSet
+from flask_authflow.federation._provider_tokens import ProviderTokens
+from flask_authflow.mfa._sealing import FactorSealer
+from flask_authflow.testing._provider import TestOpenIDProvider
 
 PROVIDER = "test-op"
 CLIENT_ID = "test-client"

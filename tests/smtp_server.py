@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import pytest
 
-from flask_authflow.mail import SmtpSettings
+from flask_authflow._mail import SmtpSettings
 from tests.parts import free_port, missing_part
 
 USERNAME = "mailer"

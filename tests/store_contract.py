@@ -3,7 +3,7 @@
 Each aggregate's contract is a mixin class in ``tests/store_contract_<aggregate>.py`` (users,
 factors, attempts, audit, one-time tokens, identity links, roles, account tokens, devices, and
 the login store as a whole: its one read and its unit of work), written from its port's
-docstrings in ``flask_authflow/core/ports.py``: the behaviour, and each rejection path with the
+docstrings in ``flask_authflow/_core/ports.py``: the behaviour, and each rejection path with the
 input that triggers it. ``tests/test_store_contracts.py`` runs every one of them on the memory
 adapter, SQLite and PostgreSQL. The contracts of the aggregates with stores of their own run
 beside those stores: API tokens (tests/test_api_tokens_store.py), provider tokens
@@ -22,9 +22,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from flask_authflow.audit.sinks import AuditRecord
-from flask_authflow.core.ports import FactorConfig
-from flask_authflow.outcomes import FactorKind
+from flask_authflow._core.ports import FactorConfig
+from flask_authflow._outcomes import FactorKind
+from flask_authflow.audit._sinks import AuditRecord
 
 __all__ = ["RACERS", "T0", "WINDOW", "AuditRecord", "factor", "race"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from flask_authflow.testing.users import add_user
+from flask_authflow.testing._users import add_user
 from tests.protocols import missing_members
 from tests.store_contract import RACERS, T0, race
 
@@ -18,7 +18,7 @@ class AccountTokensContract:
     """Mailed single-use tokens by digest: used once, voided by a newer one, codes counted."""
 
     def _account_token(self, user_id: str, name: str, *, kind: str = "password_reset", **kw: Any) -> Any:
-        from flask_authflow.core.ports import AccountToken
+        from flask_authflow._core.ports import AccountToken
 
         fields: dict[str, Any] = {
             "token_hash": f"{name:0<64}"[:64],
@@ -33,7 +33,7 @@ class AccountTokensContract:
         return AccountToken(**{**fields, **kw})
 
     def test_account_tokens_are_single_use_and_expire(self, backend: Any) -> None:
-        from flask_authflow.core.ports import AccountTokenStore
+        from flask_authflow._core.ports import AccountTokenStore
 
         assert missing_members(backend, AccountTokenStore) == []
         alice = add_user(backend, "acme", "alice", "pw")

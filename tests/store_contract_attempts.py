@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from flask_authflow.core.ports import (
+from flask_authflow._core.ports import (
     RESERVATION_TTL,
     AttemptKey,
     AttemptLevel,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from flask_authflow.core.ports import AuditSink
+from flask_authflow._core.ports import AuditSink
 from tests.protocols import missing_members
 from tests.store_contract import T0, AuditRecord
 

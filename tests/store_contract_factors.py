@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import FactorRecordStore
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import FactorRecordStore
+from flask_authflow._outcomes import FactorKind
 from flask_authflow.errors import UserNotFound
-from flask_authflow.outcomes import FactorKind
-from flask_authflow.testing.users import add_user
+from flask_authflow.testing._users import add_user
 from tests.authn_support import FAST_HASHER
 from tests.protocols import missing_members
 from tests.store_contract import RACERS, T0, factor, race

@@ -14,7 +14,7 @@ import pytest
 
 from flask_authflow.errors import DuplicateKeyId, KeyStoreError
 from flask_authflow.issuer import LocalIdpKeyStore, LocalIdpSigningKey
-from flask_authflow.issuer.keystores import StagedRotationStore
+from flask_authflow.issuer._keystores import StagedRotationStore
 from tests.protocols import missing_members
 from tests.store_contract import RACERS, race
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask_authflow.federation.links import FederationStore, IdentityLink
+from flask_authflow.federation._links import FederationStore, IdentityLink
 from tests.protocols import missing_members
 from tests.store_contract import RACERS, race
 

@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import AttemptKey, LoginStore
-from flask_authflow.login.service import AuthnService
-from flask_authflow.outcomes import (
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import AttemptKey, LoginStore
+from flask_authflow._outcomes import (
     Authenticated,
     FactorCredential,
     FactorKind,
@@ -22,7 +21,8 @@ from flask_authflow.outcomes import (
     InvalidCredential,
     Locked,
 )
-from flask_authflow.testing.users import add_user
+from flask_authflow.login._service import AuthnService
+from flask_authflow.testing._users import add_user
 from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.protocols import missing_members
 from tests.store_contract import WINDOW, AuditRecord, factor

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 from tests.store_contract import RACERS, race
 
 ISSUER = "https://idp.example"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.core.ports import Role, RoleStore
+from flask_authflow._core.ports import Role, RoleStore
 from flask_authflow.errors import InvalidInput, RoleExists, RoleInUse, RoleNotFound, UserNotFound
-from flask_authflow.testing.users import add_user
+from flask_authflow.testing._users import add_user
 from tests.protocols import missing_members
 from tests.store_contract import race
 

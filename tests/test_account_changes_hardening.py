@@ -13,18 +13,18 @@ from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
 from flask_authflow import get_state
-from flask_authflow.clock import MockClock
-from flask_authflow.core.session import AuthSession, AuthState
+from flask_authflow._clock import MockClock
+from flask_authflow._core.session import AuthSession, AuthState
+from flask_authflow._outcomes import Authenticated, FactorCredential, FactorKind
 from flask_authflow.errors import StepUpNeeded
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.login.service import AuthnService
-from flask_authflow.mfa.recovery import RecoveryCodeFactor
-from flask_authflow.mfa.sealing import FactorSealer
-from flask_authflow.mfa.totp import TotpFactor
-from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.login._service import AuthnService
+from flask_authflow.mfa._recovery import RecoveryCodeFactor
+from flask_authflow.mfa._sealing import FactorSealer
+from flask_authflow.mfa._totp import TotpFactor
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.authn_support import CTX, new_session
 from tests.test_views import FIREFOX, PASSWORD, FixedCode, Site, account_token, csrf_of, login, make_site

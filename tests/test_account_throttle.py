@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.state import get_state
+from flask_authflow._web.state import get_state
+from flask_authflow.testing._pytest_plugin import Outbox
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.test_views import Site, csrf_of, make_site
 

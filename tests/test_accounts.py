@@ -9,9 +9,9 @@ import pytest
 from flask import Flask
 
 from flask_authflow import get_state, login_required, signals
+from flask_authflow._web.state import account_admin
 from flask_authflow.errors import UserNotFound
-from flask_authflow.testing.pytest_plugin import login_test_client
-from flask_authflow.web.state import account_admin
+from flask_authflow.testing._pytest_plugin import login_test_client
 from tests.appfactory import AppFactory
 
 # Every store on purpose: the plugin's in-memory stores would replace them.

@@ -24,9 +24,9 @@ from flask.testing import FlaskClient
 from sqlalchemy import create_engine, inspect
 
 from flask_authflow import AuthFlow, get_state, login_required, permissions_required, roles_required
-from flask_authflow.cli.base import CommandFailed
-from flask_authflow.cli.importing.allauth import AllauthReader, allauth_recovery_codes
-from flask_authflow.cli.importing.model import (
+from flask_authflow._cli.base import CommandFailed
+from flask_authflow._cli.importing.allauth import AllauthReader, allauth_recovery_codes
+from flask_authflow._cli.importing.model import (
     ImportedUser,
     RecoveryCodes,
     SourceData,
@@ -35,11 +35,11 @@ from flask_authflow.cli.importing.model import (
     WebAuthnCredential,
     WebAuthnUse,
 )
-from flask_authflow.clock import MockClock
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.login.legacy_hashes import identify
+from flask_authflow._clock import MockClock
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.login._legacy_hashes import identify
 from flask_authflow.testing import Outbox
-from flask_authflow.testing.provider import TestOpenIDProvider
+from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.appfactory import AppFactory
 from tests.concurrency import run_together
 from tests.federation_support import CLIENT_ID, CLIENT_SECRET, PROVIDER, REDIRECT_URI, FederatedApp
@@ -576,7 +576,7 @@ def test_an_identity_linked_to_another_account_stays_with_it(
 def test_parallel_links_of_one_identity_give_it_to_one_account(
     app_factory: AppFactory, tmp_path: Path, oidc_provider: TestOpenIDProvider
 ) -> None:
-    from flask_authflow.cli.importing.links import write_links
+    from flask_authflow._cli.importing.links import write_links
 
     app = migrated_app(app_factory, tmp_path, oidc_provider, AuthFlow())
     backend = get_state(app).backend
@@ -677,8 +677,8 @@ CLAIMING_PROCESSES = 4
 def _claimer(url: str, worker: int, user_id: str, barrier: Any, out: Any) -> None:
     """Every round, with the other processes at once: link the round's identity to this
     worker's user through the import's writer, in a unit of work. Reports who holds each."""
-    from flask_authflow.cli.importing.links import write_links
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow._cli.importing.links import write_links
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
     backend = SqlAlchemyBackend(url, create_tables=False)
     held: list[bool] = []
@@ -704,7 +704,7 @@ def _claimer(url: str, worker: int, user_id: str, barrier: Any, out: Any) -> Non
 
 @pytest.mark.multiprocess
 def test_an_identity_linked_by_several_processes_at_once_has_one_owner(postgres_server: Any) -> None:
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
     from tests.parts import child_processes
 
     url = postgres_server.new_database()
@@ -735,8 +735,8 @@ def test_an_identity_linked_by_several_processes_at_once_has_one_owner(postgres_
 
 @pytest.mark.parametrize("store", ["memory", "sqlite"])
 def test_claiming_an_identity_never_moves_its_link(store: str, tmp_path: Path) -> None:
-    from flask_authflow.storage.memory import InMemoryBackend
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow.storage._memory import InMemoryBackend
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
     backend: Any = (
         InMemoryBackend() if store == "memory" else SqlAlchemyBackend(f"sqlite:///{tmp_path / 'l.db'}")
@@ -757,7 +757,7 @@ def test_a_django_bcrypt_hash_of_a_long_password_matches_as_django_checked_it() 
     """Django's BCryptPasswordHasher handed bcrypt the whole password, which read 72 bytes."""
     from passlib.hash import django_bcrypt  # type: ignore[import-untyped]
 
-    from flask_authflow.login.legacy_hashes import LegacyHashes, LegacyResult
+    from flask_authflow.login._legacy_hashes import LegacyHashes, LegacyResult
 
     long = ("horse battery staple " * 5).encode()
     stored = str(django_bcrypt.using(rounds=4).hash(long[:72]))

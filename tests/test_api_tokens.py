@@ -13,13 +13,13 @@ from flask import Flask, jsonify, request
 from flask.testing import FlaskClient
 
 from flask_authflow import AuthFlow, current_user, login_required
+from flask_authflow._clock import MockClock
+from flask_authflow._web.api_auth import current_api_token, token_service
+from flask_authflow._web.decorators import api_scopes_required
+from flask_authflow._web.state import account_admin, get_state
 from flask_authflow.api_auth import TOKEN_PREFIX, CreatedToken
-from flask_authflow.clock import MockClock
 from flask_authflow.errors import ApiTokenNameTaken, ConfigurationError, InvalidInput
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.api_auth import current_api_token, token_service
-from flask_authflow.web.decorators import api_scopes_required
-from flask_authflow.web.state import account_admin, get_state
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 
 USER_AGENT = "api-client/1.0"
@@ -171,7 +171,7 @@ def test_scopes_are_checked_for_tokens_only(app_factory: AppFactory, login_clien
 
 
 def login_test(app: Flask, login_client: Any) -> FlaskClient:
-    from flask_authflow.testing.pytest_plugin import login_test_client
+    from flask_authflow.testing._pytest_plugin import login_test_client
 
     return login_test_client(app, "carol", password="correct horse battery")
 

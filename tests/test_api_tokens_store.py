@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import ApiTokenRecord, ApiTokenStore
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import ApiTokenRecord, ApiTokenStore
 from flask_authflow.errors import ApiTokenNameTaken, UserNotFound
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 from tests.protocols import missing_members
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -10,8 +10,8 @@ from typing import Any
 from flask import jsonify
 
 from flask_authflow import current_user, login_required
+from flask_authflow._web.api_auth import token_service
 from flask_authflow.api_auth import TOKEN_PREFIX
-from flask_authflow.web.api_auth import token_service
 from tests.appfactory import AppFactory
 from tests.test_views import Site, account_token, login, make_site, parse
 

@@ -12,15 +12,15 @@ from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
 
 from flask_authflow import AuthFlow, UserMixin, current_user, signals
-from flask_authflow.clock import MockClock
-from flask_authflow.core.app_users import NewAccount
-from flask_authflow.core.ports import UserRecord
+from flask_authflow._clock import MockClock
+from flask_authflow._core.app_users import NewAccount
+from flask_authflow._core.ports import UserRecord
+from flask_authflow._web.state import account_admin, get_state
 from flask_authflow.errors import UserExists
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.pytest_plugin import login_test_client
-from flask_authflow.web.state import account_admin, get_state
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._pytest_plugin import login_test_client
 
 PASSWORD = "correct horse battery staple"
 

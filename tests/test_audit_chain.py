@@ -23,15 +23,15 @@ from flask import Flask, request
 from sqlalchemy import Engine, event, select, text
 
 from flask_authflow import AuthFlow
-from flask_authflow.audit.chain import AuditChain, ChainReport, Checkpoint, purge_chained, verify_chains
-from flask_authflow.audit.sinks import AuditRecord
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import one_unit
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import one_unit
+from flask_authflow.audit._chain import AuditChain, ChainReport, Checkpoint, purge_chained, verify_chains
+from flask_authflow.audit._sinks import AuditRecord
 from flask_authflow.errors import AuditWriteError, ConfigurationError
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.schema import audit_chain_heads_table, audit_table
-from flask_authflow.testing.users import add_user
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.schema import audit_chain_heads_table, audit_table
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.concurrency import run_together
 

@@ -14,10 +14,10 @@ import pytest
 from flask import Flask, request
 
 from flask_authflow import AuthFlow
-from flask_authflow.audit.chain import AuditChain, verify_chains
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow.audit._chain import AuditChain, verify_chains
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._users import add_user
 from tests.appfactory import make_app
 from tests.concurrency import run_together
 from tests.parts import child_processes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flask_authflow.audit.client_ip import TrustedProxies, parse_ip
+from flask_authflow.audit._client_ip import TrustedProxies, parse_ip
 from flask_authflow.errors import ConfigurationError
 
 PROXIES = TrustedProxies(["10.0.0.0/8", "2001:db8:ffff::/48"])

@@ -7,8 +7,8 @@ from typing import Any
 import flask
 import pytest
 
-from flask_authflow.audit.client_ip import TrustedProxies
-from flask_authflow.audit.context import AuditContext, audit_context, audit_source, resolve_audit_context
+from flask_authflow.audit._client_ip import TrustedProxies
+from flask_authflow.audit._context import AuditContext, audit_context, audit_source, resolve_audit_context
 
 PROXY = TrustedProxies(["10.0.0.0/8"])
 

@@ -13,9 +13,9 @@ import flask
 import pytest
 
 from flask_authflow import get_state
-from flask_authflow.audit.context import AuditContext, audit_context, audit_source
-from flask_authflow.outcomes import Authenticated, FactorCredential
-from flask_authflow.web.state import account_admin
+from flask_authflow._outcomes import Authenticated, FactorCredential
+from flask_authflow._web.state import account_admin
+from flask_authflow.audit._context import AuditContext, audit_context, audit_source
 
 PASSWORD = "plum tuesday kettle orbit 47"
 REQUEST = {"REMOTE_ADDR": "127.0.0.1", "HTTP_USER_AGENT": "agent/1"}

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from flask_authflow.audit.sinks import AuditRecord, AuthCounters, MemoryAuditSink, hash_session_id
+from flask_authflow._web.state import get_state
+from flask_authflow.audit._sinks import AuditRecord, AuthCounters, MemoryAuditSink, hash_session_id
 from flask_authflow.errors import AuditWriteError
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.state import get_state
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 
 ROW = AuditRecord(time=datetime(2026, 1, 1, tzinfo=UTC), event="logout", status="success")
@@ -147,7 +147,7 @@ def test_escaping_is_idempotent_and_leaves_printable_text_alone() -> None:
 
 def test_login_with_a_separator_in_the_user_agent_stores_an_escaped_row(app_factory: AppFactory) -> None:
     from flask_authflow import AuthFlow
-    from flask_authflow.storage.memory import InMemoryBackend
+    from flask_authflow.storage._memory import InMemoryBackend
 
     authflow = AuthFlow()
     app = app_factory(authflow=authflow)

@@ -12,15 +12,15 @@ import pytest
 from flask import Flask
 
 from flask_authflow import AuthFlow, login_required
-from flask_authflow.audit.sinks import AuditRecord, MemoryAuditSink
-from flask_authflow.audit.spool import SpoolAuditSink
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
+from flask_authflow._web.state import get_state
+from flask_authflow.audit._sinks import AuditRecord, MemoryAuditSink
+from flask_authflow.audit._spool import SpoolAuditSink
 from flask_authflow.errors import AuditWriteError
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.pytest_plugin import login_test_client
-from flask_authflow.web.state import get_state
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._pytest_plugin import login_test_client
 from tests.appfactory import AppFactory
 
 ROW = AuditRecord(

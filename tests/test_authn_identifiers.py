@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from flask_authflow.core.identifiers import check_tenant
+from flask_authflow._core.identifiers import check_tenant
 from flask_authflow.errors import InvalidInput
-from flask_authflow.login.service import normalise_identifier
+from flask_authflow.login._service import normalise_identifier
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from flask_authflow.outcomes import (
+from flask_authflow._outcomes import (
     Authenticated,
     FactorCredential,
     FactorKind,
@@ -50,18 +50,18 @@ def test_invalid_credentials_is_deprecated_and_still_matchable() -> None:
     """Never returned; importing it warns (it goes in 0.9), and old code matching on it
     still runs."""
     with pytest.warns(DeprecationWarning, match="InvalidCredentials"):
-        from flask_authflow.outcomes import InvalidCredentials
+        from flask_authflow._outcomes import InvalidCredentials
     match InvalidCredentials():
         case InvalidCredentials():
             pass
         case _:
             raise AssertionError("not matched")
     assert InvalidCredential() != InvalidCredentials()
+    import flask_authflow._outcomes
     import flask_authflow.login
-    import flask_authflow.outcomes
 
     with pytest.raises(AttributeError, match="NoSuchOutcome"):
-        flask_authflow.outcomes.NoSuchOutcome  # type: ignore[attr-defined]  # noqa: B018
+        flask_authflow._outcomes.NoSuchOutcome  # type: ignore[attr-defined]  # noqa: B018
 
     assert "InvalidCredentials" not in flask_authflow.login.__all__
 

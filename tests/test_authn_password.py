@@ -9,13 +9,13 @@ from typing import Any
 import argon2
 import pytest
 
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
+from flask_authflow._outcomes import Authenticated, FactorCredential
 from flask_authflow.errors import ConfigurationError, PasswordTooLong
-from flask_authflow.login.password import MAX_PASSWORD_BYTES, PasswordHasher
-from flask_authflow.login.service import AuthnService
-from flask_authflow.outcomes import Authenticated, FactorCredential
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow.login._password import MAX_PASSWORD_BYTES, PasswordHasher
+from flask_authflow.login._service import AuthnService
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._users import add_user
 from tests.authn_support import CTX, fast_hasher, new_session
 
 

@@ -31,18 +31,18 @@ from sqlalchemy import Engine, event
 from sqlalchemy.pool import Pool
 
 from flask_authflow import AuthFlow, current_session
-from flask_authflow.clock import MockClock
-from flask_authflow.core.crypto import SessionCrypto
-from flask_authflow.core.ports import SessionStore, SessionWrite
-from flask_authflow.core.session import new_guest_record
-from flask_authflow.login import required_enrollment
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.engine import sqlite_touch_engine
-from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
-from flask_authflow.storage.sql.uow import UnitOfWork as SqlUnitOfWork
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.state import get_state
+from flask_authflow._clock import MockClock
+from flask_authflow._core.crypto import SessionCrypto
+from flask_authflow._core.ports import SessionStore, SessionWrite
+from flask_authflow._core.session import new_guest_record
+from flask_authflow._web.state import get_state
+from flask_authflow.login import _required_enrollment as required_enrollment
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.engine import sqlite_touch_engine
+from flask_authflow.storage._sql.session_store import SqlAlchemySessionStore
+from flask_authflow.storage._sql.uow import UnitOfWork as SqlUnitOfWork
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 
 PASSWORD = "correct horse battery staple"

@@ -10,22 +10,11 @@ from typing import Any
 import pytest
 
 from flask_authflow import signals
-from flask_authflow.audit.context import AuditContext
-from flask_authflow.audit.sinks import AuditRecord, MemoryAuditSink
-from flask_authflow.clock import MockClock
-from flask_authflow.core.factors import Accepted, FactorContext, Rejected
-from flask_authflow.core.ports import AttemptKey
-from flask_authflow.core.session import AuthSession, AuthState
-from flask_authflow.errors import (
-    AuditWriteError,
-    ConfigurationError,
-    InvalidInput,
-    LoginNotStarted,
-    PasswordTooLong,
-    StoreUnavailable,
-)
-from flask_authflow.login.service import PHANTOM_PREFIX, AuthnService
-from flask_authflow.outcomes import (
+from flask_authflow._clock import MockClock
+from flask_authflow._core.factors import Accepted, FactorContext, Rejected
+from flask_authflow._core.ports import AttemptKey
+from flask_authflow._core.session import AuthSession, AuthState
+from flask_authflow._outcomes import (
     Authenticated,
     FactorCredential,
     FactorKind,
@@ -34,8 +23,19 @@ from flask_authflow.outcomes import (
     Locked,
     StepUpRequired,
 )
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow.audit._context import AuditContext
+from flask_authflow.audit._sinks import AuditRecord, MemoryAuditSink
+from flask_authflow.errors import (
+    AuditWriteError,
+    ConfigurationError,
+    InvalidInput,
+    LoginNotStarted,
+    PasswordTooLong,
+    StoreUnavailable,
+)
+from flask_authflow.login._service import PHANTOM_PREFIX, AuthnService
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._users import add_user
 from tests.authn_support import CTX, FAST_HASHER, fast_hasher, memory_service, new_session
 from tests.store_contract import WINDOW
 
@@ -288,7 +288,7 @@ def test_lockout_is_per_tenant(env: tuple[AuthnService, InMemoryBackend, MockClo
 
 
 def test_custom_policy() -> None:
-    from flask_authflow.login.lockout import LockoutPolicy
+    from flask_authflow.login._lockout import LockoutPolicy
 
     clock = MockClock()
     backend = InMemoryBackend(clock=clock)

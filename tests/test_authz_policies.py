@@ -15,17 +15,17 @@ import pytest
 from flask import Flask
 
 from flask_authflow import AuthFlow
+from flask_authflow._extras import check_extras
+from flask_authflow._settings import apply_defaults
+from flask_authflow._web.authz import AUTHZ_KEY, authorize, authz_hooks, decide, is_authorized
+from flask_authflow._web.state import get_state
 from flask_authflow.authz import AuthzSettings, Decision, Entity, Evaluator, Principal, load_policies
-from flask_authflow.authz.policies import LoadedPolicies, statement_lines
+from flask_authflow.authz._policies import LoadedPolicies, statement_lines
 from flask_authflow.errors import ConfigurationError, MissingExtraError
-from flask_authflow.extras import check_extras
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.settings import apply_defaults
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.pytest_plugin import login_test_client
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.authz import AUTHZ_KEY, authorize, authz_hooks, decide, is_authorized
-from flask_authflow.web.state import get_state
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._pytest_plugin import login_test_client
+from flask_authflow.testing._users import add_user
 
 assert cedarpy.PolicySet  # the module is imported for real, not stubbed
 
@@ -474,7 +474,7 @@ def test_principal_carries_session_facts(app: Flask, login_client: Any) -> None:
 
     @app.get("/probe")
     def probe() -> str:
-        from flask_authflow.web.authz import current_principal
+        from flask_authflow._web.authz import current_principal
 
         principal = current_principal()
         assert principal is not None

@@ -13,11 +13,11 @@ import pytest
 from flask import Flask, g
 
 from flask_authflow import AuthFlow
+from flask_authflow._web.authz import authz_hooks, is_authorized
 from flask_authflow.authz import Entity, Evaluator, Principal
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.pytest_plugin import login_test_client
-from flask_authflow.web.authz import authz_hooks, is_authorized
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._pytest_plugin import login_test_client
 
 assert cedarpy.Entities  # the [cedar] extra is part of what the suite installs: never skipped
 

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from flask_authflow.api_auth.service import AUDITED_REFUSALS
-from flask_authflow.api_auth.tokens import new_token
-from flask_authflow.throttle import Throttle, parse_limits
-from flask_authflow.web.api_auth import token_service
-from flask_authflow.web.state import get_state
+from flask_authflow._throttle import Throttle, parse_limits
+from flask_authflow._web.api_auth import token_service
+from flask_authflow._web.state import get_state
+from flask_authflow.api_auth._service import AUDITED_REFUSALS
+from flask_authflow.api_auth._tokens import new_token
 from tests.appfactory import AppFactory
 from tests.concurrency import run_together
 from tests.test_api_tokens import USER_AGENT, build, user_and_token

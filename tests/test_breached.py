@@ -13,13 +13,13 @@ import requests_mock
 from flask import Flask
 
 from flask_authflow import AuthFlow
+from flask_authflow._web.breach_wiring import password_policy, range_fetch
+from flask_authflow._web.state import account_admin
 from flask_authflow.errors import ConfigurationError, WeakPassword
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.login.breached import BreachCheckUnavailable, BreachedPasswords, range_query
-from flask_authflow.login.password_policy import PasswordPolicy
-from flask_authflow.login.settings import PasswordPolicySettings
-from flask_authflow.web.breach_wiring import password_policy, range_fetch
-from flask_authflow.web.state import account_admin
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.login._breached import BreachCheckUnavailable, BreachedPasswords, range_query
+from flask_authflow.login._password_policy import PasswordPolicy
+from flask_authflow.login._settings import PasswordPolicySettings
 
 URL = "https://api.pwnedpasswords.com/range"
 BREACHED = "correct horse battery staple"

@@ -23,10 +23,10 @@ from flask import Flask
 from werkzeug.serving import make_server
 
 from flask_authflow import get_state
-from flask_authflow.clock import MockClock
-from flask_authflow.i18n import DOMAIN, TRANSLATIONS_DIRECTORY
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow._clock import MockClock
+from flask_authflow._i18n import DOMAIN, TRANSLATIONS_DIRECTORY
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.test_browser import Page, browsers  # noqa: F401 - the Chromium fixture
 

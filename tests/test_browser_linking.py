@@ -14,7 +14,7 @@ from werkzeug.serving import make_server
 
 from examples.reference.app import create_app
 from flask_authflow import get_state
-from flask_authflow.testing.users import add_user
+from flask_authflow.testing._users import add_user
 from tests.federation_support import ServedProvider
 from tests.test_browser import Page, browsers  # noqa: F401 - the browser fixture
 

@@ -29,8 +29,8 @@ ADMIN, PASSWORD = "ada", "adas-admin-passphrase-9"
 #: start three): the user, the role and the grant, through the app as an operator would.
 SETUP = f"""
 from examples.reference.app import create_app
-from flask_authflow.web import services
-from flask_authflow.web.state import account_admin
+from flask_authflow._web import services
+from flask_authflow._web.state import account_admin
 
 app = create_app()
 with app.app_context():

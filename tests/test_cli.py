@@ -9,8 +9,8 @@ import pytest
 from flask import Flask
 
 from flask_authflow import get_state
-from flask_authflow.cli import authflow_cli
-from flask_authflow.testing.pytest_plugin import login_test_client
+from flask_authflow._cli import authflow_cli
+from flask_authflow.testing._pytest_plugin import login_test_client
 from tests.appfactory import AppFactory
 
 

@@ -22,13 +22,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from flask_authflow import get_state, signals
-from flask_authflow.audit.context import AuditContext
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import FactorConfig
-from flask_authflow.core.session import AuthSession
-from flask_authflow.errors import ConfigurationError
-from flask_authflow.login.accounts import AccountAdmin
-from flask_authflow.outcomes import (
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import FactorConfig
+from flask_authflow._core.session import AuthSession
+from flask_authflow._outcomes import (
     Authenticated,
     FactorCredential,
     FactorKind,
@@ -36,9 +33,12 @@ from flask_authflow.outcomes import (
     FactorRequired,
     InvalidCredential,
 )
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT, login_test_client
-from flask_authflow.web.state import account_admin
+from flask_authflow._web.state import account_admin
+from flask_authflow.audit._context import AuditContext
+from flask_authflow.errors import ConfigurationError
+from flask_authflow.login._accounts import AccountAdmin
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._pytest_plugin import TEST_USER_AGENT, login_test_client
 from tests.appfactory import AppFactory
 from tests.test_cli_operators import STORES, build_app, unreachable_app
 
@@ -519,7 +519,7 @@ def test_a_user_argument_is_required(app: Flask, command: list[str]) -> None:
 
 
 def test_the_commands_take_tenant_and_json(app: Flask) -> None:
-    from flask_authflow.cli import authflow_cli
+    from flask_authflow._cli import authflow_cli
 
     for path in (
         ("enroll-totp",),

@@ -25,11 +25,11 @@ from click.testing import Result
 from flask import Flask
 
 from flask_authflow import get_state
-from flask_authflow.clock import SystemClock
+from flask_authflow._clock import SystemClock
 from flask_authflow.issuer import FileLocalIdpKeyStore, LocalIdp
 from flask_authflow.jose import JwksHandle, JwtVerifier, b64url_decode
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
 from tests.appfactory import AppFactory
 from tests.parts import missing_part, require_marker
 

@@ -22,28 +22,28 @@ from flask.testing import FlaskClient
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from flask_authflow import current_session, get_state, signals
-from flask_authflow.audit.context import AuditContext
-from flask_authflow.audit.sinks import AuditRecord
-from flask_authflow.audit.spool import SpoolAuditSink
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import AttemptKey, UserRecord
-from flask_authflow.core.session import AuthSession, sid_hash
-from flask_authflow.devices.labels import device_label
-from flask_authflow.errors import AuthFlowError
-from flask_authflow.jose import JwksHandle, JwtVerifier
-from flask_authflow.login.accounts import AccountAdmin
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.outcomes import (
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import AttemptKey, UserRecord
+from flask_authflow._core.session import AuthSession, sid_hash
+from flask_authflow._outcomes import (
     Authenticated,
     FactorCredential,
     FactorRequired,
     InvalidCredential,
     Locked,
 )
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.users import add_user as store_user
+from flask_authflow.audit._context import AuditContext
+from flask_authflow.audit._sinks import AuditRecord
+from flask_authflow.audit._spool import SpoolAuditSink
+from flask_authflow.devices._labels import device_label
+from flask_authflow.errors import AuthFlowError
+from flask_authflow.jose import JwksHandle, JwtVerifier
+from flask_authflow.login._accounts import AccountAdmin
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._users import add_user as store_user
 from tests.appfactory import AppFactory
 from tests.parts import free_port
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from flask import Flask
 
+from flask_authflow._web.config import DEFAULTS, load_config
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.web.config import DEFAULTS, load_config
 from tests.appfactory import AppFactory, base_app
 
 KEY = "k" * 32
@@ -192,8 +192,8 @@ def test_host_prefixed_cookie_is_accepted_and_set_host_only(app_factory: AppFact
 )
 def test_trusted_proxies_that_cover_everything_are_refused(proxies: object) -> None:
     from flask_authflow import AuthFlow
-    from flask_authflow.sessions.stores import MemorySessionStore
-    from flask_authflow.storage.memory import InMemoryBackend
+    from flask_authflow.sessions._stores import MemorySessionStore
+    from flask_authflow.storage._memory import InMemoryBackend
 
     app = base_app(AUTHFLOW_TRUSTED_PROXIES=proxies)
     with pytest.raises(ConfigurationError, match=r"AUTHFLOW_TRUSTED_PROXIES: .*cover every IPv"):
@@ -204,22 +204,22 @@ def test_trusted_proxies_that_cover_everything_are_refused(proxies: object) -> N
 # --- the key table and the settings of each feature ---------------------------------------------
 
 SETTINGS_CLASSES = [
-    "flask_authflow.sessions.settings:SessionSettings",
-    "flask_authflow.audit.settings:AuditSettings",
-    "flask_authflow.login.settings:LoginSettings",
-    "flask_authflow.login.settings:LockoutSettings",
-    "flask_authflow.login.settings:HashingSettings",
-    "flask_authflow.login.settings:PasswordPolicySettings",
-    "flask_authflow.mfa.settings:FactorSettings",
-    "flask_authflow.issuer.settings:IssuerSettings",
-    "flask_authflow.federation.settings:FederationSettings",
-    "flask_authflow.web.config:WebSettings",
-    "flask_authflow.authz.settings:AuthzSettings",
-    "flask_authflow.login.account_settings:AccountSettings",
-    "flask_authflow.api_auth.settings:ApiTokenSettings",
-    "flask_authflow.devices.settings:DeviceSettings",
-    "flask_authflow.throttle.settings:ThrottleSettings",
-    "flask_authflow.login.mfa_policy:MfaRequiredSettings",
+    "flask_authflow.sessions._settings:SessionSettings",
+    "flask_authflow.audit._settings:AuditSettings",
+    "flask_authflow.login._settings:LoginSettings",
+    "flask_authflow.login._settings:LockoutSettings",
+    "flask_authflow.login._settings:HashingSettings",
+    "flask_authflow.login._settings:PasswordPolicySettings",
+    "flask_authflow.mfa._settings:FactorSettings",
+    "flask_authflow.issuer._settings:IssuerSettings",
+    "flask_authflow.federation._settings:FederationSettings",
+    "flask_authflow._web.config:WebSettings",
+    "flask_authflow.authz._settings:AuthzSettings",
+    "flask_authflow.login._account_settings:AccountSettings",
+    "flask_authflow.api_auth._settings:ApiTokenSettings",
+    "flask_authflow.devices._settings:DeviceSettings",
+    "flask_authflow._throttle.settings:ThrottleSettings",
+    "flask_authflow.login._mfa_policy:MfaRequiredSettings",
 ]
 
 
@@ -236,7 +236,7 @@ def _settings_classes() -> list[type]:
 def test_every_key_is_read_by_a_feature_and_every_field_names_a_key() -> None:
     from dataclasses import fields
 
-    from flask_authflow.settings import KEYS
+    from flask_authflow._settings import KEYS
 
     read = set()
     for cls in _settings_classes():
@@ -250,11 +250,11 @@ def test_every_key_is_read_by_a_feature_and_every_field_names_a_key() -> None:
 
 
 def test_each_feature_reads_its_settings_from_app_config() -> None:
-    from flask_authflow.audit.settings import AuditSettings
-    from flask_authflow.issuer.settings import IssuerSettings
-    from flask_authflow.login.settings import HashingSettings, LockoutSettings
-    from flask_authflow.mfa.settings import FactorSettings
-    from flask_authflow.sessions.settings import SessionSettings
+    from flask_authflow.audit._settings import AuditSettings
+    from flask_authflow.issuer._settings import IssuerSettings
+    from flask_authflow.login._settings import HashingSettings, LockoutSettings
+    from flask_authflow.mfa._settings import FactorSettings
+    from flask_authflow.sessions._settings import SessionSettings
 
     app = Flask(__name__)  # no init_app: absent keys take their defaults
     app.config.update(
@@ -297,7 +297,7 @@ def test_secrets_stay_out_of_every_repr() -> None:
 
 
 def test_apply_defaults_gives_each_app_its_own_lists() -> None:
-    from flask_authflow.settings import apply_defaults
+    from flask_authflow._settings import apply_defaults
 
     first: dict[str, object] = {}
     second: dict[str, object] = {}

@@ -10,10 +10,10 @@ import pytest
 
 from flask_authflow import AuthFlow, get_state
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.storage.sql import engine as engine_module
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.storage._sql import engine as engine_module
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._users import add_user
 from tests.appfactory import base_app
 
 

@@ -8,7 +8,7 @@ import pytest
 from flask import Flask
 
 from flask_authflow import current_session, fresh_login_required, login_required, safe_next
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 from flask_authflow.testing import login_test_client
 from tests.appfactory import AppFactory
 

@@ -2,7 +2,7 @@
 
 Python's ``json`` recurses once per nesting level: 20,000 ``[`` in a 40 KB body used to
 end in a ``RecursionError`` (a 500) in the CSRF check of every view that reads one. The
-views now read JSON only through ``flask_authflow.web.json_body``, which bounds the size
+views now read JSON only through ``flask_authflow._web.json_body``, which bounds the size
 and the depth before parsing; the package's blueprints answer such a body
 ``400 invalid_input`` before any view runs. Every rule of the package's blueprints that
 takes POST is tried, as a guest and signed in.
@@ -18,9 +18,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.routing import Rule
 
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.testing.provider import TestOpenIDProvider
-from flask_authflow.web.json_body import MAX_JSON_BYTES, MAX_JSON_DEPTH
+from flask_authflow._web.json_body import MAX_JSON_BYTES, MAX_JSON_DEPTH
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.appfactory import AppFactory, HtmlOutbox
 from tests.federation_support import CLIENT_ID, CLIENT_SECRET, PROVIDER, REDIRECT_URI
 from tests.test_views import PASSWORD, Site, make_site

@@ -12,14 +12,14 @@ import pytest
 from flask import Flask
 
 from flask_authflow import AuthFlow
+from flask_authflow._core.session import sid_hash
+from flask_authflow._outcomes import Authenticated, FactorKind, FactorRequired
+from flask_authflow._web import api_auth, devices, roles
 from flask_authflow.api_auth import ApiTokenService
-from flask_authflow.core.session import sid_hash
 from flask_authflow.errors import ConfigurationError, InvalidInput
-from flask_authflow.outcomes import Authenticated, FactorKind, FactorRequired
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.pytest_plugin import login_test_client
-from flask_authflow.web import api_auth, devices, roles
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._pytest_plugin import login_test_client
 
 PASSWORD = "plum tuesday kettle orbit 47"
 

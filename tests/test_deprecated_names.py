@@ -1,6 +1,6 @@
 """Names kept one more release with a DeprecationWarning (their replacement in the message):
 ``SqlAlchemyBackend.unit_of_work()`` (nothing used it; ``begin_unit()`` is the port's way).
-``flask_authflow.outcomes.InvalidCredentials`` is tested in tests/test_authn_outcomes.py."""
+``flask_authflow._outcomes.InvalidCredentials`` is tested in tests/test_authn_outcomes.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._users import add_user
 
 
 def test_unit_of_work_warns_and_still_commits_or_rolls_back(tmp_path: Path) -> None:

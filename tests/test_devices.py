@@ -17,7 +17,7 @@ from flask_authflow.devices import (
     device_label,
     new_device_id,
 )
-from flask_authflow.devices.cookie import COOKIE_SALT
+from flask_authflow.devices._cookie import COOKIE_SALT
 from flask_authflow.errors import ConfigurationError
 
 KEY = secrets.token_bytes(32)

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from flask.testing import FlaskClient
 
-from flask_authflow.devices.cookie import new_device_id
+from flask_authflow.devices._cookie import new_device_id
 from tests.appfactory import AppFactory
 from tests.test_devices_web import CHROME, FIREFOX, Site, login, make_device_site, rows, sign_in, sign_out
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from flask_authflow._outcomes import FactorKind
+from flask_authflow._web.state import get_state
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.outcomes import FactorKind
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.state import get_state
+from flask_authflow.testing._pytest_plugin import Outbox
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory, HtmlOutbox
 from tests.test_views import PASSWORD, FixedCode, Site, csrf_of, login, make_site
 
@@ -369,7 +369,7 @@ def test_the_new_device_mail_has_an_html_part_when_the_sender_takes_one(app_fact
 
 
 def test_policies_read_the_trust_of_this_browser(site: Site) -> None:
-    from flask_authflow.web.authz import current_principal
+    from flask_authflow._web.authz import current_principal
 
     @site.app.get("/trusted")
     def trusted() -> str:

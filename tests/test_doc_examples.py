@@ -19,7 +19,7 @@ import pytest
 from flask import Flask
 
 from examples.reference.app import create_app
-from flask_authflow.testing.users import add_user
+from flask_authflow.testing._users import add_user
 from tests import doc_examples
 from tests.doc_examples import (
     PASSWORD,

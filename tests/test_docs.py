@@ -17,8 +17,8 @@ import pytest
 import flask_authflow
 import flask_authflow.federation
 import flask_authflow.testing
-import flask_authflow.testing.provider
-from flask_authflow.web.config import DEFAULTS
+import flask_authflow.testing._provider
+from flask_authflow._web.config import DEFAULTS
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -77,7 +77,9 @@ def test_every_public_name_is_in_the_api_reference() -> None:
     documented = documented_names((DOCS / "api.rst").read_text())
     public = [f"flask_authflow.{name}" for name in flask_authflow.__all__]
     public += [f"flask_authflow.testing.{name}" for name in flask_authflow.testing.__all__]
-    public += [f"flask_authflow.testing.provider.{name}" for name in flask_authflow.testing.provider.__all__]
+    public += [
+        f"flask_authflow.testing._provider.{name}" for name in flask_authflow.testing._provider.__all__
+    ]
     public += [f"flask_authflow.federation.{name}" for name in flask_authflow.federation.__all__]
     # TestOpenIDProvider is re-exported by flask_authflow.testing and documented once, in provider
     documented.add("flask_authflow.testing.TestOpenIDProvider")

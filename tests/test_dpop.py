@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock
-from flask_authflow.federation.dpop import DpopNonces, DpopSigner, htu_of
-from flask_authflow.federation.errors import Discovery, TokenExchange
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.presets import preset
-from flask_authflow.federation.provider import OAuthProvider, OAuthProviderConfig, checked_token_type
+from flask_authflow._clock import MockClock
+from flask_authflow.federation._dpop import DpopNonces, DpopSigner, htu_of
+from flask_authflow.federation._errors import Discovery, TokenExchange
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._presets import preset
+from flask_authflow.federation._provider import OAuthProvider, OAuthProviderConfig, checked_token_type
 from flask_authflow.issuer import LocalIdpSigningKey, MemoryLocalIdpKeyStore
-from flask_authflow.testing.provider import TestOpenIDProvider
+from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.federation_support import CLIENT_ID, REDIRECT_URI, FederatedApp
 from tests.test_fapi import JSON, Keys, _callback, fapi_app
 
@@ -107,8 +107,8 @@ def test_a_provider_token_survives_pickling_with_its_type_and_auth() -> None:
     """A worker process hands its token back through a queue (tests/test_provider_tokens_store.py)."""
     import pickle
 
-    from flask_authflow.federation.dpop import BearerAuth
-    from flask_authflow.federation.provider_tokens import ProviderToken
+    from flask_authflow.federation._dpop import BearerAuth
+    from flask_authflow.federation._provider_tokens import ProviderToken
 
     token = pickle.loads(pickle.dumps(ProviderToken("at-1", "Bearer", BearerAuth("at-1"))))
     assert token == "at-1" and token.token_type == "Bearer" and isinstance(token.auth, BearerAuth)

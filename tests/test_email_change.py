@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from flask_authflow import signals
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.web.state import get_state
+from flask_authflow._web.state import get_state
+from flask_authflow.testing._pytest_plugin import Outbox
 from tests.appfactory import AppFactory
 from tests.test_views import Site, csrf_of, login, make_site
 
@@ -125,7 +125,7 @@ def test_bad_tokens_are_refused(site: Site, token: Any) -> None:
 
 
 def test_a_reset_token_does_not_change_the_address(site: Site) -> None:
-    from flask_authflow.login import account_tokens
+    from flask_authflow.login import _account_tokens as account_tokens
 
     other = account_tokens.issue(
         site.backend,

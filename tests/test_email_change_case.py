@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.web.state import get_state
+from flask_authflow._web.state import get_state
+from flask_authflow.testing._pytest_plugin import Outbox
 from tests.appfactory import AppFactory
 from tests.test_email_change import ask, sent, signed_in, token_in
 from tests.test_views import Site, make_site

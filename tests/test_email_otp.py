@@ -15,37 +15,17 @@ from typing import Any
 import pytest
 from jinja2 import ChoiceLoader, PackageLoader
 
-from flask_authflow.audit.sinks import MemoryAuditSink
-from flask_authflow.clock import MockClock
-from flask_authflow.core.factors import (
+from flask_authflow._clock import MockClock
+from flask_authflow._core.factors import (
     EnrollContext,
     FactorContext,
     Rejected,
     RejectReason,
 )
-from flask_authflow.core.ports import AttemptKey, FactorConfig
-from flask_authflow.core.session import AuthSession, AuthState, begin_flow
-from flask_authflow.errors import (
-    ConfigurationError,
-    EnrollmentError,
-    InvalidInput,
-    LoginNotStarted,
-    MailDeliveryError,
-)
-from flask_authflow.login.lockout import LockoutPolicy
-from flask_authflow.login.service import TRANSACTION_KEY, AuthnRequest, AuthnService
-from flask_authflow.mail import MailSender, SmtpSender
-from flask_authflow.mfa.email_otp import (
-    EMAIL_OTP_DIGITS,
-    FOREIGN_ENROLLMENT,
-    FOREIGN_TRANSACTION,
-    EmailOtpFactor,
-    check_address,
-    mask_address,
-)
-from flask_authflow.mfa.sealing import FactorSealer
-from flask_authflow.mfa.totp import TotpFactor
-from flask_authflow.outcomes import (
+from flask_authflow._core.ports import AttemptKey, FactorConfig
+from flask_authflow._core.session import AuthSession, AuthState, begin_flow
+from flask_authflow._mail import MailSender, SmtpSender
+from flask_authflow._outcomes import (
     Authenticated,
     FactorCredential,
     FactorKind,
@@ -53,10 +33,30 @@ from flask_authflow.outcomes import (
     InvalidCredential,
     Locked,
 )
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.audit._sinks import MemoryAuditSink
+from flask_authflow.errors import (
+    ConfigurationError,
+    EnrollmentError,
+    InvalidInput,
+    LoginNotStarted,
+    MailDeliveryError,
+)
+from flask_authflow.login._lockout import LockoutPolicy
+from flask_authflow.login._service import TRANSACTION_KEY, AuthnRequest, AuthnService
+from flask_authflow.mfa._email_otp import (
+    EMAIL_OTP_DIGITS,
+    FOREIGN_ENROLLMENT,
+    FOREIGN_TRANSACTION,
+    EmailOtpFactor,
+    check_address,
+    mask_address,
+)
+from flask_authflow.mfa._sealing import FactorSealer
+from flask_authflow.mfa._totp import TotpFactor
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 from flask_authflow.testing import Outbox
-from flask_authflow.testing.users import add_user
+from flask_authflow.testing._users import add_user
 from tests.appfactory import HtmlOutbox
 from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.smtp_server import SmtpTestServer, smtp_server  # noqa: F401 - the real SMTP server fixture
@@ -716,7 +716,7 @@ def test_list_and_disable(memory_env: Env) -> None:
 
 
 def test_codes_are_eight_digits_with_leading_zeros(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("flask_authflow.mfa.email_otp.secrets.randbelow", lambda n: 42)
+    monkeypatch.setattr("flask_authflow.mfa._email_otp.secrets.randbelow", lambda n: 42)
     assert EmailOtpFactor.new_code() == "00000042"
     monkeypatch.undo()
     assert all(re.fullmatch(r"[0-9]{8}", EmailOtpFactor.new_code()) for _ in range(50))
@@ -806,10 +806,10 @@ def test_a_step_up_sends_the_code_but_not_to_a_locked_account(env: Env) -> None:
 def test_a_code_mail_has_an_html_part_from_the_overridable_template(clock: MockClock) -> None:
     from flask import Flask
 
-    from flask_authflow.web.factor_wiring import code_mail_html
+    from flask_authflow._web.factor_wiring import code_mail_html
 
     app = Flask(__name__, root_path=str(Path(__file__).parent))
-    app.jinja_loader = ChoiceLoader([PackageLoader("flask_authflow.web", "templates")])
+    app.jinja_loader = ChoiceLoader([PackageLoader("flask_authflow._web", "templates")])
     env = make_env(InMemoryBackend(clock=clock), clock, html_body=code_mail_html)
     html_outbox = HtmlOutbox()
     env.sender[0] = html_outbox
@@ -826,10 +826,10 @@ def test_a_code_mail_has_an_html_part_from_the_overridable_template(clock: MockC
 def test_the_html_part_escapes_what_it_is_given() -> None:
     from flask import Flask
 
-    from flask_authflow.web.factor_wiring import code_mail_html
+    from flask_authflow._web.factor_wiring import code_mail_html
 
     app = Flask(__name__)
-    app.jinja_loader = ChoiceLoader([PackageLoader("flask_authflow.web", "templates")])
+    app.jinja_loader = ChoiceLoader([PackageLoader("flask_authflow._web", "templates")])
     with app.test_request_context():
         html = code_mail_html("<b>site</b> code", "Hello <script>x</script>\n\n    12345678\n\nbye")
     assert "<script>" not in html and "&lt;script&gt;" in html and "&lt;b&gt;site" in html

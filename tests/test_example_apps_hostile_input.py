@@ -13,9 +13,9 @@ from flask.testing import FlaskClient
 
 from examples.issuer.app import create_app as create_issuer_app
 from examples.reference.app import create_app as create_reference_app
+from flask_authflow._outcomes import FactorCredential
 from flask_authflow.errors import InvalidInput
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.outcomes import FactorCredential
+from flask_authflow.login._password import PasswordHasher
 
 # The example apps as configured: their SQLite files in tmp_path, where hostile input meets SQL.
 pytestmark = pytest.mark.authflow_stores("sql")

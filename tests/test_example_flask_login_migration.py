@@ -25,7 +25,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.security import generate_password_hash
 
-from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
+from flask_authflow.testing._pytest_plugin import TEST_USER_AGENT
 from tests.doc_examples import without_unused_plugins
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "flask_login_migration"

@@ -10,13 +10,13 @@ import pytest
 from flask import Flask, session
 
 from flask_authflow import AuthFlow, AuthSession, current_session, get_state
-from flask_authflow.audit.client_ip import parse_ip
+from flask_authflow._responses import SERVER_ERROR_MESSAGE
+from flask_authflow._web import loopback
+from flask_authflow.audit._client_ip import parse_ip
 from flask_authflow.errors import AuthFlowError, ConfigurationError, InvalidInput, StoreUnavailable
-from flask_authflow.responses import SERVER_ERROR_MESSAGE
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.users import add_user
-from flask_authflow.web import loopback
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._users import add_user
 from tests.appfactory import base_app
 
 
@@ -347,7 +347,7 @@ def test_settings_without_optional_packages_need_none(
 
 @pytest.mark.authflow_stores("app")  # the extension's own defaults
 def test_init_app_arguments_win_over_the_constructors_adapters(authflow_hasher, mock_clock) -> None:
-    from flask_authflow.clock import MockClock, SystemClock
+    from flask_authflow._clock import MockClock, SystemClock
 
     ext = AuthFlow(hasher=authflow_hasher, clock=mock_clock)
     assert ext.adapters.clock is mock_clock and ext.adapters.backend is None
@@ -392,7 +392,7 @@ def test_the_login_service_is_built_from_the_settings(authflow_hasher) -> None:
 
 
 def test_smtp_settings_are_parsed_once_into_the_sender(authflow_hasher) -> None:
-    from flask_authflow.mail import SmtpSender
+    from flask_authflow._mail import SmtpSender
 
     app = base_app(
         AUTHFLOW_SESSION_STORE="memory",
@@ -494,7 +494,7 @@ def test_a_provider_registered_before_the_first_request_installs_federation(auth
 def test_a_session_store_built_without_a_clock_follows_the_apps(mock_clock, authflow_hasher) -> None:
     from datetime import timedelta
 
-    from flask_authflow.sessions.stores import MemorySessionStore
+    from flask_authflow.sessions._stores import MemorySessionStore
     from flask_authflow.testing import login_test_client
 
     store = MemorySessionStore()  # built at import time, before the app chose a clock

@@ -73,6 +73,6 @@ def test_importing_the_package_loads_no_database_or_token_library() -> None:
 def test_a_feature_loads_its_libraries_when_it_is_used() -> None:
     """The check above can fail: the issuer's names and the SQL store bring them in."""
     loaded = _loaded_after(
-        "import flask_authflow.issuer as issuer\nissuer.LocalIdp\nimport flask_authflow.storage.sql.backend"
+        "import flask_authflow.issuer as issuer\nissuer.LocalIdp\nimport flask_authflow.storage._sql.backend"
     )
     assert {"sqlalchemy", "joserfc"} <= set(loaded)

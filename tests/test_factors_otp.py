@@ -14,15 +14,9 @@ from typing import Any
 import pyotp
 import pytest
 
-from flask_authflow.clock import MockClock
-from flask_authflow.core.session import AuthSession, AuthState
-from flask_authflow.errors import EnrollmentError, FactorSecretError, InvalidInput, StepUpNeeded
-from flask_authflow.login.service import AuthnService
-from flask_authflow.mfa.otp import hotp_value, totp_step
-from flask_authflow.mfa.recovery import RECOVERY_CODE_COUNT, RecoveryCodeFactor
-from flask_authflow.mfa.sealing import FactorSealer
-from flask_authflow.mfa.totp import HotpFactor, TotpFactor
-from flask_authflow.outcomes import (
+from flask_authflow._clock import MockClock
+from flask_authflow._core.session import AuthSession, AuthState
+from flask_authflow._outcomes import (
     Authenticated,
     FactorCredential,
     FactorKind,
@@ -30,9 +24,15 @@ from flask_authflow.outcomes import (
     InvalidCredential,
     Locked,
 )
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow.errors import EnrollmentError, FactorSecretError, InvalidInput, StepUpNeeded
+from flask_authflow.login._service import AuthnService
+from flask_authflow.mfa._otp import hotp_value, totp_step
+from flask_authflow.mfa._recovery import RECOVERY_CODE_COUNT, RecoveryCodeFactor
+from flask_authflow.mfa._sealing import FactorSealer
+from flask_authflow.mfa._totp import HotpFactor, TotpFactor
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._users import add_user
 from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.parts import child_processes
 

@@ -27,15 +27,15 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from flask import Flask
 
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.federation.dpop import DpopNonces, DpopSigner
-from flask_authflow.federation.errors import Discovery
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.presets import preset, provider_config
-from flask_authflow.federation.provider import OAuthProvider, OAuthProviderConfig
+from flask_authflow.federation._dpop import DpopNonces, DpopSigner
+from flask_authflow.federation._errors import Discovery
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._presets import preset, provider_config
+from flask_authflow.federation._provider import OAuthProvider, OAuthProviderConfig
 from flask_authflow.issuer import LocalIdpSigningKey, MemoryLocalIdpKeyStore
-from flask_authflow.testing.provider import TestOpenIDProvider
+from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.federation_support import CLIENT_ID, PROVIDER, REDIRECT_URI, FederatedApp, federated_app
 
 JSON = {"Accept": "application/json"}

@@ -14,13 +14,13 @@ import pytest
 import requests
 from joserfc.jwk import ECKey
 
-from flask_authflow.clock import SystemClock
-from flask_authflow.federation.ceremony import Ceremony
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.presets import preset
-from flask_authflow.federation.provider import OAuthProvider, OAuthProviderConfig
+from flask_authflow._clock import SystemClock
+from flask_authflow.federation._ceremony import Ceremony
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._presets import preset
+from flask_authflow.federation._provider import OAuthProvider, OAuthProviderConfig
 from flask_authflow.issuer import LocalIdpSigningKey, MemoryLocalIdpKeyStore
-from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage._memory import InMemoryBackend
 from tests import oidc_parts
 from tests.oidc_parts import OidcProviderProcess, drive_login
 from tests.provider_tokens_support import PROVIDER, keeper

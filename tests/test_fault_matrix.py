@@ -35,17 +35,17 @@ import pyotp
 import pytest
 from flask.testing import FlaskClient
 
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
+from flask_authflow._web import services
+from flask_authflow._web.api_auth import token_service
+from flask_authflow._web.state import account_admin, get_state
+from flask_authflow._web.views.blueprint import register_views
 from flask_authflow.errors import AuthFlowError
-from flask_authflow.login.accounts import AccountAdmin
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.migrations import upgrade
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.web import services
-from flask_authflow.web.api_auth import token_service
-from flask_authflow.web.state import account_admin, get_state
-from flask_authflow.web.views.blueprint import register_views
+from flask_authflow.login._accounts import AccountAdmin
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.migrations import upgrade
+from flask_authflow.testing._pytest_plugin import Outbox
 from tests.appfactory import AppFactory
 from tests.faults import AUDIT_TABLE, Fault, Faults, FaultSite, Trace, snapshot
 from tests.test_app_users import Refused, SqlApp

@@ -39,17 +39,17 @@ from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy import text
 
 from flask_authflow import AuthFlow, UserMixin
-from flask_authflow.clock import MockClock
-from flask_authflow.core.app_users import NewAccount
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.migrations import upgrade
-from flask_authflow.testing.provider import TestOpenIDProvider
-from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT, Outbox
-from flask_authflow.web.state import account_admin, get_state
-from flask_authflow.web.views import csrf_token
+from flask_authflow._clock import MockClock
+from flask_authflow._core.app_users import NewAccount
+from flask_authflow._web.state import account_admin, get_state
+from flask_authflow._web.views import csrf_token
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.migrations import upgrade
+from flask_authflow.testing._provider import TestOpenIDProvider
+from flask_authflow.testing._pytest_plugin import TEST_USER_AGENT, Outbox
 from tests.faults import AUDIT_TABLE, Fault, Faults, Trace, snapshot
 from tests.federation_support import CLIENT_ID, CLIENT_SECRET, PROVIDER, REDIRECT_URI
 from tests.test_views import csrf_of

@@ -31,9 +31,9 @@ import pyotp
 import pytest
 from flask.testing import FlaskClient
 
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.migrations import upgrade
-from flask_authflow.web.state import account_admin, get_state
+from flask_authflow._web.state import account_admin, get_state
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.migrations import upgrade
 from tests.appfactory import AppFactory
 from tests.faults import AUDIT_TABLE, Fault, Faults, FaultSite, Trace, snapshot
 from tests.test_views import csrf_of

@@ -12,8 +12,9 @@ import pytest
 import requests
 
 from flask_authflow import get_state
+from flask_authflow._web.views import csrf_token
 from flask_authflow.errors import TokenCheck
-from flask_authflow.federation.errors import (
+from flask_authflow.federation._errors import (
     CsrfMismatch,
     Discovery,
     EndSessionRefused,
@@ -27,12 +28,11 @@ from flask_authflow.federation.errors import (
     UnknownProvider,
     UserInfo,
 )
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.login import FederatedIdentity
-from flask_authflow.federation.provider import OAuthProviderConfig
-from flask_authflow.testing.provider import BACKCHANNEL_LOGOUT_EVENT
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.views import csrf_token
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._login import FederatedIdentity
+from flask_authflow.federation._provider import OAuthProviderConfig
+from flask_authflow.testing._provider import BACKCHANNEL_LOGOUT_EVENT
+from flask_authflow.testing._users import add_user
 from tests.appfactory import base_app
 from tests.federation_support import (
     CLIENT_ID,
@@ -417,7 +417,7 @@ def test_oauth_providers_from_the_environment(monkeypatch, oidc_provider) -> Non
 
 
 def _memory_backend() -> Any:
-    from flask_authflow.storage.memory import InMemoryBackend
+    from flask_authflow.storage._memory import InMemoryBackend
 
     return InMemoryBackend()
 
@@ -685,7 +685,7 @@ def test_discovery_http_failures(answer: dict[str, Any], error: type[Exception])
 
 
 def test_a_federated_step_of_a_longer_ceremony_ends_in_pending_workflow(fed: FederatedApp) -> None:
-    from flask_authflow.federation.login import OAuthLoginOptions
+    from flask_authflow.federation._login import OAuthLoginOptions
 
     client = fed.client()
     with client.session_transaction(environ_base=client.environ_base) as session:

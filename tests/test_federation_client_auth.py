@@ -12,14 +12,14 @@ import requests.adapters
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.federation.client_auth import ASSERTION_TYPE, PrivateKeyJwt, load_client_key
-from flask_authflow.federation.errors import Discovery
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.provider import OAuthProviderConfig
+from flask_authflow.federation._client_auth import ASSERTION_TYPE, PrivateKeyJwt, load_client_key
+from flask_authflow.federation._errors import Discovery
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._provider import OAuthProviderConfig
 from flask_authflow.jose import JwksHandle, JwtVerifier, parse_public_jwk
-from flask_authflow.testing.provider import TestOpenIDProvider
+from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.federation_support import CLIENT_ID, CLIENT_SECRET, PROVIDER, federated_app
 
 

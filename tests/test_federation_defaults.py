@@ -22,16 +22,16 @@ from joserfc import jwt
 from joserfc.errors import BadSignatureError
 from joserfc.jwk import OctKey
 
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
+from flask_authflow._web.state import get_state
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.federation.client_auth import ClientSecretJwt, basic_authorization, client_credentials
-from flask_authflow.federation.errors import Discovery, IdTokenValidation, ProviderUnreachable, TokenExchange
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.jwks_cache import ProviderKeyCache
-from flask_authflow.federation.login import email_link_key
-from flask_authflow.federation.provider import OAuthProviderConfig
-from flask_authflow.testing.provider import TestOpenIDProvider
-from flask_authflow.web.state import get_state
+from flask_authflow.federation._client_auth import ClientSecretJwt, basic_authorization, client_credentials
+from flask_authflow.federation._errors import Discovery, IdTokenValidation, ProviderUnreachable, TokenExchange
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._jwks_cache import ProviderKeyCache
+from flask_authflow.federation._login import email_link_key
+from flask_authflow.federation._provider import OAuthProviderConfig
+from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.federation_support import (
     CLIENT_ID,
     PROVIDER,

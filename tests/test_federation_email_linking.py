@@ -20,12 +20,12 @@ import pytest
 from flask import Flask
 
 from flask_authflow import AuthFlow, current_session, current_user, get_state, login_required
-from flask_authflow.core.ports import UserRecord
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.login import FederatedIdentity
-from flask_authflow.testing.provider import TestOpenIDProvider
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.testing.users import add_user
+from flask_authflow._core.ports import UserRecord
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._login import FederatedIdentity
+from flask_authflow.testing._provider import TestOpenIDProvider
+from flask_authflow.testing._pytest_plugin import Outbox
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.federation_support import CLIENT_ID, CLIENT_SECRET, PROVIDER, REDIRECT_URI, FederatedApp
 

@@ -17,15 +17,15 @@ import requests_mock
 from authlib.integrations.requests_client import OAuth2Session
 
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.federation.errors import Discovery, ProviderUnreachable
-from flask_authflow.federation.http import (
+from flask_authflow.federation._errors import Discovery, ProviderUnreachable
+from flask_authflow.federation._http import (
     HttpClient,
     HttpResponse,
     RequestsHttpClient,
     ResponseHeaders,
     check_provider_url,
 )
-from flask_authflow.testing.provider import TestOpenIDProvider
+from flask_authflow.testing._provider import TestOpenIDProvider
 
 OP = "https://op.test"
 JSON = {"Content-Type": "application/json"}
@@ -516,7 +516,7 @@ def test_the_module_imports_without_requests_and_names_the_extra() -> None:
     program = (
         "import sys; sys.modules['requests'] = None\n"
         "from flask_authflow.errors import MissingExtraError\n"
-        "from flask_authflow.federation.http import RequestsHttpClient, check_provider_url\n"
+        "from flask_authflow.federation._http import RequestsHttpClient, check_provider_url\n"
         "assert check_provider_url('https://op.example/jwks') == 'https://op.example/jwks'\n"
         "try:\n"
         "    RequestsHttpClient()\n"

@@ -16,13 +16,13 @@ FLOWS = ("_begin", "_finish", "_native", "_linking", "_logout")
 
 
 def _imported(path: Path) -> set[str]:
-    """The ``flask_authflow.federation.login`` modules ``path`` imports (any depth)."""
+    """The ``flask_authflow.federation._login`` modules ``path`` imports (any depth)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module == "flask_authflow.federation.login":
+        if isinstance(node, ast.ImportFrom) and node.module == "flask_authflow.federation._login":
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-            "flask_authflow.federation.login."
+            "flask_authflow.federation._login."
         ):
             found.add((node.module or "").split(".")[3])
     return found
@@ -51,17 +51,17 @@ def test_no_federation_module_is_over_400_lines() -> None:
     ("module", "names"),
     [
         (
-            "flask_authflow.federation.provider",
+            "flask_authflow.federation._provider",
             "OAuthProvider OAuthProviderConfig ProviderMetadata ProviderRegistry TokenSet "
             "PROVIDER_CONFIG_KEYS PROVIDER_NAME_RE check_provider_name checked_token_type",
         ),
         (
-            "flask_authflow.federation.login",
+            "flask_authflow.federation._login",
             "FederationService FederatedIdentity FederatedLogin OAuthLoginOptions ClaimsMapper "
             "default_claims_mapper email_link_key email_linked_user",
         ),
-        ("flask_authflow.federation.provider_tokens", "ProviderTokens ProviderToken Sealer TokenAudit"),
-        ("flask_authflow.federation.http", "HttpClient HttpResponse RequestsHttpClient LOOPBACK_HOSTS"),
+        ("flask_authflow.federation._provider_tokens", "ProviderTokens ProviderToken Sealer TokenAudit"),
+        ("flask_authflow.federation._http", "HttpClient HttpResponse RequestsHttpClient LOOPBACK_HOSTS"),
     ],
 )
 def test_the_names_of_the_cut_modules_import_from_where_they_did(module: str, names: str) -> None:

@@ -11,13 +11,13 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from flask_authflow import AuthFlow, UserMixin, current_user, get_state, signals
-from flask_authflow.clock import MockClock
-from flask_authflow.core.identifiers import normalise_identifier, provider_identifier
+from flask_authflow._clock import MockClock
+from flask_authflow._core.identifiers import normalise_identifier, provider_identifier
+from flask_authflow._web.views import csrf_token
 from flask_authflow.errors import InvalidInput
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.views import csrf_token
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.testing._users import add_user
 from tests.federation_support import PROVIDER, REDIRECT_URI, FederatedApp, federated_app
 
 PASSWORD = "correct horse battery staple"
@@ -305,7 +305,7 @@ def _sql_app(
 ) -> tuple[Flask, Any]:
     from flask_sqlalchemy import SQLAlchemy
 
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
     template = federated_app(provider, clock, hasher)  # registers the client; its settings are reused
     db = SQLAlchemy()

@@ -23,17 +23,17 @@ from joserfc.errors import JoseError
 from joserfc.jwk import ECKey
 
 from flask_authflow import AuthFlow, current_session, current_user, login_required
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.federation.ceremony import pkce_challenge
-from flask_authflow.federation.errors import UnknownProvider
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.presets import APPLE_ISSUER, AppleClientSecret, preset, provider_config
-from flask_authflow.federation.provider import OAuthProviderConfig
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.provider import RegisteredClient, TestOpenIDProvider, wsgi_adapter
-from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
+from flask_authflow.federation._ceremony import pkce_challenge
+from flask_authflow.federation._errors import UnknownProvider
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._presets import APPLE_ISSUER, AppleClientSecret, preset, provider_config
+from flask_authflow.federation._provider import OAuthProviderConfig
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._provider import RegisteredClient, TestOpenIDProvider, wsgi_adapter
+from flask_authflow.testing._pytest_plugin import TEST_USER_AGENT
 
 CLIENT_ID = "preset-client"
 CLIENT_SECRET = "preset-secret"

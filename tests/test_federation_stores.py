@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow._clock import MockClock
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 from tests.parts import child_processes
 
 ISSUER = "https://op.test"
@@ -73,7 +73,7 @@ def test_several_processes_replaying_one_jti_only_one_wins(database_url: str) ->
 
 
 def test_memory_store_remembers_too() -> None:
-    from flask_authflow.storage.memory import InMemoryBackend
+    from flask_authflow.storage._memory import InMemoryBackend
 
     clock = MockClock()
     backend = InMemoryBackend(clock=clock)

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 from flask_authflow.errors import ConfigurationError, IssuanceError, TokenVerificationError, UnknownKeyId
 from flask_authflow.issuer import LocalIdpSigningKey, MintClaims
 from flask_authflow.jose import JwtVerifier, b64url_decode
-from flask_authflow.testing.fixture import (
+from flask_authflow.testing._fixture import (
     IssuanceEvent,
     IssuanceListener,
     LocalIdpFixture,
@@ -317,7 +317,7 @@ BUILDERS = [
 
 
 def test_every_docstring_says_builders_return_a_new_fixture() -> None:
-    import flask_authflow.testing.fixture as module
+    import flask_authflow.testing._fixture as module
 
     assert sorted(BUILDERS) == sorted(n for n in vars(LocalIdpFixture) if n.startswith("with_"))
     for name in BUILDERS:

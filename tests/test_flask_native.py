@@ -27,8 +27,8 @@ from flask_authflow import (
     login_required,
     signals,
 )
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import UserRecord
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import UserRecord
 from flask_authflow.errors import (
     AccountDisabled,
     ConfigurationError,
@@ -38,10 +38,10 @@ from flask_authflow.errors import (
     Unauthenticated,
     UserNotFound,
 )
-from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage._memory import InMemoryBackend
 from flask_authflow.testing import login_test_client
-from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
-from flask_authflow.testing.users import add_user
+from flask_authflow.testing._pytest_plugin import TEST_USER_AGENT
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 
 
@@ -484,7 +484,7 @@ def test_flask_sqlalchemy_model_integration_without_app_context(tmp_path: Path, 
     from flask_sqlalchemy import SQLAlchemy
     from sqlalchemy import inspect
 
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
     db = SQLAlchemy()
 
@@ -533,7 +533,7 @@ def test_flask_sqlalchemy_model_integration_without_app_context(tmp_path: Path, 
 def test_flask_sqlalchemy_backend_needs_db_init_app_first(tmp_path: Path, authflow_hasher) -> None:
     from flask_sqlalchemy import SQLAlchemy
 
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
     db = SQLAlchemy()
     backend = SqlAlchemyBackend(db)
@@ -549,7 +549,7 @@ def test_flask_sqlalchemy_backend_needs_db_init_app_first(tmp_path: Path, authfl
 def test_one_import_time_backend_serves_every_app_of_a_factory(tmp_path: Path, authflow_hasher) -> None:
     from flask_sqlalchemy import SQLAlchemy
 
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
     db = SQLAlchemy()
     authflow = AuthFlow(backend=SqlAlchemyBackend(db), hasher=authflow_hasher)

@@ -26,10 +26,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from flask_authflow import AuthFlow, get_state, login_required, permissions_required, roles_required
-from flask_authflow.clock import MockClock
-from flask_authflow.core.session import AuthState
+from flask_authflow._clock import MockClock
+from flask_authflow._core.session import AuthState
 from flask_authflow.testing import Outbox
-from flask_authflow.testing.pytest_plugin import login_test_client
+from flask_authflow.testing._pytest_plugin import login_test_client
 from tests.appfactory import AppFactory
 from tests.test_views import csrf_of, factor_step, hidden_value, login
 from tests.webauthn_soft import SoftAuthenticator

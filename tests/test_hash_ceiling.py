@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 
 from flask_authflow import AuthFlow
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
+from flask_authflow._outcomes import FactorCredential, InvalidCredential
+from flask_authflow._web.state import get_state
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.login.service import AuthnService
-from flask_authflow.outcomes import FactorCredential, InvalidCredential
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.state import get_state
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.login._service import AuthnService
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._users import add_user
 from tests.appfactory import base_app
 from tests.authn_support import CTX, new_session
 

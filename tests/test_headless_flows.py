@@ -16,9 +16,9 @@ from typing import Any
 import pyotp
 import pytest
 
-from flask_authflow.login import required_enrollment
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.web.state import get_state
+from flask_authflow._web.state import get_state
+from flask_authflow.login import _required_enrollment as required_enrollment
+from flask_authflow.testing._pytest_plugin import Outbox
 from tests.appfactory import AppFactory
 from tests.headless_support import KINDS, ApiClient
 from tests.test_views import PASSWORD, Site, make_site

@@ -11,12 +11,12 @@ import flask_babel
 import pytest
 from flask_wtf.csrf import CSRFProtect
 
+from flask_authflow._outcomes import FactorKind
+from flask_authflow._web.headless import CLIENT_HEADER, TOKEN_HEADER
+from flask_authflow._web.state import get_state
+from flask_authflow._web.views.common import MESSAGES
 from flask_authflow.errors import StoreUnavailable
-from flask_authflow.outcomes import FactorKind
-from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
-from flask_authflow.web.headless import CLIENT_HEADER, TOKEN_HEADER
-from flask_authflow.web.state import get_state
-from flask_authflow.web.views.common import MESSAGES
+from flask_authflow.testing._pytest_plugin import TEST_USER_AGENT
 from tests.appfactory import AppFactory
 from tests.headless_support import BASE, KINDS, ApiClient
 from tests.test_devices_web import make_device_site

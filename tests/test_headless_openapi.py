@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from openapi_spec_validator import validate
 
-from flask_authflow.web.headless import all_routes, api_document
-from flask_authflow.web.headless.reference import reference_document, render_reference
-from flask_authflow.web.headless.routes import Answer, Reply, Route, dispatch
-from flask_authflow.web.headless.schema import Object, String, component_schemas
+from flask_authflow._web.headless import all_routes, api_document
+from flask_authflow._web.headless.reference import reference_document, render_reference
+from flask_authflow._web.headless.routes import Answer, Reply, Route, dispatch
+from flask_authflow._web.headless.schema import Object, String, component_schemas
 from tests.appfactory import AppFactory
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -77,14 +77,14 @@ def test_the_committed_reference_page_is_current() -> None:
     committed = (DOCS / "headless-reference.rst").read_text(encoding="utf-8")
     assert committed == render_reference(reference_document()), (
         "docs/headless-reference.rst is stale: in docs/, run "
-        "python -m flask_authflow.web.headless.reference > headless-reference.rst"
+        "python -m flask_authflow._web.headless.reference > headless-reference.rst"
     )
 
 
 @pytest.mark.slow  # a fresh interpreter
 def test_the_runtime_imports_no_test_only_package() -> None:
     code = (
-        "import sys, flask_authflow, flask_authflow.web.headless.reference as r\n"
+        "import sys, flask_authflow, flask_authflow._web.headless.reference as r\n"
         "r.render_reference(r.reference_document())\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in "
         "('schemathesis', 'openapi_spec_validator', 'pydantic', 'jsonschema', 'hypothesis')]\n"

@@ -12,9 +12,9 @@ from typing import Any
 import pyotp
 import pytest
 
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.web.headless import CLIENT_HEADER
-from flask_authflow.web.state import get_state
+from flask_authflow._web.headless import CLIENT_HEADER
+from flask_authflow._web.state import get_state
+from flask_authflow.testing._pytest_plugin import Outbox
 from tests.appfactory import AppFactory
 from tests.concurrency import run_together
 from tests.headless_support import BASE, KINDS, ApiClient, check_answer

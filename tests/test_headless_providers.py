@@ -13,9 +13,9 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
-from flask_authflow.clock import MockClock
-from flask_authflow.testing.provider import TestOpenIDProvider
-from flask_authflow.web.headless import register_api
+from flask_authflow._clock import MockClock
+from flask_authflow._web.headless import register_api
+from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.appfactory import AppFactory
 from tests.federation_support import CLIENT_ID, PROVIDER, REDIRECT_URI, FederatedApp, federated_app
 from tests.headless_support import ApiClient

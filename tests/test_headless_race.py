@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from flask_authflow.outcomes import FactorKind
-from flask_authflow.storage.sql.migrations import upgrade
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.headless import CLIENT_HEADER, TOKEN_HEADER
-from flask_authflow.web.state import get_state
+from flask_authflow._outcomes import FactorKind
+from flask_authflow._web.headless import CLIENT_HEADER, TOKEN_HEADER
+from flask_authflow._web.state import get_state
+from flask_authflow.storage._sql.migrations import upgrade
+from flask_authflow.testing._users import add_user
 from tests.appfactory import make_app
 from tests.authn_support import fast_hasher
 from tests.concurrency import run_together

@@ -29,7 +29,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from examples.reference.app import authflow, create_app
-from flask_authflow.web.state import get_state
+from flask_authflow._web.state import get_state
 
 pytestmark = [
     pytest.mark.authflow_stores("app"),  # the reference app's own SQLite file and clock

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from flask_authflow.core.ports import FactorConfig
-from flask_authflow.outcomes import FactorKind
-from flask_authflow.web.state import get_state
+from flask_authflow._core.ports import FactorConfig
+from flask_authflow._outcomes import FactorKind
+from flask_authflow._web.state import get_state
 from tests.appfactory import AppFactory
 from tests.headless_support import KINDS, ApiClient
 from tests.test_devices_web import make_device_site

@@ -22,19 +22,19 @@ from flask import Flask
 from sqlalchemy import func, select, text
 
 from flask_authflow import get_state
-from flask_authflow.audit.sinks import AuditRecord
-from flask_authflow.clock import MockClock
-from flask_authflow.core.crypto import SessionCrypto
-from flask_authflow.core.ports import SessionStore
-from flask_authflow.core.session import SessionRecord, new_guest_record, pass_factor, start_login
+from flask_authflow._clock import MockClock
+from flask_authflow._core.crypto import SessionCrypto
+from flask_authflow._core.ports import SessionStore
+from flask_authflow._core.session import SessionRecord, new_guest_record, pass_factor, start_login
+from flask_authflow._web.config import load_config
+from flask_authflow.audit._sinks import AuditRecord
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql import audit as audit_module
-from flask_authflow.storage.sql import session_store as store_module
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore, sessions_table
-from flask_authflow.web.config import load_config
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql import audit as audit_module
+from flask_authflow.storage._sql import session_store as store_module
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.session_store import SqlAlchemySessionStore, sessions_table
 from tests.appfactory import AppFactory
 
 # The purge and audit commands run on the SQL store the app configures.

@@ -1,4 +1,4 @@
-"""Translations of the package's pages, messages and e-mails (``flask_authflow.i18n``).
+"""Translations of the package's pages, messages and e-mails (``flask_authflow._i18n``).
 
 Without Flask-Babel on the app everything is the source's English; with ``Babel(app)`` the
 package's catalogues answer in the locale of the app's selector, else of the browser's
@@ -21,8 +21,7 @@ from flask.testing import FlaskClient
 from markupsafe import Markup
 
 from flask_authflow import get_state, roles_required
-from flask_authflow.errors import USER_FACING_DEFAULTS, PermissionDenied, Unauthenticated
-from flask_authflow.i18n import (
+from flask_authflow._i18n import (
     current_locale,
     format_date,
     format_datetime,
@@ -33,10 +32,11 @@ from flask_authflow.i18n import (
     translate,
     translations_active,
 )
-from flask_authflow.mfa.email_otp import EmailOtpFactor
-from flask_authflow.mfa.sealing import FactorSealer
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow.errors import USER_FACING_DEFAULTS, PermissionDenied, Unauthenticated
+from flask_authflow.mfa._email_otp import EmailOtpFactor
+from flask_authflow.mfa._sealing import FactorSealer
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 
 flask_babel = pytest.importorskip("flask_babel", reason="Flask-Babel is in the [babel] and [dev] extras")
@@ -122,7 +122,7 @@ def test_without_flask_babel_installed_the_package_works_in_english(tmp_path) ->
         "sys.modules['flask_babel'] = None  # ImportError on import\n"
         "from flask import Flask\n"
         "from flask_authflow import AuthFlow\n"
-        "from flask_authflow.i18n import gettext, lazy_gettext, ngettext\n"
+        "from flask_authflow._i18n import gettext, lazy_gettext, ngettext\n"
         "app = Flask('no_babel')\n"
         "app.config.update(AUTHFLOW_SIGNING_KEY=secrets.token_bytes(32), AUTHFLOW_VIEWS=True)\n"
         "AuthFlow(app)\n"
@@ -313,7 +313,11 @@ def test_typed_errors_show_their_translated_default_message(app_factory: AppFact
 def test_the_errors_pages_show_have_their_default_message_marked() -> None:
     """The typed errors a page or a form shows by their default message are in the catalogue."""
     from flask_authflow.errors import ApiTokenNameTaken, StepUpNeeded, Throttled, UserExists
-    from flask_authflow.login.account_tokens import AccountTokenExpired, AccountTokenInvalid, AccountTokenUsed
+    from flask_authflow.login._account_tokens import (
+        AccountTokenExpired,
+        AccountTokenInvalid,
+        AccountTokenUsed,
+    )
 
     for error in (
         Unauthenticated,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from flask_authflow.i18n import DOMAIN, LOCALES, TRANSLATIONS_DIRECTORY
+from flask_authflow._i18n import DOMAIN, LOCALES, TRANSLATIONS_DIRECTORY
 
 babel_extract = pytest.importorskip("babel.messages.extract", reason="Babel comes with Flask-Babel ([dev])")
 from babel.messages.catalog import Catalog, Message  # noqa: E402

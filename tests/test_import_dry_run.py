@@ -13,10 +13,10 @@ from flask import Flask
 from sqlalchemy import URL
 
 from flask_authflow import get_state
-from flask_authflow.cli.importing import sources
-from flask_authflow.cli.importing.model import ImportedUser, TotpFactor, Unreadable
-from flask_authflow.cli.importing.plan import PlanContext, plan_user
-from flask_authflow.login.legacy_hashes import LegacyHashes
+from flask_authflow._cli.importing import sources
+from flask_authflow._cli.importing.model import ImportedUser, TotpFactor, Unreadable
+from flask_authflow._cli.importing.plan import PlanContext, plan_user
+from flask_authflow.login._legacy_hashes import LegacyHashes
 from tests.appfactory import AppFactory
 from tests.test_users_import import bcrypt_hash, build_app, fst_like_database, run, write_csv
 

@@ -36,21 +36,21 @@ CORE, FEATURE, STORAGE, COMPOSITION, TESTING, FACADE = range(6)
 
 #: The layer of each top-level module or package of flask_authflow.
 LAYERS: dict[str, int] = {
-    "clock": CORE,
+    "_clock": CORE,
     "errors": CORE,
-    "i18n": CORE,
+    "_i18n": CORE,
     "signals": CORE,
-    "settings": CORE,
+    "_settings": CORE,
     "_config_values": CORE,
     "_origins": CORE,
-    "extras": CORE,
-    "mail": CORE,
-    "outcomes": CORE,
-    "responses": CORE,
-    "core": CORE,
+    "_extras": CORE,
+    "_mail": CORE,
+    "_outcomes": CORE,
+    "_responses": CORE,
+    "_core": CORE,
     "jose": CORE,
     "audit": CORE,
-    "throttle": CORE,
+    "_throttle": CORE,
     "sessions": FEATURE,
     "login": FEATURE,
     "mfa": FEATURE,
@@ -60,8 +60,8 @@ LAYERS: dict[str, int] = {
     "api_auth": FEATURE,
     "devices": FEATURE,
     "storage": STORAGE,
-    "web": COMPOSITION,
-    "cli": COMPOSITION,
+    "_web": COMPOSITION,
+    "_cli": COMPOSITION,
     "testing": TESTING,
     "__init__": FACADE,
 }
@@ -70,33 +70,33 @@ LAYERS: dict[str, int] = {
 #: or of a room listed before its own. A room is a module (``errors``, ``core/ports``) or a
 #: package with everything under it (``core/session``, ``audit``).
 CORE_ORDER: tuple[str, ...] = (
-    "i18n",
-    "clock",
+    "_i18n",
+    "_clock",
     "signals",
     "errors",
-    "extras",
-    "mail",
-    "outcomes",
-    "responses",
+    "_extras",
+    "_mail",
+    "_outcomes",
+    "_responses",
     "_origins",
     "_config_values",
-    "settings",
-    "core/encoding",
-    "core/crypto",
-    "core/identifiers",
-    "core/service",
-    "core/roles",
-    "core/devices",
-    "core/session",
-    "core/audit",
-    "core/ports",
-    "core/factors",
-    "core/factor_data",
-    "core/app_users",
-    "core/__init__",
+    "_settings",
+    "_core/encoding",
+    "_core/crypto",
+    "_core/identifiers",
+    "_core/service",
+    "_core/roles",
+    "_core/devices",
+    "_core/session",
+    "_core/audit",
+    "_core/ports",
+    "_core/factors",
+    "_core/factor_data",
+    "_core/app_users",
+    "_core/__init__",
     "jose",
     "audit",
-    "throttle",
+    "_throttle",
 )
 
 
@@ -215,19 +215,19 @@ def test_the_checker_sees_upward_and_sideways_imports() -> None:
     """The checks themselves can fail: upward and cross-feature imports are found,
     TYPE_CHECKING ones are not, and relative imports resolve from the importing module."""
     source = (
-        "from flask_authflow.web.extension import AuthFlow\n"
+        "from flask_authflow._web.extension import AuthFlow\n"
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n"
-        "    from flask_authflow.web.state import get_state\n"
+        "    from flask_authflow._web.state import get_state\n"
         "def later():\n"
-        "    from flask_authflow.cli import authflow_cli\n"
+        "    from flask_authflow._cli import authflow_cli\n"
     )
-    assert [t for _, t in imported_modules(source, "clock")] == ["web/extension", "cli"]
-    assert [t for _, t in imported_modules("from .model import X\n", "sessions/stores")] == ["sessions/model"]
-    assert [t for _, t in imported_modules("from .. import signals\n", "login/service")] == ["signals"]
+    assert [t for _, t in imported_modules(source, "_clock")] == ["_web/extension", "_cli"]
+    assert [t for _, t in imported_modules("from .model import X\n", "sessions/_stores")] == ["sessions/model"]
+    assert [t for _, t in imported_modules("from .. import signals\n", "login/_service")] == ["signals"]
     assert [t for _, t in imported_modules("from flask_authflow import signals\n", "login/x")] == ["signals"]
-    assert layer_of("web/extension") > layer_of("clock")
-    assert layer_of("federation/login") == layer_of("login/service") == FEATURE
+    assert layer_of("_web/extension") > layer_of("_clock")
+    assert layer_of("federation/_login") == layer_of("login/_service") == FEATURE
 
 
 def test_every_top_level_module_has_a_layer() -> None:
@@ -286,17 +286,17 @@ def test_the_core_order_sees_the_cycle_it_was_written_for() -> None:
     """The checker can fail: the audit row imported by the ports from ``audit`` (above
     ``core/ports``) is refused, deferred or not; the same import from ``core/audit`` is not,
     nor is ``audit`` reading the core."""
-    assert core_room("core/session/_record") == core_room("core/session") == CORE_ORDER.index("core/session")
+    assert core_room("_core/session/_record") == core_room("_core/session") == CORE_ORDER.index("_core/session")
     assert core_room("audit/__init__") == CORE_ORDER.index("audit")
-    assert core_room("core/new_module") is None
-    at_top = "from flask_authflow.audit.sinks import AuditRecord\n"
+    assert core_room("_core/new_module") is None
+    at_top = "from flask_authflow.audit._sinks import AuditRecord\n"
     deferred = "def later():\n    from flask_authflow.audit import sinks\n"
-    assert core_imports_upward("core/ports", at_top) == [
+    assert core_imports_upward("_core/ports", at_top) == [
         "line 1: imports audit/sinks (audit is above core/ports)"
     ]
-    assert len(core_imports_upward("core/ports", deferred)) == 1
-    assert core_imports_upward("core/ports", "from flask_authflow.core.audit import AuditRecord\n") == []
-    assert core_imports_upward("audit/sinks", "from flask_authflow.core.session import sid_hash\n") == []
+    assert len(core_imports_upward("_core/ports", deferred)) == 1
+    assert core_imports_upward("_core/ports", "from flask_authflow._core.audit import AuditRecord\n") == []
+    assert core_imports_upward("audit/_sinks", "from flask_authflow._core.session import sid_hash\n") == []
     # a feature is not the core order's business (the layer rule refuses it already)
     assert core_imports_upward("errors", "from flask_authflow.login import service\n") == []
 
@@ -402,14 +402,14 @@ def test_no_module_level_import_cycle() -> None:
 def test_the_module_level_reader_skips_deferred_and_typing_imports() -> None:
     source = (
         "from typing import TYPE_CHECKING\n"
-        "from flask_authflow.core import session\n"
-        "if TYPE_CHECKING:\n    from flask_authflow.web import state\n"
+        "from flask_authflow._core import session\n"
+        "if TYPE_CHECKING:\n    from flask_authflow._web import state\n"
         "def later():\n    from flask_authflow.login import service\n"
         "try:\n    from flask_authflow.audit import sinks\nexcept ImportError:\n    pass\n"
     )
-    found = _module_level_imports(source, "login/verify")
-    assert {"core/session/__init__", "core/__init__", "audit/sinks", "audit/__init__"} <= found
-    assert not found & {"web/state", "login/service", "login/__init__"}
+    found = _module_level_imports(source, "login/_verify")
+    assert {"_core/session/__init__", "_core/__init__", "audit/_sinks", "audit/__init__"} <= found
+    assert not found & {"_web/state", "login/_service", "login/__init__"}
 
 
 def _all_imports(source: str, module: str) -> set[str]:
@@ -447,4 +447,4 @@ def test_no_import_cycle_even_deferred() -> None:
 
 def test_the_deferred_reader_sees_imports_inside_functions() -> None:
     source = "def later():\n    from flask_authflow.login import service\n"
-    assert "login/service" in _all_imports(source, "web/state")
+    assert "login/_service" in _all_imports(source, "_web/state")

@@ -25,7 +25,7 @@ from werkzeug.serving import make_server
 
 from examples.issuer.app import create_app
 from flask_authflow import get_state
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 from flask_authflow.errors import TokenVerificationError
 from flask_authflow.jose import JwksHandle, JwtVerifier, b64url_decode
 from tests.parts import free_port

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 from flask_authflow.errors import (
     ConfigurationError,
     DuplicateKeyId,

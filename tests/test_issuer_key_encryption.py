@@ -11,11 +11,11 @@ import sqlalchemy as sa
 from flask import Flask
 
 from flask_authflow import get_state
-from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow._core.crypto import SessionCrypto
 from flask_authflow.errors import KeyStoreError
 from flask_authflow.issuer import LocalIdp, LocalIdpSigningKey
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.keystore import SqlAlchemyLocalIdpKeyStore
 from tests.appfactory import AppFactory
 
 # The issuer's keys are read back from the app's SQL database.

@@ -26,8 +26,8 @@ from flask_authflow.issuer import (
     LocalIdpSigningKey,
     MemoryLocalIdpKeyStore,
 )
-from flask_authflow.storage.sql.engine import resolve_engine
-from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
+from flask_authflow.storage._sql.engine import resolve_engine
+from flask_authflow.storage._sql.keystore import SqlAlchemyLocalIdpKeyStore
 from tests.protocols import missing_members
 
 ROOT = Path(__file__).resolve().parent.parent

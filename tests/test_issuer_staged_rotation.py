@@ -16,7 +16,7 @@ import pytest
 from flask import Flask
 
 from flask_authflow import get_state
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 from flask_authflow.errors import DuplicateKeyId, RotationRefused, UnknownKeyId
 from flask_authflow.issuer import (
     FileLocalIdpKeyStore,
@@ -26,8 +26,8 @@ from flask_authflow.issuer import (
     MintClaims,
 )
 from flask_authflow.jose import JwtVerifier, b64url_decode
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.keystore import SqlAlchemyLocalIdpKeyStore
 from tests.appfactory import AppFactory
 
 ISS = "https://issuer.test"

@@ -8,7 +8,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.issuer import LocalIdp, LocalIdpSigningKey, MemoryLocalIdpKeyStore
-from flask_authflow.issuer.views import jwks, openid_configuration
+from flask_authflow.issuer._views import jwks, openid_configuration
 
 ISS = "https://issuer.test"
 PRIVATE_MEMBERS = {"d", "p", "q", "dp", "dq", "qi"}

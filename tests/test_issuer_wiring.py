@@ -20,7 +20,7 @@ import pytest
 from flask import Flask
 
 from flask_authflow import AuthFlow, get_state
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 from flask_authflow.errors import ConfigurationError, IssuanceError, KeyStoreError
 from flask_authflow.issuer import (
     FileLocalIdpKeyStore,
@@ -30,7 +30,7 @@ from flask_authflow.issuer import (
     MintClaims,
 )
 from flask_authflow.jose import JwksHandle, JwtVerifier
-from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage._memory import InMemoryBackend
 from tests.appfactory import AppFactory, base_app
 
 ISS = "https://issuer.example"
@@ -139,7 +139,7 @@ def test_memory_store_mounts_the_issuer_blueprint(issuer_app: AppFactory) -> Non
 def test_default_key_store_is_sql_in_the_apps_database(tmp_path: Path, app_factory: AppFactory) -> None:
     """Without AUTHFLOW_ISSUER_KEY_STORE the keys live in the app's
     database, so a second app (another worker, a CLI run) signs with the same key."""
-    from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
+    from flask_authflow.storage._sql.keystore import SqlAlchemyLocalIdpKeyStore
 
     config = {
         "AUTHFLOW_SESSION_STORE": "memory",
@@ -365,8 +365,8 @@ def test_damaged_file_store_fails_init_app_without_a_new_key(
 def test_sql_store_keeps_the_key_across_two_app_instances(
     database_url: str, disposing: Callable[[Flask], Flask], issuer_app: AppFactory
 ) -> None:
-    from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
-    from flask_authflow.storage.sql.migrations import upgrade
+    from flask_authflow.storage._sql.keystore import SqlAlchemyLocalIdpKeyStore
+    from flask_authflow.storage._sql.migrations import upgrade
 
     upgrade(database_url)  # flask authflow db upgrade: PostgreSQL refuses a database behind head
     # One signing key: the issuer keys are sealed under a key derived from it.

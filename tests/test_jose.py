@@ -14,7 +14,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 from flask_authflow.errors import (
     ConfigurationError,
     SigningKeyError,
@@ -926,7 +926,7 @@ def test_unregistered_header_members_are_ignored(verifier: JwtVerifier, ec_key: 
 def test_signer_refuses_a_key_that_does_not_suit_the_algorithm() -> None:
     from cryptography.hazmat.primitives.asymmetric import ed448
 
-    from flask_authflow.jose.algorithms import signer
+    from flask_authflow.jose._algorithms import signer
 
     rsa_private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     p256 = ec.generate_private_key(ec.SECP256R1())

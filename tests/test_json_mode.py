@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.web.state import get_state
+from flask_authflow._web.state import get_state
+from flask_authflow.testing._pytest_plugin import Outbox
 from tests.appfactory import AppFactory
 from tests.test_devices_web import CHROME, FIREFOX, make_device_site, rows
 from tests.test_views import PASSWORD, Site, csrf_of, login, make_site

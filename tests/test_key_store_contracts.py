@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, create_engine, delete
 
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 from flask_authflow.issuer import FileLocalIdpKeyStore, LocalIdpSigningKey, MemoryLocalIdpKeyStore
-from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
-from flask_authflow.storage.sql.schema import issuer_key_schedule_table, issuer_keys_table
+from flask_authflow.storage._sql.keystore import SqlAlchemyLocalIdpKeyStore
+from flask_authflow.storage._sql.schema import issuer_key_schedule_table, issuer_keys_table
 from tests.parts import PostgresServer
 from tests.store_contract_keys import KeysContract, es256
 

@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import AttemptKey
-from flask_authflow.core.session import AuthSession, new_guest_record
-from flask_authflow.login.lockout import LockoutPolicy, network_subject, pair_subject
-from flask_authflow.login.service import AuthnService
-from flask_authflow.outcomes import Authenticated, FactorRequired, InvalidCredential, Locked
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.users import add_user
-from flask_authflow.throttle.keys import host_key
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import AttemptKey
+from flask_authflow._core.session import AuthSession, new_guest_record
+from flask_authflow._outcomes import Authenticated, FactorRequired, InvalidCredential, Locked
+from flask_authflow._throttle.keys import host_key
+from flask_authflow.login._lockout import LockoutPolicy, network_subject, pair_subject
+from flask_authflow.login._service import AuthnService
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._users import add_user
 from tests.parts import child_processes
 from tests.test_lockout_race import CountingHasher, make_backend
 from tests.test_throttle import RIGHT, attempt, ctx

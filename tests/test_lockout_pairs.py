@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock
-from flask_authflow.core.session import AuthSession, new_guest_record
+from flask_authflow._clock import MockClock
+from flask_authflow._core.session import AuthSession, new_guest_record
+from flask_authflow._outcomes import Authenticated, FactorRequired, InvalidCredential, Locked
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.login.lockout import LockoutPolicy, pair_subject
-from flask_authflow.login.service import AuthnService
-from flask_authflow.login.settings import LockoutSettings
-from flask_authflow.outcomes import Authenticated, FactorRequired, InvalidCredential, Locked
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow.login._lockout import LockoutPolicy, pair_subject
+from flask_authflow.login._service import AuthnService
+from flask_authflow.login._settings import LockoutSettings
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._users import add_user
 from tests.authn_support import FAST_HASHER
 from tests.test_throttle import RIGHT, CountingHasher, attempt, ctx
 

@@ -22,16 +22,16 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.audit.context import AuditContext
-from flask_authflow.clock import MockClock
-from flask_authflow.core.session import AuthSession, new_guest_record
+from flask_authflow._clock import MockClock
+from flask_authflow._core.session import AuthSession, new_guest_record
+from flask_authflow._outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
+from flask_authflow.audit._context import AuditContext
 from flask_authflow.errors import StoreBusy
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.login.service import AuthnService
-from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.login._service import AuthnService
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._users import add_user
 from tests.parts import child_processes
 
 CTX = AuditContext(client_ip="203.0.113.7", ip_source="peer", user_agent="race", request_id="race")
@@ -100,7 +100,7 @@ def backend_and_hasher(
 
 
 def _service(backend: Any, hasher: PasswordHasher) -> tuple[AuthnService, MockClock]:
-    from flask_authflow.login.lockout import LockoutPolicy
+    from flask_authflow.login._lockout import LockoutPolicy
 
     clock = backend._clock if hasattr(backend, "_clock") else MockClock()
     return AuthnService(
@@ -190,7 +190,7 @@ def test_a_lock_set_while_the_correct_password_is_checked_wins(
     the reservation is given back."""
     from datetime import timedelta
 
-    from flask_authflow.core.ports import AttemptKey
+    from flask_authflow._core.ports import AttemptKey
 
     clock = MockClock()
     hasher = CountingHasher()
@@ -228,7 +228,7 @@ def test_a_lock_set_while_the_correct_password_is_checked_wins(
 def reservations_held(backend: SqlAlchemyBackend) -> int:
     from sqlalchemy import func, select
 
-    from flask_authflow.storage.sql.backend import reservations_table
+    from flask_authflow.storage._sql.backend import reservations_table
 
     with backend.engine.connect() as conn:
         return int(conn.execute(select(func.count()).select_from(reservations_table)).scalar_one())
@@ -392,7 +392,7 @@ def test_a_crashed_processs_reservations_expire(
     RESERVATION_TTL, and the SQL stores delete them at the next reservation."""
     from datetime import timedelta
 
-    from flask_authflow.core.ports import RESERVATION_TTL, AttemptKey
+    from flask_authflow._core.ports import RESERVATION_TTL, AttemptKey
 
     clock = MockClock()
     backend = make_backend(kind, request, tmp_path, clock)

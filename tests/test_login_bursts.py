@@ -24,20 +24,20 @@ from typing import Any
 import pytest
 
 from flask_authflow import signals
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import FactorConfig
-from flask_authflow.core.session import AuthSession, SessionRecord
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import FactorConfig
+from flask_authflow._core.session import AuthSession, SessionRecord
+from flask_authflow._outcomes import Authenticated, FactorCredential, FactorKind
 from flask_authflow.errors import StoreBusy, StoreUnavailable
-from flask_authflow.login.lockout import LockoutPolicy
-from flask_authflow.login.service import AuthnService
-from flask_authflow.mfa.email_otp import EmailOtpFactor
-from flask_authflow.mfa.recovery import RecoveryCodeFactor
-from flask_authflow.mfa.sealing import FactorSealer
-from flask_authflow.mfa.totp import TotpFactor
-from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.login._lockout import LockoutPolicy
+from flask_authflow.login._service import AuthnService
+from flask_authflow.mfa._email_otp import EmailOtpFactor
+from flask_authflow.mfa._recovery import RecoveryCodeFactor
+from flask_authflow.mfa._sealing import FactorSealer
+from flask_authflow.mfa._totp import TotpFactor
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 from flask_authflow.testing import Outbox
-from flask_authflow.testing.users import add_user
+from flask_authflow.testing._users import add_user
 from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.concurrency import run_together
 from tests.parts import child_processes
@@ -382,7 +382,7 @@ def test_a_lock_held_too_long_is_answered_try_again(postgres_server: Any) -> Non
 def test_store_busy_is_a_503_with_retry_after() -> None:
     from flask import Flask
 
-    from flask_authflow.responses import error_response
+    from flask_authflow._responses import error_response
 
     assert issubclass(StoreBusy, StoreUnavailable)
     with Flask("busy").test_request_context("/"):

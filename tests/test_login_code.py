@@ -15,12 +15,12 @@ import flask_babel
 import pytest
 from flask.testing import FlaskClient
 
+from flask_authflow._outcomes import FactorKind
+from flask_authflow._web.state import get_state
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.mfa.login_code import LoginCodeFactor
-from flask_authflow.outcomes import FactorKind
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.state import get_state
+from flask_authflow.mfa._login_code import LoginCodeFactor
+from flask_authflow.testing._pytest_plugin import Outbox
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.test_views import Site, csrf_of, enroll_totp, login, logout, make_site, totp_now
 
@@ -253,7 +253,7 @@ def test_unknown_disabled_and_unverified_accounts_get_the_same_answers(site: Sit
 
 
 def test_the_unknown_path_composes_the_mail_too(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
-    from flask_authflow.web.views import login_code as views
+    from flask_authflow._web.views import login_code as views
 
     composed: list[str] = []
     real = views.compose_mail

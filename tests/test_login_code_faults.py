@@ -15,11 +15,11 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.migrations import upgrade
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.state import get_state
+from flask_authflow._web.state import get_state
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.migrations import upgrade
+from flask_authflow.testing._pytest_plugin import Outbox
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.faults import BROWSER, Faults, snapshot
 from tests.test_views import csrf_of

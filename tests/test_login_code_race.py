@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 
 from flask_authflow import signals
-from flask_authflow.clock import MockClock
-from flask_authflow.core.session import AuthSession, SessionRecord
+from flask_authflow._clock import MockClock
+from flask_authflow._core.session import AuthSession, SessionRecord
+from flask_authflow._outcomes import FactorCredential, FactorKind
 from flask_authflow.errors import StoreBusy
-from flask_authflow.login.lockout import LockoutPolicy
-from flask_authflow.login.service import AuthnService
-from flask_authflow.mfa.login_code import LoginCodeFactor
-from flask_authflow.mfa.sealing import FactorSealer
-from flask_authflow.outcomes import FactorCredential, FactorKind
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.login._lockout import LockoutPolicy
+from flask_authflow.login._service import AuthnService
+from flask_authflow.mfa._login_code import LoginCodeFactor
+from flask_authflow.mfa._sealing import FactorSealer
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.concurrency import run_together
 from tests.parts import child_processes

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from flask_authflow import signals
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import AttemptKey
-from flask_authflow.core.session import AuthSession, fail_login, start_login
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import AttemptKey
+from flask_authflow._core.session import AuthSession, fail_login, start_login
 from flask_authflow.errors import AuditWriteError, LoginNotStarted, StoreUnavailable
-from flask_authflow.login.operation import Operation
-from flask_authflow.login.service import AuthnService
-from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.login._operation import Operation
+from flask_authflow.login._service import AuthnService
+from flask_authflow.storage._memory import InMemoryBackend
 from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.store_contract import WINDOW
 

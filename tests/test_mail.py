@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from flask_authflow._mail import MailDeliveryError, MailSender, SmtpSender, SmtpSettings
 from flask_authflow.errors import AuthFlowError, ConfigurationError, InvalidInput
-from flask_authflow.mail import MailDeliveryError, MailSender, SmtpSender, SmtpSettings
 from tests.parts import free_port
 from tests.smtp_server import (
     PASSWORD,

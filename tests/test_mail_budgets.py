@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from flask_authflow._throttle import Throttle, parse_limits
+from flask_authflow._web.state import get_state
 from flask_authflow.errors import Throttled
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.testing.users import add_user
-from flask_authflow.throttle import Throttle, parse_limits
-from flask_authflow.web.state import get_state
+from flask_authflow.testing._pytest_plugin import Outbox
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.parts import child_processes
 from tests.test_views import (
@@ -110,7 +110,7 @@ def test_an_unknown_requester_past_the_strangers_budget_gets_the_same_answer_and
 ) -> None:
     _stranger_attack(site, 5)
     assert _mails_to_erin(site) == 5
-    with caplog.at_level(logging.WARNING, logger="flask_authflow.mail"):
+    with caplog.at_level(logging.WARNING, logger="flask_authflow._mail"):
         refused = _forgot(_from(site, "198.51.100.9"))
     unknown = _forgot(_from(site, "198.51.100.9"), username="nobody")
     assert refused == unknown == (202, {"status": "sent_if_known"})

@@ -24,9 +24,9 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.wrappers import Response
 
 from flask_authflow import AuthFlow
+from flask_authflow._web.state import EXTENSION_KEY, get_state
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.state import EXTENSION_KEY, get_state
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory, HtmlOutbox
 from tests.test_views import PASSWORD, Site, csrf_of, make_site
 
@@ -334,12 +334,14 @@ def test_loopback_development_falls_back_to_the_request_address_and_says_so_once
     app_factory: AppFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     site, outbox = mailing_site(app_factory, AUTHFLOW_EXTERNAL_URL=None)  # TESTING=True
-    with caplog.at_level(logging.WARNING, logger="flask_authflow.mail"):
+    with caplog.at_level(logging.WARNING, logger="flask_authflow._mail"):
         sent(site.client().post("/password/forgot", json={"username": "alice"}))
         sent(site.client().post("/password/forgot", json={"username": "alice"}))
     assert len(outbox) == 2
     only_origin_links(outbox, "http://localhost")
-    warnings = [r for r in caplog.records if r.name == "flask_authflow.mail" and r.levelno == logging.WARNING]
+    warnings = [
+        r for r in caplog.records if r.name == "flask_authflow._mail" and r.levelno == logging.WARNING
+    ]
     assert len(warnings) == 1
     assert "AUTHFLOW_EXTERNAL_URL" in warnings[0].getMessage() and "loopback" in warnings[0].getMessage()
 
@@ -349,7 +351,7 @@ def test_development_without_an_origin_mails_no_link_to_a_forged_host(
     app_factory: AppFactory, caplog: pytest.LogCaptureFixture, proxy: bool
 ) -> None:
     site, outbox = mailing_site(app_factory, proxy=proxy, AUTHFLOW_EXTERNAL_URL=None)
-    with caplog.at_level(logging.ERROR, logger="flask_authflow.mail"):
+    with caplog.at_level(logging.ERROR, logger="flask_authflow._mail"):
         answer = site.client().post("/password/forgot", json={"username": "alice"}, headers=FORGED)
         answer.close()
     assert answer.status_code == 503 and answer.json["error"] == "mail_delivery_failed"

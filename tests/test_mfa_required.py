@@ -16,14 +16,14 @@ from flask import jsonify
 from flask.testing import FlaskClient
 
 from flask_authflow import AuthFlow, get_state, login_required
-from flask_authflow.core.ports import FactorConfig
-from flask_authflow.core.session import AuthState
+from flask_authflow._core.ports import FactorConfig
+from flask_authflow._core.session import AuthState
+from flask_authflow._outcomes import FactorKind
+from flask_authflow._web.decorators import roles_required
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.login import required_enrollment
-from flask_authflow.outcomes import FactorKind
-from flask_authflow.testing.provider import TestOpenIDProvider
-from flask_authflow.web.decorators import roles_required
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.login import _required_enrollment as required_enrollment
+from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.appfactory import AppFactory
 from tests.federation_support import CLIENT_ID, CLIENT_SECRET, PROVIDER, REDIRECT_URI, FederatedApp
 from tests.test_required_enrollment import confirm_totp, start_totp, state_of

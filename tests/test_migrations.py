@@ -28,16 +28,16 @@ from flask.testing import FlaskCliRunner
 
 import flask_authflow
 from flask_authflow import AuthFlow, get_state
-from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow._core.crypto import SessionCrypto
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql import migrations
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.schema import add_tables_to, metadata
-from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
-from flask_authflow.testing.users import add_user
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql import migrations
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.schema import add_tables_to, metadata
+from flask_authflow.storage._sql.session_store import SqlAlchemySessionStore
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.parts import child_processes
 
@@ -483,7 +483,7 @@ def test_a_database_made_by_this_versions_models_is_stamped_at_head(
 ) -> None:
     """``SqlAlchemyBackend(url)`` creates the tables from the models without a version
     table; a later ``db upgrade`` recognises them as head instead of refusing them."""
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
     backend = SqlAlchemyBackend(database_url)
     backend.create_user("acme", "alice")

@@ -15,11 +15,11 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from flask_authflow.core.identifiers import normalise_email
+from flask_authflow._core.identifiers import normalise_email
 from flask_authflow.errors import UserExists
-from flask_authflow.storage.sql import migrations
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.schema import audit_table, metadata, users_table
+from flask_authflow.storage._sql import migrations
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.schema import audit_table, metadata, users_table
 
 pytestmark = pytest.mark.authflow_stores("sql")
 

@@ -14,7 +14,7 @@ from flask import Flask
 
 from examples.spa.app import authflow, create_app
 from examples.spa.mobile_client import MobileClient, Refused
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 from tests.oidc_parts import serve_app
 
 pytestmark = pytest.mark.http

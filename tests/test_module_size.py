@@ -13,7 +13,7 @@ import flask_authflow
 PACKAGE = Path(flask_authflow.__file__).parent
 LIMIT = 600
 #: The cut rooms and their tighter limit.
-CUT_ROOMS = ("storage/memory", "federation", "testing/provider")
+CUT_ROOMS = ("storage/_memory", "federation", "testing/_provider")
 CUT_LIMIT = 400
 
 

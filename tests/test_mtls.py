@@ -28,15 +28,15 @@ import requests.adapters
 from flask import Flask
 from requests.structures import CaseInsensitiveDict
 
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
+from flask_authflow._web.state import get_state
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.federation.errors import Discovery
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.presets import preset
-from flask_authflow.federation.provider import OAuthProvider, OAuthProviderConfig
+from flask_authflow.federation._errors import Discovery
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._presets import preset
+from flask_authflow.federation._provider import OAuthProvider, OAuthProviderConfig
 from flask_authflow.issuer import LocalIdpSigningKey, MemoryLocalIdpKeyStore
-from flask_authflow.testing.provider import TestOpenIDProvider
-from flask_authflow.web.state import get_state
+from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.federation_support import (
     CLIENT_ID,
     CLIENT_SECRET,
@@ -488,8 +488,8 @@ def test_a_bound_provider_token_survives_pickling_with_its_certificate() -> None
     """A worker process hands its token back through a queue: the certificate comes along."""
     import pickle
 
-    from flask_authflow.federation.dpop import BearerAuth
-    from flask_authflow.federation.provider_tokens import ProviderToken
+    from flask_authflow.federation._dpop import BearerAuth
+    from flask_authflow.federation._provider_tokens import ProviderToken
 
     made = ProviderToken("at-1", "Bearer", BearerAuth("at-1"), ("c.pem", "k.pem"), "ca.pem")
     token = pickle.loads(pickle.dumps(made))

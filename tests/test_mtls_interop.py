@@ -20,13 +20,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
-from flask_authflow.clock import SystemClock
-from flask_authflow.federation.ceremony import Ceremony
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.par import PushedRequestRefused
-from flask_authflow.federation.presets import preset
-from flask_authflow.federation.provider import OAuthProvider, OAuthProviderConfig
-from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow._clock import SystemClock
+from flask_authflow.federation._ceremony import Ceremony
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._par import PushedRequestRefused
+from flask_authflow.federation._presets import preset
+from flask_authflow.federation._provider import OAuthProvider, OAuthProviderConfig
+from flask_authflow.storage._memory import InMemoryBackend
 from tests.mtls_certs import CLIENT_SUBJECT, Certs, make_certs, make_self_signed
 from tests.oidc_parts import CLIENT_ID, OidcProviderProcess, drive_login, start_oidc_provider
 from tests.parts import free_port, wait_for_port

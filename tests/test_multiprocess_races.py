@@ -30,21 +30,21 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from flask_authflow.core.crypto import SessionCrypto
-from flask_authflow.core.ports import AttemptKey, FactorConfig
-from flask_authflow.core.session import (
+from flask_authflow._core.crypto import SessionCrypto
+from flask_authflow._core.ports import AttemptKey, FactorConfig
+from flask_authflow._core.session import (
     SessionRecord,
     new_guest_record,
     new_session_id,
     pass_factor,
     start_login,
 )
+from flask_authflow._outcomes import FactorKind
 from flask_authflow.errors import RotationRefused
-from flask_authflow.issuer.keys import LocalIdpSigningKey
-from flask_authflow.outcomes import FactorKind
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend, attempts_table
-from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
-from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore, sessions_table
+from flask_authflow.issuer._keys import LocalIdpSigningKey
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend, attempts_table
+from flask_authflow.storage._sql.keystore import SqlAlchemyLocalIdpKeyStore
+from flask_authflow.storage._sql.session_store import SqlAlchemySessionStore, sessions_table
 from tests.parts import child_processes
 
 pytestmark = [pytest.mark.postgres, pytest.mark.multiprocess]

@@ -1,7 +1,7 @@
 """No capability probing of stores, services or app state.
 
 What a store, a backend or a service can do is decided by configuration at wiring time
-(:class:`~flask_authflow.core.ports.StorePorts`: the ports a backend declares, ``None``
+(:class:`~flask_authflow._core.ports.StorePorts`: the ports a backend declares, ``None``
 for what it lacks), never discovered at run time. This test reads every module of the
 package with ``ast`` and fails on a call of ``isinstance``, ``getattr`` or ``hasattr``
 that asks a store, a backend, a service or the app's state what it is or has.
@@ -64,12 +64,12 @@ VALUE_TYPES = frozenset(
 ALLOWED: dict[tuple[str, str], str] = {
     # get_state() checks that app.extensions["authflow"] holds the state init_app put there
     # (a type assertion on the value under the package's own key, for mypy), not a capability.
-    ("web/state.py", "isinstance(state, AuthFlowState)"): "the package's own value under its own key",
+    ("_web/state.py", "isinstance(state, AuthFlowState)"): "the package's own value under its own key",
     # Flask-WTF's CSRFProtect, another library's extension under its documented key: we
     # follow its CSRF rules when the app installed it. Not one of our stores or services.
-    ("web/csrf.py", "isinstance(extension, CSRFProtect)"): "Flask-WTF's extension, not ours",
+    ("_web/csrf.py", "isinstance(extension, CSRFProtect)"): "Flask-WTF's extension, not ours",
     (
-        "web/ssf_views.py",
+        "_web/ssf_views.py",
         "getattr(app.extensions.get('csrf'), 'exempt', None)",
     ): "Flask-WTF's extension, not ours",
 }

@@ -4,7 +4,7 @@ The tests act as the relying party with plain ``requests`` (authorize with PKCE 
 provider's development login and consent pages, the token exchange) and check what comes back
 with our own verifier (:class:`flask_authflow.jose.JwtVerifier`): RS256 and ES256 ID tokens, key
 rotation between two logins, RP-initiated logout and the back-channel logout token it POSTs.
-Then our own relying party (:class:`~flask_authflow.federation.provider.OAuthProvider`) logs
+Then our own relying party (:class:`~flask_authflow.federation._provider.OAuthProvider`) logs
 in against it: ES256, PS256 and RS256 ID tokens under a pinned algorithm, a client secret
 with ``+%&=`` (client_secret_basic form-urlencodes it), client_secret_post, a key
 rotation one second after a login, and stored tokens refreshed after the access token
@@ -25,15 +25,15 @@ import pytest
 import requests
 from flask import Flask, request
 
-from flask_authflow.clock import SystemClock
+from flask_authflow._clock import SystemClock
 from flask_authflow.errors import TokenVerificationError, UnknownKeyId
-from flask_authflow.federation.ceremony import Ceremony
-from flask_authflow.federation.errors import IdTokenValidation, TokenExchange
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.provider import OAuthProvider, OAuthProviderConfig
+from flask_authflow.federation._ceremony import Ceremony
+from flask_authflow.federation._errors import IdTokenValidation, TokenExchange
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._provider import OAuthProvider, OAuthProviderConfig
 from flask_authflow.jose import JwksHandle, JwtVerifier, VerifiedClaims, b64url_encode, parse_public_jwk
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.provider import BACKCHANNEL_LOGOUT_EVENT
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._provider import BACKCHANNEL_LOGOUT_EVENT
 from tests import oidc_parts
 from tests.oidc_parts import (
     SPECIAL_SECRET,

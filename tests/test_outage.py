@@ -27,20 +27,20 @@ from flask.testing import FlaskClient
 from sqlalchemy import event, func, select
 
 from flask_authflow import AuthFlow, fresh_login_required, login_required
-from flask_authflow.audit.context import AuditContext
-from flask_authflow.audit.sinks import hash_session_id
-from flask_authflow.clock import MockClock
-from flask_authflow.core.crypto import SessionCrypto
-from flask_authflow.core.ports import AttemptKey
-from flask_authflow.core.session import AuthSession, SessionRecord, new_guest_record
+from flask_authflow._clock import MockClock
+from flask_authflow._core.crypto import SessionCrypto
+from flask_authflow._core.ports import AttemptKey
+from flask_authflow._core.session import AuthSession, SessionRecord, new_guest_record
+from flask_authflow._outcomes import Authenticated, FactorCredential, InvalidCredential
+from flask_authflow.audit._context import AuditContext
+from flask_authflow.audit._sinks import hash_session_id
 from flask_authflow.errors import AuditWriteError, StoreUnavailable
-from flask_authflow.login.service import AuthnService
-from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend, attempts_table, audit_table
-from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
-from flask_authflow.testing.users import add_user
+from flask_authflow.login._service import AuthnService
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend, attempts_table, audit_table
+from flask_authflow.storage._sql.session_store import SqlAlchemySessionStore
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.authn_support import FAST_HASHER
 from tests.parts import PostgresServer, start_postgres

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from flask import Flask
 
-from flask_authflow.web import outgoing_mail
+from flask_authflow._web import outgoing_mail
 from tests.appfactory import AppFactory
 
 

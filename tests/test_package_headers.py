@@ -1,6 +1,6 @@
 """``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer`` on every answer
 of the package's blueprints (pages, JSON, refusals), and on none of the application's own
-views unless it registers :func:`flask_authflow.responses.package_headers` itself.
+views unless it registers :func:`flask_authflow._responses.package_headers` itself.
 
 Reset and verification links carry their token in the URL: with ``no-referrer`` the page
 they open never hands it to another site in a ``Referer``. Every rule of the four
@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 from flask.testing import FlaskClient
 
-from flask_authflow.responses import PACKAGE_HEADERS, package_headers
-from flask_authflow.testing.provider import TestOpenIDProvider
+from flask_authflow._responses import PACKAGE_HEADERS, package_headers
+from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.appfactory import AppFactory
 from tests.test_deep_json import full_site, package_rules, path_of, signed_in
 from tests.test_views import Site

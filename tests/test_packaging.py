@@ -240,7 +240,7 @@ def test_the_wheels_metadata_says_what_pyproject_says(dists: Dists) -> None:
     required = {re.split(r"[<>=\[; ]", line, maxsplit=1)[0] for line in meta.get_all("Requires-Dist") or []}
     assert {re.split(r"[<>=\[]", dep, maxsplit=1)[0] for dep in project["dependencies"]} <= required
     assert set(project["optional-dependencies"]) <= set(meta.get_all("Provides-Extra") or [])
-    assert "[pytest11]\nauthflow = flask_authflow.testing.pytest_plugin" in entry_points
+    assert "[pytest11]\nauthflow = flask_authflow.testing._pytest_plugin" in entry_points
 
 
 def test_the_wheel_holds_every_file_of_the_package_and_nothing_else(dists: Dists) -> None:
@@ -252,10 +252,10 @@ def test_the_wheel_holds_every_file_of_the_package_and_nothing_else(dists: Dists
     for needed in (
         "flask_authflow/py.typed",
         "flask_authflow/login/data/common-passwords.txt",
-        "flask_authflow/web/templates/authflow/login.html",
-        "flask_authflow/storage/sql/migrations/env.py",
-        "flask_authflow/storage/sql/migrations/script.py.mako",
-        "flask_authflow/storage/sql/migrations/versions/authflow_0001_baseline.py",
+        "flask_authflow/_web/templates/authflow/login.html",
+        "flask_authflow/storage/_sql/migrations/env.py",
+        "flask_authflow/storage/_sql/migrations/script.py.mako",
+        "flask_authflow/storage/_sql/migrations/versions/authflow_0001_baseline.py",
         "flask_authflow/translations/de/LC_MESSAGES/flask_authflow.mo",
         "flask_authflow/translations/fr/LC_MESSAGES/flask_authflow.mo",
     ):
@@ -297,7 +297,7 @@ from importlib.resources import files
 from pathlib import Path
 
 import flask_authflow
-from flask_authflow.storage.sql.migrations import current, head, upgrade
+from flask_authflow.storage._sql.migrations import current, head, upgrade
 
 root = files("flask_authflow")
 direct = json.loads(distribution("flask-authflow").read_text("direct_url.json") or "{}")
@@ -390,7 +390,7 @@ def test_the_reference_app_runs_on_the_installed_wheel(fresh_python: Path, tmp_p
 
 
 INSTALLED_PLUGIN_TEST = """
-import flask_authflow.testing.pytest_plugin as plugin
+import flask_authflow.testing._pytest_plugin as plugin
 
 
 def test_the_plugin_is_the_installed_one(request):

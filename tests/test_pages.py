@@ -14,9 +14,9 @@ from flask import render_template_string
 from flask.testing import FlaskClient
 
 from flask_authflow import AuthFlow, fresh_login_required, get_state, login_required
+from flask_authflow._web.views.common import MESSAGES, readable_time
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.views.common import MESSAGES, readable_time
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.test_views import (
     PASSWORD,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from flask_authflow._settings import apply_defaults
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.settings import apply_defaults
 
 REPO = Path(__file__).resolve().parent.parent
 #: "the spec" (a document outside the repository), design notes, and paths into docs/.

@@ -10,8 +10,8 @@ import pytest
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from flask_authflow.clock import MockClock
-from flask_authflow.testing.provider import TestOpenIDProvider
+from flask_authflow._clock import MockClock
+from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.federation_support import PROVIDER, FederatedApp, federated_app
 
 HTML = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}

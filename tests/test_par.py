@@ -9,12 +9,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from flask_authflow.clock import MockClock
-from flask_authflow.federation.ceremony import Ceremony
-from flask_authflow.federation.errors import Discovery
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.provider import OAuthProvider, OAuthProviderConfig
-from flask_authflow.testing.provider import TestOpenIDProvider
+from flask_authflow._clock import MockClock
+from flask_authflow.federation._ceremony import Ceremony
+from flask_authflow.federation._errors import Discovery
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._provider import OAuthProvider, OAuthProviderConfig
+from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.federation_support import CLIENT_ID, CLIENT_SECRET, PROVIDER, REDIRECT_URI, federated_app
 
 

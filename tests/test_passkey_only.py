@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from flask_authflow._outcomes import FactorKind
+from flask_authflow._web.state import get_state
 from flask_authflow.errors import ConfigurationError, StoreUnavailable
-from flask_authflow.outcomes import FactorKind
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.web.state import get_state
+from flask_authflow.testing._pytest_plugin import Outbox
 from tests.appfactory import AppFactory
 from tests.test_views import FRESHNESS_PASSED, Site, csrf_of, login, make_site, real_factors
 from tests.webauthn_soft import SoftAuthenticator

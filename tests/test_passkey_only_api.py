@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.web.state import get_state
+from flask_authflow._web.state import get_state
+from flask_authflow.testing._pytest_plugin import Outbox
 from tests.appfactory import AppFactory
 from tests.headless_support import KINDS, ApiClient
 from tests.test_passkey_only import PASSKEY_CONFIG, token_in

@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
+from flask_authflow._clock import MockClock
+from flask_authflow._core.factors import Rejected
+from flask_authflow._core.session import AuthSession, SessionRecord
+from flask_authflow._outcomes import Authenticated, FactorCredential, FactorKind
 from flask_authflow.authz import AuthzSettings, Entity, Evaluator, Principal, load_policies
-from flask_authflow.clock import MockClock
-from flask_authflow.core.factors import Rejected
-from flask_authflow.core.session import AuthSession, SessionRecord
-from flask_authflow.login.service import AuthnRequest, AuthnService
-from flask_authflow.login.sign_in_ways import LastSignInWay
-from flask_authflow.mfa.webauthn import WebAuthnFactor, WebAuthnSettings
-from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.login._service import AuthnRequest, AuthnService
+from flask_authflow.login._sign_in_ways import LastSignInWay
+from flask_authflow.mfa._webauthn import WebAuthnFactor, WebAuthnSettings
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 from tests.authn_support import CTX, FAST_HASHER, fast_hasher, new_session
 from tests.concurrency import run_together
 from tests.parts import child_processes

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock
-from flask_authflow.login import recovery
-from flask_authflow.login.recovery import PasswordReplaced
-from flask_authflow.login.service import AuthnService
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow._clock import MockClock
+from flask_authflow.login import _recovery as recovery
+from flask_authflow.login._recovery import PasswordReplaced
+from flask_authflow.login._service import AuthnService
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._users import add_user
 from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.parts import child_processes
 

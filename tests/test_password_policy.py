@@ -15,6 +15,8 @@ from flask import Flask
 
 import flask_authflow
 from flask_authflow import AuthFlow, FactorKind, get_state, login_required
+from flask_authflow._web.config import load_config
+from flask_authflow._web.state import account_admin
 from flask_authflow.errors import (
     ConfigurationError,
     InvalidInput,
@@ -22,21 +24,19 @@ from flask_authflow.errors import (
     PasswordTooLong,
     WeakPassword,
 )
-from flask_authflow.login.accounts import AccountAdmin
-from flask_authflow.login.password import PasswordHasher, PasswordMatch
-from flask_authflow.login.password_policy import (
+from flask_authflow.login._accounts import AccountAdmin
+from flask_authflow.login._password import PasswordHasher, PasswordMatch
+from flask_authflow.login._password_policy import (
     MAX_PASSWORD_BYTES,
     PasswordPolicy,
     common_passwords,
     normalise_password,
 )
-from flask_authflow.login.settings import PasswordPolicySettings
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.pytest_plugin import login_test_client
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.config import load_config
-from flask_authflow.web.state import account_admin
+from flask_authflow.login._settings import PasswordPolicySettings
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._pytest_plugin import login_test_client
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory, base_app
 from tests.parts import missing_part
 
@@ -377,7 +377,7 @@ def test_init_app_refuses_a_minimum_below_nist() -> None:
 
 
 def test_public_names() -> None:
-    assert flask_authflow.login.password_policy.PasswordPolicy is PasswordPolicy
+    assert flask_authflow.login._password_policy.PasswordPolicy is PasswordPolicy
     assert flask_authflow.errors.WeakPassword is WeakPassword
     assert issubclass(WeakPassword, InvalidInput)
 

@@ -10,19 +10,20 @@ from typing import Any
 import pytest
 
 from flask_authflow import signals
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
+from flask_authflow._outcomes import Authenticated, FactorCredential, FactorKind, FactorRequired
 from flask_authflow.errors import InvalidInput, WeakPassword
-from flask_authflow.login import account_tokens, password_reset
-from flask_authflow.login.account_tokens import (
+from flask_authflow.login import _account_tokens as account_tokens
+from flask_authflow.login import _password_reset as password_reset
+from flask_authflow.login._account_tokens import (
     AccountTokenExpired,
     AccountTokenInvalid,
     AccountTokenUsed,
     IssuedToken,
 )
-from flask_authflow.login.accounts import AccountAdmin
-from flask_authflow.login.password_policy import PasswordPolicy
-from flask_authflow.login.password_reset import PasswordResetDone
-from flask_authflow.outcomes import Authenticated, FactorCredential, FactorKind, FactorRequired
+from flask_authflow.login._accounts import AccountAdmin
+from flask_authflow.login._password_policy import PasswordPolicy
+from flask_authflow.login._password_reset import PasswordResetDone
 from tests.authn_support import CTX, new_session
 from tests.store_contract import race
 from tests.test_factors_otp import PASSWORD, Env, _backend

@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock, SystemClock
-from flask_authflow.login import account_tokens, password_reset
-from flask_authflow.login.account_tokens import AccountTokenUsed
-from flask_authflow.login.service import AuthnService
-from flask_authflow.outcomes import FactorCredential, FactorKind, FactorRequired
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow._clock import MockClock, SystemClock
+from flask_authflow._outcomes import FactorCredential, FactorKind, FactorRequired
+from flask_authflow.login import _account_tokens as account_tokens
+from flask_authflow.login import _password_reset as password_reset
+from flask_authflow.login._account_tokens import AccountTokenUsed
+from flask_authflow.login._service import AuthnService
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._users import add_user
 from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.parts import child_processes
 

@@ -13,8 +13,9 @@ import pyotp
 import pytest
 from flask.testing import FlaskClient
 
-from flask_authflow.login import account_tokens, password_reset
-from flask_authflow.web.state import account_admin
+from flask_authflow._web.state import account_admin
+from flask_authflow.login import _account_tokens as account_tokens
+from flask_authflow.login import _password_reset as password_reset
 from tests.appfactory import AppFactory
 from tests.test_views import PASSWORD, Site, csrf_of, login, make_site
 

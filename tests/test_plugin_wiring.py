@@ -22,13 +22,13 @@ import pytest
 from flask import Flask
 
 from flask_authflow import AuthFlow, get_state
-from flask_authflow.clock import MockClock, SystemClock
+from flask_authflow._clock import MockClock, SystemClock
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.wiring import PluginWiring
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._wiring import PluginWiring
 
 pytest_plugins = ["pytester"]
 
@@ -79,7 +79,7 @@ from datetime import timedelta
 import pytest
 
 from flask_authflow import get_state
-from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage._memory import InMemoryBackend
 
 
 def test_mock_clock_reaches_the_app(logged_in_client, mock_clock):
@@ -130,7 +130,7 @@ def test_sql_wiring_accepts_a_database_inside_tmp_path(pytester: pytest.Pytester
 import pytest
 
 from flask_authflow import get_state
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 from myapp import create_app
 
 
@@ -204,9 +204,9 @@ import inspect
 import pytest
 
 from flask_authflow import AuthFlow, get_state
-from flask_authflow.clock import SystemClock
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow._clock import SystemClock
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
 
 def test_the_plugin_is_installed_and_patches_nothing(request):

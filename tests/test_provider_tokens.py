@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 from flask_authflow.errors import ConfigurationError
 from flask_authflow.federation import (
     Discovery,
@@ -22,10 +22,10 @@ from flask_authflow.federation import (
     RefreshTokenExpired,
     TokenExchange,
 )
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.provider import OAuthProviderConfig, TokenSet
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.provider import TestOpenIDProvider
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._provider import OAuthProviderConfig, TokenSet
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.provider_tokens_support import PROVIDER, Keeper, Scripted, keeper, provider_config
 
 JSON = "application/json"

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock, SystemClock
-from flask_authflow.core.ports import ProviderTokenStore, StoredProviderTokens
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.provider import OAuthProviderConfig
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow._clock import MockClock, SystemClock
+from flask_authflow._core.ports import ProviderTokenStore, StoredProviderTokens
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._provider import OAuthProviderConfig
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 from tests.federation_support import ServedProvider
 from tests.parts import PostgresServer, child_processes
 from tests.protocols import missing_members

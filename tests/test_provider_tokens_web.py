@@ -11,11 +11,11 @@ import pytest
 from flask.testing import FlaskClient
 
 from flask_authflow import current_user
-from flask_authflow.clock import MockClock
-from flask_authflow.testing.provider import TestOpenIDProvider
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.state import account_admin
-from flask_authflow.web.views import csrf_token
+from flask_authflow._clock import MockClock
+from flask_authflow._web.state import account_admin
+from flask_authflow._web.views import csrf_token
+from flask_authflow.testing._provider import TestOpenIDProvider
+from flask_authflow.testing._users import add_user
 from tests.federation_support import PROVIDER, FederatedApp, federated_app
 from tests.provider_tokens_support import Scripted
 

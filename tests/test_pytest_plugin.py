@@ -14,13 +14,13 @@ import pytest
 from flask import Flask
 
 from flask_authflow import AuthFlow, get_state
-from flask_authflow.clock import MockClock
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.outcomes import FactorKind
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.pytest_plugin import login_test_client
-from flask_authflow.testing.users import add_user
+from flask_authflow._clock import MockClock
+from flask_authflow._outcomes import FactorKind
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._pytest_plugin import login_test_client
+from flask_authflow.testing._users import add_user
 
 pytest_plugins = ["pytester"]
 
@@ -35,9 +35,9 @@ from datetime import timedelta
 import pytest
 
 from flask_authflow import AuthState, get_state
-from flask_authflow.clock import MockClock
-from flask_authflow.testing.fixture import LocalIdpFixture
-from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT, Outbox
+from flask_authflow._clock import MockClock
+from flask_authflow.testing._fixture import LocalIdpFixture
+from flask_authflow.testing._pytest_plugin import TEST_USER_AGENT, Outbox
 
 
 def session_of(client):
@@ -126,7 +126,7 @@ import pytest
 from flask import Flask
 
 from flask_authflow import AuthFlow, current_session, login_required
-from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage._memory import InMemoryBackend
 
 CREATED = []
 

@@ -19,20 +19,21 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from flask_authflow import login_required
-from flask_authflow.audit.sinks import AuditRecord
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import ApiTokenRecord, AttemptKey
-from flask_authflow.core.session import sid_hash
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import ApiTokenRecord, AttemptKey
+from flask_authflow._core.session import sid_hash
+from flask_authflow._web.api_auth import token_service
+from flask_authflow._web.state import account_admin, get_state
+from flask_authflow.audit._sinks import AuditRecord
 from flask_authflow.errors import AuditWriteError
-from flask_authflow.login import account_tokens, recovery
-from flask_authflow.login.service import AuthnService
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.migrations import upgrade
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.api_auth import token_service
-from flask_authflow.web.state import account_admin, get_state
+from flask_authflow.login import _account_tokens as account_tokens
+from flask_authflow.login import _recovery as recovery
+from flask_authflow.login._service import AuthnService
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.migrations import upgrade
+from flask_authflow.testing._pytest_plugin import Outbox
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.test_views import csrf_of

@@ -29,27 +29,27 @@ import redis
 from sqlalchemy import create_engine, inspect, text
 
 from flask_authflow import current_session, get_state, login_required
-from flask_authflow.clock import MockClock, SystemClock
-from flask_authflow.core.crypto import SessionCrypto
-from flask_authflow.core.ports import SessionStore
-from flask_authflow.core.session import (
+from flask_authflow._clock import MockClock, SystemClock
+from flask_authflow._core.crypto import SessionCrypto
+from flask_authflow._core.ports import SessionStore
+from flask_authflow._core.session import (
     SessionRecord,
     complete_login,
     new_guest_record,
     new_session_id,
     sid_hash,
 )
+from flask_authflow._web.config import load_config
+from flask_authflow._web.state import account_admin
 from flask_authflow.errors import (
     ConfigurationError,
     MissingExtraError,
     SessionDecryptError,
     StoreUnavailable,
 )
-from flask_authflow.sessions.stores import deserialize_record
-from flask_authflow.storage.redis_sessions import RedisSessionStore
-from flask_authflow.testing.pytest_plugin import login_test_client
-from flask_authflow.web.config import load_config
-from flask_authflow.web.state import account_admin
+from flask_authflow.sessions._stores import deserialize_record
+from flask_authflow.storage._redis_sessions import RedisSessionStore
+from flask_authflow.testing._pytest_plugin import login_test_client
 from tests import test_session_revocation as revocation
 from tests.appfactory import AppFactory
 from tests.concurrency import run_together
@@ -760,7 +760,7 @@ def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_the_module_imports_without_redis() -> None:
     program = (
         "import sys; sys.modules['redis'] = None\n"
-        "from flask_authflow.storage.redis_sessions import RedisSessionStore\n"
+        "from flask_authflow.storage._redis_sessions import RedisSessionStore\n"
         "print(RedisSessionStore.__name__)\n"
     )
     out = subprocess.run(

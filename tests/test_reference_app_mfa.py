@@ -21,9 +21,9 @@ from flask.testing import FlaskClient
 
 from examples.reference.app import create_app
 from flask_authflow import FactorKind, get_state
-from flask_authflow.clock import MockClock
-from flask_authflow.mfa.webauthn import WebAuthnFactor, WebAuthnSettings
-from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
+from flask_authflow._clock import MockClock
+from flask_authflow.mfa._webauthn import WebAuthnFactor, WebAuthnSettings
+from flask_authflow.testing._pytest_plugin import TEST_USER_AGENT
 from tests.webauthn_soft import SoftAuthenticator
 
 PASSWORD = "wonderland-rabbit-42"

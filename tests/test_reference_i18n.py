@@ -17,7 +17,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from examples.reference.app import authflow, create_app
-from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
+from flask_authflow.testing._pytest_plugin import TEST_USER_AGENT
 from tests.parts import missing_part, require_marker
 
 pytest.importorskip("flask_babel", reason="Flask-Babel is in the [babel] and [dev] extras")

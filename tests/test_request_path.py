@@ -13,8 +13,8 @@ from flask import Flask
 from itsdangerous import Signer
 
 from flask_authflow import get_state, login_required
-from flask_authflow.sessions.interface import COOKIE_SALT, AuthFlowSessionInterface
-from flask_authflow.testing.pytest_plugin import login_test_client
+from flask_authflow.sessions._interface import COOKIE_SALT, AuthFlowSessionInterface
+from flask_authflow.testing._pytest_plugin import login_test_client
 from tests.appfactory import AppFactory
 from tests.test_devices_web import COOKIE, FIREFOX, device_cookie, make_device_site, sign_in
 
@@ -47,7 +47,7 @@ def test_no_app_wide_device_hook_and_the_sign_in_still_sets_the_device_cookie(
 ) -> None:
     site = make_device_site(app_factory)
     hooks = [hook for funcs in site.app.after_request_funcs.values() for hook in funcs]
-    assert not any(hook.__module__ == "flask_authflow.web.devices" for hook in hooks)
+    assert not any(hook.__module__ == "flask_authflow._web.devices" for hook in hooks)
     client = site.client(FIREFOX)
     assert device_cookie(client) is None
     assert sign_in(client).status_code == 302
@@ -81,7 +81,7 @@ def test_a_binding_mismatch_is_counted_once_per_request(app_factory: AppFactory)
 
 
 def test_a_protected_get_selects_no_locale(app_factory: AppFactory, monkeypatch: Any) -> None:
-    import flask_authflow.i18n as i18n
+    import flask_authflow._i18n as i18n
 
     app = app_factory()
     _protected(app)
@@ -176,7 +176,7 @@ def test_a_bearer_user_is_not_the_next_requests_user_in_a_shared_app_context(
 def test_a_device_cookie_read_by_one_request_is_not_the_next_requests_in_a_shared_app_context(
     app_factory: AppFactory,
 ) -> None:
-    from flask_authflow.web.devices import current_device_id
+    from flask_authflow._web.devices import current_device_id
 
     site = make_device_site(app_factory)
 
@@ -194,7 +194,7 @@ def test_a_device_cookie_read_by_one_request_is_not_the_next_requests_in_a_share
 def test_a_json_body_parsed_by_one_request_is_not_the_next_requests_in_a_shared_app_context(
     app_factory: AppFactory,
 ) -> None:
-    from flask_authflow.web.json_body import json_body
+    from flask_authflow._web.json_body import json_body
 
     app = app_factory()
 

@@ -13,8 +13,8 @@ import pytest
 from flask.testing import FlaskClient
 
 from flask_authflow import get_state
-from flask_authflow.core.session import AuthState
-from flask_authflow.login import required_enrollment
+from flask_authflow._core.session import AuthState
+from flask_authflow.login import _required_enrollment as required_enrollment
 from tests.appfactory import AppFactory
 from tests.parts import child_processes
 from tests.test_views import PASSWORD, Site, csrf_of, hidden_value, login, make_site, totp_now
@@ -174,7 +174,7 @@ RACERS = 3
 
 def _use_requirement(url: str, user_id: str, barrier: Any, out: Any) -> None:
     """What a completing enrollment decides: read the live requirement, then use it up."""
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
     backend = SqlAlchemyBackend(url, create_tables=False)
     try:
@@ -192,7 +192,7 @@ def _use_requirement(url: str, user_id: str, barrier: Any, out: Any) -> None:
 
 @pytest.mark.multiprocess
 def test_a_requirement_is_used_up_by_one_process(postgres_server: Any) -> None:
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
     url = postgres_server.new_database()
     backend = SqlAlchemyBackend(url)

@@ -24,13 +24,15 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.audit.context import AuditContext
-from flask_authflow.core.session import AuthSession, new_guest_record
+from flask_authflow._core.session import AuthSession, new_guest_record
+from flask_authflow._web.state import account_admin, get_state
+from flask_authflow.audit._context import AuditContext
 from flask_authflow.errors import AuthFlowError, StoreUnavailable
-from flask_authflow.login import account_tokens, email_change, password_reset
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.storage.sql.migrations import upgrade
-from flask_authflow.web.state import account_admin, get_state
+from flask_authflow.login import _account_tokens as account_tokens
+from flask_authflow.login import _email_change as email_change
+from flask_authflow.login import _password_reset as password_reset
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.storage._sql.migrations import upgrade
 from tests.appfactory import make_app
 from tests.parts import child_processes
 

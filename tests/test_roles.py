@@ -24,14 +24,14 @@ from flask_authflow import (
     roles_accepted,
     roles_required,
 )
-from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow._web import services
+from flask_authflow._web.state import get_state
+from flask_authflow.sessions._stores import MemorySessionStore
 from flask_authflow.signals import roles_changed
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.schema import audit_table, user_roles_table
-from flask_authflow.testing.users import add_user
-from flask_authflow.web import services
-from flask_authflow.web.state import get_state
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.schema import audit_table, user_roles_table
+from flask_authflow.testing._users import add_user
 
 JSON = {"Accept": "application/json"}
 HTML = {"Accept": "text/html,application/xhtml+xml"}
@@ -370,7 +370,7 @@ def test_a_view_naming_a_role_nobody_created_refuses_with_403(app: Flask, logged
 def test_revision_0003_adds_the_role_tables_and_keeps_what_a_store_created(
     database_url: str, authflow_hasher
 ) -> None:
-    from flask_authflow.storage.sql import migrations
+    from flask_authflow.storage._sql import migrations
     from tests.test_migrations import schema_differences
 
     engine = sa.create_engine(database_url)

@@ -2,7 +2,7 @@
 
 Each test is one module of the conformance suite's RP plans, named after the module's
 ``rp-...`` name (the suite's own module name is in its docstring). The provider is the
-scriptable :class:`~flask_authflow.testing.provider.TestOpenIDProvider` served on a real
+scriptable :class:`~flask_authflow.testing._provider.TestOpenIDProvider` served on a real
 127.0.0.1 port, shaped like the suite's: an issuer ending in ``/``, keys published
 without ``alg``, RS256 ID tokens with ``at_hash``. The relying party is the reference app
 (``examples.reference.app``) with the documented minimal configuration: discovery URL,
@@ -45,7 +45,7 @@ from flask.testing import FlaskClient
 
 from examples.reference.app import create_app
 from flask_authflow import get_state
-from flask_authflow.testing.provider import TestOpenIDProvider
+from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.federation_support import ServedProvider
 
 # A deployment over real HTTP: the app keeps its wall clock (its JWKS refetch floor is waited

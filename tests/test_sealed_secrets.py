@@ -15,11 +15,11 @@ import pyotp
 import pytest
 from flask import Flask
 
-from flask_authflow.clock import MockClock
-from flask_authflow.outcomes import FactorKind
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT
-from flask_authflow.web.state import get_state
+from flask_authflow._clock import MockClock
+from flask_authflow._outcomes import FactorKind
+from flask_authflow._web.state import get_state
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._pytest_plugin import TEST_USER_AGENT
 from tests.appfactory import AppFactory
 
 PASSWORD = "correct-horse-42-battery"

@@ -16,9 +16,9 @@ import pyotp
 import pytest
 from flask.testing import FlaskClient
 
+from flask_authflow._outcomes import FactorKind
+from flask_authflow._web.state import get_state
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.outcomes import FactorKind
-from flask_authflow.web.state import get_state
 from tests.appfactory import AppFactory, HtmlOutbox
 from tests.federation_support import PROVIDER, FederatedApp
 from tests.test_federation_linking import _bob, _link, _token

@@ -14,9 +14,10 @@ import pytest
 from flask import Flask
 
 from flask_authflow import AuthFlow
+from flask_authflow._core.session import sid_hash
+from flask_authflow._outcomes import Authenticated, FactorKind, FactorRequired
 from flask_authflow.api_auth import Tokens
 from flask_authflow.authz import Roles
-from flask_authflow.core.session import sid_hash
 from flask_authflow.devices import Devices
 from flask_authflow.errors import (
     AuditWriteError,
@@ -28,11 +29,10 @@ from flask_authflow.errors import (
 )
 from flask_authflow.federation import Federation
 from flask_authflow.login import Accounts, Factors, Login
-from flask_authflow.outcomes import Authenticated, FactorKind, FactorRequired
 from flask_authflow.sessions import Sessions
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.pytest_plugin import login_test_client
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._pytest_plugin import login_test_client
 
 PASSWORD = "plum tuesday kettle orbit 47"
 
@@ -315,14 +315,17 @@ def test_every_decorator_comes_from_the_facade_and_the_docs_import_it_there() ->
     from pathlib import Path
 
     import flask_authflow
-    from flask_authflow.web import decorators
+    from flask_authflow._web import decorators
 
     wanted = {name for name in decorators.__all__ if name.endswith(("_required", "_accepted"))}
     assert wanted | {"authorize"} <= set(flask_authflow.__all__)
     repo = Path(__file__).resolve().parent.parent
     below = re.compile(
-        r"from flask_authflow\.web\.(decorators|authz) import [^\n]*\b(\w+_required|\w+_accepted|authorize)\b"
+        r"from flask_authflow\._web\.(decorators|authz) import "
+        r"[^\n]*\b(\w+_required|\w+_accepted|authorize)\b"
     )
-    assert below.search("from flask_authflow.web.decorators import api_scopes_required")  # the check can fail
+    assert below.search(
+        "from flask_authflow._web.decorators import api_scopes_required"
+    )  # the check can fail
     pages = [*repo.glob("docs/*.rst"), repo / "README.rst"]
     assert [page.name for page in pages if below.search(page.read_text(encoding="utf-8"))] == []

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from flask_authflow.core.crypto import ENVELOPE_VERSION, SessionCrypto, derive_key
+from flask_authflow._core.crypto import ENVELOPE_VERSION, SessionCrypto, derive_key
 from flask_authflow.errors import ConfigurationError, SessionDecryptError, SessionError
 
 KEY = bytes(range(32))

@@ -16,9 +16,9 @@ from itsdangerous import Signer, want_bytes
 from werkzeug.http import parse_date
 from werkzeug.test import TestResponse
 
-from flask_authflow.clock import MockClock
-from flask_authflow.core.crypto import derive_key
-from flask_authflow.core.session import (
+from flask_authflow._clock import MockClock
+from flask_authflow._core.crypto import derive_key
+from flask_authflow._core.session import (
     AuthSession,
     AuthState,
     SessionRecord,
@@ -28,13 +28,13 @@ from flask_authflow.core.session import (
     start_login,
 )
 from flask_authflow.errors import ConfigurationError, StoreUnavailable
-from flask_authflow.sessions.interface import (
+from flask_authflow.sessions._interface import (
     FINGERPRINT_PURPOSE,
     MAX_COOKIE_LENGTH,
     AuthFlowSessionInterface,
     RequestSession,
 )
-from flask_authflow.sessions.stores import MemorySessionStore
+from flask_authflow.sessions._stores import MemorySessionStore
 
 KEY = b"K" * 32
 OLD_KEY = b"O" * 32

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from markupsafe import Markup
 
-from flask_authflow.core.session import (
+from flask_authflow._core.session import (
     CUSTOM_DATA_LIMIT,
     AuthSession,
     AuthState,
@@ -26,7 +26,7 @@ from flask_authflow.core.session import (
     step_up,
 )
 from flask_authflow.errors import SessionDataTooLarge
-from flask_authflow.sessions.stores import deserialize_record, serialize_record
+from flask_authflow.sessions._stores import deserialize_record, serialize_record
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=1)

@@ -23,15 +23,15 @@ import pytest
 from flask import Flask, Response, session
 
 from flask_authflow import AuthFlow
-from flask_authflow.clock import MockClock
-from flask_authflow.core.crypto import SessionCrypto
-from flask_authflow.core.ports import SessionStore
-from flask_authflow.core.session import AuthSession, new_guest_record, new_session_id
+from flask_authflow._clock import MockClock
+from flask_authflow._core.crypto import SessionCrypto
+from flask_authflow._core.ports import SessionStore
+from flask_authflow._core.session import AuthSession, new_guest_record, new_session_id
 from flask_authflow.errors import SessionDataTooLarge
-from flask_authflow.sessions.interface import AuthFlowSessionInterface
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
-from flask_authflow.testing.pytest_plugin import login_test_client
+from flask_authflow.sessions._interface import AuthFlowSessionInterface
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._sql.session_store import SqlAlchemySessionStore
+from flask_authflow.testing._pytest_plugin import login_test_client
 from tests.appfactory import AppFactory, base_app
 from tests.parts import child_processes
 from tests.test_session_interface import (

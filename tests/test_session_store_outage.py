@@ -11,11 +11,11 @@ import pytest
 from flask import Flask
 
 from flask_authflow import AuthFlow, current_session, get_state
+from flask_authflow._responses import SERVER_ERROR_MESSAGE
 from flask_authflow.errors import StoreUnavailable
-from flask_authflow.responses import SERVER_ERROR_MESSAGE
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 
 
@@ -114,8 +114,8 @@ def test_reading_a_session_during_an_outage_still_serves_a_guest(
 def test_any_sqlalchemy_error_in_the_session_store_is_store_unavailable(tmp_path: Path) -> None:
     from sqlalchemy.exc import InvalidRequestError
 
-    from flask_authflow.core.crypto import SessionCrypto
-    from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
+    from flask_authflow._core.crypto import SessionCrypto
+    from flask_authflow.storage._sql.session_store import SqlAlchemySessionStore
 
     store = SqlAlchemySessionStore(
         f"sqlite:///{tmp_path / 's.db'}", crypto=SessionCrypto(secrets.token_bytes(32))

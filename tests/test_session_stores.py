@@ -22,10 +22,10 @@ import pytest
 from sqlalchemy import Engine, event, select, text, update
 from sqlalchemy.exc import DBAPIError
 
-from flask_authflow.clock import MockClock
-from flask_authflow.core.crypto import SessionCrypto
-from flask_authflow.core.ports import MaintainedSessionStore, SessionStore
-from flask_authflow.core.session import (
+from flask_authflow._clock import MockClock
+from flask_authflow._core.crypto import SessionCrypto
+from flask_authflow._core.ports import MaintainedSessionStore, SessionStore
+from flask_authflow._core.session import (
     AuthState,
     SessionRecord,
     begin_flow,
@@ -36,13 +36,13 @@ from flask_authflow.core.session import (
     start_login,
 )
 from flask_authflow.errors import SessionDecryptError, SessionRecordError, StoreUnavailable
-from flask_authflow.sessions.stores import (
+from flask_authflow.sessions._stores import (
     RECORD_SCHEMA,
     MemorySessionStore,
     deserialize_record,
     serialize_record,
 )
-from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore, sessions_table
+from flask_authflow.storage._sql.session_store import SqlAlchemySessionStore, sessions_table
 from tests.parts import free_port
 from tests.protocols import missing_members
 

@@ -20,14 +20,14 @@ import pytest
 from flask import Flask
 from sqlalchemy import Engine, create_engine, event, select
 
-from flask_authflow.clock import MockClock
-from flask_authflow.core.crypto import SessionCrypto
-from flask_authflow.core.ports import SessionStore, SessionTouch
-from flask_authflow.core.session import SessionRecord, new_guest_record, new_session_id, sid_hash
+from flask_authflow._clock import MockClock
+from flask_authflow._core.crypto import SessionCrypto
+from flask_authflow._core.ports import SessionStore, SessionTouch
+from flask_authflow._core.session import SessionRecord, new_guest_record, new_session_id, sid_hash
 from flask_authflow.errors import StoreUnavailable
-from flask_authflow.sessions.interface import AuthFlowSessionInterface
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore, sessions_table
+from flask_authflow.sessions._interface import AuthFlowSessionInterface
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._sql.session_store import SqlAlchemySessionStore, sessions_table
 from tests.test_session_interface import COOKIE, KEY, cookie_value, logged_in, make_app, raw_get, sid_of
 from tests.test_session_stores import user_record
 
@@ -47,7 +47,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store
         if kind == "memory":
             store = MemorySessionStore(clock=clock)
         elif kind == "redis":
-            from flask_authflow.storage.redis_sessions import RedisSessionStore
+            from flask_authflow.storage._redis_sessions import RedisSessionStore
 
             server = request.getfixturevalue("redis_server")
             store = RedisSessionStore(server.url(), crypto=crypto, clock=clock, prefix=f"t{id(clock)}:")
@@ -433,7 +433,7 @@ def test_a_read_refused_on_a_no_wait_connection_is_read_again_on_a_waiting_one(t
 
 
 def test_the_redis_touch_is_one_command(redis_server: Any) -> None:
-    from flask_authflow.storage.redis_sessions import RedisSessionStore
+    from flask_authflow.storage._redis_sessions import RedisSessionStore
 
     clock = MockClock()
     store = RedisSessionStore(redis_server.url(), crypto=SessionCrypto(KEY), clock=clock, prefix="one:")
@@ -472,7 +472,7 @@ def test_the_redis_touch_is_one_command(redis_server: Any) -> None:
 def test_a_redis_record_from_before_the_folded_touch_is_touched_and_upgraded(redis_server: Any) -> None:
     """A record written without the last-seen and tenant-set fields (an earlier version) is
     still touched when due (a second call, which adds them); its next touch is the script's."""
-    from flask_authflow.storage.redis_sessions import RedisSessionStore
+    from flask_authflow.storage._redis_sessions import RedisSessionStore
 
     clock = MockClock()
     store = RedisSessionStore(redis_server.url(), crypto=SessionCrypto(KEY), clock=clock, prefix="old:")

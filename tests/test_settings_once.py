@@ -17,7 +17,7 @@ from flask import Flask
 
 from flask_authflow import AuthFlow, get_state
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.login.account_settings import AccountSettings
+from flask_authflow.login._account_settings import AccountSettings
 
 
 def test_account_settings_are_read_at_init_app_only(

@@ -12,8 +12,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from flask import current_app
 
-from flask_authflow.testing.provider import TestOpenIDProvider
-from flask_authflow.web.state import get_state
+from flask_authflow._web.state import get_state
+from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.appfactory import AppFactory
 from tests.federation_support import PROVIDER
 from tests.test_deep_json import full_site

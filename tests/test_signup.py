@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from flask_authflow import signals
-from flask_authflow.mail import SmtpSender
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.web.state import get_state
+from flask_authflow._mail import SmtpSender
+from flask_authflow._web.state import get_state
+from flask_authflow.testing._pytest_plugin import Outbox
 from tests.appfactory import AppFactory
 from tests.smtp_server import SmtpTestServer, smtp_server  # noqa: F401 - the real SMTP server fixture
 from tests.test_views import Site, csrf_of, login, make_site

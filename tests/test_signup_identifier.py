@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from flask_authflow.audit.context import AuditContext
-from flask_authflow.core.session import AuthSession, new_guest_record
-from flask_authflow.login.signup import IdentifierNotOwnAddress, signup
-from flask_authflow.web.state import account_admin, get_state
+from flask_authflow._core.session import AuthSession, new_guest_record
+from flask_authflow._web.state import account_admin, get_state
+from flask_authflow.audit._context import AuditContext
+from flask_authflow.login._signup import IdentifierNotOwnAddress, signup
 from tests.test_signup import PASSWORD, outbox, sign_up, site  # noqa: F401 - the fixture
 from tests.test_views import Site, csrf_of
 

@@ -13,7 +13,7 @@ import pyotp
 import pytest
 
 from examples.spa.app import authflow, create_app
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 from tests.oidc_parts import serve_app
 from tests.test_browser import browsers  # noqa: F401 - the headless Chromium fixture
 

@@ -18,19 +18,19 @@ from flask.testing import FlaskClient
 from flask_wtf.csrf import CSRFProtect
 
 from flask_authflow import AuthFlow, fresh_login_required, login_required, signals
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import ApiTokenRecord, StoredProviderTokens
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import ApiTokenRecord, StoredProviderTokens
+from flask_authflow._web.devices import TRUST_KEPT_ON
+from flask_authflow._web.ssf_views import receiver_of
 from flask_authflow.errors import ConfigurationError, StoreUnavailable
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.ssf import CAEP, RISC, VERIFICATION_EVENT
-from flask_authflow.federation.ssf.events import SESSION_ONLY_REASONS
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._ssf import CAEP, RISC, VERIFICATION_EVENT
+from flask_authflow.federation._ssf.events import SESSION_ONLY_REASONS
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
 from flask_authflow.testing import login_test_client
-from flask_authflow.testing.provider import TestOpenIDProvider, wsgi_adapter
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.devices import TRUST_KEPT_ON
-from flask_authflow.web.ssf_views import receiver_of
+from flask_authflow.testing._provider import TestOpenIDProvider, wsgi_adapter
+from flask_authflow.testing._users import add_user
 from tests.appfactory import base_app, make_app
 from tests.concurrency import run_together
 

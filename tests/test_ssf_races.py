@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from flask import Flask, jsonify
 
-from flask_authflow.clock import SystemClock
-from flask_authflow.federation.http import RequestsHttpClient
-from flask_authflow.federation.ssf import RISC
-from flask_authflow.storage.sql.migrations import upgrade
-from flask_authflow.testing.provider import TestOpenIDProvider, wsgi_adapter
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.state import get_state
+from flask_authflow._clock import SystemClock
+from flask_authflow._web.state import get_state
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._ssf import RISC
+from flask_authflow.storage._sql.migrations import upgrade
+from flask_authflow.testing._provider import TestOpenIDProvider, wsgi_adapter
+from flask_authflow.testing._users import add_user
 from tests.appfactory import make_app
 from tests.authn_support import fast_hasher
 from tests.concurrency import run_together

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, create_engine, delete, text
 
-from flask_authflow.clock import MockClock
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.schema import BACKEND_TABLES
+from flask_authflow._clock import MockClock
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.schema import BACKEND_TABLES
 from tests.parts import PostgresServer
 from tests.store_contract_account_tokens import AccountTokensContract
 from tests.store_contract_attempts import AttemptsContract

@@ -12,16 +12,17 @@ import pytest
 from flask import Flask
 
 from flask_authflow import AuthFlow, get_state
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import StorePorts
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import StorePorts
+from flask_authflow._web.state import account_admin
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.login import account_tokens, verification
-from flask_authflow.login.accounts import AccountAdmin
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.login import _account_tokens as account_tokens
+from flask_authflow.login import _verification as verification
+from flask_authflow.login._accounts import AccountAdmin
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
 from flask_authflow.testing import add_user
-from flask_authflow.web.state import account_admin
 
 PROVIDERS = {
     "corp": {

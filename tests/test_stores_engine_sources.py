@@ -12,13 +12,13 @@ from flask import Flask
 from sqlalchemy import create_engine, inspect
 
 from flask_authflow import AuthFlow, current_session, get_state
-from flask_authflow.core.crypto import SessionCrypto
+from flask_authflow._core.crypto import SessionCrypto
 from flask_authflow.errors import MissingExtraError
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.engine import resolve_engine
-from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.engine import resolve_engine
+from flask_authflow.storage._sql.session_store import SqlAlchemySessionStore
 from flask_authflow.testing import login_test_client
-from flask_authflow.testing.users import add_user
+from flask_authflow.testing._users import add_user
 
 
 # The app's own stores and clock: a session store built without a clock keeps the system
@@ -85,7 +85,7 @@ def test_accounts_created_inside_the_apps_transaction_commit_or_roll_back_with_i
     from flask_sqlalchemy import SQLAlchemy
     from sqlalchemy import Column, String
 
-    from flask_authflow.outcomes import FactorKind
+    from flask_authflow._outcomes import FactorKind
 
     db = SQLAlchemy()
 

@@ -8,11 +8,11 @@ from datetime import timedelta
 
 import pytest
 
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import AttemptKey
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import AttemptKey
 from flask_authflow.errors import AuditWriteError, StoreUnavailable, UserNotFound
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._users import add_user
 from tests.store_contract import T0, WINDOW, AuditRecord
 
 

@@ -15,15 +15,15 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import AttemptKey
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import AttemptKey
+from flask_authflow._outcomes import FactorCredential, FactorKind, FactorRequired
 from flask_authflow.errors import AuditWriteError, StoreUnavailable
-from flask_authflow.login.service import AuthnService
-from flask_authflow.outcomes import FactorCredential, FactorKind, FactorRequired
-from flask_authflow.storage.sql import migrations
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.schema import metadata
-from flask_authflow.testing.users import add_user
+from flask_authflow.login._service import AuthnService
+from flask_authflow.storage._sql import migrations
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.schema import metadata
+from flask_authflow.testing._users import add_user
 from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.store_contract import T0, WINDOW, AuditRecord, factor
 
@@ -340,7 +340,7 @@ def test_audit_table_lost_fails_the_login(backend: SqlAlchemyBackend, clock: Moc
 
 
 def test_engine_objects_are_accepted(database_url: str) -> None:
-    from flask_authflow.storage.sql.engine import resolve_engine
+    from flask_authflow.storage._sql.engine import resolve_engine
 
     engine = resolve_engine(database_url)
     try:

@@ -16,7 +16,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from flask_authflow import get_state
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
 
 REPO = Path(__file__).resolve().parent.parent
 

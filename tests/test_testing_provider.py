@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from flask_authflow.errors import ConfigurationError, TokenVerificationError, UnknownKeyId
 from flask_authflow.jose import b64url_encode
 from flask_authflow.testing import TestOpenIDProvider
-from flask_authflow.testing.provider import BACKCHANNEL_LOGOUT_EVENT, query_params
+from flask_authflow.testing._provider import BACKCHANNEL_LOGOUT_EVENT, query_params
 
 pytest_plugins = ["pytester"]
 
@@ -574,7 +574,7 @@ def test_backchannel_logout_through_a_flask_test_client(provider: TestOpenIDProv
 def test_backchannel_logout_through_requests(provider: TestOpenIDProvider) -> None:
     app, received = _receiver()
     session = requests.Session()
-    from flask_authflow.testing.provider import wsgi_adapter
+    from flask_authflow.testing._provider import wsgi_adapter
 
     session.mount("https://app.test/", wsgi_adapter(app))
     result = provider.send_backchannel_logout(BACKCHANNEL, sub="alice", session=session)

@@ -1,4 +1,4 @@
-"""Rate limits (flask_authflow.throttle): per address, per network, per account and recipient,
+"""Rate limits (flask_authflow._throttle): per address, per network, per account and recipient,
 the failure-rate guard, and the login steps that ask before any Argon2 runs."""
 
 from __future__ import annotations
@@ -9,16 +9,10 @@ from typing import Any
 import pytest
 from limits.storage import MemoryStorage
 
-from flask_authflow.audit.context import AuditContext
-from flask_authflow.clock import MockClock
-from flask_authflow.core.session import AuthSession, new_guest_record
-from flask_authflow.errors import ConfigurationError, StoreUnavailable, Throttled
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.login.service import AuthnService
-from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.users import add_user
-from flask_authflow.throttle import (
+from flask_authflow._clock import MockClock
+from flask_authflow._core.session import AuthSession, new_guest_record
+from flask_authflow._outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
+from flask_authflow._throttle import (
     DEFAULT_LIMITS,
     Throttle,
     ThrottleSettings,
@@ -27,6 +21,12 @@ from flask_authflow.throttle import (
     network_key,
     parse_limits,
 )
+from flask_authflow.audit._context import AuditContext
+from flask_authflow.errors import ConfigurationError, StoreUnavailable, Throttled
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.login._service import AuthnService
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._users import add_user
 
 RIGHT = "correct horse battery staple"
 

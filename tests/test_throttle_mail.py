@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
+from flask_authflow._outcomes import FactorKind
+from flask_authflow._throttle import Throttle, parse_limits
 from flask_authflow.errors import Throttled
-from flask_authflow.outcomes import FactorKind
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.throttle import Throttle, parse_limits
+from flask_authflow.storage._memory import InMemoryBackend
 from tests.test_email_otp import Env, logged_in, make_env
 
 EMAIL = FactorKind.EMAIL_OTP

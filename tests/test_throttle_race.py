@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock
+from flask_authflow._clock import MockClock
+from flask_authflow._outcomes import Authenticated
+from flask_authflow._throttle import Throttle, parse_limits
 from flask_authflow.errors import StoreBusy, Throttled
-from flask_authflow.login.lockout import pair_subject
-from flask_authflow.login.service import AuthnService
-from flask_authflow.outcomes import Authenticated
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.users import add_user
-from flask_authflow.throttle import Throttle, parse_limits
+from flask_authflow.login._lockout import pair_subject
+from flask_authflow.login._service import AuthnService
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._users import add_user
 from tests.parts import child_processes
 from tests.test_throttle import RIGHT, CountingHasher, attempt
 

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from flask import template_rendered
 
-from flask_authflow.login.legacy_hashes import LegacyHashes, identify
-from flask_authflow.outcomes import InvalidCredential
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.state import get_state
+from flask_authflow._outcomes import InvalidCredential
+from flask_authflow._web.state import get_state
+from flask_authflow.login._legacy_hashes import LegacyHashes, identify
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._pytest_plugin import Outbox
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.test_legacy_hashes import MAKERS, MALFORMED, PASSWORD, CountingHasher, login, service_with
 from tests.test_signup import sign_up

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from flask_authflow._web.state import get_state
 from flask_authflow.errors import UserExists
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.state import get_state
+from flask_authflow.testing._pytest_plugin import Outbox
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.concurrency import run_together
 from tests.parts import child_processes
@@ -168,7 +168,7 @@ def test_parallel_changes_to_one_name_have_one_winner(site: Site) -> None:
 
 
 def test_parallel_renames_on_sqlite_have_one_winner(tmp_path: Path) -> None:
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
     backend = SqlAlchemyBackend(f"sqlite:///{tmp_path / 'users.db'}")
     try:
@@ -195,7 +195,7 @@ RACERS = 3
 
 def _take_name(url: str, user_id: str, barrier: Any, out: Any) -> None:
     """What a change of username decides: one statement renaming the user to the taken-or-not name."""
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
     backend = SqlAlchemyBackend(url, create_tables=False)
     try:
@@ -214,7 +214,7 @@ def _take_name(url: str, user_id: str, barrier: Any, out: Any) -> None:
 
 @pytest.mark.multiprocess
 def test_one_process_wins_a_name_on_postgresql(postgres_server: Any) -> None:
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
     url = postgres_server.new_database()
     backend = SqlAlchemyBackend(url)

@@ -17,9 +17,9 @@ from werkzeug.security import generate_password_hash
 
 from flask_authflow import AuthFlow, get_state
 from flask_authflow.errors import StoreUnavailable
-from flask_authflow.login.verification import EmailNotVerified
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.pytest_plugin import login_test_client
+from flask_authflow.login._verification import EmailNotVerified
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._pytest_plugin import login_test_client
 from tests.appfactory import AppFactory
 
 PASSWORD = "correct horse battery staple"

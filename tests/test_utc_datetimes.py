@@ -8,13 +8,13 @@ from pathlib import Path
 
 from sqlalchemy import DateTime, create_engine, text
 
-from flask_authflow.issuer.keys import LocalIdpSigningKey
-from flask_authflow.storage.sql.keystore import SqlAlchemyLocalIdpKeyStore
-from flask_authflow.storage.sql.schema import metadata
+from flask_authflow.issuer._keys import LocalIdpSigningKey
+from flask_authflow.storage._sql.keystore import SqlAlchemyLocalIdpKeyStore
+from flask_authflow.storage._sql.schema import metadata
 
 
 def test_every_datetime_column_uses_the_shared_utc_type() -> None:
-    from flask_authflow.storage.sql.schema import UTCDateTime
+    from flask_authflow.storage._sql.schema import UTCDateTime
 
     columns = [
         f"{table.name}.{column.name}"
@@ -52,7 +52,7 @@ def test_issuer_key_times_are_stored_as_utc_on_sqlite(tmp_path: Path) -> None:
 def test_utc_datetime_round_trips_as_aware_utc(tmp_path: Path) -> None:
     from sqlalchemy import Column, Integer, MetaData, Table, insert, select
 
-    from flask_authflow.storage.sql.schema import UTCDateTime
+    from flask_authflow.storage._sql.schema import UTCDateTime
 
     engine = create_engine(f"sqlite:///{tmp_path / 't.db'}")
     table = Table("t", MetaData(), Column("id", Integer, primary_key=True), Column("at", UTCDateTime()))

@@ -3,7 +3,7 @@ network) before the code is checked (issue 28, point 4).
 
 Five wrong codes from anyone who knew a newcomer's username voided her verification link.
 Now a stranger is answered 429 (with ``Retry-After``) long before that, and the hard cap
-of wrong codes per token (:data:`~flask_authflow.login.verification.CODE_ATTEMPTS`) is
+of wrong codes per token (:data:`~flask_authflow.login._verification.CODE_ATTEMPTS`) is
 out of one network's reach.
 """
 
@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from flask_authflow.login import account_tokens
-from flask_authflow.login.account_tokens import AccountTokenInvalid, token_digest
-from flask_authflow.login.verification import CODE_ATTEMPTS
-from flask_authflow.testing.pytest_plugin import Outbox
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.state import get_state
+from flask_authflow._web.state import get_state
+from flask_authflow.login import _account_tokens as account_tokens
+from flask_authflow.login._account_tokens import AccountTokenInvalid, token_digest
+from flask_authflow.login._verification import CODE_ATTEMPTS
+from flask_authflow.testing._pytest_plugin import Outbox
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.concurrency import run_together
 from tests.parts import child_processes
@@ -137,7 +137,7 @@ def test_parallel_wrong_codes_from_one_address_get_exactly_the_pairs_share(site:
 
 
 def _wrong_codes(url: str, user_id: str, tries: int, start: Any, out: Any) -> None:
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
     backend = SqlAlchemyBackend(url, create_tables=False)
     start.wait(30)
@@ -174,7 +174,7 @@ def _race_wrong_codes(url: str, user_id: str, processes: int, tries: int) -> Non
 def test_wrong_codes_from_several_processes_lose_no_count_and_stop_at_the_cap(
     postgres_server: Any, processes: int, tries: int
 ) -> None:
-    from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+    from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
     url = postgres_server.new_database()
     backend = SqlAlchemyBackend(url)
@@ -214,8 +214,8 @@ def test_wrong_codes_from_several_processes_lose_no_count_and_stop_at_the_cap(
 def _code_attempts(url: str, tenant: str, tries: int, start: Any, out: Any) -> None:
     from limits.storage import storage_from_string
 
+    from flask_authflow._throttle import Throttle, parse_limits
     from flask_authflow.errors import Throttled
-    from flask_authflow.throttle import Throttle, parse_limits
 
     throttle = Throttle(parse_limits("t", {"code.pair": "5/hour"}), storage_from_string(url))
     start.wait(30)

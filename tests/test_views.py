@@ -25,8 +25,8 @@ from flask_wtf.csrf import CSRFError, CSRFProtect
 from markupsafe import escape
 
 from flask_authflow import AuthFlow, AuthFlowError, fresh_login_required, get_state, login_required
-from flask_authflow.clock import MockClock
-from flask_authflow.core.factors import (
+from flask_authflow._clock import MockClock
+from flask_authflow._core.factors import (
     Accepted,
     EnrollContext,
     EnrollmentStart,
@@ -34,21 +34,21 @@ from flask_authflow.core.factors import (
     Rejected,
     StoredEnrollment,
 )
-from flask_authflow.core.ports import FactorConfig
-from flask_authflow.core.session import sid_hash
-from flask_authflow.devices.labels import device_label
+from flask_authflow._core.ports import FactorConfig
+from flask_authflow._core.session import sid_hash
+from flask_authflow._outcomes import FactorCredential, FactorKind
+from flask_authflow._web.csrf import SESSION_KEY
+from flask_authflow._web.state import account_admin
+from flask_authflow._web.views import VIEWS_BLUEPRINT, csrf_token, register_views
+from flask_authflow._web.views.common import MESSAGES
+from flask_authflow.devices._labels import device_label
 from flask_authflow.errors import ConfigurationError, InvalidInput
-from flask_authflow.mfa.email_otp import EmailOtpFactor
-from flask_authflow.mfa.webauthn import WebAuthnFactor, WebAuthnSettings
-from flask_authflow.outcomes import FactorCredential, FactorKind
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.testing.pytest_plugin import TEST_USER_AGENT, Outbox
-from flask_authflow.testing.users import add_user
-from flask_authflow.web.csrf import SESSION_KEY
-from flask_authflow.web.state import account_admin
-from flask_authflow.web.views import VIEWS_BLUEPRINT, csrf_token, register_views
-from flask_authflow.web.views.common import MESSAGES
+from flask_authflow.mfa._email_otp import EmailOtpFactor
+from flask_authflow.mfa._webauthn import WebAuthnFactor, WebAuthnSettings
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.testing._pytest_plugin import TEST_USER_AGENT, Outbox
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory, base_app
 from tests.parts import missing_part, require_marker
 from tests.webauthn_soft import SoftAuthenticator

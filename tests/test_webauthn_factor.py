@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from flask_authflow.clock import MockClock
-from flask_authflow.core.factors import (
+from flask_authflow._clock import MockClock
+from flask_authflow._core.factors import (
     Accepted,
     EnrollContext,
     Enrollment,
@@ -29,22 +29,9 @@ from flask_authflow.core.factors import (
     PasskeyFactor,
     Rejected,
 )
-from flask_authflow.core.ports import FactorConfig
-from flask_authflow.core.session import AuthSession, AuthState
-from flask_authflow.errors import (
-    ConfigurationError,
-    EnrollmentError,
-    InvalidInput,
-    PermissionDenied,
-)
-from flask_authflow.login.service import AuthnRequest, AuthnService
-from flask_authflow.mfa.webauthn import (
-    MAX_CREDENTIAL_SIZE,
-    WebAuthnFactor,
-    WebAuthnSettings,
-    user_handle,
-)
-from flask_authflow.outcomes import (
+from flask_authflow._core.ports import FactorConfig
+from flask_authflow._core.session import AuthSession, AuthState
+from flask_authflow._outcomes import (
     Authenticated,
     FactorCredential,
     FactorKind,
@@ -52,9 +39,22 @@ from flask_authflow.outcomes import (
     InvalidCredential,
     Locked,
 )
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.testing.users import add_user
+from flask_authflow.errors import (
+    ConfigurationError,
+    EnrollmentError,
+    InvalidInput,
+    PermissionDenied,
+)
+from flask_authflow.login._service import AuthnRequest, AuthnService
+from flask_authflow.mfa._webauthn import (
+    MAX_CREDENTIAL_SIZE,
+    WebAuthnFactor,
+    WebAuthnSettings,
+    user_handle,
+)
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.testing._users import add_user
 from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.webauthn_soft import SoftAuthenticator, SoftCredential, b64url
 
@@ -646,9 +646,9 @@ def test_passkey_login(passkeys: Env) -> None:
 
 
 def test_passkey_logins_are_throttled_like_password_logins(passkeys: Env) -> None:
+    from flask_authflow._throttle import Throttle
+    from flask_authflow._throttle.settings import parse_limits
     from flask_authflow.errors import Throttled
-    from flask_authflow.throttle import Throttle
-    from flask_authflow.throttle.settings import parse_limits
 
     key, _ = with_key(passkeys, params={"passkey": True})
     passkeys.service.throttle = Throttle(parse_limits("test", {"login.address": "1/minute"}))

@@ -18,8 +18,8 @@ from flask import Flask, jsonify, request
 from flask.testing import FlaskClient
 
 from flask_authflow import AuthFlow, get_state, signals
-from flask_authflow.clock import MockClock
-from flask_authflow.core.session import (
+from flask_authflow._clock import MockClock
+from flask_authflow._core.session import (
     AuthState,
     InvalidTransition,
     SessionRecord,
@@ -33,11 +33,11 @@ from flask_authflow.core.session import (
     start_workflow,
     workflow_token_hash,
 )
+from flask_authflow._outcomes import WorkflowPending
 from flask_authflow.errors import InvalidInput
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.outcomes import WorkflowPending
-from flask_authflow.sessions.stores import deserialize_record, serialize_record
-from flask_authflow.testing.pytest_plugin import login_test_client
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.sessions._stores import deserialize_record, serialize_record
+from flask_authflow.testing._pytest_plugin import login_test_client
 from tests.concurrency import run_together
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -186,7 +186,7 @@ def build_app(
 
     @app.get("/state")
     def state() -> Any:
-        from flask_authflow.web.state import current_auth_session
+        from flask_authflow._web.state import current_auth_session
 
         return jsonify(state=current_auth_session().state.value)
 
@@ -200,7 +200,7 @@ def build_app(
 
 
 def current_state() -> str:
-    from flask_authflow.web.state import current_auth_session
+    from flask_authflow._web.state import current_auth_session
 
     return current_auth_session().state.value
 
@@ -381,8 +381,8 @@ def test_login_user_out_of_a_workflow_reports_the_true_state(app: Flask) -> None
 def test_establish_into_pending_workflow_reports_it(app: Flask) -> None:
     login_test_client(app, "alice", password=PASSWORD)
     with app.test_request_context():
-        from flask_authflow.audit.context import AuditContext
-        from flask_authflow.web.state import current_auth_session
+        from flask_authflow._web.state import current_auth_session
+        from flask_authflow.audit._context import AuditContext
 
         state = get_state(app)
         user = state.backend.find_user("default", "alice")

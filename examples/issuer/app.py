@@ -47,7 +47,7 @@ from flask_authflow import (
     get_state,
     login_required,
 )
-from flask_authflow.clock import Clock
+from flask_authflow._clock import Clock
 from flask_authflow.errors import InvalidInput
 from flask_authflow.issuer import LocalIdpSigningKey, MintClaims
 

@@ -95,8 +95,8 @@ from flask_authflow import (
     login_required,
     roles_required,
 )
-from flask_authflow.web.api_auth import current_api_token
-from flask_authflow.web.views import rotate_csrf_token
+from flask_authflow._web.api_auth import current_api_token
+from flask_authflow._web.views import rotate_csrf_token
 
 authflow = AuthFlow()
 

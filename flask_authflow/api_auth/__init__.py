@@ -1,17 +1,17 @@
 """API authentication: personal API tokens (``afp_...``) and what verifies them.
 
-The web layer (:mod:`flask_authflow.web.api_auth`) reads ``Authorization: Bearer`` on the
+The web layer (:mod:`flask_authflow._web.api_auth`) reads ``Authorization: Bearer`` on the
 views that allow it (``login_required(api=True)``) and the application's
 ``@authflow.request_loader``; this feature owns the token format
-(:mod:`~flask_authflow.api_auth.tokens`), the settings and the service.
+(:mod:`~flask_authflow.api_auth._tokens`), the settings and the service.
 """
 
 from __future__ import annotations
 
-from flask_authflow.api_auth.service import DEFAULT_EXPIRY, ApiTokenService, CreatedToken, TokenRefused
-from flask_authflow.api_auth.settings import ApiTokenSettings
-from flask_authflow.api_auth.tokens import TOKEN_PREFIX, check_scopes, new_token, token_id_of
-from flask_authflow.api_auth.user_tokens import Tokens
+from flask_authflow.api_auth._service import DEFAULT_EXPIRY, ApiTokenService, CreatedToken, TokenRefused
+from flask_authflow.api_auth._settings import ApiTokenSettings
+from flask_authflow.api_auth._tokens import TOKEN_PREFIX, check_scopes, new_token, token_id_of
+from flask_authflow.api_auth._user_tokens import Tokens
 
 __all__ = [
     "DEFAULT_EXPIRY",

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from flask_authflow.audit.chain import AuditChain, ChainReport, verify_chains
-from flask_authflow.audit.client_ip import TrustedProxies
-from flask_authflow.audit.context import AuditContext, audit_context, resolve_audit_context
-from flask_authflow.audit.sinks import AuditRecord, AuditSink, AuthCounters, MemoryAuditSink, hash_session_id
+from flask_authflow.audit._chain import AuditChain, ChainReport, verify_chains
+from flask_authflow.audit._client_ip import TrustedProxies
+from flask_authflow.audit._context import AuditContext, audit_context, resolve_audit_context
+from flask_authflow.audit._sinks import AuditRecord, AuditSink, AuthCounters, MemoryAuditSink, hash_session_id
 
 __all__ = [
     "AuditChain",

@@ -1,22 +1,22 @@
 """Devices: a device identity per browser, a device record per user, trusted devices.
 
-* :mod:`~flask_authflow.devices.cookie`: the long-lived signed device cookie, bound to the
+* :mod:`~flask_authflow.devices._cookie`: the long-lived signed device cookie, bound to the
   User-Agent as the session is; a forged, expired or rebound cookie is ignored.
-* :mod:`~flask_authflow.devices.labels`: "Firefox 120 on Ubuntu" from the User-Agent.
-* :mod:`~flask_authflow.devices.service`: record a sign-in, trust, forget, end trusts.
+* :mod:`~flask_authflow.devices._labels`: "Firefox 120 on Ubuntu" from the User-Agent.
+* :mod:`~flask_authflow.devices._service`: record a sign-in, trust, forget, end trusts.
 
-This feature knows nothing of Flask requests: :mod:`flask_authflow.web.devices` reads and
+This feature knows nothing of Flask requests: :mod:`flask_authflow._web.devices` reads and
 sets the cookie, and the login decides with the trust it is given
-(:attr:`~flask_authflow.login.service.AuthnService.device_trusted`).
+(:attr:`~flask_authflow.login._service.AuthnService.device_trusted`).
 """
 
 from __future__ import annotations
 
-from .cookie import DeviceClaim, DeviceCookie, DeviceReading, new_device_id
-from .labels import UNKNOWN_DEVICE, device_label
-from .service import DeviceService
-from .settings import DeviceSettings
-from .user_devices import Devices
+from flask_authflow.devices._cookie import DeviceClaim, DeviceCookie, DeviceReading, new_device_id
+from flask_authflow.devices._labels import UNKNOWN_DEVICE, device_label
+from flask_authflow.devices._service import DeviceService
+from flask_authflow.devices._settings import DeviceSettings
+from flask_authflow.devices._user_devices import Devices
 
 __all__ = [
     "UNKNOWN_DEVICE",

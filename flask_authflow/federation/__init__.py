@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from flask_authflow.federation.app_federation import Federation
-from flask_authflow.federation.errors import (
+from flask_authflow.federation._app_federation import Federation
+from flask_authflow.federation._errors import (
     CsrfMismatch,
     Discovery,
     EndSessionRefused,
@@ -28,26 +28,26 @@ from flask_authflow.federation.errors import (
     UserInfo,
     UserNotLinked,
 )
-from flask_authflow.federation.links import FederationStore, IdentityLink
+from flask_authflow.federation._links import FederationStore, IdentityLink
 
 if TYPE_CHECKING:
-    from flask_authflow.federation.dpop import DpopAuth, DpopKeyGone
-    from flask_authflow.federation.http import HttpClient, RequestsHttpClient
-    from flask_authflow.federation.login import (
+    from flask_authflow.federation._dpop import DpopAuth, DpopKeyGone
+    from flask_authflow.federation._http import HttpClient, RequestsHttpClient
+    from flask_authflow.federation._login import (
         FederatedIdentity,
         FederatedLogin,
         FederationService,
         OAuthLoginOptions,
     )
-    from flask_authflow.federation.mtls import CertificateChanged
-    from flask_authflow.federation.par import PushedRequestRefused
-    from flask_authflow.federation.provider import (
+    from flask_authflow.federation._mtls import CertificateChanged
+    from flask_authflow.federation._par import PushedRequestRefused
+    from flask_authflow.federation._provider import (
         OAuthProvider,
         OAuthProviderConfig,
         ProviderMetadata,
         ProviderRegistry,
     )
-    from flask_authflow.federation.provider_tokens import (
+    from flask_authflow.federation._provider_tokens import (
         InsufficientScope,
         NoProviderToken,
         NoRefreshToken,
@@ -58,27 +58,27 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
-    "CertificateChanged": ".mtls",
-    "DpopAuth": ".dpop",
-    "DpopKeyGone": ".dpop",
-    "PushedRequestRefused": ".par",
-    "ProviderToken": ".provider_tokens",
-    "HttpClient": ".http",
-    "RequestsHttpClient": ".http",
-    "FederatedIdentity": ".login",
-    "FederatedLogin": ".login",
-    "FederationService": ".login",
-    "OAuthLoginOptions": ".login",
-    "OAuthProvider": ".provider",
-    "OAuthProviderConfig": ".provider",
-    "ProviderMetadata": ".provider",
-    "ProviderRegistry": ".provider",
-    "InsufficientScope": ".provider_tokens",
-    "NoProviderToken": ".provider_tokens",
-    "NoRefreshToken": ".provider_tokens",
-    "ProviderTokens": ".provider_tokens",
-    "RefreshTokenExpired": ".provider_tokens",
-    "TokenRefreshBusy": ".provider_tokens",
+    "CertificateChanged": "._mtls",
+    "DpopAuth": "._dpop",
+    "DpopKeyGone": "._dpop",
+    "PushedRequestRefused": "._par",
+    "ProviderToken": "._provider_tokens",
+    "HttpClient": "._http",
+    "RequestsHttpClient": "._http",
+    "FederatedIdentity": "._login",
+    "FederatedLogin": "._login",
+    "FederationService": "._login",
+    "OAuthLoginOptions": "._login",
+    "OAuthProvider": "._provider",
+    "OAuthProviderConfig": "._provider",
+    "ProviderMetadata": "._provider",
+    "ProviderRegistry": "._provider",
+    "InsufficientScope": "._provider_tokens",
+    "NoProviderToken": "._provider_tokens",
+    "NoRefreshToken": "._provider_tokens",
+    "ProviderTokens": "._provider_tokens",
+    "RefreshTokenExpired": "._provider_tokens",
+    "TokenRefreshBusy": "._provider_tokens",
 }
 
 __all__ = [

@@ -1,5 +1,5 @@
 """One fetch of a provider's key set, parsed: the usable keys (hostile and unusable ones
-skipped, see :mod:`~flask_authflow.federation.jwks_cache`) and the answer's lifetime."""
+skipped, see :mod:`~flask_authflow.federation._jwks_cache`) and the answer's lifetime."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
 
-from flask_authflow.federation.errors import OAuthError, ProviderUnreachable
-from flask_authflow.federation.http import HttpClient
+from flask_authflow.federation._errors import OAuthError, ProviderUnreachable
+from flask_authflow.federation._http import HttpClient
 from flask_authflow.jose import VerificationKey, parse_public_jwk
 
 __all__ = ["PRIVATE_MEMBERS", "Fetched", "cache_max_age", "fetch_jwks"]

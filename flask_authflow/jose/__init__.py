@@ -21,11 +21,11 @@ handle) and :mod:`.verify` (the pre-check and the verifier over joserfc).
 
 from __future__ import annotations
 
-from flask_authflow.core.encoding import b64url_decode, b64url_encode
+from flask_authflow._core.encoding import b64url_decode, b64url_encode
 from flask_authflow.errors import TokenCheck
-from flask_authflow.jose.algorithms import SUPPORTED_ALGORITHMS
-from flask_authflow.jose.jwks import JwksHandle, JwksSnapshot
-from flask_authflow.jose.keys import (
+from flask_authflow.jose._algorithms import SUPPORTED_ALGORITHMS
+from flask_authflow.jose._jwks import JwksHandle, JwksSnapshot
+from flask_authflow.jose._keys import (
     KID_PATTERN,
     MIN_RSA_BITS,
     PrivateKey,
@@ -36,7 +36,7 @@ from flask_authflow.jose.keys import (
     parse_public_jwk,
     public_jwk,
 )
-from flask_authflow.jose.verify import MAX_TOKEN_LENGTH, JwtVerifier, VerifiedClaims
+from flask_authflow.jose._verify import MAX_TOKEN_LENGTH, JwtVerifier, VerifiedClaims
 
 __all__ = [
     "KID_PATTERN",

@@ -3,7 +3,7 @@ the :class:`Operation` template), its outcomes, its store and lockout."""
 
 from __future__ import annotations
 
-from flask_authflow.core.factors import (
+from flask_authflow._core.factors import (
     Accepted,
     EnrollContext,
     Enrollment,
@@ -14,7 +14,7 @@ from flask_authflow.core.factors import (
     Rejected,
     RejectReason,
 )
-from flask_authflow.core.ports import (
+from flask_authflow._core.ports import (
     AttemptKey,
     AttemptStore,
     AuditSink,
@@ -27,20 +27,7 @@ from flask_authflow.core.ports import (
     UnitOfWork,
     UserRecord,
 )
-from flask_authflow.login.account_service import Accounts
-from flask_authflow.login.factor_service import Factors
-from flask_authflow.login.lockout import Lockout, LockoutPolicy
-from flask_authflow.login.operation import Operation
-from flask_authflow.login.password import MAX_PASSWORD_BYTES, PasswordFactor, PasswordHasher
-from flask_authflow.login.service import (
-    AuthnRequest,
-    AuthnService,
-    LoginSteps,
-    default_login_steps,
-    normalise_identifier,
-)
-from flask_authflow.login.session_login import Login
-from flask_authflow.outcomes import (
+from flask_authflow._outcomes import (
     Authenticated,
     FactorCredential,
     FactorKind,
@@ -51,6 +38,19 @@ from flask_authflow.outcomes import (
     LoginOutcome,
     StepUpRequired,
 )
+from flask_authflow.login._account_service import Accounts
+from flask_authflow.login._factor_service import Factors
+from flask_authflow.login._lockout import Lockout, LockoutPolicy
+from flask_authflow.login._operation import Operation
+from flask_authflow.login._password import MAX_PASSWORD_BYTES, PasswordFactor, PasswordHasher
+from flask_authflow.login._service import (
+    AuthnRequest,
+    AuthnService,
+    LoginSteps,
+    default_login_steps,
+    normalise_identifier,
+)
+from flask_authflow.login._session_login import Login
 
 __all__ = [
     "MAX_PASSWORD_BYTES",

@@ -7,9 +7,9 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from flask_authflow.core.ports import FactorConfig, UserRecord
-    from flask_authflow.login.accounts import AccountAdmin
-    from flask_authflow.login.recovery import Ended
+    from flask_authflow._core.ports import FactorConfig, UserRecord
+    from flask_authflow.login._accounts import AccountAdmin
+    from flask_authflow.login._recovery import Ended
 
 __all__ = ["AccountAdminAliases"]
 

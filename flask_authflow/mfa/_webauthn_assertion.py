@@ -24,9 +24,10 @@ from webauthn.helpers.structs import (
     UserVerificationRequirement,
 )
 
-from flask_authflow.clock import utc
-from flask_authflow.core.factors import Accepted, FactorCheck, FactorContext, Rejected, RejectReason
-from flask_authflow.core.ports import FactorConfig, FactorRecordStore
+from flask_authflow._clock import utc
+from flask_authflow._core.factors import Accepted, FactorCheck, FactorContext, Rejected, RejectReason
+from flask_authflow._core.ports import FactorConfig, FactorRecordStore
+from flask_authflow._outcomes import FactorCredential, FactorKind
 from flask_authflow.errors import InvalidInput
 from flask_authflow.mfa._webauthn_ceremony import (
     WebAuthnSettings,
@@ -38,7 +39,6 @@ from flask_authflow.mfa._webauthn_ceremony import (
     refusal_reason,
     timeout_ms,
 )
-from flask_authflow.outcomes import FactorCredential, FactorKind
 
 
 def request_options(

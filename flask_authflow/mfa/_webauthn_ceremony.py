@@ -1,6 +1,6 @@
 """The relying party and its challenges, shared by the WebAuthn ceremonies: the settings, the
 user handle, the single-use challenge kept in the session flow, and the audit reasons of a
-refused response (see :mod:`flask_authflow.mfa.webauthn`, which re-exports the public names)."""
+refused response (see :mod:`flask_authflow.mfa._webauthn`, which re-exports the public names)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from webauthn.helpers import base64url_to_bytes, bytes_to_base64url
 from webauthn.helpers.exceptions import WebAuthnException
 from webauthn.helpers.structs import AuthenticatorTransport, PublicKeyCredentialDescriptor
 
-from flask_authflow.clock import utc
-from flask_authflow.core.ports import FactorConfig
+from flask_authflow._clock import utc
+from flask_authflow._core.ports import FactorConfig
+from flask_authflow._outcomes import FactorCredential, FactorKind
 from flask_authflow.errors import ConfigurationError, InvalidInput
-from flask_authflow.mfa.settings import FactorSettings
-from flask_authflow.outcomes import FactorCredential, FactorKind
+from flask_authflow.mfa._settings import FactorSettings
 
 #: The largest credential JSON accepted (a browser's response is 1-3 KiB).
 MAX_CREDENTIAL_SIZE = 16 * 1024
@@ -130,7 +130,7 @@ class WebAuthnSettings:
 
     @classmethod
     def from_factor_settings(cls, settings: FactorSettings) -> WebAuthnSettings:
-        """The relying party of an app's :class:`~flask_authflow.mfa.settings.FactorSettings`.
+        """The relying party of an app's :class:`~flask_authflow.mfa._settings.FactorSettings`.
 
         :raises ConfigurationError: ``AUTHFLOW_WEBAUTHN_RP_ID`` is not set."""
         rp_id = settings.webauthn_rp_id

@@ -22,7 +22,7 @@ from webauthn.helpers.structs import (
     UserVerificationRequirement,
 )
 
-from flask_authflow.core.factors import (
+from flask_authflow._core.factors import (
     Accepted,
     EnrollContext,
     EnrollmentStart,
@@ -30,9 +30,10 @@ from flask_authflow.core.factors import (
     Rejected,
     RejectReason,
 )
-from flask_authflow.core.ports import FactorConfig
+from flask_authflow._core.ports import FactorConfig
+from flask_authflow._i18n import N_, gettext
+from flask_authflow._outcomes import FactorCredential, FactorKind
 from flask_authflow.errors import InvalidInput
-from flask_authflow.i18n import N_, gettext
 from flask_authflow.mfa._webauthn_ceremony import (
     MAX_CREDENTIAL_ID_CHARS,
     MAX_LABEL_LENGTH,
@@ -47,7 +48,6 @@ from flask_authflow.mfa._webauthn_ceremony import (
     timeout_ms,
     user_handle,
 )
-from flask_authflow.outcomes import FactorCredential, FactorKind
 
 
 def _enrollment_params(params: Mapping[str, Any]) -> tuple[str, bool]:

@@ -1,7 +1,7 @@
 """The session of one request (:class:`RequestSession`) and what carries its signed id.
 
 Private to the session interface; both names are imported from
-:mod:`flask_authflow.sessions.interface`.
+:mod:`flask_authflow.sessions._interface`.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from typing import Protocol
 
 from flask import Response
 
-from flask_authflow.core.session import AuthSession, AuthState, SessionRecord
+from flask_authflow._core.session import AuthSession, AuthState, SessionRecord
 
 __all__ = ["RequestSession", "SessionCarrier"]
 
 
 class SessionCarrier(Protocol):
     """How a request carries its signed session id when not in the cookie (the headless
-    API's app tokens, ``flask_authflow.web.headless.clients``): the same id, store and
+    API's app tokens, ``flask_authflow._web.headless.clients``): the same id, store and
     record, only carried differently. Chosen per request by
     :attr:`AuthFlowSessionInterface.carrier_for`."""
 
@@ -61,12 +61,12 @@ class RequestSession(AuthSession):
         #: write the record even if unmodified (fingerprint re-binding).
         self.force_write = False
         #: the read refreshed the stored "last seen" time (a touch folded into
-        #: :meth:`~flask_authflow.core.ports.SessionStore.load_touching`): the record as
+        #: :meth:`~flask_authflow._core.ports.SessionStore.load_touching`): the record as
         #: loaded and the expiry the touch replaced. A response that used the session
         #: carries the cookie with the later expiry; one that did not puts them back.
         self.touched: tuple[SessionRecord, datetime] | None = None
         #: the stored expiry is to be written again with one small write
-        #: (:meth:`~flask_authflow.core.ports.SessionStore.touch`): the folded touch wrote a
+        #: (:meth:`~flask_authflow._core.ports.SessionStore.touch`): the folded touch wrote a
         #: later one than the session's end (its absolute lifetime is near).
         self.touch_due = False
         #: the id the record was loaded under (``None`` for a session new in this request).

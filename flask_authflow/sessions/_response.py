@@ -12,10 +12,10 @@ from typing import Any
 
 from flask import Response
 
-from flask_authflow.core.ports import SessionStore
-from flask_authflow.core.session import AuthState
+from flask_authflow._core.ports import SessionStore
+from flask_authflow._core.session import AuthState
+from flask_authflow._responses import error_response
 from flask_authflow.errors import SessionDataTooLarge, StoreUnavailable
-from flask_authflow.responses import error_response
 from flask_authflow.sessions._request import RequestSession
 
 __all__ = ["enforce_size", "mark_response", "refuse"]

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from itsdangerous import Signer
 
-from flask_authflow.core.crypto import derive_key
-from flask_authflow.core.session import AuthState, SessionRecord
+from flask_authflow._core.crypto import derive_key
+from flask_authflow._core.session import AuthState, SessionRecord
 from flask_authflow.errors import ConfigurationError
 
 __all__ = [

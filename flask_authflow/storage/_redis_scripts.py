@@ -1,5 +1,5 @@
 """The Lua scripts of the Redis session store (private to
-:mod:`flask_authflow.storage.redis_sessions`, whose docstring describes the layout).
+:mod:`flask_authflow.storage._redis_sessions`, whose docstring describes the layout).
 
 Each write that must not bring a revoked session back is one script, so Redis runs its
 check and its write with nothing in between; the read of every request is one script too

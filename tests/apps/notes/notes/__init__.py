@@ -13,7 +13,7 @@ from flask import Flask, render_template
 from flask_sqlalchemy import SQLAlchemy
 
 from flask_authflow import AuthFlow, UserMixin, current_user, login_required
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
 
 db = SQLAlchemy()
 authflow = AuthFlow(backend=SqlAlchemyBackend(db))

@@ -1,0 +1,226 @@
+"""The statements of one check's levels (host, network, account) reserved, admitted and
+settled together, and the decision read from their state (:func:`refusal`). Per number of
+levels they are built once (cached).
+
+(Private to :mod:`flask_authflow.storage._sql.attempts`, which runs them.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from functools import cache
+from typing import Any
+
+from sqlalchemy import (
+    String,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal_column,
+    null,
+    select,
+    true,
+    union_all,
+    update,
+)
+from sqlalchemy.engine import Connection
+
+from flask_authflow._core.ports import RESERVATION_TTL, AttemptKey, AttemptLevel, level_token
+from flask_authflow.storage._sql._attempt_key import NOW, STALE
+from flask_authflow.storage._sql.schema import attempts_table, aware, lockouts_table, reservations_table
+
+__all__ = [
+    "DROP_STALE_LEVELS",
+    "LEVELS_LOCK",
+    "SETTLE_LEVELS",
+    "level_tokens",
+    "levels_params",
+    "levels_state",
+    "refusal",
+    "settle_levels_in_one_statement",
+    "settle_levels_in_steps",
+    "settle_params",
+]
+
+
+_SUBJECTS: Any = bindparam("subjects", expanding=True)
+_TOKENS: Any = bindparam("tokens", expanding=True)
+_l, _r = lockouts_table.c, reservations_table.c
+#: The latest active lock on any of the subjects (any factor, as ``ACTIVE_LOCK``).
+LEVELS_LOCK = select(func.max(_l.locked_until)).where(
+    _l.tenant == bindparam("tenant"), _l.subject.in_(_SUBJECTS), _l.locked_until > NOW
+)
+SETTLE_LEVELS = delete(reservations_table).where(_r.token.in_(_TOKENS))
+_RESET_LEVELS = (
+    update(lockouts_table)
+    .where(
+        _l.tenant == bindparam("key_tenant"), _l.factor == bindparam("key_factor"), _l.subject.in_(_SUBJECTS)
+    )
+    .values(failures=0, window_start=None)
+)
+
+
+@cache
+def _levels_table(count: int) -> Any:
+    """The subjects of ``count`` levels (bound as ``s{i}``) as rows of one column ``subject``."""
+    rows = [select(bindparam(f"s{i}", type_=String()).label("subject")) for i in range(count)]
+    return union_all(*rows).subquery("levels")
+
+
+@cache
+def _log_levels_unless_locked(count: int) -> Any:
+    """The successes of ``count`` levels logged in one statement, unless a lock is active on
+    any of their subjects: its row count says which (``count`` rows, or none). Its
+    parameters name no column of ``authflow_lockouts`` (see _PG_SETTLE_SUCCESS)."""
+    return _log_successes(count, _active_lock().scalar_subquery().is_(None))
+
+
+def _active_lock() -> Any:
+    """The latest end of an active lock on any subject of the settlement (``None``: none)."""
+    return select(func.max(_l.locked_until)).where(
+        _l.tenant == bindparam("key_tenant"), _l.subject.in_(_SUBJECTS), _l.locked_until > NOW
+    )
+
+
+def _log_successes(count: int, condition: Any) -> Any:
+    """One INSERT ... SELECT of a success row per level of ``count``, while ``condition``."""
+    levels = _levels_table(count)
+    return insert(attempts_table).from_select(
+        ["at", "tenant", "subject", "factor", "success", "client_ip"],
+        select(
+            NOW,
+            bindparam("key_tenant", type_=String()),
+            levels.c.subject,
+            bindparam("key_factor", type_=String()),
+            true(),
+            bindparam("client_ip", type_=String()),
+        ).where(condition),
+    )
+
+
+@cache
+def _pg_settle_levels(count: int) -> Any:
+    """PostgreSQL: a success of ``count`` levels settled in one statement once their counter
+    rows are locked (data-modifying CTEs; its snapshot is taken after the locks are held, so
+    a lock committed by whoever held them before is seen): the reservations given back and,
+    unless a lock is active on a subject, the counters reset and the successes logged. It
+    returns the lock's end, if any."""
+    lock = select(_active_lock().scalar_subquery().label("until")).cte("active_lock")
+    unlocked = select(lock.c.until).scalar_subquery().is_(None)
+    settled = SETTLE_LEVELS.cte("settled")
+    reset = (
+        update(lockouts_table)
+        .where(
+            _l.tenant == bindparam("key_tenant"),
+            _l.factor == bindparam("key_factor"),
+            _l.subject.in_(_SUBJECTS),
+            unlocked,
+        )
+        .values(failures=literal_column("0"), window_start=null())
+        .cte("reset")
+    )
+    logged = _log_successes(count, unlocked).cte("logged")
+    return select(lock.c.until).add_cte(settled, reset, logged)
+
+
+DROP_STALE_LEVELS = delete(reservations_table).where(
+    _r.tenant == bindparam("tenant"),
+    _r.factor == bindparam("factor"),
+    _r.subject.in_(_SUBJECTS),
+    _r.reserved_at <= STALE,
+)
+
+
+@cache
+def levels_state(count: int) -> Any:
+    """What a reservation of ``count`` levels decides on, in one read: per level ``i`` (the
+    subject bound as ``s{i}``) its active lock, the failures and window start of its counter,
+    its reservations in flight and its stale ones."""
+    columns: list[Any] = []
+    for i in range(count):
+        subject: Any = bindparam(f"s{i}")
+        of_counter = (
+            _l.tenant == bindparam("tenant"),
+            _l.subject == subject,
+            _l.factor == bindparam("factor"),
+        )
+        of_reserved = (
+            _r.tenant == bindparam("tenant"),
+            _r.subject == subject,
+            _r.factor == bindparam("factor"),
+        )
+        reserved = select(func.count()).select_from(reservations_table).where(*of_reserved)
+        lock = select(func.max(_l.locked_until)).where(
+            _l.tenant == bindparam("tenant"), _l.subject == subject, _l.locked_until > NOW
+        )
+        columns += [
+            lock.scalar_subquery().label(f"locked{i}"),
+            select(_l.failures).where(*of_counter).scalar_subquery().label(f"failures{i}"),
+            select(_l.window_start).where(*of_counter).scalar_subquery().label(f"window{i}"),
+            reserved.where(_r.reserved_at > STALE).scalar_subquery().label(f"in_flight{i}"),
+            reserved.where(_r.reserved_at <= STALE).scalar_subquery().label(f"stale{i}"),
+        ]
+    return select(*columns)
+
+
+def levels_params(keys: Sequence[AttemptKey], now: datetime) -> dict[str, Any]:
+    params: dict[str, Any] = {f"s{i}": key.subject for i, key in enumerate(keys)}
+    params.update(tenant=keys[0].tenant, factor=keys[0].factor, subjects=[key.subject for key in keys])
+    # (An UPDATE given a parameter named after a column would SET it: the reset gets these.)
+    params.update(key_tenant=keys[0].tenant, key_factor=keys[0].factor)
+    params.update(now=now, stale=now - RESERVATION_TTL)
+    return params
+
+
+def refusal(
+    state: Any, levels: Sequence[AttemptLevel], now: datetime, window: timedelta, lock_duration: timedelta
+) -> datetime | None:
+    """Why one more check may not be counted, read from ``levels_state``: the end of the first
+    active lock, or of the lock a level without room would get; ``None`` when all have room."""
+    for i, level in enumerate(levels):
+        locked, failures, start, in_flight = state[5 * i : 5 * i + 4]
+        if locked is not None:
+            return aware(locked)
+        opened = aware(start)
+        counted = int(failures or 0) if opened is not None and opened > now - window else 0
+        if counted + int(in_flight) >= level.max_failures:
+            return now + lock_duration
+    return None
+
+
+def level_tokens(token: str, count: int) -> list[str]:
+    return [level_token(token, i) for i in range(count)]
+
+
+def settle_params(
+    keys: Sequence[AttemptKey], now: datetime, client_ip: str | None, reservation: str | None
+) -> dict[str, Any]:
+    """The parameters of a settlement of ``keys`` (none named after a column of the lockouts)."""
+    params: dict[str, Any] = {f"s{i}": key.subject for i, key in enumerate(keys)}
+    tokens = level_tokens(reservation, len(keys)) if reservation is not None else []
+    params.update(key_tenant=keys[0].tenant, key_factor=keys[0].factor)
+    params["subjects"] = [key.subject for key in keys]
+    params.update(now=now, client_ip=client_ip, tokens=tokens)
+    return params
+
+
+def settle_levels_in_steps(conn: Connection, count: int, params: dict[str, Any]) -> datetime | None:
+    """A success settled under the write lock the transaction holds (SQLite; the counter rows'
+    locks elsewhere): the reservations given back, the successes logged unless a lock is
+    active (one statement: its row count says), then the counters reset; found locked,
+    the lock's end is read (that path only)."""
+    if params["tokens"]:
+        conn.execute(SETTLE_LEVELS, {"tokens": params["tokens"]})
+    if conn.execute(_log_levels_unless_locked(count), params).rowcount != count:
+        lock = {"tenant": params["key_tenant"], "subjects": params["subjects"], "now": params["now"]}
+        until = aware(conn.execute(LEVELS_LOCK, lock).scalar())
+        return until if until is not None else params["now"]  # (never None: refused all the same)
+    conn.execute(_RESET_LEVELS, {k: params[k] for k in ("key_tenant", "key_factor", "subjects")})
+    return None
+
+
+def settle_levels_in_one_statement(conn: Connection, count: int, params: dict[str, Any]) -> datetime | None:
+    """PostgreSQL: the same in one statement (see _pg_settle_levels)."""
+    return aware(conn.execute(_pg_settle_levels(count), params).scalar())

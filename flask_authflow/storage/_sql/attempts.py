@@ -1,0 +1,366 @@
+"""Attempt counters, lockouts and reservations in SQL, and the attempt log.
+
+Failure counting is one transaction per failure: ``INSERT ... ON CONFLICT DO NOTHING``
+makes sure the counter row exists, then ``UPDATE ... SET failures = failures + 1``
+(with the window restart in a ``CASE``) increments it in the database. On PostgreSQL
+the UPDATE takes the row lock and re-reads the committed value, on SQLite the first
+write takes the database lock, so two threads or two machines failing at once can
+never lose a count.
+
+The statements are built once in two private modules: ``_attempt_key`` (the counter, the
+reservation and the settlement of one key) and ``_attempt_levels`` (the levels of one
+check, host, network and account, reserved and settled together); this module chooses
+per database how they run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, delete, func, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError
+
+from flask_authflow._clock import utc
+from flask_authflow._core.ports import (
+    PAIR_SEPARATOR,
+    RESERVATION_TTL,
+    AttemptKey,
+    AttemptLevel,
+    FailureCount,
+    Reservation,
+    level_token,
+)
+from flask_authflow.storage._sql._attempt_key import (
+    ACTIVE_LOCK,
+    COUNT_FAILURE,
+    FAILURES_SINCE_SUCCESS,
+    KEY_COLUMNS,
+    KEY_VALUES,
+    LOCK_COUNTER,
+    RESET_COUNTER,
+    SET_LOCK,
+    SETTLE,
+    counter_upserts,
+    key_params,
+    key_row,
+    log_attempt,
+    reserve_in_one_statement,
+    reserve_in_steps,
+    settle_success_in_one_statement,
+    settle_success_in_steps,
+)
+from flask_authflow.storage._sql._attempt_levels import (
+    DROP_STALE_LEVELS,
+    LEVELS_LOCK,
+    SETTLE_LEVELS,
+    level_tokens,
+    levels_params,
+    levels_state,
+    refusal,
+    settle_levels_in_one_statement,
+    settle_levels_in_steps,
+    settle_params,
+)
+from flask_authflow.storage._sql.schema import attempts_table, aware, lockouts_table, reservations_table
+from flask_authflow.storage._sql.uow import SqlConnections
+
+__all__ = ["ACTIVE_LOCK", "SqlAttempts"]
+
+
+@dataclass(frozen=True, slots=True)
+class _CounterSql:
+    """How one database runs the attempt counter's statements (chosen once per engine)."""
+
+    #: Creates the counter row unless it exists (``None``: a savepoint absorbs the duplicate).
+    ensure: Any = None
+    #: LOCK_COUNTER and COUNT_FAILURE as upserts that create the row if missing
+    #: (``None``: the row is ensured first, then updated).
+    lock: Any = None
+    count: Any = None
+    reserve: Callable[[Connection, AttemptKey, dict[str, Any]], Reservation] = reserve_in_steps
+    settle_success: Callable[[Connection, AttemptKey, dict[str, Any]], datetime | None] = (
+        settle_success_in_steps
+    )
+    settle_levels: Callable[[Connection, int, dict[str, Any]], datetime | None] = settle_levels_in_steps
+    #: Locks the counter rows of several keys in one statement (``None``: one by one).
+    lock_rows: Any = None
+    #: The transaction's first write locks the whole database (SQLite): no row locks needed.
+    database_locked: bool = False
+
+
+def _native(dialect_insert: Any, **strategies: Any) -> _CounterSql:
+    """The statements of a database with ``INSERT ... ON CONFLICT`` (``dialect_insert``)."""
+    ensure = dialect_insert(lockouts_table).values(**KEY_VALUES, failures=0).on_conflict_do_nothing()
+    lock, count = counter_upserts(dialect_insert)
+    return _CounterSql(ensure, lock, count, **strategies)
+
+
+def _lock_rows(dialect_insert: Any) -> Any:
+    """An upsert of several counter rows that creates the missing ones and row-locks them
+    all (ON CONFLICT DO UPDATE locks an existing row, as UPDATE does)."""
+    return dialect_insert(lockouts_table).on_conflict_do_update(
+        index_elements=KEY_COLUMNS, set_={"failures": lockouts_table.c.failures}
+    )
+
+
+#: Per database; any other runs the portable statements.
+_COUNTER_SQL = {
+    "sqlite": _native(sqlite.insert, database_locked=True),
+    "postgresql": _native(
+        postgresql.insert,
+        reserve=reserve_in_one_statement,
+        settle_success=settle_success_in_one_statement,
+        settle_levels=settle_levels_in_one_statement,
+        lock_rows=_lock_rows(postgresql.insert),
+    ),
+}
+
+
+class SqlAttempts(SqlConnections):
+    """The attempt counters of :class:`~flask_authflow.storage._sql.backend.SqlAlchemyBackend`."""
+
+    @staticmethod
+    def _key(key: AttemptKey) -> Any:
+        t = lockouts_table.c
+        return and_(t.tenant == key.tenant, t.subject == key.subject, t.factor == key.factor)
+
+    _counter_sql: _CounterSql = _CounterSql()
+
+    def _use_dialect(self, engine: Engine) -> None:
+        super()._use_dialect(engine)
+        self._counter_sql = _COUNTER_SQL.get(engine.dialect.name, _CounterSql())
+
+    def _ensure_counter(self, conn: Connection, key: AttemptKey) -> None:
+        if self._counter_sql.ensure is not None:
+            conn.execute(self._counter_sql.ensure, key_params(key))
+            return
+        values = {"tenant": key.tenant, "subject": key.subject, "factor": key.factor, "failures": 0}
+        try:  # pragma: no cover - other databases: a savepoint absorbs the duplicate
+            with conn.begin_nested():
+                conn.execute(insert(lockouts_table).values(**values))
+        except IntegrityError:  # pragma: no cover
+            pass
+
+    def locked_until(self, tenant: str, subject: str, now: datetime) -> datetime | None:
+        params = {"tenant": tenant, "subject": subject, "now": utc(now)}
+        return aware(self._fetch(lambda conn: conn.execute(ACTIVE_LOCK, params).scalar()))
+
+    def locked_until_any(self, tenant: str, subjects: Sequence[str], now: datetime) -> datetime | None:
+        params = {"tenant": tenant, "subjects": list(subjects), "now": utc(now)}
+        return aware(self._fetch(lambda conn: conn.execute(LEVELS_LOCK, params).scalar()))
+
+    def _counter(
+        self, conn: Connection, key: AttemptKey, upsert: Any, update: Any, params: dict[str, Any]
+    ) -> Any:
+        """Run ``upsert`` on the counter row of ``key`` (the lock or count statement of the
+        database), or where there is none, create the row if missing and run ``update``;
+        returns its RETURNING result."""
+        if upsert is not None:
+            return conn.execute(upsert, params)
+        self._ensure_counter(conn, key)
+        return conn.execute(update, params)
+
+    def reserve_attempt(
+        self,
+        key: AttemptKey,
+        *,
+        now: datetime,
+        window: timedelta,
+        max_failures: int,
+        lock_duration: timedelta,
+    ) -> Reservation:
+        """Reserve under the counter row's lock: the upsert that opens the transaction takes
+        the row lock on PostgreSQL and the database write lock on SQLite, so concurrent
+        reservations for one key, from any process, are decided one after the other."""
+        now = utc(now)
+        params = {
+            **key_params(key),
+            "tenant": key.tenant,
+            "subject": key.subject,
+            "now": now,
+            "stale": now - RESERVATION_TTL,
+            "max_failures": max_failures,
+            "lock_end": now + lock_duration,
+        }
+        with self._tx(locking=True) as conn:
+            sql = self._counter_sql
+            failures, window_start = self._counter(conn, key, sql.lock, LOCK_COUNTER, params).one()
+            start = aware(window_start)
+            params["counted"] = int(failures) if start is not None and start > now - window else 0
+            return sql.reserve(conn, key, params)
+
+    def reserve_attempts(
+        self, levels: Sequence[AttemptLevel], *, now: datetime, window: timedelta, lock_duration: timedelta
+    ) -> Reservation:
+        """All levels in one transaction: their counter rows locked (on SQLite the database
+        write lock does it), their state read in one statement, their reservations inserted
+        in one; refused, nothing is inserted."""
+        now = utc(now)
+        keys = [level.key for level in levels]
+        params = levels_params(keys, now)
+        with self._tx(locking=True) as conn:
+            self._lock_levels(conn, keys)
+            state = conn.execute(levels_state(len(keys)), params).one()
+            refused = refusal(state, levels, now, window, lock_duration)
+            if refused is not None:
+                return Reservation(None, refused)
+            if any(state[5 * i + 4] for i in range(len(keys))):
+                conn.execute(DROP_STALE_LEVELS, params)
+            token = uuid.uuid4().hex[:31]
+            rows = [
+                {"token": level_token(token, i), **key_row(key), "reserved_at": now}
+                for i, key in enumerate(keys)
+            ]
+            conn.execute(insert(reservations_table).values(rows))
+            return Reservation(token)
+
+    def admit_attempts(
+        self, levels: Sequence[AttemptLevel], *, now: datetime, window: timedelta, lock_duration: timedelta
+    ) -> datetime | None:
+        """The levels' counter rows locked in their order (as a reservation and a settlement
+        lock them: never a deadlock), their state read in one statement; nothing written.
+        Its locks are held to the end of the open unit of work (see the port)."""
+        now = utc(now)
+        keys = [level.key for level in levels]
+        with self._tx(locking=True) as conn:
+            self._lock_levels(conn, keys)
+            state = conn.execute(levels_state(len(keys)), levels_params(keys, now)).one()
+            return refusal(state, levels, now, window, lock_duration)
+
+    def _lock_levels(self, conn: Connection, keys: Sequence[AttemptKey]) -> None:
+        sql = self._counter_sql
+        if sql.database_locked:
+            return
+        if sql.lock_rows is not None:
+            conn.execute(sql.lock_rows.values([{**key_row(key), "failures": 0} for key in keys]))
+            return
+        for key in keys:  # pragma: no cover - other databases
+            self._ensure_counter(conn, key)
+            conn.execute(LOCK_COUNTER, key_params(key))
+
+    def release_attempts(self, keys: Sequence[AttemptKey], token: str) -> None:
+        with self._tx() as conn:
+            conn.execute(SETTLE_LEVELS, {"tokens": level_tokens(token, len(keys))})
+
+    def settle_success(
+        self,
+        keys: Sequence[AttemptKey],
+        *,
+        now: datetime,
+        client_ip: str | None = None,
+        reservation: str | None = None,
+    ) -> datetime | None:
+        """The counter rows locked in the levels' order (as a reservation locks them, so two
+        requests of one account never wait for each other's rows in opposite orders: a
+        deadlock), then, decided on the lock read after that, the reservations given back
+        and (unlocked) the counters reset and the successes logged, in the open unit of work
+        if there is one: two statements (on SQLite the write lock is the transaction's)."""
+        params = settle_params(keys, utc(now), client_ip, reservation)
+        with self._tx(locking=True) as conn:
+            self._lock_levels(conn, keys)
+            return self._counter_sql.settle_levels(conn, len(keys), params)
+
+    @staticmethod
+    def _settle(conn: Connection, token: str | None) -> None:
+        if token is not None:
+            conn.execute(SETTLE, {"token": token})
+
+    def release_attempt(self, key: AttemptKey, token: str) -> None:
+        with self._tx() as conn:
+            self._settle(conn, token)
+
+    def register_failure(
+        self,
+        key: AttemptKey,
+        *,
+        now: datetime,
+        window: timedelta,
+        max_failures: int,
+        lock_duration: timedelta,
+        client_ip: str | None = None,
+        reservation: str | None = None,
+    ) -> FailureCount:
+        now = utc(now)
+        params = {**key_params(key), "now": now, "window_opened": now - window}
+        locked: datetime | None = None
+        with self._tx(locking=True) as conn:
+            self._settle(conn, reservation)
+            # Counted in the database (one statement, under the row lock): never a lost update.
+            count = self._counter_sql.count
+            failures = self._counter(conn, key, count, COUNT_FAILURE, params).scalar_one()
+            if failures >= max_failures:
+                # Lock, and start counting afresh once the lock ends.
+                locked = now + lock_duration
+                conn.execute(SET_LOCK, {**params, "until": locked})
+            log_attempt(conn, key, now=now, success=False, client_ip=client_ip)
+        return FailureCount(int(failures), locked)
+
+    def register_success(
+        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
+    ) -> None:
+        now = utc(now)
+        with self._tx(locking=True) as conn:
+            self._settle(conn, reservation)
+            conn.execute(RESET_COUNTER, key_params(key))
+            log_attempt(conn, key, now=now, success=True, client_ip=client_ip)
+
+    def register_success_unless_locked(
+        self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
+    ) -> datetime | None:
+        """``register_success``, unless a lock is active on the subject: then only the
+        reservation is given back and the lock's end returned (see
+        :meth:`AttemptStore.register_success_unless_locked
+        <flask_authflow._core.ports.AttemptStore.register_success_unless_locked>`). On PostgreSQL one
+        statement (see settle_success_in_one_statement)."""
+        now = utc(now)
+        params = {**key_params(key), "now": now, "token": reservation, "client_ip": client_ip}
+        with self._tx(locking=True) as conn:
+            return self._counter_sql.settle_success(conn, key, params)
+
+    def set_lock(self, key: AttemptKey, until: datetime) -> None:
+        with self._tx() as conn:
+            self._ensure_counter(conn, key)
+            conn.execute(update(lockouts_table).where(self._key(key)).values(locked_until=utc(until)))
+
+    def clear_lock(self, tenant: str, subject: str) -> None:
+        t = lockouts_table.c
+        r = reservations_table.c
+        pairs = subject + PAIR_SEPARATOR
+        with self._tx() as conn:
+            conn.execute(
+                delete(lockouts_table).where(
+                    t.tenant == tenant,
+                    or_(t.subject == subject, t.subject.startswith(pairs, autoescape=True)),
+                )
+            )
+            conn.execute(
+                delete(reservations_table).where(
+                    r.tenant == tenant,
+                    or_(r.subject == subject, r.subject.startswith(pairs, autoescape=True)),
+                )
+            )
+
+    def failures_since_success(self, key: AttemptKey, *, since: datetime) -> int:
+        params = {**key_params(key), "since": utc(since)}
+        with self._tx() as conn:
+            return int(conn.execute(FAILURES_SINCE_SUCCESS, params).scalar_one())
+
+    def failure_count(self, key: AttemptKey) -> int:
+        """Failures counted in the current window (for tests and operators)."""
+        query = select(lockouts_table.c.failures).where(self._key(key))
+        return int(self._fetch(lambda conn: conn.execute(query).scalar()) or 0)
+
+    def attempt_count(self, tenant: str, subject: str, *, success: bool | None = None) -> int:
+        t = attempts_table.c
+        query = (
+            select(func.count()).select_from(attempts_table).where(t.tenant == tenant, t.subject == subject)
+        )
+        if success is not None:
+            query = query.where(t.success == success)
+        return int(self._fetch(lambda conn: conn.execute(query).scalar_one()))
