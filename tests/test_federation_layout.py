@@ -30,7 +30,7 @@ def _imported(path: Path) -> set[str]:
 
 def test_the_flows_never_import_the_service() -> None:
     """Each flow receives the service through its protocol; only the service imports the flows."""
-    login = FEDERATION / "login"
+    login = FEDERATION / "_login"
     graph = {path.stem: _imported(path) for path in login.glob("*.py")}
     assert set(FLOWS) <= set(graph)
     assert set(FLOWS) <= graph["_service"]

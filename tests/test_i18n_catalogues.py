@@ -35,6 +35,13 @@ _PLACEHOLDER = re.compile(r"%\([a-z_]+\)[sd]")
 _TAG = re.compile(r"</?[a-z]+[^>]*>")
 
 
+def _searched(path: str) -> bool:
+    """Every directory but hidden ones and caches: Babel's default also skips ``_private``
+    ones, which is where nearly all of the package's modules live."""
+    name = Path(path).name
+    return not name.startswith(".") and name != "__pycache__"
+
+
 def extracted() -> Catalog:
     """Every message the package marks for translation (Python and templates)."""
     with open(REPO / "babel.cfg", encoding="utf-8") as config:
@@ -42,7 +49,7 @@ def extracted() -> Catalog:
     keywords = {**babel_extract.DEFAULT_KEYWORDS, "lazy_gettext": None}
     catalogue = Catalog(domain=DOMAIN)
     for filename, lineno, message, comments, context in babel_extract.extract_from_dir(
-        PACKAGE, method_map, options_map, keywords=keywords
+        PACKAGE, method_map, options_map, keywords=keywords, directory_filter=_searched
     ):
         catalogue.add(message, None, [(filename, lineno)], auto_comments=comments, context=context)
     return catalogue

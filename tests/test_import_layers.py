@@ -290,15 +290,15 @@ def test_the_core_order_sees_the_cycle_it_was_written_for() -> None:
     assert core_room("audit/__init__") == CORE_ORDER.index("audit")
     assert core_room("_core/new_module") is None
     at_top = "from flask_authflow.audit._sinks import AuditRecord\n"
-    deferred = "def later():\n    from flask_authflow.audit import sinks\n"
+    deferred = "def later():\n    from flask_authflow.audit import _sinks\n"
     assert core_imports_upward("_core/ports", at_top) == [
-        "line 1: imports audit/sinks (audit is above core/ports)"
+        "line 1: imports audit/_sinks (audit is above _core/ports)"
     ]
     assert len(core_imports_upward("_core/ports", deferred)) == 1
     assert core_imports_upward("_core/ports", "from flask_authflow._core.audit import AuditRecord\n") == []
     assert core_imports_upward("audit/_sinks", "from flask_authflow._core.session import sid_hash\n") == []
     # a feature is not the core order's business (the layer rule refuses it already)
-    assert core_imports_upward("errors", "from flask_authflow.login import service\n") == []
+    assert core_imports_upward("errors", "from flask_authflow.login import _service\n") == []
 
 
 def _login_graph() -> dict[str, set[str]]:
@@ -341,12 +341,12 @@ def test_login_flows_import_the_template_and_never_the_service() -> None:
     """Each flow module imports the operation template and the core; only the thin
     service imports the flows, so the login feature has no import cycle, deferred or not."""
     graph = _login_graph()
-    flows = {"begin", "verify", "establish", "step_up", "enrollment", "passkey", "logout"}
+    flows = {"_begin", "_verify", "_establish", "_step_up", "_enrollment", "_passkey", "_logout"}
     assert flows <= set(graph)
-    assert all("operation" in graph[flow] for flow in flows)
-    below_the_service = flows | {"operation", "challenges", "lockout", "password"}
-    assert not any(graph[m] & {"service", "accounts", "__init__"} for m in below_the_service)
-    assert flows <= graph["service"]
+    assert all("_operation" in graph[flow] for flow in flows)
+    below_the_service = flows | {"_operation", "_challenges", "_lockout", "_password"}
+    assert not any(graph[m] & {"_service", "_accounts", "__init__"} for m in below_the_service)
+    assert flows <= graph["_service"]
     assert _cycle(graph) is None
 
 
@@ -404,8 +404,8 @@ def test_the_module_level_reader_skips_deferred_and_typing_imports() -> None:
         "from typing import TYPE_CHECKING\n"
         "from flask_authflow._core import session\n"
         "if TYPE_CHECKING:\n    from flask_authflow._web import state\n"
-        "def later():\n    from flask_authflow.login import service\n"
-        "try:\n    from flask_authflow.audit import sinks\nexcept ImportError:\n    pass\n"
+        "def later():\n    from flask_authflow.login import _service\n"
+        "try:\n    from flask_authflow.audit import _sinks\nexcept ImportError:\n    pass\n"
     )
     found = _module_level_imports(source, "login/_verify")
     assert {"_core/session/__init__", "_core/__init__", "audit/_sinks", "audit/__init__"} <= found
@@ -446,5 +446,5 @@ def test_no_import_cycle_even_deferred() -> None:
 
 
 def test_the_deferred_reader_sees_imports_inside_functions() -> None:
-    source = "def later():\n    from flask_authflow.login import service\n"
+    source = "def later():\n    from flask_authflow.login import _service\n"
     assert "login/_service" in _all_imports(source, "_web/state")

@@ -110,7 +110,7 @@ def test_an_unknown_requester_past_the_strangers_budget_gets_the_same_answer_and
 ) -> None:
     _stranger_attack(site, 5)
     assert _mails_to_erin(site) == 5
-    with caplog.at_level(logging.WARNING, logger="flask_authflow._mail"):
+    with caplog.at_level(logging.WARNING, logger="flask_authflow.mail"):
         refused = _forgot(_from(site, "198.51.100.9"))
     unknown = _forgot(_from(site, "198.51.100.9"), username="nobody")
     assert refused == unknown == (202, {"status": "sent_if_known"})

@@ -334,13 +334,13 @@ def test_loopback_development_falls_back_to_the_request_address_and_says_so_once
     app_factory: AppFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     site, outbox = mailing_site(app_factory, AUTHFLOW_EXTERNAL_URL=None)  # TESTING=True
-    with caplog.at_level(logging.WARNING, logger="flask_authflow._mail"):
+    with caplog.at_level(logging.WARNING, logger="flask_authflow.mail"):
         sent(site.client().post("/password/forgot", json={"username": "alice"}))
         sent(site.client().post("/password/forgot", json={"username": "alice"}))
     assert len(outbox) == 2
     only_origin_links(outbox, "http://localhost")
     warnings = [
-        r for r in caplog.records if r.name == "flask_authflow._mail" and r.levelno == logging.WARNING
+        r for r in caplog.records if r.name == "flask_authflow.mail" and r.levelno == logging.WARNING
     ]
     assert len(warnings) == 1
     assert "AUTHFLOW_EXTERNAL_URL" in warnings[0].getMessage() and "loopback" in warnings[0].getMessage()
@@ -351,7 +351,7 @@ def test_development_without_an_origin_mails_no_link_to_a_forged_host(
     app_factory: AppFactory, caplog: pytest.LogCaptureFixture, proxy: bool
 ) -> None:
     site, outbox = mailing_site(app_factory, proxy=proxy, AUTHFLOW_EXTERNAL_URL=None)
-    with caplog.at_level(logging.ERROR, logger="flask_authflow._mail"):
+    with caplog.at_level(logging.ERROR, logger="flask_authflow.mail"):
         answer = site.client().post("/password/forgot", json={"username": "alice"}, headers=FORGED)
         answer.close()
     assert answer.status_code == 503 and answer.json["error"] == "mail_delivery_failed"
