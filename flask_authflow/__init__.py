@@ -6,6 +6,7 @@ else is imported from its feature package (``flask_authflow.login``, ``.sessions
 ``.federation``, ``.issuer``, ``.storage``, ...), as the API reference shows.
 """
 
+from flask_authflow import _moved
 from flask_authflow._core.session import AuthSession, AuthState
 from flask_authflow._outcomes import (
     Authenticated,
@@ -34,6 +35,8 @@ from flask_authflow._web.next_url import safe_next
 from flask_authflow._web.state import current_session, get_state
 from flask_authflow.audit._context import audit_context
 from flask_authflow.errors import AuthFlowError
+
+_moved.install()  # the 0.7 module paths import until 0.9, with a warning
 
 __version__ = "0.7.0"
 

@@ -95,7 +95,7 @@ def token_service(app: Flask | None = None) -> ApiTokenService:
 def api_tokens(app: Flask | None = None) -> ApiTokenService:
     """Deprecated (goes in 0.9): use ``authflow.tokens`` (:class:`~flask_authflow.api_auth.Tokens`)."""
     warnings.warn(
-        "flask_authflow._web.api_auth.api_tokens() is deprecated and goes in 0.9: use authflow.tokens "
+        "flask_authflow.web.api_auth.api_tokens() is deprecated and goes in 0.9: use authflow.tokens "
         "(create(user_id, name, scopes, tenant=...), list, get, revoke)",
         DeprecationWarning,
         stacklevel=2,

@@ -293,7 +293,7 @@ def user_devices(state: AuthFlowState) -> Devices:
 def forget_device(state: AuthFlowState, tenant: str, user_id: str, device_id: str) -> bool:
     """Deprecated (goes in 0.9): ``authflow.devices.revoke(user_id, device_id, tenant=...)``."""
     warnings.warn(
-        "flask_authflow._web.devices.forget_device is deprecated and goes in 0.9: "
+        "flask_authflow.web.devices.forget_device is deprecated and goes in 0.9: "
         "use authflow.devices.revoke(user_id, device_id, tenant=...)",
         DeprecationWarning,
         stacklevel=2,
@@ -307,7 +307,7 @@ def end_device_trust(
     """Deprecated (goes in 0.9): ``authflow.devices.revoke_trust(user_id, device_id,
     tenant=..., reason=...)``."""
     warnings.warn(
-        "flask_authflow._web.devices.end_device_trust is deprecated and goes in 0.9: "
+        "flask_authflow.web.devices.end_device_trust is deprecated and goes in 0.9: "
         "use authflow.devices.revoke_trust(user_id, device_id, tenant=..., reason=...)",
         DeprecationWarning,
         stacklevel=2,

@@ -29,7 +29,7 @@ __all__ = [
 
 def _moved(old: str, new: str) -> None:
     warnings.warn(
-        f"flask_authflow._web.roles.{old} is deprecated and goes in 0.9: use authflow.roles.{new}",
+        f"flask_authflow.web.roles.{old} is deprecated and goes in 0.9: use authflow.roles.{new}",
         DeprecationWarning,
         stacklevel=3,
     )
