@@ -8,6 +8,7 @@ else is imported from its feature package (``flask_authflow.login``, ``.sessions
 
 from flask_authflow import _moved
 from flask_authflow._core.session import AuthSession, AuthState
+from flask_authflow._mail import MailSender
 from flask_authflow._outcomes import (
     Authenticated,
     FactorCredential,
@@ -19,7 +20,9 @@ from flask_authflow._outcomes import (
     LoginOutcome,
     StepUpRequired,
 )
-from flask_authflow._web.authz import authorize
+from flask_authflow._web.api_auth import current_api_token
+from flask_authflow._web.authz import authorize, authz_hooks, is_authorized
+from flask_authflow._web.csrf import csrf_token
 from flask_authflow._web.current_user import AnonymousUser, UserMixin, current_user
 from flask_authflow._web.decorators import (
     api_scopes_required,
@@ -33,6 +36,7 @@ from flask_authflow._web.decorators import (
 from flask_authflow._web.extension import AuthFlow
 from flask_authflow._web.next_url import safe_next
 from flask_authflow._web.state import current_session, get_state
+from flask_authflow._web.views.blueprint import register_views
 from flask_authflow.audit._context import audit_context
 from flask_authflow.errors import AuthFlowError
 
@@ -54,19 +58,25 @@ __all__ = [
     "InvalidCredential",
     "Locked",
     "LoginOutcome",
+    "MailSender",
     "StepUpRequired",
     "UserMixin",
     "__version__",
     "api_scopes_required",
     "audit_context",
     "authorize",
+    "authz_hooks",
+    "csrf_token",
+    "current_api_token",
     "current_session",
     "current_user",
     "fresh_login_required",
     "get_state",
+    "is_authorized",
     "login_required",
     "permissions_accepted",
     "permissions_required",
+    "register_views",
     "roles_accepted",
     "roles_required",
     "safe_next",

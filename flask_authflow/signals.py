@@ -43,7 +43,6 @@ from typing import Any
 from blinker import NamedSignal, Namespace
 
 __all__ = [
-    "authflow_signals",
     "email_changed",
     "email_confirmed",
     "factor_verified",

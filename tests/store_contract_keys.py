@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from flask_authflow.errors import DuplicateKeyId, KeyStoreError
-from flask_authflow.issuer import LocalIdpKeyStore, LocalIdpSigningKey
-from flask_authflow.issuer._keystores import StagedRotationStore
+from flask_authflow.issuer import LocalIdpSigningKey
+from flask_authflow.issuer._keystores import LocalIdpKeyStore, StagedRotationStore
 from tests.protocols import missing_members
 from tests.store_contract import RACERS, race
 

@@ -17,7 +17,8 @@ from flask_authflow._clock import MockClock
 from flask_authflow._web.api_auth import current_api_token, token_service
 from flask_authflow._web.decorators import api_scopes_required
 from flask_authflow._web.state import account_admin, get_state
-from flask_authflow.api_auth import TOKEN_PREFIX, CreatedToken
+from flask_authflow.api_auth._service import CreatedToken
+from flask_authflow.api_auth._tokens import TOKEN_PREFIX
 from flask_authflow.errors import ApiTokenNameTaken, ConfigurationError, InvalidInput
 from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory

@@ -11,7 +11,7 @@ from flask import Flask, jsonify
 from flask_authflow import current_user, login_required
 from flask_authflow._clock import MockClock
 from flask_authflow._web.state import get_state
-from flask_authflow.api_auth import TOKEN_PREFIX
+from flask_authflow.api_auth._tokens import TOKEN_PREFIX
 from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 

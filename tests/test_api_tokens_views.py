@@ -11,7 +11,7 @@ from flask import jsonify
 
 from flask_authflow import current_user, login_required
 from flask_authflow._web.api_auth import token_service
-from flask_authflow.api_auth import TOKEN_PREFIX
+from flask_authflow.api_auth._tokens import TOKEN_PREFIX
 from tests.appfactory import AppFactory
 from tests.test_views import Site, account_token, login, make_site, parse
 

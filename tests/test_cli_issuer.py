@@ -26,8 +26,10 @@ from flask import Flask
 
 from flask_authflow import get_state
 from flask_authflow._clock import SystemClock
+from flask_authflow._core.encoding import b64url_decode
 from flask_authflow.issuer import FileLocalIdpKeyStore, LocalIdp
-from flask_authflow.jose import JwksHandle, JwtVerifier, b64url_decode
+from flask_authflow.jose import JwtVerifier
+from flask_authflow.jose._jwks import JwksHandle
 from flask_authflow.sessions._stores import MemorySessionStore
 from flask_authflow.storage._memory import InMemoryBackend
 from tests.appfactory import AppFactory

@@ -37,7 +37,8 @@ from flask_authflow.audit._sinks import AuditRecord
 from flask_authflow.audit._spool import SpoolAuditSink
 from flask_authflow.devices._labels import device_label
 from flask_authflow.errors import AuthFlowError
-from flask_authflow.jose import JwksHandle, JwtVerifier
+from flask_authflow.jose import JwtVerifier
+from flask_authflow.jose._jwks import JwksHandle
 from flask_authflow.login._accounts import AccountAdmin
 from flask_authflow.login._password import PasswordHasher
 from flask_authflow.sessions._stores import MemorySessionStore

@@ -376,6 +376,10 @@ def test_no_feature_module_imports_another_features_settings() -> None:
                 continue
             base = list(parts[:-1])[: len(parts) - 1 - (node.level - 1)] if node.level else ["<abs>"]
             target = (base + node.module.split(".")) if node.level else node.module.split(".")[1:]
-            if target[-1:] in (["settings"], ["_settings"]) and target[:1] != [parts[0]] and target[0] in features:
+            if (
+                target[-1:] in (["settings"], ["_settings"])
+                and target[:1] != [parts[0]]
+                and target[0] in features
+            ):
                 crossings.append(f"{'/'.join(parts)} imports {'.'.join(target)}")
     assert crossings == []

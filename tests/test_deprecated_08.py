@@ -15,7 +15,7 @@ from flask_authflow import AuthFlow
 from flask_authflow._core.session import sid_hash
 from flask_authflow._outcomes import Authenticated, FactorKind, FactorRequired
 from flask_authflow._web import api_auth, devices, roles
-from flask_authflow.api_auth import ApiTokenService
+from flask_authflow.api_auth._service import ApiTokenService
 from flask_authflow.errors import ConfigurationError, InvalidInput
 from flask_authflow.sessions._stores import MemorySessionStore
 from flask_authflow.storage._memory import InMemoryBackend

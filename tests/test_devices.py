@@ -9,15 +9,9 @@ from datetime import timedelta
 import pytest
 from itsdangerous import URLSafeTimedSerializer
 
-from flask_authflow.devices import (
-    UNKNOWN_DEVICE,
-    DeviceClaim,
-    DeviceCookie,
-    DeviceSettings,
-    device_label,
-    new_device_id,
-)
-from flask_authflow.devices._cookie import COOKIE_SALT
+from flask_authflow.devices._cookie import COOKIE_SALT, DeviceClaim, DeviceCookie, new_device_id
+from flask_authflow.devices._labels import UNKNOWN_DEVICE, device_label
+from flask_authflow.devices._settings import DeviceSettings
 from flask_authflow.errors import ConfigurationError
 
 KEY = secrets.token_bytes(32)

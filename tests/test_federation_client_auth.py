@@ -18,7 +18,9 @@ from flask_authflow.federation._client_auth import ASSERTION_TYPE, PrivateKeyJwt
 from flask_authflow.federation._errors import Discovery
 from flask_authflow.federation._http import RequestsHttpClient
 from flask_authflow.federation._provider import OAuthProviderConfig
-from flask_authflow.jose import JwksHandle, JwtVerifier, parse_public_jwk
+from flask_authflow.jose import JwtVerifier
+from flask_authflow.jose._jwks import JwksHandle
+from flask_authflow.jose._keys import parse_public_jwk
 from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.federation_support import CLIENT_ID, CLIENT_SECRET, PROVIDER, federated_app
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from flask_authflow._clock import MockClock
+from flask_authflow._core.encoding import b64url_decode
 from flask_authflow.errors import ConfigurationError, IssuanceError, TokenVerificationError, UnknownKeyId
 from flask_authflow.issuer import LocalIdpSigningKey, MintClaims
-from flask_authflow.jose import JwtVerifier, b64url_decode
+from flask_authflow.jose import JwtVerifier
 from flask_authflow.testing._fixture import (
     IssuanceEvent,
     IssuanceListener,

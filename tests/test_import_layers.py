@@ -223,7 +223,9 @@ def test_the_checker_sees_upward_and_sideways_imports() -> None:
         "    from flask_authflow._cli import authflow_cli\n"
     )
     assert [t for _, t in imported_modules(source, "_clock")] == ["_web/extension", "_cli"]
-    assert [t for _, t in imported_modules("from .model import X\n", "sessions/_stores")] == ["sessions/model"]
+    assert [t for _, t in imported_modules("from .model import X\n", "sessions/_stores")] == [
+        "sessions/model"
+    ]
     assert [t for _, t in imported_modules("from .. import signals\n", "login/_service")] == ["signals"]
     assert [t for _, t in imported_modules("from flask_authflow import signals\n", "login/x")] == ["signals"]
     assert layer_of("_web/extension") > layer_of("_clock")
@@ -286,7 +288,9 @@ def test_the_core_order_sees_the_cycle_it_was_written_for() -> None:
     """The checker can fail: the audit row imported by the ports from ``audit`` (above
     ``core/ports``) is refused, deferred or not; the same import from ``core/audit`` is not,
     nor is ``audit`` reading the core."""
-    assert core_room("_core/session/_record") == core_room("_core/session") == CORE_ORDER.index("_core/session")
+    assert (
+        core_room("_core/session/_record") == core_room("_core/session") == CORE_ORDER.index("_core/session")
+    )
     assert core_room("audit/__init__") == CORE_ORDER.index("audit")
     assert core_room("_core/new_module") is None
     at_top = "from flask_authflow.audit._sinks import AuditRecord\n"

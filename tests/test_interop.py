@@ -26,8 +26,8 @@ from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from flask_authflow._core.encoding import b64url_decode, b64url_encode
 from flask_authflow.issuer import LocalIdp, LocalIdpSigningKey, MemoryLocalIdpKeyStore, MintClaims
-from flask_authflow.jose import b64url_decode, b64url_encode
 from flask_authflow.testing._fixture import LocalIdpFixture
 from tests.parts import missing_part, require_marker
 

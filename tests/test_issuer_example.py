@@ -26,8 +26,10 @@ from werkzeug.serving import make_server
 from examples.issuer.app import create_app
 from flask_authflow import get_state
 from flask_authflow._clock import MockClock
+from flask_authflow._core.encoding import b64url_decode
 from flask_authflow.errors import TokenVerificationError
-from flask_authflow.jose import JwksHandle, JwtVerifier, b64url_decode
+from flask_authflow.jose import JwtVerifier
+from flask_authflow.jose._jwks import JwksHandle
 from tests.parts import free_port
 
 # The example as deployed: its SQLite file (in tmp_path) and, where a test passes none, the

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from flask_authflow._clock import MockClock
+from flask_authflow._core.encoding import b64url_decode
 from flask_authflow.errors import (
     ConfigurationError,
     DuplicateKeyId,
@@ -21,13 +22,14 @@ from flask_authflow.errors import (
 )
 from flask_authflow.issuer import (
     FileLocalIdpKeyStore,
-    LoadedKeys,
     LocalIdp,
     LocalIdpSigningKey,
     MemoryLocalIdpKeyStore,
     MintClaims,
 )
-from flask_authflow.jose import JwksHandle, JwtVerifier, b64url_decode
+from flask_authflow.issuer._keys import LoadedKeys
+from flask_authflow.jose import JwtVerifier
+from flask_authflow.jose._jwks import JwksHandle
 from flask_authflow.signals import key_rotated, token_minted
 
 ISS = "https://issuer.test"

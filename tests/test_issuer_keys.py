@@ -10,7 +10,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from joserfc.jwk import ECKey
 
 from flask_authflow.errors import KeyStoreError, SigningKeyError
-from flask_authflow.issuer import LoadedKeys, LocalIdpSigningKey
+from flask_authflow.issuer import LocalIdpSigningKey
+from flask_authflow.issuer._keys import LoadedKeys
 
 PRIVATE_MEMBERS = {"d", "p", "q", "dp", "dq", "qi"}
 

@@ -19,13 +19,9 @@ import pytest
 import sqlalchemy as sa
 
 from flask_authflow.errors import DuplicateKeyId, KeyStoreError
-from flask_authflow.issuer import (
-    FileLocalIdpKeyStore,
-    LoadedKeys,
-    LocalIdpKeyStore,
-    LocalIdpSigningKey,
-    MemoryLocalIdpKeyStore,
-)
+from flask_authflow.issuer import FileLocalIdpKeyStore, LocalIdpSigningKey, MemoryLocalIdpKeyStore
+from flask_authflow.issuer._keys import LoadedKeys
+from flask_authflow.issuer._keystores import LocalIdpKeyStore
 from flask_authflow.storage._sql.engine import resolve_engine
 from flask_authflow.storage._sql.keystore import SqlAlchemyLocalIdpKeyStore
 from tests.protocols import missing_members

@@ -17,6 +17,7 @@ from flask import Flask
 
 from flask_authflow import get_state
 from flask_authflow._clock import MockClock
+from flask_authflow._core.encoding import b64url_decode
 from flask_authflow.errors import DuplicateKeyId, RotationRefused, UnknownKeyId
 from flask_authflow.issuer import (
     FileLocalIdpKeyStore,
@@ -25,7 +26,7 @@ from flask_authflow.issuer import (
     MemoryLocalIdpKeyStore,
     MintClaims,
 )
-from flask_authflow.jose import JwtVerifier, b64url_decode
+from flask_authflow.jose import JwtVerifier
 from flask_authflow.storage._memory import InMemoryBackend
 from flask_authflow.storage._sql.keystore import SqlAlchemyLocalIdpKeyStore
 from tests.appfactory import AppFactory

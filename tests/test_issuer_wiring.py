@@ -29,7 +29,8 @@ from flask_authflow.issuer import (
     MemoryLocalIdpKeyStore,
     MintClaims,
 )
-from flask_authflow.jose import JwksHandle, JwtVerifier
+from flask_authflow.jose import JwtVerifier
+from flask_authflow.jose._jwks import JwksHandle
 from flask_authflow.storage._memory import InMemoryBackend
 from tests.appfactory import AppFactory, base_app
 

@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from flask_authflow._clock import MockClock
+from flask_authflow._core.encoding import b64url_decode, b64url_encode
 from flask_authflow.errors import (
     ConfigurationError,
     SigningKeyError,
@@ -23,16 +24,10 @@ from flask_authflow.errors import (
     UnknownKeyId,
 )
 from flask_authflow.issuer import LocalIdpSigningKey
-from flask_authflow.jose import (
-    MAX_TOKEN_LENGTH,
-    JwksHandle,
-    JwtVerifier,
-    b64url_decode,
-    b64url_encode,
-    load_private_key_pem,
-    parse_public_jwk,
-    public_jwk,
-)
+from flask_authflow.jose import JwtVerifier
+from flask_authflow.jose._jwks import JwksHandle
+from flask_authflow.jose._keys import load_private_key_pem, parse_public_jwk, public_jwk
+from flask_authflow.jose._verify import MAX_TOKEN_LENGTH
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 T = int(NOW.timestamp())

@@ -13,12 +13,13 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from flask_authflow._clock import MockClock
+from flask_authflow._core.encoding import b64url_encode
 from flask_authflow.errors import ConfigurationError, TokenVerificationError, UnknownKeyId
 from flask_authflow.federation._errors import Discovery, ProviderUnreachable
 from flask_authflow.federation._http import HttpResponse, RequestsHttpClient
 from flask_authflow.federation._jwks_cache import ProviderKeyCache, cache_max_age
 from flask_authflow.issuer import LocalIdpSigningKey
-from flask_authflow.jose import b64url_encode, public_jwk
+from flask_authflow.jose._keys import public_jwk
 from flask_authflow.testing._provider import TestOpenIDProvider
 
 JWKS_URI = "https://op.test/jwks"

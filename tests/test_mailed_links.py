@@ -339,9 +339,7 @@ def test_loopback_development_falls_back_to_the_request_address_and_says_so_once
         sent(site.client().post("/password/forgot", json={"username": "alice"}))
     assert len(outbox) == 2
     only_origin_links(outbox, "http://localhost")
-    warnings = [
-        r for r in caplog.records if r.name == "flask_authflow.mail" and r.levelno == logging.WARNING
-    ]
+    warnings = [r for r in caplog.records if r.name == "flask_authflow.mail" and r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "AUTHFLOW_EXTERNAL_URL" in warnings[0].getMessage() and "loopback" in warnings[0].getMessage()
 

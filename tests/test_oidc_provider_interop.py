@@ -26,12 +26,15 @@ import requests
 from flask import Flask, request
 
 from flask_authflow._clock import SystemClock
+from flask_authflow._core.encoding import b64url_encode
 from flask_authflow.errors import TokenVerificationError, UnknownKeyId
 from flask_authflow.federation._ceremony import Ceremony
 from flask_authflow.federation._errors import IdTokenValidation, TokenExchange
 from flask_authflow.federation._http import RequestsHttpClient
 from flask_authflow.federation._provider import OAuthProvider, OAuthProviderConfig
-from flask_authflow.jose import JwksHandle, JwtVerifier, VerifiedClaims, b64url_encode, parse_public_jwk
+from flask_authflow.jose import JwtVerifier, VerifiedClaims
+from flask_authflow.jose._jwks import JwksHandle
+from flask_authflow.jose._keys import parse_public_jwk
 from flask_authflow.storage._memory import InMemoryBackend
 from flask_authflow.testing._provider import BACKCHANNEL_LOGOUT_EVENT
 from tests import oidc_parts

@@ -12,18 +12,16 @@ import pytest
 
 from flask_authflow._clock import MockClock
 from flask_authflow.errors import ConfigurationError
-from flask_authflow.federation import (
-    Discovery,
+from flask_authflow.federation import OAuthError
+from flask_authflow.federation._errors import Discovery, ProviderUnreachable, TokenExchange
+from flask_authflow.federation._http import RequestsHttpClient
+from flask_authflow.federation._provider import OAuthProviderConfig, TokenSet
+from flask_authflow.federation._provider_tokens import (
     InsufficientScope,
     NoProviderToken,
     NoRefreshToken,
-    OAuthError,
-    ProviderUnreachable,
     RefreshTokenExpired,
-    TokenExchange,
 )
-from flask_authflow.federation._http import RequestsHttpClient
-from flask_authflow.federation._provider import OAuthProviderConfig, TokenSet
 from flask_authflow.storage._memory import InMemoryBackend
 from flask_authflow.testing._provider import TestOpenIDProvider
 from tests.provider_tokens_support import PROVIDER, Keeper, Scripted, keeper, provider_config

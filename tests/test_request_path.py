@@ -97,7 +97,7 @@ def test_a_protected_get_selects_no_locale(app_factory: AppFactory, monkeypatch:
 def test_an_api_view_without_authorization_does_no_token_work(
     app_factory: AppFactory, monkeypatch: Any
 ) -> None:
-    from flask_authflow.api_auth import ApiTokenService
+    from flask_authflow.api_auth._service import ApiTokenService
 
     app = app_factory()
 

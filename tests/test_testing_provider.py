@@ -15,8 +15,8 @@ from flask import Flask, request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from flask_authflow._core.encoding import b64url_encode
 from flask_authflow.errors import ConfigurationError, TokenVerificationError, UnknownKeyId
-from flask_authflow.jose import b64url_encode
 from flask_authflow.testing import TestOpenIDProvider
 from flask_authflow.testing._provider import BACKCHANNEL_LOGOUT_EVENT, query_params
 
@@ -189,7 +189,9 @@ def test_full_code_flow_with_pkce(algorithm: str) -> None:
 def test_id_token_verifies_against_the_served_jwks(
     provider: TestOpenIDProvider, http: requests.Session
 ) -> None:
-    from flask_authflow.jose import JwksHandle, JwtVerifier, parse_public_jwk
+    from flask_authflow.jose import JwtVerifier
+    from flask_authflow.jose._jwks import JwksHandle
+    from flask_authflow.jose._keys import parse_public_jwk
 
     verifier, challenge = _pkce()
     token = _exchange(http, provider, _code(http, provider, challenge), verifier).json()["id_token"]

@@ -25,7 +25,7 @@ from flask_authflow._outcomes import (
 )
 from flask_authflow._web import authz, services
 from flask_authflow._web.api_auth import token_service
-from flask_authflow.api_auth import ApiTokenService
+from flask_authflow.api_auth._service import ApiTokenService
 
 __all__ = ["DeprecatedMethods"]
 

@@ -29,7 +29,8 @@ from flask_authflow._core.ports import ApiTokenRecord, UserRecord
 from flask_authflow._web.current_user import load_user, set_api_user
 from flask_authflow._web.per_request import keep_for_request, request_kept
 from flask_authflow._web.state import AuthFlowState, get_state
-from flask_authflow.api_auth import ApiTokenService, ApiTokenSettings, TokenRefused
+from flask_authflow.api_auth._service import ApiTokenService, TokenRefused
+from flask_authflow.api_auth._settings import ApiTokenSettings
 from flask_authflow.api_auth._tokens import TOKEN_PREFIX
 from flask_authflow.audit._context import audit_context
 from flask_authflow.errors import AuthFlowError, InsufficientApiScope

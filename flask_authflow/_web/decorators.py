@@ -61,7 +61,8 @@ from flask_authflow._web.current_user import (
 )
 from flask_authflow._web.next_url import safe_next
 from flask_authflow._web.state import DenialHandler, current_auth_session, get_state
-from flask_authflow.api_auth import TokenRefused, check_scopes
+from flask_authflow.api_auth._service import TokenRefused
+from flask_authflow.api_auth._tokens import check_scopes
 from flask_authflow.errors import (
     AuthFlowError,
     EnrollmentRequired,

@@ -30,14 +30,9 @@ from flask_authflow._web.per_request import keep_for_request, request_kept
 from flask_authflow._web.state import AuthFlowState, current_auth_session, get_state
 from flask_authflow.audit._context import AuditContext, audit_context, audit_source
 from flask_authflow.audit._sinks import hash_session_id
-from flask_authflow.devices import (
-    DeviceClaim,
-    DeviceCookie,
-    DeviceReading,
-    Devices,
-    DeviceService,
-    new_device_id,
-)
+from flask_authflow.devices import Devices
+from flask_authflow.devices._cookie import DeviceClaim, DeviceCookie, DeviceReading, new_device_id
+from flask_authflow.devices._service import DeviceService
 from flask_authflow.devices._settings import DeviceSettings
 from flask_authflow.login._operation import PHANTOM_PREFIX
 

@@ -22,8 +22,9 @@ from flask_authflow.audit._context import audit_context
 from flask_authflow.authz import Roles
 from flask_authflow.devices import Devices
 from flask_authflow.federation import Federation
-from flask_authflow.login import Accounts, AuthnRequest, Factors, Login
+from flask_authflow.login import Accounts, Factors, Login
 from flask_authflow.login._recovery import Ended
+from flask_authflow.login._service import AuthnRequest
 from flask_authflow.sessions import Sessions
 
 __all__ = ["accounts", "devices", "factors", "federation", "login", "roles", "sessions", "tokens"]

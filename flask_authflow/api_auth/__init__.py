@@ -8,20 +8,8 @@ views that allow it (``login_required(api=True)``) and the application's
 
 from __future__ import annotations
 
-from flask_authflow.api_auth._service import DEFAULT_EXPIRY, ApiTokenService, CreatedToken, TokenRefused
-from flask_authflow.api_auth._settings import ApiTokenSettings
-from flask_authflow.api_auth._tokens import TOKEN_PREFIX, check_scopes, new_token, token_id_of
 from flask_authflow.api_auth._user_tokens import Tokens
 
 __all__ = [
-    "DEFAULT_EXPIRY",
-    "TOKEN_PREFIX",
-    "ApiTokenService",
-    "ApiTokenSettings",
-    "CreatedToken",
-    "TokenRefused",
     "Tokens",
-    "check_scopes",
-    "new_token",
-    "token_id_of",
 ]

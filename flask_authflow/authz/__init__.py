@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from flask_authflow.authz._entities import Entity, PolicyResource, Principal
 from flask_authflow.authz._evaluator import Decision, Evaluator
-from flask_authflow.authz._policies import LoadedPolicies, load_policies
+from flask_authflow.authz._policies import load_policies
 from flask_authflow.authz._roles import Roles
 from flask_authflow.authz._settings import AuthzSettings
 
@@ -18,7 +18,6 @@ __all__ = [
     "Decision",
     "Entity",
     "Evaluator",
-    "LoadedPolicies",
     "PolicyResource",
     "Principal",
     "Roles",

@@ -12,20 +12,8 @@ sets the cookie, and the login decides with the trust it is given
 
 from __future__ import annotations
 
-from flask_authflow.devices._cookie import DeviceClaim, DeviceCookie, DeviceReading, new_device_id
-from flask_authflow.devices._labels import UNKNOWN_DEVICE, device_label
-from flask_authflow.devices._service import DeviceService
-from flask_authflow.devices._settings import DeviceSettings
 from flask_authflow.devices._user_devices import Devices
 
 __all__ = [
-    "UNKNOWN_DEVICE",
-    "DeviceClaim",
-    "DeviceCookie",
-    "DeviceReading",
-    "DeviceService",
-    "DeviceSettings",
     "Devices",
-    "device_label",
-    "new_device_id",
 ]

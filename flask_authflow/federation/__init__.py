@@ -11,115 +11,39 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from flask_authflow.federation._app_federation import Federation
-from flask_authflow.federation._errors import (
-    CsrfMismatch,
-    Discovery,
-    EndSessionRefused,
-    Expired,
-    IdTokenValidation,
-    IssuerMismatch,
-    LogoutTokenInvalid,
-    OAuthError,
-    ProviderUnreachable,
-    TokenExchange,
-    UnknownKid,
-    UnknownProvider,
-    UserInfo,
-    UserNotLinked,
-)
-from flask_authflow.federation._links import FederationStore, IdentityLink
-
 if TYPE_CHECKING:
-    from flask_authflow.federation._dpop import DpopAuth, DpopKeyGone
+    from flask_authflow.federation._app_federation import Federation
+    from flask_authflow.federation._errors import OAuthError
     from flask_authflow.federation._http import HttpClient, RequestsHttpClient
-    from flask_authflow.federation._login import (
-        FederatedIdentity,
-        FederatedLogin,
-        FederationService,
-        OAuthLoginOptions,
-    )
-    from flask_authflow.federation._mtls import CertificateChanged
-    from flask_authflow.federation._par import PushedRequestRefused
-    from flask_authflow.federation._provider import (
-        OAuthProvider,
-        OAuthProviderConfig,
-        ProviderMetadata,
-        ProviderRegistry,
-    )
-    from flask_authflow.federation._provider_tokens import (
-        InsufficientScope,
-        NoProviderToken,
-        NoRefreshToken,
-        ProviderToken,
-        ProviderTokens,
-        RefreshTokenExpired,
-        TokenRefreshBusy,
-    )
+    from flask_authflow.federation._login import FederatedIdentity
+    from flask_authflow.federation._oauth2 import OAuth2ProviderConfig
+    from flask_authflow.federation._presets import preset
+    from flask_authflow.federation._provider import OAuthProviderConfig
+    from flask_authflow.federation._provider_tokens import ProviderToken
 
+#: Each name, and the private module it is loaded from on first use.
 _LAZY = {
-    "CertificateChanged": "._mtls",
-    "DpopAuth": "._dpop",
-    "DpopKeyGone": "._dpop",
-    "PushedRequestRefused": "._par",
-    "ProviderToken": "._provider_tokens",
-    "HttpClient": "._http",
-    "RequestsHttpClient": "._http",
-    "FederatedIdentity": "._login",
-    "FederatedLogin": "._login",
-    "FederationService": "._login",
-    "OAuthLoginOptions": "._login",
-    "OAuthProvider": "._provider",
-    "OAuthProviderConfig": "._provider",
-    "ProviderMetadata": "._provider",
-    "ProviderRegistry": "._provider",
-    "InsufficientScope": "._provider_tokens",
-    "NoProviderToken": "._provider_tokens",
-    "NoRefreshToken": "._provider_tokens",
-    "ProviderTokens": "._provider_tokens",
-    "RefreshTokenExpired": "._provider_tokens",
-    "TokenRefreshBusy": "._provider_tokens",
+    "FederatedIdentity": "flask_authflow.federation._login",
+    "Federation": "flask_authflow.federation._app_federation",
+    "HttpClient": "flask_authflow.federation._http",
+    "OAuth2ProviderConfig": "flask_authflow.federation._oauth2",
+    "OAuthError": "flask_authflow.federation._errors",
+    "OAuthProviderConfig": "flask_authflow.federation._provider",
+    "ProviderToken": "flask_authflow.federation._provider_tokens",
+    "RequestsHttpClient": "flask_authflow.federation._http",
+    "preset": "flask_authflow.federation._presets",
 }
 
 __all__ = [
-    "CertificateChanged",
-    "CsrfMismatch",
-    "Discovery",
-    "DpopAuth",
-    "DpopKeyGone",
-    "EndSessionRefused",
-    "Expired",
     "FederatedIdentity",
-    "FederatedLogin",
     "Federation",
-    "FederationService",
-    "FederationStore",
     "HttpClient",
-    "IdTokenValidation",
-    "IdentityLink",
-    "InsufficientScope",
-    "IssuerMismatch",
-    "LogoutTokenInvalid",
-    "NoProviderToken",
-    "NoRefreshToken",
+    "OAuth2ProviderConfig",
     "OAuthError",
-    "OAuthLoginOptions",
-    "OAuthProvider",
     "OAuthProviderConfig",
-    "ProviderMetadata",
-    "ProviderRegistry",
     "ProviderToken",
-    "ProviderTokens",
-    "ProviderUnreachable",
-    "PushedRequestRefused",
-    "RefreshTokenExpired",
     "RequestsHttpClient",
-    "TokenExchange",
-    "TokenRefreshBusy",
-    "UnknownKid",
-    "UnknownProvider",
-    "UserInfo",
-    "UserNotLinked",
+    "preset",
 ]
 
 
@@ -127,4 +51,4 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module, __name__), name)
+    return getattr(importlib.import_module(module), name)

@@ -16,7 +16,7 @@ from flask_authflow._core.session import AuthSession, AuthState
 from flask_authflow.errors import ConfigurationError, Unauthenticated
 
 if TYPE_CHECKING:
-    from flask_authflow.federation import FederationService
+    from flask_authflow.federation._login import FederationService
 
 __all__ = ["Federation"]
 

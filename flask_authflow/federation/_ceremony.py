@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from flask_authflow._clock import utc
-from flask_authflow.jose import b64url_encode
+from flask_authflow._core.encoding import b64url_encode
 
 __all__ = ["CEREMONY_KEY", "Ceremony", "pkce_challenge"]
 

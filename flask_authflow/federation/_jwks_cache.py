@@ -49,7 +49,8 @@ from flask_authflow.errors import ConfigurationError
 from flask_authflow.federation._errors import ProviderUnreachable
 from flask_authflow.federation._http import HttpClient, check_provider_url
 from flask_authflow.federation._jwks_fetch import PRIVATE_MEMBERS, Fetched, cache_max_age, fetch_jwks
-from flask_authflow.jose import JwksHandle, JwksSnapshot, JwtVerifier
+from flask_authflow.jose import JwtVerifier
+from flask_authflow.jose._jwks import JwksHandle, JwksSnapshot
 
 __all__ = ["PRIVATE_MEMBERS", "ProviderKeyCache", "cache_max_age"]
 

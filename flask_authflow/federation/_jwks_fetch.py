@@ -10,7 +10,7 @@ from typing import Final
 
 from flask_authflow.federation._errors import OAuthError, ProviderUnreachable
 from flask_authflow.federation._http import HttpClient
-from flask_authflow.jose import VerificationKey, parse_public_jwk
+from flask_authflow.jose._keys import VerificationKey, parse_public_jwk
 
 __all__ = ["PRIVATE_MEMBERS", "Fetched", "cache_max_age", "fetch_jwks"]
 

@@ -12,48 +12,27 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from flask_authflow.issuer._claims import REGISTERED_CLAIMS, MintClaims
-
 if TYPE_CHECKING:
-    from flask_authflow.issuer._idp import (
-        DEFAULT_MAX_LIFETIME,
-        DEFAULT_RELOAD_INTERVAL,
-        LocalIdp,
-        MintedToken,
-    )
-    from flask_authflow.issuer._keys import SIGNING_ALGORITHMS, LoadedKeys, LocalIdpSigningKey
-    from flask_authflow.issuer._keystores import (
-        FileLocalIdpKeyStore,
-        LocalIdpKeyStore,
-        MemoryLocalIdpKeyStore,
-    )
+    from flask_authflow.issuer._claims import MintClaims
+    from flask_authflow.issuer._idp import LocalIdp
+    from flask_authflow.issuer._keys import LocalIdpSigningKey
+    from flask_authflow.issuer._keystores import FileLocalIdpKeyStore, MemoryLocalIdpKeyStore
 
+#: Each name, and the private module it is loaded from on first use.
 _LAZY = {
-    "DEFAULT_MAX_LIFETIME": "flask_authflow.issuer._idp",
-    "DEFAULT_RELOAD_INTERVAL": "flask_authflow.issuer._idp",
-    "LocalIdp": "flask_authflow.issuer._idp",
-    "MintedToken": "flask_authflow.issuer._idp",
-    "SIGNING_ALGORITHMS": "flask_authflow.issuer._keys",
-    "LoadedKeys": "flask_authflow.issuer._keys",
-    "LocalIdpSigningKey": "flask_authflow.issuer._keys",
     "FileLocalIdpKeyStore": "flask_authflow.issuer._keystores",
-    "LocalIdpKeyStore": "flask_authflow.issuer._keystores",
+    "LocalIdp": "flask_authflow.issuer._idp",
+    "LocalIdpSigningKey": "flask_authflow.issuer._keys",
     "MemoryLocalIdpKeyStore": "flask_authflow.issuer._keystores",
+    "MintClaims": "flask_authflow.issuer._claims",
 }
 
 __all__ = [
-    "DEFAULT_MAX_LIFETIME",
-    "DEFAULT_RELOAD_INTERVAL",
-    "REGISTERED_CLAIMS",
-    "SIGNING_ALGORITHMS",
     "FileLocalIdpKeyStore",
-    "LoadedKeys",
     "LocalIdp",
-    "LocalIdpKeyStore",
     "LocalIdpSigningKey",
     "MemoryLocalIdpKeyStore",
     "MintClaims",
-    "MintedToken",
 ]
 
 

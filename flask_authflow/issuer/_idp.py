@@ -19,19 +19,16 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 from flask_authflow._clock import Clock, SystemClock
+from flask_authflow._core.encoding import b64url_encode
 from flask_authflow.errors import ConfigurationError, IssuanceError, KeyStoreError, RotationRefused
 from flask_authflow.issuer._claims import MintClaims
 from flask_authflow.issuer._keys import LoadedKeys, LocalIdpSigningKey
 from flask_authflow.issuer._keystores import LocalIdpKeyStore, RotationState, StagedRotationStore
 from flask_authflow.issuer._views import make_blueprint
-from flask_authflow.jose import (
-    MAX_TOKEN_LENGTH,
-    JwksHandle,
-    JwtVerifier,
-    VerificationKey,
-    b64url_encode,
-    parse_public_jwk,
-)
+from flask_authflow.jose import JwtVerifier
+from flask_authflow.jose._jwks import JwksHandle
+from flask_authflow.jose._keys import VerificationKey, parse_public_jwk
+from flask_authflow.jose._verify import MAX_TOKEN_LENGTH
 from flask_authflow.signals import key_rotated, token_minted
 
 if TYPE_CHECKING:

@@ -15,10 +15,11 @@ from typing import Any, Final
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from flask_authflow._core.encoding import b64url_encode
 from flask_authflow.errors import KeyStoreError, SigningKeyError
-from flask_authflow.jose import MIN_RSA_BITS, b64url_encode, jwk_thumbprint, load_private_key_pem, public_jwk
 from flask_authflow.jose._algorithms import SIGNING_ALGORITHMS as JOSE_SIGNING_ALGORITHMS
 from flask_authflow.jose._algorithms import signer
+from flask_authflow.jose._keys import MIN_RSA_BITS, jwk_thumbprint, load_private_key_pem, public_jwk
 
 __all__ = ["SIGNING_ALGORITHMS", "LoadedKeys", "LocalIdpSigningKey", "validate_kid"]
 

@@ -21,40 +21,9 @@ handle) and :mod:`.verify` (the pre-check and the verifier over joserfc).
 
 from __future__ import annotations
 
-from flask_authflow._core.encoding import b64url_decode, b64url_encode
-from flask_authflow.errors import TokenCheck
-from flask_authflow.jose._algorithms import SUPPORTED_ALGORITHMS
-from flask_authflow.jose._jwks import JwksHandle, JwksSnapshot
-from flask_authflow.jose._keys import (
-    KID_PATTERN,
-    MIN_RSA_BITS,
-    PrivateKey,
-    PublicKey,
-    VerificationKey,
-    jwk_thumbprint,
-    load_private_key_pem,
-    parse_public_jwk,
-    public_jwk,
-)
-from flask_authflow.jose._verify import MAX_TOKEN_LENGTH, JwtVerifier, VerifiedClaims
+from flask_authflow.jose._verify import JwtVerifier, VerifiedClaims
 
 __all__ = [
-    "KID_PATTERN",
-    "MAX_TOKEN_LENGTH",
-    "MIN_RSA_BITS",
-    "SUPPORTED_ALGORITHMS",
-    "JwksHandle",
-    "JwksSnapshot",
     "JwtVerifier",
-    "PrivateKey",
-    "PublicKey",
-    "TokenCheck",
-    "VerificationKey",
     "VerifiedClaims",
-    "b64url_decode",
-    "b64url_encode",
-    "jwk_thumbprint",
-    "load_private_key_pem",
-    "parse_public_jwk",
-    "public_jwk",
 ]

@@ -14,21 +14,13 @@ except ModuleNotFoundError as exc:  # the extra is not installed
         raise
     raise MissingExtraError("testing", "pytest") from exc
 
-from flask_authflow.testing._fixture import (
-    IssuanceEvent,
-    IssuanceListener,
-    LocalIdpFixture,
-    MockIssuanceListener,
-)
+from flask_authflow._clock import MockClock
 from flask_authflow.testing._provider import TestOpenIDProvider
 from flask_authflow.testing._pytest_plugin import Outbox, SentMessage, login_test_client
 from flask_authflow.testing._users import add_user
 
 __all__ = [
-    "IssuanceEvent",
-    "IssuanceListener",
-    "LocalIdpFixture",
-    "MockIssuanceListener",
+    "MockClock",
     "Outbox",
     "SentMessage",
     "TestOpenIDProvider",

@@ -27,7 +27,8 @@ from flask_authflow.issuer._claims import MintClaims
 from flask_authflow.issuer._idp import LocalIdp
 from flask_authflow.issuer._keys import SIGNING_ALGORITHMS, LoadedKeys, LocalIdpSigningKey
 from flask_authflow.issuer._keystores import MemoryLocalIdpKeyStore
-from flask_authflow.jose import JwksHandle, JwtVerifier
+from flask_authflow.jose import JwtVerifier
+from flask_authflow.jose._jwks import JwksHandle
 
 __all__ = ["IssuanceEvent", "IssuanceListener", "LocalIdpFixture", "MockIssuanceListener"]
 

@@ -12,7 +12,7 @@ from typing import Any, Final, Protocol
 from flask import Response, request
 
 from flask_authflow._clock import Clock
-from flask_authflow.jose import b64url_encode
+from flask_authflow._core.encoding import b64url_encode
 from flask_authflow.testing._provider._http import error
 
 DPOP_ALGS: Final = ("ES256", "Ed25519", "EdDSA")

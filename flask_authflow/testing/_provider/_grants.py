@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from flask_authflow.jose import b64url_encode
+from flask_authflow._core.encoding import b64url_encode
 
 #: RFC 7636 §4.1: the verifier (and an S256 challenge) use only these characters.
 PKCE_RE: Final = re.compile(r"[A-Za-z0-9\-._~]{43,128}")

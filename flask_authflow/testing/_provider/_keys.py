@@ -15,10 +15,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from flask_authflow._clock import Clock
+from flask_authflow._core.encoding import b64url_encode
 from flask_authflow.errors import ConfigurationError, SigningKeyError
 from flask_authflow.issuer._keys import LocalIdpSigningKey
-from flask_authflow.jose import JwksHandle, JwtVerifier, b64url_encode, parse_public_jwk
-from flask_authflow.jose._keys import jwk_thumbprint, public_jwk
+from flask_authflow.jose import JwtVerifier
+from flask_authflow.jose._jwks import JwksHandle
+from flask_authflow.jose._keys import jwk_thumbprint, parse_public_jwk, public_jwk
 
 _RSA_BITS: Final = 2048  # fast to generate; a test provider only
 
