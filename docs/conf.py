@@ -32,8 +32,9 @@ autodoc_inherit_docstrings = False
 
 # The documentation is built offline (no intersphinx), so links into the standard
 # library and the third-party packages flask-authflow builds on cannot resolve. They are
-# listed here by package; flask-authflow's own names are never ignored: a reference to
-# one of them that does not resolve is an error (document it in api.rst).
+# listed here by package; flask-authflow's public names are never ignored: a reference to
+# one of them that does not resolve is an error (document it in api.rst). A private one
+# (a signature's type from a private module) is shown as text: see _resolve_alias.
 _THIRD_PARTY = (
     "argon2",
     "blinker",
@@ -107,7 +108,7 @@ def _resolve_alias(app: Any, env: Any, node: Any, contnode: Any) -> Any:
 
     Each object is documented once, under its public name (``flask_authflow.issuer.LocalIdp``);
     docstrings and pages also name the defining module (``flask_authflow.issuer.LocalIdp``,
-    ``flask_authflow.issuer._idp.LocalIdp``) or, inside a module, the bare name. Such a
+    ``flask_authflow.issuer.LocalIdp``) or, inside a module, the bare name. Such a
     reference is resolved by importing it and finding where that same object is documented.
     A type variable in a signature is shown as plain text. Anything else stays unresolved
     (and fails the ``-n`` build).
@@ -145,12 +146,26 @@ def _resolve_alias(app: Any, env: Any, node: Any, contnode: Any) -> Any:
         if resolved is not None:
             return resolved
     # A bare name (``MockClock``, ``SessionStore.save``): the one object documented under it.
-    matches = [name for name in domain.objects if name.startswith("flask_authflow.") and name.endswith(f".{target}")]
+    matches = [
+        name for name in domain.objects if name.startswith("flask_authflow.") and name.endswith(f".{target}")
+    ]
     if len(matches) == 1:
         return domain.resolve_xref(
             env, node["refdoc"], app.builder, node["reftype"], matches[0], node, contnode
         ) or domain.resolve_xref(env, node["refdoc"], app.builder, "obj", matches[0], node, contnode)
+    if any(_is_private(candidate) for candidate in candidates if _import_for_docs(candidate) is not None):
+        return contnode  # a private type in a signature: its name, as text, without a link
     return None
+
+
+def _is_private(path: str) -> bool:
+    """``flask_authflow._clock.Clock``, ``flask_authflow.login._service.Steps``: a name
+    below a private module, which the reference does not document (it may change in any
+    release). A public name is never private, so it must resolve."""
+    parts = path.split(".")
+    return parts[0] == "flask_authflow" and any(
+        part.startswith("_") and not part.startswith("__") for part in parts
+    )
 
 
 _GROUPED_PARAM = re.compile(r"^(\s*):param ((?:\w+, )+\w+):(.*)$")

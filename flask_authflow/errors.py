@@ -402,8 +402,6 @@ USER_FACING_DEFAULTS = (
 
 # --- personal API tokens -----------------------------------------------------------------------
 
-__all__ += ["ApiTokenNameTaken", "InsufficientApiScope"]
-
 
 class ApiTokenNameTaken(AuthnError):
     """The user already has an API token of this name (names are how tokens are revoked)."""
@@ -420,8 +418,6 @@ class InsufficientApiScope(PermissionDenied):
 
 
 # --- second factors required by policy ------------------------------------------------------------
-
-__all__ += ["EnrollmentRequired"]
 
 
 class EnrollmentRequired(AuthnError):

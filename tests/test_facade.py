@@ -5,6 +5,7 @@ from __future__ import annotations
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,18 +38,24 @@ def test_every_module_imports_in_a_fresh_interpreter() -> None:
     assert len(modules) > 30
 
 
-#: The facade holds what an application uses every day; the rest lives in its feature package.
-MAX_FACADE_NAMES = 30
+#: The facade holds what an application uses every day (with the decorators and hooks of
+#: the web layer, which has no public package of its own); the rest lives in its feature
+#: package, and the whole public surface is bounded by tests/test_public_names.py.
+MAX_FACADE_NAMES = 36
 
 
-def test_the_facade_is_small_and_every_error_has_a_home() -> None:
+def test_the_facade_is_small_and_every_error_code_is_documented() -> None:
+    """An error a caller catches by class is exported by ``errors``; the others (raised and
+    answered inside, or subclasses of an exported one) are private classes whose ``code``
+    a client still sees, so every code is in the reference's table."""
     assert len(flask_authflow.__all__) <= MAX_FACADE_NAMES, sorted(flask_authflow.__all__)
-    public = {
-        name
-        for name, value in vars(errors).items()
-        if isinstance(value, type) and issubclass(value, Exception) and not name.startswith("_")
+    codes = {
+        value.code
+        for value in vars(errors).values()
+        if isinstance(value, type) and issubclass(value, errors.AuthFlowError)
     }
-    assert public <= set(errors.__all__), sorted(public - set(errors.__all__))
+    reference = (Path(__file__).resolve().parent.parent / "docs" / "api.rst").read_text(encoding="utf-8")
+    assert sorted(code for code in codes if f"``{code}``" not in reference) == []
     assert "AuthFlowError" in flask_authflow.__all__
 
 

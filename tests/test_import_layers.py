@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "signals": CORE,
     "_settings": CORE,
     "_config_values": CORE,
+    "_moved": CORE,
     "_origins": CORE,
     "_extras": CORE,
     "_mail": CORE,
@@ -70,6 +71,7 @@ LAYERS: dict[str, int] = {
 #: or of a room listed before its own. A room is a module (``errors``, ``core/ports``) or a
 #: package with everything under it (``core/session``, ``audit``).
 CORE_ORDER: tuple[str, ...] = (
+    "_moved",
     "_i18n",
     "_clock",
     "signals",
