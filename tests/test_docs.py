@@ -15,9 +15,6 @@ import docutils.utils
 import pytest
 
 import flask_authflow
-import flask_authflow.federation
-import flask_authflow.testing
-import flask_authflow.testing._provider
 from flask_authflow._web.config import DEFAULTS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,20 +68,6 @@ def test_every_config_key_is_documented() -> None:
     text = (DOCS / "config.rst").read_text()
     missing = [key for key in DEFAULTS if f"``{key}``" not in text]
     assert missing == []
-
-
-def test_every_public_name_is_in_the_api_reference() -> None:
-    documented = documented_names((DOCS / "api.rst").read_text())
-    public = [f"flask_authflow.{name}" for name in flask_authflow.__all__]
-    public += [f"flask_authflow.testing.{name}" for name in flask_authflow.testing.__all__]
-    public += [
-        f"flask_authflow.testing._provider.{name}" for name in flask_authflow.testing._provider.__all__
-    ]
-    public += [f"flask_authflow.federation.{name}" for name in flask_authflow.federation.__all__]
-    # TestOpenIDProvider is re-exported by flask_authflow.testing and documented once, in provider
-    documented.add("flask_authflow.testing.TestOpenIDProvider")
-    missing = [name for name in public if name not in documented]
-    assert missing == [], f"add these to docs/api.rst: {missing}"
 
 
 def test_documented_names_are_read_from_directives() -> None:

@@ -46,7 +46,7 @@ __all__ = [
     "token_service",
 ]
 
-#: Key of the app's :class:`~flask_authflow.api_auth.ApiTokenService` in ``app.extensions``.
+#: Key of the app's :class:`~flask_authflow.api_auth._service.ApiTokenService` in ``app.extensions``.
 API_TOKENS_KEY = "authflow_api_tokens"
 _PRINCIPAL_KEY = "_authflow_api_principal"
 #: The longest ``Authorization`` value read; longer ones are refused unread.
@@ -84,7 +84,7 @@ def install_api_tokens(app: Flask, state: AuthFlowState) -> ApiTokenService:
 
 
 def token_service(app: Flask | None = None) -> ApiTokenService:
-    """The :class:`~flask_authflow.api_auth.ApiTokenService` of ``app`` (default: the current
+    """The :class:`~flask_authflow.api_auth._service.ApiTokenService` of ``app`` (default: the current
     app): the engine under ``authflow.tokens``, which also verifies presented tokens."""
     target = app if app is not None else current_app
     service: ApiTokenService | None = target.extensions.get(API_TOKENS_KEY)  # install_api_tokens put it
@@ -138,7 +138,7 @@ def _by_token(state: AuthFlowState, value: str) -> ApiPrincipal:
 
 def _resolve() -> ApiPrincipal | None:
     """Who the request is by its token or the request loader (``None``: neither says);
-    :class:`~flask_authflow.api_auth.TokenRefused` for a presented token refused."""
+    :class:`~flask_authflow.api_auth._service.TokenRefused` for a presented token refused."""
     state = get_state()
     value = _bearer()
     if value is not None and value.startswith(TOKEN_PREFIX):
@@ -159,7 +159,7 @@ def api_principal() -> ApiPrincipal | None:
     """The current request's API principal (resolved once per request), ``None`` when it
     carries no credential the API accepts.
 
-    :raises ~flask_authflow.api_auth.TokenRefused: it presented a token that was refused.
+    :raises ~flask_authflow.api_auth._service.TokenRefused: it presented a token that was refused.
     """
     cached = request_kept(_PRINCIPAL_KEY)  # never another request's (one g may serve several)
     if cached is not None:

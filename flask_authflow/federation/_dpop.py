@@ -2,7 +2,7 @@
 
 A provider with ``dpop`` on signs a proof for every token request (the code exchange and
 each refresh) with the client's DPoP key, taken from a key store (the issuer's
-:class:`~flask_authflow.issuer.LocalIdpKeyStore` types fit: an ES256 or Ed25519 key,
+:class:`~flask_authflow.issuer._keystores.LocalIdpKeyStore` types fit: an ES256 or Ed25519 key,
 rotated with the issuer's tooling). The authorize request (or the pushed one) carries
 ``dpop_jkt``, the key's RFC 7638 thumbprint, so the code is bound to the key from the start.
 
@@ -84,7 +84,7 @@ class _Loaded(Protocol):
 
 
 class ClientKeyStore(Protocol):
-    """Where the client's own keys live (:class:`~flask_authflow.issuer.LocalIdpKeyStore` fits):
+    """Where the client's own keys live (:class:`~flask_authflow.issuer._keystores.LocalIdpKeyStore` fits):
     the current key signs new things, older keys stay for what they are bound to."""
 
     def load_all(self) -> _Loaded: ...

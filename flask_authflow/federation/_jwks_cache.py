@@ -1,6 +1,6 @@
 """The provider's signing keys, cached: single-flight refreshes, rate-limited, kept while it is down.
 
-:class:`ProviderKeyCache` owns a :class:`~flask_authflow.jose.JwksHandle` filled from the
+:class:`ProviderKeyCache` owns a :class:`~flask_authflow.jose._jwks.JwksHandle` filled from the
 provider's ``jwks_uri``; verifiers made by :meth:`ProviderKeyCache.verifier` read it.
 
 * **Usable keys only.** Each fetch replaces the keys with the usable ones of the set:

@@ -3,7 +3,7 @@
 :class:`LocalIdpFixture` wraps a :class:`~flask_authflow.issuer.LocalIdp` with an
 in-memory key store (so it signs exactly as production does) and adds what tests
 need: a generated RSA-2048 key by default, extra or historical keys, a
-:class:`~flask_authflow.jose.JwksHandle`, a lifetime cap and issuance listeners.
+:class:`~flask_authflow.jose._jwks.JwksHandle`, a lifetime cap and issuance listeners.
 
 Like every ``with_*`` builder in flask-authflow, the fixture's builders return a new
 fixture with its own ``jwks_handle()`` and leave the original unchanged: chain them

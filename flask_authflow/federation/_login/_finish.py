@@ -35,7 +35,7 @@ def finish(
     iss: str | None = None,
     error: str | None = None,
 ) -> FederatedLogin | IdentityLinked:
-    """See :meth:`~flask_authflow.federation.FederationService.finish`."""
+    """See :meth:`~flask_authflow.federation._login._service.FederationService.finish`."""
     flow = session.flow or {}
     stored = flow.get(CEREMONY_KEY)
     intent = LinkIntent.from_flow(flow.get(LINK_KEY))

@@ -37,7 +37,7 @@ def begin_link(
     fresh_within: timedelta,
     return_to: str | None = None,
 ) -> str:
-    """See :meth:`~flask_authflow.federation.FederationService.begin_link`."""
+    """See :meth:`~flask_authflow.federation._login._service.FederationService.begin_link`."""
     intent = LinkIntent.of_fresh_session(session, svc.clock.now(), fresh_within)
     return begin(svc, session, provider_name, OAuthLoginOptions(return_to=return_to), intent)
 
@@ -94,7 +94,7 @@ def finish_link(
 
 
 def linked_providers(svc: FederationServices, tenant: str, user_id: str) -> dict[str, list[IdentityLink]]:
-    """See :meth:`~flask_authflow.federation.FederationService.linked_providers`."""
+    """See :meth:`~flask_authflow.federation._login._service.FederationService.linked_providers`."""
     links = svc.links.links_of_user(tenant, user_id)
     found: dict[str, list[IdentityLink]] = {}
     for name in svc.registry.names():
@@ -116,7 +116,7 @@ def unlink(
     *,
     fresh_within: timedelta,
 ) -> int:
-    """See :meth:`~flask_authflow.federation.FederationService.unlink`."""
+    """See :meth:`~flask_authflow.federation._login._service.FederationService.unlink`."""
     user = LinkIntent.of_fresh_session(session, svc.clock.now(), fresh_within)
     factor = factor_of(provider_name)
     try:

@@ -27,7 +27,7 @@ def backchannel_logout(
     *,
     tenant: str | None = None,
 ) -> int:
-    """See :meth:`~flask_authflow.federation.FederationService.backchannel_logout`."""
+    """See :meth:`~flask_authflow.federation._login._service.FederationService.backchannel_logout`."""
     try:
         provider = svc.registry.get(provider_name, tenant or svc.default_tenant)
         claims = provider.verify_logout_jwt(token)
@@ -68,7 +68,7 @@ def backchannel_logout(
 def end_session_url(
     svc: FederationServices, federation: Mapping[str, str], state: str, *, default_return: str | None = None
 ) -> str | None:
-    """See :meth:`~flask_authflow.federation.FederationService.end_session_url`."""
+    """See :meth:`~flask_authflow.federation._login._service.FederationService.end_session_url`."""
     name = federation.get("provider")
     id_token = federation.get("id_token")
     if not name or not id_token:

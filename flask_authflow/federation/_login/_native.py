@@ -29,7 +29,7 @@ def _without_native(record: SessionRecord) -> SessionRecord:
 def begin_native(
     svc: FederationServices, session: AuthSession, provider_name: str, *, tenant: str | None = None
 ) -> str:
-    """See :meth:`~flask_authflow.federation.FederationService.begin_native`."""
+    """See :meth:`~flask_authflow.federation._login._service.FederationService.begin_native`."""
     tenant = tenant or svc.default_tenant
     provider = svc.registry.get(provider_name, tenant)
     ceremony = Ceremony.start(provider.name, provider.issuer, svc.clock.now(), tenant=tenant)
@@ -52,7 +52,7 @@ def finish_native(
     code: str | None = None,
     code_verifier: str | None = None,
 ) -> FederatedLogin:
-    """See :meth:`~flask_authflow.federation.FederationService.finish_native`."""
+    """See :meth:`~flask_authflow.federation._login._service.FederationService.finish_native`."""
     stored = (session.flow or {}).get(NATIVE_KEY)
     if stored is not None:
         session.transition(_without_native)

@@ -32,7 +32,7 @@ def authorization_url(
     scopes: Iterable[str] | None,
     extra: Mapping[str, str],
 ) -> str:
-    """See :meth:`~flask_authflow.federation.OAuthProvider.authorization_url`; ``push``:
+    """See :meth:`~flask_authflow.federation._provider._oidc.OAuthProvider.authorization_url`; ``push``:
     send the request to the pushed authorization request endpoint first."""
     config = client.config
     scope = " ".join(scopes if scopes is not None else config.scopes)

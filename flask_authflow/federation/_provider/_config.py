@@ -145,7 +145,7 @@ class OAuthProviderConfig:
     :param dpop: bind the provider's tokens to a key of ``dpop_key_store`` with DPoP
         (RFC 9449; see :doc:`/federation`, "FAPI 2.0").
     :param dpop_key_store: the client's DPoP keys (an ES256 or Ed25519 key; a
-        :class:`~flask_authflow.issuer.LocalIdpKeyStore`, rotated with the issuer's tooling).
+        :class:`~flask_authflow.issuer._keystores.LocalIdpKeyStore`, rotated with the issuer's tooling).
     :param client_key_store: the client's ``private_key_jwt`` keys, from a key store
         instead of ``client_private_key`` (its current key signs; its ``kid`` is sent).
     :param fapi2: the FAPI 2.0 Security Profile (the ``fapi2`` preset sets it): see

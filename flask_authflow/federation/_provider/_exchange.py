@@ -115,7 +115,7 @@ class ProviderClient:
         self._assertion, self.assertion_alg = self._client_assertion()
 
     def endpoint(self, name: str) -> str | None:
-        """See :meth:`~flask_authflow.federation.OAuthProvider.endpoint`."""
+        """See :meth:`~flask_authflow.federation._provider._oidc.OAuthProvider.endpoint`."""
         return self._endpoints[name]
 
     def _client_assertion(self) -> tuple[Callable[[], str] | None, str | None]:
@@ -142,7 +142,7 @@ class ProviderClient:
         return auth.assertion, auth.algorithm
 
     def exchange_code(self, code: str, code_verifier: str, *, dpop_kid: str | None = None) -> TokenSet:
-        """See :meth:`~flask_authflow.federation.OAuthProvider.exchange_code`."""
+        """See :meth:`~flask_authflow.federation._provider._oidc.OAuthProvider.exchange_code`."""
         response = self.client_request(
             self.endpoint("token_endpoint") or self.metadata.token_endpoint,
             {
@@ -166,7 +166,7 @@ class ProviderClient:
     def client_request(
         self, url: str, fields: Mapping[str, str], *, dpop_kid: str | None = None
     ) -> HttpResponse:
-        """See :meth:`~flask_authflow.federation.OAuthProvider.client_request`."""
+        """See :meth:`~flask_authflow.federation._provider._oidc.OAuthProvider.client_request`."""
         dpop = self.dpop if dpop_kid is not None else None
         for attempt in (1, 2):
             factory = self.config.client_secret_factory
@@ -189,7 +189,7 @@ class ProviderClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def resource_get(self, url: str, access_token: str, *, dpop_kid: str | None = None) -> HttpResponse:
-        """See :meth:`~flask_authflow.federation.OAuthProvider.resource_get`."""
+        """See :meth:`~flask_authflow.federation._provider._oidc.OAuthProvider.resource_get`."""
         if dpop_kid is None or self.dpop is None:
             headers = {"Authorization": f"Bearer {access_token}", "Accept": "application/json"}
             if self.tls is None:
@@ -210,7 +210,7 @@ class ProviderClient:
     def fetch_userinfo(
         self, access_token: str, subject: str, *, dpop_kid: str | None = None
     ) -> dict[str, Any]:
-        """See :meth:`~flask_authflow.federation.OAuthProvider.fetch_userinfo`."""
+        """See :meth:`~flask_authflow.federation._provider._oidc.OAuthProvider.fetch_userinfo`."""
         endpoint = self.endpoint("userinfo_endpoint")
         if endpoint is None:
             raise UserInfo("the provider has no userinfo_endpoint")

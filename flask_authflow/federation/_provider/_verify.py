@@ -77,7 +77,7 @@ class TokenChecks:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def validate_id_token(self, id_token: str, nonce: str, access_token: str | None = None) -> VerifiedClaims:
-        """See :meth:`~flask_authflow.federation.OAuthProvider.validate_id_token`."""
+        """See :meth:`~flask_authflow.federation._provider._oidc.OAuthProvider.validate_id_token`."""
         claims = self._verify(id_token, IdTokenValidation)
         if access_token is not None:
             check_at_hash(claims, access_token)
@@ -92,7 +92,7 @@ class TokenChecks:
         return claims
 
     def verify_logout_jwt(self, token: Any) -> LogoutClaims:
-        """See :meth:`~flask_authflow.federation.OAuthProvider.verify_logout_jwt`."""
+        """See :meth:`~flask_authflow.federation._provider._oidc.OAuthProvider.verify_logout_jwt`."""
         text = check_logout_token_size(token)
         claims = self._verify(text, LogoutTokenInvalid)
         return check_logout_token(

@@ -1,4 +1,4 @@
-"""The refusals of :class:`~flask_authflow.federation.ProviderTokens`."""
+"""The refusals of :class:`~flask_authflow.federation._provider_tokens._service.ProviderTokens`."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ _TAKE_WRITE_LOCK = update(_table).where(false()).values(is_current=False)
 
 
 class SqlAlchemyLocalIdpKeyStore:
-    """A :class:`~flask_authflow.issuer.LocalIdpKeyStore` over SQLAlchemy.
+    """A :class:`~flask_authflow.issuer._keystores.LocalIdpKeyStore` over SQLAlchemy.
 
     ``engine_source`` is an Engine, a URL or a Flask-SQLAlchemy ``db``. The table
     is created on first use if missing (only this table).
