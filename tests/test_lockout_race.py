@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.clock import MockClock
@@ -30,7 +31,7 @@ from flask_authflow.login.password import PasswordHasher
 from flask_authflow.login.service import AuthnService
 from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
 from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend, lockouts_table
 from flask_authflow.testing.users import add_user
 from tests.parts import child_processes
 
@@ -113,16 +114,26 @@ def _service(backend: Any, hasher: PasswordHasher) -> tuple[AuthnService, MockCl
     ), clock
 
 
-def _logged(backend: Any, subject: str, *, success: bool) -> int:
-    """Attempts logged on the account ``subject`` (its own level, not its pairs)."""
+def _logged(backend: Any, subject: str) -> int:
+    """Failures logged on the account ``subject`` (its own level, not its pairs)."""
     if isinstance(backend, InMemoryBackend):
-        return sum(1 for row in backend.attempt_log if (row.subject, row.success) == (subject, success))
-    return int(backend.attempt_count("acme", subject, success=success))
+        return sum(1 for row in backend.attempt_log if (row.subject, row.success) == (subject, False))
+    return int(backend.attempt_count("acme", subject, success=False))
+
+
+def _succeeded(backend: Any) -> bool:
+    """Whether a success was settled on alice's account (SQL: its counter's latest success)."""
+    if isinstance(backend, InMemoryBackend):
+        return any(row.subject == "alice" and row.success for row in backend.attempt_log)
+    t = lockouts_table.c
+    query = select(t.last_success_at).where(t.tenant == "acme", t.subject == "alice", t.factor == "password")
+    with backend.engine.connect() as conn:
+        return conn.execute(query).scalar() is not None
 
 
 def _counted(backend: Any) -> int:
     """Wrong guesses counted (and so answered) on the account."""
-    return _logged(backend, "alice", success=False)
+    return _logged(backend, "alice")
 
 
 def test_guesses_checked_together_are_answered_only_within_the_limit(
@@ -152,7 +163,7 @@ def test_guesses_checked_together_are_answered_only_within_the_limit(
     assert sum(isinstance(r, Locked) for r in results) == 10 - (THRESHOLD - 1)
     assert _counted(backend) == THRESHOLD
     assert isinstance(outcome, Locked)  # the lock set while it ran wins
-    assert _logged(backend, "alice", success=True) == 0
+    assert not _succeeded(backend)
     hasher.gates = {}
     assert isinstance(attempt(service, clock, RIGHT), Locked)
     assert hasher.started == 11  # the correct password never reached Argon2 while locked
@@ -219,7 +230,7 @@ def test_a_lock_set_while_the_correct_password_is_checked_wins(
     assert isinstance(outcome, Locked)
     assert any(r.reason == "locked_during_check" for r in backend.audit_rows)
     if kind != "memory":
-        assert _logged(backend, "alice", success=True) == 0
+        assert not _succeeded(backend)
         assert backend.failure_count(AttemptKey("acme", "alice", "password")) == 1
         assert reservations_held(backend) == 0
         backend.close()
@@ -324,7 +335,7 @@ def test_fifty_parallel_with_the_correct_password_among_them(
     if isinstance(outcomes[ATTEMPTS // 2], Authenticated):
         # Settled before the fifth counted failure: one of the five answered guesses. A
         # real login resets the failure count, so guesses settled after it count again.
-        assert _logged(backend, "alice", success=True) == 1
+        assert _succeeded(backend)
         return
     # Settled after the fifth wrong guess locked the account (or refused by a busy store):
     # exactly five were counted, and the account stays locked.
@@ -362,7 +373,7 @@ def test_an_unknown_identifier_is_counted_and_locked_the_same_way(
     assert hasher.started >= THRESHOLD  # the dummy hash is verified, as for a real account
     assert sum(isinstance(o, InvalidCredential) for o in outcomes) == THRESHOLD - 1
     assert sum(isinstance(o, Locked) for o in outcomes) == ATTEMPTS - THRESHOLD + 1
-    assert _logged(backend, "mallory", success=False) == THRESHOLD
+    assert _logged(backend, "mallory") == THRESHOLD
 
 
 def test_the_store_down_at_reservation_refuses_without_argon2() -> None:
