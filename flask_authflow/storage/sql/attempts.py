@@ -275,7 +275,9 @@ class SqlAttempts(SqlConnections):
             self._lock_levels(conn, keys)
             return self._settle_levels(conn, keys, params)
 
-    def _settle_levels(self, conn: Connection, keys: Sequence[AttemptKey], params: dict[str, Any]) -> Any:
+    def _settle_levels(
+        self, conn: Connection, keys: Sequence[AttemptKey], params: dict[str, Any]
+    ) -> datetime | None:
         """A guarded success of ``keys`` (see settle_success), their rows locked."""
         one_statement = self._counter_sql.settle_levels
         if one_statement is not None:
