@@ -229,6 +229,22 @@ class AttemptsContract:
         assert backend.failure_count(key) == 0
         assert backend.failures_since_success(key, since=since) == 2
 
+    def test_the_last_success_is_the_latest_whatever_order_successes_settle_in(self, backend: Any) -> None:
+        """Racers settle successes of one account's levels at once (their counters created by
+        whichever comes first); the last success is the latest in time, never an earlier one
+        settled after it (processes' clocks disagree)."""
+        keys = [AttemptKey("acme", "gina", "password"), AttemptKey("acme", "gina\x1f@192.0.2.7", "password")]
+        moments = [T0 + timedelta(minutes=i) for i in range(RACERS)]
+        settled = race(RACERS, lambda i: backend.settle_success(keys, now=moments[i]) is None)
+        assert settled == [True] * RACERS
+        latest = moments[-1]
+        backend.register_success(keys[0], now=latest - timedelta(minutes=2))  # settled last, earlier
+        for key in keys:
+            backend.register_failure(key, now=latest - timedelta(seconds=30), **WINDOW)
+        backend.register_failure(keys[0], now=latest + timedelta(seconds=30), **WINDOW)
+        since = T0 - timedelta(days=1)
+        assert [backend.failures_since_success(key, since=since) for key in keys] == [1, 0]
+
     def test_locked_until_any_answers_the_latest_active_lock_of_the_subjects(self, backend: Any) -> None:
         pair = "alice\x1f@192.0.2.1"
         backend.set_lock(AttemptKey("acme", "alice", "password"), T0 + timedelta(minutes=5))
