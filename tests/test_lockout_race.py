@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from sqlalchemy import select
 
 from flask_authflow.audit.context import AuditContext
 from flask_authflow.clock import MockClock
+from flask_authflow.core.ports import AttemptKey
 from flask_authflow.core.session import AuthSession, new_guest_record
 from flask_authflow.errors import StoreBusy
 from flask_authflow.login.password import PasswordHasher
@@ -199,10 +201,6 @@ def test_a_lock_set_while_the_correct_password_is_checked_wins(
     """The lock is re-checked before a success becomes Authenticated (on the SQL stores,
     while the success is settled): no success is logged, the counter is not reset, and
     the reservation is given back."""
-    from datetime import timedelta
-
-    from flask_authflow.core.ports import AttemptKey
-
     clock = MockClock()
     hasher = CountingHasher()
     backend = make_backend(kind, request, tmp_path, clock)
@@ -312,6 +310,45 @@ def test_several_processes_on_postgresql_count_exactly_five_guesses(postgres_ser
     setup.close()
 
 
+LEVELS = [AttemptKey("acme", "alice\x1f@192.0.2.1", "password"), AttemptKey("acme", "alice", "password")]
+
+
+def _process_successes(url: str, index: int, start: Any) -> None:
+    """Settle five successes of alice's (pair, account) levels, at this process's moments."""
+    backend = SqlAlchemyBackend(url, clock=MockClock())
+    start.wait(20)
+    for j in range(5):
+        now = MockClock().now() + timedelta(minutes=index + 4 * j)  # interleaved in time
+        assert backend.settle_success(LEVELS, now=now) is None
+    backend.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.multiprocess
+def test_successes_settled_by_several_processes_leave_the_latest(postgres_server: Any) -> None:
+    """Four processes settle successes of levels whose counters do not exist yet, each with
+    its own moments: every settlement succeeds (none trips over another's new row) and each
+    counter remembers the latest success, whatever order they committed in."""
+    url = postgres_server.new_database()
+    setup = SqlAlchemyBackend(url, clock=MockClock())
+    context = child_processes()
+    start = context.Event()
+    processes = [context.Process(target=_process_successes, args=(url, i, start)) for i in range(4)]
+    for process in processes:
+        process.start()
+    time.sleep(1.0)  # let every process import and connect first
+    start.set()
+    for process in processes:
+        process.join(60)
+        assert process.exitcode == 0
+    t = lockouts_table.c
+    with setup.engine.connect() as conn:
+        remembered = conn.execute(select(t.subject, t.last_success_at).where(t.tenant == "acme")).all()
+    latest = MockClock().now() + timedelta(minutes=3 + 4 * 4)
+    assert sorted(remembered) == sorted((key.subject, latest) for key in LEVELS)
+    setup.close()
+
+
 def test_fifty_parallel_with_the_correct_password_among_them(
     backend_and_hasher: tuple[Any, CountingHasher],
 ) -> None:
@@ -401,8 +438,6 @@ def test_a_crashed_processs_reservations_expire(
 ) -> None:
     """Reservations never settled (the process died mid-check) stop counting after
     RESERVATION_TTL, and the SQL stores delete them at the next reservation."""
-    from datetime import timedelta
-
     from flask_authflow.core.ports import RESERVATION_TTL, AttemptKey
 
     clock = MockClock()
