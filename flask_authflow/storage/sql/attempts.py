@@ -7,10 +7,14 @@ the UPDATE takes the row lock and re-reads the committed value, on SQLite the fi
 write takes the database lock, so two threads or two machines failing at once can
 never lose a count.
 
-The statements are built once in two private modules: ``_attempt_key`` (the counter, the
-reservation and the settlement of one key) and ``_attempt_levels`` (the levels of one
-check, host, network and account, reserved and settled together); this module chooses
-per database how they run.
+A success is not a row of the log (since revision 0011): it resets the counter rows and
+sets their ``last_success_at`` (never back) in one upsert, which also creates missing rows;
+escalation counts the failures logged after it.
+
+The statements are built once in two private modules: ``_attempt_key`` (the counter and
+the reservation of one key, what a success sets) and ``_attempt_levels`` (the levels of one
+check, host, network and account, reserved and settled together; a success of one key is
+a settlement of one level); this module chooses per database how they run.
 """
 
 from __future__ import annotations
