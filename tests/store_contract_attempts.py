@@ -193,6 +193,58 @@ class AttemptsContract:
         assert backend.settle_success(keys, now=T0, reservation=held.token) == until
         assert [backend.register_failure(key, now=T0, **WINDOW).failures for key in keys] == [2, 2]
 
+    def test_a_success_on_levels_without_counters_is_remembered_on_each(self, backend: Any) -> None:
+        """A level that never failed has no counter yet: the success is remembered on it all
+        the same (its later failures count from the success, not from before it)."""
+        keys = [AttemptKey("acme", "dora", "totp"), AttemptKey("acme", "dora\x1f@192.0.2.1", "totp")]
+        since = T0 - timedelta(days=1)
+        for key in keys:
+            backend.register_failure(key, now=T0, **WINDOW)
+        backend.clear_lock("acme", "dora")  # (the counters are gone; the failures stay logged)
+        assert backend.settle_success(keys, now=T0 + timedelta(minutes=1)) is None
+        backend.register_failure(keys[1], now=T0 + timedelta(minutes=2), **WINDOW)
+        assert [backend.failures_since_success(key, since=since) for key in keys] == [0, 1]
+        fresh = AttemptKey("acme", "erin", "password")
+        backend.register_failure(fresh, now=T0, **WINDOW)
+        backend.register_success(AttemptKey("acme", "erin", "password"), now=T0 + timedelta(minutes=1))
+        assert backend.failures_since_success(fresh, since=since) == 0
+
+    def test_a_refused_success_or_a_cleared_lock_keeps_the_last_success(self, backend: Any) -> None:
+        """The last success moves only on a settled success: a success refused by a lock
+        leaves it (the failures since stay counted), and ending the locks keeps it (the
+        failures before it stay uncounted: escalation reads as before the lock ended)."""
+        key = AttemptKey("acme", "finn", "password")
+        since = T0 - timedelta(days=1)
+        backend.register_failure(key, now=T0, **WINDOW)
+        assert backend.register_success_unless_locked(key, now=T0 + timedelta(minutes=1)) is None
+        for minute in (2, 3):
+            backend.register_failure(key, now=T0 + timedelta(minutes=minute), **WINDOW)
+        until = T0 + timedelta(hours=1)
+        backend.set_lock(AttemptKey("acme", "finn", "totp"), until)
+        assert backend.register_success_unless_locked(key, now=T0 + timedelta(minutes=4)) == until
+        assert backend.settle_success([key], now=T0 + timedelta(minutes=4)) == until
+        assert backend.failures_since_success(key, since=since) == 2
+        backend.clear_lock("acme", "finn")
+        assert backend.locked_until("acme", "finn", T0) is None
+        assert backend.failure_count(key) == 0
+        assert backend.failures_since_success(key, since=since) == 2
+
+    def test_the_last_success_is_the_latest_whatever_order_successes_settle_in(self, backend: Any) -> None:
+        """Racers settle successes of one account's levels at once (their counters created by
+        whichever comes first); the last success is the latest in time, never an earlier one
+        settled after it (processes' clocks disagree)."""
+        keys = [AttemptKey("acme", "gina", "password"), AttemptKey("acme", "gina\x1f@192.0.2.7", "password")]
+        moments = [T0 + timedelta(minutes=i) for i in range(RACERS)]
+        settled = race(RACERS, lambda i: backend.settle_success(keys, now=moments[i]) is None)
+        assert settled == [True] * RACERS
+        latest = moments[-1]
+        backend.register_success(keys[0], now=latest - timedelta(minutes=2))  # settled last, earlier
+        for key in keys:
+            backend.register_failure(key, now=latest - timedelta(seconds=30), **WINDOW)
+        backend.register_failure(keys[0], now=latest + timedelta(seconds=30), **WINDOW)
+        since = T0 - timedelta(days=1)
+        assert [backend.failures_since_success(key, since=since) for key in keys] == [1, 0]
+
     def test_locked_until_any_answers_the_latest_active_lock_of_the_subjects(self, backend: Any) -> None:
         pair = "alice\x1f@192.0.2.1"
         backend.set_lock(AttemptKey("acme", "alice", "password"), T0 + timedelta(minutes=5))

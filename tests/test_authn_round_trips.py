@@ -10,9 +10,11 @@ path fails here. The counts are deterministic (never timed).
 Where a password login's work goes (issue 30 point 3): ONE read before Argon2 (the user,
 their factor kinds and password hash, the account's lock, this address's host and network
 locks and a required enrollment); then ONE transaction: the settlement (verified first,
-counted after: the success is logged only while no level is locked, decided under the
+counted after: the success is settled only while no level is locked, decided under the
 write lock, a failure is counted only while every level has room), the device record, the
-audit rows of the begin, the step and the device, and the session.
+audit rows of the begin, the step and the device, and the session. A success is its counter
+rows' ``last_success_at`` (revision 0011), written with their reset in one statement: the
+attempt log holds failures only.
 """
 
 from __future__ import annotations
@@ -151,7 +153,7 @@ def _kinds(trace: Trace, engine: Engine) -> list[str]:
 
 
 @pytest.mark.authflow_stores("sql")  # the session is written in the settlement's unit
-def test_one_password_login_on_sqlite_costs_seven_statements_and_one_commit(
+def test_one_password_login_on_sqlite_costs_six_statements_and_one_commit(
     tmp_path: Path, trace: Trace, app_factory: AppFactory
 ) -> None:
     app, backend, _ = _login_app(app_factory, f"sqlite:///{tmp_path / 'login.db'}")
@@ -164,12 +166,13 @@ def test_one_password_login_on_sqlite_costs_seven_statements_and_one_commit(
             # enrollment in one read (the password step of the request reads nothing more).
             "SELECT (SELECT max(authflow_lockouts.locked_until)",  # ... and the password hash
             # Argon2 ran; then ONE transaction (it was three commits, 17 statements): the
-            # settlement (the locks re-checked under the write lock, the counters reset,
-            # the successes logged) ...
+            # settlement (the locks re-checked under the write lock) ...
             "BEGIN IMMEDIATE",
-            # (the successes logged unless a level is locked: one statement; then the reset)
-            "INSERT INTO authflow_attempts",
-            "UPDATE authflow_lockouts SET",
+            # (unless a level is locked, the counters of host, network and account reset
+            # and their latest success set, created where missing: one upsert, whose row
+            # count says whether a lock refused it; it was a success row per level logged
+            # in the attempt log, then the reset)
+            "INSERT INTO authflow_lockouts",
             # ... (whether the account must enroll a factor first was read with the user),
             # the device and its row (new to the user: a fresh browser each time), the
             # session, and the begin's and the step's audit rows (ONE executemany INSERT
@@ -204,7 +207,7 @@ def test_the_audit_chain_costs_a_password_login_one_statement_more(
 
 
 @pytest.mark.authflow_stores("sql")
-def test_one_totp_step_on_sqlite_costs_nine_statements_and_one_commit(
+def test_one_totp_step_on_sqlite_costs_eight_statements_and_one_commit(
     tmp_path: Path, trace: Trace, app_factory: AppFactory, mock_clock: MockClock
 ) -> None:
     app, backend, key = _login_app(app_factory, f"sqlite:///{tmp_path / 'login.db'}")
@@ -225,8 +228,7 @@ def test_one_totp_step_on_sqlite_costs_nine_statements_and_one_commit(
             "BEGIN IMMEDIATE",
             "SELECT authflow_factors.id, authflow_factors.user_id,",
             "UPDATE authflow_factors SET",
-            "INSERT INTO authflow_attempts",
-            "UPDATE authflow_lockouts SET",
+            "INSERT INTO authflow_lockouts",  # (the upsert of the password's settlement)
             # ... (no required enrollment: the password step's begin found none, and none
             # can appear on an existing account), the device and its row, the step's row,
             # and the session moved to its new id (its live row only: never re-created).
@@ -256,7 +258,9 @@ def test_one_password_login_on_postgresql_costs_nine_round_trips_and_one_commit(
             "SET LOCAL lock_timeout",
             # The levels' counter rows locked (one upsert), then the settlement in ONE
             # statement read after the locks are held (data-modifying CTEs: reservations
-            # given back, counters reset and successes logged unless a level is locked).
+            # given back, counters reset with their latest success unless a level is locked;
+            # the success written on the counter rows instead of the attempt log saves no
+            # round trip here: it was a CTE of this statement).
             "INSERT INTO authflow_lockouts",
             "WITH settled AS",
             # The device (its "new" answer decides an audit row and a mail), the session

@@ -111,7 +111,7 @@ def _outside_the_step(table: str, row: dict[str, Any]) -> bool:
     if table == "authflow_sessions":  # the begin step's session; a signed-in one is the step's
         return row.get("state") != "authenticated"
     if table == "authflow_lockouts":  # an empty counter (the reservation's row lock) counts nothing
-        return row.get("failures") == 0 and row.get("locked_until") is None
+        return (row.get("failures"), row.get("locked_until"), row.get("last_success_at")) == (0, None, None)
     # The failure's own record: its ``error`` row and, written with it, the begin's row.
     return table == AUDIT_TABLE and (row.get("status") == "error" or row.get("event") == "login_begin")
 
@@ -159,7 +159,8 @@ def test_each_write_of_a_login_step_fails_alone(site: Site, step: str) -> None:
     # Every write of the step, the device's included, in one transaction; after it only the
     # web layer's save of the session again (the sign-in rotated its CSRF token).
     step_writes, *later = trace.transactions
-    assert {"authflow_attempts", AUDIT_TABLE, "authflow_sessions", "authflow_devices"} <= step_writes
+    # (The success is its counters' latest success: the step writes no attempt row.)
+    assert {"authflow_lockouts", AUDIT_TABLE, "authflow_sessions", "authflow_devices"} <= step_writes
     assert all(tables == {"authflow_sessions"} for tables in later), trace.transactions
     committed = _step_writes(trace, len(later))
     rows = []

@@ -17,21 +17,24 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
-from flask_authflow._clock import MockClock
-from flask_authflow._core.session import AuthSession, new_guest_record
-from flask_authflow._outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
-from flask_authflow.audit._context import AuditContext
+from flask_authflow.audit.context import AuditContext
+from flask_authflow.clock import MockClock
+from flask_authflow.core.ports import AttemptKey
+from flask_authflow.core.session import AuthSession, new_guest_record
 from flask_authflow.errors import StoreBusy
-from flask_authflow.login._password import PasswordHasher
-from flask_authflow.login._service import AuthnService
-from flask_authflow.storage._memory import InMemoryBackend
-from flask_authflow.storage._sql.backend import SqlAlchemyBackend
-from flask_authflow.testing._users import add_user
+from flask_authflow.login.password import PasswordHasher
+from flask_authflow.login.service import AuthnService
+from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
+from flask_authflow.storage.memory import InMemoryBackend
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend, lockouts_table
+from flask_authflow.testing.users import add_user
 from tests.parts import child_processes
 
 CTX = AuditContext(client_ip="203.0.113.7", ip_source="peer", user_agent="race", request_id="race")
@@ -113,16 +116,26 @@ def _service(backend: Any, hasher: PasswordHasher) -> tuple[AuthnService, MockCl
     ), clock
 
 
-def _logged(backend: Any, subject: str, *, success: bool) -> int:
-    """Attempts logged on the account ``subject`` (its own level, not its pairs)."""
+def _logged(backend: Any, subject: str) -> int:
+    """Failures logged on the account ``subject`` (its own level, not its pairs)."""
     if isinstance(backend, InMemoryBackend):
-        return sum(1 for row in backend.attempt_log if (row.subject, row.success) == (subject, success))
-    return int(backend.attempt_count("acme", subject, success=success))
+        return sum(1 for row in backend.attempt_log if (row.subject, row.success) == (subject, False))
+    return int(backend.attempt_count("acme", subject, success=False))
+
+
+def _succeeded(backend: Any) -> bool:
+    """Whether a success was settled on alice's account (SQL: its counter's latest success)."""
+    if isinstance(backend, InMemoryBackend):
+        return any(row.subject == "alice" and row.success for row in backend.attempt_log)
+    t = lockouts_table.c
+    query = select(t.last_success_at).where(t.tenant == "acme", t.subject == "alice", t.factor == "password")
+    with backend.engine.connect() as conn:
+        return conn.execute(query).scalar() is not None
 
 
 def _counted(backend: Any) -> int:
     """Wrong guesses counted (and so answered) on the account."""
-    return _logged(backend, "alice", success=False)
+    return _logged(backend, "alice")
 
 
 def test_guesses_checked_together_are_answered_only_within_the_limit(
@@ -152,7 +165,7 @@ def test_guesses_checked_together_are_answered_only_within_the_limit(
     assert sum(isinstance(r, Locked) for r in results) == 10 - (THRESHOLD - 1)
     assert _counted(backend) == THRESHOLD
     assert isinstance(outcome, Locked)  # the lock set while it ran wins
-    assert _logged(backend, "alice", success=True) == 0
+    assert not _succeeded(backend)
     hasher.gates = {}
     assert isinstance(attempt(service, clock, RIGHT), Locked)
     assert hasher.started == 11  # the correct password never reached Argon2 while locked
@@ -188,10 +201,6 @@ def test_a_lock_set_while_the_correct_password_is_checked_wins(
     """The lock is re-checked before a success becomes Authenticated (on the SQL stores,
     while the success is settled): no success is logged, the counter is not reset, and
     the reservation is given back."""
-    from datetime import timedelta
-
-    from flask_authflow._core.ports import AttemptKey
-
     clock = MockClock()
     hasher = CountingHasher()
     backend = make_backend(kind, request, tmp_path, clock)
@@ -219,7 +228,7 @@ def test_a_lock_set_while_the_correct_password_is_checked_wins(
     assert isinstance(outcome, Locked)
     assert any(r.reason == "locked_during_check" for r in backend.audit_rows)
     if kind != "memory":
-        assert _logged(backend, "alice", success=True) == 0
+        assert not _succeeded(backend)
         assert backend.failure_count(AttemptKey("acme", "alice", "password")) == 1
         assert reservations_held(backend) == 0
         backend.close()
@@ -301,6 +310,45 @@ def test_several_processes_on_postgresql_count_exactly_five_guesses(postgres_ser
     setup.close()
 
 
+LEVELS = [AttemptKey("acme", "alice\x1f@192.0.2.1", "password"), AttemptKey("acme", "alice", "password")]
+
+
+def _process_successes(url: str, index: int, start: Any) -> None:
+    """Settle five successes of alice's (pair, account) levels, at this process's moments."""
+    backend = SqlAlchemyBackend(url, clock=MockClock())
+    start.wait(20)
+    for j in range(5):
+        now = MockClock().now() + timedelta(minutes=index + 4 * j)  # interleaved in time
+        assert backend.settle_success(LEVELS, now=now) is None
+    backend.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.multiprocess
+def test_successes_settled_by_several_processes_leave_the_latest(postgres_server: Any) -> None:
+    """Four processes settle successes of levels whose counters do not exist yet, each with
+    its own moments: every settlement succeeds (none trips over another's new row) and each
+    counter remembers the latest success, whatever order they committed in."""
+    url = postgres_server.new_database()
+    setup = SqlAlchemyBackend(url, clock=MockClock())
+    context = child_processes()
+    start = context.Event()
+    processes = [context.Process(target=_process_successes, args=(url, i, start)) for i in range(4)]
+    for process in processes:
+        process.start()
+    time.sleep(1.0)  # let every process import and connect first
+    start.set()
+    for process in processes:
+        process.join(60)
+        assert process.exitcode == 0
+    t = lockouts_table.c
+    with setup.engine.connect() as conn:
+        remembered = conn.execute(select(t.subject, t.last_success_at).where(t.tenant == "acme")).all()
+    latest = MockClock().now() + timedelta(minutes=3 + 4 * 4)
+    assert sorted(remembered) == sorted((key.subject, latest) for key in LEVELS)
+    setup.close()
+
+
 def test_fifty_parallel_with_the_correct_password_among_them(
     backend_and_hasher: tuple[Any, CountingHasher],
 ) -> None:
@@ -324,7 +372,7 @@ def test_fifty_parallel_with_the_correct_password_among_them(
     if isinstance(outcomes[ATTEMPTS // 2], Authenticated):
         # Settled before the fifth counted failure: one of the five answered guesses. A
         # real login resets the failure count, so guesses settled after it count again.
-        assert _logged(backend, "alice", success=True) == 1
+        assert _succeeded(backend)
         return
     # Settled after the fifth wrong guess locked the account (or refused by a busy store):
     # exactly five were counted, and the account stays locked.
@@ -362,7 +410,7 @@ def test_an_unknown_identifier_is_counted_and_locked_the_same_way(
     assert hasher.started >= THRESHOLD  # the dummy hash is verified, as for a real account
     assert sum(isinstance(o, InvalidCredential) for o in outcomes) == THRESHOLD - 1
     assert sum(isinstance(o, Locked) for o in outcomes) == ATTEMPTS - THRESHOLD + 1
-    assert _logged(backend, "mallory", success=False) == THRESHOLD
+    assert _logged(backend, "mallory") == THRESHOLD
 
 
 def test_the_store_down_at_reservation_refuses_without_argon2() -> None:
@@ -390,9 +438,7 @@ def test_a_crashed_processs_reservations_expire(
 ) -> None:
     """Reservations never settled (the process died mid-check) stop counting after
     RESERVATION_TTL, and the SQL stores delete them at the next reservation."""
-    from datetime import timedelta
-
-    from flask_authflow._core.ports import RESERVATION_TTL, AttemptKey
+    from flask_authflow.core.ports import RESERVATION_TTL, AttemptKey
 
     clock = MockClock()
     backend = make_backend(kind, request, tmp_path, clock)

@@ -438,6 +438,7 @@ def create_pre_migration_schema(engine: sa.Engine) -> None:
         conn.execute(sa.text("DROP INDEX ix_authflow_audit_tenant_seq"))  # revision 0010 added it ...
         for column in ("seq", "mac", "key_id"):  # ... and the chain's columns
             conn.execute(sa.text(f"ALTER TABLE authflow_audit DROP COLUMN {column}"))
+        conn.execute(sa.text("ALTER TABLE authflow_lockouts DROP COLUMN last_success_at"))  # revision 0011
         conn.execute(
             sa.text(
                 "INSERT INTO authflow_users (user_id, tenant, identifier, created_at, disabled) "

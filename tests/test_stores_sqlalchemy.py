@@ -19,11 +19,12 @@ from flask_authflow._clock import MockClock
 from flask_authflow._core.ports import AttemptKey
 from flask_authflow._outcomes import FactorCredential, FactorKind, FactorRequired
 from flask_authflow.errors import AuditWriteError, StoreUnavailable
-from flask_authflow.login._service import AuthnService
-from flask_authflow.storage._sql import migrations
-from flask_authflow.storage._sql.backend import SqlAlchemyBackend
-from flask_authflow.storage._sql.schema import metadata
-from flask_authflow.testing._users import add_user
+from flask_authflow.login.service import AuthnService
+from flask_authflow.outcomes import FactorCredential, FactorKind, FactorRequired
+from flask_authflow.storage.sql import migrations
+from flask_authflow.storage.sql.backend import SqlAlchemyBackend
+from flask_authflow.storage.sql.schema import lockouts_table, metadata
+from flask_authflow.testing.users import add_user
 from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.store_contract import T0, WINDOW, AuditRecord, factor
 
@@ -64,11 +65,16 @@ def test_one_password_per_user(backend: SqlAlchemyBackend) -> None:
 
 
 def test_attempt_log_rows(backend: SqlAlchemyBackend) -> None:
+    """The log holds failures; a success is its counter row's latest success (revision 0011)."""
     key = AttemptKey("acme", "alice", "password")
     backend.register_failure(key, now=T0, client_ip="203.0.113.1", **WINDOW)
-    backend.register_success(key, now=T0)
-    assert backend.attempt_count("acme", "alice") == 2
-    assert backend.attempt_count("acme", "alice", success=False) == 1
+    backend.register_success(key, now=T0 + timedelta(seconds=1))
+    assert (
+        backend.attempt_count("acme", "alice") == backend.attempt_count("acme", "alice", success=False) == 1
+    )
+    with backend.engine.connect() as conn:
+        remembered = conn.execute(sa.select(lockouts_table.c.last_success_at)).scalar_one()
+    assert remembered == T0 + timedelta(seconds=1)
 
 
 def test_failure_counting_is_atomic_across_engines(database_url: str) -> None:

@@ -340,7 +340,7 @@ class Lockout:
         *,
         reservation: str | None = None,
     ) -> None:
-        """Log the success and reset the counters of this factor (host, network and account),
+        """Record the success and reset the counters of this factor (host, network and account),
         without looking for a lock set meanwhile (the passkey login's settlement; a factor
         step settles with :meth:`success_unless_locked`)."""
         held = _Held.parse(reservation)

@@ -147,8 +147,8 @@ class AttemptStore(Protocol):
         """A successful check reserved by :meth:`reserve_attempts` on ``keys``, settled in one
         transaction (the open unit of work's): if a lock is active on any key's subject (set
         by a parallel failure while the check ran), only the reservation is given back and
-        the lock's end returned; otherwise a success is logged and the counter reset on
-        every key, and ``None`` returned."""
+        the lock's end returned; otherwise the counter is reset and the success recorded as
+        the last success (see ``failures_since_success``) on every key, and ``None`` returned."""
         ...
 
     def register_failure(
@@ -169,7 +169,8 @@ class AttemptStore(Protocol):
     def register_success(
         self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
     ) -> None:
-        """Log the success, reset the failure counter of ``key`` and settle ``reservation``."""
+        """Record the success as the last success of ``key``, reset its failure counter and
+        settle ``reservation``."""
         ...
 
     def register_success_unless_locked(
@@ -177,7 +178,7 @@ class AttemptStore(Protocol):
     ) -> datetime | None:
         """How a successful check is settled: if a lock is active on ``key.subject`` (any
         factor, as ``locked_until``; set by a parallel failure while the check ran), give
-        ``reservation`` back and return the lock's end, logging and resetting nothing.
+        ``reservation`` back and return the lock's end, recording and resetting nothing.
         Otherwise do what ``register_success`` does and return ``None``. One atomic step."""
         ...
 
@@ -189,6 +190,7 @@ class AttemptStore(Protocol):
         ...
 
     def failures_since_success(self, key: AttemptKey, *, since: datetime) -> int:
-        """Failures of ``key`` logged after ``since`` and after the last success of ``key``
-        (how far a lock escalates, and the failure cap)."""
+        """Failures of ``key`` logged after ``since`` and after the last success recorded on
+        ``key`` (how far a lock escalates, and the failure cap). ``clear_lock`` keeps the last
+        success."""
         ...

@@ -254,19 +254,16 @@ class MemoryAttempts(MemoryState):
             return self._locks.get(key, LockState()).failures
 
     def failures_since_success(self, key: AttemptKey, *, since: datetime) -> int:
-        """Walks the attempt log back from the newest row (bounded by ``max_attempt_log``)."""
+        """Counts the key's failures in the attempt log (bounded by ``max_attempt_log``) after
+        ``since`` and after its latest success (in time, as the SQL store's counter keeps it:
+        the order the rows came in does not matter)."""
         with self._lock:
             self._check_available()
-            failures = 0
-            for row in reversed(self._attempts):
-                if row.at <= since:
-                    break
-                if (row.tenant, row.subject, row.factor) != (key.tenant, key.subject, key.factor):
-                    continue
-                if row.success:
-                    break
-                failures += 1
-            return failures
+            wanted = (key.tenant, key.subject, key.factor)
+            rows = [row for row in self._attempts if (row.tenant, row.subject, row.factor) == wanted]
+            last = max((row.at for row in rows if row.success), default=None)
+            after = since if last is None else max(since, last)
+            return sum(1 for row in rows if not row.success and row.at > after)
 
     @property
     def attempt_log(self) -> list[AttemptLogEntry]:

@@ -1,6 +1,6 @@
 """The attempt counter's statements for one key (tenant, subject, factor): the counter row
-locked and counted, a reservation taken and a success settled, on SQLite in steps and on
-PostgreSQL in one statement each (data-modifying CTEs). Built once, at import.
+locked and counted, a reservation taken (on SQLite in steps, on PostgreSQL in one statement:
+data-modifying CTEs) and what a success sets on the counter row. Built once, at import.
 
 (Private to :mod:`flask_authflow.storage._sql.attempts`, which runs them.)
 """
@@ -24,7 +24,6 @@ from sqlalchemy import (
     null,
     or_,
     select,
-    true,
     update,
 )
 from sqlalchemy.engine import Connection
@@ -46,18 +45,16 @@ __all__ = [
     "KEY_VALUES",
     "LOCK_COUNTER",
     "NOW",
-    "RESET_COUNTER",
     "SETTLE",
     "SET_LOCK",
     "STALE",
+    "SUCCEEDED",
     "counter_upserts",
     "key_params",
     "key_row",
     "log_attempt",
     "reserve_in_one_statement",
     "reserve_in_steps",
-    "settle_success_in_one_statement",
-    "settle_success_in_steps",
 ]
 
 
@@ -65,15 +62,6 @@ ACTIVE_LOCK = select(func.max(lockouts_table.c.locked_until)).where(
     lockouts_table.c.tenant == bindparam("tenant"),
     lockouts_table.c.subject == bindparam("subject"),
     lockouts_table.c.locked_until > bindparam("now", type_=UTCDateTime()),
-)
-RESET_COUNTER = (
-    update(lockouts_table)
-    .where(
-        lockouts_table.c.tenant == bindparam("key_tenant"),
-        lockouts_table.c.subject == bindparam("key_subject"),
-        lockouts_table.c.factor == bindparam("key_factor"),
-    )
-    .values(failures=0, window_start=None)
 )
 _ATTEMPT_INSERT = insert(attempts_table)
 # The attempt counter's statements, built once too: the counter row of one key ...
@@ -111,6 +99,19 @@ SET_LOCK = (
     .where(_OF_KEY)
     .values(failures=0, window_start=None, locked_until=bindparam("until", type_=UTCDateTime()))
 )
+#: What a success sets on a counter row: the count and its window forgotten (a lock stays),
+#: and the latest success moved forward, never back (the processes' clocks may disagree).
+SUCCEEDED: dict[str, Any] = {
+    "failures": literal_column("0"),
+    "window_start": null(),
+    "last_success_at": case(
+        (
+            or_(lockouts_table.c.last_success_at.is_(None), lockouts_table.c.last_success_at < NOW),
+            NOW,
+        ),
+        else_=lockouts_table.c.last_success_at,
+    ),
+}
 _OF_RESERVED_KEY = and_(
     reservations_table.c.tenant == bindparam("key_tenant"),
     reservations_table.c.subject == bindparam("key_subject"),
@@ -167,58 +168,15 @@ _PG_RESERVE_ATTEMPT = select(
     select(func.count()).select_from(_PG_RESERVE).scalar_subquery().label("granted"),
 ).add_cte(_PG_DROP_STALE)
 
-# PostgreSQL: a successful check settled in one statement, unless a lock is active on the
-# subject (set by a parallel failure while the check ran): then only the reservation is
-# given back. The statement returns the lock, if any.
-# (Its parameters name no column of the tables it writes: SQLAlchemy would add such a
-# column to the SET clause of the UPDATE in a CTE.)
-_PG_LOCK = select(
-    select(func.max(lockouts_table.c.locked_until))
-    .where(
-        lockouts_table.c.tenant == bindparam("key_tenant"),
-        lockouts_table.c.subject == bindparam("key_subject"),
-        lockouts_table.c.locked_until > NOW,
-    )
-    .scalar_subquery()
-    .label("until")
-).cte("active_lock")
-_UNLOCKED = select(_PG_LOCK.c.until).scalar_subquery().is_(None)
-_PG_SETTLED = SETTLE.cte("settled")
-_PG_RESET = (
-    update(lockouts_table)
-    .where(_OF_KEY, _UNLOCKED)
-    .values(failures=literal_column("0"), window_start=null())
-    .cte("reset")
-)
-_PG_LOGGED = (
-    insert(attempts_table)
-    .from_select(
-        ["at", "tenant", "subject", "factor", "success", "client_ip"],
-        select(
-            NOW,
-            bindparam("key_tenant", type_=String()),
-            bindparam("key_subject", type_=String()),
-            bindparam("key_factor", type_=String()),
-            true(),
-            bindparam("client_ip", type_=String()),
-        ).where(_PG_LOCK.c.until.is_(None)),
-    )
-    .cte("logged")
-)
-_PG_SETTLE_SUCCESS = select(_PG_LOCK.c.until).add_cte(_PG_SETTLED, _PG_RESET, _PG_LOGGED)
-
 # Failures of a key after ``since`` and after its last success (escalation and the cap);
-# the index on (tenant, subject, at) serves both parts.
+# the index on (tenant, subject, at) serves the count, the counter's primary key the success.
 _OF_LOGGED_KEY = and_(
     attempts_table.c.tenant == bindparam("key_tenant"),
     attempts_table.c.subject == bindparam("key_subject"),
     attempts_table.c.factor == bindparam("key_factor"),
 )
-_LAST_SUCCESS = (
-    select(func.max(attempts_table.c.at))
-    .where(_OF_LOGGED_KEY, attempts_table.c.success.is_(true()))
-    .scalar_subquery()
-)
+# The last success is its counter row's (revision 0011; successes were rows of the log before).
+_LAST_SUCCESS = select(lockouts_table.c.last_success_at).where(_OF_KEY).scalar_subquery()
 FAILURES_SINCE_SUCCESS = (
     select(func.count())
     .select_from(attempts_table)
@@ -324,25 +282,3 @@ def reserve_in_one_statement(conn: Connection, key: AttemptKey, params: dict[str
     if locked is not None:
         return Reservation(None, aware(locked))
     return Reservation(token) if granted else Reservation(None, params["lock_end"])
-
-
-def settle_success_in_steps(conn: Connection, key: AttemptKey, params: dict[str, Any]) -> datetime | None:
-    """A success settled unless a lock is active: the lock read, the reservation given
-    back, then (unlocked) the counter reset and the attempt logged."""
-    lock = {"tenant": key.tenant, "subject": key.subject, "now": params["now"]}
-    until = aware(conn.execute(ACTIVE_LOCK, lock).scalar())
-    if params["token"] is not None:
-        conn.execute(SETTLE, {"token": params["token"]})
-    if until is not None:
-        return until
-    conn.execute(RESET_COUNTER, params)
-    log_attempt(conn, key, now=params["now"], success=True, client_ip=params["client_ip"])
-    return None
-
-
-def settle_success_in_one_statement(
-    conn: Connection, key: AttemptKey, params: dict[str, Any]
-) -> datetime | None:
-    """PostgreSQL: the same in one statement (see _PG_SETTLE_SUCCESS), so the check for a
-    lock set during the credential check costs no round trip of its own."""
-    return aware(conn.execute(_PG_SETTLE_SUCCESS, params).scalar())

@@ -17,9 +17,7 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
-    insert,
     literal_column,
-    null,
     select,
     true,
     union_all,
@@ -27,9 +25,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
-from flask_authflow._core.ports import RESERVATION_TTL, AttemptKey, AttemptLevel, level_token
-from flask_authflow.storage._sql._attempt_key import NOW, STALE
-from flask_authflow.storage._sql.schema import attempts_table, aware, lockouts_table, reservations_table
+from flask_authflow.core.ports import RESERVATION_TTL, AttemptKey, AttemptLevel, level_token
+from flask_authflow.storage.sql._attempt_key import KEY_COLUMNS, NOW, STALE, SUCCEEDED
+from flask_authflow.storage.sql.schema import aware, lockouts_table, reservations_table
 
 __all__ = [
     "DROP_STALE_LEVELS",
@@ -38,10 +36,11 @@ __all__ = [
     "level_tokens",
     "levels_params",
     "levels_state",
+    "lock_met",
     "refusal",
     "settle_levels_in_one_statement",
-    "settle_levels_in_steps",
     "settle_params",
+    "succeed_levels",
 ]
 
 
@@ -53,13 +52,6 @@ LEVELS_LOCK = select(func.max(_l.locked_until)).where(
     _l.tenant == bindparam("tenant"), _l.subject.in_(_SUBJECTS), _l.locked_until > NOW
 )
 SETTLE_LEVELS = delete(reservations_table).where(_r.token.in_(_TOKENS))
-_RESET_LEVELS = (
-    update(lockouts_table)
-    .where(
-        _l.tenant == bindparam("key_tenant"), _l.factor == bindparam("key_factor"), _l.subject.in_(_SUBJECTS)
-    )
-    .values(failures=0, window_start=None)
-)
 
 
 @cache
@@ -69,14 +61,6 @@ def _levels_table(count: int) -> Any:
     return union_all(*rows).subquery("levels")
 
 
-@cache
-def _log_levels_unless_locked(count: int) -> Any:
-    """The successes of ``count`` levels logged in one statement, unless a lock is active on
-    any of their subjects: its row count says which (``count`` rows, or none). Its
-    parameters name no column of ``authflow_lockouts`` (see _PG_SETTLE_SUCCESS)."""
-    return _log_successes(count, _active_lock().scalar_subquery().is_(None))
-
-
 def _active_lock() -> Any:
     """The latest end of an active lock on any subject of the settlement (``None``: none)."""
     return select(func.max(_l.locked_until)).where(
@@ -84,19 +68,31 @@ def _active_lock() -> Any:
     )
 
 
-def _log_successes(count: int, condition: Any) -> Any:
-    """One INSERT ... SELECT of a success row per level of ``count``, while ``condition``."""
+@cache
+def succeed_levels(count: int, dialect_insert: Any, guarded: bool) -> Any:
+    """The success of ``count`` levels in one statement: each counter row reset and its
+    latest success moved (see ``SUCCEEDED``), the row created if missing (an upsert of
+    ``dialect_insert``); ``guarded``, only while no lock is active on any of their subjects
+    (then its row count is ``count``, else 0). Without ``dialect_insert`` (a database without
+    upserts: its rows were created first) an UPDATE. Its parameters name no column of
+    ``authflow_lockouts`` (an INSERT or UPDATE would write such a parameter to its column)."""
+    unlocked = _active_lock().scalar_subquery().is_(None) if guarded else true()
+    if dialect_insert is None:  # pragma: no cover - other databases
+        key = (_l.tenant == bindparam("key_tenant"), _l.factor == bindparam("key_factor"))
+        return update(lockouts_table).where(*key, _l.subject.in_(_SUBJECTS), unlocked).values(SUCCEEDED)
     levels = _levels_table(count)
-    return insert(attempts_table).from_select(
-        ["at", "tenant", "subject", "factor", "success", "client_ip"],
-        select(
-            NOW,
-            bindparam("key_tenant", type_=String()),
-            levels.c.subject,
-            bindparam("key_factor", type_=String()),
-            true(),
-            bindparam("client_ip", type_=String()),
-        ).where(condition),
+    rows = select(
+        bindparam("key_tenant", type_=String()),
+        levels.c.subject,
+        bindparam("key_factor", type_=String()),
+        literal_column("0"),
+        NOW,
+    ).where(unlocked)  # (a WHERE also keeps SQLite from reading ON CONFLICT as a join's ON)
+    columns = ["tenant", "subject", "factor", "failures", "last_success_at"]
+    return (
+        dialect_insert(lockouts_table)
+        .from_select(columns, rows)
+        .on_conflict_do_update(index_elements=KEY_COLUMNS, set_=SUCCEEDED)
     )
 
 
@@ -105,8 +101,8 @@ def _pg_settle_levels(count: int) -> Any:
     """PostgreSQL: a success of ``count`` levels settled in one statement once their counter
     rows are locked (data-modifying CTEs; its snapshot is taken after the locks are held, so
     a lock committed by whoever held them before is seen): the reservations given back and,
-    unless a lock is active on a subject, the counters reset and the successes logged. It
-    returns the lock's end, if any."""
+    unless a lock is active on a subject, the counters reset and their latest success moved
+    (the rows exist: the lock created them). It returns the lock's end, if any."""
     lock = select(_active_lock().scalar_subquery().label("until")).cte("active_lock")
     unlocked = select(lock.c.until).scalar_subquery().is_(None)
     settled = SETTLE_LEVELS.cte("settled")
@@ -118,11 +114,10 @@ def _pg_settle_levels(count: int) -> Any:
             _l.subject.in_(_SUBJECTS),
             unlocked,
         )
-        .values(failures=literal_column("0"), window_start=null())
+        .values(SUCCEEDED)
         .cte("reset")
     )
-    logged = _log_successes(count, unlocked).cte("logged")
-    return select(lock.c.until).add_cte(settled, reset, logged)
+    return select(lock.c.until).add_cte(settled, reset)
 
 
 DROP_STALE_LEVELS = delete(reservations_table).where(
@@ -206,19 +201,12 @@ def settle_params(
     return params
 
 
-def settle_levels_in_steps(conn: Connection, count: int, params: dict[str, Any]) -> datetime | None:
-    """A success settled under the write lock the transaction holds (SQLite; the counter rows'
-    locks elsewhere): the reservations given back, the successes logged unless a lock is
-    active (one statement: its row count says), then the counters reset; found locked,
-    the lock's end is read (that path only)."""
-    if params["tokens"]:
-        conn.execute(SETTLE_LEVELS, {"tokens": params["tokens"]})
-    if conn.execute(_log_levels_unless_locked(count), params).rowcount != count:
-        lock = {"tenant": params["key_tenant"], "subjects": params["subjects"], "now": params["now"]}
-        until = aware(conn.execute(LEVELS_LOCK, lock).scalar())
-        return until if until is not None else params["now"]  # (never None: refused all the same)
-    conn.execute(_RESET_LEVELS, {k: params[k] for k in ("key_tenant", "key_factor", "subjects")})
-    return None
+def lock_met(conn: Connection, params: dict[str, Any]) -> datetime:
+    """The end of the lock that refused a guarded success (``settle_params``): read on that
+    path only."""
+    lock = {"tenant": params["key_tenant"], "subjects": params["subjects"], "now": params["now"]}
+    until = aware(conn.execute(LEVELS_LOCK, lock).scalar())
+    return until if until is not None else params["now"]  # (never None: refused all the same)
 
 
 def settle_levels_in_one_statement(conn: Connection, count: int, params: dict[str, Any]) -> datetime | None:

@@ -7,10 +7,14 @@ the UPDATE takes the row lock and re-reads the committed value, on SQLite the fi
 write takes the database lock, so two threads or two machines failing at once can
 never lose a count.
 
-The statements are built once in two private modules: ``_attempt_key`` (the counter, the
-reservation and the settlement of one key) and ``_attempt_levels`` (the levels of one
-check, host, network and account, reserved and settled together); this module chooses
-per database how they run.
+A success is not a row of the log (since revision 0011): it resets the counter rows and
+sets their ``last_success_at`` (never back) in one upsert, which also creates missing rows;
+escalation counts the failures logged after it.
+
+The statements are built once in two private modules: ``_attempt_key`` (the counter and
+the reservation of one key, what a success sets) and ``_attempt_levels`` (the levels of one
+check, host, network and account, reserved and settled together; a success of one key is
+a settlement of one level); this module chooses per database how they run.
 """
 
 from __future__ import annotations
@@ -43,7 +47,6 @@ from flask_authflow.storage._sql._attempt_key import (
     KEY_COLUMNS,
     KEY_VALUES,
     LOCK_COUNTER,
-    RESET_COUNTER,
     SET_LOCK,
     SETTLE,
     counter_upserts,
@@ -52,8 +55,6 @@ from flask_authflow.storage._sql._attempt_key import (
     log_attempt,
     reserve_in_one_statement,
     reserve_in_steps,
-    settle_success_in_one_statement,
-    settle_success_in_steps,
 )
 from flask_authflow.storage._sql._attempt_levels import (
     DROP_STALE_LEVELS,
@@ -62,15 +63,26 @@ from flask_authflow.storage._sql._attempt_levels import (
     level_tokens,
     levels_params,
     levels_state,
+    lock_met,
     refusal,
     settle_levels_in_one_statement,
-    settle_levels_in_steps,
     settle_params,
+    succeed_levels,
 )
 from flask_authflow.storage._sql.schema import attempts_table, aware, lockouts_table, reservations_table
 from flask_authflow.storage._sql.uow import SqlConnections
 
-__all__ = ["ACTIVE_LOCK", "SqlAttempts"]
+__all__ = ["ACTIVE_LOCK", "SqlAttempts", "forget_counters"]
+
+
+def forget_counters(conn: Connection, *where: Any) -> None:
+    """End the locks and forget the counts of the counter rows ``where`` selects. A row
+    that remembers a success keeps it (cleared, not deleted): escalation and the failure cap
+    count the failures after it, as they did when successes were rows of the attempt log."""
+    t = lockouts_table.c
+    conn.execute(delete(lockouts_table).where(*where, t.last_success_at.is_(None)))
+    cleared = {"failures": 0, "window_start": None, "locked_until": None}
+    conn.execute(update(lockouts_table).where(*where).values(cleared))
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +96,10 @@ class _CounterSql:
     lock: Any = None
     count: Any = None
     reserve: Callable[[Connection, AttemptKey, dict[str, Any]], Reservation] = reserve_in_steps
-    settle_success: Callable[[Connection, AttemptKey, dict[str, Any]], datetime | None] = (
-        settle_success_in_steps
-    )
-    settle_levels: Callable[[Connection, int, dict[str, Any]], datetime | None] = settle_levels_in_steps
+    #: A guarded success of the levels in one statement (``None``: in steps, see _settle_levels).
+    settle_levels: Callable[[Connection, int, dict[str, Any]], datetime | None] | None = None
+    #: The database's ``insert`` with ON CONFLICT (``None``: none; a success is then an UPDATE).
+    upsert: Any = None
     #: Locks the counter rows of several keys in one statement (``None``: one by one).
     lock_rows: Any = None
     #: The transaction's first write locks the whole database (SQLite): no row locks needed.
@@ -98,7 +110,7 @@ def _native(dialect_insert: Any, **strategies: Any) -> _CounterSql:
     """The statements of a database with ``INSERT ... ON CONFLICT`` (``dialect_insert``)."""
     ensure = dialect_insert(lockouts_table).values(**KEY_VALUES, failures=0).on_conflict_do_nothing()
     lock, count = counter_upserts(dialect_insert)
-    return _CounterSql(ensure, lock, count, **strategies)
+    return _CounterSql(ensure, lock, count, upsert=dialect_insert, **strategies)
 
 
 def _lock_rows(dialect_insert: Any) -> Any:
@@ -115,7 +127,6 @@ _COUNTER_SQL = {
     "postgresql": _native(
         postgresql.insert,
         reserve=reserve_in_one_statement,
-        settle_success=settle_success_in_one_statement,
         settle_levels=settle_levels_in_one_statement,
         lock_rows=_lock_rows(postgresql.insert),
     ),
@@ -259,12 +270,39 @@ class SqlAttempts(SqlConnections):
         """The counter rows locked in the levels' order (as a reservation locks them, so two
         requests of one account never wait for each other's rows in opposite orders: a
         deadlock), then, decided on the lock read after that, the reservations given back
-        and (unlocked) the counters reset and the successes logged, in the open unit of work
-        if there is one: two statements (on SQLite the write lock is the transaction's)."""
+        and (unlocked) the counters reset with their latest success, in the open unit of work
+        if there is one. On SQLite (the write lock is the transaction's) one upsert when no
+        reservation is given back; on PostgreSQL the rows' upsert and one statement. The
+        client's address is the audit rows' (the attempt log holds failures)."""
         params = settle_params(keys, utc(now), client_ip, reservation)
         with self._tx(locking=True) as conn:
             self._lock_levels(conn, keys)
-            return self._counter_sql.settle_levels(conn, len(keys), params)
+            return self._settle_levels(conn, keys, params)
+
+    def _settle_levels(
+        self, conn: Connection, keys: Sequence[AttemptKey], params: dict[str, Any]
+    ) -> datetime | None:
+        """A guarded success of ``keys`` (see settle_success), their rows locked."""
+        one_statement = self._counter_sql.settle_levels
+        if one_statement is not None:
+            return one_statement(conn, len(keys), params)
+        if params["tokens"]:
+            conn.execute(SETTLE_LEVELS, {"tokens": params["tokens"]})
+        if self._succeed(conn, keys, params, guarded=True):
+            return None
+        return lock_met(conn, params)
+
+    def _succeed(
+        self, conn: Connection, keys: Sequence[AttemptKey], params: dict[str, Any], *, guarded: bool
+    ) -> bool:
+        """The success written on the counter rows of ``keys`` (unless locked, ``guarded``);
+        whether it was."""
+        upsert = self._counter_sql.upsert
+        if upsert is None:  # pragma: no cover - other databases: the UPDATE needs the rows
+            for key in keys:
+                self._ensure_counter(conn, key)
+        written = conn.execute(succeed_levels(len(keys), upsert, guarded), params).rowcount
+        return bool(written == len(keys))
 
     @staticmethod
     def _settle(conn: Connection, token: str | None) -> None:
@@ -304,11 +342,12 @@ class SqlAttempts(SqlConnections):
     def register_success(
         self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
     ) -> None:
-        now = utc(now)
+        """The counter reset and its latest success moved (the row created if missing), and
+        ``reservation`` settled, in one transaction."""
+        params = settle_params([key], utc(now), client_ip, None)
         with self._tx(locking=True) as conn:
             self._settle(conn, reservation)
-            conn.execute(RESET_COUNTER, key_params(key))
-            log_attempt(conn, key, now=now, success=True, client_ip=client_ip)
+            self._succeed(conn, [key], params, guarded=False)
 
     def register_success_unless_locked(
         self, key: AttemptKey, *, now: datetime, client_ip: str | None = None, reservation: str | None = None
@@ -316,12 +355,13 @@ class SqlAttempts(SqlConnections):
         """``register_success``, unless a lock is active on the subject: then only the
         reservation is given back and the lock's end returned (see
         :meth:`AttemptStore.register_success_unless_locked
-        <flask_authflow._core.ports.AttemptStore.register_success_unless_locked>`). On PostgreSQL one
-        statement (see settle_success_in_one_statement)."""
-        now = utc(now)
-        params = {**key_params(key), "now": now, "token": reservation, "client_ip": client_ip}
+        <flask_authflow.core.ports.AttemptStore.register_success_unless_locked>`): a
+        settlement of one level."""
+        params = settle_params([key], utc(now), client_ip, None)
+        params["tokens"] = [reservation] if reservation is not None else []
         with self._tx(locking=True) as conn:
-            return self._counter_sql.settle_success(conn, key, params)
+            self._lock_levels(conn, [key])
+            return self._settle_levels(conn, [key], params)
 
     def set_lock(self, key: AttemptKey, until: datetime) -> None:
         with self._tx() as conn:
@@ -333,12 +373,8 @@ class SqlAttempts(SqlConnections):
         r = reservations_table.c
         pairs = subject + PAIR_SEPARATOR
         with self._tx() as conn:
-            conn.execute(
-                delete(lockouts_table).where(
-                    t.tenant == tenant,
-                    or_(t.subject == subject, t.subject.startswith(pairs, autoescape=True)),
-                )
-            )
+            of_subject = or_(t.subject == subject, t.subject.startswith(pairs, autoescape=True))
+            forget_counters(conn, t.tenant == tenant, of_subject)
             conn.execute(
                 delete(reservations_table).where(
                     r.tenant == tenant,

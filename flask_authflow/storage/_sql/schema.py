@@ -150,6 +150,8 @@ Index("ix_authflow_factors_user", factors_table.c.user_id)
 # A lookup value names one factor of its kind (NULLs never collide).
 Index("uq_authflow_factors_kind_lookup", factors_table.c.kind, factors_table.c.lookup, unique=True)
 
+#: The attempt log: one row per failure (successes before revision 0011 too; since then a
+#: success is the counter row's ``last_success_at`` in ``authflow_lockouts``).
 attempts_table = Table(
     "authflow_attempts",
     metadata,
@@ -172,6 +174,8 @@ lockouts_table = Table(
     Column("failures", Integer, nullable=False, default=0),
     Column("window_start", _Time),
     Column("locked_until", _Time),
+    # The key's latest success (escalation counts the failures after it; revision 0011).
+    Column("last_success_at", _Time),
 )
 
 #: Attempts reserved before a credential check and not yet settled (see reserve_attempt).

@@ -15,7 +15,9 @@ from flask_authflow._core.identifiers import check_tenant, normalise_email, norm
 from flask_authflow._core.ports import UserRecord
 from flask_authflow._outcomes import FactorKind
 from flask_authflow.errors import UserExists, UserNotFound
-from flask_authflow.storage._sql.schema import (
+from flask_authflow.outcomes import FactorKind
+from flask_authflow.storage.sql.attempts import forget_counters
+from flask_authflow.storage.sql.schema import (
     api_tokens_table,
     devices_table,
     factors_table,
@@ -119,16 +121,15 @@ class SqlUsers(SqlConnections):
     def delete_user(self, tenant: str, identifier: str) -> UserRecord:
         """Remove the user, factors, lockout counters, reservations and roles held in one transaction.
 
-        Audit rows stay."""
+        Audit rows stay, and so do the attempt log and the account counter's latest success
+        (see :func:`~flask_authflow.storage.sql.attempts.forget_counters`)."""
         user = self.find_user(check_tenant(tenant), normalise_identifier(identifier))
         if user is None:
             raise UserNotFound()
         lock = lockouts_table.c
         with self._account_tx() as conn:
             conn.execute(delete(factors_table).where(factors_table.c.user_id == user.user_id))
-            conn.execute(
-                delete(lockouts_table).where(lock.tenant == user.tenant, lock.subject == user.identifier)
-            )
+            forget_counters(conn, lock.tenant == user.tenant, lock.subject == user.identifier)
             held = reservations_table.c
             conn.execute(
                 delete(reservations_table).where(held.tenant == user.tenant, held.subject == user.identifier)
