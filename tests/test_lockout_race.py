@@ -24,17 +24,17 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from flask_authflow.audit.context import AuditContext
-from flask_authflow.clock import MockClock
-from flask_authflow.core.ports import AttemptKey
-from flask_authflow.core.session import AuthSession, new_guest_record
+from flask_authflow._clock import MockClock
+from flask_authflow._core.ports import AttemptKey
+from flask_authflow._core.session import AuthSession, new_guest_record
+from flask_authflow._outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
+from flask_authflow.audit._context import AuditContext
 from flask_authflow.errors import StoreBusy
-from flask_authflow.login.password import PasswordHasher
-from flask_authflow.login.service import AuthnService
-from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential, Locked
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend, lockouts_table
-from flask_authflow.testing.users import add_user
+from flask_authflow.login._password import PasswordHasher
+from flask_authflow.login._service import AuthnService
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend, lockouts_table
+from flask_authflow.testing._users import add_user
 from tests.parts import child_processes
 
 CTX = AuditContext(client_ip="203.0.113.7", ip_source="peer", user_agent="race", request_id="race")
@@ -438,7 +438,7 @@ def test_a_crashed_processs_reservations_expire(
 ) -> None:
     """Reservations never settled (the process died mid-check) stop counting after
     RESERVATION_TTL, and the SQL stores delete them at the next reservation."""
-    from flask_authflow.core.ports import RESERVATION_TTL, AttemptKey
+    from flask_authflow._core.ports import RESERVATION_TTL, AttemptKey
 
     clock = MockClock()
     backend = make_backend(kind, request, tmp_path, clock)

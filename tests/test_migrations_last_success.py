@@ -16,10 +16,10 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from flask_authflow.core.ports import AttemptKey
-from flask_authflow.storage.sql import migrations
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.schema import attempts_table, lockouts_table, metadata
+from flask_authflow._core.ports import AttemptKey
+from flask_authflow.storage._sql import migrations
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.schema import attempts_table, lockouts_table, metadata
 
 pytestmark = pytest.mark.authflow_stores("sql")
 

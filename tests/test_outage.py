@@ -35,13 +35,12 @@ from flask_authflow._outcomes import Authenticated, FactorCredential, InvalidCre
 from flask_authflow.audit._context import AuditContext
 from flask_authflow.audit._sinks import hash_session_id
 from flask_authflow.errors import AuditWriteError, StoreUnavailable
-from flask_authflow.login.service import AuthnService
-from flask_authflow.outcomes import Authenticated, FactorCredential, InvalidCredential
-from flask_authflow.sessions.stores import MemorySessionStore
-from flask_authflow.storage.memory import InMemoryBackend
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend, audit_table, lockouts_table
-from flask_authflow.storage.sql.session_store import SqlAlchemySessionStore
-from flask_authflow.testing.users import add_user
+from flask_authflow.login._service import AuthnService
+from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._memory import InMemoryBackend
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend, audit_table, lockouts_table
+from flask_authflow.storage._sql.session_store import SqlAlchemySessionStore
+from flask_authflow.testing._users import add_user
 from tests.appfactory import AppFactory
 from tests.authn_support import FAST_HASHER
 from tests.parts import PostgresServer, start_postgres

@@ -19,12 +19,11 @@ from flask_authflow._clock import MockClock
 from flask_authflow._core.ports import AttemptKey
 from flask_authflow._outcomes import FactorCredential, FactorKind, FactorRequired
 from flask_authflow.errors import AuditWriteError, StoreUnavailable
-from flask_authflow.login.service import AuthnService
-from flask_authflow.outcomes import FactorCredential, FactorKind, FactorRequired
-from flask_authflow.storage.sql import migrations
-from flask_authflow.storage.sql.backend import SqlAlchemyBackend
-from flask_authflow.storage.sql.schema import lockouts_table, metadata
-from flask_authflow.testing.users import add_user
+from flask_authflow.login._service import AuthnService
+from flask_authflow.storage._sql import migrations
+from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.schema import lockouts_table, metadata
+from flask_authflow.testing._users import add_user
 from tests.authn_support import CTX, FAST_HASHER, new_session
 from tests.store_contract import T0, WINDOW, AuditRecord, factor
 

@@ -25,9 +25,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
-from flask_authflow.core.ports import RESERVATION_TTL, AttemptKey, AttemptLevel, level_token
-from flask_authflow.storage.sql._attempt_key import KEY_COLUMNS, NOW, STALE, SUCCEEDED
-from flask_authflow.storage.sql.schema import aware, lockouts_table, reservations_table
+from flask_authflow._core.ports import RESERVATION_TTL, AttemptKey, AttemptLevel, level_token
+from flask_authflow.storage._sql._attempt_key import KEY_COLUMNS, NOW, STALE, SUCCEEDED
+from flask_authflow.storage._sql.schema import aware, lockouts_table, reservations_table
 
 __all__ = [
     "DROP_STALE_LEVELS",

@@ -355,7 +355,7 @@ class SqlAttempts(SqlConnections):
         """``register_success``, unless a lock is active on the subject: then only the
         reservation is given back and the lock's end returned (see
         :meth:`AttemptStore.register_success_unless_locked
-        <flask_authflow.core.ports.AttemptStore.register_success_unless_locked>`): a
+        <flask_authflow._core.ports.AttemptStore.register_success_unless_locked>`): a
         settlement of one level."""
         params = settle_params([key], utc(now), client_ip, None)
         params["tokens"] = [reservation] if reservation is not None else []

@@ -15,9 +15,8 @@ from flask_authflow._core.identifiers import check_tenant, normalise_email, norm
 from flask_authflow._core.ports import UserRecord
 from flask_authflow._outcomes import FactorKind
 from flask_authflow.errors import UserExists, UserNotFound
-from flask_authflow.outcomes import FactorKind
-from flask_authflow.storage.sql.attempts import forget_counters
-from flask_authflow.storage.sql.schema import (
+from flask_authflow.storage._sql.attempts import forget_counters
+from flask_authflow.storage._sql.schema import (
     api_tokens_table,
     devices_table,
     factors_table,
@@ -122,7 +121,7 @@ class SqlUsers(SqlConnections):
         """Remove the user, factors, lockout counters, reservations and roles held in one transaction.
 
         Audit rows stay, and so do the attempt log and the account counter's latest success
-        (see :func:`~flask_authflow.storage.sql.attempts.forget_counters`)."""
+        (see :func:`~flask_authflow.storage._sql.attempts.forget_counters`)."""
         user = self.find_user(check_tenant(tenant), normalise_identifier(identifier))
         if user is None:
             raise UserNotFound()
