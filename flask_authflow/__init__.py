@@ -22,7 +22,7 @@ from flask_authflow._outcomes import (
 )
 from flask_authflow._web.api_auth import current_api_token
 from flask_authflow._web.authz import authorize, authz_hooks, is_authorized
-from flask_authflow._web.csrf import csrf_token
+from flask_authflow._web.csrf import csrf_token, rotate_csrf_token
 from flask_authflow._web.current_user import AnonymousUser, UserMixin, current_user
 from flask_authflow._web.decorators import (
     api_scopes_required,
@@ -79,5 +79,6 @@ __all__ = [
     "register_views",
     "roles_accepted",
     "roles_required",
+    "rotate_csrf_token",
     "safe_next",
 ]

@@ -8,8 +8,8 @@ and documented.
 * Each public module says what it exports with ``__all__``; the union of those names (the
   facade's re-exports counted once) is the public surface: at most :data:`MOST` names, and
   each is documented in docs/api.rst under the module it is imported from.
-* The manual imports only public names from public modules (every ``import`` line of the
-  pages and README.rst, code blocks and all).
+* The manual and the example apps import only public names from public modules (every
+  ``import`` line of the pages, README.rst and examples/, code blocks and all).
 """
 
 from __future__ import annotations
@@ -155,9 +155,9 @@ def _importable(module: str, name: str | None, names: dict[str, list[str]]) -> b
     return name is None or name in names[module] or f"{module}.{name}" in names
 
 
-def test_the_manual_imports_only_public_names() -> None:
+def test_the_manual_and_the_examples_import_only_public_names() -> None:
     names = public_names()
-    pages = [*sorted(DOCS.glob("*.rst")), REPO / "README.rst"]
+    pages = [*sorted(DOCS.glob("*.rst")), REPO / "README.rst", *sorted((REPO / "examples").rglob("*.py"))]
     wrong = [
         f"{page.name}: from {module} import {name}"
         for page in pages

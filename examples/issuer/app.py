@@ -34,7 +34,7 @@ import secrets
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask import Flask, Response, abort, jsonify, render_template, request
 
@@ -47,9 +47,11 @@ from flask_authflow import (
     get_state,
     login_required,
 )
-from flask_authflow._clock import Clock
 from flask_authflow.errors import InvalidInput
 from flask_authflow.issuer import LocalIdpSigningKey, MintClaims
+
+if TYPE_CHECKING:  # tests pass a MockClock; the app runs on the system clock
+    from flask_authflow.testing import MockClock
 
 authflow = AuthFlow()
 
@@ -86,7 +88,7 @@ def create_app(
     test_config: dict[str, Any] | None = None,
     *,
     instance_path: str | None = None,
-    clock: Clock | None = None,
+    clock: MockClock | None = None,
 ) -> Flask:
     """Build the issuer example; ``test_config`` overrides the environment.
 

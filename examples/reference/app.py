@@ -89,14 +89,14 @@ from flask_authflow import (
     InvalidCredential,
     Locked,
     StepUpRequired,
+    current_api_token,
     current_session,
     current_user,
     get_state,
     login_required,
     roles_required,
+    rotate_csrf_token,
 )
-from flask_authflow._web.api_auth import current_api_token
-from flask_authflow._web.views import rotate_csrf_token
 
 authflow = AuthFlow()
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from flask_authflow.federation._app_federation import Federation
     from flask_authflow.federation._errors import OAuthError
-    from flask_authflow.federation._http import HttpClient, RequestsHttpClient
+    from flask_authflow.federation._http import RequestsHttpClient
     from flask_authflow.federation._login import FederatedIdentity
     from flask_authflow.federation._oauth2 import OAuth2ProviderConfig
     from flask_authflow.federation._presets import preset
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 _LAZY = {
     "FederatedIdentity": "flask_authflow.federation._login",
     "Federation": "flask_authflow.federation._app_federation",
-    "HttpClient": "flask_authflow.federation._http",
     "OAuth2ProviderConfig": "flask_authflow.federation._oauth2",
     "OAuthError": "flask_authflow.federation._errors",
     "OAuthProviderConfig": "flask_authflow.federation._provider",
@@ -37,7 +36,6 @@ _LAZY = {
 __all__ = [
     "FederatedIdentity",
     "Federation",
-    "HttpClient",
     "OAuth2ProviderConfig",
     "OAuthError",
     "OAuthProviderConfig",

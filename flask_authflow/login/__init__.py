@@ -3,6 +3,7 @@ the :class:`Operation` template), its outcomes, its store and lockout."""
 
 from __future__ import annotations
 
+from flask_authflow._core.app_users import NewAccount
 from flask_authflow._core.ports import UserRecord
 from flask_authflow.login._account_service import Accounts
 from flask_authflow.login._factor_service import Factors
@@ -18,6 +19,7 @@ __all__ = [
     "Factors",
     "LockoutPolicy",
     "Login",
+    "NewAccount",
     "PasswordHasher",
     "PasswordPolicy",
     "UserRecord",

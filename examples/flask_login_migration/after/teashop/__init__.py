@@ -23,8 +23,8 @@ from flask.typing import ResponseReturnValue
 from flask_sqlalchemy import SQLAlchemy
 
 from flask_authflow import Authenticated, AuthFlow, UserMixin, current_user, login_required
-from flask_authflow._core.app_users import NewAccount
-from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.login import NewAccount
+from flask_authflow.storage import SqlAlchemyBackend
 
 db = SQLAlchemy()
 authflow = AuthFlow(backend=SqlAlchemyBackend(db))  # its tables join db.metadata
