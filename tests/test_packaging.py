@@ -308,10 +308,10 @@ print(json.dumps({
     "file": flask_authflow.__file__,
     "editable": direct.get("dir_info", {}).get("editable", False),
     "typed": (root / "py.typed").is_file(),
-    "templates": sorted(p.name for p in (root / "web" / "templates" / "authflow").iterdir()),
-    "versions": sorted(p.name for p in (root / "storage" / "sql" / "migrations" / "versions").iterdir()
+    "templates": sorted(p.name for p in (root / "_web" / "templates" / "authflow").iterdir()),
+    "versions": sorted(p.name for p in (root / "storage" / "_sql" / "migrations" / "versions").iterdir()
                        if p.name.endswith(".py")),
-    "mako": (root / "storage" / "sql" / "migrations" / "script.py.mako").is_file(),
+    "mako": (root / "storage" / "_sql" / "migrations" / "script.py.mako").is_file(),
     "catalogues": sorted(p.name for p in (root / "translations").iterdir()
                          if (p / "LC_MESSAGES" / "flask_authflow.mo").is_file()),
     "blocklist": len(blocklist),
@@ -330,9 +330,9 @@ def test_the_installed_wheel_has_its_templates_migrations_blocklist_and_types(
     assert "site-packages" in Path(found["file"]).parts and not found["editable"]
     assert found["typed"] and found["mako"] and found["migrated"]
     assert found["catalogues"] == ["de", "fr"]
-    source = PACKAGE / "web" / "templates" / "authflow"
+    source = PACKAGE / "_web" / "templates" / "authflow"
     assert found["templates"] == sorted(p.name for p in source.iterdir())
-    versions = PACKAGE / "storage" / "sql" / "migrations" / "versions"
+    versions = PACKAGE / "storage" / "_sql" / "migrations" / "versions"
     assert found["versions"] == sorted(p.name for p in versions.glob("*.py"))
     assert found["blocklist"] == len(
         (PACKAGE / "login" / "data" / "common-passwords.txt").read_text().split()
