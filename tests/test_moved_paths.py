@@ -18,6 +18,7 @@ from flask_authflow._moved import MOVED, private_path, public_home
 
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter."""
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
@@ -25,6 +26,13 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
+
+
+def _passes(code: str) -> None:
+    """``code`` runs in a fresh interpreter and prints ``ok`` (its asserts all held)."""
+    result = _run(code)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "ok"
 
 
 def test_every_moved_path_has_its_private_module() -> None:
@@ -45,7 +53,7 @@ def test_a_path_under_a_moved_package_follows_it() -> None:
 
 @pytest.mark.slow  # a fresh interpreter
 def test_an_old_path_is_the_same_module_and_warns_where_to_import_from() -> None:
-    result = _run(
+    _passes(
         """
         import warnings
         warnings.simplefilter("always")
@@ -67,13 +75,11 @@ def test_an_old_path_is_the_same_module_and_warns_where_to_import_from() -> None
         print("ok")
         """
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip() == "ok"
 
 
 @pytest.mark.slow  # a fresh interpreter
 def test_an_old_path_loads_no_second_copy_and_an_unknown_one_fails() -> None:
-    result = _run(
+    _passes(
         """
         import sys, warnings
         warnings.simplefilter("ignore")
@@ -89,14 +95,12 @@ def test_an_old_path_loads_no_second_copy_and_an_unknown_one_fails() -> None:
             print("ok")
         """
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip() == "ok"
 
 
 @pytest.mark.slow  # a fresh interpreter
 def test_a_deprecated_function_at_its_old_path_still_works_and_warns_twice() -> None:
     """The 0.8 deprecation table promised ``flask_authflow.web.roles.create_role``."""
-    result = _run(
+    _passes(
         """
         import warnings
         warnings.simplefilter("always")
@@ -108,8 +112,6 @@ def test_a_deprecated_function_at_its_old_path_still_works_and_warns_twice() -> 
         print("ok")
         """
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip() == "ok"
 
 
 @pytest.mark.slow  # a fresh interpreter
