@@ -99,8 +99,8 @@ def error_response(error: AuthFlowError) -> Response:
 
 def package_headers(response: Response) -> Response:
     """``after_request`` of the package's blueprints: :data:`PACKAGE_HEADERS`, unless the
-    view set its own value (docs/security.rst says how an application sets the same headers
-    on its own views)."""
+    view set its own value (the manual's security page says how an application sets the same
+    headers on its own views)."""
     for name, value in PACKAGE_HEADERS.items():
         response.headers.setdefault(name, value)
     return response
