@@ -145,23 +145,6 @@ MOVED: dict[str, str] = {
     "flask_authflow.web": "flask_authflow._web",
 }
 
-_PUBLIC_PACKAGES = frozenset(
-    [
-        "api_auth",
-        "audit",
-        "authz",
-        "devices",
-        "federation",
-        "issuer",
-        "jose",
-        "login",
-        "mfa",
-        "sessions",
-        "storage",
-        "testing",
-    ]
-)
-
 
 def private_path(old: str) -> str | None:
     """The private path of the 0.7 module path ``old``, or ``None`` if it was not moved."""
@@ -174,9 +157,10 @@ def private_path(old: str) -> str | None:
 
 
 def public_home(old: str) -> str:
-    """The documented package an application imports the names of ``old`` from."""
-    feature = old.split(".")[1]
-    return f"flask_authflow.{feature}" if feature in _PUBLIC_PACKAGES else "flask_authflow"
+    """The documented package an application imports the names of ``old`` from: its
+    feature package if that stayed public, else the facade (``web``, ``core``...)."""
+    feature = ".".join(old.split(".")[:2])
+    return "flask_authflow" if feature in MOVED else feature
 
 
 class _MovedPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -191,10 +175,10 @@ class _MovedPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         private = private_path(fullname)
         if private is None or importlib.util.find_spec(private) is None:
             return None
-        return importlib.machinery.ModuleSpec(fullname, self)
+        return importlib.machinery.ModuleSpec(fullname, self, loader_state=private)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        private = str(private_path(spec.name))
+        private: str = spec.loader_state
         warnings.warn(
             f"{spec.name} is private since 0.8 (it is {private} now) and the old path "
             f"goes in 0.9: import its documented names from {public_home(spec.name)}",
