@@ -83,6 +83,7 @@ CORE_ORDER: tuple[str, ...] = (
     "_origins",
     "_config_values",
     "_settings",
+    "_core/lazy",
     "_core/encoding",
     "_core/crypto",
     "_core/identifiers",

@@ -8,8 +8,9 @@ names, so an app without federation never imports them.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from flask_authflow._core.lazy import lazy_names
 
 if TYPE_CHECKING:
     from flask_authflow.federation._app_federation import Federation
@@ -45,8 +46,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_names(__name__, _LAZY)
