@@ -41,7 +41,7 @@ from flask_authflow._web.state import get_state
 from flask_authflow.login import _required_enrollment as required_enrollment
 from flask_authflow.storage._memory import InMemoryBackend
 from flask_authflow.storage._sql.backend import SqlAlchemyBackend
-from flask_authflow.storage._sql.engine import sqlite_touch_engine
+from flask_authflow.storage._sql.engine import autocommit_reads, sqlite_touch_engine
 from flask_authflow.storage._sql.session_store import SqlAlchemySessionStore
 from flask_authflow.storage._sql.uow import UnitOfWork as SqlUnitOfWork
 from flask_authflow.testing._users import add_user
@@ -69,8 +69,11 @@ class Trace:
 
 
 def _in_transaction(conn: Any) -> bool:
-    """The connection runs a real transaction (AUTOCOMMIT ones send no BEGIN/COMMIT)."""
-    return conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT"
+    """The connection runs a real transaction (AUTOCOMMIT ones send no BEGIN/COMMIT): by the
+    execution option, or by the driver connection (an engine made AUTOCOMMIT)."""
+    if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+        return False
+    return getattr(conn.connection.dbapi_connection, "autocommit", None) is not True
 
 
 @pytest.fixture
@@ -149,7 +152,10 @@ def _traced_totp_step(app: Flask, trace: Trace, key: str, clock: MockClock) -> N
 
 
 def _kinds(trace: Trace, engine: Engine) -> list[str]:
-    return [" ".join(s.split()[:3]) for s in trace.of(engine)]
+    """The statements on ``engine`` and on the AUTOCOMMIT engine of its reads (its own pool
+    for an engine made from a server URL, see ``autocommit_reads``)."""
+    pools = (engine.pool, autocommit_reads(engine).pool)
+    return [" ".join(s.split()[:3]) for pool, s in trace.statements if pool in pools]
 
 
 @pytest.mark.authflow_stores("sql")  # the session is written in the settlement's unit

@@ -735,3 +735,45 @@ def test_deserialized_state_is_typed() -> None:
     record = deserialize_record(serialize_record(user_record(MockClock())))
     assert record.state is AuthState.AUTHENTICATED
     assert record.created_at.tzinfo is not None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.postgres
+def test_a_forked_child_leaves_the_parents_read_connections_open(postgres_server: Any) -> None:
+    """On PostgreSQL the reads run on a second engine made beside the store's (AUTOCOMMIT
+    from the start): a forked child renews both pools without closing the parent's
+    connections (closing one would end it on the server for the parent too), reads on
+    connections of its own, and the parent's pooled read connection still answers."""
+    from sqlalchemy import text
+
+    from flask_authflow.storage._sql.engine import autocommit_reads
+
+    store = SqlAlchemySessionStore(
+        postgres_server.new_database(), crypto=SessionCrypto(KEY), clock=MockClock(), purge_every=None
+    )
+    reads = autocommit_reads(store.engine)
+    try:
+        record = _saved(store)
+        assert store.load(record.sid) == record  # a parent's connection now waits in the read pool
+        with reads.connect() as conn:  # (the one pooled connection, back in the pool after)
+            parent_pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        assert reads.pool.checkedin() == 1  # type: ignore[attr-defined]
+
+        def in_child() -> dict[str, object]:
+            with reads.connect() as conn:
+                backend = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+            return {"loaded": store.load(record.sid) == record, "own_connection": backend != parent_pid}
+
+        assert in_forked_child(in_child) == {"loaded": True, "own_connection": True}
+        # The parent's pooled connection was not closed by the child: the same server process.
+        raw = reads.raw_connection()
+        try:
+            cursor = raw.cursor()
+            cursor.execute("SELECT pg_backend_pid()")
+            assert cursor.fetchone() == (parent_pid,)
+        finally:
+            raw.close()
+        with store.engine.connect() as conn:
+            assert conn.execute(text("SELECT 1")).scalar_one() == 1
+    finally:
+        store.engine.dispose()

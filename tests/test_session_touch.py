@@ -27,6 +27,7 @@ from flask_authflow._core.session import SessionRecord, new_guest_record, new_se
 from flask_authflow.errors import StoreUnavailable
 from flask_authflow.sessions._interface import AuthFlowSessionInterface
 from flask_authflow.sessions._stores import MemorySessionStore
+from flask_authflow.storage._sql.engine import autocommit_reads
 from flask_authflow.storage._sql.session_store import SqlAlchemySessionStore, sessions_table
 from tests.test_session_interface import COOKIE, KEY, cookie_value, logged_in, make_app, raw_get, sid_of
 from tests.test_session_stores import user_record
@@ -691,7 +692,9 @@ def test_the_postgresql_read_is_one_round_trip_and_a_due_one_touches_in_one_more
         store.adopt_clock(clock)
         session = user_record(clock)
         store.save(session, clock.now() + HOUR)
-        event.listen(store.engine, "before_cursor_execute", record)
+        # (Reads and the touch run on the AUTOCOMMIT engine made beside the store's own.)
+        for engine in (store.engine, autocommit_reads(store.engine)):
+            event.listen(engine, "before_cursor_execute", record)
         assert store.load(session.sid) is not None
         clock.advance(timedelta(minutes=10))
         assert store.touch(_touched(session, clock), clock.now() + HOUR)

@@ -132,3 +132,40 @@ def test_accounts_created_inside_the_apps_transaction_commit_or_roll_back_with_i
     with app.app_context():
         db.drop_all()
         db.engine.dispose()
+
+
+@pytest.mark.postgres
+def test_reads_of_an_engine_made_from_a_server_url_run_on_an_autocommit_engine_of_their_own(
+    postgres_server: Any,
+) -> None:
+    """An engine made from a PostgreSQL URL reads on a second engine of the same URL whose
+    connections are AUTOCOMMIT from the start (no isolation switch at each checkout and
+    checkin), made once and disposed with it; an application's engine keeps its one pool
+    and reads in AUTOCOMMIT through the execution option."""
+    from sqlalchemy import text
+
+    from flask_authflow.storage._sql.engine import autocommit_reads
+
+    url = postgres_server.new_database()
+    ours = resolve_engine(url)
+    reads = autocommit_reads(ours)
+    try:
+        assert reads is autocommit_reads(ours) and reads.pool is not ours.pool
+        assert reads.url == ours.url
+        with reads.connect() as conn:
+            assert conn.connection.dbapi_connection.autocommit is True  # type: ignore[union-attr]
+            # Outside a transaction: a statement's effect is committed at once.
+            conn.execute(text("CREATE TABLE seen (n int)"))
+        with ours.connect() as conn:  # the engine's own connections still open transactions
+            assert conn.connection.dbapi_connection.autocommit is False  # type: ignore[union-attr]
+            assert conn.execute(text("SELECT count(*) FROM seen")).scalar_one() == 0
+        ours.dispose()
+        assert reads.pool.checkedin() == 0  # disposed with the engine it reads for
+    finally:
+        ours.dispose()
+    given = create_engine(url)
+    try:
+        shared = autocommit_reads(given)
+        assert shared.pool is given.pool and shared.get_execution_options()["isolation_level"] == "AUTOCOMMIT"
+    finally:
+        given.dispose()

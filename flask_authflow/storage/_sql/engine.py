@@ -15,10 +15,12 @@ import os
 import stat
 import weakref
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
+from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
@@ -30,6 +32,7 @@ __all__ = [
     "autocommit_reads",
     "is_disconnect",
     "is_flask_sqlalchemy",
+    "renew_in_forked_child",
     "resolve_engine",
     "run_read",
     "run_statement",
@@ -98,6 +101,49 @@ def _sqlite_touch_pragmas(dbapi_connection: Any, _record: Any) -> None:
 _sqlite_file_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 #: The read-and-touch engine made for each of them (see sqlite_touch_engine).
 _touch_engines: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
+#: Engines :func:`resolve_engine` made from the URL of a server database: settings of our own.
+_server_url_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+#: The AUTOCOMMIT engine made for each of them (see autocommit_reads).
+_autocommit_engines: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
+
+
+#: Engines a forked child gives a new pool (see renew_in_forked_child).
+_renewed_in_child: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def renew_in_forked_child(engine: Engine) -> None:
+    """Give ``engine`` a new pool in a process forked from this one (gunicorn's
+    ``--preload``), as SQLAlchemy advises: ``dispose(close=False)`` leaves the parent's
+    connections open for the parent, and the child opens its own. Every engine
+    :func:`resolve_engine` makes from the URL of a file or a server is registered; the
+    session store registers the engine it was given. The engines made beside one (see
+    ``_companion``) are renewed with it."""
+    _renewed_in_child.add(engine)
+
+
+def _after_fork_in_child() -> None:
+    for engine in list(_renewed_in_child):
+        engine.dispose(close=False)
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _companion(
+    engine: Engine, made: weakref.WeakKeyDictionary[Engine, Engine], build: Callable[[], Engine]
+) -> Engine:
+    """The second engine ``build`` makes for ``engine`` (once; disposed with ``engine``)."""
+    second = made.get(engine)
+    if second is None:
+        second = build()
+        owner = os.getpid()
+        # In a forked child (the engine renewed with close=False, see the session store),
+        # the parent's connections are left open for the parent: closing one would end it
+        # on the server for both processes.
+        event.listen(engine, "engine_disposed", lambda _engine: second.dispose(close=os.getpid() == owner))
+        made[engine] = second
+    return second
 
 
 def sqlite_touch_engine(engine: Engine) -> Engine | None:
@@ -112,13 +158,13 @@ def sqlite_touch_engine(engine: Engine) -> Engine | None:
     """
     if engine not in _sqlite_file_engines:
         return None
-    touch = _touch_engines.get(engine)
-    if touch is None:
+
+    def build() -> Engine:
         touch = create_engine(engine.url)
         event.listen(touch, "connect", _sqlite_touch_pragmas)
-        event.listen(engine, "engine_disposed", lambda _engine: touch.dispose())
-        _touch_engines[engine] = touch
-    return touch
+        return touch
+
+    return _companion(engine, _touch_engines, build)
 
 
 def secure_sqlite_file(path: Path) -> None:
@@ -204,15 +250,16 @@ def resolve_engine(source: EngineSource) -> Engine:
                 kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
             engine = create_engine(source, **kwargs)
             event.listen(engine, "connect", _sqlite_pragmas)
-            if on_file:
+            if on_file:  # (an in-memory database is the process's own: nothing to renew)
                 _sqlite_file_engines.add(engine)
+                renew_in_forked_child(engine)
             return engine
         try:
             # No pre-ping (a round trip on every checkout): connections are recycled
             # before idle timeouts can drop them, and a connection found dead (a server
             # restart) invalidates the whole pool; reads then run once more
             # (run_read), so service resumes without a failed request.
-            return create_engine(source, pool_recycle=POOL_RECYCLE_SECONDS)
+            engine = create_engine(source, pool_recycle=POOL_RECYCLE_SECONDS)
         except ModuleNotFoundError as exc:
             if source.startswith("postgresql"):
                 raise MissingExtraError("postgres", exc.name or "psycopg") from exc
@@ -222,6 +269,9 @@ def resolve_engine(source: EngineSource) -> Engine:
                 f"AUTHFLOW_DATABASE_URL names a database SQLAlchemy cannot use ({type(exc).__name__}): "
                 "use a sqlite:/// or postgresql+psycopg:// URL"
             ) from None
+        _server_url_engines.add(engine)
+        renew_in_forked_child(engine)
+        return engine
     db_engine = getattr(source, "engine", None)  # Flask-SQLAlchemy's db.engine (needs an app context)
     if isinstance(db_engine, Engine):
         return db_engine
@@ -244,15 +294,38 @@ def is_disconnect(exc: BaseException) -> bool:
 
 
 def autocommit_reads(engine: Engine) -> Engine:
-    """The engine to run single-statement reads on.
+    """The engine to run single-statement reads (and statements committed on their own) on.
 
     On a server database, AUTOCOMMIT skips the BEGIN and ROLLBACK round trips around a
-    read (it shares the engine's pool). pysqlite has no such round trips, and switching
-    its isolation level on every checkout costs more than it saves: SQLite keeps ``engine``.
+    read. For an engine :func:`resolve_engine` made from a URL, a second engine on the
+    same URL whose connections are AUTOCOMMIT from the start (its own pool, disposed with
+    ``engine``): switching a pooled connection to AUTOCOMMIT at checkout and back at
+    checkin cost a protected GET on PostgreSQL about 40 µs, a tenth of it
+    (benchmarks/README.rst). An application's engine keeps its settings and its one pool:
+    the AUTOCOMMIT execution option on it. pysqlite has no such round trips, and
+    switching its isolation level on every checkout costs more than it saves: SQLite
+    keeps ``engine``.
     """
     if engine.dialect.name == "sqlite":
         return engine
+    if engine in _server_url_engines:
+        return _companion(engine, _autocommit_engines, lambda: _autocommit_engine(engine))
     return engine.execution_options(isolation_level="AUTOCOMMIT")
+
+
+def _autocommit_engine(engine: Engine) -> Engine:
+    reads = create_engine(engine.url, isolation_level="AUTOCOMMIT", pool_recycle=POOL_RECYCLE_SECONDS)
+    # A database restart kills the connections of both pools: a disconnect seen on either
+    # replaces the other's connections too, as it replaces every connection of its own pool
+    # (so a login's transaction after a restart its read found does not meet a dead one).
+    event.listen(reads, "handle_error", partial(_renew_on_disconnect, engine))
+    event.listen(engine, "handle_error", partial(_renew_on_disconnect, reads))
+    return reads
+
+
+def _renew_on_disconnect(other: Engine, context: ExceptionContext) -> None:
+    if context.is_disconnect:
+        other.dispose()  # its idle connections closed, those in use dropped when returned
 
 
 def run_read(engine: Engine, work: Callable[[Connection], T]) -> T:

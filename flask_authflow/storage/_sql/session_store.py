@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -60,6 +58,7 @@ from flask_authflow.storage._sql._session_read import (
 from flask_authflow.storage._sql.engine import (
     EngineSource,
     autocommit_reads,
+    renew_in_forked_child,
     resolve_engine,
     run_read,
     run_statement,
@@ -151,21 +150,6 @@ _UPSERTS: dict[str, Any] = {
 }
 
 
-#: The engines of the session stores of this process: a forked child gives each a new pool.
-_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    # SQLAlchemy's advice for a forked child: a new pool, the parent's connections left
-    # unclosed for the parent, so the child opens connections of its own.
-    for engine in list(_engines):
-        engine.dispose(close=False)
-
-
-if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 class _Revoked(Exception):
     """Raised inside a save transaction to roll it back: an id in ``replaces`` was gone."""
 
@@ -227,9 +211,7 @@ class SqlAlchemySessionStore:
         # connections never wait for the write lock (see sqlite_touch_engine).
         self._touch_engine = sqlite_touch_engine(self.engine)
         self._saves = itertools.count(1)
-        _engines.add(self.engine)
-        if self._touch_engine is not None:
-            _engines.add(self._touch_engine)
+        renew_in_forked_child(self.engine)  # (the engines made beside it are renewed with it)
         if create_tables:
             self.create_tables()
 
