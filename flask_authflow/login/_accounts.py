@@ -15,13 +15,34 @@ builds it), a new password and :meth:`AccountAdmin.logout_everywhere` end more t
 sessions: API tokens, pending account tokens and the lock (see
 :mod:`~flask_authflow.login._recovery`), audited with the request's context. Ending one
 session (:meth:`AccountAdmin.revoke_session`) ends that session only.
+
+With the login service every operator's change is ONE
+:class:`~flask_authflow.login._operation.Operation`, as the recovery flows are: the user's
+sessions end first, outside its unit of work (a session store on another service cannot
+join it: a failure after that leaves the user logged out and nothing else changed); then
+the change and its audit row commit together, or nothing does, and a retry works; then a
+second pass ends a session a login started in between.
+
+The audit events, each with the request's context (an unknown one from the command
+line): ``account_disabled``, ``account_deleted`` (reason ``sessions_ended=N``),
+``account_enabled``, ``lockout_cleared`` (:meth:`AccountAdmin.unlock`; reason
+``locked_until=<time>`` or ``not_locked``), and for the factor changes
+``factor_enrolled``, ``factor_disabled``, ``recovery_codes_regenerated`` (with the
+factor's kind; reason ``sessions_ended=N``). Without the service (a bare
+``AccountAdmin(backend, session_store)``) the changes are made step by step, unaudited:
+the audit sink, the clock and the unit of work are the service's.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from flask_authflow import signals
 from flask_authflow._core.app_users import AppUserHooks
@@ -32,22 +53,74 @@ from flask_authflow._core.ports import (
     FactorRecordStore,
     IdentityStore,
     SessionStore,
-    UnitOfWork,
     UserRecord,
 )
 from flask_authflow._core.session import AuthSession, new_guest_record, sid_hash
 from flask_authflow._outcomes import FactorKind
-from flask_authflow.audit._context import AuditContext
-from flask_authflow.errors import ConfigurationError, EnrollmentError, FactorNotRegistered, UserNotFound
+from flask_authflow.audit._context import AuditContext, audit_context
+from flask_authflow.errors import (
+    AuthFlowError,
+    ConfigurationError,
+    EnrollmentError,
+    FactorNotRegistered,
+    StoreUnavailable,
+    UserNotFound,
+)
 from flask_authflow.login import _recovery as recovery
+from flask_authflow.login._operation import Operation, guard_store
 from flask_authflow.login._password import PasswordHasher
 from flask_authflow.login._password_policy import PasswordPolicy
 from flask_authflow.login._recovery import Ended
+from flask_authflow.login._sign_in_ways import hold_user
 
 if TYPE_CHECKING:
     from flask_authflow.login._service import AuthnService
 
-__all__ = ["AccountAdmin", "AdminBackend"]
+__all__ = [
+    "DELETE_EVENT",
+    "DISABLE_EVENT",
+    "ENABLE_EVENT",
+    "UNLOCK_EVENT",
+    "AccountAdmin",
+    "AdminBackend",
+    "Unlocked",
+    "lock_subjects",
+]
+
+log = logging.getLogger("flask_authflow.login")
+
+T = TypeVar("T")
+
+#: The audit events of an operator's account changes (see the module's text).
+DISABLE_EVENT = "account_disabled"
+ENABLE_EVENT = "account_enabled"
+DELETE_EVENT = "account_deleted"
+#: The event of an unlock, the one the recovery flows write when they clear a lock.
+UNLOCK_EVENT = "lockout_cleared"
+
+
+@dataclass(frozen=True, slots=True)
+class Unlocked:
+    """What :meth:`AccountAdmin.unlock` ended.
+
+    :param locked_until: the end of the account-wide lock that was active (the later one of
+        the identifier's and the user id's), or ``None``: the user was not locked, and only
+        the failures counted were forgotten.
+    """
+
+    locked_until: datetime | None = None
+
+    @property
+    def was_locked(self) -> bool:
+        """An account-wide lock was active."""
+        return self.locked_until is not None
+
+
+def lock_subjects(user: UserRecord) -> tuple[str, str]:
+    """What the lockout counts the user's failures against: logins count them per
+    normalised identifier; a step-up without one in the login flow per ``user:<id>``
+    (see :func:`~flask_authflow.login._operation.lockout_subject`)."""
+    return user.identifier, f"user:{user.user_id}"
 
 
 class AdminBackend(IdentityStore, Protocol):
@@ -217,33 +290,189 @@ class AccountAdmin:
             for factor in self.backend.list_factors(user.tenant, user.user_id)
         )
 
-    def disable(self, tenant: str, identifier: str) -> int:
-        """Disable the account (logins fail like a wrong password) and end its sessions."""
-        user = self._user(tenant, identifier)
-        self.backend.set_disabled(user.tenant, user.identifier, True)
-        return self._revoke(user, "user_disabled")
+    def disable(
+        self,
+        tenant: str,
+        identifier: str,
+        *,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> int:
+        """Disable the account (logins fail like a wrong password) and end its sessions; how
+        many ended. With the login service: audited ``account_disabled`` (see the module's
+        text), with ``context`` on ``session`` as :meth:`change_password`.
 
-    def enable(self, tenant: str, identifier: str) -> None:
-        """Allow the account to log in again (no session is restored)."""
+        :raises UserNotFound: no such user."""
         user = self._user(tenant, identifier)
-        self.backend.set_disabled(user.tenant, user.identifier, False)
+        if self.service is None:
+            self.backend.set_disabled(user.tenant, user.identifier, True)
+            return self._revoke(user, "user_disabled")
 
-    def delete(self, tenant: str, identifier: str) -> int:
-        """Delete the account, its factors and counters, and end its sessions (audit rows stay)."""
+        def change(op: Operation) -> None:
+            # The UPDATE holds the user's row: a login completing now takes turns with it.
+            guard_store(lambda: self.backend.set_disabled(user.tenant, user.identifier, True))
+
+        return self._audited(user, DISABLE_EVENT, change, "user_disabled", context, session)[1]
+
+    def enable(
+        self,
+        tenant: str,
+        identifier: str,
+        *,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> None:
+        """Allow the account to log in again (no session is restored); with the login
+        service audited ``account_enabled``.
+
+        :raises UserNotFound: no such user."""
         user = self._user(tenant, identifier)
-        # Disable, revoke, then delete: no login can start a new session between the
-        # revocation and the deletion, and a crash at any step leaves at worst a
-        # disabled user without sessions, never sessions of a deleted user.
-        self.backend.set_disabled(user.tenant, user.identifier, True)
-        count = self._revoke(user, "user_deleted")
+        if self.service is None:
+            self.backend.set_disabled(user.tenant, user.identifier, False)
+            return
+
+        def change(op: Operation) -> None:
+            guard_store(lambda: self.backend.set_disabled(user.tenant, user.identifier, False))
+
+        self._audited(user, ENABLE_EVENT, change, None, context, session)
+
+    def delete(
+        self,
+        tenant: str,
+        identifier: str,
+        *,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> int:
+        """Delete the account, its factors and counters, and end its sessions (audit rows
+        stay); how many sessions ended. With the login service audited ``account_deleted``;
+        the account, the application's ``user_deleted`` hook's rows and the audit row
+        commit together, and ``user_deleted`` is sent once they did.
+
+        :raises UserNotFound: no such user."""
+        user = self._user(tenant, identifier)
+        if self.service is None:
+            # Disable, revoke, then delete: no login can start a new session between the
+            # revocation and the deletion, and a crash at any step leaves at worst a
+            # disabled user without sessions, never sessions of a deleted user.
+            self.backend.set_disabled(user.tenant, user.identifier, True)
+            count = self._revoke(user, "user_deleted")
+            self._remove(user)
+            return count
+
+        def change(op: Operation) -> None:
+            self._hold(user)  # first, as a login takes it: the user's row, then its counters
+            self._remove(user)
+
+        with ExitStack() as stack:
+            release = stack.enter_context(signals.held_until_commit())  # user_deleted, once kept
+            if self.app_users is not None:  # the hook's rows and the account: one transaction
+                stack.enter_context(self.app_users.owned(deleting=True))
+            ended = self._audited(user, DELETE_EVENT, change, "user_deleted", context, session)[1]
+        release()
+        return ended
+
+    def _remove(self, user: UserRecord) -> None:
+        """Delete ``user`` from the store, with the application's ``user_deleted`` hook."""
 
         def remove() -> None:
-            self.backend.delete_user(user.tenant, user.identifier)
+            guard_store(lambda: self.backend.delete_user(user.tenant, user.identifier))
 
         if self.app_users is None:
             remove()
         else:
             self.app_users.delete(user, remove)
+
+    def unlock(
+        self,
+        tenant: str,
+        identifier: str,
+        *,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> Unlocked:
+        """End the user's lockout: the account-wide locks of its identifier and of its user
+        id (a step-up's), the (account, address) pair locks, and the failures counted
+        toward them (the full number of tries again); what ended. Audited
+        ``lockout_cleared`` (reason ``locked_until=<time>``, or ``not_locked``), in one
+        unit with the change. Needs the login service
+        (:class:`~flask_authflow.errors.ConfigurationError` otherwise).
+
+        :raises UserNotFound: no such user."""
+        user = self._user(tenant, identifier)
+        svc = self._login_service("unlocking a user")
+
+        def change(op: Operation) -> Unlocked:
+            subjects = lock_subjects(user)
+            ends = [end for s in subjects if (end := svc.lockout.locked_until(user.tenant, s, op.now))]
+            for subject in subjects:
+                guard_store(partial(svc.store.clear_lock, user.tenant, subject))
+            return Unlocked(max(ends) if ends else None)
+
+        def reason(done: Unlocked) -> str:
+            until = done.locked_until
+            return f"locked_until={until.isoformat()}" if until is not None else "not_locked"
+
+        return self._audited(user, UNLOCK_EVENT, change, None, context, session, describe=reason)[0]
+
+    # --- the one template of an operator's change ---------------------------------------------
+
+    def _login_service(self, what: str) -> AuthnService:
+        if self.service is None:
+            raise ConfigurationError(
+                f"{what} needs the login service: build AccountAdmin with service=... "
+                "(flask_authflow._web.state.account_admin(app) does)"
+            )
+        return self.service
+
+    def _hold(self, user: UserRecord) -> None:
+        """Lock the user's row in the open unit, first (as the login flows that hold it do)."""
+        assert self.service is not None
+        hold_user(self.service, user.tenant, user.user_id)
+
+    def _audited(
+        self,
+        user: UserRecord,
+        event: str,
+        change: Callable[[Operation], T],
+        ends_sessions: str | None,
+        context: AuditContext | None,
+        session: AuthSession | None,
+        *,
+        describe: Callable[[T], str | None] = lambda _: None,
+        **fields: Any,
+    ) -> tuple[T, int]:
+        """One operator's change of ``user`` as ONE :class:`Operation` (as
+        :mod:`~flask_authflow.login._recovery` does): with ``ends_sessions`` (the
+        ``session_revoked`` reason) the user's sessions end first, outside the unit (a
+        session store on another service cannot join it); then ``change(op)`` and the audit
+        row ``event`` (reason ``sessions_ended=N``, else ``describe(answer)``) commit
+        together, or nothing does; then a second pass ends a session a login started in
+        between. ``change``'s answer and how many sessions ended."""
+        svc = self._login_service(event)
+        ctx, asking = self._request(context, session)
+        ended = 0
+        if ends_sessions is not None:
+            ended = guard_store(lambda: self.revoke_sessions(user.tenant, user.user_id, reason=ends_sessions))
+        base: dict[str, Any] = {"tenant": user.tenant, "user_id": user.user_id, "identifier": user.identifier}
+        with Operation(svc, ctx, asking, event, **base, **fields) as op:
+            op.unit()
+            answer = change(op)
+            op.audit("success", f"sessions_ended={ended}" if ends_sessions is not None else describe(answer))
+        if ends_sessions is not None:
+            ended += self._end_late_sessions(user, ends_sessions)
+        return answer, ended
+
+    def _end_late_sessions(self, user: UserRecord, reason: str) -> int:
+        """The second pass: a session a login started while the change ran (a failure is
+        logged: the change is kept, and the login that made the session saw it)."""
+        try:
+            count = guard_store(lambda: self.session_store.delete_user_sessions(user.tenant, user.user_id))
+        except StoreUnavailable:
+            log.warning("sessions started during a %s could not be ended", reason)
+            return 0
+        if count:
+            self._signal(user.tenant, user.user_id, reason)
         return count
 
     def set_password(
@@ -329,9 +558,10 @@ class AccountAdmin:
         self, context: AuditContext | None, session: AuthSession | None
     ) -> tuple[AuditContext, AuthSession]:
         """The audit context and session a flow runs in: the given ones, or an operator's
-        (nothing known, a guest session)."""
+        (the request's context in a request, nothing known from the command line; a guest
+        session)."""
         assert self.service is not None
-        ctx = context if context is not None else AuditContext.unknown()
+        ctx = context if context is not None else audit_context()
         if session is None:
             session = AuthSession(new_guest_record(self.service.clock.now()), new=True)
         return ctx, session
@@ -339,14 +569,17 @@ class AccountAdmin:
     # --- second factors, as an operator changes them ------------------------------------------
 
     def _factor_service(self) -> tuple[AuthnService, FactorRecordStore]:
-        if self.service is None:
-            raise ConfigurationError(
-                "changing a user's factors needs the login service: build AccountAdmin with "
-                "service=... (flask_authflow._web.state.account_admin(app) does)"
-            )
-        return self.service, self.service.record_store()
+        service = self._login_service("changing a user's factors")
+        return service, service.record_store()
 
-    def enroll_totp(self, tenant: str, identifier: str) -> str:
+    def enroll_totp(
+        self,
+        tenant: str,
+        identifier: str,
+        *,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> str:
         """Provision a new TOTP key for the user and return its ``otpauth://`` URI.
 
         The factor is **confirmed at once**: an operator cannot prove possession of a key
@@ -355,44 +588,42 @@ class AccountAdmin:
         factor, confirmed or pending, in the same store transaction. The URI holds the key
         (it is the only copy outside the store, where the key is sealed): hand it to the
         user over a channel you trust. Every session of the user ends (reason
-        ``factor_enrolled``).
+        ``factor_enrolled``); audited ``factor_enrolled`` (factor ``totp``).
 
         :raises UserNotFound: no such user. :raises FactorNotRegistered: the app has no TOTP
             factor.
         """
         user = self._user(tenant, identifier)
-        start = self._enroll_at_once(user, FactorKind.TOTP)
-        self._revoke(user, "factor_enrolled")
+        self._factor_service()[0].enrollment(FactorKind.TOTP)  # FactorNotRegistered before anything ends
+        start = self._audited(
+            user,
+            "factor_enrolled",
+            lambda op: self._enroll_at_once(op, user, FactorKind.TOTP),
+            "factor_enrolled",
+            context,
+            session,
+            factor=FactorKind.TOTP.value,
+        )[0]
         return str(start.public["otpauth_uri"])
 
-    def _enroll_at_once(self, user: UserRecord, kind: FactorKind) -> EnrollmentStart:
-        """Begin an enrollment of ``kind`` for ``user`` and confirm it at once, replacing the
-        user's earlier factor of that kind in the same store transaction."""
+    def _enroll_at_once(self, op: Operation, user: UserRecord, kind: FactorKind) -> EnrollmentStart:
+        """In ``op``'s unit: begin an enrollment of ``kind`` for ``user`` and confirm it at
+        once, replacing the user's earlier factor of that kind."""
         service, store = self._factor_service()
         ctx = EnrollContext(
             tenant=user.tenant,
             user_id=user.user_id,
             account_name=user.identifier,
             issuer_name=service.site_name,
-            now=service.clock.now(),
+            now=op.now,
             store=store,
             flow={},
         )
-        try:  # the pending factor and its confirmation: one commit
-            unit: UnitOfWork | None = service.store.begin_unit()
-        except RuntimeError:  # a unit of this context is open: the writes join it
-            unit = None
-        try:
-            start = service.enrollment(kind).begin(ctx, {})
-            if not store.confirm_factor(user.tenant, user.user_id, start.factor_id, replace_kind=True):
-                # Only a parallel change of the same user's factor gets here: the new one is gone.
-                raise EnrollmentError(f"the new {kind.value} factor could not be confirmed: try again")
-        except BaseException:
-            if unit is not None:
-                unit.rollback()
-            raise
-        if unit is not None:
-            unit.commit()
+        start = guard_store(lambda: service.enrollment(kind).begin(ctx, {}))
+        confirm = partial(store.confirm_factor, user.tenant, user.user_id, start.factor_id, replace_kind=True)
+        if not guard_store(confirm):
+            # Only a parallel change of the same user's factor gets here: the new one is gone.
+            raise EnrollmentError(f"the new {kind.value} factor could not be confirmed: try again")
         return start
 
     def list_factors(
@@ -408,35 +639,79 @@ class AccountAdmin:
         _, store = self._factor_service()
         return store.list_user_factors(user.tenant, user.user_id, include_pending=include_pending)
 
-    def disable_factor(self, tenant: str, identifier: str, factor_id: str) -> bool:
+    def disable_factor(
+        self,
+        tenant: str,
+        identifier: str,
+        factor_id: str,
+        *,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> bool:
         """Remove one of the user's factors (confirmed or pending) and end every session of
-        the user (reason ``factor_disabled``). ``False``, and nothing changes, when the user
-        has no factor ``factor_id`` or it is the password (set another one instead).
+        the user (reason ``factor_disabled``); audited ``factor_disabled`` (with the
+        factor's kind). ``False``, and nothing changes, when the user has no factor
+        ``factor_id`` or it is the password (set another one instead).
 
         :raises UserNotFound: no such user."""
         user = self._user(tenant, identifier)
         _, store = self._factor_service()
-        config = store.get_factor(user.tenant, user.user_id, factor_id)
+        config = guard_store(lambda: store.get_factor(user.tenant, user.user_id, factor_id))
         if config is None or config.kind is FactorKind.PASSWORD:
             return False
-        if not store.delete_factor(user.tenant, user.user_id, factor_id):
+
+        def change(op: Operation) -> None:
+            if not guard_store(lambda: store.delete_factor(user.tenant, user.user_id, factor_id)):
+                raise _FactorGone()  # removed in parallel: nothing of this change is kept
+
+        try:
+            self._audited(
+                user, "factor_disabled", change, "factor_disabled", context, session, factor=config.kind.value
+            )
+        except _FactorGone:
             return False
-        self._revoke(user, "factor_disabled")
         return True
 
-    def regenerate_recovery_codes(self, tenant: str, identifier: str) -> list[str]:
+    def regenerate_recovery_codes(
+        self,
+        tenant: str,
+        identifier: str,
+        *,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> list[str]:
         """Issue a new set of recovery codes for the user, confirmed at once, and return the
         codes (``xxxxx-xxxxx``; only digests are stored, so they cannot be shown again). The
         previous set stops working in the same store transaction, and every session of the
-        user ends (reason ``recovery_codes_regenerated``). With the default login steps,
-        recovery codes are asked for only as an alternative to another second factor.
+        user ends (reason ``recovery_codes_regenerated``); audited
+        ``recovery_codes_regenerated``. With the default login steps, recovery codes are
+        asked for only as an alternative to another second factor.
 
         :raises UserNotFound: no such user. :raises FactorNotRegistered: the app's
             ``recovery_code`` enrollment shows no codes (an application's own kind).
         """
         user = self._user(tenant, identifier)
-        codes = self._enroll_at_once(user, FactorKind.RECOVERY_CODE).public.get("codes")
-        if not isinstance(codes, list) or not all(isinstance(code, str) for code in codes):
-            raise FactorNotRegistered("the app's recovery_code enrollment shows no codes to hand out")
-        self._revoke(user, "recovery_codes_regenerated")
-        return codes
+        self._factor_service()[0].enrollment(FactorKind.RECOVERY_CODE)  # before anything ends
+
+        def change(op: Operation) -> list[str]:
+            codes = self._enroll_at_once(op, user, FactorKind.RECOVERY_CODE).public.get("codes")
+            if not isinstance(codes, list) or not all(isinstance(code, str) for code in codes):
+                raise FactorNotRegistered("the app's recovery_code enrollment shows no codes to hand out")
+            return codes
+
+        return self._audited(
+            user,
+            "recovery_codes_regenerated",
+            change,
+            "recovery_codes_regenerated",
+            context,
+            session,
+            factor=FactorKind.RECOVERY_CODE.value,
+        )[0]
+
+
+class _FactorGone(AuthFlowError):
+    """The factor to remove was removed by a parallel change (never leaves this module)."""
+
+    code = "factor_not_found"
+    status = 404
