@@ -4,12 +4,15 @@
 operator's TOTP key, a removed factor, new recovery codes) and their commands each write
 exactly their audit row, with the request's context (an unknown one from the command
 line); an unknown user is ``UserNotFound`` and writes nothing; a fault at any write keeps
-nothing of the change and a retry works.
+nothing of the change and a retry works; a disable racing a login of the same user never
+leaves a live session of the disabled user (threads on SQLite here, processes on
+PostgreSQL below).
 """
 
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -17,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flask import Flask
+from flask import Flask, request
 
-from flask_authflow import signals
+from flask_authflow import AuthFlow, signals
 from flask_authflow._clock import MockClock
 from flask_authflow._core.ports import AttemptKey, UserRecord
-from flask_authflow._core.session import AuthSession
-from flask_authflow._outcomes import FactorCredential, FactorKind, FactorRequired
+from flask_authflow._core.session import AuthSession, new_guest_record
+from flask_authflow._outcomes import FactorCredential, FactorKind, FactorRequired, InvalidCredential
 from flask_authflow._web import services
 from flask_authflow._web.state import account_admin, get_state
 from flask_authflow.audit._context import AuditContext, audit_context
@@ -31,9 +34,12 @@ from flask_authflow.audit._sinks import AuditRecord
 from flask_authflow.errors import AuthFlowError, UserNotFound
 from flask_authflow.login._password import PasswordHasher
 from flask_authflow.storage._sql.backend import SqlAlchemyBackend
+from flask_authflow.storage._sql.migrations import upgrade
 from flask_authflow.testing._users import add_user
-from tests.appfactory import AppFactory
+from tests.appfactory import AppFactory, make_app
+from tests.concurrency import run_together
 from tests.faults import Fault, Faults, Trace, snapshot
+from tests.parts import child_processes
 from tests.test_app_users import SqlApp
 
 PASSWORD = "an operators test passphrase"
@@ -332,3 +338,142 @@ def test_a_delete_and_the_apps_hook_commit_with_the_row_or_not_at_all(
     finally:
         with sql_app.app.app_context():
             sql_app.db.engine.dispose()
+
+
+# --- a disable racing a login of the same user ---------------------------------------------------
+
+
+def test_a_login_that_began_before_a_disable_does_not_complete(app: Flask) -> None:
+    """The interleaving the race below may hit, played in order: the login read the account
+    before the disable, and checks the password after it."""
+    with app.app_context():
+        user = add_user(get_state(app).backend, "default", "alice", PASSWORD)
+        session = AuthSession(new_guest_record(get_state(app).clock.now()), new=True)
+        handle = get_state(app).service.with_audit_context(AuditContext.unknown())
+        assert handle.begin_login("alice", "default", session) == FactorRequired(FactorKind.PASSWORD)
+        services.accounts().disable("alice")
+        outcome = handle.verify_factor(FactorCredential.password(PASSWORD), session)
+        assert isinstance(outcome, InvalidCredential) and not session.is_authenticated
+        [row] = [r for r in get_state(app).backend.audit_rows if r.event == "factor_verify"]
+        assert (row.status, row.reason) == ("failure", "disabled")
+    assert _sessions(app, user) == 0
+
+
+def _login_route(app: Flask, authflow: AuthFlow) -> None:
+    """``POST /signin``: a password login as the pages make it (the session is written in
+    the step's unit of work: the SQL session store is on the backend's database)."""
+
+    @app.post("/signin")
+    def signin() -> str:
+        return type(authflow.login.password(request.get_json()["user"], PASSWORD)).__name__
+
+
+ROUNDS = 6
+
+
+@pytest.mark.authflow_stores("sql")
+def test_a_disable_racing_a_login_never_leaves_a_session_threads_on_sqlite(
+    tmp_path: Path, app_factory: AppFactory
+) -> None:
+    authflow = AuthFlow()
+    app = _sqlite_app(app_factory, tmp_path, authflow=authflow)
+    _login_route(app, authflow)
+    for round_ in range(ROUNDS):
+        with app.app_context():
+            user = add_user(get_state(app).backend, "default", f"racer{round_}", PASSWORD)
+        answer = _race(app, user, delay=0.002 * (round_ % 3))  # a spread of starts: both orders
+        assert answer in ("Authenticated", "InvalidCredential"), answer
+        assert _sessions(app, user) == 0, f"round {round_}: the disabled user kept a session ({answer})"
+        with app.app_context():
+            found = get_state(app).backend.find_user("default", user.identifier)
+            assert found is not None and found.disabled
+
+
+def _race(app: Flask, user: UserRecord, *, delay: float) -> str:
+    """A disable (after ``delay``) and a login of ``user`` at once; the login's answer."""
+    client = app.test_client()
+
+    def disable() -> str:
+        time.sleep(delay)
+        with app.app_context():
+            return str(services.accounts().disable(user.identifier))
+
+    def sign_in() -> str:
+        return client.post("/signin", json={"user": user.identifier}).text
+
+    return str(run_together([disable, sign_in])[1])
+
+
+# --- the same race, in several processes on PostgreSQL -----------------------------------------
+
+SPAWN = child_processes()
+PROCESSES = 3  # one disables, two log in
+
+
+def _racing_app(url: str, folder: str) -> Flask:
+    authflow = AuthFlow()
+    app = make_app(
+        authflow=authflow,
+        AUTHFLOW_DATABASE_URL=url,
+        AUTHFLOW_SESSION_STORE="sql",
+        instance_path=Path(folder),
+        hasher=PasswordHasher.fast_for_tests(),
+    )
+    _login_route(app, authflow)
+    return app
+
+
+def _racer(role: str, url: str, folder: str, names: list[str], barrier: Any, out: Any) -> None:
+    """Each round: wait for the others, then disable the round's user (``role``
+    "disable") or log in as them ("login"); report the answers."""
+    app = _racing_app(url, folder)
+    answers: list[str] = []
+    try:
+        for round_, name in enumerate(names):
+            barrier.wait(60)
+            if role == "disable":
+                time.sleep(0.002 * (round_ % 3))  # a spread of starts: both orders happen
+                with app.app_context():
+                    answers.append(str(services.accounts().disable(name)))
+            else:  # a fresh browser each round
+                answers.append(app.test_client().post("/signin", json={"user": name}).text)
+    except Exception as exc:  # noqa: BLE001 - reported to the test, which fails on it
+        barrier.abort()
+        out.put((role, repr(exc)))
+    else:
+        out.put((role, answers))
+
+
+@pytest.mark.postgres
+@pytest.mark.multiprocess
+@pytest.mark.authflow_stores("sql")
+def test_a_disable_racing_logins_never_leaves_a_session_processes_on_postgresql(
+    postgres_server: Any, tmp_path: Path
+) -> None:
+    url = postgres_server.new_database()
+    upgrade(url)
+    app = _racing_app(url, str(tmp_path / "main"))
+    names = [f"racer{i}" for i in range(ROUNDS)]
+    with app.app_context():
+        users = [add_user(get_state(app).backend, "default", name, PASSWORD) for name in names]
+    barrier, out = SPAWN.Barrier(PROCESSES), SPAWN.Queue()
+    roles = ["disable"] + ["login"] * (PROCESSES - 1)
+    processes = [
+        SPAWN.Process(target=_racer, args=(role, url, str(tmp_path / f"p{i}"), names, barrier, out))
+        for i, role in enumerate(roles)
+    ]
+    for process in processes:
+        process.start()
+    reports = [out.get(timeout=180) for _ in processes]
+    for process in processes:
+        process.join(30)
+    for role, answers in reports:
+        assert isinstance(answers, list), (role, answers)
+        allowed = None if role == "disable" else {"Authenticated", "InvalidCredential"}
+        assert allowed is None or set(answers) <= allowed, answers
+    for user in users:
+        assert _sessions(app, user) == 0, f"{user.identifier} kept a session after its disable"
+        with app.app_context():
+            found = get_state(app).backend.get_user("default", user.user_id)
+            assert found is not None and found.disabled
+    get_state(app).backend.close()  # type: ignore[attr-defined]

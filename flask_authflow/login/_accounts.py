@@ -21,7 +21,10 @@ With the login service every operator's change is ONE
 sessions end first, outside its unit of work (a session store on another service cannot
 join it: a failure after that leaves the user logged out and nothing else changed); then
 the change and its audit row commit together, or nothing does, and a retry works; then a
-second pass ends a session a login started in between.
+second pass ends a session a login started in between. Disabling and deleting hold the
+user's row in the unit, and a login that completes re-reads the account under the same
+lock (:mod:`~flask_authflow.login._verify`): it sees the change, or commits first and
+the second pass ends its session, so no login of a disabled or deleted user keeps one.
 
 The audit events, each with the request's context (an unknown one from the command
 line): ``account_disabled``, ``account_deleted`` (reason ``sessions_ended=N``),
@@ -426,7 +429,10 @@ class AccountAdmin:
         return self.service
 
     def _hold(self, user: UserRecord) -> None:
-        """Lock the user's row in the open unit, first (as the login flows that hold it do)."""
+        """Lock the user's row in the open unit: a login that completes meanwhile re-reads
+        the account under the same lock (``lock_user(usable=True)`` in ``_verify``), so it
+        sees the change, or committed before it and its session is ended by the second
+        pass."""
         assert self.service is not None
         hold_user(self.service, user.tenant, user.user_id)
 
