@@ -17,8 +17,9 @@ from datetime import datetime
 from flask_authflow._core.identifiers import normalise_identifier
 from flask_authflow._core.ports import UserRecord
 from flask_authflow._core.service import TenantScoped
-from flask_authflow.login._accounts import AccountAdmin, Unlocked
+from flask_authflow.login._accounts import AccountAdmin
 from flask_authflow.login._deprecated_accounts import AccountAdminAliases
+from flask_authflow.login._operator_change import Unlocked
 from flask_authflow.login._recovery import Ended
 
 __all__ = ["Accounts"]

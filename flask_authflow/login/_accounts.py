@@ -16,40 +16,28 @@ sessions: API tokens, pending account tokens and the lock (see
 :mod:`~flask_authflow.login._recovery`), audited with the request's context. Ending one
 session (:meth:`AccountAdmin.revoke_session`) ends that session only.
 
-With the login service every operator's change is ONE
-:class:`~flask_authflow.login._operation.Operation`, as the recovery flows are: the user's
-sessions end first, outside its unit of work (a session store on another service cannot
-join it: a failure after that leaves the user logged out and nothing else changed); then
-the change and its audit row commit together, or nothing does, and a retry works; then a
-second pass ends a session a login started in between. Disabling and deleting hold the
-user's row in the unit, and a login that completes re-reads the account under the same
-lock (:mod:`~flask_authflow.login._verify`): it sees the change, or commits first and
-the second pass ends its session, so no login of a disabled or deleted user keeps one.
-
-The audit events, each with the request's context (an unknown one from the command
-line): ``account_disabled``, ``account_deleted`` (reason ``sessions_ended=N``),
-``account_enabled``, ``lockout_cleared`` (:meth:`AccountAdmin.unlock`; reason
-``locked_until=<time>`` or ``not_locked``), and for the factor changes
-``factor_enrolled``, ``factor_disabled``, ``recovery_codes_regenerated`` (with the
-factor's kind; reason ``sessions_ended=N``). Without the service (a bare
-``AccountAdmin(backend, session_store)``) the changes are made step by step, unaudited:
-the audit sink, the clock and the unit of work are the service's.
+With the login service every operator's change (disable, enable, delete, unlock, and the
+factor changes of :mod:`~flask_authflow.login._operator_factors`) is ONE
+:class:`~flask_authflow.login._operator_change.OperatorChange`: the sessions end first,
+then the change and its own audit row commit together or not at all, then a second pass
+ends a session a login started meanwhile. Disabling and deleting hold the user's row in
+the unit, and a login that completes re-reads the account under the same lock
+(:mod:`~flask_authflow.login._verify`): it sees the change, or commits first and the
+second pass ends its session. Without the service (a bare ``AccountAdmin(backend,
+session_store)``) the changes are made step by step, unaudited: the audit sink, the
+clock and the unit of work are the service's.
 """
 
 from __future__ import annotations
 
 import hmac
-import logging
-from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
 
 from flask_authflow import signals
 from flask_authflow._core.app_users import AppUserHooks
-from flask_authflow._core.factors import EnrollContext, EnrollmentStart
 from flask_authflow._core.identifiers import check_tenant, normalise_identifier
 from flask_authflow._core.ports import (
     FactorConfig,
@@ -62,15 +50,21 @@ from flask_authflow._core.session import AuthSession, new_guest_record, sid_hash
 from flask_authflow._outcomes import FactorKind
 from flask_authflow.audit._context import AuditContext, audit_context
 from flask_authflow.errors import (
-    AuthFlowError,
     ConfigurationError,
-    EnrollmentError,
-    FactorNotRegistered,
-    StoreUnavailable,
     UserNotFound,
 )
+from flask_authflow.login import _operator_factors as operator_factors
 from flask_authflow.login import _recovery as recovery
 from flask_authflow.login._operation import Operation, guard_store
+from flask_authflow.login._operator_change import (
+    DELETE_EVENT,
+    DISABLE_EVENT,
+    ENABLE_EVENT,
+    UNLOCK_EVENT,
+    OperatorChange,
+    Unlocked,
+    lock_subjects,
+)
 from flask_authflow.login._password import PasswordHasher
 from flask_authflow.login._password_policy import PasswordPolicy
 from flask_authflow.login._recovery import Ended
@@ -79,51 +73,7 @@ from flask_authflow.login._sign_in_ways import hold_user
 if TYPE_CHECKING:
     from flask_authflow.login._service import AuthnService
 
-__all__ = [
-    "DELETE_EVENT",
-    "DISABLE_EVENT",
-    "ENABLE_EVENT",
-    "UNLOCK_EVENT",
-    "AccountAdmin",
-    "AdminBackend",
-    "Unlocked",
-    "lock_subjects",
-]
-
-log = logging.getLogger("flask_authflow.login")
-
-T = TypeVar("T")
-
-#: The audit events of an operator's account changes (see the module's text).
-DISABLE_EVENT = "account_disabled"
-ENABLE_EVENT = "account_enabled"
-DELETE_EVENT = "account_deleted"
-#: The event of an unlock, the one the recovery flows write when they clear a lock.
-UNLOCK_EVENT = "lockout_cleared"
-
-
-@dataclass(frozen=True, slots=True)
-class Unlocked:
-    """What :meth:`AccountAdmin.unlock` ended.
-
-    :param locked_until: the end of the account-wide lock that was active (the later one of
-        the identifier's and the user id's), or ``None``: the user was not locked, and only
-        the failures counted were forgotten.
-    """
-
-    locked_until: datetime | None = None
-
-    @property
-    def was_locked(self) -> bool:
-        """An account-wide lock was active."""
-        return self.locked_until is not None
-
-
-def lock_subjects(user: UserRecord) -> tuple[str, str]:
-    """What the lockout counts the user's failures against: logins count them per
-    normalised identifier; a step-up without one in the login flow per ``user:<id>``
-    (see :func:`~flask_authflow.login._operation.lockout_subject`)."""
-    return user.identifier, f"user:{user.user_id}"
+__all__ = ["AccountAdmin", "AdminBackend"]
 
 
 class AdminBackend(IdentityStore, Protocol):
@@ -315,7 +265,8 @@ class AccountAdmin:
             # The UPDATE holds the user's row: a login completing now takes turns with it.
             guard_store(lambda: self.backend.set_disabled(user.tenant, user.identifier, True))
 
-        return self._audited(user, DISABLE_EVENT, change, "user_disabled", context, session)[1]
+        change_of = self._change(user, context, session)
+        return change_of.run(DISABLE_EVENT, change, ends_sessions="user_disabled")[1]
 
     def enable(
         self,
@@ -337,7 +288,7 @@ class AccountAdmin:
         def change(op: Operation) -> None:
             guard_store(lambda: self.backend.set_disabled(user.tenant, user.identifier, False))
 
-        self._audited(user, ENABLE_EVENT, change, None, context, session)
+        self._change(user, context, session).run(ENABLE_EVENT, change)
 
     def delete(
         self,
@@ -371,7 +322,8 @@ class AccountAdmin:
             release = stack.enter_context(signals.held_until_commit())  # user_deleted, once kept
             if self.app_users is not None:  # the hook's rows and the account: one transaction
                 stack.enter_context(self.app_users.owned(deleting=True))
-            ended = self._audited(user, DELETE_EVENT, change, "user_deleted", context, session)[1]
+            change_of = self._change(user, context, session)
+            ended = change_of.run(DELETE_EVENT, change, ends_sessions="user_deleted")[1]
         release()
         return ended
 
@@ -416,7 +368,7 @@ class AccountAdmin:
             until = done.locked_until
             return f"locked_until={until.isoformat()}" if until is not None else "not_locked"
 
-        return self._audited(user, UNLOCK_EVENT, change, None, context, session, describe=reason)[0]
+        return self._change(user, context, session).run(UNLOCK_EVENT, change, describe=reason)[0]
 
     # --- the one template of an operator's change ---------------------------------------------
 
@@ -436,50 +388,23 @@ class AccountAdmin:
         assert self.service is not None
         hold_user(self.service, user.tenant, user.user_id)
 
-    def _audited(
-        self,
-        user: UserRecord,
-        event: str,
-        change: Callable[[Operation], T],
-        ends_sessions: str | None,
-        context: AuditContext | None,
-        session: AuthSession | None,
-        *,
-        describe: Callable[[T], str | None] = lambda _: None,
-        **fields: Any,
-    ) -> tuple[T, int]:
-        """One operator's change of ``user`` as ONE :class:`Operation` (as
-        :mod:`~flask_authflow.login._recovery` does): with ``ends_sessions`` (the
-        ``session_revoked`` reason) the user's sessions end first, outside the unit (a
-        session store on another service cannot join it); then ``change(op)`` and the audit
-        row ``event`` (reason ``sessions_ended=N``, else ``describe(answer)``) commit
-        together, or nothing does; then a second pass ends a session a login started in
-        between. ``change``'s answer and how many sessions ended."""
-        svc = self._login_service(event)
+    def _change(
+        self, user: UserRecord, context: AuditContext | None, session: AuthSession | None
+    ) -> OperatorChange:
+        """What an operator's change of ``user`` runs with (see :meth:`_request`)."""
+        svc = self._login_service("an audited change of an account")
         ctx, asking = self._request(context, session)
-        ended = 0
-        if ends_sessions is not None:
-            ended = guard_store(lambda: self.revoke_sessions(user.tenant, user.user_id, reason=ends_sessions))
-        base: dict[str, Any] = {"tenant": user.tenant, "user_id": user.user_id, "identifier": user.identifier}
-        with Operation(svc, ctx, asking, event, **base, **fields) as op:
-            op.unit()
-            answer = change(op)
-            op.audit("success", f"sessions_ended={ended}" if ends_sessions is not None else describe(answer))
-        if ends_sessions is not None:
-            ended += self._end_late_sessions(user, ends_sessions)
-        return answer, ended
 
-    def _end_late_sessions(self, user: UserRecord, reason: str) -> int:
-        """The second pass: a session a login started while the change ran (a failure is
-        logged: the change is kept, and the login that made the session saw it)."""
-        try:
-            count = guard_store(lambda: self.session_store.delete_user_sessions(user.tenant, user.user_id))
-        except StoreUnavailable:
-            log.warning("sessions started during a %s could not be ended", reason)
-            return 0
-        if count:
-            self._signal(user.tenant, user.user_id, reason)
-        return count
+        def first(reason: str) -> int:
+            return self.revoke_sessions(user.tenant, user.user_id, reason=reason)
+
+        def late(reason: str) -> int:
+            count = self.session_store.delete_user_sessions(user.tenant, user.user_id)
+            if count:
+                self._signal(user.tenant, user.user_id, reason)
+            return count
+
+        return OperatorChange(svc, ctx, asking, user, first, late)
 
     def set_password(
         self,
@@ -572,11 +497,17 @@ class AccountAdmin:
             session = AuthSession(new_guest_record(self.service.clock.now()), new=True)
         return ctx, session
 
-    # --- second factors, as an operator changes them ------------------------------------------
+    # --- second factors, as an operator changes them (see _operator_factors) -----------------
 
     def _factor_service(self) -> tuple[AuthnService, FactorRecordStore]:
         service = self._login_service("changing a user's factors")
         return service, service.record_store()
+
+    def _factor_change(
+        self, tenant: str, identifier: str, context: AuditContext | None, session: AuthSession | None
+    ) -> OperatorChange:
+        self._factor_service()  # ConfigurationError without the login service
+        return self._change(self._user(tenant, identifier), context, session)
 
     def enroll_totp(
         self,
@@ -599,38 +530,7 @@ class AccountAdmin:
         :raises UserNotFound: no such user. :raises FactorNotRegistered: the app has no TOTP
             factor.
         """
-        user = self._user(tenant, identifier)
-        self._factor_service()[0].enrollment(FactorKind.TOTP)  # FactorNotRegistered before anything ends
-        start = self._audited(
-            user,
-            "factor_enrolled",
-            lambda op: self._enroll_at_once(op, user, FactorKind.TOTP),
-            "factor_enrolled",
-            context,
-            session,
-            factor=FactorKind.TOTP.value,
-        )[0]
-        return str(start.public["otpauth_uri"])
-
-    def _enroll_at_once(self, op: Operation, user: UserRecord, kind: FactorKind) -> EnrollmentStart:
-        """In ``op``'s unit: begin an enrollment of ``kind`` for ``user`` and confirm it at
-        once, replacing the user's earlier factor of that kind."""
-        service, store = self._factor_service()
-        ctx = EnrollContext(
-            tenant=user.tenant,
-            user_id=user.user_id,
-            account_name=user.identifier,
-            issuer_name=service.site_name,
-            now=op.now,
-            store=store,
-            flow={},
-        )
-        start = guard_store(lambda: service.enrollment(kind).begin(ctx, {}))
-        confirm = partial(store.confirm_factor, user.tenant, user.user_id, start.factor_id, replace_kind=True)
-        if not guard_store(confirm):
-            # Only a parallel change of the same user's factor gets here: the new one is gone.
-            raise EnrollmentError(f"the new {kind.value} factor could not be confirmed: try again")
-        return start
+        return operator_factors.enroll_totp(self._factor_change(tenant, identifier, context, session))
 
     def list_factors(
         self, tenant: str, identifier: str, *, include_pending: bool = False
@@ -660,23 +560,8 @@ class AccountAdmin:
         ``factor_id`` or it is the password (set another one instead).
 
         :raises UserNotFound: no such user."""
-        user = self._user(tenant, identifier)
-        _, store = self._factor_service()
-        config = guard_store(lambda: store.get_factor(user.tenant, user.user_id, factor_id))
-        if config is None or config.kind is FactorKind.PASSWORD:
-            return False
-
-        def change(op: Operation) -> None:
-            if not guard_store(lambda: store.delete_factor(user.tenant, user.user_id, factor_id)):
-                raise _FactorGone()  # removed in parallel: nothing of this change is kept
-
-        try:
-            self._audited(
-                user, "factor_disabled", change, "factor_disabled", context, session, factor=config.kind.value
-            )
-        except _FactorGone:
-            return False
-        return True
+        change = self._factor_change(tenant, identifier, context, session)
+        return operator_factors.disable_factor(change, factor_id)
 
     def regenerate_recovery_codes(
         self,
@@ -696,28 +581,5 @@ class AccountAdmin:
         :raises UserNotFound: no such user. :raises FactorNotRegistered: the app's
             ``recovery_code`` enrollment shows no codes (an application's own kind).
         """
-        user = self._user(tenant, identifier)
-        self._factor_service()[0].enrollment(FactorKind.RECOVERY_CODE)  # before anything ends
-
-        def change(op: Operation) -> list[str]:
-            codes = self._enroll_at_once(op, user, FactorKind.RECOVERY_CODE).public.get("codes")
-            if not isinstance(codes, list) or not all(isinstance(code, str) for code in codes):
-                raise FactorNotRegistered("the app's recovery_code enrollment shows no codes to hand out")
-            return codes
-
-        return self._audited(
-            user,
-            "recovery_codes_regenerated",
-            change,
-            "recovery_codes_regenerated",
-            context,
-            session,
-            factor=FactorKind.RECOVERY_CODE.value,
-        )[0]
-
-
-class _FactorGone(AuthFlowError):
-    """The factor to remove was removed by a parallel change (never leaves this module)."""
-
-    code = "factor_not_found"
-    status = 404
+        change = self._factor_change(tenant, identifier, context, session)
+        return operator_factors.regenerate_recovery_codes(change)
