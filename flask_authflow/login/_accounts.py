@@ -49,10 +49,7 @@ from flask_authflow._core.ports import (
 from flask_authflow._core.session import AuthSession, new_guest_record, sid_hash
 from flask_authflow._outcomes import FactorKind
 from flask_authflow.audit._context import AuditContext, audit_context
-from flask_authflow.errors import (
-    ConfigurationError,
-    UserNotFound,
-)
+from flask_authflow.errors import ConfigurationError, UserNotFound
 from flask_authflow.login import _operator_factors as operator_factors
 from flask_authflow.login import _recovery as recovery
 from flask_authflow.login._operation import Operation, guard_store
@@ -506,6 +503,7 @@ class AccountAdmin:
     def _factor_change(
         self, tenant: str, identifier: str, context: AuditContext | None, session: AuthSession | None
     ) -> OperatorChange:
+        """What an operator's change of the user's factors runs with."""
         self._factor_service()  # ConfigurationError without the login service
         return self._change(self._user(tenant, identifier), context, session)
 
