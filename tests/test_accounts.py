@@ -69,10 +69,14 @@ def test_disabling_a_user_ends_their_sessions(app: Flask) -> None:
 def test_deleting_a_user_ends_their_sessions_and_keeps_the_audit(app: Flask) -> None:
     clients = two_clients(app)
     with app.app_context():
-        rows_before = len(get_state(app).backend.audit_rows)
+        rows_before = list(get_state(app).backend.audit_rows)
         assert account_admin().delete("default", "alice") == 2
         assert get_state(app).backend.find_user("default", "alice") is None
-        assert len(get_state(app).backend.audit_rows) == rows_before
+        rows = get_state(app).backend.audit_rows
+        assert rows[: len(rows_before)] == rows_before  # the user's rows stay, and the deletion's joins them
+        assert [(row.event, row.reason) for row in rows[len(rows_before) :]] == [
+            ("account_deleted", "sessions_ended=2")
+        ]
         with pytest.raises(UserNotFound):
             account_admin().delete("default", "alice")
     for client in clients:

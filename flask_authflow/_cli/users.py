@@ -13,7 +13,6 @@ from flask_authflow._cli.base import (
     find_user,
     iso_time,
     json_option,
-    lock_subjects,
     read_password,
     short_time,
     tenant_option,
@@ -165,22 +164,21 @@ def users_enable(username: str, tenant: str | None, as_json: bool) -> None:
 @json_option
 def users_unlock(username: str, tenant: str | None, as_json: bool) -> None:
     """End USERNAME's lockout and forget its counted failures (the full number of tries again)."""
-    state = get_state()
     tenant_name = tenant_or_default(tenant)
-    user = find_user(username, tenant_name)
-    until = user_locked_until(user, state.clock.now())
-    for subject in lock_subjects(user):
-        state.backend.clear_lock(user.tenant, subject)
+    with about_user(username, tenant_name):
+        done = services.accounts().unlock(username, tenant=tenant_name)
+    identifier = normalise_identifier(username)
+    until = done.locked_until
     if until is not None:
-        text = f"user {user.identifier!r} unlocked (the lock ran until {short_time(until)})"
+        text = f"user {identifier!r} unlocked (the lock ran until {short_time(until)})"
     else:
-        text = f"user {user.identifier!r} was not locked; its failure count is reset"
+        text = f"user {identifier!r} was not locked; its failure count is reset"
     emit(
         as_json,
         {
-            "identifier": user.identifier,
-            "tenant": user.tenant,
-            "was_locked": until is not None,
+            "identifier": identifier,
+            "tenant": tenant_name,
+            "was_locked": done.was_locked,
             "locked_until": iso_time(until),
         },
         text,

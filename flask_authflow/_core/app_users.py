@@ -171,13 +171,15 @@ class AppUserHooks:
             return new.run(transaction)
 
     @contextmanager
-    def owned(self) -> Iterator[None]:
-        """Run a library flow that may create an account (sign-up) in ONE transaction with
-        the application's hook: when a ``user_created`` hook is set and the application's
-        session holds nothing of its own, the library owns that session's transaction for
-        the block (the backend's unit of work runs in it, one commit at the end); otherwise
-        the block runs as it is."""
-        transaction = self._transaction() if self._created() is not None else None
+    def owned(self, *, deleting: bool = False) -> Iterator[None]:
+        """Run a library flow that may create an account (sign-up), or that deletes one
+        (``deleting``: an operator's audited delete), in ONE transaction with the
+        application's hook: when that ``user_created`` (``user_deleted``) hook is set and
+        the application's session holds nothing of its own, the library owns that session's
+        transaction for the block (the backend's unit of work runs in it, one commit at the
+        end); otherwise the block runs as it is."""
+        hook = self._deleted() if deleting else self._created()
+        transaction = self._transaction() if hook is not None else None
         if transaction is None or transaction.pending() or transaction.owned():
             yield
             return
@@ -206,7 +208,8 @@ class AppUserHooks:
         else:
             with transaction.own():
                 run()
-        signals.user_deleted.send(self._sender, user=account)
+        # Sent at once, or inside ``signals.held_until_commit`` once the flow committed.
+        signals.send_after_commit(signals.user_deleted, self._sender, user=account)
 
 
 @dataclass(frozen=True)

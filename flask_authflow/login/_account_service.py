@@ -1,12 +1,13 @@
-"""``authflow.accounts``: accounts created, listed, looked up, disabled, enabled, deleted
-and given a new password, in the shape of :mod:`flask_authflow._core.service`.
+"""``authflow.accounts``: accounts created, listed, looked up, disabled, enabled, unlocked,
+deleted and given a new password, in the shape of :mod:`flask_authflow._core.service`.
 
 The work is :class:`~flask_authflow.login._accounts.AccountAdmin`'s: every change that
-takes access away ends the user's sessions in the same call, a new password must pass the
-app's policy, the application's ``user_created`` / ``user_deleted`` hooks run in its
-transaction. An account is named by its ``identifier`` (the name it signs in with); what
-belongs to an account (its sessions, tokens, devices, factors, roles) is named by the
-account's ``user_id`` on the other services.
+takes access away ends the user's sessions in the same call, each change commits once
+with its audit row, a new password must pass the app's policy, the application's
+``user_created`` / ``user_deleted`` hooks run in its transaction. An account is named
+by its ``identifier`` (the name it signs in with); what belongs to an account (its
+sessions, tokens, devices, factors, roles) is named by the account's ``user_id`` on the
+other services.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from flask_authflow._core.ports import UserRecord
 from flask_authflow._core.service import TenantScoped
 from flask_authflow.login._accounts import AccountAdmin
 from flask_authflow.login._deprecated_accounts import AccountAdminAliases
+from flask_authflow.login._operator_change import Unlocked
 from flask_authflow.login._recovery import Ended
 
 __all__ = ["Accounts"]
 
 
 class Accounts(AccountAdminAliases, TenantScoped):
-    """Create, list, get, disable, enable and delete accounts; set their password.
+    """Create, list, get, disable, enable, unlock and delete accounts; set their password.
 
     :param admin: the app's account administration (its policy, hooks and login service).
     """
@@ -69,17 +71,26 @@ class Accounts(AccountAdminAliases, TenantScoped):
 
     def disable(self, identifier: str, *, tenant: str | None = None) -> int:
         """Disable the account (its logins fail like a wrong password) and end its sessions;
-        how many ended. :raises ~flask_authflow.errors.UserNotFound: no such account."""
+        how many ended. Audited ``account_disabled``.
+        :raises ~flask_authflow.errors.UserNotFound: no such account."""
         return self.admin.disable(self._tenant(tenant), identifier)
 
     def enable(self, identifier: str, *, tenant: str | None = None) -> None:
-        """Let the account sign in again (no session comes back).
+        """Let the account sign in again (no session comes back); audited ``account_enabled``.
         :raises ~flask_authflow.errors.UserNotFound: no such account."""
         self.admin.enable(self._tenant(tenant), identifier)
 
+    def unlock(self, identifier: str, *, tenant: str | None = None) -> Unlocked:
+        """End the account's lockout and forget its counted failures (the full number of
+        tries again), audited ``lockout_cleared``; what ended: ``was_locked`` and
+        ``locked_until`` (when the lock would have ended).
+        :raises ~flask_authflow.errors.UserNotFound: no such account."""
+        return self.admin.unlock(self._tenant(tenant), identifier)
+
     def delete(self, identifier: str, *, tenant: str | None = None) -> int:
         """Delete the account, its factors, tokens and roles, and end its sessions (audit
-        rows stay); how many sessions ended.
+        rows stay); how many sessions ended. Audited ``account_deleted``, in one commit with
+        the account's removal and the application's ``user_deleted`` hook.
         :raises ~flask_authflow.errors.UserNotFound: no such account."""
         return self.admin.delete(self._tenant(tenant), identifier)
 

@@ -15,34 +15,57 @@ builds it), a new password and :meth:`AccountAdmin.logout_everywhere` end more t
 sessions: API tokens, pending account tokens and the lock (see
 :mod:`~flask_authflow.login._recovery`), audited with the request's context. Ending one
 session (:meth:`AccountAdmin.revoke_session`) ends that session only.
+
+With the login service every operator's change (disable, enable, delete, unlock, and the
+factor changes of :mod:`~flask_authflow.login._operator_factors`) is ONE
+:class:`~flask_authflow.login._operator_change.OperatorChange`: the sessions end first,
+then the change and its own audit row commit together or not at all, then a second pass
+ends a session a login started meanwhile. Disabling and deleting hold the user's row in
+the unit, and a login that completes re-reads the account under the same lock
+(:mod:`~flask_authflow.login._verify`): it sees the change, or commits first and the
+second pass ends its session. Without the service (a bare ``AccountAdmin(backend,
+session_store)``) the changes are made step by step, unaudited: the audit sink, the
+clock and the unit of work are the service's.
 """
 
 from __future__ import annotations
 
 import hmac
+from contextlib import ExitStack
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from flask_authflow import signals
 from flask_authflow._core.app_users import AppUserHooks
-from flask_authflow._core.factors import EnrollContext, EnrollmentStart
 from flask_authflow._core.identifiers import check_tenant, normalise_identifier
 from flask_authflow._core.ports import (
     FactorConfig,
     FactorRecordStore,
     IdentityStore,
     SessionStore,
-    UnitOfWork,
     UserRecord,
 )
 from flask_authflow._core.session import AuthSession, new_guest_record, sid_hash
 from flask_authflow._outcomes import FactorKind
-from flask_authflow.audit._context import AuditContext
-from flask_authflow.errors import ConfigurationError, EnrollmentError, FactorNotRegistered, UserNotFound
+from flask_authflow.audit._context import AuditContext, audit_context
+from flask_authflow.errors import ConfigurationError, UserNotFound
+from flask_authflow.login import _operator_factors as operator_factors
 from flask_authflow.login import _recovery as recovery
+from flask_authflow.login._operation import Operation, guard_store
+from flask_authflow.login._operator_change import (
+    DELETE_EVENT,
+    DISABLE_EVENT,
+    ENABLE_EVENT,
+    UNLOCK_EVENT,
+    OperatorChange,
+    Unlocked,
+    lock_subjects,
+)
 from flask_authflow.login._password import PasswordHasher
 from flask_authflow.login._password_policy import PasswordPolicy
 from flask_authflow.login._recovery import Ended
+from flask_authflow.login._sign_in_ways import hold_user
 
 if TYPE_CHECKING:
     from flask_authflow.login._service import AuthnService
@@ -217,34 +240,168 @@ class AccountAdmin:
             for factor in self.backend.list_factors(user.tenant, user.user_id)
         )
 
-    def disable(self, tenant: str, identifier: str) -> int:
-        """Disable the account (logins fail like a wrong password) and end its sessions."""
-        user = self._user(tenant, identifier)
-        self.backend.set_disabled(user.tenant, user.identifier, True)
-        return self._revoke(user, "user_disabled")
+    def disable(
+        self,
+        tenant: str,
+        identifier: str,
+        *,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> int:
+        """Disable the account (logins fail like a wrong password) and end its sessions; how
+        many ended. With the login service: audited ``account_disabled`` (see the module's
+        text), with ``context`` on ``session`` as :meth:`change_password`.
 
-    def enable(self, tenant: str, identifier: str) -> None:
-        """Allow the account to log in again (no session is restored)."""
+        :raises UserNotFound: no such user."""
         user = self._user(tenant, identifier)
-        self.backend.set_disabled(user.tenant, user.identifier, False)
+        if self.service is None:
+            self.backend.set_disabled(user.tenant, user.identifier, True)
+            return self._revoke(user, "user_disabled")
 
-    def delete(self, tenant: str, identifier: str) -> int:
-        """Delete the account, its factors and counters, and end its sessions (audit rows stay)."""
+        def change(op: Operation) -> None:
+            # The UPDATE holds the user's row: a login completing now takes turns with it.
+            guard_store(lambda: self.backend.set_disabled(user.tenant, user.identifier, True))
+
+        change_of = self._change(user, context, session)
+        return change_of.run(DISABLE_EVENT, change, ends_sessions="user_disabled")[1]
+
+    def enable(
+        self,
+        tenant: str,
+        identifier: str,
+        *,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> None:
+        """Allow the account to log in again (no session is restored); with the login
+        service audited ``account_enabled``.
+
+        :raises UserNotFound: no such user."""
         user = self._user(tenant, identifier)
-        # Disable, revoke, then delete: no login can start a new session between the
-        # revocation and the deletion, and a crash at any step leaves at worst a
-        # disabled user without sessions, never sessions of a deleted user.
-        self.backend.set_disabled(user.tenant, user.identifier, True)
-        count = self._revoke(user, "user_deleted")
+        if self.service is None:
+            self.backend.set_disabled(user.tenant, user.identifier, False)
+            return
+
+        def change(op: Operation) -> None:
+            guard_store(lambda: self.backend.set_disabled(user.tenant, user.identifier, False))
+
+        self._change(user, context, session).run(ENABLE_EVENT, change)
+
+    def delete(
+        self,
+        tenant: str,
+        identifier: str,
+        *,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> int:
+        """Delete the account, its factors and counters, and end its sessions (audit rows
+        stay); how many sessions ended. With the login service audited ``account_deleted``;
+        the account, the application's ``user_deleted`` hook's rows and the audit row
+        commit together, and ``user_deleted`` is sent once they did.
+
+        :raises UserNotFound: no such user."""
+        user = self._user(tenant, identifier)
+        if self.service is None:
+            # Disable, revoke, then delete: no login can start a new session between the
+            # revocation and the deletion, and a crash at any step leaves at worst a
+            # disabled user without sessions, never sessions of a deleted user.
+            self.backend.set_disabled(user.tenant, user.identifier, True)
+            count = self._revoke(user, "user_deleted")
+            self._remove(user)
+            return count
+
+        def change(op: Operation) -> None:
+            self._hold(user)  # first, as a login takes it: the user's row, then its counters
+            self._remove(user)
+
+        with ExitStack() as stack:
+            release = stack.enter_context(signals.held_until_commit())  # user_deleted, once kept
+            if self.app_users is not None:  # the hook's rows and the account: one transaction
+                stack.enter_context(self.app_users.owned(deleting=True))
+            change_of = self._change(user, context, session)
+            ended = change_of.run(DELETE_EVENT, change, ends_sessions="user_deleted")[1]
+        release()
+        return ended
+
+    def _remove(self, user: UserRecord) -> None:
+        """Delete ``user`` from the store, with the application's ``user_deleted`` hook."""
 
         def remove() -> None:
-            self.backend.delete_user(user.tenant, user.identifier)
+            guard_store(lambda: self.backend.delete_user(user.tenant, user.identifier))
 
         if self.app_users is None:
             remove()
         else:
             self.app_users.delete(user, remove)
-        return count
+
+    def unlock(
+        self,
+        tenant: str,
+        identifier: str,
+        *,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> Unlocked:
+        """End the user's lockout: the account-wide locks of its identifier and of its user
+        id (a step-up's), the (account, address) pair locks, and the failures counted
+        toward them (the full number of tries again); what ended. Audited
+        ``lockout_cleared`` (reason ``locked_until=<time>``, or ``not_locked``), in one
+        unit with the change. Needs the login service
+        (:class:`~flask_authflow.errors.ConfigurationError` otherwise).
+
+        :raises UserNotFound: no such user."""
+        user = self._user(tenant, identifier)
+        svc = self._login_service("unlocking a user")
+
+        def change(op: Operation) -> Unlocked:
+            subjects = lock_subjects(user)
+            ends = [end for s in subjects if (end := svc.lockout.locked_until(user.tenant, s, op.now))]
+            for subject in subjects:
+                guard_store(partial(svc.store.clear_lock, user.tenant, subject))
+            return Unlocked(max(ends) if ends else None)
+
+        def reason(done: Unlocked) -> str:
+            until = done.locked_until
+            return f"locked_until={until.isoformat()}" if until is not None else "not_locked"
+
+        return self._change(user, context, session).run(UNLOCK_EVENT, change, describe=reason)[0]
+
+    # --- the one template of an operator's change ---------------------------------------------
+
+    def _login_service(self, what: str) -> AuthnService:
+        if self.service is None:
+            raise ConfigurationError(
+                f"{what} needs the login service: build AccountAdmin with service=... "
+                "(flask_authflow._web.state.account_admin(app) does)"
+            )
+        return self.service
+
+    def _hold(self, user: UserRecord) -> None:
+        """Lock the user's row in the open unit: a login that completes meanwhile re-reads
+        the account under the same lock (``lock_user(usable=True)`` in ``_verify``), so it
+        sees the change, or committed before it and its session is ended by the second
+        pass."""
+        assert self.service is not None
+        hold_user(self.service, user.tenant, user.user_id)
+
+    def _change(
+        self, user: UserRecord, context: AuditContext | None, session: AuthSession | None
+    ) -> OperatorChange:
+        """What an operator's change of ``user`` runs with (see :meth:`_request`)."""
+        svc = self._login_service("an audited change of an account")
+        ctx, asking = self._request(context, session)
+
+        def first(reason: str) -> int:
+            return self.revoke_sessions(user.tenant, user.user_id, reason=reason)
+
+        def late(reason: str) -> int:
+            count = self.session_store.delete_user_sessions(user.tenant, user.user_id)
+            if count:
+                self._signal(user.tenant, user.user_id, reason)
+            return count
+
+        return OperatorChange(svc, ctx, asking, user, first, late)
 
     def set_password(
         self,
@@ -329,24 +486,35 @@ class AccountAdmin:
         self, context: AuditContext | None, session: AuthSession | None
     ) -> tuple[AuditContext, AuthSession]:
         """The audit context and session a flow runs in: the given ones, or an operator's
-        (nothing known, a guest session)."""
+        (the request's context in a request, nothing known from the command line; a guest
+        session)."""
         assert self.service is not None
-        ctx = context if context is not None else AuditContext.unknown()
+        ctx = context if context is not None else audit_context()
         if session is None:
             session = AuthSession(new_guest_record(self.service.clock.now()), new=True)
         return ctx, session
 
-    # --- second factors, as an operator changes them ------------------------------------------
+    # --- second factors, as an operator changes them (see _operator_factors) -----------------
 
     def _factor_service(self) -> tuple[AuthnService, FactorRecordStore]:
-        if self.service is None:
-            raise ConfigurationError(
-                "changing a user's factors needs the login service: build AccountAdmin with "
-                "service=... (flask_authflow._web.state.account_admin(app) does)"
-            )
-        return self.service, self.service.record_store()
+        service = self._login_service("changing a user's factors")
+        return service, service.record_store()
 
-    def enroll_totp(self, tenant: str, identifier: str) -> str:
+    def _factor_change(
+        self, tenant: str, identifier: str, context: AuditContext | None, session: AuthSession | None
+    ) -> OperatorChange:
+        """What an operator's change of the user's factors runs with."""
+        self._factor_service()  # ConfigurationError without the login service
+        return self._change(self._user(tenant, identifier), context, session)
+
+    def enroll_totp(
+        self,
+        tenant: str,
+        identifier: str,
+        *,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> str:
         """Provision a new TOTP key for the user and return its ``otpauth://`` URI.
 
         The factor is **confirmed at once**: an operator cannot prove possession of a key
@@ -355,45 +523,12 @@ class AccountAdmin:
         factor, confirmed or pending, in the same store transaction. The URI holds the key
         (it is the only copy outside the store, where the key is sealed): hand it to the
         user over a channel you trust. Every session of the user ends (reason
-        ``factor_enrolled``).
+        ``factor_enrolled``); audited ``factor_enrolled`` (factor ``totp``).
 
         :raises UserNotFound: no such user. :raises FactorNotRegistered: the app has no TOTP
             factor.
         """
-        user = self._user(tenant, identifier)
-        start = self._enroll_at_once(user, FactorKind.TOTP)
-        self._revoke(user, "factor_enrolled")
-        return str(start.public["otpauth_uri"])
-
-    def _enroll_at_once(self, user: UserRecord, kind: FactorKind) -> EnrollmentStart:
-        """Begin an enrollment of ``kind`` for ``user`` and confirm it at once, replacing the
-        user's earlier factor of that kind in the same store transaction."""
-        service, store = self._factor_service()
-        ctx = EnrollContext(
-            tenant=user.tenant,
-            user_id=user.user_id,
-            account_name=user.identifier,
-            issuer_name=service.site_name,
-            now=service.clock.now(),
-            store=store,
-            flow={},
-        )
-        try:  # the pending factor and its confirmation: one commit
-            unit: UnitOfWork | None = service.store.begin_unit()
-        except RuntimeError:  # a unit of this context is open: the writes join it
-            unit = None
-        try:
-            start = service.enrollment(kind).begin(ctx, {})
-            if not store.confirm_factor(user.tenant, user.user_id, start.factor_id, replace_kind=True):
-                # Only a parallel change of the same user's factor gets here: the new one is gone.
-                raise EnrollmentError(f"the new {kind.value} factor could not be confirmed: try again")
-        except BaseException:
-            if unit is not None:
-                unit.rollback()
-            raise
-        if unit is not None:
-            unit.commit()
-        return start
+        return operator_factors.enroll_totp(self._factor_change(tenant, identifier, context, session))
 
     def list_factors(
         self, tenant: str, identifier: str, *, include_pending: bool = False
@@ -408,35 +543,41 @@ class AccountAdmin:
         _, store = self._factor_service()
         return store.list_user_factors(user.tenant, user.user_id, include_pending=include_pending)
 
-    def disable_factor(self, tenant: str, identifier: str, factor_id: str) -> bool:
+    def disable_factor(
+        self,
+        tenant: str,
+        identifier: str,
+        factor_id: str,
+        *,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> bool:
         """Remove one of the user's factors (confirmed or pending) and end every session of
-        the user (reason ``factor_disabled``). ``False``, and nothing changes, when the user
-        has no factor ``factor_id`` or it is the password (set another one instead).
+        the user (reason ``factor_disabled``); audited ``factor_disabled`` (with the
+        factor's kind). ``False``, and nothing changes, when the user has no factor
+        ``factor_id`` or it is the password (set another one instead).
 
         :raises UserNotFound: no such user."""
-        user = self._user(tenant, identifier)
-        _, store = self._factor_service()
-        config = store.get_factor(user.tenant, user.user_id, factor_id)
-        if config is None or config.kind is FactorKind.PASSWORD:
-            return False
-        if not store.delete_factor(user.tenant, user.user_id, factor_id):
-            return False
-        self._revoke(user, "factor_disabled")
-        return True
+        change = self._factor_change(tenant, identifier, context, session)
+        return operator_factors.disable_factor(change, factor_id)
 
-    def regenerate_recovery_codes(self, tenant: str, identifier: str) -> list[str]:
+    def regenerate_recovery_codes(
+        self,
+        tenant: str,
+        identifier: str,
+        *,
+        context: AuditContext | None = None,
+        session: AuthSession | None = None,
+    ) -> list[str]:
         """Issue a new set of recovery codes for the user, confirmed at once, and return the
         codes (``xxxxx-xxxxx``; only digests are stored, so they cannot be shown again). The
         previous set stops working in the same store transaction, and every session of the
-        user ends (reason ``recovery_codes_regenerated``). With the default login steps,
-        recovery codes are asked for only as an alternative to another second factor.
+        user ends (reason ``recovery_codes_regenerated``); audited
+        ``recovery_codes_regenerated``. With the default login steps, recovery codes are
+        asked for only as an alternative to another second factor.
 
         :raises UserNotFound: no such user. :raises FactorNotRegistered: the app's
             ``recovery_code`` enrollment shows no codes (an application's own kind).
         """
-        user = self._user(tenant, identifier)
-        codes = self._enroll_at_once(user, FactorKind.RECOVERY_CODE).public.get("codes")
-        if not isinstance(codes, list) or not all(isinstance(code, str) for code in codes):
-            raise FactorNotRegistered("the app's recovery_code enrollment shows no codes to hand out")
-        self._revoke(user, "recovery_codes_regenerated")
-        return codes
+        change = self._factor_change(tenant, identifier, context, session)
+        return operator_factors.regenerate_recovery_codes(change)

@@ -238,6 +238,8 @@ def _settle(
     ok = bool(checked) and not step.phantom
     commit = checked.commit if isinstance(checked, Accepted) else None  # makes it single-use
     op.unit()
+    if ok and not step.step_up and not _still_usable(svc, who):
+        ok, checked = False, Rejected("disabled")  # disabled or deleted while the check ran
     if ok and commit is not None and not guard_store(commit):
         # The single-use update in the settlement's unit: the code is used up exactly when
         # the step passes and its rows are written; a parallel request used it first.
@@ -259,6 +261,13 @@ def _settle(
     elif isinstance(checked, Rejected):
         reason = checked.code
     return _failed(op, svc, step, reason, update)
+
+
+def _still_usable(svc: LoginServices, who: StepUser) -> bool:
+    """The account re-read in the step's unit, under its row lock: an operator's disable or
+    delete (``AccountAdmin``, which holds the same lock) either finished before, and is seen
+    here, or waits for this step's commit and then ends the session it wrote."""
+    return guard_store(lambda: svc.store.lock_user(who.tenant, who.user_id, usable=True))
 
 
 def _locked(op: Operation, step: _Step, until: datetime, reason: str) -> Locked:
