@@ -20,6 +20,7 @@ from flask_authflow._core.identifiers import check_tenant, normalise_identifier
 from flask_authflow._core.ports import UserRecord
 from flask_authflow._web.state import get_state
 from flask_authflow.errors import AuthFlowError, StoreUnavailable, UserNotFound
+from flask_authflow.login._operator_change import lock_subjects
 from flask_authflow.login._recovery import Ended
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -297,12 +298,6 @@ def find_user(username: str, tenant: str) -> UserRecord:
     if user is None:
         raise CommandFailed(f"no user {username!r} in tenant {tenant!r}", UserNotFound.code)
     return user
-
-
-def lock_subjects(user: UserRecord) -> tuple[str, str]:
-    # Logins count failures per normalised identifier; a step-up without one in the
-    # login flow counts them per "user:<id>" (see AuthnService.verify_factor).
-    return user.identifier, f"user:{user.user_id}"
 
 
 def user_locked_until(user: UserRecord, now: datetime) -> datetime | None:
