@@ -247,14 +247,20 @@ class AuthSession(CallbackDict[str, Any], SessionMixin):
         """
         before = self.record
         after = change(before)
+        # What the session itself changes (the binding, a new id), in one copy of the record.
+        changes: dict[str, Any] = {}
         if after.state is not AuthState.GUEST and before.state is AuthState.GUEST:
-            after = replace(
-                after, fingerprint=self.request_fingerprint, device=clean_user_agent(self.request_user_agent)
+            changes.update(
+                fingerprint=self.request_fingerprint, device=clean_user_agent(self.request_user_agent)
             )
         if _auth_identity(before) != _auth_identity(after):
             self.dead_sids.append(before.sid)
-            after = replace(after, sid=self._sid_factory())
-        self._record = replace(after, custom={})
+            changes["sid"] = self._sid_factory()
+        if changes:
+            after = replace(after, **changes)
+        # The record's own ``custom`` is never read (:attr:`record` reads the dict itself):
+        # it is kept as it is, not copied empty.
+        self._record = after
         if dict(self) != dict(after.custom):
             dict.clear(self)
             dict.update(self, after.custom)
