@@ -26,6 +26,7 @@ from flask_authflow.audit._context import resolve_audit_context
 from flask_authflow.errors import Throttled
 from flask_authflow.login._lockout import Lockout, LockoutPolicy, network_subject, pair_subject
 from flask_authflow.login._service import AuthnService
+from flask_authflow.sessions._request import RequestSession
 from flask_authflow.storage._memory import InMemoryBackend
 from flask_authflow.testing._users import add_user
 from tests.test_throttle import RIGHT, CountingHasher, attempt
@@ -205,3 +206,33 @@ def test_a_transition_binds_rotates_and_keeps_the_data_in_one_step() -> None:
     flowed = session.transition(lambda r: begin_flow(r, {"x": 1}))
     assert flowed.sid == "third" and flowed.custom == {"cart": [1, 2], "theme": "dark"}
     assert session.record == flowed and session.dead_sids == ["first", "second"]
+
+
+def test_the_record_follows_every_change_of_the_data_and_of_the_record() -> None:
+    session = RequestSession(
+        new_guest_record(T0, sid="s"),
+        new=False,
+        request_fingerprint="fp",
+        custom_limit=1024,
+        cookie_sent=True,
+    )
+    assert session.record.custom == {}
+    session["n"] = 1
+    assert session.record.custom == {"n": 1}
+    session["n"] = True  # equal to 1, yet another value: the record has the new one
+    assert session.record.custom["n"] is True
+    session["items"] = []
+    session["items"].append("x")  # a nested change, which no callback sees
+    assert session.record.custom == {"n": True, "items": ["x"]}
+    snapshot = session.snapshot()
+    del session["n"]
+    assert session.record.custom == {"items": ["x"]}
+    dict.clear(session)  # as the interface drops data over the size limit
+    assert session.record.custom == {}
+    session.restore(snapshot)
+    assert session.record.custom == {"n": True, "items": ["x"]}
+    session.rebind("fp2")  # the interface assigns a new record
+    assert session.record.fingerprint == "fp2"
+    assert session.record.custom == {"n": True, "items": ["x"]}
+    session.rotate_id()
+    assert session.record.sid != "s" and session.dead_sids == ["s"]
