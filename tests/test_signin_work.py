@@ -4,6 +4,8 @@ client address's keys (parsed once per consumer), the session's record after a t
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -104,6 +106,21 @@ def test_each_consumer_of_a_remote_addr_gets_the_keys_it_got_before(remote: str)
     pairs = [f"alice{PAIR_SEPARATOR}{host}", f"alice{PAIR_SEPARATOR}net:{network}"]
     assert Lockout.pairs("alice", ctx.client_ip) == pairs
     assert [pair_subject("alice", ctx.client_ip), network_subject("alice", ctx.client_ip)] == pairs
+
+
+def test_networks_and_hosts_are_what_ipaddress_gives_for_the_address_text() -> None:
+    """The keys are built from the parsed address's number; they equal the networks the text
+    ``"<address>/<prefix>"`` names, for addresses all over both families."""
+    rng = random.Random(30)
+    addresses = [str(ipaddress.IPv4Address(rng.getrandbits(32))) for _ in range(200)]
+    addresses += [str(ipaddress.IPv6Address(rng.getrandbits(128))) for _ in range(200)]
+    addresses += ["0.0.0.0", "255.255.255.255", "::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "::1"]
+    for text in addresses:
+        keys = AddressKeys(text)
+        v4 = ipaddress.ip_address(text).version == 4
+        network = ipaddress.ip_network(f"{text}/{24 if v4 else 56}", strict=False)
+        host = text if v4 else str(ipaddress.ip_network(f"{text}/64", strict=False))
+        assert (keys.address, keys.host, keys.network) == (text, host, str(network))
 
 
 def _service(clock: MockClock, limits: dict[str, str | None]) -> tuple[AuthnService, InMemoryBackend]:

@@ -73,7 +73,13 @@ class AddressKeys:
 
 
 def _network(ip: IpAddress, prefix: int) -> str:
-    return str(ipaddress.ip_network(f"{ip}/{prefix}", strict=False))
+    """The ``prefix``-bit network of the parsed ``ip``, built from its number with the host
+    bits cleared (not by formatting it as text and parsing that again)."""
+    host_bits = ip.max_prefixlen - prefix
+    first = int(ip) >> host_bits << host_bits
+    if ip.version == 4:
+        return str(ipaddress.IPv4Network((first, prefix)))
+    return str(ipaddress.IPv6Network((first, prefix)))
 
 
 def address_key(address: str | None) -> str:
