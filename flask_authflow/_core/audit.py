@@ -5,7 +5,7 @@ these names."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -89,7 +89,14 @@ class AuditRecord:
                     object.__setattr__(self, name, escaped)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field by name, values as they are: they are immutable (text, numbers,
+        ``None``, an aware ``datetime``), so unlike :func:`dataclasses.asdict` nothing is
+        deep-copied."""
+        return {name: getattr(self, name) for name in _FIELD_NAMES}
+
+
+#: The row's field names, in declaration order (the keys of :meth:`AuditRecord.to_dict`).
+_FIELD_NAMES = tuple(f.name for f in fields(AuditRecord))
 
 
 @runtime_checkable

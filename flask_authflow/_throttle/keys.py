@@ -16,13 +16,14 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 
-from flask_authflow.audit._client_ip import parse_ip
+from flask_authflow.audit._client_ip import IpAddress, parse_ip
 
 __all__ = [
     "IPV4_NETWORK_PREFIX",
     "IPV6_HOST_PREFIX",
     "IPV6_NETWORK_PREFIX",
     "UNKNOWN",
+    "AddressKeys",
     "address_key",
     "digest",
     "host_key",
@@ -39,29 +40,61 @@ IPV6_HOST_PREFIX = 64
 UNKNOWN = "unknown"
 
 
+class AddressKeys:
+    """What one client address counts as, from ONE parse of it: its ``address``, ``host`` and
+    ``network`` keys (each as :func:`address_key`, :func:`host_key` and :func:`network_key`
+    give it), for a caller that needs more than one of them."""
+
+    __slots__ = ("_ip",)
+
+    def __init__(self, address: str | None) -> None:
+        self._ip = parse_ip(address)
+
+    @property
+    def address(self) -> str:
+        """The normalised address, or ``"unknown"``."""
+        return str(self._ip) if self._ip is not None else UNKNOWN
+
+    @property
+    def host(self) -> str:
+        """The address (IPv4) or its /64 (IPv6), or ``"unknown"``."""
+        ip = self._ip
+        if ip is None:
+            return UNKNOWN
+        return str(ip) if ip.version == 4 else _network(ip, IPV6_HOST_PREFIX)
+
+    @property
+    def network(self) -> str:
+        """The address's /24 (IPv4) or /56 (IPv6) network, or ``"unknown"``."""
+        ip = self._ip
+        if ip is None:
+            return UNKNOWN
+        return _network(ip, IPV4_NETWORK_PREFIX if ip.version == 4 else IPV6_NETWORK_PREFIX)
+
+
+def _network(ip: IpAddress, prefix: int) -> str:
+    """The ``prefix``-bit network of the parsed ``ip``, built from its number with the host
+    bits cleared (not by formatting it as text and parsing that again)."""
+    host_bits = ip.max_prefixlen - prefix
+    first = int(ip) >> host_bits << host_bits
+    if ip.version == 4:
+        return str(ipaddress.IPv4Network((first, prefix)))
+    return str(ipaddress.IPv6Network((first, prefix)))
+
+
 def address_key(address: str | None) -> str:
     """The normalised address, or ``"unknown"``."""
-    ip = parse_ip(address)
-    return str(ip) if ip is not None else UNKNOWN
+    return AddressKeys(address).address
 
 
 def host_key(address: str | None) -> str:
     """The address (IPv4) or its /64 (IPv6), or ``"unknown"``."""
-    ip = parse_ip(address)
-    if ip is None:
-        return UNKNOWN
-    if ip.version == 4:
-        return str(ip)
-    return str(ipaddress.ip_network(f"{ip}/{IPV6_HOST_PREFIX}", strict=False))
+    return AddressKeys(address).host
 
 
 def network_key(address: str | None) -> str:
     """The address's /24 (IPv4) or /56 (IPv6) network, or ``"unknown"``."""
-    ip = parse_ip(address)
-    if ip is None:
-        return UNKNOWN
-    prefix = IPV4_NETWORK_PREFIX if ip.version == 4 else IPV6_NETWORK_PREFIX
-    return str(ipaddress.ip_network(f"{ip}/{prefix}", strict=False))
+    return AddressKeys(address).network
 
 
 def digest(*parts: str) -> str:

@@ -41,7 +41,7 @@ from limits import RateLimitItem
 from limits.storage import MemoryStorage, Storage, storage_from_string
 from limits.strategies import MovingWindowRateLimiter
 
-from flask_authflow._throttle.keys import UNKNOWN, address_key, digest, network_key
+from flask_authflow._throttle.keys import UNKNOWN, AddressKeys, address_key, digest, network_key
 from flask_authflow._throttle.settings import DEFAULT_LIMITS, SCOPES, ThrottleSettings, parse_limits
 from flask_authflow.audit._context import audit_context
 from flask_authflow.errors import ConfigurationError, StoreUnavailable, Throttled
@@ -124,16 +124,15 @@ class Throttle:
             raise ValueError(f"unknown throttle scope {scope!r}; known: {SCOPES}")
         if not self.enabled:
             return
-        counted: Counted = [
-            (f"{scope}.address", address_key(address)),
-            (f"{scope}.network", network_key(address)),
-        ]
+        keys = AddressKeys(address)  # parsed once for every limit of the request
+        by_address = keys.address
+        counted: Counted = [(f"{scope}.address", by_address), (f"{scope}.network", keys.network)]
         if account is not None:
             counted.append((f"{scope}.account", digest(*account)))
         if recipient is not None:
             counted.append((f"{scope}.recipient", digest(recipient)))
         if scope == "login" and self.spiking():
-            counted.append(("login.spike", address_key(address)))
+            counted.append(("login.spike", by_address))
         self._hit_all([(name, key) for name, key in counted if name in self._limits])
 
     def mail(self, to: str, tenant: str, user_id: str) -> None:
@@ -154,9 +153,10 @@ class Throttle:
         """
         if not self.enabled:
             return
-        network = network_key(address)
+        keys = AddressKeys(address)
+        network = keys.network
         counted: Counted = [
-            ("code.address", address_key(address)),
+            ("code.address", keys.address),
             ("code.network", network),
             ("code.pair", digest(tenant, identifier, network)),
         ]
@@ -169,7 +169,7 @@ class Throttle:
         :raises StoreUnavailable: the limiter's storage failed (fail closed)."""
         if not self.enabled:
             return
-        keys = ((f"{scope}.address", address_key(address)), (f"{scope}.network", network_key(address)))
+        keys = self._address_limits(scope, address)
         try:
             refused = [
                 (name, item, key)
@@ -189,14 +189,17 @@ class Throttle:
         if not self.enabled:
             return
         try:
-            for name, key in (
-                (f"{scope}.address", address_key(address)),
-                (f"{scope}.network", network_key(address)),
-            ):
+            for name, key in self._address_limits(scope, address):
                 for item in self._limits[name]:
                     self._limiter.hit(item, name, key)
         except Exception:
             log.warning("the throttle's storage failed while counting a refusal", exc_info=True)
+
+    @staticmethod
+    def _address_limits(scope: str, address: str | None) -> Counted:
+        """``scope``'s per-address and per-network limits, with ``address``'s keys (one parse)."""
+        keys = AddressKeys(address)
+        return [(f"{scope}.address", keys.address), (f"{scope}.network", keys.network)]
 
     def tally(self, name: str, address: str | None, seconds: int) -> int:
         """Count one event ``name`` from ``address`` in the current fixed window of

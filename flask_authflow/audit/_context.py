@@ -82,9 +82,11 @@ class AuditContext:
 def _clean_user_agent(value: Any) -> str | None:
     if not isinstance(value, str) or not value:
         return None
+    cut = value[:MAX_USER_AGENT]
+    if cut.isprintable():  # the usual header: nothing to replace, no copy character by character
+        return cut
     # Control characters would let a client forge line breaks in text logs.
-    cleaned = "".join(ch if ch.isprintable() else "?" for ch in value[:MAX_USER_AGENT])
-    return cleaned
+    return "".join(ch if ch.isprintable() else "?" for ch in cut)
 
 
 def _environ_of(source: Any) -> Mapping[str, Any]:

@@ -19,7 +19,6 @@ from flask_authflow._core.ports import KnownSecret, LoginFacts
 from flask_authflow._core.session import (
     AuthSession,
     AuthState,
-    begin_flow,
     fail_login,
     start_login,
     step_kinds,
@@ -110,9 +109,7 @@ def _start(op: Operation, svc: LoginServices, facts: LoginFacts) -> FactorRequir
     if usable and not required:
         flow[NONE_REQUIRED_KEY] = True  # the login's last step need not read it again
     op.session.transition(
-        lambda r: begin_flow(
-            start_login(r, tenant=tenant, user_id=subject_id, factors=steps, now=op.now), flow
-        )
+        lambda r: start_login(r, tenant=tenant, user_id=subject_id, factors=steps, now=op.now, flow=flow)
     )
     password = facts.password
     if password is not None and not (usable and user is not None and subject_id == user.user_id):

@@ -57,7 +57,7 @@ from flask_authflow._core.ports import (
     Reservation,
     level_token,
 )
-from flask_authflow._throttle.keys import address_key, host_key, network_key
+from flask_authflow._throttle.keys import AddressKeys, address_key, host_key, network_key
 from flask_authflow.errors import ConfigurationError, StoreUnavailable
 
 __all__ = [
@@ -94,6 +94,12 @@ def pair_subject(subject: str, client_ip: str | None) -> str:
 def network_subject(subject: str, client_ip: str | None) -> str:
     """The lockout subject of (``subject``, the client's /24 or /56 network)."""
     return _joined(subject, _NETWORK_MARK + network_key(client_ip))
+
+
+def _pair_subjects(subject: str, client_ip: str | None) -> tuple[str, str]:
+    """:func:`pair_subject` and :func:`network_subject` of one address, parsed once."""
+    keys = AddressKeys(client_ip)
+    return _joined(subject, keys.host), _joined(subject, _NETWORK_MARK + keys.network)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +204,7 @@ class Lockout:
     @staticmethod
     def pairs(subject: str, client_ip: str | None) -> list[str]:
         """The subjects of (``subject``, the client's host) and (``subject``, its network)."""
-        return [pair_subject(subject, client_ip), network_subject(subject, client_ip)]
+        return list(_pair_subjects(subject, client_ip))
 
     def pair_locked_until(
         self, tenant: str, subject: str, client_ip: str | None, now: datetime
@@ -211,9 +217,10 @@ class Lockout:
 
     def _levels(self, tenant: str, subject: str, factor: str, client_ip: str | None) -> list[AttemptKey]:
         """The keys a check is counted on: host, network, account."""
+        by_host, by_network = _pair_subjects(subject, client_ip)
         return [
-            AttemptKey(tenant, pair_subject(subject, client_ip), factor),
-            AttemptKey(tenant, network_subject(subject, client_ip), factor),
+            AttemptKey(tenant, by_host, factor),
+            AttemptKey(tenant, by_network, factor),
             AttemptKey(tenant, subject, factor),
         ]
 

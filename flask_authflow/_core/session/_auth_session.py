@@ -73,6 +73,8 @@ class AuthSession(CallbackDict[str, Any], SessionMixin):
             data.used = True
 
         self._record = record
+        #: the last record :attr:`record` composed, with the record it was composed from.
+        self._composed: tuple[SessionRecord, SessionRecord] | None = None
         self._sid_factory = sid_factory
         self.request_fingerprint = request_fingerprint
         #: the request's User-Agent (recorded as ``device`` when the session leaves Guest).
@@ -170,8 +172,18 @@ class AuthSession(CallbackDict[str, Any], SessionMixin):
 
     @property
     def record(self) -> SessionRecord:
-        """The current record, with the custom data as it is now."""
-        return replace(self._record, custom=dict(self))
+        """The current record, with the custom data as it is now.
+
+        Composed again only when something changed since the last time: the record (a new
+        one is assigned on every change) or the data (another key, another value object).
+        """
+        composed = self._composed
+        if composed is not None and composed[0] is self._record and _holds_same(composed[1].custom, self):
+            return composed[1]
+        current = self._record
+        record = replace(current, custom=dict(self))
+        self._composed = (current, record)
+        return record
 
     @property
     def sid(self) -> str:
@@ -247,17 +259,25 @@ class AuthSession(CallbackDict[str, Any], SessionMixin):
         """
         before = self.record
         after = change(before)
+        # What the session itself changes (the binding, a new id), in one copy of the record.
+        changes: dict[str, Any] = {}
         if after.state is not AuthState.GUEST and before.state is AuthState.GUEST:
-            after = replace(
-                after, fingerprint=self.request_fingerprint, device=clean_user_agent(self.request_user_agent)
+            changes.update(
+                fingerprint=self.request_fingerprint, device=clean_user_agent(self.request_user_agent)
             )
         if _auth_identity(before) != _auth_identity(after):
             self.dead_sids.append(before.sid)
-            after = replace(after, sid=self._sid_factory())
-        self._record = replace(after, custom={})
+            changes["sid"] = self._sid_factory()
+        if changes:
+            after = replace(after, **changes)
+        # The record's own ``custom`` is never read (:attr:`record` reads the dict itself):
+        # it is kept as it is, not copied empty.
+        self._record = after
         if dict(self) != dict(after.custom):
             dict.clear(self)
             dict.update(self, after.custom)
+        if _holds_same(after.custom, self):  # what :attr:`record` would compose now
+            self._composed = (after, after)
         self.modified = True
         self.accessed = True
         return after
@@ -300,6 +320,18 @@ class AuthSession(CallbackDict[str, Any], SessionMixin):
             f"<AuthSession state={self._record.state.value} user={self._record.user_id!r} "
             f"keys={sorted(self.keys())!r}>"
         )
+
+
+def _holds_same(custom: Mapping[str, Any], data: dict[str, Any]) -> bool:
+    """``custom`` has the very keys and value objects of ``data``, in the same order (so a
+    record with ``custom`` is what :attr:`AuthSession.record` would compose from ``data``).
+    Compared by identity, not equality: ``1`` and ``True`` are equal, not the same value."""
+    if len(custom) != dict.__len__(data):
+        return False
+    return all(
+        key is other_key and value is other_value
+        for (key, value), (other_key, other_value) in zip(custom.items(), dict.items(data), strict=True)
+    )
 
 
 def _auth_identity(record: SessionRecord) -> tuple[Any, ...]:

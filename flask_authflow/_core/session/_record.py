@@ -183,10 +183,17 @@ def new_guest_record(now: datetime, sid: str | None = None) -> SessionRecord:
 
 
 def start_login(
-    record: SessionRecord, *, tenant: str, user_id: str, factors: Iterable[str], now: datetime
+    record: SessionRecord,
+    *,
+    tenant: str,
+    user_id: str,
+    factors: Iterable[str],
+    now: datetime,
+    flow: Mapping[str, Any] | None = None,
 ) -> SessionRecord:
     """Guest (or a login in progress) → Authenticating, with ``factors`` (steps, see
-    ``step_name``) to pass in order."""
+    ``step_name``) to pass in order; the login's ``flow`` stored with it (as
+    :func:`begin_flow` would store it after, in the same copy), any earlier one dropped."""
     pending = tuple(factors)
     if not pending:
         raise InvalidTransition("a login needs at least one factor")
@@ -202,7 +209,7 @@ def start_login(
         login_started_at=now,
         authenticated_at=None,
         auth_method=step_kinds(pending[0])[0],
-        flow=None,
+        flow=None if flow is None else dict(flow),
     )
 
 
