@@ -9,14 +9,18 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from flask_authflow._core.ports import (
     RESERVATION_TTL,
     AttemptKey,
     AttemptLevel,
     AttemptStore,
+    HolderUnusable,
     Reservation,
     level_token,
 )
+from flask_authflow.testing._users import add_user
 from tests.protocols import missing_members
 from tests.store_contract import RACERS, T0, WINDOW, race
 
@@ -192,6 +196,36 @@ class AttemptsContract:
         backend.set_lock(AttemptKey("acme", keys[1].subject, "totp"), until)
         assert backend.settle_success(keys, now=T0, reservation=held.token) == until
         assert [backend.register_failure(key, now=T0, **WINDOW).failures for key in keys] == [2, 2]
+
+    def test_a_success_is_settled_only_while_its_holder_may_sign_in(self, backend: Any) -> None:
+        """A login's settlement names its user (``holder``): disabled or deleted while the
+        check ran, nothing of the success is written (the failures stay counted), the
+        reservation is given back, and ``HolderUnusable`` says why."""
+        hana = add_user(backend, "acme", "hana", "pw")
+        keys = [AttemptKey("acme", "hana", "password"), AttemptKey("acme", "hana\x1f@192.0.2.9", "password")]
+        levels = [AttemptLevel(key, 2) for key in keys]
+        holder = ("acme", hana.user_id)
+        for key in keys:
+            backend.register_failure(key, now=T0, **WINDOW)
+        held = backend.reserve_attempts(levels, now=T0, **POLICY)
+        assert held.token is not None  # (one failure and this check: the levels are full)
+        backend.set_disabled("acme", "hana", True)
+        with pytest.raises(HolderUnusable):
+            backend.settle_success(keys, now=T0, reservation=held.token, holder=holder)
+        # Given back: another check may be reserved; nothing reset: the next failure is the second.
+        again = backend.reserve_attempts(levels, now=T0, **POLICY)
+        assert again.token is not None
+        backend.release_attempts(keys, again.token)
+        assert backend.register_failure(keys[0], now=T0, **WINDOW).failures == 2
+        backend.clear_lock("acme", "hana")
+        backend.set_disabled("acme", "hana", False)  # may sign in again: settled
+        assert backend.settle_success(keys, now=T0, holder=holder) is None
+        assert backend.register_failure(keys[1], now=T0, **WINDOW).failures == 1
+        with pytest.raises(HolderUnusable):  # the user's id in another tenant is nobody there
+            backend.settle_success(keys, now=T0, holder=("other", hana.user_id))
+        backend.delete_user("acme", "hana")  # deleted: refused as well
+        with pytest.raises(HolderUnusable):
+            backend.settle_success(keys, now=T0, holder=holder)
 
     def test_a_success_on_levels_without_counters_is_remembered_on_each(self, backend: Any) -> None:
         """A level that never failed has no counter yet: the success is remembered on it all

@@ -367,13 +367,3 @@ class FactorsContract:
             assert not backend.lock_user("acme", "no-such-user")
         finally:
             unit.rollback()
-
-    def test_lock_user_usable_refuses_a_disabled_user(self, backend: Any) -> None:
-        alice = add_user(backend, "acme", "alice", "pw")
-        backend.set_disabled("acme", "alice", True)
-        unit = backend.begin_unit()
-        try:
-            assert backend.lock_user("acme", alice.user_id)  # the row is there ...
-            assert not backend.lock_user("acme", alice.user_id, usable=True)  # ... but may not sign in
-        finally:
-            unit.rollback()

@@ -379,8 +379,8 @@ class AccountAdmin:
 
     def _hold(self, user: UserRecord) -> None:
         """Lock the user's row in the open unit: a login that completes meanwhile re-reads
-        the account under the same lock (``lock_user(usable=True)`` in ``_verify``), so it
-        sees the change, or committed before it and its session is ended by the second
+        the account under the same lock (its settlement's ``holder``, see ``_verify``), so
+        it sees the change, or committed before it and its session is ended by the second
         pass."""
         assert self.service is not None
         hold_user(self.service, user.tenant, user.user_id)

@@ -54,6 +54,7 @@ from flask_authflow._core.ports import (
     AttemptLevel,
     AttemptStore,
     FailureCount,
+    HolderUnusable,
     Reservation,
     level_token,
 )
@@ -366,13 +367,22 @@ class Lockout:
         client_ip: str | None = None,
         *,
         reservation: str | None = None,
+        holder: str | None = None,
     ) -> datetime | None:
         """:meth:`success` in one step of the store, unless a lock on any of the three
         subjects is active (set while the check ran): then the reservation is given back
-        and the lock's end returned."""
+        and the lock's end returned. ``holder``: the id of the user (of ``tenant``) whose
+        login the check completes; if they may no longer sign in (disabled or deleted
+        meanwhile), nothing but the reservation's return is written and
+        :class:`~flask_authflow._core.ports.HolderUnusable` is raised."""
         held = _Held.parse(reservation)
         keys = self._levels(tenant, subject, factor, client_ip)
+        who = (tenant, holder) if holder is not None else None
         try:
-            return self.store.settle_success(keys, now=now, client_ip=client_ip, reservation=held.token)
+            return self.store.settle_success(
+                keys, now=now, client_ip=client_ip, reservation=held.token, holder=who
+            )
+        except HolderUnusable:
+            raise
         except Exception as exc:
             raise _guard(exc) from exc

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from flask_authflow._core.factors import Accepted, Factor, FactorCheck, Rejected, RejectReason
+from flask_authflow._core.ports import HolderUnusable
 from flask_authflow._core.session import (
     AuthSession,
     AuthState,
@@ -238,8 +239,6 @@ def _settle(
     ok = bool(checked) and not step.phantom
     commit = checked.commit if isinstance(checked, Accepted) else None  # makes it single-use
     op.unit()
-    if ok and not step.step_up and not _still_usable(svc, who):
-        ok, checked = False, Rejected("disabled")  # disabled or deleted while the check ran
     if ok and commit is not None and not guard_store(commit):
         # The single-use update in the settlement's unit: the code is used up exactly when
         # the step passes and its rows are written; a parallel request used it first.
@@ -247,27 +246,34 @@ def _settle(
     if ok:
         # The locks re-checked under the counters' locks (one statement on PostgreSQL);
         # found, nothing of the success is kept: a code used up above stays usable.
-        locked_now = lockout.success_unless_locked(
-            who.tenant, step.subject, step.expected, op.now, op.ctx.client_ip, reservation=op.hand_off()
-        )
+        try:
+            locked_now = lockout.success_unless_locked(
+                who.tenant,
+                step.subject,
+                step.expected,
+                op.now,
+                op.ctx.client_ip,
+                reservation=op.hand_off(),
+                holder=None if step.step_up else who.user_id,
+            )
+        except HolderUnusable:
+            # Disabled or deleted while the check ran: the settlement re-read the account
+            # under the lock an operator's disable or delete takes (either it finished
+            # before, and is seen there, or it waits for this step's commit and then ends
+            # the session it wrote). Refused as a wrong password; a used-up code stays usable.
+            locked_now, ok, checked = None, False, Rejected("disabled")
+        if ok and locked_now is None:
+            return _passed(op, svc, step)
+        if commit is not None:
+            op.discard_writes()
         if locked_now is not None:
-            if commit is not None:
-                op.discard_writes()
             return _locked(op, step, locked_now, "locked_during_check")
-        return _passed(op, svc, step)
     reason = "invalid_credential"
     if step.phantom:
         reason = "unknown_identifier"
     elif isinstance(checked, Rejected):
         reason = checked.code
     return _failed(op, svc, step, reason, update)
-
-
-def _still_usable(svc: LoginServices, who: StepUser) -> bool:
-    """The account re-read in the step's unit, under its row lock: an operator's disable or
-    delete (``AccountAdmin``, which holds the same lock) either finished before, and is seen
-    here, or waits for this step's commit and then ends the session it wrote."""
-    return guard_store(lambda: svc.store.lock_user(who.tenant, who.user_id, usable=True))
 
 
 def _locked(op: Operation, step: _Step, until: datetime, reason: str) -> Locked:

@@ -22,6 +22,7 @@ from flask_authflow._core.ports.attempts import (
     AttemptLevel,
     AttemptStore,
     FailureCount,
+    HolderUnusable,
     Reservation,
     level_token,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "FactorStore",
     "FailureCount",
     "FederationStore",
+    "HolderUnusable",
     "IdentityLink",
     "IdentityStore",
     "KnownSecret",

@@ -14,6 +14,7 @@ __all__ = [
     "AttemptLevel",
     "AttemptStore",
     "FailureCount",
+    "HolderUnusable",
     "Reservation",
     "level_token",
 ]
@@ -22,6 +23,11 @@ __all__ = [
 #: Joins a lockout subject and a client's host or network into the subject of an (account,
 #: host) or (account, network) pair (see :mod:`flask_authflow.login._lockout`).
 PAIR_SEPARATOR = "\x1f@"
+
+
+class HolderUnusable(Exception):
+    """A success settled for a user (``holder``) who may no longer sign in: disabled or
+    deleted while the check ran. Nothing of the success was written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +149,20 @@ class AttemptStore(Protocol):
         now: datetime,
         client_ip: str | None = None,
         reservation: str | None = None,
+        holder: tuple[str, str] | None = None,
     ) -> datetime | None:
         """A successful check reserved by :meth:`reserve_attempts` on ``keys``, settled in one
         transaction (the open unit of work's): if a lock is active on any key's subject (set
         by a parallel failure while the check ran), only the reservation is given back and
         the lock's end returned; otherwise the counter is reset and the success recorded as
-        the last success (see ``failures_since_success``) on every key, and ``None`` returned."""
+        the last success (see ``failures_since_success``) on every key, and ``None`` returned.
+
+        ``holder`` (tenant, user id): the user whose login the check completes. The success
+        is then settled only while that user may sign in (not disabled, still there),
+        decided under the lock an operator's disable or delete takes too (the user's row on
+        PostgreSQL, the database's on SQLite, the store's in memory): else the reservation
+        is given back, nothing else is written, and :class:`HolderUnusable` is raised (an
+        active lock is answered first)."""
         ...
 
     def register_failure(

@@ -105,12 +105,10 @@ class FactorRecordStore(FactorStore, Protocol):
         """Remove one factor (never the password: :class:`ValueError`). False when absent."""
         ...
 
-    def lock_user(self, tenant: str, user_id: str, *, usable: bool = False) -> bool:
+    def lock_user(self, tenant: str, user_id: str) -> bool:
         """Hold the user's row until the open unit of work ends (PostgreSQL's row lock; the
         unit's own lock on SQLite and in memory), so that decisions over several of the
-        user's factors (the last way to sign in) take turns. False without the user; with
-        ``usable`` also for a disabled user (a login's last check, which an operator's
-        disable or delete takes turns with)."""
+        user's factors (the last way to sign in) take turns. False without the user."""
         ...
 
     def advance_factor_counter(

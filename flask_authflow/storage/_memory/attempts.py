@@ -13,6 +13,7 @@ from flask_authflow._core.ports import (
     AttemptKey,
     AttemptLevel,
     FailureCount,
+    HolderUnusable,
     Reservation,
     level_token,
 )
@@ -145,18 +146,27 @@ class MemoryAttempts(MemoryState):
         now: datetime,
         client_ip: str | None = None,
         reservation: str | None = None,
+        holder: tuple[str, str] | None = None,
     ) -> datetime | None:
         with self._lock:
             self._check_available()
             ends = [self._active_lock(key.tenant, key.subject, now) for key in keys]
             until = max((end for end in ends if end is not None), default=None)
+            usable = until is not None or holder is None or self._may_sign_in(*holder)
             for index, key in enumerate(keys):
                 token = level_token(reservation, index) if reservation is not None else None
-                if until is not None:
+                if until is not None or not usable:
                     self._settle(key, token)
                 else:
                     self.register_success(key, now=now, client_ip=client_ip, reservation=token)
-            return until
+        if not usable:
+            raise HolderUnusable()
+        return until
+
+    def _may_sign_in(self, tenant: str, user_id: str) -> bool:
+        """The user is there and not disabled (caller holds the lock, as a disable does)."""
+        user = self._users_by_id.get(user_id)
+        return user is not None and user.tenant == tenant and not user.disabled
 
     def _settle(self, key: AttemptKey, token: str | None) -> None:
         # Caller holds the lock.

@@ -223,12 +223,11 @@ class MemoryFactors(MemoryAttempts, MemoryAccountTokens):
             self._drop_factor(config)
             return True
 
-    def lock_user(self, tenant: str, user_id: str, *, usable: bool = False) -> bool:
-        """The unit of work holds the store's lock already: only whether the user exists
-        (``usable``: and is not disabled)."""
+    def lock_user(self, tenant: str, user_id: str) -> bool:
+        """The unit of work holds the store's lock already: only whether the user exists."""
         with self._lock:
             user = self._users_by_id.get(user_id)
-            return user is not None and user.tenant == tenant and not (usable and user.disabled)
+            return user is not None and user.tenant == tenant
 
     def advance_factor_counter(
         self, tenant: str, user_id: str, factor_id: str, new_counter: int, *, now: datetime

@@ -16,6 +16,8 @@ from sqlalchemy import (
     String,
     bindparam,
     delete,
+    exists,
+    false,
     func,
     literal_column,
     select,
@@ -27,10 +29,11 @@ from sqlalchemy.engine import Connection
 
 from flask_authflow._core.ports import RESERVATION_TTL, AttemptKey, AttemptLevel, level_token
 from flask_authflow.storage._sql._attempt_key import KEY_COLUMNS, NOW, STALE, SUCCEEDED
-from flask_authflow.storage._sql.schema import aware, lockouts_table, reservations_table
+from flask_authflow.storage._sql.schema import aware, lockouts_table, reservations_table, users_table
 
 __all__ = [
     "DROP_STALE_LEVELS",
+    "HOLDER_ROW_LOCK",
     "LEVELS_LOCK",
     "SETTLE_LEVELS",
     "level_tokens",
@@ -52,6 +55,15 @@ LEVELS_LOCK = select(func.max(_l.locked_until)).where(
     _l.tenant == bindparam("tenant"), _l.subject.in_(_SUBJECTS), _l.locked_until > NOW
 )
 SETTLE_LEVELS = delete(reservations_table).where(_r.token.in_(_TOKENS))
+_u = users_table.c
+#: The holder of a settlement may sign in: the user is there and not disabled.
+_HOLDER_USABLE = (
+    _u.tenant == bindparam("holder_tenant"),
+    _u.user_id == bindparam("holder_id"),
+    _u.disabled == false(),
+)
+#: PostgreSQL: the holder's row locked (an operator's disable or delete holds it too), if usable.
+HOLDER_ROW_LOCK = select(_u.user_id).where(*_HOLDER_USABLE).with_for_update()
 
 
 @cache
@@ -69,14 +81,17 @@ def _active_lock() -> Any:
 
 
 @cache
-def succeed_levels(count: int, dialect_insert: Any, guarded: bool) -> Any:
+def succeed_levels(count: int, dialect_insert: Any, guarded: bool, held: bool = False) -> Any:
     """The success of ``count`` levels in one statement: each counter row reset and its
     latest success moved (see ``SUCCEEDED``), the row created if missing (an upsert of
-    ``dialect_insert``); ``guarded``, only while no lock is active on any of their subjects
-    (then its row count is ``count``, else 0). Without ``dialect_insert`` (a database without
+    ``dialect_insert``); ``guarded``, only while no lock is active on any of their subjects,
+    and ``held``, only while the holder may sign in (``holder_tenant``, ``holder_id``; then
+    its row count is ``count``, else 0). Without ``dialect_insert`` (a database without
     upserts: its rows were created first) an UPDATE. Its parameters name no column of
     ``authflow_lockouts`` (an INSERT or UPDATE would write such a parameter to its column)."""
-    unlocked = _active_lock().scalar_subquery().is_(None) if guarded else true()
+    unlocked: Any = _active_lock().scalar_subquery().is_(None) if guarded else true()
+    if held:
+        unlocked = unlocked & exists().where(*_HOLDER_USABLE)
     if dialect_insert is None:  # pragma: no cover - other databases
         key = (_l.tenant == bindparam("key_tenant"), _l.factor == bindparam("key_factor"))
         return update(lockouts_table).where(*key, _l.subject.in_(_SUBJECTS), unlocked).values(SUCCEEDED)
@@ -190,7 +205,11 @@ def level_tokens(token: str, count: int) -> list[str]:
 
 
 def settle_params(
-    keys: Sequence[AttemptKey], now: datetime, client_ip: str | None, reservation: str | None
+    keys: Sequence[AttemptKey],
+    now: datetime,
+    client_ip: str | None,
+    reservation: str | None,
+    holder: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The parameters of a settlement of ``keys`` (none named after a column of the lockouts)."""
     params: dict[str, Any] = {f"s{i}": key.subject for i, key in enumerate(keys)}
@@ -198,15 +217,16 @@ def settle_params(
     params.update(key_tenant=keys[0].tenant, key_factor=keys[0].factor)
     params["subjects"] = [key.subject for key in keys]
     params.update(now=now, client_ip=client_ip, tokens=tokens)
+    if holder is not None:
+        params.update(holder_tenant=holder[0], holder_id=holder[1])
     return params
 
 
-def lock_met(conn: Connection, params: dict[str, Any]) -> datetime:
-    """The end of the lock that refused a guarded success (``settle_params``): read on that
-    path only."""
+def lock_met(conn: Connection, params: dict[str, Any]) -> datetime | None:
+    """The end of the lock that refused a guarded success (``settle_params``), or ``None``
+    when none is active (then the holder refused it): read on that path only."""
     lock = {"tenant": params["key_tenant"], "subjects": params["subjects"], "now": params["now"]}
-    until = aware(conn.execute(LEVELS_LOCK, lock).scalar())
-    return until if until is not None else params["now"]  # (never None: refused all the same)
+    return aware(conn.execute(LEVELS_LOCK, lock).scalar())
 
 
 def settle_levels_in_one_statement(conn: Connection, count: int, params: dict[str, Any]) -> datetime | None:

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -37,6 +37,7 @@ from flask_authflow._core.ports import (
     AttemptKey,
     AttemptLevel,
     FailureCount,
+    HolderUnusable,
     Reservation,
     level_token,
 )
@@ -58,6 +59,7 @@ from flask_authflow.storage._sql._attempt_key import (
 )
 from flask_authflow.storage._sql._attempt_levels import (
     DROP_STALE_LEVELS,
+    HOLDER_ROW_LOCK,
     LEVELS_LOCK,
     SETTLE_LEVELS,
     level_tokens,
@@ -131,6 +133,14 @@ _COUNTER_SQL = {
         lock_rows=_lock_rows(postgresql.insert),
     ),
 }
+
+
+class _Settled(NamedTuple):
+    """How a settlement ended: the end of the lock that refused it, or whether its holder
+    may still sign in (``usable``)."""
+
+    until: datetime | None = None
+    usable: bool = True
 
 
 class SqlAttempts(SqlConnections):
@@ -266,43 +276,61 @@ class SqlAttempts(SqlConnections):
         now: datetime,
         client_ip: str | None = None,
         reservation: str | None = None,
+        holder: tuple[str, str] | None = None,
     ) -> datetime | None:
         """The counter rows locked in the levels' order (as a reservation locks them, so two
         requests of one account never wait for each other's rows in opposite orders: a
         deadlock), then, decided on the lock read after that, the reservations given back
         and (unlocked) the counters reset with their latest success, in the open unit of work
         if there is one. On SQLite (the write lock is the transaction's) one upsert when no
-        reservation is given back; on PostgreSQL the rows' upsert and one statement. The
-        client's address is the audit rows' (the attempt log holds failures)."""
-        params = settle_params(keys, utc(now), client_ip, reservation)
+        reservation is given back, which also checks the ``holder``; on PostgreSQL the
+        holder's row locked first (as an operator's disable or delete takes it), the rows'
+        upsert and one statement. The client's address is the audit rows' (the attempt log
+        holds failures)."""
+        params = settle_params(keys, utc(now), client_ip, reservation, holder)
         with self._tx(locking=True) as conn:
-            self._lock_levels(conn, keys)
-            return self._settle_levels(conn, keys, params)
+            settled = self._settle_held(conn, keys, params)
+        if not settled.usable:
+            raise HolderUnusable()
+        return settled.until
+
+    def _settle_held(self, conn: Connection, keys: Sequence[AttemptKey], params: dict[str, Any]) -> _Settled:
+        """settle_success's work in its transaction."""
+        if "holder_id" in params and not self._counter_sql.database_locked:
+            if conn.execute(HOLDER_ROW_LOCK, params).first() is None:
+                if params["tokens"]:
+                    conn.execute(SETTLE_LEVELS, {"tokens": params["tokens"]})
+                return _Settled(usable=False)
+        self._lock_levels(conn, keys)
+        return self._settle_levels(conn, keys, params)
 
     def _settle_levels(
         self, conn: Connection, keys: Sequence[AttemptKey], params: dict[str, Any]
-    ) -> datetime | None:
+    ) -> _Settled:
         """A guarded success of ``keys`` (see settle_success), their rows locked."""
         one_statement = self._counter_sql.settle_levels
         if one_statement is not None:
-            return one_statement(conn, len(keys), params)
+            return _Settled(one_statement(conn, len(keys), params))
         if params["tokens"]:
             conn.execute(SETTLE_LEVELS, {"tokens": params["tokens"]})
         if self._succeed(conn, keys, params, guarded=True):
-            return None
-        return lock_met(conn, params)
+            return _Settled()
+        until = lock_met(conn, params)
+        if until is None and "holder_id" in params:
+            return _Settled(usable=False)  # no lock refused it: the holder did
+        return _Settled(until if until is not None else params["now"])  # (refused all the same)
 
     def _succeed(
         self, conn: Connection, keys: Sequence[AttemptKey], params: dict[str, Any], *, guarded: bool
     ) -> bool:
-        """The success written on the counter rows of ``keys`` (unless locked, ``guarded``);
-        whether it was."""
+        """The success written on the counter rows of ``keys`` (unless locked, ``guarded``, or
+        its holder may not sign in); whether it was."""
         upsert = self._counter_sql.upsert
         if upsert is None:  # pragma: no cover - other databases: the UPDATE needs the rows
             for key in keys:
                 self._ensure_counter(conn, key)
-        written = conn.execute(succeed_levels(len(keys), upsert, guarded), params).rowcount
-        return bool(written == len(keys))
+        statement = succeed_levels(len(keys), upsert, guarded, "holder_id" in params)
+        return bool(conn.execute(statement, params).rowcount == len(keys))
 
     @staticmethod
     def _settle(conn: Connection, token: str | None) -> None:
@@ -361,7 +389,7 @@ class SqlAttempts(SqlConnections):
         params["tokens"] = [reservation] if reservation is not None else []
         with self._tx(locking=True) as conn:
             self._lock_levels(conn, [key])
-            return self._settle_levels(conn, [key], params)
+            return self._settle_levels(conn, [key], params).until
 
     def set_lock(self, key: AttemptKey, until: datetime) -> None:
         with self._tx() as conn:

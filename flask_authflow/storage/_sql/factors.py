@@ -157,8 +157,6 @@ _LOCK_USER = (
     .where(users_table.c.tenant == bindparam("key_tenant"), users_table.c.user_id == bindparam("key_user_id"))
     .with_for_update()
 )
-# The row of a user who may sign in (a login's last check, see ``lock_user(usable=True)``).
-_LOCK_USABLE_USER = _LOCK_USER.where(users_table.c.disabled == false())
 # One factor of a user who is in the tenant (correlated: still one statement).
 _IN_TENANT = (
     exists()
@@ -441,13 +439,11 @@ class SqlFactors(SqlConnections):
                 conn.execute(_DELETE_OTHERS_OF_KIND, {**params, "key_kind": kind})
         return True
 
-    def lock_user(self, tenant: str, user_id: str, *, usable: bool = False) -> bool:
+    def lock_user(self, tenant: str, user_id: str) -> bool:
         """``SELECT ... FOR UPDATE`` of the user's row in the open unit (SQLite's unit holds
-        the database lock already, and ignores the clause); ``usable``: of a user who is
-        not disabled."""
-        query = _LOCK_USABLE_USER if usable else _LOCK_USER
+        the database lock already, and ignores the clause)."""
         with self._tx() as conn:
-            return conn.execute(query, _factor_key(tenant, user_id)).first() is not None
+            return conn.execute(_LOCK_USER, _factor_key(tenant, user_id)).first() is not None
 
     def delete_factor(self, tenant: str, user_id: str, factor_id: str) -> bool:
         if self._write_one(_DELETE_FACTOR, _factor_key(tenant, user_id, factor_id)) == 1:
