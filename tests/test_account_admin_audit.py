@@ -12,6 +12,7 @@ PostgreSQL below).
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -357,6 +358,51 @@ def test_a_login_that_began_before_a_disable_does_not_complete(app: Flask) -> No
         [row] = [r for r in get_state(app).backend.audit_rows if r.event == "factor_verify"]
         assert (row.status, row.reason) == ("failure", "disabled")
     assert _sessions(app, user) == 0
+
+
+def test_a_login_without_a_password_reads_the_account_under_the_lock_a_disable_takes(
+    app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A login the application establishes (a passkey, a provider, a magic link) reads the
+    account in its unit under the user's lock: a disable that starts meanwhile waits for
+    the login's commit, then its second pass ends the session the login wrote. (Read
+    before the unit, the disable ran at once, ended no session, and the login then wrote
+    one that nothing ended.)"""
+    backend = get_state(app).backend
+    with app.app_context():
+        user = add_user(backend, "default", "alice", PASSWORD)
+    disabled: list[str] = []
+    disabling = threading.Thread(
+        target=lambda: disabled.append(_disable_in(app, user.identifier)), daemon=True
+    )
+    real = backend.required_factors
+
+    def disable_meanwhile(tenant: str, user_id: str) -> Any:
+        # After the account was read, before the login writes its session: the disable starts
+        # and gets as far as the lock allows (a moment is plenty when nothing holds it).
+        disabling.start()
+        disabling.join(0.3)
+        return real(tenant, user_id)
+
+    monkeypatch.setattr(backend, "required_factors", disable_meanwhile)
+    with app.test_request_context():
+        session = AuthSession(new_guest_record(get_state(app).clock.now()), new=True)
+        handle = get_state(app).service.with_audit_context(AuditContext.unknown())
+        outcome = handle.establish(session, "default", user.user_id, method="passkey")
+    assert type(outcome).__name__ == "Authenticated"
+    assert disabling.is_alive()  # it waited for the login's lock ...
+    disabling.join(10)
+    assert disabled == ["ok"]  # ... then disabled the account
+    with app.app_context():
+        found = backend.find_user("default", "alice")
+        assert found is not None and found.disabled
+    assert _sessions(app, user) == 0  # and no session of the disabled user is left
+
+
+def _disable_in(app: Flask, identifier: str) -> str:
+    with app.app_context():
+        services.accounts().disable(identifier)
+    return "ok"
 
 
 def _login_route(app: Flask, authflow: AuthFlow) -> None:

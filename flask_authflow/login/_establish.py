@@ -66,7 +66,7 @@ def establish(
         Operation(svc, ctx, session, "login").refuse(exc, "error")
         raise
     with Operation(svc, ctx, session, "login", tenant=tenant, user_id=user_id) as op:
-        user = guard_store(lambda: svc.store.get_user(tenant, user_id))
+        user = _held_user(op, svc, tenant, user_id)
         if user is None or user.disabled:
             error: AuthFlowError = UserNotFound() if user is None else AccountDisabled()
             op.refuse(error, "refused", user_id=user_id if user is not None else None, factor=method)
@@ -85,6 +85,18 @@ def establish(
         if remaining:
             return _next_factor(op, svc, user, remaining, how)
         return _complete(op, svc, user, how, skipped)
+
+
+def _held_user(op: Operation, svc: LoginServices, tenant: str, user_id: str) -> UserRecord | None:
+    """The account, read in the login's unit under its row lock (``None``: gone). An
+    operator's disable or delete takes the same lock: it either finished before, and is
+    seen here, or waits for this login's commit and then ends the session it wrote (a
+    read before the unit could see the account still enabled and write a session after
+    the disable had ended the user's sessions)."""
+    op.unit()
+    if not guard_store(lambda: svc.store.lock_user(tenant, user_id)):
+        return None
+    return guard_store(lambda: svc.store.get_user(tenant, user_id))
 
 
 def _next_factor(
