@@ -84,3 +84,17 @@ def test_the_manual_has_the_pallets_shape() -> None:
     ):
         assert topic in checklist
     assert ".. include:: ../CHANGES.rst" in (REPO / "docs" / "changelog.rst").read_text(encoding="utf-8")
+
+
+def test_the_benchmarks_page_is_valid_restructuredtext() -> None:
+    """benchmarks/README.rst is read on the repository's host and quoted in closing notes: a
+    title underline too short, a broken table, and its figures render as an error."""
+    import docutils.core
+    import docutils.utils
+
+    source = (REPO / "benchmarks" / "README.rst").read_text(encoding="utf-8")
+    settings = {"report_level": 2, "halt_level": 2, "warning_stream": False}
+    try:
+        docutils.core.publish_doctree(source, settings_overrides=settings)
+    except docutils.utils.SystemMessage as problem:  # pragma: no cover - the failure's message
+        pytest.fail(f"benchmarks/README.rst: {problem}")
