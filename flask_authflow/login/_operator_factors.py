@@ -15,7 +15,7 @@ from functools import partial
 
 from flask_authflow._core.factors import EnrollContext, EnrollmentStart
 from flask_authflow._outcomes import FactorKind
-from flask_authflow.errors import AuthFlowError, EnrollmentError, FactorNotRegistered
+from flask_authflow.errors import EnrollmentError, FactorNotRegistered
 from flask_authflow.login._operation import Operation, guard_store
 from flask_authflow.login._operator_change import OperatorChange
 
@@ -96,8 +96,6 @@ def _enroll_at_once(change: OperatorChange, op: Operation, kind: FactorKind) -> 
     return start
 
 
-class _FactorGone(AuthFlowError):
-    """The factor to remove was removed by a parallel change (never leaves this module)."""
-
-    code = "factor_not_found"
-    status = 404
+class _FactorGone(Exception):
+    """The factor to remove was removed by a parallel change: the change's unit is rolled
+    back (never leaves this module, so it is no error an application sees)."""
