@@ -163,3 +163,35 @@ def test_a_browser_is_sent_to_the_provider_and_the_callback_signs_it_in(fed: Fed
     finished = api.client.get(f"{callback.path}?{callback.query}")
     assert finished.status_code == 302 and finished.location == "/dashboard"
     assert api.get("/session").json["state"] == "authenticated"
+
+
+def test_a_native_code_is_exchanged_with_a_dpop_proof_when_the_provider_uses_dpop(
+    mock_clock: MockClock, authflow_hasher: Any
+) -> None:
+    """With DPoP configured, the native hand-over's code exchange carries a proof of the
+    ceremony's key, as the callback's does: the provider (which holds this client to
+    DPoP-bound tokens) answers, and the stored tokens are bound to that key. Without the
+    proof the exchange was refused (``token_exchange_failed``)."""
+    from flask_authflow.federation._dpop import DpopNonces, DpopSigner
+    from flask_authflow.issuer import LocalIdpSigningKey, MemoryLocalIdpKeyStore
+    from tests.federation_support import CLIENT_SECRET
+
+    op = TestOpenIDProvider(algorithm="ES256", clock=mock_clock)
+    op.login_as("dora-sub", email="dora@example.com", email_verified=True)
+    dpop = MemoryLocalIdpKeyStore.with_current(LocalIdpSigningKey.generate_es256())
+    fed = federated_app(
+        op, mock_clock, authflow_hasher, dpop=True, dpop_key_store=dpop, id_token_signed_response_alg="ES256"
+    )
+    op.register_client(CLIENT_ID, CLIENT_SECRET, [REDIRECT_URI], dpop_bound=True)  # held to DPoP
+    register_api(fed.app)
+    api = ApiClient(fed.app, "app")
+    nonce = api.post(f"/providers/{PROVIDER}/native/begin").json["nonce"]
+    verifier = secrets.token_urlsafe(48)
+    done = api.post(
+        f"/providers/{PROVIDER}/native", {"code": _sdk_code(fed, nonce, verifier), "code_verifier": verifier}
+    )
+    assert done.json.get("status") == "authenticated", done.json
+    proofs = [p for p in op.dpop_proofs if p["htu"] == f"{op.issuer}/token"]
+    assert [p["error"] for p in proofs] == [None]  # one proof, accepted ...
+    signer = DpopSigner(dpop, mock_clock, DpopNonces())
+    assert proofs[0]["jkt"] == signer.thumbprint(signer.current_kid())  # ... of the configured key

@@ -5,6 +5,8 @@ does, then signs in by the same rules."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from flask_authflow._core.ports import LoginRecorder
 from flask_authflow._core.session import AuthSession, SessionRecord, begin_flow, clear_flow
 from flask_authflow.federation._ceremony import Ceremony
@@ -33,6 +35,8 @@ def begin_native(
     tenant = tenant or svc.default_tenant
     provider = svc.registry.get(provider_name, tenant)
     ceremony = Ceremony.start(provider.name, provider.issuer, svc.clock.now(), tenant=tenant)
+    if provider.dpop is not None:  # the key the exchanged tokens bind to, as a redirect login's
+        ceremony = replace(ceremony, dpop_kid=provider.dpop.current_kid())
 
     def started(r: SessionRecord) -> SessionRecord:
         earlier = {k: v for k, v in (r.flow or {}).items() if k != NATIVE_KEY}
@@ -59,7 +63,9 @@ def finish_native(
     try:
         ceremony, provider = _checked_native(svc, provider_name, Ceremony.from_flow(stored))
         if code:
-            tokens = provider.exchange_code(code, code_verifier or "")
+            # With DPoP, the token request carries a proof of the ceremony's key, so the
+            # tokens are bound to it (the SDK's authorization request did not name it).
+            tokens = provider.exchange_code(code, code_verifier or "", dpop_kid=ceremony.dpop_kid)
         else:  # an ID token alone: no access token, so no userinfo (its claims only)
             tokens = TokenSet(id_token=id_token or "", access_token="")
         claims = provider.validate_id_token(tokens.id_token, ceremony.nonce, tokens.access_token or None)
