@@ -20,7 +20,7 @@ from flask_authflow._core.identifiers import check_tenant, normalise_identifier
 from flask_authflow._core.ports import UserRecord
 from flask_authflow._web.state import get_state
 from flask_authflow.errors import AuthFlowError, StoreUnavailable, UserNotFound
-from flask_authflow.login._operator_change import lock_subjects
+from flask_authflow.login._operator_change import account_locked_until
 from flask_authflow.login._recovery import Ended
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -301,9 +301,7 @@ def find_user(username: str, tenant: str) -> UserRecord:
 
 
 def user_locked_until(user: UserRecord, now: datetime) -> datetime | None:
-    backend = get_state().backend
-    ends = [end for s in lock_subjects(user) if (end := backend.locked_until(user.tenant, s, now))]
-    return max(ends) if ends else None
+    return account_locked_until(get_state().backend.locked_until, user, now)
 
 
 def user_document(user: UserRecord, locked_until: datetime | None = None) -> dict[str, Any]:

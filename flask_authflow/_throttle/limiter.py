@@ -124,15 +124,13 @@ class Throttle:
             raise ValueError(f"unknown throttle scope {scope!r}; known: {SCOPES}")
         if not self.enabled:
             return
-        keys = AddressKeys(address)  # parsed once for every limit of the request
-        by_address = keys.address
-        counted: Counted = [(f"{scope}.address", by_address), (f"{scope}.network", keys.network)]
+        counted = self._address_limits(scope, address)  # the address parsed once for all
         if account is not None:
             counted.append((f"{scope}.account", digest(*account)))
         if recipient is not None:
             counted.append((f"{scope}.recipient", digest(recipient)))
         if scope == "login" and self.spiking():
-            counted.append(("login.spike", by_address))
+            counted.append(("login.spike", counted[0][1]))  # (the address key)
         self._hit_all([(name, key) for name, key in counted if name in self._limits])
 
     def mail(self, to: str, tenant: str, user_id: str) -> None:

@@ -60,6 +60,7 @@ from flask_authflow.login._operator_change import (
     UNLOCK_EVENT,
     OperatorChange,
     Unlocked,
+    account_locked_until,
     lock_subjects,
 )
 from flask_authflow.login._password import PasswordHasher
@@ -355,11 +356,10 @@ class AccountAdmin:
         svc = self._login_service("unlocking a user")
 
         def change(op: Operation) -> Unlocked:
-            subjects = lock_subjects(user)
-            ends = [end for s in subjects if (end := svc.lockout.locked_until(user.tenant, s, op.now))]
-            for subject in subjects:
+            until = account_locked_until(svc.lockout.locked_until, user, op.now)
+            for subject in lock_subjects(user):
                 guard_store(partial(svc.store.clear_lock, user.tenant, subject))
-            return Unlocked(max(ends) if ends else None)
+            return Unlocked(until)
 
         def reason(done: Unlocked) -> str:
             until = done.locked_until

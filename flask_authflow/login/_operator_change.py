@@ -39,6 +39,7 @@ __all__ = [
     "UNLOCK_EVENT",
     "OperatorChange",
     "Unlocked",
+    "account_locked_until",
     "lock_subjects",
 ]
 
@@ -76,6 +77,17 @@ def lock_subjects(user: UserRecord) -> tuple[str, str]:
     normalised identifier; a step-up without one in the login flow per ``user:<id>``
     (see :func:`~flask_authflow.login._operation.lockout_subject`)."""
     return user.identifier, f"user:{user.user_id}"
+
+
+#: ``locked_until(tenant, subject, now)``: an attempt store's, or the lockout's.
+LockedUntil = Callable[[str, str, datetime], datetime | None]
+
+
+def account_locked_until(locked_until: LockedUntil, user: UserRecord, now: datetime) -> datetime | None:
+    """The end of the user's active account-wide lock (the later of its
+    :func:`lock_subjects`'), or ``None``."""
+    ends = [end for subject in lock_subjects(user) if (end := locked_until(user.tenant, subject, now))]
+    return max(ends) if ends else None
 
 
 #: Ends the user's sessions for ``reason`` (the ``session_revoked`` reason); how many ended.

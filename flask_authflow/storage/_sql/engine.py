@@ -138,7 +138,7 @@ def _companion(
     if second is None:
         second = build()
         owner = os.getpid()
-        # In a forked child (the engine renewed with close=False, see the session store),
+        # In a forked child (the engine renewed with close=False, see renew_in_forked_child),
         # the parent's connections are left open for the parent: closing one would end it
         # on the server for both processes.
         event.listen(engine, "engine_disposed", lambda _engine: second.dispose(close=os.getpid() == owner))
